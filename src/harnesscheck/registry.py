@@ -1,0 +1,276 @@
+"""The backend registry: built-in specs, entry-point backends, and resolve_provider(settings).
+
+Selection is explicit: no auto-detection, no fallback to another backend or to an API key.
+Every error names the fix (doc/SPEC-registry.md).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from harnesscheck.config import Settings
+from harnesscheck.contracts import (
+    Capability as C,
+    CliNotFound,
+    CliVersionUnsupported,
+    ConfigError,
+    Kind,
+    ProviderSpec,
+    SelectionMissing,
+    Transport,
+    UnknownBackend,
+)
+
+ENTRY_POINT_GROUP = "harnesscheck.backends"
+
+BUILTIN_SPECS: dict[str, ProviderSpec] = {
+    spec.id: spec
+    for spec in (
+        ProviderSpec(
+            id="api",
+            kind=Kind.api,
+            label="API (Anthropic Messages / OpenAI Chat Completions / Responses)",
+            factory="harnesscheck.providers.api:ApiTransport",
+            capabilities=frozenset(
+                {
+                    C.host_tool_loop,
+                    C.builtin_tools_off,
+                    C.max_turns,
+                    C.system_prompt,
+                    C.usage_reporting,
+                    C.served_model_reporting,
+                    C.cancellation,
+                    C.early_auth_stop,
+                }
+            ),
+            description="Raw model API; the host owns the tool loop through dispatch.",
+        ),
+        ProviderSpec(
+            id="claude-code",
+            kind=Kind.harness,
+            label="Claude Code (claude -p)",
+            factory="harnesscheck.providers.claude_code:ClaudeCodeTransport",
+            capabilities=frozenset(
+                {
+                    C.mcp_tools,
+                    C.builtin_tools_off,
+                    C.max_turns,
+                    C.system_prompt,
+                    C.usage_reporting,
+                    C.cost_reporting,
+                    C.served_model_reporting,
+                    C.auth_preflight,
+                    C.cancellation,
+                    C.config_isolation,
+                    C.early_auth_stop,
+                }
+            ),
+            cli_name="claude",
+            cli_package="@anthropic-ai/claude-code",
+            min_version="2.1.0",
+            max_version="3.0.0",
+            pinned_version="2.1.197",
+            description="Subscription CLI; built-ins off, host tools through the MCP bridge.",
+        ),
+        ProviderSpec(
+            id="codex",
+            kind=Kind.harness,
+            label="Codex (codex exec)",
+            factory="harnesscheck.providers.codex:CodexTransport",
+            capabilities=frozenset(
+                {
+                    C.mcp_tools,
+                    C.native_tools_audited,
+                    C.usage_reporting,
+                    C.cancellation,
+                    C.config_isolation,
+                }
+            ),
+            cli_name="codex",
+            cli_package="@openai/codex",
+            min_version="0.100.0",
+            max_version="1.0.0",
+            pinned_version="0.171.0",
+            description="Subscription CLI; bridge via per-run CODEX_HOME; built-ins audited.",
+        ),
+        ProviderSpec(
+            id="cursor",
+            kind=Kind.harness,
+            label="Cursor (cursor-agent --print)",
+            factory="harnesscheck.providers.cursor:CursorTransport",
+            capabilities=frozenset({C.mcp_tools, C.native_tools_audited, C.usage_reporting, C.cancellation}),
+            cli_name="cursor-agent",
+            description="Subscription CLI (not on the npm registry: offline level only).",
+        ),
+        ProviderSpec(
+            id="fake",
+            kind=Kind.api,
+            label="Fake (in-process, scripted)",
+            factory="harnesscheck.providers.fake:FakeTransport",
+            capabilities=frozenset(
+                {
+                    C.host_tool_loop,
+                    C.builtin_tools_off,
+                    C.max_turns,
+                    C.system_prompt,
+                    C.usage_reporting,
+                    C.served_model_reporting,
+                    C.cancellation,
+                    C.early_auth_stop,
+                }
+            ),
+            description="Deterministic in-process backend; the reference for every applicable check.",
+        ),
+    )
+}
+
+
+@cache
+def _entry_point_specs() -> dict[str, ProviderSpec]:
+    from importlib.metadata import entry_points
+
+    found: dict[str, ProviderSpec] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        obj = ep.load()
+        spec = obj() if callable(obj) and not isinstance(obj, ProviderSpec) else obj
+        if not isinstance(spec, ProviderSpec):
+            raise ConfigError(
+                f"entry point {ep.name!r} in {ENTRY_POINT_GROUP} did not give a ProviderSpec",
+                "make it a ProviderSpec or a function returning one",
+            )
+        if spec.id in BUILTIN_SPECS:
+            raise ConfigError(f"entry point backend {spec.id!r} shadows a built-in", "rename it")
+        found[spec.id] = spec
+    return found
+
+
+def known_specs() -> dict[str, ProviderSpec]:
+    """Built-in specs plus those registered in the harnesscheck.backends entry-point group."""
+    return {**BUILTIN_SPECS, **_entry_point_specs()}
+
+
+def get_spec(backend_id: str) -> ProviderSpec:
+    """The spec for a registered id, or for a 'module:factory' reference; else UnknownBackend."""
+    specs = known_specs()
+    if backend_id in specs:
+        return specs[backend_id]
+    if ":" in backend_id:
+        module, _, attr = backend_id.partition(":")
+        obj = getattr(importlib.import_module(module), attr)
+        spec = obj() if callable(obj) and not isinstance(obj, ProviderSpec) else obj
+        if isinstance(spec, ProviderSpec):
+            return spec
+    raise UnknownBackend(backend_id, list(specs))
+
+
+def resolve_provider(settings: Settings | None = None) -> Transport:
+    """Build the transport HARNESS_BACKEND names. Raises a typed error naming the fix."""
+    settings = settings or Settings.from_env()
+    if not settings.backend:
+        raise SelectionMissing(list(known_specs()))
+    spec = get_spec(settings.backend)
+    return build_transport(spec, settings)
+
+
+def build_transport(spec: ProviderSpec, settings: Settings) -> Transport:
+    module, _, attr = spec.factory.partition(":")
+    factory = getattr(importlib.import_module(module), attr)
+    return factory(spec, settings)
+
+
+def run_session(request, settings: Settings | None = None, **kwargs):
+    """One session through the selected backend (library entry point)."""
+    return resolve_provider(settings).run_session(request, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------
+# CLI discovery and the version policy
+
+
+@dataclass(frozen=True)
+class CliInfo:
+    path: Path
+    version: str | None
+
+
+_VERSION_RE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
+
+
+def parse_version(text: str) -> tuple[int, int, int] | None:
+    m = _VERSION_RE.search(text or "")
+    return (int(m[1]), int(m[2]), int(m[3])) if m else None
+
+
+def version_range(spec: ProviderSpec) -> str:
+    parts = []
+    if spec.min_version:
+        parts.append(f">={spec.min_version}")
+    if spec.max_version:
+        parts.append(f"<{spec.max_version}")
+    return ",".join(parts) or "any"
+
+
+def version_supported(spec: ProviderSpec, found: str) -> bool:
+    v = parse_version(found)
+    if v is None:
+        return False
+    if spec.min_version and v < parse_version(spec.min_version):  # type: ignore[operator]
+        return False
+    if spec.max_version and v >= parse_version(spec.max_version):  # type: ignore[operator]
+        return False
+    return True
+
+
+def cli_candidates(spec: ProviderSpec, settings: Settings) -> list[Path]:
+    """Where the binary is looked for, in order: explicit setting, PATH, the pinned cache."""
+    from harnesscheck.paths import cli_cache_dir
+
+    assert spec.cli_name
+    if settings.cli is not None:
+        return [settings.cli]
+    out: list[Path] = []
+    on_path = shutil.which(spec.cli_name)
+    out.append(Path(on_path) if on_path else Path(f"$PATH/{spec.cli_name}"))
+    out.append(cli_cache_dir() / "node_modules" / ".bin" / spec.cli_name)
+    return out
+
+
+def probe_version(path: Path, timeout_s: float = 20.0) -> str | None:
+    """`<cli> --version` in a minimal environment; the first line, or None."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/")}
+    try:
+        proc = subprocess.run(
+            [str(path), "--version"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=timeout_s,
+            env=env,
+            start_new_session=True,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    out = proc.stdout.decode("utf-8", "replace").strip().splitlines()
+    return out[0].strip() if out else None
+
+
+def find_cli(spec: ProviderSpec, settings: Settings, *, check_version: bool = True) -> CliInfo:
+    """Locate the backend's binary and check its version against the supported range."""
+    tried: list[str] = []
+    for cand in cli_candidates(spec, settings):
+        tried.append(str(cand))
+        if cand.is_file() and os.access(cand, os.X_OK):
+            if cand.suffix.lower() in (".cmd", ".bat"):
+                continue  # never run Windows batch shims (CVE-2024-24576 class)
+            version = probe_version(cand)
+            if check_version and (spec.min_version or spec.max_version):
+                if version is None or not version_supported(spec, version):
+                    raise CliVersionUnsupported(spec.id, version or "unknown", version_range(spec))
+            return CliInfo(path=cand, version=version)
+    raise CliNotFound(spec.id, spec.cli_name or "?", tried, spec.cli_package)
