@@ -1,0 +1,130 @@
+"""Registry and resolution: explicit selection, errors that name the fix, entry points."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from harnesscheck import registry
+from harnesscheck.config import Settings
+from harnesscheck.contracts import (
+    Capability,
+    CliNotFound,
+    CliVersionUnsupported,
+    ConfigError,
+    Kind,
+    ProviderSpec,
+    SelectionMissing,
+    UnknownBackend,
+)
+
+BUILTINS = {"api", "claude-code", "codex", "cursor", "fake"}
+
+
+def test_builtin_ids() -> None:
+    assert set(registry.BUILTIN_SPECS) == BUILTINS
+    for spec in registry.BUILTIN_SPECS.values():
+        assert spec.capabilities, spec.id
+        if spec.kind is Kind.harness:
+            assert spec.cli_name and Capability.mcp_tools in spec.capabilities
+
+
+def test_no_selection_prints_the_env_line() -> None:
+    with pytest.raises(SelectionMissing) as info:
+        registry.resolve_provider(Settings())
+    assert "HARNESS_BACKEND=" in info.value.fix
+
+
+def test_unknown_backend_lists_known() -> None:
+    with pytest.raises(UnknownBackend) as info:
+        registry.resolve_provider(Settings(backend="claude"))
+    for known in BUILTINS:
+        assert known in str(info.value)
+
+
+def test_settings_from_env_and_dotenv(tmp_path: Path) -> None:
+    dotenv = tmp_path / ".env"
+    dotenv.write_text("HARNESS_BACKEND=fake\nANTHROPIC_API_KEY=sk-ant-secret\nexport HARNESS_BACKEND_TIMEOUT_S='12'\n")
+    s = Settings.from_env({"HARNESS_BACKEND_MODEL": "m"}, dotenv)
+    assert (s.backend, s.model, s.timeout_s) == ("fake", "m", 12.0)
+    assert Settings.from_env({"HARNESS_BACKEND": "api"}, dotenv).backend == "api"  # env wins
+
+
+def test_invalid_setting_names_the_variable() -> None:
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env({"HARNESS_BACKEND_CONCURRENCY": "zero"})
+    assert "HARNESS_BACKEND_CONCURRENCY" in str(info.value)
+
+
+def _fake_cli(tmp_path: Path, version: str) -> Path:
+    path = tmp_path / "claude"
+    path.write_text(f"#!/bin/sh\necho '{version}'\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return path
+
+
+def test_cli_not_found_lists_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setenv("HARNESSCHECK_CACHE", str(tmp_path / "cache"))
+    spec = registry.get_spec("claude-code")
+    with pytest.raises(CliNotFound) as info:
+        registry.find_cli(spec, Settings())
+    assert str(tmp_path / "cache") in str(info.value) and "$PATH/claude" in str(info.value)
+
+
+def test_cli_version_outside_range(tmp_path: Path) -> None:
+    spec = registry.get_spec("claude-code")
+    with pytest.raises(CliVersionUnsupported) as info:
+        registry.find_cli(spec, Settings(cli=_fake_cli(tmp_path, "1.0.3 (Claude Code)")))
+    assert "1.0.3" in str(info.value) and ">=2.1.0" in str(info.value)
+
+
+def test_cli_version_in_range(tmp_path: Path) -> None:
+    spec = registry.get_spec("claude-code")
+    info = registry.find_cli(spec, Settings(cli=_fake_cli(tmp_path, "2.1.197 (Claude Code)")))
+    assert info.version == "2.1.197 (Claude Code)"
+
+
+EXAMPLE_SPEC = ProviderSpec(
+    id="example-ep",
+    kind=Kind.api,
+    label="Example",
+    factory="harnesscheck.providers.fake:FakeTransport",
+    capabilities=frozenset({Capability.host_tool_loop}),
+)
+
+
+def example_spec() -> ProviderSpec:
+    return EXAMPLE_SPEC
+
+
+def test_entry_point_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dist = tmp_path / "example_backend-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: example-backend\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        f"[harnesscheck.backends]\nexample-ep = {__name__}:example_spec\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry._entry_point_specs.cache_clear()
+    try:
+        assert registry.get_spec("example-ep") == EXAMPLE_SPEC
+        assert "example-ep" in registry.known_specs()
+    finally:
+        registry._entry_point_specs.cache_clear()
+
+
+def test_module_factory_reference() -> None:
+    assert registry.get_spec(f"{__name__}:example_spec") == EXAMPLE_SPEC
+
+
+def test_version_policy() -> None:
+    spec = registry.get_spec("codex")
+    assert registry.version_supported(spec, "codex-cli 0.171.0")
+    assert not registry.version_supported(spec, "codex-cli 1.2.0")
+    assert not registry.version_supported(spec, "garbage")
+    assert registry.version_range(spec) == ">=0.100.0,<1.0.0"
