@@ -1,0 +1,24 @@
+"""The README's two set-up commands exist, and .ci/run runs the README's test command."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _commands() -> list[str]:
+    text = (REPO / "README.md").read_text()
+    return re.findall(r"^    (python3 -m venv .*)$", text, flags=re.M)
+
+
+def test_readme_has_the_two_setup_commands() -> None:
+    cmds = _commands()
+    assert any("harnesscheck verify" in c for c in cmds), cmds
+    assert any("pytest" in c for c in cmds), cmds
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    test_cmd = next(c for c in _commands() if "pytest" in c)
+    assert test_cmd in (REPO / ".ci" / "run").read_text()
