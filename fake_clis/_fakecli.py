@@ -1,0 +1,377 @@
+"""The fake-CLI engine: replays a scenario the way a vendor CLI would, and records how it was run.
+
+Standard library only (a fake must start fast and must not depend on the package under test).
+
+How a fake finds its scenario
+=============================
+The transports never pass unknown environment variables to a CLI (the env policy strips
+them, and it is never weakened for tests), so a fake reads a sidecar file next to the path
+it was started as: ``<argv0>.scenario.json``::
+
+    {"scenario": "/abs/path/scenario.json", "record": "/abs/path/claude.record.jsonl"}
+
+``harnesscheck.fakes.install_fake_cli`` writes a per-test wrapper and this sidecar. Without
+a sidecar the fake replays ``fixtures/<cli>/success.json`` and records nothing, so
+``harnesscheck run --backend claude-code --cli fake_clis/claude`` works from a checkout.
+
+Scenario format (JSON)
+======================
+::
+
+    {
+      "provenance": {"cli": "claude", "cli_version": "2.1.197",
+                     "source": "observed-here | loopback-recording | reference:<doc section>",
+                     "date": "2026-11-29", "notes": "..."},
+      "version": "2.1.197 (Claude Code)",     # what `--version` / `-v` prints (default per CLI)
+      "stdin": "read" | "ignore",             # read stdin to EOF before the steps (default "read")
+      "default_model": "claude-opus-4-8",     # {{model}} when no --model/-m was passed
+      "sigterm_exit": 143,                    # exit code on SIGTERM (the real CLIs exit 143)
+      "steps": [ <step>, ... ]
+    }
+
+Steps run in order. Each is an object with exactly one action key, plus modifiers:
+
+``{"emit": <object or string>, "split": [offsets], "gap": s}``
+    Write one stdout line. An object is written as compact JSON; a string verbatim. The
+    line (with its newline) is written in pieces cut at the given byte offsets, with a
+    flush (and an optional ``gap`` sleep) between pieces.
+``{"delay": s}``
+    Sleep ``s`` seconds.
+``{"noise": "text"}``
+    A non-JSON stdout line (``[SandboxDebug] ...``, banners).
+``{"oversize": n_bytes, "template": <object>}``
+    One valid JSON line of exactly ``n_bytes`` bytes before its newline: ``template`` (default:
+    a user/tool_result message) with its ``"{{pad}}"`` string grown to fit.
+``{"raw": "text", "newline": false}``
+    Write text as is (e.g. a truncated last line); ``newline`` defaults to false.
+``{"invalid_utf8": true}``
+    A stdout line holding bytes that are not valid UTF-8.
+``{"stderr": "text", "repeat": n, "newline": bool}``
+    Write text to stderr ``repeat`` times (default 1), each followed by a newline unless
+    ``newline`` is false (a flood without newlines).
+``{"spawn": "sleep 1000", "setsid": bool}``
+    Start a grandchild that inherits stdout/stderr (holding the pipes open); with ``setsid``
+    it escapes the process group. Its pid is appended to the record file.
+``{"ignore_sigterm": true}``
+    From now on SIGTERM is ignored (only SIGKILL ends the fake).
+``{"hang": true}``
+    Sleep forever.
+``{"exit": code}``
+    Flush and exit with ``code``. Falling off the end of the steps exits 0.
+
+Placeholders, replaced in every string of an emitted object (and in raw/noise text):
+``{{model}}`` the ``--model``/``-m`` value (else ``default_model``), ``{{cwd}}`` the process cwd,
+``{{session_id}}`` a per-invocation uuid, ``{{pid}}`` the fake's pid, ``{{prompt}}`` the prompt
+(stdin, or the positional argument). A string that is exactly ``"{{allowed_tools}}"`` becomes
+the list given to ``--allowedTools`` (comma-separated, one argument), and exactly
+``"{{mcp_server_names}}"`` becomes ``[{"name": n, "status": "connected"}]`` for each server
+named in the ``--mcp-config`` file(s) (the fake does not connect; scenarios that need a
+failing server say so literally).
+
+What a fake records
+===================
+One JSON line per invocation, appended to the record file before any step runs::
+
+    {"kind": "invocation", "cli": "claude", "pid": 123, "argv": [...], "env": {...},
+     "cwd": "...", "stdin_type": "devnull|pipe|tty|file|socket|closed|other",
+     "stdin": "<text read, up to 1 MiB>", "stdin_bytes": n, "mcp_configs": {path: content}}
+
+and one ``{"kind": "spawn", "pid": <fake pid>, "child_pid": n, "setsid": bool}`` line per
+grandchild. ``harnesscheck.fakes.FakeCli.records()`` folds them into one dict per invocation.
+``mcp_configs`` copies the files named by ``--mcp-config`` at start, because the transport may
+delete its run dir afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import stat
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+VERSIONS = {
+    "claude": "2.1.197 (Claude Code)",
+    "codex": "codex-cli 0.171.0",
+    "cursor-agent": "2026.08.11-e8db854",
+}
+
+DEFAULT_OVERSIZE_TEMPLATE = {
+    "type": "user",
+    "message": {
+        "role": "user",
+        "content": [{"tool_use_id": "toolu_oversize", "type": "tool_result", "content": "{{pad}}"}],
+    },
+    "parent_tool_use_id": None,
+    "session_id": "{{session_id}}",
+}
+
+RECORDED_STDIN_LIMIT = 1 << 20
+_PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
+
+
+def _stdin_type() -> str:
+    """What fd 0 is, by fstat: the transports must pass /dev/null or a closed pipe."""
+    try:
+        st = os.fstat(0)
+    except OSError:
+        return "closed"
+    if stat.S_ISCHR(st.st_mode):
+        try:
+            if st.st_rdev == os.stat(os.devnull).st_rdev:
+                return "devnull"
+        except OSError:
+            pass
+        return "tty" if os.isatty(0) else "other"
+    if stat.S_ISFIFO(st.st_mode):
+        return "pipe"
+    if stat.S_ISREG(st.st_mode):
+        return "file"
+    if stat.S_ISSOCK(st.st_mode):
+        return "socket"
+    return "other"
+
+
+def _flag_value(argv: list[str], *names: str) -> str | None:
+    """The value of --name VALUE or --name=VALUE (last one wins), stopping at `--`."""
+    value = None
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            break
+        for name in names:
+            if arg == name and i + 1 < len(argv):
+                value = argv[i + 1]
+                i += 1
+                break
+            if arg.startswith(name + "="):
+                value = arg[len(name) + 1 :]
+                break
+        i += 1
+    return value
+
+
+def _flag_values(argv: list[str], name: str) -> list[str]:
+    out = []
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg == name and i + 1 < len(argv):
+            out.append(argv[i + 1])
+        elif arg.startswith(name + "="):
+            out.append(arg[len(name) + 1 :])
+    return out
+
+
+def _positional_prompt(argv: list[str]) -> str | None:
+    """The argument after `--`, if any (how transports pass a prompt that must never be a flag)."""
+    if "--" in argv:
+        rest = argv[argv.index("--") + 1 :]
+        return " ".join(rest) if rest else None
+    return None
+
+
+class Fake:
+    def __init__(self, cli: str, argv0: str, argv: list[str]):
+        self.cli = cli
+        self.argv0 = argv0
+        self.argv = argv
+        self.record_path: Path | None = None
+        self.scenario = self._load_scenario()
+        self.session_id = str(uuid.uuid4())
+        self.stdin_text = ""
+        self.out = sys.stdout.buffer
+        self.err = sys.stderr.buffer
+
+    # -- set-up -------------------------------------------------------------------------
+
+    def _load_scenario(self) -> dict:
+        sidecar = Path(self.argv0 + ".scenario.json")
+        if sidecar.is_file():
+            spec = json.loads(sidecar.read_text(encoding="utf-8"))
+            if spec.get("record"):
+                self.record_path = Path(spec["record"])
+            scenario = spec.get("scenario")
+            if isinstance(scenario, dict):
+                return scenario
+            return json.loads(Path(scenario).read_text(encoding="utf-8"))
+        default = Path(__file__).resolve().parent.parent / "fixtures" / _fixture_dir(self.cli) / "success.json"
+        if default.is_file():
+            return json.loads(default.read_text(encoding="utf-8"))
+        return {"steps": []}
+
+    def placeholders(self) -> dict:
+        model = _flag_value(self.argv, "--model", "-m") or self.scenario.get("default_model") or ""
+        allowed = _flag_value(self.argv, "--allowedTools", "--allowed-tools")
+        servers = []
+        for name in self._mcp_configs():
+            try:
+                cfg = json.loads(Path(name).read_text(encoding="utf-8")) if not name.lstrip().startswith("{") else json.loads(name)
+                servers += [{"name": n, "status": "connected"} for n in (cfg.get("mcpServers") or {})]
+            except (OSError, ValueError, AttributeError):
+                pass
+        return {
+            "model": model,
+            "cwd": os.getcwd(),
+            "session_id": self.session_id,
+            "pid": str(os.getpid()),
+            "prompt": self.stdin_text or _positional_prompt(self.argv) or "",
+            "allowed_tools": [t for t in (allowed or "").split(",") if t],
+            "mcp_server_names": servers,
+        }
+
+    def _mcp_configs(self) -> list[str]:
+        out: list[str] = []
+        for value in _flag_values(self.argv, "--mcp-config"):
+            out.append(value)
+        return out
+
+    def record_invocation(self, stdin_type: str, stdin_bytes: int) -> None:
+        if self.record_path is None:
+            return
+        configs = {}
+        for name in self._mcp_configs():
+            try:
+                configs[name] = Path(name).read_text(encoding="utf-8")
+            except OSError as exc:
+                configs[name] = f"<unreadable: {exc.__class__.__name__}>"
+        self._append(
+            {
+                "kind": "invocation",
+                "cli": self.cli,
+                "pid": os.getpid(),
+                "argv": [self.argv0, *self.argv],
+                "env": dict(os.environ),
+                "cwd": os.getcwd(),
+                "stdin_type": stdin_type,
+                "stdin": self.stdin_text[:RECORDED_STDIN_LIMIT],
+                "stdin_bytes": stdin_bytes,
+                "mcp_configs": configs,
+                "ts": time.time(),
+            }
+        )
+
+    def _append(self, record: dict) -> None:
+        assert self.record_path is not None
+        data = (json.dumps(record) + "\n").encode()
+        fd = os.open(self.record_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+    # -- output helpers -----------------------------------------------------------------
+
+    def fill(self, value, ph: dict):
+        if isinstance(value, str):
+            whole = _PLACEHOLDER.fullmatch(value)
+            if whole and whole.group(1) in ph and not isinstance(ph[whole.group(1)], str):
+                return ph[whole.group(1)]
+            return _PLACEHOLDER.sub(lambda m: str(ph[m.group(1)]) if isinstance(ph.get(m.group(1)), str) else m.group(0), value)
+        if isinstance(value, list):
+            return [self.fill(v, ph) for v in value]
+        if isinstance(value, dict):
+            return {k: self.fill(v, ph) for k, v in value.items()}
+        return value
+
+    def write(self, data: bytes, *, split: list[int] | None = None, gap: float = 0.0) -> None:
+        cuts = sorted({c for c in (split or []) if 0 < c < len(data)})
+        start = 0
+        for cut in [*cuts, len(data)]:
+            self.out.write(data[start:cut])
+            self.out.flush()
+            start = cut
+            if gap and cut != len(data):
+                time.sleep(gap)
+
+    # -- the run ------------------------------------------------------------------------
+
+    def run(self) -> int:
+        if self.argv[:1] and self.argv[0] in ("--version", "-v", "-V"):
+            sys.stdout.write((self.scenario.get("version") or VERSIONS.get(self.cli, "0.0.0")) + "\n")
+            return 0
+        sigterm_exit = int(self.scenario.get("sigterm_exit", 143))
+        signal.signal(signal.SIGTERM, lambda *_: os._exit(sigterm_exit))
+        stdin_type = _stdin_type()
+        stdin_bytes = 0
+        if self.scenario.get("stdin", "read") == "read" and stdin_type not in ("tty", "closed"):
+            raw = sys.stdin.buffer.read()
+            stdin_bytes = len(raw)
+            self.stdin_text = raw.decode("utf-8", "replace")
+        self.record_invocation(stdin_type, stdin_bytes)
+        ph = self.placeholders()
+        for step in self.scenario.get("steps", []):
+            code = self.step(step, ph)
+            if code is not None:
+                return code
+        return 0
+
+    def step(self, step: dict, ph: dict) -> int | None:
+        if "emit" in step:
+            payload = self.fill(step["emit"], ph)
+            line = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+            self.write(line.encode("utf-8") + b"\n", split=step.get("split"), gap=float(step.get("gap", 0)))
+        elif "delay" in step:
+            time.sleep(float(step["delay"]))
+        elif "noise" in step:
+            self.write(self.fill(step["noise"], ph).encode("utf-8") + b"\n")
+        elif "oversize" in step:
+            self.write(self.oversize_line(int(step["oversize"]), step.get("template"), ph) + b"\n")
+        elif "raw" in step:
+            text = self.fill(step["raw"], ph).encode("utf-8")
+            self.write(text + (b"\n" if step.get("newline", False) else b""), split=step.get("split"))
+        elif "invalid_utf8" in step:
+            self.write(b"\xff\xfe\xfd not utf-8 \xc3\x28 \xed\xa0\x80\n")
+        elif "stderr" in step:
+            chunk = self.fill(step["stderr"], ph).encode("utf-8") + (b"\n" if step.get("newline", True) else b"")
+            for _ in range(int(step.get("repeat", 1))):
+                self.err.write(chunk)
+            self.err.flush()
+        elif "spawn" in step:
+            setsid = bool(step.get("setsid", False))
+            child = subprocess.Popen(shlex.split(step["spawn"]), start_new_session=setsid, stdin=subprocess.DEVNULL)
+            if self.record_path is not None:
+                self._append({"kind": "spawn", "pid": os.getpid(), "child_pid": child.pid, "setsid": setsid})
+        elif "ignore_sigterm" in step:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN if step["ignore_sigterm"] else signal.SIG_DFL)
+        elif "hang" in step:
+            while True:
+                time.sleep(3600)
+        elif "exit" in step:
+            self.out.flush()
+            self.err.flush()
+            return int(step["exit"])
+        else:
+            raise SystemExit(f"fake {self.cli}: unknown scenario step {sorted(step)}")
+        return None
+
+    def oversize_line(self, size: int, template: dict | None, ph: dict) -> bytes:
+        obj = self.fill(template or DEFAULT_OVERSIZE_TEMPLATE, {**ph, "pad": "{{pad}}"})
+        shell = json.dumps(obj, separators=(",", ":")).encode()
+        marker = b"{{pad}}"
+        if marker not in shell:
+            raise SystemExit("oversize template needs a \"{{pad}}\" string")
+        fill = size - (len(shell) - len(marker))
+        if fill < 0:
+            raise SystemExit(f"oversize {size} is smaller than the template")
+        return shell.replace(marker, b"A" * fill, 1)
+
+
+def _fixture_dir(cli: str) -> str:
+    return {"cursor-agent": "cursor"}.get(cli, cli)
+
+
+def main(cli: str, argv0: str | None = None) -> int:
+    """Entry point of fake_clis/<cli> and of the per-test wrappers."""
+    fake = Fake(cli, argv0 or sys.argv[0], sys.argv[1:])
+    try:
+        return fake.run()
+    except BrokenPipeError:
+        os._exit(141)

@@ -1,0 +1,101 @@
+"""Install a fake vendor CLI for one test: a wrapper executable, its sidecar and its record file.
+
+The env policy strips unknown variables from every child, so a fake cannot be told its
+scenario through the environment; it reads `<its path>.scenario.json` instead
+(fake_clis/_fakecli.py documents the scenario format). See doc/SPEC-fakecli.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from harnesscheck.paths import fake_clis_dir, fixtures_dir
+
+#: fake executable name -> fixtures/ sub-directory
+FIXTURE_DIRS = {"claude": "claude", "codex": "codex", "cursor-agent": "cursor"}
+
+
+@dataclass(frozen=True)
+class FakeCli:
+    """A per-test fake CLI: run `path`; read what it saw with `records()`."""
+
+    path: Path
+    record_path: Path
+    scenario_path: Path
+
+    def records(self) -> list[dict]:
+        """One dict per invocation (argv, env, cwd, stdin_type, stdin, mcp_configs, grandchildren)."""
+        if not self.record_path.is_file():
+            return []
+        invocations: list[dict] = []
+        by_pid: dict[int, dict] = {}
+        for line in self.record_path.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            rec = json.loads(line)
+            if rec.get("kind") == "invocation":
+                rec["grandchildren"] = []
+                invocations.append(rec)
+                by_pid[rec["pid"]] = rec
+            elif rec.get("kind") == "spawn" and rec.get("pid") in by_pid:
+                by_pid[rec["pid"]]["grandchildren"].append(
+                    {"pid": rec["child_pid"], "setsid": rec.get("setsid", False)}
+                )
+        return invocations
+
+    def last(self) -> dict:
+        """The most recent invocation record (AssertionError if the fake never ran)."""
+        recs = self.records()
+        assert recs, f"fake {self.path.name} was never run (no records in {self.record_path})"
+        return recs[-1]
+
+
+def fixture_path(cli_name: str, scenario: str) -> Path:
+    """fixtures/<cli>/<scenario>.json for a fake executable name (claude, codex, cursor-agent)."""
+    return fixtures_dir() / FIXTURE_DIRS.get(cli_name, cli_name) / f"{scenario}.json"
+
+
+def load_fixture(cli_name: str, scenario: str) -> dict:
+    return json.loads(fixture_path(cli_name, scenario).read_text(encoding="utf-8"))
+
+
+def install_fake_cli(cli_name: str, scenario: Path | dict | str, dest_dir: Path) -> FakeCli:
+    """Create dest_dir/<cli_name> (a wrapper running the fake engine) and its sidecar.
+
+    `scenario` is a scenario file, a scenario dict, or a canonical fixture name
+    (`"success"` -> fixtures/<cli>/success.json).
+    """
+    engine_dir = fake_clis_dir()
+    if not (engine_dir / "_fakecli.py").is_file():
+        raise FileNotFoundError(f"fake CLI engine not found in {engine_dir}")
+    dest_dir = Path(dest_dir).resolve()
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    if isinstance(scenario, dict):
+        scenario_path = dest_dir / f"{cli_name}.scenario-data.json"
+        scenario_path.write_text(json.dumps(scenario, indent=1), encoding="utf-8")
+    elif isinstance(scenario, str) and not os.sep in scenario and not scenario.endswith(".json"):
+        scenario_path = fixture_path(cli_name, scenario)
+    else:
+        scenario_path = Path(scenario).resolve()
+    if not scenario_path.is_file():
+        raise FileNotFoundError(f"scenario not found: {scenario_path}")
+    wrapper = dest_dir / cli_name
+    record = dest_dir / f"{cli_name}.record.jsonl"
+    wrapper.write_text(
+        f"#!{sys.executable} -I\n"
+        f'"""Per-test fake {cli_name}: scenario and record path in {wrapper.name}.scenario.json."""\n'
+        "import sys\n"
+        f"sys.path.insert(0, {str(engine_dir)!r})\n"
+        "import _fakecli\n"
+        f"sys.exit(_fakecli.main({cli_name!r}))\n",
+        encoding="utf-8",
+    )
+    wrapper.chmod(0o755)
+    Path(str(wrapper) + ".scenario.json").write_text(
+        json.dumps({"scenario": str(scenario_path), "record": str(record)}), encoding="utf-8"
+    )
+    return FakeCli(path=wrapper, record_path=record, scenario_path=scenario_path)

@@ -1,0 +1,198 @@
+"""The fake-CLI engine keeps its documented scenario format (fake_clis/_fakecli.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from harnesscheck.fakes import install_fake_cli
+from harnesscheck.paths import fake_clis_dir
+
+
+def _run(fake, *args, stdin=subprocess.DEVNULL, input=None, timeout=30):
+    kwargs = {"input": input} if input is not None else {"stdin": stdin}
+    return subprocess.run([str(fake.path), *args], capture_output=True, timeout=timeout, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "cli,expected",
+    [("claude", "2.1.197 (Claude Code)"), ("codex", "codex-cli 0.171.0"), ("cursor-agent", "2026.08.11-e8db854")],
+)
+def test_version_answers_like_the_real_cli(cli, expected, tmp_path):
+    shipped = subprocess.run([str(fake_clis_dir() / cli), "--version"], capture_output=True, timeout=30)
+    assert shipped.stdout.decode().strip() == expected
+    fake = install_fake_cli(cli, {"steps": []}, tmp_path)
+    assert _run(fake, "--version").stdout.decode().strip() == expected
+    assert fake.records() == []  # --version is not an invocation worth recording
+
+
+def test_scenario_version_overrides(tmp_path):
+    fake = install_fake_cli("claude", {"version": "1.0.0 (Claude Code)", "steps": []}, tmp_path)
+    assert _run(fake, "-v").stdout.decode().strip() == "1.0.0 (Claude Code)"
+
+
+def test_emit_placeholders_and_split(tmp_path):
+    scenario = {
+        "default_model": "claude-opus-4-8",
+        "steps": [
+            {"emit": {"type": "system", "model": "{{model}}", "tools": "{{allowed_tools}}", "cwd": "{{cwd}}",
+                      "session_id": "{{session_id}}", "p": "{{prompt}}"}, "split": [1, 7, 30], "gap": 0.01},
+            {"emit": "plain string line"},
+        ],
+    }
+    fake = install_fake_cli("claude", scenario, tmp_path)
+    proc = _run(fake, "-p", "--allowedTools", "mcp__bridge__read_file,mcp__bridge__grep", input=b"the prompt")
+    lines = proc.stdout.decode().splitlines()
+    first = json.loads(lines[0])
+    assert first["model"] == "claude-opus-4-8"
+    assert first["tools"] == ["mcp__bridge__read_file", "mcp__bridge__grep"]
+    assert first["p"] == "the prompt"
+    assert len(first["session_id"]) == 36
+    assert lines[1] == "plain string line"
+    proc = _run(fake, "--model", "sonnet")
+    assert json.loads(proc.stdout.decode().splitlines()[0])["model"] == "sonnet"
+
+
+def test_noise_oversize_raw_invalid_utf8(tmp_path):
+    scenario = {
+        "steps": [
+            {"noise": "[SandboxDebug] hello"},
+            {"oversize": 5000},
+            {"invalid_utf8": True},
+            {"raw": '{"type":"result","subt'},
+        ]
+    }
+    fake = install_fake_cli("claude", scenario, tmp_path)
+    out = _run(fake, "-p").stdout
+    lines = out.split(b"\n")
+    assert lines[0] == b"[SandboxDebug] hello"
+    assert len(lines[1]) == 5000 and json.loads(lines[1])["type"] == "user"
+    with pytest.raises(UnicodeDecodeError):
+        lines[2].decode("utf-8")
+    assert lines[3] == b'{"type":"result","subt'  # no trailing newline
+    assert not out.endswith(b"\n")
+
+
+def test_stderr_flood_and_exit_code(tmp_path):
+    fake = install_fake_cli("codex", {"steps": [{"stderr": "x" * 1000, "repeat": 1000, "newline": False}, {"exit": 7}]}, tmp_path)
+    proc = _run(fake, "exec")
+    assert proc.returncode == 7
+    assert len(proc.stderr) == 1_000_000 and b"\n" not in proc.stderr
+
+
+def test_records_argv_env_cwd_stdin(tmp_path):
+    fake = install_fake_cli("claude", {"stdin": "read", "steps": []}, tmp_path / "bin")
+    work = tmp_path / "cwd"
+    work.mkdir()
+    env = {"PATH": os.environ["PATH"], "CANARY": "c1"}
+    subprocess.run([str(fake.path), "-p", "--", "x"], input=b"hello", cwd=work, env=env, capture_output=True, timeout=30)
+    subprocess.run([str(fake.path), "-p"], stdin=subprocess.DEVNULL, cwd=work, env=env, capture_output=True, timeout=30)
+    with open(tmp_path / "in.txt", "wb") as fh:
+        fh.write(b"from a file")
+    with open(tmp_path / "in.txt", "rb") as fh:
+        subprocess.run([str(fake.path)], stdin=fh, cwd=work, env=env, capture_output=True, timeout=30)
+    first, second, third = fake.records()
+    assert first["argv"][1:] == ["-p", "--", "x"]
+    assert first["env"]["CANARY"] == "c1"
+    assert first["cwd"] == str(work)
+    assert (first["stdin_type"], first["stdin"], first["stdin_bytes"]) == ("pipe", "hello", 5)
+    assert second["stdin_type"] == "devnull"
+    assert (third["stdin_type"], third["stdin"]) == ("file", "from a file")
+
+
+def test_stdin_ignore_does_not_read(tmp_path):
+    fake = install_fake_cli("claude", {"stdin": "ignore", "steps": []}, tmp_path)
+    proc = subprocess.Popen([str(fake.path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert proc.wait(timeout=30) == 0  # stdin never closed, yet the fake ended
+    finally:
+        proc.stdin.close()
+        proc.stdout.close()
+    assert fake.last()["stdin_type"] == "pipe" and fake.last()["stdin_bytes"] == 0
+
+
+def test_mcp_config_is_copied_into_the_record(tmp_path):
+    cfg = tmp_path / "mcp.json"
+    cfg.write_text(json.dumps({"mcpServers": {"bridge": {"command": "/bin/true"}}}))
+    fake = install_fake_cli("claude", {"steps": [{"emit": {"mcp_servers": "{{mcp_server_names}}"}}]}, tmp_path / "bin")
+    out = _run(fake, "-p", "--mcp-config", str(cfg)).stdout
+    assert json.loads(out)["mcp_servers"] == [{"name": "bridge", "status": "connected"}]
+    assert json.loads(fake.last()["mcp_configs"][str(cfg)])["mcpServers"]["bridge"]["command"] == "/bin/true"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is not alive
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_spawn_records_grandchildren_and_setsid(tmp_path):
+    scenario = {"steps": [{"spawn": "sleep 1000"}, {"spawn": "sleep 1000", "setsid": True}, {"emit": {"type": "x"}}, {"hang": True}]}
+    fake = install_fake_cli("claude", scenario, tmp_path)
+    proc = subprocess.Popen([str(fake.path)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, start_new_session=True)
+    kids = []
+    try:
+        assert json.loads(proc.stdout.readline()) == {"type": "x"}
+        kids = fake.last()["grandchildren"]
+        assert [k["setsid"] for k in kids] == [False, True]
+        assert os.getpgid(kids[0]["pid"]) == proc.pid
+        assert os.getpgid(kids[1]["pid"]) == kids[1]["pid"]  # escaped into its own session
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        for k in kids:
+            try:
+                os.kill(k["pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait(timeout=30)
+        proc.stdout.close()
+
+
+def test_sigterm_exits_143_unless_ignored(tmp_path):
+    fake = install_fake_cli("claude", {"steps": [{"emit": {"type": "ready"}}, {"hang": True}]}, tmp_path / "a")
+    proc = subprocess.Popen([str(fake.path)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+    proc.stdout.readline()
+    proc.terminate()
+    assert proc.wait(timeout=30) == 143
+    proc.stdout.close()
+
+    stubborn = install_fake_cli("claude", {"steps": [{"ignore_sigterm": True}, {"emit": {"type": "ready"}}, {"hang": True}]}, tmp_path / "b")
+    proc = subprocess.Popen([str(stubborn.path)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+    proc.stdout.readline()
+    proc.terminate()
+    time.sleep(0.3)
+    assert proc.poll() is None  # still alive after SIGTERM
+    proc.kill()
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+    proc.stdout.close()
+
+
+def test_delay_orders_output(tmp_path):
+    fake = install_fake_cli("claude", {"steps": [{"emit": {"n": 1}}, {"delay": 0.05}, {"emit": {"n": 2}}]}, tmp_path)
+    assert [json.loads(x)["n"] for x in _run(fake).stdout.splitlines()] == [1, 2]
+
+
+def test_unknown_step_fails_loudly(tmp_path):
+    fake = install_fake_cli("claude", {"steps": [{"frobnicate": 1}]}, tmp_path)
+    proc = _run(fake)
+    assert proc.returncode != 0 and b"unknown scenario step" in proc.stderr
+
+
+def test_fixture_name_resolves(tmp_path):
+    from harnesscheck.fakes import fixture_path
+
+    if not fixture_path("claude", "success").is_file():
+        pytest.skip("claude fixtures not present yet")
+    fake = install_fake_cli("claude", "success", tmp_path)
+    assert fake.scenario_path == fixture_path("claude", "success")
