@@ -1,0 +1,269 @@
+"""Child environment policy and redaction.
+
+A child's environment is built, never passed through:
+
+1. allowlist: only a few names (and the `LC_` prefix) are copied from the parent;
+2. deny rules win over the parent env even if a name was allowlisted by mistake:
+   provider and agent families (ANTHROPIC_*, CLAUDE_CODE_*, OPENAI_*, ...), NODE_OPTIONS,
+   proxies (unless the policy passes them), CI, exported bash functions, and any name that
+   looks like a secret (KEY, SECRET, TOKEN, PASSWORD, CREDENTIAL, AUTH, ...);
+3. explicit injections: the only way a denied name reaches a child. An injection replaces
+   (never appends); an empty value means "unset". Injections are traced by name only.
+
+`redact()` scrubs secret values and secret-looking tokens from any text that is printed or
+stored (trace records, stderr tails, error messages).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+REDACTED = "[REDACTED]"
+
+#: The variable the process runner injects so escaped descendants can be found again.
+RUN_MARKER_VAR = "HARNESSCHECK_RUN"
+
+DEFAULT_ALLOW_NAMES: frozenset[str] = frozenset(
+    {
+        "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "COLORTERM", "LANG", "LANGUAGE",
+        "TMPDIR", "TZ", "XDG_RUNTIME_DIR",
+        # CA bundles are paths, not secrets; without them children break behind custom CAs.
+        "SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE",
+        # Windows essentials (harmless elsewhere).
+        "SYSTEMROOT", "WINDIR", "COMSPEC", "PATHEXT", "TEMP", "TMP", "USERPROFILE",
+        "APPDATA", "LOCALAPPDATA",
+    }
+)
+DEFAULT_ALLOW_PREFIXES: tuple[str, ...] = ("LC_",)
+
+DEFAULT_DENY_PREFIXES: tuple[str, ...] = (
+    "ANTHROPIC_", "CLAUDE_CODE_", "CLAUDE_AGENT_", "OPENAI_", "CODEX_", "CURSOR_", "GEMINI_",
+    "GOOGLE_", "OPENCODE_", "AWS_", "AZURE_", "DEEPSEEK_", "BASH_FUNC_",
+)
+DEFAULT_DENY_NAMES: frozenset[str] = frozenset(
+    {"CLAUDECODE", "CLAUDE_CONFIG_DIR", "NODE_OPTIONS", "CI"}
+)
+PROXY_NAMES: frozenset[str] = frozenset({"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"})
+
+#: A variable whose name matches this is treated as a secret (denied, and its value redacted).
+SECRET_NAME_RE = re.compile(
+    r"KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|PRIVATE", re.IGNORECASE
+)
+#: Values shorter than this are not treated as secrets by value (too many false hits).
+MIN_SECRET_LEN = 8
+
+
+class EnvPolicy(BaseModel):
+    """Which parent variables a child may see. Deny rules always win over the allowlist."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    allow_names: frozenset[str] = DEFAULT_ALLOW_NAMES
+    allow_prefixes: tuple[str, ...] = DEFAULT_ALLOW_PREFIXES
+    deny_prefixes: tuple[str, ...] = DEFAULT_DENY_PREFIXES
+    deny_names: frozenset[str] = DEFAULT_DENY_NAMES
+    pass_proxies: bool = False
+
+    def allowed(self, name: str) -> bool:
+        """True if `name` may be copied from the parent env."""
+        if not _valid_name(name):
+            return False
+        upper = name.upper()
+        if upper in PROXY_NAMES:
+            return self.pass_proxies
+        if not (name in self.allow_names or name.startswith(self.allow_prefixes)):
+            return False
+        return not self.denied(name)
+
+    def denied(self, name: str) -> bool:
+        """True if `name` must never be inherited from the parent (it may still be injected)."""
+        upper = name.upper()
+        if upper in PROXY_NAMES:
+            return not self.pass_proxies
+        return (
+            upper in self.deny_names
+            or upper.startswith(self.deny_prefixes)
+            or is_secret_name(name)
+        )
+
+
+DEFAULT_POLICY = EnvPolicy()
+
+
+def _valid_name(name: str) -> bool:
+    return bool(name) and "=" not in name and "\0" not in name
+
+
+@lru_cache(maxsize=4096)
+def is_secret_name(name: str) -> bool:
+    """True for names that look like they hold a credential (KEY, TOKEN, AUTH, ...)."""
+    return SECRET_NAME_RE.search(name) is not None
+
+
+def _is_bash_function(name: str, value: str) -> bool:
+    return name.startswith("BASH_FUNC_") or value.startswith("() {") or value.startswith("(){")
+
+
+def build_child_env(
+    parent: Mapping[str, str],
+    *,
+    injections: Mapping[str, str] = {},  # noqa: B006 - read only
+    policy: EnvPolicy = DEFAULT_POLICY,
+    trace: Any = None,
+) -> dict[str, str]:
+    """The environment for a child: allowlist, then deny rules, then explicit injections.
+
+    An injection replaces any value; an empty-string injection removes the name. Injected
+    names (never values) are recorded with `trace.record("env_inject", names=[...])`.
+    """
+    env: dict[str, str] = {}
+    for name, value in parent.items():
+        if "\0" in value or _is_bash_function(name, value):
+            continue
+        if policy.allowed(name):
+            env[name] = value
+    set_names: list[str] = []
+    unset_names: list[str] = []
+    for name, value in injections.items():
+        if not _valid_name(name):
+            raise ValueError(f"invalid environment variable name in injections: {name!r}")
+        if "\0" in value:
+            raise ValueError(f"NUL byte in the injected value of {name}")
+        if value == "":
+            env.pop(name, None)
+            unset_names.append(name)
+        else:
+            env[name] = value
+            set_names.append(name)
+    if trace is not None and (set_names or unset_names):
+        trace.record("env_inject", names=sorted(set_names), unset=sorted(unset_names))
+    return env
+
+
+def config_home(run_dir: str | os.PathLike[str], var: str) -> tuple[str, str]:
+    """A private (0700) per-run config directory for `var` (e.g. CLAUDE_CONFIG_DIR, CODEX_HOME).
+
+    Returns `(var, path)`, ready to be used as an injection. The directory lives under
+    `run_dir/config-homes/` and is never the user's real credential store.
+    """
+    if not _valid_name(var) or "/" in var:
+        raise ValueError(f"invalid variable name: {var!r}")
+    base = Path(run_dir) / "config-homes"
+    base.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = base / var.lower()
+    path.mkdir(mode=0o700, exist_ok=True)
+    st = os.lstat(path)
+    if not os.path.isdir(path) or os.path.islink(path) or st.st_uid != os.getuid():
+        raise PermissionError(f"config home {path} is not a private directory owned by this user")
+    os.chmod(path, 0o700)
+    return var, str(path)
+
+
+# --- redaction -----------------------------------------------------------------------
+
+def secret_values(environ: Mapping[str, str]) -> set[str]:
+    """Values of secret-named variables in `environ` that are long enough to redact by value."""
+    return {
+        value
+        for name, value in environ.items()
+        if len(value) >= MIN_SECRET_LEN and is_secret_name(name)
+    }
+
+
+_SECRET_WORD = r"(?:key|secret|token|password|passwd|credential|auth|cookie|private)"
+# Known credential formats, anywhere in text.
+_TOKEN_PATTERNS = [
+    re.compile(r"sk-ant-[A-Za-z0-9_\-]{8,}"),
+    re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}"),
+    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"),
+    re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}"),
+    re.compile(r"\bxox[abprs]-[A-Za-z0-9\-]{10,}"),
+    re.compile(r"\bAKIA[0-9A-Z]{16}\b"),
+    re.compile(r"\bAIza[0-9A-Za-z_\-]{30,}"),
+    re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
+]
+# "Bearer xxx" / "Basic xxx" authorization values.
+_AUTH_SCHEME = re.compile(r"(?i)\b(bearer|basic|token)(\s+)([A-Za-z0-9._~+/\-]{8,}=*)")
+# NAME=value, NAME: value, "name": "value" with a secret-looking name.
+_NAMED_VALUE = re.compile(
+    r"(?i)([A-Za-z0-9_.\-]*" + _SECRET_WORD + r"[A-Za-z0-9_.\-]*)"
+    r"(['\"]?\s*[=:]\s*['\"]?)"
+    r"([^\s'\"&,;})\]]{8,})"
+)
+# scheme://user:password@host
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^/\s:@]+):([^/\s@]+)@")
+# A plain word (one case, letters and _ or -) is a status, not a secret: keep it readable.
+_PLAIN_WORD = re.compile(r"[a-z_\-]+|[A-Z_\-]+|[A-Z][a-z]+")
+
+
+def _named_value_sub(match: re.Match[str]) -> str:
+    value = match.group(3)
+    if value == REDACTED or value.startswith("[REDACTED") or _PLAIN_WORD.fullmatch(value):
+        return match.group(0)
+    return f"{match.group(1)}{match.group(2)}{REDACTED}"
+
+
+def _auth_scheme_sub(match: re.Match[str]) -> str:
+    value = match.group(3)
+    if match.group(1).lower() == "token" and _PLAIN_WORD.fullmatch(value):
+        return match.group(0)
+    return f"{match.group(1)}{match.group(2)}{REDACTED}"
+
+
+def _environ_secrets() -> tuple[str, ...]:
+    """Secret values of the current os.environ, longest first (recomputed when env changes)."""
+    items = tuple(
+        (name, value)
+        for name, value in os.environ.items()
+        if len(value) >= MIN_SECRET_LEN and is_secret_name(name)
+    )
+    return _sorted_secrets(items)
+
+
+@lru_cache(maxsize=32)
+def _sorted_secrets(items: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
+    return tuple(sorted({v for _, v in items}, key=len, reverse=True))
+
+
+def redact(text: str, extra_secrets: Iterable[str] = ()) -> str:
+    """`text` with known secret values and secret-looking tokens replaced by [REDACTED].
+
+    Known values: secret-named variables of os.environ at call time, plus `extra_secrets`
+    (values shorter than 8 characters are ignored). Patterns: sk-/sk-ant- keys, GitHub,
+    Slack, AWS and Google key formats, JWTs, `Bearer xxx`, `NAME=value` with a secret-looking
+    name, and passwords in URLs.
+    """
+    if not text:
+        return text
+    known = list(_environ_secrets())
+    extra = [s for s in extra_secrets if s and len(s) >= MIN_SECRET_LEN]
+    if extra:
+        known = sorted(set(known).union(extra), key=len, reverse=True)
+    for secret in known:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    for pattern in _TOKEN_PATTERNS:
+        text = pattern.sub(REDACTED, text)
+    text = _AUTH_SCHEME.sub(_auth_scheme_sub, text)
+    text = _NAMED_VALUE.sub(_named_value_sub, text)
+    text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{m.group(2)}:{REDACTED}@", text)
+    return text
+
+
+def redact_obj(value: Any, extra_secrets: Iterable[str] = ()) -> Any:
+    """`redact()` applied to every string inside nested dicts, lists and tuples."""
+    extra = tuple(extra_secrets)
+    if isinstance(value, str):
+        return redact(value, extra)
+    if isinstance(value, Mapping):
+        return {k: redact_obj(v, extra) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(redact_obj(v, extra) for v in value)
+    return value

@@ -1,0 +1,651 @@
+"""Process runner: spawn a backend CLI, frame its stdout into lines, end it cleanly.
+
+Requirements kept here (see doc/SPEC-process.md):
+- argv list only (no shell), `env` passed exactly as given plus the run marker
+  `HARNESSCHECK_RUN=<marker>`, a new session / process group, stdin /dev/null or the given
+  bytes then EOF, a parent-death signal so the child dies with the host;
+- one thread, `selectors` over non-blocking pipes, monotonic deadlines, cancel polled at
+  least every 50 ms;
+- stdout framed on b"\\n" (CRLF tolerated), decoded UTF-8 with replacement, lines longer
+  than `max_line_bytes` end the run (`Ending.oversize`); stderr kept as a bounded,
+  redacted tail;
+- every ending goes through one `terminate_tree()`: SIGTERM the group, grace, SIGKILL the
+  group, then kill any process still carrying the run marker (setsid escapees), bounded
+  pipe drain, child reaped.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import secrets
+import selectors
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum, StrEnum
+from typing import Any
+
+from harnesscheck.envpolicy import RUN_MARKER_VAR, redact, secret_values
+
+DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
+DEFAULT_STDERR_TAIL_BYTES = 64 * 1024
+_READ_CHUNK = 1024 * 1024
+_POLL_S = 0.05  # cancel latency bound
+_EXIT_DRAIN_S = 0.5  # after the leader exits: how long descendants may keep the pipes open
+_KILL_DRAIN_S = 0.5  # after SIGKILL: bounded drain before our pipe ends are closed
+_REAP_S = 5.0
+
+
+class Ending(StrEnum):
+    """Why the process ended."""
+
+    exited = "exited"  # it exited by itself (after a terminal line, within linger_s, too)
+    deadline = "deadline"  # timeout_s passed
+    linger = "linger"  # terminal line seen, still running after linger_s: killed
+    early_stop = "early_stop"  # on_line returned LineAction.STOP
+    cancelled = "cancelled"  # the cancel event was set
+    oversize = "oversize"  # a stdout line exceeded max_line_bytes
+
+
+class LineAction(Enum):
+    """What `on_line` asks the runner to do (None means: go on)."""
+
+    TERMINAL = "terminal"  # terminal event seen: wait linger_s for exit, then kill the tree
+    STOP = "stop"  # stop now (e.g. an auth failure the CLI would retry for minutes)
+
+
+class LineTooLong(Exception):
+    """A stdout line exceeded the configured limit."""
+
+    def __init__(self, limit: int):
+        super().__init__(f"a stdout line exceeded the {limit}-byte limit (max_line_bytes)")
+        self.limit = limit
+
+
+@dataclass
+class ProcessResult:
+    ending: Ending
+    exit_code: int | None  # None when killed by a signal (or not reaped)
+    signal: int | None  # the signal that ended the process, if any
+    stderr_tail: str  # last stderr_tail_bytes of stderr, decoded and redacted
+    duration_s: float
+    orphan_suspected: bool = False  # a descendant escaped the group and had to be hunted down
+    oversize_limit: int | None = None  # set when ending == oversize
+    partial_tail: str | None = None  # stdout after the last newline (unterminated last line)
+
+    @property
+    def line_too_long(self) -> LineTooLong | None:
+        return LineTooLong(self.oversize_limit) if self.oversize_limit is not None else None
+
+
+# --- parent-death signal ------------------------------------------------------------
+
+_PR_SET_PDEATHSIG = 1
+_prctl: Any = None
+
+
+def _load_prctl() -> Any:
+    """libc prctl, resolved before fork so the child only calls into C."""
+    global _prctl
+    if _prctl is None:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            fn = libc.prctl
+            fn.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+            fn.restype = ctypes.c_int
+            _prctl = fn
+        except (OSError, AttributeError):
+            _prctl = False
+    return _prctl
+
+
+def _child_preexec(parent_pid: int, prctl: Any) -> Callable[[], None]:
+    """preexec_fn: die with the parent.
+
+    Gotcha: PR_SET_PDEATHSIG fires when the *thread* that forked the child exits, not the
+    process. run_process is synchronous, so the spawning thread outlives the child; never
+    spawn from a short-lived thread and hand the process to another one.
+    """
+
+    def preexec() -> None:
+        if prctl:
+            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+# --- registry of live groups (atexit) ------------------------------------------------
+
+_live_lock = threading.Lock()
+_live: dict[int, tuple[subprocess.Popen[bytes], str]] = {}
+
+
+def _register(proc: subprocess.Popen[bytes], marker: str) -> None:
+    with _live_lock:
+        _live[proc.pid] = (proc, marker)
+
+
+def _unregister(proc: subprocess.Popen[bytes]) -> None:
+    with _live_lock:
+        _live.pop(proc.pid, None)
+
+
+@atexit.register
+def _kill_live_groups() -> None:
+    """At interpreter exit, no child group we started may survive."""
+    with _live_lock:
+        items = list(_live.values())
+        _live.clear()
+    for proc, marker in items:
+        _shielded(lambda p=proc, m=marker: terminate_tree(p, p.pid, m, 0.0))
+
+
+def _shielded(fn: Callable[[], Any]) -> Any:
+    """Run cleanup to completion even if KeyboardInterrupt arrives; re-raise it afterwards.
+
+    An interrupt restarts `fn`, which must be idempotent (and should skip its grace period
+    on a retry).
+    """
+    pending: BaseException | None = None
+    result = None
+    for _ in range(10):
+        try:
+            result = fn()
+            break
+        except KeyboardInterrupt as exc:
+            pending = exc
+    if pending is not None:
+        raise pending
+    return result
+
+
+# --- killing -------------------------------------------------------------------------
+
+def _killpg(pgid: int, sig: int) -> bool:
+    """Signal the group; False when it no longer exists."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        # A member changed credentials (setuid); still try the rest via the marker sweep.
+        return True
+
+
+def _group_alive(pgid: int) -> bool:
+    """True while the group has a member that is not a zombie.
+
+    Zombies still count for kill(-pgid, 0) until whoever inherited them reaps them (PID 1
+    may take a second), so membership is confirmed from /proc.
+    """
+    if not _killpg(pgid, 0):
+        return False
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        # pid (comm) state ppid pgrp ...: comm may contain spaces and parens.
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) >= 3 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+def find_marked(marker: str) -> list[int]:
+    """Pids of live processes (other than us) whose environment carries HARNESSCHECK_RUN=marker."""
+    needle = f"{RUN_MARKER_VAR}={marker}".encode()
+    me = os.getpid()
+    found: list[int] = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        if pid == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                data = fh.read()
+        except OSError:
+            continue
+        if not data:
+            continue  # zombie or kernel thread
+        if data.startswith(needle + b"\0") or (b"\0" + needle + b"\0") in data or data.endswith(b"\0" + needle):
+            found.append(pid)
+    return found
+
+
+def terminate_tree(
+    proc: subprocess.Popen[bytes],
+    pgid: int,
+    marker: str | None,
+    grace: float,
+    *,
+    wait_step: Callable[[float], None] | None = None,
+) -> bool:
+    """End the child's whole tree; return True when escaped descendants had to be killed.
+
+    SIGTERM the process group, wait up to `grace` for it to empty (reaping the leader),
+    SIGKILL the group, then SIGKILL every process still carrying `HARNESSCHECK_RUN=marker`
+    (descendants that left the group with setsid) and their groups. Idempotent.
+    `wait_step(seconds)` is how the caller waits (e.g. draining pipes meanwhile).
+    """
+    sleep = wait_step or time.sleep
+    if _killpg(pgid, signal.SIGTERM) and grace > 0:
+        # Wake stopped members so they can handle SIGTERM.
+        _killpg(pgid, signal.SIGCONT)
+        end = time.monotonic() + grace
+        while True:
+            proc.poll()
+            if not _group_alive(pgid):
+                break
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            sleep(min(0.02, left))
+    _killpg(pgid, signal.SIGKILL)
+    orphans = False
+    if marker:
+        for _ in range(5):
+            marked = find_marked(marker)
+            if not marked:
+                break
+            for pid in marked:
+                try:
+                    epgid = os.getpgid(pid)
+                except ProcessLookupError:
+                    continue
+                if epgid != pgid:
+                    orphans = True
+                    if epgid != os.getpgrp() and epgid > 1:
+                        _killpg(epgid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.01)
+    try:
+        proc.wait(timeout=_REAP_S)
+    except subprocess.TimeoutExpired:
+        pass  # uninterruptible sleep; the atexit hook and Popen's own cleanup retry later
+    return orphans
+
+
+# --- the runner ----------------------------------------------------------------------
+
+class _Run:
+    """State of one run_process call."""
+
+    def __init__(self, on_line: Callable[[str], LineAction | None], max_line_bytes: int, tail_bytes: int):
+        self.on_line = on_line
+        self.max_line_bytes = max_line_bytes
+        self.tail_bytes = tail_bytes
+        self.out = bytearray()
+        self.scan_from = 0
+        self.err = bytearray()
+        self.err_dropped = False
+        self.action: LineAction | None = None  # strongest action seen so far
+        self.terminal_at: float | None = None
+        self.oversize = False
+        self.deliver = True  # False after oversize / stop: keep draining, stop calling on_line
+
+    def feed_out(self, chunk: bytes) -> None:
+        if self.oversize:
+            return
+        buf = self.out
+        buf.extend(chunk)
+        start = 0
+        while True:
+            nl = buf.find(b"\n", self.scan_from)
+            if nl < 0:
+                break
+            if nl - start > self.max_line_bytes:
+                self._set_oversize()
+                return
+            line = bytes(buf[start:nl])
+            start = nl + 1
+            self.scan_from = start
+            self._deliver(line)
+        if start:
+            del buf[:start]
+        self.scan_from = len(buf)
+        if len(buf) > self.max_line_bytes:
+            self._set_oversize()
+
+    def _set_oversize(self) -> None:
+        self.oversize = True
+        self.deliver = False
+        self.out = bytearray()
+        self.scan_from = 0
+
+    def _deliver(self, line: bytes) -> None:
+        if not self.deliver:
+            return
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        action = self.on_line(line.decode("utf-8", "replace"))
+        if action is LineAction.STOP:
+            self.action = LineAction.STOP
+            self.deliver = False
+        elif action is LineAction.TERMINAL and self.action is None:
+            self.action = LineAction.TERMINAL
+            self.terminal_at = time.monotonic()
+
+    def feed_err(self, chunk: bytes) -> None:
+        self.err.extend(chunk)
+        excess = len(self.err) - self.tail_bytes
+        if excess > 0:
+            del self.err[:excess]
+            self.err_dropped = True
+
+    def partial_tail(self) -> str | None:
+        if self.oversize or not self.out:
+            return None
+        data = bytes(self.out)
+        if data.endswith(b"\r"):
+            data = data[:-1]
+        return data.decode("utf-8", "replace")
+
+
+def run_process(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: str | os.PathLike[str],
+    on_line: Callable[[str], LineAction | None],
+    timeout_s: float,
+    stdin_bytes: bytes | None = None,
+    cancel: threading.Event | None = None,
+    linger_s: float = 2.0,
+    term_grace_s: float = 2.0,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    stderr_tail_bytes: int = DEFAULT_STDERR_TAIL_BYTES,
+    run_marker: str | None = None,
+) -> ProcessResult:
+    """Run `argv` to an ending and return how it ended; complete stdout lines go to on_line.
+
+    Raises only for spawn failures (FileNotFoundError, PermissionError, ValueError for bad
+    arguments) or an exception from `on_line` (after the tree is killed).
+    """
+    if isinstance(argv, (str, bytes)) or not argv or not all(isinstance(a, str) for a in argv):
+        raise ValueError("argv must be a non-empty list of str (no shell)")
+    if timeout_s <= 0:
+        raise ValueError("timeout_s must be > 0")
+    if max_line_bytes <= 0 or stderr_tail_bytes < 0:
+        raise ValueError("max_line_bytes must be > 0 and stderr_tail_bytes >= 0")
+    marker = run_marker or secrets.token_hex(12)
+    child_env = dict(env)
+    child_env[RUN_MARKER_VAR] = marker
+
+    started = time.monotonic()
+    deadline = started + timeout_s
+    proc = subprocess.Popen(
+        list(argv),
+        env=child_env,
+        cwd=cwd,
+        stdin=subprocess.PIPE if stdin_bytes is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        close_fds=True,
+        preexec_fn=_child_preexec(os.getpid(), _load_prctl()),
+    )
+    _register(proc, marker)
+    pgid = proc.pid  # start_new_session: the child leads its own session and group
+    state = _Run(on_line, max_line_bytes, stderr_tail_bytes)
+    sel = selectors.DefaultSelector()
+    assert proc.stdout is not None and proc.stderr is not None
+    open_fds: dict[int, str] = {}
+    for stream, kind in ((proc.stdout, "out"), (proc.stderr, "err")):
+        os.set_blocking(stream.fileno(), False)
+        sel.register(stream.fileno(), selectors.EVENT_READ, kind)
+        open_fds[stream.fileno()] = kind
+    stdin_view: memoryview | None = None
+    if proc.stdin is not None:
+        stdin_view = memoryview(stdin_bytes or b"")
+        if len(stdin_view):
+            os.set_blocking(proc.stdin.fileno(), False)
+            sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE, "in")
+        else:
+            _close_quietly(proc.stdin)
+    pidfd = _pidfd_open(proc.pid)
+    if pidfd is not None:
+        sel.register(pidfd, selectors.EVENT_READ, "exit")
+
+    def read_ready(timeout: float) -> None:
+        """One selector round: write stdin, read pipes (and notice exit)."""
+        nonlocal stdin_view
+        for key, _ in sel.select(timeout):
+            kind = key.data
+            fd = key.fd
+            if kind == "in":
+                assert proc.stdin is not None and stdin_view is not None
+                try:
+                    n = os.write(fd, stdin_view[:65536])
+                    stdin_view = stdin_view[n:]
+                except BlockingIOError:
+                    continue
+                except (BrokenPipeError, OSError):
+                    stdin_view = stdin_view[:0]
+                if not len(stdin_view):
+                    sel.unregister(fd)
+                    _close_quietly(proc.stdin)
+            elif kind == "exit":
+                sel.unregister(fd)
+            else:
+                try:
+                    chunk = os.read(fd, _READ_CHUNK)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    sel.unregister(fd)
+                    open_fds.pop(fd, None)
+                    continue
+                if kind == "out":
+                    state.feed_out(chunk)
+                else:
+                    state.feed_err(chunk)
+
+    def drain(seconds: float) -> None:
+        """Read whatever the pipes hold for at most `seconds` (never waits for EOF past that)."""
+        end = time.monotonic() + seconds
+        while open_fds:
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            read_ready(min(left, _POLL_S))
+
+    ending: Ending | None = None
+    orphans = False
+    exit_seen_at: float | None = None
+    try:
+        while ending is None:
+            now = time.monotonic()
+            if cancel is not None and cancel.is_set():
+                ending = Ending.cancelled
+                break
+            if state.oversize:
+                ending = Ending.oversize
+                break
+            if state.action is LineAction.STOP:
+                ending = Ending.early_stop
+                break
+            if proc.poll() is not None:
+                # The leader is gone; give descendants a short, bounded chance to flush.
+                if exit_seen_at is None:
+                    exit_seen_at = now
+                if not open_fds or now - exit_seen_at >= _EXIT_DRAIN_S:
+                    ending = Ending.exited
+                    break
+            if now >= deadline:
+                ending = Ending.deadline
+                break
+            if state.terminal_at is not None and now >= state.terminal_at + linger_s:
+                ending = Ending.linger
+                break
+            wake = deadline
+            if state.terminal_at is not None:
+                wake = min(wake, state.terminal_at + linger_s)
+            timeout = max(0.0, min(_POLL_S, wake - now))
+            if sel.get_map():
+                read_ready(timeout)
+            else:
+                time.sleep(timeout)
+    finally:
+        # Every ending (and any exception from on_line, or an interrupt) ends the tree here.
+        attempts = 0
+
+        def cleanup() -> bool:
+            nonlocal attempts
+            attempts += 1  # an interrupt during cleanup restarts it without the grace period
+            graceful = ending in (Ending.deadline, Ending.linger, Ending.cancelled)
+            grace = term_grace_s if graceful and attempts == 1 else 0.0
+            killed_escapees = terminate_tree(proc, pgid, marker, grace, wait_step=_safe_wait(drain))
+            _safe_wait(drain)(_KILL_DRAIN_S)
+            return killed_escapees
+
+        try:
+            orphans = bool(_shielded(cleanup))
+        finally:
+            sel.close()
+            if pidfd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(pidfd)
+            for stream in (proc.stdin, proc.stdout, proc.stderr):
+                if stream is not None:
+                    _close_quietly(stream)
+            if proc.returncode is not None:
+                _unregister(proc)
+
+    rc = proc.returncode
+    exit_code = rc if rc is not None and rc >= 0 else None
+    sig = -rc if rc is not None and rc < 0 else None
+    tail = bytes(state.err).decode("utf-8", "replace")
+    if state.err_dropped:
+        # Drop the (probably cut) first partial line of the ring buffer.
+        cut = tail.find("\n")
+        if 0 <= cut < len(tail) - 1:
+            tail = tail[cut + 1 :]
+    tail = redact(tail, extra_secrets=secret_values(env))
+    return ProcessResult(
+        ending=ending,
+        exit_code=exit_code,
+        signal=sig,
+        stderr_tail=tail,
+        duration_s=time.monotonic() - started,
+        orphan_suspected=orphans,
+        oversize_limit=max_line_bytes if ending is Ending.oversize else None,
+        partial_tail=state.partial_tail(),
+    )
+
+
+def _safe_wait(drain: Callable[[float], None]) -> Callable[[float], None]:
+    """A wait step that drains the pipes but never lets a parser exception stop the kill."""
+
+    def step(seconds: float) -> None:
+        try:
+            drain(seconds)
+        except KeyboardInterrupt:
+            raise
+        except Exception:
+            time.sleep(seconds)
+
+    return step
+
+
+def _pidfd_open(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)  # type: ignore[attr-defined]
+    except (AttributeError, OSError):
+        return None
+
+
+def _close_quietly(stream: Any) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        stream.close()
+
+
+# --- concurrency -----------------------------------------------------------------------
+
+_slots_lock = threading.Lock()
+_slots: dict[int, threading.BoundedSemaphore] = {}
+
+
+class SlotBusy(TimeoutError):
+    """No session slot became free within the wait (saturation, not a hang)."""
+
+
+def _configured_concurrency() -> int:
+    raw = os.environ.get("HARNESS_BACKEND_CONCURRENCY", "").strip()
+    if not raw:
+        return 2
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        from harnesscheck.contracts import ConfigError
+
+        raise ConfigError(
+            "invalid setting: HARNESS_BACKEND_CONCURRENCY",
+            "set HARNESS_BACKEND_CONCURRENCY to a positive integer (default 2)",
+        )
+    return value
+
+
+@contextlib.contextmanager
+def session_slot(limit: int | None = None, *, wait_s: float | None = None) -> Iterator[None]:
+    """Hold one of the process-wide session slots (HARNESS_BACKEND_CONCURRENCY, default 2).
+
+    Calls with the same size share one semaphore. With `wait_s`, raise SlotBusy if no slot
+    frees up in time.
+    """
+    size = limit if limit is not None else _configured_concurrency()
+    if size <= 0:
+        raise ValueError("limit must be > 0")
+    with _slots_lock:
+        sem = _slots.get(size)
+        if sem is None:
+            sem = _slots[size] = threading.BoundedSemaphore(size)
+    if not sem.acquire(timeout=wait_s if wait_s is not None else -1):
+        raise SlotBusy(f"all {size} session slots busy for {wait_s}s (HARNESS_BACKEND_CONCURRENCY)")
+    try:
+        yield
+    finally:
+        sem.release()
+
+
+__all__ = [
+    "DEFAULT_MAX_LINE_BYTES",
+    "DEFAULT_STDERR_TAIL_BYTES",
+    "Ending",
+    "LineAction",
+    "LineTooLong",
+    "ProcessResult",
+    "SlotBusy",
+    "find_marked",
+    "run_process",
+    "session_slot",
+    "terminate_tree",
+]
