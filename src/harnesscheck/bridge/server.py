@@ -1,0 +1,307 @@
+"""The bridge process: a stdio MCP server whose every tool is a thin shim over `dispatch`.
+
+Contract (doc/SPEC-bridge.md):
+- Startup, before `mcp` or any tool code is imported: scrub its own environment with the
+  env policy (the CLIs hand their whole env, API keys included, to the MCP servers they
+  spawn); take private duplicates of fd 0/1 for the protocol, then point fd 1 and
+  `sys.stdout` at stderr and fd 0 at /dev/null, so a stray print() anywhere after startup
+  cannot corrupt the JSON-RPC stream and no child can read the protocol.
+- It reads no configuration but its spec: no .env, nothing from its cwd, no env variable.
+- It lists exactly `tool_definitions(scope)`; each call goes to `dispatch`, so refusals,
+  codes, path resolution and result bounds equal the in-process loop. A refusal is a tool
+  result with isError true whose text starts `refused: <code>:`.
+- It exits on stdin EOF, and when its parent dies (PR_SET_PDEATHSIG, plus a watchdog on
+  getppid() and on the spec's parent_pid).
+- It appends to its own per-session trace; every record carries the session id.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from harnesscheck.scope import ToolScope
+    from harnesscheck.trace import Trace
+
+WATCHDOG_INTERVAL_S = 0.25
+_PR_SET_PDEATHSIG = 1
+
+
+# ---------------------------------------------------------------------------------------
+# Startup hygiene: environment, standard streams, parent death
+
+
+def scrub_environ() -> list[str]:
+    """Replace os.environ by what the env policy lets a child keep (allowlist, then deny
+    rules). Returns the names removed (names only, never values)."""
+    from harnesscheck.envpolicy import build_child_env
+
+    kept = build_child_env(dict(os.environ))
+    removed = [name for name in list(os.environ) if name not in kept]
+    for name in removed:
+        del os.environ[name]
+    for name, value in kept.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
+    return removed
+
+
+def _dup_private(fd: int) -> int:
+    import fcntl
+
+    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+
+
+def take_stdio() -> tuple[int, int]:
+    """Take the real stdin/stdout for the protocol; return their private duplicates.
+
+    Afterwards fd 1 (and sys.stdout) write to stderr, fd 0 reads /dev/null: output from a
+    tool, a library or a child process lands on stderr, never on the wire.
+    """
+    proto_in = _dup_private(0)
+    proto_out = _dup_private(1)
+    try:
+        os.dup2(2, 1)
+    except OSError:
+        null_w = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null_w, 1)
+        os.close(null_w)
+    null_r = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null_r, 0)
+    os.close(null_r)
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
+    sys.stdout = sys.stderr
+    return proto_in, proto_out
+
+
+def _set_parent_death_signal() -> None:
+    """Ask the kernel to SIGTERM us when the parent dies (Linux); best effort elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _start_time(pid: int) -> str | None:
+    """A process's start time from /proc (pid reuse shows as a different value); None if gone.
+    Without /proc, a kill(pid, 0) liveness test."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read().decode("ascii", "replace")
+        return stat.rsplit(")", 1)[1].split()[19]
+    except FileNotFoundError:
+        return None
+    except (OSError, IndexError):
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return "alive"
+
+
+class ParentWatch:
+    """Ends the process when the spawning parent (or the host pid of the spec) dies."""
+
+    def __init__(self, parent_pid: int | None, on_death, initial_ppid: int | None = None):
+        self.initial_ppid = os.getppid() if initial_ppid is None else initial_ppid
+        self.host_pid = parent_pid
+        self.host_start = _start_time(parent_pid) if parent_pid else None
+        self.on_death = on_death
+
+    def dead_reason(self) -> str | None:
+        if os.getppid() != self.initial_ppid:
+            return "parent_died"
+        if self.host_pid is not None and (
+            self.host_start is None or _start_time(self.host_pid) != self.host_start
+        ):
+            return "host_died"
+        return None
+
+    def start(self) -> None:
+        _set_parent_death_signal()
+        reason = self.dead_reason()  # the parent may have died before prctl took effect
+        if reason:
+            self.on_death(reason)
+            return
+        threading.Thread(target=self._run, name="bridge-parent-watch", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(WATCHDOG_INTERVAL_S)
+            reason = self.dead_reason()
+            if reason:
+                self.on_death(reason)
+                return
+
+
+# ---------------------------------------------------------------------------------------
+# The MCP server
+
+
+def build_server(scope: "ToolScope", *, trace: "Trace | None" = None, session_id: str | None = None):
+    """The low-level MCP server named `bridge`, listing exactly the scope's tools, each
+    call a thin shim over `dispatch`."""
+    import anyio
+    import mcp_types as types
+    from mcp.server.lowlevel import Server
+
+    from harnesscheck import __version__
+    from harnesscheck.dispatch import dispatch, tool_definitions
+    from harnesscheck.bridge.spec import SERVER_NAME
+
+    tools = [
+        types.Tool(
+            name=d.name,
+            description=d.description,
+            input_schema=d.input_schema,
+            annotations=types.ToolAnnotations(
+                read_only_hint=d.name in ("read_file", "list_dir", "grep"),
+                destructive_hint=d.name in ("write_file", "edit_file"),
+                open_world_hint=False,
+            ),
+        )
+        for d in tool_definitions(scope)
+    ]
+
+    def _call(name: str, args: dict[str, Any]):
+        return dispatch(name, args, scope, trace, session_id=session_id)
+
+    async def on_list_tools(ctx, params) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=tools)
+
+    async def on_call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
+        args = params.arguments if params.arguments is not None else {}
+        try:
+            result = await anyio.to_thread.run_sync(_call, params.name, args)
+        except Exception as exc:  # a dispatch bug must not kill the session or leak details
+            if trace is not None:
+                trace.record("bridge_error", tool=params.name, error=type(exc).__name__)
+            return types.CallToolResult(
+                content=[types.TextContent(text=f"error: internal: {type(exc).__name__}")], is_error=True
+            )
+        return types.CallToolResult(content=[types.TextContent(text=result.text)], is_error=not result.ok)
+
+    return Server(
+        SERVER_NAME,
+        version=__version__,
+        instructions="The host's tools, scoped to one worktree. Paths are relative to its root.",
+        on_list_tools=on_list_tools,
+        on_call_tool=on_call_tool,
+    )
+
+
+async def serve_stdio(server, proto_in: int, proto_out: int) -> None:
+    """Run `server` over the given protocol fds until stdin EOF."""
+    import anyio
+    from mcp.server.stdio import stdio_server
+
+    reader = io.TextIOWrapper(os.fdopen(proto_in, "rb", closefd=False), encoding="utf-8", errors="replace")
+    writer = io.TextIOWrapper(os.fdopen(proto_out, "wb", closefd=False), encoding="utf-8", newline="\n")
+    async with stdio_server(stdin=anyio.wrap_file(reader), stdout=anyio.wrap_file(writer)) as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+def run_bridge(
+    scope: "ToolScope",
+    *,
+    trace_path: Path | None,
+    session_id: str,
+    parent_pid: int | None,
+    proto_fds: tuple[int, int],
+    initial_ppid: int,
+) -> int:
+    """Serve until stdin EOF (exit 0) or parent death (exit 0 from the watchdog)."""
+    from harnesscheck.trace import Trace
+
+    trace = Trace(trace_path, session_id=session_id) if trace_path is not None else None
+
+    def on_death(reason: str) -> None:
+        if trace is not None:
+            try:
+                trace.record("bridge_stop", reason=reason)
+            except OSError:
+                pass
+        os._exit(0)
+
+    ParentWatch(parent_pid, on_death, initial_ppid=initial_ppid).start()
+
+    import anyio
+
+    server = build_server(scope, trace=trace, session_id=session_id)
+    if trace is not None:
+        from harnesscheck.dispatch import tool_definitions
+
+        trace.record("bridge_start", pid=os.getpid(), tools=[d.name for d in tool_definitions(scope)])
+    anyio.run(serve_stdio, server, *proto_fds)
+    if trace is not None:
+        trace.record("bridge_stop", reason="eof")
+    return 0
+
+
+def _prepare() -> tuple[int, tuple[int, int]]:
+    """Everything that must happen before any other import: note the parent, scrub the
+    environment, take stdout/stdin for the protocol."""
+    initial_ppid = os.getppid()
+    scrub_environ()
+    return initial_ppid, take_stdio()
+
+
+def main_from_argv(argv: list[str]) -> int:
+    """Entry of `python -m harnesscheck.bridge --spec FILE`."""
+    initial_ppid, fds = _prepare()
+    parser = argparse.ArgumentParser(prog="python -m harnesscheck.bridge", description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", required=True, type=Path, help="bridge spec JSON written by the transport")
+    ns = parser.parse_args(argv)
+    from harnesscheck.bridge.spec import load_spec
+
+    try:
+        spec = load_spec(ns.spec)
+    except ValueError as exc:
+        print(f"harnesscheck bridge: {exc}", file=sys.stderr)
+        return 2
+    return run_bridge(
+        spec.scope,
+        trace_path=spec.trace_path,
+        session_id=spec.session_id,
+        parent_pid=spec.parent_pid,
+        proto_fds=fds,
+        initial_ppid=initial_ppid,
+    )
+
+
+def bridge_command(root: Path, read_only: bool, trace: Path | None) -> int:
+    """`harnesscheck bridge --root DIR [--read-only] [--trace FILE]`: the same server, with a
+    scope built from the flags and a fresh session id."""
+    initial_ppid, fds = _prepare()
+    from harnesscheck.scope import ToolScope
+
+    root = Path(root).expanduser().absolute()
+    if not root.is_dir():
+        print(f"harnesscheck bridge: --root {root} is not a directory", file=sys.stderr)
+        return 2
+    scope = ToolScope(name="bridge", root=root.resolve(), read_only=read_only)
+    session_id = f"bridge-{uuid.uuid4().hex[:12]}"
+    trace_path = Path(trace).expanduser().absolute() if trace is not None else None
+    return run_bridge(
+        scope, trace_path=trace_path, session_id=session_id, parent_pid=None, proto_fds=fds, initial_ppid=initial_ppid
+    )
