@@ -1,0 +1,313 @@
+"""Codex transport: `codex exec --json` with the host's tools through the MCP bridge.
+
+Requirements kept here (doc/SPEC-codex.md):
+- argv `codex exec --json --sandbox read-only --skip-git-repo-check [-m MODEL] -`: the prompt
+  goes on stdin (then EOF), so it can never become a flag, never shows in `ps`, and never
+  hits ARG_MAX; no other stdin is ever attached.
+- A per-run `CODEX_HOME` holding only our `config.toml` (the bridge as a required MCP server,
+  web search off) and, when the user has a ChatGPT login, a link to their `auth.json` and
+  nothing else of `~/.codex`. An `auth.json` that holds an API key is never linked.
+- Codex has no system-prompt channel: the contract is prepended to the prompt. No turn cap
+  either: only the wall-clock budget ends a runaway session.
+- The parser is pure (lines in, AgentOutcome out). Terminal events are `turn.completed` /
+  `turn.failed`; top-level `error` events before them are retry notices, and
+  `item.completed{type:error}` items are warnings, never failures by themselves. A 401
+  reconnect notice or a bridge start-up failure stops the session at once.
+- Codex reports no model id and no cost: the served model is unverified unless the stream
+  says the model was rerouted; cost is none.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from harnesscheck.contracts import (
+    BLOCKING,
+    RETRYABLE,
+    AgentOutcome,
+    Cost,
+    ErrorClass,
+    ModelVerdict,
+    OutcomeStatus,
+    Usage,
+    model_verdict,
+)
+from harnesscheck.envpolicy import redact
+from harnesscheck.process import Ending, LineAction, ProcessResult
+from harnesscheck.providers._errortext import classify_text
+
+BRIDGE_SERVER = "bridge"
+
+#: Item types that are codex built-in tools (recorded for the audit; no config key removes
+#: the shell or patch tools, see observed-real-clis.md).
+NATIVE_ITEM_TYPES = ("command_execution", "file_change", "web_search", "collab_tool_call", "image_view")
+
+#: Built-in tools the model is still offered with our config (observed on 0.171.0 with
+#: --sandbox read-only; web_search is switched off by config). Reported for the audit.
+NATIVE_TOOLS_REMAINING = (
+    "exec_command",
+    "write_stdin",
+    "apply_patch",
+    "request_user_input",
+    "view_image",
+    "list_mcp_resources",
+    "list_mcp_resource_templates",
+    "read_mcp_resource",
+)
+
+BRIDGE_STARTUP_TIMEOUT_S = 30
+BRIDGE_TOOL_TIMEOUT_S = 120
+
+_RECONNECT = re.compile(r"^Reconnecting\.\.\.\s*(\d+)\s*/\s*(\d+)")
+_REROUTE = re.compile(r"^model rerouted:\s*(\S+)\s*->\s*(\S+)")
+_MCP_WARNING = re.compile(r"MCP (?:client|server)|mcp_servers?|required MCP", re.IGNORECASE)
+
+
+# ---------------------------------------------------------------------------------------
+# The pure parser
+
+
+class CodexParser:
+    """Folds `codex exec --json` lines into an AgentOutcome. No I/O, no clock."""
+
+    def __init__(self, *, requested_model: str | None = None, bridge_server: str = BRIDGE_SERVER):
+        self.requested_model = requested_model
+        self.bridge_server = bridge_server
+        self.thread_id: str | None = None
+        self.turns = 0
+        self.messages: list[str] = []
+        self.usage = Usage()
+        self.terminal: str | None = None  # "completed" | "failed"
+        self.failure: str = ""
+        self.errors: list[str] = []  # top-level error messages, in order
+        self.warnings: list[str] = []  # item.completed{type:error} messages
+        self.early: ErrorClass | None = None
+        self.early_message = ""
+        self.rerouted_to: str | None = None
+        self.items_seen: set[str] = set()
+        self.bridge_tools: list[str] = []
+        self.bridge_errors = 0
+        self.native: list[str] = []
+        self.malformed = 0
+        self.noise = 0
+
+    # -- lines --------------------------------------------------------------------------
+
+    def feed(self, line: str) -> LineAction | None:
+        """One stdout line. Returns TERMINAL on turn.completed/turn.failed, STOP to end now."""
+        text = line.strip()
+        if not text:
+            return None
+        if not text.startswith("{"):
+            self.noise += 1
+            return None
+        try:
+            event = json.loads(text)
+        except ValueError:
+            self.malformed += 1
+            return None
+        if not isinstance(event, dict):
+            self.malformed += 1
+            return None
+        if self.terminal is not None:
+            return None  # exactly one terminal outcome: later lines change nothing
+        kind = event.get("type")
+        if kind == "thread.started":
+            if isinstance(event.get("thread_id"), str):
+                self.thread_id = event["thread_id"]
+        elif kind == "turn.started":
+            self.turns += 1
+        elif kind in ("item.started", "item.updated", "item.completed"):
+            item = event.get("item")
+            if isinstance(item, dict):
+                return self._item(item, completed=kind == "item.completed")
+        elif kind == "turn.completed":
+            self.usage = self.usage + _usage(event.get("usage"))
+            self.terminal = "completed"
+            return LineAction.TERMINAL
+        elif kind == "turn.failed":
+            err = event.get("error")
+            self.failure = str(err.get("message", "")) if isinstance(err, dict) else str(err or "")
+            self.terminal = "failed"
+            return LineAction.TERMINAL
+        elif kind == "error":
+            return self._error(str(event.get("message", "")))
+        return None
+
+    def _item(self, item: dict, *, completed: bool) -> LineAction | None:
+        itype = item.get("type")
+        item_id = str(item.get("id", ""))
+        if itype == "agent_message" and completed:
+            if isinstance(item.get("text"), str):
+                self.messages.append(item["text"])
+        elif itype == "error" and completed:
+            message = str(item.get("message", ""))
+            self.warnings.append(message)
+            reroute = _REROUTE.match(message)
+            if reroute:
+                self.rerouted_to = reroute.group(2)
+            elif _MCP_WARNING.search(message) and self.bridge_server in message:
+                return self._stop(ErrorClass.mcp_unavailable, message)
+        elif itype == "mcp_tool_call":
+            first = item_id not in self.items_seen
+            self.items_seen.add(item_id)
+            server, tool = str(item.get("server", "")), str(item.get("tool", ""))
+            if server == self.bridge_server:
+                if first:
+                    self.bridge_tools.append(tool)
+                if completed and (item.get("error") or item.get("status") == "failed"):
+                    self.bridge_errors += 1
+            elif first:
+                self.native.append(f"mcp:{server}/{tool}")
+        elif itype in NATIVE_ITEM_TYPES:
+            if item_id not in self.items_seen:
+                self.items_seen.add(item_id)
+                self.native.append(str(itype))
+        return None
+
+    def _error(self, message: str) -> LineAction | None:
+        self.errors.append(message)
+        cls = classify_text(message)
+        if _RECONNECT.match(message) and cls is ErrorClass.auth:
+            # Codex would retry a 401 five times (~7-20 s) before failing: block now.
+            return self._stop(ErrorClass.auth, message)
+        if cls is ErrorClass.mcp_unavailable:
+            return self._stop(cls, message)
+        return None
+
+    def _stop(self, cls: ErrorClass, message: str) -> LineAction:
+        if self.early is None:
+            self.early, self.early_message = cls, message
+        return LineAction.STOP
+
+    # -- the outcome --------------------------------------------------------------------
+
+    def final_text(self) -> str:
+        """The last agent message when the turn completed; every message so far otherwise."""
+        if self.terminal == "completed":
+            return self.messages[-1] if self.messages else ""
+        return "\n\n".join(self.messages)
+
+    def outcome(self, result: ProcessResult) -> AgentOutcome:
+        """The normalized outcome. Precedence: early stop, host endings (deadline, cancel,
+        oversize), the terminal event, then the stderr tail and exit code."""
+        served = self.rerouted_to
+        verdict = model_verdict(self.requested_model, served) if served else ModelVerdict.unverified
+        if served and not self.requested_model:
+            verdict = ModelVerdict.mismatch  # rerouted away from the CLI's default
+        out = AgentOutcome(
+            status=OutcomeStatus.ok,
+            text=self.final_text(),
+            iterations=self.turns,
+            tool_calls=len(self.bridge_tools),
+            tools_used=sorted(set(self.bridge_tools)),
+            native_tool_calls=list(self.native),
+            usage=self.usage,
+            cost=Cost(),
+            requested_model=self.requested_model,
+            served_model=served,
+            model_verdict=verdict,
+            session_id=self.thread_id,
+            exit_code=result.exit_code,
+            signal=result.signal,
+            duration_s=result.duration_s,
+            terminal_event_seen=self.terminal is not None,
+            orphan_suspected=result.orphan_suspected,
+            stderr_tail=result.stderr_tail,
+        )
+        status, cls, message = self._classify(result)
+        out.status, out.error_class, out.message = status, cls, redact(message)
+        out.retryable = cls in RETRYABLE if cls is not None else False
+        if status is not OutcomeStatus.ok:
+            out.cost = Cost(partial=status is OutcomeStatus.truncated)
+        return out
+
+    def _classify(self, result: ProcessResult) -> tuple[OutcomeStatus, ErrorClass | None, str]:
+        notes = self._notes(result)
+        if self.early is not None and result.ending is Ending.early_stop:
+            return _failed(self.early), self.early, _short(self.early_message) + notes
+        if result.ending is Ending.cancelled:
+            return OutcomeStatus.cancelled, None, "cancelled by the host" + notes
+        if result.ending is Ending.deadline and self.terminal is None:
+            return OutcomeStatus.truncated, ErrorClass.timeout, "wall-clock budget reached" + notes
+        if result.ending is Ending.oversize:
+            limit = result.oversize_limit
+            return (
+                OutcomeStatus.error,
+                ErrorClass.protocol,
+                f"a stdout line exceeded the {limit}-byte line limit (max_line_bytes)" + notes,
+            )
+        if self.terminal == "completed":
+            if self.malformed:
+                return OutcomeStatus.error, ErrorClass.protocol, "the stream held malformed JSON" + notes
+            if not self.messages:
+                return OutcomeStatus.error, ErrorClass.protocol, "turn completed without an agent message" + notes
+            return OutcomeStatus.ok, None, notes.lstrip("; ")
+        if self.terminal == "failed":
+            text = self.failure or (self.errors[-1] if self.errors else "")
+            cls = classify_text(self.failure) or classify_text(self.errors[-1] if self.errors else "")
+            cls = cls or ErrorClass.unknown
+            if cls in (ErrorClass.budget, ErrorClass.max_turns):
+                return OutcomeStatus.truncated, cls, _short(text) + notes
+            return _failed(cls), cls, _short(text) + notes
+        # No terminal event: the process ended (or was killed) mid-turn.
+        tail_cls = classify_text(self.errors[-1] if self.errors else "") or classify_text(result.stderr_tail)
+        if tail_cls is not None:
+            what = self.errors[-1] if self.errors and classify_text(self.errors[-1]) else _last_line(result.stderr_tail)
+            return _failed(tail_cls), tail_cls, _short(what) + notes
+        if self.malformed or result.partial_tail:
+            return OutcomeStatus.error, ErrorClass.protocol, "the stream ended inside an event (no terminal event)" + notes
+        return (
+            OutcomeStatus.error,
+            ErrorClass.cli_crash,
+            f"codex ended without turn.completed/turn.failed (exit {result.exit_code}, signal {result.signal})" + notes,
+        )
+
+    def _notes(self, result: ProcessResult) -> str:
+        parts = []
+        if self.warnings:
+            parts.append(f"{len(self.warnings)} warning(s): {_short(self.warnings[0], 120)}")
+        if self.malformed:
+            parts.append(f"{self.malformed} malformed line(s) skipped")
+        if result.partial_tail:
+            parts.append("truncated last line dropped")
+        if self.rerouted_to:
+            parts.append(f"model rerouted to {self.rerouted_to}")
+        return "".join(f"; {p}" for p in parts)
+
+
+def _usage(raw) -> Usage:
+    """turn.completed usage -> Usage. OpenAI counts cached input inside input_tokens and
+    reasoning inside output_tokens: input is the uncached part; reasoning is informative."""
+    if not isinstance(raw, dict):
+        return Usage()
+
+    def num(key: str) -> int:
+        value = raw.get(key)
+        return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else 0
+
+    cached = num("cached_input_tokens")
+    return Usage(
+        input=max(0, num("input_tokens") - cached),
+        cache_read=cached,
+        cache_write=num("cache_write_input_tokens"),
+        output=num("output_tokens"),
+        reasoning=num("reasoning_output_tokens"),
+    )
+
+
+def _failed(cls: ErrorClass) -> OutcomeStatus:
+    return OutcomeStatus.blocked if cls in BLOCKING else OutcomeStatus.error
+
+
+def _short(text: str, limit: int = 300) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _last_line(text: str) -> str:
+    lines = [ln for ln in (text or "").splitlines() if ln.strip()]
+    return lines[-1] if lines else ""

@@ -1,0 +1,301 @@
+"""Cursor transport: `cursor-agent --print --output-format stream-json` with the bridge over MCP.
+
+Requirements kept here (doc/SPEC-cursor.md):
+- argv `cursor-agent --print --output-format stream-json --force --approve-mcps --trust
+  --workspace <scratch> [--model M] -- <prompt>`; stdin is /dev/null (an open stdin makes
+  `--print` wait forever); a prompt too large for one argument goes on stdin instead.
+- cwd and `--workspace` are a per-session scratch directory, never the worktree, so a
+  worktree's `.cursor/mcp.json`, `.cursor/rules`, `AGENTS.md` or `.env` is never read.
+- The bridge is declared in `<per-run HOME>/.cursor/mcp.json` (and the scratch project's
+  `.cursor/mcp.json`); HOME is a per-run directory, so the user's `~/.cursor/mcp.json`,
+  `cli-config.json` and rules are not read. Only the login file
+  `~/.config/cursor/auth.json` is linked in, when it exists.
+- The parser is pure. `result` is the terminal event (`is_error` before `subtype`, the
+  event before the exit code); the process gets a short linger after it and is then
+  killed with its tree. `system/init.apiKeySource` other than `login` stops the session
+  (an API key would be billed instead of the subscription).
+
+What cursor cannot isolate, stated plainly (the spec declares neither `builtin_tools_off`
+nor `config_isolation`, and the audit flags what is used):
+- its built-in read, write, edit, grep, glob and shell tools cannot be switched off in
+  print mode, and `--force` lets the shell run unasked; every native call is recorded in
+  `native_tool_calls` for the audit;
+- there is no documented config-directory variable: isolation rests on the per-run HOME,
+  which a future CLI may not honour; there is no strict-MCP switch, no system-prompt
+  channel, no turn cap, and the served model is only a display name.
+"""
+
+from __future__ import annotations
+
+import json
+
+from harnesscheck.contracts import (
+    BLOCKING,
+    RETRYABLE,
+    AgentOutcome,
+    Cost,
+    CostSource,
+    ErrorClass,
+    ModelVerdict,
+    OutcomeStatus,
+    Usage,
+    model_verdict,
+)
+from harnesscheck.envpolicy import redact
+from harnesscheck.process import Ending, LineAction, ProcessResult
+from harnesscheck.providers._errortext import classify_text
+
+BRIDGE_SERVER = "bridge"
+
+#: What init.apiKeySource must say for a subscription session.
+SUBSCRIPTION_KEY_SOURCE = "login"
+
+
+class CursorParser:
+    """Folds `cursor-agent --print --output-format stream-json` lines into an AgentOutcome."""
+
+    def __init__(self, *, requested_model: str | None = None, bridge_server: str = BRIDGE_SERVER):
+        self.requested_model = requested_model
+        self.bridge_server = bridge_server
+        self.session_id: str | None = None
+        self.display_model: str | None = None
+        self.api_key_source: str | None = None
+        self.segments: list[str] = []  # full assistant segments (no timestamp_ms)
+        self.deltas: list[str] = []  # streamed partial segments (timestamp_ms present)
+        self.result: dict | None = None
+        self.calls_seen: set[str] = set()
+        self.bridge_tools: list[str] = []
+        self.native: list[str] = []
+        self.iterations = 0
+        self.early: ErrorClass | None = None
+        self.early_message = ""
+        self.malformed = 0
+        self.noise = 0
+
+    # -- lines --------------------------------------------------------------------------
+
+    def feed(self, line: str) -> LineAction | None:
+        text = line.strip()
+        if not text:
+            return None
+        if not text.startswith("{"):
+            self.noise += 1
+            return None
+        try:
+            event = json.loads(text)
+        except ValueError:
+            self.malformed += 1
+            return None
+        if not isinstance(event, dict):
+            self.malformed += 1
+            return None
+        if self.result is not None:
+            return None  # one terminal outcome; anything after it changes nothing
+        kind = event.get("type")
+        if kind == "system" and event.get("subtype") == "init":
+            return self._init(event)
+        if kind == "assistant":
+            self._assistant(event)
+        elif kind == "tool_call":
+            self._tool_call(event)
+        elif kind == "result":
+            self.result = event
+            if isinstance(event.get("session_id"), str):
+                self.session_id = event["session_id"]
+            return LineAction.TERMINAL
+        return None
+
+    def _init(self, event: dict) -> LineAction | None:
+        if isinstance(event.get("session_id"), str):
+            self.session_id = event["session_id"]
+        if isinstance(event.get("model"), str):
+            self.display_model = event["model"]
+        source = event.get("apiKeySource")
+        if isinstance(source, str):
+            self.api_key_source = source
+            if source != SUBSCRIPTION_KEY_SOURCE:
+                self.early = ErrorClass.policy_violation
+                self.early_message = (
+                    f"cursor-agent reports apiKeySource={source!r}: an API key is in use, "
+                    "not the subscription login"
+                )
+                return LineAction.STOP
+        return None
+
+    def _assistant(self, event: dict) -> None:
+        message = event.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            return
+        text = "".join(
+            part["text"] for part in content if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
+        if "timestamp_ms" in event:
+            self.deltas.append(text)
+        else:
+            self.segments.append(text)
+            self.iterations += 1
+
+    def _tool_call(self, event: dict) -> None:
+        call = event.get("tool_call")
+        if not isinstance(call, dict):
+            return
+        keys = [k for k, v in call.items() if isinstance(v, dict)]
+        if not keys:
+            return
+        key = keys[0]
+        call_id = str(event.get("call_id") or f"{key}#{len(self.calls_seen)}")
+        if call_id in self.calls_seen:
+            return
+        self.calls_seen.add(call_id)
+        body = call[key]
+        if key == "mcpToolCall":
+            args = body.get("args") if isinstance(body.get("args"), dict) else {}
+            server = str(args.get("providerIdentifier") or args.get("serverIdentifier") or "")
+            tool = str(args.get("toolName") or "")
+            name = str(args.get("name") or "")
+            if not server and name.startswith(self.bridge_server + "-"):
+                server, tool = self.bridge_server, tool or name[len(self.bridge_server) + 1 :]
+            if server == self.bridge_server:
+                self.bridge_tools.append(tool or name)
+            else:
+                self.native.append(f"mcp:{server or '?'}/{tool or name or '?'}")
+        elif key == "function":
+            self.native.append(f"function:{body.get('name', '?')}")
+        else:
+            self.native.append(key[: -len("ToolCall")] if key.endswith("ToolCall") else key)
+
+    # -- the outcome --------------------------------------------------------------------
+
+    def partial_text(self) -> str:
+        return "".join(self.segments) if self.segments else "".join(self.deltas)
+
+    def outcome(self, result: ProcessResult) -> AgentOutcome:
+        res = self.result or {}
+        served = self.display_model
+        verdict = ModelVerdict.unverified
+        if served and self.requested_model:
+            verdict = model_verdict(_norm(self.requested_model), _norm(served))
+        final = res.get("result") if isinstance(res.get("result"), str) else None
+        out = AgentOutcome(
+            status=OutcomeStatus.ok,
+            text=final if final is not None and not res.get("is_error") else self.partial_text(),
+            iterations=self.iterations,
+            tool_calls=len(self.bridge_tools),
+            tools_used=sorted(set(self.bridge_tools)),
+            native_tool_calls=list(self.native),
+            usage=_usage(res.get("usage")),
+            cost=_cost(res.get("usage")),
+            requested_model=self.requested_model,
+            served_model=served,
+            model_verdict=verdict,
+            auth_source=self.api_key_source,
+            session_id=self.session_id,
+            exit_code=result.exit_code,
+            signal=result.signal,
+            duration_s=result.duration_s,
+            terminal_event_seen=self.result is not None,
+            orphan_suspected=result.orphan_suspected,
+            stderr_tail=result.stderr_tail,
+        )
+        status, cls, message = self._classify(result)
+        out.status, out.error_class, out.message = status, cls, redact(message)
+        out.retryable = cls in RETRYABLE if cls is not None else False
+        if status is OutcomeStatus.truncated:
+            out.cost = out.cost.model_copy(update={"partial": True})
+        return out
+
+    def _classify(self, result: ProcessResult) -> tuple[OutcomeStatus, ErrorClass | None, str]:
+        notes = self._notes(result)
+        if self.early is not None and result.ending is Ending.early_stop:
+            return _failed(self.early), self.early, self.early_message + notes
+        if result.ending is Ending.cancelled:
+            return OutcomeStatus.cancelled, None, "cancelled by the host" + notes
+        if result.ending is Ending.deadline and self.result is None:
+            return OutcomeStatus.truncated, ErrorClass.timeout, "wall-clock budget reached" + notes
+        if result.ending is Ending.oversize:
+            return (
+                OutcomeStatus.error,
+                ErrorClass.protocol,
+                f"a stdout line exceeded the {result.oversize_limit}-byte line limit (max_line_bytes)" + notes,
+            )
+        if self.result is not None:
+            res = self.result
+            text = res.get("result") if isinstance(res.get("result"), str) else ""
+            if res.get("is_error") is True:
+                cls = classify_text(text) or classify_text(result.stderr_tail) or ErrorClass.unknown
+                return _failed(cls), cls, _short(text or _last_line(result.stderr_tail)) + notes
+            if res.get("subtype") not in (None, "success"):
+                cls = classify_text(text) or ErrorClass.unknown
+                return _failed(cls), cls, f"result subtype {res.get('subtype')!r}: " + _short(text) + notes
+            if self.malformed:
+                return OutcomeStatus.error, ErrorClass.protocol, "the stream held malformed JSON" + notes
+            if not text.strip():
+                return OutcomeStatus.error, ErrorClass.protocol, "result without an answer" + notes
+            return OutcomeStatus.ok, None, notes.lstrip("; ")
+        cls = classify_text(result.stderr_tail)
+        if cls is not None:
+            return _failed(cls), cls, _short(_last_line(result.stderr_tail)) + notes
+        if self.malformed or result.partial_tail:
+            return OutcomeStatus.error, ErrorClass.protocol, "the stream ended inside an event (no result event)" + notes
+        return (
+            OutcomeStatus.error,
+            ErrorClass.cli_crash,
+            f"cursor-agent ended without a result event (exit {result.exit_code}, signal {result.signal})" + notes,
+        )
+
+    def _notes(self, result: ProcessResult) -> str:
+        parts = []
+        if self.malformed:
+            parts.append(f"{self.malformed} malformed line(s) skipped")
+        if result.partial_tail:
+            parts.append("truncated last line dropped")
+        return "".join(f"; {p}" for p in parts)
+
+
+def _num(raw: dict, *keys: str) -> int:
+    for key in keys:
+        value = raw.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            return int(value)
+    return 0
+
+
+def _usage(raw) -> Usage:
+    if not isinstance(raw, dict):
+        return Usage()
+    return Usage(
+        input=_num(raw, "inputTokens", "input_tokens"),
+        output=_num(raw, "outputTokens", "output_tokens"),
+        cache_read=_num(raw, "cacheReadTokens", "cache_read_input_tokens"),
+        cache_write=_num(raw, "cacheWriteTokens", "cache_creation_input_tokens"),
+    )
+
+
+def _cost(raw) -> Cost:
+    """A dollar figure only when cursor reports one; under the subscription it is not billed."""
+    if isinstance(raw, dict):
+        for key in ("totalCost", "cost"):
+            value = raw.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+                return Cost(usd=float(value), source=CostSource.subscription)
+    return Cost()
+
+
+def _norm(model: str) -> str:
+    """Display names ("Claude 4 Sonnet") and ids ("claude-4-sonnet") compared on one form."""
+    return "-".join(model.strip().lower().replace("_", " ").split())
+
+
+def _failed(cls: ErrorClass) -> OutcomeStatus:
+    return OutcomeStatus.blocked if cls in BLOCKING else OutcomeStatus.error
+
+
+def _short(text: str, limit: int = 300) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _last_line(text: str) -> str:
+    lines = [ln for ln in (text or "").splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
