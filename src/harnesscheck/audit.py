@@ -1,0 +1,684 @@
+"""Post-run audit: what a harness touched, from its own event log plus the run's facts.
+
+Contract (doc/SPEC-audit.md). One streaming pass (constant memory in the size of the log)
+over the CLI's JSONL event log, for `claude`, `codex` or `cursor`, plus facts the runner
+collected: scope root, read-only, the bridge's trace summary, worktree snapshots before and
+after (hash + mtime of every file, untracked and ignored included), sentinel files outside
+the scope, instruction files the CLI may have loaded. The verdict is an `AuditVerdict`:
+`clean` unless a violation flag is raised; informational flags (codes in `INFO_CODES`) are
+listed but do not make a run unclean. Codes are stable strings:
+
+  native_tool_use             a vendor built-in ran while built-ins were meant to be off
+  native_shell                a native shell command ran (its file access cannot be bound)
+  native_file_outside_scope   a native tool named a path outside the scope (realpath-bound)
+  write_in_read_only          a native mutating tool ran in a read-only session
+  unknown_native_tool         a native tool the audit cannot classify (fail closed)
+  foreign_mcp_tool            an MCP tool of a server other than the bridge
+  unknown_tool_event          a tool-looking event of an unknown shape (format drift)
+  unexplained_change          a worktree change not explained by a bridge write
+  protected_path_changed      .git internals, .claude/, .codex/, hooks ... changed
+  sentinel_changed            a sentinel file outside the scope changed or vanished
+  sentinel_accessed           a native tool named a sentinel file
+  bridge_call_without_tool_use  the bridge served more calls than the CLI's log shows
+  event_log_empty             no JSON event at all: nothing could be audited
+  -- informational --
+  native_tool_refused_by_cli  the model asked for a disabled built-in; the CLI refused it
+  tool_use_not_reaching_bridge  a bridge tool_use in the log that the bridge never served
+  instruction_file_present    CLAUDE.md / AGENTS.md / ... the CLI may have loaded
+  project_config_present      .mcp.json / .claude/settings.json / ... in the worktree or parents
+  native_tools_offered        the CLI reported built-ins loaded (claude system/init tools)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harnesscheck.contracts import AuditFlag, AuditVerdict
+
+INFO_CODES: frozenset[str] = frozenset(
+    {
+        "native_tool_refused_by_cli",
+        "tool_use_not_reaching_bridge",
+        "instruction_file_present",
+        "project_config_present",
+        "native_tools_offered",
+    }
+)
+BRIDGE_SERVER = "bridge"
+CLIS: tuple[str, ...] = ("claude", "codex", "cursor")
+_CLI_ALIASES = {"claude-code": "claude", "cursor-agent": "cursor"}
+
+#: At most this many flags per code are kept; the last one says how many more were seen.
+MAX_FLAGS_PER_CODE = 20
+#: Dedup sets (call ids) stop growing here; the pass stays bounded on hostile logs.
+MAX_TRACKED_IDS = 100_000
+
+INSTRUCTION_FILES: tuple[str, ...] = (
+    "CLAUDE.md", "CLAUDE.local.md", "AGENTS.md", "AGENTS.override.md", "GEMINI.md",
+    ".cursorrules", ".windsurfrules", ".clinerules", "CONVENTIONS.md",
+    ".github/copilot-instructions.md",
+)
+INSTRUCTION_DIRS: tuple[str, ...] = (".cursor/rules", ".claude/commands", ".claude/agents", ".claude/skills")
+PROJECT_CONFIG_FILES: tuple[str, ...] = (
+    ".mcp.json", ".claude/settings.json", ".claude/settings.local.json", ".codex/config.toml",
+    ".cursor/mcp.json", ".cursor/cli-config.json", ".cursor/cli.json", ".gemini/settings.json",
+    "opencode.json", "opencode.jsonc", ".env", ".env.local",
+)
+#: Worktree paths no session may change (I3). Compared case-insensitively.
+PROTECTED_PREFIXES: tuple[str, ...] = (
+    ".git/", ".claude/", ".codex/", ".gemini/", ".cursor/", ".opencode/", ".vscode/", ".idea/",
+)
+_SKIP_WALK_DIRS = frozenset({".git", "node_modules", ".venv", "__pycache__"})
+
+
+# ---------------------------------------------------------------------------------------
+# Facts the runner collects
+
+
+@dataclass(frozen=True)
+class FileState:
+    """A file's identity for change detection: content hash, size, mtime, kind."""
+
+    sha256: str
+    size: int
+    mtime_ns: int
+    kind: str = "file"  # file | symlink | other
+
+
+def _hash_file(path: str) -> str:
+    h = hashlib.sha256()
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    try:
+        while chunk := os.read(fd, 1 << 20):
+            h.update(chunk)
+    finally:
+        os.close(fd)
+    return h.hexdigest()
+
+
+def file_state(path: str | os.PathLike[str]) -> FileState | None:
+    """State of one path (never following a symlink), or None when it does not exist."""
+    p = os.fspath(path)
+    try:
+        st = os.lstat(p)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        target = os.readlink(p)
+        return FileState(hashlib.sha256(os.fsencode(target)).hexdigest(), st.st_size, st.st_mtime_ns, "symlink")
+    if stat.S_ISREG(st.st_mode):
+        try:
+            digest = _hash_file(p)
+        except OSError:
+            digest = "unreadable"
+        return FileState(digest, st.st_size, st.st_mtime_ns, "file")
+    return FileState("", 0, st.st_mtime_ns, "other")
+
+
+def snapshot_tree(root: str | os.PathLike[str]) -> dict[str, FileState]:
+    """Every file under root (tracked, untracked and ignored; .git included), keyed by the
+    root-relative POSIX path. Directories are walked without following symlinks."""
+    out: dict[str, FileState] = {}
+    base = os.fspath(root)
+    stack = [""]
+    while stack:
+        rel_dir = stack.pop()
+        try:
+            entries = list(os.scandir(os.path.join(base, rel_dir) if rel_dir else base))
+        except OSError:
+            continue
+        for entry in entries:
+            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(rel)
+                    continue
+            except OSError:
+                continue
+            state = file_state(entry.path)
+            if state is not None:
+                out[rel] = state
+    return out
+
+
+def snapshot_files(paths: Iterable[str | os.PathLike[str]]) -> dict[str, FileState | None]:
+    """States of specific files (sentinels outside the scope); None for a missing file."""
+    return {os.fspath(p): file_state(p) for p in paths}
+
+
+def find_instruction_files(root: str | os.PathLike[str], *, max_entries: int = 200_000) -> list[tuple[str, str]]:
+    """(kind, path) of instruction and project config files a CLI may load: anywhere in the
+    worktree (bounded walk, skipping .git/node_modules) and in every parent directory."""
+    found: list[tuple[str, str]] = []
+    root_path = Path(os.fspath(root)).absolute()
+
+    def check_dir(d: Path) -> None:
+        for name in INSTRUCTION_FILES:
+            if (d / name).is_file():
+                found.append(("instruction", str(d / name)))
+        for name in INSTRUCTION_DIRS:
+            if (d / name).is_dir():
+                found.append(("instruction", str(d / name)))
+        for name in PROJECT_CONFIG_FILES:
+            if (d / name).is_file():
+                found.append(("config", str(d / name)))
+
+    for parent in reversed(root_path.parents):
+        check_dir(parent)
+    seen = 0
+    for dirpath, dirnames, _ in os.walk(root_path):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_WALK_DIRS)
+        check_dir(Path(dirpath))
+        seen += 1 + len(dirnames)
+        if seen > max_entries:
+            break
+    return found
+
+
+@dataclass
+class RunFacts:
+    """What the runner knows about the session besides the CLI's own log."""
+
+    scope_root: Path
+    read_only: bool = True
+    builtin_tools_off: bool = True
+    bridge: Any = None  # harnesscheck.bridge.spec.BridgeSummary | None
+    session_cwd: Path | None = None
+    allowed_roots: tuple[Path, ...] = ()
+    worktree_before: dict[str, FileState] | None = None
+    worktree_after: dict[str, FileState] | None = None
+    sentinels_before: dict[str, FileState | None] | None = None
+    sentinels_after: dict[str, FileState | None] | None = None
+    instruction_files: list[tuple[str, str]] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------
+# Path binding
+
+
+_GLOB_CHARS = "*?[{"
+
+
+class _Binder:
+    """Binds a path a native tool named to the scope, by realpath."""
+
+    def __init__(self, facts: RunFacts):
+        self.root = os.path.realpath(facts.scope_root)
+        self.cwd = os.fspath(facts.session_cwd or facts.scope_root)
+        self.allowed = [self.root] + [os.path.realpath(p) for p in facts.allowed_roots]
+        sentinels = facts.sentinels_before or {}
+        self.sentinels = {os.path.realpath(p) for p in sentinels}
+
+    def _within(self, real: str) -> bool:
+        return any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in self.allowed)
+
+    def check(self, raw: str) -> tuple[bool, str]:
+        """(inside, why). Home-relative and unbindable glob patterns are outside."""
+        text = str(raw)
+        if not text:
+            return True, ""
+        if "\0" in text:
+            return False, "NUL in path"
+        if text.startswith("~"):
+            return False, "home-relative path"
+        if any(c in text for c in _GLOB_CHARS):
+            if "{" in text:
+                return False, "brace pattern cannot be bound"
+            cut = min(text.find(c) for c in _GLOB_CHARS if c in text)
+            prefix, rest = text[:cut], text[cut:]
+            if ".." in rest.replace("\\", "/").split("/"):
+                return False, "pattern climbs with .."
+            text = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+            if not text:
+                text = "."
+        joined = text if os.path.isabs(text) else os.path.join(self.cwd, text)
+        real = os.path.realpath(joined)
+        return self._within(real), real
+
+    def is_sentinel(self, raw: str) -> bool:
+        if not self.sentinels or not raw or raw.startswith("~"):
+            return False
+        joined = raw if os.path.isabs(raw) else os.path.join(self.cwd, raw)
+        return os.path.realpath(joined) in self.sentinels
+
+
+# ---------------------------------------------------------------------------------------
+# The streaming auditor
+
+
+_PATH_KEYS = (
+    "file_path", "path", "filePath", "notebook_path", "target_file", "targetFile", "directory",
+    "targetDirectory", "target_directory", "dir", "cwd",
+)
+_GLOB_KEYS = ("pattern", "globPattern", "glob")
+_CLAUDE_READ_TOOLS = frozenset({"Read", "Glob", "Grep", "LS", "NotebookRead", "TodoRead", "TodoWrite"})
+_CLAUDE_WRITE_TOOLS = frozenset({"Write", "Edit", "MultiEdit", "NotebookEdit"})
+_CLAUDE_SHELL_TOOLS = frozenset({"Bash", "BashOutput", "KillShell", "KillBash", "Monitor"})
+_CLAUDE_OTHER_NATIVE = frozenset(
+    {"WebFetch", "WebSearch", "Task", "Agent", "TaskOutput", "TaskStop", "Skill", "ExitPlanMode",
+     "EnterPlanMode", "AskUserQuestion", "SlashCommand", "ToolSearch", "EnterWorktree"}
+)
+_CURSOR_READ_TOOLS = frozenset(
+    {"read", "ls", "glob", "grep", "codebaseSearch", "semSearch", "readLints", "listDir", "fileSearch"}
+)
+_CURSOR_WRITE_TOOLS = frozenset(
+    {"write", "edit", "delete", "strReplace", "multiEdit", "applyPatch", "editNotebook", "move", "rename"}
+)
+_CURSOR_SHELL_TOOLS = frozenset({"shell", "terminal", "runTerminalCommand", "bash"})
+_CURSOR_OTHER_NATIVE = frozenset({"webSearch", "webFetch", "todo", "updateTodos", "askUserQuestion", "task"})
+_REFUSED_MARKERS = (
+    "No such tool available",
+    "is not enabled in this context",
+    "haven't granted it yet",
+    "permission to use",
+    "was blocked",
+)
+
+
+class Auditor:
+    """Feed lines (str or bytes) one at a time; `verdict()` at the end. Constant memory:
+    only flags (capped per code), counters and a bounded set of call ids are kept."""
+
+    def __init__(self, cli: str, facts: RunFacts):
+        cli = _CLI_ALIASES.get(cli, cli)
+        if cli not in CLIS:
+            raise ValueError(f"unknown cli {cli!r}: one of {', '.join(CLIS)}")
+        self.cli = cli
+        self.facts = facts
+        self.binder = _Binder(facts)
+        self._flags: dict[str, list[AuditFlag]] = {}
+        self._counts: dict[str, int] = {}
+        self.json_events = 0
+        self.malformed_lines = 0
+        self.bridge_tool_uses = 0
+        self.native_calls: list[str] = []
+        self._seen_ids: set[str] = set()
+        self._pending_native: dict[str, str] = {}  # claude tool_use id -> tool name
+        self._pending_args: dict[str, tuple[Any, bool]] = {}  # claude tool_use id -> (input, known)
+        self._codex_started: dict[str, str] = {}  # codex command items seen started, not completed
+        self._markers = _MARKERS[cli]
+        self._handle = {"claude": self._claude, "codex": self._codex, "cursor": self._cursor}[cli]
+
+    # -- flags --------------------------------------------------------------------------
+
+    def flag(self, code: str, detail: str = "") -> None:
+        n = self._counts.get(code, 0) + 1
+        self._counts[code] = n
+        if n <= MAX_FLAGS_PER_CODE:
+            self._flags.setdefault(code, []).append(AuditFlag(code=code, detail=detail[:500]))
+
+    def _native(self, name: str) -> None:
+        if len(self.native_calls) < 1000:
+            self.native_calls.append(name)
+
+    def _new_id(self, call_id: str | None) -> bool:
+        """False when this call id was already handled (started + completed events)."""
+        if not call_id:
+            return True
+        if call_id in self._seen_ids:
+            return False
+        if len(self._seen_ids) < MAX_TRACKED_IDS:
+            self._seen_ids.add(call_id)
+        return True
+
+    def _paths(self, tool: str, args: Any) -> None:
+        """Bind every path-looking argument of a native tool call to the scope."""
+        if not isinstance(args, dict):
+            return
+        for key in _PATH_KEYS + _GLOB_KEYS:
+            value = args.get(key)
+            if not isinstance(value, str) or not value:
+                continue
+            if key == "pattern" and tool.lower() in ("grep", "search"):
+                continue  # a regex, not a path
+            inside, why = self.binder.check(value)
+            if not inside:
+                self.flag("native_file_outside_scope", f"{tool}: {key}={value!r} ({why})")
+            if self.binder.is_sentinel(value):
+                self.flag("sentinel_accessed", f"{tool}: {value!r}")
+        for key in ("paths", "files", "targets"):
+            values = args.get(key)
+            if isinstance(values, list):
+                for v in values[:1000]:
+                    if isinstance(v, str):
+                        self._paths(tool, {"path": v})
+
+    # -- feeding ------------------------------------------------------------------------
+
+    def feed(self, line: str | bytes) -> None:
+        if isinstance(line, str):
+            raw = line.encode("utf-8", "surrogatepass")
+        else:
+            raw = line
+        stripped = raw.strip()
+        if not stripped:
+            return
+        if not stripped.startswith(b"{"):
+            self.malformed_lines += 1
+            return
+        self.json_events += 1
+        if not any(m in stripped for m in self._markers):
+            return  # cannot hold a tool event or a fact the audit needs: skip the parse
+        try:
+            event = json.loads(stripped)
+        except ValueError:
+            self.malformed_lines += 1
+            self.json_events -= 1
+            return
+        if isinstance(event, dict):
+            self._handle(event)
+
+    def feed_all(self, lines: Iterable[str | bytes]) -> "Auditor":
+        for line in lines:
+            self.feed(line)
+        return self
+
+    # -- claude -------------------------------------------------------------------------
+
+    def _claude(self, ev: dict) -> None:
+        kind = ev.get("type")
+        if kind == "system" and ev.get("subtype") == "init":
+            tools = ev.get("tools") or []
+            native = [t for t in tools if isinstance(t, str) and not t.startswith("mcp__")]
+            if native and self.facts.builtin_tools_off:
+                self.flag("native_tools_offered", ", ".join(native[:30]))
+            for srv in ev.get("mcp_servers") or []:
+                name = srv.get("name") if isinstance(srv, dict) else None
+                if name and name != BRIDGE_SERVER:
+                    self.flag("foreign_mcp_tool", f"MCP server {name!r} loaded ({srv.get('status')})")
+            return
+        message = ev.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            return
+        for block in content:
+            if not isinstance(block, dict):
+                continue
+            btype = str(block.get("type", ""))
+            if kind == "assistant" and btype in ("tool_use", "server_tool_use"):
+                if not self._new_id(block.get("id")):
+                    continue
+                self._claude_tool_use(str(block.get("name", "")), block.get("input"), block.get("id"), btype)
+            elif kind == "user" and btype == "tool_result":
+                self._claude_tool_result(block)
+            elif "tool" in btype and btype not in ("tool_use", "tool_result", "server_tool_use"):
+                self.flag("unknown_tool_event", f"claude content block type {btype!r}")
+
+    def _claude_tool_use(self, name: str, args: Any, call_id: Any, btype: str) -> None:
+        if name.startswith("mcp__"):
+            server = name.split("__")[1] if name.count("__") >= 2 else ""
+            if server == BRIDGE_SERVER:
+                self.bridge_tool_uses += 1
+            else:
+                self.flag("foreign_mcp_tool", name)
+            return
+        if btype == "server_tool_use":
+            self._native_used(name, args, shell=False, write=False, known=True)
+            return
+        known = name in _CLAUDE_READ_TOOLS | _CLAUDE_WRITE_TOOLS | _CLAUDE_SHELL_TOOLS | _CLAUDE_OTHER_NATIVE
+        if isinstance(call_id, str) and len(self._pending_native) < MAX_TRACKED_IDS:
+            self._pending_native[call_id] = name
+            self._pending_args[call_id] = (args, known)
+            return
+        self._native_used(
+            name, args, shell=name in _CLAUDE_SHELL_TOOLS, write=name in _CLAUDE_WRITE_TOOLS, known=known
+        )
+
+    def _claude_tool_result(self, block: dict) -> None:
+        call_id = block.get("tool_use_id")
+        name = self._pending_native.pop(call_id, None) if isinstance(call_id, str) else None
+        if name is None:
+            return
+        args, known = self._pending_args.pop(call_id, (None, False))
+        if block.get("is_error") and _refused_text(block.get("content")):
+            self.flag("native_tool_refused_by_cli", name)
+            return
+        self._native_used(
+            name, args, shell=name in _CLAUDE_SHELL_TOOLS, write=name in _CLAUDE_WRITE_TOOLS, known=known
+        )
+
+    # -- codex --------------------------------------------------------------------------
+
+    def _codex(self, ev: dict) -> None:
+        kind = str(ev.get("type", ""))
+        if not kind.startswith("item."):
+            if "tool" in kind or "exec" in kind or "patch" in kind:
+                self.flag("unknown_tool_event", f"codex event type {kind!r}")
+            return
+        item = ev.get("item")
+        if not isinstance(item, dict):
+            return
+        itype = str(item.get("type", ""))
+        if itype in ("agent_message", "reasoning", "todo_list", "plan", "error"):
+            return
+        status = item.get("status")
+        if itype == "mcp_tool_call":
+            if not self._new_id(item.get("id")):
+                return
+            if item.get("server") == BRIDGE_SERVER:
+                self.bridge_tool_uses += 1
+            else:
+                self.flag("foreign_mcp_tool", f"{item.get('server')}.{item.get('tool')}")
+            return
+        if itype == "command_execution":
+            # a declined command is seen first as started (in_progress) in some builds:
+            # only the completed item tells; so judge on item.completed when present.
+            if kind != "item.completed" and status != "declined":
+                self._codex_started.setdefault(str(item.get("id")), itype)
+                return
+            if not self._new_id(item.get("id")):
+                return
+            self._codex_started.pop(str(item.get("id")), None)
+            if status == "declined":
+                self.flag("native_tool_refused_by_cli", f"command_execution: {str(item.get('command'))[:200]}")
+                return
+            self._native_used("command_execution", {"command": item.get("command")}, shell=True, write=False, known=True)
+            return
+        if itype == "file_change":
+            if not self._new_id(item.get("id")):
+                return
+            changes = item.get("changes") if isinstance(item.get("changes"), list) else []
+            self._native_used("file_change", None, shell=False, write=True, known=True)
+            for ch in changes[:1000]:
+                if isinstance(ch, dict) and isinstance(ch.get("path"), str):
+                    self._paths("file_change", {"path": ch["path"]})
+            return
+        if itype in ("web_search", "collab_tool_call", "image_view", "view_image"):
+            if not self._new_id(item.get("id")):
+                return
+            self._native_used(itype, None, shell=False, write=False, known=True)
+            return
+        if not self._new_id(item.get("id")):
+            return
+        self.flag("unknown_tool_event", f"codex item type {itype!r}")
+
+    # -- cursor -------------------------------------------------------------------------
+
+    def _cursor(self, ev: dict) -> None:
+        kind = str(ev.get("type", ""))
+        if kind != "tool_call":
+            if "tool" in kind:
+                self.flag("unknown_tool_event", f"cursor event type {kind!r}")
+            return
+        call = ev.get("tool_call")
+        if not isinstance(call, dict) or not call:
+            self.flag("unknown_tool_event", "cursor tool_call without a tool")
+            return
+        if not self._new_id(ev.get("call_id")):
+            return
+        key, body = next(iter(call.items()))
+        body = body if isinstance(body, dict) else {}
+        if key == "function":
+            name = str(body.get("name", ""))
+            try:
+                args = json.loads(body.get("arguments") or "{}")
+            except (TypeError, ValueError):
+                args = {}
+        else:
+            name = key[: -len("ToolCall")] if key.endswith("ToolCall") else key
+            args = body.get("args")
+        if name == "mcp" or name.startswith("mcp__"):
+            server = _cursor_mcp_server(name, args)
+            if server == BRIDGE_SERVER:
+                self.bridge_tool_uses += 1
+            else:
+                self.flag("foreign_mcp_tool", f"cursor MCP call to server {server!r}")
+            return
+        known = name in _CURSOR_READ_TOOLS | _CURSOR_WRITE_TOOLS | _CURSOR_SHELL_TOOLS | _CURSOR_OTHER_NATIVE
+        self._native_used(name, args, shell=name in _CURSOR_SHELL_TOOLS, write=name in _CURSOR_WRITE_TOOLS, known=known)
+
+    # -- shared -------------------------------------------------------------------------
+
+    def _native_used(self, name: str, args: Any, *, shell: bool, write: bool, known: bool) -> None:
+        self._native(name)
+        if self.facts.builtin_tools_off:
+            self.flag("native_tool_use", name)
+        if not known:
+            self.flag("unknown_native_tool", name)
+            if self.facts.read_only:
+                self.flag("write_in_read_only", f"{name} (unclassified tool, assumed mutating)")
+        if shell:
+            cmd = args.get("command") if isinstance(args, dict) else None
+            self.flag("native_shell", f"{name}: {str(cmd)[:200]}" if cmd else name)
+        if write and self.facts.read_only:
+            self.flag("write_in_read_only", name)
+        self._paths(name, args)
+
+    # -- facts --------------------------------------------------------------------------
+
+    def _facts(self) -> None:
+        f = self.facts
+        summary = f.bridge
+        if self.json_events == 0:
+            self.flag("event_log_empty", f"{self.malformed_lines} non-JSON lines")
+        for call_id, name in list(self._pending_native.items()):
+            # a native tool_use with no tool_result: assume it ran (the log may be truncated)
+            args, known = self._pending_args.get(call_id, (None, False))
+            self._native_used(
+                name, args, shell=name in _CLAUDE_SHELL_TOOLS, write=name in _CLAUDE_WRITE_TOOLS, known=known
+            )
+        self._pending_native.clear()
+        self._pending_args.clear()
+        for item_id in self._codex_started:
+            self._native_used("command_execution", None, shell=True, write=False, known=True)
+        self._codex_started.clear()
+        if summary is not None:
+            served = int(getattr(summary, "tool_calls", 0))
+            if served > self.bridge_tool_uses:
+                self.flag(
+                    "bridge_call_without_tool_use",
+                    f"bridge served {served} calls, the {self.cli} log shows {self.bridge_tool_uses}",
+                )
+            elif served < self.bridge_tool_uses:
+                self.flag(
+                    "tool_use_not_reaching_bridge",
+                    f"{self.bridge_tool_uses} bridge tool uses in the log, {served} served",
+                )
+        if f.worktree_before is not None and f.worktree_after is not None:
+            explained = set(getattr(summary, "writes", []) or []) if summary is not None else set()
+            for rel in sorted(_changed(f.worktree_before, f.worktree_after)):
+                if rel.lower().startswith(PROTECTED_PREFIXES) or "/.git/" in rel.lower():
+                    self.flag("protected_path_changed", rel)
+                if rel not in explained:
+                    self.flag("unexplained_change", rel)
+        if f.sentinels_before is not None:
+            after = f.sentinels_after or {}
+            for path, state in f.sentinels_before.items():
+                now = after.get(path) if path in after else file_state(path)
+                if now != state:
+                    self.flag("sentinel_changed", path)
+        for kind, path in f.instruction_files:
+            self.flag("instruction_file_present" if kind == "instruction" else "project_config_present", path)
+
+    def verdict(self) -> AuditVerdict:
+        self._facts()
+        flags: list[AuditFlag] = []
+        for code, items in self._flags.items():
+            flags.extend(items)
+            extra = self._counts[code] - len(items)
+            if extra > 0:
+                flags.append(AuditFlag(code=code, detail=f"... and {extra} more"))
+        clean = not any(fl.code not in INFO_CODES for fl in flags)
+        return AuditVerdict(clean=clean, flags=flags)
+
+
+_MARKERS: dict[str, tuple[bytes, ...]] = {
+    "claude": (b"tool_", b'"init"'),
+    "codex": (b'"item.', b"tool", b"exec", b"patch"),
+    "cursor": (b"tool",),
+}
+
+
+def _refused_text(content: Any) -> bool:
+    if isinstance(content, list):
+        content = " ".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
+    text = str(content or "")[:4000]
+    return any(m in text for m in _REFUSED_MARKERS)
+
+
+def _cursor_mcp_server(name: str, args: Any) -> str:
+    if name.startswith("mcp__"):
+        parts = name.split("__")
+        return parts[1] if len(parts) >= 3 else ""
+    if isinstance(args, dict):
+        for key in ("providerIdentifier", "serverName", "server", "provider"):
+            if isinstance(args.get(key), str):
+                return args[key]
+        tool = args.get("toolName") or args.get("name")
+        if isinstance(tool, str) and tool.startswith("mcp__"):
+            return _cursor_mcp_server(tool, None)
+    return ""
+
+
+def _changed(before: dict[str, FileState], after: dict[str, FileState]) -> Iterator[str]:
+    for rel, state in after.items():
+        old = before.get(rel)
+        if old is None or (old.sha256, old.kind) != (state.sha256, state.kind):
+            yield rel
+    for rel in before:
+        if rel not in after:
+            yield rel
+
+
+def _lines(source: str | os.PathLike[str] | Iterable[str | bytes]) -> Iterator[str | bytes]:
+    if isinstance(source, (str, os.PathLike)):
+        with open(source, "rb") as fh:
+            yield from fh
+    else:
+        yield from source
+
+
+def audit_events(
+    source: str | os.PathLike[str] | Iterable[str | bytes],
+    cli: str,
+    facts: RunFacts,
+    *,
+    trace: Any = None,
+) -> AuditVerdict:
+    """Audit one session: `source` is a JSONL file path or an iterable of lines."""
+    auditor = Auditor(cli, facts).feed_all(_lines(source))
+    verdict = auditor.verdict()
+    if trace is not None:
+        trace.record("audit", cli=auditor.cli, clean=verdict.clean, codes=sorted({f.code for f in verdict.flags}))
+    return verdict
+
+
+def summary_line(backend: str, verdict: AuditVerdict | None, *, native_tools_possible: bool) -> str:
+    """The RUN_REPORT line, e.g. "backend: cursor — native tools possible, audit: clean"."""
+    tools = "native tools possible" if native_tools_possible else "native tools off"
+    if verdict is None:
+        audit = "not run"
+    elif verdict.clean:
+        notes = sorted({f.code for f in verdict.flags})
+        audit = "clean" + (f" (notes: {', '.join(notes)})" if notes else "")
+    else:
+        codes = sorted({f.code for f in verdict.flags if f.code not in INFO_CODES})
+        audit = "FLAGGED: " + ", ".join(codes)
+    return f"backend: {backend} — {tools}, audit: {audit}"
