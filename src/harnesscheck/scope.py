@@ -6,6 +6,14 @@ relative to a directory fd opened on the root; nothing outside the root is ever 
 
 from __future__ import annotations
 
+import errno
+import fnmatch
+import os
+import re
+import stat
+import unicodedata
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -46,3 +54,556 @@ class ToolScope(BaseModel):
         if self.allowed_tools is not None:
             names = tuple(n for n in names if n in self.allowed_tools)
         return names
+
+
+# ---------------------------------------------------------------------------------------
+# Path resolution: the one function every path-taking tool goes through.
+
+#: Operations resolve_path knows. read/list/grep never mutate; write creates or opens for
+#: overwrite (the caller truncates after the checks); edit opens an existing file read-write.
+OPS: frozenset[str] = frozenset({"read", "list", "grep", "write", "edit"})
+MUTATING_OPS: frozenset[str] = frozenset({"write", "edit"})
+
+MAX_PATH_BYTES = 4096
+MAX_COMPONENTS = 256
+MAX_COMPONENT_BYTES = 255
+MAX_SYMLINK_HOPS = 40
+
+#: Every refusal code with its meaning. Stable: hosts, the bridge and checks key on these.
+REASON_CODES: dict[str, str] = {
+    "path_outside_scope": "the path climbs above the scope root, or is not matched by the scope's path patterns",
+    "absolute_path": "absolute, drive-qualified, UNC, \\\\?\\ or home-relative (~) path",
+    "invalid_path": "empty, control character or NUL, not NFC, too long, too many components",
+    "symlink_escape": "a symlink on the way resolves outside the scope root",
+    "symlink_loop": "too many symlinks while resolving (a loop)",
+    "special_file": "the target is a FIFO, socket or device, not a regular file or directory",
+    "not_found": "the target (or a directory on the way) does not exist",
+    "is_directory": "a file operation named a directory",
+    "not_directory": "a directory operation (or a path component) named a non-directory",
+    "permission_denied": "the operating system refused access",
+    "read_only": "a mutating tool or operation under a read-only scope",
+    "not_allowed": "the tool exists but the scope does not offer it",
+    "unknown_tool": "no tool of that name exists",
+    "bad_arguments": "missing, extra or mistyped arguments, or an invalid regex",
+    "too_large": "content or file above the tool's size limit",
+    "hardlink_write": "a write through a file with more than one hard link",
+    "denied_path": "a hard-denied name (.git internals, agent config dirs, /proc, /sys, /dev)",
+    "exists": "the target kept appearing while being created (a race)",
+    "no_match": "edit_file: the old text was not found, or found more than once",
+    "not_text": "edit_file: the file is not UTF-8 text",
+    "io_error": "an unexpected operating-system error during the operation",
+}
+
+
+class Refused(Exception):
+    """A tool call refused by the scope. `code` is one of REASON_CODES; `detail` never
+    quotes file contents or anything outside the root beyond the caller's own input."""
+
+    def __init__(self, code: str, detail: str = ""):
+        assert code in REASON_CODES, code
+        self.code = code
+        self.detail = detail
+        super().__init__(f"{code}: {detail}" if detail else code)
+
+
+@dataclass(slots=True)
+class ResolvedPath:
+    """An open fd on the resolved target beneath the root. All I/O goes through `fd`.
+
+    `rel` is the scope-relative POSIX path of the target after symlinks ("." is the root).
+    Close it (or use it as a context manager) when done.
+    """
+
+    rel: str
+    kind: str  # "file" | "dir"
+    fd: int
+    st: os.stat_result
+    created: bool = False
+    created_dirs: tuple[str, ...] = ()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            os.close(fd)
+
+    def __enter__(self) -> ResolvedPath:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# Names denied beneath the root, compared after NFC + casefold + Windows trimming (P7/P8).
+DENY_ALWAYS: frozenset[str] = frozenset({".git"})
+DENY_WRITE: frozenset[str] = frozenset({".git", ".claude", ".codex", ".cursor", ".gemini", ".opencode"})
+DENY_WRITE_FILES: frozenset[str] = frozenset({".mcp.json"})
+SPECIAL_TOP_DIRS: frozenset[str] = frozenset({"proc", "sys", "dev"})
+
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_NOCTTY = getattr(os, "O_NOCTTY", 0)
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_DIR_FLAGS = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
+_LEAF_FLAGS = _O_NOFOLLOW | _O_NONBLOCK | _O_NOCTTY | _O_CLOEXEC
+_DRIVE = re.compile(r"^[A-Za-z]:")
+
+
+def deny_key(name: str) -> str:
+    """The comparison form of a name for the deny-list: NFC, casefolded, with the trailing
+    dots/spaces and `:stream` suffix Windows ignores removed."""
+    key = unicodedata.normalize("NFC", name).casefold()
+    key = key.split(":", 1)[0].rstrip(". ")
+    return key or name
+
+
+def is_denied_name(name: str, mutating: bool) -> bool:
+    key = deny_key(name)
+    if key in DENY_ALWAYS:
+        return True
+    return mutating and (key in DENY_WRITE or key in DENY_WRITE_FILES)
+
+
+def show(path: object, limit: int = 160) -> str:
+    """The caller's own input, quoted safely for a refusal detail (escaped, truncated)."""
+    text = repr(path)
+    return text if len(text) <= limit else text[: limit - 4] + "...'"
+
+
+def split_user_path(path: str) -> tuple[list[str], bool]:
+    """Validate a tool path and split it into components (P1, P2, P8, P9, P10).
+
+    Returns (components, trailing_slash). Backslash is a separator. `.` components are
+    dropped; `..` stays a component and may not climb above the root lexically.
+    """
+    if not isinstance(path, str):
+        raise Refused("bad_arguments", "path must be a string")
+    if not path:
+        raise Refused("invalid_path", "empty path (use '.' for the scope root)")
+    for ch in path:
+        if ch < " " or ch == "\x7f":
+            what = "NUL byte" if ch == "\x00" else "control character"
+            raise Refused("invalid_path", f"{what} in path {show(path)}")
+    try:
+        raw = path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise Refused("invalid_path", f"path is not valid Unicode: {show(path)}") from None
+    if len(raw) > MAX_PATH_BYTES:
+        raise Refused("invalid_path", f"path longer than {MAX_PATH_BYTES} bytes")
+    if not path.isascii() and not unicodedata.is_normalized("NFC", path):
+        raise Refused("invalid_path", f"path is not NFC-normalized Unicode: {show(path)}")
+    if path[0] in "/\\":
+        raise Refused("absolute_path", f"{show(path)} is absolute; give a path relative to the scope root")
+    if _DRIVE.match(path):
+        raise Refused("absolute_path", f"{show(path)} is drive-qualified; give a path relative to the scope root")
+    unified = path.replace("\\", "/")
+    parts = [p for p in unified.split("/") if p and p != "."]
+    if parts and parts[0].startswith("~"):
+        raise Refused("absolute_path", f"{show(path)} is home-relative; give a path relative to the scope root")
+    if len(parts) > MAX_COMPONENTS:
+        raise Refused("invalid_path", f"more than {MAX_COMPONENTS} path components")
+    depth = 0
+    for part in parts:
+        if len(part.encode("utf-8")) > MAX_COMPONENT_BYTES:
+            raise Refused("invalid_path", f"a path component is longer than {MAX_COMPONENT_BYTES} bytes")
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                raise Refused("path_outside_scope", f"{show(path)} climbs above the scope root")
+        else:
+            depth += 1
+    return parts, unified.endswith("/")
+
+
+# ---------------------------------------------------------------------------------------
+# path_patterns: globs relative to the root; `*` and `?` stay within a component, `**`
+# crosses components; a pattern that matches a directory covers everything beneath it.
+
+
+def _glob_to_regex(pattern: str) -> re.Pattern[str]:
+    pat = pattern.replace("\\", "/").strip("/")
+    out: list[str] = []
+    i = 0
+    while i < len(pat):
+        if pat.startswith("**/", i):
+            out.append("(?:[^/]*/)*")
+            i += 3
+            continue
+        if pat.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        ch = pat[i]
+        if ch == "*":
+            out.append("[^/]*")
+        elif ch == "?":
+            out.append("[^/]")
+        elif ch == "[" and pat.find("]", i + 2) != -1:
+            end = pat.find("]", i + 2)
+            body = pat[i + 1 : end]
+            if body.startswith("!"):
+                body = "^" + body[1:]
+            out.append("[" + body.replace("\\", "\\\\") + "]")
+            i = end + 1
+            continue
+        else:
+            out.append(re.escape(ch))
+        i += 1
+    return re.compile("(?:" + "".join(out) + r")(?:/.*)?\Z", re.DOTALL)
+
+
+@lru_cache(maxsize=64)
+def _compiled_patterns(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
+    return tuple(_glob_to_regex(p) for p in patterns)
+
+
+def pattern_covers(patterns: tuple[str, ...], rel: str) -> bool:
+    """True when no patterns are set, or one matches rel (or an ancestor of rel)."""
+    if not patterns:
+        return True
+    return any(rx.match(rel) for rx in _compiled_patterns(patterns))
+
+
+def pattern_may_contain(patterns: tuple[str, ...], rel_dir: str) -> bool:
+    """True when something beneath directory rel_dir could match a pattern."""
+    if not patterns or rel_dir == "." or pattern_covers(patterns, rel_dir):
+        return True
+    dparts = rel_dir.split("/")
+    for pattern in patterns:
+        pparts = pattern.replace("\\", "/").strip("/").split("/")
+        for i, dpart in enumerate(dparts):
+            if i >= len(pparts):
+                break
+            if pparts[i] == "**" or "**" in pparts[i]:
+                return True
+            if not fnmatch.fnmatchcase(dpart, pparts[i]):
+                break
+        else:
+            if len(pparts) > len(dparts):
+                return True
+    return False
+
+
+# ---------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=32)
+def _root_realpath(root: str) -> str:
+    return os.path.realpath(root)
+
+
+@lru_cache(maxsize=1)
+def special_fs_devices() -> frozenset[int]:
+    """st_dev of procfs, sysfs and devtmpfs (when they are separate from /): never served."""
+    devs: set[int] = set()
+    try:
+        root_dev = os.stat("/").st_dev
+    except OSError:
+        return frozenset()
+    for top in ("/proc", "/sys", "/dev"):
+        try:
+            dev = os.stat(top).st_dev
+        except OSError:
+            continue
+        if dev != root_dev:
+            devs.add(dev)
+    return frozenset(devs)
+
+
+def _under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def _check_root(root_real: str) -> bool:
+    """Refuse a root inside /proc, /sys or /dev; return True when the root is '/'."""
+    for top in ("/proc", "/sys", "/dev"):
+        if _under(root_real, top):
+            raise Refused("denied_path", "the scope root lies in /proc, /sys or /dev")
+    return root_real == "/"
+
+
+def _os_refusal(err: OSError, what: str) -> Refused:
+    code = {
+        errno.ENOENT: "not_found",
+        errno.ENOTDIR: "not_directory",
+        errno.EISDIR: "is_directory",
+        errno.EACCES: "permission_denied",
+        errno.EPERM: "permission_denied",
+        errno.ENAMETOOLONG: "invalid_path",
+        errno.ELOOP: "symlink_loop",
+        errno.ENXIO: "special_file",
+        errno.EEXIST: "exists",
+    }.get(err.errno or 0, "io_error")
+    name = errno.errorcode.get(err.errno or 0, "EIO")
+    return Refused(code, f"{what}: {name}")
+
+
+def resolve_path(scope: ToolScope, path: str, op: str) -> ResolvedPath:
+    """Resolve a tool path beneath scope.root and return an open fd on the target.
+
+    The root is opened once as a directory fd; every component is opened relative to its
+    parent's fd with O_NOFOLLOW, so nothing outside the root is ever opened (P1-P13).
+    In-tree symlinks are followed by reading their text and walking it the same way; a
+    link whose target leaves the root is refused. Raises Refused(code, detail).
+    """
+    if op not in OPS:
+        raise ValueError(f"unknown op {op!r}")
+    mutating = op in MUTATING_OPS
+    if mutating and scope.read_only:
+        raise Refused("read_only", f"{op} is not allowed under a read-only scope")
+    parts, trailing_slash = split_user_path(path)
+    for part in parts:
+        if part != ".." and is_denied_name(part, mutating):
+            raise Refused("denied_path", f"{show(path)} names a protected path")
+    root = str(scope.root)
+    root_real = _root_realpath(root)
+    root_is_fs_root = _check_root(root_real)
+    try:
+        root_fd = os.open(root, _DIR_FLAGS & ~_O_NOFOLLOW)
+    except OSError as err:
+        raise Refused("not_found", f"the scope root is not an open-able directory ({errno.errorcode.get(err.errno or 0, 'EIO')})") from None
+    walker = _Walk(scope, op, root_fd, root_real, root_is_fs_root, path)
+    try:
+        return walker.run(parts, trailing_slash)
+    finally:
+        walker.close_all()
+
+
+class _Walk:
+    """One resolution: a stack of directory fds beneath the root, never above it."""
+
+    def __init__(self, scope: ToolScope, op: str, root_fd: int, root_real: str, root_is_fs_root: bool, user_path: str):
+        self.scope = scope
+        self.op = op
+        self.mutating = op in MUTATING_OPS
+        self.root_fd = root_fd
+        self.root_real = root_real
+        self.root_is_fs_root = root_is_fs_root
+        self.user_path = user_path
+        self.stack: list[tuple[str, int]] = []
+        self.hops = 0
+
+    # -- helpers
+    @property
+    def cur(self) -> int:
+        return self.stack[-1][1] if self.stack else self.root_fd
+
+    def close_all(self) -> None:
+        for _, fd in self.stack:
+            os.close(fd)
+        self.stack.clear()
+        os.close(self.root_fd)
+
+    def rel_of(self, leaf: str | None) -> str:
+        names = [n for n, _ in self.stack]
+        if leaf is not None:
+            names.append(leaf)
+        return "/".join(names) or "."
+
+    def check_name(self, name: str, via_link: bool) -> None:
+        if is_denied_name(name, self.mutating):
+            raise Refused("denied_path", f"{show(self.user_path)} resolves to a protected path")
+        if self.root_is_fs_root and not self.stack and name in SPECIAL_TOP_DIRS:
+            raise Refused("denied_path", f"{show(self.user_path)}: /{name} is never served")
+
+    def check_final(self, rel: str, st: os.stat_result, is_dir: bool) -> None:
+        if st.st_dev in special_fs_devices():
+            raise Refused("denied_path", f"{show(self.user_path)} lies on /proc, /sys or /dev")
+        patterns = self.scope.path_patterns
+        if patterns:
+            ok = pattern_may_contain(patterns, rel) if is_dir and self.op in ("list", "grep") else pattern_covers(patterns, rel)
+            if not ok:
+                raise Refused("path_outside_scope", f"{show(self.user_path)} is not matched by the scope's path patterns")
+
+    def follow(self, name: str, pending: list[tuple[str, bool]]) -> None:
+        """Splice a symlink's text into the pending components, relative to its directory."""
+        self.hops += 1
+        if self.hops > MAX_SYMLINK_HOPS:
+            raise Refused("symlink_loop", f"{show(self.user_path)}: too many levels of symbolic links")
+        try:
+            target = os.readlink(name, dir_fd=self.cur)
+        except OSError as err:
+            raise _os_refusal(err, show(self.user_path)) from None
+        if not target or "\x00" in target:
+            raise Refused("symlink_escape", f"{show(self.user_path)}: unusable symlink")
+        if target.startswith("/"):
+            real = self.root_real.rstrip("/") + "/"
+            if self.root_real == "/":
+                inner = target
+            elif target == self.root_real or target.startswith(real):
+                inner = target[len(self.root_real) :]
+            else:
+                raise Refused("symlink_escape", f"{show(self.user_path)} goes through a symlink that leaves the scope root")
+            # An absolute in-tree link restarts from the root.
+            for _, fd in self.stack:
+                os.close(fd)
+            self.stack.clear()
+            target = inner
+        comps = [c for c in target.split("/") if c and c != "."]
+        pending.extend((c, True) for c in reversed(comps))
+
+    # -- the walk
+    def run(self, parts: list[str], trailing_slash: bool) -> ResolvedPath:
+        pending: list[tuple[str, bool]] = [(p, False) for p in reversed(parts)]
+        while pending:
+            name, via_link = pending.pop()
+            if name == "..":
+                if not self.stack:
+                    if via_link:
+                        raise Refused("symlink_escape", f"{show(self.user_path)} goes through a symlink that leaves the scope root")
+                    raise Refused("path_outside_scope", f"{show(self.user_path)} climbs above the scope root")
+                os.close(self.stack.pop()[1])
+                continue
+            self.check_name(name, via_link)
+            if not pending:
+                result = self.leaf(name, pending, trailing_slash)
+                if result is not None:
+                    return result
+                continue  # the leaf was a symlink: its text is now pending
+            try:
+                fd = os.open(name, _DIR_FLAGS, dir_fd=self.cur)
+            except OSError as err:
+                if err.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+                    if self._is_symlink(name):
+                        self.follow(name, pending)
+                        continue
+                    raise Refused("not_directory", f"{show(self.user_path)}: a component is not a directory") from None
+                if err.errno == errno.ENOENT and self.op == "write":
+                    return self.create_chain(name, pending)
+                raise _os_refusal(err, show(self.user_path)) from None
+            self.stack.append((name, fd))
+        # Nothing left: the target is the current directory itself.
+        return self.directory_target(os.dup(self.cur), self.rel_of(None))
+
+    def _is_symlink(self, name: str) -> bool:
+        try:
+            return stat.S_ISLNK(os.stat(name, dir_fd=self.cur, follow_symlinks=False).st_mode)
+        except OSError:
+            return False
+
+    def directory_target(self, fd: int, rel: str) -> ResolvedPath:
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISDIR(st.st_mode):
+                raise Refused("not_directory", f"{show(self.user_path)} is not a directory")
+            if self.op in ("read", "write", "edit"):
+                raise Refused("is_directory", f"{show(self.user_path)} is a directory")
+            self.check_final(rel, st, is_dir=True)
+        except BaseException:
+            os.close(fd)
+            raise
+        return ResolvedPath(rel=rel, kind="dir", fd=fd, st=st)
+
+    def leaf(self, name: str, pending: list[tuple[str, bool]], trailing_slash: bool) -> ResolvedPath | None:
+        for _attempt in range(4):
+            try:
+                lst = os.stat(name, dir_fd=self.cur, follow_symlinks=False)
+            except FileNotFoundError:
+                if self.op != "write":
+                    raise Refused("not_found", f"{show(self.user_path)} does not exist") from None
+                if trailing_slash:
+                    raise Refused("not_found", f"{show(self.user_path)}: no such directory") from None
+                created = self.create_leaf(name)
+                if created is not None:
+                    return created
+                continue  # it appeared meanwhile: look again
+            except OSError as err:
+                raise _os_refusal(err, show(self.user_path)) from None
+            mode = lst.st_mode
+            if stat.S_ISLNK(mode):
+                self.follow(name, pending)
+                return None
+            if stat.S_ISDIR(mode):
+                try:
+                    fd = os.open(name, _DIR_FLAGS, dir_fd=self.cur)
+                except OSError as err:
+                    if err.errno in (errno.ELOOP, errno.ENOTDIR):
+                        continue  # swapped meanwhile: look again
+                    raise _os_refusal(err, show(self.user_path)) from None
+                return self.directory_target(fd, self.rel_of(name))
+            if not stat.S_ISREG(mode):
+                raise Refused("special_file", f"{show(self.user_path)} is not a regular file")
+            if trailing_slash or self.op == "list":
+                raise Refused("not_directory", f"{show(self.user_path)} is not a directory")
+            opened = self.open_file(name)
+            if opened is not None:
+                return opened
+        raise Refused("exists", f"{show(self.user_path)} kept changing while being opened")
+
+    def open_file(self, name: str) -> ResolvedPath | None:
+        """Open a leaf lstat saw as a regular file; None if it was swapped meanwhile."""
+        access = {"read": os.O_RDONLY, "grep": os.O_RDONLY, "edit": os.O_RDWR, "write": os.O_WRONLY}[self.op]
+        try:
+            fd = os.open(name, access | _LEAF_FLAGS, dir_fd=self.cur)
+        except OSError as err:
+            if err.errno in (errno.ELOOP, errno.ENOENT):
+                return None  # swapped for a symlink or removed meanwhile: look again
+            raise _os_refusal(err, show(self.user_path)) from None
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise Refused("is_directory", f"{show(self.user_path)} is a directory")
+            if not stat.S_ISREG(st.st_mode):
+                raise Refused("special_file", f"{show(self.user_path)} is not a regular file")
+            rel = self.rel_of(name)
+            self.check_final(rel, st, is_dir=False)
+            if self.mutating and st.st_nlink > 1:
+                raise Refused("hardlink_write", f"{show(self.user_path)} has {st.st_nlink} hard links; writes through hard links are refused")
+        except BaseException:
+            os.close(fd)
+            raise
+        return ResolvedPath(rel=rel, kind="file", fd=fd, st=st)
+
+    def create_leaf(self, name: str, created_dirs: tuple[str, ...] = ()) -> ResolvedPath | None:
+        rel = self.rel_of(name)
+        if self.scope.path_patterns and not pattern_covers(self.scope.path_patterns, rel):
+            raise Refused("path_outside_scope", f"{show(self.user_path)} is not matched by the scope's path patterns")
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _LEAF_FLAGS, 0o666, dir_fd=self.cur)
+        except FileExistsError:
+            if created_dirs:
+                raise Refused("exists", f"{show(self.user_path)} appeared while being created") from None
+            return None
+        except OSError as err:
+            raise _os_refusal(err, show(self.user_path)) from None
+        try:
+            st = os.fstat(fd)
+            self.check_final(rel, st, is_dir=False)
+        except BaseException:
+            os.close(fd)
+            raise
+        return ResolvedPath(rel=rel, kind="file", fd=fd, st=st, created=True, created_dirs=created_dirs)
+
+    def create_chain(self, first: str, pending: list[tuple[str, bool]]) -> ResolvedPath:
+        """write to a path whose directories do not exist yet: check everything, then
+        mkdir each one relative to its parent fd and create the leaf (P5)."""
+        names = [first] + [n for n, _ in reversed(pending)]
+        pending.clear()
+        if ".." in names:
+            raise Refused("not_found", f"{show(self.user_path)}: '..' after a directory that does not exist")
+        for n in names:
+            self.check_name(n, False)
+        rel = self.rel_of(None)
+        full = "/".join(([] if rel == "." else [rel]) + names)
+        if self.scope.path_patterns and not pattern_covers(self.scope.path_patterns, full):
+            raise Refused("path_outside_scope", f"{show(self.user_path)} is not matched by the scope's path patterns")
+        made: list[str] = []
+        for n in names[:-1]:
+            try:
+                os.mkdir(n, 0o777, dir_fd=self.cur)
+                made.append(self.rel_of(n))
+            except FileExistsError:
+                pass
+            except OSError as err:
+                raise _os_refusal(err, show(self.user_path)) from None
+            try:
+                fd = os.open(n, _DIR_FLAGS, dir_fd=self.cur)
+            except OSError as err:
+                if err.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise Refused("symlink_escape", f"{show(self.user_path)}: a directory was swapped while being created") from None
+                raise _os_refusal(err, show(self.user_path)) from None
+            self.stack.append((n, fd))
+        result = self.create_leaf(names[-1], tuple(made))
+        if result is None:
+            raise Refused("exists", f"{show(self.user_path)} appeared while being created")
+        return result

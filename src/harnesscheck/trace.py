@@ -1,0 +1,134 @@
+"""Append-only JSONL traces, safe with many concurrent writers (doc/SPEC-trace.md).
+
+Each record is serialized first and written with ONE os.write on a file opened O_APPEND:
+on Linux a regular-file O_APPEND write moves the offset and writes atomically, so records
+from several threads or processes never interleave or overwrite each other, whatever
+their size (PIPE_BUF only bounds pipes, not regular files).
+
+Records hold only non-secret data (scope-relative paths, codes, byte counts); string
+values still pass through `harnesscheck.envpolicy.redact` when that module is present.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+_REDACT: Callable[[str], str] | None = None
+_REDACT_LOADED = False
+_REDACT_LOCK = threading.Lock()
+
+
+def _redactor() -> Callable[[str], str] | None:
+    """envpolicy.redact if it can be imported (loaded once, lazily); else None."""
+    global _REDACT, _REDACT_LOADED
+    if not _REDACT_LOADED:
+        with _REDACT_LOCK:
+            if not _REDACT_LOADED:
+                try:
+                    from harnesscheck.envpolicy import redact  # noqa: PLC0415
+                except Exception:  # the module is optional: a trace must never fail on it
+                    redact = None
+                _REDACT = redact
+                _REDACT_LOADED = True
+    return _REDACT
+
+
+def _clean(value: Any, redact: Callable[[str], str] | None) -> Any:
+    if isinstance(value, str):
+        return redact(value) if redact is not None and value else value
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _clean(v, redact) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_clean(v, redact) for v in value]
+    return _clean(str(value), redact)
+
+
+class Trace:
+    """One JSONL trace file. `Trace(None)` is a no-op sink with the same interface.
+
+    Every record carries `ts` (epoch seconds), `session` and `event`, then the fields.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None, session_id: str | None = None):
+        self.path = Path(path) if path is not None else None
+        self.session_id = session_id
+        self._fd: int | None = None
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+            self._fd = os.open(self.path, flags, 0o600)
+
+    @property
+    def enabled(self) -> bool:
+        return self._fd is not None
+
+    def record(self, event: str, **fields: Any) -> None:
+        """Append one record with a single write. `session=` in fields overrides the default."""
+        fd = self._fd
+        if fd is None:
+            return
+        redact = _redactor()
+        session = fields.pop("session", self.session_id)
+        rec: dict[str, Any] = {
+            "ts": round(time.time(), 6),
+            "session": _clean(session, redact),
+            "event": _clean(event, redact),
+        }
+        for key, value in fields.items():
+            rec[key] = _clean(value, redact)
+        line = json.dumps(rec, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
+        data = line.encode("utf-8", "backslashreplace")
+        written = os.write(fd, data)
+        if written != len(data):
+            # Only on a full disk or a signal mid-write: finish the line rather than lose it.
+            view = memoryview(data)[written:]
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __enter__(self) -> Trace:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort at interpreter exit
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def read_trace(path: str | os.PathLike[str], *, strict: bool = False) -> Iterator[dict]:
+    """Yield each record of a trace file. A line that is not a JSON object (a crash's
+    truncated last line) is skipped, or raises ValueError when strict."""
+    try:
+        fh = open(path, encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return
+    with fh:
+        for number, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                if strict:
+                    raise ValueError(f"{path}:{number}: not a JSON record") from None
+                continue
+            if isinstance(rec, dict):
+                yield rec
+            elif strict:
+                raise ValueError(f"{path}:{number}: not a JSON object")
