@@ -75,6 +75,8 @@ class HTTPX2Mocker(Mocker):
                     response = cls.handler(_to_httpx(request))
                 except PassThrough:  # pragma: no cover - tests never pass through
                     raise AssertionError("respx pass-through is not allowed for httpx2 tests")
+                except httpx.TransportError as exc:  # e.g. side_effect=httpx.ConnectError
+                    raise getattr(httpx2, type(exc).__name__, httpx2.TransportError)(str(exc), request=request) from None
                 return _to_httpx2(response, request)
 
             return httpx2.MockTransport(handle)
