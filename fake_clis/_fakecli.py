@@ -59,8 +59,10 @@ Steps run in order. Each is an object with exactly one action key, plus modifier
 ``{"exit": code}``
     Flush and exit with ``code``. Falling off the end of the steps exits 0.
 
-Placeholders, replaced in every string of an emitted object (and in raw/noise text):
-``{{model}}`` the ``--model``/``-m`` value (else ``default_model``), ``{{cwd}}`` the process cwd,
+Placeholders, replaced in every string (values and keys) of an emitted object, and in
+raw/noise text:
+``{{model}}`` the ``--model``/``-m`` value (else ``default_model``), ``{{model_base}}`` the same
+without a ``[1m]``-style suffix (what the API echoes back), ``{{cwd}}`` the process cwd,
 ``{{session_id}}`` a per-invocation uuid, ``{{pid}}`` the fake's pid, ``{{prompt}}`` the prompt
 (stdin, or the positional argument). A string that is exactly ``"{{allowed_tools}}"`` becomes
 the list given to ``--allowedTools`` (comma-separated, one argument), and exactly
@@ -219,6 +221,7 @@ class Fake:
                 pass
         return {
             "model": model,
+            "model_base": model.split("[", 1)[0],
             "cwd": os.getcwd(),
             "session_id": self.session_id,
             "pid": str(os.getpid()),
@@ -278,7 +281,7 @@ class Fake:
         if isinstance(value, list):
             return [self.fill(v, ph) for v in value]
         if isinstance(value, dict):
-            return {k: self.fill(v, ph) for k, v in value.items()}
+            return {self.fill(k, ph): self.fill(v, ph) for k, v in value.items()}
         return value
 
     def write(self, data: bytes, *, split: list[int] | None = None, gap: float = 0.0) -> None:

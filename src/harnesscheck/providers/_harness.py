@@ -1,0 +1,377 @@
+"""The shared base of the harness transports (claude-code, codex, cursor).
+
+Requirements kept here (doc/SPEC-claude-code.md §Harness base):
+- Every session gets its own run dir (0700) and a scratch cwd for the CLI that is never the
+  worktree, nor inside it (a CLI walks up from its cwd for CLAUDE.md / AGENTS.md); the
+  worktree is reached only through the bridge.
+- The child env is built by `build_child_env` from the parent env plus explicit injections
+  (traced by name only); `run_process` adds the `HARNESSCHECK_RUN` marker.
+- The bridge spec is written into the run dir; the CLI starts the bridge from the MCP
+  config the subclass writes there.
+- The CLI runs under `session_slot()`; the bridge trace is folded into the outcome
+  (tool_calls, tools_used, refusals); duration, exit code/signal, the redacted stderr tail
+  and the CLI version are set on every outcome.
+- Endings without a terminal event map the same way for every CLI (`ending_outcome`):
+  cancelled -> cancelled; oversize line -> error/protocol naming the limit; deadline ->
+  truncated/timeout (partial text, usage kept by the parser); exit != 0 -> cli_crash;
+  exit 0 -> protocol.
+- `complete()` is a one-shot, tool-less call in an empty scratch cwd; it raises
+  CapabilityUnsupported when given tools.
+
+A subclass supplies `invocation(ctx, request, tool_less)` (argv, injections, stdin) and
+`make_parser(ctx, request, tool_less, on_text)` (a pure parser with `feed(line)` and
+`outcome(process_result)`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from harnesscheck.config import Settings
+from harnesscheck.contracts import (
+    AgentOutcome,
+    AgentSessionRequest,
+    CapabilityUnsupported,
+    ConfigError,
+    ErrorClass,
+    OutcomeStatus,
+    ProviderSpec,
+)
+from harnesscheck.scope import ToolScope
+
+#: Bridge server name in every CLI's MCP config (claude sees mcp__bridge__read_file).
+BRIDGE_SERVER = "bridge"
+
+
+class StreamParser(Protocol):
+    def feed(self, line: str) -> Any: ...
+
+    def outcome(self, result: Any) -> AgentOutcome: ...
+
+
+@dataclass
+class SessionContext:
+    """Where one session lives. Nothing here is inside the worktree."""
+
+    run_dir: Path
+    cwd: Path  # the CLI's cwd: an empty scratch dir
+    session_id: str
+    spec_path: Path | None  # bridge spec (None for tool-less one-shots)
+    bridge_trace: Path | None
+    session_trace: Path
+    scope: ToolScope | None
+    cleanup: list[Path] = field(default_factory=list)  # temp dirs we made outside run_dir
+
+
+@dataclass
+class Invocation:
+    """How to start the CLI for one session."""
+
+    argv: list[str]
+    injections: dict[str, str] = field(default_factory=dict)
+    stdin_bytes: bytes | None = None
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def new_session_context(request: AgentSessionRequest, backend: str, *, tool_less: bool = False) -> SessionContext:
+    """Create the run dir, an empty scratch cwd outside the worktree, and the bridge spec."""
+    session_id = request.session_id or f"{backend}-{uuid.uuid4().hex[:12]}"
+    cleanup: list[Path] = []
+    if request.run_dir is not None:
+        run_dir = Path(request.run_dir).absolute()
+        run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    else:
+        run_dir = Path(tempfile.mkdtemp(prefix=f"harnesscheck-{backend}-"))
+    root = request.scope.root
+    cwd = run_dir / "cwd"
+    if _inside(run_dir, root) or _inside(root, run_dir):
+        # A CLI walks up from its cwd for instruction files: never start it under the worktree.
+        cwd = Path(tempfile.mkdtemp(prefix=f"harnesscheck-{backend}-cwd-"))
+        cleanup.append(cwd)
+    else:
+        if cwd.exists():
+            shutil.rmtree(cwd)
+        cwd.mkdir(mode=0o700)
+    spec_path = bridge_trace = None
+    if not tool_less:
+        bridge_trace = run_dir / "bridge-trace.jsonl"
+        spec_path = Path(request.bridge_spec_path) if request.bridge_spec_path else run_dir / "bridge-spec.json"
+        write_bridge_spec(request.scope, run_dir, bridge_trace, session_id, spec_path)
+    return SessionContext(
+        run_dir=run_dir,
+        cwd=cwd,
+        session_id=session_id,
+        spec_path=spec_path,
+        bridge_trace=bridge_trace,
+        session_trace=run_dir / "session-trace.jsonl",
+        scope=None if tool_less else request.scope,
+        cleanup=cleanup,
+    )
+
+
+def write_bridge_spec(scope: ToolScope, run_dir: Path, trace_path: Path, session_id: str, spec_path: Path) -> Path:
+    from harnesscheck.bridge.spec import BridgeSpec, write_spec
+
+    spec = BridgeSpec(scope=scope, run_dir=run_dir, trace_path=trace_path, session_id=session_id, parent_pid=os.getpid())
+    return write_spec(spec, spec_path)
+
+
+def bridge_command(spec_path: Path) -> tuple[list[str], dict[str, str]]:
+    """(argv, env) a CLI's MCP config uses to start the bridge: absolute interpreter, explicit env."""
+    from harnesscheck.bridge.spec import bridge_argv, bridge_env
+
+    return bridge_argv(spec_path), bridge_env()
+
+
+def ending_outcome(result: Any, *, terminal_seen: bool) -> tuple[OutcomeStatus, ErrorClass | None, str] | None:
+    """What the process ending says when the stream gave no terminal event (None: the stream decides).
+
+    Same for every CLI: cancel -> cancelled, oversize -> protocol (names the limit),
+    deadline -> truncated/timeout, exit != 0 or a signal -> cli_crash, exit 0 -> protocol.
+    """
+    from harnesscheck.process import Ending
+
+    if result.ending is Ending.cancelled and not terminal_seen:
+        return OutcomeStatus.cancelled, None, "cancelled by the host; the process tree was ended"
+    if result.ending is Ending.oversize and not terminal_seen:
+        limit = result.oversize_limit
+        return (
+            OutcomeStatus.error,
+            ErrorClass.protocol,
+            f"a stdout line exceeded the {limit}-byte limit (max_line_bytes); raise it or bound the tool output",
+        )
+    if result.ending is Ending.deadline and not terminal_seen:
+        return OutcomeStatus.truncated, ErrorClass.timeout, f"timed out after {result.duration_s:.1f}s; partial output kept"
+    if terminal_seen or result.ending is Ending.early_stop:
+        return None
+    if result.exit_code not in (0, None) or result.signal is not None:
+        how = f"signal {result.signal}" if result.signal is not None else f"exit code {result.exit_code}"
+        return OutcomeStatus.error, ErrorClass.cli_crash, f"the CLI ended with {how} and no terminal event"
+    return OutcomeStatus.error, ErrorClass.protocol, "the CLI exited 0 without a terminal event"
+
+
+class _Tracer:
+    """The session trace (env injections by name, session start/end); harnesscheck.trace.Trace."""
+
+    def __init__(self, path: Path, session_id: str):
+        from harnesscheck.trace import Trace
+
+        self._trace = Trace(path, session_id)
+
+    def record(self, event: str, **fields: Any) -> None:
+        self._trace.record(event, **fields)
+
+    def close(self) -> None:
+        close = getattr(self._trace, "close", None)
+        if close:
+            close()
+
+
+class HarnessTransport:
+    """Glue between a CLI's argv/parser and run_process. Subclasses: ClaudeCodeTransport, ..."""
+
+    #: Injected into every child env of this transport (names are traced, values never).
+    base_injections: Mapping[str, str] = {}
+
+    def __init__(
+        self,
+        spec: ProviderSpec,
+        settings: Settings | None = None,
+        *,
+        cli_path: Path | str | None = None,
+        parent_env: Mapping[str, str] | None = None,
+        injections: Mapping[str, str] | None = None,
+        linger_s: float = 2.0,
+        term_grace_s: float = 2.0,
+        max_line_bytes: int | None = None,
+        check_version: bool = True,
+    ):
+        self.spec = spec
+        self.settings = settings or Settings()
+        self._cli_path = Path(cli_path) if cli_path else None
+        self.parent_env = dict(os.environ if parent_env is None else parent_env)
+        self.injections = dict(injections or {})
+        self.linger_s = linger_s
+        self.term_grace_s = term_grace_s
+        self.max_line_bytes = max_line_bytes
+        self.check_version = check_version
+        self._cli_info: Any = None
+        self._lock = threading.Lock()
+
+    # -- hooks --------------------------------------------------------------------------
+
+    def invocation(self, ctx: SessionContext, request: AgentSessionRequest, cli: Path, *, tool_less: bool) -> Invocation:
+        raise NotImplementedError
+
+    def make_parser(
+        self, ctx: SessionContext, request: AgentSessionRequest, *, tool_less: bool, on_text: Callable[[str], None] | None
+    ) -> StreamParser:
+        raise NotImplementedError
+
+    def after_session(self, ctx: SessionContext, outcome: AgentOutcome) -> None:
+        """Subclass clean-up after the process tree is gone (e.g. unlink a credential link)."""
+
+    # -- the CLI ------------------------------------------------------------------------
+
+    def cli(self) -> Any:
+        """The CLI (path, version), found once: explicit path, HARNESS_BACKEND_CLI, PATH, cache."""
+        with self._lock:
+            if self._cli_info is None:
+                from harnesscheck.registry import find_cli
+
+                settings = self.settings
+                if self._cli_path is not None:
+                    settings = settings.model_copy(update={"cli": self._cli_path})
+                self._cli_info = find_cli(self.spec, settings, check_version=self.check_version)
+            return self._cli_info
+
+    # -- sessions -----------------------------------------------------------------------
+
+    def run_session(
+        self,
+        request: AgentSessionRequest,
+        *,
+        cancel: threading.Event | None = None,
+        on_text: Callable[[str], None] | None = None,
+    ) -> AgentOutcome:
+        """One agent session through the CLI. In-session failures become the outcome."""
+        return self._run(request, cancel=cancel, on_text=on_text, tool_less=False)
+
+    def complete(
+        self,
+        prompt: str,
+        *,
+        system: str | None = None,
+        model: str | None = None,
+        tools: list | None = None,
+        timeout_s: float | None = None,
+    ) -> AgentOutcome:
+        """One-shot, tool-less call in an empty scratch cwd. Raises if given tools."""
+        if tools:
+            raise CapabilityUnsupported(self.spec.id, "tools in complete() (harness one-shots are tool-less)")
+        scratch = Path(tempfile.mkdtemp(prefix=f"harnesscheck-{self.spec.id}-oneshot-"))
+        try:
+            request = AgentSessionRequest(
+                prompt=prompt,
+                scope=ToolScope(name="oneshot", root=scratch / "empty", read_only=True, allowed_tools=()),
+                system=system,
+                model=model,
+                max_iters=1,
+                timeout_s=timeout_s or self.settings.timeout_s,
+                run_dir=scratch / "run",
+            )
+            (scratch / "empty").mkdir()
+            return self._run(request, cancel=None, on_text=None, tool_less=True)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _run(
+        self,
+        request: AgentSessionRequest,
+        *,
+        cancel: threading.Event | None,
+        on_text: Callable[[str], None] | None,
+        tool_less: bool,
+    ) -> AgentOutcome:
+        from harnesscheck.envpolicy import build_child_env, redact
+        from harnesscheck.process import DEFAULT_MAX_LINE_BYTES, run_process, session_slot
+
+        info = self.cli()
+        ctx = new_session_context(request, self.spec.id, tool_less=tool_less)
+        tracer = _Tracer(ctx.session_trace, ctx.session_id)
+        try:
+            if _inside(ctx.cwd, request.scope.root):
+                raise ConfigError("the CLI cwd would be inside the worktree", "report this: the scratch cwd is misplaced")
+            inv = self.invocation(ctx, request, Path(info.path), tool_less=tool_less)
+            injections = {**self.base_injections, **self.injections, **inv.injections}
+            env = build_child_env(self.parent_env, injections=injections, trace=tracer)
+            parser = self.make_parser(ctx, request, tool_less=tool_less, on_text=on_text)
+            tracer.record("session_start", backend=self.spec.id, cli_version=info.version, tool_less=tool_less)
+            with session_slot():
+                result = run_process(
+                    inv.argv,
+                    env=env,
+                    cwd=ctx.cwd,
+                    on_line=parser.feed,
+                    timeout_s=request.timeout_s,
+                    stdin_bytes=inv.stdin_bytes,
+                    cancel=cancel,
+                    linger_s=self.linger_s,
+                    term_grace_s=self.term_grace_s,
+                    max_line_bytes=self.max_line_bytes or DEFAULT_MAX_LINE_BYTES,
+                    run_marker=f"{ctx.session_id}-{uuid.uuid4().hex[:8]}",
+                )
+            outcome = parser.outcome(result)
+            outcome = self._finish(outcome, ctx, result, info, redact)
+            tracer.record(
+                "session_end",
+                status=str(outcome.status),
+                error_class=str(outcome.error_class) if outcome.error_class else None,
+                ending=str(result.ending),
+                exit_code=result.exit_code,
+            )
+            self.after_session(ctx, outcome)
+            return outcome
+        finally:
+            tracer.close()
+            for path in ctx.cleanup:
+                shutil.rmtree(path, ignore_errors=True)
+
+    def _finish(self, outcome: AgentOutcome, ctx: SessionContext, result: Any, info: Any, redact: Callable) -> AgentOutcome:
+        update: dict[str, Any] = {
+            "backend": self.spec.id,
+            "cli_version": info.version,
+            "duration_s": round(result.duration_s, 3),
+            "exit_code": result.exit_code,
+            "signal": result.signal,
+            "orphan_suspected": bool(result.orphan_suspected),
+            "stderr_tail": redact(result.stderr_tail or ""),
+            "message": redact(outcome.message),
+        }
+        if outcome.session_id is None:
+            update["session_id"] = ctx.session_id
+        if ctx.bridge_trace is not None:
+            from harnesscheck.bridge.spec import summarize_trace
+
+            summary = summarize_trace(ctx.bridge_trace, ctx.session_id)
+            if summary.started or summary.tool_calls:
+                # The bridge trace is what dispatch did; the stream is only what the model asked.
+                update["tool_calls"] = summary.tool_calls
+                update["tools_used"] = list(summary.tools_used)
+                update["refusals"] = list(summary.refusals)
+        return outcome.model_copy(update=update)
+
+
+class HarnessLLM:
+    """LLM-shaped adapter over a harness transport: tool-less one-shot completions only."""
+
+    def __init__(self, transport: HarnessTransport):
+        self.transport = transport
+
+    def complete(
+        self,
+        prompt: str,
+        *,
+        system: str | None = None,
+        model: str | None = None,
+        tools: list | None = None,
+        timeout_s: float | None = None,
+    ) -> AgentOutcome:
+        if tools:
+            raise CapabilityUnsupported(self.transport.spec.id, "tools in complete() (harness one-shots are tool-less)")
+        return self.transport.complete(prompt, system=system, model=model, timeout_s=timeout_s)
