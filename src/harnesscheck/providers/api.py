@@ -99,6 +99,16 @@ class ApiTransport:
     def __repr__(self) -> str:
         return f"ApiTransport(api_mode={self.api_mode!r}, model={self.settings.model!r})"
 
+    def _model(self, model: str | None) -> str:
+        """The model to request: the call's, else HARNESS_BACKEND_MODEL; none is a pre-session error."""
+        chosen = model or self.settings.model
+        if not chosen:
+            raise ConfigError(
+                "api backend: no model selected (HARNESS_BACKEND_MODEL is not set)",
+                "add this line to .env (or pass --model):\nHARNESS_BACKEND_MODEL=<model id>",
+            )
+        return chosen
+
     # -- one-shot ------------------------------------------------------------------------
 
     def complete(
@@ -116,9 +126,9 @@ class ApiTransport:
         if tools:
             raise CapabilityUnsupported(self.spec.id, "tools in complete(); use run_session")
         start = time.monotonic()
-        requested = model or self.settings.model
+        requested = self._model(model)
         deadline = start + (timeout_s or self.settings.timeout_s)
-        state = _SessionState(requested)
+        state = _SessionState(requested, None, start)
         abort = Abort()
         with _Watchdog(abort, deadline, None):
             try:
@@ -156,55 +166,63 @@ class ApiTransport:
         run_dir = request.run_dir or Path(tempfile.mkdtemp(prefix="harnesscheck-api-"))
         run_dir.mkdir(parents=True, exist_ok=True)
         trace = Trace(run_dir / "trace.jsonl", session_id=session_id)
-        requested = request.model or self.settings.model
-        state = _SessionState(requested, session_id)
+        requested = self._model(request.model)
+        state = _SessionState(requested, session_id, start)
         tools = tool_specs(request.scope)
         messages: list[dict] = [{"role": "user", "content": request.prompt}]
         abort = Abort()
 
+        trace.record("session_start", backend=self.spec.id, api_mode=self.api_mode)
         with _Watchdog(abort, deadline, cancel):
-            while True:
-                try:
-                    reply = self.llm.create(
-                        messages=messages,
-                        system=request.system,
-                        tools=tools or None,
-                        model=requested,
-                        on_text=on_text,
-                        abort=abort,
-                        deadline=deadline,
-                    )
-                except LLMError as err:
-                    state.add_partial(err.partial)
-                    return self._failure(err, state, start)
-                state.add_reply(reply)
-                verdict = model_verdict(requested, reply.served_model)
-                if verdict is ModelVerdict.mismatch and self.settings.model_mismatch == "fail":
-                    message = f"served model {reply.served_model!r} is not the requested {requested!r} (HARNESS_MODEL_MISMATCH=fail)"
-                    return self._finish(state, start, OutcomeStatus.error, MISMATCH_ERROR_CLASS, message)
-                if not reply.tool_calls:
-                    state.final_text = reply.text
-                    return self._finish(state, start, OutcomeStatus.ok)
-                if state.iterations >= request.max_iters:
-                    return self._finish(
-                        state, start, OutcomeStatus.truncated, ErrorClass.max_turns,
-                        f"stopped after max_iters={request.max_iters} model turns with tool calls pending",
-                    )
-                messages.append(reply.assistant_message())
-                results: list[dict] = []
-                for call in reply.tool_calls:
-                    if abort.fired:
-                        break
-                    results.append(self._run_tool(call, request, trace, session_id, state, dispatch))
+            outcome = self._loop(request, state, messages, tools, trace, abort, deadline, on_text, dispatch)
+        trace.record("session_end", status=outcome.status.value, error_class=outcome.error_class.value if outcome.error_class else None)
+        return outcome
+
+    def _loop(self, request, state, messages, tools, trace, abort, deadline, on_text, dispatch) -> AgentOutcome:
+        start, requested = state.start, state.requested
+        while True:
+            if state.iterations >= request.max_iters:
+                return self._finish(
+                    state, start, OutcomeStatus.truncated, ErrorClass.max_turns,
+                    f"stopped after max_iters={request.max_iters} model turns; the model still wanted tools",
+                )
+            try:
+                reply = self.llm.create(
+                    messages=messages,
+                    system=request.system,
+                    tools=tools or None,
+                    model=requested,
+                    on_text=on_text,
+                    abort=abort,
+                    deadline=deadline,
+                )
+            except LLMError as err:
+                state.add_partial(err.partial)
+                return self._failure(err, state, start)
+            state.add_reply(reply)
+            verdict = model_verdict(requested, reply.served_model)
+            if verdict is ModelVerdict.mismatch and self.settings.model_mismatch == "fail":
+                message = f"served model {reply.served_model!r} is not the requested {requested!r} (HARNESS_MODEL_MISMATCH=fail)"
+                return self._finish(state, start, OutcomeStatus.error, MISMATCH_ERROR_CLASS, message)
+            if not reply.tool_calls:
+                state.final_text = reply.text
+                return self._finish(state, start, OutcomeStatus.ok)
+            messages.append(reply.assistant_message())
+            results: list[dict] = []
+            for call in reply.tool_calls:
                 if abort.fired:
-                    return self._aborted(abort, state, start)
-                messages.append({"role": "user", "content": results})
+                    break
+                results.append(self._run_tool(call, request, trace, state.session_id, state, dispatch))
+            if abort.fired:
+                return self._aborted(abort, state, start)
+            messages.append({"role": "user", "content": results})
 
     def _run_tool(self, call: Any, request: AgentSessionRequest, trace: Any, session_id: str, state: "_SessionState", dispatch: Callable) -> dict:
         """One tool call through the choke point; a refusal becomes a tool error the model reads."""
         state.tool_calls += 1
         if call.name not in state.tools_used:
             state.tools_used.append(call.name)
+            state.tools_used.sort()
         if call.arguments is None:
             text, is_error = "error: the tool arguments are not a valid JSON object", True
         else:
@@ -268,7 +286,7 @@ class ApiTransport:
             model_verdict=model_verdict(state.requested, served),
             session_id=state.session_id,
             duration_s=round(time.monotonic() - start, 6),
-            terminal_event_seen=status is OutcomeStatus.ok,
+            terminal_event_seen=status not in (OutcomeStatus.truncated, OutcomeStatus.cancelled),
             backend=self.spec.id,
         )
 
@@ -276,8 +294,9 @@ class ApiTransport:
 class _SessionState:
     """What the loop has seen so far (for the final or the partial outcome)."""
 
-    def __init__(self, requested: str | None, session_id: str | None = None):
+    def __init__(self, requested: str | None, session_id: str | None, start: float):
         self.requested = requested
+        self.start = start
         self.session_id = session_id
         self.iterations = 0
         self.tool_calls = 0
@@ -303,7 +322,8 @@ class _SessionState:
             self.texts.append(reply.text)
 
     def all_text(self) -> str:
-        return "\n".join(self.texts)
+        """Everything streamed so far, exactly as the on_text callback saw it."""
+        return "".join(self.texts)
 
 
 class _Watchdog:
