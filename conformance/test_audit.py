@@ -1,0 +1,36 @@
+"""Post-run audit (harness-anchors F1, I4): built-in tools are off where the backend claims so, and
+native tool use where they cannot be removed is flagged, never silently accepted."""
+
+from __future__ import annotations
+
+from harnesscheck.contracts import Capability as C
+from harnesscheck.contracts import Kind, OutcomeStatus
+from harnesscheck.kit.catalog import check
+
+
+@check("audit.only-scope-tools-offered", requires=[C.builtin_tools_off], incident=["F1", "F2", "G8"])
+def test_only_scope_tools_offered(but):
+    """The model is offered exactly the scope's tools: no vendor built-in, nothing the scope forbids."""
+    ws = but.workspace()
+    run = but.run("success", workspace=ws)
+    offered = but.tools_offered(run)
+    assert offered is not None, "the kit could not observe the tools offered"
+    assert set(offered) == set(ws.scope(read_only=True).tool_names()), f"offered {sorted(offered)}"
+
+
+@check("audit.native-tool-use-flagged", requires=[C.native_tools_audited], kinds=[Kind.harness], incident=["I4", "F1", "F8"])
+def test_native_tool_use_flagged(but):
+    """Native (vendor built-in) tool use is recorded and flagged by the audit, never a clean success."""
+    run = but.run("native_tool_use")
+    o = run.outcome
+    assert o.native_tool_calls, "native tool calls were not recorded"
+    flagged = o.audit is not None and not o.audit.clean
+    assert flagged or o.status != OutcomeStatus.ok, "native tool use passed as a clean success"
+
+
+@check("audit.declines-builtins-honestly", declines=C.builtin_tools_off, kinds=[Kind.harness], incident="F9")
+def test_declines_builtins_honestly(but):
+    """A harness that cannot switch built-ins off must declare native_tools_audited instead (never silence)."""
+    assert but.spec.supports(C.native_tools_audited), (
+        f"{but.spec.id} neither turns built-ins off nor audits them: native tool use would go unseen"
+    )

@@ -1,0 +1,43 @@
+"""Parity ratchets: every backend gives the same normalized answer to the same situation —
+one outcome schema, and the refusal codes dispatch itself gives, whichever path the call took."""
+
+from __future__ import annotations
+
+from harnesscheck.contracts import AgentOutcome, OutcomeStatus
+from harnesscheck.kit.adapters import ToolCall
+from harnesscheck.kit.catalog import check
+
+HOSTILE = [
+    ToolCall("read_file", {"path": "../outside/secret.txt"}),
+    ToolCall("read_file", {"path": "leak"}),
+    ToolCall("read_file", {"path": "/proc/self/environ"}),
+    ToolCall("list_dir", {"path": "../outside"}),
+    ToolCall("write_file", {"path": "new.txt", "content": "x"}),
+]
+
+
+@check("parity.outcome-schema")
+def test_outcome_schema(but):
+    """The outcome is an AgentOutcome that round-trips through JSON and names its backend."""
+    run = but.run("success")
+    again = AgentOutcome.model_validate_json(run.outcome.model_dump_json())
+    assert again == run.outcome
+    assert run.outcome.backend == but.spec.id, f"backend label {run.outcome.backend!r} != {but.spec.id!r}"
+    assert run.outcome.status == OutcomeStatus.ok and run.outcome.text, "a success scenario gives text"
+
+
+@check("parity.refusal-codes-match-dispatch", incident=["G4", "P1", "P4", "P6", "P15"])
+def test_refusal_codes_match_dispatch(but):
+    """Refusal codes seen through the backend equal what dispatch returns in-process for the same calls."""
+    from harnesscheck.dispatch import dispatch
+
+    ws = but.workspace()
+    scope = ws.scope(read_only=True)
+    expected = []
+    for call in HOSTILE:
+        result = dispatch(call.name, dict(call.args), scope)
+        assert not result.ok, f"kit premise: dispatch allowed {call}"
+        expected.append((call.name, result.code))
+    run = but.run_tools(HOSTILE, workspace=ws, read_only=True)
+    got = [(r.tool, r.code) for r in run.outcome.refusals]
+    assert got == expected, f"refusals through {but.spec.id}: {got}\n   dispatch in-process: {expected}"

@@ -1,0 +1,52 @@
+"""Stream parsing (harness-anchors D1–D9): noise, unknown events, truncated and oversize lines
+never crash a session or change a recorded outcome; exactly one terminal outcome."""
+
+from __future__ import annotations
+
+from harnesscheck.contracts import ErrorClass as E
+from harnesscheck.contracts import Kind, OutcomeStatus
+from harnesscheck.kit.catalog import check
+
+
+@check("parse.noise-lines-skipped", kinds=[Kind.harness], incident="D4")
+def test_noise_lines_skipped(but):
+    """Non-JSON lines interleaved on stdout are skipped; the session's outcome is unchanged."""
+    run = but.run("malformed_line")
+    assert run.outcome.status == OutcomeStatus.ok, f"{run.outcome.status}/{run.outcome.error_class}: {run.outcome.message}"
+    assert run.outcome.text
+
+
+@check("parse.unknown-events-ignored", kinds=[Kind.harness], incident=["D6", "D10"])
+def test_unknown_events_ignored(but):
+    """Unknown event types and new fields are ignored, not fatal."""
+    run = but.run("unknown_events")
+    assert run.outcome.status == OutcomeStatus.ok, f"{run.outcome.status}/{run.outcome.error_class}: {run.outcome.message}"
+    assert run.outcome.text
+
+
+@check("parse.truncated-last-line", kinds=[Kind.harness], incident="D5")
+def test_truncated_last_line(but):
+    """A truncated last line is dropped; the outcome uses the last complete events and is never a silent ok without a result."""
+    run = but.run("truncated_last_line")
+    o = run.outcome
+    if o.terminal_event_seen:
+        assert o.status in (OutcomeStatus.ok, OutcomeStatus.error, OutcomeStatus.blocked)
+    else:
+        assert o.status != OutcomeStatus.ok, "no terminal event was complete, yet the outcome is ok"
+
+
+@check("parse.oversize-line-bounded", kinds=[Kind.harness], incident=["D1", "D7"])
+def test_oversize_line_bounded(but):
+    """A multi-MiB line is parsed, or fails with a typed protocol error naming the limit: never a hang or crash."""
+    run = but.run("oversize_line", timeout_s=120)
+    o = run.outcome
+    assert o.status == OutcomeStatus.ok or o.error_class == E.protocol, f"{o.status}/{o.error_class}: {o.message}"
+    assert run.duration_s < 100
+
+
+@check("parse.exit0-is-error", kinds=[Kind.harness], incident=["D9", "A10"])
+def test_exit0_is_error(but):
+    """A result with is_error true is an error even when the CLI exits 0 (never trust subtype: success)."""
+    run = but.run("exit0_is_error")
+    assert run.outcome.status != OutcomeStatus.ok, f"an is_error result was reported ok: {run.outcome.text!r}"
+    assert run.outcome.error_class is not None

@@ -1,0 +1,176 @@
+"""Path scope and exfiltration guards (harness-anchors §4, P1–P15): every tool call the model makes
+reaches the one choke point — through the host loop (api, fake) or the MCP bridge (harnesses) —
+and nothing outside the worktree is read, written or shown to the model. Benign controls
+beside the hostile inputs must keep working."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from harnesscheck.contracts import Capability as C
+from harnesscheck.contracts import Kind, OutcomeStatus
+from harnesscheck.kit.adapters import ToolCall
+from harnesscheck.kit.catalog import check
+
+CODE_RE = re.compile(r"^[a-z][a-z_]+$")
+
+
+def _refused(run, tool: str, n: int = 1):
+    """The session survived, recorded n refusals of `tool` with stable codes, and leaked nothing."""
+    o = run.outcome
+    assert o.status == OutcomeStatus.ok, f"a refusal must be a tool error the model reads, not {o.status}/{o.error_class}"
+    refusals = [r for r in o.refusals if r.tool == tool]
+    assert len(refusals) >= n, f"expected {n} refusal(s) of {tool} in the outcome, got {o.refusals}"
+    for r in refusals:
+        assert CODE_RE.match(r.code), f"refusal code {r.code!r} is not a stable machine code"
+    canary = run.workspace.canary
+    assert canary not in run.everything_visible(), "out-of-scope bytes reached the model, the outcome or a trace"
+    assert run.workspace.outside_unchanged(), "a file outside the worktree changed"
+    return refusals
+
+
+@check("scope.loop-reaches-dispatch", requires=[C.host_tool_loop], kinds=[Kind.api])
+def test_loop_reaches_dispatch(but):
+    """A model's tool call runs through dispatch in the host loop and its result reaches the model."""
+    run = but.run_tools([ToolCall("read_file", {"path": "README.md"})])
+    assert run.outcome.status == OutcomeStatus.ok
+    assert run.outcome.tool_calls >= 1 and "read_file" in run.outcome.tools_used
+    assert any("hello from the worktree" in text for text in run.model_saw), "the tool result never reached the model"
+    assert any(r.get("event") == "tool" and r.get("decision") == "allow" for r in run.trace), "dispatch traced nothing"
+
+
+@check("scope.bridge-reaches-dispatch", requires=[C.mcp_tools], kinds=[Kind.harness], incident=["G4", "I4"])
+def test_bridge_reaches_dispatch(but):
+    """A harness's tool call goes through the bridge to dispatch; the call and its result are folded into the outcome."""
+    run = but.run_tools([ToolCall("read_file", {"path": "README.md"})])
+    assert run.outcome.status == OutcomeStatus.ok, f"{run.outcome.status}/{run.outcome.error_class}: {run.outcome.message}"
+    assert run.outcome.tool_calls >= 1 and "read_file" in run.outcome.tools_used
+    assert any("hello from the worktree" in text for text in run.model_saw), "the bridge result never reached the CLI"
+
+
+@check("scope.dotdot-refused", incident="P1")
+def test_dotdot_refused(but):
+    """`..` traversal out of the root is refused with a stable code; the bytes never reach the model."""
+    run = but.run_tools([ToolCall("read_file", {"path": "../outside/secret.txt"}),
+                         ToolCall("read_file", {"path": "src/../../outside/secret.txt"})])
+    _refused(run, "read_file", 2)
+
+
+@check("scope.absolute-path-refused", incident="P2")
+def test_absolute_path_refused(but):
+    """An absolute path outside the root is refused (it must never discard the root)."""
+    ws = but.workspace()
+    run = but.run_tools([ToolCall("read_file", {"path": str(ws.secret)})], workspace=ws)
+    _refused(run, "read_file")
+
+
+@check("scope.sibling-prefix-refused", incident=["P3", "I2"])
+def test_sibling_prefix_refused(but):
+    """A sibling directory sharing the root's prefix (`work-secrets` beside `work`) is outside the scope."""
+    ws = but.workspace()
+    run = but.run_tools([ToolCall("read_file", {"path": str(ws.sibling / "key.txt")}),
+                         ToolCall("read_file", {"path": "../work-secrets/key.txt"})], workspace=ws)
+    _refused(run, "read_file", 2)
+
+
+@check("scope.symlink-leaf-refused", incident="P4")
+def test_symlink_leaf_refused(but):
+    """An in-tree symlink pointing outside the root is not followed."""
+    _refused(but.run_tools([ToolCall("read_file", {"path": "leak"})]), "read_file")
+
+
+@check("scope.symlink-parent-write-refused", incident=["P5", "I2"])
+def test_symlink_parent_write_refused(but):
+    """A write through a symlinked parent directory to a not-yet-existing file outside is refused."""
+    ws = but.workspace()
+    run = but.run_tools([ToolCall("write_file", {"path": "outbox/new.conf", "content": "x"})], read_only=False, workspace=ws)
+    _refused(run, "write_file")
+    assert not (ws.outside / "new.conf").exists(), "the write escaped through the symlinked parent"
+
+
+@check("scope.in-tree-symlink-reads", incident="P4")
+def test_in_tree_symlink_reads(but):
+    """Benign control: an in-tree symlink to an in-tree file still reads."""
+    run = but.run_tools([ToolCall("read_file", {"path": "link_in"})])
+    assert run.outcome.status == OutcomeStatus.ok
+    assert not run.outcome.refusals, f"a benign in-tree symlink was refused: {run.outcome.refusals}"
+    assert any("hello from the worktree" in t for t in run.model_saw)
+
+
+@check("scope.procfs-refused", incident=["P6", "A11"])
+def test_procfs_refused(but):
+    """/proc/self/environ and other magic links are refused: the serving process's secrets never leak."""
+    canaries = but.parent_env_canaries()
+    run = but.run_tools([ToolCall("read_file", {"path": "/proc/self/environ"}),
+                         ToolCall("read_file", {"path": "/proc/self/root/etc/hostname"})], parent_env=canaries)
+    _refused(run, "read_file", 2)
+    blob = run.everything_visible()
+    assert not [k for k, v in canaries.items() if v in blob], "a parent-env canary reached the model"
+
+
+@check("scope.nul-byte-refused", incident="P9")
+def test_nul_byte_refused(but):
+    """A path with a NUL byte is refused before any resolution."""
+    _refused(but.run_tools([ToolCall("read_file", {"path": "README.md\x00.png"})]), "read_file")
+
+
+@check("scope.long-path-refused", incident="P10")
+def test_long_path_refused(but):
+    """A very long path is refused cleanly (no crash, no hang)."""
+    _refused(but.run_tools([ToolCall("read_file", {"path": "a/" * 3000 + "x"})]), "read_file")
+
+
+@check("scope.hardlink-write-refused", incident="P12")
+def test_hardlink_write_refused(but):
+    """A write through an in-tree hard link to an outside file is refused; the outside inode is unchanged."""
+    ws = but.workspace()
+    if not (ws.root / "hard.txt").exists():
+        but.skip("env-missing", "this filesystem cannot make hard links")
+    run = but.run_tools([ToolCall("write_file", {"path": "hard.txt", "content": "pwned"})], read_only=False, workspace=ws)
+    _refused(run, "write_file")
+
+
+@check("scope.fifo-refused", incident="P13")
+def test_fifo_refused(but):
+    """Reading a FIFO is refused at once instead of blocking the session."""
+    ws = but.workspace()
+    if not (ws.root / "pipe").exists():
+        but.skip("env-missing", "this filesystem cannot make FIFOs")
+    run = but.run_tools([ToolCall("read_file", {"path": "pipe"})], workspace=ws, timeout_s=30)
+    assert run.duration_s < 25, "reading a FIFO blocked the session"
+    _refused(run, "read_file")
+
+
+@check("scope.read-only-write-refused", incident=["P15", "I3"])
+def test_read_only_write_refused(but):
+    """In a read-only scope every write is refused and nothing is created."""
+    ws = but.workspace()
+    run = but.run_tools([ToolCall("write_file", {"path": "new.txt", "content": "x"}),
+                         ToolCall("edit_file", {"path": "README.md", "old": "hello", "new": "bye"})],
+                        read_only=True, workspace=ws)
+    assert run.outcome.status == OutcomeStatus.ok
+    assert len(run.outcome.refusals) >= 2, f"writes in a read-only scope were not refused: {run.outcome.refusals}"
+    assert not (ws.root / "new.txt").exists(), "a file was created in a read-only scope"
+    assert (ws.root / "README.md").read_text().startswith("hello"), "a file was edited in a read-only scope"
+
+
+@check("scope.refusal-visible-to-model", incident="G4")
+def test_refusal_visible_to_model(but):
+    """A refusal reaches the model as a tool error naming its reason code, and the session goes on."""
+    run = but.run_tools([ToolCall("read_file", {"path": "../outside/secret.txt"})])
+    refusals = _refused(run, "read_file")
+    shown = [t for t in run.model_saw if refusals[0].code in t]
+    assert shown, f"the model never saw the refusal code {refusals[0].code!r}: {run.model_saw}"
+
+
+@check("scope.writes-stay-inside", incident=["I1", "I2"])
+def test_writes_stay_inside(but):
+    """Benign control: an in-scope write lands in the worktree, and nothing outside changes."""
+    ws = but.workspace()
+    run = but.run_tools([ToolCall("write_file", {"path": "out.txt", "content": "written"})], read_only=False, workspace=ws)
+    assert run.outcome.status == OutcomeStatus.ok
+    created = ws.root / "out.txt"
+    assert created.is_file() and created.read_text() == "written", "an allowed write did not land"
+    assert ws.outside_unchanged()
+    assert not os.path.exists(ws.outside / "out.txt")

@@ -1,0 +1,77 @@
+"""Selection and preflight: a backend is built from the registry, and refuses what it cannot do
+with a typed error, quickly, before any work (the "declines correctly" checks)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from harnesscheck.contracts import (
+    CapabilityUnsupported,
+    CliNotFound,
+    CliVersionUnsupported,
+    HarnessError,
+    Kind,
+    Transport,
+)
+from harnesscheck.kit.catalog import check
+
+TOOL = [{"name": "read_file", "description": "read", "input_schema": {"type": "object"}}]
+
+
+@check("selection.registry-builds-backend")
+def test_registry_builds_backend(but):
+    """The registry builds the backend from its spec, and it keeps the Transport protocol."""
+    transport = but.transport()
+    assert isinstance(transport, Transport), f"{type(transport).__name__} does not implement Transport"
+    assert transport.spec.id == but.spec.id
+
+
+@check("selection.complete-declines-tools", incident="F9")
+def test_complete_declines_tools(but):
+    """complete() given tools raises CapabilityUnsupported at once, without starting any work."""
+    transport = but.transport()
+    started = time.monotonic()
+    with pytest.raises(CapabilityUnsupported):
+        transport.complete("Say hi.", tools=TOOL)
+    assert time.monotonic() - started < 5.0, "declining took longer than 5 s: it must not start a session"
+    assert but.spawned() == [], "complete(tools=...) started the CLI before declining"
+
+
+@check("selection.cli-missing-typed-error", incident="E11", kinds=[Kind.harness])
+def test_cli_missing_typed_error(but, tmp_path):
+    """A missing CLI binary is a typed CliNotFound naming the paths tried, raised before any spawn."""
+    missing = tmp_path / "no-such-dir" / (but.spec.cli_name or "cli")
+    with pytest.raises((CliNotFound, HarnessError)) as err:
+        transport = but.transport(cli=missing)
+        transport.run_session(but.request())
+    assert isinstance(err.value, CliNotFound), f"expected CliNotFound, got {type(err.value).__name__}: {err.value}"
+    assert str(missing) in str(err.value), "the error must name the path tried"
+
+
+@check("selection.cli-version-unsupported", incident="E11", kinds=[Kind.harness])
+def test_cli_version_unsupported(but):
+    """A CLI outside the supported version range is refused with found vs required, before the session."""
+    if not (but.spec.min_version or but.spec.max_version):
+        but.skip("unsupported-by-backend", f"{but.spec.id} declares no supported version range")
+    fake = but.install_fake("success", version="0.0.1 (too old)")
+    with pytest.raises(HarnessError) as err:
+        but.transport(cli=fake.path).run_session(but.request())
+    assert isinstance(err.value, CliVersionUnsupported), f"got {type(err.value).__name__}: {err.value}"
+    assert "0.0.1" in str(err.value)
+    assert [r for r in fake.records() if "--version" not in r["argv"] and "-v" not in r["argv"]] == [], (
+        "the session was started with an unsupported CLI"
+    )
+
+
+@check("selection.batch-shim-refused", incident="J5", kinds=[Kind.harness])
+def test_batch_shim_refused(but, tmp_path):
+    """A Windows .cmd/.bat shim is never executed as the CLI (CVE-2024-24576 class)."""
+    marker = tmp_path / "ran"
+    shim = tmp_path / f"{but.spec.cli_name}.cmd"
+    shim.write_text(f"#!/bin/sh\ntouch {marker}\necho 9.9.9\n")
+    shim.chmod(0o755)
+    with pytest.raises(HarnessError):
+        but.transport(cli=shim).run_session(but.request())
+    assert not marker.exists(), "the .cmd shim was executed"

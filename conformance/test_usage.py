@@ -1,0 +1,77 @@
+"""Usage, cost and served model: counted once, never fabricated, main chain only."""
+
+from __future__ import annotations
+
+import pytest
+
+from harnesscheck.contracts import Capability as C
+from harnesscheck.contracts import CostSource, Kind, ModelVerdict
+from harnesscheck.kit.catalog import check
+
+
+@check("usage.counted-once-per-message", requires=[C.usage_reporting], incident="D11")
+def test_usage_counted_once(but):
+    """Usage repeated on every streamed chunk of a message is counted once (the last report wins)."""
+    run = but.run("repeated_usage")
+    expected = run.facts.usage
+    assert expected is not None, "the scenario states its usage"
+    got = run.outcome.usage
+    assert (got.input, got.output) == (expected.input, expected.output), (
+        f"usage {got.input}/{got.output} != {expected.input}/{expected.output} (in/out): summed per streamed line?"
+    )
+
+
+@check("usage.cost-never-fabricated", incident=["I5", "C3"])
+def test_cost_never_fabricated(but):
+    """A dollar figure appears only with its true source; with no vendor or price-table figure it is None."""
+    run = but.run("success")
+    cost = run.outcome.cost
+    if run.facts.cost_usd is None:
+        assert cost.usd is None, f"cost {cost.usd} USD (source {cost.source}) was fabricated: nothing reported it"
+        assert cost.source == CostSource.none
+    else:
+        assert cost.usd == pytest.approx(run.facts.cost_usd, rel=1e-6), f"cost {cost.usd} != reported {run.facts.cost_usd}"
+        assert cost.source != CostSource.none
+    if but.kind is Kind.harness:
+        assert cost.source != CostSource.api, "a harness never prices tokens itself"
+
+
+@check("usage.vendor-cost-reported", requires=[C.cost_reporting], incident="I5")
+def test_vendor_cost_reported(but):
+    """A backend claiming cost_reporting passes the vendor's figure through with a non-api source."""
+    run = but.run("success")
+    assert run.facts.cost_usd is not None, "the scenario carries a vendor cost"
+    assert run.outcome.cost.usd == pytest.approx(run.facts.cost_usd, rel=1e-6)
+    assert run.outcome.cost.source in (CostSource.subscription, CostSource.reported)
+
+
+@check("usage.served-model-reported", requires=[C.served_model_reporting], incident="I5")
+def test_served_model_reported(but):
+    """The served model is read from the backend's own report, and matches the request."""
+    run = but.run("success")
+    assert run.outcome.served_model == run.facts.served_model, (
+        f"served {run.outcome.served_model!r}, the backend reported {run.facts.served_model!r}"
+    )
+    if run.outcome.requested_model:
+        assert run.outcome.model_verdict == ModelVerdict.match
+
+
+@check("usage.served-model-mismatch-flagged", requires=[C.served_model_reporting], incident="I5")
+def test_served_model_mismatch_flagged(but):
+    """A served model different from the requested one is flagged mismatch, never reported as a match."""
+    run = but.run("served_model_mismatch")
+    assert run.outcome.served_model == run.facts.served_model
+    assert run.outcome.model_verdict == ModelVerdict.mismatch, f"verdict {run.outcome.model_verdict}"
+
+
+@check("usage.helper-model-not-served", requires=[C.served_model_reporting], incident="D12")
+def test_helper_model_not_served(but):
+    """A helper or sub-agent model never becomes the served model; its usage is reported apart."""
+    run = but.run("helper_model")
+    assert run.facts.helper_models, "the scenario has a helper model"
+    assert run.outcome.served_model == run.facts.served_model, (
+        f"served {run.outcome.served_model!r}: read from a helper model instead of the main chain"
+    )
+    assert set(run.facts.helper_models) <= set(run.outcome.helper_usage), "helper usage is reported separately"
+    if run.facts.usage is not None:
+        assert run.outcome.usage.input == run.facts.usage.input, "helper tokens were added to the main usage"

@@ -1,0 +1,529 @@
+"""BackendUnderTest: one adapter per way of driving a backend, so each check is written once.
+
+A check speaks in abstract scenarios ("success", "auth_401", "timeout_mid_stream", a list
+of tool calls). The adapter turns that into a concrete set-up for its backend and level:
+
+- ScriptedAdapter: backends whose transport has a ``script`` attribute (``fake``, and any
+  third-party backend built on it): an in-process FakeScript.
+- ApiAdapter: the ``api`` backend, its HTTP endpoint mocked with respx (offline).
+- HarnessAdapter: CLI backends: a per-test fake CLI replaying ``fixtures/<cli>/<scenario>.json``
+  (offline). The loopback level (real CLI + scripted model server) plugs in through
+  ``LEVEL_PROVIDERS`` without changing any check.
+
+Every run happens in a fresh Workspace: a worktree with benign files and traps, and
+sentinel files outside it holding a canary that must never reach the model or the outcome.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import secrets
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from _pytest.outcomes import Skipped as _Skipped
+
+from harnesscheck.config import Settings
+from harnesscheck.contracts import AgentOutcome, AgentSessionRequest, Kind, ProviderSpec, Transport, Usage
+from harnesscheck.scope import ToolScope
+
+#: Abstract scenario names checks may ask for (the fixture names, plus two kit-level ones).
+SCENARIOS: tuple[str, ...] = (
+    "success", "tool_calls", "max_turns", "not_logged_in", "auth_401", "usage_limit",
+    "rate_limit_429", "overloaded_529", "context_overflow", "model_not_found", "malformed_line",
+    "unknown_events", "truncated_last_line", "oversize_line", "linger_after_result",
+    "timeout_mid_stream", "served_model_mismatch", "mcp_failed", "mcp_slow", "native_tool_use",
+    "exit0_is_error", "crash_no_result", "api_key_source", "helper_model", "repeated_usage",
+)
+
+
+class SkipCell(_Skipped):
+    """This cell cannot run here: a pytest skip whose message starts with the reason code."""
+
+    __module__ = "builtins"  # printed as "SkipCell: [reason] message"
+
+    def __init__(self, reason: str, message: str):
+        from harnesscheck.kit.catalog import REASON_CODES
+
+        if reason not in REASON_CODES:
+            raise ValueError(f"unknown reason code {reason!r}")
+        self.reason, self.message = reason, message
+        super().__init__(msg=f"[{reason}] {message}", _use_item_location=True)
+
+
+class KitFault(Exception):
+    """The kit itself failed to set a scenario up (reported as an error, reason kit-bug)."""
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    name: str
+    args: dict
+
+
+@dataclass
+class Facts:
+    """What a scenario is known to contain, so checks can compare the outcome to it."""
+
+    usage: Usage | None = None  # usage counted once per message id
+    served_model: str | None = None  # the main chain's model
+    helper_models: tuple[str, ...] = ()
+    cost_usd: float | None = None  # a vendor-reported figure, when the scenario has one
+    partial_text: str | None = None  # text streamed before a stall
+    requested_model: str | None = None
+
+
+# ---------------------------------------------------------------------------------------
+# The workspace every run gets
+
+
+@dataclass
+class Workspace:
+    """A worktree with benign files and traps, and canary-holding sentinels outside it.
+
+    tmp/
+      work/                 the scope root
+        README.md           benign
+        src/app.py          benign
+        link_in -> README.md        benign in-tree symlink
+        leak -> ../outside/secret.txt   symlink escape (leaf)
+        outbox -> ../outside           symlinked parent directory
+        hard.txt            hard link to ../outside/hardlinked.txt (when the fs allows)
+        pipe                a FIFO
+        .env                worktree dotenv holding a canary (must not configure a child)
+      work-secrets/key.txt  sibling-prefix trap
+      outside/secret.txt    the canary
+    """
+
+    base: Path
+    canary: str = field(default_factory=lambda: "HC-CANARY-" + secrets.token_hex(8))
+
+    def __post_init__(self) -> None:
+        self.root = self.base / "work"
+        self.outside = self.base / "outside"
+        self.sibling = self.base / "work-secrets"
+        self.root.mkdir(parents=True)
+        self.outside.mkdir()
+        self.sibling.mkdir()
+        (self.root / "README.md").write_text("hello from the worktree\n")
+        (self.root / "src").mkdir()
+        (self.root / "src" / "app.py").write_text("print('app')\n")
+        (self.root / ".env").write_text(f"ANTHROPIC_API_KEY={self.canary}-dotenv\nHTTP_PROXY=http://127.0.0.1:9\n")
+        self.secret = self.outside / "secret.txt"
+        self.secret.write_text(f"secret {self.canary}\n")
+        (self.sibling / "key.txt").write_text(f"sibling {self.canary}\n")
+        (self.outside / "hardlinked.txt").write_text(f"hardlinked {self.canary}\n")
+        os.symlink("README.md", self.root / "link_in")
+        os.symlink(os.path.join("..", "outside", "secret.txt"), self.root / "leak")
+        os.symlink(os.path.join("..", "outside"), self.root / "outbox")
+        with contextlib.suppress(OSError):
+            os.link(self.outside / "hardlinked.txt", self.root / "hard.txt")
+        with contextlib.suppress(OSError, AttributeError):
+            os.mkfifo(self.root / "pipe")
+        self._outside_before = self.outside_digest()
+
+    def scope(self, *, read_only: bool = True) -> ToolScope:
+        return ToolScope(name="conformance", root=self.root, read_only=read_only)
+
+    def outside_digest(self) -> dict[str, str]:
+        """Name -> content hash of everything outside the worktree (sentinels)."""
+        out: dict[str, str] = {}
+        for top in (self.outside, self.sibling):
+            for path in sorted(top.rglob("*")):
+                if path.is_file() and not path.is_symlink():
+                    out[str(path.relative_to(self.base))] = hashlib.sha256(path.read_bytes()).hexdigest()
+        return out
+
+    def outside_unchanged(self) -> bool:
+        return self.outside_digest() == self._outside_before
+
+
+# ---------------------------------------------------------------------------------------
+# What a run gives back
+
+
+@dataclass
+class SessionRun:
+    outcome: AgentOutcome
+    workspace: Workspace
+    duration_s: float
+    model_saw: list[str] = field(default_factory=list)  # tool results / prompts the model was shown
+    children: list[dict] = field(default_factory=list)  # fake-CLI invocation records (harness)
+    trace: list[dict] = field(default_factory=list)  # trace records of the session
+    model_calls: int | None = None  # requests made to the model (api, fake)
+    requests: list[dict] = field(default_factory=list)  # HTTP requests (api): url, headers, body
+    facts: Facts = field(default_factory=Facts)
+    parent_env: dict[str, str] = field(default_factory=dict)
+
+    def everything_visible(self) -> str:
+        """Every byte the backend exposed: outcome, what the model saw, traces, argv, requests."""
+        parts = [self.outcome.model_dump_json(), *self.model_saw, json.dumps(self.trace)]
+        for child in self.children:
+            parts.append(json.dumps(child.get("argv", [])))
+        for req in self.requests:
+            parts.append(req.get("body", ""))
+        return "\n".join(parts)
+
+    def outcome_and_artifacts(self) -> str:
+        """What a host stores or prints: the outcome, the traces and the children's argv."""
+        parts = [self.outcome.model_dump_json(), json.dumps(self.trace)]
+        for child in self.children:
+            parts.append(json.dumps(child.get("argv", [])))
+        return "\n".join(parts)
+
+
+@contextlib.contextmanager
+def patched_environ(values: dict[str, str]) -> Iterator[None]:
+    """Set os.environ entries for the duration of a run (parent-env canaries)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+def read_trace(path: Path | None) -> list[dict]:
+    if path is None or not Path(path).is_file():
+        return []
+    out = []
+    for line in Path(path).read_text(encoding="utf-8", errors="replace").splitlines():
+        with contextlib.suppress(ValueError):
+            out.append(json.loads(line))
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# The adapter base
+
+
+class BackendUnderTest:
+    """A backend at a level, ready to run abstract scenarios in fresh workspaces."""
+
+    name = "base"
+
+    def __init__(self, spec: ProviderSpec, level: str, tmp_path: Path):
+        self.spec = spec
+        self.level = level
+        self.tmp_path = tmp_path
+        self._n = 0
+
+    # -- what checks use ---------------------------------------------------------------
+
+    @property
+    def kind(self) -> Kind:
+        return self.spec.kind
+
+    @property
+    def cli_version(self) -> str | None:
+        return None
+
+    def workspace(self) -> Workspace:
+        self._n += 1
+        return Workspace(self.tmp_path / f"ws{self._n}")
+
+    def run(
+        self,
+        scenario: str,
+        *,
+        prompt: str = "Say hello.",
+        timeout_s: float = 30.0,
+        max_iters: int = 8,
+        read_only: bool = True,
+        model: str | None = None,
+        parent_env: dict[str, str] | None = None,
+        cancel_after_s: float | None = None,
+        tool_calls: list[ToolCall] | None = None,
+        workspace: Workspace | None = None,
+        echo: list[str] | None = None,
+    ) -> SessionRun:
+        """Run one session of `scenario` (or of scripted `tool_calls`) and collect the evidence.
+
+        `echo`: strings the upstream (vendor API / CLI) repeats in its error output, as real
+        ones do with keys and tokens; the backend must not pass them on.
+        """
+        if scenario not in SCENARIOS and scenario != "tools":
+            raise KitFault(f"unknown scenario {scenario!r}")
+        ws = workspace or self.workspace()
+        env = dict(parent_env or {})
+        cancel = threading.Event() if cancel_after_s is not None else None
+        timer = threading.Timer(cancel_after_s, cancel.set) if cancel is not None else None
+        with patched_environ(env):
+            setup = self.prepare(scenario, ws, tool_calls=tool_calls, model=model, timeout_s=timeout_s, echo=echo or [])
+            request = AgentSessionRequest(
+                prompt=prompt,
+                scope=ws.scope(read_only=read_only),
+                model=model if model is not None else setup.model,
+                max_iters=max_iters,
+                timeout_s=timeout_s,
+                run_dir=ws.base / "run",
+                session_id=uuid.uuid4().hex,
+            )
+            started = time.monotonic()
+            if timer is not None:
+                timer.start()
+            try:
+                outcome = setup.transport.run_session(request, cancel=cancel)
+            finally:
+                if timer is not None:
+                    timer.cancel()
+            duration = time.monotonic() - started
+        run = SessionRun(outcome=outcome, workspace=ws, duration_s=duration, facts=setup.facts, parent_env=env)
+        self.collect(run, setup, request)
+        return run
+
+    def run_tools(self, calls: list[ToolCall], **kwargs) -> SessionRun:
+        """A session in which the model asks for exactly these tool calls, then answers."""
+        return self.run("tools", tool_calls=calls, **kwargs)
+
+    def transport(self, **settings) -> Transport:
+        from harnesscheck.registry import build_transport
+
+        return build_transport(self.spec, Settings(backend=self.spec.id, **settings))
+
+    # -- what adapters implement -------------------------------------------------------
+
+    # -- helpers for checks --------------------------------------------------------------
+
+    def skip(self, reason: str, message: str):
+        raise SkipCell(reason, message)
+
+    def request(self, **overrides) -> AgentSessionRequest:
+        """A minimal request in a fresh workspace (for preflight checks)."""
+        ws = self.workspace()
+        fields = dict(prompt="Say hello.", scope=ws.scope(), timeout_s=30.0, run_dir=ws.base / "run")
+        fields.update(overrides)
+        return AgentSessionRequest(**fields)
+
+    def parent_env_canaries(self) -> dict[str, str]:
+        """Unique canary values for every denied family of the parent environment."""
+        tag = secrets.token_hex(6)
+        names = [
+            "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL",
+            "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_OAUTH_TOKEN", "OPENAI_API_KEY", "OPENAI_BASE_URL",
+            "CODEX_API_KEY", "CURSOR_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY",
+            "AWS_SECRET_ACCESS_KEY", "AZURE_OPENAI_API_KEY", "GITHUB_TOKEN", "HC_DB_PASSWORD",
+        ]
+        return {n: f"canary-{n.lower().replace('_', '-')}-{tag}" for n in names}
+
+    def spawned(self) -> list[dict]:
+        """Invocation records of processes this adapter's backend started (none in-process)."""
+        return []
+
+    def child_pids(self, run: SessionRun) -> list[int]:
+        pids: list[int] = []
+        for child in run.children:
+            pids.append(child["pid"])
+            pids.extend(g["pid"] for g in child.get("grandchildren", []))
+        return pids
+
+    def tools_offered(self, run: SessionRun) -> list[str] | None:
+        """Tool names the model was offered in the run (None when unobservable)."""
+        return None
+
+    def mcp_servers(self, run: SessionRun) -> dict[str, dict]:
+        return {}
+
+    def install_fake(self, scenario, **overrides):
+        raise SkipCell("unsupported-by-backend", f"{self.spec.id} runs no CLI")
+
+    # -- what adapters implement -------------------------------------------------------
+
+    def prepare(self, scenario: str, ws: Workspace, *, tool_calls, model, timeout_s, echo) -> "Setup":
+        raise SkipCell("adapter-not-implemented", f"no adapter drives {self.spec.id} at {self.level}")
+
+    def collect(self, run: SessionRun, setup: "Setup", request: AgentSessionRequest) -> None:
+        run.trace = read_trace(request.run_dir / "trace.jsonl" if request.run_dir else None)
+
+
+@dataclass
+class Setup:
+    transport: Transport
+    facts: Facts = field(default_factory=Facts)
+    model: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------
+# Scripted (in-process) backends: fake, and anything built on FakeTransport
+
+
+def scripted_scenarios() -> dict[str, tuple[object, Facts]]:
+    """Canonical scenarios as FakeScripts, with the facts each one contains."""
+    from harnesscheck.contracts import ErrorClass as E
+    from harnesscheck.providers.fake import FakeScript, FakeTurn
+    from harnesscheck.providers.fake import ToolCall as FakeCall
+
+    u = Usage(input=120, output=30, cache_read=7)
+    err = lambda cls, msg, **kw: (FakeScript([FakeTurn(error=cls, error_message=msg, **kw)]), Facts())  # noqa: E731
+    return {
+        "success": (FakeScript([FakeTurn(text="The answer is 42.", usage=u, usage_repeats=3)]), Facts(usage=u, served_model="fake-model-1")),
+        "repeated_usage": (
+            FakeScript([
+                FakeTurn(text="reading", usage=u, usage_repeats=4, tool_calls=[FakeCall("list_dir", {"path": "."})]),
+                FakeTurn(text="done", usage=Usage(input=200, output=10), usage_repeats=5),
+            ]),
+            Facts(usage=u + Usage(input=200, output=10), served_model="fake-model-1"),
+        ),
+        "tool_calls": (
+            FakeScript([FakeTurn(tool_calls=[FakeCall("read_file", {"path": "README.md"})]), FakeTurn(text="README greets you.")]),
+            Facts(served_model="fake-model-1"),
+        ),
+        "max_turns": (
+            FakeScript([FakeTurn(text="looking", tool_calls=[FakeCall("list_dir", {"path": "."})])], repeat_last=True),
+            Facts(),
+        ),
+        "not_logged_in": err(E.auth, "Not logged in"),
+        "auth_401": err(E.auth, "401 invalid x-api-key"),
+        "usage_limit": err(E.quota, "You've hit your usage limit"),
+        "rate_limit_429": err(E.rate_limit, "429 rate limited", retry_after_s=30.0),
+        "overloaded_529": err(E.overloaded, "529 Overloaded"),
+        "context_overflow": err(E.context_overflow, "prompt is too long"),
+        "model_not_found": err(E.model_unavailable, "model not found"),
+        "timeout_mid_stream": (
+            FakeScript([
+                FakeTurn(text="partial answer", tool_calls=[FakeCall("list_dir", {"path": "."})]),
+                FakeTurn(text="never", delay_s=3600),
+            ]),
+            Facts(partial_text="partial answer"),
+        ),
+        "served_model_mismatch": (
+            FakeScript([FakeTurn(text="hi", model="fake-model-other")]),
+            Facts(served_model="fake-model-other", requested_model="fake-model-1"),
+        ),
+        "helper_model": (
+            FakeScript([FakeTurn(text="hi", usage=u, helper_usage={"fake-helper-mini": Usage(input=900, output=90)})]),
+            Facts(usage=u, served_model="fake-model-1", helper_models=("fake-helper-mini",)),
+        ),
+    }
+
+
+class ScriptedAdapter(BackendUnderTest):
+    name = "scripted"
+
+    def __init__(self, spec, level, tmp_path):
+        super().__init__(spec, level, tmp_path)
+        self._transport = None
+
+    def transport(self, **settings):
+        """One transport per adapter, so concurrent sessions share it as a host would."""
+        if settings:
+            return super().transport(**settings)
+        if self._transport is None:
+            self._transport = super().transport()
+        return self._transport
+
+    def prepare(self, scenario, ws, *, tool_calls, model, timeout_s, echo) -> Setup:
+        import dataclasses
+
+        from harnesscheck.providers.fake import FakeScript, FakeTurn
+        from harnesscheck.providers.fake import ToolCall as FakeCall
+
+        if scenario == "tools":
+            calls = [FakeCall(c.name, dict(c.args)) for c in tool_calls or []]
+            script = FakeScript([FakeTurn(tool_calls=calls), FakeTurn(text="done")])
+            return Setup(_Scripted(self.transport(), script), Facts(), model="fake-model-1")
+        table = scripted_scenarios()
+        if scenario not in table:
+            raise SkipCell("unsupported-by-backend", f"{self.spec.id} is in-process: no {scenario} scenario")
+        script, facts = table[scenario]
+        if echo:
+            script = FakeScript(
+                [dataclasses.replace(t, error_message=f"{t.error_message} ({' '.join(echo)})") if t.error else t
+                 for t in script.turns],
+                repeat_last=script.repeat_last,
+            )
+        return Setup(_Scripted(self.transport(), script), facts, model=facts.requested_model or "fake-model-1")
+
+    def collect(self, run, setup, request) -> None:
+        super().collect(run, setup, request)
+        log = setup.transport.inner.session_log(request.session_id)
+        run.model_saw = list(log.model_saw)
+        run.model_calls = log.model_calls
+        run.extra_tools_offered = list(log.tools_offered)
+
+    def tools_offered(self, run):
+        return getattr(run, "extra_tools_offered", None)
+
+
+class _Scripted:
+    """Runs one session of a shared scripted transport with this session's script."""
+
+    def __init__(self, inner, script):
+        self.inner, self.script = inner, script
+        self.spec = inner.spec
+
+    def run_session(self, request, **kwargs):
+        return self.inner.run_session(request, script=self.script, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------
+# Choosing an adapter
+
+#: (kind-or-"scripted", level) -> adapter class. The loopback helper registers its own here.
+LEVEL_PROVIDERS: dict[tuple[str, str], Callable[[ProviderSpec, str, Path], BackendUnderTest]] = {}
+
+
+def is_scripted(spec: ProviderSpec) -> bool:
+    """A backend built on FakeTransport (has a settable `script`)."""
+    import importlib
+
+    module, _, attr = spec.factory.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError):
+        return False
+    from harnesscheck.providers.fake import FakeTransport
+
+    return isinstance(factory, type) and issubclass(factory, FakeTransport)
+
+
+def adapter_kind(spec: ProviderSpec) -> str:
+    if is_scripted(spec):
+        return "scripted"
+    if spec.kind is Kind.harness:
+        return "harness"
+    return "api"
+
+
+def level_available(spec: ProviderSpec, level: str) -> tuple[bool, str]:
+    """Whether this machine can run `spec` at `level` (offline always can)."""
+    kind = adapter_kind(spec)
+    if level == "offline":
+        return True, ""
+    if (kind, level) in LEVEL_PROVIDERS:
+        probe = getattr(LEVEL_PROVIDERS[(kind, level)], "available", None)
+        if probe is not None:
+            return probe(spec)
+        return True, ""
+    if kind == "scripted":
+        return False, f"{spec.id} is in-process: only the offline level exists"
+    return False, f"no {level} adapter for {spec.id} is installed"
+
+
+def adapter_for(spec: ProviderSpec, level: str, tmp_path: Path) -> BackendUnderTest:
+    kind = adapter_kind(spec)
+    if (kind, level) in LEVEL_PROVIDERS:
+        return LEVEL_PROVIDERS[(kind, level)](spec, level, tmp_path)
+    if level != "offline":
+        raise SkipCell("env-missing", level_available(spec, level)[1])
+    if kind == "scripted":
+        return ScriptedAdapter(spec, level, tmp_path)
+    if kind == "harness":
+        from harnesscheck.kit.harness_adapter import HarnessAdapter
+
+        return HarnessAdapter(spec, level, tmp_path)
+    from harnesscheck.kit.api_adapter import ApiAdapter
+
+    return ApiAdapter(spec, level, tmp_path)

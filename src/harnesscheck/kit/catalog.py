@@ -1,0 +1,197 @@
+"""The check catalog: every conformance check, its stable id and what it requires.
+
+A check is a pytest function in ``conformance/test_<area>.py`` decorated with ``@check``::
+
+    @check("scope.dotdot-refused", requires=[C.host_tool_loop], incident="P1")
+    def test_dotdot_refused(but):
+        '''A `..` path is refused with path_outside_scope and its bytes never reach the model.'''
+
+Ids are ``<area>.<behaviour>`` slugs, append-only: never renamed, never reused. The
+docstring's first line is the requirement. ``requires`` lists capabilities the backend
+must declare (else the cell is skipped ``unsupported-by-backend``); ``declines`` marks a
+"declines correctly" check that runs only when the capability is NOT declared. ``kinds``
+restricts a check to api or harness backends (other kinds get no cell at all).
+See doc/SPEC-kit.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from harnesscheck.contracts import Capability, Kind
+
+LEVELS: tuple[str, ...] = ("offline", "loopback", "live")
+
+#: Why a cell did not pass. Every skip, baseline entry and kit error carries one.
+REASON_CODES: dict[str, str] = {
+    "unsupported-by-backend": "the backend does not declare the capability (an upstream product limitation)",
+    "adapter-not-implemented": "the kit cannot yet set this scenario up for this backend at this level",
+    "upstream-bug": "a known defect of the vendor CLI or API",
+    "env-missing": "a binary, login or credential needed at this level is not present here",
+    "budget": "the live budget (turns, seconds) does not allow this check",
+    "kit-bug": "a defect in the kit itself, not in the backend",
+}
+
+AREAS: dict[str, str] = {
+    "selection": "Selection and preflight",
+    "env": "Child environment and secrets",
+    "scope": "Path scope and exfiltration guards",
+    "time": "Timeouts, cancellation, process trees",
+    "parse": "Stream parsing",
+    "errors": "Error classification",
+    "usage": "Usage, cost and served model",
+    "bridge": "Tool bridge readiness",
+    "audit": "Post-run audit",
+    "concurrency": "Concurrency",
+    "parity": "Parity ratchets",
+    "live": "Live smokes",
+}
+
+_ID_RE = re.compile(r"^[a-z]+\.[a-z0-9]+(?:-[a-z0-9]+)*$")
+_INCIDENT_RE = re.compile(r"^(?:[A-J]\d{1,2}|P\d{1,2})$")
+
+
+class CatalogError(Exception):
+    """A malformed or duplicate check definition (a kit bug)."""
+
+
+@dataclass(frozen=True)
+class CheckInfo:
+    """One catalog entry: everything but the test body."""
+
+    id: str
+    requirement: str
+    area: str
+    requires: frozenset[Capability] = frozenset()
+    declines: Capability | None = None
+    incidents: tuple[str, ...] = ()
+    kinds: frozenset[Kind] = frozenset(Kind)
+    levels: tuple[str, ...] = ("offline", "loopback")
+    module: str = ""
+    function: str = ""
+    details: str = ""
+
+    def applies_to_kind(self, kind: Kind) -> bool:
+        return kind in self.kinds
+
+    def fingerprint(self) -> dict:
+        """What defines the check's meaning (hashed into the catalog hash)."""
+        return {
+            "id": self.id,
+            "requirement": self.requirement,
+            "requires": sorted(self.requires),
+            "declines": self.declines,
+            "kinds": sorted(self.kinds),
+            "levels": list(self.levels),
+        }
+
+
+#: id -> CheckInfo, filled by @check as the conformance modules are imported.
+CATALOG: dict[str, CheckInfo] = {}
+
+ATTR = "__harnesscheck_check__"
+
+
+def check(
+    check_id: str,
+    *,
+    requires: Iterable[Capability | str] = (),
+    incident: str | Iterable[str] = (),
+    kinds: Iterable[Kind | str] | None = None,
+    levels: Iterable[str] = ("offline", "loopback"),
+    declines: Capability | str | None = None,
+) -> Callable:
+    """Declare a conformance check. The function's docstring is its requirement."""
+    if not _ID_RE.match(check_id):
+        raise CatalogError(f"check id {check_id!r} is not '<area>.<slug>' in lower kebab case")
+    area = check_id.split(".", 1)[0]
+    if area not in AREAS:
+        raise CatalogError(f"check {check_id!r}: unknown area {area!r} (known: {', '.join(AREAS)})")
+    incidents = (incident,) if isinstance(incident, str) else tuple(incident)
+    for inc in incidents:
+        if not _INCIDENT_RE.match(inc):
+            raise CatalogError(f"check {check_id!r}: incident {inc!r} is not a case id like A1 or P4")
+    levels = tuple(levels)
+    for level in levels:
+        if level not in LEVELS:
+            raise CatalogError(f"check {check_id!r}: unknown level {level!r}")
+
+    def decorate(fn: Callable) -> Callable:
+        doc = (fn.__doc__ or "").strip()
+        if not doc:
+            raise CatalogError(f"check {check_id!r} ({fn.__name__}) has no requirement docstring")
+        first, _, rest = doc.partition("\n")
+        info = CheckInfo(
+            id=check_id,
+            requirement=first.strip(),
+            area=area,
+            requires=frozenset(Capability(c) for c in requires),
+            declines=Capability(declines) if declines else None,
+            incidents=incidents,
+            kinds=frozenset(Kind(k) for k in kinds) if kinds is not None else frozenset(Kind),
+            levels=levels,
+            module=Path(fn.__code__.co_filename).name,
+            function=fn.__name__,
+            details=" ".join(rest.split()),
+        )
+        _register(info)
+        setattr(fn, ATTR, info)
+        import pytest
+
+        marks = [pytest.mark.conformance]
+        if "live" in levels:
+            marks.append(pytest.mark.live)
+        if "loopback" in levels:
+            marks.append(pytest.mark.loopback)
+        for mark in marks:
+            fn = mark(fn)
+        return fn
+
+    return decorate
+
+
+def _register(info: CheckInfo) -> None:
+    known = CATALOG.get(info.id)
+    if known is not None and (known.module, known.function) != (info.module, info.function):
+        raise CatalogError(
+            f"duplicate check id {info.id!r}: {known.module}::{known.function} and {info.module}::{info.function}"
+        )
+    CATALOG[info.id] = info
+
+
+def info_of(fn: Callable) -> CheckInfo | None:
+    return getattr(fn, ATTR, None)
+
+
+def conformance_modules(directory: Path | None = None) -> list[Path]:
+    from harnesscheck.paths import conformance_dir
+
+    directory = directory or conformance_dir()
+    return sorted(directory.glob("test_*.py"))
+
+
+def load_catalog(directory: Path | None = None) -> dict[str, CheckInfo]:
+    """Import every conformance module (as the package ``conformance``) and return the catalog."""
+    from harnesscheck.paths import conformance_dir
+
+    directory = (directory or conformance_dir()).resolve()
+    parent = str(directory.parent)
+    if parent not in sys.path:
+        sys.path.insert(0, parent)
+    for path in conformance_modules(directory):
+        importlib.import_module(f"{directory.name}.{path.stem}")
+    return dict(sorted(CATALOG.items()))
+
+
+def catalog_hash(checks: dict[str, CheckInfo] | None = None) -> str:
+    """A short content hash of the catalog: reports of different catalogs never combine."""
+    checks = checks if checks is not None else CATALOG
+    body = json.dumps([checks[k].fingerprint() for k in sorted(checks)], sort_keys=True)
+    return hashlib.sha256(body.encode()).hexdigest()[:16]

@@ -1,0 +1,360 @@
+"""The pytest plugin (entry point pytest11 = harnesscheck): backends × levels × checks.
+
+Options::
+
+    --backend ID|module:factory   (repeatable; default: every registered backend)
+    --level offline|loopback|live (repeatable; default: offline, or live with -m live)
+    --hc-report FILE.json         versioned JSON report of every cell
+    --hc-junit FILE.xml           JUnit XML from the same cells
+    --baseline FILE               known failures (JSON or TOML), strict both ways
+    --write-baseline FILE         write the current failures as a baseline
+
+With --backend and no path arguments, the suite shipped in the package
+(harnesscheck.paths.conformance_dir()) is collected, so an installed wheel runs it with
+`pytest -m conformance --backend mine` and no copied test files. See doc/SPEC-kit.md.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+_CELLS = pytest.StashKey[list]()
+_STATE = pytest.StashKey[dict]()
+_PROP = "harnesscheck_cell"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("harnesscheck", "harnesscheck conformance kit")
+    group.addoption("--backend", action="append", default=[], metavar="ID",
+                    help="backend under test: a registered id or module:factory (repeatable)")
+    group.addoption("--level", action="append", default=[], choices=["offline", "loopback", "live"],
+                    help="verification level (repeatable; default offline, or live under -m live)")
+    group.addoption("--hc-report", default=None, metavar="FILE", help="write the JSON conformance report here")
+    group.addoption("--hc-junit", default=None, metavar="FILE", help="write JUnit XML of the cells here")
+    group.addoption("--baseline", default=None, metavar="FILE", help="baseline of known failures (JSON or TOML)")
+    group.addoption("--write-baseline", default=None, metavar="FILE", help="write the failing cells as a baseline")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "conformance: a harnesscheck conformance check (offline-safe; never live)")
+    config.addinivalue_line("markers", "loopback: runs against the real CLI and a scripted model server on 127.0.0.1")
+    config.addinivalue_line("markers", "live: needs a real CLI, a real login and budget; never run in CI")
+    config.stash[_CELLS] = []
+    _config_ref[:] = [config]
+    state: dict = {"started": None, "backends": None, "levels": None, "baseline": None, "problems": [], "usage": []}
+    config.stash[_STATE] = state
+    if config.getoption("--backend") and config.args_source != pytest.Config.ArgsSource.ARGS:
+        from harnesscheck.paths import conformance_dir
+
+        config.args = [str(conformance_dir())]
+
+
+# ---------------------------------------------------------------------------------------
+# Backends and levels
+
+
+def _levels(config: pytest.Config) -> list[str]:
+    chosen = config.getoption("--level")
+    if chosen:
+        return list(dict.fromkeys(chosen))
+    markexpr = config.getoption("markexpr", "") or ""
+    if "live" in markexpr and "not live" not in markexpr:
+        return ["live"]
+    return ["offline"]
+
+
+def _backends(config: pytest.Config) -> list:
+    state = config.stash[_STATE]
+    if state["backends"] is None:
+        import sys
+
+        from harnesscheck.registry import get_spec, known_specs
+
+        ids = config.getoption("--backend") or list(known_specs())
+        root = str(config.rootpath)
+        if root not in sys.path:
+            sys.path.append(root)  # so `module:factory` resolves from the project under test
+        specs = []
+        for backend_id in dict.fromkeys(ids):
+            try:
+                specs.append(get_spec(backend_id))
+            except Exception as exc:  # UnknownBackend, ImportError: a usage error
+                raise pytest.UsageError(f"--backend {backend_id}: {exc}") from None
+        state["backends"] = specs
+    return state["backends"]
+
+
+def _catalog():
+    from harnesscheck.kit.catalog import CATALOG, catalog_hash, load_catalog
+
+    try:
+        load_catalog()
+    except FileNotFoundError:
+        pass
+    return CATALOG, catalog_hash(CATALOG)
+
+
+def backend_cli_version(spec, level: str) -> str | None:
+    from harnesscheck.kit.adapters import adapter_kind
+
+    kind = adapter_kind(spec)
+    if kind == "harness" and level == "offline":
+        from harnesscheck.kit.harness_adapter import offline_cli_version
+
+        return offline_cli_version(spec)
+    if kind == "harness":
+        from harnesscheck.kit.adapters import LEVEL_PROVIDERS
+
+        provider = LEVEL_PROVIDERS.get((kind, level))
+        probe = getattr(provider, "cli_version", None)
+        return probe(spec) if probe else None
+    return None
+
+
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    if not _wants_kit(config):
+        return None
+    from harnesscheck import __version__
+
+    _, digest = _catalog()
+    levels = _levels(config)
+    lines = [f"harnesscheck kit {__version__}, catalog {digest}, levels: {', '.join(levels)}"]
+    for spec in _backends(config):
+        versions = ", ".join(f"{lv}: {backend_cli_version(spec, lv) or '-'}" for lv in levels)
+        lines.append(f"  backend {spec.id} ({spec.kind.value}; cli {versions})")
+    return lines
+
+
+def _wants_kit(config: pytest.Config) -> bool:
+    if config.getoption("--backend"):
+        return True
+    from pathlib import Path
+
+    try:
+        from harnesscheck.paths import conformance_dir
+
+        cdir = conformance_dir().resolve()
+    except FileNotFoundError:
+        return False
+    for arg in config.args:
+        path = Path(str(arg).split("::")[0]).resolve()
+        if path == cdir or cdir in path.parents or path in cdir.parents:
+            return True
+    return False
+
+
+# ---------------------------------------------------------------------------------------
+# Parametrization: one cell per (backend, level) the check applies to
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    from harnesscheck.kit.catalog import info_of
+
+    info = info_of(metafunc.function)
+    if info is None or "but" not in metafunc.fixturenames:
+        return
+    cells, ids = [], []
+    for spec in _backends(metafunc.config):
+        if not info.applies_to_kind(spec.kind):
+            continue
+        if info.declines is not None and spec.supports(info.declines):
+            continue  # a "declines correctly" check only concerns backends without the capability
+        for level in _levels(metafunc.config):
+            if level in info.levels:
+                cells.append((spec, level))
+                ids.append(f"{spec.id}@{level}")
+    if not cells:
+        cells, ids = [None], ["not-applicable"]
+    metafunc.parametrize("but", cells, ids=ids, indirect=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    keep, drop = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "but" in callspec.params and callspec.params["but"] is None:
+            drop.append(item)
+        else:
+            keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+@pytest.fixture
+def but(request: pytest.FixtureRequest, tmp_path):
+    """The backend under test for this cell (a kit adapter), or a skip with a reason code."""
+    from harnesscheck.kit.adapters import SkipCell, adapter_for, level_available
+    from harnesscheck.kit.catalog import info_of
+
+    spec, level = request.param
+    info = info_of(request.function)
+    missing = sorted(c.value for c in info.requires if not spec.supports(c)) if info else []
+    if missing:
+        raise SkipCell("unsupported-by-backend", f"{spec.id} does not declare {', '.join(missing)}")
+    ok, why = level_available(spec, level)
+    if not ok:
+        raise SkipCell("env-missing", why)
+    return adapter_for(spec, level, tmp_path)
+
+
+# ---------------------------------------------------------------------------------------
+# Results: every cell becomes one record; the baseline is applied here
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    cell = _cell_of(item)
+    if cell is None:
+        return report
+    spec, level = cell
+    from harnesscheck.kit.catalog import info_of
+
+    info = info_of(getattr(item, "function", None))
+    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+        outcome, reason, message = _classify(report, call)
+        entry = _baseline(item.config).match(info.id, spec.id, level) if _baseline(item.config) else None
+        if entry is not None and outcome == "failed":
+            outcome, reason = "xfailed", entry.reason
+            report.outcome = "skipped"
+            report.wasxfail = f"baseline: [{entry.reason}] {entry.note}"
+        elif entry is not None and outcome == "passed":
+            outcome, reason = "failed", "stale-baseline"
+            message = f"baseline lists {entry.label()} as failing ({entry.reason}) but it passed: remove the entry"
+            report.outcome = "failed"
+            report.longrepr = message
+        record = {
+            "check": info.id, "backend": spec.id, "level": level, "outcome": outcome, "reason": reason,
+            "duration_s": round(report.duration, 4), "message": message[:2000], "area": info.area,
+        }
+        report.user_properties.append((_PROP, record))
+    return report
+
+
+def _cell_of(item: pytest.Item):
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return None
+    return callspec.params.get("but")
+
+
+def _classify(report: pytest.TestReport, call: pytest.CallInfo) -> tuple[str, str | None, str]:
+    from harnesscheck.kit.adapters import KitFault
+
+    if report.outcome == "passed":
+        return "passed", None, ""
+    if report.outcome == "skipped":
+        text = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        import re
+
+        from harnesscheck.kit.catalog import REASON_CODES
+
+        match = re.search(r"\[([a-z-]+)\]\s*(.*)", text, re.S)
+        if match is None or match[1] not in REASON_CODES:
+            return "error", "kit-bug", f"skip without a reason code: {text}"
+        return "skipped", match[1], match[2].strip()
+    excinfo = call.excinfo
+    message = str(report.longreprtext or "")[-2000:]
+    if excinfo is not None and excinfo.errisinstance(KitFault):
+        return "error", "kit-bug", str(excinfo.value)
+    if report.when == "setup":
+        return "error", "kit-bug", message
+    if excinfo is not None and not excinfo.errisinstance(AssertionError):
+        return "failed", None, f"{excinfo.typename}: {str(excinfo.value)[:1500]}"
+    short = str(excinfo.value) if excinfo is not None else message
+    return "failed", None, short[:2000]
+
+
+def _baseline(config: pytest.Config):
+    state = config.stash[_STATE]
+    if state["baseline"] is None and config.getoption("--baseline"):
+        from harnesscheck.kit.baseline import BaselineError, load_baseline
+
+        try:
+            state["baseline"] = load_baseline(config.getoption("--baseline"))
+        except BaselineError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    return state["baseline"]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_STATE]["started"] = _now()
+    if session.config.getoption("--baseline") and _wants_kit(session.config):
+        catalog, _ = _catalog()
+        baseline = _baseline(session.config)
+        usage, expired = baseline.problems(set(catalog))
+        if usage:
+            raise pytest.UsageError("; ".join(usage))
+        session.config.stash[_STATE]["problems"].extend(expired)
+
+
+#: the active config (pytest_runtest_logreport gets no config argument)
+_config_ref: list = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Collect cell records: locally, or on the xdist controller from the workers' reports."""
+    if not _config_ref:
+        return
+    for name, value in getattr(report, "user_properties", ()):
+        if name == _PROP:
+            _config_ref[0].stash[_CELLS].append(value)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    if hasattr(config, "workerinput"):
+        return  # xdist worker: the controller writes the report
+    state = config.stash[_STATE]
+    cells = config.stash[_CELLS]
+    if not cells and not state["problems"]:
+        return
+    report = build_report(config, cells)
+    for problem in state["problems"]:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        tr = config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None:
+            tr.write_line(f"harnesscheck: {problem}", red=True)
+    from pathlib import Path
+
+    from harnesscheck.kit.results import write_json, write_junit
+
+    if config.getoption("--hc-report"):
+        write_json(report, Path(config.getoption("--hc-report")))
+    if config.getoption("--hc-junit"):
+        write_junit(report, Path(config.getoption("--hc-junit")))
+    if config.getoption("--write-baseline"):
+        from harnesscheck.kit.baseline import write_baseline
+
+        failing = [(c.check, c.backend, c.level, c.message) for c in report.cells if c.outcome in ("failed", "xfailed")]
+        write_baseline(Path(config.getoption("--write-baseline")), failing)
+
+
+def build_report(config: pytest.Config, cells: list[dict]):
+    from harnesscheck import __version__
+    from harnesscheck.kit.results import BackendInfo, CellResult, Report, now_iso, platform_info
+
+    _, digest = _catalog()
+    levels = _levels(config)
+    state = config.stash[_STATE]
+    backends = [
+        BackendInfo(
+            id=s.id, label=s.label, kind=s.kind.value,
+            cli_version=next((v for v in (backend_cli_version(s, lv) for lv in levels) if v), None),
+            capabilities=sorted(c.value for c in s.capabilities), levels=levels,
+        )
+        for s in _backends(config)
+    ]
+    return Report(
+        kit_version=__version__, catalog_hash=digest, backends=backends, levels=levels,
+        started_at=state["started"] or _now(), finished_at=_now(), platform=platform_info(),
+        cells=[CellResult(**c) for c in cells], problems=list(state["problems"]),
+    )
+
+
+def _now() -> str:
+    from harnesscheck.kit.results import now_iso
+
+    return now_iso()
