@@ -4,6 +4,7 @@ timeouts, lingering processes, worktree and home config that must not reach the 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -179,3 +180,173 @@ def test_events_after_the_terminal_event_change_nothing():
 )
 def test_message_classes(text, cls):
     assert classify_text(text) is cls
+
+
+# ---------------------------------------------------------------------------------------
+# Sessions through the fake codex
+
+import tomllib  # noqa: E402
+
+from harnesscheck.config import Settings  # noqa: E402
+from harnesscheck.contracts import AgentSessionRequest  # noqa: E402
+from harnesscheck.fakes import install_fake_cli  # noqa: E402
+from harnesscheck.registry import get_spec  # noqa: E402
+from harnesscheck.providers.codex import CodexTransport, render_config, subscription_auth_file  # noqa: E402
+from harnesscheck.scope import ToolScope  # noqa: E402
+
+from _replay import assert_no_canary, hostile_worktree, parent_env, pids_alive  # noqa: E402
+
+
+def session(tmp_path, scenario, *, prompt="hi", timeout_s=30.0, model=None, system=None, **kw):
+    wt = hostile_worktree(tmp_path)
+    fake = install_fake_cli("codex", scenario, tmp_path / "bin")
+    transport = CodexTransport(
+        get_spec("codex"), Settings(), cli_path=fake.path, parent_env=parent_env(tmp_path / "home"),
+        linger_s=0.5, term_grace_s=1.0, **kw,
+    )
+    request = AgentSessionRequest(
+        prompt=prompt, system=system, model=model, scope=ToolScope(root=wt), timeout_s=timeout_s,
+        run_dir=tmp_path / "run",
+    )
+    return transport.run_session(request), fake, wt
+
+
+def test_session_argv_env_cwd_stdin(tmp_path):
+    out, fake, wt = session(tmp_path, "success", system="CONTRACT-TEXT")
+    assert out.ok and out.text == "Hello from the scripted model." and out.backend == "codex"
+    assert out.cli_version == "codex-cli 0.171.0"
+    rec = fake.last()
+    assert rec["argv"][1:] == ["exec", "--json", "--sandbox", "read-only", "--skip-git-repo-check", "-"]
+    assert_no_canary(rec)
+    run = (tmp_path / "run").resolve()
+    assert rec["env"]["CODEX_HOME"] == str(run / "config-homes" / "codex_home")
+    assert rec["env"]["HOME"] != str(tmp_path / "home")
+    cwd = Path(rec["cwd"]).resolve()
+    assert not cwd.is_relative_to(wt.resolve()) and not (cwd / "AGENTS.md").exists()
+    assert rec["stdin_type"] == "pipe"  # the prompt, then EOF
+    assert rec["stdin"].startswith("# Instructions\n\nCONTRACT-TEXT") and rec["stdin"].endswith("# Task\n\nhi")
+    assert "CANARY" not in rec["stdin"]
+
+
+def test_prompt_can_never_become_a_flag(tmp_path):
+    evil = "--dangerously-bypass-approvals-and-sandbox"
+    out, fake, _ = session(tmp_path, "success", prompt=evil, model="gpt-5.5-codex")
+    rec = fake.last()
+    assert evil not in rec["argv"] and rec["stdin"].endswith("# Task\n\n" + evil)
+    assert "--model=gpt-5.5-codex" in rec["argv"] and rec["argv"][-1] == "-"
+
+
+def test_bad_model_name_is_refused_before_spawn(tmp_path):
+    from harnesscheck.contracts import ConfigError
+
+    with pytest.raises(ConfigError):
+        session(tmp_path, "success", model="--yolo")
+
+
+def test_per_run_codex_home_config(tmp_path):
+    out, fake, _ = session(tmp_path, "success")
+    home = Path(fake.last()["env"]["CODEX_HOME"])
+    config = tomllib.loads((home / "config.toml").read_text())
+    assert sorted(config["mcp_servers"]) == ["bridge"]
+    bridge = config["mcp_servers"]["bridge"]
+    assert bridge["required"] is True and Path(bridge["command"]).is_absolute()
+    assert bridge["args"][-2:] == ["--spec", str((tmp_path / "run" / "bridge-spec.json").resolve())]
+    assert bridge["enabled_tools"] == ["read_file", "list_dir", "grep"]
+    assert config["web_search"] == "disabled"
+    assert sorted(p.name for p in home.iterdir()) == ["config.toml"]  # no auth link without a login
+    assert (home / "config.toml").stat().st_mode & 0o077 == 0
+
+
+def test_config_toml_escapes_odd_paths():
+    text = render_config(bridge=(["/opt/py thon\\x/\"q\"/é𝄞", "-I"], {"PYTHONPATH": "C:\\src"}), bridge_tools=("read_file",))
+    bridge = tomllib.loads(text)["mcp_servers"]["bridge"]
+    assert bridge["command"] == "/opt/py thon\\x/\"q\"/é𝄞" and bridge["env"] == {"PYTHONPATH": "C:\\src"}
+
+
+def test_write_scope_enables_write_tools(tmp_path):
+    wt = hostile_worktree(tmp_path)
+    fake = install_fake_cli("codex", "success", tmp_path / "bin")
+    t = CodexTransport(get_spec("codex"), Settings(), cli_path=fake.path, parent_env=parent_env(tmp_path / "home"))
+    t.run_session(AgentSessionRequest(prompt="x", scope=ToolScope(root=wt, read_only=False), run_dir=tmp_path / "run"))
+    config = tomllib.loads((Path(fake.last()["env"]["CODEX_HOME"]) / "config.toml").read_text())
+    assert config["mcp_servers"]["bridge"]["enabled_tools"] == ["read_file", "list_dir", "grep", "write_file", "edit_file"]
+
+
+def test_subscription_login_is_linked_but_never_an_api_key(tmp_path):
+    home = tmp_path / "home"
+    (home / ".codex").mkdir(parents=True)
+    auth = home / ".codex" / "auth.json"
+    auth.write_text(json.dumps({"auth_mode": "chatgpt", "tokens": {"id_token": "x"}, "last_refresh": "2026-11-01"}))
+    assert subscription_auth_file({"HOME": str(home)}) == auth
+    auth.write_text(json.dumps({"OPENAI_API_KEY": "sk-canary-0123456789", "tokens": None}))
+    assert subscription_auth_file({"HOME": str(home)}) is None
+    auth.write_text(json.dumps({"auth_mode": "apikey", "OPENAI_API_KEY": "sk-x", "tokens": {"a": 1}}))
+    assert subscription_auth_file({"HOME": str(home)}) is None
+    assert subscription_auth_file({"HOME": str(tmp_path / "nobody")}) is None
+
+
+def test_login_link_exists_during_the_session_only(tmp_path):
+    home = tmp_path / "home"
+    (home / ".codex").mkdir(parents=True)
+    (home / ".codex" / "auth.json").write_text(json.dumps({"auth_mode": "chatgpt", "tokens": {"id_token": "x"}}))
+    scenario = {"steps": [{"spawn": "sh -c 'readlink \"$CODEX_HOME/auth.json\" >&2'"}, {"delay": 0.5},
+                          {"emit": {"type": "turn.started"}},
+                          {"emit": {"type": "item.completed", "item": {"id": "i", "type": "agent_message", "text": "ok"}}},
+                          {"emit": {"type": "turn.completed", "usage": {}}}]}
+    fake = install_fake_cli("codex", scenario, tmp_path / "bin")
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    t = CodexTransport(get_spec("codex"), Settings(), cli_path=fake.path, parent_env={"PATH": "/usr/bin:/bin", "HOME": str(home)})
+    out = t.run_session(AgentSessionRequest(prompt="x", scope=ToolScope(root=wt), run_dir=tmp_path / "run"))
+    assert out.ok and str(home / ".codex" / "auth.json") in out.stderr_tail
+    codex_home = Path(fake.last()["env"]["CODEX_HOME"])
+    assert not (codex_home / "auth.json").exists() and not (codex_home / "auth.json").is_symlink()
+    assert sorted(p.name for p in (home / ".codex").iterdir()) == ["auth.json"]  # the user's store untouched
+
+
+def test_worktree_and_home_config_never_reach_the_cli(tmp_path):
+    out, fake, wt = session(tmp_path, "success")
+    rec = fake.last()
+    assert_no_canary(rec)
+    codex_home = Path(rec["env"]["CODEX_HOME"])
+    assert codex_home.resolve() != (tmp_path / "home" / ".codex").resolve()
+    assert "canary" not in (codex_home / "config.toml").read_text()
+    assert not any(p.name == "AGENTS.md" for p in codex_home.rglob("*"))
+    cwd = Path(rec["cwd"])
+    assert list(cwd.iterdir()) == [] and not cwd.resolve().is_relative_to(wt.resolve())
+    assert not Path(rec["env"]["HOME"], ".codex").exists()
+
+
+def test_timeout_truncates_with_partial_text_and_no_survivors(tmp_path):
+    out, fake, _ = session(tmp_path, "timeout_mid_stream", timeout_s=2.0)
+    assert out.status is OutcomeStatus.truncated and out.error_class is ErrorClass.timeout
+    assert out.text == "Looking at the tree first." and out.native_tool_calls == ["command_execution"]
+    kids = [g["pid"] for g in fake.last()["grandchildren"]]
+    assert kids and pids_alive(kids) == []
+    assert out.duration_s < 2.0 + 1.0 + 5.0
+
+
+def test_linger_after_turn_completed(tmp_path):
+    out, fake, _ = session(tmp_path, "linger_after_result", timeout_s=60.0)
+    assert out.ok and out.text == "Finished." and out.terminal_event_seen
+    assert pids_alive([g["pid"] for g in fake.last()["grandchildren"]]) == []
+    assert out.duration_s < 60.0
+
+
+def test_auth_failure_stops_the_retry_ladder(tmp_path):
+    out, fake, _ = session(tmp_path, "not_logged_in")
+    assert out.status is OutcomeStatus.blocked and out.error_class is ErrorClass.auth
+    assert out.message.startswith("Reconnecting... 1/5")
+    events = (tmp_path / "run" / "events.jsonl").read_text().splitlines()
+    assert sum('"Reconnecting' in e for e in events) == 1  # nothing read after the first 401
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_fake_session_matches_the_replayed_outcome(tmp_path, scenario):
+    """Every fixture through the real transport + fake CLI gives the snapshotted outcome."""
+    out, _, _ = session(tmp_path, scenario, timeout_s=3.0)
+    want = replay_outcome(scenario)
+    keys = ("status", "error_class", "text", "usage", "native_tool_calls", "terminal_event_seen", "served_model", "iterations")
+    assert {k: getattr(out, k) for k in keys} == {k: getattr(want, k) for k in keys}
+    # the fake never starts the bridge, so the stream's own count of bridge calls stands
+    assert (out.tool_calls, out.tools_used) == (want.tool_calls, want.tools_used)

@@ -38,6 +38,13 @@ from harnesscheck.contracts import (
 from harnesscheck.envpolicy import redact
 from harnesscheck.process import Ending, LineAction, ProcessResult
 from harnesscheck.providers._errortext import classify_text
+from harnesscheck.providers._harness import (
+    HarnessTransport,
+    Invocation,
+    SessionContext,
+    bridge_command,
+    ending_outcome,
+)
 
 BRIDGE_SERVER = "bridge"
 
@@ -93,6 +100,7 @@ class CodexParser:
         self.native: list[str] = []
         self.malformed = 0
         self.noise = 0
+        self.on_text = None  # optional callback: each agent message as it completes
 
     # -- lines --------------------------------------------------------------------------
 
@@ -143,6 +151,8 @@ class CodexParser:
         if itype == "agent_message" and completed:
             if isinstance(item.get("text"), str):
                 self.messages.append(item["text"])
+                if self.on_text is not None:
+                    self.on_text(item["text"])
         elif itype == "error" and completed:
             message = str(item.get("message", ""))
             self.warnings.append(message)
@@ -260,11 +270,9 @@ class CodexParser:
             return _failed(tail_cls), tail_cls, _short(what) + notes
         if self.malformed or result.partial_tail:
             return OutcomeStatus.error, ErrorClass.protocol, "the stream ended inside an event (no terminal event)" + notes
-        return (
-            OutcomeStatus.error,
-            ErrorClass.cli_crash,
-            f"codex ended without turn.completed/turn.failed (exit {result.exit_code}, signal {result.signal})" + notes,
-        )
+        fallback = ending_outcome(result, terminal_seen=False)
+        assert fallback is not None
+        return fallback[0], fallback[1], fallback[2] + notes
 
     def _notes(self, result: ProcessResult) -> str:
         parts = []
@@ -311,3 +319,164 @@ def _short(text: str, limit: int = 300) -> str:
 def _last_line(text: str) -> str:
     lines = [ln for ln in (text or "").splitlines() if ln.strip()]
     return lines[-1] if lines else ""
+
+
+# ---------------------------------------------------------------------------------------
+# The per-run CODEX_HOME and the invocation
+
+
+def toml_string(value: str) -> str:
+    """A TOML basic string. JSON escapes are valid TOML escapes once non-ASCII stays literal
+    (json would write astral characters as surrogate pairs, which TOML rejects)."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def toml_array(values: list[str]) -> str:
+    return "[" + ", ".join(toml_string(v) for v in values) + "]"
+
+
+def render_config(
+    *,
+    bridge: tuple[list[str], dict[str, str]] | None,
+    bridge_tools: tuple[str, ...] = (),
+    extra_toml: str = "",
+) -> str:
+    """config.toml for one session: the bridge as a required MCP server, web search off.
+
+    Only keys the references document are used (cli-formats §2.A): `web_search`,
+    `approval_policy`, and `[mcp_servers.<name>]` with `command`, `args`, `env`, `required`,
+    `startup_timeout_sec`, `tool_timeout_sec`, `enabled_tools`, `default_tools_approval_mode`.
+    """
+    lines = [
+        "# Written by harnesscheck for one session (doc/SPEC-codex.md). Not the user's config.",
+        'web_search = "disabled"',
+        'approval_policy = "never"',
+    ]
+    if bridge is not None:
+        argv, env = bridge
+        lines += [
+            "",
+            f"[mcp_servers.{BRIDGE_SERVER}]",
+            f"command = {toml_string(argv[0])}",
+            f"args = {toml_array(argv[1:])}",
+            "required = true",
+            f"startup_timeout_sec = {BRIDGE_STARTUP_TIMEOUT_S}",
+            f"tool_timeout_sec = {BRIDGE_TOOL_TIMEOUT_S}",
+            f"enabled_tools = {toml_array(list(bridge_tools))}",
+            'default_tools_approval_mode = "approve"',
+        ]
+        if env:
+            pairs = ", ".join(f"{toml_string(k)} = {toml_string(v)}" for k, v in sorted(env.items()))
+            lines.append(f"env = {{ {pairs} }}")
+    if extra_toml.strip():
+        lines += ["", "# loopback / caller additions", extra_toml.strip()]
+    return "\n".join(lines) + "\n"
+
+
+def user_codex_home(parent_env: dict[str, str]) -> Path | None:
+    """Where the user's own codex state lives (read only to find auth.json)."""
+    if parent_env.get("CODEX_HOME"):
+        return Path(parent_env["CODEX_HOME"])
+    if parent_env.get("HOME"):
+        return Path(parent_env["HOME"]) / ".codex"
+    return None
+
+
+def subscription_auth_file(parent_env: dict[str, str]) -> Path | None:
+    """The user's ChatGPT-login auth.json, or None (absent, unreadable, or an API-key login:
+    an API key is never handed to a session, whatever file it sits in)."""
+    home = user_codex_home(parent_env)
+    if home is None:
+        return None
+    path = home / "auth.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    if str(data.get("auth_mode", "")).lower().replace("_", "") in ("apikey", "api"):
+        return None
+    if data.get("OPENAI_API_KEY") and not data.get("tokens"):
+        return None
+    return path if data.get("tokens") else None
+
+
+def compose_prompt(system: str | None, prompt: str, tool_names: tuple[str, ...]) -> str:
+    """Codex has no system-prompt channel: the contract goes first, then the task."""
+    parts = []
+    if system and system.strip():
+        parts.append("# Instructions\n\n" + system.strip())
+    if tool_names:
+        parts.append(
+            "# Tools\n\nThe repository is not in your working directory. Reach it only through the "
+            f"`{BRIDGE_SERVER}` MCP tools ({', '.join(tool_names)}), with paths relative to the "
+            "repository root."
+        )
+    if not parts:
+        return prompt
+    return "\n\n".join(parts) + "\n\n# Task\n\n" + prompt
+
+
+def _safe_model(model: str) -> str:
+    if not model or model.startswith("-") or any(c.isspace() for c in model) or "\0" in model:
+        from harnesscheck.contracts import ConfigError
+
+        raise ConfigError(f"invalid model name {model!r}", "pass a plain model id (no spaces, no leading '-')")
+    return model
+
+
+
+class CodexTransport(HarnessTransport):
+    """`codex exec --json` with a per-run CODEX_HOME. See the module docstring."""
+
+    def __init__(self, spec, settings=None, *, extra_config_toml: str = "", **kwargs):
+        super().__init__(spec, settings, **kwargs)
+        self.extra_config_toml = extra_config_toml
+
+    def invocation(self, ctx: SessionContext, request, cli: Path, *, tool_less: bool) -> Invocation:
+        from harnesscheck.envpolicy import config_home
+
+        _, codex_home = config_home(ctx.run_dir, "CODEX_HOME")
+        home = Path(codex_home)
+        tool_names = () if tool_less else request.scope.tool_names()
+        bridge = None if tool_less or ctx.spec_path is None else bridge_command(ctx.spec_path)
+        config = render_config(bridge=bridge, bridge_tools=tool_names, extra_toml=self.extra_config_toml)
+        _write_private(home / "config.toml", config)
+        auth = subscription_auth_file(self.parent_env)
+        link = home / "auth.json"
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        if auth is not None:
+            link.symlink_to(auth)
+        user_home = ctx.run_dir / "home"
+        user_home.mkdir(mode=0o700, exist_ok=True)
+        model = request.model or self.settings.model
+        argv = [str(cli), "exec", "--json", "--sandbox", "read-only", "--skip-git-repo-check"]
+        if model:
+            argv.append(f"--model={_safe_model(model)}")
+        argv.append("-")  # the prompt comes on stdin, then EOF
+        prompt = compose_prompt(request.system, request.prompt, tool_names)
+        return Invocation(
+            argv=argv,
+            injections={"CODEX_HOME": str(home), "HOME": str(user_home)},
+            stdin_bytes=prompt.encode("utf-8"),
+        )
+
+    def make_parser(self, ctx: SessionContext, request, *, tool_less: bool, on_text=None):
+        from harnesscheck.providers._eventlog import EVENT_LOG_NAME, LoggedParser
+
+        parser = CodexParser(requested_model=request.model or self.settings.model)
+        parser.on_text = on_text
+        return LoggedParser(parser, ctx.run_dir / EVENT_LOG_NAME)
+
+    def after_session(self, ctx: SessionContext, outcome: AgentOutcome) -> None:
+        link = ctx.run_dir / "config-homes" / "codex_home" / "auth.json"
+        if link.is_symlink():
+            link.unlink()  # the run dir outlives the session; the login link must not
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)

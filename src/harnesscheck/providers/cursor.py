@@ -28,6 +28,8 @@ nor `config_isolation`, and the audit flags what is used):
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 from harnesscheck.contracts import (
     BLOCKING,
@@ -44,6 +46,13 @@ from harnesscheck.contracts import (
 from harnesscheck.envpolicy import redact
 from harnesscheck.process import Ending, LineAction, ProcessResult
 from harnesscheck.providers._errortext import classify_text
+from harnesscheck.providers._harness import (
+    HarnessTransport,
+    Invocation,
+    SessionContext,
+    bridge_command,
+    ending_outcome,
+)
 
 BRIDGE_SERVER = "bridge"
 
@@ -71,6 +80,7 @@ class CursorParser:
         self.early_message = ""
         self.malformed = 0
         self.noise = 0
+        self.on_text = None  # optional callback: each assistant segment as it arrives
 
     # -- lines --------------------------------------------------------------------------
 
@@ -135,6 +145,8 @@ class CursorParser:
         else:
             self.segments.append(text)
             self.iterations += 1
+            if self.on_text is not None and text:
+                self.on_text(text)
 
     def _tool_call(self, event: dict) -> None:
         call = event.get("tool_call")
@@ -238,11 +250,9 @@ class CursorParser:
             return _failed(cls), cls, _short(_last_line(result.stderr_tail)) + notes
         if self.malformed or result.partial_tail:
             return OutcomeStatus.error, ErrorClass.protocol, "the stream ended inside an event (no result event)" + notes
-        return (
-            OutcomeStatus.error,
-            ErrorClass.cli_crash,
-            f"cursor-agent ended without a result event (exit {result.exit_code}, signal {result.signal})" + notes,
-        )
+        fallback = ending_outcome(result, terminal_seen=False)
+        assert fallback is not None
+        return fallback[0], fallback[1], fallback[2] + notes
 
     def _notes(self, result: ProcessResult) -> str:
         parts = []
@@ -299,3 +309,112 @@ def _short(text: str, limit: int = 300) -> str:
 def _last_line(text: str) -> str:
     lines = [ln for ln in (text or "").splitlines() if ln.strip()]
     return lines[-1] if lines else ""
+
+
+# ---------------------------------------------------------------------------------------
+# The per-run HOME and the invocation
+
+#: A prompt longer than this goes on stdin (one argv string is capped at 128 KiB on Linux).
+MAX_ARGV_PROMPT_BYTES = 100_000
+
+
+def mcp_config(bridge: tuple[list[str], dict[str, str]]) -> dict:
+    """`.cursor/mcp.json` declaring only the bridge (cli-formats §3.A shape)."""
+    argv, env = bridge
+    server: dict = {"command": argv[0], "args": argv[1:]}
+    if env:
+        server["env"] = dict(env)
+    return {"mcpServers": {BRIDGE_SERVER: server}}
+
+
+def compose_prompt(system: str | None, prompt: str, tool_names: tuple[str, ...]) -> str:
+    """Cursor has no system-prompt flag: the contract goes first, then the task."""
+    parts = []
+    if system and system.strip():
+        parts.append("# Instructions\n\n" + system.strip())
+    if tool_names:
+        parts.append(
+            "# Tools\n\nThe repository is not in your workspace. Reach it only through the "
+            f"`{BRIDGE_SERVER}` MCP tools ({', '.join(tool_names)}), with paths relative to the "
+            "repository root. Do not use the built-in file or shell tools."
+        )
+    if not parts:
+        return prompt
+    return "\n\n".join(parts) + "\n\n# Task\n\n" + prompt
+
+
+def subscription_auth_file(parent_env: dict[str, str]) -> Path | None:
+    """The user's cursor login file (`~/.config/cursor/auth.json`), if there is one."""
+    home = parent_env.get("HOME")
+    if not home:
+        return None
+    path = Path(home) / ".config" / "cursor" / "auth.json"
+    return path if path.is_file() else None
+
+
+class CursorTransport(HarnessTransport):
+    """`cursor-agent --print --output-format stream-json` with a per-run HOME. See the module docstring."""
+
+    def invocation(self, ctx: SessionContext, request, cli: Path, *, tool_less: bool) -> Invocation:
+        home = ctx.run_dir / "home"
+        for sub in (home, home / ".cursor", home / ".config", home / ".config" / "cursor"):
+            sub.mkdir(mode=0o700, exist_ok=True)
+        tool_names = () if tool_less else request.scope.tool_names()
+        if not tool_less and ctx.spec_path is not None:
+            text = json.dumps(mcp_config(bridge_command(ctx.spec_path)), indent=2) + "\n"
+            _write_private(home / ".cursor" / "mcp.json", text)
+            (ctx.cwd / ".cursor").mkdir(mode=0o700, exist_ok=True)
+            _write_private(ctx.cwd / ".cursor" / "mcp.json", text)
+        link = home / ".config" / "cursor" / "auth.json"
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        auth = subscription_auth_file(self.parent_env)
+        if auth is not None:
+            link.symlink_to(auth)
+        argv = [str(cli), "--print", "--output-format", "stream-json", "--trust", "--workspace", str(ctx.cwd)]
+        if tool_less:
+            argv += ["--mode", "ask"]
+        else:
+            argv += ["--force", "--approve-mcps"]
+        model = request.model or self.settings.model
+        if model:
+            argv.append(f"--model={_safe_model(model)}")
+        prompt = compose_prompt(request.system, request.prompt, tool_names)
+        data = prompt.encode("utf-8")
+        injections = {
+            "HOME": str(home),
+            "XDG_CONFIG_HOME": str(home / ".config"),
+            "XDG_DATA_HOME": str(home / ".local" / "share"),
+            "XDG_CACHE_HOME": str(home / ".cache"),
+            "XDG_STATE_HOME": str(home / ".local" / "state"),
+            "NO_OPEN_BROWSER": "1",
+        }
+        if len(data) > MAX_ARGV_PROMPT_BYTES:
+            return Invocation(argv=argv, injections=injections, stdin_bytes=data)
+        return Invocation(argv=[*argv, "--", prompt], injections=injections)
+
+    def make_parser(self, ctx: SessionContext, request, *, tool_less: bool, on_text=None):
+        from harnesscheck.providers._eventlog import EVENT_LOG_NAME, LoggedParser
+
+        parser = CursorParser(requested_model=request.model or self.settings.model)
+        parser.on_text = on_text
+        return LoggedParser(parser, ctx.run_dir / EVENT_LOG_NAME)
+
+    def after_session(self, ctx: SessionContext, outcome: AgentOutcome) -> None:
+        link = ctx.run_dir / "home" / ".config" / "cursor" / "auth.json"
+        if link.is_symlink():
+            link.unlink()  # the run dir outlives the session; the login link must not
+
+
+def _safe_model(model: str) -> str:
+    if not model or model.startswith("-") or any(c.isspace() for c in model) or "\0" in model:
+        from harnesscheck.contracts import ConfigError
+
+        raise ConfigError(f"invalid model name {model!r}", "pass a plain model id (no spaces, no leading '-')")
+    return model
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
