@@ -33,6 +33,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from harnesscheck.trace import Trace
 
 WATCHDOG_INTERVAL_S = 0.25
+#: On stdin EOF, tool calls still running get this long to answer before the bridge exits.
+DRAIN_TIMEOUT_S = 30.0
 _PR_SET_PDEATHSIG = 1
 
 
@@ -158,7 +160,70 @@ class ParentWatch:
 # The MCP server
 
 
-def build_server(scope: "ToolScope", *, trace: "Trace | None" = None, session_id: str | None = None):
+class Inflight:
+    """Counts tool calls in progress, so an EOF on stdin lets them answer before exit."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    async def drained(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
+        import anyio
+
+        deadline = time.monotonic() + timeout_s
+        await anyio.sleep(0.02)  # handlers spawned just before the EOF get to start
+        while self.count and time.monotonic() < deadline:
+            await anyio.sleep(0.005)
+        await anyio.sleep(0.02)  # let the last response reach the stdout writer
+
+
+class _DrainOnEOF:
+    """A read stream that, at end of input, waits for in-flight calls before ending.
+    (The SDK ends the session, cancelling running handlers, as soon as the read side ends.)"""
+
+    def __init__(self, inner, inflight: Inflight):
+        self._inner = inner
+        self._inflight = inflight
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)  # e.g. last_context, read by the SDK's loop
+
+    async def receive(self):
+        import anyio
+
+        try:
+            return await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            await self._inflight.drained()
+            raise
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        import anyio
+
+        try:
+            return await self.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+
+def build_server(
+    scope: "ToolScope",
+    *,
+    trace: "Trace | None" = None,
+    session_id: str | None = None,
+    inflight: Inflight | None = None,
+):
     """The low-level MCP server named `bridge`, listing exactly the scope's tools, each
     call a thin shim over `dispatch`."""
     import anyio
@@ -191,6 +256,8 @@ def build_server(scope: "ToolScope", *, trace: "Trace | None" = None, session_id
 
     async def on_call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
         args = params.arguments if params.arguments is not None else {}
+        if inflight is not None:
+            inflight.count += 1
         try:
             result = await anyio.to_thread.run_sync(_call, params.name, args)
         except Exception as exc:  # a dispatch bug must not kill the session or leak details
@@ -199,6 +266,9 @@ def build_server(scope: "ToolScope", *, trace: "Trace | None" = None, session_id
             return types.CallToolResult(
                 content=[types.TextContent(text=f"error: internal: {type(exc).__name__}")], is_error=True
             )
+        finally:
+            if inflight is not None:
+                inflight.count -= 1
         return types.CallToolResult(content=[types.TextContent(text=result.text)], is_error=not result.ok)
 
     return Server(
@@ -210,15 +280,16 @@ def build_server(scope: "ToolScope", *, trace: "Trace | None" = None, session_id
     )
 
 
-async def serve_stdio(server, proto_in: int, proto_out: int) -> None:
-    """Run `server` over the given protocol fds until stdin EOF."""
+async def serve_stdio(server, proto_in: int, proto_out: int, inflight: Inflight | None = None) -> None:
+    """Run `server` over the given protocol fds until stdin EOF (running calls still answer)."""
     import anyio
     from mcp.server.stdio import stdio_server
 
     reader = io.TextIOWrapper(os.fdopen(proto_in, "rb", closefd=False), encoding="utf-8", errors="replace")
     writer = io.TextIOWrapper(os.fdopen(proto_out, "wb", closefd=False), encoding="utf-8", newline="\n")
     async with stdio_server(stdin=anyio.wrap_file(reader), stdout=anyio.wrap_file(writer)) as (read, write):
-        await server.run(read, write, server.create_initialization_options())
+        reader_stream = _DrainOnEOF(read, inflight) if inflight is not None else read
+        await server.run(reader_stream, write, server.create_initialization_options())
 
 
 def run_bridge(
@@ -247,12 +318,13 @@ def run_bridge(
 
     import anyio
 
-    server = build_server(scope, trace=trace, session_id=session_id)
+    inflight = Inflight()
+    server = build_server(scope, trace=trace, session_id=session_id, inflight=inflight)
     if trace is not None:
         from harnesscheck.dispatch import tool_definitions
 
         trace.record("bridge_start", pid=os.getpid(), tools=[d.name for d in tool_definitions(scope)])
-    anyio.run(serve_stdio, server, *proto_fds)
+    anyio.run(serve_stdio, server, *proto_fds, inflight)
     if trace is not None:
         trace.record("bridge_stop", reason="eof")
     return 0

@@ -1,0 +1,354 @@
+"""The real bridge process over stdio: the SDK's stdio client against
+`python -m harnesscheck.bridge --spec` and `harnesscheck bridge --root`; stdout purity,
+environment scrubbing and the exfiltration guard, EOF exit and parent-death exit."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from harnesscheck.bridge.spec import BridgeSpec, bridge_argv, bridge_env, summarize_trace, write_spec
+from harnesscheck.scope import ToolScope
+
+#: Upper bound for one bridge start-up on a loaded 2-core box (never a speed assertion).
+START_BOUND_S = 60.0
+CANARY_KEY = "sk-ant-api03-CANARY-parent-env-0123456789"
+CANARY_TOKEN = "oauth-CANARY-token-0123456789abcdef"
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="stdio process tests need Linux /proc")
+
+
+@pytest.fixture
+def setup(tmp_path: Path):
+    base = tmp_path
+    root = base / "wt"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "a.py").write_text("alpha = 1\n")
+    (base / ".env").write_text(f"ANTHROPIC_API_KEY={CANARY_KEY}\n")
+    spec = BridgeSpec(
+        scope=ToolScope(root=root, read_only=False),
+        run_dir=base / "run",
+        trace_path=base / "run" / "bridge-s1.jsonl",
+        session_id="s1",
+    )
+    spec_path = write_spec(spec, base / "run" / "bridge-spec.json")
+    return base, root, spec, spec_path
+
+
+def _canary_env() -> dict[str, str]:
+    """What a real CLI hands its MCP servers: its whole env, keys included."""
+    return {
+        **bridge_env(),
+        "ANTHROPIC_API_KEY": CANARY_KEY,
+        "CLAUDE_CODE_OAUTH_TOKEN": CANARY_TOKEN,
+        "CLAUDECODE": "1",
+        "MY_SERVICE_PASSWORD": CANARY_TOKEN,
+    }
+
+
+def _text(result) -> str:
+    return "".join(getattr(c, "text", "") for c in result.content)
+
+
+async def _session(command: str, args: list[str], env: dict[str, str], cwd: Path, calls, errlog):
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(command=command, args=args, env=env, cwd=str(cwd))
+    with anyio.fail_after(START_BOUND_S + 10 * len(calls)):
+        async with Client(stdio_client(params, errlog=errlog), mode="legacy") as client:
+            listed = await client.list_tools()
+            results = [await client.call_tool(name, a) for name, a in calls]
+    return listed, results
+
+
+def test_sdk_stdio_client_against_python_m_bridge(setup, tmp_path: Path) -> None:
+    base, root, spec, spec_path = setup
+    argv = bridge_argv(spec_path)
+    calls = [
+        ("read_file", {"path": "src/a.py"}),
+        ("write_file", {"path": "src/b.py", "content": "beta = 2\n"}),
+        ("read_file", {"path": "../.env"}),
+        ("read_file", {"path": "/proc/self/environ"}),
+        ("read_file", {"path": "/proc/self/root/etc/hostname"}),
+        ("read_file", {"path": "../../../../proc/self/environ"}),
+        ("list_dir", {"path": "/sys"}),
+        ("read_file", {"path": "/dev/stdin"}),
+        ("grep", {"pattern": "CANARY", "path": "."}),
+    ]
+    with open(tmp_path / "stderr.txt", "w+") as errlog:
+        listed, results = anyio.run(_session, argv[0], argv[1:], _canary_env(), root, calls, errlog)
+    assert [t.name for t in listed.tools] == ["read_file", "list_dir", "grep", "write_file", "edit_file"]
+    assert not results[0].is_error and _text(results[0]) == "alpha = 1\n"
+    assert not results[1].is_error and (root / "src" / "b.py").read_text() == "beta = 2\n"
+    for result in results[2:8]:
+        assert result.is_error and _text(result).startswith("refused: "), _text(result)
+    for result in results:
+        assert CANARY_KEY not in _text(result) and CANARY_TOKEN not in _text(result)
+    records = [json.loads(x) for x in spec.trace_path.read_text().splitlines()]
+    assert records[0]["event"] == "bridge_start" and records[-1] == {**records[-1], "event": "bridge_stop", "reason": "eof"}
+    assert all(r["session"] == "s1" for r in records)
+    summary = summarize_trace(spec.trace_path, session_id="s1")
+    assert summary.tool_calls == len(calls) and summary.writes == ["src/b.py"]
+    refused_paths = {r["path"] for r in records if r.get("decision") == "refuse"}
+    assert {"../.env", "/proc/self/environ"} <= refused_paths
+    assert CANARY_KEY not in spec.trace_path.read_text()
+
+
+def test_harnesscheck_bridge_root_shortcut(tmp_path: Path) -> None:
+    root = tmp_path / "wt"
+    root.mkdir()
+    (root / "hello.txt").write_text("hello\n")
+    trace = tmp_path / "t.jsonl"
+    exe = Path(sys.executable).parent / "harnesscheck"
+    calls = [("read_file", {"path": "hello.txt"}), ("write_file", {"path": "x", "content": "y"})]
+    with open(tmp_path / "stderr.txt", "w+") as errlog:
+        listed, results = anyio.run(
+            _session, str(exe), ["bridge", "--root", str(root), "--read-only", "--trace", str(trace)], {}, tmp_path, calls, errlog
+        )
+    assert [t.name for t in listed.tools] == ["read_file", "list_dir", "grep"]
+    assert _text(results[0]) == "hello\n"
+    assert results[1].is_error and _text(results[1]).startswith("refused: read_only: ")
+    summary = summarize_trace(trace)
+    assert summary.started and summary.tool_calls == 2
+
+
+# ---- process-level guarantees -----------------------------------------------------------
+
+INIT = {
+    "jsonrpc": "2.0", "id": 1, "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
+def _frame(*msgs: dict) -> bytes:
+    return b"".join(json.dumps(m).encode() + b"\n" for m in msgs)
+
+
+def _call(i: int, name: str, args: dict) -> dict:
+    return {"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": name, "arguments": args}}
+
+
+def _read_responses(stream, count: int, deadline: float) -> list[dict]:
+    """Read `count` JSON-RPC lines; every line on the protocol stream must be JSON-RPC."""
+    out = []
+    while len(out) < count:
+        assert time.monotonic() < deadline, "bridge did not answer in time"
+        line = stream.readline()
+        assert line, "protocol stream closed early"
+        msg = json.loads(line)  # anything else on stdout is a corrupted stream
+        assert msg.get("jsonrpc") == "2.0", line
+        if "id" in msg:
+            out.append(msg)
+    return out
+
+
+def _driver(tmp_path: Path, spec_path: Path, prelude: str) -> list[str]:
+    """A test-only launcher: run `prelude` inside the bridge process, then the real entry
+    point. Production code has no hook for this; the launcher is the test's own code."""
+    script = tmp_path / "driver.py"
+    script.write_text(
+        textwrap.dedent(prelude)
+        + "\nimport sys\nfrom harnesscheck.bridge.__main__ import main\nsys.exit(main(['--spec', sys.argv[1]]))\n"
+    )
+    return [sys.executable, str(script), str(spec_path)]
+
+
+def test_prints_after_startup_go_to_stderr_and_never_break_the_session(setup, tmp_path: Path) -> None:
+    """print(), a raw write to fd 1 and a child process writing to its stdout, all from
+    inside the bridge during a tool call, end up on stderr; the stream stays pure."""
+    base, root, spec, spec_path = setup
+    prelude = """
+        import os, subprocess, harnesscheck.dispatch as d
+        _real = d.dispatch
+        def noisy(*a, **k):
+            print("NOISE-print")
+            os.write(1, b"NOISE-fd1\\n")
+            subprocess.run(["echo", "NOISE-child"])
+            return _real(*a, **k)
+        d.dispatch = noisy
+    """
+    argv = _driver(tmp_path, spec_path, prelude)
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=root)
+    try:
+        proc.stdin.write(_frame(INIT, INITIALIZED, _call(2, "read_file", {"path": "src/a.py"}), _call(3, "list_dir", {"path": "."})))
+        proc.stdin.flush()
+        responses = _read_responses(proc.stdout, 3, time.monotonic() + START_BOUND_S)
+        proc.stdin.close()
+        assert proc.wait(timeout=START_BOUND_S) == 0
+        rest = proc.stdout.read()
+        stderr = proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    by_id = {r["id"]: r for r in responses}  # concurrent calls may answer in any order
+    assert by_id[2]["result"]["content"][0]["text"] == "alpha = 1\n"
+    assert by_id[3]["result"]["isError"] is False
+    assert rest == b""
+    for noise in ("NOISE-print", "NOISE-fd1", "NOISE-child"):
+        assert stderr.count(noise) == 2, (noise, stderr)
+
+
+def test_bridge_scrubs_its_own_environment(setup, tmp_path: Path) -> None:
+    """The bridge's os.environ holds no provider key after start-up (observed: the CLIs
+    hand their whole env to MCP servers). /proc/<pid>/environ keeps the exec-time env (the
+    kernel's copy cannot be changed), which is why dispatch never serves /proc at all."""
+    base, root, spec, spec_path = setup
+    dump = tmp_path / "env-after.json"
+    prelude = f"""
+        import json, os, harnesscheck.dispatch as d
+        _real = d.dispatch
+        def spy(*a, **k):
+            open({str(dump)!r}, "w").write(json.dumps(dict(os.environ)))
+            return _real(*a, **k)
+        d.dispatch = spy
+    """
+    argv = _driver(tmp_path, spec_path, prelude)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), **_canary_env()}
+    proc = subprocess.run(
+        argv, input=_frame(INIT, INITIALIZED, _call(2, "read_file", {"path": "/proc/self/environ"})),
+        capture_output=True, env=env, cwd=root, timeout=START_BOUND_S,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    after = json.loads(dump.read_text())
+    assert not {"ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN", "CLAUDECODE", "MY_SERVICE_PASSWORD"} & set(after)
+    assert set(after) - {"PATH", "HOME"} <= {"LC_CTYPE"}  # LC_CTYPE: Python's own locale coercion
+    assert not any(CANARY_KEY in v or CANARY_TOKEN in v for v in after.values())
+    assert CANARY_KEY not in proc.stdout.decode() and CANARY_TOKEN not in proc.stdout.decode()
+    reply = [json.loads(x) for x in proc.stdout.decode().splitlines()][-1]
+    assert reply["result"]["isError"] is True
+
+
+def test_bridge_reads_no_dotenv_and_no_modules_from_its_cwd(setup, tmp_path: Path) -> None:
+    """A worktree cannot reconfigure or hijack the bridge: a .env in the cwd is ignored and
+    a module named like one the bridge imports, placed in the cwd, is never imported."""
+    base, root, spec, spec_path = setup
+    (root / ".env").write_text("HARNESS_BACKEND=api\nPYTHONPATH=.\n")
+    (root / "anyio.py").write_text("raise SystemExit('hijacked anyio')\n")
+    (root / "harnesscheck").mkdir()
+    (root / "harnesscheck" / "__init__.py").write_text("raise SystemExit('hijacked harnesscheck')\n")
+    argv = bridge_argv(spec_path)
+    proc = subprocess.run(
+        argv, input=_frame(INIT, INITIALIZED, _call(2, "read_file", {"path": "src/a.py"})),
+        capture_output=True, env=bridge_env() or None, cwd=root, timeout=START_BOUND_S,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert b"hijacked" not in proc.stderr
+    reply = [json.loads(x) for x in proc.stdout.decode().splitlines()][-1]
+    assert reply["result"]["content"][0]["text"] == "alpha = 1\n", reply
+
+
+def test_bad_spec_exits_2_with_a_message_and_no_protocol_output(tmp_path: Path) -> None:
+    bad = tmp_path / "spec.json"
+    bad.write_text('{"version": 1}')
+    proc = subprocess.run(bridge_argv(bad), input=b"", capture_output=True, env=bridge_env() or None, timeout=START_BOUND_S)
+    assert proc.returncode == 2
+    assert proc.stdout == b""
+    assert b"invalid bridge spec" in proc.stderr
+
+
+def test_exits_on_stdin_eof_after_answering_calls_in_flight(setup) -> None:
+    base, root, spec, spec_path = setup
+    proc = subprocess.Popen(bridge_argv(spec_path), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, env=bridge_env() or None)
+    try:
+        proc.stdin.write(_frame(INIT, INITIALIZED, _call(2, "grep", {"pattern": "alpha", "path": "."}),
+                                _call(3, "read_file", {"path": "src/a.py"})))
+        proc.stdin.close()  # EOF right behind the calls
+        assert proc.wait(timeout=START_BOUND_S) == 0
+        replies = {m["id"]: m for m in map(json.loads, proc.stdout.read().decode().splitlines())}
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert set(replies) == {1, 2, 3}
+    assert replies[3]["result"]["content"][0]["text"] == "alpha = 1\n"
+    assert summarize_trace(spec.trace_path).tool_calls == 2
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def _wait_gone(pid: int, bound_s: float) -> bool:
+    deadline = time.monotonic() + bound_s
+    while time.monotonic() < deadline:
+        if _gone(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_exits_when_its_parent_dies_even_with_stdin_open(setup, tmp_path: Path) -> None:
+    """An intermediate parent spawns the bridge and is SIGKILLed; the test keeps the
+    bridge's stdin pipe open, so only parent-death detection can end it."""
+    base, root, spec, spec_path = setup
+    r_fd, w_fd = os.pipe()
+    pid_file = tmp_path / "bridge.pid"
+    launcher = textwrap.dedent(f"""
+        import os, subprocess, sys, time
+        p = subprocess.Popen({bridge_argv(spec_path)!r}, stdin={r_fd}, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, pass_fds=({r_fd},))
+        open({str(pid_file)!r}, "w").write(str(p.pid))
+        time.sleep(600)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", launcher], pass_fds=(r_fd,), env={**os.environ, **bridge_env()})
+    os.close(r_fd)
+    bridge_pid = None
+    try:
+        deadline = time.monotonic() + START_BOUND_S
+        while time.monotonic() < deadline and not (pid_file.exists() and pid_file.read_text()):
+            time.sleep(0.05)
+        bridge_pid = int(pid_file.read_text())
+        deadline = time.monotonic() + START_BOUND_S  # wait until it has started serving
+        while time.monotonic() < deadline and not summarize_trace(spec.trace_path).started:
+            time.sleep(0.05)
+        assert summarize_trace(spec.trace_path).started
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=10)
+        assert _wait_gone(bridge_pid, 30), "bridge survived its parent"
+    finally:
+        os.close(w_fd)
+        if bridge_pid and not _gone(bridge_pid):
+            os.kill(bridge_pid, signal.SIGKILL)
+        if parent.poll() is None:
+            parent.kill()
+
+
+def test_exits_when_the_spec_host_pid_dies(setup, tmp_path: Path) -> None:
+    """The spec's parent_pid (the host) dying ends the bridge, even though its direct
+    parent lives on and stdin stays open."""
+    base, root, _, _ = setup
+    host = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    spec = BridgeSpec(scope=ToolScope(root=root), run_dir=base / "run", trace_path=base / "run" / "host.jsonl",
+                      session_id="h1", parent_pid=host.pid)
+    spec_path = write_spec(spec, base / "run" / "host-spec.json")
+    proc = subprocess.Popen(bridge_argv(spec_path), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, env=bridge_env() or None)
+    try:
+        proc.stdin.write(_frame(INIT))
+        proc.stdin.flush()
+        _read_responses(proc.stdout, 1, time.monotonic() + START_BOUND_S)
+        host.kill()
+        host.wait(timeout=10)
+        assert proc.wait(timeout=30) == 0
+        last = [json.loads(x) for x in spec.trace_path.read_text().splitlines()][-1]
+        assert last["event"] == "bridge_stop" and last["reason"] == "host_died"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if host.poll() is None:
+            host.kill()
