@@ -119,3 +119,136 @@ def test_api_key_source_stops_at_init():
     parser = CursorParser()
     line = json.dumps({"type": "system", "subtype": "init", "apiKeySource": "flag", "model": "Auto"})
     assert parser.feed(line) is LineAction.STOP and parser.early is ErrorClass.policy_violation
+
+
+# ---------------------------------------------------------------------------------------
+# Sessions through the fake cursor-agent
+
+from pathlib import Path  # noqa: E402
+
+from harnesscheck.config import Settings  # noqa: E402
+from harnesscheck.contracts import AgentSessionRequest  # noqa: E402
+from harnesscheck.fakes import install_fake_cli  # noqa: E402
+from harnesscheck.registry import get_spec  # noqa: E402
+from harnesscheck.providers.cursor import MAX_ARGV_PROMPT_BYTES, CursorTransport  # noqa: E402
+from harnesscheck.scope import ToolScope  # noqa: E402
+
+from _replay import assert_no_canary, hostile_worktree, parent_env, pids_alive  # noqa: E402
+
+
+def session(tmp_path, scenario, *, prompt="hi", timeout_s=30.0, model=None, system=None, env=None):
+    wt = hostile_worktree(tmp_path)
+    fake = install_fake_cli("cursor-agent", scenario, tmp_path / "bin")
+    transport = CursorTransport(
+        get_spec("cursor"), Settings(), cli_path=fake.path, parent_env=env or parent_env(tmp_path / "home"),
+        linger_s=0.5, term_grace_s=1.0,
+    )
+    request = AgentSessionRequest(
+        prompt=prompt, system=system, model=model, scope=ToolScope(root=wt), timeout_s=timeout_s,
+        run_dir=tmp_path / "run",
+    )
+    return transport.run_session(request), fake, wt
+
+
+def test_session_argv_env_cwd_stdin(tmp_path):
+    out, fake, wt = session(tmp_path, "success", system="CONTRACT-TEXT", model="sonnet-4.5")
+    assert out.ok and out.text == "Hi. What would you like to work on?" and out.backend == "cursor"
+    rec = fake.last()
+    cwd = Path(rec["cwd"]).resolve()
+    argv = rec["argv"][1:]
+    assert argv[:7] == ["--print", "--output-format", "stream-json", "--trust", "--workspace", rec["cwd"], "--force"]
+    assert "--approve-mcps" in argv and "--model=sonnet-4.5" in argv
+    assert argv[-2] == "--" and argv[-1].startswith("# Instructions\n\nCONTRACT-TEXT") and argv[-1].endswith("# Task\n\nhi")
+    assert rec["stdin_type"] == "devnull"
+    assert_no_canary(rec)
+    assert not cwd.is_relative_to(wt.resolve())
+    assert rec["env"]["HOME"] == str((tmp_path / "run" / "home").resolve())
+    assert rec["env"]["XDG_CONFIG_HOME"].startswith(rec["env"]["HOME"])
+
+
+def test_prompt_can_never_become_a_flag(tmp_path):
+    evil = "--api-key=sk-injected --yolo"
+    out, fake, _ = session(tmp_path, "success", prompt=evil)
+    argv = fake.last()["argv"]
+    assert argv[-2] == "--" and argv[-1].endswith(evil) and evil not in argv[:-1]
+
+
+def test_huge_prompt_goes_on_stdin(tmp_path):
+    big = "x" * (MAX_ARGV_PROMPT_BYTES + 10)
+    out, fake, _ = session(tmp_path, "success", prompt=big)
+    rec = fake.last()
+    assert "--" not in rec["argv"] and rec["stdin_type"] == "pipe" and rec["stdin"].endswith(big)
+
+
+def test_mcp_config_lives_in_the_per_run_home_only(tmp_path):
+    out, fake, wt = session(tmp_path, "success")
+    rec = fake.last()
+    home = Path(rec["env"]["HOME"])
+    for cfg in (home / ".cursor" / "mcp.json", Path(rec["cwd"]) / ".cursor" / "mcp.json"):
+        servers = json.loads(cfg.read_text())["mcpServers"]
+        assert list(servers) == ["bridge"]
+        assert Path(servers["bridge"]["command"]).is_absolute() and "--spec" in servers["bridge"]["args"]
+    # the worktree's and the user's files are untouched and unused
+    assert "canary-worktree" in (wt / ".cursor" / "mcp.json").read_text()
+    assert "canary-home" in (tmp_path / "home" / ".cursor" / "mcp.json").read_text()
+    assert not (Path(rec["cwd"]) / "AGENTS.md").exists()
+
+
+def test_worktree_and_home_config_never_reach_the_cli(tmp_path):
+    out, fake, wt = session(tmp_path, "success")
+    rec = fake.last()
+    assert_no_canary(rec)
+    blob = json.dumps(rec)
+    assert "canary-home" not in blob and "canary-worktree" not in blob and "CANARY-AGENTS" not in blob
+    assert rec["env"]["HOME"] != str(tmp_path / "home")
+
+
+def test_login_file_is_linked_for_the_session_only(tmp_path):
+    home = tmp_path / "home"
+    (home / ".config" / "cursor").mkdir(parents=True)
+    auth = home / ".config" / "cursor" / "auth.json"
+    auth.write_text('{"accessToken": "canary-login-token-0123456789"}')
+    scenario = {"steps": [{"spawn": "sh -c 'readlink \"$HOME/.config/cursor/auth.json\" >&2'"}, {"delay": 0.5},
+                          {"emit": {"type": "result", "subtype": "success", "is_error": False, "result": "ok"}}]}
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home)}
+    out, fake, _ = session(tmp_path, scenario, env=env)
+    assert out.ok and str(auth) in out.stderr_tail
+    link = Path(fake.last()["env"]["HOME"]) / ".config" / "cursor" / "auth.json"
+    assert not link.exists() and not link.is_symlink()
+    assert auth.read_text() == '{"accessToken": "canary-login-token-0123456789"}'
+
+
+def test_linger_after_result_outcome_from_event_and_tree_gone(tmp_path):
+    out, fake, _ = session(tmp_path, "linger_after_result", timeout_s=60.0)
+    assert out.ok and out.text == "Finished." and out.terminal_event_seen
+    kids = [g["pid"] for g in fake.last()["grandchildren"]]
+    assert kids and pids_alive(kids) == []
+    assert out.duration_s < 60.0
+
+
+def test_timeout_truncates_with_partial_text_and_no_survivors(tmp_path):
+    out, fake, _ = session(tmp_path, "timeout_mid_stream", timeout_s=2.0)
+    assert out.status is OutcomeStatus.truncated and out.error_class is ErrorClass.timeout
+    assert out.text == "Looking at the tree first." and out.native_tool_calls == ["shell"]
+    kids = [g["pid"] for g in fake.last()["grandchildren"]]
+    assert kids and pids_alive(kids) == []
+
+
+def test_one_shot_is_tool_less_and_read_only(tmp_path):
+    fake = install_fake_cli("cursor-agent", "success", tmp_path / "bin")
+    t = CursorTransport(get_spec("cursor"), Settings(), cli_path=fake.path, parent_env=parent_env(tmp_path / "home"))
+    out = t.complete("say hi")
+    assert out.ok
+    argv = fake.last()["argv"]
+    assert "--force" not in argv and "--approve-mcps" not in argv and argv[argv.index("--mode") + 1] == "ask"
+    with pytest.raises(Exception):
+        t.complete("x", tools=[{"name": "read_file"}])
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_fake_session_matches_the_replayed_outcome(tmp_path, scenario):
+    out, _, _ = session(tmp_path, scenario, timeout_s=3.0)
+    want = replay_outcome(scenario)
+    keys = ("status", "error_class", "text", "usage", "native_tool_calls", "terminal_event_seen", "served_model",
+            "iterations", "auth_source", "tool_calls", "tools_used")
+    assert {k: getattr(out, k) for k in keys} == {k: getattr(want, k) for k in keys}
