@@ -76,7 +76,9 @@ One JSON line per invocation, appended to the record file before any step runs::
 
     {"kind": "invocation", "cli": "claude", "pid": 123, "argv": [...], "env": {...},
      "cwd": "...", "stdin_type": "devnull|pipe|tty|file|socket|closed|other",
-     "stdin": "<text read, up to 1 MiB>", "stdin_bytes": n, "mcp_configs": {path: content}}
+     "stdin": "<text read, up to 1 MiB>", "stdin_bytes": n, "mcp_configs": {path: content},
+     "cwd_entries": [names in the cwd at start],
+     "config_dirs": {"CLAUDE_CONFIG_DIR": {"name": "file|dir|link:<target>"}, ...}}
 
 and one ``{"kind": "spawn", "pid": <fake pid>, "child_pid": n, "setsid": bool}`` line per
 grandchild. ``harnesscheck.fakes.FakeCli.records()`` folds them into one dict per invocation.
@@ -140,6 +142,28 @@ def _stdin_type() -> str:
     return "other"
 
 
+#: Env vars naming a config home whose contents the record lists (names only, never contents).
+CONFIG_DIR_VARS = ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "CURSOR_CONFIG_DIR", "XDG_CONFIG_HOME", "HOME")
+
+
+def _config_dirs() -> dict:
+    """{var: {entry: "file" | "dir" | "link:<target>"}} for each config home in the env."""
+    out: dict = {}
+    for var in CONFIG_DIR_VARS:
+        path = os.environ.get(var)
+        if not path or not os.path.isdir(path):
+            continue
+        entries = {}
+        for name in sorted(os.listdir(path)):
+            full = os.path.join(path, name)
+            if os.path.islink(full):
+                entries[name] = "link:" + os.readlink(full)
+            else:
+                entries[name] = "dir" if os.path.isdir(full) else "file"
+        out[var] = entries
+    return out
+
+
 def _flag_value(argv: list[str], *names: str) -> str | None:
     """The value of --name VALUE or --name=VALUE (last one wins), stopping at `--`."""
     value = None
@@ -181,12 +205,12 @@ def _positional_prompt(argv: list[str]) -> str | None:
 
 
 class Fake:
-    def __init__(self, cli: str, argv0: str, argv: list[str]):
+    def __init__(self, cli: str, argv0: str, argv: list[str], scenario: dict | None = None):
         self.cli = cli
         self.argv0 = argv0
         self.argv = argv
         self.record_path: Path | None = None
-        self.scenario = self._load_scenario()
+        self.scenario = scenario if scenario is not None else self._load_scenario()
         self.session_id = str(uuid.uuid4())
         self.stdin_text = ""
         self.out = sys.stdout.buffer
@@ -257,6 +281,8 @@ class Fake:
                 "stdin": self.stdin_text[:RECORDED_STDIN_LIMIT],
                 "stdin_bytes": stdin_bytes,
                 "mcp_configs": configs,
+                "cwd_entries": sorted(os.listdir(".")),
+                "config_dirs": _config_dirs(),
                 "ts": time.time(),
             }
         )
@@ -365,6 +391,32 @@ class Fake:
         if fill < 0:
             raise SystemExit(f"oversize {size} is smaller than the template")
         return shell.replace(marker, b"A" * fill, 1)
+
+
+#: Steps that only write stdout (render() replays them; the others are side effects).
+_OUTPUT_STEPS = ("emit", "noise", "oversize", "raw", "invalid_utf8")
+
+
+def render(cli: str, scenario: dict, argv: list[str] | None = None, *, stdin_text: str = "", cwd: str = "/scratch") -> tuple[bytes, int | None]:
+    """The stdout bytes a scenario writes and its exit code (None: it hangs), without running it.
+
+    No sleeping, spawning or signals: for parser tests and benchmarks.
+    """
+    import io
+
+    fake = Fake(cli, cli, list(argv or []), scenario=scenario)
+    fake.out = io.BytesIO()
+    fake.err = io.BytesIO()
+    fake.stdin_text = stdin_text
+    ph = {**fake.placeholders(), "cwd": cwd}
+    for step in scenario.get("steps", []):
+        if "hang" in step:
+            return fake.out.getvalue(), None
+        if "exit" in step:
+            return fake.out.getvalue(), int(step["exit"])
+        if any(k in step for k in _OUTPUT_STEPS):
+            fake.step(step, ph)
+    return fake.out.getvalue(), 0
 
 
 def _fixture_dir(cli: str) -> str:

@@ -156,7 +156,7 @@ def ending_outcome(result: Any, *, terminal_seen: bool) -> tuple[OutcomeStatus, 
             f"a stdout line exceeded the {limit}-byte limit (max_line_bytes); raise it or bound the tool output",
         )
     if result.ending is Ending.deadline and not terminal_seen:
-        return OutcomeStatus.truncated, ErrorClass.timeout, f"timed out after {result.duration_s:.1f}s; partial output kept"
+        return OutcomeStatus.truncated, ErrorClass.timeout, "the session deadline passed; partial output kept"
     if terminal_seen or result.ending is Ending.early_stop:
         return None
     if result.exit_code not in (0, None) or result.signal is not None:

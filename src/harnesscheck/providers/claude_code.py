@@ -622,7 +622,9 @@ class ClaudeCodeTransport(HarnessTransport):
         from harnesscheck.envpolicy import config_home
 
         var, config_dir = config_home(ctx.run_dir, "CLAUDE_CONFIG_DIR")
-        injections = {var: config_dir}
+        # A private HOME too: the user's dotfiles (~/.claude.json, git/gh config) stay out of reach.
+        _, home = config_home(ctx.run_dir, "HOME")
+        injections = {var: config_dir, "HOME": home}
         injections.update(self._credentials(Path(config_dir)))
         mcp_file = None
         allowed: list[str] = []
