@@ -97,11 +97,14 @@ def run_command(
         run_dir=run_dir,
     )
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    before = _audit_before(spec, root)
     try:
         outcome = transport.run_session(request)
     except HarnessError as exc:
         _err(f"error: {exc.message}" + (f"\n  fix: {exc.fix}" if exc.fix else ""))
         return int(getattr(exc, "exit_code", EXIT_ENVIRONMENT))
+    if outcome.audit is None and before is not None:
+        outcome.audit = _audit_after(spec, root, run_dir, write, before)
 
     if not outcome.backend:
         outcome.backend = spec.id
@@ -131,4 +134,46 @@ def run_command(
             excerpt = outcome.text if len(outcome.text) <= 2000 else outcome.text[:2000] + " …"
             print(redact(excerpt))
         print(f"report: {md_path}")
+    if outcome.audit is not None and not outcome.audit.clean:
+        _err("audit: FLAGGED: " + ", ".join(sorted({f.code for f in outcome.audit.flags})))
+        return EXIT_BACKEND_FAILED
     return EXIT_OK if outcome.ok else EXIT_BACKEND_FAILED
+
+
+def _audit_before(spec, root: Path):
+    """For harness backends: the worktree snapshot and instruction files before the session."""
+    from harnesscheck.contracts import Kind
+
+    if spec.kind is not Kind.harness:
+        return None
+    from harnesscheck.audit import find_instruction_files, snapshot_tree
+
+    return snapshot_tree(root), find_instruction_files(root)
+
+
+def _audit_after(spec, root: Path, run_dir: Path, write: bool, before):
+    """Audit the CLI's event log (<run dir>/events.jsonl) against the run's facts; None when
+    the transport kept no event log. A failing audit is reported, never silently skipped."""
+    from harnesscheck.audit import RunFacts, audit_events, snapshot_tree
+    from harnesscheck.bridge.spec import summarize_trace
+    from harnesscheck.contracts import AuditFlag, AuditVerdict, Capability
+    from harnesscheck.providers._eventlog import EVENT_LOG_NAME
+
+    events = run_dir / EVENT_LOG_NAME
+    if not events.is_file():
+        return None
+    worktree_before, instruction_files = before
+    facts = RunFacts(
+        scope_root=root,
+        read_only=not write,
+        builtin_tools_off=spec.supports(Capability.builtin_tools_off),
+        bridge=summarize_trace(run_dir / "bridge-trace.jsonl"),
+        session_cwd=run_dir / "cwd",
+        worktree_before=worktree_before,
+        worktree_after=snapshot_tree(root),
+        instruction_files=instruction_files,
+    )
+    try:
+        return audit_events(events, spec.cli_name or spec.id, facts)
+    except Exception as exc:  # noqa: BLE001 - an audit that cannot run must say so, not pass
+        return AuditVerdict(clean=False, flags=[AuditFlag(code="audit_failed", detail=f"{type(exc).__name__}: {exc}")])
