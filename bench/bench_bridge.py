@@ -1,0 +1,155 @@
+"""Bridge benchmarks, each beside its floor measured in the same run.
+
+    .venv/bin/python bench/bench_bridge.py [--runs N]
+
+1. Cold start: spawn `python -I -m harnesscheck.bridge --spec F` (exactly the argv a
+   transport writes into the CLI's MCP config) -> `initialize` answered -> `tools/list`
+   answered, over raw JSON-RPC lines on pipes as a CLI does it (protocol 2025-06-18).
+   Floor: spawn -> exit of `python -c "import mcp"` (the import the SDK cannot avoid).
+   Runs alternate bridge / floor so machine noise hits both alike.
+   Targets: median <= 1.3x the floor median, and < 1.5 s.
+2. Tool-call round trip over stdio (read_file of a small file): median < 5 ms.
+3. In-process dispatch (the same read_file): median < 1 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from harnesscheck.bridge.spec import BridgeSpec, bridge_argv, bridge_env, write_spec
+from harnesscheck.dispatch import dispatch
+from harnesscheck.scope import ToolScope
+
+INIT = {
+    "jsonrpc": "2.0", "id": 1, "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}},
+}
+
+
+def line(msg: dict) -> bytes:
+    return json.dumps(msg).encode() + b"\n"
+
+
+def read_reply(stream, want_id: int) -> dict:
+    while True:
+        raw = stream.readline()
+        if not raw:
+            raise RuntimeError("bridge closed its stdout")
+        msg = json.loads(raw)
+        if msg.get("id") == want_id:
+            return msg
+
+
+def env_for_child() -> dict[str, str]:
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/"), **bridge_env()}
+
+
+def cold_start(argv: list[str]) -> tuple[float, float]:
+    """(seconds to initialize answered, seconds to tools/list answered) from spawn."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env_for_child())
+    assert proc.stdin and proc.stdout
+    proc.stdin.write(line(INIT))
+    proc.stdin.flush()
+    read_reply(proc.stdout, 1)
+    t_init = time.perf_counter() - start
+    proc.stdin.write(line({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+    proc.stdin.write(line({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
+    proc.stdin.flush()
+    tools = read_reply(proc.stdout, 2)
+    t_list = time.perf_counter() - start
+    assert tools["result"]["tools"], tools
+    proc.stdin.close()
+    proc.wait(timeout=30)
+    return t_init, t_list
+
+
+def floor(code: str) -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True, env=env_for_child())
+    return time.perf_counter() - start
+
+
+def stdio_round_trips(argv: list[str], n: int) -> list[float]:
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env_for_child())
+    assert proc.stdin and proc.stdout
+    proc.stdin.write(line(INIT) + line({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+    proc.stdin.flush()
+    read_reply(proc.stdout, 1)
+    times = []
+    for i in range(n):
+        call = {"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call",
+                "params": {"name": "read_file", "arguments": {"path": "hello.txt"}}}
+        start = time.perf_counter()
+        proc.stdin.write(line(call))
+        proc.stdin.flush()
+        reply = read_reply(proc.stdout, 10 + i)
+        times.append(time.perf_counter() - start)
+        assert reply["result"]["isError"] is False
+    proc.stdin.close()
+    proc.wait(timeout=30)
+    return times
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=7)
+    ns = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-bridge-") as tmp:
+        base = Path(tmp).resolve()
+        root = base / "root"
+        root.mkdir()
+        (root / "hello.txt").write_text("hello\n")
+        spec = BridgeSpec(scope=ToolScope(root=root), run_dir=base, trace_path=base / "trace.jsonl", session_id="bench")
+        argv = bridge_argv(write_spec(spec, base / "spec.json"))
+
+        floor("import mcp")  # warm the page cache for both sides
+        cold_start(argv)
+        inits, lists, floors, passes = [], [], [], []
+        for _ in range(ns.runs):
+            t_init, t_list = cold_start(argv)
+            inits.append(t_init)
+            lists.append(t_list)
+            floors.append(floor("import mcp"))
+            passes.append(floor("pass"))
+        f_med, l_med, i_med = statistics.median(floors), statistics.median(lists), statistics.median(inits)
+        ratio = l_med / f_med
+        print(f"python -c pass                   median {statistics.median(passes) * 1000:7.1f} ms")
+        print(f"floor: python -c 'import mcp'    median {f_med * 1000:7.1f} ms  (min {min(floors) * 1000:.1f})")
+        print(f"bridge spawn -> initialize       median {i_med * 1000:7.1f} ms  (min {min(inits) * 1000:.1f})")
+        print(f"bridge spawn -> tools/list       median {l_med * 1000:7.1f} ms  (min {min(lists) * 1000:.1f}, max {max(lists) * 1000:.1f})")
+        print(f"cold start / floor               {ratio:.2f}x   target <= 1.30x   {verdict(ratio <= 1.3)}")
+        print(f"cold start absolute              {l_med:.2f} s   target < 1.5 s   {verdict(l_med < 1.5)}")
+        print(f"margin to claude's ~5 s MCP connect limit: {5.0 / max(lists):.1f}x at the worst run")
+
+        trips = stdio_round_trips(argv, 300)
+        rt = statistics.median(trips) * 1000
+        print(f"stdio tool call round trip       median {rt:7.3f} ms  p95 {sorted(trips)[int(len(trips) * 0.95)] * 1000:.3f} ms   target < 5 ms   {verdict(rt < 5)}")
+
+        scope = ToolScope(root=root)
+        for _ in range(200):
+            dispatch("read_file", {"path": "hello.txt"}, scope)
+        local = []
+        for _ in range(2000):
+            start = time.perf_counter()
+            dispatch("read_file", {"path": "hello.txt"}, scope)
+            local.append(time.perf_counter() - start)
+        ip = statistics.median(local) * 1000
+        print(f"in-process dispatch read_file    median {ip:7.3f} ms   target < 1 ms   {verdict(ip < 1)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
