@@ -60,44 +60,6 @@ def _toml_str(value: str) -> str:
     return json.dumps(value)  # a JSON string is a valid TOML basic string
 
 
-#: Top-level config.toml keys that take vendor built-ins off the wire in codex 0.171.0
-#: (measured; doc/SPEC-loopback.md). What stays offered: `list_mcp_resources`,
-#: `list_mcp_resource_templates`, `read_mcp_resource` (registered whenever an MCP server
-#: is configured), and model-dependent extras (`apply_patch` + `tool_search` for gpt-5.x
-#: models; the code-mode `exec`/`wait`/`send_message_to_user_async` for the default model).
-CODEX_BUILTINS_OFF_TOP = 'web_search = "disabled"\n'
-CODEX_BUILTINS_OFF_TABLES = """\
-[features]
-shell_tool = false
-unified_exec = false
-view_image = false
-goals = false
-apps = false
-image_generation = false
-tool_suggest = false
-request_permissions_tool = false
-standalone_web_search = false
-code_mode = false
-code_mode_host = false
-sleep_tool = false
-send_message_to_user_async = false
-skill_search = false
-plugins = false
-browser_use = false
-computer_use = false
-hooks = false
-
-[agents]
-enabled = false
-
-[tools.experimental_request_user_input]
-enabled = false
-
-[tools.update_plan]
-enabled = false
-"""
-
-
 def codex_provider_top(ep: LoopbackEndpoint) -> str:
     """Top-level keys (must precede every [table] in config.toml)."""
     return f"model_provider = {_toml_str(CODEX_PROVIDER_ID)}\n"

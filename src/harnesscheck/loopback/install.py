@@ -3,8 +3,10 @@ dir the loopback level finds by itself (harnesscheck.paths.cli_cache_dir()).
 
 The pinned versions come from the registry specs (`ProviderSpec.pinned_version` of every
 harness backend that names an npm package). Idempotent: when every pinned package is
-already present at its pinned version, nothing runs. npm runs with no install scripts
-(the CLIs need none), no audit, no funding notice, and exact versions.
+already present at its pinned version (its binary prints that version), nothing runs.
+npm runs with no install scripts, no audit, no funding notice and exact versions; then
+only the pinned packages' own postinstall runs, explicitly (claude-code's puts its
+native binary in place).
 """
 
 from __future__ import annotations
@@ -54,13 +56,42 @@ def binary_path(dest: Path, cli_name: str) -> Path:
     return Path(dest) / "node_modules" / ".bin" / cli_name
 
 
+def runs_at_version(dest: Path, c: PinnedCli) -> bool:
+    """`<bin> --version` prints the pinned version (a placeholder binary left by a skipped
+    postinstall prints nothing and exits 1)."""
+    from harnesscheck.registry import parse_version, probe_version
+
+    path = binary_path(dest, c.cli_name)
+    if not path.exists():
+        return False
+    printed = probe_version(path)
+    return printed is not None and parse_version(printed) == parse_version(c.version)
+
+
 def missing(dest: Path, clis: list[PinnedCli]) -> list[PinnedCli]:
-    """The pinned CLIs not present (at their pinned version, with their binary) in dest."""
-    return [
-        c
-        for c in clis
-        if installed_version(dest, c.package) != c.version or not binary_path(dest, c.cli_name).exists()
-    ]
+    """The pinned CLIs not present (at their pinned version, with a working binary) in dest."""
+    return [c for c in clis if installed_version(dest, c.package) != c.version or not runs_at_version(dest, c)]
+
+
+def run_postinstall(dest: Path, c: PinnedCli, node: str) -> int:
+    """Run the pinned package's own postinstall (claude-code's places its native binary).
+
+    npm runs with --ignore-scripts, so no dependency's script ever runs; only the script of
+    a package we pinned, explicitly, with node, in that package's directory."""
+    pkg_dir = Path(dest) / "node_modules" / c.package
+    try:
+        scripts = json.loads((pkg_dir / "package.json").read_text(encoding="utf-8")).get("scripts") or {}
+    except (OSError, ValueError):
+        return 0
+    script = str(scripts.get("postinstall") or "")
+    if not script:
+        return 0
+    parts = script.split()
+    if len(parts) != 2 or parts[0] != "node" or "/" in parts[1] or not (pkg_dir / parts[1]).is_file():
+        print(f"install-clis: {c.package}: unexpected postinstall {script!r}; not run", file=sys.stderr)
+        return 3
+    proc = subprocess.run([node, parts[1]], cwd=str(pkg_dir), stdin=subprocess.DEVNULL)
+    return 0 if proc.returncode == 0 else 3
 
 
 def npm_argv(npm: str, dest: Path, clis: list[PinnedCli]) -> list[str]:
@@ -106,6 +137,11 @@ def install(dest: Path | None = None, *, out=sys.stdout) -> int:
     if proc.returncode != 0:
         print(f"install-clis: npm exited {proc.returncode}\n  fix: check network access to the npm registry", file=sys.stderr)
         return 3
+    node = shutil.which("node") or "node"
+    for c in todo:
+        if run_postinstall(dest, c, node) != 0:
+            print(f"install-clis: the postinstall of {c.spec} failed", file=sys.stderr)
+            return 3
     still = missing(dest, clis)
     if still:
         names = ", ".join(c.spec for c in still)

@@ -47,6 +47,9 @@ class ToolCall:
     name: str
     input: dict[str, Any] = field(default_factory=dict)
     builtin: bool = False
+    #: Responses only: a freeform (custom tool) call carrying this text as its input
+    #: (codex's `apply_patch`, code-mode `exec`).
+    freeform: str | None = None
 
 
 @dataclass(frozen=True)
@@ -138,7 +141,9 @@ def status_turn(status: int, *, retry_after: float | None = None) -> Turn:
     return Turn(status=status, error_type=etype, error_message=msg, headers=headers)
 
 
-def named_scenario(name: str, *, native_tool: str = "Read", native_input: dict | None = None) -> Scenario:
+def named_scenario(
+    name: str, *, native_tool: str = "Read", native_input: dict | None = None, native_freeform: str | None = None
+) -> Scenario:
     """The scenario for a canonical name (fixtures/ scenario names where they overlap).
 
     `native_tool`/`native_input` pick the disabled built-in a `native_tool_use` scenario
@@ -176,6 +181,11 @@ def named_scenario(name: str, *, native_tool: str = "Read", native_input: dict |
     if name == "timeout_mid_stream":
         return Scenario(name, (Turn(text="partial", hang=True),), repeat_last=True)
     if name == "native_tool_use":
-        call = ToolCall(native_tool, native_input if native_input is not None else {"file_path": "/etc/hostname"}, builtin=True)
+        call = ToolCall(
+            native_tool,
+            native_input if native_input is not None else {"file_path": "/etc/hostname"},
+            builtin=True,
+            freeform=native_freeform,
+        )
         return Scenario(name, (Turn(tool_calls=(call,)), done))
     raise KeyError(f"unknown loopback scenario {name!r}; known: {', '.join(SCENARIO_NAMES)}")

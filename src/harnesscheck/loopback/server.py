@@ -178,6 +178,9 @@ class _Handler(BaseHTTPRequestHandler):
                 payload = wire.chat_completion(turn, model, rec.tools)
             self._json(200, payload, headers=turn.headers)
             return
+        headers = list(turn.headers)
+        if protocol != wire.ANTHROPIC:
+            headers.append(("openai-model", model))  # as the OpenAI API sends it (codex reads it)
         if protocol == wire.ANTHROPIC:
             events: Iterable[bytes] = wire.anthropic_stream(turn, model, rec.tools)
         elif protocol == wire.RESPONSES:
@@ -185,7 +188,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             events = wire.chat_stream(turn, model, rec.tools, include_usage=include_usage)
-        self._stream(events, hang=turn.hang, headers=turn.headers)
+        self._stream(events, hang=turn.hang, headers=headers)
 
     # -- low-level writers ----------------------------------------------------------------
 

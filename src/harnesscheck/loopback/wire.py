@@ -324,6 +324,18 @@ def responses_items(turn: Turn, offered: list[str]) -> list[dict]:
         )
     for call in turn.tool_calls:
         name, namespace = resolve_wire_name(call, offered, RESPONSES)
+        if call.freeform is not None:
+            items.append(
+                {
+                    "id": _id("ctc_lb"),
+                    "type": "custom_tool_call",
+                    "status": "completed",
+                    "call_id": _id("call_lb"),
+                    "name": name,
+                    "input": call.freeform,
+                }
+            )
+            continue
         item = {
             "id": _id("fc_lb"),
             "type": "function_call",
@@ -380,6 +392,10 @@ def responses_stream(turn: Turn, model: str, offered: list[str]) -> Iterator[byt
                 item_id=item["id"], output_index=idx, content_index=0,
                 part={"type": "output_text", "text": text, "annotations": []},
             )
+        elif item["type"] == "custom_tool_call":
+            yield ev("response.output_item.added", output_index=idx, item=dict(item, status="in_progress", input=""))
+            yield ev("response.custom_tool_call_input.delta", item_id=item["id"], output_index=idx, delta=item["input"])
+            yield ev("response.custom_tool_call_input.done", item_id=item["id"], output_index=idx, input=item["input"])
         else:
             yield ev("response.output_item.added", output_index=idx, item=dict(item, status="in_progress", arguments=""))
             yield ev("response.function_call_arguments.delta", item_id=item["id"], output_index=idx, delta=item["arguments"])

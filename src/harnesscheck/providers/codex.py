@@ -335,11 +335,48 @@ def toml_array(values: list[str]) -> str:
     return "[" + ", ".join(toml_string(v) for v in values) + "]"
 
 
+#: Tables that take vendor built-ins off the wire (measured on codex 0.171.0 against a
+#: scripted server; doc/SPEC-loopback.md). Still offered afterwards: the three MCP
+#: resource tools (registered whenever any MCP server is configured) and, by model,
+#: `apply_patch` + `tool_search` (gpt-5.x) or code-mode `exec`/`wait` (the default model;
+#: its JS reaches tools only through the same router, i.e. the bridge). The audit covers them.
+BUILTINS_OFF_TOML = """\
+[features]
+shell_tool = false
+unified_exec = false
+view_image = false
+goals = false
+apps = false
+image_generation = false
+tool_suggest = false
+request_permissions_tool = false
+standalone_web_search = false
+code_mode = false
+sleep_tool = false
+send_message_to_user_async = false
+skill_search = false
+plugins = false
+browser_use = false
+computer_use = false
+hooks = false
+
+[agents]
+enabled = false
+
+[tools.experimental_request_user_input]
+enabled = false
+
+[tools.update_plan]
+enabled = false
+"""
+
+
 def render_config(
     *,
     bridge: tuple[list[str], dict[str, str]] | None,
     bridge_tools: tuple[str, ...] = (),
     extra_toml: str = "",
+    top_toml: str = "",
 ) -> str:
     """config.toml for one session: the bridge as a required MCP server, web search off.
 
@@ -352,6 +389,9 @@ def render_config(
         'web_search = "disabled"',
         'approval_policy = "never"',
     ]
+    if top_toml.strip():
+        lines.append(top_toml.strip())  # top-level keys must precede every [table]
+    lines += ["", BUILTINS_OFF_TOML.strip()]
     if bridge is not None:
         argv, env = bridge
         lines += [
@@ -430,9 +470,13 @@ def _safe_model(model: str) -> str:
 class CodexTransport(HarnessTransport):
     """`codex exec --json` with a per-run CODEX_HOME. See the module docstring."""
 
-    def __init__(self, spec, settings=None, *, extra_config_toml: str = "", **kwargs):
+    def __init__(self, spec, settings=None, *, extra_config_toml: str = "", loopback=None, **kwargs):
+        """`loopback`: a harnesscheck.loopback.LoopbackEndpoint. The session then talks to that
+        scripted server on 127.0.0.1 through a provider in the per-run config.toml, with a
+        dummy key injected explicitly; no login is linked."""
         super().__init__(spec, settings, **kwargs)
         self.extra_config_toml = extra_config_toml
+        self.loopback = loopback
 
     def invocation(self, ctx: SessionContext, request, cli: Path, *, tool_less: bool) -> Invocation:
         from harnesscheck.envpolicy import config_home
@@ -441,9 +485,16 @@ class CodexTransport(HarnessTransport):
         home = Path(codex_home)
         tool_names = () if tool_less else request.scope.tool_names()
         bridge = None if tool_less or ctx.spec_path is None else bridge_command(ctx.spec_path)
-        config = render_config(bridge=bridge, bridge_tools=tool_names, extra_toml=self.extra_config_toml)
+        top, extra, injections = "", self.extra_config_toml, {}
+        if self.loopback is not None:
+            from harnesscheck.loopback.endpoint import codex_env, codex_provider_table, codex_provider_top
+
+            top = codex_provider_top(self.loopback)
+            extra = codex_provider_table(self.loopback) + "\n" + extra
+            injections = codex_env(self.loopback)
+        config = render_config(bridge=bridge, bridge_tools=tool_names, extra_toml=extra, top_toml=top)
         _write_private(home / "config.toml", config)
-        auth = subscription_auth_file(self.parent_env)
+        auth = None if self.loopback is not None else subscription_auth_file(self.parent_env)
         link = home / "auth.json"
         if link.is_symlink() or link.exists():
             link.unlink()
@@ -459,7 +510,7 @@ class CodexTransport(HarnessTransport):
         prompt = compose_prompt(request.system, request.prompt, tool_names)
         return Invocation(
             argv=argv,
-            injections={"CODEX_HOME": str(home), "HOME": str(user_home)},
+            injections={"CODEX_HOME": str(home), "HOME": str(user_home), **injections},
             stdin_bytes=prompt.encode("utf-8"),
         )
 
