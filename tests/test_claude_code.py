@@ -498,3 +498,28 @@ def test_harness_llm_refuses_tools(tmp_path):
     with pytest.raises(CapabilityUnsupported):
         llm.complete("x", tools=[object()])
     assert llm.complete("x").text == "Hello from the fake model."
+
+
+def test_usage_window_folds_old_messages_exactly():
+    from harnesscheck.providers.claude_code import UsageById
+
+    acc = UsageById(window=4)
+    for i in range(100):
+        acc.put(f"m{i}", "", {"input_tokens": 1, "output_tokens": i})
+        acc.put(f"m{i}", "", {"input_tokens": 2, "output_tokens": i})  # repeated line: last wins
+    total = acc.totals()[""]
+    assert (total.input, total.output, acc.ids) == (200, sum(range(100)), 100)
+    assert len(acc.open) == 4  # memory bounded
+
+
+def test_partial_text_keeps_only_a_bounded_tail():
+    from harnesscheck.providers import claude_code as cc
+
+    parser = ClaudeStreamParser()
+    chunk = "x" * 1000
+    for i in range(cc.TEXT_TAIL_CHARS // 1000 + 50):
+        parser.feed(json.dumps({"type": "assistant", "parent_tool_use_id": None,
+                                "message": {"id": f"m{i}", "content": [{"type": "text", "text": chunk}]}}))
+    outcome = parser.outcome(ProcessResult(ending=Ending.deadline, exit_code=None, signal=9, stderr_tail="", duration_s=1))
+    assert outcome.status is OutcomeStatus.truncated
+    assert len(outcome.text) <= cc.TEXT_TAIL_CHARS + 2000 and "cut to its last" in outcome.message

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ from harnesscheck.contracts import (
     Usage,
     model_verdict,
 )
+from harnesscheck.process import LineAction
 from harnesscheck.providers._harness import (
     BRIDGE_SERVER,
     HarnessTransport,
@@ -139,21 +141,69 @@ def _write_private(path: Path, text: str) -> Path:
 # The pure parser
 
 
+#: Partial text kept for a truncated session (the tail), so memory stays flat in the log size.
+TEXT_TAIL_CHARS = 1 << 20
+#: Native tool names kept for the audit (the count is exact beyond it).
+NATIVE_CALLS_KEPT = 1000
+#: A user line starting like this is a tool result: the parser has no use for it, so it is
+#: not decoded (big tool results are most of a session's bytes).
+_USER_PREFIX = '{"type":"user",'
+_RATE_PREFIX = '{"type":"rate_limit_event",'
+_BRIDGE_PREFIX = f"mcp__{BRIDGE_SERVER}__"
+
+
+class UsageById:
+    """Usage per message id, the last line of a message wins (streaming repeats it).
+
+    Memory is bounded: only the last `window` message ids are kept open; older ones are
+    folded into per-group sums (a message's lines are contiguous in the stream). Values are
+    the raw API usage dicts, converted only when folded or read.
+    """
+
+    def __init__(self, window: int = 256):
+        self.window = window
+        self.open: OrderedDict[str, tuple[str, Any]] = OrderedDict()
+        self.folded: dict[str, list[int]] = {}
+        self.ids = 0
+
+    def put(self, msg_id: str, group: str, usage: Any) -> None:
+        if msg_id in self.open:
+            self.open[msg_id] = (group, usage)
+            return
+        self.ids += 1
+        self.open[msg_id] = (group, usage)
+        if len(self.open) > self.window:
+            _, (old_group, old_usage) = self.open.popitem(last=False)
+            sums = self.folded.setdefault(old_group, [0, 0, 0, 0])
+            for i, value in enumerate(_usage_numbers(old_usage)):
+                sums[i] += value
+
+    def totals(self) -> dict[str, Usage]:
+        sums = {group: list(values) for group, values in self.folded.items()}
+        for group, usage in self.open.values():
+            acc = sums.setdefault(group, [0, 0, 0, 0])
+            for i, value in enumerate(_usage_numbers(usage)):
+                acc[i] += value
+        return {g: Usage(input=v[0], output=v[1], cache_read=v[2], cache_write=v[3]) for g, v in sums.items()}
+
+
+_USAGE_KEYS = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+
+
+def _usage_numbers(raw: Any) -> tuple[int, int, int, int]:
+    if not isinstance(raw, dict):
+        return (0, 0, 0, 0)
+    out = []
+    for key in _USAGE_KEYS:
+        value = raw.get(key)
+        out.append(int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else 0)
+    return tuple(out)  # type: ignore[return-value]
+
+
 def _api_usage(raw: Any) -> Usage:
     """Anthropic API usage (snake_case) -> Usage."""
-    if not isinstance(raw, dict):
-        return Usage()
-
-    def num(key: str) -> int:
-        value = raw.get(key)
-        return int(value) if isinstance(value, (int, float)) and value >= 0 else 0
-
-    return Usage(
-        input=num("input_tokens"),
-        output=num("output_tokens"),
-        cache_read=num("cache_read_input_tokens"),
-        cache_write=num("cache_creation_input_tokens"),
-    )
+    i, o, cr, cw = _usage_numbers(raw)
+    return Usage(input=i, output=o, cache_read=cr, cache_write=cw)
 
 
 def _model_usage(raw: Any) -> Usage:
@@ -265,12 +315,15 @@ class ClaudeStreamParser:
         self.session_id: str | None = None
         # stream
         self.texts: list[str] = []
-        self.main_usage: dict[str, Usage] = {}
-        self.sub_usage: dict[str, tuple[str, Usage]] = {}
-        self.main_ids: list[str] = []
+        self.text_chars = 0
+        self.text_dropped = False
+        self.main_usage = UsageById()  # group "" = main chain
+        self.sub_usage = UsageById()  # group = helper model id
         self.served_model: str | None = None
-        self.bridge_calls: list[str] = []
+        self.bridge_calls = 0
+        self.bridge_tools: dict[str, None] = {}  # first-use order
         self.native_calls: list[str] = []
+        self.native_count = 0
         self.assistant_error: str | None = None
         self.last_retry: dict | None = None
         self.rate_limit_rejected: dict | None = None
@@ -281,17 +334,19 @@ class ClaudeStreamParser:
     # -- feeding ------------------------------------------------------------------------
 
     def feed(self, line: str) -> Any:
-        from harnesscheck.process import LineAction
-
         self.lines += 1
-        stripped = line.strip()
+        stripped = line if line[:1] == "{" else line.strip()
         if not stripped:
             return None
-        if not stripped.startswith("{"):
+        if stripped[0] != "{":
             self.noise_lines += 1  # [SandboxDebug], banners: skipped (cli-formats §6.3)
             return None
         if self.result is not None or self.early is not None:
             return None  # exactly one terminal outcome; ignore anything after it
+        if stripped.startswith(_USER_PREFIX):
+            return None  # tool results: the bridge trace says what dispatch did
+        if stripped.startswith(_RATE_PREFIX) and '"rejected"' not in stripped:
+            return None  # an allowed rate-limit window: nothing to record
         try:
             event = json.loads(stripped)
         except ValueError:
@@ -318,8 +373,6 @@ class ClaudeStreamParser:
         return None  # unknown types are ignored (D6)
 
     def _stop(self, status: OutcomeStatus, cls: ErrorClass, message: str) -> Any:
-        from harnesscheck.process import LineAction
-
         self.early = (status, cls, message)
         return LineAction.STOP
 
@@ -386,42 +439,53 @@ class ClaudeStreamParser:
 
     def _assistant(self, event: dict) -> None:
         message = event.get("message")
-        if not isinstance(message, dict):
+        if type(message) is not dict:
             return
         main = event.get("parent_tool_use_id") is None
-        msg_id = message.get("id") if isinstance(message.get("id"), str) else None
-        model = message.get("model") if isinstance(message.get("model"), str) else None
-        if model and model.startswith("<"):
+        msg_id = message.get("id")
+        model = message.get("model")
+        if type(model) is not str or model.startswith("<"):
             model = None  # "<synthetic>": the CLI's own messages, not a served model
-        if isinstance(event.get("error"), str) and main:
+        if main and "error" in event and isinstance(event["error"], str):
             self.assistant_error = event["error"]
-        if "usage" in message and msg_id:
-            usage = _api_usage(message.get("usage"))
+        if type(msg_id) is str and "usage" in message:
+            # raw usage: converted once, when the message is folded; repeated lines: last wins
             if main:
-                if msg_id not in self.main_usage:
-                    self.main_ids.append(msg_id)
-                self.main_usage[msg_id] = usage  # repeated on every line of a message: last wins
+                self.main_usage.put(msg_id, "", message["usage"])
             elif model:
-                self.sub_usage[msg_id] = (model, usage)
+                self.sub_usage.put(msg_id, model, message["usage"])
         if main and model:
             self.served_model = model
         content = message.get("content")
-        if not isinstance(content, list):
+        if type(content) is not list:
             return
         for block in content:
-            if not isinstance(block, dict):
+            if type(block) is not dict:
                 continue
             btype = block.get("type")
-            if btype == "text" and main and isinstance(block.get("text"), str):
-                self.texts.append(block["text"])
-                if self.on_text is not None:
-                    self.on_text(block["text"])
-            elif btype in ("tool_use", "server_tool_use") and isinstance(block.get("name"), str):
+            if btype == "text":
+                text = block.get("text")
+                if main and type(text) is str:
+                    self._keep_text(text)
+                    if self.on_text is not None:
+                        self.on_text(text)
+            elif btype in ("tool_use", "server_tool_use") and type(block.get("name")) is str:
                 name = block["name"]
-                if name.startswith(f"mcp__{BRIDGE_SERVER}__"):
-                    self.bridge_calls.append(name[len(f"mcp__{BRIDGE_SERVER}__") :])
+                if name.startswith(_BRIDGE_PREFIX):
+                    self.bridge_calls += 1
+                    self.bridge_tools.setdefault(name[len(_BRIDGE_PREFIX) :], None)
                 else:
-                    self.native_calls.append(name)
+                    self.native_count += 1
+                    if len(self.native_calls) < NATIVE_CALLS_KEPT:
+                        self.native_calls.append(name)
+
+    def _keep_text(self, text: str) -> None:
+        """Keep the text for the outcome; past TEXT_TAIL_CHARS only the tail survives."""
+        self.texts.append(text)
+        self.text_chars += len(text)
+        while self.text_chars > TEXT_TAIL_CHARS and len(self.texts) > 1:
+            self.text_chars -= len(self.texts.pop(0))
+            self.text_dropped = True
 
     # -- the outcome --------------------------------------------------------------------
 
@@ -438,7 +502,7 @@ class ClaudeStreamParser:
         notes = self._notes(result)
         if notes:
             message = f"{message}; {notes}" if message else notes
-        tools_used = list(dict.fromkeys(self.bridge_calls))
+        tools_used = list(self.bridge_tools)
         num_turns = res.get("num_turns")
         return AgentOutcome(
             status=status,
@@ -447,8 +511,8 @@ class ClaudeStreamParser:
             retry_after_s=self._retry_after(cls),
             message=message,
             text=text,
-            iterations=int(num_turns) if isinstance(num_turns, int) else len(self.main_ids),
-            tool_calls=len(self.bridge_calls),
+            iterations=int(num_turns) if isinstance(num_turns, int) else self.main_usage.ids,
+            tool_calls=self.bridge_calls,
             tools_used=tools_used,
             native_tool_calls=list(self.native_calls),
             usage=usage,
@@ -533,10 +597,8 @@ class ClaudeStreamParser:
     def _usage(self) -> tuple[Usage, dict[str, Usage]]:
         """Main-chain usage and helper usage by model. The result's per-model figures when
         present; else its aggregate; else the stream's, once per message id."""
-        stream_main = sum(self.main_usage.values(), Usage())
-        helper: dict[str, Usage] = {}
-        for model, usage in self.sub_usage.values():
-            helper[model] = helper.get(model, Usage()) + usage
+        stream_main = self.main_usage.totals().get("", Usage())
+        helper = self.sub_usage.totals()
         res = self.result
         if res is None:
             return stream_main, helper
@@ -571,6 +633,10 @@ class ClaudeStreamParser:
         notes = []
         if self.malformed_lines:
             notes.append(f"{self.malformed_lines} malformed JSON line(s) skipped")
+        if self.text_dropped:
+            notes.append(f"partial text cut to its last {TEXT_TAIL_CHARS} characters")
+        if self.native_count > len(self.native_calls):
+            notes.append(f"{self.native_count} native tool calls (first {len(self.native_calls)} listed)")
         if getattr(result, "partial_tail", None):
             notes.append("the last stdout line was truncated (no newline) and dropped")
         builtins = [t for t in self.init_tools if not t.startswith("mcp__")]
