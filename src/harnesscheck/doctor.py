@@ -74,9 +74,12 @@ def check_binary(spec, settings, selected: bool) -> tuple[list[Check], Any]:
     checks = [Check(spec.id, "binary", OK, str(info.path))]
     rng = version_range(spec)
     if info.version is None:
+        said = _version_stderr(info.path)
         checks.append(
-            Check(spec.id, "version", missing_status, f"`{info.path} --version` printed nothing (required {rng})",
-                  f"reinstall {spec.cli_package or spec.cli_name}, or point HARNESS_BACKEND_CLI at a working binary")
+            Check(spec.id, "version", missing_status,
+                  f"`{info.path} --version` printed no version (required {rng})" + (f"; it said: {said}" if said else ""),
+                  f"reinstall {spec.cli_package or spec.cli_name} (harnesscheck install-clis), "
+                  "or point HARNESS_BACKEND_CLI at a working binary")
         )
     elif (spec.min_version or spec.max_version) and not version_supported(spec, info.version):
         how = f"`harnesscheck install-clis` (installs {spec.pinned_version})" if spec.pinned_version else "install a supported version"
@@ -84,6 +87,22 @@ def check_binary(spec, settings, selected: bool) -> tuple[list[Check], Any]:
     else:
         checks.append(Check(spec.id, "version", OK, f"{info.version} (supported: {rng})"))
     return checks, info
+
+
+def _version_stderr(path: Path) -> str:
+    """The first line `<cli> --version` wrote to stderr (redacted), to say why it failed."""
+    from harnesscheck.envpolicy import redact
+
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/")}
+    try:
+        proc = subprocess.run([str(path), "--version"], stdin=subprocess.DEVNULL, capture_output=True, timeout=20,
+                              env=env, start_new_session=True)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return type(exc).__name__
+    for raw in proc.stderr.decode("utf-8", "replace").splitlines():
+        if raw.strip():
+            return redact(raw.strip())[:200] + (f" (exit {proc.returncode})" if proc.returncode else "")
+    return f"exit {proc.returncode}" if proc.returncode else ""
 
 
 def check_credentials(spec, settings, environ: dict[str, str], selected: bool, cli_info=None) -> list[Check]:
@@ -122,10 +141,11 @@ def check_credentials(spec, settings, environ: dict[str, str], selected: bool, c
         out.append(status)
     else:
         names = [n for n, _ in CREDENTIAL_VARS.get(spec.id, ())]
-        hint = f"or set {' / '.join(names)}" if names else ""
+        hint = f" or set {' / '.join(names)}" if names else ""
         out.append(Check(spec.id, "auth", SKIP,
                          "not checked: the login lives in the user's credential store, which doctor never opens",
-                         f"log in with `{spec.cli_name} login` {hint}; `--probe` makes one real round trip".strip()))
+                         f"log in with `{spec.cli_name} login`{hint}; `harnesscheck doctor --probe --backend {spec.id}` "
+                         "makes one real round trip"))
     return out
 
 
