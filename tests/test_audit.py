@@ -413,3 +413,61 @@ def test_summary_line() -> None:
 def test_refusal_model_round_trip() -> None:
     s = BridgeSummary(tool_calls=1, refusals=[Refusal(tool="read_file", code="path_outside_scope")])
     assert BridgeSummary.model_validate_json(s.model_dump_json()) == s
+
+
+# ---- the shared fixtures (fixtures/<cli>/<scenario>.json, the fake CLIs' scenarios) ----
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def _fill(value, root: Path):
+    if value == "{{allowed_tools}}":
+        return ["mcp__bridge__read_file", "mcp__bridge__list_dir", "mcp__bridge__grep"]
+    if value == "{{mcp_server_names}}":
+        return [{"name": "bridge", "status": "connected"}]
+    if isinstance(value, str):
+        return value.replace("{{cwd}}", str(root)).replace("{{session_id}}", "s1").replace("{{prompt}}", "p")
+    if isinstance(value, list):
+        return [_fill(v, root) for v in value]
+    if isinstance(value, dict):
+        return {k: _fill(v, root) for k, v in value.items()}
+    return value
+
+
+def fixture_log(cli_dir: str, scenario: str, root: Path) -> list[str]:
+    path = FIXTURES / cli_dir / f"{scenario}.json"
+    if not path.is_file():
+        pytest.skip(f"fixture {path} not present")
+    steps = json.loads(path.read_text())["steps"]
+    return [json.dumps(_fill(s["emit"], root)) + "\n" for s in steps if "emit" in s]
+
+
+@pytest.mark.parametrize("cli", ["claude", "codex", "cursor"])
+def test_fixture_success_and_tool_calls_are_clean(cli: str, root: Path) -> None:
+    for scenario in ("success", "tool_calls"):
+        log = fixture_log(cli, scenario, root)
+        facts = RunFacts(scope_root=root, read_only=True, builtin_tools_off=cli == "claude", session_cwd=root)
+        verdict = audit_events(log, cli, facts)
+        assert verdict.clean, (scenario, verdict.flags)
+        assert not [f for f in verdict.flags if f.code not in INFO_CODES]
+
+
+def test_fixture_native_tool_use_claude_refused_by_the_cli(root: Path) -> None:
+    verdict = audit_events(fixture_log("claude", "native_tool_use", root), "claude", RunFacts(scope_root=root))
+    assert verdict.clean and codes(verdict) == {"native_tool_refused_by_cli"}
+
+
+def test_fixture_native_tool_use_codex_and_cursor_are_flagged(root: Path) -> None:
+    codex = audit_events(fixture_log("codex", "native_tool_use", root), "codex",
+                         RunFacts(scope_root=root, builtin_tools_off=False, session_cwd=root))
+    assert not codex.clean and {"native_shell", "write_in_read_only"} <= codes(codex)
+    cursor = audit_events(fixture_log("cursor", "native_tool_use", root), "cursor",
+                          RunFacts(scope_root=root, builtin_tools_off=False, session_cwd=root))
+    assert not cursor.clean and {"native_shell", "foreign_mcp_tool", "write_in_read_only"} <= codes(cursor)
+
+
+@pytest.mark.parametrize("cli", ["claude", "codex", "cursor"])
+def test_fixture_every_scenario_audits_without_error(cli: str, root: Path) -> None:
+    for path in sorted((FIXTURES / cli).glob("*.json")):
+        log = fixture_log(cli, path.stem, root)
+        audit_events(log, cli, RunFacts(scope_root=root, session_cwd=root))

@@ -385,11 +385,12 @@ class Auditor:
     def _claude(self, ev: dict) -> None:
         kind = ev.get("type")
         if kind == "system" and ev.get("subtype") == "init":
-            tools = ev.get("tools") or []
+            tools = ev.get("tools") if isinstance(ev.get("tools"), list) else []
             native = [t for t in tools if isinstance(t, str) and not t.startswith("mcp__")]
             if native and self.facts.builtin_tools_off:
                 self.flag("native_tools_offered", ", ".join(native[:30]))
-            for srv in ev.get("mcp_servers") or []:
+            servers = ev.get("mcp_servers") if isinstance(ev.get("mcp_servers"), list) else []
+            for srv in servers:
                 name = srv.get("name") if isinstance(srv, dict) else None
                 if name and name != BRIDGE_SERVER:
                     self.flag("foreign_mcp_tool", f"MCP server {name!r} loaded ({srv.get('status')})")
