@@ -1,0 +1,108 @@
+"""run_session over the fake claude CLI vs exec of the same fake alone (target < 15% overhead).
+
+Side by side, in alternating rounds (ABAB...), medians compared:
+
+- bare: `subprocess.run` of the installed fake with the argv a session would use, the prompt
+        on stdin, stdout captured (what any caller pays to run the CLI at all);
+- session: `ClaudeCodeTransport.run_session(...)`: run dir, scratch cwd, bridge spec, MCP
+        config, per-run config homes, child env, session slot, run_process (process group,
+        framing, terminal detection, tree teardown), parser, trace fold, outcome.
+
+A third column, `run_process` alone on the same argv/env, splits the overhead into the
+process runner's share (group, guard, framing, teardown) and the transport's own share.
+
+The scenario is fixtures/claude/tool_calls.json (9 stream lines). The fake exits right after
+its result line, so no linger time is counted.
+
+    .venv/bin/python bench/bench_session.py
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from harnesscheck.contracts import AgentSessionRequest
+from harnesscheck.fakes import install_fake_cli
+from harnesscheck.providers.claude_code import ClaudeCodeTransport
+from harnesscheck.registry import get_spec
+from harnesscheck.scope import ToolScope
+
+TARGET = 0.15
+ROUNDS = 9
+CALLS_PER_ROUND = 5
+SCENARIO = "tool_calls"
+
+
+def main() -> int:
+    base = Path(tempfile.mkdtemp(prefix="bench-session-"))
+    try:
+        root = base / "worktree"
+        root.mkdir()
+        (root / "README.md").write_text("# Project\nhello\n")
+        fake = install_fake_cli("claude", SCENARIO, base / "bin")
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(base / "home"), "LANG": "C.UTF-8"}
+        transport = ClaudeCodeTransport(get_spec("claude-code"), cli_path=fake.path, parent_env=env, link_credentials=False)
+        counter = iter(range(10**9))
+
+        def session() -> None:
+            run_dir = base / "runs" / str(next(counter))
+            request = AgentSessionRequest(prompt="Summarize README.md", scope=ToolScope(root=root), timeout_s=60, run_dir=run_dir)
+            outcome = transport.run_session(request)
+            assert outcome.ok, outcome.message
+
+        session()  # warm-up: CLI probe, bridge interpreter check, imports
+        rec = fake.last()
+        argv = rec["argv"]
+        child_env = rec["env"]
+        cwd = base / "bare-cwd"
+        cwd.mkdir()
+
+        def bare() -> None:
+            proc = subprocess.run(argv, input=b"Summarize README.md", capture_output=True, env=child_env, cwd=cwd, timeout=60)
+            assert proc.returncode == 0 and b'"type":"result"' in proc.stdout
+
+        def runner() -> None:
+            from harnesscheck.process import run_process
+
+            result = run_process(argv, env=child_env, cwd=cwd, on_line=lambda _l: None, timeout_s=60,
+                                 stdin_bytes=b"Summarize README.md")
+            assert result.exit_code == 0
+
+        bare()
+        runner()
+        t_bare, t_session, t_runner = [], [], []
+        for _ in range(ROUNDS):
+            start = time.perf_counter()
+            for _ in range(CALLS_PER_ROUND):
+                bare()
+            t_bare.append((time.perf_counter() - start) / CALLS_PER_ROUND)
+            start = time.perf_counter()
+            for _ in range(CALLS_PER_ROUND):
+                runner()
+            t_runner.append((time.perf_counter() - start) / CALLS_PER_ROUND)
+            start = time.perf_counter()
+            for _ in range(CALLS_PER_ROUND):
+                session()
+            t_session.append((time.perf_counter() - start) / CALLS_PER_ROUND)
+        mb, ms, mr = statistics.median(t_bare), statistics.median(t_session), statistics.median(t_runner)
+        overhead = ms / mb - 1
+        verdict = "PASS" if overhead < TARGET else "MISS"
+        print(f"exec of the fake alone: {mb * 1000:.1f} ms/call (median of {ROUNDS} rounds x {CALLS_PER_ROUND})")
+        print(f"run_process alone on the same argv: {mr * 1000:.1f} ms/call ({(mr / mb - 1) * 100:+.1f}% over exec)")
+        print(f"run_session over the fake: {ms * 1000:.1f} ms/call "
+              f"(transport's own share over run_process: {(ms - mr) * 1000:+.1f} ms)")
+        print(f"run_session overhead: {overhead * 100:+.1f}%   target < {TARGET * 100:.0f}%   {verdict}")
+        return 0
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
