@@ -41,7 +41,6 @@ from harnesscheck.registry import resolve_provider
 from harnesscheck.scope import ToolScope
 
 MODES = list(W.PATHS)
-WATCHDOG = "harnesscheck-api-watchdog"
 
 
 @pytest.fixture
@@ -84,7 +83,10 @@ def sent_bodies(route) -> list[dict]:
 
 
 def no_watchdog_left() -> bool:
-    return not any(t.name == WATCHDOG for t in threading.enumerate())
+    """Nothing of the session is still watched (the shared watchdog thread only idles)."""
+    from harnesscheck.providers.api import _WATCH
+
+    return _WATCH.active() == 0
 
 
 # ---------------------------------------------------------------------------------------

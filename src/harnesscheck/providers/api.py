@@ -158,24 +158,27 @@ class ApiTransport:
     ) -> AgentOutcome:
         """model → tool calls → dispatch → results → model, until a final answer or a limit."""
         from harnesscheck.dispatch import dispatch
-        from harnesscheck.trace import Trace
 
         start = time.monotonic()
         deadline = start + request.timeout_s
         session_id = request.session_id or uuid.uuid4().hex
-        run_dir = request.run_dir or Path(tempfile.mkdtemp(prefix="harnesscheck-api-"))
-        run_dir.mkdir(parents=True, exist_ok=True)
-        trace = Trace(run_dir / "trace.jsonl", session_id=session_id)
         requested = self._model(request.model)
         state = _SessionState(requested, session_id, start)
         tools = tool_specs(request.scope)
         messages: list[dict] = [{"role": "user", "content": request.prompt}]
         abort = Abort()
-
-        trace.record("session_start", backend=self.spec.id, api_mode=self.api_mode)
-        with _Watchdog(abort, deadline, cancel):
-            outcome = self._loop(request, state, messages, tools, trace, abort, deadline, on_text, dispatch)
-        trace.record("session_end", status=outcome.status.value, error_class=outcome.error_class.value if outcome.error_class else None)
+        trace = _SessionTrace(request.run_dir, session_id)
+        try:
+            with _Watchdog(abort, deadline, cancel):
+                outcome = self._loop(request, state, messages, tools, trace, abort, deadline, on_text, dispatch)
+            if trace.opened:
+                trace.get().record(
+                    "session_end", backend=self.spec.id, api_mode=self.api_mode, status=outcome.status.value,
+                    error_class=outcome.error_class.value if outcome.error_class else None,
+                    iterations=outcome.iterations, tool_calls=outcome.tool_calls,
+                )
+        finally:
+            trace.close()
         return outcome
 
     def _loop(self, request, state, messages, tools, trace, abort, deadline, on_text, dispatch) -> AgentOutcome:
@@ -227,9 +230,9 @@ class ApiTransport:
             text, is_error = "error: the tool arguments are not a valid JSON object", True
         else:
             try:
-                result = dispatch(call.name, call.arguments, request.scope, trace, session_id=session_id)
+                result = dispatch(call.name, call.arguments, request.scope, trace.get(), session_id=session_id)
             except Exception as exc:  # a dispatch bug must not end the session or leak details
-                trace.record("api_tool_error", tool=call.name, error=type(exc).__name__)
+                trace.get().record("api_tool_error", tool=call.name, error=type(exc).__name__)
                 return {"type": "tool_result", "tool_use_id": call.id, "content": f"error: internal: {type(exc).__name__}", "is_error": True}
             text, is_error = result.text, not result.ok
             if not result.ok and result.text.startswith("refused:"):
@@ -326,29 +329,109 @@ class _SessionState:
         return "".join(self.texts)
 
 
+class _SessionTrace:
+    """The session's trace (<run_dir>/trace.jsonl), opened on the first tool call: a
+    session without tool calls does no file I/O (dispatch's records are the evidence)."""
+
+    def __init__(self, run_dir: Path | None, session_id: str):
+        self.run_dir, self.session_id = run_dir, session_id
+        self._trace: Any = None
+
+    @property
+    def opened(self) -> bool:
+        return self._trace is not None
+
+    def get(self) -> Any:
+        if self._trace is None:
+            from harnesscheck.trace import Trace
+
+            run_dir = self.run_dir or Path(tempfile.mkdtemp(prefix="harnesscheck-api-"))
+            self._trace = Trace(Path(run_dir) / "trace.jsonl", session_id=self.session_id)
+        return self._trace
+
+    def close(self) -> None:
+        if self._trace is not None:
+            self._trace.close()
+
+
+class _WatchService:
+    """One shared daemon thread that fires each session's abort at its deadline or when the
+    host's cancel event is set (polled every 50 ms while a cancel event is registered).
+
+    A thread per session would cost more than the rest of the loop's per-turn overhead;
+    this one idles on a condition when no session is registered. Sessions unregister
+    before run_session returns, so nothing of a session runs after it returned."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._entries: dict[int, tuple[Abort, float, threading.Event | None]] = {}
+        self._next = 0
+        self._thread: threading.Thread | None = None
+        self._wake_at = 0.0  # when the thread wakes next on its own (0: it is busy or idle-forever)
+
+    def register(self, abort: Abort, deadline: float, cancel: threading.Event | None) -> int:
+        with self._cond:
+            self._next += 1
+            self._entries[self._next] = (abort, deadline, cancel)
+            if self._thread is None or not self._thread.is_alive():  # first use, or after fork
+                self._thread = threading.Thread(target=self._run, name="harnesscheck-api-watchdog", daemon=True)
+                self._thread.start()
+            elif not (deadline >= self._wake_at > 0 and (cancel is None or self._wake_at - time.monotonic() <= _WATCH_POLL_S)):
+                self._cond.notify()  # only when the thread would otherwise wake too late
+            return self._next
+
+    def unregister(self, token: int) -> None:
+        with self._cond:
+            self._entries.pop(token, None)
+
+    def active(self) -> int:
+        with self._cond:
+            return len(self._entries)
+
+    def _run(self) -> None:
+        while True:
+            due: list[tuple[Abort, str]] = []
+            with self._cond:
+                now = time.monotonic()
+                for token, (abort, deadline, cancel) in list(self._entries.items()):
+                    if cancel is not None and cancel.is_set():
+                        due.append((abort, "cancelled"))
+                    elif now >= deadline:
+                        due.append((abort, "timeout"))
+                    else:
+                        continue
+                    del self._entries[token]
+                if not due:
+                    if not self._entries:
+                        self._wake_at = 0.0
+                        self._cond.wait()
+                        continue
+                    wait = min(d for _, d, _ in self._entries.values()) - now
+                    if any(c is not None for _, _, c in self._entries.values()):
+                        wait = min(wait, _WATCH_POLL_S)
+                    wait = max(wait, 0.001)
+                    self._wake_at = now + wait
+                    self._cond.wait(wait)
+                    self._wake_at = 0.0
+                    continue
+            for abort, reason in due:  # outside the lock: firing closes sockets
+                abort.fire(reason)
+
+
+_WATCH = _WatchService()
+
+
 class _Watchdog:
-    """Fires the abort at the deadline or when the host's cancel event is set; stops on exit."""
+    """A session's registration with the shared watch service, for the `with` block."""
 
     def __init__(self, abort: Abort, deadline: float, cancel: threading.Event | None):
         self.abort, self.deadline, self.cancel = abort, deadline, cancel
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="harnesscheck-api-watchdog", daemon=True)
-
-    def _watch(self) -> None:
-        while not self._stop.is_set():
-            if self.cancel is not None and self.cancel.is_set():
-                self.abort.fire("cancelled")
-                return
-            left = self.deadline - time.monotonic()
-            if left <= 0:
-                self.abort.fire("timeout")
-                return
-            self._stop.wait(min(left, _WATCH_POLL_S) if self.cancel is not None else left)
+        self._token: int | None = None
 
     def __enter__(self) -> "_Watchdog":
-        self._thread.start()
+        self._token = _WATCH.register(self.abort, self.deadline, self.cancel)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+        if self._token is not None:
+            _WATCH.unregister(self._token)
