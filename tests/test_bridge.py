@@ -249,3 +249,62 @@ def test_importing_the_bridge_package_stays_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# ---- readiness helpers -------------------------------------------------------------
+
+
+def test_mcp_configs_for_each_cli(tmp_path: Path) -> None:
+    import tomllib
+
+    from harnesscheck.bridge import readiness
+
+    spec_path = tmp_path / "spec.json"
+    argv = bridge_argv(spec_path)
+    claude = readiness.claude_mcp_config(spec_path)
+    assert list(claude["mcpServers"]) == ["bridge"]
+    assert claude["mcpServers"]["bridge"] == {"type": "stdio", "command": argv[0], "args": argv[1:], "env": bridge_env()}
+    assert readiness.cursor_mcp_config(spec_path)["mcpServers"]["bridge"]["command"] == argv[0]
+    codex = tomllib.loads(readiness.codex_mcp_toml(spec_path))["mcp_servers"]["bridge"]
+    assert codex["command"] == argv[0] and codex["args"] == argv[1:] and codex["required"] is True
+    assert codex["startup_timeout_sec"] >= 30
+    assert readiness.claude_tool_names(("read_file", "grep")) == ["mcp__bridge__read_file", "mcp__bridge__grep"]
+    assert readiness.claude_env()["MCP_CONNECTION_NONBLOCKING"] == "false"
+
+
+def test_claude_init_readiness() -> None:
+    from harnesscheck.bridge.readiness import claude_init_ready
+
+    tools = ("read_file", "grep")
+    good = {"type": "system", "subtype": "init", "tools": ["mcp__bridge__read_file", "mcp__bridge__grep"],
+            "mcp_servers": [{"name": "bridge", "status": "connected"}]}
+    assert claude_init_ready(good, tools).ready
+    pending = {**good, "tools": [], "mcp_servers": [{"name": "bridge", "status": "pending"}]}
+    assert claude_init_ready(pending, tools).reason == "bridge status 'pending'"
+    failed = {**good, "mcp_servers": [{"name": "bridge", "status": "failed"}]}
+    assert not claude_init_ready(failed, tools).ready
+    assert "missing: mcp__bridge__grep" in claude_init_ready({**good, "tools": ["mcp__bridge__read_file"]}, tools).reason
+    assert not claude_init_ready({"type": "system", "subtype": "init", "tools": "{{x}}"}, tools).ready
+
+
+def test_codex_failure_line() -> None:
+    from harnesscheck.bridge.readiness import codex_mcp_failure
+
+    err = ("Reading additional input from stdin...\nError: required MCP servers failed to initialize: bridge: "
+           "handshaking with MCP server failed: connection closed: initialize response\n")
+    assert codex_mcp_failure(err).startswith("Error: required MCP servers failed")
+    assert codex_mcp_failure("all good\n") is None
+
+
+def test_bridge_listed_readiness_from_the_trace(tree: Path, tmp_path: Path) -> None:
+    from harnesscheck.bridge.readiness import bridge_listed
+    from harnesscheck.bridge.server import build_server
+
+    trace_path = tmp_path / "t.jsonl"
+    assert bridge_listed(trace_path).reason == "the bridge never started"
+    trace = Trace(trace_path, session_id="r1")
+    trace.record("bridge_start", pid=1, tools=[])
+    assert bridge_listed(trace_path, "r1").reason == "the bridge started but no client listed its tools"
+    _run(build_server(ToolScope(root=tree), trace=trace, session_id="r1"), [])
+    assert bridge_listed(trace_path, "r1").ready
+    assert not bridge_listed(trace_path, "other").ready

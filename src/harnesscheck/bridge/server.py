@@ -251,7 +251,12 @@ def build_server(
     def _call(name: str, args: dict[str, Any]):
         return dispatch(name, args, scope, trace, session_id=session_id)
 
+    listed = []
+
     async def on_list_tools(ctx, params) -> types.ListToolsResult:
+        if trace is not None and not listed:  # readiness: the CLI really fetched the tools
+            listed.append(True)
+            trace.record("bridge_listed", tools=[t.name for t in tools])
         return types.ListToolsResult(tools=tools)
 
     async def on_call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:

@@ -151,7 +151,8 @@ class BridgeSummary(BaseModel):
     refusals: list[Refusal] = Field(default_factory=list)
     writes: list[str] = Field(default_factory=list, description="scope-relative paths of allowed writes")
     reads: list[str] = Field(default_factory=list, description="scope-relative paths of allowed reads")
-    started: bool = False
+    started: bool = Field(default=False, description="the bridge process came up (bridge_start)")
+    listed: bool = Field(default=False, description="a client fetched the tool list (bridge_listed)")
     malformed_lines: int = 0
 
     def __iter__(self):  # type: ignore[override]
@@ -190,6 +191,9 @@ def summarize_trace(path: Path, session_id: str | None = None) -> BridgeSummary:
             event = rec.get("event")
             if event == "bridge_start":
                 summary.started = True
+                continue
+            if event == "bridge_listed":
+                summary.listed = True
                 continue
             if event != "tool":
                 continue
