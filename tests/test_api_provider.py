@@ -392,6 +392,9 @@ class _ScriptedServer:
                 length = int(self.headers.get("content-length", "0"))
                 outer.requests.append({"path": self.path, "body": json.loads(self.rfile.read(length)), "headers": dict(self.headers)})
                 chunks, stall = outer.replies.pop(0)
+                if stall == "headers":  # never answer: wait until the client goes away
+                    self._wait_for_client_gone()
+                    return
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
                 self.send_header("connection", "close")
@@ -400,13 +403,17 @@ class _ScriptedServer:
                     self.wfile.write(chunk)
                     self.wfile.flush()
                 if stall:
-                    self.connection.settimeout(30)
-                    try:
-                        while self.connection.recv(1):  # returns b"" once the client shut the socket
-                            pass
-                    except OSError:
+                    self._wait_for_client_gone()
+                self.close_connection = True
+
+            def _wait_for_client_gone(self):
+                self.connection.settimeout(30)
+                try:
+                    while self.connection.recv(1):  # returns b"" once the client shut the socket
                         pass
-                    outer.client_gone.set()
+                except OSError:
+                    pass
+                outer.client_gone.set()
                 self.close_connection = True
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -443,6 +450,18 @@ def test_real_socket_is_shut_down_on_timeout(monkeypatch, worktree, tmp_path):
         elapsed = time.monotonic() - started
         assert server.client_gone.wait(15), "the server never saw the client go away"
     assert out.status is OutcomeStatus.truncated and out.error_class is ErrorClass.timeout and out.text
+    assert elapsed < 1.0 + 5 + 5
+    assert no_watchdog_left()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_real_server_that_never_sends_headers_ends_at_the_deadline(monkeypatch, worktree, tmp_path, mode):
+    with _ScriptedServer(mode, [([], "headers")]) as server:
+        started = time.monotonic()
+        out = transport(monkeypatch, mode, root=server.root).run_session(request(worktree, tmp_path, timeout_s=1.0))
+        elapsed = time.monotonic() - started
+        assert server.client_gone.wait(15), "the request was left open after the session returned"
+    assert out.status is OutcomeStatus.truncated and out.error_class is ErrorClass.timeout
     assert elapsed < 1.0 + 5 + 5
     assert no_watchdog_left()
 
