@@ -58,6 +58,24 @@ Steps run in order. Each is an object with exactly one action key, plus modifier
     Sleep forever.
 ``{"exit": code}``
     Flush and exit with ``code``. Falling off the end of the steps exits 0.
+``{"mcp_call": {"server": "bridge", "tool": "read_file", "arguments": {...}}}``
+    Only with ``"mcp": "connect"``: call a tool on a connected MCP server (JSON-RPC
+    ``tools/call`` over its stdio); the reply fills ``{{mcp_result_text}}`` (the text content
+    joined) and ``{{mcp_result_is_error}}`` for the following steps.
+
+With ``"mcp": "connect"`` at the top level (and ``"mcp_timeout": s``, default 10), the fake
+starts every stdio server named in its ``--mcp-config`` file(s) the way Claude Code does
+(command, args, the config's ``env`` over the fake's own env, cwd = the fake's cwd), does
+``initialize`` + ``tools/list``, and closes their stdin when it exits. Then
+``{{mcp_server_names}}`` carries each server's real status (``connected`` or ``failed``)
+and ``{{mcp_tools}}`` the ``mcp__<server>__<tool>`` names actually listed.
+``{"mcp_calls": [{"name": "read_file", "arguments": {...}}, ...], "server": "bridge"}``
+    Act like the CLI calling its MCP server: start the server the transport configured
+    (claude ``--mcp-config``, codex ``$CODEX_HOME/config.toml``, cursor ``$HOME/.cursor/mcp.json``
+    or ``./.cursor/mcp.json``) with the fake's own env plus the config's ``env`` (as the real
+    CLIs do), speak MCP over stdio (initialize, tools/call each), and append one
+    ``{"kind": "mcp_result", "name", "arguments", "is_error", "text"}`` record per call (or
+    ``{"kind": "mcp_result", "error": ...}`` when the server cannot be started).
 
 Placeholders, replaced in every string (values and keys) of an emitted object, and in
 raw/noise text:
@@ -117,6 +135,77 @@ DEFAULT_OVERSIZE_TEMPLATE = {
 }
 
 RECORDED_STDIN_LIMIT = 1 << 20
+MCP_PROTOCOL_VERSION = "2025-06-18"
+
+
+class McpClient:
+    """A minimal MCP stdio client (newline-delimited JSON-RPC), enough to list and call tools."""
+
+    def __init__(self, name: str, entry: dict, timeout: float):
+        self.name = name
+        self.timeout = timeout
+        self.next_id = 0
+        self.tools: list[str] = []
+        env = {**os.environ, **{str(k): str(v) for k, v in (entry.get("env") or {}).items()}}
+        self.proc = subprocess.Popen(
+            [entry["command"], *[str(a) for a in entry.get("args") or []]],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+        )
+
+    def request(self, method: str, params: dict) -> dict:
+        self.next_id += 1
+        self._send({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
+        deadline = time.monotonic() + self.timeout
+        while True:
+            line = self._readline(deadline)
+            msg = json.loads(line)
+            if msg.get("id") == self.next_id:
+                if "error" in msg:
+                    raise RuntimeError(f"{method}: {msg['error']}")
+                return msg.get("result") or {}
+
+    def _send(self, msg: dict) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(msg).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def _readline(self, deadline: float) -> bytes:
+        import select
+
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        buf = b""
+        while not buf.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise TimeoutError(f"MCP server {self.name} did not answer in time")
+            chunk = os.read(fd, 1)  # byte-wise: never read past the line (no buffering layer)
+            if not chunk:
+                raise EOFError(f"MCP server {self.name} closed its stdout")
+            buf += chunk
+        return buf
+
+    def connect(self) -> None:
+        self.request("initialize", {"protocolVersion": MCP_PROTOCOL_VERSION, "capabilities": {},
+                                    "clientInfo": {"name": "fakecli", "version": "0"}})
+        self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        listed = self.request("tools/list", {})
+        self.tools = [t["name"] for t in listed.get("tools", []) if isinstance(t, dict) and "name" in t]
+
+    def call(self, tool: str, arguments: dict) -> tuple[str, bool]:
+        result = self.request("tools/call", {"name": tool, "arguments": arguments})
+        text = "".join(c.get("text", "") for c in result.get("content", []) if isinstance(c, dict))
+        return text, bool(result.get("isError"))
+
+    def close(self) -> None:
+        try:
+            if self.proc.stdin:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=2)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 
 
@@ -213,6 +302,8 @@ class Fake:
         self.scenario = scenario if scenario is not None else self._load_scenario()
         self.session_id = str(uuid.uuid4())
         self.stdin_text = ""
+        self.mcp: dict[str, McpClient] = {}
+        self.mcp_status: list[dict] | None = None
         self.out = sys.stdout.buffer
         self.err = sys.stderr.buffer
 
@@ -236,13 +327,9 @@ class Fake:
     def placeholders(self) -> dict:
         model = _flag_value(self.argv, "--model", "-m") or self.scenario.get("default_model") or ""
         allowed = _flag_value(self.argv, "--allowedTools", "--allowed-tools")
-        servers = []
-        for name in self._mcp_configs():
-            try:
-                cfg = json.loads(Path(name).read_text(encoding="utf-8")) if not name.lstrip().startswith("{") else json.loads(name)
-                servers += [{"name": n, "status": "connected"} for n in (cfg.get("mcpServers") or {})]
-            except (OSError, ValueError, AttributeError):
-                pass
+        servers = self.mcp_status
+        if servers is None:
+            servers = [{"name": n, "status": "connected"} for n in self._mcp_servers()]
         return {
             "model": model,
             "model_base": model.split("[", 1)[0],
@@ -252,7 +339,41 @@ class Fake:
             "prompt": self.stdin_text or _positional_prompt(self.argv) or "",
             "allowed_tools": [t for t in (allowed or "").split(",") if t],
             "mcp_server_names": servers,
+            "mcp_tools": [f"mcp__{n}__{t}" for n, c in self.mcp.items() for t in c.tools],
         }
+
+    def _mcp_servers(self) -> dict:
+        """{name: entry} from every --mcp-config (file path or inline JSON)."""
+        servers: dict = {}
+        for name in self._mcp_configs():
+            try:
+                text = name if name.lstrip().startswith("{") else Path(name).read_text(encoding="utf-8")
+                servers.update(json.loads(text).get("mcpServers") or {})
+            except (OSError, ValueError, AttributeError):
+                pass
+        return servers
+
+    def connect_mcp(self) -> None:
+        """Start and initialize each configured stdio server, as the CLI would."""
+        timeout = float(self.scenario.get("mcp_timeout", 10))
+        self.mcp_status = []
+        for name, entry in self._mcp_servers().items():
+            status = "failed"
+            try:
+                client = McpClient(name, entry, timeout)
+                try:
+                    client.connect()
+                    self.mcp[name] = client
+                    status = "connected"
+                except (OSError, ValueError, RuntimeError, TimeoutError, EOFError):
+                    client.close()
+            except (OSError, KeyError, TypeError):
+                pass
+            self.mcp_status.append({"name": name, "status": status})
+
+    def close_mcp(self) -> None:
+        for client in self.mcp.values():
+            client.close()
 
     def _mcp_configs(self) -> list[str]:
         out: list[str] = []
@@ -335,12 +456,17 @@ class Fake:
             stdin_bytes = len(raw)
             self.stdin_text = raw.decode("utf-8", "replace")
         self.record_invocation(stdin_type, stdin_bytes)
+        if self.scenario.get("mcp") == "connect":
+            self.connect_mcp()
         ph = self.placeholders()
-        for step in self.scenario.get("steps", []):
-            code = self.step(step, ph)
-            if code is not None:
-                return code
-        return 0
+        try:
+            for step in self.scenario.get("steps", []):
+                code = self.step(step, ph)
+                if code is not None:
+                    return code
+            return 0
+        finally:
+            self.close_mcp()
 
     def step(self, step: dict, ph: dict) -> int | None:
         if "emit" in step:
@@ -373,13 +499,120 @@ class Fake:
         elif "hang" in step:
             while True:
                 time.sleep(3600)
+        elif "mcp_call" in step:
+            call = self.fill(step["mcp_call"], ph)
+            client = self.mcp.get(call.get("server", "bridge"))
+            if client is None:
+                ph["mcp_result_text"], ph["mcp_result_is_error"] = "MCP server not connected", True
+            else:
+                ph["mcp_result_text"], ph["mcp_result_is_error"] = client.call(call["tool"], call.get("arguments") or {})
         elif "exit" in step:
             self.out.flush()
             self.err.flush()
             return int(step["exit"])
+        elif "mcp_calls" in step:
+            self.mcp_calls(step["mcp_calls"], step.get("server", "bridge"))
         else:
             raise SystemExit(f"fake {self.cli}: unknown scenario step {sorted(step)}")
         return None
+
+    # -- MCP client (the "mcp_calls" step) -------------------------------------------------
+
+    def mcp_server(self, name: str) -> dict | None:
+        """The server entry `name` from wherever this CLI reads its MCP configuration."""
+        for value in self._mcp_configs():
+            try:
+                cfg = json.loads(value) if value.lstrip().startswith("{") else json.loads(Path(value).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if name in (cfg.get("mcpServers") or {}):
+                return cfg["mcpServers"][name]
+        codex_home = os.environ.get("CODEX_HOME")
+        if codex_home and (Path(codex_home) / "config.toml").is_file():
+            import tomllib
+
+            cfg = tomllib.loads((Path(codex_home) / "config.toml").read_text(encoding="utf-8"))
+            if name in (cfg.get("mcp_servers") or {}):
+                return cfg["mcp_servers"][name]
+        for base in (Path(os.environ.get("HOME", "/nonexistent")), Path.cwd()):
+            path = base / ".cursor" / "mcp.json"
+            if path.is_file():
+                try:
+                    cfg = json.loads(path.read_text(encoding="utf-8"))
+                except ValueError:
+                    continue
+                if name in (cfg.get("mcpServers") or {}):
+                    return cfg["mcpServers"][name]
+        return None
+
+    def mcp_calls(self, calls: list[dict], name: str, timeout_s: float = 60.0) -> None:
+        import select
+
+        server = self.mcp_server(name)
+        record = self._append if self.record_path is not None else (lambda rec: None)
+        if server is None or not server.get("command"):
+            record({"kind": "mcp_result", "error": f"no MCP server {name!r} configured"})
+            return
+        env = {**os.environ, **{k: str(v) for k, v in (server.get("env") or {}).items()}}
+        try:
+            proc = subprocess.Popen(
+                [server["command"], *server.get("args", [])], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL, env=env,
+            )
+        except OSError as exc:
+            record({"kind": "mcp_result", "error": f"cannot start {server['command']}: {exc.strerror}"})
+            return
+        deadline = time.monotonic() + timeout_s
+        buf = b""
+
+        def send(msg: dict) -> None:
+            proc.stdin.write((json.dumps(msg) + "\n").encode())
+            proc.stdin.flush()
+
+        def answer(msg_id: int) -> dict | None:
+            nonlocal buf
+            while time.monotonic() < deadline:
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    try:
+                        msg = json.loads(line)
+                    except ValueError:
+                        continue
+                    if msg.get("id") == msg_id:
+                        return msg
+                ready, _, _ = select.select([proc.stdout], [], [], 0.2)
+                if ready:
+                    chunk = os.read(proc.stdout.fileno(), 65536)
+                    if not chunk:
+                        return None
+                    buf += chunk
+            return None
+
+        try:
+            send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": f"fake-{self.cli}", "version": "0"}}})
+            if answer(1) is None:
+                record({"kind": "mcp_result", "error": "the MCP server never answered initialize"})
+                return
+            send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            for i, call in enumerate(calls):
+                send({"jsonrpc": "2.0", "id": 2 + i, "method": "tools/call",
+                      "params": {"name": call["name"], "arguments": call.get("arguments", {})}})
+                msg = answer(2 + i) or {}
+                result = msg.get("result") or {}
+                text = "".join(c.get("text", "") for c in result.get("content", []) if isinstance(c, dict))
+                record({"kind": "mcp_result", "name": call["name"], "arguments": call.get("arguments", {}),
+                        "is_error": bool(result.get("isError")) or "error" in msg, "text": text,
+                        "protocol_error": msg.get("error")})
+        except (BrokenPipeError, OSError) as exc:
+            record({"kind": "mcp_result", "error": f"MCP session broke: {exc.__class__.__name__}"})
+        finally:
+            try:
+                proc.stdin.close()
+                proc.wait(timeout=5)
+            except Exception:
+                proc.kill()
+                proc.wait()
 
     def oversize_line(self, size: int, template: dict | None, ph: dict) -> bytes:
         obj = self.fill(template or DEFAULT_OVERSIZE_TEMPLATE, {**ph, "pad": "{{pad}}"})

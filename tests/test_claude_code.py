@@ -523,3 +523,71 @@ def test_partial_text_keeps_only_a_bounded_tail():
     outcome = parser.outcome(ProcessResult(ending=Ending.deadline, exit_code=None, signal=9, stderr_tail="", duration_s=1))
     assert outcome.status is OutcomeStatus.truncated
     assert len(outcome.text) <= cc.TEXT_TAIL_CHARS + 2000 and "cut to its last" in outcome.message
+
+
+# ---------------------------------------------------------------------------------------
+# end to end with the real bridge: the fake connects to it over MCP stdio, as claude does
+
+
+def _bridge_session_scenario(calls):
+    sid = "0a4d8d99-ef93-4499-9084-39b2c92d24e0"
+    steps = [{"emit": {"type": "system", "subtype": "init", "cwd": "{{cwd}}", "session_id": sid, "tools": "{{mcp_tools}}",
+                       "mcp_servers": "{{mcp_server_names}}", "model": "{{model}}", "apiKeySource": "none"}}]
+    for n, (tool, args) in enumerate(calls):
+        tid = f"toolu_{n:02d}"
+        steps += [
+            {"emit": {"type": "assistant", "parent_tool_use_id": None, "session_id": sid, "message": {
+                "id": f"msg_{n:02d}", "model": "{{model_base}}", "role": "assistant",
+                "content": [{"type": "tool_use", "id": tid, "name": f"mcp__bridge__{tool}", "input": args}],
+                "usage": {"input_tokens": 10, "output_tokens": 5}}}},
+            {"mcp_call": {"server": "bridge", "tool": tool, "arguments": args}},
+            {"emit": {"type": "user", "parent_tool_use_id": None, "session_id": sid, "message": {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": tid, "content": [{"type": "text", "text": "{{mcp_result_text}}"}],
+                 "is_error": "{{mcp_result_is_error}}"}]}}},
+        ]
+    steps += [
+        {"emit": {"type": "assistant", "parent_tool_use_id": None, "session_id": sid, "message": {
+            "id": "msg_final", "model": "{{model_base}}", "role": "assistant",
+            "content": [{"type": "text", "text": "Last tool said: {{mcp_result_text}}"}], "usage": {"input_tokens": 10, "output_tokens": 7}}}},
+        {"emit": {"type": "result", "subtype": "success", "is_error": False, "num_turns": len(calls) + 1,
+                  "result": "Last tool said: {{mcp_result_text}}", "session_id": sid, "total_cost_usd": 0.01}},
+        {"exit": 0},
+    ]
+    return {"provenance": {"cli": "claude", "cli_version": "2.1.197", "source": "reference:cli-formats §1.B",
+                           "date": "2026-11-29", "notes": "test-built: real bridge over MCP stdio"},
+            "default_model": "claude-opus-4-8", "mcp": "connect", "mcp_timeout": 30, "steps": steps}
+
+
+def test_end_to_end_through_the_real_bridge(worktree, tmp_path):
+    (tmp_path / "secret.txt").write_text("TOP-SECRET-CANARY")
+    scenario = _bridge_session_scenario([("read_file", {"path": "README.md"}), ("read_file", {"path": "../secret.txt"})])
+    fake = install_fake_cli("claude", scenario, tmp_path / "bin")
+    outcome = run(fake, worktree, tmp_path, timeout_s=90)
+    assert outcome.status is OutcomeStatus.ok, outcome.message
+    # counted from the bridge's own trace: what dispatch did, not what the model asked
+    assert outcome.tool_calls == 2 and outcome.tools_used == ["read_file"]
+    assert [r.code for r in outcome.refusals] == ["path_outside_scope"]
+    assert "TOP-SECRET-CANARY" not in outcome.text and outcome.text.startswith("Last tool said: refused: path_outside_scope")
+    trace = (tmp_path / "run" / "bridge-trace.jsonl").read_text()
+    assert "TOP-SECRET-CANARY" not in trace
+    assert no_survivors(fake) == []
+
+
+def test_a_bridge_that_cannot_start_fails_closed(worktree, tmp_path, monkeypatch):
+    scenario = _bridge_session_scenario([("read_file", {"path": "README.md"})])
+    fake = install_fake_cli("claude", scenario, tmp_path / "bin")
+    transport = make_transport(fake)
+    request = AgentSessionRequest(prompt="x", scope=ToolScope(root=worktree), timeout_s=90, run_dir=tmp_path / "run")
+    from harnesscheck.providers import _harness
+
+    real = _harness.write_bridge_spec
+
+    def broken_spec(*args, **kwargs):
+        path = real(*args, **kwargs)
+        path.write_text("{not a spec")  # the bridge exits at start: the CLI lists it as failed
+        return path
+
+    monkeypatch.setattr(_harness, "write_bridge_spec", broken_spec)
+    outcome = transport.run_session(request)
+    assert outcome.status is OutcomeStatus.blocked and outcome.error_class is ErrorClass.mcp_unavailable
+    assert "failed" in outcome.message
