@@ -23,8 +23,10 @@ def test_native_tool_use_flagged(but):
     """Native (vendor built-in) tool use is recorded and flagged by the audit, never a clean success."""
     run = but.run("native_tool_use")
     o = run.outcome
-    assert o.native_tool_calls, "native tool calls were not recorded"
-    flagged = o.audit is not None and not o.audit.clean
+    assert o.native_tool_calls, "native tool calls were not recorded in the outcome"
+    verdict = o.audit or run.audit
+    assert verdict is not None or o.status != OutcomeStatus.ok, "no audit was possible: the transport kept no event log"
+    flagged = verdict is not None and not verdict.clean
     assert flagged or o.status != OutcomeStatus.ok, "native tool use passed as a clean success"
 
 

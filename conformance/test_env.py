@@ -16,13 +16,15 @@ NESTING = {"CLAUDECODE": "1", "CLAUDE_CODE_ENTRYPOINT": "cli", "CLAUDE_CODE_SSE_
 
 @check("env.provider-keys-stripped", kinds=[Kind.harness], incident=["A1", "A2", "A3"])
 def test_provider_keys_stripped(but):
-    """No provider key, base URL or model override from the parent environment reaches the CLI."""
+    """No provider key, base URL or model override from the parent environment reaches the CLI
+    (except a credential the backend injects by design, explicitly and traced by name)."""
     canaries = but.parent_env_canaries()
     run = but.run("success", parent_env=canaries)
     assert run.children, "the fake CLI was never run"
+    permitted = but.permitted_injections(run)
     for child in run.children:
         env = child["env"]
-        leaked = sorted(k for k, v in canaries.items() if env.get(k) == v or v in json.dumps(env))
+        leaked = sorted(k for k, v in canaries.items() if (env.get(k) == v or v in json.dumps(env)) and k not in permitted)
         assert not leaked, f"parent variables reached the child: {leaked}"
 
 

@@ -8,10 +8,10 @@ from harnesscheck.contracts import Kind, OutcomeStatus
 from harnesscheck.kit.catalog import check
 
 
-@check("parse.noise-lines-skipped", kinds=[Kind.harness], incident="D4")
+@check("parse.noise-lines-skipped", kinds=[Kind.harness], incident=["D4", "D8", "D3"])
 def test_noise_lines_skipped(but):
-    """Non-JSON lines interleaved on stdout are skipped; the session's outcome is unchanged."""
-    run = but.run("malformed_line")
+    """Non-JSON lines (banners, debug output, invalid UTF-8, bare CRLF) on stdout are skipped; the outcome is unchanged."""
+    run = but.run("noise_lines")
     assert run.outcome.status == OutcomeStatus.ok, f"{run.outcome.status}/{run.outcome.error_class}: {run.outcome.message}"
     assert run.outcome.text
 

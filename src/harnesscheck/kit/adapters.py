@@ -41,6 +41,7 @@ SCENARIOS: tuple[str, ...] = (
     "unknown_events", "truncated_last_line", "oversize_line", "linger_after_result",
     "timeout_mid_stream", "served_model_mismatch", "mcp_failed", "mcp_slow", "native_tool_use",
     "exit0_is_error", "crash_no_result", "api_key_source", "helper_model", "repeated_usage",
+    "noise_lines", "timeout_tree",
 )
 
 
@@ -161,6 +162,8 @@ class SessionRun:
     requests: list[dict] = field(default_factory=list)  # HTTP requests (api): url, headers, body
     facts: Facts = field(default_factory=Facts)
     parent_env: dict[str, str] = field(default_factory=dict)
+    audit: object | None = None  # the host's post-run AuditVerdict (harness), when one was made
+    run_dir: Path | None = None
 
     def everything_visible(self) -> str:
         """Every byte the backend exposed: outcome, what the model saw, traces, argv, requests."""
@@ -169,6 +172,7 @@ class SessionRun:
             parts.append(json.dumps(child.get("argv", [])))
         for req in self.requests:
             parts.append(req.get("body", ""))
+            parts.append(json.dumps(req.get("visible_headers", {})))
         return "\n".join(parts)
 
     def outcome_and_artifacts(self) -> str:
@@ -334,6 +338,10 @@ class BackendUnderTest:
 
     def mcp_servers(self, run: SessionRun) -> dict[str, dict]:
         return {}
+
+    def permitted_injections(self, run: SessionRun) -> set[str]:
+        """Parent variables the backend hands its child on purpose (explicit, traced injections)."""
+        return set()
 
     def install_fake(self, scenario, **overrides):
         raise SkipCell("unsupported-by-backend", f"{self.spec.id} runs no CLI")

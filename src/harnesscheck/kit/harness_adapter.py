@@ -1,0 +1,293 @@
+"""HarnessAdapter: a CLI backend at the offline level — its real transport driving a fake CLI.
+
+Each run installs a per-test fake CLI (harnesscheck.fakes) replaying
+``fixtures/<cli>/<scenario>.json``; the transport finds it through ``Settings.cli``, exactly
+as a host points it at a binary with HARNESS_BACKEND_CLI. Tool calls are real: the fake
+starts the MCP server the transport configured (the bridge) and calls it, so refusals come
+from dispatch through the bridge and are folded into the outcome by the transport.
+
+Facts a check compares against (served model, vendor cost) are read from the fixture by
+small per-CLI readers below; where a fixture does not state a fact the cell is skipped
+``adapter-not-implemented`` rather than guessed.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+from harnesscheck.contracts import Usage
+from harnesscheck.kit.adapters import BackendUnderTest, Facts, SessionRun, Setup, SkipCell
+
+#: registry cli_name -> fake executable name (fixtures dir is harnesscheck.fakes.FIXTURE_DIRS)
+FAKE_NAMES = {"claude": "claude", "codex": "codex", "cursor-agent": "cursor-agent"}
+
+
+def offline_cli_version(spec) -> str | None:
+    """The CLI version the offline fixtures were recorded from (their provenance)."""
+    from harnesscheck.fakes import fixture_path
+
+    if spec.cli_name not in FAKE_NAMES:
+        return None
+    try:
+        data = json.loads(fixture_path(spec.cli_name, "success").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    version = (data.get("provenance") or {}).get("cli_version")
+    return f"{version} (fixtures)" if version else None
+
+
+def repeat_usage_events(cli: str, scenario: dict) -> dict:
+    """The scenario with every main-chain message event repeated (same id, same usage), as
+    streaming CLIs do once per content block. Only claude repeats events per message; the
+    others report usage once per turn, so their scenario is left as it is."""
+    if cli != "claude":
+        return scenario
+    steps = []
+    for step in scenario.get("steps", []):
+        steps.append(step)
+        event = step.get("emit")
+        if isinstance(event, dict) and event.get("type") == "assistant" and event.get("parent_tool_use_id") is None:
+            steps.append(copy.deepcopy(step))
+            steps.append(copy.deepcopy(step))
+    return {**scenario, "steps": steps}
+
+
+def _emitted(scenario: dict) -> list[dict]:
+    return [s["emit"] for s in scenario.get("steps", []) if isinstance(s.get("emit"), dict)]
+
+
+#: Provider credentials a backend is designed to hand its CLI as an explicit, traced
+#: injection (DESIGN "Child environment"): the subscription token of claude-code.
+PERMITTED_INJECTIONS: dict[str, frozenset[str]] = {"claude-code": frozenset({"CLAUDE_CODE_OAUTH_TOKEN"})}
+
+
+def fixture_facts(cli: str, scenario: dict, requested: str | None) -> Facts:
+    """What the fixture itself says: the vendor's cost figure and the main chain's model."""
+    facts = Facts(requested_model=requested)
+    model = requested or scenario.get("default_model") or ""
+    values = {"{{model}}": model, "{{model_base}}": model.split("[", 1)[0]}
+    codex_usage = None
+    for event in _emitted(scenario):
+        if cli == "claude" and event.get("type") == "result":
+            cost = event.get("total_cost_usd", event.get("cost_usd"))
+            if isinstance(cost, (int, float)):
+                facts.cost_usd = float(cost)
+            main = values["{{model}}"]
+            helpers = []
+            for key, mu in (event.get("modelUsage") or {}).items():
+                key = values.get(key, key)
+                if key.split("[", 1)[0] == values["{{model_base}}"]:
+                    facts.usage = Usage(input=int(mu.get("inputTokens", 0)), output=int(mu.get("outputTokens", 0)))
+                elif main:
+                    helpers.append(key)
+            facts.helper_models = tuple(helpers)
+        if cli == "codex" and event.get("type") == "turn.completed" and isinstance(event.get("usage"), dict):
+            u = event["usage"]
+            turn = Usage(input=int(u.get("input_tokens", 0)), output=int(u.get("output_tokens", 0)))
+            codex_usage = turn if codex_usage is None else codex_usage + turn
+            facts.usage = codex_usage
+        if cli == "cursor-agent" and event.get("type") == "result" and isinstance(event.get("usage"), dict):
+            u = event["usage"]
+            facts.usage = Usage(input=int(u.get("inputTokens", 0)), output=int(u.get("outputTokens", 0)))
+        if cli == "claude" and event.get("type") == "assistant" and event.get("parent_tool_use_id") is None:
+            served = (event.get("message") or {}).get("model")
+            if isinstance(served, str):
+                facts.served_model = values.get(served, served)
+    return facts
+
+
+class HarnessAdapter(BackendUnderTest):
+    name = "fake-cli"
+
+    def __init__(self, spec, level, tmp_path):
+        super().__init__(spec, level, tmp_path)
+        if spec.cli_name not in FAKE_NAMES:
+            raise SkipCell("adapter-not-implemented", f"no fake CLI stands in for {spec.cli_name!r}")
+        self.fake_name = FAKE_NAMES[spec.cli_name]
+        self._fakes: list = []
+        self._installs = 0
+
+    @property
+    def cli_version(self) -> str | None:
+        return offline_cli_version(self.spec)
+
+    def load_fixture(self, scenario: str) -> dict:
+        from harnesscheck.fakes import fixture_path
+
+        path = fixture_path(self.fake_name, scenario)
+        if not path.is_file():
+            raise SkipCell("adapter-not-implemented", f"no {scenario} fixture for {self.fake_name} ({path.name})")
+        return json.loads(path.read_text(encoding="utf-8"))
+
+    def install_fake(self, scenario, *, version: str | None = None, echo: list[str] | None = None, calls=None):
+        """A per-run fake CLI replaying `scenario` (a fixture name or a scenario dict)."""
+        from harnesscheck.fakes import install_fake_cli
+
+        data = copy.deepcopy(self.load_fixture(scenario) if isinstance(scenario, str) else scenario)
+        if version is not None:
+            data["version"] = version
+        if echo:
+            data["steps"] = [{"stderr": "upstream said: " + " ".join(echo)}, *data.get("steps", [])]
+        if calls:
+            steps = data.get("steps", [])
+            first_emit = next((i for i, s in enumerate(steps) if "emit" in s), -1)
+            steps.insert(first_emit + 1, {"mcp_calls": [{"name": c.name, "arguments": dict(c.args)} for c in calls]})
+        self._installs += 1
+        fake = install_fake_cli(self.fake_name, data, self.tmp_path / f"fake{self._installs}")
+        self._fakes.append(fake)
+        return fake
+
+    def transport(self, **settings):
+        if "cli" not in settings:
+            settings["cli"] = self.install_fake("success").path
+        return super().transport(**settings)
+
+    def spawned(self) -> list[dict]:
+        out = []
+        for fake in self._fakes:
+            out.extend(r for r in fake.records() if not set(r["argv"][1:2]) & {"--version", "-v", "-V"})
+        return out
+
+    def prepare(self, scenario, ws, *, tool_calls, model, timeout_s, echo) -> Setup:
+        if scenario == "tools":
+            fake = self.install_fake("success", echo=echo, calls=tool_calls or [])
+            facts = Facts()
+        elif scenario in ("repeated_usage", "helper_model"):
+            data = self.load_fixture("success")
+            if scenario == "repeated_usage":
+                data = repeat_usage_events(self.fake_name, data)
+            fake = self.install_fake(data, echo=echo)
+            facts = fixture_facts(self.fake_name, self.load_fixture("success"), model)
+            if scenario == "helper_model" and not facts.helper_models:
+                raise SkipCell("unsupported-by-backend", f"{self.fake_name} reports no helper-model usage")
+            if facts.usage is None:
+                raise SkipCell("adapter-not-implemented", f"the {self.fake_name} success fixture states no usage")
+        elif scenario == "noise_lines":
+            data = self.load_fixture("success")
+            steps = data.get("steps", [])
+            noise = [{"noise": "[SandboxDebug] seatbelt profile applied"}, {"invalid_utf8": True},
+                     {"noise": "Warning: proxy settings ignored"}, {"raw": "\r\n", "newline": False}]
+            first = next((i for i, st in enumerate(steps) if "emit" in st), 0)
+            data["steps"] = steps[:first] + noise + steps[first:first + 1] + noise[:1] + steps[first + 1:]
+            fake = self.install_fake(data, echo=echo)
+            facts = Facts()
+        elif scenario == "timeout_tree":
+            data = self.load_fixture("timeout_mid_stream")
+            data["steps"] = [{"spawn": "sleep 1000"}, {"spawn": "sleep 1000", "setsid": True}, *data.get("steps", [])]
+            fake = self.install_fake(data, echo=echo)
+            facts = Facts()
+        else:
+            fake = self.install_fake(scenario, echo=echo)
+            facts = fixture_facts(self.fake_name, json.loads(Path(fake.scenario_path).read_text()), model)
+        return Setup(super().transport(cli=fake.path), facts, model=model, extra={"fake": fake})
+
+    def collect(self, run: SessionRun, setup: Setup, request) -> None:
+        fake = setup.extra["fake"]
+        run.run_dir = request.run_dir
+        run.children = [r for r in fake.records() if not set(r["argv"][1:2]) & {"--version", "-v", "-V"}]
+        trace = []
+        for name in ("session-trace.jsonl", "bridge-trace.jsonl"):
+            from harnesscheck.kit.adapters import read_trace
+
+            trace.extend(read_trace(Path(request.run_dir) / name) if request.run_dir else [])
+        run.trace = trace
+        results = []
+        if fake.record_path.is_file():
+            for line in fake.record_path.read_text(encoding="utf-8").splitlines():
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if rec.get("kind") == "mcp_result":
+                    results.append(rec)
+        failures = [r["error"] for r in results if r.get("error")]
+        if failures and run.outcome.status.value == "ok":
+            from harnesscheck.kit.adapters import KitFault
+
+            raise KitFault(f"the fake CLI could not reach the bridge: {failures[0]}")
+        run.model_saw = [r.get("text", "") for r in results if not r.get("error")]
+        run.audit = self.host_audit(run, request)
+
+    def host_audit(self, run: SessionRun, request):
+        """The post-run audit a host makes (as `harnesscheck run` does): the CLI's event log
+        against the run's facts. None when the transport kept no event log."""
+        from harnesscheck.audit import RunFacts, audit_events
+        from harnesscheck.bridge.spec import summarize_trace
+        from harnesscheck.contracts import Capability
+        from harnesscheck.providers._eventlog import EVENT_LOG_NAME
+
+        if run.outcome.audit is not None:
+            return run.outcome.audit
+        events = Path(request.run_dir) / EVENT_LOG_NAME
+        if not events.is_file():
+            return None
+        facts = RunFacts(
+            scope_root=request.scope.root,
+            read_only=request.scope.read_only,
+            builtin_tools_off=self.spec.supports(Capability.builtin_tools_off),
+            bridge=summarize_trace(Path(request.run_dir) / "bridge-trace.jsonl"),
+            session_cwd=Path(request.run_dir) / "cwd",
+        )
+        return audit_events(events, self.spec.cli_name or self.spec.id, facts)
+
+    def permitted_injections(self, run: SessionRun) -> set[str]:
+        """Provider variables this backend may hand the CLI: by design, and traced by name."""
+        traced: set[str] = set()
+        for rec in run.trace:
+            if rec.get("event") == "env_inject":
+                traced.update(rec.get("names") or [])
+        return set(PERMITTED_INJECTIONS.get(self.spec.id, frozenset())) & traced
+
+    def mcp_servers(self, run: SessionRun) -> dict[str, dict]:
+        """MCP servers the transport configured for the CLI, from wherever this CLI reads them."""
+        servers: dict[str, dict] = {}
+        for child in run.children:
+            for content in (child.get("mcp_configs") or {}).values():
+                try:
+                    servers.update(json.loads(content).get("mcpServers") or {})
+                except (ValueError, AttributeError):
+                    pass
+        run_dir = getattr(run, "run_dir", None)
+        if run_dir is not None and Path(run_dir).is_dir():
+            for path in sorted(Path(run_dir).rglob("*")):
+                if path.is_file() and (path.name == "config.toml" or path.name.endswith("mcp.json")):
+                    servers.update(_servers_from_file(path))
+        return servers
+
+    def tools_offered(self, run: SessionRun):
+        """claude: the exact --allowedTools list, mapped back from mcp__bridge__<tool>."""
+        for child in run.children:
+            argv = child.get("argv", [])
+            if "--allowedTools" in argv:
+                value = argv[argv.index("--allowedTools") + 1]
+                tools = [t for t in value.split(",") if t]
+                if any(not t.startswith("mcp__bridge__") for t in tools):
+                    return tools  # a built-in was allowed: report it as offered
+                tools_flag = argv[argv.index("--tools") + 1] if "--tools" in argv else None
+                if tools_flag not in ("", None) and tools_flag.strip():
+                    return tools + [f"builtin:{t}" for t in tools_flag.split(",") if t]
+                if "--tools" not in argv:
+                    return tools + ["builtin:*"]
+                return [t.removeprefix("mcp__bridge__") for t in tools]
+        return None
+
+
+def _servers_from_file(path: Path) -> dict[str, dict]:
+    """MCP servers declared in a codex config.toml or a cursor/claude mcp.json."""
+    try:
+        content = path.read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    if path.name == "config.toml":
+        import tomllib
+
+        try:
+            return dict(tomllib.loads(content).get("mcp_servers") or {})
+        except tomllib.TOMLDecodeError:
+            return {}
+    try:
+        return dict(json.loads(content).get("mcpServers") or {})
+    except (ValueError, AttributeError):
+        return {}
