@@ -72,7 +72,7 @@ def test_warning_items_are_not_failures():
         ("overloaded_529", OutcomeStatus.error, ErrorClass.overloaded),
         ("context_overflow", OutcomeStatus.error, ErrorClass.context_overflow),
         ("model_not_found", OutcomeStatus.error, ErrorClass.model_unavailable),
-        ("malformed_line", OutcomeStatus.error, ErrorClass.protocol),
+        ("malformed_line", OutcomeStatus.ok, None),
         ("truncated_last_line", OutcomeStatus.error, ErrorClass.protocol),
         ("mcp_failed", OutcomeStatus.blocked, ErrorClass.mcp_unavailable),
         ("exit0_is_error", OutcomeStatus.error, ErrorClass.overloaded),
@@ -350,3 +350,33 @@ def test_fake_session_matches_the_replayed_outcome(tmp_path, scenario):
     assert {k: getattr(out, k) for k in keys} == {k: getattr(want, k) for k in keys}
     # the fake never starts the bridge, so the stream's own count of bridge calls stands
     assert (out.tool_calls, out.tools_used) == (want.tool_calls, want.tools_used)
+
+
+def test_session_carries_the_audit_verdict(tmp_path):
+    clean, _, _ = session(tmp_path / "a", "success")
+    assert clean.audit is not None and clean.audit.clean
+    flagged, _, _ = session(tmp_path / "b", "native_tool_use")
+    assert flagged.audit is not None and not flagged.audit.clean
+    codes = {f.code for f in flagged.audit.flags}
+    assert "native_shell" in codes, codes
+
+
+def test_exit_1_after_turn_completed_is_still_ok(tmp_path):
+    scenario = {"steps": [{"emit": {"type": "turn.started"}},
+                          {"emit": {"type": "item.completed", "item": {"id": "i", "type": "agent_message", "text": "done"}}},
+                          {"emit": {"type": "turn.completed", "usage": {"input_tokens": 5, "output_tokens": 1}}}, {"exit": 1}]}
+    out, _, _ = session(tmp_path, scenario)
+    assert out.ok and out.exit_code == 1 and out.text == "done"  # the terminal event before the exit code
+
+
+def test_one_shot_has_no_bridge_and_refuses_tools(tmp_path):
+    from harnesscheck.contracts import CapabilityUnsupported
+
+    fake = install_fake_cli("codex", "success", tmp_path / "bin")
+    t = CodexTransport(get_spec("codex"), Settings(), cli_path=fake.path, parent_env=parent_env(tmp_path / "home"))
+    out = t.complete("say hi", system="be brief")
+    assert out.ok and out.text == "Hello from the scripted model."
+    rec = fake.last()
+    assert rec["stdin"] == "# Instructions\n\nbe brief\n\n# Task\n\nsay hi"
+    with pytest.raises(CapabilityUnsupported):
+        t.complete("x", tools=[{"name": "read_file"}])

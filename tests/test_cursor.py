@@ -58,7 +58,7 @@ def test_any_chunking_gives_the_same_outcome(scenario, data):
         ("overloaded_529", OutcomeStatus.error, ErrorClass.overloaded),
         ("context_overflow", OutcomeStatus.error, ErrorClass.context_overflow),
         ("model_not_found", OutcomeStatus.error, ErrorClass.model_unavailable),
-        ("malformed_line", OutcomeStatus.error, ErrorClass.protocol),
+        ("malformed_line", OutcomeStatus.ok, None),
         ("truncated_last_line", OutcomeStatus.error, ErrorClass.protocol),
         ("exit0_is_error", OutcomeStatus.error, ErrorClass.overloaded),
         ("crash_no_result", OutcomeStatus.error, ErrorClass.cli_crash),
@@ -252,3 +252,11 @@ def test_fake_session_matches_the_replayed_outcome(tmp_path, scenario):
     keys = ("status", "error_class", "text", "usage", "native_tool_calls", "terminal_event_seen", "served_model",
             "iterations", "auth_source", "tool_calls", "tools_used")
     assert {k: getattr(out, k) for k in keys} == {k: getattr(want, k) for k in keys}
+
+
+def test_session_carries_the_audit_verdict(tmp_path):
+    clean, _, _ = session(tmp_path / "a", "success")
+    assert clean.audit is not None and clean.audit.clean
+    flagged, _, _ = session(tmp_path / "b", "native_tool_use")
+    assert flagged.audit is not None and not flagged.audit.clean
+    assert {"native_shell", "foreign_mcp_tool"} <= {f.code for f in flagged.audit.flags}

@@ -97,7 +97,11 @@ def run_command(
         run_dir=run_dir,
     )
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    before = _audit_before(spec, root)
+    if hasattr(transport, "audit_worktree"):
+        transport.audit_worktree = True  # the transport audits; let it diff the worktree too
+        before = None
+    else:
+        before = _audit_before(spec, root)
     try:
         outcome = transport.run_session(request)
     except HarnessError as exc:

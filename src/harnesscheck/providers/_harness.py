@@ -223,8 +223,9 @@ class HarnessTransport:
     ) -> StreamParser:
         raise NotImplementedError
 
-    def after_session(self, ctx: SessionContext, outcome: AgentOutcome) -> None:
-        """Subclass clean-up after the process tree is gone (e.g. unlink a credential link)."""
+    def after_session(self, ctx: SessionContext, outcome: AgentOutcome) -> AgentOutcome | None:
+        """Subclass clean-up after the process tree is gone (e.g. unlink a credential link).
+        May return a replacement outcome (e.g. with the post-run audit verdict attached)."""
 
     # -- the CLI ------------------------------------------------------------------------
 
@@ -325,7 +326,7 @@ class HarnessTransport:
                 ending=str(result.ending),
                 exit_code=result.exit_code,
             )
-            self.after_session(ctx, outcome)
+            outcome = self.after_session(ctx, outcome) or outcome
             return outcome
         finally:
             tracer.close()

@@ -38,6 +38,7 @@ from harnesscheck.contracts import (
 from harnesscheck.envpolicy import redact
 from harnesscheck.process import Ending, LineAction, ProcessResult
 from harnesscheck.providers._errortext import classify_text
+from harnesscheck.providers._eventlog import SessionAudit
 from harnesscheck.providers._harness import (
     HarnessTransport,
     Invocation,
@@ -251,8 +252,6 @@ class CodexParser:
                 f"a stdout line exceeded the {limit}-byte line limit (max_line_bytes)" + notes,
             )
         if self.terminal == "completed":
-            if self.malformed:
-                return OutcomeStatus.error, ErrorClass.protocol, "the stream held malformed JSON" + notes
             if not self.messages:
                 return OutcomeStatus.error, ErrorClass.protocol, "turn completed without an agent message" + notes
             return OutcomeStatus.ok, None, notes.lstrip("; ")
@@ -476,10 +475,14 @@ class CodexTransport(HarnessTransport):
         dummy key injected explicitly; no login is linked."""
         super().__init__(spec, settings, **kwargs)
         self.extra_config_toml = extra_config_toml
+        self.audit_worktree = False  # hash the worktree before/after (the run command sets it)
+        self._audit = SessionAudit("codex")
         self.loopback = loopback
 
     def invocation(self, ctx: SessionContext, request, cli: Path, *, tool_less: bool) -> Invocation:
         from harnesscheck.envpolicy import config_home
+
+        self._audit.before(ctx, request, worktree=self.audit_worktree)
 
         _, codex_home = config_home(ctx.run_dir, "CODEX_HOME")
         home = Path(codex_home)
@@ -521,10 +524,11 @@ class CodexTransport(HarnessTransport):
         parser.on_text = on_text
         return LoggedParser(parser, ctx.run_dir / EVENT_LOG_NAME)
 
-    def after_session(self, ctx: SessionContext, outcome: AgentOutcome) -> None:
+    def after_session(self, ctx: SessionContext, outcome: AgentOutcome) -> AgentOutcome:
         link = ctx.run_dir / "config-homes" / "codex_home" / "auth.json"
         if link.is_symlink():
             link.unlink()  # the run dir outlives the session; the login link must not
+        return self._audit.after(ctx, self.spec, outcome)
 
 
 def _write_private(path: Path, text: str) -> None:

@@ -46,6 +46,7 @@ from harnesscheck.contracts import (
 from harnesscheck.envpolicy import redact
 from harnesscheck.process import Ending, LineAction, ProcessResult
 from harnesscheck.providers._errortext import classify_text
+from harnesscheck.providers._eventlog import SessionAudit
 from harnesscheck.providers._harness import (
     HarnessTransport,
     Invocation,
@@ -240,8 +241,6 @@ class CursorParser:
             if res.get("subtype") not in (None, "success"):
                 cls = classify_text(text) or ErrorClass.unknown
                 return _failed(cls), cls, f"result subtype {res.get('subtype')!r}: " + _short(text) + notes
-            if self.malformed:
-                return OutcomeStatus.error, ErrorClass.protocol, "the stream held malformed JSON" + notes
             if not text.strip():
                 return OutcomeStatus.error, ErrorClass.protocol, "result without an answer" + notes
             return OutcomeStatus.ok, None, notes.lstrip("; ")
@@ -355,7 +354,13 @@ def subscription_auth_file(parent_env: dict[str, str]) -> Path | None:
 class CursorTransport(HarnessTransport):
     """`cursor-agent --print --output-format stream-json` with a per-run HOME. See the module docstring."""
 
+    def __init__(self, spec, settings=None, **kwargs):
+        super().__init__(spec, settings, **kwargs)
+        self.audit_worktree = False  # hash the worktree before/after (the run command sets it)
+        self._audit = SessionAudit("cursor")
+
     def invocation(self, ctx: SessionContext, request, cli: Path, *, tool_less: bool) -> Invocation:
+        self._audit.before(ctx, request, worktree=self.audit_worktree)
         home = ctx.run_dir / "home"
         for sub in (home, home / ".cursor", home / ".config", home / ".config" / "cursor"):
             sub.mkdir(mode=0o700, exist_ok=True)
@@ -400,10 +405,11 @@ class CursorTransport(HarnessTransport):
         parser.on_text = on_text
         return LoggedParser(parser, ctx.run_dir / EVENT_LOG_NAME)
 
-    def after_session(self, ctx: SessionContext, outcome: AgentOutcome) -> None:
+    def after_session(self, ctx: SessionContext, outcome: AgentOutcome) -> AgentOutcome:
         link = ctx.run_dir / "home" / ".config" / "cursor" / "auth.json"
         if link.is_symlink():
             link.unlink()  # the run dir outlives the session; the login link must not
+        return self._audit.after(ctx, self.spec, outcome)
 
 
 def _safe_model(model: str) -> str:
