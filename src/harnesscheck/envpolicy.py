@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -179,33 +180,43 @@ def secret_values(environ: Mapping[str, str]) -> set[str]:
 
 _SECRET_WORD = r"(?:key|secret|token|password|passwd|credential|auth|cookie|private)"
 # Known credential formats, anywhere in text.
-_TOKEN_PATTERNS = [
-    re.compile(r"sk-ant-[A-Za-z0-9_\-]{8,}"),
-    re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}"),
-    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"),
-    re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}"),
-    re.compile(r"\bxox[abprs]-[A-Za-z0-9\-]{10,}"),
-    re.compile(r"\bAKIA[0-9A-Z]{16}\b"),
-    re.compile(r"\bAIza[0-9A-Za-z_\-]{30,}"),
-    re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
-]
-# "Bearer xxx" / "Basic xxx" authorization values.
-_AUTH_SCHEME = re.compile(r"(?i)\b(bearer|basic|token)(\s+)([A-Za-z0-9._~+/\-]{8,}=*)")
+_TOKEN_RE = (
+    r"sk-ant-[A-Za-z0-9_\-]{8,}"
+    r"|\bsk-[A-Za-z0-9_\-]{16,}"
+    r"|\bgh[pousr]_[A-Za-z0-9]{20,}"
+    r"|\bgithub_pat_[A-Za-z0-9_]{20,}"
+    r"|\bxox[abprs]-[A-Za-z0-9\-]{10,}"
+    r"|\bAKIA[0-9A-Z]{16}\b"
+    r"|\bAIza[0-9A-Za-z_\-]{30,}"
+    r"|\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"
+)
+# "Bearer xxx" / "Basic xxx" / "token xxx" authorization values.
+_AUTH_SCHEME_RE = r"\b((?i:bearer|basic|token))(\s+)([A-Za-z0-9._~+/\-]{8,}=*)"
 # NAME=value, NAME: value, "name": "value" with a secret-looking name.
-_NAMED_VALUE = re.compile(
-    r"(?i)([A-Za-z0-9_.\-]*" + _SECRET_WORD + r"[A-Za-z0-9_.\-]*)"
+_NAMED_VALUE_RE = (
+    r"(?<![A-Za-z0-9_.\-])([A-Za-z0-9_.\-]*(?i:" + _SECRET_WORD + r")[A-Za-z0-9_.\-]*)"
     r"(['\"]?\s*[=:]\s*['\"]?)"
     r"([^\s'\"&,;})\]]{8,})"
 )
 # scheme://user:password@host
-_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^/\s:@]+):([^/\s@]+)@")
+_URL_USERINFO_RE = r"(?<![A-Za-z0-9+.\-])([A-Za-z][A-Za-z0-9+.\-]*://)([^/\s:@]+):([^/\s@]+)@"
+
+_TOKEN = re.compile(_TOKEN_RE)
+_AUTH_SCHEME = re.compile(_AUTH_SCHEME_RE)
+_NAMED_VALUE = re.compile(_NAMED_VALUE_RE)
+_URL_USERINFO = re.compile(_URL_USERINFO_RE)
+# Cheap substring tests that must hold before a pattern can match (regexes are slow;
+# `in` is a C-level scan): most strings skip every regex.
+_TOKEN_LITERALS = ("sk-", "gh", "github_pat_", "xox", "AKIA", "AIza", "eyJ")
+_AUTH_WORDS = ("bearer", "basic", "token")
+_SECRET_WORDS = ("key", "secret", "token", "password", "passwd", "credential", "auth", "cookie", "private")
 # A plain word (one case, letters and _ or -) is a status, not a secret: keep it readable.
 _PLAIN_WORD = re.compile(r"[a-z_\-]+|[A-Z_\-]+|[A-Z][a-z]+")
 
 
 def _named_value_sub(match: re.Match[str]) -> str:
     value = match.group(3)
-    if value == REDACTED or value.startswith("[REDACTED") or _PLAIN_WORD.fullmatch(value):
+    if value.startswith("[REDACTED") or _PLAIN_WORD.fullmatch(value):
         return match.group(0)
     return f"{match.group(1)}{match.group(2)}{REDACTED}"
 
@@ -217,19 +228,33 @@ def _auth_scheme_sub(match: re.Match[str]) -> str:
     return f"{match.group(1)}{match.group(2)}{REDACTED}"
 
 
-def _environ_secrets() -> tuple[str, ...]:
-    """Secret values of the current os.environ, longest first (recomputed when env changes)."""
-    items = tuple(
-        (name, value)
-        for name, value in os.environ.items()
-        if len(value) >= MIN_SECRET_LEN and is_secret_name(name)
-    )
-    return _sorted_secrets(items)
+class _EnvironSecrets:
+    """Secret values of os.environ, longest first; recomputed only when the env changes.
+
+    The check compares a snapshot of os.environ's backing dict (identical objects compare
+    by identity, so an unchanged env costs about a microsecond).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._snapshot: dict[Any, Any] | None = None
+        self._values: tuple[str, ...] = ()
+
+    def get(self) -> tuple[str, ...]:
+        data = getattr(os.environ, "_data", None)
+        if not isinstance(data, dict):
+            return tuple(sorted(secret_values(os.environ), key=len, reverse=True))
+        snapshot = self._snapshot
+        if snapshot is not None and snapshot == data:
+            return self._values
+        with self._lock:
+            copy = dict(data)
+            values = tuple(sorted(secret_values(os.environ), key=len, reverse=True))
+            self._snapshot, self._values = copy, values
+        return values
 
 
-@lru_cache(maxsize=32)
-def _sorted_secrets(items: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
-    return tuple(sorted({v for _, v in items}, key=len, reverse=True))
+_environ_secrets = _EnvironSecrets()
 
 
 def redact(text: str, extra_secrets: Iterable[str] = ()) -> str:
@@ -240,21 +265,32 @@ def redact(text: str, extra_secrets: Iterable[str] = ()) -> str:
     Slack, AWS and Google key formats, JWTs, `Bearer xxx`, `NAME=value` with a secret-looking
     name, and passwords in URLs.
     """
-    if not text:
+    if len(text) < MIN_SECRET_LEN:
         return text
-    known = list(_environ_secrets())
-    extra = [s for s in extra_secrets if s and len(s) >= MIN_SECRET_LEN]
-    if extra:
-        known = sorted(set(known).union(extra), key=len, reverse=True)
-    for secret in known:
+    for secret in _environ_secrets.get():
         if secret in text:
             text = text.replace(secret, REDACTED)
-    for pattern in _TOKEN_PATTERNS:
-        text = pattern.sub(REDACTED, text)
-    text = _AUTH_SCHEME.sub(_auth_scheme_sub, text)
-    text = _NAMED_VALUE.sub(_named_value_sub, text)
-    text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{m.group(2)}:{REDACTED}@", text)
+    if extra_secrets:
+        for secret in sorted({s for s in extra_secrets if len(s) >= MIN_SECRET_LEN}, key=len, reverse=True):
+            if secret in text:
+                text = text.replace(secret, REDACTED)
+    if _contains_any(text, _TOKEN_LITERALS):
+        text = _TOKEN.sub(REDACTED, text)
+    lower = text.lower()
+    if _contains_any(lower, _AUTH_WORDS):
+        text = _AUTH_SCHEME.sub(_auth_scheme_sub, text)
+    if ("=" in text or ":" in text) and _contains_any(lower, _SECRET_WORDS):
+        text = _NAMED_VALUE.sub(_named_value_sub, text)
+    if "://" in text and "@" in text:
+        text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{m.group(2)}:{REDACTED}@", text)
     return text
+
+
+def _contains_any(text: str, needles: tuple[str, ...]) -> bool:
+    for needle in needles:  # a plain loop of C-level `in` beats a regex alternation here
+        if needle in text:
+            return True
+    return False
 
 
 def redact_obj(value: Any, extra_secrets: Iterable[str] = ()) -> Any:

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import os
 import secrets
 import selectors
+import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -106,8 +109,8 @@ def _load_prctl() -> Any:
     return _prctl
 
 
-def _child_preexec(parent_pid: int, prctl: Any) -> Callable[[], None]:
-    """preexec_fn: die with the parent.
+def _child_preexec(parent_pid: int, prctl: Any, death_signal: int) -> Callable[[], None]:
+    """preexec_fn: get `death_signal` when the parent dies.
 
     Gotcha: PR_SET_PDEATHSIG fires when the *thread* that forked the child exits, not the
     process. run_process is synchronous, so the spawning thread outlives the child; never
@@ -116,11 +119,38 @@ def _child_preexec(parent_pid: int, prctl: Any) -> Callable[[], None]:
 
     def preexec() -> None:
         if prctl:
-            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            prctl(_PR_SET_PDEATHSIG, int(death_signal), 0, 0, 0)
         if os.getppid() != parent_pid:  # the parent died before prctl took effect
             os.kill(os.getpid(), signal.SIGKILL)
 
     return preexec
+
+
+# --- the guard (group leader that outlives a dead host just long enough to kill the tree)
+
+_GUARD_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_procguard.py")
+_GUARD_DEATH_SIGNAL = signal.SIGUSR1
+
+
+def _use_guard() -> bool:
+    """The guard needs a Python interpreter and Linux prctl; without them the CLI is the
+    group leader and only it gets the parent-death signal."""
+    return bool(sys.executable) and os.path.isfile(_GUARD_PATH) and bool(_load_prctl())
+
+
+def _resolve_executable(name: str, env: Mapping[str, str], cwd: str | os.PathLike[str]) -> str:
+    """Absolute path of argv[0], looked up on the child's PATH (as exec would)."""
+    if os.sep in name:
+        path = name if os.path.isabs(name) else os.path.join(os.fspath(cwd), name)
+        if not os.path.exists(path):
+            raise FileNotFoundError(errno.ENOENT, "no such executable", name)
+        if os.path.isdir(path) or not os.access(path, os.X_OK):
+            raise PermissionError(errno.EACCES, "not an executable file", name)
+        return os.path.abspath(path)
+    found = shutil.which(name, path=env.get("PATH", os.defpath))
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, "executable not found on the child's PATH", name)
+    return os.path.abspath(found)
 
 
 # --- registry of live groups (atexit) ------------------------------------------------
@@ -396,10 +426,19 @@ def run_process(
     child_env = dict(env)
     child_env[RUN_MARKER_VAR] = marker
 
+    executable = _resolve_executable(argv[0], child_env, cwd)
     started = time.monotonic()
     deadline = started + timeout_s
+    host_pid = os.getpid()
+    if _use_guard():
+        lc_ctype = "=" + child_env["LC_CTYPE"] if "LC_CTYPE" in child_env else "-"
+        spawn_argv = [sys.executable, "-I", "-S", _GUARD_PATH, str(host_pid), executable, lc_ctype, "--", *argv]
+        spawn_exe, death_signal = sys.executable, _GUARD_DEATH_SIGNAL
+    else:
+        spawn_argv, spawn_exe, death_signal = list(argv), executable, signal.SIGKILL
     proc = subprocess.Popen(
-        list(argv),
+        spawn_argv,
+        executable=spawn_exe,
         env=child_env,
         cwd=cwd,
         stdin=subprocess.PIPE if stdin_bytes is not None else subprocess.DEVNULL,
@@ -407,7 +446,7 @@ def run_process(
         stderr=subprocess.PIPE,
         start_new_session=True,
         close_fds=True,
-        preexec_fn=_child_preexec(os.getpid(), _load_prctl()),
+        preexec_fn=_child_preexec(host_pid, _load_prctl(), death_signal),
     )
     _register(proc, marker)
     pgid = proc.pid  # start_new_session: the child leads its own session and group

@@ -1,0 +1,423 @@
+"""process.run_process: lifecycle, framing and bounds, proved with real child processes.
+
+Survivors are checked by pid (a process counts as alive unless /proc says it is gone or a
+zombie). Time is only ever an upper bound.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from harnesscheck.process import (
+    Ending,
+    LineAction,
+    LineTooLong,
+    SlotBusy,
+    find_marked,
+    run_process,
+    session_slot,
+    terminate_tree,
+)
+
+SCRIPTS = Path(__file__).parent / "proc_scripts"
+PY = sys.executable
+ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+SLACK_S = 5.0  # generous upper-bound slack for a shared, noisy machine
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux process semantics")
+
+
+def script(name: str, *args: str) -> list[str]:
+    return [PY, str(SCRIPTS / name), *args]
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    state = stat[stat.rfind(b")") + 2 :].split()[0]
+    return state not in (b"Z", b"X")
+
+
+def survivors(pids: list[int], within_s: float = 10.0) -> list[int]:
+    """Pids still alive after waiting up to within_s (SIGKILL delivery is asynchronous)."""
+    end = time.monotonic() + within_s
+    while True:
+        left = [p for p in pids if alive(p)]
+        if not left or time.monotonic() > end:
+            return left
+        time.sleep(0.05)
+
+
+def read_pids(path: Path, within_s: float = 20.0) -> list[int]:
+    end = time.monotonic() + within_s
+    while not path.exists():
+        assert time.monotonic() < end, f"{path} never appeared"
+        time.sleep(0.02)
+    return [int(x) for x in path.read_text().split()]
+
+
+class Lines:
+    """on_line recorder that can answer with an action on a matching line."""
+
+    def __init__(self, act_on: str | None = None, action: LineAction | None = None):
+        self.lines: list[str] = []
+        self.act_on = act_on
+        self.action = action
+
+    def __call__(self, line: str) -> LineAction | None:
+        self.lines.append(line)
+        if self.act_on is not None and self.act_on in line:
+            return self.action
+        return None
+
+
+# --- timeouts and trees ----------------------------------------------------------------
+
+@pytest.mark.parametrize("setsid", [False, True], ids=["group", "setsid-escapee"])
+def test_deadline_kills_every_grandchild_and_keeps_partial_output(tmp_path: Path, setsid: bool) -> None:
+    pidfile = tmp_path / "pids"
+    lines = Lines()
+    timeout, grace = 2.0, 1.0
+    args = [str(pidfile)] + (["--setsid"] if setsid else [])
+    started = time.monotonic()
+    result = run_process(
+        script("spawn_tree.py", *args), env=ENV, cwd=tmp_path, on_line=lines,
+        timeout_s=timeout, term_grace_s=grace,
+    )
+    elapsed = time.monotonic() - started
+    pids = read_pids(pidfile)
+    assert len(pids) == (3 if setsid else 2)
+    assert survivors(pids) == []
+    assert result.ending is Ending.deadline
+    assert lines.lines == ['{"type":"partial","n":1}', '{"type":"partial","n":2}']
+    assert result.partial_tail == '{"type":"cut'
+    assert result.orphan_suspected is setsid
+    assert elapsed < timeout + grace + SLACK_S
+    assert result.duration_s <= elapsed
+
+
+def test_leader_exit_does_not_leave_grandchildren_holding_the_pipes(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids"
+    lines = Lines()
+    result = run_process(
+        script("spawn_tree.py", str(pidfile), "--setsid", "--exit"), env=ENV, cwd=tmp_path,
+        on_line=lines, timeout_s=60,
+    )
+    assert result.ending is Ending.exited
+    assert result.exit_code == 0 and result.signal is None
+    assert result.duration_s < 60  # did not wait for the pipes' EOF until the deadline
+    assert survivors(read_pids(pidfile)) == []
+    assert result.orphan_suspected is True
+    assert result.partial_tail == '{"type":"cut'
+
+
+def test_process_ignoring_sigterm_is_killed(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    started = time.monotonic()
+    result = run_process(
+        script("ignore_term.py", str(pidfile)), env=ENV, cwd=tmp_path, on_line=Lines(),
+        timeout_s=1.5, term_grace_s=0.5,
+    )
+    assert result.ending is Ending.deadline
+    assert result.signal == signal.SIGKILL and result.exit_code is None
+    assert survivors(read_pids(pidfile)) == []
+    assert time.monotonic() - started < 1.5 + 0.5 + SLACK_S
+
+
+def test_linger_after_terminal_line_is_killed_and_recorded(tmp_path: Path) -> None:
+    lines = Lines(act_on='"result"', action=LineAction.TERMINAL)
+    started = time.monotonic()
+    result = run_process(
+        script("linger.py", "forever"), env=ENV, cwd=tmp_path, on_line=lines,
+        timeout_s=120, linger_s=0.5, term_grace_s=0.5,
+    )
+    assert result.ending is Ending.linger
+    assert result.signal == signal.SIGTERM  # the lingering CLI took the group SIGTERM
+    assert lines.lines[-1] == '{"type":"result","is_error":false}'
+    assert time.monotonic() - started < 0.5 + 0.5 + SLACK_S + 10  # nowhere near the 120 s deadline
+
+
+def test_terminal_line_then_clean_exit_is_exited(tmp_path: Path) -> None:
+    lines = Lines(act_on='"result"', action=LineAction.TERMINAL)
+    result = run_process(
+        script("linger.py", "exit"), env=ENV, cwd=tmp_path, on_line=lines, timeout_s=60, linger_s=30,
+    )
+    assert result.ending is Ending.exited
+    assert result.exit_code == 0
+
+
+def test_early_stop_kills_now_and_stops_delivering(tmp_path: Path) -> None:
+    lines = Lines(act_on='"n":3', action=LineAction.STOP)
+    result = run_process(
+        script("emit.py", "stopper"), env=ENV, cwd=tmp_path, on_line=lines, timeout_s=120,
+    )
+    assert result.ending is Ending.early_stop
+    assert lines.lines[-1] == '{"n":3}'
+    assert result.duration_s < 60
+
+
+def test_cancel_from_another_thread(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids"
+    cancel = threading.Event()
+    lines = Lines()
+
+    def cancel_when_ready() -> None:
+        read_pids(pidfile)
+        cancel.set()
+
+    helper = threading.Thread(target=cancel_when_ready)
+    helper.start()
+    result = run_process(
+        script("spawn_tree.py", str(pidfile)), env=ENV, cwd=tmp_path, on_line=lines,
+        timeout_s=120, cancel=cancel, term_grace_s=0.5,
+    )
+    helper.join()
+    assert result.ending is Ending.cancelled
+    assert result.duration_s < 60
+    assert survivors(read_pids(pidfile)) == []
+
+
+def test_exception_in_on_line_kills_the_tree_and_propagates(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids"
+
+    def boom(line: str) -> None:
+        raise RuntimeError("parser bug")
+
+    with pytest.raises(RuntimeError, match="parser bug"):
+        run_process(script("spawn_tree.py", str(pidfile), "--setsid"), env=ENV, cwd=tmp_path, on_line=boom, timeout_s=60)
+    assert survivors(read_pids(pidfile)) == []
+
+
+def test_keyboard_interrupt_still_kills_the_tree(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids"
+
+    def interrupt(line: str) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_process(script("spawn_tree.py", str(pidfile), "--setsid"), env=ENV, cwd=tmp_path, on_line=interrupt, timeout_s=60)
+    assert survivors(read_pids(pidfile)) == []
+
+
+def test_host_killed_leaves_no_child_alive(tmp_path: Path) -> None:
+    """Parent-death signal: SIGKILL the host mid-run; the CLI and its descendants die too."""
+    pidfile, hostpid = tmp_path / "pids", tmp_path / "host"
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = dict(os.environ, PYTHONPATH=src)
+    host = subprocess.Popen([PY, str(SCRIPTS / "host.py"), str(pidfile), str(hostpid)], env=env)
+    try:
+        pids = read_pids(pidfile)
+        assert read_pids(hostpid) == [host.pid]
+        assert all(alive(p) for p in pids)
+        host.send_signal(signal.SIGKILL)
+        host.wait(timeout=30)
+        assert survivors(pids, within_s=15) == []
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait()
+
+
+def test_terminate_tree_is_idempotent(tmp_path: Path) -> None:
+    proc = subprocess.Popen([PY, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    assert terminate_tree(proc, proc.pid, None, 0.2) is False
+    assert terminate_tree(proc, proc.pid, None, 0.2) is False
+    assert proc.returncode is not None
+
+
+def test_no_marked_process_left_after_a_run(tmp_path: Path) -> None:
+    marker = "t" + os.urandom(8).hex()
+    run_process(
+        script("spawn_tree.py", str(tmp_path / "pids"), "--setsid"), env=ENV, cwd=tmp_path,
+        on_line=Lines(), timeout_s=1.0, term_grace_s=0.2, run_marker=marker,
+    )
+    end = time.monotonic() + 10
+    while find_marked(marker) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert [p for p in find_marked(marker) if alive(p)] == []
+
+
+# --- stdin -------------------------------------------------------------------------------
+
+def test_stdin_is_dev_null_by_default(tmp_path: Path) -> None:
+    lines = Lines()
+    result = run_process(script("report_stdin.py"), env=ENV, cwd=tmp_path, on_line=lines, timeout_s=60)
+    assert result.ending is Ending.exited and result.exit_code == 0
+    assert json.loads(lines.lines[0]) == {"stdin": "devnull"}
+    assert json.loads(lines.lines[1])["bytes"] == 0
+
+
+def test_large_prompt_on_stdin_then_eof_without_deadlock(tmp_path: Path) -> None:
+    import hashlib
+
+    prompt = os.urandom(3 * 1024 * 1024)
+    lines = Lines()
+    # The child writes 2 MiB of stdout before it reads stdin: both pipes must move at once.
+    result = run_process(
+        script("report_stdin.py", str(2 * 1024 * 1024)), env=ENV, cwd=tmp_path, on_line=lines,
+        timeout_s=60, stdin_bytes=prompt,
+    )
+    assert result.ending is Ending.exited and result.exit_code == 0
+    assert json.loads(lines.lines[0]) == {"stdin": "pipe"}
+    assert json.loads(lines.lines[-1]) == {"bytes": len(prompt), "sha256": hashlib.sha256(prompt).hexdigest()}
+
+
+def test_empty_stdin_bytes_is_an_immediate_eof(tmp_path: Path) -> None:
+    lines = Lines()
+    run_process(script("report_stdin.py"), env=ENV, cwd=tmp_path, on_line=lines, timeout_s=60, stdin_bytes=b"")
+    assert json.loads(lines.lines[0]) == {"stdin": "pipe"}
+    assert json.loads(lines.lines[1])["bytes"] == 0
+
+
+# --- framing -------------------------------------------------------------------------------
+
+def test_framing_crlf_blank_lines_and_missing_final_newline(tmp_path: Path) -> None:
+    lines = Lines()
+    result = run_process(script("emit.py", "framing"), env=ENV, cwd=tmp_path, on_line=lines, timeout_s=60)
+    assert result.ending is Ending.exited
+    assert lines.lines == ["a", "b", ""]
+    assert result.partial_tail == "c"
+
+
+def test_invalid_utf8_is_replaced(tmp_path: Path) -> None:
+    lines = Lines()
+    run_process(script("emit.py", "badutf8"), env=ENV, cwd=tmp_path, on_line=lines, timeout_s=60)
+    assert lines.lines == ["ok \ufffd\ufffd end"]
+
+
+def test_line_at_the_limit_passes(tmp_path: Path) -> None:
+    lines: list[int] = []
+    result = run_process(
+        script("emit.py", "bigline", str(2 * 1024 * 1024)), env=ENV, cwd=tmp_path,
+        on_line=lambda line: lines.append(len(line)), timeout_s=60, max_line_bytes=2 * 1024 * 1024,
+    )
+    assert result.ending is Ending.exited
+    assert lines == [2 * 1024 * 1024, len("after")]
+
+
+def test_oversize_line_is_a_typed_ending_naming_the_limit(tmp_path: Path) -> None:
+    limit = 1024 * 1024
+    lines = Lines()
+    result = run_process(
+        script("emit.py", "bigline", str(8 * limit)), env=ENV, cwd=tmp_path, on_line=lines,
+        timeout_s=60, max_line_bytes=limit,
+    )
+    assert result.ending is Ending.oversize
+    assert result.oversize_limit == limit
+    assert result.partial_tail is None
+    assert lines.lines == []
+    err = result.line_too_long
+    assert isinstance(err, LineTooLong) and err.limit == limit and str(limit) in str(err)
+
+
+def test_oversize_memory_stays_bounded(tmp_path: Path) -> None:
+    """A 200 MB line with a 1 MiB limit: the host's peak RSS stays far below the line."""
+    out = _host_memory(tmp_path, "bigline", 200 * 1024 * 1024, 1024 * 1024)
+    assert out["ending"] == "oversize" and out["oversize_limit"] == 1024 * 1024
+    assert out["maxrss_kib"] < 100 * 1024
+
+
+def test_stderr_flood_keeps_memory_bounded(tmp_path: Path) -> None:
+    """100 MB of stderr without a newline: only the 64 KiB tail is kept."""
+    out = _host_memory(tmp_path, "stderrflood", 100 * 1024 * 1024, 64 * 1024 * 1024)
+    assert out["ending"] == "exited"
+    assert out["stderr_tail_len"] <= 64 * 1024
+    assert out["stderr_tail_end"].endswith("tail-end")
+    assert out["maxrss_kib"] < 100 * 1024
+
+
+def _host_memory(tmp_path: Path, mode: str, n: int, limit: int) -> dict:
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    proc = subprocess.run(
+        [PY, str(SCRIPTS / "host_memory.py"), mode, str(n), str(limit)],
+        env=dict(os.environ, PYTHONPATH=src), cwd=tmp_path, capture_output=True, text=True, timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+# --- env, argv, errors ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("lc_ctype", [None, "C", "en_US.UTF-8"])
+def test_env_is_passed_exactly_plus_the_run_marker(tmp_path: Path, lc_ctype: str | None) -> None:
+    lines = Lines()
+    env = {"PATH": ENV["PATH"], "ONLY_THIS": "1"}
+    if lc_ctype is not None:
+        env["LC_CTYPE"] = lc_ctype
+    run_process(["env"], env=env, cwd=tmp_path, on_line=lines, timeout_s=60, run_marker="m1")
+    assert dict(line.split("=", 1) for line in lines.lines) == {**env, "HARNESSCHECK_RUN": "m1"}
+
+
+def test_argv_reaches_the_child_verbatim(tmp_path: Path) -> None:
+    lines = Lines()
+    run_process(script("print_env.py", "a b", "; rm -rf /", "$HOME", ""), env=ENV, cwd=tmp_path, on_line=lines, timeout_s=60)
+    assert json.loads(lines.lines[0])["argv"][1:] == ["a b", "; rm -rf /", "$HOME", ""]  # no shell
+
+
+def test_stderr_tail_is_redacted(tmp_path: Path) -> None:
+    secret = "canary-" + os.urandom(12).hex()
+    env = {**ENV, "MY_SERVICE_TOKEN": secret}
+    result = run_process(script("print_env.py"), env=env, cwd=tmp_path, on_line=Lines(), timeout_s=60)
+    assert secret not in result.stderr_tail
+    assert "debug: MY_SERVICE_TOKEN is [REDACTED]" in result.stderr_tail
+
+
+def test_missing_executable_raises_before_spawning(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        run_process(["no-such-cli-here"], env=ENV, cwd=tmp_path, on_line=Lines(), timeout_s=5)
+
+
+def test_argv_must_be_a_list(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        run_process("echo hi", env=ENV, cwd=tmp_path, on_line=Lines(), timeout_s=5)  # type: ignore[arg-type]
+
+
+def test_exit_code_and_signal_are_mirrored(tmp_path: Path) -> None:
+    r = run_process([PY, "-c", "raise SystemExit(7)"], env=ENV, cwd=tmp_path, on_line=Lines(), timeout_s=60)
+    assert (r.ending, r.exit_code, r.signal) == (Ending.exited, 7, None)
+    r = run_process([PY, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"], env=ENV, cwd=tmp_path, on_line=Lines(), timeout_s=60)
+    assert (r.ending, r.exit_code, r.signal) == (Ending.exited, None, signal.SIGSEGV)
+
+
+# --- concurrency ----------------------------------------------------------------------------------
+
+def test_session_slot_caps_concurrency() -> None:
+    size = 1000 + os.getpid() % 1000  # a size no other test shares
+    with session_slot(size):
+        pass
+    limit = 1
+    with session_slot(limit):
+        with pytest.raises(SlotBusy):
+            with session_slot(limit, wait_s=0.05):
+                pass
+    with session_slot(limit, wait_s=0.05):
+        pass
+
+
+def test_session_slot_reads_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from harnesscheck.contracts import ConfigError
+
+    monkeypatch.setenv("HARNESS_BACKEND_CONCURRENCY", "0")
+    with pytest.raises(ConfigError) as info:
+        with session_slot():
+            pass
+    assert "HARNESS_BACKEND_CONCURRENCY" in str(info.value)
+    monkeypatch.setenv("HARNESS_BACKEND_CONCURRENCY", "3")
+    entered = []
+    with session_slot(), session_slot(), session_slot():
+        entered.append(3)
+        with pytest.raises(SlotBusy):
+            with session_slot(wait_s=0.05):
+                pass
+    assert entered == [3]
