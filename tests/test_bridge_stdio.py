@@ -352,3 +352,45 @@ def test_exits_when_the_spec_host_pid_dies(setup, tmp_path: Path) -> None:
             proc.kill()
         if host.poll() is None:
             host.kill()
+
+
+def test_survives_the_death_of_the_thread_that_spawned_it(setup, tmp_path: Path) -> None:
+    """PR_SET_PDEATHSIG fires when the spawning *thread* exits. A multi-threaded CLI may
+    spawn from a short-lived thread; the bridge must keep serving while the process lives."""
+    base, root, spec, spec_path = setup
+    r_fd, w_fd = os.pipe()
+    pid_file = tmp_path / "bridge.pid"
+    launcher = textwrap.dedent(f"""
+        import os, subprocess, threading, time
+        trace = {str(spec.trace_path)!r}
+        def spawn():
+            p = subprocess.Popen({bridge_argv(spec_path)!r}, stdin={r_fd}, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, pass_fds=({r_fd},))
+            open({str(pid_file)!r}, "w").write(str(p.pid))
+            # live until the bridge has armed its parent-death signal (bridge_start comes after)
+            while not (os.path.exists(trace) and "bridge_start" in open(trace).read()):
+                time.sleep(0.02)
+        t = threading.Thread(target=spawn)
+        t.start()
+        t.join()  # the spawning thread is gone; the process lives on
+        time.sleep(600)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", launcher], pass_fds=(r_fd,), env={**os.environ, **bridge_env()})
+    os.close(r_fd)
+    bridge_pid = None
+    try:
+        deadline = time.monotonic() + START_BOUND_S
+        while time.monotonic() < deadline and not summarize_trace(spec.trace_path).started:
+            time.sleep(0.05)
+        bridge_pid = int(pid_file.read_text())
+        time.sleep(1.5)  # several watchdog periods after the spawning thread ended
+        assert not _gone(bridge_pid), "bridge died with its parent's thread, not its parent"
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=10)
+        assert _wait_gone(bridge_pid, 30), "bridge survived its parent"
+    finally:
+        os.close(w_fd)
+        if bridge_pid and not _gone(bridge_pid):
+            os.kill(bridge_pid, signal.SIGKILL)
+        if parent.poll() is None:
+            parent.kill()

@@ -10,8 +10,8 @@ Contract (doc/SPEC-bridge.md):
 - It lists exactly `tool_definitions(scope)`; each call goes to `dispatch`, so refusals,
   codes, path resolution and result bounds equal the in-process loop. A refusal is a tool
   result with isError true whose text starts `refused: <code>:`.
-- It exits on stdin EOF, and when its parent dies (PR_SET_PDEATHSIG, plus a watchdog on
-  getppid() and on the spec's parent_pid).
+- It exits on stdin EOF, and when its parent dies (PR_SET_PDEATHSIG confirmed by
+  getppid(), plus a watchdog on getppid() and on the spec's parent_pid).
 - It appends to its own per-session trace; every record carries the session id.
 """
 
@@ -36,6 +36,8 @@ WATCHDOG_INTERVAL_S = 0.25
 #: On stdin EOF, tool calls still running get this long to answer before the bridge exits.
 DRAIN_TIMEOUT_S = 30.0
 _PR_SET_PDEATHSIG = 1
+#: Delivered by the kernel when the spawning thread dies; confirmed with getppid().
+PDEATH_SIGNAL = signal.SIGUSR2
 
 
 # ---------------------------------------------------------------------------------------
@@ -88,17 +90,17 @@ def take_stdio() -> tuple[int, int]:
     return proto_in, proto_out
 
 
-def _set_parent_death_signal() -> None:
-    """Ask the kernel to SIGTERM us when the parent dies (Linux); best effort elsewhere."""
+def _set_parent_death_signal(signum: int) -> bool:
+    """Ask the kernel to send `signum` when the parent dies (Linux only)."""
     if not sys.platform.startswith("linux"):
-        return
+        return False
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        return libc.prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0
     except (OSError, AttributeError):
-        pass
+        return False
 
 
 def _start_time(pid: int) -> str | None:
@@ -140,12 +142,23 @@ class ParentWatch:
         return None
 
     def start(self) -> None:
-        _set_parent_death_signal()
+        """Arm both detectors. The kernel's parent-death signal fires when the parent
+        *thread* that spawned us exits, which in a multi-threaded CLI (a tokio blocking
+        thread, say) is not the parent's death: so it is SIGUSR2, and its handler only
+        exits when getppid() confirms it. The watchdog thread catches the rest."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(PDEATH_SIGNAL, self._on_signal)
+            _set_parent_death_signal(PDEATH_SIGNAL)
         reason = self.dead_reason()  # the parent may have died before prctl took effect
         if reason:
             self.on_death(reason)
             return
         threading.Thread(target=self._run, name="bridge-parent-watch", daemon=True).start()
+
+    def _on_signal(self, signum, frame) -> None:
+        reason = self.dead_reason()
+        if reason:
+            self.on_death(reason)
 
     def _run(self) -> None:
         while True:
