@@ -277,7 +277,17 @@ def test_error_text_echoing_the_key_is_scrubbed(router, mode):
     router.post(W.url(mode)).mock(return_value=W.error_response(401, body))
     with pytest.raises(LLMError) as info:
         make_llm(mode).create(messages=HI)
-    assert W.CANARY_KEY not in str(info.value) and "[redacted]" in info.value.message
+    assert W.CANARY_KEY not in str(info.value) and "[REDACTED]" in info.value.message
+
+
+def test_error_text_echoing_another_environment_secret_is_scrubbed(router, monkeypatch):
+    other = "ghp_" + "x1y2z3" * 6
+    monkeypatch.setenv("SOME_SERVICE_TOKEN", other)
+    body = {"error": {"type": "rate_limit_error", "message": f"slow down, holder of {other}"}}
+    router.post(W.url("anthropic_messages")).mock(return_value=W.error_response(429, body))
+    with pytest.raises(LLMError) as info:
+        make_llm("anthropic_messages").create(messages=HI)
+    assert other not in info.value.message
 
 
 def test_retry_after_forms():

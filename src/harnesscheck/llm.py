@@ -271,11 +271,14 @@ def _exception_to_error(exc: BaseException, secrets: tuple[str, ...]) -> LLMErro
 
 
 def scrub(text: str, secrets: tuple[str, ...]) -> str:
-    """Replace each secret value in text (the API key) by a marker."""
+    """Text safe to show: the API key (any length), every secret value of the environment
+    and secret-looking tokens replaced (harnesscheck.envpolicy.redact)."""
+    from harnesscheck.envpolicy import REDACTED, redact
+
     for secret in secrets:
         if secret and len(secret) >= 4:
-            text = text.replace(secret, "[redacted]")
-    return text
+            text = text.replace(secret, REDACTED)
+    return redact(text, secrets)
 
 
 # ---------------------------------------------------------------------------------------
