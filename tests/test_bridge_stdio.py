@@ -214,7 +214,8 @@ def test_bridge_scrubs_its_own_environment(setup, tmp_path: Path) -> None:
         d.dispatch = spy
     """
     argv = _driver(tmp_path, spec_path, prelude)
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), **_canary_env()}
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), **_canary_env(),
+           "HARNESSCHECK_RUN": "run-marker-1"}
     proc = subprocess.run(
         argv, input=_frame(INIT, INITIALIZED, _call(2, "read_file", {"path": "/proc/self/environ"})),
         capture_output=True, env=env, cwd=root, timeout=START_BOUND_S,
@@ -222,7 +223,8 @@ def test_bridge_scrubs_its_own_environment(setup, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr.decode()
     after = json.loads(dump.read_text())
     assert not {"ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN", "CLAUDECODE", "MY_SERVICE_PASSWORD"} & set(after)
-    assert set(after) - {"PATH", "HOME"} <= {"LC_CTYPE"}  # LC_CTYPE: Python's own locale coercion
+    assert after["HARNESSCHECK_RUN"] == "run-marker-1"  # the orphan sweep's marker survives
+    assert set(after) - {"PATH", "HOME", "HARNESSCHECK_RUN"} <= {"LC_CTYPE"}  # LC_CTYPE: Python's locale coercion
     assert not any(CANARY_KEY in v or CANARY_TOKEN in v for v in after.values())
     assert CANARY_KEY not in proc.stdout.decode() and CANARY_TOKEN not in proc.stdout.decode()
     reply = [json.loads(x) for x in proc.stdout.decode().splitlines()][-1]

@@ -46,10 +46,12 @@ PDEATH_SIGNAL = signal.SIGUSR2
 
 def scrub_environ() -> list[str]:
     """Replace os.environ by what the env policy lets a child keep (allowlist, then deny
-    rules). Returns the names removed (names only, never values)."""
-    from harnesscheck.envpolicy import build_child_env
+    rules). The process runner's run marker is kept: it is not secret, and the orphan sweep
+    finds the bridge's own children by it. Returns the names removed (never values)."""
+    from harnesscheck.envpolicy import RUN_MARKER_VAR, build_child_env
 
-    kept = build_child_env(dict(os.environ))
+    marker = os.environ.get(RUN_MARKER_VAR)
+    kept = build_child_env(dict(os.environ), injections={RUN_MARKER_VAR: marker} if marker else {})
     removed = [name for name in list(os.environ) if name not in kept]
     for name in removed:
         del os.environ[name]
