@@ -591,3 +591,21 @@ def test_a_bridge_that_cannot_start_fails_closed(worktree, tmp_path, monkeypatch
     outcome = transport.run_session(request)
     assert outcome.status is OutcomeStatus.blocked and outcome.error_class is ErrorClass.mcp_unavailable
     assert "failed" in outcome.message
+
+
+def test_a_200kb_system_prompt_goes_by_file_not_argv(worktree, tmp_path):
+    fake = install_fake_cli("claude", "success", tmp_path / "bin")
+    system = "Follow the contract. " * 10_000  # ~200 KB: argv would hit ARG_MAX limits (J4)
+    run(fake, worktree, tmp_path, system=system)
+    argv = fake.last()["argv"][1:]
+    assert max(map(len, argv)) < 4096
+    assert Path(argv[argv.index("--system-prompt-file") + 1]).read_text() == system
+
+
+def test_unsupported_cli_version_is_a_pre_session_error(worktree, tmp_path):
+    from harnesscheck.contracts import CliVersionUnsupported
+
+    fake = install_fake_cli("claude", {**load_fixture("claude", "success"), "version": "1.0.3 (Claude Code)"}, tmp_path / "bin")
+    with pytest.raises(CliVersionUnsupported):
+        run(fake, worktree, tmp_path)
+    assert fake.records() == []  # never started for a session
