@@ -423,6 +423,9 @@ class _Walk:
         try:
             target = os.readlink(name, dir_fd=self.cur)
         except OSError as err:
+            if err.errno in (errno.EINVAL, errno.ENOENT):
+                pending.append((name, False))  # no longer a symlink: walk the name again
+                return
             raise _os_refusal(err, show(self.user_path)) from None
         if not target or "\x00" in target:
             raise Refused("symlink_escape", f"{show(self.user_path)}: unusable symlink")
@@ -460,26 +463,38 @@ class _Walk:
                 if result is not None:
                     return result
                 continue  # the leaf was a symlink: its text is now pending
-            try:
-                fd = os.open(name, _DIR_FLAGS, dir_fd=self.cur)
-            except OSError as err:
-                if err.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
-                    if self._is_symlink(name):
-                        self.follow(name, pending)
-                        continue
-                    raise Refused("not_directory", f"{show(self.user_path)}: a component is not a directory") from None
-                if err.errno == errno.ENOENT and self.op == "write":
-                    return self.create_chain(name, pending)
-                raise _os_refusal(err, show(self.user_path)) from None
+            fd = self.open_dir(name)
+            if fd is None:
+                self.follow(name, pending)
+                continue
+            if fd < 0:
+                return self.create_chain(name, pending)
             self.stack.append((name, fd))
         # Nothing left: the target is the current directory itself.
         return self.directory_target(os.dup(self.cur), self.rel_of(None))
 
-    def _is_symlink(self, name: str) -> bool:
-        try:
-            return stat.S_ISLNK(os.stat(name, dir_fd=self.cur, follow_symlinks=False).st_mode)
-        except OSError:
-            return False
+    def open_dir(self, name: str) -> int | None:
+        """Open an intermediate directory with O_NOFOLLOW. None: it is a symlink (follow it);
+        -1: it does not exist and the op may create it."""
+        for _attempt in range(4):
+            try:
+                return os.open(name, _DIR_FLAGS, dir_fd=self.cur)
+            except OSError as err:
+                if err.errno == errno.ENOENT and self.op == "write":
+                    return -1
+                if err.errno not in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+                    raise _os_refusal(err, show(self.user_path)) from None
+            try:
+                mode = os.stat(name, dir_fd=self.cur, follow_symlinks=False).st_mode
+            except FileNotFoundError:
+                continue  # swapped meanwhile: try again
+            except OSError as err:
+                raise _os_refusal(err, show(self.user_path)) from None
+            if stat.S_ISLNK(mode):
+                return None
+            if not stat.S_ISDIR(mode):
+                raise Refused("not_directory", f"{show(self.user_path)}: a component is not a directory")
+        raise Refused("exists", f"{show(self.user_path)} kept changing while being opened")
 
     def directory_target(self, fd: int, rel: str) -> ResolvedPath:
         try:
