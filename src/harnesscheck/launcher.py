@@ -1,0 +1,110 @@
+"""Console entry point: answers `harnesscheck --help` and `--version` without importing typer.
+
+Requirement: `harnesscheck --help` within 3x of `python -c pass`. Importing typer and rich
+alone costs several times a bare interpreter start, so the top-level help is printed from
+the command table read out of cli.py's source (with `ast`: no drift, nothing to keep in
+sync by hand). Everything else, including `harnesscheck COMMAND --help`, goes to the typer
+app in harnesscheck.cli.
+"""
+
+from __future__ import annotations
+
+import _ast as ast  # the C module: the `ast` wrapper's own imports cost more than the parse
+import os
+import sys
+
+_CLI_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cli.py")
+
+
+def _literal(node: object) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    return None
+
+
+def commands_from_source(source: str) -> tuple[str, list[tuple[str, str]]]:
+    """(app help, [(command name, one-line help)]) for every visible `@app.command`."""
+    tree = compile(source, _CLI_SOURCE, "exec", ast.PyCF_ONLY_AST)
+    app_help = ""
+    commands: list[tuple[str, str]] = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            for kw in node.value.keywords:
+                if kw.arg == "help" and any(isinstance(t, ast.Name) and t.id == "app" for t in node.targets):
+                    app_help = _literal(kw.value) or ""
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        for deco in node.decorator_list:
+            if not (
+                isinstance(deco, ast.Call)
+                and isinstance(deco.func, ast.Attribute)
+                and deco.func.attr == "command"
+                and isinstance(deco.func.value, ast.Name)
+                and deco.func.value.id == "app"
+            ):
+                continue
+            name = _literal(deco.args[0]) if deco.args else None
+            help_text = None
+            hidden = False
+            for kw in deco.keywords:
+                if kw.arg == "name":
+                    name = _literal(kw.value) or name
+                elif kw.arg == "help":
+                    help_text = _literal(kw.value)
+                elif kw.arg == "hidden":
+                    hidden = isinstance(kw.value, ast.Constant) and kw.value.value is True
+            if hidden:
+                continue
+            doc = help_text or _docstring(node)
+            commands.append((name or node.name.replace("_", "-"), doc.strip().split("\n")[0]))
+    return app_help, commands
+
+
+def _docstring(node: ast.FunctionDef) -> str:
+    first = node.body[0] if node.body else None
+    if isinstance(first, ast.Expr):
+        return _literal(first.value) or ""
+    return ""
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()
+
+
+def fast_help() -> str:
+    app_help, commands = commands_from_source(_read(_CLI_SOURCE))
+    width = max([len(name) for name, _ in commands] + [len("--version")]) + 2
+    out = ["Usage: harnesscheck [OPTIONS] COMMAND [ARGS]...", ""]
+    if app_help:
+        out += [f"  {app_help}", ""]
+    out += ["Options:", f"  {'--version':<{width}}Print the version.", f"  {'--help':<{width}}Show this message and exit.", ""]
+    out += ["Commands:"] + [f"  {name:<{width}}{text}" for name, text in commands]
+    out += ["", "Run 'harnesscheck COMMAND --help' for a command's options."]
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if args == ["--help"] or not args:
+        try:
+            text = fast_help()
+        except (OSError, SyntaxError, ValueError):
+            text = None  # source not readable (e.g. a zipped install): let typer answer
+        if text is not None:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            # No arguments is a usage error (exit 2), as the typer app's no_args_is_help.
+            raise SystemExit(0 if args else 2)
+    if args == ["--version"]:
+        from harnesscheck import __version__
+
+        sys.stdout.write(f"harnesscheck {__version__}\n")
+        raise SystemExit(0)
+    from harnesscheck.cli import main as cli_main
+
+    cli_main()
+
+
+if __name__ == "__main__":
+    main()
