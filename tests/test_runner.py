@@ -140,3 +140,13 @@ def test_report_never_invents_a_cost():
     text = render_markdown(facts, AgentOutcome(status=OutcomeStatus.ok, text="x"))
     assert "| cost | none (no dollar figure reported) |" in text
     assert "audit: not run" in text
+
+
+@pytest.mark.parametrize(("backend", "cli"), [("codex", "codex"), ("cursor", "cursor-agent")])
+def test_shipped_fakes_work_as_in_the_readme(tmp_path, backend, cli):
+    from harnesscheck.paths import fake_clis_dir
+
+    proc = run_cli(tmp_path, "--backend", backend, "--cli", str(fake_clis_dir() / cli), "--root", str(worktree(tmp_path)),
+                   "--prompt", "hi", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert AgentOutcome.model_validate_json(proc.stdout).ok

@@ -91,6 +91,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
                     C.usage_reporting,
                     C.cancellation,
                     C.config_isolation,
+                    C.early_auth_stop,  # stops at the first 401 "Reconnecting... 1/5" notice
                 }
             ),
             cli_name="codex",
