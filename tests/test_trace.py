@@ -155,3 +155,17 @@ def test_redactor_is_optional(monkeypatch):
         assert redact is None
     else:
         assert redact is real
+
+
+def test_redaction_memo_follows_env_secret_changes(tmp_path, monkeypatch):
+    pytest.importorskip("harnesscheck.envpolicy")
+    monkeypatch.setattr(trace_mod, "_REDACT_LOADED", False)
+    value = "zq" + "x7" * 10  # looks like nothing: only known-by-value redaction can catch it
+    path = tmp_path / "t.jsonl"
+    with Trace(path) as trace:
+        trace.record("e", path=f"dir/{value}")
+        monkeypatch.setenv("MY_SERVICE_TOKEN", value)
+        trace.record("e", path=f"dir/{value}")  # same string: the memo must not serve the old result
+    first, second = list(read_trace(path))
+    assert first["path"] == f"dir/{value}"
+    assert value not in second["path"]

@@ -21,21 +21,70 @@ from typing import Any, Callable, Iterator
 _REDACT: Callable[[str], str] | None = None
 _REDACT_LOADED = False
 _REDACT_LOCK = threading.Lock()
+_SECRETS_VERSION: Callable[[], object] | None = None
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str)
+_MEMO_MAX = 4096
 
 
 def _redactor() -> Callable[[str], str] | None:
     """envpolicy.redact if it can be imported (loaded once, lazily); else None."""
-    global _REDACT, _REDACT_LOADED
+    global _REDACT, _REDACT_LOADED, _SECRETS_VERSION
     if not _REDACT_LOADED:
         with _REDACT_LOCK:
             if not _REDACT_LOADED:
                 try:
-                    from harnesscheck.envpolicy import redact  # noqa: PLC0415
+                    from harnesscheck import envpolicy  # noqa: PLC0415
+
+                    redact = envpolicy.redact
                 except Exception:  # the module is optional: a trace must never fail on it
                     redact = None
+                    envpolicy = None
+                # The cached secret tuple changes identity whenever the env's secrets do;
+                # it lets the memo below be dropped exactly then (optional: no memo without it).
+                holder = getattr(envpolicy, "_environ_secrets", None)
+                _SECRETS_VERSION = getattr(holder, "get", None)
                 _REDACT = redact
                 _REDACT_LOADED = True
     return _REDACT
+
+
+class _Redaction:
+    """redact() with a bounded memo: trace strings (paths, tool names) repeat a lot.
+    The memo is cleared whenever envpolicy's set of known secret values changes."""
+
+    def __init__(self) -> None:
+        self.memo: dict[str, str] = {}
+        self.version: object = None
+        self.fn: Callable[[str], str] | None = None
+        self.base: Callable[[str], str] | None = None
+
+    def prepare(self) -> Callable[[str], str] | None:
+        redact = _redactor()
+        if redact is None:
+            return None
+        version_of = _SECRETS_VERSION
+        if version_of is None:
+            return redact
+        try:
+            version = version_of()
+        except Exception:
+            return redact
+        memo = self.memo
+        if version is not self.version or redact is not self.base or len(memo) > _MEMO_MAX or self.fn is None:
+            memo.clear()
+            self.version, self.base = version, redact
+
+            def cached(text: str) -> str:
+                out = memo.get(text)
+                if out is None:
+                    out = redact(text)
+                    if len(text) <= 256:
+                        memo[text] = out
+                return out
+
+            self.fn = cached
+        return self.fn
 
 
 def _clean(value: Any, redact: Callable[[str], str] | None) -> Any:
@@ -60,6 +109,7 @@ class Trace:
         self.path = Path(path) if path is not None else None
         self.session_id = session_id
         self._fd: int | None = None
+        self._redaction = _Redaction()
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
@@ -74,7 +124,7 @@ class Trace:
         fd = self._fd
         if fd is None:
             return
-        redact = _redactor()
+        redact = self._redaction.prepare()
         session = fields.pop("session", self.session_id)
         rec: dict[str, Any] = {
             "ts": round(time.time(), 6),
@@ -82,9 +132,14 @@ class Trace:
             "event": _clean(event, redact),
         }
         for key, value in fields.items():
-            rec[key] = _clean(value, redact)
-        line = json.dumps(rec, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
-        data = line.encode("utf-8", "backslashreplace")
+            kind = value.__class__
+            if kind is str:
+                rec[key] = redact(value) if redact is not None and value else value
+            elif value is None or kind is int or kind is bool or kind is float:
+                rec[key] = value
+            else:
+                rec[key] = _clean(value, redact)
+        data = (_ENCODER.encode(rec) + "\n").encode("utf-8", "backslashreplace")
         written = os.write(fd, data)
         if written != len(data):
             # Only on a full disk or a signal mid-write: finish the line rather than lose it.
