@@ -421,3 +421,35 @@ def test_session_slot_reads_the_setting(monkeypatch: pytest.MonkeyPatch) -> None
             with session_slot(wait_s=0.05):
                 pass
     assert entered == [3]
+
+
+def test_without_the_guard_the_tree_is_still_killed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fallback (no guard: the CLI leads the group, preexec sets its death signal)."""
+    from harnesscheck import process
+
+    monkeypatch.setattr(process, "_use_guard", lambda: False)
+    pidfile = tmp_path / "pids"
+    lines = Lines()
+    result = run_process(
+        script("spawn_tree.py", str(pidfile), "--setsid"), env=ENV, cwd=tmp_path, on_line=lines,
+        timeout_s=1.5, term_grace_s=0.5,
+    )
+    assert result.ending is Ending.deadline and result.orphan_suspected is True
+    assert lines.lines[:2] == ['{"type":"partial","n":1}', '{"type":"partial","n":2}']
+    assert survivors(read_pids(pidfile)) == []
+    r = run_process([PY, "-c", "raise SystemExit(5)"], env=ENV, cwd=tmp_path, on_line=Lines(), timeout_s=60)
+    assert (r.ending, r.exit_code) == (Ending.exited, 5)
+
+
+def test_concurrent_runs_from_threads(tmp_path: Path) -> None:
+    """Sessions run in worker threads (the transports' concurrency) do not disturb each other."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(i: int) -> tuple[Ending, int | None, list[str]]:
+        lines = Lines()
+        r = run_process([PY, "-c", f"print({i}); print('done')"], env=ENV, cwd=tmp_path, on_line=lines, timeout_s=60)
+        return r.ending, r.exit_code, lines.lines
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(one, range(8)))
+    assert results == [(Ending.exited, 0, [str(i), "done"]) for i in range(8)]

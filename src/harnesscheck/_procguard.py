@@ -9,7 +9,7 @@ environment exactly as the host built it.
 Why: PR_SET_PDEATHSIG only reaches the *direct* child, and it is not inherited by forks. If
 the host is SIGKILLed, a CLI started directly would die but its own children (MCP bridge,
 shells, node workers) would live on. The guard is started by run_process in a new session
-with a parent-death signal (SIGUSR1); it forks and execs the CLI in the same process group
+and arms a parent-death signal (SIGUSR1) for itself; it forks and execs the CLI in the same process group
 and, when the host dies, SIGKILLs the whole group plus every process that still carries
 the run marker (HARNESSCHECK_RUN) in its environment.
 
@@ -77,6 +77,16 @@ def _on_host_death(signum, frame):  # noqa: ARG001 - signal handler signature
     _sweep_and_kill()
 
 
+def _set_pdeathsig(sig: int) -> bool:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+    except (OSError, AttributeError, ImportError):
+        return False
+
+
 def _child_exec(executable: str, argv: list, env: dict, host_guard_pid: int) -> None:
     """In the forked child: restore default signals, die with the guard, exec the CLI."""
     try:
@@ -84,13 +94,7 @@ def _child_exec(executable: str, argv: list, env: dict, host_guard_pid: int) -> 
             signal.signal(sig, signal.SIG_DFL)
         if hasattr(signal, "SIGXFSZ"):
             signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        except (OSError, AttributeError, ImportError):
-            pass
+        _set_pdeathsig(signal.SIGKILL)  # the CLI dies with the guard, too
         if os.getppid() != host_guard_pid:
             os._exit(137)
         os.execve(executable, argv, env)
@@ -117,7 +121,11 @@ def main() -> None:
     signal.signal(DEATH_SIGNAL, _on_host_death)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    if os.getppid() != host_pid:  # the host died before our handler was in place
+    # Parent-death signal. Gotcha: it fires when the host *thread* that spawned us exits,
+    # not the host process; run_process is synchronous, so that thread outlives us.
+    if not _set_pdeathsig(DEATH_SIGNAL):
+        os.write(2, b"harnesscheck guard: prctl(PR_SET_PDEATHSIG) unavailable\n")
+    if os.getppid() != host_pid:  # the host died before the death signal was armed
         os._exit(137)
 
     guard_pid = os.getpid()

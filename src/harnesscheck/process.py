@@ -135,7 +135,7 @@ _GUARD_DEATH_SIGNAL = signal.SIGUSR1
 def _use_guard() -> bool:
     """The guard needs a Python interpreter and Linux prctl; without them the CLI is the
     group leader and only it gets the parent-death signal."""
-    return bool(sys.executable) and os.path.isfile(_GUARD_PATH) and bool(_load_prctl())
+    return sys.platform.startswith("linux") and bool(sys.executable) and os.path.isfile(_GUARD_PATH)
 
 
 def _resolve_executable(name: str, env: Mapping[str, str], cwd: str | os.PathLike[str]) -> str:
@@ -433,9 +433,12 @@ def run_process(
     if _use_guard():
         lc_ctype = "=" + child_env["LC_CTYPE"] if "LC_CTYPE" in child_env else "-"
         spawn_argv = [sys.executable, "-I", "-S", _GUARD_PATH, str(host_pid), executable, lc_ctype, "--", *argv]
-        spawn_exe, death_signal = sys.executable, _GUARD_DEATH_SIGNAL
+        # The guard sets its own parent-death signal: no preexec_fn, so Popen stays on its
+        # thread-safe fast path (preexec_fn can deadlock a forked child in a threaded host).
+        spawn_exe, preexec = sys.executable, None
     else:
-        spawn_argv, spawn_exe, death_signal = list(argv), executable, signal.SIGKILL
+        spawn_argv, spawn_exe = list(argv), executable
+        preexec = _child_preexec(host_pid, _load_prctl(), signal.SIGKILL)
     proc = subprocess.Popen(
         spawn_argv,
         executable=spawn_exe,
@@ -446,7 +449,7 @@ def run_process(
         stderr=subprocess.PIPE,
         start_new_session=True,
         close_fds=True,
-        preexec_fn=_child_preexec(host_pid, _load_prctl(), death_signal),
+        preexec_fn=preexec,
     )
     _register(proc, marker)
     pgid = proc.pid  # start_new_session: the child leads its own session and group
