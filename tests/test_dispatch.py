@@ -324,3 +324,23 @@ def test_every_decision_is_traced(root, tmp_path):
 def test_no_trace_is_fine(root):
     assert dispatch("read_file", {"path": "a.txt"}, rw(root), None).ok
     assert dispatch("read_file", {"path": "a.txt"}, rw(root), Trace(None)).ok
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX only")
+def test_grep_child_holds_no_inherited_fds(tmp_path):
+    keep = os.open(tmp_path, os.O_RDONLY)
+    r, w = os.pipe()  # stands in for another session's pipe held by this process
+    try:
+
+        def child_view():
+            yield " ".join(sorted(os.listdir("/proc/self/fd"), key=int))
+            yield "\x00done"
+
+        kept, _, status = dispatch_mod._grep_in_child(child_view(), 10.0, 10_000, {keep})
+    finally:
+        for fd in (keep, r, w):
+            os.close(fd)
+    assert status == "done"
+    fds = {int(x) for x in kept[0].split()}
+    assert keep in fds and r not in fds and w not in fds
+    assert len(fds - {0, 1, 2, keep}) <= 2  # only the child's result pipe and listdir's own fd

@@ -37,6 +37,7 @@ from harnesscheck.trace import Trace
 MAX_WRITE_BYTES = 8 * 1024 * 1024
 MAX_EDIT_BYTES = 8 * 1024 * 1024
 MAX_LIST_ENTRIES = 5000
+MAX_LIST_SCAN = 100_000
 MAX_PATTERN_CHARS = 1000
 GREP_TIME_BUDGET_S = 5.0
 GREP_MAX_FILES = 20000
@@ -209,8 +210,15 @@ def _list_dir(scope: ToolScope, args: dict[str, str]) -> _Outcome:
         patterns = scope.path_patterns
         lines: list[str] = []
         count = 0
+        entries = []
+        scanned_all = True
         with os.scandir(rp.fd) as it:
-            entries = sorted(it, key=lambda e: e.name)
+            for entry in it:
+                if len(entries) >= MAX_LIST_SCAN:
+                    scanned_all = False
+                    break
+                entries.append(entry)
+        entries.sort(key=lambda e: e.name)
         for entry in entries:
             rel = entry.name if rp.rel == "." else f"{rp.rel}/{entry.name}"
             try:
@@ -228,9 +236,11 @@ def _list_dir(scope: ToolScope, args: dict[str, str]) -> _Outcome:
             lines.append(name + "/" if is_dir else name + "@" if is_link else name if is_file else name + " [special]")
         if count > MAX_LIST_ENTRIES:
             lines.append(f"[{count - MAX_LIST_ENTRIES} more entries not shown]")
+        if not scanned_all:
+            lines.append(f"[stopped after reading {MAX_LIST_SCAN} entries; more exist]")
         body = ("\n".join(lines) if lines else "(empty directory)").encode("utf-8")
         text, truncated = bound_text(body, len(body), scope.max_result_bytes)
-        return text, truncated or count > MAX_LIST_ENTRIES, rp.rel, len(body)
+        return text, truncated or count > MAX_LIST_ENTRIES or not scanned_all, rp.rel, len(body)
 
 
 def _write_file(scope: ToolScope, args: dict[str, str]) -> _Outcome:
@@ -358,7 +368,27 @@ def _grep_lines(rp: ResolvedPath, regex: re.Pattern[str], patterns: tuple[str, .
     yield "\x00" + (f"stopped: {stop[0]}" if stop else "done")
 
 
-def _grep_in_child(lines: Iterator[str], deadline_s: float, keep_bytes: int) -> tuple[list[str], int, str]:
+def _close_all_but(keep: set[int]) -> None:
+    """In the forked child: close every inherited fd above stderr except `keep`, so the
+    child never holds another session's pipe open."""
+    low = 3
+    for fd in sorted(keep):
+        if fd >= low:
+            os.closerange(low, fd)
+            low = fd + 1
+    os.closerange(low, _max_fd())
+
+
+def _max_fd() -> int:
+    try:
+        return max(os.sysconf("SC_OPEN_MAX"), 1024)
+    except (ValueError, OSError):
+        return 65536
+
+
+def _grep_in_child(
+    lines: Iterator[str], deadline_s: float, keep_bytes: int, keep_fds: set[int] = frozenset()
+) -> tuple[list[str], int, str]:
     """Run the grep generator in a forked child so that no regex can hang the caller:
     the child is killed at the deadline. Returns (kept lines, total bytes, status)."""
     rfd, wfd = os.pipe()
@@ -367,6 +397,7 @@ def _grep_in_child(lines: Iterator[str], deadline_s: float, keep_bytes: int) -> 
         status = 0
         try:
             os.close(rfd)
+            _close_all_but(set(keep_fds) | {wfd})
             buf: list[bytes] = []
             size = 0
             for line in lines:
@@ -439,7 +470,9 @@ def _reap(pid: int) -> None:
             continue
 
 
-def _grep_in_process(lines: Iterator[str], deadline_s: float, keep_bytes: int) -> tuple[list[str], int, str]:
+def _grep_in_process(
+    lines: Iterator[str], deadline_s: float, keep_bytes: int, keep_fds: set[int] = frozenset()
+) -> tuple[list[str], int, str]:
     """Fallback without fork: the deadline is checked between lines."""
     kept: list[str] = []
     kept_size = total = 0
@@ -474,7 +507,7 @@ def _grep(scope: ToolScope, args: dict[str, str]) -> _Outcome:
         cap = scope.max_result_bytes
         lines = _grep_lines(rp, regex, scope.path_patterns)
         runner = _grep_in_child if hasattr(os, "fork") else _grep_in_process
-        kept, total, status = runner(lines, GREP_TIME_BUDGET_S, cap)
+        kept, total, status = runner(lines, GREP_TIME_BUDGET_S, cap, {rp.fd})
         body = "\n".join(kept)
         if not kept and total == 0:
             body = "(no matches)"
