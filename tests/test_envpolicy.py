@@ -198,13 +198,15 @@ def test_config_home_refuses_a_planted_symlink(tmp_path: Path) -> None:
         "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
         "aws AKIAABCDEFGHIJKLMNOP",
         "x-api-key:0123456789abcdef0123456789abcdef",
+        "using key 0123456789abcdef0123456789abcdef now",
+        "token\tQUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo0123456789==",
     ],
 )
 def test_redact_patterns(text: str) -> None:
     out = redact(text)
     assert REDACTED in out
     for secret in ("sk-ant-api03", "sk-proj-AbCd", "abcDEF1234567890", "Zq8xY7wV6uT5s", "hunter2hunter2",
-                   "S3cretPassw0rd", "ghp_abcdef", "AKIAABCDEFGHIJKLMNOP", "0123456789abcdef0123", "eyJhbGciOi"):
+                   "S3cretPassw0rd", "ghp_abcdef", "AKIAABCDEFGHIJKLMNOP", "0123456789abcdef0123", "eyJhbGciOi", "QUJDREVGR0hJ"):
         assert secret not in out
 
 
@@ -217,6 +219,8 @@ def test_redact_patterns(text: str) -> None:
         "auth: oauth",
         "the token budget was exceeded",
         "refused: outside_root: ../etc/passwd",
+        "the key insight is simple",
+        "token_count_exceeded_for_this_request_window",
     ],
 )
 def test_redact_keeps_diagnostics_readable(text: str) -> None:

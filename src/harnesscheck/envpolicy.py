@@ -198,6 +198,10 @@ _NAMED_VALUE_RE = (
     r"(['\"]?\s*[=:]\s*['\"]?)"
     r"([^\s'\"&,;})\]]{8,})"
 )
+# A long key-like value right after a secret word: "key 0123abcd...", "token: <base64>".
+_LONG_AFTER_WORD_RE = (
+    r"((?i:key|token|secret|password|credential))(\W{1,3})([A-Za-z0-9+/_\-]{24,}={0,2})"
+)
 # scheme://user:password@host
 _URL_USERINFO_RE = r"(?<![A-Za-z0-9+.\-])([A-Za-z][A-Za-z0-9+.\-]*://)([^/\s:@]+):([^/\s@]+)@"
 
@@ -205,6 +209,7 @@ _TOKEN = re.compile(_TOKEN_RE)
 _AUTH_SCHEME = re.compile(_AUTH_SCHEME_RE)
 _NAMED_VALUE = re.compile(_NAMED_VALUE_RE)
 _URL_USERINFO = re.compile(_URL_USERINFO_RE)
+_LONG_AFTER_WORD = re.compile(_LONG_AFTER_WORD_RE)
 # Cheap substring tests that must hold before a pattern can match (regexes are slow;
 # `in` is a C-level scan): most strings skip every regex.
 _TOKEN_LITERALS = ("sk-", "gh", "github_pat_", "xox", "AKIA", "AIza", "eyJ")
@@ -279,8 +284,10 @@ def redact(text: str, extra_secrets: Iterable[str] = ()) -> str:
     lower = text.lower()
     if _contains_any(lower, _AUTH_WORDS):
         text = _AUTH_SCHEME.sub(_auth_scheme_sub, text)
-    if ("=" in text or ":" in text) and _contains_any(lower, _SECRET_WORDS):
-        text = _NAMED_VALUE.sub(_named_value_sub, text)
+    if _contains_any(lower, _SECRET_WORDS):
+        if "=" in text or ":" in text:
+            text = _NAMED_VALUE.sub(_named_value_sub, text)
+        text = _LONG_AFTER_WORD.sub(_named_value_sub, text)
     if "://" in text and "@" in text:
         text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{m.group(2)}:{REDACTED}@", text)
     return text

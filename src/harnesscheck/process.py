@@ -372,7 +372,11 @@ class _Run:
             return
         if line.endswith(b"\r"):
             line = line[:-1]
-        action = self.on_line(line.decode("utf-8", "replace"))
+        try:
+            action = self.on_line(line.decode("utf-8", "replace"))
+        except BaseException:
+            self.deliver = False  # a failing parser (or an interrupt) gets no further lines
+            raise
         if action is LineAction.STOP:
             self.action = LineAction.STOP
             self.deliver = False
@@ -422,6 +426,8 @@ def run_process(
         raise ValueError("timeout_s must be > 0")
     if max_line_bytes <= 0 or stderr_tail_bytes < 0:
         raise ValueError("max_line_bytes must be > 0 and stderr_tail_bytes >= 0")
+    if run_marker is not None and (not run_marker or "\0" in run_marker):
+        raise ValueError("run_marker must be a non-empty string without NUL")
     marker = run_marker or secrets.token_hex(12)
     child_env = dict(env)
     child_env[RUN_MARKER_VAR] = marker
