@@ -10,6 +10,8 @@
    Targets: median <= 1.3x the floor median, and < 1.5 s.
 2. Tool-call round trip over stdio (read_file of a small file): median < 5 ms.
 3. In-process dispatch (the same read_file): median < 1 ms.
+4. Shared mode (bridge/shared.py, one HTTP server in the host): add_session -> initialize
+   -> tools/list answered over streamable HTTP, per session; and its tool call round trip.
 """
 
 from __future__ import annotations
@@ -99,6 +101,54 @@ def stdio_round_trips(argv: list[str], n: int) -> list[float]:
     return times
 
 
+def _http_rpc(client, url: str, msg: dict, session: str | None) -> tuple[dict | None, str | None]:
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    if session:
+        headers["mcp-session-id"] = session
+        headers["mcp-protocol-version"] = "2025-06-18"
+    r = client.post(url, content=json.dumps(msg), headers=headers)
+    r.raise_for_status()
+    session = r.headers.get("mcp-session-id", session)
+    if "id" not in msg:
+        return None, session
+    if r.headers.get("content-type", "").startswith("text/event-stream"):
+        for raw in r.text.splitlines():
+            if raw.startswith("data:"):
+                data = json.loads(raw[5:])
+                if data.get("id") == msg["id"]:
+                    return data, session
+        raise RuntimeError("no answer in the event stream")
+    return r.json(), session
+
+
+def shared_mode(root: Path, base: Path, n: int) -> tuple[list[float], list[float]]:
+    import httpx
+
+    from harnesscheck.bridge.shared import SharedBridge
+
+    starts, trips = [], []
+    with SharedBridge() as shared, httpx.Client() as client:
+        for i in range(n):
+            spec = BridgeSpec(scope=ToolScope(root=root), run_dir=base, trace_path=base / f"shared-{i}.jsonl",
+                              session_id=f"shared-{i}")
+            start = time.perf_counter()
+            url = shared.add_session(spec)
+            _, sid = _http_rpc(client, url, INIT, None)
+            _http_rpc(client, url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, sid)
+            tools, _ = _http_rpc(client, url, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, sid)
+            starts.append(time.perf_counter() - start)
+            assert tools and tools["result"]["tools"]
+            for j in range(20):
+                call = {"jsonrpc": "2.0", "id": 10 + j, "method": "tools/call",
+                        "params": {"name": "read_file", "arguments": {"path": "hello.txt"}}}
+                t0 = time.perf_counter()
+                reply, _ = _http_rpc(client, url, call, sid)
+                trips.append(time.perf_counter() - t0)
+                assert reply and reply["result"]["isError"] is False
+            shared.remove_session(spec.session_id)
+    return starts, trips
+
+
 def verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
@@ -148,6 +198,11 @@ def main() -> int:
             local.append(time.perf_counter() - start)
         ip = statistics.median(local) * 1000
         print(f"in-process dispatch read_file    median {ip:7.3f} ms   target < 1 ms   {verdict(ip < 1)}")
+
+        starts, trips = shared_mode(root, base, ns.runs)
+        print(f"shared mode add -> tools/list    median {statistics.median(starts) * 1000:7.1f} ms  (max {max(starts) * 1000:.1f})"
+              f"   vs per-session process {l_med * 1000:.1f} ms")
+        print(f"shared mode tool call round trip median {statistics.median(trips) * 1000:7.3f} ms")
     return 0
 
 

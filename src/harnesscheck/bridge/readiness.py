@@ -36,9 +36,17 @@ def server_entry(spec_path: Path) -> dict[str, Any]:
     return {"type": "stdio", "command": argv[0], "args": argv[1:], "env": bridge_env()}
 
 
-def claude_mcp_config(spec_path: Path) -> dict[str, Any]:
-    """For `claude --mcp-config <file> --strict-mcp-config`."""
-    return {"mcpServers": {SERVER_NAME: server_entry(spec_path)}}
+def claude_mcp_config(spec_path: Path | None = None, *, url: str | None = None) -> dict[str, Any]:
+    """For `claude --mcp-config <file> --strict-mcp-config`: the stdio bridge for
+    `spec_path`, or a shared-mode session `url` (bridge/shared.py)."""
+    entry = {"type": "http", "url": url} if url else server_entry(_need(spec_path))
+    return {"mcpServers": {SERVER_NAME: entry}}
+
+
+def _need(spec_path: Path | None) -> Path:
+    if spec_path is None:
+        raise ValueError("give the bridge spec path (stdio) or the shared-mode url")
+    return spec_path
 
 
 def claude_env() -> dict[str, str]:
@@ -52,9 +60,11 @@ def claude_tool_names(tool_names) -> list[str]:
     return [f"mcp__{SERVER_NAME}__{name}" for name in tool_names]
 
 
-def cursor_mcp_config(spec_path: Path) -> dict[str, Any]:
+def cursor_mcp_config(spec_path: Path | None = None, *, url: str | None = None) -> dict[str, Any]:
     """For `.cursor/mcp.json` / `$HOME/.cursor/mcp.json` (run with `--approve-mcps`)."""
-    entry = server_entry(spec_path)
+    if url:
+        return {"mcpServers": {SERVER_NAME: {"url": url}}}
+    entry = server_entry(_need(spec_path))
     entry.pop("type")
     return {"mcpServers": {SERVER_NAME: entry}}
 
@@ -63,15 +73,21 @@ def _toml_str(value: str) -> str:
     return json.dumps(value)  # a JSON string is a valid TOML basic string
 
 
-def codex_mcp_toml(spec_path: Path) -> str:
+def codex_mcp_toml(spec_path: Path | None = None, *, url: str | None = None) -> str:
     """The `[mcp_servers.bridge]` table for `$CODEX_HOME/config.toml`: required (codex
     refuses to start without it), a raised startup timeout, tools approved (else codex
     auto-cancels write tools under approval_policy=never)."""
-    entry = server_entry(spec_path)
-    lines = [
-        f"[mcp_servers.{SERVER_NAME}]",
-        f"command = {_toml_str(entry['command'])}",
-        "args = [" + ", ".join(_toml_str(a) for a in entry["args"]) + "]",
+    if url:
+        entry: dict[str, Any] = {"env": {}}
+        lines = [f"[mcp_servers.{SERVER_NAME}]", f"url = {_toml_str(url)}"]
+    else:
+        entry = server_entry(_need(spec_path))
+        lines = [
+            f"[mcp_servers.{SERVER_NAME}]",
+            f"command = {_toml_str(entry['command'])}",
+            "args = [" + ", ".join(_toml_str(a) for a in entry["args"]) + "]",
+        ]
+    lines += [
         "required = true",
         f"startup_timeout_sec = {STARTUP_TIMEOUT_S}",
         f"tool_timeout_sec = {TOOL_TIMEOUT_S}",
