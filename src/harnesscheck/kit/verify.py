@@ -1,0 +1,118 @@
+"""`harnesscheck verify`: the suite over every registered backend at every level available here.
+
+Runs pytest with the kit plugin in a child process (so a crashing backend cannot take the
+command down, and pytest-xdist can spread the cells), shows pytest's progress, then prints
+the matrix and writes into the report directory: conformance-report.json, junit.xml,
+backends.md/.json/.html. Offline is always available and needs nothing external; loopback
+runs where adapters for it are installed (kit.adapters.LEVEL_PROVIDERS).
+
+Exit codes: 0 conformant (within the baseline), 1 a backend failed, 2 usage error,
+3 kit or environment fault.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from harnesscheck.kit.results import EXIT_BACKEND_FAILED, EXIT_KIT_FAULT, EXIT_OK, EXIT_USAGE
+
+LEVELS = ("offline", "loopback", "live")
+
+
+def _err(text: str) -> None:
+    print(f"harnesscheck verify: {text}", file=sys.stderr)
+
+
+def plan(backends: list[str], levels: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """(backend ids, levels to run, notes on levels left out)."""
+    from harnesscheck.kit.adapters import level_available
+    from harnesscheck.registry import get_spec, known_specs
+
+    ids = list(dict.fromkeys(backends or list(known_specs())))
+    specs = [get_spec(i) for i in ids]
+    notes: list[str] = []
+    if levels:
+        bad = [lv for lv in levels if lv not in LEVELS]
+        if bad:
+            raise ValueError(f"unknown level {bad[0]!r} (use {', '.join(LEVELS)})")
+        chosen = list(dict.fromkeys(levels))
+    else:
+        chosen = ["offline"]
+        for level in ("loopback",):
+            usable = [s.id for s in specs if level_available(s, level)[0]]
+            if usable:
+                chosen.append(level)
+            else:
+                notes.append(f"{level}: not available here ({level_available(specs[0], level)[1]})" if specs else level)
+    return ids, chosen, notes
+
+
+def pytest_args(ids: list[str], levels: list[str], report_dir: Path, baseline: Path | None, jobs: str | None) -> list[str]:
+    from harnesscheck.paths import conformance_dir
+
+    args = [sys.executable, "-m", "pytest", str(conformance_dir()), "-p", "no:cacheprovider", "-q",
+            "--rootdir", str(conformance_dir().parent), "-c", os.devnull, "-m", "not live" if "live" not in levels else "live",
+            "--hc-report", str(report_dir / "conformance-report.json"), "--hc-junit", str(report_dir / "junit.xml")]
+    for backend in ids:
+        args += ["--backend", backend]
+    for level in levels:
+        args += ["--level", level]
+    if baseline is not None:
+        args += ["--baseline", str(baseline)]
+    if jobs:
+        args += ["-n", str(jobs)]
+    return args
+
+
+def verify_command(backends: list[str], levels: list[str], report_dir: Path, baseline: Path | None, jobs: str | None) -> int:
+    from harnesscheck.contracts import HarnessError
+    from harnesscheck.kit.matrix import combine, to_markdown, write_matrix
+    from harnesscheck.kit.results import ReportError, read_report
+
+    try:
+        ids, chosen, notes = plan(backends, levels)
+    except (HarnessError, ValueError, ImportError) as exc:
+        _err(str(exc))
+        return EXIT_USAGE
+    if baseline is not None and not Path(baseline).is_file():
+        _err(f"baseline {baseline} not found")
+        return EXIT_USAGE
+    if jobs:
+        try:
+            import xdist  # noqa: F401
+        except ImportError:
+            _err("-n needs pytest-xdist (pip install pytest-xdist)")
+            return EXIT_USAGE
+    report_dir = Path(report_dir)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    report_path = report_dir / "conformance-report.json"
+    if report_path.exists():
+        report_path.unlink()
+    print(f"harnesscheck verify: backends {', '.join(ids)}; levels {', '.join(chosen)}", flush=True)
+    for note in notes:
+        print(f"  (skipping {note})", flush=True)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+    proc = subprocess.run(pytest_args(ids, chosen, report_dir, baseline, jobs), env=env, stdin=subprocess.DEVNULL)
+    if proc.returncode == 4:
+        return EXIT_USAGE
+    try:
+        report = read_report(report_path)
+    except ReportError as exc:
+        _err(f"the suite wrote no report (pytest exit {proc.returncode}): {exc}")
+        return EXIT_KIT_FAULT
+    matrix = combine([report])
+    write_matrix(matrix, report_dir)
+    print()
+    print(to_markdown(matrix).split("\n## Notes")[0].split("\n## Backends")[0])
+    counts = report.counts()
+    print(", ".join(f"{n} {k}" for k, n in counts.items() if n) + f" — report: {report_path}")
+    for problem in report.problems:
+        _err(problem)
+    code = report.exit_code()
+    if proc.returncode not in (0, 1) and code == EXIT_OK:
+        return EXIT_KIT_FAULT
+    return code if code in (EXIT_OK, EXIT_BACKEND_FAILED, EXIT_KIT_FAULT) else EXIT_KIT_FAULT

@@ -1,0 +1,220 @@
+"""Known-bad in-process backends, each the fake reference with one defect (see __init__.py)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from harnesscheck.contracts import Cost, CostSource, ErrorClass, ModelVerdict, Usage
+from harnesscheck.providers.fake import FakeTransport
+from tests.mutants import mutant_spec
+
+M = "tests.mutants.scripted"
+STALL_CAP_S = 20.0  # a real defect would stall for an hour; the self-test only needs "too long"
+
+
+def _ok(text):
+    from harnesscheck.dispatch import ToolResult
+
+    return ToolResult(ok=True, text=text)
+
+
+class FollowsSymlinks(FakeTransport):
+    """Reads files itself after a lexical `..` check, and open() follows symlinks."""
+
+    def call_tool(self, call, request, trace, session_id):
+        path = str(call.args.get("path", ""))
+        if call.name == "read_file" and "\x00" not in path and not os.path.isabs(path):
+            full = os.path.normpath(os.path.join(request.scope.root, path))
+            if full.startswith(str(request.scope.root) + os.sep) and os.path.isfile(full):
+                with open(full, encoding="utf-8", errors="replace") as fh:
+                    return _ok(fh.read())
+        return super().call_tool(call, request, trace, session_id)
+
+
+class PrefixCheckWithoutSeparator(FakeTransport):
+    """Confines absolute paths with str.startswith(root): `work-secrets` passes as `work`."""
+
+    def call_tool(self, call, request, trace, session_id):
+        path = str(call.args.get("path", ""))
+        if call.name == "read_file" and os.path.isabs(path) and "\x00" not in path:
+            real = os.path.realpath(path)
+            if real.startswith(str(request.scope.root)) and os.path.isfile(real):
+                with open(real, encoding="utf-8", errors="replace") as fh:
+                    return _ok(fh.read())
+        return super().call_tool(call, request, trace, session_id)
+
+
+class IgnoresTheTimeout(FakeTransport):
+    """Waits for the model however long it stalls: the deadline is never checked."""
+
+    def wait(self, seconds, deadline, cancel):
+        return super().wait(min(seconds, STALL_CAP_S), float("inf"), cancel)
+
+
+class IgnoresCancellation(FakeTransport):
+    """Never looks at the host's cancel event."""
+
+    def wait(self, seconds, deadline, cancel):
+        return super().wait(min(seconds, STALL_CAP_S), deadline, None)
+
+
+class NoTurnCap(FakeTransport):
+    """Ignores max_iters: a model that never stops runs on (until an internal cap of 40)."""
+
+    def run_session(self, request, **kwargs):
+        return super().run_session(request.model_copy(update={"max_iters": 40}), **kwargs)
+
+
+class SumsUsagePerStreamedLine(FakeTransport):
+    """Adds up the usage of every streamed chunk, though each repeats the message's total."""
+
+    def fold_usage(self, usage_events):
+        total = Usage()
+        for _, usage in usage_events:
+            total = total + usage
+        return total
+
+
+class ReadsServedModelFromHelper(FakeTransport):
+    """Takes the served model from the last model that reported usage, helpers included."""
+
+    def served_model(self, state):
+        return state.all_models[-1] if state.all_models else super().served_model(state)
+
+
+class FabricatesADollarCost(FakeTransport):
+    """Prices tokens with a guessed rate though no vendor or price table gave a figure."""
+
+    def cost(self, state):
+        tokens = sum(u.input + u.output for _, u in state.usage_events)
+        return Cost(usd=round(tokens * 3e-6, 6), source=CostSource.api)
+
+
+class AlwaysSaysModelMatches(FakeTransport):
+    """Reports every served model as a match for the requested one."""
+
+    def run_session(self, request, **kwargs):
+        outcome = super().run_session(request, **kwargs)
+        return outcome.model_copy(update={"model_verdict": ModelVerdict.match})
+
+
+class RetriesA401(FakeTransport):
+    """Retries an auth failure three times (a lockout in the making)."""
+
+    def on_model_error(self, turn, index, log):
+        if turn.error is ErrorClass.auth:
+            for _ in range(3):
+                time.sleep(0.01)
+                log.model_calls += 1
+        return turn.error
+
+
+class RateLimitIsFinal(FakeTransport):
+    """Treats a 429 as final: not retryable."""
+
+    def run_session(self, request, **kwargs):
+        outcome = super().run_session(request, **kwargs)
+        if outcome.error_class is ErrorClass.rate_limit:
+            outcome = outcome.model_copy(update={"retryable": False})
+        return outcome
+
+
+class QuotaIsRetryable(FakeTransport):
+    """Files an exhausted quota under rate_limit, so hosts retry it forever."""
+
+    def on_model_error(self, turn, index, log):
+        return ErrorClass.rate_limit if turn.error is ErrorClass.quota else turn.error
+
+
+class EchoesSecretsInErrors(FakeTransport):
+    """Copies the upstream's error text, secrets and all, into the outcome."""
+
+    def error_message(self, turn, error):
+        return turn.error_message or error.value
+
+
+class DropsLoopRefusals(FakeTransport):
+    """Refusals reach the model but never the outcome: the host cannot see them."""
+
+    def record_refusal(self, state, call, result):
+        pass
+
+
+class ToolResultsNeverReachTheModel(FakeTransport):
+    """Runs the tool but shows the model an empty result."""
+
+    def call_tool(self, call, request, trace, session_id):
+        result = super().call_tool(call, request, trace, session_id)
+        return type(result)(ok=result.ok, text="", code=result.code, truncated=result.truncated)
+
+
+class WritesWithoutDispatch(FakeTransport):
+    """Writes files itself (no read-only check, no resolution): reads still go through dispatch."""
+
+    def call_tool(self, call, request, trace, session_id):
+        if call.name == "write_file":
+            path = os.path.join(request.scope.root, str(call.args.get("path", "")))
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(str(call.args.get("content", "")))
+            return _ok("written")
+        return super().call_tool(call, request, trace, session_id)
+
+
+class OffersAShellTool(FakeTransport):
+    """Offers the model a `bash` tool beside the scope's tools."""
+
+    def offered_tools(self, request):
+        return [*super().offered_tools(request), "bash"]
+
+
+class OneTraceForAllSessions(FakeTransport):
+    """Writes every session's records under the first session's id."""
+
+    def run_session(self, request, **kwargs):
+        first = getattr(self, "_first_id", None) or request.session_id
+        self._first_id = first
+        outcome = super().run_session(request, **kwargs)
+        if request.run_dir is not None and (request.run_dir / "trace.jsonl").is_file():
+            import json
+
+            path = request.run_dir / "trace.jsonl"
+            records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            path.write_text("".join(json.dumps({**r, "session": first}) + "\n" for r in records))
+        return outcome
+
+
+class AcceptsToolsInComplete(FakeTransport):
+    """complete() silently drops the tools it was given instead of declining."""
+
+    def complete(self, prompt, *, tools=None, **kwargs):
+        return super().complete(prompt, tools=None, **kwargs)
+
+
+class LabelsItselfWrongly(FakeTransport):
+    """Reports its outcomes under another backend's name."""
+
+    def run_session(self, request, **kwargs):
+        return super().run_session(request, **kwargs).model_copy(update={"backend": "api"})
+
+
+follows_symlinks = mutant_spec("fake", M, FollowsSymlinks)
+prefix_check_without_separator = mutant_spec("fake", M, PrefixCheckWithoutSeparator)
+ignores_the_timeout = mutant_spec("fake", M, IgnoresTheTimeout)
+ignores_cancellation = mutant_spec("fake", M, IgnoresCancellation)
+no_turn_cap = mutant_spec("fake", M, NoTurnCap)
+sums_usage_per_streamed_line = mutant_spec("fake", M, SumsUsagePerStreamedLine)
+reads_served_model_from_helper = mutant_spec("fake", M, ReadsServedModelFromHelper)
+fabricates_a_dollar_cost = mutant_spec("fake", M, FabricatesADollarCost)
+always_says_model_matches = mutant_spec("fake", M, AlwaysSaysModelMatches)
+retries_a_401 = mutant_spec("fake", M, RetriesA401)
+rate_limit_is_final = mutant_spec("fake", M, RateLimitIsFinal)
+quota_is_retryable = mutant_spec("fake", M, QuotaIsRetryable)
+echoes_secrets_in_errors = mutant_spec("fake", M, EchoesSecretsInErrors)
+drops_loop_refusals = mutant_spec("fake", M, DropsLoopRefusals)
+tool_results_never_reach_the_model = mutant_spec("fake", M, ToolResultsNeverReachTheModel)
+writes_without_dispatch = mutant_spec("fake", M, WritesWithoutDispatch)
+offers_a_shell_tool = mutant_spec("fake", M, OffersAShellTool)
+one_trace_for_all_sessions = mutant_spec("fake", M, OneTraceForAllSessions)
+accepts_tools_in_complete = mutant_spec("fake", M, AcceptsToolsInComplete)
+labels_itself_wrongly = mutant_spec("fake", M, LabelsItselfWrongly)
