@@ -95,9 +95,21 @@ class ApiTransport:
             kwargs["max_tokens"] = max_tokens
         self.llm = LLM(self.api_mode, **kwargs)
         self.base_url = base_url
+        self._tool_cache: dict[Any, list[dict]] = {}
 
     def __repr__(self) -> str:
         return f"ApiTransport(api_mode={self.api_mode!r}, model={self.settings.model!r})"
+
+    def _tool_specs(self, scope: Any) -> list[dict]:
+        """tool_specs(scope), remembered per scope value (a frozen model: equal scopes offer
+        equal tools). Each session gets its own copy of the list."""
+        cached = self._tool_cache.get(scope)
+        if cached is None:
+            cached = tool_specs(scope)
+            if len(self._tool_cache) >= 16:
+                self._tool_cache.clear()
+            self._tool_cache[scope] = cached
+        return list(cached)
 
     def _model(self, model: str | None) -> str:
         """The model to request: the call's, else HARNESS_BACKEND_MODEL; none is a pre-session error."""
@@ -164,7 +176,7 @@ class ApiTransport:
         session_id = request.session_id or uuid.uuid4().hex
         requested = self._model(request.model)
         state = _SessionState(requested, session_id, start)
-        tools = tool_specs(request.scope)
+        tools = self._tool_specs(request.scope)
         messages: list[dict] = [{"role": "user", "content": request.prompt}]
         abort = Abort()
         trace = _SessionTrace(request.run_dir, session_id)
