@@ -7,6 +7,7 @@ zombie). Time is only ever an upper bound.
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import signal
 import subprocess
@@ -475,3 +476,21 @@ def test_concurrent_runs_from_threads(tmp_path: Path) -> None:
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(one, range(8)))
     assert results == [(Ending.exited, 0, [str(i), "done"]) for i in range(8)]
+
+
+def test_child_starts_with_default_signal_dispositions_and_mask(tmp_path: Path) -> None:
+    """The guard ignores group signals itself, but the CLI must get SIGTERM/SIGINT as usual,
+    and no blocked signal may leak from a host thread's mask."""
+    lines = Lines()
+    grep = [shutil.which("grep") or "grep", "-E", "^Sig(Ign|Blk):", "/proc/self/status"]
+
+    def run_in_thread_with_blocked_signals() -> None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGTERM})
+        run_process(grep, env=ENV, cwd=tmp_path, on_line=lines, timeout_s=60)
+
+    worker = threading.Thread(target=run_in_thread_with_blocked_signals)
+    worker.start()
+    worker.join()
+    masks = dict(line.split(":\t") for line in lines.lines)
+    assert int(masks["SigIgn"], 16) == 0
+    assert int(masks["SigBlk"], 16) == 0

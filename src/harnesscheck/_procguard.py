@@ -90,7 +90,7 @@ def _set_pdeathsig(sig: int) -> bool:
 def _child_exec(executable: str, argv: list, env: dict, host_guard_pid: int) -> None:
     """In the forked child: restore default signals, die with the guard, exec the CLI."""
     try:
-        for sig in (signal.SIGTERM, DEATH_SIGNAL, signal.SIGPIPE, signal.SIGINT, signal.SIGHUP):
+        for sig in (signal.SIGTERM, DEATH_SIGNAL, signal.SIGPIPE, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
             signal.signal(sig, signal.SIG_DFL)
         if hasattr(signal, "SIGXFSZ"):
             signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
@@ -119,8 +119,12 @@ def main() -> None:
         env["LC_CTYPE"] = args[2][1:]
     argv = args[4:]
     signal.signal(DEATH_SIGNAL, _on_host_death)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # A host thread may have signals blocked; the mask survives exec. Unblock everything so
+    # the death signal arrives and the CLI starts with a clean mask.
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    # Signals sent to the whole group are for the CLI; the guard outlives it to report.
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_IGN)
     # Parent-death signal. Gotcha: it fires when the host *thread* that spawned us exits,
     # not the host process; run_process is synchronous, so that thread outlives us.
     if not _set_pdeathsig(DEATH_SIGNAL):

@@ -135,7 +135,12 @@ _GUARD_DEATH_SIGNAL = signal.SIGUSR1
 def _use_guard() -> bool:
     """The guard needs a Python interpreter and Linux prctl; without them the CLI is the
     group leader and only it gets the parent-death signal."""
-    return sys.platform.startswith("linux") and bool(sys.executable) and os.path.isfile(_GUARD_PATH)
+    return (
+        sys.platform.startswith("linux")
+        and bool(sys.executable)
+        and not getattr(sys, "frozen", False)  # a frozen app's executable is not a Python
+        and os.path.isfile(_GUARD_PATH)
+    )
 
 
 def _resolve_executable(name: str, env: Mapping[str, str], cwd: str | os.PathLike[str]) -> str:
@@ -293,7 +298,7 @@ def terminate_tree(
             left = end - time.monotonic()
             if left <= 0:
                 break
-            sleep(min(0.02, left))
+            sleep(min(0.05, left))
     _killpg(pgid, signal.SIGKILL)
     orphans = False
     if marker:
