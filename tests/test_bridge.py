@@ -244,8 +244,9 @@ def test_importing_the_bridge_package_stays_light() -> None:
     import subprocess
 
     code = (
-        "import sys; import harnesscheck.bridge, harnesscheck.bridge.spec, harnesscheck.bridge.server; "
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'anthropic', 'openai', 'anyio')))"
+        "import sys; import harnesscheck.bridge, harnesscheck.bridge.spec, harnesscheck.bridge.server, "
+        "harnesscheck.bridge.readiness, harnesscheck.bridge.shared, harnesscheck.audit, harnesscheck.doctor; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'anthropic', 'openai', 'anyio', 'uvicorn', 'rich')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
