@@ -271,6 +271,14 @@ def test_connection_refused_is_network(router, monkeypatch, worktree, tmp_path, 
     assert (out.status, out.error_class, out.retryable) == (OutcomeStatus.error, ErrorClass.network, True)
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_malformed_stream_is_a_protocol_error_outcome_not_an_exception(router, monkeypatch, worktree, tmp_path, mode):
+    head = W.events(mode, W.Turn(text="fine so far"))[:4]
+    router.post(W.url(mode)).mock(side_effect=lambda req: W.sse_response(head + [b"event: x\ndata: {oops\n\n"]))
+    out = transport(monkeypatch, mode).run_session(request(worktree, tmp_path))
+    assert (out.status, out.error_class, out.retryable) == (OutcomeStatus.error, ErrorClass.protocol, False)
+
+
 # ---------------------------------------------------------------------------------------
 # served-model guard, usage, cost
 

@@ -401,3 +401,32 @@ def test_importing_the_provider_imports_neither_sdk():
 def test_each_mode_imports_only_its_own_sdk(mode, expected):
     code = f"from harnesscheck.llm import LLM\nLLM({mode!r}, api_key='k', base_url='http://127.0.0.1:9').client()"
     assert _modules_after(code) == expected
+
+
+# ---------------------------------------------------------------------------------------
+# protocol breaks and the host's callback
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_malformed_sse_data_is_a_protocol_error(router, mode):
+    head = W.events(mode, W.Turn(text="fine so far"))[:2]
+    bad = b"event: content_block_delta\ndata: {not json\n\n" if mode == "anthropic_messages" else b"data: {not json\n\n"
+    if mode == "responses":
+        bad = b"event: response.output_text.delta\ndata: {not json\n\n"
+    router.post(W.url(mode)).mock(side_effect=lambda req: W.sse_response(head + [bad]))
+    with pytest.raises(LLMError) as info:
+        make_llm(mode).create(messages=HI)
+    assert info.value.error_class is ErrorClass.protocol
+
+
+def test_an_exception_in_the_host_callback_passes_through_untouched(router):
+    router.post(W.url("anthropic_messages")).mock(side_effect=W.script("anthropic_messages", [W.Turn(text="some text")]))
+
+    class HostBug(Exception):
+        pass
+
+    def on_text(delta):
+        raise HostBug("from the host")
+
+    with pytest.raises(HostBug):
+        make_llm("anthropic_messages").create(messages=HI, on_text=on_text)

@@ -432,7 +432,10 @@ class _Turn:
         self.streamed = True
         self.text_parts.append(delta)
         if self.on_text is not None:
-            self.on_text(delta)
+            try:
+                self.on_text(delta)
+            except BaseException as exc:  # the host's own error: passed through untouched
+                raise _CallbackError(exc) from exc
 
     def call(self, key: Any, *, id: str | None = None, name: str | None = None, args: str | None = None) -> None:
         self.streamed = True
@@ -595,6 +598,14 @@ def _consume_responses(stream: Any, turn: _Turn) -> None:
             raise _StreamFailure({"code": _get(error, "code"), "message": _get(error, "message")})
         elif kind == "error":
             raise _StreamFailure({"code": getattr(event, "code", None), "message": getattr(event, "message", "")})
+
+
+class _CallbackError(Exception):
+    """Carries an exception raised by the host's on_text callback out of the stream."""
+
+    def __init__(self, original: BaseException):
+        self.original = original
+        super().__init__(repr(original))
 
 
 class _StreamFailure(Exception):
@@ -772,7 +783,17 @@ class LLM:
             stream = self._open_stream(model, system, messages, tools, max_tokens, timeout)
             if abort is not None:
                 abort.attach(stream.response)
-            self._consume(stream, turn)
+            try:
+                self._consume(stream, turn)
+            except (_CallbackError, _StreamFailure, LLMError):
+                raise
+            except (ValueError, KeyError, AttributeError, TypeError, IndexError) as exc:
+                if _is_sdk_error(exc) or (abort is not None and abort.fired):
+                    raise
+                # Malformed SSE data or an event missing its fields: the stream broke the protocol.
+                raise LLMError(ErrorClass.protocol, f"malformed stream: {type(exc).__name__}", partial=turn.build()) from None
+        except _CallbackError as exc:
+            raise exc.original from None
         except LLMError:
             raise
         except _StreamFailure as exc:
