@@ -128,6 +128,9 @@ def test_not_found_is_directory_not_directory(root):
     refused(dispatch("write_file", {"path": "a.txt/x", "content": "x"}, s), "not_directory")
     refused(dispatch("read_file", {"path": "a.txt/"}, s), "not_directory")
     refused(dispatch("read_file", {"path": ""}, s), "invalid_path")
+    refused(dispatch("write_file", {"path": "new/dir/", "content": "x"}, s), "not_found")
+    refused(dispatch("write_file", {"path": "newfile/", "content": "x"}, s), "not_found")
+    assert not (root / "new").exists() and not (root / "newfile").exists()
 
 
 def test_missing_root_is_refused(tmp_path):

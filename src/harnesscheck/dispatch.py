@@ -10,6 +10,7 @@ refusal is `ToolResult(ok=False, code=..., text="refused: <code>: <detail>")`.
 from __future__ import annotations
 
 import codecs
+import errno
 import os
 import re
 import select
@@ -602,6 +603,4 @@ def dispatch(
 
 
 def _errno_name(err: OSError) -> str:
-    import errno as _errno
-
-    return _errno.errorcode.get(err.errno or 0, "EIO")
+    return errno.errorcode.get(err.errno or 0, "EIO")

@@ -382,6 +382,7 @@ class _Walk:
         self.user_path = user_path
         self.stack: list[tuple[str, int]] = []
         self.hops = 0
+        self.trailing_slash = False
 
     # -- helpers
     @property
@@ -447,6 +448,7 @@ class _Walk:
 
     # -- the walk
     def run(self, parts: list[str], trailing_slash: bool) -> ResolvedPath:
+        self.trailing_slash = trailing_slash
         pending: list[tuple[str, bool]] = [(p, False) for p in reversed(parts)]
         while pending:
             name, via_link = pending.pop()
@@ -594,6 +596,8 @@ class _Walk:
         mkdir each one relative to its parent fd and create the leaf (P5)."""
         names = [first] + [n for n, _ in reversed(pending)]
         pending.clear()
+        if self.trailing_slash:
+            raise Refused("not_found", f"{show(self.user_path)}: no such directory (write_file writes files)")
         if ".." in names:
             raise Refused("not_found", f"{show(self.user_path)}: '..' after a directory that does not exist")
         for n in names:
