@@ -223,6 +223,11 @@ def test_spec_rejects_secrets_relative_paths_and_unknown_versions(tmp_path: Path
     bad.write_text("{not json")
     with pytest.raises(ValueError, match="invalid bridge spec"):
         load_spec(bad)
+    leaky = tmp_path / "leaky.json"
+    leaky.write_text(json.dumps({**json.loads(_spec(tmp_path).model_dump_json()), "env": {"K": "sk-ant-spec-canary-1"}}))
+    with pytest.raises(ValueError, match="env: Extra inputs are not permitted") as info:
+        load_spec(leaky)
+    assert "sk-ant-spec-canary-1" not in str(info.value)
     with pytest.raises(ValueError, match="cannot read"):
         load_spec(tmp_path / "none.json")
 

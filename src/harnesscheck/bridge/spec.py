@@ -19,7 +19,7 @@ import sys
 from functools import cache
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from harnesscheck.contracts import Refusal
 from harnesscheck.scope import ToolScope
@@ -77,8 +77,12 @@ def load_spec(path: Path) -> BridgeSpec:
         raise ValueError(f"cannot read bridge spec {path}: {exc.strerror}") from None
     try:
         return BridgeSpec.model_validate_json(raw)
-    except ValueError as exc:
-        raise ValueError(f"invalid bridge spec {path}: {exc}") from None
+    except ValidationError as exc:  # locations and messages only: never echo input values
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(root)'}: {err['msg']}"
+            for err in exc.errors(include_input=False, include_url=False)
+        )
+        raise ValueError(f"invalid bridge spec {path}: {problems}") from None
 
 
 # ---------------------------------------------------------------------------------------
