@@ -535,3 +535,9 @@ def adapter_for(spec: ProviderSpec, level: str, tmp_path: Path) -> BackendUnderT
     from harnesscheck.kit.api_adapter import ApiAdapter
 
     return ApiAdapter(spec, level, tmp_path)
+
+
+# The loopback level registers lazily: its adapter is imported only when a loopback cell runs.
+from harnesscheck.loopback.level import LOOPBACK_LEVEL  # noqa: E402 - stdlib-only, no cycle
+
+LEVEL_PROVIDERS.setdefault(("harness", "loopback"), LOOPBACK_LEVEL)

@@ -62,6 +62,10 @@ class RecordedRequest:
     served_usage: ServedUsage | None = None
     served_tool_calls: list[str] = field(default_factory=list)
     ts: float = 0.0
+    #: Header values, except credential headers (their value is replaced by "[credential]").
+    headers: dict[str, str] = field(default_factory=dict)
+    #: The body as sent (decoded); for in-memory assertions only.
+    body_text: str = ""
 
     @property
     def is_turn(self) -> bool:
@@ -320,8 +324,10 @@ class ScriptedModelServer:
         names = sorted({k.lower() for k in handler.headers.keys()})
         present, matches = False, None
         hits: list[str] = []
+        safe_headers: dict[str, str] = {}
         for key, value in handler.headers.items():
             lname = key.lower()
+            safe_headers[lname] = "[credential]" if lname in CREDENTIAL_HEADERS else value
             if lname in CREDENTIAL_HEADERS and value.strip():
                 present = True
                 if self.expected_key is not None:
@@ -352,6 +358,8 @@ class ScriptedModelServer:
                 messages=wire.summarize_messages(protocol, body) if protocol else [],
                 tool_results=wire.tool_results(protocol, body) if protocol else [],
                 ts=time.time(),
+                headers=safe_headers,
+                body_text=text,
             )
             self.requests.append(rec)
         return rec

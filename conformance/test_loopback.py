@@ -1,0 +1,136 @@
+"""Loopback-only checks: what the real CLI does on the wire, seen from the scripted model
+server on 127.0.0.1 (doc/SPEC-loopback.md). They need evidence only a model server has:
+the tools the CLI offered the model, every byte it sent, and when the server answered."""
+
+from __future__ import annotations
+
+import json
+
+from harnesscheck.contracts import Capability as C
+from harnesscheck.contracts import ErrorClass as E
+from harnesscheck.contracts import Kind, ModelVerdict, OutcomeStatus
+from harnesscheck.kit.adapters import ToolCall
+from harnesscheck.kit.catalog import check
+
+LOOPBACK = ("loopback",)
+AUTH_STOP_S = 5.0
+
+
+def _wire_text(run) -> str:
+    """Every byte the CLI sent the model server: paths, header values (credentials masked
+    by the server), bodies."""
+    return "\n".join(json.dumps(req) for req in run.requests)
+
+
+@check("audit.builtins-off-at-wire", kinds=[Kind.harness], levels=LOOPBACK, incident=["F1", "F2"])
+def test_builtins_off_at_wire(but):
+    """The model is offered exactly the bridge's tools at the wire: no vendor built-in in any request."""
+    ws = but.workspace()
+    run = but.run("success", workspace=ws)
+    offered = but.tools_offered(run)
+    assert offered is not None, "the server saw no model request"
+    expected = set(ws.scope(read_only=True).tool_names())
+    extra = sorted(set(offered) - expected)
+    missing = sorted(expected - set(offered))
+    assert not extra and not missing, f"offered beyond the bridge: {extra}; bridge tools not offered: {missing}"
+
+
+@check("audit.disabled-builtin-not-executed", kinds=[Kind.harness], levels=LOOPBACK, incident=["F1", "I4"])
+def test_disabled_builtin_not_executed(but):
+    """A scripted call to a disabled built-in reads nothing, and the outcome or audit shows the attempt."""
+    ws = but.workspace()
+    run = but.run("native_tool_use", workspace=ws)
+    assert ws.canary not in _wire_text(run), "the built-in read the sentinel and the model saw it"
+    assert ws.outside_unchanged(), "files outside the worktree changed"
+    o = run.outcome
+    shown = bool(o.native_tool_calls) or (o.audit is not None and not o.audit.clean) or o.status != OutcomeStatus.ok
+    assert shown, "the call to a disabled built-in left no trace in the outcome or the audit"
+
+
+@check("env.canaries-never-reach-model", kinds=[Kind.harness], levels=LOOPBACK, incident=["A1", "A2", "A11"])
+def test_canaries_never_reach_model(but):
+    """Secrets in the host env never appear in any request the CLI sends, nor in the env of the CLI or the bridge."""
+    canaries = but.parent_env_canaries()
+    ws = but.workspace()
+    run = but.run("tool_calls", parent_env=canaries, workspace=ws)
+    assert run.requests, "the server saw no request"
+    wire = _wire_text(run)
+    leaked = sorted(k for k, v in canaries.items() if v in wire)
+    assert not leaked, f"host secrets sent to the model server: {leaked}"
+    assert ws.canary not in wire, "the worktree .env reached the model server"
+    procs = [*run.children, *[g for c in run.children for g in c.get("grandchildren", [])]]
+    assert procs, "the kit observed no process"
+    for proc in procs:
+        env = json.dumps(proc.get("env", {}))
+        found = sorted(k for k, v in canaries.items() if v in env)
+        assert not found, f"host secrets in the env of {proc.get('argv', ['?'])[:3]}: {found}"
+
+
+@check("errors.auth-stops-within-5s", kinds=[Kind.harness], levels=LOOPBACK, incident=["E1", "A10"])
+def test_auth_stops_within_5s(but):
+    """A 401 from the model ends the session blocked/auth within 5 s of the first 401 (not after the CLI's retry ladder)."""
+    run = but.run("auth_401", timeout_s=120)
+    o = run.outcome
+    assert o.status == OutcomeStatus.blocked and o.error_class == E.auth, f"{o.status}/{o.error_class}: {o.message!r}"
+    first_401 = min(r.ts for r in run.loopback_requests if r.status == 401)
+    waited = run.ended_at - first_401
+    assert waited < AUTH_STOP_S, f"the session went on {waited:.1f} s after the first 401"
+
+
+@check("time.runaway-ends-by-wall-clock", kinds=[Kind.harness], levels=LOOPBACK, incident=["C1", "E5"])
+def test_runaway_ends(but):
+    """A model that always calls a tool is ended (turn cap or wall clock) as truncated, and nothing survives."""
+    import os
+
+    run = but.run("max_turns", max_iters=200, timeout_s=10)
+    o = run.outcome
+    assert o.status == OutcomeStatus.truncated and o.error_class in (E.max_turns, E.timeout), f"{o.status}/{o.error_class}"
+    survivors = []
+    for pid in but.child_pids(run):
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().split(") ", 1)[1][:1] != "Z":
+                    survivors.append(pid)
+        except OSError:
+            continue
+    assert not survivors, f"processes survived: {survivors} (of {len(but.child_pids(run))} observed)"
+    assert os.getpid() not in survivors
+
+
+@check("usage.matches-wire", requires=[C.usage_reporting], kinds=[Kind.harness], levels=LOOPBACK, incident="D11")
+def test_usage_matches_wire(but):
+    """Token usage parsed from the real CLI's output equals what the model server reported, turn by turn summed."""
+    run = but.run("tool_calls")
+    expected = run.facts.usage
+    assert expected is not None, "the server answered no turn"
+    u = run.outcome.usage
+    got = (u.input, u.output, u.cache_read, u.cache_write)
+    want = (expected.input, expected.output, expected.cache_read, expected.cache_write)
+    assert got == want, f"usage (input, output, cache_read, cache_write) {got} != served {want}"
+
+
+@check("usage.served-model-mismatch-at-wire", kinds=[Kind.harness], levels=LOOPBACK, incident="I5")
+def test_served_model_mismatch_at_wire(but):
+    """When the server answers with another model than the one asked for, the outcome says mismatch and names it."""
+    run = but.run("served_model_mismatch")
+    o = run.outcome
+    assert o.served_model == run.facts.served_model, f"served {o.served_model!r}, the server sent {run.facts.served_model!r}"
+    assert o.model_verdict == ModelVerdict.mismatch, f"verdict {o.model_verdict}"
+
+
+@check("scope.real-cli-refusals-traced", requires=[C.mcp_tools], kinds=[Kind.harness], levels=LOOPBACK, incident=["P1", "P4", "G4"])
+def test_real_cli_refusals_traced(but):
+    """Through the real CLI, an in-scope read works while `..` and symlink escapes are refused by dispatch and traced."""
+    ws = but.workspace()
+    calls = [
+        ToolCall("read_file", {"path": "README.md"}),
+        ToolCall("read_file", {"path": "../outside/secret.txt"}),
+        ToolCall("read_file", {"path": "leak"}),
+    ]
+    run = but.run_tools(calls, workspace=ws)
+    assert any("hello from the worktree" in text for text in run.model_saw), "the in-scope read did not reach the model"
+    assert ws.canary not in _wire_text(run), "an escape read reached the model"
+    codes = sorted(r.code for r in run.outcome.refusals)
+    assert len(codes) == 2, f"refusals {codes}"
+    traced = [rec for rec in run.trace if rec.get("event") == "tool" and rec.get("decision") == "refuse"]
+    assert len(traced) == 2, f"refusals traced: {traced}"
