@@ -214,7 +214,7 @@ def test_grep_output_bounded_with_marker(root):
     (root / "many.txt").write_text("match line\n" * 5000)
     result = dispatch("grep", {"pattern": "match", "path": "many.txt"}, rw(root, max_result_bytes=2000))
     assert result.ok and result.truncated
-    assert "[truncated: showing" in result.text and len(result.text.encode()) <= 2100
+    assert "[truncated: showing" in result.text and len(result.text.encode()) <= 2000
 
 
 def test_grep_long_lines_shown_cut(root):
@@ -235,6 +235,8 @@ def test_grep_catastrophic_regex_does_not_hang(root, monkeypatch):
     assert elapsed < 1.0 + 10  # upper bound only: the budget plus generous grace
     assert result.ok and result.truncated
     assert result.text.endswith("[stopped: time budget of 1 s used up]")
+    tiny = dispatch("grep", {"pattern": r"(a+)+$", "path": "."}, rw(root, max_result_bytes=200))
+    assert len(tiny.text.encode()) <= 200
 
 
 def test_grep_file_count_budget(root, monkeypatch):

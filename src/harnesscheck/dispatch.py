@@ -508,7 +508,8 @@ def _grep(scope: ToolScope, args: dict[str, str]) -> _Outcome:
         cap = scope.max_result_bytes
         lines = _grep_lines(rp, regex, scope.path_patterns)
         runner = _grep_in_child if hasattr(os, "fork") else _grep_in_process
-        kept, total, status = runner(lines, GREP_TIME_BUDGET_S, cap, {rp.fd})
+        # Leave room for the truncation and status markers within the cap.
+        kept, total, status = runner(lines, GREP_TIME_BUDGET_S, max(0, cap - 160), {rp.fd})
         body = "\n".join(kept)
         if not kept and total == 0:
             body = "(no matches)"
