@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from harnesscheck.dispatch import dispatch  # noqa: E402
 from harnesscheck.scope import ToolScope  # noqa: E402
+from harnesscheck.trace import Trace  # noqa: E402
 
 ROUNDS = 300
 BATCH = 20
@@ -58,24 +59,32 @@ def main() -> int:
             result = dispatch("read_file", in_scope, scope)
             assert result.ok
 
+        trace = Trace(Path(tmp) / "trace.jsonl", session_id="bench")
+
+        def tool_traced() -> None:
+            assert dispatch("read_file", in_scope, scope, trace).ok
+
         def refused_dotdot() -> None:
             assert dispatch("read_file", {"path": "../outside.txt"}, scope).code == "path_outside_scope"
 
         def refused_symlink() -> None:
             assert dispatch("read_file", {"path": "leak"}, scope).code == "symlink_escape"
 
-        for fn in (bare, tool, refused_dotdot, refused_symlink):  # warm up
+        for fn in (bare, tool, tool_traced, refused_dotdot, refused_symlink):  # warm up
             per_call(fn)
-        bare_t, tool_t, dotdot_t, link_t = [], [], [], []
+        bare_t, tool_t, traced_t, dotdot_t, link_t = [], [], [], [], []
         for _ in range(ROUNDS):
             bare_t.append(per_call(bare))
             tool_t.append(per_call(tool))
+            traced_t.append(per_call(tool_traced))
             dotdot_t.append(per_call(refused_dotdot))
             link_t.append(per_call(refused_symlink))
         bare_med = statistics.median(bare_t) * 1e6
         tool_med = statistics.median(tool_t) * 1e6
         print(f"bare open().read() of 4 KiB: {bare_med:.1f} us; dispatch read_file: {tool_med:.1f} us")
         report("dispatch read_file 4 KiB, median overhead over open().read()", tool_med - bare_med, 200)
+        report("  same, with a Trace recording each call", statistics.median(traced_t) * 1e6 - bare_med, 200)
+        trace.close()
         report("dispatch refused path ('../outside.txt'), median", statistics.median(dotdot_t) * 1e6, 100)
         report("dispatch refused path (symlink escape, walks the tree), median", statistics.median(link_t) * 1e6, 100)
     return 0
