@@ -8,7 +8,7 @@ from harnesscheck.contracts import Kind, OutcomeStatus
 from harnesscheck.kit.catalog import check
 
 
-@check("audit.only-scope-tools-offered", requires=[C.builtin_tools_off], incident=["F1", "F2", "G8"])
+@check("audit.only-scope-tools-offered", requires=[C.builtin_tools_off], incident=["F1", "F2", "G8", "P14"])
 def test_only_scope_tools_offered(but):
     """The model is offered exactly the scope's tools: no vendor built-in, nothing the scope forbids."""
     ws = but.workspace()

@@ -78,3 +78,12 @@ def test_config_home_isolated(but):
             real = os.path.realpath(d)
             for user_dir in (".claude", ".codex", ".cursor", ".config"):
                 assert not real.startswith(os.path.join(home, user_dir)), f"config home {d} is the user's"
+
+
+@check("env.auth-source-fail-closed", requires=[C.auth_preflight], kinds=[Kind.harness], incident=["A6", "A1", "I5"])
+def test_auth_source_fail_closed(but):
+    """When the CLI reports it authenticated with an API key in subscription mode, the session ends blocked at once."""
+    run = but.run("api_key_source", timeout_s=60)
+    o = run.outcome
+    assert o.status == OutcomeStatus.blocked, f"status {o.status}: a run billed to an API key went on"
+    assert o.error_class is not None and o.auth_source, f"error_class {o.error_class}, auth_source {o.auth_source!r}"

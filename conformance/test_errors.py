@@ -87,3 +87,10 @@ def test_secret_free_messages(but):
         blob = run.outcome.message + run.outcome.stderr_tail
         leaked = [k for k, v in canaries.items() if v in blob]
         assert not leaked, f"{scenario}: the error text carries {leaked}"
+
+
+@check("errors.network-retryable", incident="E9")
+def test_network_retryable(but):
+    """A connection failure (refused, reset, DNS) is network: retryable, never ok or unknown."""
+    run = but.run("network_error", timeout_s=60)
+    _assert_class(run, E.network, status=OutcomeStatus.error, retryable=True)

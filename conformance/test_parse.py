@@ -50,3 +50,12 @@ def test_exit0_is_error(but):
     run = but.run("exit0_is_error")
     assert run.outcome.status != OutcomeStatus.ok, f"an is_error result was reported ok: {run.outcome.text!r}"
     assert run.outcome.error_class is not None
+
+
+@check("parse.split-lines-identical", kinds=[Kind.harness], incident=["D2", "D3"])
+def test_split_lines_identical(but):
+    """A stream whose lines arrive cut at arbitrary byte offsets parses exactly like the uncut one."""
+    whole = but.run("success").outcome
+    cut = but.run("split_lines").outcome
+    for field in ("status", "error_class", "text", "usage", "served_model", "cost", "terminal_event_seen"):
+        assert getattr(cut, field) == getattr(whole, field), f"{field}: {getattr(cut, field)!r} != {getattr(whole, field)!r}"

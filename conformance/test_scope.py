@@ -174,3 +174,17 @@ def test_writes_stay_inside(but):
     assert created.is_file() and created.read_text() == "written", "an allowed write did not land"
     assert ws.outside_unchanged()
     assert not os.path.exists(ws.outside / "out.txt")
+
+
+@check("scope.large-result-bounded", incident=["G5", "P13"])
+def test_large_result_bounded(but):
+    """A 5 MB file comes back bounded, with an explicit truncation marker, not whole and not garbled."""
+    ws = but.workspace()
+    (ws.root / "big.txt").write_text("0123456789abcdef\n" * (5 * 1024 * 1024 // 17))
+    run = but.run_tools([ToolCall("read_file", {"path": "big.txt"})], workspace=ws, timeout_s=90)
+    assert run.outcome.status == OutcomeStatus.ok, f"{run.outcome.status}/{run.outcome.error_class}"
+    shown = [t for t in run.model_saw if "0123456789abcdef" in t]
+    assert shown, "the file never reached the model"
+    limit = ws.scope().max_result_bytes
+    assert len(shown[0].encode()) <= limit + 1024, f"{len(shown[0])} bytes reached the model (bound {limit})"
+    assert "trunc" in shown[0].lower(), "the cut carries no explicit truncation marker"

@@ -7,12 +7,14 @@ import time
 
 import pytest
 
+from harnesscheck.contracts import Capability as C
 from harnesscheck.contracts import (
     CapabilityUnsupported,
     CliNotFound,
     CliVersionUnsupported,
     HarnessError,
     Kind,
+    OutcomeStatus,
     Transport,
 )
 from harnesscheck.kit.catalog import check
@@ -30,7 +32,7 @@ def test_registry_builds_backend(but):
 
 @check("selection.complete-declines-tools", incident="F9")
 def test_complete_declines_tools(but):
-    """complete() given tools raises CapabilityUnsupported at once, without starting any work."""
+    """Given tools, complete() raises CapabilityUnsupported at once, without starting any work."""
     transport = but.transport()
     started = time.monotonic()
     with pytest.raises(CapabilityUnsupported):
@@ -75,3 +77,47 @@ def test_batch_shim_refused(but, tmp_path):
     with pytest.raises(HarnessError):
         but.transport(cli=shim).run_session(but.request())
     assert not marker.exists(), "the .cmd shim was executed"
+
+
+HOSTILE_PROMPT = "--dangerously-skip-permissions -p --mcp-config=/tmp/evil.json"
+
+
+@check("selection.prompt-never-a-flag", kinds=[Kind.harness], incident=["J1", "J3"])
+def test_prompt_never_a_flag(but):
+    """A prompt that looks like flags reaches the CLI on stdin or after `--`, never as options."""
+    run = but.run("success", prompt=HOSTILE_PROMPT)
+    assert run.children, "the fake CLI was never run"
+    for child in run.children:
+        argv = child["argv"][1:]
+        options = argv[: argv.index("--")] if "--" in argv else argv
+        assert "--dangerously-skip-permissions" not in options, f"the prompt became options: {argv}"
+        assert not any(a.startswith("--mcp-config=/tmp/evil") for a in options), f"the prompt became options: {argv}"
+        delivered = child.get("stdin", "") + " ".join(argv[argv.index("--") + 1:] if "--" in argv else [])
+        assert "dangerously-skip-permissions" in delivered, "the prompt never reached the CLI"
+
+
+@check("selection.huge-system-prompt-not-in-argv", requires=[C.system_prompt], kinds=[Kind.harness], incident="J4")
+def test_huge_system_prompt_not_in_argv(but):
+    """A 200 KB system prompt goes by file or stdin, not argv (ARG_MAX), and the session still runs."""
+    system = "Follow the house rules. " * 9000
+    run = but.run("success", system=system)
+    assert run.outcome.status == OutcomeStatus.ok, f"{run.outcome.status}/{run.outcome.error_class}: {run.outcome.message}"
+    for child in run.children:
+        assert sum(len(a) for a in child["argv"]) < 100_000, "the system prompt was put in argv"
+
+
+@check("selection.flag-values-validated", kinds=[Kind.harness], incident="J2")
+def test_flag_values_validated(but):
+    """A model name that would smuggle a flag or a list (`-x`, commas, spaces) is refused before any spawn."""
+    for model in ("--dangerously-skip-permissions", "opus,--tools=Bash", "opus --debug"):
+        fake = but.install_fake("success")
+        transport = but.transport(cli=fake.path)
+        try:
+            outcome = transport.run_session(but.request(model=model))
+        except HarnessError:
+            outcome = None
+        spawned = [r for r in fake.records() if not set(r["argv"][1:2]) & {"--version", "-v", "-V"}]
+        for child in spawned:
+            assert model not in child["argv"], f"model {model!r} was passed to the CLI as {child['argv']}"
+        if outcome is not None:
+            assert outcome.status != OutcomeStatus.ok or not spawned, f"model {model!r} was accepted"

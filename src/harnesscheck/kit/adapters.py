@@ -41,7 +41,7 @@ SCENARIOS: tuple[str, ...] = (
     "unknown_events", "truncated_last_line", "oversize_line", "linger_after_result",
     "timeout_mid_stream", "served_model_mismatch", "mcp_failed", "mcp_slow", "native_tool_use",
     "exit0_is_error", "crash_no_result", "api_key_source", "helper_model", "repeated_usage",
-    "noise_lines", "timeout_tree",
+    "noise_lines", "timeout_tree", "split_lines", "network_error",
 )
 
 
@@ -251,6 +251,7 @@ class BackendUnderTest:
         tool_calls: list[ToolCall] | None = None,
         workspace: Workspace | None = None,
         echo: list[str] | None = None,
+        system: str | None = None,
     ) -> SessionRun:
         """Run one session of `scenario` (or of scripted `tool_calls`) and collect the evidence.
 
@@ -267,6 +268,7 @@ class BackendUnderTest:
             setup = self.prepare(scenario, ws, tool_calls=tool_calls, model=model, timeout_s=timeout_s, echo=echo or [])
             request = AgentSessionRequest(
                 prompt=prompt,
+                system=system,
                 scope=ws.scope(read_only=read_only),
                 model=model if model is not None else setup.model,
                 max_iters=max_iters,
@@ -399,6 +401,7 @@ def scripted_scenarios() -> dict[str, tuple[object, Facts]]:
         "overloaded_529": err(E.overloaded, "529 Overloaded"),
         "context_overflow": err(E.context_overflow, "prompt is too long"),
         "model_not_found": err(E.model_unavailable, "model not found"),
+        "network_error": err(E.network, "connection reset by peer"),
         "timeout_mid_stream": (
             FakeScript([
                 FakeTurn(text="partial answer", tool_calls=[FakeCall("list_dir", {"path": "."})]),

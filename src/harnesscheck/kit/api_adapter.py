@@ -223,6 +223,11 @@ class ApiAdapter(BackendUnderTest):
         return super().parent_env_canaries()
 
     def prepare(self, scenario, ws, *, tool_calls, model, timeout_s, echo) -> Setup:
+        if scenario == "network_error":
+            server = ScriptedServer([])
+            server.close()  # nothing listens on its port any more: connection refused
+            self._servers.append(server)
+            return Setup(self.transport(server.url), Facts(), model=REQUESTED, extra={"server": server})
         if scenario == "tools":
             replies = [Turn(tool_calls=[(c.name, dict(c.args)) for c in tool_calls or []]), Turn(text="done")]
             repeat, facts = False, Facts(served_model=SERVED)

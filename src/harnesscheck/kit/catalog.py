@@ -7,7 +7,7 @@ A check is a pytest function in ``conformance/test_<area>.py`` decorated with ``
         '''A `..` path is refused with path_outside_scope and its bytes never reach the model.'''
 
 Ids are ``<area>.<behaviour>`` slugs, append-only: never renamed, never reused. The
-docstring's first line is the requirement. ``requires`` lists capabilities the backend
+docstring's first paragraph is the requirement. ``requires`` lists capabilities the backend
 must declare (else the cell is skipped ``unsupported-by-backend``); ``declines`` marks a
 "declines correctly" check that runs only when the capability is NOT declared. ``kinds``
 restricts a check to api or harness backends (other kinds get no cell at all).
@@ -127,10 +127,10 @@ def check(
         doc = (fn.__doc__ or "").strip()
         if not doc:
             raise CatalogError(f"check {check_id!r} ({fn.__name__}) has no requirement docstring")
-        first, _, rest = doc.partition("\n")
+        first, _, rest = doc.partition("\n\n")
         info = CheckInfo(
             id=check_id,
-            requirement=first.strip(),
+            requirement=" ".join(first.split()),
             area=area,
             requires=frozenset(Capability(c) for c in requires),
             declines=Capability(declines) if declines else None,

@@ -173,6 +173,14 @@ class HarnessAdapter(BackendUnderTest):
             data["steps"] = steps[:first] + noise + steps[first:first + 1] + noise[:1] + steps[first + 1:]
             fake = self.install_fake(data, echo=echo)
             facts = Facts()
+        elif scenario == "split_lines":
+            data = self.load_fixture("success")
+            for step in data.get("steps", []):
+                if "emit" in step:
+                    size = len(json.dumps(step["emit"], separators=(",", ":"), ensure_ascii=False).encode())
+                    step["split"] = sorted({1, 2, size // 3, size // 2, size - 1, size})
+            fake = self.install_fake(data, echo=echo)
+            facts = fixture_facts(self.fake_name, self.load_fixture("success"), model)
         elif scenario == "timeout_tree":
             data = self.load_fixture("timeout_mid_stream")
             data["steps"] = [{"spawn": "sleep 1000"}, {"spawn": "sleep 1000", "setsid": True}, *data.get("steps", [])]

@@ -1,0 +1,115 @@
+"""Docs generated from the checks themselves: doc/catalog.md and doc/traceability.md.
+
+    python -m harnesscheck.kit.docs [DOC_DIR]     # rewrite both (tests fail when they are stale)
+
+Traceability maps every case of harness-anchors.md §3 (A1–J5) and §4 (P1–P15) to the checks
+whose ``incident=`` names it, or to a written exclusion below. A case with neither is a kit
+bug (tests/test_kit_traceability.py).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from harnesscheck.kit.catalog import AREAS, CheckInfo, catalog_hash, load_catalog
+
+#: Every case of harness-anchors.md §3 and §4, in order.
+CASES: tuple[str, ...] = (
+    *(f"A{i}" for i in range(1, 12)), *(f"B{i}" for i in range(1, 4)), *(f"C{i}" for i in range(1, 13)),
+    *(f"D{i}" for i in range(1, 13)), *(f"E{i}" for i in range(1, 13)), *(f"F{i}" for i in range(1, 10)),
+    *(f"G{i}" for i in range(1, 9)), *(f"I{i}" for i in range(1, 7)), *(f"J{i}" for i in range(1, 6)),
+    *(f"P{i}" for i in range(1, 16)),
+)
+
+#: Cases no check covers, and why. Each names where the requirement is enforced instead.
+EXCLUSIONS: dict[str, str] = {
+    "C7": "needs the host itself killed mid-run; proven by tests/test_process.py (parent-death signal) and the bridge's parent-death tests, not expressible as a per-backend cell",
+    "C10": "grace before SIGTERM on normal completion is a process-runner property (process.py linger_s), pinned by tests/test_process.py; the kit sees only the outcome",
+    "C11": "no registered backend runs its CLI in a container; becomes a check when one does",
+    "E6": "no backend declares a dollar budget (max_budget_usd); the error class exists in contracts but nothing can provoke it offline",
+    "E7": "no fixture of a safety refusal exists for any CLI yet and the outcome schema has no refusal class; tracked for the loopback level",
+    "E10": "invalid flags are prevented before spawn (selection.flag-values-validated); a vendor 400 without a recognized marker is covered by each parser's own tests",
+    "E12": "classification precedence is per-parser logic pinned by the transports' snapshot tests over every fixture; the kit checks each class separately",
+    "F3": "no backend resumes or continues sessions; every session is a fresh invocation with the restrictions re-applied",
+    "F4": "'ask' rules come from settings files the harnesses never load (--setting-sources ''); a hang is only reproducible live",
+    "F5": "the host registers no permission callback: every call goes through dispatch, which is checked directly",
+    "F6": "no backend exposes a shell; audit.only-scope-tools-offered and audit.native-tool-use-flagged cover a vendor shell",
+    "F7": "@file attachments are a vendor UI feature reachable only live; the prompt reaches the CLI on stdin (selection.prompt-never-a-flag)",
+    "G3": "stdout purity is a property of the bridge process, proven by tests/test_bridge_stdio.py (a tool that prints does not break the session)",
+    "G7": "bridge exit on stdin EOF and parent death is proven by the bridge's stdio tests (needs killing the host)",
+    "P7": "case-insensitive volumes cannot be reproduced on the Linux filesystems this kit runs on; dispatch resolves by inode, not by spelling",
+    "P8": "on Linux NFC and NFD spellings are distinct names, so there is nothing to escape to; dispatch refuses control characters (scope.nul-byte-refused)",
+    "P11": "a symlink swap between check and use cannot be timed through a model session; the fd-anchored walk is proven by the interleaving tests in tests/test_scope.py (P11)",
+}
+
+
+def cases_for(check: CheckInfo) -> tuple[str, ...]:
+    return tuple(c for c in check.incidents if c in CASES)
+
+
+def traceability(catalog: dict[str, CheckInfo]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {case: [] for case in CASES}
+    for check in catalog.values():
+        for case in cases_for(check):
+            out[case].append(check.id)
+    return {case: sorted(ids) for case, ids in out.items()}
+
+
+def catalog_markdown(catalog: dict[str, CheckInfo]) -> str:
+    lines = [
+        "# Check catalog",
+        "",
+        "Generated from the checks themselves by `python -m harnesscheck.kit.docs` — do not edit by hand.",
+        f"{len(catalog)} checks, catalog hash `{catalog_hash(catalog)}`. Ids are stable: never renamed, never reused.",
+        "",
+        "Columns: **requires** — capabilities the backend must declare (else the cell is skipped "
+        "`unsupported-by-backend`); **kinds** — backend kinds it applies to; **cases** — harness-anchors.md cases it covers.",
+    ]
+    for area, title in AREAS.items():
+        checks = [c for c in catalog.values() if c.area == area]
+        if not checks:
+            continue
+        lines += ["", f"## {title} (`{area}`)", "", "| id | requirement | requires | kinds | levels | cases |", "|---|---|---|---|---|---|"]
+        for c in sorted(checks, key=lambda c: c.id):
+            requires = ", ".join(sorted(c.requires)) or "—"
+            if c.declines:
+                requires = f"declines `{c.declines}`"
+            kinds = ", ".join(sorted(c.kinds)) if len(c.kinds) == 1 else "all"
+            lines.append(
+                f"| `{c.id}` | {c.requirement} | {requires} | {kinds} | {', '.join(c.levels)} | {', '.join(c.incidents) or '—'} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def traceability_markdown(catalog: dict[str, CheckInfo]) -> str:
+    trace = traceability(catalog)
+    lines = [
+        "# Traceability: harness-anchors.md cases → checks",
+        "",
+        "Generated by `python -m harnesscheck.kit.docs` from each check's `incident=` and the written",
+        "exclusions in `harnesscheck/kit/docs.py` — do not edit by hand. Every case of §3 (A1–J5; H is §4)",
+        "and §4 (P1–P15) is covered by at least one check or excluded with its reason.",
+        "",
+        "| case | checks | exclusion |",
+        "|---|---|---|",
+    ]
+    for case in CASES:
+        ids = ", ".join(f"`{i}`" for i in trace[case]) or "—"
+        lines.append(f"| {case} | {ids} | {EXCLUSIONS.get(case, '')} |")
+    covered = sum(1 for c in CASES if trace[c])
+    lines += ["", f"{covered} of {len(CASES)} cases covered by checks; {len(EXCLUSIONS)} excluded with reasons."]
+    return "\n".join(lines) + "\n"
+
+
+def write_docs(doc_dir: Path) -> list[Path]:
+    catalog = load_catalog()
+    files = {doc_dir / "catalog.md": catalog_markdown(catalog), doc_dir / "traceability.md": traceability_markdown(catalog)}
+    for path, text in files.items():
+        path.write_text(text, encoding="utf-8")
+    return list(files)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    for written in write_docs(Path(sys.argv[1] if len(sys.argv) > 1 else "doc")):
+        print(f"wrote {written}")
