@@ -471,3 +471,17 @@ def test_fixture_every_scenario_audits_without_error(cli: str, root: Path) -> No
     for path in sorted((FIXTURES / cli).glob("*.json")):
         log = fixture_log(cli, path.stem, root)
         audit_events(log, cli, RunFacts(scope_root=root, session_cwd=root))
+
+
+def test_snapshot_with_previous_reuses_unchanged_hashes_and_sees_changes(root: Path) -> None:
+    (root / "big.bin").write_bytes(b"x" * 100_000)
+    before = snapshot_tree(root)
+    after_same = snapshot_tree(root, previous=before)
+    assert after_same == before
+    (root / "big.bin").write_bytes(b"y" * 100_000)  # same size; mtime may even be equal
+    os.utime(root / "big.bin", ns=(before["big.bin"].mtime_ns, before["big.bin"].mtime_ns))
+    after = snapshot_tree(root, previous=before)
+    assert after["big.bin"].sha256 != before["big.bin"].sha256  # ctime moved: re-hashed
+    verdict = audit_events(jl(claude_result()), "claude",
+                           RunFacts(scope_root=root, worktree_before=before, worktree_after=after))
+    assert [f.detail for f in verdict.flags if f.code == "unexplained_change"] == ["big.bin"]

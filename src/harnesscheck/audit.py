@@ -90,6 +90,8 @@ class FileState:
     size: int
     mtime_ns: int
     kind: str = "file"  # file | symlink | other
+    ctime_ns: int = 0  # changes on every write and cannot be set back from user space
+    ino: int = 0
 
 
 def _hash_file(path: str) -> str:
@@ -110,21 +112,28 @@ def file_state(path: str | os.PathLike[str]) -> FileState | None:
         st = os.lstat(p)
     except (FileNotFoundError, NotADirectoryError):
         return None
+    ids = {"ctime_ns": st.st_ctime_ns, "ino": st.st_ino}
     if stat.S_ISLNK(st.st_mode):
         target = os.readlink(p)
-        return FileState(hashlib.sha256(os.fsencode(target)).hexdigest(), st.st_size, st.st_mtime_ns, "symlink")
+        return FileState(hashlib.sha256(os.fsencode(target)).hexdigest(), st.st_size, st.st_mtime_ns, "symlink", **ids)
     if stat.S_ISREG(st.st_mode):
         try:
             digest = _hash_file(p)
         except OSError:
             digest = "unreadable"
-        return FileState(digest, st.st_size, st.st_mtime_ns, "file")
-    return FileState("", 0, st.st_mtime_ns, "other")
+        return FileState(digest, st.st_size, st.st_mtime_ns, "file", **ids)
+    return FileState("", 0, st.st_mtime_ns, "other", **ids)
 
 
-def snapshot_tree(root: str | os.PathLike[str]) -> dict[str, FileState]:
+def snapshot_tree(
+    root: str | os.PathLike[str], previous: dict[str, FileState] | None = None
+) -> dict[str, FileState]:
     """Every file under root (tracked, untracked and ignored; .git included), keyed by the
-    root-relative POSIX path. Directories are walked without following symlinks."""
+    root-relative POSIX path. Directories are walked without following symlinks.
+
+    With `previous` (the snapshot before the session), a regular file whose size, mtime,
+    ctime and inode are all unchanged keeps its previous hash instead of being re-read:
+    any write moves ctime, which user space cannot set back."""
     out: dict[str, FileState] = {}
     base = os.fspath(root)
     stack = [""]
@@ -142,6 +151,17 @@ def snapshot_tree(root: str | os.PathLike[str]) -> dict[str, FileState]:
                     continue
             except OSError:
                 continue
+            old = previous.get(rel) if previous is not None else None
+            if old is not None and old.kind == "file" and old.ino:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode) and (old.size, old.mtime_ns, old.ctime_ns, old.ino) == (
+                    st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
+                ):
+                    out[rel] = old
+                    continue
             state = file_state(entry.path)
             if state is not None:
                 out[rel] = state
