@@ -138,7 +138,7 @@ def test_foreign_mcp_server_is_native():
     parser = CodexParser()
     parser.feed('{"type":"item.started","item":{"id":"i","type":"mcp_tool_call","server":"evil","tool":"x","arguments":{}}}')
     parser.feed('{"type":"item.completed","item":{"id":"i","type":"mcp_tool_call","server":"evil","tool":"x","arguments":{}}}')
-    assert parser.native == ["mcp:evil/x"] and parser.bridge_tools == []
+    assert parser.calls.native_calls == ["mcp:evil/x"] and parser.calls.bridge_calls == 0
 
 
 def test_bridge_mcp_warning_stops():
@@ -380,3 +380,22 @@ def test_one_shot_has_no_bridge_and_refuses_tools(tmp_path):
     assert rec["stdin"] == "# Instructions\n\nbe brief\n\n# Task\n\nsay hi"
     with pytest.raises(CapabilityUnsupported):
         t.complete("x", tools=[{"name": "read_file"}])
+
+
+def test_parser_memory_is_bounded():
+    from harnesscheck.providers._bounded import MAX_NATIVE, CallLog, TextTail
+
+    tail = TextTail(sep="\n\n", limit=1000)
+    for i in range(5000):
+        tail.append(f"message {i}")
+    text = tail.text()
+    assert len(text) < 1100 and text.endswith("message 4999") and "earlier characters not kept" in text
+    calls = CallLog()
+    for _ in range(MAX_NATIVE + 5):
+        calls.native("command_execution")
+    assert len(calls.native_calls) == MAX_NATIVE + 1 and calls.native_calls[-1] == "… +5 more"
+    parser = CodexParser()
+    for i in range(20000):
+        parser.feed(json.dumps({"type": "item.started", "item": {"id": f"i{i}", "type": "command_execution"}}))
+        parser.feed(json.dumps({"type": "item.completed", "item": {"id": f"i{i}", "type": "command_execution"}}))
+    assert parser.open_items == set() and len(parser.calls.native_calls) == MAX_NATIVE + 1

@@ -37,6 +37,7 @@ from harnesscheck.contracts import (
 )
 from harnesscheck.envpolicy import redact
 from harnesscheck.process import Ending, LineAction, ProcessResult
+from harnesscheck.providers._bounded import CallLog, TextTail
 from harnesscheck.providers._errortext import classify_text
 from harnesscheck.providers._eventlog import SessionAudit
 from harnesscheck.providers._harness import (
@@ -53,17 +54,17 @@ BRIDGE_SERVER = "bridge"
 #: the shell or patch tools, see observed-real-clis.md).
 NATIVE_ITEM_TYPES = ("command_execution", "file_change", "web_search", "collab_tool_call", "image_view")
 
-#: Built-in tools the model is still offered with our config (observed on 0.171.0 with
-#: --sandbox read-only; web_search is switched off by config). Reported for the audit.
+#: Built-in tools still offered with our config (BUILTINS_OFF_TOML below; measured on
+#: 0.171.0 by the loopback level): the MCP resource tools, and by model either
+#: `apply_patch` + `tool_search` (gpt-5.x) or code-mode `exec`/`wait`. Reported for the audit.
 NATIVE_TOOLS_REMAINING = (
-    "exec_command",
-    "write_stdin",
-    "apply_patch",
-    "request_user_input",
-    "view_image",
     "list_mcp_resources",
     "list_mcp_resource_templates",
     "read_mcp_resource",
+    "apply_patch",
+    "tool_search",
+    "exec",
+    "wait",
 )
 
 BRIDGE_STARTUP_TIMEOUT_S = 30
@@ -86,7 +87,8 @@ class CodexParser:
         self.bridge_server = bridge_server
         self.thread_id: str | None = None
         self.turns = 0
-        self.messages: list[str] = []
+        self.messages = TextTail(sep="\n\n")  # every agent message (bounded), for partial text
+        self.last_message: str | None = None
         self.usage = Usage()
         self.terminal: str | None = None  # "completed" | "failed"
         self.failure: str = ""
@@ -95,10 +97,9 @@ class CodexParser:
         self.early: ErrorClass | None = None
         self.early_message = ""
         self.rerouted_to: str | None = None
-        self.items_seen: set[str] = set()
-        self.bridge_tools: list[str] = []
+        self.open_items: set[str] = set()  # tool items started and not yet completed
+        self.calls = CallLog()
         self.bridge_errors = 0
-        self.native: list[str] = []
         self.malformed = 0
         self.noise = 0
         self.on_text = None  # optional callback: each agent message as it completes
@@ -107,12 +108,14 @@ class CodexParser:
 
     def feed(self, line: str) -> LineAction | None:
         """One stdout line. Returns TERMINAL on turn.completed/turn.failed, STOP to end now."""
-        text = line.strip()
-        if not text:
-            return None
-        if not text.startswith("{"):
-            self.noise += 1
-            return None
+        text = line
+        if not text.startswith("{"):  # the common case skips a copy of a multi-MB line
+            text = line.strip()
+            if not text:
+                return None
+            if not text.startswith("{"):
+                self.noise += 1
+                return None
         try:
             event = json.loads(text)
         except ValueError:
@@ -152,6 +155,7 @@ class CodexParser:
         if itype == "agent_message" and completed:
             if isinstance(item.get("text"), str):
                 self.messages.append(item["text"])
+                self.last_message = item["text"]
                 if self.on_text is not None:
                     self.on_text(item["text"])
         elif itype == "error" and completed:
@@ -163,21 +167,29 @@ class CodexParser:
             elif _MCP_WARNING.search(message) and self.bridge_server in message:
                 return self._stop(ErrorClass.mcp_unavailable, message)
         elif itype == "mcp_tool_call":
-            first = item_id not in self.items_seen
-            self.items_seen.add(item_id)
+            first = self._first_sight(item_id, completed)
             server, tool = str(item.get("server", "")), str(item.get("tool", ""))
             if server == self.bridge_server:
                 if first:
-                    self.bridge_tools.append(tool)
+                    self.calls.bridge(tool)
                 if completed and (item.get("error") or item.get("status") == "failed"):
                     self.bridge_errors += 1
             elif first:
-                self.native.append(f"mcp:{server}/{tool}")
+                self.calls.native(f"mcp:{server}/{tool}")
         elif itype in NATIVE_ITEM_TYPES:
-            if item_id not in self.items_seen:
-                self.items_seen.add(item_id)
-                self.native.append(str(itype))
+            if self._first_sight(item_id, completed):
+                self.calls.native(str(itype))
         return None
+
+    def _first_sight(self, item_id: str, completed: bool) -> bool:
+        """True the first time a tool item is seen (started, updated or completed); the id is
+        forgotten at completion, so memory holds only the items in flight."""
+        first = item_id not in self.open_items
+        if completed:
+            self.open_items.discard(item_id)
+        elif first and len(self.open_items) < 100_000:
+            self.open_items.add(item_id)
+        return first
 
     def _error(self, message: str) -> LineAction | None:
         self.errors.append(message)
@@ -199,8 +211,8 @@ class CodexParser:
     def final_text(self) -> str:
         """The last agent message when the turn completed; every message so far otherwise."""
         if self.terminal == "completed":
-            return self.messages[-1] if self.messages else ""
-        return "\n\n".join(self.messages)
+            return self.last_message or ""
+        return self.messages.text()
 
     def outcome(self, result: ProcessResult) -> AgentOutcome:
         """The normalized outcome. Precedence: early stop, host endings (deadline, cancel,
@@ -213,9 +225,9 @@ class CodexParser:
             status=OutcomeStatus.ok,
             text=self.final_text(),
             iterations=self.turns,
-            tool_calls=len(self.bridge_tools),
-            tools_used=sorted(set(self.bridge_tools)),
-            native_tool_calls=list(self.native),
+            tool_calls=self.calls.bridge_calls,
+            tools_used=self.calls.tools_used,
+            native_tool_calls=self.calls.native_calls,
             usage=self.usage,
             cost=Cost(),
             requested_model=self.requested_model,

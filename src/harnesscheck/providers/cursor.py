@@ -45,6 +45,7 @@ from harnesscheck.contracts import (
 )
 from harnesscheck.envpolicy import redact
 from harnesscheck.process import Ending, LineAction, ProcessResult
+from harnesscheck.providers._bounded import CallLog, TextTail
 from harnesscheck.providers._errortext import classify_text
 from harnesscheck.providers._eventlog import SessionAudit
 from harnesscheck.providers._harness import (
@@ -70,12 +71,11 @@ class CursorParser:
         self.session_id: str | None = None
         self.display_model: str | None = None
         self.api_key_source: str | None = None
-        self.segments: list[str] = []  # full assistant segments (no timestamp_ms)
-        self.deltas: list[str] = []  # streamed partial segments (timestamp_ms present)
+        self.segments = TextTail()  # full assistant segments (no timestamp_ms), bounded
+        self.deltas = TextTail()  # streamed partial segments (timestamp_ms present), bounded
         self.result: dict | None = None
-        self.calls_seen: set[str] = set()
-        self.bridge_tools: list[str] = []
-        self.native: list[str] = []
+        self.open_calls: set[str] = set()  # call ids started and not yet completed
+        self.calls = CallLog()
         self.iterations = 0
         self.early: ErrorClass | None = None
         self.early_message = ""
@@ -86,12 +86,14 @@ class CursorParser:
     # -- lines --------------------------------------------------------------------------
 
     def feed(self, line: str) -> LineAction | None:
-        text = line.strip()
-        if not text:
-            return None
-        if not text.startswith("{"):
-            self.noise += 1
-            return None
+        text = line
+        if not text.startswith("{"):  # the common case skips a copy of a multi-MB line
+            text = line.strip()
+            if not text:
+                return None
+            if not text.startswith("{"):
+                self.noise += 1
+                return None
         try:
             event = json.loads(text)
         except ValueError:
@@ -157,10 +159,17 @@ class CursorParser:
         if not keys:
             return
         key = keys[0]
-        call_id = str(event.get("call_id") or f"{key}#{len(self.calls_seen)}")
-        if call_id in self.calls_seen:
-            return
-        self.calls_seen.add(call_id)
+        call_id = event.get("call_id")
+        if call_id is not None:
+            call_id = str(call_id)
+            if event.get("subtype") == "completed":
+                if call_id in self.open_calls:
+                    self.open_calls.discard(call_id)
+                    return  # counted when it started
+            elif call_id in self.open_calls:
+                return
+            elif len(self.open_calls) < 100_000:
+                self.open_calls.add(call_id)
         body = call[key]
         if key == "mcpToolCall":
             args = body.get("args") if isinstance(body.get("args"), dict) else {}
@@ -170,18 +179,18 @@ class CursorParser:
             if not server and name.startswith(self.bridge_server + "-"):
                 server, tool = self.bridge_server, tool or name[len(self.bridge_server) + 1 :]
             if server == self.bridge_server:
-                self.bridge_tools.append(tool or name)
+                self.calls.bridge(tool or name)
             else:
-                self.native.append(f"mcp:{server or '?'}/{tool or name or '?'}")
+                self.calls.native(f"mcp:{server or '?'}/{tool or name or '?'}")
         elif key == "function":
-            self.native.append(f"function:{body.get('name', '?')}")
+            self.calls.native(f"function:{body.get('name', '?')}")
         else:
-            self.native.append(key[: -len("ToolCall")] if key.endswith("ToolCall") else key)
+            self.calls.native(key[: -len("ToolCall")] if key.endswith("ToolCall") else key)
 
     # -- the outcome --------------------------------------------------------------------
 
     def partial_text(self) -> str:
-        return "".join(self.segments) if self.segments else "".join(self.deltas)
+        return self.segments.text() if self.segments else self.deltas.text()
 
     def outcome(self, result: ProcessResult) -> AgentOutcome:
         res = self.result or {}
@@ -194,9 +203,9 @@ class CursorParser:
             status=OutcomeStatus.ok,
             text=final if final is not None and not res.get("is_error") else self.partial_text(),
             iterations=self.iterations,
-            tool_calls=len(self.bridge_tools),
-            tools_used=sorted(set(self.bridge_tools)),
-            native_tool_calls=list(self.native),
+            tool_calls=self.calls.bridge_calls,
+            tools_used=self.calls.tools_used,
+            native_tool_calls=self.calls.native_calls,
             usage=_usage(res.get("usage")),
             cost=_cost(res.get("usage")),
             requested_model=self.requested_model,
