@@ -399,3 +399,30 @@ def test_parser_memory_is_bounded():
         parser.feed(json.dumps({"type": "item.started", "item": {"id": f"i{i}", "type": "command_execution"}}))
         parser.feed(json.dumps({"type": "item.completed", "item": {"id": f"i{i}", "type": "command_execution"}}))
     assert parser.open_items == set() and len(parser.calls.native_calls) == MAX_NATIVE + 1
+
+
+def test_bridge_calls_through_the_real_bridge(tmp_path):
+    """The fake starts the bridge from the per-run config.toml and calls it: the outcome's
+    calls and refusals come from the bridge's own trace."""
+    def item(i, path, status):
+        return {"type": "item.completed" if status != "in_progress" else "item.started",
+                "item": {"id": f"item_{i}", "type": "mcp_tool_call", "server": "bridge", "tool": "read_file",
+                         "arguments": {"path": path}, "result": None, "error": None, "status": status}}
+    scenario = {"steps": [
+        {"emit": {"type": "thread.started", "thread_id": "t"}}, {"emit": {"type": "turn.started"}},
+        {"mcp_calls": [{"name": "read_file", "arguments": {"path": "README.md"}},
+                       {"name": "read_file", "arguments": {"path": "../home/.codex/config.toml"}}], "server": "bridge"},
+        {"emit": item(1, "README.md", "in_progress")}, {"emit": item(1, "README.md", "completed")},
+        {"emit": item(2, "../home/.codex/config.toml", "in_progress")}, {"emit": item(2, "../home/.codex/config.toml", "failed")},
+        {"emit": {"type": "item.completed", "item": {"id": "item_3", "type": "agent_message", "text": "read it"}}},
+        {"emit": {"type": "turn.completed", "usage": {"input_tokens": 10, "output_tokens": 2}}},
+    ]}
+    out, fake, _ = session(tmp_path, scenario, timeout_s=60.0)
+    results = [r for r in fake.record_path.read_text().splitlines() if '"mcp_result"' in r]
+    assert len(results) == 2, results
+    first, second = (json.loads(r) for r in results)
+    assert not first.get("is_error") and "# Project" in first.get("text", "")
+    assert second.get("is_error") and "path_outside_scope" in second.get("text", "")
+    assert out.ok and out.tool_calls == 2 and out.tools_used == ["read_file"]
+    assert [r.code for r in out.refusals] == ["path_outside_scope"]
+    assert "canary_home" not in json.dumps(out.model_dump(mode="json"))

@@ -260,3 +260,23 @@ def test_session_carries_the_audit_verdict(tmp_path):
     flagged, _, _ = session(tmp_path / "b", "native_tool_use")
     assert flagged.audit is not None and not flagged.audit.clean
     assert {"native_shell", "foreign_mcp_tool"} <= {f.code for f in flagged.audit.flags}
+
+
+def test_bridge_calls_through_the_real_bridge(tmp_path):
+    """The fake starts the bridge from the per-run ~/.cursor/mcp.json and calls it."""
+    def call(cid, path, sub):
+        args = {"name": "bridge-read_file", "args": {"path": path}, "toolName": "read_file", "providerIdentifier": "bridge"}
+        return {"type": "tool_call", "subtype": sub, "call_id": cid, "tool_call": {"mcpToolCall": {"args": args}}}
+    scenario = {"steps": [
+        {"emit": {"type": "system", "subtype": "init", "apiKeySource": "login", "model": "Auto", "session_id": "s"}},
+        {"mcp_calls": [{"name": "read_file", "arguments": {"path": "README.md"}},
+                       {"name": "read_file", "arguments": {"path": "../home/.cursor/mcp.json"}}], "server": "bridge"},
+        {"emit": call("c1", "README.md", "started")}, {"emit": call("c1", "README.md", "completed")},
+        {"emit": call("c2", "../home/.cursor/mcp.json", "started")}, {"emit": call("c2", "../home/.cursor/mcp.json", "completed")},
+        {"emit": {"type": "result", "subtype": "success", "is_error": False, "result": "read it", "session_id": "s"}},
+    ]}
+    out, fake, _ = session(tmp_path, scenario, timeout_s=60.0)
+    results = [json.loads(r) for r in fake.record_path.read_text().splitlines() if '"mcp_result"' in r]
+    assert len(results) == 2, results
+    assert "# Project" in results[0].get("text", "") and results[1].get("is_error")
+    assert out.ok and out.tool_calls == 2 and [r.code for r in out.refusals] == ["path_outside_scope"]
