@@ -43,10 +43,12 @@ def pytest_configure(config: pytest.Config) -> None:
     _config_ref[:] = [config]
     state: dict = {"started": None, "backends": None, "levels": None, "baseline": None, "problems": [], "usage": []}
     config.stash[_STATE] = state
-    if config.getoption("--backend") and config.args_source != pytest.Config.ArgsSource.ARGS:
-        from harnesscheck.paths import conformance_dir
+    if config.getoption("--backend"):
+        _backends(config)  # an unknown backend is a usage error before collection
+        if config.args_source != pytest.Config.ArgsSource.ARGS:
+            from harnesscheck.paths import conformance_dir
 
-        config.args = [str(conformance_dir())]
+            config.args = [str(conformance_dir())]
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,0 +1,87 @@
+"""The baseline is strict both ways: a listed failure is xfailed, a listed pass fails the run,
+an expired entry fails the run, an unknown id is a usage error; --write-baseline writes one."""
+
+from __future__ import annotations
+
+import json
+from datetime import date, timedelta
+
+import pytest
+
+from harnesscheck.kit.baseline import BaselineError, load_baseline, write_baseline
+from kit_support import run_suite
+
+MUTANT = "tests.mutants.scripted:sums_usage_per_streamed_line"
+CHECK = "usage.counted-once-per-message"
+SELECT = ("-k", "counted_once")
+
+
+def _baseline(tmp_path, entries, name="baseline.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps({"version": 1, "known_failing": entries}))
+    return path
+
+
+def test_unlisted_failure_fails_the_run(tmp_path):
+    code, report, out = run_suite(tmp_path, "--backend", MUTANT, *SELECT)
+    assert code == 1, out
+    assert [c["outcome"] for c in report["cells"]] == ["failed"]
+
+
+def test_listed_failure_is_xfailed(tmp_path):
+    path = _baseline(tmp_path, [{"id": CHECK, "backend": "mutant-SumsUsagePerStreamedLine", "reason": "upstream-bug"}])
+    code, report, out = run_suite(tmp_path, "--backend", MUTANT, "--baseline", str(path), *SELECT)
+    assert code == 0, out
+    assert [(c["outcome"], c["reason"]) for c in report["cells"]] == [("xfailed", "upstream-bug")]
+
+
+def test_listed_pass_fails_the_run(tmp_path):
+    path = _baseline(tmp_path, [{"id": CHECK, "reason": "upstream-bug"}])
+    code, report, out = run_suite(tmp_path, "--backend", "fake", "--baseline", str(path), *SELECT)
+    assert code == 1, out
+    assert report["cells"][0]["outcome"] == "failed" and "passed" in report["cells"][0]["message"]
+
+
+def test_expired_entry_fails_the_run(tmp_path):
+    yesterday = (date.today() - timedelta(days=1)).isoformat()
+    path = _baseline(tmp_path, [{"id": CHECK, "backend": "mutant-SumsUsagePerStreamedLine", "reason": "upstream-bug", "expires": yesterday}])
+    code, report, out = run_suite(tmp_path, "--backend", MUTANT, "--baseline", str(path), *SELECT)
+    assert code == 1, out
+    assert any("expired" in p for p in report["problems"])
+
+
+def test_unknown_id_is_a_usage_error(tmp_path):
+    path = _baseline(tmp_path, [{"id": "usage.no-such-check", "reason": "upstream-bug"}])
+    code, _, out = run_suite(tmp_path, "--backend", "fake", "--baseline", str(path), *SELECT)
+    assert code == 4, out  # pytest's usage-error exit; `harnesscheck verify` maps it to 2
+    assert "unknown check id" in out
+
+
+def test_write_baseline_round_trips(tmp_path):
+    written = tmp_path / "new-baseline.toml"
+    code, _, out = run_suite(tmp_path, "--backend", MUTANT, "--write-baseline", str(written), *SELECT)
+    assert code == 1, out
+    baseline = load_baseline(written)
+    assert [(e.id, e.backend, e.level) for e in baseline.entries] == [(CHECK, "mutant-SumsUsagePerStreamedLine", "offline")]
+    code, report, out = run_suite(tmp_path, "--backend", MUTANT, "--baseline", str(written), *SELECT)
+    assert code == 0, out
+
+
+def test_malformed_baselines_are_refused(tmp_path):
+    for entries in ([{"id": CHECK}], [{"id": CHECK, "reason": "because"}], [{"id": "usage.*", "reason": "kit-bug"}],
+                    [{"id": CHECK, "reason": "kit-bug", "color": "red"}], [{"id": CHECK, "reason": "kit-bug", "expires": "soon"}]):
+        with pytest.raises(BaselineError):
+            load_baseline(_baseline(tmp_path, entries))
+    bad = tmp_path / "v2.json"
+    bad.write_text(json.dumps({"version": 2, "known_failing": []}))
+    with pytest.raises(BaselineError):
+        load_baseline(bad)
+
+
+def test_writer_and_reader_agree_in_json_and_toml(tmp_path):
+    failing = [(CHECK, "fake", "offline", "usage 240/60 != 120/30\nmore")]
+    for name in ("b.json", "b.toml"):
+        assert write_baseline(tmp_path / name, failing) == 1
+        entry = load_baseline(tmp_path / name).entries[0]
+        assert (entry.id, entry.backend, entry.level, entry.reason) == (CHECK, "fake", "offline", "upstream-bug")
+        assert entry.note == "usage 240/60 != 120/30"

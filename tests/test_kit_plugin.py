@@ -1,0 +1,57 @@
+"""The pytest plugin: options, markers without warnings, the header, live gating, usage errors."""
+
+from __future__ import annotations
+
+from kit_support import cells, run_suite
+
+
+def test_markers_registered_and_header_names_backends(tmp_path):
+    code, report, out = run_suite(tmp_path, "--backend", "fake", "--backend", "codex", "-m", "conformance",
+                                  "-k", "registry_builds", "-W", "error::pytest.PytestUnknownMarkWarning", "--strict-markers", "-v")
+    assert code == 0, out
+    assert "harnesscheck kit 0.1.0, catalog" in out and "levels: offline" in out
+    assert "backend fake (api" in out and "backend codex (harness; cli offline: 0.171.0 (fixtures))" in out
+    assert {c["backend"] for c in report["cells"]} == {"fake", "codex"}
+    assert report["header"]["backends"][1]["cli_version"] == "0.171.0 (fixtures)"
+
+
+def test_unknown_backend_is_a_usage_error_listing_known_ids(tmp_path):
+    code, _, out = run_suite(tmp_path, "--backend", "nope", "-k", "registry_builds")
+    assert code == 4, out
+    assert "unknown backend 'nope'" in out and "claude-code" in out
+
+
+def test_missing_capability_skips_with_reason_code(tmp_path):
+    code, report, out = run_suite(tmp_path, "--backend", "fake", "-k", "vendor_cost")
+    assert code == 0, out
+    cell = cells(report, "fake")["usage.vendor-cost-reported"]
+    assert (cell["outcome"], cell["reason"]) == ("skipped", "unsupported-by-backend")
+    assert "cost_reporting" in cell["message"]
+
+
+def test_kind_restricted_checks_have_no_cell_for_other_kinds(tmp_path):
+    code, report, out = run_suite(tmp_path, "--backend", "fake", "-k", "no_secret_in_argv or registry_builds")
+    assert code == 0, out
+    assert set(cells(report, "fake")) == {"selection.registry-builds-backend"}
+
+
+def test_live_level_never_runs_without_the_real_cli(tmp_path):
+    code, report, out = run_suite(tmp_path, "--backend", "fake", "-m", "live")
+    assert code in (0, 5), out  # nothing live for an in-process backend
+    assert not report or all(c["level"] == "live" for c in report["cells"])
+    code, report, out = run_suite(tmp_path, "--backend", "fake", "--level", "loopback", "-k", "registry_builds")
+    assert code == 0, out
+    cell = cells(report, "fake")["selection.registry-builds-backend"]
+    assert (cell["outcome"], cell["reason"], cell["level"]) == ("skipped", "env-missing", "loopback")
+
+
+def test_conformance_marker_selects_only_checks(tmp_path):
+    code, report, out = run_suite(tmp_path, "--backend", "fake", "-m", "conformance and not live", "-k", "parity")
+    assert code == 0, out
+    assert {c["check"] for c in report["cells"]} == {"parity.outcome-schema", "parity.refusal-codes-match-dispatch"}
+
+
+def test_suite_is_collected_from_the_package_when_no_path_is_given(tmp_path):
+    code, report, out = run_suite(tmp_path, "--backend", "fake", "-k", "registry_builds", files=())
+    assert code == 0, out
+    assert [c["check"] for c in report["cells"]] == ["selection.registry-builds-backend"]
