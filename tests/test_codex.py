@@ -426,3 +426,21 @@ def test_bridge_calls_through_the_real_bridge(tmp_path):
     assert out.ok and out.tool_calls == 2 and out.tools_used == ["read_file"]
     assert [r.code for r in out.refusals] == ["path_outside_scope"]
     assert "canary_home" not in json.dumps(out.model_dump(mode="json"))
+
+
+def test_a_refreshed_login_file_never_stays_in_the_run_dir(tmp_path):
+    home = tmp_path / "home"
+    (home / ".codex").mkdir(parents=True)
+    (home / ".codex" / "auth.json").write_text(json.dumps({"auth_mode": "chatgpt", "tokens": {"id_token": "old"}}))
+    # the CLI replaces the link with its own file, as a token refresh by rename would
+    scenario = {"steps": [{"spawn": "sh -c 'rm \"$CODEX_HOME/auth.json\"; echo rotated > \"$CODEX_HOME/auth.json\"'"},
+                          {"delay": 0.5}, {"emit": {"type": "turn.started"}},
+                          {"emit": {"type": "item.completed", "item": {"id": "i", "type": "agent_message", "text": "ok"}}},
+                          {"emit": {"type": "turn.completed", "usage": {}}}]}
+    fake = install_fake_cli("codex", scenario, tmp_path / "bin")
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    t = CodexTransport(get_spec("codex"), Settings(), cli_path=fake.path, parent_env={"PATH": "/usr/bin:/bin", "HOME": str(home)})
+    assert t.run_session(AgentSessionRequest(prompt="x", scope=ToolScope(root=wt), run_dir=tmp_path / "run")).ok
+    assert not (Path(fake.last()["env"]["CODEX_HOME"]) / "auth.json").exists()
+    assert "old" in (home / ".codex" / "auth.json").read_text()

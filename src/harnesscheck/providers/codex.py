@@ -538,8 +538,10 @@ class CodexTransport(HarnessTransport):
 
     def after_session(self, ctx: SessionContext, outcome: AgentOutcome) -> AgentOutcome:
         link = ctx.run_dir / "config-homes" / "codex_home" / "auth.json"
-        if link.is_symlink():
-            link.unlink()  # the run dir outlives the session; the login link must not
+        if link.is_symlink() or link.exists():
+            # The run dir outlives the session; no credential may stay in it (a CLI that
+            # refreshed its token may have replaced the link with a file of its own).
+            link.unlink()
         return self._audit.after(ctx, self.spec, outcome)
 
 

@@ -379,6 +379,8 @@ class CursorTransport(HarnessTransport):
             _write_private(home / ".cursor" / "mcp.json", text)
             (ctx.cwd / ".cursor").mkdir(mode=0o700, exist_ok=True)
             _write_private(ctx.cwd / ".cursor" / "mcp.json", text)
+        else:
+            (home / ".cursor" / "mcp.json").unlink(missing_ok=True)  # a one-shot has no MCP server
         link = home / ".config" / "cursor" / "auth.json"
         if link.is_symlink() or link.exists():
             link.unlink()
@@ -416,8 +418,10 @@ class CursorTransport(HarnessTransport):
 
     def after_session(self, ctx: SessionContext, outcome: AgentOutcome) -> AgentOutcome:
         link = ctx.run_dir / "home" / ".config" / "cursor" / "auth.json"
-        if link.is_symlink():
-            link.unlink()  # the run dir outlives the session; the login link must not
+        if link.is_symlink() or link.exists():
+            # The run dir outlives the session; no credential may stay in it (a CLI that
+            # refreshed its token may have replaced the link with a file of its own).
+            link.unlink()
         return self._audit.after(ctx, self.spec, outcome)
 
 
