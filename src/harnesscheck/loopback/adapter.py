@@ -30,7 +30,7 @@ from typing import Any
 from harnesscheck.contracts import Usage
 from harnesscheck.kit.adapters import Facts, SessionRun, Setup, SkipCell
 from harnesscheck.kit.harness_adapter import HarnessAdapter
-from harnesscheck.loopback.endpoint import DUMMY_KEY, LoopbackEndpoint, claude_env
+from harnesscheck.loopback.endpoint import DUMMY_KEY, LoopbackEndpoint
 from harnesscheck.loopback.scenario import BRIDGE_SERVER, Scenario, ServedUsage, ToolCall, Turn, status_turn
 from harnesscheck.loopback.server import ScriptedModelServer
 
@@ -233,9 +233,10 @@ class _TeeParser:
 
 
 def loopback_transport(spec, settings, *, cli_path: Path, endpoint: LoopbackEndpoint, **kwargs):
-    """The backend's own transport class, pointed at `endpoint` through its explicit seam:
-    claude-code gets ANTHROPIC_BASE_URL and a dummy key as traced injections (api-key mode,
-    no login linked); codex gets a loopback provider in its per-run config.toml."""
+    """The backend's own transport class, pointed at `endpoint` through its explicit
+    `loopback=` seam: claude-code gets ANTHROPIC_BASE_URL and a dummy subscription token as
+    traced injections (no host credential read or linked); codex gets a loopback provider
+    in its per-run config.toml."""
     import importlib
     import inspect
 
@@ -244,16 +245,6 @@ def loopback_transport(spec, settings, *, cli_path: Path, endpoint: LoopbackEndp
     params = inspect.signature(cls.__init__).parameters
     if "loopback" in params:
         return cls(spec, settings, cli_path=cli_path, loopback=endpoint, **kwargs)
-    if spec.cli_name == "claude":
-        return cls(
-            spec,
-            settings,
-            cli_path=cli_path,
-            auth_mode="api_key",
-            link_credentials=False,
-            injections=claude_env(endpoint),
-            **kwargs,
-        )
     raise SkipCell("adapter-not-implemented", f"the {spec.id} transport has no loopback seam")
 
 

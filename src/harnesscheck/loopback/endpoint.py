@@ -3,8 +3,8 @@ scripted model server on 127.0.0.1 (never a pass-through of the host environment
 
 A transport built with `loopback=LoopbackEndpoint(...)` must
 - claude-code: inject `claude_env(endpoint)` through the env policy's explicit,
-  traced injections (ANTHROPIC_BASE_URL, a dummy ANTHROPIC_API_KEY, and
-  CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1);
+  traced injections (ANTHROPIC_BASE_URL, a dummy CLAUDE_CODE_OAUTH_TOKEN, and
+  CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1), reading no host credential;
 - codex: write `codex_provider_toml(endpoint)` into its per-run CODEX_HOME/config.toml
   (top-level keys first) and inject `codex_env(endpoint)` (the provider's env_key).
 
@@ -43,10 +43,15 @@ class LoopbackEndpoint:
 
 
 def claude_env(ep: LoopbackEndpoint) -> dict[str, str]:
-    """The explicit injections that point `claude` at the server (names are traced)."""
+    """The explicit injections that point `claude` at the server (names are traced).
+
+    The dummy credential goes in as a subscription token (CLAUDE_CODE_OAUTH_TOKEN): the CLI
+    then runs exactly as under a subscription login (`apiKeySource: "none"`, a bearer
+    header, `rate_limit_event` lines), which is the mode hosts run; the transport's
+    subscription-mode guard (no API key) stays armed."""
     return {
         "ANTHROPIC_BASE_URL": ep.base_url,
-        "ANTHROPIC_API_KEY": ep.api_key,
+        "CLAUDE_CODE_OAUTH_TOKEN": ep.api_key,
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
     }
 

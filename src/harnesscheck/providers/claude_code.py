@@ -669,8 +669,18 @@ class ClaudeCodeTransport(HarnessTransport):
         *,
         auth_mode: str = "subscription",
         link_credentials: bool = True,
+        loopback: Any = None,
         **kwargs: Any,
     ):
+        """`loopback`: a harnesscheck.loopback.LoopbackEndpoint. The session then talks to that
+        scripted server on 127.0.0.1 (ANTHROPIC_BASE_URL and a dummy subscription token,
+        injected explicitly and traced by name); no host credential is read or linked."""
+        if loopback is not None:
+            from harnesscheck.loopback.endpoint import claude_env
+
+            kwargs["injections"] = {**dict(kwargs.get("injections") or {}), **claude_env(loopback)}
+            link_credentials = False
+        self.loopback = loopback
         super().__init__(spec, settings, **kwargs)
         if auth_mode not in ("subscription", "api_key"):
             raise ConfigError(f"unknown auth_mode {auth_mode!r}", "use 'subscription' or 'api_key'")
@@ -714,7 +724,7 @@ class ClaudeCodeTransport(HarnessTransport):
     def _credentials(self, config_dir: Path) -> dict[str, str]:
         """Subscription credentials for the per-run config dir: an explicit OAuth token, else a
         link to the one credentials file. Never the whole home; never an API key."""
-        if self.auth_mode != "subscription":
+        if self.auth_mode != "subscription" or self.loopback is not None:
             return {}
         token = self.parent_env.get("CLAUDE_CODE_OAUTH_TOKEN")
         if token:
