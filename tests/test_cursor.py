@@ -280,3 +280,12 @@ def test_bridge_calls_through_the_real_bridge(tmp_path):
     assert len(results) == 2, results
     assert "# Project" in results[0].get("text", "") and results[1].get("is_error")
     assert out.ok and out.tool_calls == 2 and [r.code for r in out.refusals] == ["path_outside_scope"]
+
+
+@pytest.mark.parametrize("model", ["--yolo", "opus,--tools=Bash", "opus --debug", "a\nb"])
+def test_smuggling_model_names_are_refused_before_spawn(tmp_path, model):
+    from harnesscheck.contracts import ConfigError
+
+    with pytest.raises(ConfigError):
+        session(tmp_path, "success", model=model)
+    assert not (tmp_path / "bin" / "cursor-agent.record.jsonl").exists()

@@ -37,6 +37,7 @@ from harnesscheck.contracts import (
 )
 from harnesscheck.envpolicy import redact
 from harnesscheck.process import Ending, LineAction, ProcessResult
+from harnesscheck.providers._args import safe_model
 from harnesscheck.providers._bounded import CallLog, TextTail
 from harnesscheck.providers._errortext import classify_text
 from harnesscheck.providers._eventlog import SessionAudit
@@ -469,14 +470,6 @@ def compose_prompt(system: str | None, prompt: str, tool_names: tuple[str, ...])
     return "\n\n".join(parts) + "\n\n# Task\n\n" + prompt
 
 
-def _safe_model(model: str) -> str:
-    if not model or model.startswith("-") or any(c.isspace() for c in model) or "\0" in model:
-        from harnesscheck.contracts import ConfigError
-
-        raise ConfigError(f"invalid model name {model!r}", "pass a plain model id (no spaces, no leading '-')")
-    return model
-
-
 
 class CodexTransport(HarnessTransport):
     """`codex exec --json` with a per-run CODEX_HOME. See the module docstring."""
@@ -520,7 +513,7 @@ class CodexTransport(HarnessTransport):
         model = request.model or self.settings.model
         argv = [str(cli), "exec", "--json", "--sandbox", "read-only", "--skip-git-repo-check"]
         if model:
-            argv.append(f"--model={_safe_model(model)}")
+            argv.append(f"--model={safe_model(model)}")
         argv.append("-")  # the prompt comes on stdin, then EOF
         prompt = compose_prompt(request.system, request.prompt, tool_names)
         return Invocation(

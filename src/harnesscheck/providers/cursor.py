@@ -45,6 +45,7 @@ from harnesscheck.contracts import (
 )
 from harnesscheck.envpolicy import redact
 from harnesscheck.process import Ending, LineAction, ProcessResult
+from harnesscheck.providers._args import safe_model
 from harnesscheck.providers._bounded import CallLog, TextTail
 from harnesscheck.providers._errortext import classify_text
 from harnesscheck.providers._eventlog import SessionAudit
@@ -394,7 +395,7 @@ class CursorTransport(HarnessTransport):
             argv += ["--force", "--approve-mcps"]
         model = request.model or self.settings.model
         if model:
-            argv.append(f"--model={_safe_model(model)}")
+            argv.append(f"--model={safe_model(model)}")
         prompt = compose_prompt(request.system, request.prompt, tool_names)
         data = prompt.encode("utf-8")
         injections = {
@@ -423,14 +424,6 @@ class CursorTransport(HarnessTransport):
             # refreshed its token may have replaced the link with a file of its own).
             link.unlink()
         return self._audit.after(ctx, self.spec, outcome)
-
-
-def _safe_model(model: str) -> str:
-    if not model or model.startswith("-") or any(c.isspace() for c in model) or "\0" in model:
-        from harnesscheck.contracts import ConfigError
-
-        raise ConfigError(f"invalid model name {model!r}", "pass a plain model id (no spaces, no leading '-')")
-    return model
 
 
 def _write_private(path: Path, text: str) -> None:
