@@ -681,7 +681,8 @@ def session_slot(limit: int | None = None, *, wait_s: float | None = None) -> It
         sem = _slots.get(size)
         if sem is None:
             sem = _slots[size] = threading.BoundedSemaphore(size)
-    if not sem.acquire(timeout=wait_s if wait_s is not None else -1):
+    # Semaphore.acquire(timeout=-1) does not block: it fails at once when no slot is free.
+    if not (sem.acquire(timeout=wait_s) if wait_s is not None else sem.acquire()):
         raise SlotBusy(f"all {size} session slots busy for {wait_s}s (HARNESS_BACKEND_CONCURRENCY)")
     try:
         yield
