@@ -30,6 +30,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     # in-process (built on the fake backend)
     "tests.mutants.scripted:follows_symlinks": _ids(
         "scope.symlink-leaf-refused", "parity.refusal-codes-match-dispatch", "scope.loop-reaches-dispatch",
+        "scope.large-result-bounded",
     ),
     "tests.mutants.scripted:prefix_check_without_separator": _ids("scope.sibling-prefix-refused"),
     "tests.mutants.scripted:ignores_the_timeout": _ids("time.timeout-truncates"),
@@ -52,6 +53,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     ),
     "tests.mutants.scripted:tool_results_never_reach_the_model": _ids(
         "scope.loop-reaches-dispatch", "scope.in-tree-symlink-reads", "scope.refusal-visible-to-model",
+        "scope.large-result-bounded",
     ),
     "tests.mutants.scripted:writes_without_dispatch": _ids(
         "scope.symlink-parent-write-refused", "scope.hardlink-write-refused", "scope.read-only-write-refused",
@@ -61,12 +63,36 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.scripted:one_trace_for_all_sessions": _ids("concurrency.parallel-sessions-isolated"),
     "tests.mutants.scripted:accepts_tools_in_complete": _ids("selection.complete-declines-tools"),
     "tests.mutants.scripted:labels_itself_wrongly": _ids("parity.outcome-schema"),
-    # CLI harnesses (built on the claude-code transport, run against the fake claude)
+    "tests.mutants.scripted:auth_is_retryable": _ids(
+        "errors.auth-blocks", "errors.not-logged-in-blocks", "errors.auth-not-retried",
+    ),
+    "tests.mutants.scripted:network_errors_are_unknown": _ids("errors.network-retryable"),
+    "tests.mutants.scripted:returns_whole_files": _ids("scope.large-result-bounded"),
+    "tests.mutants.scripted:refuses_every_write": _ids("scope.writes-stay-inside"),
+    "tests.mutants.scripted:never_reports_the_served_model": _ids(
+        "usage.served-model-reported", "usage.served-model-mismatch-flagged", "usage.helper-model-not-served",
+    ),
+    "tests.mutants.scripted:lacks_complete": _ids("selection.registry-builds-backend", "selection.complete-declines-tools"),
+    # CLI harnesses (built on the claude-code / codex transports, run against the fake CLIs)
+    "tests.mutants.codex:hides_its_builtins": _ids("audit.declines-builtins-honestly"),
+    "tests.mutants.codex:forgets_native_tool_calls": _ids("audit.native-tool-use-flagged"),
+    "tests.mutants.harness:leaves_stdin_open": _ids("time.stdin-not-left-open"),
+    "tests.mutants.harness:loads_the_worktree_dotenv": _ids("env.worktree-not-cwd"),
+    "tests.mutants.harness:forgets_bridge_calls": _ids(
+        "scope.bridge-reaches-dispatch", "scope.dotdot-refused", "scope.sibling-prefix-refused", "scope.symlink-leaf-refused",
+    ),
+    "tests.mutants.harness:passes_any_model_name": _ids("selection.flag-values-validated"),
+    "tests.mutants.harness:waits_out_a_lingering_cli": _ids("time.linger-after-result"),
+    "tests.mutants.harness:drops_the_vendor_cost": _ids("usage.vendor-cost-reported", "usage.cost-never-fabricated"),
+    "tests.mutants.harness:chokes_on_unknown_events": _ids("parse.unknown-events-ignored"),
     "tests.mutants.harness:passes_os_environ_through": _ids(
         "env.provider-keys-stripped", "env.nesting-vars-stripped",
     ),
     "tests.mutants.harness:leaks_the_api_key_in_argv": _ids("env.no-secret-in-argv"),
-    "tests.mutants.harness:trusts_subtype_success": _ids("errors.not-logged-in-blocks", "parse.exit0-is-error"),
+    "tests.mutants.harness:trusts_subtype_success": _ids(
+        "errors.not-logged-in-blocks", "parse.exit0-is-error", "errors.rate-limit-retryable", "errors.overloaded-retryable",
+        "errors.model-unavailable", "errors.quota-not-retryable", "errors.context-overflow",
+    ),
     "tests.mutants.harness:runs_on_when_the_bridge_failed": _ids("bridge.failed-load-ends-session"),
     "tests.mutants.harness:drops_bridge_refusals": _ids(
         "scope.dotdot-refused", "scope.sibling-prefix-refused", "scope.symlink-leaf-refused",
@@ -75,6 +101,16 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.harness:kills_only_the_direct_child": _ids("time.no-survivors-after-timeout"),
     "tests.mutants.harness:leaves_builtin_tools_on": _ids("audit.only-scope-tools-offered"),
     "tests.mutants.harness:ignores_the_cli_version": _ids("selection.cli-version-unsupported"),
+    "tests.mutants.harness:puts_the_prompt_in_argv": _ids("selection.prompt-never-a-flag"),
+    "tests.mutants.harness:puts_the_system_prompt_in_argv": _ids("selection.huge-system-prompt-not-in-argv"),
+    "tests.mutants.harness:uses_the_users_config_home": _ids("env.config-home-isolated"),
+    "tests.mutants.harness:adds_an_extra_mcp_server": _ids("bridge.only-bridge-configured"),
+    "tests.mutants.harness:treats_noise_as_fatal": _ids("parse.noise-lines-skipped"),
+    "tests.mutants.harness:crash_counts_as_success": _ids("errors.crash-without-result"),
+    "tests.mutants.harness:ignores_the_api_key_source": _ids("env.auth-source-fail-closed"),
+    "tests.mutants.harness:trusts_any_cli_path": _ids(
+        "selection.cli-missing-typed-error", "selection.cli-version-unsupported", "selection.batch-shim-refused",
+    ),
 }
 
 #: For the slow CLI-based mutants: the test file(s) the self-test runs (their defect cannot
@@ -88,7 +124,36 @@ AREAS: dict[str, tuple[str, ...]] = {
     "tests.mutants.harness:kills_only_the_direct_child": ("test_time.py",),
     "tests.mutants.harness:leaves_builtin_tools_on": ("test_audit.py",),
     "tests.mutants.harness:ignores_the_cli_version": ("test_selection.py",),
+    "tests.mutants.harness:puts_the_prompt_in_argv": ("test_selection.py",),
+    "tests.mutants.harness:puts_the_system_prompt_in_argv": ("test_selection.py",),
+    "tests.mutants.harness:uses_the_users_config_home": ("test_env.py",),
+    "tests.mutants.harness:adds_an_extra_mcp_server": ("test_bridge.py",),
+    "tests.mutants.harness:treats_noise_as_fatal": ("test_parse.py",),
+    "tests.mutants.harness:crash_counts_as_success": ("test_errors.py",),
+    "tests.mutants.harness:ignores_the_api_key_source": ("test_env.py",),
+    "tests.mutants.harness:trusts_any_cli_path": ("test_selection.py",),
 }
 
-#: Checks no known-bad backend fails, and why (the kit's honest sensitivity gaps).
-UNCAUGHT: dict[str, str] = {}
+for _ref in [r for r in MUTANTS if r.startswith("tests.mutants.codex:")]:
+    AREAS[_ref] = ("test_audit.py",)
+AREAS.update({
+    "tests.mutants.harness:leaves_stdin_open": ("test_time.py",),
+    "tests.mutants.harness:loads_the_worktree_dotenv": ("test_env.py",),
+    "tests.mutants.harness:forgets_bridge_calls": ("test_scope.py",),
+    "tests.mutants.harness:passes_any_model_name": ("test_selection.py",),
+    "tests.mutants.harness:waits_out_a_lingering_cli": ("test_time.py",),
+    "tests.mutants.harness:drops_the_vendor_cost": ("test_usage.py",),
+    "tests.mutants.harness:chokes_on_unknown_events": ("test_parse.py",),
+})
+
+#: Offline checks no known-bad backend fails, and why (the kit's honest sensitivity gaps).
+#: Checks that never run offline (loopback/live only) are out of the mutants' reach by construction.
+UNCAUGHT: dict[str, str] = {
+    "parse.split-lines-identical": "line framing is process.py's, shared by every transport; no transport-level defect "
+    "can cut lines differently (tests/test_process.py pins the framer with a chunking property)",
+    "parse.oversize-line-bounded": "the line bound is enforced by the shared runner before any parser sees a line; a "
+    "transport cannot make it unbounded",
+    "parse.truncated-last-line": "the runner drops an unterminated last line for every transport; a parser never sees it",
+    "bridge.slow-start-not-toolless": "the fake CLI reports a slow bridge as connected once it answers; a blind parser "
+    "passes it too (runs_on_when_the_bridge_failed is caught by bridge.failed-load-ends-session instead)",
+}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import threading
 import time
@@ -75,15 +74,16 @@ class DropsBridgeRefusals(ClaudeCodeTransport):
 _RUNNER_LOCK = threading.Lock()
 
 
-def _naive_run_process(argv, *, env, cwd, on_line, timeout_s, stdin_bytes=None, cancel=None, **_ignored):
+def _naive_run_process(argv, *, env, cwd, on_line, timeout_s, stdin_bytes=None, cancel=None, close_stdin=True, **_ignored):
     """subprocess.Popen + proc.kill() on the deadline: the CLI dies, its children live on."""
     from harnesscheck.process import Ending, LineAction, ProcessResult
 
     started = time.monotonic()
     proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL)
-    proc.stdin.write(stdin_bytes or b"")
-    proc.stdin.close()
+    if close_stdin:
+        proc.stdin.write(stdin_bytes or b"")
+        proc.stdin.close()
     ending = [Ending.exited]
 
     def read():
@@ -141,6 +141,206 @@ class IgnoresTheCliVersion(ClaudeCodeTransport):
         self.check_version = False
 
 
+class PutsThePromptInArgv(ClaudeCodeTransport):
+    """Passes the prompt as the first argument, where a `--flag` prompt becomes an option."""
+
+    def invocation(self, ctx, request, cli, *, tool_less):
+        inv = super().invocation(ctx, request, cli, tool_less=tool_less)
+        inv.argv.insert(1, request.prompt)
+        inv.stdin_bytes = b""
+        return inv
+
+
+class PutsTheSystemPromptInArgv(ClaudeCodeTransport):
+    """Passes the system prompt inline on the command line (ARG_MAX, ps)."""
+
+    def invocation(self, ctx, request, cli, *, tool_less):
+        inv = super().invocation(ctx, request, cli, tool_less=tool_less)
+        if request.system:
+            inv.argv += ["--append-system-prompt", request.system]
+        return inv
+
+
+class UsesTheUsersConfigHome(ClaudeCodeTransport):
+    """Lets the CLI use the user's own config home (a failed login can log the user out)."""
+
+    def invocation(self, ctx, request, cli, *, tool_less):
+        inv = super().invocation(ctx, request, cli, tool_less=tool_less)
+        inv.injections.pop("CLAUDE_CONFIG_DIR", None)
+        return inv
+
+
+class AddsAnExtraMcpServer(ClaudeCodeTransport):
+    """Writes a second MCP server beside the bridge into the CLI's config."""
+
+    def invocation(self, ctx, request, cli, *, tool_less):
+        import json
+
+        inv = super().invocation(ctx, request, cli, tool_less=tool_less)
+        if "--mcp-config" in inv.argv:
+            path = inv.argv[inv.argv.index("--mcp-config") + 1]
+            with open(path, encoding="utf-8") as fh:
+                config = json.load(fh)
+            config["mcpServers"]["helper"] = {"command": "/bin/cat", "args": []}
+            with open(path, "w", encoding="utf-8") as fh:
+                json.dump(config, fh)
+        return inv
+
+
+class _NoiseIntolerantParser(ClaudeStreamParser):
+    def feed(self, line):
+        if line.strip() and not line.lstrip().startswith("{"):
+            from harnesscheck.contracts import ErrorClass, OutcomeStatus
+
+            return self._stop(OutcomeStatus.error, ErrorClass.protocol, f"non-JSON line: {line[:40]!r}")
+        return super().feed(line)
+
+
+class TreatsNoiseAsFatal(ClaudeCodeTransport):
+    """Ends the session on the first non-JSON stdout line (a banner, a debug print)."""
+
+    def make_parser(self, ctx, request, *, tool_less, on_text):
+        parser = super().make_parser(ctx, request, tool_less=tool_less, on_text=on_text)
+        parser.__class__ = _NoiseIntolerantParser
+        return parser
+
+
+class _CrashBlindParser(ClaudeStreamParser):
+    def outcome(self, result):
+        outcome = super().outcome(result)
+        if self.result is None and self.early is None:
+            from harnesscheck.contracts import OutcomeStatus
+
+            return outcome.model_copy(update={"status": OutcomeStatus.ok, "error_class": None, "retryable": False})
+        return outcome
+
+
+class CrashCountsAsSuccess(ClaudeCodeTransport):
+    """Calls a session that ended without a result event a success."""
+
+    def make_parser(self, ctx, request, *, tool_less, on_text):
+        parser = super().make_parser(ctx, request, tool_less=tool_less, on_text=on_text)
+        parser.__class__ = _CrashBlindParser
+        return parser
+
+
+class _KeySourceBlindParser(ClaudeStreamParser):
+    def _init(self, event):
+        return super()._init({k: v for k, v in event.items() if k != "apiKeySource"})
+
+
+class IgnoresTheApiKeySource(ClaudeCodeTransport):
+    """Never reads apiKeySource: a run billed to an API key goes on in subscription mode."""
+
+    def make_parser(self, ctx, request, *, tool_less, on_text):
+        parser = super().make_parser(ctx, request, tool_less=tool_less, on_text=on_text)
+        parser.__class__ = _KeySourceBlindParser
+        return parser
+
+
+class TrustsAnyCliPath(ClaudeCodeTransport):
+    """Runs whatever path it is given: no existence, shim or version check."""
+
+    def cli(self):
+        from pathlib import Path
+
+        from harnesscheck.registry import CliInfo
+
+        return CliInfo(path=Path(self._cli_path or self.settings.cli), version="2.1.197")
+
+
+class LeavesStdinOpen(ClaudeCodeTransport):
+    """Gives the CLI a stdin pipe it never closes (claude >= 2.1.50 then waits forever)."""
+
+    def _run(self, request, **kwargs):
+        import functools
+
+        import harnesscheck.process as process
+
+        with _RUNNER_LOCK:
+            real = process.run_process
+            process.run_process = functools.partial(_naive_run_process, close_stdin=False)
+            try:
+                return super()._run(request, **kwargs)
+            finally:
+                process.run_process = real
+
+
+class LoadsTheWorktreeDotenv(ClaudeCodeTransport):
+    """Reads the worktree's .env into the CLI's environment (as Bun's autoload would)."""
+
+    def invocation(self, ctx, request, cli, *, tool_less):
+        inv = super().invocation(ctx, request, cli, tool_less=tool_less)
+        dotenv = request.scope.root / ".env"
+        if dotenv.is_file():
+            for line in dotenv.read_text().splitlines():
+                if "=" in line and not line.startswith("#"):
+                    key, _, value = line.partition("=")
+                    inv.injections[key.strip()] = value.strip()
+        return inv
+
+
+class ForgetsBridgeCalls(ClaudeCodeTransport):
+    """Never folds the bridge's trace: tool calls and refusals vanish from the outcome."""
+
+    def _finish(self, outcome, ctx, result, info, redact):
+        ctx.bridge_trace = None
+        return super()._finish(outcome, ctx, result, info, redact)
+
+
+class PassesAnyModelName(ClaudeCodeTransport):
+    """Puts the model name on the command line unchecked."""
+
+    def invocation(self, ctx, request, cli, *, tool_less):
+        inv = super().invocation(ctx, request.model_copy(update={"model": None}), cli, tool_less=tool_less)
+        if request.model:
+            inv.argv += ["--model", request.model]
+        return inv
+
+
+class WaitsOutALingeringCli(ClaudeCodeTransport):
+    """Waits for a CLI that printed its result to exit by itself (it may never)."""
+
+    def __init__(self, spec, settings=None, **kwargs):
+        super().__init__(spec, settings, **kwargs)
+        self.linger_s = 40.0
+
+
+class DropsTheVendorCost(ClaudeCodeTransport):
+    """Throws away the cost figure the CLI reported."""
+
+    def _finish(self, outcome, ctx, result, info, redact):
+        from harnesscheck.contracts import Cost
+
+        return super()._finish(outcome, ctx, result, info, redact).model_copy(update={"cost": Cost()})
+
+
+class _UnknownIntolerantParser(ClaudeStreamParser):
+    KNOWN = {"system", "assistant", "user", "result", "rate_limit_event", "stream_event"}
+
+    def feed(self, line):
+        import json as _json
+
+        try:
+            kind = _json.loads(line).get("type") if line.lstrip().startswith("{") else None
+        except (ValueError, AttributeError):
+            kind = None
+        if kind is not None and kind not in self.KNOWN:
+            from harnesscheck.contracts import ErrorClass, OutcomeStatus
+
+            return self._stop(OutcomeStatus.error, ErrorClass.protocol, f"unknown event type {kind!r}")
+        return super().feed(line)
+
+
+class ChokesOnUnknownEvents(ClaudeCodeTransport):
+    """Fails the session on an event type it does not know (new CLI versions add them)."""
+
+    def make_parser(self, ctx, request, *, tool_less, on_text):
+        parser = super().make_parser(ctx, request, tool_less=tool_less, on_text=on_text)
+        parser.__class__ = _UnknownIntolerantParser
+        return parser
+
+
 passes_os_environ_through = mutant_spec("claude-code", M, PassesOsEnvironThrough)
 leaks_the_api_key_in_argv = mutant_spec("claude-code", M, LeaksTheApiKeyInArgv)
 trusts_subtype_success = mutant_spec("claude-code", M, TrustsSubtypeSuccess)
@@ -149,4 +349,18 @@ drops_bridge_refusals = mutant_spec("claude-code", M, DropsBridgeRefusals)
 kills_only_the_direct_child = mutant_spec("claude-code", M, KillsOnlyTheDirectChild)
 leaves_builtin_tools_on = mutant_spec("claude-code", M, LeavesBuiltinToolsOn)
 ignores_the_cli_version = mutant_spec("claude-code", M, IgnoresTheCliVersion)
-_ = os
+puts_the_prompt_in_argv = mutant_spec("claude-code", M, PutsThePromptInArgv)
+puts_the_system_prompt_in_argv = mutant_spec("claude-code", M, PutsTheSystemPromptInArgv)
+uses_the_users_config_home = mutant_spec("claude-code", M, UsesTheUsersConfigHome)
+adds_an_extra_mcp_server = mutant_spec("claude-code", M, AddsAnExtraMcpServer)
+treats_noise_as_fatal = mutant_spec("claude-code", M, TreatsNoiseAsFatal)
+crash_counts_as_success = mutant_spec("claude-code", M, CrashCountsAsSuccess)
+ignores_the_api_key_source = mutant_spec("claude-code", M, IgnoresTheApiKeySource)
+trusts_any_cli_path = mutant_spec("claude-code", M, TrustsAnyCliPath)
+leaves_stdin_open = mutant_spec("claude-code", M, LeavesStdinOpen)
+loads_the_worktree_dotenv = mutant_spec("claude-code", M, LoadsTheWorktreeDotenv)
+forgets_bridge_calls = mutant_spec("claude-code", M, ForgetsBridgeCalls)
+passes_any_model_name = mutant_spec("claude-code", M, PassesAnyModelName)
+waits_out_a_lingering_cli = mutant_spec("claude-code", M, WaitsOutALingeringCli)
+drops_the_vendor_cost = mutant_spec("claude-code", M, DropsTheVendorCost)
+chokes_on_unknown_events = mutant_spec("claude-code", M, ChokesOnUnknownEvents)

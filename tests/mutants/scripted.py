@@ -198,6 +198,55 @@ class LabelsItselfWrongly(FakeTransport):
         return super().run_session(request, **kwargs).model_copy(update={"backend": "api"})
 
 
+class AuthIsRetryable(FakeTransport):
+    """Files an auth failure under rate_limit: hosts retry into a lockout."""
+
+    def on_model_error(self, turn, index, log):
+        return ErrorClass.rate_limit if turn.error is ErrorClass.auth else turn.error
+
+
+class NetworkErrorsAreUnknown(FakeTransport):
+    """Leaves connection failures unclassified."""
+
+    def on_model_error(self, turn, index, log):
+        return ErrorClass.unknown if turn.error is ErrorClass.network else turn.error
+
+
+class ReturnsWholeFiles(FakeTransport):
+    """Gives the model the whole file after dispatch allowed the read: no bound, no marker."""
+
+    def call_tool(self, call, request, trace, session_id):
+        result = super().call_tool(call, request, trace, session_id)
+        if call.name == "read_file" and result.ok and result.truncated:
+            with open(os.path.join(request.scope.root, call.args["path"]), encoding="utf-8") as fh:
+                return _ok(fh.read())
+        return result
+
+
+class RefusesEveryWrite(FakeTransport):
+    """Refuses every write, allowed or not (a scope that is useless for real work)."""
+
+    def call_tool(self, call, request, trace, session_id):
+        if call.name in ("write_file", "edit_file"):
+            from harnesscheck.dispatch import ToolResult
+
+            return ToolResult(ok=False, text="refused: read_only: writes are off", code="read_only")
+        return super().call_tool(call, request, trace, session_id)
+
+
+class NeverReportsTheServedModel(FakeTransport):
+    """Drops the served model the API reported."""
+
+    def served_model(self, state):
+        return None
+
+
+class LacksComplete(FakeTransport):
+    """Has no complete(): not a Transport."""
+
+    complete = None
+
+
 follows_symlinks = mutant_spec("fake", M, FollowsSymlinks)
 prefix_check_without_separator = mutant_spec("fake", M, PrefixCheckWithoutSeparator)
 ignores_the_timeout = mutant_spec("fake", M, IgnoresTheTimeout)
@@ -218,3 +267,9 @@ offers_a_shell_tool = mutant_spec("fake", M, OffersAShellTool)
 one_trace_for_all_sessions = mutant_spec("fake", M, OneTraceForAllSessions)
 accepts_tools_in_complete = mutant_spec("fake", M, AcceptsToolsInComplete)
 labels_itself_wrongly = mutant_spec("fake", M, LabelsItselfWrongly)
+auth_is_retryable = mutant_spec("fake", M, AuthIsRetryable)
+network_errors_are_unknown = mutant_spec("fake", M, NetworkErrorsAreUnknown)
+returns_whole_files = mutant_spec("fake", M, ReturnsWholeFiles)
+refuses_every_write = mutant_spec("fake", M, RefusesEveryWrite)
+never_reports_the_served_model = mutant_spec("fake", M, NeverReportsTheServedModel)
+lacks_complete = mutant_spec("fake", M, LacksComplete)
