@@ -535,6 +535,9 @@ class CodexTransport(HarnessTransport):
             # The run dir outlives the session; no credential may stay in it (a CLI that
             # refreshed its token may have replaced the link with a file of its own).
             link.unlink()
+        # The host's session id ties the outcome to its traces and run dir (the CLI's own
+        # thread/session id stays in events.jsonl).
+        outcome = outcome.model_copy(update={"session_id": ctx.session_id})
         return self._audit.after(ctx, self.spec, outcome)
 
 
