@@ -12,10 +12,10 @@ Importing this module imports neither SDK; the selected mode imports only its ow
 from __future__ import annotations
 
 import os
+import secrets
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable
@@ -173,7 +173,7 @@ class ApiTransport:
 
         start = time.monotonic()
         deadline = start + request.timeout_s
-        session_id = request.session_id or uuid.uuid4().hex
+        session_id = request.session_id or secrets.token_hex(16)
         requested = self._model(request.model)
         state = _SessionState(requested, session_id, start)
         tools = self._tool_specs(request.scope)
