@@ -110,10 +110,11 @@ def npm_argv(npm: str, dest: Path, clis: list[PinnedCli]) -> list[str]:
     ]
 
 
-def install(dest: Path | None = None, *, out=sys.stdout) -> int:
+def install(dest: Path | None = None, *, out=None) -> int:
     """Install what is missing; 0 when every pinned CLI is present afterwards."""
     from harnesscheck.paths import cli_cache_dir
 
+    out = out or sys.stdout
     dest = Path(dest).expanduser().absolute() if dest is not None else cli_cache_dir()
     clis = pinned_clis()
     todo = missing(dest, clis)

@@ -161,6 +161,7 @@ def run_loopback(backend: str, scenario: str, *, timeout_s: float | None = None)
             outcome=outcome,
             requests=requests,
             machine_paths=[
+                (_mangled(base / "run" / "cwd"), "-tmp-harnesscheck-run-run-cwd"),  # claude's project dir name
                 (str(base / "run" / "cwd"), "{{cwd}}"),
                 (str(base), "/tmp/harnesscheck-run"),
                 (os.path.realpath(str(base)), "/tmp/harnesscheck-run"),
@@ -170,6 +171,27 @@ def run_loopback(backend: str, scenario: str, *, timeout_s: float | None = None)
         )
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _mangled(path: Path) -> str:
+    """Claude names a project's state dir after its cwd with every other char as `-`."""
+    return re.sub(r"[^A-Za-z0-9]", "-", str(path))
+
+
+def outcome_summary(outcome: Any) -> dict:
+    """What the transport made of the live session: replaying the recording offline must
+    give the same (tests/test_loopback_recordings.py)."""
+    u = outcome.usage
+    return {
+        "status": outcome.status.value,
+        "error_class": outcome.error_class.value if outcome.error_class else None,
+        "usage": {"input": u.input, "output": u.output, "cache_read": u.cache_read, "cache_write": u.cache_write},
+        "served_model": outcome.served_model,
+        "model_verdict": outcome.model_verdict.value,
+        "tools_used": list(outcome.tools_used),
+        "native_tool_calls": list(outcome.native_tool_calls),
+        "refusals": len(outcome.refusals),
+    }
 
 
 # ---------------------------------------------------------------------------------------
@@ -256,6 +278,7 @@ def to_fixture(rec: Recording) -> dict:
             "scenario": rec.scenario,
             "date": date.today().isoformat(),
             "recorded_by": f"harnesscheck {__version__} record (scripted model server on 127.0.0.1)",
+            "live_outcome": outcome_summary(rec.outcome),
             "notes": (
                 "raw stdout of the real CLI, scrubbed (secrets, temp paths, home, port)"
                 + ("; the host ended the session (deadline or early stop): replay ends in a hang" if rec.ended_by_host else "")

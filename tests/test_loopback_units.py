@@ -1,0 +1,161 @@
+"""Loopback pieces that need no real CLI: install-clis logic, the transports' loopback
+seam (config and env), scrubbing, and the drift comparison."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from harnesscheck.loopback import install
+from harnesscheck.loopback.drift import compare, field_paths
+from harnesscheck.loopback.endpoint import CODEX_KEY_VAR, LoopbackEndpoint, claude_env, codex_env
+from harnesscheck.loopback.record import scrub_line
+
+
+# -- install-clis ------------------------------------------------------------------------
+
+
+def test_pinned_versions_come_from_the_registry():
+    from harnesscheck.registry import get_spec
+
+    pinned = {c.backend: c for c in install.pinned_clis()}
+    assert set(pinned) == {"claude-code", "codex"}
+    for backend, c in pinned.items():
+        spec = get_spec(backend)
+        assert (c.package, c.version, c.cli_name) == (spec.cli_package, spec.pinned_version, spec.cli_name)
+
+
+def test_npm_argv_pins_exact_versions_without_scripts(tmp_path):
+    argv = install.npm_argv("/usr/bin/npm", tmp_path, install.pinned_clis())
+    assert argv[:4] == ["/usr/bin/npm", "install", "--prefix", str(tmp_path)]
+    assert "--ignore-scripts" in argv and "--save-exact" in argv
+    assert "@anthropic-ai/claude-code@2.1.197" in argv and "@openai/codex@0.171.0" in argv
+
+
+def _fake_package(dest: Path, package: str, version: str, bin_name: str, script: str | None = None, body: str = "") -> None:
+    pkg = dest / "node_modules" / package
+    pkg.mkdir(parents=True)
+    manifest = {"name": package, "version": version}
+    if script is not None:
+        manifest["scripts"] = {"postinstall": script}
+    (pkg / "package.json").write_text(json.dumps(manifest))
+    bindir = dest / "node_modules" / ".bin"
+    bindir.mkdir(parents=True, exist_ok=True)
+    exe = bindir / bin_name
+    exe.write_text(body or f"#!/bin/sh\necho '{version} ({bin_name})'\n")
+    exe.chmod(0o755)
+
+
+def test_missing_detects_wrong_version_and_placeholder_binaries(tmp_path):
+    clis = [install.PinnedCli("x", "xcli", "@v/x", "1.2.3"), install.PinnedCli("y", "ycli", "y", "2.0.0")]
+    _fake_package(tmp_path, "@v/x", "1.2.3", "xcli")
+    _fake_package(tmp_path, "y", "2.0.0", "ycli", body="#!/bin/sh\necho 'not installed' >&2\nexit 1\n")
+    assert [c.backend for c in install.missing(tmp_path, clis)] == ["y"]  # placeholder prints no version
+    assert install.installed_version(tmp_path, "@v/x") == "1.2.3"
+    assert install.installed_version(tmp_path, "nope") is None
+
+
+def test_postinstall_runs_only_a_plain_node_script(tmp_path):
+    c = install.PinnedCli("x", "xcli", "x", "1.0.0")
+    _fake_package(tmp_path, "x", "1.0.0", "xcli", script="node install.cjs; curl evil")
+    assert install.run_postinstall(tmp_path, c, "node") == 3  # not a plain `node file`: refused
+    plain = install.PinnedCli("y", "ycli", "y", "1.0.0")
+    _fake_package(tmp_path, "y", "1.0.0", "ycli")
+    assert install.run_postinstall(tmp_path, plain, "node") == 0  # no script: nothing to run
+
+
+def test_install_is_a_no_op_when_everything_is_present(tmp_path, monkeypatch, capsys):
+    clis = [install.PinnedCli("x", "xcli", "x", "1.2.3")]
+    _fake_package(tmp_path, "x", "1.2.3", "xcli")
+    monkeypatch.setattr(install, "pinned_clis", lambda: clis)
+    monkeypatch.setattr(install.shutil, "which", lambda name: pytest.fail("npm must not run"))
+    assert install.install(tmp_path) == 0
+    assert "present" in capsys.readouterr().out
+
+
+# -- the transports' loopback seam ---------------------------------------------------------
+
+
+def test_endpoint_is_loopback_only():
+    LoopbackEndpoint("http://127.0.0.1:8080")
+    for bad in ("https://127.0.0.1:1", "http://10.0.0.1:80", "http://example.invalid:80"):
+        with pytest.raises(ValueError):
+            LoopbackEndpoint(bad)
+
+
+def test_claude_seam_injects_endpoint_and_reads_no_host_credential(tmp_path):
+    from harnesscheck.providers.claude_code import ClaudeCodeTransport
+    from harnesscheck.registry import get_spec
+
+    ep = LoopbackEndpoint("http://127.0.0.1:9999", api_key="sk-loopback-test-0001")
+    host = {"PATH": "/usr/bin", "HOME": str(tmp_path), "CLAUDE_CODE_OAUTH_TOKEN": "host-real-token-should-not-pass"}
+    t = ClaudeCodeTransport(get_spec("claude-code"), parent_env=host, loopback=ep, check_version=False)
+    assert t.injections["ANTHROPIC_BASE_URL"] == ep.base_url
+    assert t.injections["CLAUDE_CODE_OAUTH_TOKEN"] == "sk-loopback-test-0001"
+    assert t._credentials(tmp_path) == {}  # the host token is never read in loopback mode
+    assert claude_env(ep)["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1"
+
+
+def test_codex_seam_writes_a_loopback_provider_at_top_level(tmp_path):
+    from harnesscheck.contracts import AgentSessionRequest
+    from harnesscheck.providers._harness import new_session_context
+    from harnesscheck.providers.codex import CodexTransport
+    from harnesscheck.registry import get_spec
+    from harnesscheck.scope import ToolScope
+
+    root = tmp_path / "work"
+    root.mkdir()
+    ep = LoopbackEndpoint("http://127.0.0.1:9999")
+    t = CodexTransport(get_spec("codex"), parent_env={"PATH": "/usr/bin", "HOME": str(tmp_path)}, loopback=ep)
+    req = AgentSessionRequest(prompt="x", scope=ToolScope(name="t", root=root, read_only=True), run_dir=tmp_path / "run")
+    ctx = new_session_context(req, "codex")
+    inv = t.invocation(ctx, req, Path("/usr/bin/codex"), tool_less=False)
+    config = tomllib.loads((Path(inv.injections["CODEX_HOME"]) / "config.toml").read_text())
+    provider = config["model_providers"][config["model_provider"]]
+    assert provider["base_url"] == "http://127.0.0.1:9999/v1" and provider["wire_api"] == "responses"
+    assert provider["env_key"] == CODEX_KEY_VAR and provider["supports_websockets"] is False
+    assert inv.injections[CODEX_KEY_VAR] == codex_env(ep)[CODEX_KEY_VAR]
+    assert config["features"]["shell_tool"] is False and config["web_search"] == "disabled"
+    assert list(config["mcp_servers"]) == ["bridge"]
+    assert not (Path(inv.injections["CODEX_HOME"]) / "auth.json").exists()
+
+
+# -- scrubbing and drift -------------------------------------------------------------------
+
+
+def test_scrub_replaces_paths_port_and_secrets():
+    line = json.dumps({"cwd": "/tmp/abc/run/cwd", "x": "/tmp/abc/other", "u": "http://127.0.0.1:43817/v1", "k": "sk-loopback-dummy-0000"})
+    out = scrub_line(line, [("/tmp/abc/run/cwd", "{{cwd}}"), ("/tmp/abc", "/tmp/harnesscheck-run")])
+    assert "/tmp/abc" not in out and "{{cwd}}" in out and "/tmp/harnesscheck-run/other" in out
+    assert "127.0.0.1:PORT" in out and "43817" not in out
+    assert "sk-loopback-dummy-0000" not in out
+
+
+def _fx(*events, version="1.0.0"):
+    return {"provenance": {"cli_version": version}, "steps": [{"emit": e} for e in events] + [{"exit": 0}]}
+
+
+def test_drift_ignores_values_and_reports_shape_changes():
+    a = _fx({"type": "result", "subtype": "success", "usage": {"input_tokens": 1}, "modelUsage": {"m1": {"x": 1}}})
+    same = _fx({"type": "result", "subtype": "success", "usage": {"input_tokens": 99}, "modelUsage": {"other": {"y": 2}}})
+    assert not compare("claude", "s", a, same).changed
+    changed = _fx(
+        {"type": "result", "subtype": "success", "usage": {"input_tokens": 1, "new_field": 0}},
+        {"type": "system", "subtype": "api_retry"},
+        version="1.1.0",
+    )
+    d = compare("claude", "s", a, changed)
+    assert d.changed and d.kinds_added == ["system/api_retry"]
+    assert d.fields_added == {"result/success": ["usage.new_field"]}
+    assert d.fields_removed == {"result/success": ["modelUsage", "modelUsage{}"]}
+    assert "1.0.0 -> 1.1.0" in d.lines()[0]
+
+
+def test_field_paths_treat_list_items_alike_and_codex_items_by_type():
+    from harnesscheck.loopback.drift import event_kind
+
+    assert field_paths({"a": [{"b": 1}, {"c": 2}]}) == {"a", "a[].b", "a[].c"}
+    assert event_kind({"type": "item.completed", "item": {"type": "agent_message"}}) == "item.completed/agent_message"
