@@ -95,10 +95,16 @@ def _naive_run_process(argv, *, env, cwd, on_line, timeout_s, stdin_bytes=None, 
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        ending[0] = Ending.deadline
+    deadline = started + timeout_s
+    while proc.poll() is None:
+        if cancel is not None and cancel.is_set():
+            ending[0] = Ending.cancelled
+            break
+        if time.monotonic() >= deadline:
+            ending[0] = Ending.deadline
+            break
+        time.sleep(0.05)
+    if proc.poll() is None:
         proc.kill()  # the direct child only
         proc.wait()
     reader.join(timeout=1.0)  # grandchildren hold the pipe: give up on them

@@ -510,6 +510,7 @@ def adapter_kind(spec: ProviderSpec) -> str:
 
 def level_available(spec: ProviderSpec, level: str) -> tuple[bool, str]:
     """Whether this machine can run `spec` at `level` (offline always can)."""
+    _load_level_providers()
     kind = adapter_kind(spec)
     if level == "offline":
         return True, ""
@@ -523,7 +524,13 @@ def level_available(spec: ProviderSpec, level: str) -> tuple[bool, str]:
     return False, f"no {level} adapter for {spec.id} is installed"
 
 
+def _load_level_providers() -> None:
+    """The live level registers itself on import (loopback registers lazily, below)."""
+    import harnesscheck.kit.live_adapter  # noqa: F401
+
+
 def adapter_for(spec: ProviderSpec, level: str, tmp_path: Path) -> BackendUnderTest:
+    _load_level_providers()
     kind = adapter_kind(spec)
     if (kind, level) in LEVEL_PROVIDERS:
         return LEVEL_PROVIDERS[(kind, level)](spec, level, tmp_path)

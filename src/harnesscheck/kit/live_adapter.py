@@ -1,0 +1,102 @@
+"""The live level: the real CLI (or the real API) with the user's real login, on a budget.
+
+Reached only through `pytest -m live --backend ID` (verify runs live only when asked).
+Never in CI: with CI set, every live cell is skipped `budget`. A missing binary or login is
+skipped `env-missing` with the exact thing that is missing. Each live run is one session of
+at most LIVE_MAX_TURNS turns and LIVE_TIMEOUT_S seconds in a throwaway worktree.
+"""
+
+from __future__ import annotations
+
+import os
+
+from harnesscheck.config import Settings
+from harnesscheck.kit.adapters import LEVEL_PROVIDERS, BackendUnderTest, Facts, Setup, SkipCell
+
+LIVE_MAX_TURNS = 2
+LIVE_TIMEOUT_S = 120.0
+LIVE_SCENARIOS = ("success", "tool_calls")
+
+
+def _missing(spec) -> str | None:
+    """What this machine lacks for a live run of `spec`, or None."""
+    if os.environ.get("CI"):
+        return "CI is set: live checks never run in CI"
+    if spec.cli_name:
+        from harnesscheck.contracts import HarnessError
+        from harnesscheck.registry import find_cli
+
+        try:
+            find_cli(spec, Settings(backend=spec.id))
+        except HarnessError as exc:
+            return exc.message
+        return _login_missing(spec)
+    if spec.id == "api":
+        mode = os.environ.get("HARNESS_API_MODE") or "anthropic_messages"
+        var = "ANTHROPIC_API_KEY" if mode == "anthropic_messages" else "OPENAI_API_KEY"
+        if not os.environ.get(var):
+            return f"{var} is not set (api_mode {mode})"
+        if not os.environ.get("HARNESS_BACKEND_MODEL"):
+            return "HARNESS_BACKEND_MODEL is not set"
+        return None
+    return f"{spec.id} has no live level"
+
+
+def _login_missing(spec) -> str | None:
+    """Whether the user's login for the CLI is present (checked on disk, without running it)."""
+    from pathlib import Path
+
+    home = Path(os.path.expanduser("~"))
+    if spec.id == "claude-code":
+        if os.environ.get("CLAUDE_CODE_OAUTH_TOKEN"):
+            return None
+        config = Path(os.environ.get("CLAUDE_CONFIG_DIR") or home / ".claude")
+        cred = config / ".credentials.json"
+        return None if cred.is_file() else f"no Claude login: neither CLAUDE_CODE_OAUTH_TOKEN nor {cred} (run `claude /login`)"
+    if spec.id == "codex":
+        auth = Path(os.environ.get("CODEX_HOME") or home / ".codex") / "auth.json"
+        return None if auth.is_file() else f"no Codex login: {auth} is missing (run `codex login`)"
+    if spec.id == "cursor":
+        config = home / ".cursor" / "cli-config.json"
+        if os.environ.get("CURSOR_API_KEY") or config.is_file():
+            return None
+        return f"no Cursor login: neither CURSOR_API_KEY nor {config} (run `cursor-agent login`)"
+    return f"the kit does not know how {spec.id} logs in: no live level"
+
+
+class LiveAdapter(BackendUnderTest):
+    name = "live"
+
+    @staticmethod
+    def available(spec) -> tuple[bool, str]:
+        why = _missing(spec)
+        return why is None, why or ""
+
+    @staticmethod
+    def cli_version(spec) -> str | None:
+        if not spec.cli_name or _missing(spec):
+            return None
+        from harnesscheck.registry import find_cli
+
+        return find_cli(spec, Settings(backend=spec.id)).version
+
+    def prepare(self, scenario, ws, *, tool_calls, model, timeout_s, echo) -> Setup:
+        why = _missing(self.spec)
+        if why:
+            reason = "budget" if why.startswith("CI is set") else "env-missing"
+            raise SkipCell(reason, why)
+        if scenario not in LIVE_SCENARIOS:
+            raise SkipCell("budget", f"live runs only {', '.join(LIVE_SCENARIOS)}")
+        settings = Settings.from_env().model_copy(update={"backend": self.spec.id, "timeout_s": LIVE_TIMEOUT_S})
+        from harnesscheck.registry import build_transport
+
+        return Setup(build_transport(self.spec, settings), Facts(), model=model)
+
+    def run(self, scenario, **kwargs):
+        kwargs["max_iters"] = min(kwargs.get("max_iters", LIVE_MAX_TURNS), LIVE_MAX_TURNS)
+        kwargs["timeout_s"] = min(kwargs.get("timeout_s", LIVE_TIMEOUT_S), LIVE_TIMEOUT_S)
+        return super().run(scenario, **kwargs)
+
+
+for _kind in ("harness", "api"):
+    LEVEL_PROVIDERS.setdefault((_kind, "live"), LiveAdapter)
