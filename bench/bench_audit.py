@@ -1,6 +1,6 @@
 """Audit throughput and memory over large generated event logs (claude, codex, cursor).
 
-    .venv/bin/python bench/bench_audit.py [--mb 200]
+    .venv/bin/python bench/bench_audit.py [--mb 100]
 
 Each log mixes the real event shapes: assistant text, bridge tool uses, native tool uses,
 tool results carrying large file contents (the bulk of a real log), and noise. Target:
@@ -91,7 +91,7 @@ def write_log(path: Path, cli: str, target_bytes: int) -> tuple[int, int]:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mb", type=int, default=200)
+    ap.add_argument("--mb", type=int, default=100)
     ns = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-audit-") as tmp:
         base = Path(tmp)
