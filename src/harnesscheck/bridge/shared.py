@@ -110,6 +110,8 @@ class SharedBridge:
             manager = StreamableHTTPSessionManager(
                 app=server,
                 json_response=True,  # one JSON body per request: no event stream to hold open
+                session_idle_timeout=None,  # lifetime is add_session .. remove_session, not idleness
+                max_sessions=8,  # one CLI, a few reconnects at most
                 security_settings=TransportSecuritySettings(
                     enable_dns_rebinding_protection=True,
                     allowed_hosts=[here],
