@@ -139,73 +139,93 @@ MCP_PROTOCOL_VERSION = "2025-06-18"
 
 
 class McpClient:
-    """A minimal MCP stdio client (newline-delimited JSON-RPC), enough to list and call tools."""
+    """A minimal MCP stdio client (newline-delimited JSON-RPC), enough to list and call tools.
+
+    The server is started the way the CLIs do: command + args, the fake's own env plus the
+    config's `env`, the fake's cwd; its stderr is discarded (the CLIs log it elsewhere).
+    """
 
     def __init__(self, name: str, entry: dict, timeout: float):
         self.name = name
         self.timeout = timeout
         self.next_id = 0
         self.tools: list[str] = []
+        self._buf = b""
         env = {**os.environ, **{str(k): str(v) for k, v in (entry.get("env") or {}).items()}}
         self.proc = subprocess.Popen(
             [entry["command"], *[str(a) for a in entry.get("args") or []]],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
             env=env,
         )
 
     def request(self, method: str, params: dict) -> dict:
+        """Send a request and return its whole response message (result or error)."""
         self.next_id += 1
         self._send({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
         deadline = time.monotonic() + self.timeout
         while True:
-            line = self._readline(deadline)
-            msg = json.loads(line)
+            msg = self._next_message(deadline)
             if msg.get("id") == self.next_id:
-                if "error" in msg:
-                    raise RuntimeError(f"{method}: {msg['error']}")
-                return msg.get("result") or {}
+                return msg
 
     def _send(self, msg: dict) -> None:
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(msg).encode() + b"\n")
         self.proc.stdin.flush()
 
-    def _readline(self, deadline: float) -> bytes:
+    def _next_message(self, deadline: float) -> dict:
         import select
 
         assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
-        buf = b""
-        while not buf.endswith(b"\n"):
+        while True:
+            while b"\n" in self._buf:
+                line, self._buf = self._buf.split(b"\n", 1)
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(msg, dict):
+                    return msg
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
                 raise TimeoutError(f"MCP server {self.name} did not answer in time")
-            chunk = os.read(fd, 1)  # byte-wise: never read past the line (no buffering layer)
+            chunk = os.read(fd, 65536)
             if not chunk:
                 raise EOFError(f"MCP server {self.name} closed its stdout")
-            buf += chunk
-        return buf
+            self._buf += chunk
 
-    def connect(self) -> None:
-        self.request("initialize", {"protocolVersion": MCP_PROTOCOL_VERSION, "capabilities": {},
-                                    "clientInfo": {"name": "fakecli", "version": "0"}})
+    def connect(self, client_name: str = "fakecli") -> None:
+        init = self.request("initialize", {"protocolVersion": MCP_PROTOCOL_VERSION, "capabilities": {},
+                                           "clientInfo": {"name": client_name, "version": "0"}})
+        if "error" in init:
+            raise RuntimeError(f"initialize: {init['error']}")
         self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        listed = self.request("tools/list", {})
-        self.tools = [t["name"] for t in listed.get("tools", []) if isinstance(t, dict) and "name" in t]
 
-    def call(self, tool: str, arguments: dict) -> tuple[str, bool]:
-        result = self.request("tools/call", {"name": tool, "arguments": arguments})
+    def list_tools(self) -> list[str]:
+        listed = self.request("tools/list", {}).get("result") or {}
+        self.tools = [t["name"] for t in listed.get("tools", []) if isinstance(t, dict) and "name" in t]
+        return self.tools
+
+    def call(self, tool: str, arguments: dict) -> tuple[str, bool, object]:
+        """(text, is_error, protocol_error) of one tools/call."""
+        msg = self.request("tools/call", {"name": tool, "arguments": arguments})
+        result = msg.get("result") or {}
         text = "".join(c.get("text", "") for c in result.get("content", []) if isinstance(c, dict))
-        return text, bool(result.get("isError"))
+        return text, bool(result.get("isError")) or "error" in msg, msg.get("error")
 
     def close(self) -> None:
         try:
             if self.proc.stdin:
                 self.proc.stdin.close()
-            self.proc.wait(timeout=2)
+            self.proc.wait(timeout=5)
         except (OSError, subprocess.TimeoutExpired):
             self.proc.kill()
+            self.proc.wait()
+
+
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 
 
@@ -343,14 +363,33 @@ class Fake:
         }
 
     def _mcp_servers(self) -> dict:
-        """{name: entry} from every --mcp-config (file path or inline JSON)."""
+        """{name: entry} from wherever this CLI reads MCP servers: claude `--mcp-config` (file
+        or inline JSON), codex `$CODEX_HOME/config.toml`, cursor `$HOME/.cursor/mcp.json` or
+        `./.cursor/mcp.json`."""
         servers: dict = {}
-        for name in self._mcp_configs():
+        for value in self._mcp_configs():
             try:
-                text = name if name.lstrip().startswith("{") else Path(name).read_text(encoding="utf-8")
+                text = value if value.lstrip().startswith("{") else Path(value).read_text(encoding="utf-8")
                 servers.update(json.loads(text).get("mcpServers") or {})
             except (OSError, ValueError, AttributeError):
                 pass
+        codex_home = os.environ.get("CODEX_HOME")
+        if codex_home and (Path(codex_home) / "config.toml").is_file():
+            import tomllib
+
+            try:
+                cfg = tomllib.loads((Path(codex_home) / "config.toml").read_text(encoding="utf-8"))
+                servers.update({k: v for k, v in (cfg.get("mcp_servers") or {}).items() if k not in servers})
+            except (OSError, ValueError):
+                pass
+        for base in (Path(os.environ.get("HOME", "/nonexistent")), Path.cwd()):
+            path = base / ".cursor" / "mcp.json"
+            if path.is_file():
+                try:
+                    cfg = json.loads(path.read_text(encoding="utf-8"))
+                    servers.update({k: v for k, v in (cfg.get("mcpServers") or {}).items() if k not in servers})
+                except (OSError, ValueError, AttributeError):
+                    pass
         return servers
 
     def connect_mcp(self) -> None:
@@ -362,7 +401,8 @@ class Fake:
             try:
                 client = McpClient(name, entry, timeout)
                 try:
-                    client.connect()
+                    client.connect(f"fake-{self.cli}")
+                    client.list_tools()
                     self.mcp[name] = client
                     status = "connected"
                 except (OSError, ValueError, RuntimeError, TimeoutError, EOFError):
@@ -505,7 +545,7 @@ class Fake:
             if client is None:
                 ph["mcp_result_text"], ph["mcp_result_is_error"] = "MCP server not connected", True
             else:
-                ph["mcp_result_text"], ph["mcp_result_is_error"] = client.call(call["tool"], call.get("arguments") or {})
+                ph["mcp_result_text"], ph["mcp_result_is_error"], _ = client.call(call["tool"], call.get("arguments") or {})
         elif "exit" in step:
             self.out.flush()
             self.err.flush()
@@ -516,103 +556,44 @@ class Fake:
             raise SystemExit(f"fake {self.cli}: unknown scenario step {sorted(step)}")
         return None
 
-    # -- MCP client (the "mcp_calls" step) -------------------------------------------------
-
-    def mcp_server(self, name: str) -> dict | None:
-        """The server entry `name` from wherever this CLI reads its MCP configuration."""
-        for value in self._mcp_configs():
-            try:
-                cfg = json.loads(value) if value.lstrip().startswith("{") else json.loads(Path(value).read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue
-            if name in (cfg.get("mcpServers") or {}):
-                return cfg["mcpServers"][name]
-        codex_home = os.environ.get("CODEX_HOME")
-        if codex_home and (Path(codex_home) / "config.toml").is_file():
-            import tomllib
-
-            cfg = tomllib.loads((Path(codex_home) / "config.toml").read_text(encoding="utf-8"))
-            if name in (cfg.get("mcp_servers") or {}):
-                return cfg["mcp_servers"][name]
-        for base in (Path(os.environ.get("HOME", "/nonexistent")), Path.cwd()):
-            path = base / ".cursor" / "mcp.json"
-            if path.is_file():
-                try:
-                    cfg = json.loads(path.read_text(encoding="utf-8"))
-                except ValueError:
-                    continue
-                if name in (cfg.get("mcpServers") or {}):
-                    return cfg["mcpServers"][name]
-        return None
+    # -- the "mcp_calls" step ----------------------------------------------------------
 
     def mcp_calls(self, calls: list[dict], name: str, timeout_s: float = 60.0) -> None:
-        import select
-
-        server = self.mcp_server(name)
+        """Call tools like the CLI would; one `mcp_result` record per call. Reuses the
+        connection made by `"mcp": "connect"`, else starts the server for this step."""
         record = self._append if self.record_path is not None else (lambda rec: None)
-        if server is None or not server.get("command"):
-            record({"kind": "mcp_result", "error": f"no MCP server {name!r} configured"})
-            return
-        env = {**os.environ, **{k: str(v) for k, v in (server.get("env") or {}).items()}}
-        try:
-            proc = subprocess.Popen(
-                [server["command"], *server.get("args", [])], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL, env=env,
-            )
-        except OSError as exc:
-            record({"kind": "mcp_result", "error": f"cannot start {server['command']}: {exc.strerror}"})
-            return
-        deadline = time.monotonic() + timeout_s
-        buf = b""
-
-        def send(msg: dict) -> None:
-            proc.stdin.write((json.dumps(msg) + "\n").encode())
-            proc.stdin.flush()
-
-        def answer(msg_id: int) -> dict | None:
-            nonlocal buf
-            while time.monotonic() < deadline:
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    try:
-                        msg = json.loads(line)
-                    except ValueError:
-                        continue
-                    if msg.get("id") == msg_id:
-                        return msg
-                ready, _, _ = select.select([proc.stdout], [], [], 0.2)
-                if ready:
-                    chunk = os.read(proc.stdout.fileno(), 65536)
-                    if not chunk:
-                        return None
-                    buf += chunk
-            return None
-
-        try:
-            send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": f"fake-{self.cli}", "version": "0"}}})
-            if answer(1) is None:
-                record({"kind": "mcp_result", "error": "the MCP server never answered initialize"})
+        client = self.mcp.get(name)
+        own = client is None
+        if own:
+            entry = self._mcp_servers().get(name)
+            if not entry or not entry.get("command"):
+                record({"kind": "mcp_result", "error": f"no MCP server {name!r} configured"})
                 return
-            send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-            for i, call in enumerate(calls):
-                send({"jsonrpc": "2.0", "id": 2 + i, "method": "tools/call",
-                      "params": {"name": call["name"], "arguments": call.get("arguments", {})}})
-                msg = answer(2 + i) or {}
-                result = msg.get("result") or {}
-                text = "".join(c.get("text", "") for c in result.get("content", []) if isinstance(c, dict))
-                record({"kind": "mcp_result", "name": call["name"], "arguments": call.get("arguments", {}),
-                        "is_error": bool(result.get("isError")) or "error" in msg, "text": text,
-                        "protocol_error": msg.get("error")})
+            try:
+                client = McpClient(name, entry, timeout_s)
+            except OSError as exc:
+                record({"kind": "mcp_result", "error": f"cannot start {entry['command']}: {exc.strerror}"})
+                return
+        try:
+            if own:
+                try:
+                    client.connect(f"fake-{self.cli}")
+                except (TimeoutError, EOFError, RuntimeError):
+                    record({"kind": "mcp_result", "error": "the MCP server never answered initialize"})
+                    return
+            for call in calls:
+                args = call.get("arguments", {})
+                try:
+                    text, is_error, protocol_error = client.call(call["name"], args)
+                except (TimeoutError, EOFError):
+                    text, is_error, protocol_error = "", True, "no answer"
+                record({"kind": "mcp_result", "name": call["name"], "arguments": args,
+                        "is_error": is_error, "text": text, "protocol_error": protocol_error})
         except (BrokenPipeError, OSError) as exc:
             record({"kind": "mcp_result", "error": f"MCP session broke: {exc.__class__.__name__}"})
         finally:
-            try:
-                proc.stdin.close()
-                proc.wait(timeout=5)
-            except Exception:
-                proc.kill()
-                proc.wait()
+            if own:
+                client.close()
 
     def oversize_line(self, size: int, template: dict | None, ph: dict) -> bytes:
         obj = self.fill(template or DEFAULT_OVERSIZE_TEMPLATE, {**ph, "pad": "{{pad}}"})

@@ -123,7 +123,8 @@ VOLATILE = {"duration_s", "signal", "exit_code", "orphan_suspected", "stderr_tai
 def test_fixture_outcome_snapshot(name, worktree, tmp_path, snapshot):
     fake = install_fake_cli("claude", name, tmp_path / "bin")
     hangs = any("hang" in s for s in load_fixture("claude", name)["steps"])
-    outcome = run(fake, worktree, tmp_path, timeout_s=2.0 if hangs else 30.0)
+    outcome = run(fake, worktree, tmp_path, timeout_s=2.0 if hangs else 30.0, session_id=f"snap-{name}")
+    assert outcome.session_id == f"snap-{name}"  # the host's id: it keys the traces
     assert outcome.model_dump(mode="json", exclude=VOLATILE) == snapshot
     assert no_survivors(fake) == []
 

@@ -318,9 +318,11 @@ class HarnessTransport:
                     run_marker=f"{ctx.session_id}-{uuid.uuid4().hex[:8]}",
                 )
             outcome = parser.outcome(result)
+            parser_session_id = outcome.session_id
             outcome = self._finish(outcome, ctx, result, info, redact)
             tracer.record(
                 "session_end",
+                cli_session_id=parser_session_id,
                 status=str(outcome.status),
                 error_class=str(outcome.error_class) if outcome.error_class else None,
                 ending=str(result.ending),
@@ -344,8 +346,9 @@ class HarnessTransport:
             "stderr_tail": redact(result.stderr_tail or ""),
             "message": redact(outcome.message),
         }
-        if outcome.session_id is None:
-            update["session_id"] = ctx.session_id
+        # The host's session id: it keys the bridge trace and the session trace. The CLI's own
+        # id (if it printed one) is kept in the session trace as cli_session_id.
+        update["session_id"] = ctx.session_id
         if ctx.bridge_trace is not None:
             from harnesscheck.bridge.spec import summarize_trace
 
