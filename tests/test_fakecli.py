@@ -196,3 +196,31 @@ def test_fixture_name_resolves(tmp_path):
         pytest.skip("claude fixtures not present yet")
     fake = install_fake_cli("claude", "success", tmp_path)
     assert fake.scenario_path == fixture_path("claude", "success")
+
+
+def test_render_replays_output_steps_without_side_effects():
+    import sys
+
+    sys.path.insert(0, str(fake_clis_dir()))
+    import _fakecli
+
+    scenario = {"default_model": "m-1[1m]", "steps": [
+        {"spawn": "sleep 1000"}, {"delay": 100}, {"stderr": "x"},
+        {"emit": {"model": "{{model}}", "base": "{{model_base}}"}}, {"noise": "n"}, {"hang": True}, {"emit": {"never": 1}}]}
+    data, code = _fakecli.render("claude", scenario)
+    assert code is None  # it hangs
+    assert data.splitlines() == [b'{"model":"m-1[1m]","base":"m-1"}', b"n"]
+    assert _fakecli.render("claude", {"steps": [{"emit": "a"}, {"exit": 3}]}) == (b"a\n", 3)
+
+
+def test_records_list_config_homes_by_name_only(tmp_path):
+    fake = install_fake_cli("claude", {"steps": []}, tmp_path / "bin")
+    home = tmp_path / "cfg"
+    home.mkdir()
+    (home / "secret.json").write_text("TOP-SECRET")
+    (home / "link").symlink_to(tmp_path / "elsewhere")
+    env = {"PATH": os.environ["PATH"], "CLAUDE_CONFIG_DIR": str(home)}
+    subprocess.run([str(fake.path)], stdin=subprocess.DEVNULL, env=env, cwd=tmp_path, capture_output=True, timeout=30)
+    rec = fake.last()
+    assert rec["config_dirs"]["CLAUDE_CONFIG_DIR"] == {"link": "link:" + str(tmp_path / "elsewhere"), "secret.json": "file"}
+    assert "TOP-SECRET" not in json.dumps(rec)
