@@ -494,3 +494,52 @@ def test_child_starts_with_default_signal_dispositions_and_mask(tmp_path: Path) 
     masks = dict(line.split(":\t") for line in lines.lines)
     assert int(masks["SigIgn"], 16) == 0
     assert int(masks["SigBlk"], 16) == 0
+
+
+# --- framing property (the framer alone, every chunking) -----------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from harnesscheck.process import _Run  # noqa: E402
+
+_line_bytes = st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"").rstrip(b"\r"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=st.lists(_line_bytes, max_size=12),
+    crlf=st.lists(st.booleans(), min_size=12, max_size=12),
+    tail=_line_bytes,
+    cuts=st.lists(st.integers(min_value=0, max_value=600), max_size=12),
+)
+def test_framing_is_independent_of_chunking(lines, crlf, tail, cuts) -> None:
+    data = b"".join(line + (b"\r\n" if crlf[i] else b"\n") for i, line in enumerate(lines)) + tail
+    bounds = sorted({c for c in cuts if c < len(data)} | {0, len(data)})
+    seen: list[str] = []
+    run = _Run(seen.append, max_line_bytes=64, tail_bytes=16)
+    for a, b in zip(bounds, bounds[1:]):
+        run.feed_out(data[a:b])
+    assert seen == [line.decode("utf-8", "replace") for line in lines]
+    assert run.partial_tail() == (tail.decode("utf-8", "replace") if tail else None)
+    assert not run.oversize
+
+
+@settings(max_examples=200, deadline=None)
+@given(size=st.integers(min_value=0, max_value=200), limit=st.integers(min_value=1, max_value=100),
+       chunk=st.integers(min_value=1, max_value=50))
+def test_oversize_exactly_past_the_limit(size: int, limit: int, chunk: int) -> None:
+    data = b"x" * size + b"\r\n"
+    seen: list[str] = []
+    run = _Run(seen.append, max_line_bytes=limit, tail_bytes=16)
+    for i in range(0, len(data), chunk):
+        run.feed_out(data[i : i + chunk])
+    assert run.oversize is (size > limit)
+    assert seen == ([] if size > limit else ["x" * size])
+
+
+def test_stderr_ring_keeps_only_the_tail() -> None:
+    run = _Run(lambda line: None, max_line_bytes=64, tail_bytes=10)
+    for i in range(1000):
+        run.feed_err(b"%d," % i)
+    assert bytes(run.err) == b"997,998,999,"[-10:] and run.err_dropped

@@ -344,26 +344,31 @@ class _Run:
         self.deliver = True  # False after oversize / stop: keep draining, stop calling on_line
 
     def feed_out(self, chunk: bytes) -> None:
+        """Append stdout bytes; deliver every complete line (a trailing CR is not counted)."""
         if self.oversize:
             return
         buf = self.out
         buf.extend(chunk)
         start = 0
-        while True:
-            nl = buf.find(b"\n", self.scan_from)
-            if nl < 0:
-                break
-            if nl - start > self.max_line_bytes:
-                self._set_oversize()
-                return
-            line = bytes(buf[start:nl])
-            start = nl + 1
-            self.scan_from = start
-            self._deliver(line)
-        if start:
-            del buf[:start]
-        self.scan_from = len(buf)
-        if len(buf) > self.max_line_bytes:
+        try:
+            while True:
+                nl = buf.find(b"\n", self.scan_from)
+                if nl < 0:
+                    break
+                end = nl - 1 if nl > start and buf[nl - 1] == 0x0D else nl
+                if end - start > self.max_line_bytes:
+                    self._set_oversize()
+                    return
+                line = bytes(buf[start:end])
+                start = self.scan_from = nl + 1
+                self._deliver(line)
+        finally:
+            if start and not self.oversize:
+                del buf[:start]
+            self.scan_from = len(self.out)
+        # A pending CR may belong to a CRLF: it does not count against the limit yet.
+        pending = len(buf) - (1 if buf and buf[-1] == 0x0D else 0)
+        if pending > self.max_line_bytes:
             self._set_oversize()
 
     def _set_oversize(self) -> None:
@@ -375,8 +380,6 @@ class _Run:
     def _deliver(self, line: bytes) -> None:
         if not self.deliver:
             return
-        if line.endswith(b"\r"):
-            line = line[:-1]
         try:
             action = self.on_line(line.decode("utf-8", "replace"))
         except BaseException:
