@@ -543,3 +543,25 @@ def test_stderr_ring_keeps_only_the_tail() -> None:
     for i in range(1000):
         run.feed_err(b"%d," % i)
     assert bytes(run.err) == b"997,998,999,"[-10:] and run.err_dropped
+
+
+def test_atexit_hook_kills_live_groups(tmp_path: Path) -> None:
+    """The interpreter-exit hook ends every tree still running (here called directly while
+    a session runs in a worker thread)."""
+    from harnesscheck import process
+
+    pidfile = tmp_path / "pids"
+    results = []
+    worker = threading.Thread(
+        target=lambda: results.append(run_process(
+            script("spawn_tree.py", str(pidfile), "--setsid"), env=ENV, cwd=tmp_path,
+            on_line=Lines(), timeout_s=300,
+        ))
+    )
+    worker.start()
+    pids = read_pids(pidfile)
+    process._kill_live_groups()
+    worker.join(timeout=120)
+    assert not worker.is_alive()
+    assert results and results[0].ending is Ending.exited and results[0].signal == signal.SIGKILL
+    assert survivors(pids) == []
