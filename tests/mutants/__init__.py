@@ -133,7 +133,7 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.harness:crash_counts_as_success": ("test_errors.py", "crash or auth_blocks"),
     "tests.mutants.harness:ignores_the_api_key_source": ("test_env.py", "auth_source or stripped"),
     "tests.mutants.harness:trusts_any_cli_path": ("test_selection.py", "cli_version or cli_missing or batch or registry"),
-    "tests.mutants.harness:leaves_stdin_open": ("test_time.py", "stdin"),
+    "tests.mutants.harness:leaves_stdin_open": ("test_time.py", "not_left_open"),
     "tests.mutants.harness:loads_the_worktree_dotenv": ("test_env.py", "worktree or argv"),
     "tests.mutants.harness:forgets_bridge_calls": ("test_scope.py", "bridge_reaches or dotdot or sibling or symlink_leaf or in_tree"),
     "tests.mutants.harness:passes_any_model_name": ("test_selection.py", "flag_values or prompt_never"),

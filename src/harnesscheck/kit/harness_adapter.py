@@ -60,7 +60,8 @@ def _emitted(scenario: dict) -> list[dict]:
 
 #: Provider credentials a backend is designed to hand its CLI as an explicit, traced
 #: injection (DESIGN "Child environment"): the subscription token of claude-code.
-PERMITTED_INJECTIONS: dict[str, frozenset[str]] = {"claude-code": frozenset({"CLAUDE_CODE_OAUTH_TOKEN"})}
+#: Keyed by CLI name: the token is what the `claude` CLI reads for a subscription login.
+PERMITTED_INJECTIONS: dict[str, frozenset[str]] = {"claude": frozenset({"CLAUDE_CODE_OAUTH_TOKEN"})}
 
 
 def fixture_facts(cli: str, scenario: dict, requested: str | None) -> Facts:
@@ -246,7 +247,7 @@ class HarnessAdapter(BackendUnderTest):
         for rec in run.trace:
             if rec.get("event") == "env_inject":
                 traced.update(rec.get("names") or [])
-        return set(PERMITTED_INJECTIONS.get(self.spec.id, frozenset())) & traced
+        return set(PERMITTED_INJECTIONS.get(self.spec.cli_name or "", frozenset())) & traced
 
     def mcp_servers(self, run: SessionRun) -> dict[str, dict]:
         """MCP servers the transport configured for the CLI, from wherever this CLI reads them."""
