@@ -132,6 +132,10 @@ def run_command(
     else:
         status = outcome.status.value + (f" ({outcome.error_class.value})" if outcome.error_class else "")
         print(f"{spec.id}: {status} in {outcome.duration_s:.1f} s")
+        if outcome.audit is not None:
+            from harnesscheck.report import verdict_line
+
+            print(f"  {verdict_line(facts, outcome)}")
         if outcome.message:
             print(f"  {redact(outcome.message)}")
         if outcome.text:

@@ -487,8 +487,9 @@ class CodexTransport(HarnessTransport):
     def invocation(self, ctx: SessionContext, request, cli: Path, *, tool_less: bool) -> Invocation:
         from harnesscheck.envpolicy import config_home
 
-        self._audit.before(ctx, request, worktree=self.audit_worktree)
-
+        model = request.model or self.settings.model
+        if model:
+            safe_model(model)  # refuse before anything is written or spawned
         _, codex_home = config_home(ctx.run_dir, "CODEX_HOME")
         home = Path(codex_home)
         tool_names = () if tool_less else request.scope.tool_names()
@@ -510,12 +511,12 @@ class CodexTransport(HarnessTransport):
             link.symlink_to(auth)
         user_home = ctx.run_dir / "home"
         user_home.mkdir(mode=0o700, exist_ok=True)
-        model = request.model or self.settings.model
         argv = [str(cli), "exec", "--json", "--sandbox", "read-only", "--skip-git-repo-check"]
         if model:
             argv.append(f"--model={safe_model(model)}")
         argv.append("-")  # the prompt comes on stdin, then EOF
         prompt = compose_prompt(request.system, request.prompt, tool_names)
+        self._audit.before(ctx, request, worktree=self.audit_worktree)
         return Invocation(
             argv=argv,
             injections={"CODEX_HOME": str(home), "HOME": str(user_home), **injections},

@@ -370,7 +370,9 @@ class CursorTransport(HarnessTransport):
         self._audit = SessionAudit("cursor")
 
     def invocation(self, ctx: SessionContext, request, cli: Path, *, tool_less: bool) -> Invocation:
-        self._audit.before(ctx, request, worktree=self.audit_worktree)
+        model = request.model or self.settings.model
+        if model:
+            safe_model(model)  # refuse before anything is written or spawned
         home = ctx.run_dir / "home"
         for sub in (home, home / ".cursor", home / ".config", home / ".config" / "cursor"):
             sub.mkdir(mode=0o700, exist_ok=True)
@@ -393,7 +395,6 @@ class CursorTransport(HarnessTransport):
             argv += ["--mode", "ask"]
         else:
             argv += ["--force", "--approve-mcps"]
-        model = request.model or self.settings.model
         if model:
             argv.append(f"--model={safe_model(model)}")
         prompt = compose_prompt(request.system, request.prompt, tool_names)
@@ -406,6 +407,7 @@ class CursorTransport(HarnessTransport):
             "XDG_STATE_HOME": str(home / ".local" / "state"),
             "NO_OPEN_BROWSER": "1",
         }
+        self._audit.before(ctx, request, worktree=self.audit_worktree)
         if len(data) > MAX_ARGV_PROMPT_BYTES:
             return Invocation(argv=argv, injections=injections, stdin_bytes=data)
         return Invocation(argv=[*argv, "--", prompt], injections=injections)
