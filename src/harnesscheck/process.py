@@ -469,23 +469,27 @@ def run_process(
     pgid = proc.pid  # start_new_session: the child leads its own session and group
     state = _Run(on_line, max_line_bytes, stderr_tail_bytes)
     sel = selectors.DefaultSelector()
-    assert proc.stdout is not None and proc.stderr is not None
     open_fds: dict[int, str] = {}
-    for stream, kind in ((proc.stdout, "out"), (proc.stderr, "err")):
-        os.set_blocking(stream.fileno(), False)
-        sel.register(stream.fileno(), selectors.EVENT_READ, kind)
-        open_fds[stream.fileno()] = kind
     stdin_view: memoryview | None = None
-    if proc.stdin is not None:
-        stdin_view = memoryview(stdin_bytes or b"")
-        if len(stdin_view):
-            os.set_blocking(proc.stdin.fileno(), False)
-            sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE, "in")
-        else:
-            _close_quietly(proc.stdin)
-    pidfd = _pidfd_open(proc.pid)
-    if pidfd is not None:
-        sel.register(pidfd, selectors.EVENT_READ, "exit")
+    pidfd: int | None = None
+
+    def setup() -> None:
+        nonlocal stdin_view, pidfd
+        assert proc.stdout is not None and proc.stderr is not None
+        for stream, kind in ((proc.stdout, "out"), (proc.stderr, "err")):
+            os.set_blocking(stream.fileno(), False)
+            sel.register(stream.fileno(), selectors.EVENT_READ, kind)
+            open_fds[stream.fileno()] = kind
+        if proc.stdin is not None:
+            stdin_view = memoryview(stdin_bytes or b"")
+            if len(stdin_view):
+                os.set_blocking(proc.stdin.fileno(), False)
+                sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE, "in")
+            else:
+                _close_quietly(proc.stdin)
+        pidfd = _pidfd_open(proc.pid)
+        if pidfd is not None:
+            sel.register(pidfd, selectors.EVENT_READ, "exit")
 
     def read_ready(timeout: float) -> None:
         """One selector round: write stdin, read pipes (and notice exit)."""
@@ -536,6 +540,7 @@ def run_process(
     orphans = False
     exit_seen_at: float | None = None
     try:
+        setup()
         while ending is None:
             now = time.monotonic()
             if cancel is not None and cancel.is_set():
