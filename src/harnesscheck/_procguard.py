@@ -19,8 +19,8 @@ the CLI directly), holds none of the CLI's pipes, and mirrors the CLI's exit sta
 only stdlib built-ins, so it starts in a few milliseconds.
 """
 
+import _signal as signal  # the C module: `signal` would import enum & co (~25 ms)
 import os
-import signal
 import sys
 
 DEATH_SIGNAL = signal.SIGUSR1
