@@ -91,6 +91,11 @@ def test_deny_wins_even_over_a_mistaken_allowlist(parent: dict[str, str]) -> Non
     assert child["UNLISTED_VAR"] == parent["UNLISTED_VAR"]  # the mistake itself is honoured
 
 
+def test_custom_deny_rules_are_case_insensitive() -> None:
+    policy = EnvPolicy(allow_names=frozenset({"acme_url", "Other"}), deny_prefixes=("acme_",), deny_names=frozenset({"other"}))
+    assert build_child_env({"acme_url": "x", "Other": "y"}, policy=policy) == {}
+
+
 def test_proxies_pass_only_when_configured(parent: dict[str, str]) -> None:
     child = build_child_env(parent, policy=EnvPolicy(pass_proxies=True))
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "no_proxy"):

@@ -24,7 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 REDACTED = "[REDACTED]"
 
@@ -71,6 +71,12 @@ class EnvPolicy(BaseModel):
     deny_prefixes: tuple[str, ...] = DEFAULT_DENY_PREFIXES
     deny_names: frozenset[str] = DEFAULT_DENY_NAMES
     pass_proxies: bool = False
+
+    @field_validator("deny_prefixes", "deny_names", mode="after")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        """Deny matching is case-insensitive: rules are kept upper-case."""
+        return type(value)(v.upper() for v in value)
 
     def allowed(self, name: str) -> bool:
         """True if `name` may be copied from the parent env."""
