@@ -190,9 +190,11 @@ def test_timeout_mid_stream_truncates_keeps_text_and_cancels_the_request(router,
     stalled = W.StallingStream(chunks[: (5 if mode == "anthropic_messages" else 4)])
     router.post(W.url(mode)).mock(side_effect=lambda req: W.sse_response(stalled))
     seen: list[str] = []
-    timeout_s = 1.0
+    timeout_s = 4.0  # lower bound for the streamed prefix to arrive on a loaded machine
+    t = transport(monkeypatch, mode)
+    t.llm.client()  # SDK import and client set-up happen before the clock starts
     started = time.monotonic()
-    out = transport(monkeypatch, mode).run_session(request(worktree, tmp_path, timeout_s=timeout_s), on_text=seen.append)
+    out = t.run_session(request(worktree, tmp_path, timeout_s=timeout_s), on_text=seen.append)
     elapsed = time.monotonic() - started
     assert out.status is OutcomeStatus.truncated and out.error_class is ErrorClass.timeout
     assert seen and out.text == "".join(seen)
@@ -299,6 +301,14 @@ def test_served_model_mismatch_fails_under_policy_fail(router, monkeypatch, work
     assert out.status is OutcomeStatus.error and out.error_class is ErrorClass.invalid_request
     assert out.model_verdict is ModelVerdict.mismatch and "some-other-model" in out.message
     assert route.call_count == 1 and out.tool_calls == 0, "no tool runs for a model that was not asked for"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_complete_keeps_the_served_model_guard_too(router, monkeypatch, mode):
+    router.post(W.url(mode)).mock(side_effect=W.script(mode, [W.Turn(text="pong", model="some-other-model")]))
+    out = transport(monkeypatch, mode, model_mismatch="fail").complete("ping")
+    assert out.status is OutcomeStatus.error and out.error_class is ErrorClass.invalid_request
+    assert out.model_verdict is ModelVerdict.mismatch
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -453,12 +463,14 @@ def test_real_socket_is_shut_down_on_timeout(monkeypatch, worktree, tmp_path):
     mode = "anthropic_messages"
     prefix = W.events(mode, W.Turn(text="Thinking out loud about it"))[:5]
     with _ScriptedServer(mode, [(prefix, True)]) as server:
+        t = transport(monkeypatch, mode, root=server.root)
+        t.llm.client()  # SDK import and client set-up happen before the clock starts
         started = time.monotonic()
-        out = transport(monkeypatch, mode, root=server.root).run_session(request(worktree, tmp_path, timeout_s=1.0))
+        out = t.run_session(request(worktree, tmp_path, timeout_s=4.0))
         elapsed = time.monotonic() - started
         assert server.client_gone.wait(15), "the server never saw the client go away"
     assert out.status is OutcomeStatus.truncated and out.error_class is ErrorClass.timeout and out.text
-    assert elapsed < 1.0 + 5 + 5
+    assert elapsed < 4.0 + 5 + 5
     assert no_watchdog_left()
 
 

@@ -156,8 +156,18 @@ class ApiTransport:
             except LLMError as err:
                 return self._failure(err, state, start)
         state.add_reply(reply)
+        if self._mismatch_fails(requested, reply):
+            return self._finish(state, start, OutcomeStatus.error, MISMATCH_ERROR_CLASS, self._mismatch_message(requested, reply))
         state.final_text = reply.text
         return self._finish(state, start, OutcomeStatus.ok)
+
+    def _mismatch_fails(self, requested: str, reply: Reply) -> bool:
+        """The served-model guard: a mismatch ends the session under HARNESS_MODEL_MISMATCH=fail."""
+        return self.settings.model_mismatch == "fail" and model_verdict(requested, reply.served_model) is ModelVerdict.mismatch
+
+    @staticmethod
+    def _mismatch_message(requested: str, reply: Reply) -> str:
+        return f"served model {reply.served_model!r} is not the requested {requested!r} (HARNESS_MODEL_MISMATCH=fail)"
 
     # -- the tool loop ---------------------------------------------------------------------
 
@@ -215,10 +225,8 @@ class ApiTransport:
                 state.add_partial(err.partial)
                 return self._failure(err, state, start)
             state.add_reply(reply)
-            verdict = model_verdict(requested, reply.served_model)
-            if verdict is ModelVerdict.mismatch and self.settings.model_mismatch == "fail":
-                message = f"served model {reply.served_model!r} is not the requested {requested!r} (HARNESS_MODEL_MISMATCH=fail)"
-                return self._finish(state, start, OutcomeStatus.error, MISMATCH_ERROR_CLASS, message)
+            if self._mismatch_fails(requested, reply):
+                return self._finish(state, start, OutcomeStatus.error, MISMATCH_ERROR_CLASS, self._mismatch_message(requested, reply))
             if not reply.tool_calls:
                 state.final_text = reply.text
                 return self._finish(state, start, OutcomeStatus.ok)
