@@ -172,7 +172,7 @@ class DescendantWatcher:
     """Polls /proc while a session runs and remembers every descendant of the CLI it sees
     (pid, argv, exec-time env), so checks can ask who survived and what env they got."""
 
-    def __init__(self, record: Path, interval_s: float = 0.1):
+    def __init__(self, record: Path, interval_s: float = 0.2):
         self.record = record
         self.interval_s = interval_s
         self.seen: dict[int, dict] = {}
@@ -369,10 +369,14 @@ class LoopbackAdapter(HarnessAdapter):
             trace.extend(read_trace(Path(request.run_dir) / name) if request.run_dir else [])
         run.trace = trace
         records = [r for r in read_records(setup.extra["record"]) if not set(r.get("argv", [])[1:2]) & _VERSION_FLAGS]
+        turns = server.turn_requests()
+        # The wrapper cannot read stdin without taking it from the CLI; what the model was
+        # given as the user's words is the loopback evidence of how the prompt arrived.
+        delivered = "\n".join(m["text"] for m in (turns[0].messages if turns else []) if m.get("role") == "user")
         for rec in records:
             rec["grandchildren"] = descendants
+            rec["stdin"] = delivered
         run.children = records
-        turns = server.turn_requests()
         run.requests = [
             {"url": r.path + (f"?{r.query}" if r.query else ""), "status": r.status, "headers": r.headers, "body": r.body_text}
             for r in server.requests
