@@ -444,3 +444,28 @@ def test_a_refreshed_login_file_never_stays_in_the_run_dir(tmp_path):
     assert t.run_session(AgentSessionRequest(prompt="x", scope=ToolScope(root=wt), run_dir=tmp_path / "run")).ok
     assert not (Path(fake.last()["env"]["CODEX_HOME"]) / "auth.json").exists()
     assert "old" in (home / ".codex" / "auth.json").read_text()
+
+
+def test_refused_builtin_attempts_come_from_the_rollout(tmp_path):
+    """A disabled built-in the model asked for never shows in `exec --json`; codex's rollout
+    file has it (shapes observed on 0.171.0 against the loopback server)."""
+    from harnesscheck.providers.codex import refused_native_calls
+
+    day = tmp_path / "sessions" / "2026" / "11" / "29"
+    day.mkdir(parents=True)
+    lines = [
+        {"type": "session_meta", "payload": {"id": "t"}},
+        {"type": "response_item", "payload": {"type": "function_call", "name": "exec_command",
+                                              "arguments": "{\"cmd\": \"cat /x\"}", "call_id": "c1"}},
+        {"type": "response_item", "payload": {"type": "function_call_output", "call_id": "c1",
+                                              "output": "unsupported call: exec_command"}},
+        {"type": "response_item", "payload": {"type": "function_call", "name": "read_file", "namespace": "mcp__bridge",
+                                              "arguments": "{}", "call_id": "c2"}},
+        {"type": "response_item", "payload": {"type": "function_call_output", "call_id": "c2",
+                                              "output": [{"type": "input_text", "text": "unsupported call: no"}]}},
+        {"type": "response_item", "payload": {"type": "custom_tool_call", "name": "apply_patch", "call_id": "c3"}},
+        {"type": "response_item", "payload": {"type": "custom_tool_call_output", "call_id": "c3", "output": "Success"}},
+    ]
+    (day / "rollout-2026-11-29T10-00-00-t.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n{torn")
+    assert refused_native_calls(tmp_path) == ["exec_command (refused by codex)"]
+    assert refused_native_calls(tmp_path / "none") == []

@@ -538,8 +538,67 @@ class CodexTransport(HarnessTransport):
             link.unlink()
         # The host's session id ties the outcome to its traces and run dir (the CLI's own
         # thread/session id stays in events.jsonl).
-        outcome = outcome.model_copy(update={"session_id": ctx.session_id})
-        return self._audit.after(ctx, self.spec, outcome)
+        refused = refused_native_calls(ctx.run_dir / "config-homes" / "codex_home")
+        update: dict = {"session_id": ctx.session_id}
+        if refused:
+            update["native_tool_calls"] = [*outcome.native_tool_calls, *refused]
+        outcome = self._audit.after(ctx, self.spec, outcome.model_copy(update=update))
+        if refused and outcome.audit is not None:
+            from harnesscheck.contracts import AuditFlag
+
+            flags = [*outcome.audit.flags, *(AuditFlag(code="native_tool_refused_by_cli", detail=r) for r in refused)]
+            outcome = outcome.model_copy(update={"audit": outcome.audit.model_copy(update={"flags": flags})})
+        return outcome
+
+
+def refused_native_calls(codex_home: Path, limit: int = 1000) -> list[str]:
+    """Built-in calls the model attempted and codex refused ("unsupported call: X"), read from
+    the rollout files codex writes under `$CODEX_HOME/sessions/` (observed on 0.171.0:
+    `response_item` `function_call` / `custom_tool_call`, then its `*_output`). Such an
+    attempt never shows in the `exec --json` stream; MCP calls (a `namespace` of
+    `mcp__<server>`) do show there and are skipped here. Streaming; bounded."""
+    sessions = Path(codex_home) / "sessions"
+    if not sessions.is_dir():
+        return []
+    pending: dict[str, str] = {}
+    out: list[str] = []
+    for path in sorted(sessions.rglob("rollout-*.jsonl")):
+        try:
+            fh = open(path, "rb")
+        except OSError:
+            continue
+        with fh:
+            for raw in fh:
+                if b'"response_item"' not in raw:
+                    continue
+                try:
+                    rec = json.loads(raw)
+                except ValueError:
+                    continue
+                payload = rec.get("payload") if isinstance(rec, dict) else None
+                if not isinstance(payload, dict):
+                    continue
+                kind = payload.get("type")
+                if kind in ("function_call", "custom_tool_call"):
+                    if str(payload.get("namespace") or "").startswith("mcp__"):
+                        continue
+                    if len(pending) < 10_000:
+                        pending[str(payload.get("call_id"))] = str(payload.get("name") or "?")
+                elif kind in ("function_call_output", "custom_tool_call_output"):
+                    name = pending.pop(str(payload.get("call_id")), None)
+                    if name and "unsupported call" in _output_text(payload.get("output")) and len(out) < limit:
+                        out.append(f"{name} (refused by codex)")
+    return out
+
+
+def _output_text(output) -> str:
+    if isinstance(output, str):
+        return output
+    if isinstance(output, list):
+        return " ".join(str(p.get("text", "")) for p in output if isinstance(p, dict))
+    if isinstance(output, dict):
+        return str(output.get("content") or output.get("text") or "")
+    return ""
 
 
 def _write_private(path: Path, text: str) -> None:
