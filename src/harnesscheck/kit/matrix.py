@@ -53,7 +53,7 @@ def combine(reports: list[Report]) -> Combined:
             entry = backends.setdefault(b.id, {"label": b.label, "kind": b.kind, "cli_version": {}, "run_at": {}})
             for level in report.levels:
                 if any(c.backend == b.id and c.level == level for c in report.cells):
-                    entry["cli_version"][level] = b.cli_version
+                    entry["cli_version"][level] = b.cli_versions.get(level, b.cli_version) if b.cli_versions else b.cli_version
                     entry["run_at"][level] = report.finished_at or report.started_at
         for cell in report.cells:
             cells[(cell.backend, cell.level, cell.check)] = cell
@@ -75,7 +75,13 @@ def area_status(cells: list[CellResult]) -> str:
 
 
 def columns(m: Combined) -> list[tuple[str, str]]:
+    """(backend, level) columns; a level this machine could not run for a backend at all (every
+    cell skipped env-missing) is left out rather than shown as a column of skips."""
     cols = {(b, lv) for (b, lv, _) in m.cells}
+    for b, lv in list(cols):
+        cells = [c for (cb, clv, _), c in m.cells.items() if (cb, clv) == (b, lv)]
+        if lv != "offline" and cells and all(c.outcome == "skipped" for c in cells) and any(c.reason == "env-missing" for c in cells):
+            cols.discard((b, lv))
     return sorted(cols, key=lambda bl: (bl[0], ["offline", "loopback", "live"].index(bl[1]) if bl[1] in ("offline", "loopback", "live") else 9))
 
 
@@ -108,12 +114,16 @@ def _footnotes(m: Combined) -> tuple[dict[tuple, list[int]], list[str]]:
     notes: list[str] = []
     index: dict[str, int] = {}
     refs: dict[tuple, list[int]] = defaultdict(list)
+    shown = set(columns(m))
     for (backend, level, check), cell in sorted(m.cells.items()):
-        if cell.outcome == "passed":
+        if cell.outcome == "passed" or (backend, level) not in shown:
             continue
-        why = cell.reason or ("failed" if cell.outcome in ("failed", "error") else cell.outcome)
-        detail = REASON_CODES.get(why, "the check failed: the backend breaks the requirement" if why == "failed" else why)
-        text = f"`{check}` on {backend} ({level}): **{cell.outcome}**" + (f" — {why}: {cell.message}" if cell.message else f" — {detail}")
+        if cell.outcome == "skipped":  # one note per distinct reason, shared by every cell it explains
+            text = f"⏭ `{cell.reason}` — {cell.message or REASON_CODES.get(cell.reason or '', '')}"
+        else:
+            first = (cell.message or "").strip().splitlines()[0][:240] if cell.message else ""
+            text = f"{SYMBOL['warn' if cell.outcome == 'xfailed' else 'fail']} `{check}` on {backend} ({level}): {cell.outcome}" + (
+                f" [{cell.reason}]" if cell.reason else "") + (f" — {first}" if first else "")
         if text not in index:
             notes.append(text)
             index[text] = len(notes)

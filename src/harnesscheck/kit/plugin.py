@@ -191,12 +191,12 @@ def but(request: pytest.FixtureRequest, tmp_path):
 
     spec, level = request.param
     info = info_of(request.function)
-    missing = sorted(c.value for c in info.requires if not spec.supports(c)) if info else []
-    if missing:
-        raise SkipCell("unsupported-by-backend", f"{spec.id} does not declare {', '.join(missing)}")
     ok, why = level_available(spec, level)
     if not ok:
         raise SkipCell("env-missing", why)
+    missing = sorted(c.value for c in info.requires if not spec.supports(c)) if info else []
+    if missing:
+        raise SkipCell("unsupported-by-backend", f"{spec.id} does not declare {', '.join(missing)}")
     return adapter_for(spec, level, tmp_path)
 
 
@@ -346,6 +346,7 @@ def build_report(config: pytest.Config, cells: list[dict]):
             id=s.id, label=s.label, kind=s.kind.value,
             cli_version=next((v for v in (backend_cli_version(s, lv) for lv in levels) if v), None),
             capabilities=sorted(c.value for c in s.capabilities), levels=levels,
+            cli_versions={lv: backend_cli_version(s, lv) for lv in levels},
         )
         for s in _backends(config)
     ]

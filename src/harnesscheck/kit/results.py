@@ -50,6 +50,7 @@ class BackendInfo:
     kind: str = ""
     cli_version: str | None = None
     capabilities: list[str] = field(default_factory=list)
+    cli_versions: dict[str, str | None] = field(default_factory=dict)  # level -> version
     levels: list[str] = field(default_factory=list)
 
 
