@@ -54,6 +54,7 @@ from harnesscheck.providers._harness import (
     HarnessTransport,
     Invocation,
     SessionContext,
+    _inside,
     bridge_command,
     ending_outcome,
 )
@@ -752,10 +753,3 @@ class ClaudeCodeTransport(HarnessTransport):
             on_text=on_text,
         )
 
-
-def _inside(path: Path, root: Path) -> bool:
-    try:
-        path.resolve().relative_to(root.resolve())
-        return True
-    except ValueError:
-        return False
