@@ -100,6 +100,7 @@ def main(rounds: int) -> int:
     print(f"claude {binary.version}, {rounds} rounds, side by side")
     print(f"  run_session (transport):   median {a * 1000:.0f} ms  (min {min(a_times) * 1000:.0f})")
     print(f"  same argv by hand:         median {b * 1000:.0f} ms  (min {min(b_times) * 1000:.0f})")
+    print(f"  overhead on the fastest rounds: {(min(a_times) / min(b_times) - 1) * 100:+.1f}% (less noise-sensitive)")
     print(f"loopback session overhead {overhead * 100:+.1f}%  target < {TARGET * 100:.0f}%  {verdict}")
     return 0
 
