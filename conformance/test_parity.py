@@ -39,5 +39,5 @@ def test_refusal_codes_match_dispatch(but):
         assert not result.ok, f"kit premise: dispatch allowed {call}"
         expected.append((call.name, result.code))
     run = but.run_tools(HOSTILE, workspace=ws, read_only=True)
-    got = [(r.tool, r.code) for r in run.outcome.refusals]
-    assert got == expected, f"refusals through {but.spec.id}: {got}\n   dispatch in-process: {expected}"
+    got = sorted((r.tool, r.code) for r in run.outcome.refusals)  # a real CLI may reorder parallel calls
+    assert got == sorted(expected), f"refusals through {but.spec.id}: {got}\n   dispatch in-process: {sorted(expected)}"

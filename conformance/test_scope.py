@@ -144,13 +144,17 @@ def test_fifo_refused(but):
 
 @check("scope.read-only-write-refused", incident=["P15", "I3"])
 def test_read_only_write_refused(but):
-    """In a read-only scope every write is refused and nothing is created."""
+    """In a read-only scope every write is refused (or the writers are never offered) and nothing is created."""
     ws = but.workspace()
     run = but.run_tools([ToolCall("write_file", {"path": "new.txt", "content": "x"}),
                          ToolCall("edit_file", {"path": "README.md", "old": "hello", "new": "bye"})],
                         read_only=True, workspace=ws)
     assert run.outcome.status == OutcomeStatus.ok
-    assert len(run.outcome.refusals) >= 2, f"writes in a read-only scope were not refused: {run.outcome.refusals}"
+    offered = but.tools_offered(run)
+    not_offered = offered is not None and not {"write_file", "edit_file"} & set(offered)
+    assert len(run.outcome.refusals) >= 2 or not_offered, (
+        f"writes in a read-only scope were neither refused nor withheld: refusals {run.outcome.refusals}, offered {offered}"
+    )
     assert not (ws.root / "new.txt").exists(), "a file was created in a read-only scope"
     assert (ws.root / "README.md").read_text().startswith("hello"), "a file was edited in a read-only scope"
 

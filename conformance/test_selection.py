@@ -121,3 +121,13 @@ def test_flag_values_validated(but):
             assert model not in child["argv"], f"model {model!r} was passed to the CLI as {child['argv']}"
         if outcome is not None:
             assert outcome.status != OutcomeStatus.ok or not spawned, f"model {model!r} was accepted"
+
+
+@check("selection.system-prompt-delivered", requires=[C.system_prompt], kinds=[Kind.api])
+def test_system_prompt_delivered(but):
+    """A backend claiming a system-prompt channel delivers the host's system prompt to the model, unchanged."""
+    system = "You are the reviewer. House rule HC-SYS-7f3a: answer in one line."
+    run = but.run("success", system=system)
+    assert run.outcome.status == OutcomeStatus.ok
+    seen = but.system_seen(run)
+    assert seen is not None and system in seen, f"the model got system prompt {seen!r}"

@@ -48,7 +48,7 @@ MUTANTS: dict[str, frozenset[str]] = {
         "scope.dotdot-refused", "scope.absolute-path-refused", "scope.sibling-prefix-refused",
         "scope.symlink-leaf-refused", "scope.symlink-parent-write-refused", "scope.procfs-refused",
         "scope.nul-byte-refused", "scope.long-path-refused", "scope.hardlink-write-refused", "scope.fifo-refused",
-        "scope.read-only-write-refused", "scope.refusal-visible-to-model", "parity.refusal-codes-match-dispatch",
+        "scope.refusal-visible-to-model", "parity.refusal-codes-match-dispatch",
         "concurrency.parallel-sessions-isolated",
     ),
     "tests.mutants.scripted:tool_results_never_reach_the_model": _ids(
@@ -72,6 +72,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.scripted:never_reports_the_served_model": _ids(
         "usage.served-model-reported", "usage.served-model-mismatch-flagged", "usage.helper-model-not-served",
     ),
+    "tests.mutants.scripted:ignores_the_system_prompt": _ids("selection.system-prompt-delivered"),
     "tests.mutants.scripted:lacks_complete": _ids("selection.registry-builds-backend", "selection.complete-declines-tools"),
     # CLI harnesses (built on the claude-code / codex transports, run against the fake CLIs)
     "tests.mutants.codex:hides_its_builtins": _ids("audit.declines-builtins-honestly"),

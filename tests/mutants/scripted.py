@@ -241,6 +241,13 @@ class NeverReportsTheServedModel(FakeTransport):
         return None
 
 
+class IgnoresTheSystemPrompt(FakeTransport):
+    """Claims a system-prompt channel but never passes the system prompt on."""
+
+    def system_prompt(self, request):
+        return None
+
+
 class LacksComplete(FakeTransport):
     """Has no complete(): not a Transport."""
 
@@ -273,3 +280,4 @@ returns_whole_files = mutant_spec("fake", M, ReturnsWholeFiles)
 refuses_every_write = mutant_spec("fake", M, RefusesEveryWrite)
 never_reports_the_served_model = mutant_spec("fake", M, NeverReportsTheServedModel)
 lacks_complete = mutant_spec("fake", M, LacksComplete)
+ignores_the_system_prompt = mutant_spec("fake", M, IgnoresTheSystemPrompt)

@@ -341,6 +341,10 @@ class BackendUnderTest:
     def mcp_servers(self, run: SessionRun) -> dict[str, dict]:
         return {}
 
+    def system_seen(self, run: SessionRun) -> str | None:
+        """The system prompt the model received in the run."""
+        raise SkipCell("adapter-not-implemented", f"the kit cannot see {self.spec.id}'s system prompt at {self.level}")
+
     def permitted_injections(self, run: SessionRun) -> set[str]:
         """Parent variables the backend hands its child on purpose (explicit, traced injections)."""
         return set()
@@ -463,6 +467,10 @@ class ScriptedAdapter(BackendUnderTest):
         run.model_saw = list(log.model_saw)
         run.model_calls = log.model_calls
         run.extra_tools_offered = list(log.tools_offered)
+        run.extra_system = log.system
+
+    def system_seen(self, run):
+        return getattr(run, "extra_system", None)
 
     def tools_offered(self, run):
         return getattr(run, "extra_tools_offered", None)

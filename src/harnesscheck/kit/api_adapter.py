@@ -269,6 +269,18 @@ class ApiAdapter(BackendUnderTest):
                 headers.pop("x-api-key")
             req["visible_headers"] = headers
 
+    def system_seen(self, run: SessionRun):
+        for req in run.requests:
+            try:
+                system = json.loads(req["body"]).get("system")
+            except ValueError:
+                continue
+            if isinstance(system, list):
+                system = "".join(b.get("text", "") for b in system if isinstance(b, dict))
+            if system:
+                return system
+        return None
+
     def tools_offered(self, run: SessionRun):
         for req in run.requests:
             try:

@@ -85,6 +85,7 @@ class SessionLog:
     model_calls: int = 0
     model_saw: list[str] = field(default_factory=list)  # tool results shown to the model
     tools_offered: list[str] = field(default_factory=list)  # tool names offered to the model
+    system: str | None = None  # the system prompt the model was given
     trace_path: Path | None = None
 
 
@@ -128,6 +129,7 @@ class FakeTransport:
         run_dir.mkdir(parents=True, exist_ok=True)
         log = SessionLog(trace_path=run_dir / "trace.jsonl")
         log.tools_offered = self.offered_tools(request)
+        log.system = self.system_prompt(request)
         with self._lock:
             self._logs[session_id] = log
         trace = Trace(log.trace_path, session_id=session_id)
@@ -278,6 +280,10 @@ class FakeTransport:
 
     def record_refusal(self, state: "_SessionState", call: ToolCall, result) -> None:
         state.refusals.append(Refusal(tool=call.name, code=result.code or "refused", detail=_detail(result.text)))
+
+    def system_prompt(self, request: AgentSessionRequest) -> str | None:
+        """The system prompt goes to the model on its own channel, unchanged."""
+        return request.system
 
     def offered_tools(self, request: AgentSessionRequest) -> list[str]:
         """The model is offered exactly the scope's tools (there are no built-ins)."""
