@@ -610,3 +610,109 @@ def test_unsupported_cli_version_is_a_pre_session_error(worktree, tmp_path):
     with pytest.raises(CliVersionUnsupported):
         run(fake, worktree, tmp_path)
     assert fake.records() == []  # never started for a session
+
+
+# ---------------------------------------------------------------------------------------
+# 429 / 529 / 5xx: rate_limit vs quota, and the CLI's retry ladder cut short
+
+
+def _retry(status, error, attempt=1, delay_ms=600):
+    return {"type": "system", "subtype": "api_retry", "attempt": attempt, "max_retries": 10,
+            "retry_delay_ms": delay_ms, "error_status": status, "error": error}
+
+
+def _error_result(text, status=None):
+    res = {"type": "result", "subtype": "success", "is_error": True, "result": text}
+    if status is not None:
+        res["api_error_status"] = status
+    return res
+
+
+def test_subscription_429_burst_is_rate_limit_not_quota():
+    """Recorded at loopback (2.1.197, subscription): a 429 gives no retry, a rejected window
+    without a plan window name, and prose saying "not your usage limit"."""
+    lines = [
+        {"type": "rate_limit_event", "rate_limit_info": {"status": "rejected", "isUsingOverage": False}},
+        _error_result("API Error: Server is temporarily limiting requests (not your usage limit) · rate limited", 429),
+    ]
+    outcome = _parse(lines)[2]
+    assert (outcome.status, outcome.error_class, outcome.retryable) == (OutcomeStatus.error, ErrorClass.rate_limit, True)
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        # the structured window names the plan's limit
+        [{"type": "rate_limit_event", "rate_limit_info": {"status": "rejected", "rateLimitType": "five_hour", "resetsAt": 1772139600}},
+         _error_result("API Error: Request rejected (429)", 429)],
+        # the text says so
+        [_error_result("API Error: 429 · Claude usage limit reached", 429)],
+        [_error_result("API Error: 429 · Credit balance is too low", 429)],
+        # the assistant's structured error code says billing
+        [{"type": "assistant", "error": "billing_error", "message": {"id": "m", "model": "<synthetic>", "content": []}},
+         _error_result("API Error: Request rejected (429)", 429)],
+    ],
+)
+def test_429_that_is_the_plan_limit_is_quota(lines):
+    outcome = _parse(lines)[2]
+    assert (outcome.status, outcome.error_class, outcome.retryable) == (OutcomeStatus.blocked, ErrorClass.quota, False)
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "cls"),
+    [
+        (429, "rate_limit", ErrorClass.rate_limit),
+        (529, "overloaded", ErrorClass.overloaded),
+        (529, "server_error", ErrorClass.overloaded),  # the status wins over the literal
+        (500, "server_error", ErrorClass.server_error),
+        (502, "unknown", ErrorClass.server_error),
+        (None, "overloaded", ErrorClass.overloaded),
+        (None, "rate_limit", ErrorClass.rate_limit),
+    ],
+)
+def test_transient_api_retry_stops_at_once_and_is_retryable(status, error, cls):
+    from harnesscheck.process import LineAction
+
+    parser, actions, outcome = _parse([_retry(status, error, delay_ms=548.6), _retry(status, error, attempt=2)])
+    assert actions == [LineAction.STOP, None]  # the first retry notice ends the session
+    assert (outcome.status, outcome.error_class, outcome.retryable) == (OutcomeStatus.error, cls, True)
+    assert outcome.retry_after_s == 0.549
+    assert "retry ladder" in outcome.message and not outcome.terminal_event_seen
+
+
+def test_retry_stop_after_is_a_bound_and_none_lets_the_ladder_run():
+    from harnesscheck.process import LineAction
+
+    ladder = [_retry(529, "overloaded", attempt=n, delay_ms=100 * n) for n in (1, 2, 3, 4)]
+    _, actions, outcome = _parse(ladder, retry_stop_after=3)
+    assert actions == [None, None, LineAction.STOP, None]
+    assert outcome.error_class is ErrorClass.overloaded and outcome.retry_after_s == 0.3
+    _, actions, outcome = _parse([*ladder, _error_result("API Error: Repeated 529 Overloaded errors", 529)], retry_stop_after=None)
+    assert actions[:4] == [None] * 4 and outcome.terminal_event_seen
+    assert (outcome.status, outcome.error_class, outcome.retryable) == (OutcomeStatus.error, ErrorClass.overloaded, True)
+
+
+def test_non_transient_api_retry_does_not_stop():
+    """A retry for something that is not 429 / 529 / 5xx (a connection error, 400) is left to
+    the CLI: its result decides."""
+    _, actions, _ = _parse([_retry(None, "unknown"), _retry(400, "invalid_request")])
+    assert actions == [None, None]
+
+
+def test_429_retry_after_a_rejected_plan_window_is_quota():
+    lines = [{"type": "rate_limit_event", "rate_limit_info": {"status": "rejected", "rateLimitType": "seven_day"}},
+             _retry(429, "rate_limit")]
+    outcome = _parse(lines)[2]
+    assert (outcome.status, outcome.error_class, outcome.retryable) == (OutcomeStatus.blocked, ErrorClass.quota, False)
+
+
+def test_overloaded_ladder_is_cut_short_end_to_end(worktree, tmp_path):
+    """The transport option reaches the parser; the process tree is ended at the first notice."""
+    fake = install_fake_cli("claude", "overloaded_529", tmp_path / "bin")
+    outcome = run(fake, worktree, tmp_path, timeout_s=600)
+    assert (outcome.status, outcome.error_class, outcome.retryable) == (OutcomeStatus.error, ErrorClass.overloaded, True)
+    assert not outcome.terminal_event_seen and no_survivors(fake) == []
+    fake = install_fake_cli("claude", "rate_limit_429", tmp_path / "bin2")
+    transport = make_transport(fake, retry_stop_after=None)
+    outcome = run(fake, worktree, tmp_path, transport=transport)
+    assert outcome.terminal_event_seen and outcome.error_class is ErrorClass.rate_limit and outcome.retry_after_s == 2.4

@@ -469,3 +469,125 @@ def test_refused_builtin_attempts_come_from_the_rollout(tmp_path):
     (day / "rollout-2026-11-29T10-00-00-t.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n{torn")
     assert refused_native_calls(tmp_path) == ["exec_command (refused by codex)"]
     assert refused_native_calls(tmp_path / "none") == []
+
+
+# ---------------------------------------------------------------------------------------
+# the reconnect ladder cut short (429 / 529 / 5xx), and refused built-ins flagged
+
+
+from harnesscheck.process import LineAction  # noqa: E402
+
+
+def _notices(*messages, **parser_kwargs):
+    parser = CodexParser(**parser_kwargs)
+    lines = [{"type": "thread.started", "thread_id": "t"}, {"type": "turn.started"}]
+    lines += [{"type": "error", "message": m} for m in messages]
+    actions = [parser.feed(json.dumps(x)) for x in lines]
+    from harnesscheck.process import Ending, ProcessResult
+
+    ending = Ending.early_stop if LineAction.STOP in actions else Ending.deadline
+    result = ProcessResult(ending=ending, exit_code=None, signal=15, stderr_tail="", duration_s=1.0)
+    return actions[2:], parser.outcome(result)
+
+
+@pytest.mark.parametrize(
+    ("message", "cls"),
+    [
+        ("Reconnecting... 1/5 (exceeded retry limit, last status: 429 Too Many Requests)", ErrorClass.rate_limit),
+        ("exceeded retry limit, last status: 429 Too Many Requests", ErrorClass.rate_limit),
+        ("Reconnecting... 1/5 (unexpected status 529 <unknown status code>: Overloaded, url: http://127.0.0.1:4290/v1/responses)", ErrorClass.overloaded),
+        ("Reconnecting... 1/5 (unexpected status 503 Service Unavailable: try again)", ErrorClass.overloaded),
+        ("Reconnecting... 2/5 (unexpected status 500 Internal Server Error: boom)", ErrorClass.server_error),
+        ("Reconnecting... 1/5 (unexpected status 502 Bad Gateway, url: http://127.0.0.1:4290/v1/responses)", ErrorClass.server_error),
+    ],
+)
+def test_transient_reconnect_stops_at_the_first_notice(message, cls):
+    actions, out = _notices(message, message)
+    assert actions[0] is LineAction.STOP
+    assert (out.status, out.error_class, out.retryable) == (OutcomeStatus.error, cls, True)
+    assert not out.terminal_event_seen
+
+
+def test_reconnect_stop_bound_and_retry_after():
+    ladder = [f"Reconnecting... {n}/5 (unexpected status 429 Too Many Requests: retry-after: 7)" for n in (1, 2, 3)]
+    actions, out = _notices(*ladder, retry_stop_after=2)
+    assert actions[:2] == [None, LineAction.STOP]
+    assert out.error_class is ErrorClass.rate_limit and out.retry_after_s == 7.0
+    actions, out = _notices(*ladder, retry_stop_after=None)
+    assert actions == [None, None, None]  # the ladder runs; the deadline decides
+    assert out.error_class is ErrorClass.timeout
+
+
+def test_reconnect_that_says_usage_limit_is_quota_and_stops():
+    actions, out = _notices("Reconnecting... 1/5 (unexpected status 429: You've hit your usage limit. Try again in 3 days.)")
+    assert actions == [LineAction.STOP]
+    assert (out.status, out.error_class, out.retryable) == (OutcomeStatus.blocked, ErrorClass.quota, False)
+
+
+def test_other_errors_do_not_stop():
+    actions, _ = _notices("stream disconnected before completion: idle timeout", "Reconnecting... 1/5 (stream disconnected)")
+    assert actions == [None, None]
+
+
+def test_transport_option_reaches_the_parser(tmp_path):
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    fake = install_fake_cli("codex", "rate_limit_429", tmp_path / "bin")
+    t = CodexTransport(get_spec("codex"), Settings(), cli_path=fake.path, parent_env=parent_env(tmp_path), retry_stop_after=None)
+    out = t.run_session(AgentSessionRequest(prompt="x", scope=ToolScope(root=wt), run_dir=tmp_path / "run", timeout_s=60))
+    assert out.terminal_event_seen and out.error_class is ErrorClass.rate_limit  # the ladder ran to turn.failed
+    t = CodexTransport(get_spec("codex"), Settings(), cli_path=fake.path, parent_env=parent_env(tmp_path))
+    out = t.run_session(AgentSessionRequest(prompt="x", scope=ToolScope(root=wt), run_dir=tmp_path / "run2", timeout_s=60))
+    assert not out.terminal_event_seen and out.error_class is ErrorClass.rate_limit and out.retryable
+
+
+def test_refused_builtin_attempt_makes_the_audit_unclean():
+    from harnesscheck.contracts import AuditFlag, AuditVerdict
+    from harnesscheck.providers.codex import NATIVE_ATTEMPT_CODE, flag_refused
+
+    clean = AuditVerdict(flags=[AuditFlag(code="instruction_file_present", detail="AGENTS.md")])
+    verdict = flag_refused(clean, ["exec_command (refused by codex)"])
+    assert verdict.clean is False
+    codes = [f.code for f in verdict.flags]
+    assert codes == ["instruction_file_present", "native_tool_refused_by_cli", NATIVE_ATTEMPT_CODE]
+    assert flag_refused(None, ["apply_patch (refused by codex)"]).clean is False
+
+
+def test_sandbox_blocked_patch_counts_as_refused(tmp_path):
+    from harnesscheck.providers.codex import refused_native_calls
+
+    day = tmp_path / "sessions" / "2026" / "11" / "29"
+    day.mkdir(parents=True)
+    lines = [
+        {"type": "response_item", "payload": {"type": "custom_tool_call", "name": "apply_patch", "call_id": "c1"}},
+        {"type": "response_item", "payload": {"type": "custom_tool_call_output", "call_id": "c1",
+                                              "output": "patch rejected: writing is blocked by read-only sandbox"}},
+    ]
+    (day / "rollout-x.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    assert refused_native_calls(tmp_path) == ["apply_patch (refused by codex)"]
+
+
+def test_session_with_a_refused_builtin_is_never_clean(tmp_path):
+    """End to end: a rollout file in the per-run CODEX_HOME (as codex 0.171.0 writes it) puts the
+    attempt into native_tool_calls and makes the audit verdict unclean."""
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    fake = install_fake_cli("codex", "success", tmp_path / "bin")
+    t = CodexTransport(get_spec("codex"), Settings(), cli_path=fake.path, parent_env=parent_env(tmp_path))
+    run_dir = tmp_path / "run"
+    original = t.after_session
+
+    def after(ctx, outcome):
+        day = ctx.run_dir / "config-homes" / "codex_home" / "sessions" / "2026"
+        day.mkdir(parents=True)
+        (day / "rollout-t.jsonl").write_text("\n".join(json.dumps(x) for x in [
+            {"type": "response_item", "payload": {"type": "function_call", "name": "exec_command", "call_id": "c"}},
+            {"type": "response_item", "payload": {"type": "function_call_output", "call_id": "c", "output": "unsupported call: exec_command"}},
+        ]) + "\n")
+        return original(ctx, outcome)
+
+    t.after_session = after
+    out = t.run_session(AgentSessionRequest(prompt="x", scope=ToolScope(root=wt), run_dir=run_dir, timeout_s=60))
+    assert out.status is OutcomeStatus.ok
+    assert "exec_command (refused by codex)" in out.native_tool_calls
+    assert out.audit is not None and out.audit.clean is False

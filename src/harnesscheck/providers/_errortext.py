@@ -32,7 +32,7 @@ RULES: tuple[tuple[ErrorClass, re.Pattern[str]], ...] = tuple(
         ),
         (
             ErrorClass.quota,
-            r"usage limit|insufficient_quota|quota exceeded|exceeded your current quota|"
+            r"(?<!not your )usage limit|insufficient_quota|quota exceeded|exceeded your current quota|"
             r"no credits remaining|credit balance is too low|purchase more credits|usage_not_included",
         ),
         (

@@ -250,7 +250,8 @@ _CLAUDE_TEXT_RULES: tuple[tuple[ErrorClass, re.Pattern[str]], ...] = tuple(
     (cls, re.compile(pattern, re.IGNORECASE))
     for cls, pattern in (
         (ErrorClass.auth, r"not logged in|please run /login|invalid api key|failed to authenticate|oauth (?:session|token) (?:has )?expired|authentication_failed"),
-        (ErrorClass.quota, r"out of extra usage|usage limit|credit balance is too low|billing_error|quota"),
+        # "not your usage limit" is the CLI's wording for a plain 429 burst: never quota.
+        (ErrorClass.quota, r"out of extra usage|(?<!not your )usage limit|credit balance is too low|billing_error|quota"),
         (ErrorClass.context_overflow, r"prompt is too long|context (?:window|length)|too many tokens"),
         (ErrorClass.model_unavailable, r"issue with the selected model|model .{0,40}(?:may not exist|not found)|cannot use this model|not_found_error"),
         (ErrorClass.rate_limit, r"rate.?limit|too many requests|\b429\b"),
@@ -266,6 +267,35 @@ def classify_claude_text(text: str) -> ErrorClass | None:
         if pattern.search(text or ""):
             return cls
     return None
+
+
+#: api_retry `error` literals that mean the CLI is retrying a transient upstream failure.
+_RETRY_ERRORS: dict[str, ErrorClass] = {
+    "rate_limit": ErrorClass.rate_limit,
+    "overloaded": ErrorClass.overloaded,
+    "server_error": ErrorClass.server_error,
+}
+
+
+def retry_event_class(event: dict) -> ErrorClass | None:
+    """The retryable class an `api_retry` event names (429 / 529 / 5xx / overloaded /
+    rate_limit), structured status first, then the `error` literal; None otherwise."""
+    status = event.get("error_status")
+    if isinstance(status, int) and not isinstance(status, bool):
+        cls = _status_class(status)
+        if cls in (ErrorClass.rate_limit, ErrorClass.overloaded, ErrorClass.server_error):
+            return cls
+        if cls is not None:
+            return None
+    return _RETRY_ERRORS.get(str(event.get("error") or ""))
+
+
+def _plan_window(info: dict | None) -> bool:
+    """A rejected rate-limit window that is the plan's usage limit (a named window such as
+    five_hour, or rejected overage), not a transient burst."""
+    if not isinstance(info, dict):
+        return False
+    return bool(info.get("rateLimitType")) or info.get("overageStatus") == "rejected"
 
 
 def _status_class(status: int) -> ErrorClass | None:
@@ -298,8 +328,13 @@ class ClaudeStreamParser:
         requested_model: str | None = None,
         subscription: bool = True,
         on_text: Callable[[str], None] | None = None,
+        retry_stop_after: int | None = 1,
     ):
+        """`retry_stop_after`: stop at the Nth `api_retry` for a transient failure (429 /
+        529 / 5xx) and report it retryable, so the host (not the CLI's multi-minute ladder)
+        decides whether to retry; None lets the CLI's ladder run to its own end."""
         self.expected_tools = list(expected_tools or [])
+        self.retry_stop_after = retry_stop_after
         self.requested_model = requested_model
         self.subscription = subscription
         self.on_text = on_text
@@ -327,6 +362,7 @@ class ClaudeStreamParser:
         self.native_count = 0
         self.assistant_error: str | None = None
         self.last_retry: dict | None = None
+        self.transient_retries = 0  # api_retry events for 429 / 529 / 5xx
         self.rate_limit_rejected: dict | None = None
         # endings
         self.result: dict | None = None
@@ -395,6 +431,22 @@ class ClaudeStreamParser:
                 )
             if error == "billing_error":
                 return self._stop(OutcomeStatus.blocked, ErrorClass.quota, "billing error reported by the CLI (api_retry)")
+            cls = retry_event_class(event)
+            if cls is not None:
+                if cls is ErrorClass.rate_limit and _plan_window(self.rate_limit_rejected):
+                    return self._stop(
+                        OutcomeStatus.blocked,
+                        ErrorClass.quota,
+                        "the plan's usage limit was reached (api_retry 429 after a rejected usage window)",
+                    )
+                self.transient_retries += 1
+                if self.retry_stop_after is not None and self.transient_retries >= self.retry_stop_after:
+                    return self._stop(
+                        OutcomeStatus.error,
+                        cls,
+                        f"{cls.value} (api_retry attempt {event.get('attempt')}, status {status}, error {error or '-'}); "
+                        "stopped instead of waiting out the CLI's retry ladder: the host decides whether to retry",
+                    )
         return None
 
     def _init(self, event: dict) -> Any:
@@ -563,8 +615,12 @@ class ClaudeStreamParser:
             cls = classify_claude_text(prose)
         if cls is None and self.rate_limit_rejected is not None:
             cls = ErrorClass.quota  # a rejected rate-limit window and no other signal
-        if cls is ErrorClass.rate_limit and classify_claude_text(prose) is ErrorClass.quota:
-            cls = ErrorClass.quota  # a 429 that says "usage limit" is the plan's limit, not a burst
+        if cls is ErrorClass.rate_limit and (
+            self.assistant_error == "billing_error"
+            or _plan_window(self.rate_limit_rejected)
+            or classify_claude_text(prose) is ErrorClass.quota
+        ):
+            cls = ErrorClass.quota  # a 429 that is the plan's usage limit / credit balance, not a burst
         cls = cls or ErrorClass.unknown
         if cls is ErrorClass.quota and self.rate_limit_rejected is not None:
             resets = self.rate_limit_rejected.get("resetsAt")
@@ -578,7 +634,8 @@ class ClaudeStreamParser:
         return status, cls, _short(prose or f"the CLI reported an error (subtype {subtype})")
 
     def _retry_after(self, cls: ErrorClass | None) -> float | None:
-        if cls not in (ErrorClass.rate_limit, ErrorClass.overloaded) or self.last_retry is None:
+        """The CLI's own next retry delay (api_retry `retry_delay_ms`), retryable classes only."""
+        if cls not in (ErrorClass.rate_limit, ErrorClass.overloaded, ErrorClass.server_error) or self.last_retry is None:
             return None
         delay = self.last_retry.get("retry_delay_ms")
         return round(delay / 1000.0, 3) if isinstance(delay, (int, float)) and delay > 0 else None
@@ -671,6 +728,7 @@ class ClaudeCodeTransport(HarnessTransport):
         auth_mode: str = "subscription",
         link_credentials: bool = True,
         loopback: Any = None,
+        retry_stop_after: int | None = 1,
         **kwargs: Any,
     ):
         """`loopback`: a harnesscheck.loopback.LoopbackEndpoint. The session then talks to that
@@ -682,6 +740,7 @@ class ClaudeCodeTransport(HarnessTransport):
             kwargs["injections"] = {**dict(kwargs.get("injections") or {}), **claude_env(loopback)}
             link_credentials = False
         self.loopback = loopback
+        self.retry_stop_after = retry_stop_after  # see ClaudeStreamParser
         super().__init__(spec, settings, **kwargs)
         if auth_mode not in ("subscription", "api_key"):
             raise ConfigError(f"unknown auth_mode {auth_mode!r}", "use 'subscription' or 'api_key'")
@@ -751,5 +810,6 @@ class ClaudeCodeTransport(HarnessTransport):
             requested_model=request.model or self.settings.model,
             subscription=self.auth_mode == "subscription",
             on_text=on_text,
+            retry_stop_after=self.retry_stop_after,
         )
 

@@ -72,6 +72,17 @@ BRIDGE_STARTUP_TIMEOUT_S = 30
 BRIDGE_TOOL_TIMEOUT_S = 120
 
 _RECONNECT = re.compile(r"^Reconnecting\.\.\.\s*(\d+)\s*/\s*(\d+)")
+#: A retry notice of codex's reconnect ladder (or its end): "Reconnecting... 1/5 (...)",
+#: "exceeded retry limit, last status: 429 Too Many Requests".
+_RETRY_NOTICE = re.compile(r"^Reconnecting\.\.\.|exceeded retry limit", re.IGNORECASE)
+#: The HTTP status a retry notice names (structured enough to win over the prose).
+_NOTICE_STATUS = re.compile(r"(?:last status|unexpected status|status code|status)[:\s]+(\d{3})\b", re.IGNORECASE)
+_RETRY_AFTER = re.compile(
+    r"(?:retry[- ]after|try again in)[:=\s]*(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|sec(?:ond)?s?)?\b", re.IGNORECASE
+)
+#: HTTP status -> class for retry notices (the transient ones; 401 is auth, handled first).
+_TRANSIENT_STATUS = {429: ErrorClass.rate_limit, 529: ErrorClass.overloaded, 503: ErrorClass.overloaded}
+_TRANSIENT = (ErrorClass.rate_limit, ErrorClass.overloaded, ErrorClass.server_error)
 _REROUTE = re.compile(r"^model rerouted:\s*(\S+)\s*->\s*(\S+)")
 _MCP_WARNING = re.compile(r"MCP (?:client|server)|mcp_servers?|required MCP", re.IGNORECASE)
 
@@ -83,8 +94,20 @@ _MCP_WARNING = re.compile(r"MCP (?:client|server)|mcp_servers?|required MCP", re
 class CodexParser:
     """Folds `codex exec --json` lines into an AgentOutcome. No I/O, no clock."""
 
-    def __init__(self, *, requested_model: str | None = None, bridge_server: str = BRIDGE_SERVER):
+    def __init__(
+        self,
+        *,
+        requested_model: str | None = None,
+        bridge_server: str = BRIDGE_SERVER,
+        retry_stop_after: int | None = 1,
+    ):
+        """`retry_stop_after`: stop at the Nth retry notice for a transient failure (429 /
+        529 / 5xx) and report it retryable, so the host (not codex's ~30 s reconnect
+        ladder) decides whether to retry; None lets the ladder run to its own end."""
         self.requested_model = requested_model
+        self.retry_stop_after = retry_stop_after
+        self.transient_notices = 0
+        self.retry_after_s: float | None = None
         self.bridge_server = bridge_server
         self.thread_id: str | None = None
         self.turns = 0
@@ -200,6 +223,16 @@ class CodexParser:
             return self._stop(ErrorClass.auth, message)
         if cls is ErrorClass.mcp_unavailable:
             return self._stop(cls, message)
+        if _RETRY_NOTICE.search(message):
+            notice = notice_class(message)
+            if notice is ErrorClass.quota:
+                return self._stop(notice, message)  # the plan's limit: retrying cannot help
+            if notice in _TRANSIENT:
+                self.transient_notices += 1
+                self.retry_after_s = notice_retry_after(message) or self.retry_after_s
+                if self.retry_stop_after is not None and self.transient_notices >= self.retry_stop_after:
+                    # Codex's ladder would take ~26-36 s: report it now, the host decides.
+                    return self._stop(notice, message)
         return None
 
     def _stop(self, cls: ErrorClass, message: str) -> LineAction:
@@ -245,6 +278,8 @@ class CodexParser:
         status, cls, message = self._classify(result)
         out.status, out.error_class, out.message = status, cls, redact(message)
         out.retryable = cls in RETRYABLE if cls is not None else False
+        if out.retryable and cls in _TRANSIENT:
+            out.retry_after_s = self.retry_after_s
         if status is not OutcomeStatus.ok:
             out.cost = Cost(partial=status is OutcomeStatus.truncated)
         return out
@@ -297,6 +332,33 @@ class CodexParser:
         if self.rerouted_to:
             parts.append(f"model rerouted to {self.rerouted_to}")
         return "".join(f"; {p}" for p in parts)
+
+
+def notice_class(message: str) -> ErrorClass | None:
+    """The class of a retry notice: the HTTP status it names first (429 rate_limit, 529/503
+    overloaded, other 5xx server_error), unless the text says quota / usage limit; then
+    the message patterns."""
+    text_cls = classify_text(message)
+    if text_cls is ErrorClass.quota:
+        return text_cls
+    match = _NOTICE_STATUS.search(message)
+    if match:
+        status = int(match.group(1))
+        if status in _TRANSIENT_STATUS:
+            return _TRANSIENT_STATUS[status]
+        if 500 <= status < 600:
+            return ErrorClass.server_error
+    return text_cls
+
+
+def notice_retry_after(message: str) -> float | None:
+    """Seconds a notice says to wait ("retry-after: 7", "try again in 1.5s"), or None."""
+    match = _RETRY_AFTER.search(message)
+    if not match:
+        return None
+    value = float(match.group(1))
+    unit = (match.group(2) or "s").lower()
+    return round(value / 1000.0, 3) if unit.startswith("m") else value
 
 
 def _usage(raw) -> Usage:
@@ -474,11 +536,14 @@ def compose_prompt(system: str | None, prompt: str, tool_names: tuple[str, ...])
 class CodexTransport(HarnessTransport):
     """`codex exec --json` with a per-run CODEX_HOME. See the module docstring."""
 
-    def __init__(self, spec, settings=None, *, extra_config_toml: str = "", loopback=None, **kwargs):
+    def __init__(
+        self, spec, settings=None, *, extra_config_toml: str = "", loopback=None, retry_stop_after: int | None = 1, **kwargs
+    ):
         """`loopback`: a harnesscheck.loopback.LoopbackEndpoint. The session then talks to that
         scripted server on 127.0.0.1 through a provider in the per-run config.toml, with a
-        dummy key injected explicitly; no login is linked."""
+        dummy key injected explicitly; no login is linked. `retry_stop_after`: see CodexParser."""
         super().__init__(spec, settings, **kwargs)
+        self.retry_stop_after = retry_stop_after
         self.extra_config_toml = extra_config_toml
         self.audit_worktree = False  # hash the worktree before/after (the run command sets it)
         self._audit = SessionAudit("codex")
@@ -526,7 +591,7 @@ class CodexTransport(HarnessTransport):
     def make_parser(self, ctx: SessionContext, request, *, tool_less: bool, on_text=None):
         from harnesscheck.providers._eventlog import EVENT_LOG_NAME, LoggedParser
 
-        parser = CodexParser(requested_model=request.model or self.settings.model)
+        parser = CodexParser(requested_model=request.model or self.settings.model, retry_stop_after=self.retry_stop_after)
         parser.on_text = on_text
         return LoggedParser(parser, ctx.run_dir / EVENT_LOG_NAME)
 
@@ -543,19 +608,41 @@ class CodexTransport(HarnessTransport):
         if refused:
             update["native_tool_calls"] = [*outcome.native_tool_calls, *refused]
         outcome = self._audit.after(ctx, self.spec, outcome.model_copy(update=update))
-        if refused and outcome.audit is not None:
-            from harnesscheck.contracts import AuditFlag
-
-            flags = [*outcome.audit.flags, *(AuditFlag(code="native_tool_refused_by_cli", detail=r) for r in refused)]
-            outcome = outcome.model_copy(update={"audit": outcome.audit.model_copy(update={"flags": flags})})
+        if refused:
+            outcome = outcome.model_copy(update={"audit": flag_refused(outcome.audit, refused)})
         return outcome
+
+
+#: Audit code for a built-in call the model made that codex refused or blocked. Unlike
+#: claude (built-ins verifiably off at the wire, the refusal in its own stream), codex
+#: cannot take its built-ins off and shows such an attempt only in its rollout file, never
+#: in `exec --json`: the audit fails closed on it (a violation, not a note).
+NATIVE_ATTEMPT_CODE = "native_tool_attempted"
+
+
+def flag_refused(verdict, refused: list[str]):
+    """The verdict with the refused built-in attempts: each noted as refused by the CLI,
+    plus one violation flag, so the session is never a clean success."""
+    from harnesscheck.contracts import AuditFlag, AuditVerdict
+
+    verdict = verdict or AuditVerdict()
+    flags = [
+        *verdict.flags,
+        *(AuditFlag(code="native_tool_refused_by_cli", detail=r) for r in refused[:20]),
+        AuditFlag(
+            code=NATIVE_ATTEMPT_CODE,
+            detail=f"{len(refused)} built-in call(s) attempted ({', '.join(refused[:5])}); codex refused them, "
+            "seen only in its rollout file",
+        ),
+    ]
+    return verdict.model_copy(update={"clean": False, "flags": flags})
 
 
 def refused_native_calls(codex_home: Path, limit: int = 1000) -> list[str]:
     """Built-in calls the model attempted and codex refused ("unsupported call: X"), read from
     the rollout files codex writes under `$CODEX_HOME/sessions/` (observed on 0.171.0:
-    `response_item` `function_call` / `custom_tool_call`, then its `*_output`). Such an
-    attempt never shows in the `exec --json` stream; MCP calls (a `namespace` of
+    `response_item` `function_call` / `custom_tool_call`, then its `*_output` saying
+    "unsupported call" or that the sandbox blocked it). Such an attempt never shows in the `exec --json` stream; MCP calls (a `namespace` of
     `mcp__<server>`) do show there and are skipped here. Streaming; bounded."""
     sessions = Path(codex_home) / "sessions"
     if not sessions.is_dir():
@@ -586,9 +673,13 @@ def refused_native_calls(codex_home: Path, limit: int = 1000) -> list[str]:
                         pending[str(payload.get("call_id"))] = str(payload.get("name") or "?")
                 elif kind in ("function_call_output", "custom_tool_call_output"):
                     name = pending.pop(str(payload.get("call_id")), None)
-                    if name and "unsupported call" in _output_text(payload.get("output")) and len(out) < limit:
+                    if name and _REFUSED_OUTPUT.search(_output_text(payload.get("output"))) and len(out) < limit:
                         out.append(f"{name} (refused by codex)")
     return out
+
+
+#: What codex answers a built-in call it refuses (not offered) or blocks (sandbox), 0.171.0.
+_REFUSED_OUTPUT = re.compile(r"unsupported call|patch rejected|blocked by (?:the )?(?:read-only )?sandbox", re.IGNORECASE)
 
 
 def _output_text(output) -> str:
