@@ -42,6 +42,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.scripted:always_says_model_matches": _ids("usage.served-model-mismatch-flagged"),
     "tests.mutants.scripted:retries_a_401": _ids("errors.auth-not-retried"),
     "tests.mutants.scripted:rate_limit_is_final": _ids("errors.rate-limit-retryable"),
+    "tests.mutants.scripted:overload_is_final": _ids("errors.overloaded-retryable"),
     "tests.mutants.scripted:quota_is_retryable": _ids("errors.quota-not-retryable"),
     "tests.mutants.scripted:echoes_secrets_in_errors": _ids("errors.secret-free-messages"),
     "tests.mutants.scripted:drops_loop_refusals": _ids(
@@ -91,7 +92,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     ),
     "tests.mutants.harness:leaks_the_api_key_in_argv": _ids("env.no-secret-in-argv"),
     "tests.mutants.harness:trusts_subtype_success": _ids(
-        "errors.not-logged-in-blocks", "parse.exit0-is-error", "errors.rate-limit-retryable", "errors.overloaded-retryable",
+        "errors.not-logged-in-blocks", "parse.exit0-is-error",
         "errors.model-unavailable", "errors.quota-not-retryable", "errors.context-overflow",
     ),
     "tests.mutants.harness:runs_on_when_the_bridge_failed": _ids("bridge.failed-load-ends-session"),

@@ -120,6 +120,16 @@ class RateLimitIsFinal(FakeTransport):
         return outcome
 
 
+class OverloadIsFinal(FakeTransport):
+    """Treats 529 overloaded as final: not retryable."""
+
+    def run_session(self, request, **kwargs):
+        outcome = super().run_session(request, **kwargs)
+        if outcome.error_class is ErrorClass.overloaded:
+            outcome = outcome.model_copy(update={"retryable": False})
+        return outcome
+
+
 class QuotaIsRetryable(FakeTransport):
     """Files an exhausted quota under rate_limit, so hosts retry it forever."""
 
@@ -281,3 +291,4 @@ refuses_every_write = mutant_spec("fake", M, RefusesEveryWrite)
 never_reports_the_served_model = mutant_spec("fake", M, NeverReportsTheServedModel)
 lacks_complete = mutant_spec("fake", M, LacksComplete)
 ignores_the_system_prompt = mutant_spec("fake", M, IgnoresTheSystemPrompt)
+overload_is_final = mutant_spec("fake", M, OverloadIsFinal)
