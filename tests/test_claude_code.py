@@ -716,3 +716,27 @@ def test_overloaded_ladder_is_cut_short_end_to_end(worktree, tmp_path):
     transport = make_transport(fake, retry_stop_after=None)
     outcome = run(fake, worktree, tmp_path, transport=transport)
     assert outcome.terminal_event_seen and outcome.error_class is ErrorClass.rate_limit and outcome.retry_after_s == 2.4
+
+
+def test_large_results_are_bounded_below_claudes_persist_threshold(worktree, tmp_path):
+    """Claude 2.1.197 swaps any tool result over 50 000 characters for its own "Output too
+    large ... saved to <file>" notice (a file the model cannot read with built-ins off): the
+    bridge bounds results below it, so the model sees the head and the truncation marker."""
+    from harnesscheck.bridge.spec import load_spec
+    from harnesscheck.providers.claude_code import CLAUDE_RESULT_CAP_BYTES
+
+    assert CLAUDE_RESULT_CAP_BYTES * 1.5 < 50_000  # headroom for JSON escaping
+    (worktree / "big.txt").write_text("0123456789abcdef\n" * 20_000)  # 340 KB
+    scenario = _bridge_session_scenario([("read_file", {"path": "big.txt"})])
+    fake = install_fake_cli("claude", scenario, tmp_path / "bin")
+    outcome = run(fake, worktree, tmp_path, timeout_s=90)
+    assert outcome.status is OutcomeStatus.ok, outcome.message
+    assert load_spec(tmp_path / "run" / "bridge-spec.json").scope.max_result_bytes == CLAUDE_RESULT_CAP_BYTES
+    seen = outcome.text[len("Last tool said: "):]
+    assert len(seen.encode()) <= CLAUDE_RESULT_CAP_BYTES and "[truncated: showing" in seen
+    # a tighter host bound stays; the cap can be switched off
+    small = ToolScope(name="t", root=worktree, read_only=True, max_result_bytes=1000)
+    request = AgentSessionRequest(prompt="x", scope=small, timeout_s=90, run_dir=tmp_path / "run")
+    outcome = make_transport(fake, result_cap=None).run_session(request)
+    assert load_spec(tmp_path / "run" / "bridge-spec.json").scope.max_result_bytes == 1000
+    assert outcome.status is OutcomeStatus.ok

@@ -88,8 +88,13 @@ def _inside(path: Path, root: Path) -> bool:
         return False
 
 
-def new_session_context(request: AgentSessionRequest, backend: str, *, tool_less: bool = False) -> SessionContext:
-    """Create the run dir, an empty scratch cwd outside the worktree, and the bridge spec."""
+def new_session_context(
+    request: AgentSessionRequest, backend: str, *, tool_less: bool = False, result_cap: int | None = None
+) -> SessionContext:
+    """Create the run dir, an empty scratch cwd outside the worktree, and the bridge spec.
+
+    `result_cap`: a tighter bound for the bridge's tool results than the scope's (a CLI that
+    replaces bigger results with its own notice); never a looser one."""
     session_id = request.session_id or f"{backend}-{uuid.uuid4().hex[:12]}"
     cleanup: list[Path] = []
     if request.run_dir is not None:
@@ -111,7 +116,10 @@ def new_session_context(request: AgentSessionRequest, backend: str, *, tool_less
     if not tool_less:
         bridge_trace = run_dir / "bridge-trace.jsonl"
         spec_path = Path(request.bridge_spec_path) if request.bridge_spec_path else run_dir / "bridge-spec.json"
-        write_bridge_spec(request.scope, run_dir, bridge_trace, session_id, spec_path)
+        scope = request.scope
+        if result_cap is not None and result_cap < scope.max_result_bytes:
+            scope = scope.model_copy(update={"max_result_bytes": int(result_cap)})
+        write_bridge_spec(scope, run_dir, bridge_trace, session_id, spec_path)
     return SessionContext(
         run_dir=run_dir,
         cwd=cwd,
@@ -187,6 +195,9 @@ class HarnessTransport:
 
     #: Injected into every child env of this transport (names are traced, values never).
     base_injections: Mapping[str, str] = {}
+    #: A bound for one bridge tool result tighter than the scope's, or None (see
+    #: new_session_context); a subclass sets it when its CLI mangles bigger results.
+    result_cap: int | None = None
 
     def __init__(
         self,
@@ -293,7 +304,7 @@ class HarnessTransport:
         from harnesscheck.process import DEFAULT_MAX_LINE_BYTES, run_process, session_slot
 
         info = self.cli()
-        ctx = new_session_context(request, self.spec.id, tool_less=tool_less)
+        ctx = new_session_context(request, self.spec.id, tool_less=tool_less, result_cap=self.result_cap)
         tracer = _Tracer(ctx.session_trace, ctx.session_id)
         try:
             if _inside(ctx.cwd, request.scope.root):

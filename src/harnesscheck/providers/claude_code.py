@@ -14,7 +14,9 @@ Requirements kept here (doc/SPEC-claude-code.md):
   bridge is not `connected` or its tools are missing (mcp_unavailable), or when an API key
   is the auth source in subscription mode (policy_violation); it stops at the first
   `system/api_retry` for `authentication_failed`/401 (blocked/auth in seconds, not after
-  the CLI's multi-minute ladder). `result` is the terminal event.
+  the CLI's multi-minute ladder), and at the `retry_stop_after`-th api_retry for a
+  transient 429 / 529 / 5xx (error, retryable: the host decides whether to retry).
+  `result` is the terminal event.
 - Precedence: `is_error` before `subtype`; structured fields (`api_error_status`, the
   assistant `error` code, api_retry `error_status`) before message patterns; the terminal
   event before the exit code. Usage is counted once per message id (last wins); the served
@@ -71,6 +73,14 @@ CLAUDE_INJECTIONS: dict[str, str] = {
     "MCP_CONNECTION_NONBLOCKING": "0",  # wait for the bridge before the first turn (G1)
     "CLAUDE_CODE_DISABLE_CLAUDE_MDS": "1",  # no CLAUDE.md walking (B2), where the CLI honours it
 }
+
+#: Claude 2.1.197 replaces any tool result over 50 000 characters (of its JSON form; only a
+#: remote flag changes that) with "<persisted-output> Output too large (N KB). Full output
+#: saved to: <file>" and a 2 KB preview. With built-ins off the model cannot read that file,
+#: and the bridge's truncation marker (at the end) is lost. So the bridge bounds each result
+#: below that threshold, with room for JSON escaping: the model sees the head of the result
+#: and the marker "[truncated: showing N of M bytes]".
+CLAUDE_RESULT_CAP_BYTES = 32 * 1024
 
 _TOOL_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@\[\]-]*$")
@@ -729,6 +739,7 @@ class ClaudeCodeTransport(HarnessTransport):
         link_credentials: bool = True,
         loopback: Any = None,
         retry_stop_after: int | None = 1,
+        result_cap: int | None = CLAUDE_RESULT_CAP_BYTES,
         **kwargs: Any,
     ):
         """`loopback`: a harnesscheck.loopback.LoopbackEndpoint. The session then talks to that
@@ -741,6 +752,7 @@ class ClaudeCodeTransport(HarnessTransport):
             link_credentials = False
         self.loopback = loopback
         self.retry_stop_after = retry_stop_after  # see ClaudeStreamParser
+        self.result_cap = result_cap  # see CLAUDE_RESULT_CAP_BYTES; None: the scope's bound only
         super().__init__(spec, settings, **kwargs)
         if auth_mode not in ("subscription", "api_key"):
             raise ConfigError(f"unknown auth_mode {auth_mode!r}", "use 'subscription' or 'api_key'")

@@ -12,7 +12,10 @@ Requirements kept here (doc/SPEC-codex.md):
 - The parser is pure (lines in, AgentOutcome out). Terminal events are `turn.completed` /
   `turn.failed`; top-level `error` events before them are retry notices, and
   `item.completed{type:error}` items are warnings, never failures by themselves. A 401
-  reconnect notice or a bridge start-up failure stops the session at once.
+  reconnect notice or a bridge start-up failure stops the session at once; a 429 / 529 /
+  5xx retry notice stops it at the `retry_stop_after`-th one (retryable; the host decides).
+- A built-in call codex refused, seen only in its rollout file, is listed in
+  native_tool_calls and makes the audit unclean (`native_tool_attempted`).
 - Codex reports no model id and no cost: the served model is unverified unless the stream
   says the model was rerouted; cost is none.
 """
