@@ -6,10 +6,20 @@ usage: host_memory.py MODE N MAX_LINE_BYTES
 
 import json
 import os
-import resource
 import sys
 
 from harnesscheck.process import run_process
+
+
+def peak_rss_kib() -> int:
+    """This image's own peak RSS (VmHWM). Not ru_maxrss: Linux carries the forking parent's
+    high-water mark across execve, so under a large pytest worker it reports the worker."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
 
 here = os.path.dirname(os.path.abspath(__file__))
 mode, n, limit = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -29,5 +39,5 @@ print(json.dumps({
     "stderr_tail_len": len(result.stderr_tail),
     "stderr_tail_end": result.stderr_tail[-20:],
     "lines": lines,
-    "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+    "maxrss_kib": peak_rss_kib(),
 }))
