@@ -28,16 +28,27 @@ def test_outcome_schema(but):
 
 @check("parity.refusal-codes-match-dispatch", incident=["G4", "P1", "P4", "P6", "P15"])
 def test_refusal_codes_match_dispatch(but):
-    """Refusal codes seen through the backend equal what dispatch returns in-process for the same calls."""
+    """Refusal codes seen through the backend equal what dispatch returns in-process for the same
+    calls; a call to a tool the scope never offered is refused or never reaches dispatch at all."""
     from harnesscheck.dispatch import dispatch
 
     ws = but.workspace()
     scope = ws.scope(read_only=True)
-    expected = []
+    offered = set(scope.tool_names())
+    expected, unoffered = [], []
     for call in HOSTILE:
         result = dispatch(call.name, dict(call.args), scope)
         assert not result.ok, f"kit premise: dispatch allowed {call}"
-        expected.append((call.name, result.code))
+        (expected if call.name in offered else unoffered).append((call.name, result.code))
     run = but.run_tools(HOSTILE, workspace=ws, read_only=True)
     got = sorted((r.tool, r.code) for r in run.outcome.refusals)  # a real CLI may reorder parallel calls
+    # A real CLI refuses a call to a tool it was never offered before the bridge sees it; when
+    # the call does reach dispatch, its refusal must carry dispatch's own code.
+    for item in unoffered:
+        if item in got:
+            got.remove(item)
     assert got == sorted(expected), f"refusals through {but.spec.id}: {got}\n   dispatch in-process: {sorted(expected)}"
+    allowed = [r for r in run.trace if r.get("event") == "tool" and r.get("decision") == "allow"
+               and r.get("tool") in {name for name, _ in unoffered}]
+    assert not allowed, f"a tool the scope never offered was executed: {allowed}"
+    assert not (ws.root / "new.txt").exists(), "a write happened in a read-only scope"
