@@ -261,7 +261,7 @@ class BackendUnderTest:
         if scenario not in SCENARIOS and scenario != "tools":
             raise KitFault(f"unknown scenario {scenario!r}")
         ws = workspace or self.workspace()
-        env = dict(parent_env or {})
+        env = {**self.host_isolation(ws), **(parent_env or {})}
         cancel = threading.Event() if cancel_after_s is not None else None
         timer = threading.Timer(cancel_after_s, cancel.set) if cancel is not None else None
         with patched_environ(env):
@@ -292,6 +292,20 @@ class BackendUnderTest:
     def run_tools(self, calls: list[ToolCall], **kwargs) -> SessionRun:
         """A session in which the model asks for exactly these tool calls, then answers."""
         return self.run("tools", tool_calls=calls, **kwargs)
+
+    def host_isolation(self, ws: Workspace) -> dict[str, str]:
+        """Below the live level the host's HOME and config homes are scratch dirs, so no
+        transport can find, link or touch the user's real credential stores."""
+        if self.level == "live":
+            return {}
+        home = ws.base / "host-home"
+        home.mkdir(parents=True, exist_ok=True)
+        return {
+            "HOME": str(home),
+            "CLAUDE_CONFIG_DIR": str(home / ".claude"),
+            "CODEX_HOME": str(home / ".codex"),
+            "XDG_CONFIG_HOME": str(home / ".config"),
+        }
 
     def transport(self, **settings) -> Transport:
         from harnesscheck.registry import build_transport

@@ -1,0 +1,33 @@
+"""The kit never reaches the developer's real credential stores below the live level."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from harnesscheck.kit.adapters import adapter_for
+from harnesscheck.registry import get_spec
+
+
+@pytest.mark.parametrize(("backend", "store"), [("claude-code", ".claude/.credentials.json"), ("codex", ".codex/auth.json")])
+def test_offline_runs_never_link_the_real_login(backend: str, store: str, tmp_path: Path, monkeypatch) -> None:
+    real_home = tmp_path / "real-home"
+    cred = real_home / store
+    cred.parent.mkdir(parents=True)
+    cred.write_text('{"tokens": {"access_token": "canary-login-%s"}, "auth_mode": "chatgpt"}' % os.urandom(6).hex())
+    monkeypatch.setenv("HOME", str(real_home))
+    before = cred.read_bytes(), cred.stat().st_mtime_ns
+
+    but = adapter_for(get_spec(backend), "offline", tmp_path / "kit")
+    run = but.run("success")
+
+    assert run.outcome.ok, run.outcome.message
+    links = [p for p in (tmp_path / "kit").rglob("*") if p.is_symlink() and Path(os.readlink(p)) == cred]
+    assert links == [], f"{backend} linked the real login into a kit run: {links}"
+    for child in run.children:
+        assert child["env"].get("HOME") != str(real_home)
+        seen = repr(child.get("config_dirs", {}))
+        assert str(real_home) not in seen, f"{backend}'s CLI saw the real login: {seen}"
+    assert (cred.read_bytes(), cred.stat().st_mtime_ns) == before
