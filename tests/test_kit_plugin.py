@@ -10,7 +10,7 @@ def test_markers_registered_and_header_names_backends(tmp_path):
                                   "-k", "registry_builds", "-W", "error::pytest.PytestUnknownMarkWarning", "--strict-markers", "-v")
     assert code == 0, out
     assert "harnesscheck kit 0.1.0, catalog" in out and "levels: offline" in out
-    assert "backend fake (api" in out and "backend codex (harness; cli offline: 0.171.0 (fixtures))" in out
+    assert "backend fake (api" in out and "backend codex (harness; cli offline: 0.171.0 (fixtures)" in out
     assert {c["backend"] for c in report["cells"]} == {"fake", "codex"}
     assert report["header"]["backends"][1]["cli_version"] == "0.171.0 (fixtures)"
 

@@ -3,10 +3,12 @@
 Options::
 
     --backend ID|module:factory   (repeatable; default: every registered backend)
-    --level offline|loopback|live (repeatable; default: offline, or live with -m live)
+    --level offline|loopback|live (repeatable; default: offline, plus loopback where a selected
+                                  backend's real CLI is installed; live with -m live)
     --hc-report FILE.json         versioned JSON report of every cell
     --hc-junit FILE.xml           JUnit XML from the same cells
-    --baseline FILE               known failures (JSON or TOML), strict both ways
+    --baseline FILE|none          known failures (JSON or TOML), strict both ways; default: the
+                                  built-in backends' conformance/baseline.json
     --write-baseline FILE         write the current failures as a baseline
 
 With --backend and no path arguments, the suite shipped in the package
@@ -28,10 +30,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--backend", action="append", default=[], metavar="ID",
                     help="backend under test: a registered id or module:factory (repeatable)")
     group.addoption("--level", action="append", default=[], choices=["offline", "loopback", "live"],
-                    help="verification level (repeatable; default offline, or live under -m live)")
+                    help="verification level (repeatable; default offline, plus loopback where a selected backend's real CLI is installed, or live under -m live)")
     group.addoption("--hc-report", default=None, metavar="FILE", help="write the JSON conformance report here")
     group.addoption("--hc-junit", default=None, metavar="FILE", help="write JUnit XML of the cells here")
-    group.addoption("--baseline", default=None, metavar="FILE", help="baseline of known failures (JSON or TOML)")
+    group.addoption("--baseline", default=None, metavar="FILE", help="baseline of known failures (JSON or TOML); default: the built-in backends' conformance/baseline.json; 'none' disables")
     group.addoption("--write-baseline", default=None, metavar="FILE", help="write the failing cells as a baseline")
 
 
@@ -62,7 +64,29 @@ def _levels(config: pytest.Config) -> list[str]:
     markexpr = config.getoption("markexpr", "") or ""
     if "live" in markexpr and "not live" not in markexpr:
         return ["live"]
-    return ["offline"]
+    return ["offline", *(["loopback"] if _loopback_available(config) else [])]
+
+
+def _loopback_available(config: pytest.Config) -> bool:
+    """Loopback joins the default levels when some selected backend can run it here (the
+    pinned real CLI is installed); otherwise its cells would all be env-missing skips."""
+    from harnesscheck.kit.adapters import level_available
+
+    return any(level_available(spec, "loopback")[0] for spec in _backends(config))
+
+
+def _baseline_path(config: pytest.Config):
+    """--baseline FILE; without it, the built-in backends' own baseline shipped with the
+    suite (entries name their backend, so other backends are unaffected); `none` disables."""
+    chosen = config.getoption("--baseline")
+    if chosen == "none":
+        return None
+    if chosen:
+        return chosen
+    from harnesscheck.paths import conformance_dir
+
+    shipped = conformance_dir() / "baseline.json"
+    return shipped if shipped.is_file() else None
 
 
 def _backends(config: pytest.Config) -> list:
@@ -270,11 +294,11 @@ def _classify(report: pytest.TestReport, call: pytest.CallInfo) -> tuple[str, st
 
 def _baseline(config: pytest.Config):
     state = config.stash[_STATE]
-    if state["baseline"] is None and config.getoption("--baseline"):
+    if state["baseline"] is None and _baseline_path(config):
         from harnesscheck.kit.baseline import BaselineError, load_baseline
 
         try:
-            state["baseline"] = load_baseline(config.getoption("--baseline"))
+            state["baseline"] = load_baseline(_baseline_path(config))
         except BaselineError as exc:
             raise pytest.UsageError(str(exc)) from None
     return state["baseline"]
@@ -282,7 +306,7 @@ def _baseline(config: pytest.Config):
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[_STATE]["started"] = _now()
-    if session.config.getoption("--baseline") and _wants_kit(session.config):
+    if _baseline_path(session.config) and _wants_kit(session.config):
         catalog, _ = _catalog()
         baseline = _baseline(session.config)
         usage, expired = baseline.problems(set(catalog))
