@@ -25,6 +25,7 @@ A subclass supplies `invocation(ctx, request, tool_less)` (argv, injections, std
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -78,6 +79,35 @@ class Invocation:
     argv: list[str]
     injections: dict[str, str] = field(default_factory=dict)
     stdin_bytes: bytes | None = None
+
+
+class EventDecoder:
+    """Stdout lines to JSON events (cli-formats §6.3): a line not starting with `{` is noise
+    (skipped, counted); a `{` line that does not parse to an object is malformed (skipped,
+    counted, reported in the outcome's message)."""
+
+    def __init__(self) -> None:
+        self.noise = 0
+        self.malformed = 0
+
+    def decode(self, line: str) -> dict | None:
+        text = line
+        if not text.startswith("{"):  # the common case skips a copy of a multi-MB line
+            text = line.strip()
+            if not text:
+                return None
+            if not text.startswith("{"):
+                self.noise += 1
+                return None
+        try:
+            event = json.loads(text)
+        except ValueError:
+            self.malformed += 1
+            return None
+        if not isinstance(event, dict):
+            self.malformed += 1
+            return None
+        return event
 
 
 def _inside(path: Path, root: Path) -> bool:

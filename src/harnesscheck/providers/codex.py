@@ -45,6 +45,7 @@ from harnesscheck.providers._bounded import CallLog, TextTail
 from harnesscheck.providers._errortext import classify_text
 from harnesscheck.providers._eventlog import SessionAudit
 from harnesscheck.providers._harness import (
+    EventDecoder,
     HarnessTransport,
     Invocation,
     SessionContext,
@@ -127,29 +128,15 @@ class CodexParser:
         self.open_items: set[str] = set()  # tool items started and not yet completed
         self.calls = CallLog()
         self.bridge_errors = 0
-        self.malformed = 0
-        self.noise = 0
+        self.decoder = EventDecoder()
         self.on_text = None  # optional callback: each agent message as it completes
 
     # -- lines --------------------------------------------------------------------------
 
     def feed(self, line: str) -> LineAction | None:
         """One stdout line. Returns TERMINAL on turn.completed/turn.failed, STOP to end now."""
-        text = line
-        if not text.startswith("{"):  # the common case skips a copy of a multi-MB line
-            text = line.strip()
-            if not text:
-                return None
-            if not text.startswith("{"):
-                self.noise += 1
-                return None
-        try:
-            event = json.loads(text)
-        except ValueError:
-            self.malformed += 1
-            return None
-        if not isinstance(event, dict):
-            self.malformed += 1
+        event = self.decoder.decode(line)
+        if event is None:
             return None
         if self.terminal is not None:
             return None  # exactly one terminal outcome: later lines change nothing
@@ -318,7 +305,7 @@ class CodexParser:
         if tail_cls is not None:
             what = self.errors[-1] if self.errors and classify_text(self.errors[-1]) else _last_line(result.stderr_tail)
             return _failed(tail_cls), tail_cls, _short(what) + notes
-        if self.malformed or result.partial_tail:
+        if self.decoder.malformed or result.partial_tail:
             return OutcomeStatus.error, ErrorClass.protocol, "the stream ended inside an event (no terminal event)" + notes
         fallback = ending_outcome(result, terminal_seen=False)
         assert fallback is not None
@@ -328,8 +315,8 @@ class CodexParser:
         parts = []
         if self.warnings:
             parts.append(f"{len(self.warnings)} warning(s): {_short(self.warnings[0], 120)}")
-        if self.malformed:
-            parts.append(f"{self.malformed} malformed line(s) skipped")
+        if self.decoder.malformed:
+            parts.append(f"{self.decoder.malformed} malformed line(s) skipped")
         if result.partial_tail:
             parts.append("truncated last line dropped")
         if self.rerouted_to:

@@ -50,6 +50,7 @@ from harnesscheck.providers._bounded import CallLog, TextTail
 from harnesscheck.providers._errortext import classify_text
 from harnesscheck.providers._eventlog import SessionAudit
 from harnesscheck.providers._harness import (
+    EventDecoder,
     HarnessTransport,
     Invocation,
     SessionContext,
@@ -80,28 +81,14 @@ class CursorParser:
         self.iterations = 0
         self.early: ErrorClass | None = None
         self.early_message = ""
-        self.malformed = 0
-        self.noise = 0
+        self.decoder = EventDecoder()
         self.on_text = None  # optional callback: each assistant segment as it arrives
 
     # -- lines --------------------------------------------------------------------------
 
     def feed(self, line: str) -> LineAction | None:
-        text = line
-        if not text.startswith("{"):  # the common case skips a copy of a multi-MB line
-            text = line.strip()
-            if not text:
-                return None
-            if not text.startswith("{"):
-                self.noise += 1
-                return None
-        try:
-            event = json.loads(text)
-        except ValueError:
-            self.malformed += 1
-            return None
-        if not isinstance(event, dict):
-            self.malformed += 1
+        event = self.decoder.decode(line)
+        if event is None:
             return None
         if self.result is not None:
             return None  # one terminal outcome; anything after it changes nothing
@@ -257,7 +244,7 @@ class CursorParser:
         cls = classify_text(result.stderr_tail)
         if cls is not None:
             return _failed(cls), cls, _short(_last_line(result.stderr_tail)) + notes
-        if self.malformed or result.partial_tail:
+        if self.decoder.malformed or result.partial_tail:
             return OutcomeStatus.error, ErrorClass.protocol, "the stream ended inside an event (no result event)" + notes
         fallback = ending_outcome(result, terminal_seen=False)
         assert fallback is not None
@@ -265,8 +252,8 @@ class CursorParser:
 
     def _notes(self, result: ProcessResult) -> str:
         parts = []
-        if self.malformed:
-            parts.append(f"{self.malformed} malformed line(s) skipped")
+        if self.decoder.malformed:
+            parts.append(f"{self.decoder.malformed} malformed line(s) skipped")
         if result.partial_tail:
             parts.append("truncated last line dropped")
         return "".join(f"; {p}" for p in parts)
