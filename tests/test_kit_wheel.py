@@ -76,3 +76,16 @@ def test_pytest_conformance_runs_from_an_empty_directory(fresh_venv):
     report = json.loads((work / "r.json").read_text())
     assert report["cells"] and all(c["backend"] == "example" for c in report["cells"])
     assert sorted(p.name for p in work.iterdir()) == ["r.json"], "no test file was copied"
+
+
+def test_verify_from_a_project_with_its_own_conformance_package(fresh_venv):
+    """A project's own `conformance/` (this checkout has one) never shadows the shipped suite."""
+    venv, base = fresh_venv
+    work = base / "project-with-conformance"
+    (work / "conformance").mkdir(parents=True)
+    (work / "conformance" / "__init__.py").write_text("")
+    (work / "conformance" / "test_usage.py").write_text("raise RuntimeError('the project copy was imported')\n")
+    proc = _run([str(venv / "bin" / "harnesscheck"), "verify", "--backend", "example", "--report", "out"], cwd=work)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    report = json.loads((work / "out" / "conformance-report.json").read_text())
+    assert any(c["check"].startswith("usage.") and c["outcome"] == "passed" for c in report["cells"])

@@ -97,9 +97,11 @@ def _backends(config: pytest.Config) -> list:
         from harnesscheck.registry import get_spec, known_specs
 
         ids = config.getoption("--backend") or list(known_specs())
-        root = str(config.rootpath)
-        if root not in sys.path:
-            sys.path.append(root)  # so `module:factory` resolves from the project under test
+        import os
+
+        for root in (str(config.rootpath), os.getcwd()):
+            if root not in sys.path:
+                sys.path.append(root)  # so `module:factory` resolves from the project under test
         specs = []
         for backend_id in dict.fromkeys(ids):
             try:

@@ -53,7 +53,9 @@ def plan(backends: list[str], levels: list[str]) -> tuple[list[str], list[str], 
 def pytest_args(ids: list[str], levels: list[str], report_dir: Path, baseline: Path | None, jobs: str | None) -> list[str]:
     from harnesscheck.paths import conformance_dir
 
-    args = [sys.executable, "-m", "pytest", str(conformance_dir()), "-p", "no:cacheprovider", "-q",
+    # -P: the current directory is not put first on sys.path, so a project's own `conformance/`
+    # (this checkout's, for one) never shadows the suite shipped in the package.
+    args = [sys.executable, "-P", "-m", "pytest", str(conformance_dir()), "-p", "no:cacheprovider", "-q",
             "--rootdir", str(conformance_dir().parent), "-c", os.devnull, "-m", "not live" if "live" not in levels else "live",
             "--hc-report", str(report_dir / "conformance-report.json"), "--hc-junit", str(report_dir / "junit.xml")]
     for backend in ids:
@@ -95,7 +97,6 @@ def verify_command(backends: list[str], levels: list[str], report_dir: Path, bas
     for note in notes:
         print(f"  (skipping {note})", flush=True)
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
     proc = subprocess.run(pytest_args(ids, chosen, report_dir, baseline, jobs), env=env, stdin=subprocess.DEVNULL)
     if proc.returncode == 4:
         return EXIT_USAGE
