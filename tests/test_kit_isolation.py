@@ -31,3 +31,26 @@ def test_offline_runs_never_link_the_real_login(backend: str, store: str, tmp_pa
         seen = repr(child.get("config_dirs", {}))
         assert str(real_home) not in seen, f"{backend}'s CLI saw the real login: {seen}"
     assert (cred.read_bytes(), cred.stat().st_mtime_ns) == before
+
+
+def test_overlapping_runs_restore_the_environment_exactly() -> None:
+    """Concurrent sessions patch os.environ in overlapping windows; afterwards it is as before."""
+    import threading
+
+    from harnesscheck.kit.adapters import patched_environ
+
+    before = dict(os.environ)
+    inside, release = threading.Barrier(2), threading.Event()
+
+    def run(tag: str) -> None:
+        with patched_environ({"HOME": f"/scratch/{tag}", f"CANARY_{tag}": "x"}):
+            inside.wait(timeout=30)
+            release.wait(timeout=30)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in ("A", "B")]
+    for t in threads:
+        t.start()
+    release.set()
+    for t in threads:
+        t.join(timeout=60)
+    assert dict(os.environ) == before

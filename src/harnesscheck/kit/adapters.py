@@ -183,19 +183,31 @@ class SessionRun:
         return "\n".join(parts)
 
 
+_ENV_LOCK = threading.Lock()
+_ENV_USERS = 0
+_ENV_ORIGINAL: dict[str, str] = {}
+
+
 @contextlib.contextmanager
 def patched_environ(values: dict[str, str]) -> Iterator[None]:
-    """Set os.environ entries for the duration of a run (parent-env canaries)."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
+    """Set os.environ entries for the duration of a run (parent-env canaries, host isolation).
+
+    Runs may overlap (the concurrency checks run sessions in threads): the environment as it
+    was before the first run is restored, exactly, when the last one ends."""
+    global _ENV_USERS, _ENV_ORIGINAL
+    with _ENV_LOCK:
+        if _ENV_USERS == 0:
+            _ENV_ORIGINAL = dict(os.environ)
+        _ENV_USERS += 1
+        os.environ.update(values)
     try:
         yield
     finally:
-        for key, old in saved.items():
-            if old is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = old
+        with _ENV_LOCK:
+            _ENV_USERS -= 1
+            if _ENV_USERS == 0:
+                os.environ.clear()
+                os.environ.update(_ENV_ORIGINAL)
 
 
 def read_trace(path: Path | None) -> list[dict]:
@@ -298,9 +310,12 @@ class BackendUnderTest:
         transport can find, link or touch the user's real credential stores."""
         if self.level == "live":
             return {}
+        from harnesscheck.paths import cli_cache_dir
+
         home = ws.base / "host-home"
         home.mkdir(parents=True, exist_ok=True)
         return {
+            "HARNESSCHECK_CACHE": str(cli_cache_dir().parent),  # the pinned CLIs stay findable
             "HOME": str(home),
             "CLAUDE_CONFIG_DIR": str(home / ".claude"),
             "CODEX_HOME": str(home / ".codex"),
