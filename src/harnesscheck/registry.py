@@ -244,7 +244,25 @@ def cli_candidates(spec: ProviderSpec, settings: Settings) -> list[Path]:
 
 
 def probe_version(path: Path, timeout_s: float = 20.0) -> str | None:
-    """`<cli> --version` in a minimal environment; the first line, or None."""
+    """`<cli> --version` in a minimal environment; the first line, or None. Probed once per
+    binary (path, size, mtime) per process: a 245 MB CLI is not started again per session."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _VERSION_CACHE:
+        version = _probe_version(path, timeout_s)
+        if version is None:
+            return None  # a failed probe is not remembered: the next call tries again
+        _VERSION_CACHE[key] = version
+    return _VERSION_CACHE[key]
+
+
+_VERSION_CACHE: dict[tuple[str, int, int], str] = {}
+
+
+def _probe_version(path: Path, timeout_s: float) -> str | None:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/")}
     try:
         proc = subprocess.run(

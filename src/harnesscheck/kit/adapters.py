@@ -205,9 +205,12 @@ def patched_environ(values: dict[str, str]) -> Iterator[None]:
     finally:
         with _ENV_LOCK:
             _ENV_USERS -= 1
-            if _ENV_USERS == 0:
-                os.environ.clear()
-                os.environ.update(_ENV_ORIGINAL)
+            if _ENV_USERS == 0:  # key by key: the env is never empty for another thread
+                for key in [k for k in os.environ if k not in _ENV_ORIGINAL]:
+                    del os.environ[key]
+                for key, value in _ENV_ORIGINAL.items():
+                    if os.environ.get(key) != value:
+                        os.environ[key] = value
 
 
 def read_trace(path: Path | None) -> list[dict]:
