@@ -54,3 +54,15 @@ def test_overlapping_runs_restore_the_environment_exactly() -> None:
     for t in threads:
         t.join(timeout=60)
     assert dict(os.environ) == before
+
+
+def test_nested_patches_restore_in_order() -> None:
+    """A nested patch (the api adapter's own key inside a run's canaries) undoes only itself."""
+    from harnesscheck.kit.adapters import patched_environ
+
+    before = dict(os.environ)
+    with patched_environ({"HC_TEST_KEY": "outer"}):
+        with patched_environ({"HC_TEST_KEY": "inner"}):
+            assert os.environ["HC_TEST_KEY"] == "inner"
+        assert os.environ["HC_TEST_KEY"] == "outer"
+    assert dict(os.environ) == before

@@ -186,23 +186,41 @@ class SessionRun:
 _ENV_LOCK = threading.Lock()
 _ENV_USERS = 0
 _ENV_ORIGINAL: dict[str, str] = {}
+_ENV_LOCAL = threading.local()
 
 
 @contextlib.contextmanager
 def patched_environ(values: dict[str, str]) -> Iterator[None]:
     """Set os.environ entries for the duration of a run (parent-env canaries, host isolation).
 
-    Runs may overlap (the concurrency checks run sessions in threads): the environment as it
-    was before the first run is restored, exactly, when the last one ends."""
+    Nested in one thread, each call restores what it changed (last in, first out). Runs in
+    different threads may overlap (the concurrency checks): the environment as it was before
+    the first of them is restored, key by key, when the last one ends."""
     global _ENV_USERS, _ENV_ORIGINAL
+    if getattr(_ENV_LOCAL, "depth", 0):
+        saved = {k: os.environ.get(k) for k in values}
+        os.environ.update(values)
+        _ENV_LOCAL.depth += 1
+        try:
+            yield
+        finally:
+            _ENV_LOCAL.depth -= 1
+            for key, old in saved.items():
+                if old is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = old
+        return
     with _ENV_LOCK:
         if _ENV_USERS == 0:
             _ENV_ORIGINAL = dict(os.environ)
         _ENV_USERS += 1
         os.environ.update(values)
+    _ENV_LOCAL.depth = 1
     try:
         yield
     finally:
+        _ENV_LOCAL.depth = 0
         with _ENV_LOCK:
             _ENV_USERS -= 1
             if _ENV_USERS == 0:  # key by key: the env is never empty for another thread
