@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -251,15 +252,17 @@ def probe_version(path: Path, timeout_s: float = 20.0) -> str | None:
     except OSError:
         return None
     key = (str(path), st.st_size, st.st_mtime_ns)
-    if key not in _VERSION_CACHE:
-        version = _probe_version(path, timeout_s)
-        if version is None:
-            return None  # a failed probe is not remembered: the next call tries again
-        _VERSION_CACHE[key] = version
-    return _VERSION_CACHE[key]
+    with _VERSION_LOCK:  # concurrent sessions share one probe instead of racing three
+        if key not in _VERSION_CACHE:
+            version = _probe_version(path, timeout_s) or _probe_version(path, timeout_s)
+            if version is None:
+                return None  # a failed probe is not remembered: the next call tries again
+            _VERSION_CACHE[key] = version
+        return _VERSION_CACHE[key]
 
 
 _VERSION_CACHE: dict[tuple[str, int, int], str] = {}
+_VERSION_LOCK = threading.Lock()
 
 
 def _probe_version(path: Path, timeout_s: float) -> str | None:
