@@ -89,6 +89,18 @@ def test_cli_version_in_range(tmp_path: Path) -> None:
     assert info.version == "2.1.197 (Claude Code)"
 
 
+def test_silent_version_probe_says_why(tmp_path: Path) -> None:
+    """A CLI that answers --version with nothing names its exit status and stderr in the error."""
+    cli = tmp_path / "claude"
+    cli.write_text("#!/bin/sh\necho 'EACCES: permission denied, mkdir /x/.claude' >&2\nexit 7\n")
+    cli.chmod(0o755)
+    with pytest.raises(CliVersionUnsupported) as info:
+        registry.find_cli(registry.get_spec("claude-code"), Settings(cli=cli))
+    message = str(info.value)
+    assert "exit status 7" in message and "EACCES" in message, message
+    assert registry.probe_failure(cli) is not None
+
+
 EXAMPLE_SPEC = ProviderSpec(
     id="example-ep",
     kind=Kind.api,

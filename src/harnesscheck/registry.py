@@ -246,7 +246,8 @@ def cli_candidates(spec: ProviderSpec, settings: Settings) -> list[Path]:
 
 def probe_version(path: Path, timeout_s: float = 20.0) -> str | None:
     """`<cli> --version` in a minimal environment; the first line, or None. Probed once per
-    binary (path, size, mtime) per process: a 245 MB CLI is not started again per session."""
+    binary (path, size, mtime) per process: a 245 MB CLI is not started again per session.
+    Why the last probe of a binary got no answer is kept for the error (`probe_failure`)."""
     try:
         st = os.stat(path)
     except OSError:
@@ -254,18 +255,29 @@ def probe_version(path: Path, timeout_s: float = 20.0) -> str | None:
     key = (str(path), st.st_size, st.st_mtime_ns)
     with _VERSION_LOCK:  # concurrent sessions share one probe instead of racing three
         if key not in _VERSION_CACHE:
-            version = _probe_version(path, timeout_s) or _probe_version(path, timeout_s)
+            version, why = _probe_version(path, timeout_s)
             if version is None:
+                version, why_again = _probe_version(path, timeout_s)
+                why = why if why == why_again else f"{why}; then {why_again}"
+            if version is None:
+                _PROBE_FAILURES[str(path)] = why
                 return None  # a failed probe is not remembered: the next call tries again
             _VERSION_CACHE[key] = version
         return _VERSION_CACHE[key]
 
 
+def probe_failure(path: Path) -> str | None:
+    """Why the last version probe of `path` got no answer (exit status, stderr tail), or None."""
+    return _PROBE_FAILURES.get(str(path))
+
+
 _VERSION_CACHE: dict[tuple[str, int, int], str] = {}
+_PROBE_FAILURES: dict[str, str] = {}
 _VERSION_LOCK = threading.Lock()
 
 
-def _probe_version(path: Path, timeout_s: float) -> str | None:
+def _probe_version(path: Path, timeout_s: float) -> tuple[str | None, str]:
+    """(first line of stdout, "") or (None, why there was no answer)."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/")}
     try:
         proc = subprocess.run(
@@ -276,10 +288,17 @@ def _probe_version(path: Path, timeout_s: float) -> str | None:
             env=env,
             start_new_session=True,
         )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
+    except subprocess.TimeoutExpired:
+        return None, f"no answer within {timeout_s:g} s"
+    except OSError as exc:
+        return None, f"could not start: {exc.strerror or exc}"
     out = proc.stdout.decode("utf-8", "replace").strip().splitlines()
-    return out[0].strip() if out else None
+    if out:
+        return out[0].strip(), ""
+    from harnesscheck.envpolicy import redact
+
+    tail = " ".join(proc.stderr.decode("utf-8", "replace").split())[-200:]
+    return None, f"exit status {proc.returncode}, empty stdout" + (f", stderr: {redact(tail)}" if tail else "")
 
 
 def find_cli(spec: ProviderSpec, settings: Settings, *, check_version: bool = True) -> CliInfo:
@@ -293,6 +312,7 @@ def find_cli(spec: ProviderSpec, settings: Settings, *, check_version: bool = Tr
             version = probe_version(cand)
             if check_version and (spec.min_version or spec.max_version):
                 if version is None or not version_supported(spec, version):
-                    raise CliVersionUnsupported(spec.id, version or "unknown", version_range(spec))
+                    found = version or f"unknown ({probe_failure(cand) or 'no answer'})"
+                    raise CliVersionUnsupported(spec.id, found, version_range(spec))
             return CliInfo(path=cand, version=version)
     raise CliNotFound(spec.id, spec.cli_name or "?", tried, spec.cli_package)
