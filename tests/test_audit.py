@@ -141,6 +141,33 @@ def test_claude_bash_and_foreign_mcp_and_unknown_block(root: Path) -> None:
     assert {"native_shell", "foreign_mcp_tool", "unknown_tool_event"} <= codes(verdict)
 
 
+def test_shell_command_paths_are_bound_to_the_scope(root: Path) -> None:
+    """A shell command naming a file outside the scope (directly or in a `bash -lc` script)
+    adds native_file_outside_scope with the path; a command naming only in-scope files does not."""
+    inside = str(root / "README.md")
+    log = jl(
+        claude_init(),
+        claude_tool_use("Bash", {"command": "bash -lc 'head -n 3 ../../etc/hosts; cat /etc/passwd'"}, "t1"),
+        claude_tool_use("Bash", {"command": f"wc -l {inside}"}, "t2"),
+    )
+    verdict = audit_events(log, "claude", RunFacts(scope_root=root, session_cwd=root))
+    outside = [f.detail for f in verdict.flags if f.code == "native_file_outside_scope"]
+    assert any("/etc/passwd" in d for d in outside) and any("etc/hosts" in d for d in outside), outside
+    assert not any("README.md" in d for d in outside), outside
+    assert "native_shell" in codes(verdict)
+
+
+def test_shell_path_words() -> None:
+    from harnesscheck.audit import shell_path_words
+
+    assert shell_path_words("cat /etc/passwd") == ["/etc/passwd"]
+    assert shell_path_words(["/bin/bash", "-lc", "head src/a.py > /tmp/out"]) == ["src/a.py", "/tmp/out"]
+    assert shell_path_words("cp a --target-directory=/x") == ["/x"]
+    assert shell_path_words("echo $HOME/x; curl https://h/a; ls") == []  # unbindable or not a file
+    assert shell_path_words('cat "unbalanced') == []
+    assert shell_path_words(None) == []
+
+
 def test_claude_home_relative_and_glob_escapes(root: Path) -> None:
     log = jl(
         claude_tool_use("Read", {"file_path": "~/.ssh/id_rsa"}, "t1"),
@@ -277,7 +304,8 @@ def test_cursor_seed_blind_spots_are_caught(root: Path) -> None:
     c = codes(verdict)
     assert {"native_shell", "write_in_read_only", "native_file_outside_scope"} <= c
     outside = [f.detail for f in verdict.flags if f.code == "native_file_outside_scope"]
-    assert len(outside) == 4, outside
+    assert len(outside) == 5, outside  # the shell's ~/.ssh/id_rsa, read x2, grep glob, agent-tools
+    assert any(d.startswith("shell:") and "id_rsa" in d for d in outside), outside
 
 
 def test_cursor_mcp_bridge_call_and_unknown_tool(root: Path) -> None:

@@ -21,6 +21,8 @@ listed but do not make a run unclean. Codes are stable strings:
   sentinel_accessed           a native tool named a sentinel file
   bridge_call_without_tool_use  the bridge served more calls than the CLI's log shows
   event_log_empty             no JSON event at all: nothing could be audited
+  native_tool_attempted       codex: the model called a built-in that codex refused, seen only
+                              in its rollout file (raised by providers/codex.py, fail closed)
   -- informational --
   native_tool_refused_by_cli  the model asked for a disabled built-in; the CLI refused it
   tool_use_not_reaching_bridge  a bridge tool_use in the log that the bridge never served
@@ -568,6 +570,8 @@ class Auditor:
         if shell:
             cmd = args.get("command") if isinstance(args, dict) else None
             self.flag("native_shell", f"{name}: {str(cmd)[:200]}" if cmd else name)
+            for word in shell_path_words(cmd):
+                self._paths(name, {"path": word})
         if write and self.facts.read_only:
             self.flag("write_in_read_only", name)
         self._paths(name, args)
@@ -635,6 +639,55 @@ _MARKERS: dict[str, tuple[bytes, ...]] = {
     "codex": (b'"item.', b"tool", b"exec", b"patch"),
     "cursor": (b"tool",),
 }
+
+
+_SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "fish"})
+_MAX_SHELL_WORDS = 200
+
+
+def shell_path_words(command: Any, *, depth: int = 0) -> list[str]:
+    """Words of a native shell command that name a file: `/etc/passwd`, `../x`, `~/.ssh/id_rsa`,
+    `src/a.py`, `--out=/tmp/x`; `bash -lc '...'` scripts are read too. Evidence only: a shell
+    builds paths at run time ($VAR, $(...), cd), so words with `$` or backquotes are skipped and
+    the command stays flagged `native_shell` whatever this finds."""
+    import shlex
+
+    if isinstance(command, (list, tuple)):
+        words = [str(w) for w in command][:_MAX_SHELL_WORDS]
+    elif isinstance(command, str) and command:
+        try:
+            lexer = shlex.shlex(command[:20_000], posix=True, punctuation_chars=True)
+            lexer.whitespace_split = True
+            words = []
+            for word in lexer:
+                words.append(word)
+                if len(words) >= _MAX_SHELL_WORDS:
+                    break
+        except ValueError:  # unbalanced quotes: fall back to whitespace
+            words = command[:20_000].split()[:_MAX_SHELL_WORDS]
+    else:
+        return []
+    found: list[str] = []
+    scripts: set[int] = set()
+    for i, word in enumerate(words):
+        if i in scripts:
+            continue
+        if os.path.basename(word) in _SHELLS and depth < 2:
+            for j in range(i + 1, min(i + 3, len(words) - 1)):
+                if words[j].startswith("-") and "c" in words[j].lstrip("-"):
+                    found.extend(shell_path_words(words[j + 1], depth=depth + 1))
+                    scripts.add(j + 1)
+                    break
+            continue
+        if word.startswith("-"):
+            if "=" not in word:
+                continue
+            word = word.split("=", 1)[1]
+        if not word or "$" in word or "`" in word or "://" in word or "\n" in word:
+            continue
+        if "/" in word or word.startswith("~") or word == "..":
+            found.append(word)
+    return found
 
 
 def _refused_text(content: Any) -> bool:
