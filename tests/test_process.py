@@ -563,5 +563,8 @@ def test_atexit_hook_kills_live_groups(tmp_path: Path) -> None:
     process._kill_live_groups()
     worker.join(timeout=120)
     assert not worker.is_alive()
-    assert results and results[0].ending is Ending.exited and results[0].signal == signal.SIGKILL
+    # terminate_tree with no grace: SIGTERM then SIGKILL at once; the CLI leads its group
+    # itself, so it reports whichever of the two ended it.
+    assert results and results[0].ending is Ending.exited and results[0].exit_code is None
+    assert results[0].signal in (signal.SIGTERM, signal.SIGKILL)
     assert survivors(pids) == []

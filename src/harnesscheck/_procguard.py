@@ -1,166 +1,142 @@
-"""Process guard: the group leader between the host and a backend CLI.
+"""Process guard: one per host process; kills every registered session tree when the host dies.
 
-    python -I -S _procguard.py HOST_PID EXECUTABLE LC_CTYPE -- ARGV...
+    python -I -S _procguard.py HOST_PID
 
-LC_CTYPE is "-" when the child env has none, else "=" + its value: Python's locale coercion
-(PEP 538) may have changed it in the guard's own environment, and the CLI must get the
-environment exactly as the host built it.
+Why: a CLI's own children (MCP bridge, shells, node workers) must not outlive the host,
+even when the host is SIGKILLed or OOM-killed and runs no cleanup at all. PR_SET_PDEATHSIG
+reaches only a direct child and is not inherited, so it cannot cover a CLI's tree.
 
-Why: PR_SET_PDEATHSIG only reaches the *direct* child, and it is not inherited by forks. If
-the host is SIGKILLed, a CLI started directly would die but its own children (MCP bridge,
-shells, node workers) would live on. The guard is started by run_process in a new session
-and arms a parent-death signal (SIGUSR1) for itself; it forks and execs the CLI in the same process group
-and, when the host dies, SIGKILLs the whole group plus every process that still carries
-the run marker (HARNESSCHECK_RUN) in its environment.
+Contract with the host (process.py):
+- The guard is started once per host process, in its own session, with a scrubbed env,
+  stdout/stderr on /dev/null, and stdin = the read end of a pipe whose write end only the
+  host holds (close-on-exec, closed in forked children). It holds no other descriptor of
+  the host: never a CLI's pipes.
+- The host writes one line per event, each in a single small write (atomic under
+  PIPE_BUF); markers are hex-encoded so any marker fits on one line:
+      + SID HEXMARKER    a session is about to spawn its CLI (before the spawn)
+      g SID PGID         the CLI's process group
+      - SID              the session's tree is torn down and reaped
+  Anything else (a cut or garbage line) is ignored.
+- EOF on stdin means the host is gone (died or exited). The guard then SIGKILLs every
+  registered group and, in a few bounded /proc sweeps, every process whose environment
+  carries HARNESSCHECK_RUN=<a registered marker> (descendants that left the group with
+  setsid), and their groups. Then it exits 0.
+- While the host lives the guard only blocks in read(): it costs nothing.
 
-While the host lives the guard is invisible: it ignores SIGTERM (the group SIGTERM reaches
-the CLI directly), holds none of the CLI's pipes, and mirrors the CLI's exit status
-(exit code, or the same fatal signal). This file imports nothing from harnesscheck and
-only stdlib built-ins, so it starts in a few milliseconds.
+Imports only built-ins (`_signal`, os, sys) so it starts in a few milliseconds; the host
+does not wait for it (lines queue in the pipe until it reads them).
 """
 
 import _signal as signal  # the C module: `signal` would import enum & co (~25 ms)
 import os
 import sys
+import time
 
-DEATH_SIGNAL = signal.SIGUSR1
 MARKER_VAR = "HARNESSCHECK_RUN"
-_PR_SET_PDEATHSIG = 1
+SWEEP_ROUNDS = 5
 
 
-def _sweep_and_kill() -> None:
-    """Host is gone: kill marked processes outside the group, then the group (and us)."""
-    marker = os.environ.get(MARKER_VAR, "")
+def _parse(line: bytes, markers: dict, groups: dict) -> None:
+    """Apply one protocol line; ignore anything malformed."""
+    parts = line.split()
+    try:
+        if len(parts) == 3 and parts[0] == b"+":
+            marker = bytes.fromhex(parts[2].decode("ascii"))
+            if marker and b"\0" not in marker:
+                markers[parts[1]] = marker
+        elif len(parts) == 3 and parts[0] == b"g" and parts[1] in markers:
+            pgid = int(parts[2])
+            if pgid > 1:
+                groups[parts[1]] = pgid
+        elif len(parts) == 2 and parts[0] == b"-":
+            markers.pop(parts[1], None)
+            groups.pop(parts[1], None)
+    except (ValueError, UnicodeDecodeError):
+        pass
+
+
+def _carries(data: bytes, needle: bytes) -> bool:
+    return (
+        data.startswith(needle + b"\0")
+        or (b"\0" + needle + b"\0") in data
+        or data.endswith(b"\0" + needle)
+        or data == needle
+    )
+
+
+def _kill_all(markers: dict, groups: dict) -> None:
+    """The host is gone: kill the registered groups, then every marked process and its group."""
     me = os.getpid()
-    pgid = os.getpgrp()
-    if marker:
-        needle = (MARKER_VAR + "=" + marker).encode()
-        for _ in range(3):
-            hits = 0
+    own_group = os.getpgrp()
+    for pgid in groups.values():
+        if pgid != own_group:
             try:
-                entries = os.listdir("/proc")
+                os.killpg(pgid, signal.SIGKILL)
             except OSError:
-                break
-            for entry in entries:
-                if not entry.isdigit() or int(entry) == me:
-                    continue
-                try:
-                    with open("/proc/" + entry + "/environ", "rb") as fh:
-                        data = fh.read()
-                except OSError:
-                    continue
-                if not (
-                    data.startswith(needle + b"\0")
-                    or (b"\0" + needle + b"\0") in data
-                    or data.endswith(b"\0" + needle)
-                    or data == needle
-                ):
-                    continue
-                pid = int(entry)
-                hits += 1
-                try:
-                    other = os.getpgid(pid)
-                    if other != pgid and other > 1:
-                        os.killpg(other, signal.SIGKILL)
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            if not hits:
-                break
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    finally:
-        os._exit(137)
-
-
-def _on_host_death(signum, frame):  # noqa: ARG001 - signal handler signature
-    _sweep_and_kill()
-
-
-def _set_pdeathsig(sig: int) -> bool:
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
-    except (OSError, AttributeError, ImportError):
-        return False
-
-
-def _child_exec(executable: str, argv: list, env: dict, host_guard_pid: int) -> None:
-    """In the forked child: restore default signals, die with the guard, exec the CLI."""
-    try:
-        for sig in (signal.SIGTERM, DEATH_SIGNAL, signal.SIGPIPE, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
-            signal.signal(sig, signal.SIG_DFL)
-        if hasattr(signal, "SIGXFSZ"):
-            signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
-        _set_pdeathsig(signal.SIGKILL)  # the CLI dies with the guard, too
-        if os.getppid() != host_guard_pid:
-            os._exit(137)
-        os.execve(executable, argv, env)
-    except BaseException as exc:  # exec failed: report like a shell would
+                pass
+    needles = [(MARKER_VAR + "=").encode() + m for m in set(markers.values())]
+    if not needles:
+        return
+    for round_no in range(SWEEP_ROUNDS):
+        hits = 0
         try:
-            os.write(2, ("harnesscheck guard: cannot run %s: %s\n" % (executable, exc)).encode())
-        finally:
-            os._exit(127)
+            entries = os.listdir("/proc")
+        except OSError:
+            return
+        for entry in entries:
+            if not entry.isdigit() or int(entry) == me:
+                continue
+            try:
+                with open("/proc/" + entry + "/environ", "rb") as fh:
+                    data = fh.read()
+            except OSError:
+                continue
+            if not data or not any(_carries(data, n) for n in needles):
+                continue  # empty: a zombie or a kernel thread
+            pid = int(entry)
+            hits += 1
+            try:
+                other = os.getpgid(pid)
+                if other != own_group and other > 1:
+                    os.killpg(other, signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        if not hits:
+            return
+        time.sleep(0.01)  # a process caught mid-fork: its child shows up in the next round
 
 
 def main() -> None:
-    args = sys.argv[1:]
-    if len(args) < 5 or args[3] != "--" or not args[2].startswith(("-", "=")):
-        os.write(2, b"usage: _procguard.py HOST_PID EXECUTABLE LC_CTYPE -- ARGV...\n")
-        os._exit(2)
-    host_pid = int(args[0])
-    executable = args[1]
-    env = dict(os.environ)
-    if args[2] == "-":
-        env.pop("LC_CTYPE", None)
-    else:
-        env["LC_CTYPE"] = args[2][1:]
-    argv = args[4:]
-    signal.signal(DEATH_SIGNAL, _on_host_death)
-    # A host thread may have signals blocked; the mask survives exec. Unblock everything so
-    # the death signal arrives and the CLI starts with a clean mask.
-    signal.pthread_sigmask(signal.SIG_SETMASK, [])
-    # Signals sent to the whole group are for the CLI; the guard outlives it to report.
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT):
+    # Group and terminal signals are not for us (we are in our own session anyway); a host
+    # thread's blocked-signal mask would otherwise survive exec.
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_IGN)
-    # Parent-death signal. Gotcha: it fires when the host *thread* that spawned us exits,
-    # not the host process; run_process is synchronous, so that thread outlives us.
-    if not _set_pdeathsig(DEATH_SIGNAL):
-        os.write(2, b"harnesscheck guard: prctl(PR_SET_PDEATHSIG) unavailable\n")
-    if os.getppid() != host_pid:  # the host died before the death signal was armed
-        os._exit(137)
-
-    guard_pid = os.getpid()
-    child = os.fork()
-    if child == 0:
-        _child_exec(executable, argv, env, guard_pid)
-    # Hold none of the CLI's pipes: EOF on them must mean the CLI side closed them.
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
-    os.close(devnull)
-
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    markers: dict = {}  # session id -> marker bytes
+    groups: dict = {}  # session id -> pgid
+    pending = b""
     while True:
         try:
-            _, status = os.waitpid(child, 0)
+            chunk = os.read(0, 65536)
+        except InterruptedError:
+            continue
+        except OSError:
+            chunk = b""
+        if not chunk:
             break
-        except ChildProcessError:
-            os._exit(127)
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        try:
-            import resource
-
-            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        except (ImportError, ValueError, OSError):
-            pass
-        signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
-        os._exit(128 + sig)
-    os._exit(os.waitstatus_to_exitcode(status))
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            _parse(line, markers, groups)
+        if len(pending) > 65536:  # never a valid line: drop the garbage
+            pending = b""
+    _kill_all(markers, groups)
+    os._exit(0)
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        os.write(2, b"usage: _procguard.py HOST_PID\n")
+        os._exit(2)
     main()

@@ -3,7 +3,8 @@
 Requirements kept here (see doc/SPEC-process.md):
 - argv list only (no shell), `env` passed exactly as given plus the run marker
   `HARNESSCHECK_RUN=<marker>`, a new session / process group, stdin /dev/null or the given
-  bytes then EOF, a parent-death signal so the child dies with the host;
+  bytes then EOF; the CLI is registered with this process's guard (one `_procguard.py`
+  per host process) so its whole tree dies with the host, even on SIGKILL;
 - one thread, `selectors` over non-blocking pipes, monotonic deadlines, cancel polled at
   least every 50 ms;
 - stdout framed on b"\\n" (CRLF tolerated), decoded UTF-8 with replacement, lines longer
@@ -86,10 +87,12 @@ class ProcessResult:
         return LineTooLong(self.oversize_limit) if self.oversize_limit is not None else None
 
 
-# --- parent-death signal ------------------------------------------------------------
+# --- signals for the child ------------------------------------------------------------
 
 _PR_SET_PDEATHSIG = 1
 _prctl: Any = None
+# Signals a CLI must start with at their default disposition (SIG_IGN survives exec).
+_DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
 
 def _load_prctl() -> Any:
@@ -109,8 +112,20 @@ def _load_prctl() -> Any:
     return _prctl
 
 
+def _host_ignores_signals() -> bool:
+    """True when the host ignores a signal the CLI must not ignore (nohup, `cmd &` in sh)."""
+    return any(signal.getsignal(s) == signal.SIG_IGN for s in _DEFAULT_SIGNALS)
+
+
+def _default_signals() -> None:
+    """In the forked child: default dispositions for the group signals, nothing blocked."""
+    for s in _DEFAULT_SIGNALS:
+        signal.signal(s, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+
+
 def _child_preexec(parent_pid: int, prctl: Any, death_signal: int) -> Callable[[], None]:
-    """preexec_fn: get `death_signal` when the parent dies.
+    """preexec_fn for the no-guard fallback: get `death_signal` when the parent dies.
 
     Gotcha: PR_SET_PDEATHSIG fires when the *thread* that forked the child exits, not the
     process. run_process is synchronous, so the spawning thread outlives the child; never
@@ -118,6 +133,7 @@ def _child_preexec(parent_pid: int, prctl: Any, death_signal: int) -> Callable[[
     """
 
     def preexec() -> None:
+        _default_signals()
         if prctl:
             prctl(_PR_SET_PDEATHSIG, int(death_signal), 0, 0, 0)
         if os.getppid() != parent_pid:  # the parent died before prctl took effect
@@ -126,21 +142,209 @@ def _child_preexec(parent_pid: int, prctl: Any, death_signal: int) -> Callable[[
     return preexec
 
 
-# --- the guard (group leader that outlives a dead host just long enough to kill the tree)
+@contextlib.contextmanager
+def _unblocked_signals() -> Iterator[None]:
+    """Spawn with an empty signal mask: the mask survives exec, and a host thread may block
+    signals. Cleared on this thread only, for the spawn (no preexec_fn: Popen keeps vfork)."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, ())
+    if not old:
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+# --- the guard: one per host process, kills registered trees when the host dies ------------
 
 _GUARD_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_procguard.py")
-_GUARD_DEATH_SIGNAL = signal.SIGUSR1
+_GUARD_EXIT_WAIT_S = 2.0
 
 
 def _use_guard() -> bool:
-    """The guard needs a Python interpreter and Linux prctl; without them the CLI is the
-    group leader and only it gets the parent-death signal."""
+    """The guard needs a Python interpreter and Linux /proc; without them the CLI leads its
+    group and only it gets a parent-death signal."""
     return (
         sys.platform.startswith("linux")
         and bool(sys.executable)
         and not getattr(sys, "frozen", False)  # a frozen app's executable is not a Python
         and os.path.isfile(_GUARD_PATH)
     )
+
+
+class _Guard:
+    """Host side of the guard protocol (see _procguard.py): start it lazily, register each
+    session before its CLI is spawned, restart and re-register if the guard went away.
+
+    Every method takes the lock; each protocol line is one small os.write.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.owner = 0  # pid of the process that started the guard
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.fd = -1  # write end of the guard's stdin (close-on-exec, non-blocking)
+        self.fd_ident: tuple[int, int] | None = None  # (st_dev, st_ino): is fd still ours?
+        self.sessions: dict[int, list[Any]] = {}  # sid -> [hex marker, pgid or None]
+        self.next_sid = 1
+        self.unavailable = False  # the guard could not be started: fall back for good
+        self.closed = False  # interpreter exit: no new guard
+
+    # -- public (locked) --
+
+    def open(self, marker: str) -> int | None:
+        """Register a session about to spawn; its id, or None when no guard can run."""
+        with self.lock:
+            if self.owner and self.owner != os.getpid():
+                self._forget_inherited()  # forked without the at-fork hook (C-level fork)
+            if self.unavailable or self.closed:
+                return None
+            sid = self.next_sid
+            self.next_sid += 1
+            hexmarker = marker.encode("utf-8", "surrogateescape").hex()
+            self.sessions[sid] = [hexmarker, None]
+            if self._send(f"+ {sid} {hexmarker}\n"):
+                return sid
+            del self.sessions[sid]
+            return None
+
+    def group(self, sid: int, pgid: int) -> None:
+        with self.lock:
+            entry = self.sessions.get(sid)
+            if entry is not None and self.owner == os.getpid():
+                entry[1] = pgid
+                self._send(f"g {sid} {pgid}\n")
+
+    def close(self, sid: int) -> None:
+        with self.lock:
+            if self.sessions.pop(sid, None) is not None and self.owner == os.getpid():
+                self._send(f"- {sid}\n")
+
+    def pid(self) -> int | None:
+        with self.lock:
+            return self.proc.pid if self.proc is not None and self.owner == os.getpid() else None
+
+    def shutdown(self) -> None:
+        """Interpreter exit: close the pipe (the guard sweeps what is still registered and
+        exits) and reap it, briefly."""
+        if not self.lock.acquire(timeout=_GUARD_EXIT_WAIT_S):
+            return
+        try:
+            self.closed = True
+            if self.owner == os.getpid():
+                proc = self.proc
+                self._close_fd()
+                self.proc = None
+                if proc is not None:
+                    with contextlib.suppress(subprocess.TimeoutExpired, OSError):
+                        proc.wait(timeout=_GUARD_EXIT_WAIT_S)
+        finally:
+            self.lock.release()
+
+    # -- internals (lock held) --
+
+    def _send(self, line: str) -> bool:
+        """Write one line; (re)start the guard when needed. False: no guard can run."""
+        for _ in range(2):
+            if self.fd < 0 or not self._fd_is_ours():
+                return self._start()  # replays the session table, which already holds `line`
+            try:
+                data = line.encode("ascii")
+                while data:
+                    data = data[os.write(self.fd, data):]
+                return True
+            except OSError:  # EPIPE: the guard died; EAGAIN: it is stuck (stopped?)
+                self._drop()
+        return False
+
+    def _start(self) -> bool:
+        if self.closed:
+            return False
+        self._drop()
+        r, w = os.pipe()  # both close-on-exec: no CLI ever inherits the write end
+        try:
+            env = {k: os.environ[k] for k in ("LD_LIBRARY_PATH",) if k in os.environ}
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", _GUARD_PATH, str(os.getpid())],
+                executable=sys.executable,
+                stdin=r,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env,
+                cwd="/",
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError:
+            os.close(w)
+            self.unavailable = True
+            return False
+        finally:
+            os.close(r)
+        os.set_blocking(w, False)
+        st = os.fstat(w)
+        self.fd, self.fd_ident, self.owner = w, (st.st_dev, st.st_ino), os.getpid()
+        # The guard need not be running yet: lines wait in the pipe until it reads them.
+        replay = "".join(
+            f"+ {sid} {hexmarker}\n" + (f"g {sid} {pgid}\n" if pgid else "")
+            for sid, (hexmarker, pgid) in self.sessions.items()
+        )
+        try:
+            data = replay.encode("ascii")
+            while data:
+                data = data[os.write(w, data):]
+        except OSError:
+            self._drop()
+            return False
+        return True
+
+    def _fd_is_ours(self) -> bool:
+        try:
+            st = os.fstat(self.fd)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == self.fd_ident
+
+    def _close_fd(self) -> None:
+        if self.fd >= 0 and self._fd_is_ours():
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+        self.fd, self.fd_ident = -1, None
+
+    def _drop(self) -> None:
+        """Forget the current guard: close our end, end and reap it if it is still there."""
+        proc = self.proc
+        self._close_fd()
+        self.proc = None
+        if proc is not None and self.owner == os.getpid():
+            # It exits on EOF; one that does not (stopped, stuck) is killed.
+            with contextlib.suppress(OSError):
+                try:
+                    proc.wait(timeout=1.0)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.wait(timeout=1.0)
+
+    def _forget_inherited(self) -> None:
+        """In a forked child: the parent's guard is not ours. Close the inherited write end
+        (so the parent's guard still sees EOF when the parent dies) and start afresh."""
+        self._close_fd()
+        if self.proc is not None:
+            self.proc._child_created = False  # not our child: Popen must not track or warn
+        self.proc = None
+        self.owner = 0
+        self.sessions.clear()
+
+
+_guard = _Guard()
+
+
+def _guard_pid() -> int | None:
+    """Pid of this process's guard, if one is running (for tests and diagnostics)."""
+    return _guard.pid()
 
 
 def _resolve_executable(name: str, env: Mapping[str, str], cwd: str | os.PathLike[str]) -> str:
@@ -174,7 +378,6 @@ def _unregister(proc: subprocess.Popen[bytes]) -> None:
         _live.pop(proc.pid, None)
 
 
-@atexit.register
 def _kill_live_groups() -> None:
     """At interpreter exit, no child group we started may survive."""
     with _live_lock:
@@ -182,6 +385,29 @@ def _kill_live_groups() -> None:
         _live.clear()
     for proc, marker in items:
         _shielded(lambda p=proc, m=marker: terminate_tree(p, p.pid, m, 0.0))
+
+
+@atexit.register
+def _at_exit() -> None:
+    """Kill the live groups, then let the guard go (it exits on EOF) and reap it."""
+    _kill_live_groups()
+    _guard.shutdown()
+
+
+def _after_fork_in_child() -> None:
+    """A forked host child owns neither the parent's sessions nor its guard: it must not
+    kill them at its exit, and must not hold the parent's guard pipe open. It gets its own
+    guard on its first session. (No locks here: another thread may have held them.)"""
+    global _guard, _live, _live_lock
+    inherited, _guard = _guard, _Guard()
+    inherited._forget_inherited()
+    for proc, _marker in _live.values():
+        proc._child_created = False  # the parent's child, not ours
+    _live_lock, _live = threading.Lock(), {}
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _shielded(fn: Callable[[], Any]) -> Any:
@@ -444,28 +670,36 @@ def run_process(
     started = time.monotonic()
     deadline = started + timeout_s
     host_pid = os.getpid()
-    if _use_guard():
-        lc_ctype = "=" + child_env["LC_CTYPE"] if "LC_CTYPE" in child_env else "-"
-        spawn_argv = [sys.executable, "-I", "-S", _GUARD_PATH, str(host_pid), executable, lc_ctype, "--", *argv]
-        # The guard sets its own parent-death signal: no preexec_fn, so Popen stays on its
-        # thread-safe fast path (preexec_fn can deadlock a forked child in a threaded host).
-        spawn_exe, preexec = sys.executable, None
+    # Registered with the guard *before* the spawn: if the host dies from here on, the
+    # guard finds the CLI by its marker even before it learns the group.
+    sid = _guard.open(marker) if _use_guard() else None
+    if sid is None:
+        preexec: Callable[[], None] | None = _child_preexec(host_pid, _load_prctl(), signal.SIGKILL)
+    elif _host_ignores_signals():
+        preexec = _default_signals  # rare: costs a fork instead of vfork
     else:
-        spawn_argv, spawn_exe = list(argv), executable
-        preexec = _child_preexec(host_pid, _load_prctl(), signal.SIGKILL)
-    proc = subprocess.Popen(
-        spawn_argv,
-        executable=spawn_exe,
-        env=child_env,
-        cwd=cwd,
-        stdin=subprocess.PIPE if stdin_bytes is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        close_fds=True,
-        preexec_fn=preexec,
-    )
+        preexec = None  # Popen's thread-safe fast path (vfork); no Python runs in the child
+    try:
+        with _unblocked_signals():
+            proc = subprocess.Popen(
+                list(argv),
+                executable=executable,
+                env=child_env,
+                cwd=cwd,
+                stdin=subprocess.PIPE if stdin_bytes is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                close_fds=True,
+                preexec_fn=preexec,
+            )
+    except BaseException:
+        if sid is not None:
+            _guard.close(sid)
+        raise
     _register(proc, marker)
+    if sid is not None:
+        _guard.group(sid, proc.pid)
     pgid = proc.pid  # start_new_session: the child leads its own session and group
     state = _Run(on_line, max_line_bytes, stderr_tail_bytes)
     sel = selectors.DefaultSelector()
@@ -598,6 +832,8 @@ def run_process(
                     _close_quietly(stream)
             if proc.returncode is not None:
                 _unregister(proc)
+                if sid is not None:
+                    _guard.close(sid)  # reaped: nothing left for the guard to kill
 
     rc = proc.returncode
     exit_code = rc if rc is not None and rc >= 0 else None
