@@ -111,3 +111,124 @@ def test_markdown_and_html_are_deterministic():
     m = combine([_report(CELLS)])
     assert to_markdown(m) == to_markdown(combine([_report(CELLS)]))
     assert to_html(m).count("<tr>") >= 3
+
+
+# ---------------------------------------------------------------------------------------
+# backends.html: self-contained, and carrying every cell of backends.json
+
+from html.parser import HTMLParser  # noqa: E402
+
+_FETCHING_TAGS = {"script", "link", "img", "iframe", "object", "embed", "audio", "video", "source", "track", "base", "form", "frame"}
+
+
+class _PageScan(HTMLParser):
+    """Collects what a browser could fetch, the CSP, and the cells the page carries."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.fetching: list[str] = []
+        self.external: list[str] = []
+        self.csp: str | None = None
+        self.cells: set[tuple] = set()
+        self.style = ""
+        self._in_style = False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag in _FETCHING_TAGS:
+            self.fetching.append(tag)
+        if tag == "style":
+            self._in_style = True
+        if tag == "meta" and (a.get("http-equiv") or "").lower() == "content-security-policy":
+            self.csp = a.get("content")
+        for name, value in attrs:
+            value = value or ""
+            if name in ("src", "srcset", "action", "formaction", "poster", "data", "background") or name.startswith("on"):
+                self.external.append(f"<{tag} {name}={value!r}>")
+            if name in ("href", "xlink:href") and not value.startswith("#"):
+                self.external.append(f"<{tag} {name}={value!r}>")
+            if "://" in value and not name.startswith("data-") and name != "title":
+                self.external.append(f"<{tag} {name}={value!r}>")
+            if name == "style" and "url(" in value.replace(" ", "").lower():
+                self.external.append(f"<{tag} style={value!r}>")
+        if "data-check" in a:
+            self.cells.add((a["data-backend"], a["data-level"], a["data-check"], a["data-outcome"], a["data-reason"] or None))
+
+    def handle_startendtag(self, tag, attrs):
+        self.handle_starttag(tag, attrs)
+
+    def handle_endtag(self, tag):
+        if tag == "style":
+            self._in_style = False
+
+    def handle_data(self, data):
+        if self._in_style:
+            self.style += data
+
+
+def _scan(text: str) -> _PageScan:
+    scan = _PageScan()
+    scan.feed(text)
+    scan.close()
+    return scan
+
+
+def _json_cells(matrix_json: dict) -> set[tuple]:
+    return {(b, lv, chk, info["outcome"], info["reason"])
+            for b, levels in matrix_json["cells"].items() for lv, checks in levels.items() for chk, info in checks.items()}
+
+
+def _assert_self_contained(page: str) -> _PageScan:
+    scan = _scan(page)
+    assert not scan.fetching, f"tags that load or run something: {scan.fetching}"
+    assert not scan.external, f"external references: {scan.external[:5]}"
+    style = scan.style.replace(" ", "").lower()
+    assert "url(" not in style and "@import" not in style and "@font-face" not in style
+    assert "http://" not in scan.style and "https://" not in scan.style
+    assert scan.csp and "default-src 'none'" in scan.csp and "script-src" not in scan.csp, "the CSP must forbid every fetch and script"
+    return scan
+
+
+RICH_CELLS = CELLS + [
+    ("scope.absolute-path-refused", "codex", "error", "kit-bug", "adapter crashed <script>alert(1)</script> see http://127.0.0.1:9/x\nsecond line"),
+    ("scope.absolute-path-refused", "fake", "passed", None, ""),
+    ("parity.outcome-schema", "fake", "skipped", "kit-bug", "' onmouseover='x"),
+]
+
+
+def _rich_report():
+    report = _report(RICH_CELLS)
+    report.levels = ["offline", "loopback"]
+    # a level this machine could not run at all: hidden as a column, still listed in the page
+    report.cells += [CellResult(check=c, backend="codex", level="loopback", outcome="skipped", reason="env-missing",
+                                duration_s=0.0, message="codex is not installed", area=c.split(".")[0])
+                     for c in ("scope.dotdot-refused", "usage.vendor-cost-reported")]
+    return report
+
+
+def test_html_is_self_contained_and_escapes_messages():
+    page = to_html(combine([_rich_report()]))
+    _assert_self_contained(page)
+    assert "<script>alert(1)</script>" not in page and "&lt;script&gt;" in page
+    assert "onmouseover='x" not in page
+    assert page == to_html(combine([_rich_report()])), "the page is a pure function of the reports"
+
+
+def test_html_carries_every_cell_of_the_json_with_its_reason():
+    m = combine([_rich_report()])
+    data, scan = to_json(m), _scan(to_html(m))
+    missing = _json_cells(data) - scan.cells
+    assert not missing, f"cells of backends.json absent from backends.html: {sorted(missing)}"
+    assert ("codex", "loopback", "scope.dotdot-refused", "skipped", "env-missing") in scan.cells
+
+
+def test_html_shows_status_level_cli_version_date_and_reasons():
+    page = to_html(combine([_rich_report()]))
+    for status in ("pass", "fail", "warn", "skip"):
+        assert f"href='#i-{status}'" in page, f"no {status} symbol: colour is never the only signal"
+    assert "1.2.3" in page and "2026-11-29" in page
+    assert "bytes leaked" in page and "no cost_reporting" in page and "unsupported-by-backend" in page
+    assert "Not run on this machine" in page and "codex is not installed" in page
+    assert "class='verdict fail'" in page
+    calm = to_html(combine([_report(CELLS[:1] + CELLS[2:])]))
+    assert "class='verdict pass'" in calm and "1 known failure is listed in the baseline" in calm
