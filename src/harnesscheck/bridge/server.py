@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
+    from harnesscheck.bridge.spec import BridgeSpec
     from harnesscheck.scope import ToolScope
     from harnesscheck.trace import Trace
 
@@ -169,6 +170,34 @@ class ParentWatch:
             if reason:
                 self.on_death(reason)
                 return
+
+
+def watch_hangup(fd: int, on_hangup) -> None:
+    """Call `on_hangup()` (from a daemon thread) once the peer of socket `fd` closes it."""
+    import select
+
+    def run() -> None:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLRDHUP)
+        while True:
+            try:
+                events = poller.poll()
+            except InterruptedError:
+                continue
+            except OSError:
+                break
+            if any(ev & (select.POLLHUP | select.POLLRDHUP | select.POLLERR | select.POLLNVAL) for _, ev in events):
+                break
+            try:  # readable without a hang-up flag: a zero-length read means EOF
+                if not os.read(fd, 4096):
+                    break
+            except BlockingIOError:
+                continue
+            except OSError:
+                break
+        on_hangup()
+
+    threading.Thread(target=run, name="bridge-relay-watch", daemon=True).start()
 
 
 # ---------------------------------------------------------------------------------------
@@ -320,8 +349,13 @@ def run_bridge(
     parent_pid: int | None,
     proto_fds: tuple[int, int],
     initial_ppid: int,
+    hangup_fd: int | None = None,
+    mode: str | None = None,
 ) -> int:
-    """Serve until stdin EOF (exit 0) or parent death (exit 0 from the watchdog)."""
+    """Serve until stdin EOF (exit 0) or parent death (exit 0 from the watchdog).
+
+    `hangup_fd` (the forkserver's relay connection): its peer closing ends the bridge too,
+    like a parent death (`bridge_stop reason: relay_gone`). `mode` is noted in bridge_start."""
     from harnesscheck.trace import Trace
 
     trace = Trace(trace_path, session_id=session_id) if trace_path is not None else None
@@ -335,6 +369,8 @@ def run_bridge(
         os._exit(0)
 
     ParentWatch(parent_pid, on_death, initial_ppid=initial_ppid).start()
+    if hangup_fd is not None:
+        watch_hangup(hangup_fd, lambda: on_death("relay_gone"))
 
     import anyio
 
@@ -343,7 +379,8 @@ def run_bridge(
     if trace is not None:
         from harnesscheck.dispatch import tool_definitions
 
-        trace.record("bridge_start", pid=os.getpid(), tools=[d.name for d in tool_definitions(scope)])
+        extra = {"mode": mode} if mode else {}
+        trace.record("bridge_start", pid=os.getpid(), tools=[d.name for d in tool_definitions(scope)], **extra)
     anyio.run(serve_stdio, server, *proto_fds, inflight)
     if trace is not None:
         trace.record("bridge_stop", reason="eof")
@@ -371,13 +408,28 @@ def main_from_argv(argv: list[str]) -> int:
     except ValueError as exc:
         print(f"harnesscheck bridge: {exc}", file=sys.stderr)
         return 2
+    return serve_spec(spec, proto_fds=fds, initial_ppid=initial_ppid)
+
+
+def serve_spec(
+    spec: "BridgeSpec",
+    *,
+    proto_fds: tuple[int, int],
+    initial_ppid: int,
+    hangup_fd: int | None = None,
+    mode: str | None = None,
+) -> int:
+    """The one server path for a spec: `python -m harnesscheck.bridge --spec` and the
+    forkserver's child (bridge/forkserver.py) both end here, after `_prepare()`."""
     return run_bridge(
         spec.scope,
         trace_path=spec.trace_path,
         session_id=spec.session_id,
         parent_pid=spec.parent_pid,
-        proto_fds=fds,
+        proto_fds=proto_fds,
         initial_ppid=initial_ppid,
+        hangup_fd=hangup_fd,
+        mode=mode,
     )
 
 

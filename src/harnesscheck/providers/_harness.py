@@ -170,10 +170,22 @@ def write_bridge_spec(scope: ToolScope, run_dir: Path, trace_path: Path, session
 
 
 def bridge_command(spec_path: Path) -> tuple[list[str], dict[str, str]]:
-    """(argv, env) a CLI's MCP config uses to start the bridge: absolute interpreter, explicit env."""
+    """(argv, env) a CLI's MCP config uses to start the bridge: absolute interpreter, explicit env.
+
+    The relay to this host's bridge forkserver when it runs (the spec is registered now, so
+    write the spec first; `release_bridge` after the session), else the full stdio bridge."""
+    from harnesscheck.bridge.forkserver import relay_command
     from harnesscheck.bridge.spec import bridge_argv, bridge_env
 
-    return bridge_argv(spec_path), bridge_env()
+    return relay_command(spec_path) or (bridge_argv(spec_path), bridge_env())
+
+
+def release_bridge(spec_path: Path | None) -> None:
+    """After a session, any ending: kill and reap its forkserver bridge children (they are not
+    in the CLI's process group), synchronously. A no-op for the stdio bridge."""
+    from harnesscheck.bridge.forkserver import release_session
+
+    release_session(spec_path)
 
 
 def ending_outcome(result: Any, *, terminal_seen: bool) -> tuple[OutcomeStatus, ErrorClass | None, str] | None:
@@ -358,6 +370,7 @@ class HarnessTransport:
                     max_line_bytes=self.max_line_bytes or DEFAULT_MAX_LINE_BYTES,
                     run_marker=f"{ctx.session_id}-{uuid.uuid4().hex[:8]}",
                 )
+            release_bridge(ctx.spec_path)  # before the trace is read; the bridge child is not in the CLI's group
             outcome = parser.outcome(result)
             parser_session_id = outcome.session_id
             outcome = self._finish(outcome, ctx, result, info, redact)
@@ -372,6 +385,7 @@ class HarnessTransport:
             outcome = self.after_session(ctx, outcome) or outcome
             return outcome
         finally:
+            release_bridge(ctx.spec_path)  # also when the CLI never started
             tracer.close()
             for path in ctx.cleanup:
                 shutil.rmtree(path, ignore_errors=True)

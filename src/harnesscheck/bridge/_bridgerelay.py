@@ -1,0 +1,110 @@
+"""Bridge relay: the stdio command a CLI runs when the bridge forkserver is up.
+
+    python -I -S _bridgerelay.py SOCKET SPEC_PATH -- FALLBACK_ARGV...
+
+It connects to the host's bridge forkserver (bridge/forkserver.py) on the AF_UNIX
+SOCK_SEQPACKET socket SOCKET, hands over its fd 0, 1 and 2 (SCM_RIGHTS) with the spec path,
+and waits on the connection until the forkserver reports how the bridge child ended; it
+then exits the same way (exit code, or 128 + signal number). Its own copies of fd 0/1 are
+pointed at /dev/null once sent, so the CLI's pipes end exactly when the bridge child ends.
+
+- Refused by the forkserver (spec not registered for a live session, changed since, or
+  claimed by another session): a message on stderr, exit 2, no fallback.
+- Forkserver unreachable (no socket, connection refused): a note on stderr, then exec of
+  FALLBACK_ARGV, the full stdio bridge (`python -I -m harnesscheck.bridge --spec ...`), so
+  the session still gets its tools, only slower. Without a fallback argv: exit 3.
+- The forkserver vanishing after the hand-over: stderr, exit 1.
+
+Killing the relay (the CLI's group teardown) closes the connection, which ends the bridge
+child. Nothing here is secret: the argv holds only paths. Stdlib built-ins only (`_socket`,
+`array`; no `socket`, `json`, `signal` module), so it starts in ~10 ms.
+"""
+
+import _socket
+import array
+import os
+import sys
+
+USAGE = b"usage: _bridgerelay.py SOCKET SPEC_PATH [-- FALLBACK_ARGV...]\n"
+MAX_REPLY = 4096
+
+
+def _say(text: str) -> None:
+    try:
+        os.write(2, ("harnesscheck bridge relay: " + text + "\n").encode("utf-8", "replace"))
+    except OSError:
+        pass
+
+
+def _fallback(argv: list, why: str) -> None:
+    if not argv:
+        _say("bridge forkserver unreachable (" + why + ") and no fallback given")
+        os._exit(3)
+    _say("bridge forkserver unreachable (" + why + "); starting the full stdio bridge")
+    try:
+        os.execv(argv[0], argv)
+    except OSError as exc:
+        _say("cannot start the fallback bridge " + argv[0] + ": " + str(exc))
+        os._exit(127)
+
+
+def _finish(reply: bytes) -> None:
+    """Exit as the forkserver's reply says: b"exit N", b"signal N", b"refused WHY"."""
+    text = reply.decode("utf-8", "replace")
+    kind, _, value = text.partition(" ")
+    if kind == "exit" and value.lstrip("-").isdigit():
+        os._exit(int(value) & 0xFF)
+    if kind == "signal" and value.isdigit():
+        os._exit(128 + int(value))
+    if kind == "refused":
+        _say("refused: " + value)
+        os._exit(2)
+    _say("unexpected reply from the bridge forkserver: " + text[:200])
+    os._exit(1)
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if len(args) < 2 or (len(args) > 2 and args[2] != "--"):
+        os.write(2, USAGE)
+        os._exit(2)
+    sock_path, spec_path, fallback = args[0], args[1], args[3:]
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+    try:
+        sock.connect(sock_path)
+    except OSError as exc:
+        sock.close()
+        _fallback(fallback, exc.strerror or type(exc).__name__)
+        return
+    fds = [0, 1, 2]
+    try:
+        os.fstat(2)
+    except OSError:
+        fds = [0, 1]
+    payload = b"spec\0" + os.fsencode(spec_path)
+    try:
+        sock.sendmsg([payload], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, array.array("i", fds).tobytes())])
+    except OSError as exc:
+        _say("cannot hand the stdio fds to the bridge forkserver: " + (exc.strerror or type(exc).__name__))
+        os._exit(1)
+    # The bridge child owns the protocol now: hold none of the CLI's pipe ends.
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.close(null)
+    while True:
+        try:
+            reply = sock.recv(MAX_REPLY)
+        except InterruptedError:
+            continue
+        except OSError as exc:
+            _say("lost the bridge forkserver: " + (exc.strerror or type(exc).__name__))
+            os._exit(1)
+        if not reply:
+            _say("the bridge forkserver closed the connection without a status")
+            os._exit(1)
+        _finish(reply)
+
+
+if __name__ == "__main__":
+    main()

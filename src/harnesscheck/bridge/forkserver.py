@@ -1,0 +1,662 @@
+"""Bridge forkserver: one pre-imported bridge process per host that forks a stdio bridge per
+session, so a CLI's MCP server answers in tens of milliseconds instead of ~0.7 s of imports.
+
+Contract (doc/SPEC-bridge.md, "Forkserver"):
+
+Host side (imported by the transports; nothing heavy at import):
+- `relay_command(spec_path) -> (argv, env) | None`: start the forkserver lazily (once per
+  host process, thread-safe; again after a fork of the host or when it died), register the
+  spec, and return the relay command for the CLI's MCP config:
+  `<python> -I -S .../_bridgerelay.py SOCKET SPEC -- <full stdio bridge argv>`.
+  None when the forkserver cannot run here (not Linux, disabled with
+  `HARNESSCHECK_BRIDGE_FORKSERVER=0`, failed to start): the caller uses the full bridge.
+- `release_session(spec_path)`: kill (SIGKILL, whole process group) and reap every bridge
+  child of that spec, synchronously, and forget the registration. Idempotent.
+
+The forkserver process:
+- Started with the env policy's child env (the same scrubbing the bridge applies to
+  itself), in its own session, cwd its private directory: a fresh `mkdtemp` (0700, random
+  name) holding the listening socket (0600). It pre-imports `mcp` and the server module,
+  then is single-threaded for good (checked before every fork).
+- Control channel: a SOCK_SEQPACKET socketpair; the host's end is non-inheritable and
+  closed in a forked copy of the host. EOF on it (the host died) kills every child and
+  ends the forkserver.
+- Registration binds a spec path to the exact bytes the host wrote. A relay is served only
+  when: its peer uid is ours; the path is registered; the file's current bytes equal the
+  registered bytes (read non-blocking, regular files only); and the relay is in the same
+  kernel session (getsid) as the first relay served for that spec (the CLI that started
+  first). The child serves the registered spec, never a re-read one. Nothing secret is
+  involved: the registration is a fact held by the host and the forkserver, not a token a
+  caller could copy.
+- A served child: own process group; received fds dup2'd onto 0/1/2; every other fd
+  closed; the forkserver's signal set-up undone; then `server._prepare()` and
+  `server.serve_spec(...)`, the same code path as `python -m harnesscheck.bridge`. It ends
+  on stdin EOF, when the relay's connection closes, when the forkserver dies (parent-death
+  signal) or the host dies (the spec's parent_pid watch). Its exit status goes to the relay.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hmac
+import json
+import os
+import shutil
+import signal
+import socket
+import stat
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: Set to 0/false/no/off to always start the full stdio bridge (debugging, benchmarks).
+DISABLE_VAR = "HARNESSCHECK_BRIDGE_FORKSERVER"
+RELAY_PATH = Path(__file__).resolve().parent / "_bridgerelay.py"
+SOCKET_NAME = "bridge.sock"
+START_TIMEOUT_S = 60.0
+CONTROL_TIMEOUT_S = 30.0
+REAP_TIMEOUT_S = 10.0
+MAX_MESSAGE = 1 << 20
+#: AF_UNIX path limit on Linux is 108 bytes including the NUL.
+MAX_SOCKET_PATH = 100
+
+
+# =======================================================================================
+# Host side
+
+
+class ForkServerError(RuntimeError):
+    """The forkserver could not start or answer."""
+
+
+class ForkServer:
+    """The host's handle on one forkserver process: start, register, release, close."""
+
+    def __init__(self) -> None:
+        import subprocess
+
+        from harnesscheck.bridge.spec import _importable_isolated, _interpreter, bridge_env
+        from harnesscheck.envpolicy import build_child_env
+
+        self.owner_pid = os.getpid()
+        self.dir = Path(tempfile.mkdtemp(prefix="harnesscheck-bridge-fs-"))
+        if len(str(self.dir / SOCKET_NAME)) > MAX_SOCKET_PATH:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = Path(tempfile.mkdtemp(prefix="hc-fs-", dir="/tmp"))
+        self.socket_path = str(self.dir / SOCKET_NAME)
+        self._lock = threading.Lock()
+        exe = _interpreter()
+        flags = ["-I"] if _importable_isolated(exe) else ["-P", "-s"]
+        env = build_child_env(dict(os.environ), injections=bridge_env())
+        host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._control = host_end  # non-inheritable (PEP 446): no CLI ever holds it
+        log = open(self.dir / "forkserver.log", "wb")
+        try:
+            child_end.set_inheritable(True)
+            self.proc = subprocess.Popen(
+                [exe, *flags, "-m", "harnesscheck.bridge.forkserver",
+                 "--control-fd", str(child_end.fileno()), "--dir", str(self.dir)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                env=env,
+                cwd=str(self.dir),
+                pass_fds=(child_end.fileno(),),
+                start_new_session=True,
+            )
+        except OSError as exc:
+            host_end.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise ForkServerError(f"cannot start the bridge forkserver: {exc}") from None
+        finally:
+            child_end.close()
+            log.close()
+        try:
+            reply = self._receive(START_TIMEOUT_S)
+        except ForkServerError:
+            self.close()
+            raise
+        if reply.get("ready") is not True:
+            self.close()
+            raise ForkServerError(f"the bridge forkserver did not start: {reply}")
+        self.pid = self.proc.pid
+
+    # -- requests -------------------------------------------------------------------------
+
+    def _receive(self, timeout_s: float) -> dict:
+        self._control.settimeout(timeout_s)
+        try:
+            raw = self._control.recv(MAX_MESSAGE)
+        except (OSError, TimeoutError) as exc:
+            raise ForkServerError(f"no answer from the bridge forkserver: {exc}") from None
+        if not raw:
+            detail = ""
+            try:
+                detail = (self.dir / "forkserver.log").read_text(errors="replace")[-2000:]
+            except OSError:
+                pass
+            raise ForkServerError(f"the bridge forkserver exited{': ' + detail if detail else ''}")
+        return json.loads(raw)
+
+    def request(self, message: dict, timeout_s: float = CONTROL_TIMEOUT_S) -> dict:
+        with self._lock:
+            try:
+                self._control.sendall(json.dumps(message).encode())
+            except OSError as exc:
+                raise ForkServerError(f"the bridge forkserver is gone: {exc}") from None
+            return self._receive(timeout_s)
+
+    def register(self, spec_path: Path, content: bytes) -> None:
+        reply = self.request({"op": "register", "spec": str(spec_path), "content": content.decode("utf-8")})
+        if not reply.get("ok"):
+            raise ForkServerError(f"the bridge forkserver refused the registration: {reply.get('error')}")
+
+    def release(self, spec_path: Path) -> list[int]:
+        """Kill and reap this spec's bridge children; forget the registration."""
+        reply = self.request({"op": "release", "spec": str(spec_path)}, timeout_s=CONTROL_TIMEOUT_S + REAP_TIMEOUT_S)
+        return list(reply.get("killed") or [])
+
+    def children(self) -> dict[str, list[int]]:
+        """{spec path: live child pids} (tests, diagnostics)."""
+        return dict(self.request({"op": "children"}).get("children") or {})
+
+    def alive(self) -> bool:
+        return os.getpid() == self.owner_pid and self.proc.poll() is None
+
+    def relay_argv(self, spec_path: Path) -> list[str]:
+        from harnesscheck.bridge.spec import _interpreter, bridge_argv
+
+        spec = str(Path(spec_path).absolute())
+        return [_interpreter(), "-I", "-S", str(RELAY_PATH), self.socket_path, spec, "--", *bridge_argv(Path(spec))]
+
+    def close(self) -> None:
+        """End the forkserver (it kills its children) and remove its directory."""
+        try:
+            self._control.close()
+        except OSError:
+            pass
+        if os.getpid() == self.owner_pid:
+            try:
+                self.proc.wait(timeout=REAP_TIMEOUT_S)
+            except Exception:  # noqa: BLE001 - last resort: it must not outlive us
+                self.proc.kill()
+                self.proc.wait()
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _forget_after_fork(self) -> None:
+        """In a forked copy of the host: drop our copy of the control end, so the real host's
+        death still reads as EOF in the forkserver."""
+        try:
+            self._control.close()
+        except OSError:
+            pass
+
+
+_lock = threading.Lock()
+_server: ForkServer | None = None
+_failed: str | None = None
+_registered: set[str] = set()
+
+
+def _after_fork_in_child() -> None:
+    global _server, _lock, _failed
+    if _server is not None:
+        _server._forget_after_fork()
+    _server = None
+    _failed = None
+    _registered.clear()
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def enabled() -> bool:
+    if not sys.platform.startswith("linux") or not hasattr(socket, "SOCK_SEQPACKET"):
+        return False
+    return os.environ.get(DISABLE_VAR, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def get_forkserver() -> ForkServer | None:
+    """This host's forkserver, started on first use (None when it cannot run here)."""
+    global _server, _failed
+    if not enabled():
+        return None
+    with _lock:
+        if _server is not None and not _server.alive():
+            if os.getpid() == _server.owner_pid:
+                _server.close()
+            _server = None
+            _registered.clear()
+        if _server is None:
+            if _failed is not None:
+                return None
+            try:
+                _server = ForkServer()
+            except ForkServerError as exc:
+                _failed = str(exc)
+                sys.stderr.write(f"harnesscheck: bridge forkserver unavailable, using the stdio bridge: {exc}\n")
+                return None
+        return _server
+
+
+def relay_command(spec_path: Path) -> tuple[list[str], dict[str, str]] | None:
+    """Register `spec_path` (as written now) with this host's forkserver and return the relay
+    (argv, env) for the CLI's MCP config; None: use the full stdio bridge."""
+    from harnesscheck.bridge.spec import bridge_env
+
+    server = get_forkserver()
+    if server is None:
+        return None
+    spec_path = Path(spec_path).absolute()
+    try:
+        content = spec_path.read_bytes()
+        server.register(spec_path, content)
+    except (OSError, UnicodeDecodeError, ForkServerError) as exc:
+        sys.stderr.write(f"harnesscheck: bridge forkserver registration failed, using the stdio bridge: {exc}\n")
+        return None
+    _registered.add(str(spec_path))
+    return server.relay_argv(spec_path), bridge_env()
+
+
+def release_session(spec_path: Path | None) -> list[int]:
+    """After a session (any ending): kill and reap its bridge children, unregister its spec.
+    Returns the pids killed. A spec never registered here is a no-op."""
+    if spec_path is None:
+        return []
+    key = str(Path(spec_path).absolute())
+    server = _server
+    if key not in _registered or server is None:
+        return []
+    _registered.discard(key)
+    if not server.alive():
+        return []  # its children die with it (parent-death signal)
+    try:
+        return server.release(Path(key))
+    except ForkServerError as exc:
+        sys.stderr.write(f"harnesscheck: bridge forkserver release failed: {exc}\n")
+        return []
+
+
+def shutdown() -> None:
+    """Stop this host's forkserver now (it also stops when the host exits)."""
+    global _server
+    with _lock:
+        if _server is not None and os.getpid() == _server.owner_pid:
+            _server.close()
+        _server = None
+        _registered.clear()
+
+
+# =======================================================================================
+# The forkserver process
+
+
+@dataclass
+class _Registration:
+    content: bytes
+    spec: object  # BridgeSpec
+    anchor_sid: int | None = None
+    children: set[int] = field(default_factory=set)
+
+
+@dataclass
+class _Child:
+    spec_path: str
+    conn: socket.socket
+
+
+def _preimport() -> None:
+    """Everything a bridge child needs, imported once here instead of in every child."""
+    import anyio
+    import anyio._backends._asyncio  # noqa: F401 - anyio.run picks it at run time
+    import mcp_types  # noqa: F401
+    from mcp.server.lowlevel import Server  # noqa: F401
+    from mcp.server.stdio import stdio_server  # noqa: F401
+
+    import harnesscheck.bridge.server  # noqa: F401
+    import harnesscheck.bridge.spec  # noqa: F401
+    import harnesscheck.dispatch  # noqa: F401
+    import harnesscheck.trace  # noqa: F401
+
+    del anyio
+
+
+def _peer_cred(conn: socket.socket) -> tuple[int, int]:
+    """(pid, uid) of the connected relay (SO_PEERCRED)."""
+    import struct
+
+    raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, _gid = struct.unpack("3i", raw)
+    return pid, uid
+
+
+def _read_regular(path: str, limit: int) -> bytes | None:
+    """The file's bytes if it is a regular file no bigger than `limit` (never blocks on a
+    FIFO, never follows a final symlink); None otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        chunks, total = [], 0
+        while total <= limit:
+            chunk = os.read(fd, limit + 1 - total)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _status_text(status: int) -> bytes:
+    if os.WIFSIGNALED(status):
+        return b"signal %d" % os.WTERMSIG(status)
+    return b"exit %d" % os.waitstatus_to_exitcode(status)
+
+
+class _Server:
+    """The forkserver's single-threaded loop: control requests, relay connections, reaping."""
+
+    def __init__(self, control: socket.socket, directory: Path):
+        import selectors
+
+        self.control = control
+        self.dir = directory
+        self.registrations: dict[str, _Registration] = {}
+        self.children: dict[int, _Child] = {}
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        path = str(directory / SOCKET_NAME)
+        old_umask = os.umask(0o177)
+        try:
+            self.listener.bind(path)
+        finally:
+            os.umask(old_umask)
+        self.listener.listen(64)
+        self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.control, selectors.EVENT_READ, "control")
+        self.selector.register(self.listener, selectors.EVENT_READ, "listener")
+        self.selector.register(self.wake_r, selectors.EVENT_READ, "wake")
+
+    # -- loop -----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        self.control.sendall(json.dumps({"ready": True, "pid": os.getpid()}).encode())
+        while True:
+            for key, _ in self.selector.select():
+                if key.data == "control":
+                    if not self._on_control():
+                        self._shutdown()
+                        return
+                elif key.data == "listener":
+                    self._on_connect()
+                else:
+                    try:
+                        while os.read(self.wake_r, 512):
+                            pass
+                    except BlockingIOError:
+                        pass
+            self._reap(block=False)
+
+    def _shutdown(self) -> None:
+        """The host is gone (or asked): every child dies, the socket goes."""
+        for pid in list(self.children):
+            self._kill(pid)
+        self._reap_all(list(self.children))
+        self.listener.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # -- control ----------------------------------------------------------------------------
+
+    def _on_control(self) -> bool:
+        try:
+            raw = self.control.recv(MAX_MESSAGE)
+        except OSError:
+            return False
+        if not raw:
+            return False
+        try:
+            msg = json.loads(raw)
+            reply = self._handle(msg)
+        except Exception as exc:  # noqa: BLE001 - a bad request must not end the server
+            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        try:
+            self.control.sendall(json.dumps(reply).encode())
+        except OSError:
+            return False
+        return True
+
+    def _handle(self, msg: dict) -> dict:
+        from harnesscheck.bridge.spec import BridgeSpec
+
+        op = msg.get("op")
+        if op == "register":
+            content = msg["content"].encode("utf-8")
+            spec = BridgeSpec.model_validate_json(content)
+            old = self.registrations.get(msg["spec"])
+            if old is not None and old.children:
+                return {"ok": False, "error": "spec path already registered with live children"}
+            self.registrations[msg["spec"]] = _Registration(content=content, spec=spec)
+            return {"ok": True}
+        if op == "release":
+            reg = self.registrations.pop(msg["spec"], None)
+            pids = sorted(reg.children) if reg is not None else []
+            for pid in pids:
+                self._kill(pid)
+            self._reap_all(pids)
+            return {"ok": True, "killed": pids}
+        if op == "children":
+            return {"ok": True, "children": {p: sorted(r.children) for p, r in self.registrations.items()}}
+        return {"ok": False, "error": f"unknown op {op!r}"}
+
+    # -- relays -----------------------------------------------------------------------------
+
+    def _on_connect(self) -> None:
+        try:
+            conn, _ = self.listener.accept()
+        except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+            return
+        fds: list[int] = []
+        try:
+            conn.settimeout(5.0)  # the relay sends at once; a silent peer must not stall us
+            msg, fds, _flags, _addr = socket.recv_fds(conn, 65536, 3, socket.MSG_CMSG_CLOEXEC)
+            conn.settimeout(None)
+            refusal = self._check(conn, msg, fds)
+            if refusal is not None:
+                conn.send(b"refused " + refusal.encode())
+                conn.close()
+                return
+            self._fork(conn, msg[5:].decode("utf-8", "surrogateescape"), fds)
+        except OSError:
+            conn.close()
+        finally:
+            for fd in fds:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+    def _check(self, conn: socket.socket, msg: bytes, fds: list[int]) -> str | None:
+        """None when this relay may have a bridge; else the reason (no secret in it)."""
+        if not msg.startswith(b"spec\0") or len(fds) not in (2, 3):
+            return "bad-request: expected the spec path and fds 0, 1 (and 2)"
+        pid, uid = _peer_cred(conn)
+        if uid != os.getuid():
+            return "wrong-user"
+        path = msg[5:].decode("utf-8", "surrogateescape")
+        reg = self.registrations.get(path)
+        if reg is None:
+            return "not-registered: no live session registered this spec"
+        current = _read_regular(path, len(reg.content))
+        if current is None or not hmac.compare_digest(current, reg.content):
+            return "spec-changed: the spec file differs from what the host registered"
+        try:
+            sid = os.getsid(pid)
+        except OSError:
+            return "relay-gone"
+        if reg.anchor_sid is None:
+            reg.anchor_sid = sid
+        elif reg.anchor_sid != sid:
+            return "wrong-session: this spec is served to another session's processes only"
+        return None
+
+    def _fork(self, conn: socket.socket, path: str, fds: list[int]) -> None:
+        if threading.active_count() != 1:  # never fork a multi-threaded process
+            conn.send(b"refused internal: the forkserver is not single-threaded")
+            conn.close()
+            return
+        reg = self.registrations[path]
+        pid = os.fork()
+        if pid == 0:
+            self._child(conn, fds, reg.spec)  # never returns
+        try:
+            os.setpgid(pid, pid)  # also done by the child: whichever runs first wins
+        except OSError:
+            pass
+        reg.children.add(pid)
+        self.children[pid] = _Child(path, conn)
+
+    def _child(self, conn: socket.socket, fds: list[int], spec) -> None:
+        code = 70
+        try:
+            os.setpgid(0, 0)
+            signal.set_wakeup_fd(-1)
+            for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # as in any Python process
+            self.selector.close()
+            for other in self.children.values():
+                other.conn.close()
+            self.listener.close()
+            self.control.close()
+            os.close(self.wake_r)
+            os.close(self.wake_w)
+            for target, fd in enumerate(fds):
+                os.dup2(fd, target)  # inheritable, as a spawned bridge's stdio is
+            if len(fds) == 2:
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, 2)
+                os.close(null)
+            keep = conn.fileno()
+            for name in os.listdir("/proc/self/fd"):
+                fd = int(name)
+                if fd > 2 and fd != keep:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+            fds.clear()
+            sys.stderr = open(2, "w", closefd=False, errors="replace")  # noqa: SIM115
+            sys.stdout = open(1, "w", closefd=False, errors="replace")  # noqa: SIM115
+            from harnesscheck.bridge import server
+
+            initial_ppid, proto = server._prepare()
+            code = server.serve_spec(spec, proto_fds=proto, initial_ppid=initial_ppid, hangup_fd=keep, mode="forkserver")
+        except BaseException as exc:  # noqa: BLE001 - report, never fall back into the loop
+            try:
+                os.write(2, f"harnesscheck bridge (forkserver child): {type(exc).__name__}: {exc}\n".encode())
+            except OSError:
+                pass
+        finally:
+            try:
+                sys.stderr.flush()
+            except Exception:  # noqa: BLE001
+                pass
+            os._exit(code)
+
+    # -- children ---------------------------------------------------------------------------
+
+    def _kill(self, pid: int) -> None:
+        for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+            try:
+                kill()
+            except OSError:
+                pass
+
+    def _reap(self, *, block: bool, pid: int = -1) -> None:
+        while self.children:
+            try:
+                got, status = os.waitpid(pid, 0 if block else os.WNOHANG)
+            except ChildProcessError:
+                return
+            except InterruptedError:
+                continue
+            if got == 0:
+                return
+            self._reaped(got, status)
+            if pid != -1:
+                return
+
+    def _reap_all(self, pids: list[int]) -> None:
+        """Wait (bounded) until every pid in `pids` is reaped."""
+        deadline = time.monotonic() + REAP_TIMEOUT_S
+        pending = [p for p in pids if p in self.children]
+        while pending and time.monotonic() < deadline:
+            for pid in list(pending):
+                try:
+                    got, status = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    self._forget(pid)
+                    pending.remove(pid)
+                    continue
+                if got:
+                    self._reaped(got, status)
+                    pending.remove(pid)
+            if pending:
+                time.sleep(0.005)
+
+    def _reaped(self, pid: int, status: int) -> None:
+        child = self.children.get(pid)
+        if child is not None:
+            try:
+                child.conn.send(_status_text(status))
+            except OSError:
+                pass
+        self._forget(pid)
+
+    def _forget(self, pid: int) -> None:
+        child = self.children.pop(pid, None)
+        if child is None:
+            return
+        child.conn.close()
+        reg = self.registrations.get(child.spec_path)
+        if reg is not None:
+            reg.children.discard(pid)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m harnesscheck.bridge.forkserver --control-fd N --dir D` (started by the host)."""
+    parser = argparse.ArgumentParser(prog="python -m harnesscheck.bridge.forkserver")
+    parser.add_argument("--control-fd", type=int, required=True)
+    parser.add_argument("--dir", type=Path, required=True)
+    ns = parser.parse_args(argv)
+    control = socket.socket(fileno=ns.control_fd)
+    control.set_inheritable(False)
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)  # only the host's EOF (or SIGTERM/SIGKILL) ends us
+    try:
+        _preimport()
+        server = _Server(control, ns.dir)
+    except BaseException as exc:  # noqa: BLE001
+        sys.stderr.write(f"bridge forkserver failed to start: {type(exc).__name__}: {exc}\n")
+        return 1
+    server.run()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
