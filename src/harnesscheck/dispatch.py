@@ -48,6 +48,7 @@ GREP_MAX_MATCHES = 5000
 GREP_MAX_DEPTH = 64
 GREP_LINE_SHOWN = 300
 GREP_LINE_MATCHED = 8192
+TRACE_DETAIL_CHARS = 300
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _SUB_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | _O_CLOEXEC
@@ -556,6 +557,15 @@ def _check_args(name: str, args: object) -> dict[str, str]:
     return clean
 
 
+def trace_detail(detail: str) -> str:
+    """A refusal's detail as it may be traced and reported: the same words the model reads
+    (the tool, the offending path as given), redacted of secrets first, then bounded."""
+    from harnesscheck.envpolicy import redact
+
+    text = redact(str(detail))
+    return text if len(text) <= TRACE_DETAIL_CHARS else text[: TRACE_DETAIL_CHARS - 1] + "…"
+
+
 def _trace_path(args: object) -> str | None:
     if isinstance(args, Mapping):
         value = args.get("path")
@@ -586,14 +596,16 @@ def dispatch(
     except Refused as refusal:
         if trace is not None:
             trace.record(
-                "tool", tool=str(name)[:80], decision="refuse", code=refusal.code, path=_trace_path(args), **extra
+                "tool", tool=str(name)[:80], decision="refuse", code=refusal.code, path=_trace_path(args),
+                detail=trace_detail(refusal.detail), **extra
             )
         return ToolResult(ok=False, text=f"refused: {refusal.code}: {refusal.detail}", code=refusal.code)
     except OSError as err:
         code_name = _errno_name(err)
         if trace is not None:
             trace.record(
-                "tool", tool=name, decision="refuse", code="io_error", path=_trace_path(args), errno=code_name, **extra
+                "tool", tool=name, decision="refuse", code="io_error", path=_trace_path(args), errno=code_name,
+                detail=trace_detail(f"{name} failed ({code_name})"), **extra
             )
         return ToolResult(ok=False, text=f"refused: io_error: {name} failed ({code_name})", code="io_error")
     if trace is not None:

@@ -412,7 +412,15 @@ class HarnessTransport:
                 # The bridge trace is what dispatch did; the stream is only what the model asked.
                 update["tool_calls"] = summary.tool_calls
                 update["tools_used"] = list(summary.tools_used)
-                update["refusals"] = list(summary.refusals)
+                # The trace was written by the bridge child, whose env knows fewer secrets than ours:
+                # redact again with this run's secrets, and bound, before a detail reaches the outcome.
+                from harnesscheck.dispatch import trace_detail
+                from harnesscheck.envpolicy import redact as redact_with, secret_values
+
+                secrets = secret_values(self.parent_env)
+                update["refusals"] = [
+                    r.model_copy(update={"detail": trace_detail(redact_with(r.detail, secrets))}) for r in summary.refusals
+                ]
         return outcome.model_copy(update=update)
 
 
