@@ -1,0 +1,386 @@
+"""The bridge forkserver and its relay (bridge/forkserver.py, bridge/_bridgerelay.py): a real
+MCP stdio client through the relay command, scopes and traces per session, refusals, and
+the process tree (relay killed, session released, host killed, no fd leaked)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from harnesscheck.bridge import forkserver
+from harnesscheck.bridge.spec import BridgeSpec, bridge_env, summarize_trace, write_spec
+from harnesscheck.dispatch import dispatch, tool_definitions
+from harnesscheck.scope import ToolScope
+
+pytestmark = pytest.mark.skipif(not forkserver.enabled(), reason="the forkserver needs Linux (SCM_RIGHTS, /proc)")
+
+#: Upper bounds only (a loaded 2-core box); nothing here asserts speed.
+BOUND_S = 60.0
+INIT = {
+    "jsonrpc": "2.0", "id": 1, "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+}
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_gone(pids, bound_s: float = BOUND_S) -> list[int]:
+    deadline = time.monotonic() + bound_s
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.02)
+    return [p for p in pids if _alive(p)]
+
+
+def _make_spec(base: Path, name: str, *, read_only: bool = True, parent_pid: int | None = None) -> tuple[Path, Path]:
+    root = base / f"wt-{name}"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "own.txt").write_text(f"this is {name}\n")
+    run = base / f"run-{name}"
+    spec = BridgeSpec(
+        scope=ToolScope(root=root, read_only=read_only),
+        run_dir=run,
+        trace_path=run / "bridge-trace.jsonl",
+        session_id=f"sess-{name}",
+        parent_pid=parent_pid if parent_pid is not None else os.getpid(),
+    )
+    return write_spec(spec, run / "bridge-spec.json"), root
+
+
+def _text(result) -> str:
+    return "".join(getattr(c, "text", "") for c in result.content)
+
+
+async def _client_session(argv: list[str], env: dict[str, str], cwd: Path, calls):
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env=env or None, cwd=str(cwd))
+    with anyio.fail_after(BOUND_S):
+        async with Client(stdio_client(params, errlog=sys.stderr), mode="legacy") as client:
+            listed = await client.list_tools()
+            results = [await client.call_tool(name, args) for name, args in calls]
+    return listed, results
+
+
+def _line(msg: dict) -> bytes:
+    return json.dumps(msg).encode() + b"\n"
+
+
+def _start_raw(argv: list[str], **kwargs) -> subprocess.Popen:
+    """The relay as a CLI starts it, answered `initialize` (the bridge child is up)."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
+    assert proc.stdin and proc.stdout
+    proc.stdin.write(_line(INIT))
+    proc.stdin.flush()
+    reply = json.loads(proc.stdout.readline())
+    assert reply.get("id") == 1 and "result" in reply, reply
+    return proc
+
+
+def _children_of(spec_path: Path) -> list[int]:
+    server = forkserver.get_forkserver()
+    assert server is not None
+    return server.children().get(str(spec_path.absolute()), [])
+
+
+@pytest.fixture
+def relay_for(tmp_path: Path):
+    """relay_for(spec_path) -> (argv, env); every spec is released at teardown."""
+    specs: list[Path] = []
+
+    def make(spec_path: Path):
+        cmd = forkserver.relay_command(spec_path)
+        assert cmd is not None, "the forkserver did not start"
+        specs.append(spec_path)
+        return cmd
+
+    yield make
+    for spec in specs:
+        forkserver.release_session(spec)
+
+
+# ---------------------------------------------------------------------------------------
+# Serving through the relay
+
+
+def test_sdk_client_through_relay_lists_reads_and_refuses(tmp_path: Path, relay_for) -> None:
+    spec_path, root = _make_spec(tmp_path, "a")
+    argv, env = relay_for(spec_path)
+    assert Path(argv[3]).name == "_bridgerelay.py" and argv[1:3] == ["-I", "-S"]
+    calls = [("read_file", {"path": "src/own.txt"}), ("read_file", {"path": "../run-a/bridge-spec.json"})]
+    listed, results = anyio.run(_client_session, argv, env, tmp_path, calls)
+
+    scope = BridgeSpec.model_validate_json(spec_path.read_text()).scope
+    assert [t.name for t in listed.tools] == [d.name for d in tool_definitions(scope)]
+    assert not results[0].is_error and _text(results[0]) == "this is a\n"
+    expected = dispatch("read_file", {"path": "../run-a/bridge-spec.json"}, scope)
+    assert results[1].is_error and not expected.ok
+    assert _text(results[1]) == expected.text and _text(results[1]).startswith(f"refused: {expected.code}:")
+
+    trace = [json.loads(x) for x in (tmp_path / "run-a" / "bridge-trace.jsonl").read_text().splitlines()]
+    start = [r for r in trace if r["event"] == "bridge_start"]
+    assert len(start) == 1 and start[0]["mode"] == "forkserver" and start[0]["session"] == "sess-a"
+    summary = summarize_trace(tmp_path / "run-a" / "bridge-trace.jsonl", "sess-a")
+    assert summary.listed and summary.tool_calls == 2 and [r.code for r in summary.refusals] == [expected.code]
+    # stdin EOF ended the child; the forkserver reaped it.
+    deadline = time.monotonic() + BOUND_S
+    while _children_of(spec_path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _children_of(spec_path) == []
+    assert any(r["event"] == "bridge_stop" and r["reason"] == "eof" for r in
+               (json.loads(x) for x in (tmp_path / "run-a" / "bridge-trace.jsonl").read_text().splitlines()))
+
+
+def test_two_sessions_concurrently_get_their_own_scope_and_trace(tmp_path: Path, relay_for) -> None:
+    spec_a, _ = _make_spec(tmp_path, "a", read_only=True)
+    spec_b, root_b = _make_spec(tmp_path, "b", read_only=False)
+    argv_a, env_a = relay_for(spec_a)
+    argv_b, env_b = relay_for(spec_b)
+    out: dict[str, tuple] = {}
+
+    async def both():
+        async def one(key, argv, env, calls):
+            out[key] = await _client_session(argv, env, tmp_path, calls)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(one, "a", argv_a, env_a, [("read_file", {"path": "src/own.txt"}),
+                                                    ("write_file", {"path": "x.txt", "content": "no"})])
+            tg.start_soon(one, "b", argv_b, env_b, [("read_file", {"path": "src/own.txt"}),
+                                                    ("write_file", {"path": "x.txt", "content": "yes"})])
+
+    anyio.run(both)
+    names_a = [t.name for t in out["a"][0].tools]
+    names_b = [t.name for t in out["b"][0].tools]
+    assert "write_file" not in names_a and "write_file" in names_b
+    assert _text(out["a"][1][0]) == "this is a\n" and _text(out["b"][1][0]) == "this is b\n"
+    assert out["a"][1][1].is_error and not out["b"][1][1].is_error
+    assert (root_b / "x.txt").read_text() == "yes" and not (tmp_path / "wt-a" / "x.txt").exists()
+    for name in ("a", "b"):
+        recs = [json.loads(x) for x in (tmp_path / f"run-{name}" / "bridge-trace.jsonl").read_text().splitlines()]
+        assert recs and {r["session"] for r in recs} == {f"sess-{name}"}
+
+
+# ---------------------------------------------------------------------------------------
+# Refusals: only what the host registered, as written, for the session that claimed it
+
+
+def _run_relay(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, input=_line(INIT), capture_output=True, timeout=BOUND_S, **kwargs)
+
+
+def test_unregistered_changed_and_released_specs_are_refused(tmp_path: Path, relay_for) -> None:
+    spec_path, _ = _make_spec(tmp_path, "a")
+    argv, _ = relay_for(spec_path)
+
+    other, _ = _make_spec(tmp_path, "wide", read_only=False)  # never registered
+    res = _run_relay([*argv[:4], argv[4], str(other)])
+    assert res.returncode == 2 and res.stdout == b"" and b"refused: not-registered" in res.stderr
+
+    original = spec_path.read_bytes()
+    widened = json.loads(original)
+    widened["scope"]["read_only"] = False
+    spec_path.write_text(json.dumps(widened))  # a model with a shell widening its own spec
+    res = _run_relay(argv)
+    assert res.returncode == 2 and res.stdout == b"" and b"refused: spec-changed" in res.stderr
+
+    spec_path.write_bytes(original)
+    res = _run_relay(argv)  # as registered: served (stdin EOF after initialize ends it)
+    assert res.returncode == 0 and b'"id": 1' in res.stdout.replace(b'"id":1', b'"id": 1')
+
+    forkserver.release_session(spec_path)
+    res = _run_relay(argv)
+    assert res.returncode == 2 and b"refused: not-registered" in res.stderr
+
+
+def test_a_spec_is_served_only_to_the_session_that_claimed_it(tmp_path: Path, relay_for) -> None:
+    spec_path, _ = _make_spec(tmp_path, "a")
+    argv, _ = relay_for(spec_path)
+    first = _start_raw(argv)  # our kernel session claims the spec
+    try:
+        res = _run_relay(argv, start_new_session=True)  # another session's process
+        assert res.returncode == 2 and b"refused: wrong-session" in res.stderr
+        res = _run_relay(argv)  # the claiming session may start it again (a CLI reconnecting)
+        assert res.returncode == 0
+    finally:
+        first.stdin.close()
+        first.wait(timeout=BOUND_S)
+
+
+def test_unreachable_forkserver_falls_back_to_the_full_bridge(tmp_path: Path) -> None:
+    from harnesscheck.bridge.spec import bridge_argv
+
+    spec_path, _ = _make_spec(tmp_path, "a")
+    relay = str(forkserver.RELAY_PATH)
+    argv = [sys.executable, "-I", "-S", relay, str(tmp_path / "no.sock"), str(spec_path), "--", *bridge_argv(spec_path)]
+    listed, results = anyio.run(_client_session, argv, bridge_env(), tmp_path, [("read_file", {"path": "src/own.txt"})])
+    assert [t.name for t in listed.tools] == ["read_file", "list_dir", "grep"]
+    assert _text(results[0]) == "this is a\n"
+    start = [json.loads(x) for x in (tmp_path / "run-a" / "bridge-trace.jsonl").read_text().splitlines()][0]
+    assert start["event"] == "bridge_start" and "mode" not in start  # the stdio bridge itself
+
+    res = _run_relay(argv[:6])  # no fallback given: loud failure
+    assert res.returncode == 3 and b"unreachable" in res.stderr
+
+
+def test_disabled_by_env_gives_no_relay(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv(forkserver.DISABLE_VAR, "0")
+    spec_path, _ = _make_spec(tmp_path, "a")
+    assert forkserver.relay_command(spec_path) is None
+
+
+# ---------------------------------------------------------------------------------------
+# The process tree
+
+
+def test_killing_the_relay_ends_the_child(tmp_path: Path, relay_for) -> None:
+    spec_path, _ = _make_spec(tmp_path, "a")
+    argv, _ = relay_for(spec_path)
+    relay = _start_raw(argv)
+    children = _children_of(spec_path)
+    assert len(children) == 1 and _alive(children[0])
+    relay.kill()  # what the CLI's group teardown does; its stdin pipe stays open here
+    relay.wait(timeout=BOUND_S)
+    try:
+        assert _wait_gone(children) == []
+        stops = [json.loads(x) for x in (tmp_path / "run-a" / "bridge-trace.jsonl").read_text().splitlines()]
+        assert any(r["event"] == "bridge_stop" and r["reason"] == "relay_gone" for r in stops)
+    finally:
+        relay.stdin.close()
+
+
+def test_release_kills_and_reaps_a_live_child(tmp_path: Path, relay_for) -> None:
+    spec_path, _ = _make_spec(tmp_path, "a")
+    argv, _ = relay_for(spec_path)
+    relay = _start_raw(argv)
+    try:
+        children = _children_of(spec_path)
+        assert len(children) == 1
+        killed = forkserver.release_session(spec_path)
+        assert killed == children
+        assert not Path(f"/proc/{children[0]}").exists()  # killed and reaped before release returned
+        assert relay.wait(timeout=BOUND_S) == 128 + signal.SIGKILL  # the relay mirrors the child's end
+    finally:
+        relay.stdin.close()
+        if relay.poll() is None:
+            relay.kill()
+            relay.wait()
+
+
+HOST_SCRIPT = textwrap.dedent(
+    """
+    import json, os, subprocess, sys, time
+    from pathlib import Path
+    from harnesscheck.bridge import forkserver
+    spec = Path(sys.argv[1])
+    argv, env = forkserver.relay_command(spec)
+    relay = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    relay.stdin.write(json.dumps(%r).encode() + b"\\n"); relay.stdin.flush()
+    relay.stdout.readline()
+    server = forkserver.get_forkserver()
+    kids = server.children()[str(spec)]
+    print(json.dumps({"forkserver": server.pid, "children": kids, "relay": relay.pid}), flush=True)
+    time.sleep(1000)
+    """
+) % (INIT,)
+
+
+def test_host_death_ends_forkserver_and_children(tmp_path: Path) -> None:
+    spec_path, _ = _make_spec(tmp_path, "a", parent_pid=None)
+    script = tmp_path / "host.py"
+    script.write_text(HOST_SCRIPT)
+    host = subprocess.Popen([sys.executable, str(script), str(spec_path)], stdout=subprocess.PIPE, env=os.environ.copy())
+    try:
+        info = json.loads(host.stdout.readline())
+        pids = [info["forkserver"], *info["children"], info["relay"]]
+        assert len(info["children"]) == 1 and all(_alive(p) for p in pids)
+        host.kill()
+        host.wait(timeout=BOUND_S)
+        assert _wait_gone(pids) == []
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait()
+
+
+def _fd_targets(pid: int) -> dict[int, str]:
+    out = {}
+    for name in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            out[int(name)] = os.readlink(f"/proc/{pid}/fd/{name}")
+        except OSError:
+            pass
+    return out
+
+
+def test_no_fd_leaks_into_a_child(tmp_path: Path, relay_for) -> None:
+    spec_a, _ = _make_spec(tmp_path, "a")
+    spec_b, _ = _make_spec(tmp_path, "b")
+    relay_a = _start_raw(relay_for(spec_a)[0])
+    relay_b = _start_raw(relay_for(spec_b)[0])
+    try:
+        (child_a,), (child_b,) = _children_of(spec_a), _children_of(spec_b)
+        server = forkserver.get_forkserver()
+        fs = {t for t in _fd_targets(server.pid).values() if t.startswith(("socket:", "pipe:"))}
+        mine_a = {t for t in _fd_targets(child_a).values() if t.startswith(("socket:", "pipe:"))}
+        fds_b = _fd_targets(child_b)
+        mine_b = {t for t in fds_b.values() if t.startswith(("socket:", "pipe:"))}
+        # The only thing a child shares with the forkserver is its own relay connection: not
+        # the listening socket, the control channel, the wake-up pipe or another's connection.
+        assert len(mine_b & fs) == 1 and len(mine_a & fs) == 1 and (mine_a & fs) != (mine_b & fs)
+        assert not (mine_a & mine_b), "two sessions' bridges share a pipe or socket"
+        # fd 0/1/2 are the relay's stdin, stdout (now /dev/null and stderr: the protocol moved
+        # to private fds) and stderr; nothing from the host's or forkserver's files.
+        relay_b_pipes = {os.readlink(f"/proc/{relay_b.pid}/fd/{n}") for n in ("2",)}
+        assert fds_b[0] == "/dev/null" and fds_b[2] in relay_b_pipes | {"/dev/null"}
+        assert not any(t.endswith(("forkserver.log", "bridge.sock")) for t in fds_b.values())
+    finally:
+        for relay in (relay_a, relay_b):
+            relay.stdin.close()
+            relay.wait(timeout=BOUND_S)
+
+
+# ---------------------------------------------------------------------------------------
+# Through a transport: the session's bridge child is gone when run_session returns
+
+
+@pytest.mark.parametrize("ending", ["exit", "deadline"])
+def test_transport_session_leaves_no_bridge_child(tmp_path: Path, ending: str) -> None:
+    from harnesscheck.contracts import AgentSessionRequest
+    from harnesscheck.fakes import install_fake_cli, load_fixture
+    from harnesscheck.providers.claude_code import ClaudeCodeTransport
+    from harnesscheck.registry import get_spec
+
+    root = tmp_path / "wt"
+    root.mkdir()
+    (root / "README.md").write_text("hi\n")
+    scenario = load_fixture("claude", "success" if ending == "exit" else "timeout_mid_stream")
+    scenario["mcp"] = "connect"
+    if ending == "deadline":
+        scenario["steps"] = [s for s in scenario["steps"] if "spawn" not in s]
+    fake = install_fake_cli("claude", scenario, tmp_path / "bin")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path / "no-home"), "LANG": "C.UTF-8"}
+    transport = ClaudeCodeTransport(get_spec("claude-code"), cli_path=fake.path, parent_env=env, linger_s=0.3, term_grace_s=0.5)
+    request = AgentSessionRequest(prompt="hi", scope=ToolScope(root=root), timeout_s=3.0 if ending == "deadline" else 60.0,
+                                  run_dir=tmp_path / "run")
+    outcome = transport.run_session(request)
+    trace = [json.loads(x) for x in (tmp_path / "run" / "bridge-trace.jsonl").read_text().splitlines()]
+    starts = [r for r in trace if r["event"] == "bridge_start"]
+    assert starts and all(r.get("mode") == "forkserver" for r in starts), outcome
+    assert [p for p in (r["pid"] for r in starts) if _alive(p)] == []  # no grace: gone on return
+    assert _children_of(tmp_path / "run" / "bridge-spec.json") == []
