@@ -1,0 +1,329 @@
+"""The per-process guard: when the host dies (even by SIGKILL), every registered session
+tree dies with it; while the host lives the guard holds nothing of the CLIs.
+
+Hosts are small scripts run as subprocesses (written to tmp_path), so they can be SIGKILLed.
+Time is only ever an upper bound.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from harnesscheck import process
+from harnesscheck.process import LineAction, run_process
+
+SCRIPTS = Path(__file__).parent / "proc_scripts"
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+GUARD = str(Path(process.__file__).with_name("_procguard.py"))
+PY = sys.executable
+ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+SLEEPER = [PY, "-c", "import time\nwhile True: time.sleep(1)"]
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux process semantics")
+
+HOST = textwrap.dedent(
+    """
+    import json, os, signal, sys, threading, time
+    from harnesscheck import process
+    from harnesscheck.process import run_process
+
+    out, mode, scripts = sys.argv[1], sys.argv[2], sys.argv[3]
+    PY = sys.executable
+    ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+
+    def write(name, value):
+        tmp = os.path.join(out, name + ".tmp")
+        with open(tmp, "w") as fh:
+            json.dump(value, fh)
+        os.replace(tmp, os.path.join(out, name))
+
+    def tree(name, setsid=True):
+        argv = [PY, os.path.join(scripts, "spawn_tree.py"), os.path.join(out, name)]
+        run_process(argv + (["--setsid"] if setsid else []), env=ENV, cwd=out,
+                    on_line=lambda line: None, timeout_s=600)
+
+    def in_thread(*args):
+        threading.Thread(target=tree, args=args, daemon=True).start()
+
+    def quick():
+        result = run_process([PY, "-c", "print('hi')"], env=ENV, cwd=out,
+                             on_line=lambda line: None, timeout_s=60)
+        assert result.exit_code == 0
+
+    def wait_for(name):
+        while not os.path.exists(os.path.join(out, name)):
+            time.sleep(0.01)
+
+    write("host", os.getpid())
+    if mode == "trees":  # two sessions at once: grandchildren in the group, and a setsid one
+        in_thread("pids0", False)
+        in_thread("pids1", True)
+        wait_for("pids0"); wait_for("pids1")
+        write("ready", process._guard_pid())
+    elif mode == "two":  # one session finishes, the other still runs
+        in_thread("pids", True)
+        quick()
+        wait_for("pids")
+        write("ready", process._guard_pid())
+    elif mode == "exit":  # a normal exit after a session
+        quick()
+        write("ready", process._guard_pid())
+        sys.exit(0)
+    elif mode == "restart":  # the guard died while the host lives: the next session restarts it
+        quick()
+        first = process._guard_pid()
+        os.kill(first, signal.SIGKILL)
+        process._guard.proc.wait()
+        in_thread("pids", True)
+        wait_for("pids")
+        write("ready", [first, process._guard_pid()])
+    elif mode == "fork":  # a forked host child gets its own guard
+        quick()
+        parent_guard = process._guard_pid()
+        if os.fork() == 0:
+            try:
+                write("child", os.getpid())
+                wait_for("go")  # no session of its own yet: only the at-fork hook acts
+                tree("pids", True)
+            finally:
+                os._exit(0)
+        write("ready", parent_guard)
+    time.sleep(600)
+    """
+)
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat[stat.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")
+
+
+def survivors(pids: list[int], within_s: float = 15.0) -> list[int]:
+    end = time.monotonic() + within_s
+    while True:
+        left = [p for p in pids if alive(p)]
+        if not left or time.monotonic() > end:
+            return left
+        time.sleep(0.05)
+
+
+def read_json(path: Path, within_s: float = 30.0):
+    end = time.monotonic() + within_s
+    while not path.exists():
+        assert time.monotonic() < end, f"{path.name} never appeared"
+        time.sleep(0.02)
+    return json.loads(path.read_text())
+
+
+def read_pids(path: Path, within_s: float = 30.0) -> list[int]:
+    end = time.monotonic() + within_s
+    while not path.exists():
+        assert time.monotonic() < end, f"{path.name} never appeared"
+        time.sleep(0.02)
+    return [int(x) for x in path.read_text().split()]
+
+
+def guard_of(host_pid: int) -> list[int]:
+    """Live guards whose command line names `host_pid` as their host."""
+    needle = f"{os.path.basename(GUARD)}\0{host_pid}\0".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if needle in Path(f"/proc/{entry}/cmdline").read_bytes() and alive(int(entry)):
+                    found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+class Host:
+    """A host script in a subprocess; every process it reported is killed at the end."""
+
+    def __init__(self, tmp_path: Path, mode: str):
+        self.out = tmp_path
+        (tmp_path / "host.py").write_text(HOST)
+        self.proc = subprocess.Popen(
+            [PY, str(tmp_path / "host.py"), str(tmp_path), mode, str(SCRIPTS)],
+            env=dict(os.environ, PYTHONPATH=SRC), cwd=tmp_path,
+        )
+        self.cleanup: list[int] = []
+
+    def kill(self, pid: int | None = None) -> None:
+        pid = pid or self.proc.pid
+        os.kill(pid, signal.SIGKILL)
+        if pid == self.proc.pid:
+            self.proc.wait(timeout=30)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for pid in self.cleanup:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def host_factory(tmp_path: Path):
+    hosts: list[Host] = []
+
+    def make(mode: str) -> Host:
+        host = Host(tmp_path, mode)
+        hosts.append(host)
+        return host
+
+    yield make
+    for host in hosts:
+        host.close()
+
+
+def test_host_sigkilled_with_two_sessions_leaves_nothing(tmp_path: Path, host_factory) -> None:
+    host = host_factory("trees")
+    guard = read_json(tmp_path / "ready")
+    pids = read_pids(tmp_path / "pids0") + read_pids(tmp_path / "pids1")
+    host.cleanup += pids + [guard]
+    assert len(pids) == 5 and all(alive(p) for p in pids)
+    assert guard_of(host.proc.pid) == [guard]  # one guard for both sessions
+    host.kill()
+    assert survivors(pids) == []
+    assert survivors([guard]) == []  # the guard exits once it has swept
+
+
+def test_finished_session_then_host_killed_the_running_tree_dies(tmp_path: Path, host_factory) -> None:
+    host = host_factory("two")
+    guard = read_json(tmp_path / "ready")
+    pids = read_pids(tmp_path / "pids")
+    host.cleanup += pids + [guard]
+    assert all(alive(p) for p in pids)
+    host.kill()
+    assert survivors(pids) == []
+    assert survivors([guard]) == []
+
+
+def test_guard_exits_when_the_host_exits_normally(tmp_path: Path, host_factory) -> None:
+    host = host_factory("exit")
+    guard = read_json(tmp_path / "ready")
+    host.cleanup.append(guard)
+    assert host.proc.wait(timeout=60) == 0
+    assert survivors([guard]) == []
+
+
+def test_dead_guard_is_restarted_and_protects_the_running_sessions(tmp_path: Path, host_factory) -> None:
+    host = host_factory("restart")
+    first, second = read_json(tmp_path / "ready")
+    pids = read_pids(tmp_path / "pids")
+    host.cleanup += pids + [second]
+    assert first != second and not alive(first) and alive(second)
+    host.kill()
+    assert survivors(pids) == []
+    assert survivors([second]) == []
+
+
+def test_forked_host_child_gets_its_own_guard(tmp_path: Path, host_factory) -> None:
+    host = host_factory("fork")
+    parent_guard = read_json(tmp_path / "ready")
+    child = read_json(tmp_path / "child")
+    host.cleanup += [parent_guard, child]
+    assert alive(parent_guard)
+    # The child dropped its copy of the parent's guard pipe at fork: the parent's death
+    # alone is EOF for the parent's guard.
+    host.kill()
+    assert survivors([parent_guard]) == []
+    assert alive(child)
+    (tmp_path / "go").write_text("")
+    pids = read_pids(tmp_path / "pids")
+    child_guards = guard_of(child)
+    host.cleanup += pids + child_guards
+    assert len(child_guards) == 1 and child_guards[0] != parent_guard
+    assert all(alive(p) for p in pids)
+    host.kill(child)
+    assert survivors(pids) == []
+    assert survivors(child_guards) == []
+
+
+def test_guard_holds_no_cli_pipe_and_the_cli_holds_no_guard_pipe(tmp_path: Path) -> None:
+    if not process._use_guard():
+        pytest.skip("no guard on this platform")
+    report = (
+        "import json, os\n"
+        "fds = {}\n"
+        "for fd in os.listdir('/proc/self/fd'):\n"
+        "    try:\n"
+        "        fds[fd] = os.readlink('/proc/self/fd/' + fd)\n"
+        "    except OSError:\n"
+        "        pass  # the directory listing's own fd, closed by now\n"
+        "print(json.dumps(fds), flush=True)\n"
+        "import time; time.sleep(60)\n"
+    )
+    seen: dict = {}
+
+    def on_line(line: str) -> LineAction:
+        # Looked at while the CLI still runs and its pipes exist.
+        seen["cli"] = json.loads(line)
+        guard = process._guard_pid()
+        seen["guard"] = [os.readlink(f"/proc/{guard}/fd/{fd}") for fd in os.listdir(f"/proc/{guard}/fd")]
+        seen["guard_pipe"] = f"pipe:[{os.fstat(process._guard.fd).st_ino}]"
+        return LineAction.STOP
+
+    run_process([PY, "-c", report], env=ENV, cwd=tmp_path, on_line=on_line, timeout_s=60)
+    cli_targets = set(seen["cli"].values())
+    cli_pipes = {seen["cli"]["1"], seen["cli"]["2"]}
+    assert all(p.startswith("pipe:") for p in cli_pipes)
+    assert seen["guard_pipe"] not in cli_targets
+    assert not cli_pipes & set(seen["guard"])
+    assert set(seen["guard"]) <= {seen["guard_pipe"], "/dev/null"}
+
+
+def test_guard_kills_only_registered_sessions_and_ignores_garbage(tmp_path: Path) -> None:
+    """The guard protocol alone: on EOF it kills registered groups and processes carrying a
+    registered marker; a deregistered marker and malformed lines are left alone."""
+    tag = os.urandom(6).hex()
+    kept, killed_marker, other = f"keep-{tag}", f"kill {tag}\n", f"other-{tag}"
+    sleepers = {
+        "kept": subprocess.Popen(SLEEPER, env={**ENV, "HARNESSCHECK_RUN": kept}, start_new_session=True),
+        "marked": subprocess.Popen(SLEEPER, env={**ENV, "HARNESSCHECK_RUN": killed_marker}, start_new_session=True),
+        "grouped": subprocess.Popen(SLEEPER, env=ENV, start_new_session=True),  # known by its group only
+    }
+    r, w = os.pipe()
+    guard = subprocess.Popen([PY, "-I", "-S", GUARD, "0"], stdin=r, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, env={}, cwd="/", start_new_session=True)
+    os.close(r)
+    try:
+        lines = (
+            "garbage line\n"
+            f"+ 1 {kept.encode().hex()}\n"
+            f"+ 2 {killed_marker.encode().hex()}\n"
+            f"+ 3 {other.encode().hex()}\n"
+            f"g 3 {sleepers['grouped'].pid}\n"
+            "- 1\n"
+            "g 9 1\n+ x zz\ng 2 -5\n"
+            "+ 4 cut-without-newl"
+        )
+        os.write(w, lines.encode())
+        os.close(w)
+        w = -1
+        assert guard.wait(timeout=60) == 0
+        assert survivors([sleepers["marked"].pid, sleepers["grouped"].pid]) == []
+        assert alive(sleepers["kept"].pid)
+    finally:
+        if w >= 0:
+            os.close(w)
+        for proc in sleepers.values():
+            proc.kill()
+            proc.wait()
+        if guard.poll() is None:
+            guard.kill()
+            guard.wait()
