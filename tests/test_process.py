@@ -234,7 +234,8 @@ def test_interrupt_during_cleanup_skips_the_grace_but_still_kills(tmp_path: Path
 
 
 def test_host_killed_leaves_no_child_alive(tmp_path: Path) -> None:
-    """Parent-death signal: SIGKILL the host mid-run; the CLI and its descendants die too."""
+    """SIGKILL the host mid-run: the guard kills the CLI and its descendants (more host-death
+    cases in test_procguard.py)."""
     pidfile, hostpid = tmp_path / "pids", tmp_path / "host"
     src = str(Path(__file__).resolve().parents[1] / "src")
     env = dict(os.environ, PYTHONPATH=src)
@@ -479,8 +480,8 @@ def test_concurrent_runs_from_threads(tmp_path: Path) -> None:
 
 
 def test_child_starts_with_default_signal_dispositions_and_mask(tmp_path: Path) -> None:
-    """The guard ignores group signals itself, but the CLI must get SIGTERM/SIGINT as usual,
-    and no blocked signal may leak from a host thread's mask."""
+    """The CLI must get SIGTERM/SIGINT as usual: no blocked signal may leak from a host
+    thread's mask (the mask survives exec)."""
     lines = Lines()
     grep = [shutil.which("grep") or "grep", "-E", "^Sig(Ign|Blk):", "/proc/self/status"]
 
@@ -494,6 +495,19 @@ def test_child_starts_with_default_signal_dispositions_and_mask(tmp_path: Path) 
     masks = dict(line.split(":\t") for line in lines.lines)
     assert int(masks["SigIgn"], 16) == 0
     assert int(masks["SigBlk"], 16) == 0
+
+
+def test_child_gets_default_dispositions_when_the_host_ignores_signals(tmp_path: Path) -> None:
+    """A host started with nohup (or `cmd &` in sh) ignores SIGHUP/SIGINT; SIG_IGN survives
+    exec, so the CLI must be reset to the defaults."""
+    lines = Lines()
+    grep = [shutil.which("grep") or "grep", "-E", "^SigIgn:", "/proc/self/status"]
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        run_process(grep, env=ENV, cwd=tmp_path, on_line=lines, timeout_s=60)
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    assert int(lines.lines[0].split(":\t")[1], 16) == 0
 
 
 # --- framing property (the framer alone, every chunking) -----------------------------------------------
