@@ -150,3 +150,144 @@ def test_shipped_fakes_work_as_in_the_readme(tmp_path, backend, cli):
                    "--prompt", "hi", "--json")
     assert proc.returncode == 0, proc.stderr
     assert AgentOutcome.model_validate_json(proc.stdout).ok
+
+
+# ---------------------------------------------------------------------------------------
+# Retrying transient errors (deterministic: the sleep and the jitter are injected)
+
+from harnesscheck.contracts import ErrorClass  # noqa: E402
+from harnesscheck.runner import RetryPolicy, run_command  # noqa: E402
+
+
+def _failed(cls, *, retryable=True, retry_after=None, status=OutcomeStatus.error, tool_calls=0):
+    return AgentOutcome(status=status, error_class=cls, retryable=retryable, retry_after_s=retry_after, tool_calls=tool_calls)
+
+
+HALF = lambda: 0.5  # noqa: E731 - jitter pinned to the middle: delay = backoff * 0.75
+
+
+def test_policy_retries_only_transient_classes_with_backoff():
+    policy = RetryPolicy(retries=3, max_wait_s=100, base_delay_s=2, max_delay_s=30)
+    for cls in (ErrorClass.overloaded, ErrorClass.rate_limit, ErrorClass.server_error, ErrorClass.network):
+        assert policy.decide(_failed(cls), 1, 0, read_only=True, rng=HALF)[0] == 1.5
+    assert [policy.decide(_failed(ErrorClass.overloaded), n, 0, read_only=True, rng=HALF)[0] for n in (1, 2, 3)] == [1.5, 3.0, 6.0]
+    assert policy.decide(_failed(ErrorClass.overloaded), 4, 0, read_only=True, rng=HALF) == (None, "no retries left (3 allowed)")
+    capped = RetryPolicy(retries=10, max_wait_s=1000, base_delay_s=2, max_delay_s=30)
+    assert capped.decide(_failed(ErrorClass.overloaded), 8, 0, read_only=True, rng=lambda: 1.0)[0] == 30
+
+
+def test_policy_never_retries_auth_blocking_or_spent_budgets():
+    policy = RetryPolicy(retries=5)
+    never = [
+        _failed(ErrorClass.auth, status=OutcomeStatus.blocked),
+        _failed(ErrorClass.auth),  # even if a transport called an auth error retryable: no lockout
+        _failed(ErrorClass.quota, status=OutcomeStatus.blocked),
+        _failed(ErrorClass.policy_violation),
+        _failed(ErrorClass.timeout),
+        _failed(ErrorClass.cli_crash),
+        _failed(ErrorClass.invalid_request, retryable=False),
+        _failed(ErrorClass.overloaded, retryable=False),  # the transport's own verdict counts
+        _failed(ErrorClass.overloaded, status=OutcomeStatus.cancelled),
+        AgentOutcome(status=OutcomeStatus.ok),
+        AgentOutcome(status=OutcomeStatus.truncated, error_class=ErrorClass.max_turns),
+    ]
+    for outcome in never:
+        delay, why = policy.decide(outcome, 1, 0, read_only=True, rng=HALF)
+        assert delay is None and why, outcome
+
+
+def test_policy_honours_retry_after_within_the_wait_budget():
+    policy = RetryPolicy(retries=3, max_wait_s=60, base_delay_s=2)
+    assert policy.decide(_failed(ErrorClass.rate_limit, retry_after=20.0), 1, 0, read_only=True, rng=HALF)[0] == 20.0
+    assert policy.decide(_failed(ErrorClass.rate_limit, retry_after=0.1), 1, 0, read_only=True, rng=HALF)[0] == 1.5
+    delay, why = policy.decide(_failed(ErrorClass.rate_limit, retry_after=50.0), 2, 20.0, read_only=True, rng=HALF)
+    assert delay is None and "retry wait budget" in why, "never sleep past the total budget"
+
+
+def test_policy_does_not_rerun_a_writable_session_that_called_tools():
+    policy = RetryPolicy(retries=2)
+    busy = _failed(ErrorClass.overloaded, tool_calls=2)
+    assert policy.decide(busy, 1, 0, read_only=True, rng=HALF)[0] == 1.5
+    delay, why = policy.decide(busy, 1, 0, read_only=False, rng=HALF)
+    assert delay is None and "twice" in why
+
+
+def _flaky_cli(tmp_path, cli: str, first: list[str], then: str):
+    """A `cli` that answers its invocations with the scenarios in `first`, then `then` forever
+    (the version probe always goes to `then`)."""
+    targets = {}
+    for name in {*first, then}:
+        targets[name] = str(install_fake_cli(cli, name, tmp_path / f"fake-{name}").path)
+    wrapper = tmp_path / "flaky" / cli
+    wrapper.parent.mkdir()
+    wrapper.write_text(
+        f"#!{sys.executable} -I\n"
+        "import os, sys\n"
+        f"first, then, targets = {first!r}, {then!r}, {targets!r}\n"
+        f"counter = {str(tmp_path / 'flaky' / 'count')!r}\n"
+        "if '--version' in sys.argv:\n"
+        "    target = targets[then]\n"
+        "else:\n"
+        "    n = len(open(counter).read()) if os.path.exists(counter) else 0\n"
+        "    open(counter, 'a').write('x')\n"
+        "    target = targets[first[n]] if n < len(first) else targets[then]\n"
+        "os.execv(target, [target, *sys.argv[1:]])\n"
+    )
+    wrapper.chmod(0o755)
+    return wrapper, (lambda: len((tmp_path / "flaky" / "count").read_text()) if (tmp_path / "flaky" / "count").exists() else 0)
+
+
+@pytest.fixture
+def clean_env(tmp_path, monkeypatch):
+    for key in [k for k in os.environ if k.startswith("HARNESS_")]:
+        monkeypatch.delenv(key)
+    (tmp_path / "home").mkdir()
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+
+
+def _run_in_process(tmp_path, cli, wrapper, policy, **kw):
+    sleeps: list[float] = []
+    code = run_command(backend=cli, root=worktree(tmp_path), prompt="hi", cli=wrapper, run_dir=tmp_path / "run",
+                       as_json=True, retry=policy, sleep=sleeps.append, rng=HALF, **kw)
+    return code, sleeps, json.loads((tmp_path / "run" / "RUN_REPORT.json").read_text())
+
+
+def test_run_retries_a_transient_529_and_records_every_attempt(tmp_path, clean_env, capsys):
+    wrapper, calls = _flaky_cli(tmp_path, "codex", ["overloaded_529"], "success")
+    code, sleeps, report = _run_in_process(tmp_path, "codex", wrapper, RetryPolicy(retries=2))
+    assert code == 0, capsys.readouterr().err
+    assert calls() == 2 and sleeps == [1.5]
+    first, second = report["facts"]["attempts"]
+    assert (first["status"], first["error_class"], first["retried"], first["wait_s"]) == ("error", "overloaded", True, 1.5)
+    assert (second["status"], second["retried"], second["run_dir"]) == ("ok", False, str(tmp_path / "run" / "attempt-2"))
+    assert report["outcome"]["status"] == "ok"
+    assert "retrying in 1.5 s (attempt 2 of 3)" in capsys.readouterr().err
+
+
+def test_run_gives_up_after_the_bounded_attempts(tmp_path, clean_env):
+    wrapper, calls = _flaky_cli(tmp_path, "codex", [], "rate_limit_429")
+    code, sleeps, report = _run_in_process(tmp_path, "codex", wrapper, RetryPolicy(retries=2, max_wait_s=100))
+    assert code == 1 and calls() == 3 and sleeps == [1.5, 3.0]
+    assert [a["retried"] for a in report["facts"]["attempts"]] == [True, True, False]
+    assert report["facts"]["attempts"][-1]["why"] == "no retries left (2 allowed)"
+
+
+def test_run_never_retries_auth(tmp_path, clean_env):
+    wrapper, calls = _flaky_cli(tmp_path, "codex", [], "auth_401")
+    code, sleeps, report = _run_in_process(tmp_path, "codex", wrapper, RetryPolicy(retries=5))
+    assert code == 1 and calls() == 1 and sleeps == []
+    (only,) = report["facts"]["attempts"]
+    assert only["error_class"] == "auth" and not only["retried"] and "final" in only["why"]
+
+
+def test_cli_retries_option_disables_and_validates(tmp_path):
+    fake = install_fake_cli("codex", "overloaded_529", tmp_path / "bin")
+    proc = run_cli(tmp_path, "--backend", "codex", "--cli", str(fake.path), "--root", str(worktree(tmp_path)),
+                   "--prompt", "hi", "--json", "--run-dir", str(tmp_path / "run"), "--retries", "0")
+    assert proc.returncode == 1 and len(fake.records()) == 1
+    (only,) = json.loads((tmp_path / "run" / "RUN_REPORT.json").read_text())["facts"]["attempts"]
+    assert only["why"] == "no retries left (0 allowed)"
+    bad = run_cli(tmp_path, "--backend", "codex", "--cli", str(fake.path), "--root", str(tmp_path / "wt"),
+                  "--prompt", "hi", "--retries", "-1")
+    assert bad.returncode == 2 and "--retries" in bad.stderr

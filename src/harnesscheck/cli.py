@@ -85,14 +85,17 @@ def run(
     write: Annotated[bool, typer.Option("--write", help="Allow the writing tools (default read-only).")] = False,
     run_dir: Annotated[Optional[Path], typer.Option("--run-dir", help="Where RUN_REPORT.md/.json go.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the AgentOutcome as JSON.")] = False,
+    retries: Annotated[int, typer.Option("--retries", help="Reruns after a transient error (429, 529, 5xx, network); 0 disables.")] = 2,
+    retry_wait_max: Annotated[float, typer.Option("--retry-wait-max", help="Total seconds to wait between retries.")] = 120.0,
 ) -> None:
     """Run one session through the registry and write RUN_REPORT.md/.json."""
-    from harnesscheck.runner import run_command
+    from harnesscheck.runner import RetryPolicy, run_command
 
     raise typer.Exit(
         run_command(
             backend=backend, root=root, prompt=prompt, timeout=timeout, model=model, cli=cli,
             write=write, run_dir=run_dir, as_json=json_out,
+            retry=RetryPolicy(retries=retries, max_wait_s=retry_wait_max),
         )
     )
 

@@ -45,6 +45,7 @@ class ReportFacts:
     timeout_s: float | None = None
     started_at: str | None = None
     run_dir: str | None = None
+    attempts: list[dict] = field(default_factory=list)  # the runner's retry record, one per attempt
 
     @classmethod
     def from_spec(cls, spec: ProviderSpec, **kwargs) -> "ReportFacts":

@@ -7,6 +7,15 @@ Contract (doc/SPEC-report.md, "The run command"):
 - The tools are scoped to `--root`, read-only unless `--write`.
 - RUN_REPORT.md and RUN_REPORT.json go into `--run-dir` (default: a fresh private temp dir,
   never inside the worktree).
+- Retries (RetryPolicy): a session that ends as a transient error (rate_limit, overloaded,
+  server_error, network, and only when the outcome says retryable) is run again, at most
+  `--retries` more times (0 disables) and sleeping at most `--retry-wait-max` seconds in all.
+  The wait is exponential backoff with jitter, never shorter than the outcome's retry_after_s;
+  a retry-after beyond the remaining budget ends the retries instead. auth, quota and other
+  blocking classes are never retried (no retry into a lockout); neither is a timeout (the budget
+  is spent) nor, in a --write scope, an attempt that made any tool call (it may have written).
+  Attempt 1 runs in the run dir, attempt n in <run dir>/attempt-<n>; RUN_REPORT.json lists every
+  attempt under facts.attempts.
 - Exit codes: 0 the session ended ok; 1 the backend failed (any other status); 2 usage
   error (bad option, unknown backend, no root); 3 environment fault (CLI missing or
   unsupported, no credentials). A HarnessError prints its message and fix on stderr.
@@ -14,12 +23,54 @@ Contract (doc/SPEC-report.md, "The run command"):
 
 from __future__ import annotations
 
+import random
 import sys
 import tempfile
+import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 EXIT_OK, EXIT_BACKEND_FAILED, EXIT_USAGE, EXIT_ENVIRONMENT = 0, 1, 2, 3
+
+#: Error classes `harnesscheck run` retries: transient by nature. Not timeout (the session's
+#: budget is spent), not cli_crash (nothing says a crash is transient), never a BLOCKING class.
+RUN_RETRY_CLASSES = frozenset({"rate_limit", "overloaded", "server_error", "network"})
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded retries of transient errors: attempts, total sleep, backoff with jitter."""
+
+    retries: int = 2  # extra attempts after the first; 0 disables retrying
+    max_wait_s: float = 120.0  # total sleeping over all retries
+    base_delay_s: float = 2.0
+    max_delay_s: float = 30.0
+
+    def decide(self, outcome, attempt: int, waited_s: float, *, read_only: bool,
+               rng: Callable[[], float] = random.random) -> tuple[float | None, str]:
+        """(seconds to wait before the next attempt, why); None means do not retry."""
+        from harnesscheck.contracts import BLOCKING, OutcomeStatus
+
+        cls = outcome.error_class
+        if outcome.status is OutcomeStatus.ok:
+            return None, "ok"
+        if outcome.status is not OutcomeStatus.error or cls is None or cls in BLOCKING:
+            return None, f"{outcome.status.value}" + (f" ({cls.value})" if cls else "") + " is final"
+        if cls.value not in RUN_RETRY_CLASSES or not outcome.retryable:
+            return None, f"{cls.value} is not retried"
+        if attempt > self.retries:
+            return None, f"no retries left ({self.retries} allowed)"
+        if not read_only and (outcome.tool_calls or outcome.native_tool_calls):
+            return None, "the attempt made tool calls in a writable scope: a rerun could apply them twice"
+        delay = min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1)) * (0.5 + 0.5 * rng())
+        if outcome.retry_after_s is not None and outcome.retry_after_s > delay:
+            delay = float(outcome.retry_after_s)
+        left = self.max_wait_s - waited_s
+        if delay > left:
+            return None, f"waiting {delay:.1f} s would exceed the retry wait budget ({left:.1f} s left of {self.max_wait_s:g} s)"
+        return delay, f"{cls.value} is transient"
 
 
 def _err(text: str) -> None:
@@ -37,6 +88,9 @@ def run_command(
     write: bool = False,
     run_dir: Path | None = None,
     as_json: bool = False,
+    retry: RetryPolicy | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    rng: Callable[[], float] = random.random,
 ) -> int:
     """Run one session and write its report. Returns the process exit code."""
     from harnesscheck.config import Settings
@@ -56,6 +110,10 @@ def run_command(
         return EXIT_USAGE
     if not prompt.strip():
         _err("error: --prompt is empty")
+        return EXIT_USAGE
+    retry = retry or RetryPolicy()
+    if retry.retries < 0 or retry.max_wait_s < 0:
+        _err("error: --retries and --retry-wait-max must not be negative")
         return EXIT_USAGE
 
     try:
@@ -89,26 +147,54 @@ def run_command(
     run_dir.mkdir(parents=True, exist_ok=True)
 
     scope = ToolScope(root=root, read_only=not write)
-    request = AgentSessionRequest(
-        prompt=prompt,
-        scope=scope,
-        model=settings.model,
-        timeout_s=settings.timeout_s,
-        run_dir=run_dir,
-    )
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     if hasattr(transport, "audit_worktree"):
         transport.audit_worktree = True  # the transport audits; let it diff the worktree too
         before = None
     else:
         before = _audit_before(spec, root)
-    try:
-        outcome = transport.run_session(request)
-    except HarnessError as exc:
-        _err(f"error: {exc.message}" + (f"\n  fix: {exc.fix}" if exc.fix else ""))
-        return int(getattr(exc, "exit_code", EXIT_ENVIRONMENT))
+    attempts: list[dict] = []
+    waited = 0.0
+    attempt = 0
+    while True:
+        attempt += 1
+        attempt_dir = run_dir if attempt == 1 else run_dir / f"attempt-{attempt}"
+        request = AgentSessionRequest(
+            prompt=prompt,
+            scope=scope,
+            model=settings.model,
+            timeout_s=settings.timeout_s,
+            run_dir=attempt_dir,
+        )
+        try:
+            outcome = transport.run_session(request)
+        except HarnessError as exc:
+            _err(f"error: {exc.message}" + (f"\n  fix: {exc.fix}" if exc.fix else ""))
+            return int(getattr(exc, "exit_code", EXIT_ENVIRONMENT))
+        delay, why = retry.decide(outcome, attempt, waited, read_only=not write, rng=rng)
+        record = {
+            "attempt": attempt,
+            "run_dir": str(attempt_dir),
+            "status": outcome.status.value,
+            "error_class": outcome.error_class.value if outcome.error_class else None,
+            "retryable": outcome.retryable,
+            "retry_after_s": outcome.retry_after_s,
+            "duration_s": outcome.duration_s,
+            "session_id": outcome.session_id,
+            "message": redact(outcome.message)[:500],
+            "retried": delay is not None,
+            "wait_s": round(delay, 3) if delay is not None else None,
+            "why": why,
+        }
+        attempts.append(record)
+        if delay is None:
+            break
+        _err(f"{spec.id}: {outcome.status.value} ({outcome.error_class.value}); {why}: retrying in {delay:.1f} s "
+             f"(attempt {attempt + 1} of {retry.retries + 1})")
+        sleep(delay)
+        waited += delay
     if outcome.audit is None and before is not None:
-        outcome.audit = _audit_after(spec, root, run_dir, write, before)
+        outcome.audit = _audit_after(spec, root, attempt_dir, write, before)
 
     if not outcome.backend:
         outcome.backend = spec.id
@@ -123,6 +209,7 @@ def run_command(
         timeout_s=settings.timeout_s,
         started_at=started,
         run_dir=str(run_dir),
+        attempts=attempts,
     )
     md_path, json_path = write_report(run_dir, facts, outcome)
 
