@@ -327,3 +327,41 @@ def test_guard_kills_only_registered_sessions_and_ignores_garbage(tmp_path: Path
         if guard.poll() is None:
             guard.kill()
             guard.wait()
+
+
+def test_stuck_guard_is_replaced_without_killing_running_sessions(tmp_path: Path) -> None:
+    """A guard that stops reading (here: SIGSTOPped, pipe full) is killed *before* our end
+    of its pipe is closed, and the running sessions are re-registered with a new guard."""
+    if not process._use_guard():
+        pytest.skip("no guard on this platform")
+    import threading
+
+    pidfile = tmp_path / "pids"
+    cancel = threading.Event()
+    results = []
+    worker = threading.Thread(target=lambda: results.append(run_process(
+        [PY, str(SCRIPTS / "spawn_tree.py"), str(pidfile), "--setsid"], env=ENV, cwd=tmp_path,
+        on_line=lambda line: None, timeout_s=300, cancel=cancel, term_grace_s=0.5,
+    )))
+    worker.start()
+    try:
+        pids = read_pids(pidfile)
+        old = process._guard_pid()
+        os.kill(old, signal.SIGSTOP)
+        with process._guard.lock:  # fill the pipe with ignored lines until it would block
+            try:
+                while True:
+                    os.write(process._guard.fd, b"#\n" * 2048)
+            except BlockingIOError:
+                pass
+        quick = run_process([PY, "-c", "print('ok')"], env=ENV, cwd=tmp_path, on_line=lambda line: None, timeout_s=60)
+        assert quick.exit_code == 0
+        new = process._guard_pid()
+        assert new is not None and new != old
+        assert survivors([old]) == []  # killed and reaped, never resumed to read an EOF
+        assert all(alive(p) for p in pids)  # the running session was not swept
+        assert new in guard_of(os.getpid())
+    finally:
+        cancel.set()
+        worker.join(timeout=120)
+    assert results and survivors(pids) == []

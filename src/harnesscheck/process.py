@@ -189,7 +189,9 @@ class _Guard:
         self.fd_ident: tuple[int, int] | None = None  # (st_dev, st_ino): is fd still ours?
         self.sessions: dict[int, list[Any]] = {}  # sid -> [hex marker, pgid or None]
         self.next_sid = 1
-        self.unavailable = False  # the guard could not be started: fall back for good
+        self.unavailable = False  # the guard cannot run here: fall back for good
+        self.started_at = 0.0
+        self.quick_deaths = 0  # guards that died within a second of their start, in a row
         self.closed = False  # interpreter exit: no new guard
 
     # -- public (locked) --
@@ -203,7 +205,7 @@ class _Guard:
                 return None
             sid = self.next_sid
             self.next_sid += 1
-            hexmarker = marker.encode("utf-8", "surrogateescape").hex()
+            hexmarker = os.fsencode(marker).hex()  # as Popen encodes the env
             self.sessions[sid] = [hexmarker, None]
             if self._send(f"+ {sid} {hexmarker}\n"):
                 return sid
@@ -260,10 +262,13 @@ class _Guard:
         return False
 
     def _start(self) -> bool:
-        if self.closed:
+        if self.closed or self.unavailable:
             return False
         self._drop()
-        r, w = os.pipe()  # both close-on-exec: no CLI ever inherits the write end
+        try:
+            r, w = os.pipe()  # both close-on-exec: no CLI ever inherits the write end
+        except OSError:
+            return False  # out of descriptors: this session goes without
         try:
             env = {k: os.environ[k] for k in ("LD_LIBRARY_PATH",) if k in os.environ}
             self.proc = subprocess.Popen(
@@ -277,15 +282,17 @@ class _Guard:
                 start_new_session=True,
                 close_fds=True,
             )
-        except OSError:
+        except OSError as exc:
             os.close(w)
-            self.unavailable = True
+            # No interpreter to run: for good. EAGAIN/ENOMEM: only this session goes without.
+            self.unavailable = isinstance(exc, (FileNotFoundError, PermissionError))
             return False
         finally:
             os.close(r)
         os.set_blocking(w, False)
         st = os.fstat(w)
         self.fd, self.fd_ident, self.owner = w, (st.st_dev, st.st_ino), os.getpid()
+        self.started_at = time.monotonic()
         # The guard need not be running yet: lines wait in the pipe until it reads them.
         replay = "".join(
             f"+ {sid} {hexmarker}\n" + (f"g {sid} {pgid}\n" if pgid else "")
@@ -314,19 +321,24 @@ class _Guard:
         self.fd, self.fd_ident = -1, None
 
     def _drop(self) -> None:
-        """Forget the current guard: close our end, end and reap it if it is still there."""
-        proc = self.proc
-        self._close_fd()
-        self.proc = None
+        """Forget the current guard: end and reap it, then close our end of its pipe.
+
+        Killed *before* the pipe is closed: a live guard takes EOF for the host's death and
+        would kill the sessions that are still running (they go to the next guard).
+        """
+        proc, self.proc = self.proc, None
         if proc is not None and self.owner == os.getpid():
-            # It exits on EOF; one that does not (stopped, stuck) is killed.
-            with contextlib.suppress(OSError):
-                try:
-                    proc.wait(timeout=1.0)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        proc.wait(timeout=1.0)
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                if proc.poll() is None:
+                    proc.kill()  # stuck (stopped?) or our fd was taken over
+                proc.wait(timeout=_GUARD_EXIT_WAIT_S)
+            if time.monotonic() - self.started_at < 1.0:
+                self.quick_deaths += 1
+                if self.quick_deaths >= 3:  # it dies as soon as it starts: give up
+                    self.unavailable = True
+            else:
+                self.quick_deaths = 0
+        self._close_fd()
 
     def _forget_inherited(self) -> None:
         """In a forked child: the parent's guard is not ours. Close the inherited write end
