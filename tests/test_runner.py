@@ -263,6 +263,8 @@ def test_run_retries_a_transient_529_and_records_every_attempt(tmp_path, clean_e
     assert (second["status"], second["retried"], second["run_dir"]) == ("ok", False, str(tmp_path / "run" / "attempt-2"))
     assert report["outcome"]["status"] == "ok"
     assert "retrying in 1.5 s (attempt 2 of 3)" in capsys.readouterr().err
+    md = (tmp_path / "run" / "RUN_REPORT.md").read_text()
+    assert "## Attempts" in md and "- 1: error (overloaded), retried after 1.5 s — overloaded is transient" in md
 
 
 def test_run_gives_up_after_the_bounded_attempts(tmp_path, clean_env):

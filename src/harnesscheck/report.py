@@ -146,6 +146,13 @@ def render_markdown(facts: ReportFacts, outcome: AgentOutcome) -> str:
     if o.audit is not None and o.audit.flags:
         lines += ["", "## Audit flags", ""]
         lines += [f"- {f.code}" + (f": {_inline(f.detail)}" if f.detail else "") for f in o.audit.flags]
+    if len(facts.attempts) > 1:
+        lines += ["", "## Attempts", ""]
+        lines += [
+            f"- {a.get('attempt')}: {a.get('status')}" + (f" ({a['error_class']})" if a.get("error_class") else "")
+            + (f", retried after {a['wait_s']:g} s" if a.get("retried") else "") + f" — {_inline(str(a.get('why', '')))}"
+            for a in facts.attempts
+        ]
     if o.helper_usage:
         lines += ["", "## Helper models", ""]
         lines += [f"- {m}: input {u.input}, output {u.output}" for m, u in sorted(o.helper_usage.items())]
