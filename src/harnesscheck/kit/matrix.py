@@ -245,7 +245,7 @@ details.more{border:0;padding:0;margin:0}details.more summary{font-weight:400;pa
 details.more[open]{padding-bottom:.3rem}details.more .msg{margin-top:.3rem}
 details.more .msg{color:var(--fg)}
 details.skips{margin:.4rem 0 0}
-p.reason{margin:.5rem 0 .2rem;font-weight:600}p.reason code{font-weight:600}
+p.reason{margin:.5rem 0 .2rem;color:var(--muted);font-size:.88rem}p.reason code{font-weight:650;color:var(--fg)}
 ul.skiplist{margin:0 0 .4rem;padding-left:1.2rem;font-size:.86rem;color:var(--muted)}ul.skiplist li{overflow-wrap:anywhere}
 ul.skiplist code{color:var(--fg)}
 .card .t{display:flex;gap:.45rem;align-items:center;font-weight:650}.card .t .ic{width:1.15em;height:1.15em}
