@@ -650,6 +650,8 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, signal.SIG_IGN)  # only the host's EOF (or SIGTERM/SIGKILL) ends us
     try:
         _preimport()
+        if threading.active_count() != 1:
+            raise RuntimeError("threads were started while pre-importing; the forkserver must not fork")
         server = _Server(control, ns.dir)
     except BaseException as exc:  # noqa: BLE001
         sys.stderr.write(f"bridge forkserver failed to start: {type(exc).__name__}: {exc}\n")
