@@ -204,7 +204,7 @@ _ICONS = (
 _CSS = """
 :root{--fg:#1b2130;--muted:#596177;--line:#d9dde6;--head:#eef1f6;--page:#fff;
 --pass-bg:#dcf2e1;--pass-fg:#14532d;--fail-bg:#fde1df;--fail-fg:#8f1414;--fail-edge:#c62828;
---warn-bg:#fcefc7;--warn-fg:#664200;--skip-bg:#eceef3;--skip-fg:#4a5163;--none-fg:#6f778a}
+--warn-bg:#fcefc7;--warn-fg:#664200;--skip-bg:#eceef3;--skip-fg:#4a5163;--none-fg:#6b7386}
 @media (prefers-color-scheme:dark){:root{--fg:#e6e9f0;--muted:#a6adbd;--line:#394052;--head:#232836;--page:#151922;
 --pass-bg:#173b25;--pass-fg:#a6e9b8;--fail-bg:#4a1a1a;--fail-fg:#ffb4ad;--fail-edge:#ff6b5e;
 --warn-bg:#45380f;--warn-fg:#ffd98a;--skip-bg:#2a2f3c;--skip-fg:#c3c8d4;--none-fg:#8c94a7}}
