@@ -100,6 +100,16 @@ One JSON line per invocation, appended to the record file before any step runs::
 
 and one ``{"kind": "spawn", "pid": <fake pid>, "child_pid": n, "setsid": bool}`` line per
 grandchild. ``harnesscheck.fakes.FakeCli.records()`` folds them into one dict per invocation.
+
+Progress: one ``{"kind": "step", "pid": <fake pid>, "index": i, "action": "<step key>",
+"mono": <time.monotonic()>, "ts": <time.time()>}`` line per step the fake has performed, so a
+test asserts on what really happened instead of guessing from the clock. It is written
+(unbuffered, one ``O_APPEND`` write) *after* the step is done (an ``emit`` line is flushed
+into the pipe first, a ``spawn``'s grandchild exists), except for ``hang`` and ``exit``,
+whose line is written *before*: a ``hang`` line means "every earlier step is done and the
+fake now stalls". ``mono`` is the system-wide monotonic clock, comparable with the test
+process's ``time.monotonic()`` on the same machine. ``index`` counts the scenario's steps
+from 0. ``FakeCli.records()`` ignores these lines.
 ``mcp_configs`` copies the files named by ``--mcp-config`` at start, because the transport may
 delete its run dir afterwards.
 """
@@ -448,6 +458,14 @@ class Fake:
             }
         )
 
+    def record_step(self, index: int, step: dict) -> None:
+        """One progress line: this step is done (for hang/exit: about to happen)."""
+        if self.record_path is None:
+            return
+        action = next((k for k in step if k in _ACTIONS), "?")
+        self._append({"kind": "step", "pid": os.getpid(), "index": index, "action": action,
+                      "mono": time.monotonic(), "ts": time.time()})
+
     def _append(self, record: dict) -> None:
         assert self.record_path is not None
         data = (json.dumps(record) + "\n").encode()
@@ -500,8 +518,13 @@ class Fake:
             self.connect_mcp()
         ph = self.placeholders()
         try:
-            for step in self.scenario.get("steps", []):
+            for index, step in enumerate(self.scenario.get("steps", [])):
+                blocking = "hang" in step or "exit" in step
+                if blocking:
+                    self.record_step(index, step)
                 code = self.step(step, ph)
+                if not blocking:
+                    self.record_step(index, step)
                 if code is not None:
                     return code
             return 0
@@ -606,6 +629,10 @@ class Fake:
             raise SystemExit(f"oversize {size} is smaller than the template")
         return shell.replace(marker, b"A" * fill, 1)
 
+
+#: The action keys of a step (the other keys are modifiers), as named in progress records.
+_ACTIONS = ("emit", "delay", "noise", "oversize", "raw", "invalid_utf8", "stderr", "spawn", "ignore_sigterm",
+            "hang", "exit", "mcp_call", "mcp_calls")
 
 #: Steps that only write stdout (render() replays them; the others are side effects).
 _OUTPUT_STEPS = ("emit", "noise", "oversize", "raw", "invalid_utf8")

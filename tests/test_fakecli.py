@@ -224,3 +224,54 @@ def test_records_list_config_homes_by_name_only(tmp_path):
     rec = fake.last()
     assert rec["config_dirs"]["CLAUDE_CONFIG_DIR"] == {"link": "link:" + str(tmp_path / "elsewhere"), "secret.json": "file"}
     assert "TOP-SECRET" not in json.dumps(rec)
+
+
+def _steps(fake) -> list[dict]:
+    if not fake.record_path.is_file():
+        return []
+    recs = [json.loads(line) for line in fake.record_path.read_text().splitlines() if line.strip()]
+    return [r for r in recs if r["kind"] == "step"]
+
+
+def _wait_for(predicate, timeout=30.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_progress_is_recorded_after_each_step_and_before_a_hang(tmp_path):
+    scenario = {"steps": [{"emit": {"n": 1}}, {"spawn": "sleep 1000"}, {"noise": "banner"}, {"hang": True}, {"emit": {"never": 1}}]}
+    fake = install_fake_cli("claude", scenario, tmp_path)
+    before = time.monotonic()
+    proc = subprocess.Popen([str(fake.path)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        assert _wait_for(lambda: any(s["action"] == "hang" for s in _steps(fake))), "the fake never recorded its hang"
+        steps = _steps(fake)
+        assert [(s["index"], s["action"]) for s in steps] == [(0, "emit"), (1, "spawn"), (2, "noise"), (3, "hang")]
+        assert all(s["pid"] == proc.pid for s in steps)
+        monos = [s["mono"] for s in steps]
+        assert before <= monos[0] and monos == sorted(monos) and monos[-1] <= time.monotonic()  # one clock with ours
+        # "hang" means every earlier step is done: its lines are in the pipe, its grandchild exists
+        assert json.loads(proc.stdout.readline()) == {"n": 1}
+        assert proc.stdout.readline() == b"banner\n"
+        assert _alive(fake.last()["grandchildren"][0]["pid"])
+        assert proc.poll() is None  # and the fake really stalls
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        proc.stdout.close()
+
+
+def test_progress_exit_is_recorded_before_exiting_and_none_without_a_record(tmp_path):
+    fake = install_fake_cli("codex", {"steps": [{"emit": "a"}, {"exit": 4}, {"emit": "never"}]}, tmp_path / "a")
+    assert _run(fake, "exec").returncode == 4
+    assert [(s["index"], s["action"]) for s in _steps(fake)] == [(0, "emit"), (1, "exit")]
+    # the shipped fake (no sidecar) records nothing, progress included
+    proc = subprocess.run([str(fake_clis_dir() / "claude"), "--version"], capture_output=True, timeout=30)
+    assert proc.returncode == 0
+    version_only = install_fake_cli("claude", {"steps": [{"emit": "a"}]}, tmp_path / "b")
+    _run(version_only, "--version")
+    assert _steps(version_only) == []  # a version probe runs no step

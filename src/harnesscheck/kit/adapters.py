@@ -151,6 +151,28 @@ class Workspace:
 
 
 @dataclass
+class Timeline:
+    """When things happened in a run, on the machine's monotonic clock (``time.monotonic()``,
+    system-wide on Linux, so a fake CLI's recorded times compare with the kit's).
+
+    ``stalled`` is when the upstream (fake CLI, scripted model, scripted server) reached its
+    stall with every earlier line written; ``last_output`` when it wrote its last line before
+    that. Both stay None when the upstream never got there, and ``observed`` is False when
+    this adapter cannot see its upstream's progress at all (then checks judge as before)."""
+
+    timeout_s: float = 0.0  # the session deadline the kit asked for
+    started: float = 0.0  # run_session was called
+    ended: float = 0.0  # run_session returned
+    observed: bool = False
+    stalled: float | None = None
+    last_output: float | None = None
+    cancel_sent: float | None = None  # the kit set the host's cancel event
+
+    def stalled_by(self, moment: float) -> bool:
+        return self.stalled is not None and self.stalled < moment
+
+
+@dataclass
 class SessionRun:
     outcome: AgentOutcome
     workspace: Workspace
@@ -164,6 +186,7 @@ class SessionRun:
     parent_env: dict[str, str] = field(default_factory=dict)
     audit: object | None = None  # the host's post-run AuditVerdict (harness), when one was made
     run_dir: Path | None = None
+    timeline: Timeline = field(default_factory=Timeline)
 
     def everything_visible(self) -> str:
         """Every byte the backend exposed: outcome, what the model saw, traces, argv, requests."""
@@ -281,6 +304,7 @@ class BackendUnderTest:
         model: str | None = None,
         parent_env: dict[str, str] | None = None,
         cancel_after_s: float | None = None,
+        cancel_on_stall: bool = False,
         tool_calls: list[ToolCall] | None = None,
         workspace: Workspace | None = None,
         echo: list[str] | None = None,
@@ -290,13 +314,16 @@ class BackendUnderTest:
 
         `echo`: strings the upstream (vendor API / CLI) repeats in its error output, as real
         ones do with keys and tokens; the backend must not pass them on.
+        `cancel_on_stall`: the host cancels as soon as the upstream is seen to stall (event
+        driven, so whatever it emitted or spawned before exists); where this adapter cannot
+        see the upstream's progress, `cancel_after_s` after the start (default 1 s) instead.
         """
         if scenario not in SCENARIOS and scenario != "tools":
             raise KitFault(f"unknown scenario {scenario!r}")
         ws = workspace or self.workspace()
         env = {**self.host_isolation(ws), **(parent_env or {})}
-        cancel = threading.Event() if cancel_after_s is not None else None
-        timer = threading.Timer(cancel_after_s, cancel.set) if cancel is not None else None
+        cancel = threading.Event() if cancel_after_s is not None or cancel_on_stall else None
+        timeline = Timeline(timeout_s=timeout_s)
         with patched_environ(env):
             setup = self.prepare(scenario, ws, tool_calls=tool_calls, model=model, timeout_s=timeout_s, echo=echo or [])
             request = AgentSessionRequest(
@@ -309,18 +336,56 @@ class BackendUnderTest:
                 run_dir=ws.base / "run",
                 session_id=uuid.uuid4().hex,
             )
-            started = time.monotonic()
-            if timer is not None:
-                timer.start()
+            watch = None
+            if cancel is not None:
+                after = cancel_after_s if cancel_after_s is not None else 1.0
+                watch = _CancelWatch(self, setup, cancel, timeline, after_s=after, on_stall=cancel_on_stall)
+            timeline.started = time.monotonic()
+            if watch is not None:
+                watch.start()
             try:
                 outcome = setup.transport.run_session(request, cancel=cancel)
             finally:
-                if timer is not None:
-                    timer.cancel()
-            duration = time.monotonic() - started
-        run = SessionRun(outcome=outcome, workspace=ws, duration_s=duration, facts=setup.facts, parent_env=env)
+                timeline.ended = time.monotonic()
+                if watch is not None:
+                    watch.stop()
+        run = SessionRun(outcome=outcome, workspace=ws, duration_s=timeline.ended - timeline.started,
+                         facts=setup.facts, parent_env=env, timeline=timeline)
         self.collect(run, setup, request)
+        progress = self.stall_progress(setup)
+        if progress is not None:
+            timeline.observed = True
+            timeline.stalled, timeline.last_output = progress
         return run
+
+    def run_stalled(self, scenario: str, *, timeout_s: float, blind_timeout_s: float, retry_factor: float = 4.0,
+                    **kwargs) -> SessionRun:
+        """A run of a stalling scenario whose timeout can only have fired after the upstream
+        stalled, so everything it emitted or spawned before the stall is a fact to judge by.
+
+        The backend's deadline counts from its spawn, so it is never earlier than the kit's
+        start + `timeout_s`: a stall recorded before that moment certainly came first. If the
+        upstream got there too late (a slow machine), the run is repeated once with
+        `retry_factor` times the timeout; if that is too short as well, the cell is skipped
+        `budget` rather than judged on facts that never came to be. A run that ended before
+        the deadline could fire is judged as it is (nothing was cut short by the clock).
+        An adapter that cannot see its upstream's progress runs once with `blind_timeout_s`.
+        """
+        if not self.observes_stalls():
+            return self.run(scenario, timeout_s=blind_timeout_s, **kwargs)
+        attempts = (timeout_s, timeout_s * retry_factor)
+        for t in attempts:
+            run = self.run(scenario, timeout_s=t, **kwargs)
+            tl = run.timeline
+            earliest_deadline = tl.started + t
+            if not tl.observed or tl.ended < earliest_deadline or tl.stalled_by(earliest_deadline):
+                return run
+        raise SkipCell(
+            "budget",
+            f"the {scenario} upstream had not stalled by the earliest moment the deadline could fire, "
+            f"in two runs (timeout_s {attempts[0]:g} and {attempts[1]:g}): this machine is too slow right "
+            "now to time a session out after its partial output; the backend was not judged",
+        )
 
     def run_tools(self, calls: list[ToolCall], **kwargs) -> SessionRun:
         """A session in which the model asks for exactly these tool calls, then answers."""
@@ -402,6 +467,15 @@ class BackendUnderTest:
     def install_fake(self, scenario, **overrides):
         raise SkipCell("unsupported-by-backend", f"{self.spec.id} runs no CLI")
 
+    def observes_stalls(self) -> bool:
+        """Whether `stall_progress` sees this adapter's upstream (decided before a run)."""
+        return False
+
+    def stall_progress(self, setup: "Setup") -> tuple[float | None, float | None] | None:
+        """(stalled, last_output) monotonic times of the run's upstream so far (see Timeline),
+        or None when this adapter cannot observe them. Called during and after a run."""
+        return None
+
     # -- what adapters implement -------------------------------------------------------
 
     def prepare(self, scenario: str, ws: Workspace, *, tool_calls, model, timeout_s, echo) -> "Setup":
@@ -409,6 +483,41 @@ class BackendUnderTest:
 
     def collect(self, run: SessionRun, setup: "Setup", request: AgentSessionRequest) -> None:
         run.trace = read_trace(request.run_dir / "trace.jsonl" if request.run_dir else None)
+
+
+class _CancelWatch:
+    """Sets the host's cancel event as soon as the upstream stalls (polled every 10 ms), or,
+    where stalls cannot be observed, `after_s` after the start."""
+
+    POLL_S = 0.01
+
+    def __init__(self, but: BackendUnderTest, setup: "Setup", cancel: threading.Event, timeline: Timeline,
+                 *, after_s: float, on_stall: bool):
+        self.but, self.setup, self.cancel, self.timeline = but, setup, cancel, timeline
+        self.after_s = after_s
+        self.on_stall = on_stall and but.observes_stalls()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="hc-cancel-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(timeout=5)
+
+    def _watch(self) -> None:
+        while not self._done.is_set():
+            if self.on_stall:
+                progress = self.but.stall_progress(self.setup)
+                fire = progress is not None and progress[0] is not None
+            else:
+                fire = time.monotonic() >= self.timeline.started + self.after_s
+            if fire:
+                self.timeline.cancel_sent = time.monotonic()
+                self.cancel.set()
+                return
+            self._done.wait(self.POLL_S)
 
 
 @dataclass
@@ -497,8 +606,8 @@ class ScriptedAdapter(BackendUnderTest):
 
         if scenario == "tools":
             calls = [FakeCall(c.name, dict(c.args)) for c in tool_calls or []]
-            script = FakeScript([FakeTurn(tool_calls=calls), FakeTurn(text="done")])
-            return Setup(_Scripted(self.transport(), script), Facts(), model="fake-model-1")
+            script = _WatchedScript(FakeScript([FakeTurn(tool_calls=calls), FakeTurn(text="done")]))
+            return Setup(_Scripted(self.transport(), script), Facts(), model="fake-model-1", extra={"script": script})
         table = scripted_scenarios()
         if scenario not in table:
             raise SkipCell("unsupported-by-backend", f"{self.spec.id} is in-process: no {scenario} scenario")
@@ -509,7 +618,18 @@ class ScriptedAdapter(BackendUnderTest):
                  for t in script.turns],
                 repeat_last=script.repeat_last,
             )
-        return Setup(_Scripted(self.transport(), script), facts, model=facts.requested_model or "fake-model-1")
+        script = _WatchedScript(script)
+        return Setup(_Scripted(self.transport(), script), facts, model=facts.requested_model or "fake-model-1",
+                     extra={"script": script})
+
+    def observes_stalls(self) -> bool:
+        return True
+
+    def stall_progress(self, setup):
+        script = setup.extra.get("script")
+        if script is None:
+            return None
+        return script.stalled_at, script.stalled_at
 
     def collect(self, run, setup, request) -> None:
         super().collect(run, setup, request)
@@ -524,6 +644,22 @@ class ScriptedAdapter(BackendUnderTest):
 
     def tools_offered(self, run):
         return getattr(run, "extra_tools_offered", None)
+
+
+class _WatchedScript:
+    """A FakeScript that notes when the backend first asks for a stalling turn (one with a
+    delay): every earlier turn is done then, its text streamed and its tools called."""
+
+    def __init__(self, script):
+        self.script = script
+        self.turns, self.repeat_last = script.turns, script.repeat_last
+        self.stalled_at: float | None = None
+
+    def turn(self, index: int):
+        turn = self.script.turn(index)
+        if turn is not None and turn.delay_s > 0 and self.stalled_at is None:
+            self.stalled_at = time.monotonic()
+        return turn
 
 
 class _Scripted:

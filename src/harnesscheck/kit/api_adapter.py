@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import secrets
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -93,6 +94,7 @@ class ScriptedServer:
     def __init__(self, replies: list, repeat_last: bool = False):
         self.replies, self.repeat_last = list(replies), repeat_last
         self.requests: list[dict] = []
+        self.stalled_at: float | None = None  # monotonic: a Stall reply's events were flushed
         self.stopping = threading.Event()
         self._lock = threading.Lock()
         server = self
@@ -145,6 +147,8 @@ class ScriptedServer:
                 for ev in events:
                     h.wfile.write(ev)
                 h.wfile.flush()
+                if self.stalled_at is None:
+                    self.stalled_at = time.monotonic()
                 while not self.stopping.wait(0.05):
                     pass
                 return
@@ -239,6 +243,16 @@ class ApiAdapter(BackendUnderTest):
         server = ScriptedServer(replies, repeat_last=repeat)
         self._servers.append(server)
         return Setup(self.transport(server.url), facts, model=facts.requested_model or REQUESTED, extra={"server": server})
+
+    def observes_stalls(self) -> bool:
+        return True
+
+    def stall_progress(self, setup: Setup):
+        """When the scripted server began a stall reply (its earlier replies all sent)."""
+        server = setup.extra.get("server")
+        if server is None:
+            return None
+        return server.stalled_at, server.stalled_at
 
     def collect(self, run: SessionRun, setup: Setup, request) -> None:
         super().collect(run, setup, request)

@@ -99,6 +99,52 @@ def fixture_facts(cli: str, scenario: dict, requested: str | None) -> Facts:
     return facts
 
 
+def stall_text(cli: str, scenario: dict) -> str | None:
+    """The first main-chain assistant text the scenario emits before it hangs (None if none)."""
+    for step in scenario.get("steps", []):
+        if "hang" in step:
+            return None
+        event = step.get("emit")
+        if not isinstance(event, dict):
+            continue
+        if cli in ("claude", "cursor-agent") and event.get("type") == "assistant" and not event.get("parent_tool_use_id"):
+            content = (event.get("message") or {}).get("content") or []
+            text = "".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+            if text.strip():
+                return text
+        if cli == "codex" and event.get("type") == "item.completed":
+            item = event.get("item") or {}
+            if item.get("type") == "agent_message" and str(item.get("text", "")).strip():
+                return str(item["text"])
+    return None
+
+
+#: Step actions after which the fake has written a stdout line (see fake_clis/_fakecli.py).
+OUTPUT_ACTIONS = frozenset({"emit", "noise", "oversize", "raw", "invalid_utf8"})
+
+
+def fake_progress(record_path: Path) -> tuple[float | None, float | None]:
+    """(stalled, last_output) from a fake CLI's progress lines: when it reached its first
+    `hang` step, and when it wrote its last stdout line before that (monotonic clock)."""
+    try:
+        text = record_path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None, None
+    last_output = None
+    for line in text.splitlines():
+        if '"kind": "step"' not in line:
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue  # a line being written right now
+        if rec.get("action") == "hang":
+            return rec.get("mono"), last_output
+        if rec.get("action") in OUTPUT_ACTIONS:
+            last_output = rec.get("mono")
+    return None, last_output
+
+
 class HarnessAdapter(BackendUnderTest):
     name = "fake-cli"
 
@@ -186,11 +232,25 @@ class HarnessAdapter(BackendUnderTest):
             data = self.load_fixture("timeout_mid_stream")
             data["steps"] = [{"spawn": "sleep 1000"}, {"spawn": "sleep 1000", "setsid": True}, *data.get("steps", [])]
             fake = self.install_fake(data, echo=echo)
-            facts = Facts()
+            facts = Facts(partial_text=stall_text(self.fake_name, data))
         else:
             fake = self.install_fake(scenario, echo=echo)
-            facts = fixture_facts(self.fake_name, json.loads(Path(fake.scenario_path).read_text()), model)
+            data = json.loads(Path(fake.scenario_path).read_text())
+            facts = fixture_facts(self.fake_name, data, model)
+            if scenario == "timeout_mid_stream":
+                facts.partial_text = stall_text(self.fake_name, data)
         return Setup(super().transport(cli=fake.path), facts, model=model, extra={"fake": fake})
+
+    def observes_stalls(self) -> bool:
+        """Offline, a fake CLI records its progress; a real CLI (other levels) does not."""
+        return self.level == "offline"
+
+    def stall_progress(self, setup: Setup):
+        """What the run's fake CLI recorded it has done (None where no fake CLI runs)."""
+        fake = setup.extra.get("fake")
+        if fake is None:
+            return None
+        return fake_progress(fake.record_path)
 
     def collect(self, run: SessionRun, setup: Setup, request) -> None:
         fake = setup.extra["fake"]

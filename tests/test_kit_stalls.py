@@ -1,0 +1,75 @@
+"""The kit's timing checks judge only facts that came to be: a deadline is trusted to have
+fired after the upstream stalled only when the upstream recorded the stall in time, cancel
+is sent on the observed stall, and a too-slow machine skips `budget` instead of failing
+(kit/adapters.py run_stalled, Timeline; fake_clis/_fakecli.py progress records)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harnesscheck.contracts import OutcomeStatus
+from harnesscheck.kit.adapters import ScriptedAdapter, SkipCell
+from harnesscheck.kit.harness_adapter import HarnessAdapter
+from harnesscheck.registry import BUILTIN_SPECS
+
+
+class SlowToStall(HarnessAdapter):
+    """The claude fake takes 5 s more before its hang than any deadline the test allows."""
+
+    def load_fixture(self, scenario):
+        data = super().load_fixture(scenario)
+        if scenario == "timeout_mid_stream":
+            steps = data["steps"]
+            hang = next(i for i, s in enumerate(steps) if "hang" in s)
+            steps.insert(hang, {"delay": 5})
+        return data
+
+
+def test_a_stall_in_time_is_judged_with_its_partial_text(tmp_path):
+    but = ScriptedAdapter(BUILTIN_SPECS["fake"], "offline", tmp_path)
+    run = but.run_stalled("timeout_mid_stream", timeout_s=0.3, blind_timeout_s=2.0)
+    tl = run.timeline
+    assert tl.observed and tl.stalled_by(tl.started + tl.timeout_s)
+    assert run.outcome.status == OutcomeStatus.truncated
+    assert run.facts.partial_text and run.facts.partial_text in run.outcome.text
+
+
+def test_a_run_that_ends_before_any_deadline_is_judged_as_it_is(tmp_path):
+    but = ScriptedAdapter(BUILTIN_SPECS["fake"], "offline", tmp_path)
+    run = but.run_stalled("success", timeout_s=30, blind_timeout_s=30)
+    assert run.timeline.stalled is None and run.outcome.status == OutcomeStatus.ok
+
+
+def test_an_upstream_too_slow_to_stall_skips_budget_after_one_retry(tmp_path):
+    but = SlowToStall(BUILTIN_SPECS["claude-code"], "offline", tmp_path)
+    with pytest.raises(SkipCell) as info:
+        but.run_stalled("timeout_mid_stream", timeout_s=0.2, blind_timeout_s=2.0)
+    assert info.value.reason == "budget"
+    assert "timeout_s 0.2 and 0.8" in info.value.message
+    assert len(but.spawned()) == 2  # the first run and exactly one retry
+
+
+@pytest.mark.parametrize("backend", ["claude-code", "codex", "cursor"])
+def test_harness_stall_facts_come_from_the_fake(backend, tmp_path):
+    but = HarnessAdapter(BUILTIN_SPECS[backend], "offline", tmp_path)
+    run = but.run_stalled("timeout_tree", timeout_s=0.5, blind_timeout_s=2.0)
+    tl = run.timeline
+    assert tl.observed and tl.started < tl.last_output <= tl.stalled < tl.started + tl.timeout_s
+    assert len(but.child_pids(run)) >= 3  # every spawn was recorded before the stall
+    assert run.facts.partial_text and run.facts.partial_text in run.outcome.text
+
+
+def test_cancel_is_sent_on_the_observed_stall(tmp_path):
+    but = HarnessAdapter(BUILTIN_SPECS["codex"], "offline", tmp_path)
+    run = but.run("timeout_mid_stream", timeout_s=120, cancel_on_stall=True, cancel_after_s=60)
+    tl = run.timeline
+    assert tl.stalled is not None and tl.cancel_sent is not None
+    assert tl.stalled <= tl.cancel_sent < tl.started + 60  # the stall, not the fallback timer, sent it
+    assert run.outcome.status == OutcomeStatus.cancelled
+
+
+def test_linger_grace_is_timed_from_the_result_line(tmp_path):
+    but = HarnessAdapter(BUILTIN_SPECS["cursor"], "offline", tmp_path)
+    run = but.run("linger_after_result", timeout_s=120)
+    tl = run.timeline
+    assert tl.last_output is not None and tl.started < tl.last_output <= tl.stalled < tl.ended
