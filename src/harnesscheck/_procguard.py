@@ -21,19 +21,23 @@ Contract with the host (process.py):
   registered group and, in a few bounded /proc sweeps, every process whose environment
   carries HARNESSCHECK_RUN=<a registered marker> (descendants that left the group with
   setsid), and their groups. Then it exits 0.
-- While the host lives the guard only blocks in read(): it costs nothing.
+- While the host lives the guard sleeps in poll() registered for no event, so host writes
+  do not wake it; it reads the queued lines every 2 s (64 KiB of pipe is thousands of
+  sessions) and at EOF (POLLHUP). It costs next to nothing.
 
-Imports only built-ins (`_signal`, os, sys) so it starts in a few milliseconds; the host
-does not wait for it (lines queue in the pipe until it reads them).
+Imports only built-ins and `select` so it starts in a few milliseconds; the host does not
+wait for it (lines queue in the pipe until it reads them).
 """
 
 import _signal as signal  # the C module: `signal` would import enum & co (~25 ms)
 import os
+import select
 import sys
 import time
 
 MARKER_VAR = "HARNESSCHECK_RUN"
 SWEEP_ROUNDS = 5
+DRAIN_EVERY_MS = 2000  # read the queued lines this often (the pipe holds 64 KiB)
 
 
 def _parse(line: bytes, markers: dict, groups: dict) -> None:
@@ -113,24 +117,37 @@ def main() -> None:
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    os.set_blocking(0, False)
+    # Registered for no event: only POLLHUP (the last writer closed) or an error wakes us.
+    # A host write therefore never wakes the guard (no context switch on the host's spawn
+    # path); the queued lines are read every DRAIN_EVERY_MS and at EOF.
+    waiter = select.poll()
+    waiter.register(0, 0)
     markers: dict = {}  # session id -> marker bytes
     groups: dict = {}  # session id -> pgid
     pending = b""
-    while True:
+    eof = False
+    while not eof:
         try:
-            chunk = os.read(0, 65536)
+            waiter.poll(DRAIN_EVERY_MS)
         except InterruptedError:
-            continue
-        except OSError:
-            chunk = b""
-        if not chunk:
-            break
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            _parse(line, markers, groups)
-        if len(pending) > 65536:  # never a valid line: drop the garbage
-            pending = b""
+            pass
+        while True:
+            try:
+                chunk = os.read(0, 65536)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                chunk = b""
+            if not chunk:
+                eof = True
+                break
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                _parse(line, markers, groups)
+            if len(pending) > 65536:  # never a valid line: drop the garbage
+                pending = b""
     _kill_all(markers, groups)
     os._exit(0)
 
