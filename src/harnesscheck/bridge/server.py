@@ -13,6 +13,9 @@ Contract (doc/SPEC-bridge.md):
 - It exits on stdin EOF, and when its parent dies (PR_SET_PDEATHSIG confirmed by
   getppid(), plus a watchdog on getppid() and on the spec's parent_pid).
 - It appends to its own per-session trace; every record carries the session id.
+- `serve_spec` is the one server path for a spec: `python -m harnesscheck.bridge --spec`
+  and the forkserver's child (bridge/forkserver.py), which also ends when its relay's
+  connection closes (`hangup_fd`).
 """
 
 from __future__ import annotations
