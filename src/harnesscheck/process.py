@@ -710,8 +710,6 @@ def run_process(
             _guard.close(sid)
         raise
     _register(proc, marker)
-    if sid is not None:
-        _guard.group(sid, proc.pid)
     pgid = proc.pid  # start_new_session: the child leads its own session and group
     state = _Run(on_line, max_line_bytes, stderr_tail_bytes)
     sel = selectors.DefaultSelector()
@@ -721,6 +719,8 @@ def run_process(
 
     def setup() -> None:
         nonlocal stdin_view, pidfd
+        if sid is not None:
+            _guard.group(sid, pgid)  # inside the try: an interrupt here still ends the tree
         assert proc.stdout is not None and proc.stderr is not None
         for stream, kind in ((proc.stdout, "out"), (proc.stderr, "err")):
             os.set_blocking(stream.fileno(), False)
