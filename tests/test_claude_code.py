@@ -348,13 +348,22 @@ def test_model_names_that_could_inject_are_refused(model, worktree, tmp_path):
 # endings: timeout, linger, cancel, oversize, early stop
 
 
+def with_tree_traps(data: dict) -> dict:
+    """The recorded stall plus what makes ending it hard: two grandchildren holding the
+    pipes (one `setsid`), and SIGTERM ignored (fake-only traps, as the kit's timeout_tree)."""
+    traps = [{"spawn": "sleep 1000"}, {"spawn": "sleep 1000", "setsid": True}, {"ignore_sigterm": True}]
+    return {**data, "steps": traps + data["steps"]}
+
+
 def test_timeout_truncates_with_partial_text_and_no_survivors(worktree, tmp_path):
-    fake = install_fake_cli("claude", "timeout_mid_stream", tmp_path / "bin")
+    fake = install_fake_cli("claude", with_tree_traps(load_fixture("claude", "timeout_mid_stream")), tmp_path / "bin")
     started = time.monotonic()
     outcome = run(fake, worktree, tmp_path, timeout_s=1.5)
     assert time.monotonic() - started < 1.5 + 0.5 + 5  # timeout + grace + slack
     assert outcome.status is OutcomeStatus.truncated and outcome.error_class is ErrorClass.timeout
-    assert outcome.text == "Reading the files first." and outcome.usage.output == 26
+    # the recording: a complete first turn (text + a bridge call; usage as printed, the
+    # message_start count), then the model stalls
+    assert outcome.text == "Reading the files first." and outcome.usage.output == 1 and outcome.usage.input == 120
     assert outcome.cost.usd is None and outcome.cost.partial
     assert outcome.orphan_suspected  # the setsid grandchild had to be hunted down
     assert len(fake.last()["grandchildren"]) == 2
@@ -391,7 +400,7 @@ def test_auth_retry_ladder_is_cut_short(worktree, tmp_path):
     fake = install_fake_cli("claude", "auth_401", tmp_path / "bin")
     started = time.monotonic()
     outcome = run(fake, worktree, tmp_path, timeout_s=600)
-    assert time.monotonic() - started < 20  # the fixture's ladder takes ~10 minutes
+    assert time.monotonic() - started < 20  # the real ladder takes minutes; the recording hangs after its first notice
     assert outcome.status is OutcomeStatus.blocked and outcome.error_class is ErrorClass.auth
     assert no_survivors(fake) == []
 
@@ -442,6 +451,33 @@ def test_structured_status_beats_message_text():
     assert _parse([res])[2].error_class is ErrorClass.overloaded
 
 
+def test_invalid_request_that_says_prompt_too_long_is_context_overflow():
+    """2.1.197 against a 400 "prompt is too long" (fixtures/claude/context_overflow.json,
+    loopback-recorded): assistant `error: invalid_request` and `api_error_status: 400`; the
+    prose is what names the class. A plain invalid request stays invalid_request."""
+    prose = "Prompt is too long · the request is ~215000 tokens (limit 200000) but this conversation is only ~64 tokens"
+    asst = {"type": "assistant", "error": "invalid_request", "parent_tool_use_id": None,
+            "message": {"id": "m1", "model": "<synthetic>", "content": [{"type": "text", "text": prose}]}}
+    res = {"type": "result", "subtype": "success", "is_error": True, "api_error_status": 400, "result": prose}
+    assert _parse([asst, res])[2].error_class is ErrorClass.context_overflow
+    plain = dict(res, result="API Error: 400 messages: text content blocks must be non-empty")
+    assert _parse([asst, plain])[2].error_class is ErrorClass.invalid_request
+
+
+def test_synthetic_error_message_is_not_model_text():
+    """2.1.197 prints an API error's prose as an assistant message of model "<synthetic>"
+    before the result (fixtures/claude/not_logged_in.json, loopback-recorded): the error is
+    the outcome's message, never the model's text, and no on_text sees it."""
+    seen = []
+    synthetic = {"type": "assistant", "parent_tool_use_id": None,
+                 "message": {"id": "s1", "model": "<synthetic>", "content": [{"type": "text", "text": "Not logged in · Please run /login"}],
+                             "usage": {"input_tokens": 0, "output_tokens": 0}}}
+    res = {"type": "result", "subtype": "success", "is_error": True, "result": "Not logged in · Please run /login"}
+    outcome = _parse([synthetic, res], on_text=seen.append)[2]
+    assert outcome.error_class is ErrorClass.auth and outcome.text == "" and seen == []
+    assert "Not logged in" in outcome.message and outcome.served_model is None
+
+
 def test_older_max_turns_with_is_error_false_is_still_truncated():
     res = {"type": "result", "subtype": "error_max_turns", "is_error": False, "num_turns": 3}
     outcome = _parse([res])[2]
@@ -483,7 +519,7 @@ def test_complete_is_tool_less_in_an_empty_scratch_dir(tmp_path):
     with pytest.raises(CapabilityUnsupported):
         transport.complete("hi", tools=[{"name": "read_file"}])
     outcome = transport.complete("hi", system="Answer briefly.")
-    assert outcome.status is OutcomeStatus.ok and outcome.text == "Hello from the fake model."
+    assert outcome.status is OutcomeStatus.ok and outcome.text == "The answer is 42."
     rec = fake.last()
     argv = rec["argv"][1:]
     assert "--mcp-config" not in argv and "--allowedTools" not in argv and "--strict-mcp-config" in argv
@@ -498,7 +534,7 @@ def test_harness_llm_refuses_tools(tmp_path):
     llm = HarnessLLM(make_transport(fake))
     with pytest.raises(CapabilityUnsupported):
         llm.complete("x", tools=[object()])
-    assert llm.complete("x").text == "Hello from the fake model."
+    assert llm.complete("x").text == "The answer is 42."
 
 
 def test_usage_window_folds_old_messages_exactly():
@@ -712,10 +748,13 @@ def test_overloaded_ladder_is_cut_short_end_to_end(worktree, tmp_path):
     outcome = run(fake, worktree, tmp_path, timeout_s=600)
     assert (outcome.status, outcome.error_class, outcome.retryable) == (OutcomeStatus.error, ErrorClass.overloaded, True)
     assert not outcome.terminal_event_seen and no_survivors(fake) == []
-    fake = install_fake_cli("claude", "rate_limit_429", tmp_path / "bin2")
+    # None lets the ladder run: the recorded CLI (ended by the host after its first notice)
+    # then runs into the deadline instead of being stopped at the notice
+    fake = install_fake_cli("claude", "overloaded_529", tmp_path / "bin2")
     transport = make_transport(fake, retry_stop_after=None)
-    outcome = run(fake, worktree, tmp_path, transport=transport)
-    assert outcome.terminal_event_seen and outcome.error_class is ErrorClass.rate_limit and outcome.retry_after_s == 2.4
+    outcome = run(fake, worktree, tmp_path, transport=transport, timeout_s=2.0)
+    assert (outcome.status, outcome.error_class) == (OutcomeStatus.truncated, ErrorClass.timeout)
+    assert no_survivors(fake) == []
 
 
 def test_large_results_are_bounded_below_claudes_persist_threshold(worktree, tmp_path):

@@ -34,7 +34,7 @@ def worktree(tmp_path) -> Path:
 
 
 @pytest.mark.parametrize(("backend", "cli", "text"), [
-    ("codex", "codex", "Hello from the scripted model."),
+    ("codex", "codex", "The answer is 42."),
     ("cursor", "cursor-agent", "Hi. What would you like to work on?"),
 ])
 def test_run_json_end_to_end(tmp_path, backend, cli, text):

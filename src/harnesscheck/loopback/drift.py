@@ -1,6 +1,6 @@
-"""`harnesscheck drift [--backend ID]...`: compare the stored loopback recordings
-(fixtures/<cli>/loopback/*.json) with fresh recordings from the pinned real CLI, by event
-shape: event kinds (type, subtype / item type) and the field paths each kind carries.
+"""`harnesscheck drift [--backend ID]...`: compare the stored loopback recordings (the
+offline fixtures `fixtures/<cli>/<scenario>.json` whose provenance says `loopback-recording`)
+with fresh recordings from the pinned real CLI, by event shape: event kinds (type, subtype / item type) and the field paths each kind carries.
 Values never matter (ids, text, timings change every run); shapes do.
 
 Exit 0: no drift. Exit 1: drift (what changed is printed per CLI version and scenario).
@@ -108,14 +108,20 @@ def compare(cli: str, scenario: str, stored: dict, fresh: dict) -> Drift:
 
 
 def stored_recordings(cli: str) -> dict[str, Path]:
+    """The offline fixtures of `cli` that are loopback recordings (hand-written ones are not
+    compared: they hold what loopback cannot produce)."""
+    from harnesscheck.loopback.record import is_recording
     from harnesscheck.paths import fixtures_dir
 
-    folder = fixtures_dir() / cli / "loopback"
-    return {p.stem: p for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
+    folder = fixtures_dir() / cli
+    return {p.stem: p for p in sorted(folder.glob("*.json")) if is_recording(p)} if folder.is_dir() else {}
 
 
 #: The scenarios that end on their own in seconds (the CI drift test runs these).
-FAST_SCENARIOS = ("success", "tool_calls", "max_turns", "auth_401", "served_model_mismatch", "native_tool_use")
+FAST_SCENARIOS = (
+    "success", "tool_calls", "max_turns", "not_logged_in", "auth_401", "context_overflow", "model_not_found",
+    "served_model_mismatch", "native_tool_use", "mcp_failed", "api_key_source",
+)
 
 
 def drift_for(backend: str, *, scenarios: tuple[str, ...] | None = None, out=sys.stdout) -> tuple[int, list[Drift]]:
@@ -132,7 +138,7 @@ def drift_for(backend: str, *, scenarios: tuple[str, ...] | None = None, out=sys
         return 3, []
     stored = stored_recordings(cli)
     if not stored:
-        print(f"drift: no recordings in fixtures/{cli}/loopback (run `harnesscheck record --backend {backend} --scenario all`)", file=sys.stderr)
+        print(f"drift: no recordings in fixtures/{cli} (run `harnesscheck record --backend {backend} --scenario all`)", file=sys.stderr)
         return 3, []
     drifts = []
     for scenario, path in stored.items():

@@ -1,19 +1,28 @@
 """`harnesscheck record --backend ID --scenario NAME [--out FILE]`: run one loopback
 scenario through the backend's real transport and the pinned real CLI, and store the CLI's
-raw stdout as a fake-CLI scenario (fake_clis/_fakecli.py format) with provenance.
+raw stdout (and its stderr tail) as a fake-CLI scenario (fake_clis/_fakecli.py format) with
+provenance.
 
-Scrubbing (before anything is written): the dummy key and every secret the env policy
-knows are redacted; the session's temp dirs become `/tmp/harnesscheck-run`, the CLI's cwd
-`{{cwd}}`, the home dir `/home/user`, the server port `PORT`; claude's init `tools` /
-`mcp_servers` / `model` and the echoed model become the fake's placeholders, so the
-recording replays under any argv the transport builds.
+The recordings ARE the offline fixtures: the default output is `fixtures/<cli>/<scenario>.json`,
+the very file the fake CLIs replay at the offline level. Scenarios the real CLI cannot be
+made to show (fake-only traps: malformed/truncated/oversize lines, lingering, crashes,
+unknown events...) are not in `RECORDABLE` and stay hand-written (fixtures/<cli>/README.md
+says why, per scenario), so `record` never overwrites one of them.
 
-Default output: fixtures/<cli>/loopback/<scenario>.json (next to the hand-written
-fixtures, never over them; promote one by copying it when the transport tests pass).
+How each fixture is produced is its `Recipe`: the scripted model (`recording_script`) and
+the transport's setup (no credential, an API key, a bridge that cannot start, a model name,
+the retry ladder run out).
+
+Scrubbing (before anything is written): the dummy keys and every secret the env policy
+knows are redacted; the session's temp dir becomes `<run-dir>`, the CLI's cwd `{{cwd}}`, the
+home dir `<home>`, the checkout `<repo>`, the server port `PORT`; claude's init `tools` /
+`mcp_servers` / `model` and the echoed model become the fake's placeholders (only where they
+say what the transport asked for), so the recording replays under any argv the transport builds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -23,36 +32,129 @@ import tempfile
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
-#: Scenarios the real CLIs can be made to show by a scripted model server.
-RECORDABLE: dict[str, tuple[str, ...]] = {
-    "claude": (
-        "success",
-        "tool_calls",
-        "max_turns",
-        "auth_401",
-        "rate_limit_429",
-        "overloaded_529",
-        "served_model_mismatch",
-        "timeout_mid_stream",
-        "native_tool_use",
-    ),
-    "codex": (
-        "success",
-        "tool_calls",
-        "auth_401",
-        "rate_limit_429",
-        "overloaded_529",
-        "served_model_mismatch",
-        "timeout_mid_stream",
-        "native_tool_use",
-    ),
+# ---------------------------------------------------------------------------------------
+# What can be recorded, and how
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How one fixture is recorded.
+
+    `credential`: what the CLI is given to authenticate with: `token` (the loopback dummy as
+    a subscription token / the provider key: the normal loopback setup), `none` (nothing at
+    all: the CLI's own not-logged-in path), `api_key` (claude: a dummy ANTHROPIC_API_KEY,
+    the transport in api_key mode). `broken_bridge`: the bridge command in the CLI's MCP
+    config is one that cannot start. `model`: the model the request names."""
+
+    credential: str = "token"
+    broken_bridge: bool = False
+    model: str | None = None
+    #: Let the CLI run its whole retry ladder (the transport's retry_stop_after=None), so
+    #: the fixture holds every notice and the final failure, not only the first notice.
+    full_ladder: bool = False
+    max_iters: int = 8
+    timeout_s: float = 60.0
+    #: Shared kit scenario whose script this fixture serves (default: its own name).
+    script: str | None = None
+
+
+#: A model name no scripted server knows (model_not_found asks for it).
+MISSING_MODEL = {"claude": "claude-nope-9", "codex": "gpt-nope-9"}
+
+#: Fixture name -> recipe, per CLI. Everything else in fixtures/<cli>/ is hand-written.
+RECIPES: dict[str, dict[str, Recipe]] = {
+    "claude": {
+        "success": Recipe(),
+        "tool_calls": Recipe(),
+        "max_turns": Recipe(max_iters=2),
+        "not_logged_in": Recipe(credential="none"),
+        "auth_401": Recipe(),
+        "rate_limit_429": Recipe(),
+        "overloaded_529": Recipe(),
+        "context_overflow": Recipe(),
+        "model_not_found": Recipe(model=MISSING_MODEL["claude"]),
+        "served_model_mismatch": Recipe(),
+        "timeout_mid_stream": Recipe(timeout_s=6.0),
+        "native_tool_use": Recipe(),
+        "mcp_failed": Recipe(broken_bridge=True),
+        "api_key_source": Recipe(credential="api_key"),
+    },
+    "codex": {
+        "success": Recipe(),
+        "tool_calls": Recipe(),
+        # A 401 ends where the transport stops it (the first notice: auth is never retried,
+        # whatever retry_stop_after says). codex's 429/529 ladders take seconds: recorded
+        # whole; claude's 529 ladder takes minutes, so it ends at the transport's stop.
+        "not_logged_in": Recipe(credential="none"),
+        "auth_401": Recipe(),
+        "rate_limit_429": Recipe(full_ladder=True),
+        "overloaded_529": Recipe(full_ladder=True),
+        "context_overflow": Recipe(),
+        "model_not_found": Recipe(model=MISSING_MODEL["codex"]),
+        "served_model_mismatch": Recipe(),
+        "timeout_mid_stream": Recipe(timeout_s=6.0),
+        "mcp_failed": Recipe(broken_bridge=True),
+    },
 }
 
-#: Wall clock per recorded session: enough for a retry ladder to show, bounded for hangs.
-RECORD_TIMEOUT_S = {"timeout_mid_stream": 6.0, "max_turns": 60.0}
+#: Scenarios the real CLIs can be made to show (fixture names).
+RECORDABLE: dict[str, tuple[str, ...]] = {cli: tuple(recipes) for cli, recipes in RECIPES.items()}
+
 DEFAULT_TIMEOUT_S = 60.0
+
+
+def recipe_for(cli: str, scenario: str) -> Recipe:
+    recipe = RECIPES.get(cli, {}).get(scenario)
+    if recipe is None:
+        known = ", ".join(RECORDABLE.get(cli, ())) or "none"
+        raise ValueError(f"{scenario!r} cannot be recorded for {cli} at the loopback level (recordable: {known})")
+    return recipe
+
+
+def recording_script(cli: str, scenario: str, ws: Any):
+    """The scripted model a fixture is recorded against. The kit's loopback scenarios where
+    they are the same; the error answers the vendors document otherwise."""
+    from harnesscheck.loopback.adapter import loopback_scenario
+    from harnesscheck.loopback.scenario import Scenario, ServedUsage, ToolCall, Turn
+
+    usage = ServedUsage(input=120, output=30, cache_read=7, cache_write=3 if cli == "claude" else 0)
+    recipe = recipe_for(cli, scenario)
+    if scenario == "not_logged_in" and cli == "codex":
+        # codex without a login sends no Authorization header; the Responses API answers
+        # 401 with this message (cli-formats §2.C "bad credential / not logged in").
+        turn = Turn(status=401, error_type="invalid_request_error",
+                    error_message="Missing bearer or basic authentication in header")
+        return Scenario(scenario, (turn,), repeat_last=True)
+    if scenario in ("not_logged_in", "api_key_source", "mcp_failed"):
+        return loopback_scenario(cli, "success", ws)
+    if scenario == "timeout_mid_stream":
+        # A complete first turn (text + a bridge call: printed by every CLI), then the model
+        # stalls mid-answer: the partial text a host must keep is the first turn's.
+        first = Turn(text="Reading the files first.", tool_calls=(ToolCall("read_file", {"path": "README.md"}),), usage=usage)
+        return Scenario(scenario, (first, Turn(text="partial", hang=True)), repeat_last=True)
+    if scenario == "context_overflow":
+        if cli == "claude":  # Anthropic Messages: 400 invalid_request_error "prompt is too long"
+            turn = Turn(status=400, error_type="invalid_request_error",
+                        error_message="prompt is too long: 215000 tokens > 200000 maximum")
+        else:  # OpenAI Responses: 400 with code context_length_exceeded
+            turn = Turn(status=400, error_type="invalid_request_error", error_code="context_length_exceeded",
+                        error_message="Your input exceeds the context window of this model. Please adjust your input and try again.")
+        return Scenario(scenario, (turn,), repeat_last=True)
+    if scenario == "model_not_found":
+        model = MISSING_MODEL[cli]
+        if cli == "claude":  # Anthropic Messages: 404 not_found_error naming the model
+            turn = Turn(status=404, error_type="not_found_error", error_message=f"model: {model}")
+        else:  # OpenAI Responses: 400 invalid_request_error, code model_not_found
+            turn = Turn(status=400, error_type="invalid_request_error", error_code="model_not_found",
+                        error_message=f"The model `{model}` does not exist or you do not have access to it.")
+        return Scenario(scenario, (turn,), repeat_last=True)
+    return loopback_scenario(cli, recipe.script or scenario, ws)
+
+
+# ---------------------------------------------------------------------------------------
+# Running one loopback session
 
 
 @dataclass
@@ -70,6 +172,8 @@ class Recording:
     requests: list = field(default_factory=list)
     machine_paths: list[tuple[str, str]] = field(default_factory=list)
     port: int | None = None
+    stderr_tail: str = ""
+    recipe: Recipe = field(default_factory=Recipe)
 
 
 class _Tee:
@@ -106,34 +210,93 @@ def _workspace(base: Path) -> Any:
     return ws
 
 
-def run_loopback(backend: str, scenario: str, *, timeout_s: float | None = None) -> Recording:
-    """Run `scenario` once through the real transport and the pinned CLI; keep stdout."""
+#: A bridge command that cannot start (no such executable; found on no PATH).
+BROKEN_BRIDGE = "harnesscheck-bridge-that-cannot-start"
+
+
+@contextlib.contextmanager
+def _broken_bridge(cli: str, enabled: bool) -> Iterator[None]:
+    """While recording `mcp_failed`: the transport's MCP config names a bridge command that
+    cannot start (the CLI's own reaction to it is what gets recorded)."""
+    if not enabled:
+        yield
+        return
+    import importlib
+
+    module = importlib.import_module({"claude": "harnesscheck.providers.claude_code", "codex": "harnesscheck.providers.codex"}[cli])
+    real = module.bridge_command
+    module.bridge_command = lambda spec_path: ([BROKEN_BRIDGE], {})
+    try:
+        yield
+    finally:
+        module.bridge_command = real
+
+
+def _without_credentials(transport: Any, names: tuple[str, ...]) -> None:
+    """Take the loopback credential away: the CLI gets no token and no key at all."""
+    for name in names:
+        transport.injections.pop(name, None)
+    invocation = transport.invocation
+
+    def stripped(*args: Any, **kwargs: Any):
+        inv = invocation(*args, **kwargs)
+        for name in names:
+            inv.injections.pop(name, None)
+        codex_home = inv.injections.get("CODEX_HOME")
+        if codex_home:  # the provider then sends no key at all, as codex without a login does
+            config = Path(codex_home) / "config.toml"
+            kept = [line for line in config.read_text(encoding="utf-8").splitlines() if not line.startswith("env_key =")]
+            config.write_text("\n".join(kept) + "\n", encoding="utf-8")
+        return inv
+
+    transport.invocation = stripped
+
+
+def _transport(spec: Any, backend: str, cli: str, binary: Any, base_url: str, recipe: Recipe):
     from harnesscheck.config import Settings
+    from harnesscheck.loopback.adapter import loopback_transport
+    from harnesscheck.loopback.endpoint import CODEX_KEY_VAR, DUMMY_KEY, LoopbackEndpoint
+
+    kwargs: dict[str, Any] = {}
+    if recipe.credential == "api_key":
+        if cli != "claude":
+            raise ValueError("an API-key recording is claude's only")
+        kwargs = {"auth_mode": "api_key", "injections": {"ANTHROPIC_API_KEY": DUMMY_KEY}}
+    if recipe.full_ladder:
+        kwargs["retry_stop_after"] = None
+    transport = loopback_transport(
+        spec, Settings(backend=backend), cli_path=binary.path, endpoint=LoopbackEndpoint(base_url), **kwargs
+    )
+    if recipe.credential == "none":
+        _without_credentials(transport, ("CLAUDE_CODE_OAUTH_TOKEN", CODEX_KEY_VAR))
+    elif recipe.credential == "api_key":
+        _without_credentials(transport, ("CLAUDE_CODE_OAUTH_TOKEN",))  # the key is the only credential
+    return transport
+
+
+def run_loopback(backend: str, scenario: str, *, timeout_s: float | None = None) -> Recording:
+    """Run `scenario` once through the real transport and the pinned CLI; keep its output."""
     from harnesscheck.contracts import AgentSessionRequest
-    from harnesscheck.loopback.adapter import loopback_scenario, loopback_transport
     from harnesscheck.loopback.clis import require_pinned_cli
-    from harnesscheck.loopback.endpoint import DUMMY_KEY, LoopbackEndpoint
+    from harnesscheck.loopback.endpoint import DUMMY_KEY
     from harnesscheck.loopback.server import ScriptedModelServer
+    from harnesscheck.paths import data_root
     from harnesscheck.process import Ending
     from harnesscheck.registry import get_spec
     from harnesscheck.scope import ToolScope
 
     spec = get_spec(backend)
+    cli = spec.cli_name or backend
+    recipe = recipe_for(cli, scenario)
     binary, why = require_pinned_cli(backend)
     if binary is None:
         raise RuntimeError(why)
-    cli = spec.cli_name or backend
-    if scenario not in RECORDABLE.get(cli, ()):
-        known = ", ".join(RECORDABLE.get(cli, ())) or "none"
-        raise ValueError(f"{scenario!r} cannot be recorded for {cli} at the loopback level (recordable: {known})")
     base = Path(tempfile.mkdtemp(prefix="harnesscheck-record-"))
     try:
         ws = _workspace(base)
-        script = loopback_scenario(cli, scenario, ws)
-        with ScriptedModelServer(script, expected_key=DUMMY_KEY) as server:
-            transport = loopback_transport(
-                spec, Settings(backend=backend), cli_path=binary.path, endpoint=LoopbackEndpoint(server.base_url)
-            )
+        script = recording_script(cli, scenario, ws)
+        with ScriptedModelServer(script, expected_key=DUMMY_KEY) as server, _broken_bridge(cli, recipe.broken_bridge):
+            transport = _transport(spec, backend, cli, binary, server.base_url, recipe)
             lines: list[str] = []
             box: dict = {}
             make_parser = transport.make_parser
@@ -141,8 +304,9 @@ def run_loopback(backend: str, scenario: str, *, timeout_s: float | None = None)
             request = AgentSessionRequest(
                 prompt="Say hello.",
                 scope=ToolScope(name="record", root=ws.root, read_only=True),
-                max_iters=2 if scenario == "max_turns" else 8,
-                timeout_s=timeout_s or RECORD_TIMEOUT_S.get(scenario, DEFAULT_TIMEOUT_S),
+                max_iters=recipe.max_iters,
+                timeout_s=timeout_s or recipe.timeout_s,
+                model=recipe.model,
                 run_dir=base / "run",
             )
             outcome = transport.run_session(request)
@@ -150,6 +314,7 @@ def run_loopback(backend: str, scenario: str, *, timeout_s: float | None = None)
             port = server.port
         result = box.get("result")
         ended_by_host = result is not None and result.ending not in (Ending.exited, Ending.linger)
+        home = os.path.expanduser("~")
         return Recording(
             backend=backend,
             cli=cli,
@@ -161,13 +326,18 @@ def run_loopback(backend: str, scenario: str, *, timeout_s: float | None = None)
             outcome=outcome,
             requests=requests,
             machine_paths=[
-                (_mangled(base / "run" / "cwd"), "-tmp-harnesscheck-run-run-cwd"),  # claude's project dir name
+                (_mangled(base / "run" / "cwd"), "-run-dir-run-cwd"),  # claude's project dir name
                 (str(base / "run" / "cwd"), "{{cwd}}"),
-                (str(base), "/tmp/harnesscheck-run"),
-                (os.path.realpath(str(base)), "/tmp/harnesscheck-run"),
-                (os.path.expanduser("~"), "/home/user"),
+                (str(base), "<run-dir>"),
+                (os.path.realpath(str(base)), "<run-dir>"),
+                (str(data_root()), "<repo>"),
+                (sys.prefix, "<python>"),
+                (home, "<home>"),
+                (os.path.realpath(home), "<home>"),
             ],
             port=port,
+            stderr_tail="" if result is None else (result.stderr_tail or ""),
+            recipe=recipe,
         )
     finally:
         shutil.rmtree(base, ignore_errors=True)
@@ -197,7 +367,7 @@ def outcome_summary(outcome: Any) -> dict:
 # ---------------------------------------------------------------------------------------
 # Scrubbing and the fixture format
 
-_PORT_RE = re.compile(r"(127\.0\.0\.1|localhost):\d{2,5}")
+_PORT_RE = re.compile(r"(127\.0\.0\.1|localhost|\[::1\]):\d{2,5}")
 
 
 def scrub_line(line: str, machine_paths: list[tuple[str, str]]) -> str:
@@ -214,12 +384,16 @@ def scrub_line(line: str, machine_paths: list[tuple[str, str]]) -> str:
 
 
 def _claude_placeholders(event: dict, default_model: str | None) -> dict:
-    """init echoes argv (tools, MCP servers, model): make it the fake's placeholders."""
+    """init echoes argv (tools, MCP servers, model): make it the fake's placeholders, but
+    only where it says what the transport asked for (a failed bridge, a missing tool stay
+    literal: a replay must show the same failure)."""
     if event.get("type") == "system" and event.get("subtype") == "init":
         event = dict(event)
-        if "tools" in event:
+        tools = event.get("tools")
+        if isinstance(tools, list) and tools and all(str(t).startswith("mcp__bridge__") for t in tools):
             event["tools"] = "{{allowed_tools}}"
-        if "mcp_servers" in event:
+        servers = event.get("mcp_servers")
+        if isinstance(servers, list) and servers and all(isinstance(s, dict) and s.get("status") == "connected" for s in servers):
             event["mcp_servers"] = "{{mcp_server_names}}"
         if event.get("model") == default_model:
             event["model"] = "{{model}}"
@@ -246,6 +420,24 @@ def _default_model(cli: str, lines: list[str]) -> str | None:
     return None
 
 
+def _transport_setup(recipe: Recipe) -> dict:
+    """What the replay must set up like the live run (tests/test_loopback_recordings.py)."""
+    out: dict[str, Any] = {"max_iters": recipe.max_iters}
+    if recipe.model:
+        out["model"] = recipe.model
+    if recipe.credential == "api_key":
+        out["auth_mode"] = "api_key"
+    if recipe.full_ladder:
+        out["retry_stop_after"] = None
+    return out
+
+
+_RECIPE_NOTES = {
+    "none": "no credential at all (no token, no key, no login; codex: a provider without env_key)",
+    "api_key": "a dummy ANTHROPIC_API_KEY (scrubbed), the transport in api_key mode, no subscription token",
+}
+
+
 def to_fixture(rec: Recording) -> dict:
     """The recording as a fake-CLI scenario with provenance."""
     from harnesscheck import __version__
@@ -265,10 +457,24 @@ def to_fixture(rec: Recording) -> dict:
         if rec.cli == "claude":
             event = _claude_placeholders(event, default_model)
         steps.append({"emit": event})
+    stderr = scrub_line(rec.stderr_tail, rec.machine_paths).strip("\n")
+    if stderr:
+        steps.append({"stderr": stderr})  # the tail the transport saw (its order against stdout is not kept)
     if rec.ended_by_host:
         steps.append({"hang": True})  # the real CLI was still running when the host ended it
     else:
         steps.append({"exit": rec.exit_code if rec.exit_code is not None else 0})
+    notes = ["raw stdout (and the stderr tail) of the real CLI, scrubbed (secrets, temp paths, home, port)"]
+    if rec.recipe.credential in _RECIPE_NOTES:
+        notes.append("the CLI was given " + _RECIPE_NOTES[rec.recipe.credential])
+    if rec.recipe.broken_bridge:
+        notes.append(f"the bridge command in its MCP config was {BROKEN_BRIDGE!r}, which cannot start")
+    if rec.recipe.full_ladder:
+        notes.append("the host let the CLI run its retry ladder out (retry_stop_after=None)")
+    if rec.recipe.model:
+        notes.append(f"the request named the model {rec.recipe.model!r}")
+    if rec.ended_by_host:
+        notes.append("the host ended the session (deadline or early stop): replay ends in a hang")
     fixture: dict = {
         "provenance": {
             "cli": rec.cli,
@@ -278,11 +484,9 @@ def to_fixture(rec: Recording) -> dict:
             "scenario": rec.scenario,
             "date": date.today().isoformat(),
             "recorded_by": f"harnesscheck {__version__} record (scripted model server on 127.0.0.1)",
+            "transport": _transport_setup(rec.recipe),
             "live_outcome": outcome_summary(rec.outcome),
-            "notes": (
-                "raw stdout of the real CLI, scrubbed (secrets, temp paths, home, port)"
-                + ("; the host ended the session (deadline or early stop): replay ends in a hang" if rec.ended_by_host else "")
-            ),
+            "notes": "; ".join(notes),
         },
         "version": _printed_version(rec),
         "stdin": "read",
@@ -298,9 +502,19 @@ def _printed_version(rec: Recording) -> str:
 
 
 def default_out(cli: str, scenario: str) -> Path:
+    """The offline fixture itself: fixtures/<cli>/<scenario>.json (what the fakes replay)."""
     from harnesscheck.paths import fixtures_dir
 
-    return fixtures_dir() / cli / "loopback" / f"{scenario}.json"
+    return fixtures_dir() / cli / f"{scenario}.json"
+
+
+def is_recording(path: Path) -> bool:
+    """A fixture written by `record` (provenance source `loopback-recording`)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (data.get("provenance") or {}).get("source") == "loopback-recording"
 
 
 def write_fixture(fixture: dict, out: Path) -> Path:

@@ -61,6 +61,9 @@ class Turn:
     status: int | None = None
     error_type: str | None = None
     error_message: str | None = None
+    #: Responses/Chat error `code` (e.g. `context_length_exceeded`, `model_not_found`);
+    #: default: derived from `error_type`.
+    error_code: str | None = None
     headers: tuple[tuple[str, str], ...] = ()
     delay_s: float = 0.0
     hang: bool = False

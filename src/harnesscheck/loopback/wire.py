@@ -216,7 +216,7 @@ def error_body(protocol: str, turn: Turn) -> dict:
     msg = turn.error_message or f"status {turn.status} (scripted)"
     if protocol == ANTHROPIC:
         return {"type": "error", "error": {"type": etype, "message": msg}}
-    code = {"authentication_error": "invalid_api_key", "rate_limit_error": "rate_limit_exceeded"}.get(etype, etype)
+    code = turn.error_code or {"authentication_error": "invalid_api_key", "rate_limit_error": "rate_limit_exceeded"}.get(etype, etype)
     return {"error": {"message": msg, "type": etype, "param": None, "code": code}}
 
 

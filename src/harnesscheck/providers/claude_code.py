@@ -507,6 +507,7 @@ class ClaudeStreamParser:
         main = event.get("parent_tool_use_id") is None
         msg_id = message.get("id")
         model = message.get("model")
+        synthetic = model == "<synthetic>"
         if type(model) is not str or model.startswith("<"):
             model = None  # "<synthetic>": the CLI's own messages, not a served model
         if main and "error" in event and isinstance(event["error"], str):
@@ -528,7 +529,9 @@ class ClaudeStreamParser:
             btype = block.get("type")
             if btype == "text":
                 text = block.get("text")
-                if main and type(text) is str:
+                # 2.1.197 repeats an API error's prose as a "<synthetic>" message before the
+                # result (loopback-recorded): the CLI's words, not the model's text
+                if main and type(text) is str and not synthetic:
                     self._keep_text(text)
                     if self.on_text is not None:
                         self.on_text(text)
@@ -621,6 +624,10 @@ class ClaudeStreamParser:
             cls = _status_class(status_code)
         if cls is None and self.assistant_error in _ASSISTANT_ERRORS:
             cls = _ASSISTANT_ERRORS[self.assistant_error]
+            refined = classify_claude_text(prose)
+            if cls is ErrorClass.invalid_request and refined in (ErrorClass.context_overflow, ErrorClass.model_unavailable):
+                # `invalid_request` is any 400; 2.1.197 says "Prompt is too long" with it (loopback-recorded)
+                cls = refined
         if cls is None:
             cls = classify_claude_text(prose)
         if cls is None and self.rate_limit_rejected is not None:
