@@ -384,3 +384,55 @@ def test_transport_session_leaves_no_bridge_child(tmp_path: Path, ending: str) -
     assert starts and all(r.get("mode") == "forkserver" for r in starts), outcome
     assert [p for p in (r["pid"] for r in starts) if _alive(p)] == []  # no grace: gone on return
     assert _children_of(tmp_path / "run" / "bridge-spec.json") == []
+
+
+# ---------------------------------------------------------------------------------------
+# One forkserver per host process: again after it died, a new one in a forked host
+
+
+def test_a_dead_forkserver_is_replaced(tmp_path: Path, relay_for) -> None:
+    spec_a, _ = _make_spec(tmp_path, "a")
+    relay_for(spec_a)
+    old = forkserver.get_forkserver()
+    os.kill(old.pid, signal.SIGKILL)
+    old.proc.wait(timeout=BOUND_S)
+    spec_b, _ = _make_spec(tmp_path, "b")
+    argv, env = relay_for(spec_b)
+    new = forkserver.get_forkserver()
+    assert new is not old and new.pid != old.pid and _alive(new.pid)
+    listed, _ = anyio.run(_client_session, argv, env, tmp_path, [])
+    assert listed.tools
+
+
+FORK_SCRIPT = textwrap.dedent(
+    """
+    import json, os, sys
+    from harnesscheck.bridge import forkserver
+    parent_fs = forkserver.get_forkserver().pid
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        child_fs = forkserver.get_forkserver()
+        os.write(w, json.dumps({"child_fs": child_fs.pid, "socket": child_fs.socket_path}).encode())
+        forkserver.shutdown()
+        os._exit(0)
+    os.close(w)
+    got = json.loads(os.read(r, 4096))
+    os.waitpid(pid, 0)
+    got["parent_fs"] = parent_fs
+    got["parent_fs_alive"] = forkserver.get_forkserver().pid == parent_fs and forkserver.get_forkserver().alive()
+    got["parent_socket"] = forkserver.get_forkserver().socket_path
+    print(json.dumps(got))
+    """
+)
+
+
+def test_a_forked_host_gets_its_own_forkserver(tmp_path: Path) -> None:
+    script = tmp_path / "fork.py"
+    script.write_text(FORK_SCRIPT)
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, timeout=BOUND_S * 2, text=True)
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    assert got["child_fs"] != got["parent_fs"] and got["socket"] != got["parent_socket"]
+    assert got["parent_fs_alive"]  # the child dropped its copy of the control end, nothing more

@@ -483,6 +483,10 @@ class _Server:
             self._fork(conn, msg[5:].decode("utf-8", "surrogateescape"), fds)
         except OSError:
             conn.close()
+        except Exception as exc:  # noqa: BLE001 - one bad connection must not end the server
+            sys.stderr.write(f"bridge forkserver: connection dropped: {type(exc).__name__}: {exc}\n")
+            sys.stderr.flush()
+            conn.close()
         finally:
             for fd in fds:
                 try:
