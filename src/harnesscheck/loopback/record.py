@@ -29,6 +29,7 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -50,6 +51,9 @@ class Recipe:
 
     credential: str = "token"
     broken_bridge: bool = False
+    #: Seconds the bridge waits before it starts (a slow bridge); when the CLI printed nothing
+    #: until then, the fixture starts with that wait as a `delay` step.
+    slow_bridge_s: float = 0.0
     model: str | None = None
     #: Let the CLI run its whole retry ladder (the transport's retry_stop_after=None), so
     #: the fixture holds every notice and the final failure, not only the first notice.
@@ -96,6 +100,8 @@ RECIPES: dict[str, dict[str, Recipe]] = {
         "served_model_mismatch": Recipe(),
         "timeout_mid_stream": Recipe(timeout_s=6.0),
         "mcp_failed": Recipe(broken_bridge=True),
+        # A required bridge slow to start: codex waits for it, then runs normally.
+        "mcp_slow": Recipe(slow_bridge_s=1.5, script="tool_calls"),
     },
 }
 
@@ -174,6 +180,8 @@ class Recording:
     port: int | None = None
     stderr_tail: str = ""
     recipe: Recipe = field(default_factory=Recipe)
+    #: Seconds from the session's start to the CLI's first stdout line.
+    first_line_s: float | None = None
 
 
 class _Tee:
@@ -181,6 +189,8 @@ class _Tee:
         self._inner, self._lines, self._box = inner, lines, box
 
     def feed(self, line: str):
+        if not self._lines:
+            self._box["first_line"] = time.monotonic()
         self._lines.append(line)
         return self._inner.feed(line)
 
@@ -215,17 +225,25 @@ BROKEN_BRIDGE = "harnesscheck-bridge-that-cannot-start"
 
 
 @contextlib.contextmanager
-def _broken_bridge(cli: str, enabled: bool) -> Iterator[None]:
-    """While recording `mcp_failed`: the transport's MCP config names a bridge command that
-    cannot start (the CLI's own reaction to it is what gets recorded)."""
-    if not enabled:
+def _bridge_override(cli: str, recipe: Recipe) -> Iterator[None]:
+    """While recording `mcp_failed` / `mcp_slow`: the transport's MCP config names a bridge
+    command that cannot start, or the real bridge behind a start-up wait (the CLI's own
+    reaction to it is what gets recorded)."""
+    if not (recipe.broken_bridge or recipe.slow_bridge_s):
         yield
         return
     import importlib
 
     module = importlib.import_module({"claude": "harnesscheck.providers.claude_code", "codex": "harnesscheck.providers.codex"}[cli])
     real = module.bridge_command
-    module.bridge_command = lambda spec_path: ([BROKEN_BRIDGE], {})
+
+    def override(spec_path: Path) -> tuple[list[str], dict[str, str]]:
+        if recipe.broken_bridge:
+            return [BROKEN_BRIDGE], {}
+        argv, env = real(spec_path)
+        return ["/bin/sh", "-c", f'sleep {recipe.slow_bridge_s:g}; exec "$0" "$@"', *argv], env
+
+    module.bridge_command = override
     try:
         yield
     finally:
@@ -295,10 +313,10 @@ def run_loopback(backend: str, scenario: str, *, timeout_s: float | None = None)
     try:
         ws = _workspace(base)
         script = recording_script(cli, scenario, ws)
-        with ScriptedModelServer(script, expected_key=DUMMY_KEY) as server, _broken_bridge(cli, recipe.broken_bridge):
+        with ScriptedModelServer(script, expected_key=DUMMY_KEY) as server, _bridge_override(cli, recipe):
             transport = _transport(spec, backend, cli, binary, server.base_url, recipe)
             lines: list[str] = []
-            box: dict = {}
+            box: dict = {"started": time.monotonic()}
             make_parser = transport.make_parser
             transport.make_parser = lambda *a, **k: _Tee(make_parser(*a, **k), lines, box)
             request = AgentSessionRequest(
@@ -338,6 +356,7 @@ def run_loopback(backend: str, scenario: str, *, timeout_s: float | None = None)
             port=port,
             stderr_tail="" if result is None else (result.stderr_tail or ""),
             recipe=recipe,
+            first_line_s=(box["first_line"] - box["started"]) if "first_line" in box else None,
         )
     finally:
         shutil.rmtree(base, ignore_errors=True)
@@ -444,6 +463,8 @@ def to_fixture(rec: Recording) -> dict:
 
     default_model = _default_model(rec.cli, rec.lines)
     steps: list[dict] = []
+    if rec.recipe.slow_bridge_s and rec.first_line_s is not None and rec.first_line_s >= rec.recipe.slow_bridge_s:
+        steps.append({"delay": rec.recipe.slow_bridge_s})  # the CLI printed nothing until its bridge was up
     for raw in rec.lines:
         line = scrub_line(raw, rec.machine_paths)
         try:
@@ -469,6 +490,9 @@ def to_fixture(rec: Recording) -> dict:
         notes.append("the CLI was given " + _RECIPE_NOTES[rec.recipe.credential])
     if rec.recipe.broken_bridge:
         notes.append(f"the bridge command in its MCP config was {BROKEN_BRIDGE!r}, which cannot start")
+    if rec.recipe.slow_bridge_s:
+        notes.append(f"the bridge waited {rec.recipe.slow_bridge_s:g} s before starting (the delay step); "
+                     f"the first stdout line came {rec.first_line_s or 0:.1f} s after the start")
     if rec.recipe.full_ladder:
         notes.append("the host let the CLI run its retry ladder out (retry_stop_after=None)")
     if rec.recipe.model:
