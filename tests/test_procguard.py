@@ -365,3 +365,17 @@ def test_stuck_guard_is_replaced_without_killing_running_sessions(tmp_path: Path
         cancel.set()
         worker.join(timeout=120)
     assert results and survivors(pids) == []
+
+
+def test_guard_that_cannot_start_falls_back_and_runs_the_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No interpreter for the guard: the session still runs (the CLI gets the fallback
+    parent-death signal), its tree is still ended, and no further start is attempted."""
+    fresh = process._Guard()
+    monkeypatch.setattr(process, "_guard", fresh)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
+    pidfile = tmp_path / "pids"
+    result = run_process([PY, str(SCRIPTS / "spawn_tree.py"), str(pidfile), "--setsid"], env=ENV, cwd=tmp_path,
+                         on_line=lambda line: None, timeout_s=1.5, term_grace_s=0.5)
+    assert result.ending is process.Ending.deadline and result.orphan_suspected is True
+    assert survivors(read_pids(pidfile)) == []
+    assert fresh.unavailable and fresh.proc is None and fresh.sessions == {}
