@@ -138,3 +138,48 @@ def test_replay_gives_the_live_outcome(path, tmp_path):
     }
     want = {k: live[k] for k in got}
     assert got == want
+
+
+def test_record_never_overwrites_a_hand_written_fixture():
+    from harnesscheck.loopback.record import recipe_for
+
+    for cli, name in [("claude", "malformed_line"), ("claude", "usage_limit"), ("claude", "helper_model"),
+                      ("codex", "native_tool_use"), ("codex", "exit0_is_error")]:
+        with pytest.raises(ValueError, match="cannot be recorded"):
+            recipe_for(cli, name)
+        assert not is_recording(fixtures_dir() / cli / f"{name}.json")
+
+
+def test_to_fixture_scrubs_and_keeps_what_the_cli_said(tmp_path):
+    """Placeholders only where init echoes the transport's request; a failed bridge stays
+    literal; stderr is kept, scrubbed; a host-ended session replays as a hang."""
+    from types import SimpleNamespace
+
+    from harnesscheck.loopback.endpoint import DUMMY_KEY
+    from harnesscheck.loopback.record import Recipe, Recording, to_fixture
+
+    run = tmp_path / "harnesscheck-record-abc123"
+    init = {"type": "system", "subtype": "init", "cwd": f"{run}/run/cwd", "tools": [], "model": "m-1",
+            "mcp_servers": [{"name": "bridge", "status": "failed"}]}
+    ok_init = dict(init, tools=["mcp__bridge__read_file"], mcp_servers=[{"name": "bridge", "status": "connected"}])
+    outcome = SimpleNamespace(
+        status=SimpleNamespace(value="blocked"), error_class=SimpleNamespace(value="mcp_unavailable"),
+        usage=SimpleNamespace(input=0, output=0, cache_read=0, cache_write=0), served_model=None,
+        model_verdict=SimpleNamespace(value="unverified"), tools_used=[], native_tool_calls=[], refusals=[],
+    )
+    rec = Recording(
+        backend="claude-code", cli="claude", scenario="mcp_failed", cli_version="2.1.197",
+        lines=[json.dumps(init), json.dumps(ok_init)], exit_code=None, ended_by_host=True, outcome=outcome,
+        machine_paths=[(f"{run}/run/cwd", "{{cwd}}"), (str(run), "<run-dir>")],
+        stderr_tail=f"key {DUMMY_KEY} at http://127.0.0.1:45678/v1 in {run}/x\n", recipe=Recipe(broken_bridge=True),
+    )
+    fx = to_fixture(rec)
+    text = json.dumps(fx)
+    first, second = fx["steps"][0]["emit"], fx["steps"][1]["emit"]
+    assert first["mcp_servers"] == [{"name": "bridge", "status": "failed"}] and first["tools"] == []
+    assert second["mcp_servers"] == "{{mcp_server_names}}" and second["tools"] == "{{allowed_tools}}"
+    assert first["cwd"] == "{{cwd}}" and first["model"] == "{{model}}" and fx["default_model"] == "m-1"
+    assert fx["steps"][-2]["stderr"] == "key [REDACTED] at http://127.0.0.1:PORT/v1 in <run-dir>/x"
+    assert fx["steps"][-1] == {"hang": True}
+    assert DUMMY_KEY not in text and "45678" not in text and str(tmp_path) not in text
+    assert fx["provenance"]["source"] == "loopback-recording" and "cannot start" in fx["provenance"]["notes"]
