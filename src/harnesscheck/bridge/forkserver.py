@@ -10,8 +10,9 @@ Host side (imported by the transports; nothing heavy at import):
   `<python> -I -S .../_bridgerelay.py SOCKET SPEC -- <full stdio bridge argv>`.
   None when the forkserver cannot run here (not Linux, disabled with
   `HARNESSCHECK_BRIDGE_FORKSERVER=0`, failed to start): the caller uses the full bridge.
-- `release_session(spec_path)`: kill (SIGKILL, whole process group) and reap every bridge
-  child of that spec, synchronously, and forget the registration. Idempotent.
+- `release_session(spec_path)`: kill (after a 0.25 s grace, SIGKILL to the whole process
+  group) and reap every bridge child of that spec, synchronously, and forget the
+  registration. Returns the pids that had to be killed. Idempotent.
 
 The forkserver process:
 - Started with the env policy's child env (the same scrubbing the bridge applies to
@@ -59,6 +60,9 @@ SOCKET_NAME = "bridge.sock"
 START_TIMEOUT_S = 60.0
 CONTROL_TIMEOUT_S = 30.0
 REAP_TIMEOUT_S = 10.0
+#: On release, children still running get this long to end by themselves (stdin EOF or
+#: relay gone: they write their `bridge_stop` record) before SIGKILL.
+RELEASE_GRACE_S = 0.25
 MAX_MESSAGE = 1 << 20
 #: AF_UNIX path limit on Linux is 108 bytes including the NUL.
 MAX_SOCKET_PATH = 100
@@ -455,10 +459,12 @@ class _Server:
         if op == "release":
             reg = self.registrations.pop(msg["spec"], None)
             pids = sorted(reg.children) if reg is not None else []
-            for pid in pids:
+            self._reap_all(pids, RELEASE_GRACE_S)  # a child that lost its stdin/relay ends on its own
+            left = [pid for pid in pids if pid in self.children]
+            for pid in left:
                 self._kill(pid)
-            self._reap_all(pids)
-            return {"ok": True, "killed": pids}
+            self._reap_all(left)
+            return {"ok": True, "killed": left}
         if op == "children":
             return {"ok": True, "children": {p: sorted(r.children) for p, r in self.registrations.items()}}
         return {"ok": False, "error": f"unknown op {op!r}"}
@@ -605,9 +611,9 @@ class _Server:
             if pid != -1:
                 return
 
-    def _reap_all(self, pids: list[int]) -> None:
-        """Wait (bounded) until every pid in `pids` is reaped."""
-        deadline = time.monotonic() + REAP_TIMEOUT_S
+    def _reap_all(self, pids: list[int], bound_s: float = REAP_TIMEOUT_S) -> None:
+        """Wait (at most `bound_s`) until every pid in `pids` is reaped."""
+        deadline = time.monotonic() + bound_s
         pending = [p for p in pids if p in self.children]
         while pending and time.monotonic() < deadline:
             for pid in list(pending):
