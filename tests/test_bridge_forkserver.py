@@ -436,3 +436,23 @@ def test_a_forked_host_gets_its_own_forkserver(tmp_path: Path) -> None:
     got = json.loads(res.stdout)
     assert got["child_fs"] != got["parent_fs"] and got["socket"] != got["parent_socket"]
     assert got["parent_fs_alive"]  # the child dropped its copy of the control end, nothing more
+
+
+def test_a_forkserver_that_lost_its_socket_is_retired_not_killed(tmp_path: Path, relay_for) -> None:
+    spec_a, _ = _make_spec(tmp_path, "a")
+    relay_a = _start_raw(relay_for(spec_a)[0])
+    try:
+        old = forkserver.get_forkserver()
+        (child_a,) = _children_of(spec_a)
+        os.unlink(old.socket_path)  # a temp cleaner
+        spec_b, _ = _make_spec(tmp_path, "b")
+        argv_b, env_b = relay_for(spec_b)
+        new = forkserver.get_forkserver()
+        assert new is not old and new.socket_path in argv_b
+        assert old.running() and _alive(child_a), "a live session's bridge died with the socket"
+        assert anyio.run(_client_session, argv_b, env_b, tmp_path, [])[0].tools
+        assert forkserver.release_session(spec_a) == [child_a]
+        assert old.proc.wait(timeout=BOUND_S) is not None and not old.running()  # closed with its last session
+    finally:
+        relay_a.stdin.close()
+        relay_a.wait(timeout=BOUND_S)

@@ -167,8 +167,13 @@ class ForkServer:
         """{spec path: live child pids} (tests, diagnostics)."""
         return dict(self.request({"op": "children"}).get("children") or {})
 
-    def alive(self) -> bool:
+    def running(self) -> bool:
+        """Ours (not a forked copy's inherited handle) and still running."""
         return os.getpid() == self.owner_pid and self.proc.poll() is None
+
+    def alive(self) -> bool:
+        """Running and reachable: its socket is still there (a temp cleaner may remove it)."""
+        return self.running() and os.path.exists(self.socket_path)
 
     def relay_argv(self, spec_path: Path) -> list[str]:
         from harnesscheck.bridge.spec import _interpreter, bridge_argv
@@ -202,13 +207,13 @@ class ForkServer:
 _lock = threading.Lock()
 _server: ForkServer | None = None
 _failed: str | None = None
-_registered: set[str] = set()
+_registered: dict[str, "ForkServer"] = {}  # spec path -> the forkserver it is registered with
 
 
 def _after_fork_in_child() -> None:
     global _server, _lock, _failed
-    if _server is not None:
-        _server._forget_after_fork()
+    for server in {id(s): s for s in [*_registered.values(), *([_server] if _server else [])]}.values():
+        server._forget_after_fork()
     _server = None
     _failed = None
     _registered.clear()
@@ -226,16 +231,20 @@ def enabled() -> bool:
 
 
 def get_forkserver() -> ForkServer | None:
-    """This host's forkserver, started on first use (None when it cannot run here)."""
+    """This host's forkserver, started on first use (None when it cannot run here).
+
+    One that died is replaced; one that runs but lost its socket is replaced too, and kept
+    (retired) until the sessions registered with it are released, so their bridges live on."""
     global _server, _failed
     if not enabled():
         return None
     with _lock:
         if _server is not None and not _server.alive():
-            if os.getpid() == _server.owner_pid:
-                _server.close()
-            _server = None
-            _registered.clear()
+            old, _server = _server, None
+            if old.running() and old in _registered.values():
+                pass  # retired: closed by the last release_session of its sessions
+            elif os.getpid() == old.owner_pid:
+                old.close()
         if _server is None:
             if _failed is not None:
                 return None
@@ -263,7 +272,8 @@ def relay_command(spec_path: Path) -> tuple[list[str], dict[str, str]] | None:
     except (OSError, UnicodeDecodeError, ForkServerError) as exc:
         sys.stderr.write(f"harnesscheck: bridge forkserver registration failed, using the stdio bridge: {exc}\n")
         return None
-    _registered.add(str(spec_path))
+    with _lock:
+        _registered[str(spec_path)] = server
     return server.relay_argv(spec_path), bridge_env()
 
 
@@ -273,25 +283,29 @@ def release_session(spec_path: Path | None) -> list[int]:
     if spec_path is None:
         return []
     key = str(Path(spec_path).absolute())
-    server = _server
-    if key not in _registered or server is None:
-        return []
-    _registered.discard(key)
-    if not server.alive():
-        return []  # its children die with it (parent-death signal)
+    with _lock:
+        server = _registered.pop(key, None)
+        retired_and_done = server is not None and server is not _server and server not in _registered.values()
+    if server is None or not server.running():
+        return []  # never registered here, or its forkserver died (children die with it)
     try:
         return server.release(Path(key))
     except ForkServerError as exc:
         sys.stderr.write(f"harnesscheck: bridge forkserver release failed: {exc}\n")
         return []
+    finally:
+        if retired_and_done:
+            server.close()
 
 
 def shutdown() -> None:
-    """Stop this host's forkserver now (it also stops when the host exits)."""
+    """Stop this host's forkserver(s) now (they also stop when the host exits)."""
     global _server
     with _lock:
-        if _server is not None and os.getpid() == _server.owner_pid:
-            _server.close()
+        servers = {id(s): s for s in [*_registered.values(), *([_server] if _server else [])]}
+        for server in servers.values():
+            if os.getpid() == server.owner_pid:
+                server.close()
         _server = None
         _registered.clear()
 
