@@ -96,7 +96,8 @@ One JSON line per invocation, appended to the record file before any step runs::
      "cwd": "...", "stdin_type": "devnull|pipe|tty|file|socket|closed|other",
      "stdin": "<text read, up to 1 MiB>", "stdin_bytes": n, "mcp_configs": {path: content},
      "cwd_entries": [names in the cwd at start],
-     "config_dirs": {"CLAUDE_CONFIG_DIR": {"name": "file|dir|link:<target>"}, ...}}
+     "config_dirs": {"CLAUDE_CONFIG_DIR": {"name": "file|dir|link:<target>"}, ...},
+     "ts": <time.time()>, "mono": <time.monotonic()>}
 
 and one ``{"kind": "spawn", "pid": <fake pid>, "child_pid": n, "setsid": bool}`` line per
 grandchild. ``harnesscheck.fakes.FakeCli.records()`` folds them into one dict per invocation.
@@ -455,6 +456,7 @@ class Fake:
                 "cwd_entries": sorted(os.listdir(".")),
                 "config_dirs": _config_dirs(),
                 "ts": time.time(),
+                "mono": time.monotonic(),
             }
         )
 

@@ -5,6 +5,8 @@ is sent on the observed stall, and a too-slow machine skips `budget` instead of 
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from harnesscheck.contracts import OutcomeStatus
@@ -14,14 +16,14 @@ from harnesscheck.registry import BUILTIN_SPECS
 
 
 class SlowToStall(HarnessAdapter):
-    """The claude fake takes 5 s more before its hang than any deadline the test allows."""
+    """The claude fake takes 30 s more before its hang than any deadline the test allows."""
 
     def load_fixture(self, scenario):
         data = super().load_fixture(scenario)
         if scenario == "timeout_mid_stream":
             steps = data["steps"]
             hang = next(i for i, s in enumerate(steps) if "hang" in s)
-            steps.insert(hang, {"delay": 5})
+            steps.insert(hang, {"delay": 30})
         return data
 
 
@@ -42,11 +44,36 @@ def test_a_run_that_ends_before_any_deadline_is_judged_as_it_is(tmp_path):
 
 def test_an_upstream_too_slow_to_stall_skips_budget_after_one_retry(tmp_path):
     but = SlowToStall(BUILTIN_SPECS["claude-code"], "offline", tmp_path)
+    but.MAX_RETRY_TIMEOUT_S = 2.0
     with pytest.raises(SkipCell) as info:
         but.run_stalled("timeout_mid_stream", timeout_s=0.2, blind_timeout_s=2.0)
     assert info.value.reason == "budget"
-    assert "timeout_s 0.2 and 0.8" in info.value.message
+    assert "in 2 run(s) (timeout_s 0.2 and " in info.value.message
     assert len(but.spawned()) == 2  # the first run and exactly one retry
+
+
+class SlowToSpawn(HarnessAdapter):
+    """A backend that spends 0.6 s before it spawns its CLI (its deadline starts at the spawn)."""
+
+    def prepare(self, *args, **kwargs):
+        setup = super().prepare(*args, **kwargs)
+        invocation = setup.transport.invocation
+
+        def slow_invocation(*a, **kw):
+            time.sleep(0.6)
+            return invocation(*a, **kw)
+
+        setup.transport.invocation = slow_invocation
+        return setup
+
+
+def test_the_retry_outlasts_a_slow_start_seen_in_the_first_run(tmp_path):
+    but = SlowToSpawn(BUILTIN_SPECS["codex"], "offline", tmp_path)
+    run = but.run_stalled("timeout_mid_stream", timeout_s=0.2, blind_timeout_s=2.0)
+    tl = run.timeline
+    assert tl.timeout_s >= 4 * 0.6  # 4x the time the upstream was last seen progressing, not 4x 0.2
+    assert tl.stalled_by(tl.started + tl.timeout_s) and run.outcome.status == OutcomeStatus.truncated
+    assert run.facts.partial_text in run.outcome.text
 
 
 @pytest.mark.parametrize("backend", ["claude-code", "codex", "cursor"])

@@ -157,8 +157,9 @@ class Timeline:
 
     ``stalled`` is when the upstream (fake CLI, scripted model, scripted server) reached its
     stall with every earlier line written; ``last_output`` when it wrote its last line before
-    that. Both stay None when the upstream never got there, and ``observed`` is False when
-    this adapter cannot see its upstream's progress at all (then checks judge as before)."""
+    that; ``latest`` its latest recorded step of any kind. They stay None when the upstream
+    never got there, and ``observed`` is False when this adapter cannot see its upstream's
+    progress at all (then checks judge as before)."""
 
     timeout_s: float = 0.0  # the session deadline the kit asked for
     started: float = 0.0  # run_session was called
@@ -166,10 +167,20 @@ class Timeline:
     observed: bool = False
     stalled: float | None = None
     last_output: float | None = None
+    latest: float | None = None
     cancel_sent: float | None = None  # the kit set the host's cancel event
 
     def stalled_by(self, moment: float) -> bool:
         return self.stalled is not None and self.stalled < moment
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What an upstream has recorded doing so far (monotonic times; see Timeline)."""
+
+    stalled: float | None = None
+    last_output: float | None = None
+    latest: float | None = None
 
 
 @dataclass
@@ -355,36 +366,47 @@ class BackendUnderTest:
         progress = self.stall_progress(setup)
         if progress is not None:
             timeline.observed = True
-            timeline.stalled, timeline.last_output = progress
+            timeline.stalled, timeline.last_output, timeline.latest = progress.stalled, progress.last_output, progress.latest
         return run
+
+    #: The longest retry timeout run_stalled allows itself before it gives up (skip `budget`).
+    MAX_RETRY_TIMEOUT_S = 60.0
 
     def run_stalled(self, scenario: str, *, timeout_s: float, blind_timeout_s: float, retry_factor: float = 4.0,
                     **kwargs) -> SessionRun:
         """A run of a stalling scenario whose timeout can only have fired after the upstream
         stalled, so everything it emitted or spawned before the stall is a fact to judge by.
 
-        The backend's deadline counts from its spawn, so it is never earlier than the kit's
-        start + `timeout_s`: a stall recorded before that moment certainly came first. If the
-        upstream got there too late (a slow machine), the run is repeated once with
-        `retry_factor` times the timeout; if that is too short as well, the cell is skipped
+        The deadline can never fire before the kit's start + `timeout_s` (the backend starts
+        its clock after run_session is called), so a stall recorded before that moment
+        certainly came first. If the upstream got there too late (a slow machine, or a backend
+        that takes long before it spawns its CLI), the run is repeated once with `retry_factor`
+        times the larger of the timeout and the time the upstream was last seen progressing
+        (at most MAX_RETRY_TIMEOUT_S); if that is too short as well, the cell is skipped
         `budget` rather than judged on facts that never came to be. A run that ended before
         the deadline could fire is judged as it is (nothing was cut short by the clock).
         An adapter that cannot see its upstream's progress runs once with `blind_timeout_s`.
         """
         if not self.observes_stalls():
             return self.run(scenario, timeout_s=blind_timeout_s, **kwargs)
-        attempts = (timeout_s, timeout_s * retry_factor)
-        for t in attempts:
+        tried: list[float] = []
+        t = timeout_s
+        while True:
             run = self.run(scenario, timeout_s=t, **kwargs)
+            tried.append(t)
             tl = run.timeline
             earliest_deadline = tl.started + t
             if not tl.observed or tl.ended < earliest_deadline or tl.stalled_by(earliest_deadline):
                 return run
+            lag = (tl.latest - tl.started) if tl.latest is not None else 0.0
+            t = min(retry_factor * max(t, lag), self.MAX_RETRY_TIMEOUT_S)
+            if len(tried) == 2 or t <= tried[-1]:
+                break
         raise SkipCell(
             "budget",
             f"the {scenario} upstream had not stalled by the earliest moment the deadline could fire, "
-            f"in two runs (timeout_s {attempts[0]:g} and {attempts[1]:g}): this machine is too slow right "
-            "now to time a session out after its partial output; the backend was not judged",
+            f"in {len(tried)} run(s) (timeout_s {' and '.join(f'{x:g}' for x in tried)}): this machine is too "
+            "slow right now to time a session out after its partial output; the backend was not judged",
         )
 
     def run_tools(self, calls: list[ToolCall], **kwargs) -> SessionRun:
@@ -471,9 +493,9 @@ class BackendUnderTest:
         """Whether `stall_progress` sees this adapter's upstream (decided before a run)."""
         return False
 
-    def stall_progress(self, setup: "Setup") -> tuple[float | None, float | None] | None:
-        """(stalled, last_output) monotonic times of the run's upstream so far (see Timeline),
-        or None when this adapter cannot observe them. Called during and after a run."""
+    def stall_progress(self, setup: "Setup") -> Progress | None:
+        """What the run's upstream has recorded doing so far (see Timeline), or None when this
+        adapter cannot observe it. Called during (cancel on stall) and after a run."""
         return None
 
     # -- what adapters implement -------------------------------------------------------
@@ -510,7 +532,7 @@ class _CancelWatch:
         while not self._done.is_set():
             if self.on_stall:
                 progress = self.but.stall_progress(self.setup)
-                fire = progress is not None and progress[0] is not None
+                fire = progress is not None and progress.stalled is not None
             else:
                 fire = time.monotonic() >= self.timeline.started + self.after_s
             if fire:
@@ -629,7 +651,7 @@ class ScriptedAdapter(BackendUnderTest):
         script = setup.extra.get("script")
         if script is None:
             return None
-        return script.stalled_at, script.stalled_at
+        return Progress(script.stalled_at, script.stalled_at, script.latest)
 
     def collect(self, run, setup, request) -> None:
         super().collect(run, setup, request)
@@ -654,11 +676,13 @@ class _WatchedScript:
         self.script = script
         self.turns, self.repeat_last = script.turns, script.repeat_last
         self.stalled_at: float | None = None
+        self.latest: float | None = None  # when a turn was last asked for
 
     def turn(self, index: int):
         turn = self.script.turn(index)
+        self.latest = time.monotonic()
         if turn is not None and turn.delay_s > 0 and self.stalled_at is None:
-            self.stalled_at = time.monotonic()
+            self.stalled_at = self.latest
         return turn
 
 

@@ -21,6 +21,7 @@ from harnesscheck.contracts import Usage
 from harnesscheck.kit.adapters import (
     BackendUnderTest,
     Facts,
+    Progress,
     SessionRun,
     Setup,
     SkipCell,
@@ -95,6 +96,7 @@ class ScriptedServer:
         self.replies, self.repeat_last = list(replies), repeat_last
         self.requests: list[dict] = []
         self.stalled_at: float | None = None  # monotonic: a Stall reply's events were flushed
+        self.latest: float | None = None  # monotonic: the last request came in
         self.stopping = threading.Event()
         self._lock = threading.Lock()
         server = self
@@ -109,6 +111,7 @@ class ScriptedServer:
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length).decode("utf-8", "replace")
                 with server._lock:
+                    server.latest = time.monotonic()
                     n = len(server.requests)
                     server.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
                     if n < len(server.replies):
@@ -252,7 +255,7 @@ class ApiAdapter(BackendUnderTest):
         server = setup.extra.get("server")
         if server is None:
             return None
-        return server.stalled_at, server.stalled_at
+        return Progress(server.stalled_at, server.stalled_at, server.latest)
 
     def collect(self, run: SessionRun, setup: Setup, request) -> None:
         super().collect(run, setup, request)

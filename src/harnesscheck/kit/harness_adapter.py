@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from harnesscheck.contracts import Usage
-from harnesscheck.kit.adapters import BackendUnderTest, Facts, SessionRun, Setup, SkipCell
+from harnesscheck.kit.adapters import BackendUnderTest, Facts, Progress, SessionRun, Setup, SkipCell
 
 #: registry cli_name -> fake executable name (fixtures dir is harnesscheck.fakes.FIXTURE_DIRS)
 FAKE_NAMES = {"claude": "claude", "codex": "codex", "cursor-agent": "cursor-agent"}
@@ -123,26 +123,29 @@ def stall_text(cli: str, scenario: dict) -> str | None:
 OUTPUT_ACTIONS = frozenset({"emit", "noise", "oversize", "raw", "invalid_utf8"})
 
 
-def fake_progress(record_path: Path) -> tuple[float | None, float | None]:
-    """(stalled, last_output) from a fake CLI's progress lines: when it reached its first
-    `hang` step, and when it wrote its last stdout line before that (monotonic clock)."""
+def fake_progress(record_path: Path) -> Progress:
+    """A fake CLI's progress from its record: when it reached its first `hang` step, when it
+    wrote its last stdout line before that, and its latest record (monotonic clock)."""
     try:
         text = record_path.read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return None, None
-    last_output = None
+        return Progress()
+    stalled = last_output = latest = None
     for line in text.splitlines():
-        if '"kind": "step"' not in line:
+        if '"mono": ' not in line:
             continue
         try:
             rec = json.loads(line)
         except ValueError:
             continue  # a line being written right now
+        latest = rec.get("mono", latest)
+        if rec.get("kind") != "step" or stalled is not None:
+            continue
         if rec.get("action") == "hang":
-            return rec.get("mono"), last_output
-        if rec.get("action") in OUTPUT_ACTIONS:
+            stalled = rec.get("mono")
+        elif rec.get("action") in OUTPUT_ACTIONS:
             last_output = rec.get("mono")
-    return None, last_output
+    return Progress(stalled, last_output, latest)
 
 
 class HarnessAdapter(BackendUnderTest):
