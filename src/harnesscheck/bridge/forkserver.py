@@ -92,6 +92,7 @@ class ForkServer:
             self.dir = Path(tempfile.mkdtemp(prefix="hc-fs-", dir="/tmp"))
         self.socket_path = str(self.dir / SOCKET_NAME)
         self._lock = threading.Lock()
+        self._next_id = 0
         exe = _interpreter()
         flags = ["-I"] if _importable_isolated(exe) else ["-P", "-s"]
         env = build_child_env(dict(os.environ), injections=bridge_env())
@@ -146,12 +147,20 @@ class ForkServer:
         return json.loads(raw)
 
     def request(self, message: dict, timeout_s: float = CONTROL_TIMEOUT_S) -> dict:
+        """Send one request and return its reply. Requests carry an id, so a late reply to a
+        request that timed out is skipped rather than taken for the next one's."""
         with self._lock:
+            self._next_id += 1
+            rid = self._next_id
             try:
-                self._control.sendall(json.dumps(message).encode())
+                self._control.sendall(json.dumps({**message, "id": rid}).encode())
             except OSError as exc:
                 raise ForkServerError(f"the bridge forkserver is gone: {exc}") from None
-            return self._receive(timeout_s)
+            deadline = time.monotonic() + timeout_s
+            while True:
+                reply = self._receive(max(0.0, deadline - time.monotonic()))
+                if reply.get("id") == rid:
+                    return reply
 
     def register(self, spec_path: Path, content: bytes) -> None:
         reply = self.request({"op": "register", "spec": str(spec_path), "content": content.decode("utf-8")})
@@ -447,11 +456,13 @@ class _Server:
             return False
         if not raw:
             return False
+        msg: dict = {}
         try:
             msg = json.loads(raw)
             reply = self._handle(msg)
         except Exception as exc:  # noqa: BLE001 - a bad request must not end the server
             reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        reply["id"] = msg.get("id") if isinstance(msg, dict) else None
         try:
             self.control.sendall(json.dumps(reply).encode())
         except OSError:
