@@ -456,3 +456,21 @@ def test_a_forkserver_that_lost_its_socket_is_retired_not_killed(tmp_path: Path,
     finally:
         relay_a.stdin.close()
         relay_a.wait(timeout=BOUND_S)
+
+
+def test_sigterm_to_the_forkserver_ends_its_children_and_directory(tmp_path: Path, relay_for) -> None:
+    spec_a, _ = _make_spec(tmp_path, "a")
+    relay = _start_raw(relay_for(spec_a)[0])
+    try:
+        server = forkserver.get_forkserver()
+        (child,) = _children_of(spec_a)
+        os.kill(server.pid, signal.SIGTERM)
+        server.proc.wait(timeout=BOUND_S)
+        assert _wait_gone([child]) == []
+        assert not server.dir.exists()
+        assert relay.wait(timeout=BOUND_S) == 128 + signal.SIGKILL
+    finally:
+        relay.stdin.close()
+        if relay.poll() is None:
+            relay.kill()
+            relay.wait()

@@ -348,6 +348,7 @@ def _preimport() -> None:
     import harnesscheck.bridge.server  # noqa: F401
     import harnesscheck.bridge.spec  # noqa: F401
     import harnesscheck.dispatch  # noqa: F401
+    import harnesscheck.envpolicy  # noqa: F401
     import harnesscheck.trace  # noqa: F401
 
     del anyio
@@ -691,7 +692,15 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as exc:  # noqa: BLE001
         sys.stderr.write(f"bridge forkserver failed to start: {type(exc).__name__}: {exc}\n")
         return 1
-    server.run()
+
+    def stop(signum, frame):  # noqa: ARG001 - SIGTERM: end like a host EOF, children first
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        server.run()
+    except SystemExit:
+        server._shutdown()
     return 0
 
 
