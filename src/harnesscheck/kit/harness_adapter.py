@@ -13,8 +13,13 @@ small per-CLI readers below; where a fixture does not state a fact the cell is s
 
 from __future__ import annotations
 
+import atexit
 import copy
+import dataclasses
 import json
+import shutil
+import tempfile
+import threading
 from pathlib import Path
 
 from harnesscheck.contracts import Usage
@@ -148,6 +153,47 @@ def fake_progress(record_path: Path) -> Progress:
     return Progress(stalled, last_output, latest)
 
 
+class WrapperPool:
+    """Fake-CLI executables reused run after run within this process, one run at a time each.
+
+    A transport probes `<cli> --version` once per binary (path, size, mtime); a fresh wrapper
+    per run would cost one more fake start per session. A pooled wrapper keeps its path and
+    bytes, and only its sidecar is pointed at the run's own scenario and record file, so each
+    run still has its own evidence. Keyed by (fake name, scenario version): the cached
+    version answer is always the one the scenario states."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._free: dict[tuple[str, str], list[Path]] = {}
+        self._root: Path | None = None
+        self._n = 0
+
+    def acquire(self, fake, cli: str, version: str):
+        """`fake` (a per-run install) behind a pooled wrapper; give it back with release()."""
+        from harnesscheck.fakes import install_fake_cli
+
+        key = (cli, version)
+        with self._lock:
+            free = self._free.setdefault(key, [])
+            path = free.pop() if free else None
+            if path is None:
+                if self._root is None:
+                    self._root = Path(tempfile.mkdtemp(prefix="harnesscheck-fakes-"))
+                    atexit.register(shutil.rmtree, self._root, True)
+                self._n += 1
+                path = install_fake_cli(cli, {"version": version, "steps": []}, self._root / f"w{self._n}").path
+        sidecar = {"scenario": str(fake.scenario_path), "record": str(fake.record_path)}
+        Path(str(path) + ".scenario.json").write_text(json.dumps(sidecar), encoding="utf-8")
+        return dataclasses.replace(fake, path=path)
+
+    def release(self, fake, cli: str, version: str) -> None:
+        with self._lock:
+            self._free.setdefault((cli, version), []).append(fake.path)
+
+
+WRAPPERS = WrapperPool()
+
+
 class HarnessAdapter(BackendUnderTest):
     name = "fake-cli"
 
@@ -248,7 +294,10 @@ class HarnessAdapter(BackendUnderTest):
             facts = fixture_facts(self.fake_name, data, model)
             if scenario == "timeout_mid_stream":
                 facts.partial_text = stall_text(self.fake_name, data)
-        return Setup(super().transport(cli=fake.path), facts, model=model, extra={"fake": fake})
+        version = json.loads(Path(fake.scenario_path).read_text(encoding="utf-8")).get("version") or ""
+        fake = WRAPPERS.acquire(fake, self.fake_name, version)
+        extra = {"fake": fake, "release": lambda: WRAPPERS.release(fake, self.fake_name, version)}
+        return Setup(super().transport(cli=fake.path), facts, model=model, extra=extra)
 
     def observes_stalls(self) -> bool:
         """Offline, a fake CLI records its progress; a real CLI (other levels) does not."""
@@ -263,6 +312,7 @@ class HarnessAdapter(BackendUnderTest):
 
     def collect(self, run: SessionRun, setup: Setup, request) -> None:
         fake = setup.extra["fake"]
+        setup.extra.pop("release", lambda: None)()  # the run is over: its wrapper may serve the next
         run.run_dir = request.run_dir
         run.children = [r for r in fake.records() if not set(r["argv"][1:2]) & {"--version", "-v", "-V"}]
         trace = []

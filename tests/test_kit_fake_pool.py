@@ -1,0 +1,41 @@
+"""Offline harness runs reuse fake-CLI wrappers (one version probe per wrapper, not per
+session) while every run keeps its own scenario and record (kit/harness_adapter.py WrapperPool)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import harnesscheck.registry as registry
+from harnesscheck.contracts import OutcomeStatus
+from harnesscheck.kit.harness_adapter import HarnessAdapter
+from harnesscheck.registry import BUILTIN_SPECS
+
+
+def test_sequential_runs_share_a_wrapper_and_probe_its_version_once(tmp_path, monkeypatch):
+    probes = []
+    real = registry._probe_version
+    monkeypatch.setattr(registry, "_probe_version", lambda path, t: probes.append(path) or real(path, t))
+    but = HarnessAdapter(BUILTIN_SPECS["codex"], "offline", tmp_path)
+    first = but.run("success")
+    second = but.run("timeout_mid_stream", timeout_s=0.3)
+    assert first.outcome.status == OutcomeStatus.ok and second.outcome.status == OutcomeStatus.truncated
+    paths = {c["argv"][0] for run in (first, second) for c in run.children}
+    assert len(paths) == 1, f"each run got its own wrapper: {paths}"
+    assert probes.count(Path(next(iter(paths)))) <= 1
+    # each run's evidence is its own: one invocation in each record, the scenario it asked for
+    assert len(first.children) == len(second.children) == 1
+    assert first.children[0]["pid"] != second.children[0]["pid"]
+    assert second.timeline.stalled is not None and first.timeline.stalled is None
+
+
+def test_concurrent_runs_keep_their_records_apart(tmp_path):
+    def one(i):
+        but = HarnessAdapter(BUILTIN_SPECS["cursor"], "offline", tmp_path / f"b{i}")
+        return but.run("success")
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        runs = list(pool.map(one, range(3)))
+    assert all(r.outcome.status == OutcomeStatus.ok for r in runs)
+    assert all(len(r.children) == 1 for r in runs), "a record holds another run's invocation"
+    assert len({r.children[0]["pid"] for r in runs}) == 3
