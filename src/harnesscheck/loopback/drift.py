@@ -124,7 +124,7 @@ FAST_SCENARIOS = (
 )
 
 
-def drift_for(backend: str, *, scenarios: tuple[str, ...] | None = None, out=sys.stdout) -> tuple[int, list[Drift]]:
+def drift_for(backend: str, *, scenarios: tuple[str, ...] | None = None, out=None) -> tuple[int, list[Drift]]:
     """Record every stored scenario (or those named) afresh and compare. (exit code, drifts)."""
     from harnesscheck.loopback.clis import require_pinned_cli
     from harnesscheck.loopback.record import run_loopback, to_fixture
@@ -149,7 +149,7 @@ def drift_for(backend: str, *, scenarios: tuple[str, ...] | None = None, out=sys
         drift = compare(cli, scenario, old, fresh)
         drifts.append(drift)
         for line in drift.lines():
-            print(line, file=out)
+            print(line, file=out or sys.stdout)  # the stdout of the call, not of import time
     return (1 if any(d.changed for d in drifts) else 0), drifts
 
 
