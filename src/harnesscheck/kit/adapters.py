@@ -265,6 +265,11 @@ def patched_environ(values: dict[str, str]) -> Iterator[None]:
                         os.environ[key] = value
 
 
+def bridge_pids(run: SessionRun) -> list[int]:
+    """Pids of the bridges that served a run, from their `bridge_start` trace records."""
+    return [int(r["pid"]) for r in run.trace if r.get("event") == "bridge_start" and isinstance(r.get("pid"), int)]
+
+
 def read_trace(path: Path | None) -> list[dict]:
     if path is None or not Path(path).is_file():
         return []
@@ -465,10 +470,13 @@ class BackendUnderTest:
         return []
 
     def child_pids(self, run: SessionRun) -> list[int]:
+        """Every process the session is known to have had: the CLI, its recorded children, and
+        each bridge that served it (a forkserver child is outside the CLI's group)."""
         pids: list[int] = []
         for child in run.children:
             pids.append(child["pid"])
             pids.extend(g["pid"] for g in child.get("grandchildren", []))
+        pids.extend(bridge_pids(run))
         return pids
 
     def tools_offered(self, run: SessionRun) -> list[str] | None:

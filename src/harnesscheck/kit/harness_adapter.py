@@ -91,7 +91,9 @@ def fixture_facts(cli: str, scenario: dict, requested: str | None) -> Facts:
             facts.helper_models = tuple(helpers)
         if cli == "codex" and event.get("type") == "turn.completed" and isinstance(event.get("usage"), dict):
             u = event["usage"]
-            turn = Usage(input=int(u.get("input_tokens", 0)), output=int(u.get("output_tokens", 0)))
+            # OpenAI counts cached input inside input_tokens; the codex parser reports the uncached part
+            turn = Usage(input=max(0, int(u.get("input_tokens", 0)) - int(u.get("cached_input_tokens", 0) or 0)),
+                         output=int(u.get("output_tokens", 0)))
             codex_usage = turn if codex_usage is None else codex_usage + turn
             facts.usage = codex_usage
         if cli == "cursor-agent" and event.get("type") == "result" and isinstance(event.get("usage"), dict):
@@ -251,11 +253,16 @@ class HarnessAdapter(BackendUnderTest):
             fake = self.install_fake("success", echo=echo, calls=tool_calls or [])
             facts = Facts()
         elif scenario in ("repeated_usage", "helper_model"):
-            data = self.load_fixture("success")
+            # helper_model: fixtures/<cli>/helper_model.json where a CLI has one (claude: the
+            # recorded success has no helper; the pinned CLI calls none under the transport)
+            from harnesscheck.fakes import fixture_path
+
+            source = "helper_model" if scenario == "helper_model" and fixture_path(self.fake_name, "helper_model").is_file() else "success"
+            data = self.load_fixture(source)
             if scenario == "repeated_usage":
                 data = repeat_usage_events(self.fake_name, data)
             fake = self.install_fake(data, echo=echo)
-            facts = fixture_facts(self.fake_name, self.load_fixture("success"), model)
+            facts = fixture_facts(self.fake_name, self.load_fixture(source), model)
             if scenario == "helper_model" and not facts.helper_models:
                 raise SkipCell("unsupported-by-backend", f"{self.fake_name} reports no helper-model usage")
             if facts.usage is None:
@@ -282,6 +289,7 @@ class HarnessAdapter(BackendUnderTest):
             # escaped by setsid, and a CLI that ignores SIGTERM from its hang on (so only the
             # SIGKILL after the term grace ends it, harness-anchors C1).
             data = self.load_fixture("timeout_mid_stream")
+            data["mcp"] = "connect"  # a bridge serves the session too: it must not survive either
             steps = data.get("steps", [])
             hang = next((i for i, st in enumerate(steps) if "hang" in st), len(steps))
             data["steps"] = [{"spawn": "sleep 1000"}, {"spawn": "sleep 1000", "setsid": True}, *steps[:hang],

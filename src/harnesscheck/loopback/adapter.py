@@ -416,6 +416,9 @@ class LoopbackAdapter(HarnessAdapter):
         for child in run.children:
             pids.append(int(child["pid"]))
             pids.extend(int(g["pid"]) for g in child.get("grandchildren", []))
+        from harnesscheck.kit.adapters import bridge_pids
+
+        pids.extend(bridge_pids(run))  # a forkserver bridge is outside the CLI's group
         return sorted(set(pids))
 
     def close(self) -> None:
