@@ -232,3 +232,10 @@ def test_html_shows_status_level_cli_version_date_and_reasons():
     assert "class='verdict fail'" in page
     calm = to_html(combine([_report(CELLS[:1] + CELLS[2:])]))
     assert "class='verdict pass'" in calm and "1 known failure is listed in the baseline" in calm
+
+
+def test_committed_html_is_self_contained_and_matches_the_committed_json():
+    """doc/backends.html and doc/backends.json come from one `harnesscheck matrix` run."""
+    scan = _assert_self_contained((DOC / "backends.html").read_text(encoding="utf-8"))
+    missing = _json_cells(json.loads((DOC / "backends.json").read_text())) - scan.cells
+    assert not missing, f"regenerate doc/ with `harnesscheck verify` + `harnesscheck matrix`: {sorted(missing)[:5]}"
