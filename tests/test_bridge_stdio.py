@@ -396,3 +396,26 @@ def test_survives_the_death_of_the_thread_that_spawned_it(setup, tmp_path: Path)
             os.kill(bridge_pid, signal.SIGKILL)
         if parent.poll() is None:
             parent.kill()
+
+
+def test_inflight_counts_calls_on_the_wire() -> None:
+    """A tools/call is pending from delivery until its response is sent, or the client cancels
+    it; other requests and notifications never hold the bridge open at EOF."""
+    from mcp import types
+    from mcp.shared.message import SessionMessage
+
+    from harnesscheck.bridge.server import Inflight
+
+    def msg(obj: dict) -> SessionMessage:
+        return SessionMessage(types.jsonrpc_message_adapter.validate_json(json.dumps({"jsonrpc": "2.0", **obj}), by_name=False))
+
+    inflight = Inflight()
+    inflight.received(msg({"id": 1, "method": "tools/list"}))
+    inflight.received(msg({"method": "notifications/initialized"}))
+    assert inflight.pending == set()
+    inflight.received(msg({"id": 5, "method": "tools/call", "params": {"name": "read_file", "arguments": {}}}))
+    inflight.received(msg({"id": 6, "method": "tools/call", "params": {"name": "grep", "arguments": {}}}))
+    assert inflight.pending == {5, 6}
+    inflight.answered(msg({"id": 5, "result": {"content": []}}))
+    inflight.received(msg({"method": "notifications/cancelled", "params": {"requestId": 6}}))
+    assert inflight.pending == set()

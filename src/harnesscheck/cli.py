@@ -107,9 +107,10 @@ def bridge(
     trace: Annotated[Optional[Path], typer.Option("--trace", help="JSONL trace file.")] = None,
 ) -> None:
     """Serve the scoped tools as a stdio MCP server."""
+    from harnesscheck.bridge.__main__ import exit_now
     from harnesscheck.bridge.server import bridge_command
 
-    raise typer.Exit(bridge_command(root=root, read_only=read_only, trace=trace))
+    exit_now(bridge_command(root=root, read_only=read_only, trace=trace))
 
 
 @app.command("install-clis")

@@ -208,24 +208,49 @@ def watch_hangup(fd: int, on_hangup) -> None:
 
 
 class Inflight:
-    """Counts tool calls in progress, so an EOF on stdin lets them answer before exit."""
+    """Tool calls received and not yet answered, so an EOF on stdin lets them answer before exit.
+
+    Counted on the wire: a `tools/call` request is pending from the moment the read stream
+    delivers it until its response is handed to the stdout writer (or the client cancels it),
+    so no sleep has to guess whether a handler has started or its answer been written."""
 
     def __init__(self) -> None:
-        self.count = 0
+        self.count = 0  # handlers running (kept for the trace-free tests of build_server)
+        self.pending: set[Any] = set()
+
+    def received(self, item: Any) -> None:
+        message = _jsonrpc(item)
+        method = getattr(message, "method", None)
+        if method == "tools/call" and getattr(message, "id", None) is not None:
+            self.pending.add(message.id)
+        elif method == "notifications/cancelled":
+            params = getattr(message, "params", None)
+            request_id = params.get("requestId") if isinstance(params, dict) else getattr(params, "request_id", None)
+            self.pending.discard(request_id)
+
+    def answered(self, item: Any) -> None:
+        message = _jsonrpc(item)
+        if getattr(message, "method", None) is None and getattr(message, "id", None) is not None:
+            self.pending.discard(message.id)
 
     async def drained(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
         import anyio
 
         deadline = time.monotonic() + timeout_s
-        await anyio.sleep(0.02)  # handlers spawned just before the EOF get to start
-        while self.count and time.monotonic() < deadline:
-            await anyio.sleep(0.005)
-        await anyio.sleep(0.02)  # let the last response reach the stdout writer
+        while self.pending and time.monotonic() < deadline:
+            await anyio.sleep(0.002)
+
+
+def _jsonrpc(item: Any) -> Any:
+    """The JSON-RPC message inside a stream item (a SessionMessage), or None."""
+    message = getattr(item, "message", None)
+    return getattr(message, "root", message)
 
 
 class _DrainOnEOF:
-    """A read stream that, at end of input, waits for in-flight calls before ending.
-    (The SDK ends the session, cancelling running handlers, as soon as the read side ends.)"""
+    """A read stream that notes each call it delivers and, at end of input, waits until every
+    call is answered before ending. (The SDK ends the session, cancelling running handlers, as
+    soon as the read side ends.)"""
 
     def __init__(self, inner, inflight: Inflight):
         self._inner = inner
@@ -234,14 +259,23 @@ class _DrainOnEOF:
     def __getattr__(self, name: str):
         return getattr(self._inner, name)  # e.g. last_context, read by the SDK's loop
 
+    async def __aenter__(self):
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc):
+        return await self._inner.__aexit__(*exc)
+
     async def receive(self):
         import anyio
 
         try:
-            return await self._inner.receive()
+            item = await self._inner.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             await self._inflight.drained()
             raise
+        self._inflight.received(item)
+        return item
 
     def __aiter__(self):
         return self
@@ -254,14 +288,27 @@ class _DrainOnEOF:
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             raise StopAsyncIteration from None
 
-    async def aclose(self) -> None:
-        await self._inner.aclose()
+
+class _NoteAnswers:
+    """A write stream that tells `Inflight` which calls have been answered."""
+
+    def __init__(self, inner, inflight: Inflight):
+        self._inner = inner
+        self._inflight = inflight
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
 
     async def __aenter__(self):
+        await self._inner.__aenter__()
         return self
 
-    async def __aexit__(self, *exc) -> None:
-        await self.aclose()
+    async def __aexit__(self, *exc):
+        return await self._inner.__aexit__(*exc)
+
+    async def send(self, item) -> None:
+        await self._inner.send(item)
+        self._inflight.answered(item)
 
 
 def build_server(
@@ -340,8 +387,9 @@ async def serve_stdio(server, proto_in: int, proto_out: int, inflight: Inflight 
     reader = io.TextIOWrapper(os.fdopen(proto_in, "rb", closefd=False), encoding="utf-8", errors="replace")
     writer = io.TextIOWrapper(os.fdopen(proto_out, "wb", closefd=False), encoding="utf-8", newline="\n")
     async with stdio_server(stdin=anyio.wrap_file(reader), stdout=anyio.wrap_file(writer)) as (read, write):
-        reader_stream = _DrainOnEOF(read, inflight) if inflight is not None else read
-        await server.run(reader_stream, write, server.create_initialization_options())
+        if inflight is not None:
+            read, write = _DrainOnEOF(read, inflight), _NoteAnswers(write, inflight)
+        await server.run(read, write, server.create_initialization_options())
 
 
 def run_bridge(
