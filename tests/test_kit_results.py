@@ -239,3 +239,11 @@ def test_committed_html_is_self_contained_and_matches_the_committed_json():
     scan = _assert_self_contained((DOC / "backends.html").read_text(encoding="utf-8"))
     missing = _json_cells(json.loads((DOC / "backends.json").read_text())) - scan.cells
     assert not missing, f"regenerate doc/ with `harnesscheck verify` + `harnesscheck matrix`: {sorted(missing)[:5]}"
+
+
+def test_markdown_cells_count_passed_over_run_and_skips_apart():
+    """A cell reads passed/run plus the skips, never passed/(run + skipped)."""
+    cells = [("scope.dotdot-refused", "fake", "passed", None, ""), ("scope.absolute-path-refused", "fake", "skipped", "budget", "slow")]
+    text = to_markdown(combine([_report(cells)]))
+    row = next(line for line in text.splitlines() if line.startswith("| Path scope"))
+    assert "1/1 · 1 skipped" in row, row
