@@ -176,7 +176,10 @@ def test_count_tokens_and_unknown_paths_are_recorded(loopback_server):
 
 
 def test_hang_streams_the_start_then_stalls_until_stop():
+    """...and notes, on the monotonic clock, when the request came and when the stall began."""
     srv = ScriptedModelServer(named_scenario("timeout_mid_stream")).start()
+    assert srv.stalled_at is None and srv.last_request_at is None
+    before = time.monotonic()
     got: list[bytes] = []
     sock = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
     body = json.dumps({"model": "m", "messages": [], "stream": True}).encode()
@@ -199,6 +202,10 @@ def test_hang_streams_the_start_then_stalls_until_stop():
         time.sleep(0.02)
     assert b"partial" in b"".join(got)
     assert b"message_stop" not in b"".join(got)
+    deadline = time.monotonic() + 10
+    while srv.stalled_at is None and time.monotonic() < deadline:
+        time.sleep(0.01)  # the handler notes the stall right after its last write
+    assert srv.last_request_at is not None and before <= srv.last_request_at <= srv.stalled_at <= time.monotonic()
     srv.stop()  # releases the hanging handler; the connection closes
     t.join(timeout=10)
     assert not t.is_alive()

@@ -421,6 +421,23 @@ class LoopbackAdapter(HarnessAdapter):
         pids.extend(bridge_pids(run))  # a forkserver bridge is outside the CLI's group
         return sorted(set(pids))
 
+    #: A real CLI needs most of a second to start and send its first request.
+    MIN_STALL_TIMEOUT_S = 2.0
+
+    def observes_stalls(self) -> bool:
+        """The scripted model server notes when a hanging turn has sent all it will."""
+        return True
+
+    def stall_progress(self, setup: Setup):
+        """The stall is the server's: the CLI has started, connected its bridge and asked for
+        the turn that hangs (the CLI's own stdout lines carry no timestamps)."""
+        from harnesscheck.kit.adapters import Progress
+
+        server = setup.extra.get("server")
+        if server is None:
+            return None
+        return Progress(stalled=server.stalled_at, last_output=server.stalled_at, latest=server.last_request_at)
+
     def close(self) -> None:
         for srv in self._servers:
             srv.stop()

@@ -155,6 +155,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve_turn(self, rec: RecordedRequest, body: dict, protocol: str) -> None:
         owner = self.server.owner
+        owner.last_request_at = time.monotonic()
         index = wire.history_turns(protocol, body)
         turn = owner.scenario.turn(index) or _CLOSING
         rec.turn_index = index
@@ -172,6 +173,7 @@ class _Handler(BaseHTTPRequestHandler):
         ]
         if not rec.stream:
             if turn.hang:
+                owner.note_stall()
                 owner._stopping.wait()
                 return
             if protocol == wire.ANTHROPIC:
@@ -227,6 +229,7 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             return
         if hang:
+            self.server.owner.note_stall()
             self.server.owner._stopping.wait()
 
 
@@ -250,6 +253,10 @@ class ScriptedModelServer:
         self.requests: list[RecordedRequest] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        #: time.monotonic() when a hanging turn had sent all it will send (first time), and
+        #: when a request last arrived: the kit times its deadlines and cancels by them.
+        self.stalled_at: float | None = None
+        self.last_request_at: float | None = None
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -262,6 +269,12 @@ class ScriptedModelServer:
         self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True, name="loopback-server")
         self._thread.start()
         return self
+
+    def note_stall(self) -> None:
+        """A hanging turn has written everything it will: the first such moment is kept."""
+        with self._lock:
+            if self.stalled_at is None:
+                self.stalled_at = time.monotonic()
 
     def stop(self) -> None:
         """Stop serving; hanging answers are released and their connections closed."""
