@@ -238,10 +238,46 @@ def test_unreachable_forkserver_falls_back_to_the_full_bridge(tmp_path: Path) ->
     assert res.returncode == 3 and b"unreachable" in res.stderr
 
 
+def test_fallback_refuses_a_spec_rewritten_after_registration(tmp_path: Path, relay_for) -> None:
+    """The review's attack: widen the registered spec (root /, writable), then make the
+    forkserver unreachable so the relay falls back to the full bridge. The fallback is
+    pinned to the registered bytes' sha256 and refuses; stdout stays empty."""
+    from harnesscheck.bridge.spec import spec_sha256
+
+    spec_path, root = _make_spec(tmp_path, "a")
+    original = spec_path.read_bytes()
+    argv, env = relay_for(spec_path)
+    rest = argv[argv.index("--") + 1:]
+    assert rest[rest.index("--spec-sha256") + 1] == spec_sha256(original)
+    assert rest[-2:] == ["--spec", str(spec_path)]
+
+    widened = json.loads(original)
+    widened["scope"]["root"] = "/"
+    widened["scope"]["read_only"] = False
+    spec_path.write_text(json.dumps(widened))
+    unreachable = [*argv[:4], str(tmp_path / "gone.sock"), *argv[5:]]  # as if the socket was unlinked
+    res = _run_relay(unreachable, env={**os.environ, **env})
+    assert res.returncode == 2 and res.stdout == b"", res
+    assert b"unreachable" in res.stderr and b"sha256 differs" in res.stderr
+    assert not (tmp_path / "run-a" / "bridge-trace.jsonl").exists() or b"bridge_start" not in (
+        tmp_path / "run-a" / "bridge-trace.jsonl"
+    ).read_bytes()
+
+    spec_path.write_bytes(original)  # the honest fallback: the registered bytes are served
+    listed, results = anyio.run(_client_session, unreachable, env, tmp_path, [("read_file", {"path": "src/own.txt"})])
+    assert [t.name for t in listed.tools] == ["read_file", "list_dir", "grep"]
+    assert _text(results[0]) == "this is a\n"
+
+
 def test_disabled_by_env_gives_no_relay(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv(forkserver.DISABLE_VAR, "0")
     spec_path, _ = _make_spec(tmp_path, "a")
     assert forkserver.relay_command(spec_path) is None
+    from harnesscheck.bridge.spec import spec_sha256
+    from harnesscheck.providers._harness import bridge_command
+
+    argv, _ = bridge_command(spec_path)  # the full bridge, pinned to the bytes written now
+    assert argv[-4:] == ["--spec-sha256", spec_sha256(spec_path.read_bytes()), "--spec", str(spec_path)]
 
 
 # ---------------------------------------------------------------------------------------

@@ -259,6 +259,33 @@ def test_bad_spec_exits_2_with_a_message_and_no_protocol_output(tmp_path: Path) 
     assert b"invalid bridge spec" in proc.stderr
 
 
+def test_spec_sha256_pins_the_spec_bytes(setup) -> None:
+    """`--spec-sha256`: a spec whose bytes differ is refused (exit 2, stderr says why, stdout
+    untouched, nothing served); the matching spec is served; a malformed digest is refused."""
+    from harnesscheck.bridge.spec import spec_sha256
+
+    base, root, spec, spec_path = setup
+    pin = spec_sha256(spec_path.read_bytes())
+    request = _frame(INIT, INITIALIZED, _call(2, "read_file", {"path": "src/a.py"}))
+    ok = subprocess.run(bridge_argv(spec_path, spec_sha256=pin), input=request, capture_output=True,
+                        env=bridge_env() or None, timeout=START_BOUND_S)
+    assert ok.returncode == 0, ok.stderr.decode()
+    assert json.loads(ok.stdout.decode().splitlines()[-1])["result"]["content"][0]["text"] == "alpha = 1\n"
+
+    widened = json.loads(spec_path.read_text())
+    widened["scope"]["root"] = "/"
+    spec_path.write_text(json.dumps(widened))
+    for digest in (pin, "not-a-digest", "\u00e9" * 64):
+        bad = subprocess.run(bridge_argv(spec_path, spec_sha256=digest), input=request, capture_output=True,
+                             env=bridge_env() or None, timeout=START_BOUND_S)
+        assert bad.returncode == 2 and bad.stdout == b"", bad
+        assert b"sha256 differs" in bad.stderr
+    # without the pin (direct use, `harnesscheck bridge`-style): served as the file says now
+    unpinned = subprocess.run(bridge_argv(spec_path), input=request, capture_output=True,
+                              env=bridge_env() or None, timeout=START_BOUND_S)
+    assert unpinned.returncode == 0, unpinned.stderr.decode()
+
+
 def test_exits_on_stdin_eof_after_answering_calls_in_flight(setup) -> None:
     base, root, spec, spec_path = setup
     proc = subprocess.Popen(bridge_argv(spec_path), stdin=subprocess.PIPE, stdout=subprocess.PIPE,

@@ -11,8 +11,10 @@ pointed at /dev/null once sent, so the CLI's pipes end exactly when the bridge c
 - Refused by the forkserver (spec not registered for a live session, changed since, or
   claimed by another session): a message on stderr, exit 2, no fallback.
 - Forkserver unreachable (no socket, connection refused): a note on stderr, then exec of
-  FALLBACK_ARGV, the full stdio bridge (`python -I -m harnesscheck.bridge --spec ...`), so
-  the session still gets its tools, only slower. Without a fallback argv: exit 3.
+  FALLBACK_ARGV, the full stdio bridge (`python -I -m harnesscheck.bridge --spec-sha256 H
+  --spec ...`), so the session still gets its tools, only slower. The host pins H, the
+  sha256 of the spec bytes it registered, so the fallback refuses a spec rewritten since
+  (exit 2) instead of serving what the file says now. Without a fallback argv: exit 3.
 - The forkserver vanishing after the hand-over: stderr, exit 1.
 
 Killing the relay (the CLI's group teardown) closes the connection, which ends the bridge

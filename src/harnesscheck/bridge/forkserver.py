@@ -184,11 +184,14 @@ class ForkServer:
         """Running and reachable: its socket is still there (a temp cleaner may remove it)."""
         return self.running() and os.path.exists(self.socket_path)
 
-    def relay_argv(self, spec_path: Path) -> list[str]:
-        from harnesscheck.bridge.spec import _interpreter, bridge_argv
+    def relay_argv(self, spec_path: Path, content: bytes) -> list[str]:
+        """The relay command; its fallback (the full stdio bridge) is pinned to the sha256 of
+        `content`, the exact bytes registered, so it refuses a spec rewritten since."""
+        from harnesscheck.bridge.spec import _interpreter, bridge_argv, spec_sha256
 
         spec = str(Path(spec_path).absolute())
-        return [_interpreter(), "-I", "-S", str(RELAY_PATH), self.socket_path, spec, "--", *bridge_argv(Path(spec))]
+        fallback = bridge_argv(Path(spec), spec_sha256=spec_sha256(content))
+        return [_interpreter(), "-I", "-S", str(RELAY_PATH), self.socket_path, spec, "--", *fallback]
 
     def close(self) -> None:
         """End the forkserver (it kills its children) and remove its directory."""
@@ -283,7 +286,7 @@ def relay_command(spec_path: Path) -> tuple[list[str], dict[str, str]] | None:
         return None
     with _lock:
         _registered[str(spec_path)] = server
-    return server.relay_argv(spec_path), bridge_env()
+    return server.relay_argv(spec_path, content), bridge_env()
 
 
 def release_session(spec_path: Path | None) -> list[int]:

@@ -451,11 +451,16 @@ def main_from_argv(argv: list[str]) -> int:
     initial_ppid, fds = _prepare()
     parser = argparse.ArgumentParser(prog="python -m harnesscheck.bridge", description=__doc__.splitlines()[0])
     parser.add_argument("--spec", required=True, type=Path, help="bridge spec JSON written by the transport")
+    parser.add_argument(
+        "--spec-sha256",
+        metavar="HEX",
+        help="serve the spec only if its bytes have this sha256 (the host pins the spec it registered)",
+    )
     ns = parser.parse_args(argv)
     from harnesscheck.bridge.spec import load_spec
 
     try:
-        spec = load_spec(ns.spec)
+        spec = load_spec(ns.spec, sha256=ns.spec_sha256)
     except ValueError as exc:
         print(f"harnesscheck bridge: {exc}", file=sys.stderr)
         return 2

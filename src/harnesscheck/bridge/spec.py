@@ -12,6 +12,8 @@ Also here, because transports need them without importing the server (or mcp):
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import subprocess
@@ -69,12 +71,29 @@ def write_spec(spec: BridgeSpec, path: Path) -> Path:
     return path
 
 
-def load_spec(path: Path) -> BridgeSpec:
-    """Read and validate a spec; raises ValueError with a readable message when it is bad."""
+def spec_sha256(content: bytes) -> str:
+    """The digest (lowercase hex) a host pins a spec's exact bytes with: not a secret, only
+    a fact about a file the host wrote (`--spec-sha256`)."""
+    return hashlib.sha256(content).hexdigest()
+
+
+def load_spec(path: Path, *, sha256: str | None = None) -> BridgeSpec:
+    """Read and validate a spec; raises ValueError with a readable message when it is bad.
+
+    With `sha256`, the bytes read must have that digest (else ValueError naming the
+    mismatch, never the content); the spec is parsed from those same bytes, never re-read."""
     try:
-        raw = Path(path).read_text(encoding="utf-8")
+        content = Path(path).read_bytes()
     except OSError as exc:
         raise ValueError(f"cannot read bridge spec {path}: {exc.strerror}") from None
+    if sha256 is not None and not hmac.compare_digest(spec_sha256(content).encode(), sha256.strip().lower().encode("utf-8", "replace")):
+        raise ValueError(
+            f"bridge spec {path} is not the one the host registered (its sha256 differs from --spec-sha256); refusing to serve it"
+        )
+    try:
+        raw = content.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"invalid bridge spec {path}: not UTF-8") from None
     try:
         return BridgeSpec.model_validate_json(raw)
     except ValidationError as exc:  # locations and messages only: never echo input values
@@ -120,17 +139,21 @@ def _importable_isolated(exe: str) -> bool:
     return found == Path(__file__).resolve().parent.parent
 
 
-def bridge_argv(spec_path: Path) -> list[str]:
+def bridge_argv(spec_path: Path, *, spec_sha256: str | None = None) -> list[str]:
     """The command a transport writes into the CLI's MCP config to start the bridge.
 
     Absolute interpreter, isolated mode (`-I`: no cwd on sys.path, no PYTHON* variables, no
     user site) so a worktree cannot shadow a module the bridge imports. When harnesscheck is
     only importable through PYTHONPATH (a bare source checkout), `-P -s` keeps the cwd off
     sys.path while honouring the PYTHONPATH that `bridge_env()` supplies.
+
+    With `spec_sha256` (the digest of the exact bytes the host wrote), the bridge refuses a
+    spec file that was changed since: `--spec-sha256 H` goes before `--spec FILE`.
     """
     exe = _interpreter()
     flags = ["-I"] if _importable_isolated(exe) else ["-P", "-s"]
-    return [exe, *flags, "-m", "harnesscheck.bridge", "--spec", str(Path(spec_path).absolute())]
+    pin = ["--spec-sha256", spec_sha256] if spec_sha256 is not None else []
+    return [exe, *flags, "-m", "harnesscheck.bridge", *pin, "--spec", str(Path(spec_path).absolute())]
 
 
 def bridge_env() -> dict[str, str]:

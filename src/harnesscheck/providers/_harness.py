@@ -173,11 +173,19 @@ def bridge_command(spec_path: Path) -> tuple[list[str], dict[str, str]]:
     """(argv, env) a CLI's MCP config uses to start the bridge: absolute interpreter, explicit env.
 
     The relay to this host's bridge forkserver when it runs (the spec is registered now, so
-    write the spec first; `release_bridge` after the session), else the full stdio bridge."""
+    write the spec first; `release_bridge` after the session), else the full stdio bridge.
+    Either way the full bridge is pinned (`--spec-sha256`) to the spec's bytes as written now."""
     from harnesscheck.bridge.forkserver import relay_command
-    from harnesscheck.bridge.spec import bridge_argv, bridge_env
+    from harnesscheck.bridge.spec import bridge_argv, bridge_env, spec_sha256
 
-    return relay_command(spec_path) or (bridge_argv(spec_path), bridge_env())
+    relay = relay_command(spec_path)
+    if relay is not None:
+        return relay
+    try:
+        pin = spec_sha256(Path(spec_path).read_bytes())
+    except OSError:
+        pin = None  # unreadable now: the bridge will fail to read it too, and say why
+    return bridge_argv(spec_path, spec_sha256=pin), bridge_env()
 
 
 def release_bridge(spec_path: Path | None) -> None:
