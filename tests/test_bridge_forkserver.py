@@ -281,6 +281,90 @@ def test_disabled_by_env_gives_no_relay(tmp_path: Path, monkeypatch) -> None:
 
 
 # ---------------------------------------------------------------------------------------
+# Idle connections do not stall the loop
+
+#: Generous upper bound for "promptly" (the review measured 80 s with 18 idle connections).
+PROMPT_S = 10.0
+
+
+def _idle_connections(n: int) -> list:
+    import socket
+
+    server = forkserver.get_forkserver()
+    assert server is not None
+    conns = []
+    for _ in range(n):
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        c.connect(server.socket_path)
+        conns.append(c)
+    return conns
+
+
+def test_idle_connections_do_not_stall_registrations_or_relays(tmp_path: Path, relay_for) -> None:
+    spec_a, _ = _make_spec(tmp_path, "a")
+    argv_a, _ = relay_for(spec_a)
+    idle = _idle_connections(20)  # a same-uid process holding connections open, silent
+    try:
+        spec_b, _ = _make_spec(tmp_path, "b")
+        t0 = time.monotonic()
+        argv_b, env_b = relay_for(spec_b)
+        assert time.monotonic() - t0 < PROMPT_S, "a registration waited on idle connections"
+        assert Path(argv_b[3]).name == "_bridgerelay.py"
+        idle += _idle_connections(20)  # more than MAX_PENDING in all: the oldest are dropped
+        t0 = time.monotonic()
+        relay = _start_raw(argv_a)
+        assert time.monotonic() - t0 < PROMPT_S, "a relay waited on idle connections"
+        relay.stdin.close()
+        assert relay.wait(timeout=BOUND_S) == 0
+        assert anyio.run(_client_session, argv_b, env_b, tmp_path, [])[0].tools
+    finally:
+        for c in idle:
+            c.close()
+
+
+def test_an_idle_connection_times_out_with_a_refusal(relay_for, tmp_path: Path) -> None:
+    relay_for(_make_spec(tmp_path, "a")[0])  # the forkserver runs
+    (idle,) = _idle_connections(1)
+    try:
+        idle.settimeout(BOUND_S)
+        t0 = time.monotonic()
+        reply = idle.recv(4096)
+        assert reply.startswith(b"refused timeout"), reply
+        assert time.monotonic() - t0 >= forkserver.PENDING_TIMEOUT_S - 1.0  # the deadline, not at once
+    finally:
+        idle.close()
+
+
+def test_accept_failures_do_not_end_the_loop(tmp_path: Path, relay_for) -> None:
+    """Out of fds (EMFILE) while connections pile up: the loop pauses accepting, survives,
+    and serves relays once fds are free again."""
+    import resource
+
+    spec_a, _ = _make_spec(tmp_path, "a")
+    argv, env = relay_for(spec_a)
+    server = forkserver.get_forkserver()
+    limits = resource.prlimit(server.pid, resource.RLIMIT_NOFILE)
+    open_now = len(os.listdir(f"/proc/{server.pid}/fd"))
+    resource.prlimit(server.pid, resource.RLIMIT_NOFILE, (open_now + 2, limits[1]))
+    idle = []
+    try:
+        idle = _idle_connections(12)
+        log = Path(server.dir) / "forkserver.log"
+        deadline = time.monotonic() + BOUND_S
+        while b"accept failed" not in log.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert b"accept failed" in log.read_bytes()
+    finally:
+        resource.prlimit(server.pid, resource.RLIMIT_NOFILE, limits)  # children inherit it
+        for c in idle:
+            c.close()
+    assert server.alive()
+    spec_b, _ = _make_spec(tmp_path, "b")
+    argv_b, env_b = relay_for(spec_b)
+    assert anyio.run(_client_session, argv_b, env_b, tmp_path, [])[0].tools
+
+
+# ---------------------------------------------------------------------------------------
 # The process tree
 
 

@@ -18,7 +18,10 @@ The forkserver process:
 - Started with the env policy's child env (the same scrubbing the bridge applies to
   itself), in its own session, cwd its private directory: a fresh `mkdtemp` (0700, random
   name) holding the listening socket (0600). It pre-imports `mcp` and the server module,
-  then is single-threaded for good (checked before every fork).
+  then is single-threaded for good (checked before every fork). Its loop never blocks on a
+  relay connection: requests are read only when readable; a silent connection waits at most
+  PENDING_TIMEOUT_S, at most MAX_PENDING at once (the oldest dropped); accept() failures
+  (EMFILE...) pause accepting briefly instead of ending or spinning the loop.
 - Control channel: a SOCK_SEQPACKET socketpair; the host's end is non-inheritable and
   closed in a forked copy of the host. EOF on it (the host died) kills every child and
   ends the forkserver.
@@ -42,6 +45,7 @@ import argparse
 import hmac
 import json
 import os
+import selectors
 import shutil
 import signal
 import socket
@@ -64,6 +68,13 @@ REAP_TIMEOUT_S = 10.0
 #: relay gone: they write their `bridge_stop` record) before SIGKILL.
 RELEASE_GRACE_S = 0.25
 MAX_MESSAGE = 1 << 20
+#: A relay sends its request right after connecting. An accepted connection that has not
+#: sent one waits (in the selector, never blocking the loop) at most this long...
+PENDING_TIMEOUT_S = 5.0
+#: ...and at most this many wait at once: beyond it the oldest is dropped.
+MAX_PENDING = 32
+#: accept() failed (EMFILE, ENFILE, ENOBUFS...): stop accepting this long, not busy-loop.
+ACCEPT_PAUSE_S = 0.1
 #: AF_UNIX path limit on Linux is 108 bytes including the NUL.
 MAX_SOCKET_PATH = 100
 
@@ -401,12 +412,13 @@ class _Server:
     """The forkserver's single-threaded loop: control requests, relay connections, reaping."""
 
     def __init__(self, control: socket.socket, directory: Path):
-        import selectors
-
         self.control = control
         self.dir = directory
         self.registrations: dict[str, _Registration] = {}
         self.children: dict[int, _Child] = {}
+        #: Accepted connections whose request has not arrived: fd -> (conn, deadline), oldest first.
+        self.pending: dict[int, tuple[socket.socket, float]] = {}
+        self.accept_paused_until: float | None = None
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         path = str(directory / SOCKET_NAME)
         old_umask = os.umask(0o177)
@@ -415,6 +427,7 @@ class _Server:
         finally:
             os.umask(old_umask)
         self.listener.listen(64)
+        self.listener.setblocking(False)
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
@@ -428,26 +441,39 @@ class _Server:
     def run(self) -> None:
         self.control.sendall(json.dumps({"ready": True, "pid": os.getpid()}).encode())
         while True:
-            for key, _ in self.selector.select():
+            for key, _ in self.selector.select(self._select_timeout()):
                 if key.data == "control":
                     if not self._on_control():
                         self._shutdown()
                         return
                 elif key.data == "listener":
                     self._on_connect()
+                elif key.data == "pending":
+                    self._on_pending(key.fileobj)
                 else:
                     try:
                         while os.read(self.wake_r, 512):
                             pass
                     except BlockingIOError:
                         pass
+            self._expire_pending()
+            self._resume_accepting()
             self._reap(block=False)
+
+    def _select_timeout(self) -> float | None:
+        """Until the next pending deadline or the end of an accept pause; None: no timer."""
+        times = [deadline for _, deadline in self.pending.values()][:1]  # oldest first
+        if self.accept_paused_until is not None:
+            times.append(self.accept_paused_until)
+        return max(0.0, min(times) - time.monotonic()) if times else None
 
     def _shutdown(self) -> None:
         """The host is gone (or asked): every child dies, the socket goes."""
         for pid in list(self.children):
             self._kill(pid)
         self._reap_all(list(self.children))
+        for fd in list(self.pending):
+            self._drop_pending(fd)
         self.listener.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -501,20 +527,85 @@ class _Server:
     # -- relays -----------------------------------------------------------------------------
 
     def _on_connect(self) -> None:
-        try:
-            conn, _ = self.listener.accept()
-        except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+        """Accept what is waiting, never blocking: a relay's request is usually there already
+        and is served at once; otherwise the connection waits in the selector (bounded)."""
+        for _ in range(64):
+            try:
+                conn, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                return
+            except OSError as exc:  # EMFILE, ENFILE, ENOBUFS...: keep the loop alive
+                sys.stderr.write(f"bridge forkserver: accept failed ({exc.strerror or exc}); pausing accepts\n")
+                sys.stderr.flush()
+                if self.pending:
+                    self._drop_pending(next(iter(self.pending)))  # frees an fd
+                self._pause_accepting()
+                return
+            conn.setblocking(False)
+            if not self._serve(conn):
+                self.pending[conn.fileno()] = (conn, time.monotonic() + PENDING_TIMEOUT_S)
+                self.selector.register(conn, selectors.EVENT_READ, "pending")
+                while len(self.pending) > MAX_PENDING:
+                    self._drop_pending(next(iter(self.pending)))
+
+    def _on_pending(self, conn: socket.socket) -> None:
+        fd = conn.fileno()
+        entry = self.pending.pop(fd, None)
+        if entry is None:
             return
+        self.selector.unregister(conn)
+        if not self._serve(conn):  # woken without a message: keep waiting, same deadline
+            self.pending[fd] = entry
+            self.selector.register(conn, selectors.EVENT_READ, "pending")
+
+    def _drop_pending(self, fd: int) -> None:
+        conn, _ = self.pending.pop(fd)
+        try:
+            self.selector.unregister(conn)
+        except (KeyError, ValueError):
+            pass
+        try:
+            conn.send(b"refused timeout: no request on this connection in time")
+        except OSError:
+            pass
+        conn.close()
+
+    def _expire_pending(self) -> None:
+        now = time.monotonic()
+        for fd, (_conn, deadline) in list(self.pending.items()):
+            if deadline > now:
+                break  # oldest first: the rest are later
+            self._drop_pending(fd)
+
+    def _pause_accepting(self) -> None:
+        if self.accept_paused_until is None:
+            self.selector.unregister(self.listener)
+        self.accept_paused_until = time.monotonic() + ACCEPT_PAUSE_S
+
+    def _resume_accepting(self) -> None:
+        if self.accept_paused_until is not None and time.monotonic() >= self.accept_paused_until:
+            self.accept_paused_until = None
+            self.selector.register(self.listener, selectors.EVENT_READ, "listener")
+
+    def _serve(self, conn: socket.socket) -> bool:
+        """Read the relay's request without blocking and answer it (fork a child or refuse).
+        False: nothing to read yet (the caller keeps the connection pending). True: handled;
+        `conn` is now a child's, or closed."""
         fds: list[int] = []
         try:
-            conn.settimeout(5.0)  # the relay sends at once; a silent peer must not stall us
-            msg, fds, _flags, _addr = socket.recv_fds(conn, 65536, 3, socket.MSG_CMSG_CLOEXEC)
-            conn.settimeout(None)
+            try:
+                msg, fds, _flags, _addr = socket.recv_fds(conn, 65536, 3, socket.MSG_CMSG_CLOEXEC)
+            except (BlockingIOError, InterruptedError):
+                return False
+            if not msg and not fds:
+                conn.close()  # the peer closed without asking
+                return True
+            conn.setblocking(True)  # the status send to a child's relay (a few bytes) may wait
             refusal = self._check(conn, msg, fds)
             if refusal is not None:
                 conn.send(b"refused " + refusal.encode())
                 conn.close()
-                return
+                return True
             self._fork(conn, msg[5:].decode("utf-8", "surrogateescape"), fds)
         except OSError:
             conn.close()
@@ -528,6 +619,7 @@ class _Server:
                     os.close(fd)
                 except OSError:
                     pass
+        return True
 
     def _check(self, conn: socket.socket, msg: bytes, fds: list[int]) -> str | None:
         """None when this relay may have a bridge; else the reason (no secret in it)."""
@@ -580,6 +672,8 @@ class _Server:
             self.selector.close()
             for other in self.children.values():
                 other.conn.close()
+            for waiting, _ in self.pending.values():
+                waiting.close()
             self.listener.close()
             self.control.close()
             os.close(self.wake_r)
