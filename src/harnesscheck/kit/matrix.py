@@ -160,7 +160,8 @@ def to_markdown(m: Combined) -> str:
             n_pass = sum(c.outcome == "passed" for c in cells)
             n_skip = sum(c.outcome == "skipped" for c in cells)
             mark = SYMBOL[status] + (f" {n_pass}/{len(cells) - n_skip}" if len(cells) > n_skip else "")
-            mark += f" · {n_skip} skipped" if n_skip else ""
+            if n_skip:
+                mark += f" · {n_skip} skipped" if len(cells) > n_skip else f" {n_skip} skipped"
             if refs.get((backend, level, area)) and status != "pass":
                 mark += " " + ",".join(f"[{n}]" for n in refs[(backend, level, area)][:6])
                 if len(refs[(backend, level, area)]) > 6:
