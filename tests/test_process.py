@@ -6,6 +6,7 @@ zombie). Time is only ever an upper bound.
 
 from __future__ import annotations
 
+import errno
 import json
 import shutil
 import os
@@ -582,3 +583,69 @@ def test_atexit_hook_kills_live_groups(tmp_path: Path) -> None:
     assert results and results[0].ending is Ending.exited and results[0].exit_code is None
     assert results[0].signal in (signal.SIGTERM, signal.SIGKILL)
     assert survivors(pids) == []
+
+
+HARDEN_HOST = """
+import ctypes, json, os, sys
+from harnesscheck.process import run_process
+prctl = ctypes.CDLL(None).prctl
+before = prctl(3, 0, 0, 0, 0)  # PR_GET_DUMPABLE
+seen = []
+peek = (
+    "import os\\n"
+    "try:\\n"
+    "    data = open('/proc/%d/environ' % os.getppid(), 'rb').read()\\n"
+    "    print('read', b'CANARY_SECRET_VALUE' in data)\\n"
+    "except OSError as exc:\\n"
+    "    print('refused', exc.errno)\\n"
+)
+result = run_process([sys.executable, "-c", peek], env={"PATH": os.environ["PATH"]}, cwd=sys.argv[1],
+                     on_line=seen.append, timeout_s=60)
+print(json.dumps({"before": before, "after": prctl(3, 0, 0, 0, 0), "child": seen, "rc": result.exit_code}))
+"""
+
+
+@pytest.mark.parametrize("opt_out", [False, True])
+def test_host_is_not_dumpable_after_a_session(tmp_path: Path, opt_out: bool) -> None:
+    """The host turns PR_SET_DUMPABLE off before its first CLI, so a same-uid CLI cannot read
+    the host's environment (secrets) from /proc; HARNESSCHECK_HOST_DUMPABLE=1 opts out."""
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = dict(os.environ, PYTHONPATH=src, CANARY_KEY="CANARY_SECRET_VALUE")
+    env.pop("HARNESSCHECK_HOST_DUMPABLE", None)
+    if opt_out:
+        env["HARNESSCHECK_HOST_DUMPABLE"] = "1"
+    out = subprocess.run([PY, "-c", HARDEN_HOST, str(tmp_path)], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["rc"] == 0 and report["before"] == 1
+    assert report["after"] == (1 if opt_out else 0)
+    if opt_out:
+        assert report["child"] == ["read True"]  # the check below would catch a leak
+    elif os.geteuid() == 0:
+        pytest.skip("running as root: CAP_SYS_PTRACE reads any /proc/<pid>/environ; only the flag was checked")
+    else:
+        assert report["child"] == [f"refused {errno.EACCES}"], report["child"]
+
+
+def test_guard_forgets_a_session_even_when_its_leader_was_not_reaped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A leader still unreaped after the teardown (stuck in the kernel) must not stay
+    registered with the guard: its pgid could be reused by the time the host dies."""
+    from harnesscheck import process
+
+    if not process._use_guard():
+        pytest.skip("no guard on this platform")
+    monkeypatch.setattr(process, "terminate_tree", lambda *args, **kwargs: False)  # reaps nothing
+    before = set(process._live)
+    result = run_process([PY, "-c", "import time\nwhile True: time.sleep(1)"], env=ENV, cwd=tmp_path, on_line=Lines(), timeout_s=0.5, term_grace_s=0.0)
+    stuck = [process._live[pid][0] for pid in set(process._live) - before]
+    try:
+        assert result.ending is Ending.deadline and result.exit_code is None and result.signal is None
+        assert stuck and stuck[0].returncode is None  # not reaped: still ours to kill at exit
+        with process._guard.lock:
+            assert process._guard.sessions == {}
+    finally:
+        for proc in stuck:
+            proc.kill()
+            proc.wait(timeout=60)
+            process._unregister(proc)

@@ -7,9 +7,11 @@ Time is only ever an upper bound.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -274,17 +276,53 @@ def test_guard_holds_no_cli_pipe_and_the_cli_holds_no_guard_pipe(tmp_path: Path)
         # Looked at while the CLI still runs and its pipes exist.
         seen["cli"] = json.loads(line)
         guard = process._guard_pid()
-        seen["guard"] = [os.readlink(f"/proc/{guard}/fd/{fd}") for fd in os.listdir(f"/proc/{guard}/fd")]
-        seen["guard_pipe"] = f"pipe:[{os.fstat(process._guard.fd).st_ino}]"
+        try:
+            seen["guard"] = [os.readlink(f"/proc/{guard}/fd/{fd}") for fd in os.listdir(f"/proc/{guard}/fd")]
+        except PermissionError:
+            seen["guard"] = None  # non-root: the non-dumpable guard hides its fds from us too
+        seen["host_end"] = f"socket:[{os.fstat(process._guard.fd).st_ino}]"
         return LineAction.STOP
 
     run_process([PY, "-c", report], env=ENV, cwd=tmp_path, on_line=on_line, timeout_s=60)
     cli_targets = set(seen["cli"].values())
     cli_pipes = {seen["cli"]["1"], seen["cli"]["2"]}
     assert all(p.startswith("pipe:") for p in cli_pipes)
-    assert seen["guard_pipe"] not in cli_targets
+    assert seen["host_end"] not in cli_targets
+    assert not any(t.startswith("socket:") for t in cli_targets)
+    if seen["guard"] is None:
+        pytest.skip("not root: cannot list the (non-dumpable) guard's descriptors")
     assert not cli_pipes & set(seen["guard"])
-    assert set(seen["guard"]) <= {seen["guard_pipe"], "/dev/null"}
+    sockets = [t for t in seen["guard"] if t.startswith("socket:")]
+    assert len(sockets) == 1 and sockets[0] != seen["host_end"]  # the peer end: its stdin
+    assert set(seen["guard"]) <= {sockets[0], "/dev/null"}
+
+
+def test_guard_stdin_cannot_be_reopened_through_proc(tmp_path: Path) -> None:
+    """A same-uid process (a CLI's shell tool) must not be able to write registrations to
+    the guard or hold its input open: its stdin is a socket, which /proc cannot reopen, and
+    the guard is not dumpable."""
+    if not process._use_guard():
+        pytest.skip("no guard on this platform")
+    result = run_process([PY, "-c", "print('hi')"], env=ENV, cwd=tmp_path, on_line=lambda line: None, timeout_s=60)
+    assert result.exit_code == 0
+    guard = process._guard_pid()
+    assert guard is not None
+    attempt = (
+        "import os, sys\n"
+        "path = '/proc/' + sys.argv[1] + '/fd/0'\n"
+        "try:\n"
+        "    os.open(path, os.O_WRONLY)\n"
+        "    print('opened')\n"
+        "except OSError as exc:\n"
+        "    print('refused', exc.errno)\n"
+        "print('owner', os.stat('/proc/' + sys.argv[1]).st_uid)\n"
+    )
+    lines: list[str] = []
+    run_process([PY, "-c", attempt, str(guard)], env=ENV, cwd=tmp_path, on_line=lines.append, timeout_s=60)
+    # Root gets ENXIO (a socket cannot be opened via /proc); another uid is refused earlier.
+    assert lines[0] in (f"refused {errno.ENXIO}", f"refused {errno.EACCES}"), lines
+    if os.geteuid() != 0:  # non-dumpable: /proc/<guard> belongs to root, not to our uid
+        assert lines[1] == "owner 0", lines
 
 
 def test_guard_kills_only_registered_sessions_and_ignores_garbage(tmp_path: Path) -> None:
@@ -297,7 +335,8 @@ def test_guard_kills_only_registered_sessions_and_ignores_garbage(tmp_path: Path
         "marked": subprocess.Popen(SLEEPER, env={**ENV, "HARNESSCHECK_RUN": killed_marker}, start_new_session=True),
         "grouped": subprocess.Popen(SLEEPER, env=ENV, start_new_session=True),  # known by its group only
     }
-    r, w = os.pipe()
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    w, r = ours.detach(), theirs.detach()
     guard = subprocess.Popen([PY, "-I", "-S", GUARD, "0"], stdin=r, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, env={}, cwd="/", start_new_session=True)
     os.close(r)
@@ -330,8 +369,8 @@ def test_guard_kills_only_registered_sessions_and_ignores_garbage(tmp_path: Path
 
 
 def test_stuck_guard_is_replaced_without_killing_running_sessions(tmp_path: Path) -> None:
-    """A guard that stops reading (here: SIGSTOPped, pipe full) is killed *before* our end
-    of its pipe is closed, and the running sessions are re-registered with a new guard."""
+    """A guard that stops reading (here: SIGSTOPped, socket full) is killed *before* our end
+    of its socket is closed, and the running sessions are re-registered with a new guard."""
     if not process._use_guard():
         pytest.skip("no guard on this platform")
     import threading
@@ -348,7 +387,7 @@ def test_stuck_guard_is_replaced_without_killing_running_sessions(tmp_path: Path
         pids = read_pids(pidfile)
         old = process._guard_pid()
         os.kill(old, signal.SIGSTOP)
-        with process._guard.lock:  # fill the pipe with ignored lines until it would block
+        with process._guard.lock:  # fill the socket with ignored lines until it would block
             try:
                 while True:
                     os.write(process._guard.fd, b"#\n" * 2048)

@@ -8,25 +8,30 @@ reaches only a direct child and is not inherited, so it cannot cover a CLI's tre
 
 Contract with the host (process.py):
 - The guard is started once per host process, in its own session, with a scrubbed env,
-  stdout/stderr on /dev/null, and stdin = the read end of a pipe whose write end only the
-  host holds (close-on-exec, closed in forked children). It holds no other descriptor of
-  the host: never a CLI's pipes.
-- The host writes one line per event, each in a single small write (atomic under
-  PIPE_BUF); markers are hex-encoded so any marker fits on one line:
+  stdout/stderr on /dev/null, and stdin = one end of an AF_UNIX stream socketpair whose
+  other end only the host holds (close-on-exec, closed in forked children). Not a pipe: a
+  pipe can be reopened for writing through /proc/<guard>/fd/0 by any same-uid process
+  (a CLI's shell tool), which could then inject registrations or hold a writer open so EOF
+  never comes; a socket cannot be opened that way. It holds no other descriptor of the
+  host: never a CLI's pipes.
+- The guard makes itself non-dumpable (PR_SET_DUMPABLE 0) first thing, so same-uid
+  processes cannot take its descriptor either (pidfd_getfd, ptrace) or list its fds.
+- The host writes one line per event, each in a single small write under its lock;
+  markers are hex-encoded so any marker fits on one line:
       + SID HEXMARKER    a session is about to spawn its CLI (before the spawn)
       g SID PGID         the CLI's process group
       - SID              the session's tree is torn down and reaped
   Anything else (a cut or garbage line) is ignored.
-- EOF on stdin means the host is gone (died or exited). The guard then SIGKILLs every
+- EOF on stdin (the host's end closed everywhere) means the host is gone (died or exited). The guard then SIGKILLs every
   registered group and, in a few bounded /proc sweeps, every process whose environment
   carries HARNESSCHECK_RUN=<a registered marker> (descendants that left the group with
   setsid), and their groups. Then it exits 0.
 - While the host lives the guard sleeps in poll() registered for no event, so host writes
-  do not wake it; it reads the queued lines every 0.5 s (a 4 KiB pipe holds ~30 sessions,
-  64 KiB ~500) and at EOF (POLLHUP). It costs next to nothing.
+  do not wake it; it reads the queued lines every 0.5 s (the socket buffer holds thousands
+  of sessions' lines) and at EOF (POLLHUP). It costs next to nothing.
 
-Imports only built-ins and `select` so it starts in a few milliseconds; the host does not
-wait for it (lines queue in the pipe until it reads them).
+Imports only built-ins, `select` and `ctypes` (for prctl) so it starts in a few
+milliseconds; the host does not wait for it (lines queue in the socket until it reads them).
 """
 
 import _signal as signal  # the C module: `signal` would import enum & co (~25 ms)
@@ -37,7 +42,20 @@ import time
 
 MARKER_VAR = "HARNESSCHECK_RUN"
 SWEEP_ROUNDS = 5
-DRAIN_EVERY_MS = 500  # read the queued lines this often (a pipe holds 4-64 KiB)
+DRAIN_EVERY_MS = 500  # read the queued lines this often
+PR_SET_DUMPABLE = 4
+
+
+def _not_dumpable() -> None:
+    """PR_SET_DUMPABLE 0: same-uid processes cannot ptrace us, take our fds or read /proc."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (ImportError, OSError, AttributeError):
+        pass
 
 
 def _parse(line: bytes, markers: dict, groups: dict) -> None:
@@ -112,6 +130,7 @@ def _kill_all(markers: dict, groups: dict) -> None:
 
 
 def main() -> None:
+    _not_dumpable()
     # Group and terminal signals are not for us (we are in our own session anyway); a host
     # thread's blocked-signal mask would otherwise survive exec.
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):

@@ -25,6 +25,7 @@ import secrets
 import selectors
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -90,6 +91,8 @@ class ProcessResult:
 # --- signals for the child ------------------------------------------------------------
 
 _PR_SET_PDEATHSIG = 1
+_PR_GET_DUMPABLE = 3
+_PR_SET_DUMPABLE = 4
 _prctl: Any = None
 # Signals a CLI must start with at their default disposition (SIG_IGN survives exec).
 _DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
@@ -157,6 +160,37 @@ def _unblocked_signals() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+# --- host hardening: same-uid children must not read the host through /proc ---------------
+
+HOST_DUMPABLE_VAR = "HARNESSCHECK_HOST_DUMPABLE"
+_harden_lock = threading.Lock()
+_hardened = False
+
+
+def harden_host() -> None:
+    """Make this host process non-dumpable (Linux), once, before its first CLI is spawned.
+
+    A CLI runs as our uid, so without this its tools could read our initial environment
+    (secrets included) from /proc/<host>/environ, our memory, or take our descriptors
+    (pidfd_getfd, /proc/<host>/fd). PR_SET_DUMPABLE 0 makes those need CAP_SYS_PTRACE; this
+    process still reads its own /proc/self. Children get dumpable 1 back at execve, so the
+    CLIs are unaffected. No protection when the CLI runs as root. Opt out (ptrace, core
+    dumps) with HARNESSCHECK_HOST_DUMPABLE=1. Idempotent, thread-safe, a no-op off Linux.
+    """
+    global _hardened
+    if _hardened:
+        return
+    with _harden_lock:
+        if _hardened:
+            return
+        _hardened = True
+        if not sys.platform.startswith("linux") or os.environ.get(HOST_DUMPABLE_VAR) == "1":
+            return
+        prctl = _load_prctl()
+        if prctl:
+            prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
 # --- the guard: one per host process, kills registered trees when the host dies ------------
 
 _GUARD_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_procguard.py")
@@ -185,7 +219,7 @@ class _Guard:
         self.lock = threading.Lock()
         self.owner = 0  # pid of the process that started the guard
         self.proc: subprocess.Popen[bytes] | None = None
-        self.fd = -1  # write end of the guard's stdin (close-on-exec, non-blocking)
+        self.fd = -1  # host end of the guard's stdin socket (close-on-exec, non-blocking)
         self.fd_ident: tuple[int, int] | None = None  # (st_dev, st_ino): is fd still ours?
         self.sessions: dict[int, list[Any]] = {}  # sid -> [hex marker, pgid or None]
         self.next_sid = 1
@@ -229,7 +263,7 @@ class _Guard:
             return self.proc.pid if self.proc is not None and self.owner == os.getpid() else None
 
     def shutdown(self) -> None:
-        """Interpreter exit: close the pipe (the guard sweeps what is still registered and
+        """Interpreter exit: close our socket end (the guard sweeps what is still registered and
         exits) and reap it, briefly."""
         if not self.lock.acquire(timeout=_GUARD_EXIT_WAIT_S):
             return
@@ -265,8 +299,12 @@ class _Guard:
         if self.closed or self.unavailable:
             return False
         self._drop()
+        # A socketpair, not a pipe: a pipe's ends can be reopened through /proc/<pid>/fd by
+        # any same-uid process (inject registrations, or hold a writer so EOF never comes);
+        # a socket cannot. Both ends close-on-exec: no CLI ever inherits the host's end.
         try:
-            r, w = os.pipe()  # both close-on-exec: no CLI ever inherits the write end
+            host_end, guard_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            w, r = host_end.detach(), guard_end.detach()
         except OSError:
             return False  # out of descriptors: this session goes without
         try:
@@ -293,7 +331,7 @@ class _Guard:
         st = os.fstat(w)
         self.fd, self.fd_ident, self.owner = w, (st.st_dev, st.st_ino), os.getpid()
         self.started_at = time.monotonic()
-        # The guard need not be running yet: lines wait in the pipe until it reads them.
+        # The guard need not be running yet: lines wait in the socket until it reads them.
         replay = "".join(
             f"+ {sid} {hexmarker}\n" + (f"g {sid} {pgid}\n" if pgid else "")
             for sid, (hexmarker, pgid) in self.sessions.items()
@@ -321,9 +359,9 @@ class _Guard:
         self.fd, self.fd_ident = -1, None
 
     def _drop(self) -> None:
-        """Forget the current guard: end and reap it, then close our end of its pipe.
+        """Forget the current guard: end and reap it, then close our end of its socket.
 
-        Killed *before* the pipe is closed: a live guard takes EOF for the host's death and
+        Killed *before* the socket is closed: a live guard takes EOF for the host's death and
         would kill the sessions that are still running (they go to the next guard).
         """
         proc, self.proc = self.proc, None
@@ -408,7 +446,7 @@ def _at_exit() -> None:
 
 def _after_fork_in_child() -> None:
     """A forked host child owns neither the parent's sessions nor its guard: it must not
-    kill them at its exit, and must not hold the parent's guard pipe open. It gets its own
+    kill them at its exit, and must not hold the parent's guard socket open. It gets its own
     guard on its first session. (No locks here: another thread may have held them.)"""
     global _guard, _live, _live_lock
     inherited, _guard = _guard, _Guard()
@@ -675,6 +713,7 @@ def run_process(
     if run_marker is not None and (not run_marker or "\0" in run_marker):
         raise ValueError("run_marker must be a non-empty string without NUL")
     marker = run_marker or secrets.token_hex(12)
+    harden_host()  # before any CLI of ours can look at /proc/<host>
     child_env = dict(env)
     child_env[RUN_MARKER_VAR] = marker
 
@@ -844,8 +883,12 @@ def run_process(
                     _close_quietly(stream)
             if proc.returncode is not None:
                 _unregister(proc)
-                if sid is not None:
-                    _guard.close(sid)  # reaped: nothing left for the guard to kill
+            # Unregistered in every ending, reaped or not: the teardown did all it could
+            # (SIGKILL to the group and the marked escapees). A leader not reaped within
+            # _REAP_S (stuck in the kernel) left registered could make the guard kill a
+            # reused pgid at the host's death; the at-exit kill still covers it.
+            if sid is not None:
+                _guard.close(sid)
 
     rc = proc.returncode
     exit_code = rc if rc is not None and rc >= 0 else None
