@@ -150,37 +150,49 @@ class Workspace:
 # What a run gives back
 
 
+@dataclass(frozen=True)
+class Progress:
+    """What an upstream has recorded doing so far, on the machine's monotonic clock
+    (``time.monotonic()``, system-wide on Linux, so a fake CLI's recorded times compare with
+    the kit's). ``stalled``: it reached its stall with every earlier line written;
+    ``last_output``: it wrote its last line before that; ``latest``: its latest recorded step
+    of any kind. Each stays None until the upstream gets there."""
+
+    stalled: float | None = None
+    last_output: float | None = None
+    latest: float | None = None
+
+
 @dataclass
 class Timeline:
-    """When things happened in a run, on the machine's monotonic clock (``time.monotonic()``,
-    system-wide on Linux, so a fake CLI's recorded times compare with the kit's).
-
-    ``stalled`` is when the upstream (fake CLI, scripted model, scripted server) reached its
-    stall with every earlier line written; ``last_output`` when it wrote its last line before
-    that; ``latest`` its latest recorded step of any kind. They stay None when the upstream
-    never got there, and ``observed`` is False when this adapter cannot see its upstream's
-    progress at all (then checks judge as before)."""
+    """When things happened in a run (monotonic clock, see Progress). ``progress`` is what
+    the upstream (fake CLI, scripted model, scripted server) recorded, None when this adapter
+    cannot see its upstream at all (then checks judge as before)."""
 
     timeout_s: float = 0.0  # the session deadline the kit asked for
     started: float = 0.0  # run_session was called
     ended: float = 0.0  # run_session returned
-    observed: bool = False
-    stalled: float | None = None
-    last_output: float | None = None
-    latest: float | None = None
     cancel_sent: float | None = None  # the kit set the host's cancel event
+    progress: Progress | None = None
+
+    @property
+    def observed(self) -> bool:
+        return self.progress is not None
+
+    @property
+    def stalled(self) -> float | None:
+        return self.progress.stalled if self.progress else None
+
+    @property
+    def last_output(self) -> float | None:
+        return self.progress.last_output if self.progress else None
+
+    @property
+    def latest(self) -> float | None:
+        return self.progress.latest if self.progress else None
 
     def stalled_by(self, moment: float) -> bool:
         return self.stalled is not None and self.stalled < moment
-
-
-@dataclass(frozen=True)
-class Progress:
-    """What an upstream has recorded doing so far (monotonic times; see Timeline)."""
-
-    stalled: float | None = None
-    last_output: float | None = None
-    latest: float | None = None
 
 
 @dataclass
@@ -368,10 +380,7 @@ class BackendUnderTest:
         run = SessionRun(outcome=outcome, workspace=ws, duration_s=timeline.ended - timeline.started,
                          facts=setup.facts, parent_env=env, timeline=timeline)
         self.collect(run, setup, request)
-        progress = self.stall_progress(setup)
-        if progress is not None:
-            timeline.observed = True
-            timeline.stalled, timeline.last_output, timeline.latest = progress.stalled, progress.last_output, progress.latest
+        timeline.progress = self.stall_progress(setup)
         return run
 
     #: The longest retry timeout run_stalled allows itself before it gives up (skip `budget`).

@@ -298,11 +298,13 @@ class HarnessAdapter(BackendUnderTest):
             facts = Facts(partial_text=stall_text(self.fake_name, data))
         else:
             fake = self.install_fake(scenario, echo=echo)
-            data = json.loads(Path(fake.scenario_path).read_text())
-            facts = fixture_facts(self.fake_name, data, model)
+            facts = None
+        installed = json.loads(Path(fake.scenario_path).read_text(encoding="utf-8"))
+        if facts is None:  # a fixture replayed as it is: it states its own facts
+            facts = fixture_facts(self.fake_name, installed, model)
             if scenario == "timeout_mid_stream":
-                facts.partial_text = stall_text(self.fake_name, data)
-        version = json.loads(Path(fake.scenario_path).read_text(encoding="utf-8")).get("version") or ""
+                facts.partial_text = stall_text(self.fake_name, installed)
+        version = installed.get("version") or ""
         fake = WRAPPERS.acquire(fake, self.fake_name, version)
         extra = {"fake": fake, "release": lambda: WRAPPERS.release(fake, self.fake_name, version)}
         return Setup(super().transport(cli=fake.path), facts, model=model, extra=extra)
