@@ -1,6 +1,11 @@
 """The fake-CLI engine: replays a scenario the way a vendor CLI would, and records how it was run.
 
 Standard library only (a fake must start fast and must not depend on the package under test).
+The offline suite starts a fake some 170 times per run, so the module imports at its top
+only what every run needs (json, re, os, stat, sys, time); subprocess, shlex, signal,
+select, tomllib and io are imported inside the functions that use them, and the per-test
+wrappers run it with ``python -I -S`` (tests/test_fakecli.py pins both; bench/bench_fake.py
+measures the start-up against a bare interpreter).
 
 How a fake finds its scenario
 =============================
@@ -120,14 +125,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
-import signal
 import stat
-import subprocess
 import sys
 import time
-import uuid
-from pathlib import Path
 
 VERSIONS = {
     "claude": "2.1.197 (Claude Code)",
@@ -157,6 +157,8 @@ class McpClient:
     """
 
     def __init__(self, name: str, entry: dict, timeout: float):
+        import subprocess
+
         self.name = name
         self.timeout = timeout
         self.next_id = 0
@@ -229,6 +231,8 @@ class McpClient:
 
     def close(self) -> None:
         """Close the server's stdin and wait (at most 5 s) for it to exit, then kill it."""
+        import subprocess
+
         try:
             if self.proc.stdin:
                 self.proc.stdin.close()
@@ -248,6 +252,7 @@ def _wait_exit(proc: subprocess.Popen, timeout: float) -> None:
         return
     try:
         import select
+        import subprocess
 
         if not select.select([pidfd], [], [], timeout)[0]:
             raise subprocess.TimeoutExpired(proc.args, timeout)
@@ -257,6 +262,21 @@ def _wait_exit(proc: subprocess.Popen, timeout: float) -> None:
 
 
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
+
+
+def _read_text(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def _uuid4() -> str:
+    """A random version-4 uuid in the text form of `str(uuid.uuid4())` (the uuid module costs
+    milliseconds to import, on every start of the fake)."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def _stdin_type() -> str:
@@ -335,6 +355,17 @@ def _flag_values(argv: list[str], name: str) -> list[str]:
     return out
 
 
+def _mentions(value, text: str) -> bool:
+    """Whether `text` occurs in a string (key or value) anywhere inside `value`."""
+    if isinstance(value, str):
+        return text in value
+    if isinstance(value, list):
+        return any(_mentions(v, text) for v in value)
+    if isinstance(value, dict):
+        return any(_mentions(k, text) or _mentions(v, text) for k, v in value.items())
+    return False
+
+
 def _positional_prompt(argv: list[str]) -> str | None:
     """The argument after `--`, if any (how transports pass a prompt that must never be a flag)."""
     if "--" in argv:
@@ -348,9 +379,9 @@ class Fake:
         self.cli = cli
         self.argv0 = argv0
         self.argv = argv
-        self.record_path: Path | None = None
+        self.record_path: str | None = None
         self.scenario = scenario if scenario is not None else self._load_scenario()
-        self.session_id = str(uuid.uuid4())
+        self.session_id = _uuid4()
         self.stdin_text = ""
         self.mcp: dict[str, McpClient] = {}
         self.mcp_status: list[dict] | None = None
@@ -360,18 +391,19 @@ class Fake:
     # -- set-up -------------------------------------------------------------------------
 
     def _load_scenario(self) -> dict:
-        sidecar = Path(self.argv0 + ".scenario.json")
-        if sidecar.is_file():
-            spec = json.loads(sidecar.read_text(encoding="utf-8"))
+        sidecar = self.argv0 + ".scenario.json"
+        if os.path.isfile(sidecar):
+            spec = json.loads(_read_text(sidecar))
             if spec.get("record"):
-                self.record_path = Path(spec["record"])
+                self.record_path = spec["record"]
             scenario = spec.get("scenario")
             if isinstance(scenario, dict):
                 return scenario
-            return json.loads(Path(scenario).read_text(encoding="utf-8"))
-        default = Path(__file__).resolve().parent.parent / "fixtures" / _fixture_dir(self.cli) / "success.json"
-        if default.is_file():
-            return json.loads(default.read_text(encoding="utf-8"))
+            return json.loads(_read_text(scenario))
+        checkout = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+        default = os.path.join(checkout, "fixtures", _fixture_dir(self.cli), "success.json")
+        if os.path.isfile(default):
+            return json.loads(_read_text(default))
         return {"steps": []}
 
     def placeholders(self) -> dict:
@@ -379,7 +411,10 @@ class Fake:
         allowed = _flag_value(self.argv, "--allowedTools", "--allowed-tools")
         servers = self.mcp_status
         if servers is None:
-            servers = [{"name": n, "status": "connected"} for n in self._mcp_servers()]
+            # Read the MCP configs only for a scenario that shows them: a codex config.toml
+            # costs a tomllib import, some 10 ms on every codex run otherwise.
+            shown = _mentions(self.scenario.get("steps"), "{{mcp_server_names}}")
+            servers = [{"name": n, "status": "connected"} for n in self._mcp_servers()] if shown else []
         return {
             "model": model,
             "model_base": model.split("[", 1)[0],
@@ -399,24 +434,25 @@ class Fake:
         servers: dict = {}
         for value in self._mcp_configs():
             try:
-                text = value if value.lstrip().startswith("{") else Path(value).read_text(encoding="utf-8")
+                text = value if value.lstrip().startswith("{") else _read_text(value)
                 servers.update(json.loads(text).get("mcpServers") or {})
             except (OSError, ValueError, AttributeError):
                 pass
         codex_home = os.environ.get("CODEX_HOME")
-        if codex_home and (Path(codex_home) / "config.toml").is_file():
+        codex_config = os.path.join(codex_home, "config.toml") if codex_home else ""
+        if codex_config and os.path.isfile(codex_config):
             import tomllib
 
             try:
-                cfg = tomllib.loads((Path(codex_home) / "config.toml").read_text(encoding="utf-8"))
+                cfg = tomllib.loads(_read_text(codex_config))
                 servers.update({k: v for k, v in (cfg.get("mcp_servers") or {}).items() if k not in servers})
             except (OSError, ValueError):
                 pass
-        for base in (Path(os.environ.get("HOME", "/nonexistent")), Path.cwd()):
-            path = base / ".cursor" / "mcp.json"
-            if path.is_file():
+        for base in (os.environ.get("HOME", "/nonexistent"), os.getcwd()):
+            path = os.path.join(base, ".cursor", "mcp.json")
+            if os.path.isfile(path):
                 try:
-                    cfg = json.loads(path.read_text(encoding="utf-8"))
+                    cfg = json.loads(_read_text(path))
                     servers.update({k: v for k, v in (cfg.get("mcpServers") or {}).items() if k not in servers})
                 except (OSError, ValueError, AttributeError):
                     pass
@@ -457,7 +493,7 @@ class Fake:
         configs = {}
         for name in self._mcp_configs():
             try:
-                configs[name] = Path(name).read_text(encoding="utf-8")
+                configs[name] = _read_text(name)
             except OSError as exc:
                 configs[name] = f"<unreadable: {exc.__class__.__name__}>"
         self._append(
@@ -526,6 +562,8 @@ class Fake:
         if self.argv[:1] and self.argv[0] in ("--version", "-v", "-V"):
             sys.stdout.write((self.scenario.get("version") or VERSIONS.get(self.cli, "0.0.0")) + "\n")
             return 0
+        import signal
+
         sigterm_exit = int(self.scenario.get("sigterm_exit", 143))
         signal.signal(signal.SIGTERM, lambda *_: os._exit(sigterm_exit))
         stdin_type = _stdin_type()
@@ -574,11 +612,16 @@ class Fake:
                 self.err.write(chunk)
             self.err.flush()
         elif "spawn" in step:
+            import shlex
+            import subprocess
+
             setsid = bool(step.get("setsid", False))
             child = subprocess.Popen(shlex.split(step["spawn"]), start_new_session=setsid, stdin=subprocess.DEVNULL)
             if self.record_path is not None:
                 self._append({"kind": "spawn", "pid": os.getpid(), "child_pid": child.pid, "setsid": setsid})
         elif "ignore_sigterm" in step:
+            import signal
+
             signal.signal(signal.SIGTERM, signal.SIG_IGN if step["ignore_sigterm"] else signal.SIG_DFL)
         elif "hang" in step:
             while True:

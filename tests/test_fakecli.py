@@ -275,3 +275,69 @@ def test_progress_exit_is_recorded_before_exiting_and_none_without_a_record(tmp_
     version_only = install_fake_cli("claude", {"steps": [{"emit": "a"}]}, tmp_path / "b")
     _run(version_only, "--version")
     assert _steps(version_only) == []  # a version probe runs no step
+
+
+# -- start-up: the suite starts a fake ~170 times per run (bench/bench_fake.py) -----------
+
+#: Modules the engine must not import on a plain run: each costs milliseconds of start-up.
+#: They are imported inside the steps that need them (spawn, mcp, codex config.toml).
+LAZY_MODULES = {"subprocess", "shlex", "uuid", "pathlib", "select", "tomllib", "platform", "selectors", "threading"}
+
+
+def _imported(fake, *args, env=None, cwd=None) -> tuple[set[str], subprocess.CompletedProcess]:
+    """Modules imported by one run of the fake (`-X importtime`), started as its shebang does."""
+    first = fake.path.read_text(encoding="utf-8").splitlines()[0]
+    interpreter, *flags = first[2:].split()
+    proc = subprocess.run([interpreter, *flags, "-X", "importtime", str(fake.path), *args], stdin=subprocess.DEVNULL,
+                          capture_output=True, env=env, cwd=cwd, timeout=30)
+    names = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.decode().splitlines() if line.startswith("import time:")}
+    return names, proc
+
+
+def test_the_wrapper_runs_the_engine_isolated_and_without_site(tmp_path):
+    fake = install_fake_cli("claude", {"steps": []}, tmp_path)
+    assert fake.path.read_text(encoding="utf-8").splitlines()[0].split()[1:] == ["-IS"]
+
+
+def test_version_imports_only_what_it_needs(tmp_path):
+    fake = install_fake_cli("claude", {"steps": []}, tmp_path)
+    names, proc = _imported(fake, "--version")
+    assert proc.stdout == b"2.1.197 (Claude Code)\n"
+    assert "json" in names and "_fakecli" in names  # the probe sees the engine's imports
+    assert not names & (LAZY_MODULES | {"signal", "site"})
+
+
+def test_a_replay_imports_no_process_or_toml_machinery(tmp_path):
+    """A codex run with its per-run config.toml, replaying a scenario that spawns nothing and
+    does not show its MCP servers: no subprocess, no tomllib, no pathlib, no uuid."""
+    codex_home = tmp_path / "codex-home"
+    codex_home.mkdir()
+    (codex_home / "config.toml").write_text('[mcp_servers.bridge]\ncommand = "/bin/true"\n')
+    fake = install_fake_cli("codex", "success", tmp_path / "bin")
+    env = {"PATH": os.environ["PATH"], "CODEX_HOME": str(codex_home), "HOME": str(tmp_path)}
+    names, proc = _imported(fake, "exec", "--json", "-", env=env, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.count(b"\n") >= 2
+    assert "json" in names and "signal" in names
+    assert not names & LAZY_MODULES
+    assert fake.last()["env"]["CODEX_HOME"] == str(codex_home)
+
+
+def test_codex_config_toml_servers_are_shown_when_the_scenario_asks(tmp_path):
+    codex_home = tmp_path / "codex-home"
+    codex_home.mkdir()
+    (codex_home / "config.toml").write_text('[mcp_servers.bridge]\ncommand = "/bin/true"\n')
+    fake = install_fake_cli("codex", {"steps": [{"emit": {"servers": "{{mcp_server_names}}"}}]}, tmp_path / "bin")
+    env = {"PATH": os.environ["PATH"], "CODEX_HOME": str(codex_home)}
+    proc = subprocess.run([str(fake.path), "exec"], stdin=subprocess.DEVNULL, capture_output=True, env=env, timeout=30)
+    assert json.loads(proc.stdout) == {"servers": [{"name": "bridge", "status": "connected"}]}
+
+
+def test_session_id_is_a_fresh_uuid4(tmp_path):
+    import uuid
+
+    fake = install_fake_cli("claude", {"steps": [{"emit": "{{session_id}}"}]}, tmp_path)
+    ids = [_run(fake).stdout.decode().strip() for _ in range(2)]
+    for sid in ids:
+        parsed = uuid.UUID(sid)
+        assert str(parsed) == sid and parsed.version == 4 and parsed.variant == uuid.RFC_4122
+    assert ids[0] != ids[1]

@@ -86,7 +86,7 @@ def install_fake_cli(cli_name: str, scenario: Path | dict | str, dest_dir: Path)
     wrapper = dest_dir / cli_name
     record = dest_dir / f"{cli_name}.record.jsonl"
     wrapper.write_text(
-        f"#!{sys.executable} -I\n"
+        f"#!{sys.executable} -IS\n"  # isolated, no site: the engine is stdlib only and starts faster
         f'"""Per-test fake {cli_name}: scenario and record path in {wrapper.name}.scenario.json."""\n'
         "import sys\n"
         f"sys.path.insert(0, {str(engine_dir)!r})\n"
