@@ -308,15 +308,21 @@ def test_version_imports_only_what_it_needs(tmp_path):
 
 
 def test_a_replay_imports_no_process_or_toml_machinery(tmp_path):
-    """A codex run with its per-run config.toml, replaying a scenario that spawns nothing and
-    does not show its MCP servers: no subprocess, no tomllib, no pathlib, no uuid."""
+    """A codex run with its per-run config.toml, replaying every step that neither spawns nor
+    speaks MCP, placeholders included: no subprocess, no tomllib, no pathlib, no uuid."""
     codex_home = tmp_path / "codex-home"
     codex_home.mkdir()
     (codex_home / "config.toml").write_text('[mcp_servers.bridge]\ncommand = "/bin/true"\n')
-    fake = install_fake_cli("codex", "success", tmp_path / "bin")
+    scenario = {"default_model": "gpt-5", "steps": [
+        {"emit": {"id": "{{session_id}}", "model": "{{model}}", "cwd": "{{cwd}}", "pid": "{{pid}}", "p": "{{prompt}}"},
+         "split": [3]},
+        {"noise": "banner"}, {"oversize": 300}, {"raw": "{\"cut", "newline": True}, {"invalid_utf8": True},
+        {"stderr": "warn", "repeat": 2}, {"delay": 0}, {"ignore_sigterm": False}, {"exit": 0}]}
+    fake = install_fake_cli("codex", scenario, tmp_path / "bin")
     env = {"PATH": os.environ["PATH"], "CODEX_HOME": str(codex_home), "HOME": str(tmp_path)}
     names, proc = _imported(fake, "exec", "--json", "-", env=env, cwd=tmp_path)
-    assert proc.returncode == 0 and proc.stdout.count(b"\n") >= 2
+    assert proc.returncode == 0 and json.loads(proc.stdout.splitlines()[0])["model"] == "gpt-5"
+    assert len(proc.stdout.splitlines()) == 5  # emit, noise, oversize, raw, invalid_utf8
     assert "json" in names and "signal" in names
     assert not names & LAZY_MODULES
     assert fake.last()["env"]["CODEX_HOME"] == str(codex_home)
