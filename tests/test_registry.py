@@ -54,6 +54,25 @@ def test_settings_from_env_and_dotenv(tmp_path: Path) -> None:
     assert Settings.from_env({"HARNESS_BACKEND": "api"}, dotenv).backend == "api"  # env wins
 
 
+def test_harness_teardown_settings_reach_the_transport() -> None:
+    """HARNESS_BACKEND_LINGER_S / _TERM_GRACE_S configure a harness's teardown; explicit
+    constructor arguments win; out-of-range values name the variable."""
+    from harnesscheck.providers.claude_code import ClaudeCodeTransport
+
+    s = Settings.from_env({"HARNESS_BACKEND_LINGER_S": "0.5", "HARNESS_BACKEND_TERM_GRACE_S": "3"})
+    assert (s.linger_s, s.term_grace_s) == (0.5, 3.0)
+    assert (Settings().linger_s, Settings().term_grace_s) == (2.0, 2.0)  # harness-anchors C10
+    spec = registry.BUILTIN_SPECS["claude-code"]
+    t = ClaudeCodeTransport(spec, s, parent_env={})
+    assert (t.linger_s, t.term_grace_s) == (0.5, 3.0)
+    t = ClaudeCodeTransport(spec, s, parent_env={}, linger_s=1.0)
+    assert (t.linger_s, t.term_grace_s) == (1.0, 3.0)
+    for bad in ("-1", "61"):
+        with pytest.raises(ConfigError) as info:
+            Settings.from_env({"HARNESS_BACKEND_TERM_GRACE_S": bad})
+        assert "HARNESS_BACKEND_TERM_GRACE_S" in str(info.value)
+
+
 def test_invalid_setting_names_the_variable() -> None:
     with pytest.raises(ConfigError) as info:
         Settings.from_env({"HARNESS_BACKEND_CONCURRENCY": "zero"})

@@ -23,6 +23,11 @@ class Settings(BaseModel):
     concurrency: int = Field(default=2, gt=0)
     cli: Path | None = None
     timeout_s: float = Field(default=1800.0, gt=0)
+    #: After the CLI printed its result, how long it may take to exit before its tree is ended
+    #: (harness-anchors C10: the reference waits 2 s).
+    linger_s: float = Field(default=2.0, ge=0, le=60)
+    #: Between SIGTERM and SIGKILL when a CLI's tree is ended (deadline, linger, cancel).
+    term_grace_s: float = Field(default=2.0, ge=0, le=60)
     model_mismatch: str = Field(default="warn", pattern="^(fail|warn)$")
     api_mode: str | None = Field(default=None, pattern="^(anthropic_messages|chat_completions|responses)$")
 
@@ -40,6 +45,8 @@ class Settings(BaseModel):
             "concurrency": "HARNESS_BACKEND_CONCURRENCY",
             "cli": "HARNESS_BACKEND_CLI",
             "timeout_s": "HARNESS_BACKEND_TIMEOUT_S",
+            "linger_s": "HARNESS_BACKEND_LINGER_S",
+            "term_grace_s": "HARNESS_BACKEND_TERM_GRACE_S",
             "model_mismatch": "HARNESS_MODEL_MISMATCH",
             "api_mode": "HARNESS_API_MODE",
         }

@@ -257,8 +257,8 @@ class HarnessTransport:
         cli_path: Path | str | None = None,
         parent_env: Mapping[str, str] | None = None,
         injections: Mapping[str, str] | None = None,
-        linger_s: float = 2.0,
-        term_grace_s: float = 2.0,
+        linger_s: float | None = None,
+        term_grace_s: float | None = None,
         max_line_bytes: int | None = None,
         check_version: bool = True,
     ):
@@ -267,8 +267,9 @@ class HarnessTransport:
         self._cli_path = Path(cli_path) if cli_path else None
         self.parent_env = dict(os.environ if parent_env is None else parent_env)
         self.injections = dict(injections or {})
-        self.linger_s = linger_s
-        self.term_grace_s = term_grace_s
+        # Explicit arguments win over the host's settings (HARNESS_BACKEND_LINGER_S / _TERM_GRACE_S).
+        self.linger_s = self.settings.linger_s if linger_s is None else linger_s
+        self.term_grace_s = self.settings.term_grace_s if term_grace_s is None else term_grace_s
         self.max_line_bytes = max_line_bytes
         self.check_version = check_version
         self._cli_info: Any = None
