@@ -14,7 +14,7 @@ from harnesscheck.kit.catalog import check
 #: its stall, which the kit observes (the fake CLI records each step it has done): a run in
 #: which the deadline could fire first is repeated at 4x, then skipped `budget`, never judged
 #: (BackendUnderTest.run_stalled). Where the adapter cannot see the stall, BLIND_TIMEOUT_S.
-TIMEOUT_S = 0.5
+TIMEOUT_S = 0.25
 BLIND_TIMEOUT_S = 2.0
 GRACE_S = 12.0  # term grace + linger + bounded drain + a noisy 2-core machine; an upper bound only
 #: A lingering CLI must be killed this soon after it printed its result (the reference waits
@@ -22,6 +22,10 @@ GRACE_S = 12.0  # term grace + linger + bounded drain + a noisy 2-core machine; 
 #: result line the fake recorded writing, so CLI start-up on a loaded machine is not in it.
 LINGER_BOUND_S = 15.0
 LINGER_BLIND_BOUND_S = 30.0  # from the start, where the result line's time is not observable
+#: The host's linger and term grace (Settings.linger_s / term_grace_s) in the checks whose CLI
+#: lingers or ignores SIGTERM: what is judged is that the tree is ended, not how long the
+#: production default (2 s) lets it flush. A backend that ignores the host's setting is only slower.
+TEARDOWN_S = 0.25
 CANCEL_TIMEOUT_S = 120.0  # only an upper bound: the kit cancels as soon as the upstream stalls
 BLIND_CANCEL_AFTER_S = 1.0  # where the stall is not observable, the host cancels this long after the start
 
@@ -81,7 +85,7 @@ def test_cancel_ends_session(but):
 @check("time.no-survivors-after-timeout", kinds=[Kind.harness], incident=["C1", "C2", "C9"])
 def test_no_survivors_after_timeout(but):
     """After a timeout no process of the tree survives: CLI, grandchildren, even setsid escapees."""
-    run = but.run_stalled("timeout_tree", timeout_s=TIMEOUT_S, blind_timeout_s=BLIND_TIMEOUT_S)
+    run = but.run_stalled("timeout_tree", timeout_s=TIMEOUT_S, blind_timeout_s=BLIND_TIMEOUT_S, teardown_s=TEARDOWN_S)
     pids = but.child_pids(run)  # every spawn was recorded before the stall, hence before the deadline
     assert len(pids) >= 3, f"the fake CLI recorded {pids}: the kit could not observe the tree"
     survivors = [p for p in pids if _alive(p)]
@@ -91,7 +95,7 @@ def test_no_survivors_after_timeout(but):
 @check("time.linger-after-result", kinds=[Kind.harness], incident="C4")
 def test_linger_after_result(but):
     """A CLI that prints its result and lingers is killed after a short grace; the outcome comes from the event."""
-    run = but.run("linger_after_result", timeout_s=120)
+    run = but.run("linger_after_result", timeout_s=120, teardown_s=TEARDOWN_S)
     o = run.outcome
     assert o.status == OutcomeStatus.ok, f"status {o.status} ({o.error_class}): the result event said success"
     assert o.terminal_event_seen

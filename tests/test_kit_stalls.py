@@ -45,11 +45,48 @@ def test_a_run_that_ends_before_any_deadline_is_judged_as_it_is(tmp_path):
 def test_an_upstream_too_slow_to_stall_skips_budget_after_one_retry(tmp_path):
     but = SlowToStall(BUILTIN_SPECS["claude-code"], "offline", tmp_path)
     but.MAX_RETRY_TIMEOUT_S = 2.0
+    but.warm_up()  # once per process: its untimed success run is not one of the timed runs
+    warm = len(but.spawned())
     with pytest.raises(SkipCell) as info:
         but.run_stalled("timeout_mid_stream", timeout_s=0.2, blind_timeout_s=2.0)
     assert info.value.reason == "budget"
     assert "in 2 run(s) (timeout_s 0.2 and " in info.value.message
-    assert len(but.spawned()) == 2  # the first run and exactly one retry
+    assert len(but.spawned()) - warm == 2  # the first run and exactly one retry
+
+
+def test_warm_up_runs_one_untimed_success_once_per_process_and_backend(tmp_path, monkeypatch):
+    from harnesscheck.kit import adapters
+
+    monkeypatch.setattr(adapters, "_WARMED", set())
+    first = HarnessAdapter(BUILTIN_SPECS["codex"], "offline", tmp_path / "a")
+    first.warm_up()
+    assert [r["stdin"].endswith("Say hello.") for r in first.spawned()] == [True]
+    first.warm_up()
+    second = HarnessAdapter(BUILTIN_SPECS["codex"], "offline", tmp_path / "b")
+    second.warm_up()
+    assert len(first.spawned()) == 1 and second.spawned() == []
+    other = HarnessAdapter(BUILTIN_SPECS["cursor"], "offline", tmp_path / "c")
+    other.warm_up()
+    assert len(other.spawned()) == 1  # per backend
+
+
+class SeesTeardown(HarnessAdapter):
+    """Notes the linger and term grace of every transport it builds."""
+
+    seen: list[tuple[float, float]]
+
+    def prepare(self, *args, **kwargs):
+        setup = super().prepare(*args, **kwargs)
+        self.seen.append((setup.transport.linger_s, setup.transport.term_grace_s))
+        return setup
+
+
+def test_teardown_s_is_the_hosts_linger_and_term_grace_for_that_run_only(tmp_path):
+    but = SeesTeardown(BUILTIN_SPECS["claude-code"], "offline", tmp_path)
+    but.seen = []
+    but.run("success", teardown_s=0.25)
+    but.run("success")
+    assert but.seen == [(0.25, 0.25), (2.0, 2.0)]  # then the Settings defaults again
 
 
 class SlowToSpawn(HarnessAdapter):

@@ -229,6 +229,7 @@ class SessionRun:
         return "\n".join(parts)
 
 
+_WARMED: set[tuple[str, str]] = set()  # (backend id, level) warmed in this process (warm_up)
 _ENV_LOCK = threading.Lock()
 _ENV_USERS = 0
 _ENV_ORIGINAL: dict[str, str] = {}
@@ -306,6 +307,7 @@ class BackendUnderTest:
         self.level = level
         self.tmp_path = tmp_path
         self._n = 0
+        self._local = threading.local()
 
     # -- what checks use ---------------------------------------------------------------
 
@@ -337,6 +339,7 @@ class BackendUnderTest:
         workspace: Workspace | None = None,
         echo: list[str] | None = None,
         system: str | None = None,
+        teardown_s: float | None = None,
     ) -> SessionRun:
         """Run one session of `scenario` (or of scripted `tool_calls`) and collect the evidence.
 
@@ -345,6 +348,11 @@ class BackendUnderTest:
         `cancel_on_stall`: the host cancels as soon as the upstream is seen to stall (event
         driven, so whatever it emitted or spawned before exists); where this adapter cannot
         see the upstream's progress, `cancel_after_s` after the start (default 1 s) instead.
+        `teardown_s`: the host's linger and term grace for this run (`Settings.linger_s`,
+        `term_grace_s`, as a host sets them with HARNESS_BACKEND_LINGER_S / _TERM_GRACE_S), for
+        the checks whose subject is a CLI that lingers or ignores SIGTERM: the suite need not
+        wait out production graces. A backend that ignores the host's settings is judged the
+        same, only slower.
         """
         if scenario not in SCENARIOS and scenario != "tools":
             raise KitFault(f"unknown scenario {scenario!r}")
@@ -353,7 +361,11 @@ class BackendUnderTest:
         cancel = threading.Event() if cancel_after_s is not None or cancel_on_stall else None
         timeline = Timeline(timeout_s=timeout_s)
         with patched_environ(env):
-            setup = self.prepare(scenario, ws, tool_calls=tool_calls, model=model, timeout_s=timeout_s, echo=echo or [])
+            self._local.teardown_s = teardown_s  # read by transport() while prepare builds one
+            try:
+                setup = self.prepare(scenario, ws, tool_calls=tool_calls, model=model, timeout_s=timeout_s, echo=echo or [])
+            finally:
+                self._local.teardown_s = None
             request = AgentSessionRequest(
                 prompt=prompt,
                 system=system,
@@ -406,6 +418,7 @@ class BackendUnderTest:
         """
         if not self.observes_stalls():
             return self.run(scenario, timeout_s=blind_timeout_s, **kwargs)
+        self.warm_up()
         tried: list[float] = []
         t = max(timeout_s, self.MIN_STALL_TIMEOUT_S)
         while True:
@@ -425,6 +438,17 @@ class BackendUnderTest:
             f"in {len(tried)} run(s) (timeout_s {' and '.join(f'{x:g}' for x in tried)}): this machine is too "
             "slow right now to time a session out after its partial output; the backend was not judged",
         )
+
+    def warm_up(self) -> None:
+        """Offline, once per process and backend: one untimed `success` session, so one-time
+        start-up (an SDK's import, the bridge forkserver, a version probe) is not taken for the
+        upstream's way to its stall, which would cost a timed run a retry at a long deadline."""
+        key = (self.spec.id, self.level)
+        if self.level != "offline" or key in _WARMED:
+            return
+        _WARMED.add(key)
+        with contextlib.suppress(Exception):  # the timed run that follows judges the backend
+            self.run("success", timeout_s=60.0)
 
     def run_tools(self, calls: list[ToolCall], **kwargs) -> SessionRun:
         """A session in which the model asks for exactly these tool calls, then answers."""
@@ -450,6 +474,10 @@ class BackendUnderTest:
     def transport(self, **settings) -> Transport:
         from harnesscheck.registry import build_transport
 
+        teardown = getattr(self._local, "teardown_s", None)
+        if teardown is not None:
+            settings.setdefault("linger_s", teardown)
+            settings.setdefault("term_grace_s", teardown)
         return build_transport(self.spec, Settings(backend=self.spec.id, **settings))
 
     # -- what adapters implement -------------------------------------------------------
