@@ -618,6 +618,22 @@ class _StreamFailure(Exception):
 # The client
 
 
+_TLS_CONTEXT: Any = None
+_TLS_LOCK = threading.Lock()
+
+
+def tls_context() -> Any:
+    """One verifying TLS context per process, as the SDKs' own default builds it (trust store and
+    SSL_CERT_* honoured): building one loads the CA bundle, ~20 ms for every client otherwise."""
+    global _TLS_CONTEXT
+    with _TLS_LOCK:
+        if _TLS_CONTEXT is None:
+            import httpx2
+
+            _TLS_CONTEXT = httpx2.create_ssl_context()
+        return _TLS_CONTEXT
+
+
 class LLM:
     """Streaming completions over one api_mode. Thread-compatible (one request at a time)."""
 
@@ -659,13 +675,11 @@ class LLM:
                 if self._base_url:
                     kwargs["base_url"] = self._base_url
                 if self.api_mode == "anthropic_messages":
-                    import anthropic
-
-                    self._client = anthropic.Anthropic(**kwargs)
+                    import anthropic as sdk
                 else:
-                    import openai
-
-                    self._client = openai.OpenAI(**kwargs)
+                    import openai as sdk  # type: ignore[no-redef]
+                kwargs["http_client"] = sdk.DefaultHttpxClient(verify=tls_context())
+                self._client = sdk.Anthropic(**kwargs) if self.api_mode == "anthropic_messages" else sdk.OpenAI(**kwargs)
             return self._client
 
     def close(self) -> None:
