@@ -64,9 +64,18 @@ def pytest_args(ids: list[str], levels: list[str], report_dir: Path, baseline: P
         args += ["--level", level]
     if baseline is not None:
         args += ["--baseline", str(baseline)]
+    # Only the kit's plugin (and xdist for -n): see child_env. Third-party plugins of the
+    # environment can neither change the run nor cost start-up (each is assertion-rewritten).
+    args += ["-p", "harnesscheck.kit.plugin"]
     if jobs:
-        args += ["-n", str(jobs)]
+        args += ["-p", "xdist.plugin", "-n", str(jobs)]
     return args
+
+
+def child_env() -> dict[str, str]:
+    """The child pytest's environment: this one, with plugin autoloading off (pytest_args
+    names the plugins the suite needs)."""
+    return {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
 
 def verify_command(backends: list[str], levels: list[str], report_dir: Path, baseline: Path | None, jobs: str | None) -> int:
@@ -96,8 +105,7 @@ def verify_command(backends: list[str], levels: list[str], report_dir: Path, bas
     print(f"harnesscheck verify: backends {', '.join(ids)}; levels {', '.join(chosen)}", flush=True)
     for note in notes:
         print(f"  (skipping {note})", flush=True)
-    env = dict(os.environ)
-    proc = subprocess.run(pytest_args(ids, chosen, report_dir, baseline, jobs), env=env, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(pytest_args(ids, chosen, report_dir, baseline, jobs), env=child_env(), stdin=subprocess.DEVNULL)
     if proc.returncode == 4:
         return EXIT_USAGE
     try:
