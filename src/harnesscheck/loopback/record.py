@@ -101,7 +101,7 @@ RECIPES: dict[str, dict[str, Recipe]] = {
         "timeout_mid_stream": Recipe(timeout_s=6.0),
         "mcp_failed": Recipe(broken_bridge=True),
         # A required bridge slow to start: codex waits for it, then runs normally.
-        "mcp_slow": Recipe(slow_bridge_s=1.5, script="tool_calls"),
+        "mcp_slow": Recipe(slow_bridge_s=0.5, script="tool_calls"),
     },
 }
 
