@@ -7,14 +7,17 @@ Floor = (fake-CLI invocations the run made) × (bare `python -c pass` start-up),
 in this run, side by side. Target: serial wall time within 3x of the floor. Then the suite
 runs again with `-n JOBS`; the two reports must hold the same cells with the same outcomes.
 
+The suite runs as `harnesscheck verify --level offline` runs it (kit/verify.py pytest_args and
+child_env: only the kit's plugin is loaded).
+
 The literal floor leaves out the waits the checks are *required* to make: a session deadline
-has to pass (timeout checks), a CLI that ignores SIGTERM has to get the backend's term grace
-before SIGKILL, a lingering CLI the backend's linger, and the fixtures' own delays (a slow
-bridge start, a retry notice) have to be replayed. They are printed beside the floor, with
-the ratio against the floor alone and against floor + required waits. Timeouts and lingers
-are counted from the cells that ran and the values the checks and transports declare;
-fixture delays from what the fake CLIs recorded doing. Cancels cost nothing: the kit sends
-them on the observed stall.
+has to pass (timeout checks), a CLI that ignores SIGTERM has to get the host's term grace
+before SIGKILL, a lingering CLI the host's linger (both set to test_time.TEARDOWN_S by those
+checks), and the fixtures' own delays (a slow bridge start, a retry notice) have to be
+replayed. They are printed beside the floor, with the ratio against the floor alone and
+against floor + required waits. Timeouts and lingers are counted from the cells that ran and
+the values the checks declare; fixture delays from what the fake CLIs recorded doing.
+Cancels cost nothing: the kit sends them on the observed stall.
 """
 
 from __future__ import annotations
@@ -42,16 +45,14 @@ def python_startup_s(runs: int = 15) -> float:
 
 
 def run_suite(backends: list[str], work: Path, jobs: str | None) -> tuple[float, dict, int, dict[str, float]]:
-    report = work / "report.json"
+    """The child pytest exactly as `harnesscheck verify --level offline` starts it."""
+    from harnesscheck.kit.verify import child_env, pytest_args
+
+    report = work / "conformance-report.json"
     basetemp = work / "tmp"
-    cmd = [sys.executable, "-m", "pytest", "conformance", "-q", "-p", "no:cacheprovider", "-m", "conformance and not live", "--level", "offline",
-           "--basetemp", str(basetemp), "--hc-report", str(report)]
-    for b in backends:
-        cmd += ["--backend", b]
-    if jobs:
-        cmd += ["-n", jobs]
+    cmd = pytest_args(backends, ["offline"], work, None, jobs) + ["--basetemp", str(basetemp)]
     t0 = time.perf_counter()
-    subprocess.run(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    subprocess.run(cmd, cwd=REPO, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
     wall = time.perf_counter() - t0
     spawns = 0
     for record in basetemp.rglob("*.record.jsonl"):
@@ -62,14 +63,10 @@ def run_suite(backends: list[str], work: Path, jobs: str | None) -> tuple[float,
 
 def required_waits(report: dict, basetemp: Path) -> dict[str, float]:
     """Seconds the run had to spend waiting on purpose, by cause (see the module docstring)."""
-    import inspect
-
     sys.path.insert(0, str(REPO))
-    from conformance.test_time import TIMEOUT_S
-    from harnesscheck.providers._harness import HarnessTransport
+    from conformance.test_time import TEARDOWN_S, TIMEOUT_S
 
-    defaults = inspect.signature(HarnessTransport.__init__).parameters
-    linger, term_grace = defaults["linger_s"].default, defaults["term_grace_s"].default
+    linger = term_grace = TEARDOWN_S  # the host teardown those checks set (Settings.linger_s, term_grace_s)
     ran = [c["check"] for c in report["cells"] if c["outcome"] in ("passed", "failed", "xfailed")]
     timed_out = sum(c in ("time.timeout-truncates", "time.no-survivors-after-timeout") for c in ran)
     return {

@@ -20,6 +20,15 @@ def test_the_child_loads_only_the_plugins_it_names(tmp_path):
     assert child_env()["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1"
 
 
+def test_default_jobs_one_worker_per_cpu_at_most_four(monkeypatch):
+    from harnesscheck.kit import verify
+
+    for cpus, expected in ((1, None), (2, "2"), (64, "4")):
+        monkeypatch.setattr(verify.os, "sched_getaffinity", lambda pid, n=cpus: set(range(n)))
+        assert verify.default_jobs() == (expected, "")
+    assert pytest_args(["fake"], ["offline"], Path("r"), None, "0")[-2:] == ["-p", "harnesscheck.kit.plugin"]
+
+
 def _verify(tmp_path: Path, *extra: str) -> set[tuple[str, str, str]]:
     out = tmp_path / ("report" + "".join(extra))
     proc = subprocess.run(
@@ -32,6 +41,6 @@ def _verify(tmp_path: Path, *extra: str) -> set[tuple[str, str, str]]:
 
 
 def test_serial_and_parallel_runs_give_the_same_cells(tmp_path):
-    serial = _verify(tmp_path)
+    serial = _verify(tmp_path, "-n", "0")
     assert ("parity.outcome-schema", "passed", "") in serial
-    assert serial == _verify(tmp_path, "-n", "2")
+    assert serial == _verify(tmp_path, "-n", "2") == _verify(tmp_path)

@@ -50,6 +50,20 @@ def plan(backends: list[str], levels: list[str]) -> tuple[list[str], list[str], 
     return ids, chosen, notes
 
 
+MAX_DEFAULT_JOBS = 4
+
+
+def default_jobs() -> tuple[str | None, str]:
+    """One worker per CPU this process may use, at most MAX_DEFAULT_JOBS (the cells are short:
+    more workers cost more start-up than they save); serial without pytest-xdist or on one CPU."""
+    try:
+        import xdist  # noqa: F401
+    except ImportError:
+        return None, "parallel cells: pytest-xdist is not installed, running serially"
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return (str(min(cpus, MAX_DEFAULT_JOBS)), "") if cpus > 1 else (None, "")
+
+
 def pytest_args(ids: list[str], levels: list[str], report_dir: Path, baseline: Path | None, jobs: str | None) -> list[str]:
     from harnesscheck.paths import conformance_dir
 
@@ -67,7 +81,7 @@ def pytest_args(ids: list[str], levels: list[str], report_dir: Path, baseline: P
     # Only the kit's plugin (and xdist for -n): see child_env. Third-party plugins of the
     # environment can neither change the run nor cost start-up (each is assertion-rewritten).
     args += ["-p", "harnesscheck.kit.plugin"]
-    if jobs:
+    if jobs and jobs != "0":
         args += ["-p", "xdist.plugin", "-n", str(jobs)]
     return args
 
@@ -91,7 +105,11 @@ def verify_command(backends: list[str], levels: list[str], report_dir: Path, bas
     if baseline is not None and not Path(baseline).is_file():
         _err(f"baseline {baseline} not found")
         return EXIT_USAGE
-    if jobs:
+    if jobs is None:
+        jobs, why = default_jobs()
+        if why:
+            notes.append(why)
+    elif jobs != "0":
         try:
             import xdist  # noqa: F401
         except ImportError:
@@ -102,7 +120,8 @@ def verify_command(backends: list[str], levels: list[str], report_dir: Path, bas
     report_path = report_dir / "conformance-report.json"
     if report_path.exists():
         report_path.unlink()
-    print(f"harnesscheck verify: backends {', '.join(ids)}; levels {', '.join(chosen)}", flush=True)
+    workers = f"{jobs} workers" if jobs and jobs != "0" else "serial"
+    print(f"harnesscheck verify: backends {', '.join(ids)}; levels {', '.join(chosen)}; {workers}", flush=True)
     for note in notes:
         print(f"  (skipping {note})", flush=True)
     proc = subprocess.run(pytest_args(ids, chosen, report_dir, baseline, jobs), env=child_env(), stdin=subprocess.DEVNULL)
