@@ -16,6 +16,10 @@
    forkserver runs (`python -I -S _bridgerelay.py SOCKET SPEC -- ...`), spawn -> tools/list,
    measured in the same loop as the full stdio bridge (runs alternate), with the ratio; the
    one-off forkserver start per host; its tool call round trip.
+6. Whole session through the forkserver, as the fake CLI's MCP client runs one: relay spawn
+   -> `initialize` answered -> `notifications/initialized` -> one `tools/call` answered ->
+   stdin closed -> relay exit (woken by a pidfd, no poll), median of `--sessions` (30).
+   `--session-only` runs just this one (quick before/after comparisons).
 """
 
 from __future__ import annotations
@@ -105,6 +109,53 @@ def stdio_round_trips(argv: list[str], n: int) -> list[float]:
     return times
 
 
+def wait_exit(proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    """Wait for `proc` to exit, woken the moment it does (a pidfd; Popen.wait polls)."""
+    import select
+
+    pidfd = os.pidfd_open(proc.pid)
+    try:
+        if not select.select([pidfd], [], [], timeout)[0]:
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+    finally:
+        os.close(pidfd)
+    proc.wait()
+
+
+def whole_session(argv: list[str]) -> tuple[float, float, float]:
+    """One session as the fake CLI runs it: (to initialize, to the call's answer, to the
+    relay's exit after stdin EOF), seconds from spawn."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env_for_child())
+    assert proc.stdin and proc.stdout
+    proc.stdin.write(line(INIT))
+    proc.stdin.flush()
+    read_reply(proc.stdout, 1)
+    t_init = time.perf_counter() - start
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "read_file", "arguments": {"path": "hello.txt"}}}
+    proc.stdin.write(line({"jsonrpc": "2.0", "method": "notifications/initialized"}) + line(call))
+    proc.stdin.flush()
+    reply = read_reply(proc.stdout, 2)
+    t_call = time.perf_counter() - start
+    assert reply["result"]["isError"] is False, reply
+    proc.stdin.close()
+    wait_exit(proc)
+    t_exit = time.perf_counter() - start
+    assert proc.returncode == 0, proc.returncode
+    proc.stdout.close()
+    return t_init, t_call, t_exit
+
+
+def report_sessions(relay_argv: list[str], n: int) -> None:
+    whole_session(relay_argv)  # warm-up
+    runs = [whole_session(relay_argv) for _ in range(n)]
+    for i, label in enumerate(("spawn -> initialize", "spawn -> tools/call answered", "spawn -> EOF -> relay exit")):
+        vals = sorted(r[i] * 1000 for r in runs)
+        print(f"whole session {label:30s} median {statistics.median(vals):6.1f} ms"
+              f"  (min {vals[0]:.1f}, max {vals[-1]:.1f}, n={n})")
+
+
 def _http_rpc(client, url: str, msg: dict, session: str | None) -> tuple[dict | None, str | None]:
     headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
     if session:
@@ -160,6 +211,8 @@ def verdict(ok: bool) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--sessions", type=int, default=30, help="whole sessions through the forkserver")
+    ap.add_argument("--session-only", action="store_true", help="only the whole-session measurement")
     ns = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-bridge-") as tmp:
         base = Path(tmp).resolve()
@@ -177,6 +230,11 @@ def main() -> int:
         if relayed is None:
             raise SystemExit("the bridge forkserver cannot run here (see stderr); nothing to compare")
         relay_argv = relayed[0]
+        print(f"forkserver start (once per host) {fs_start * 1000:7.1f} ms")
+        report_sessions(relay_argv, ns.sessions)
+        if ns.session_only:
+            forkserver.release_session(base / "spec.json")
+            return 0
 
         floor("import mcp")  # warm the page cache for both sides
         cold_start(argv)
@@ -200,7 +258,6 @@ def main() -> int:
         print(f"margin to claude's ~5 s MCP connect limit: {5.0 / max(lists):.1f}x at the worst run")
 
         r_med = statistics.median(relay_lists)
-        print(f"forkserver start (once per host) {fs_start * 1000:7.1f} ms")
         print(f"relay spawn -> tools/list        median {r_med * 1000:7.1f} ms  (min {min(relay_lists) * 1000:.1f}, max {max(relay_lists) * 1000:.1f})")
         print(f"full stdio bridge / relay        {l_med / r_med:.1f}x faster to the first tools/list (same runs, alternating)")
 
