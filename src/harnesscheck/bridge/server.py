@@ -147,11 +147,15 @@ class ParentWatch:
             return "host_died"
         return None
 
-    def start(self) -> None:
+    def start(self, hangup_fd: int | None = None, on_hangup=None) -> None:
         """Arm both detectors. The kernel's parent-death signal fires when the parent
         *thread* that spawned us exits, which in a multi-threaded CLI (a tokio blocking
         thread, say) is not the parent's death: so it is SIGUSR2, and its handler only
-        exits when getppid() confirms it. The watchdog thread catches the rest."""
+        exits when getppid() confirms it. The watchdog thread catches the rest.
+
+        `hangup_fd` (a socket): the same thread also calls `on_hangup()` once its peer
+        closes it (the forkserver child's relay connection): one thread, not two, since a
+        thread start is a visible part of a forked bridge's start."""
         if threading.current_thread() is threading.main_thread():
             signal.signal(PDEATH_SIGNAL, self._on_signal)
             _set_parent_death_signal(PDEATH_SIGNAL)
@@ -159,48 +163,45 @@ class ParentWatch:
         if reason:
             self.on_death(reason)
             return
-        threading.Thread(target=self._run, name="bridge-parent-watch", daemon=True).start()
+        threading.Thread(target=self._run, args=(hangup_fd, on_hangup), name="bridge-parent-watch", daemon=True).start()
 
     def _on_signal(self, signum, frame) -> None:
         reason = self.dead_reason()
         if reason:
             self.on_death(reason)
 
-    def _run(self) -> None:
+    def _run(self, hangup_fd: int | None, on_hangup) -> None:
+        import select
+
+        poller = select.poll()
+        if hangup_fd is not None:
+            poller.register(hangup_fd, select.POLLIN | select.POLLRDHUP)
         while True:
-            time.sleep(WATCHDOG_INTERVAL_S)
+            try:
+                events = poller.poll(WATCHDOG_INTERVAL_S * 1000)
+            except InterruptedError:
+                continue
+            if events and _hung_up(hangup_fd, events):
+                on_hangup()
+                return
             reason = self.dead_reason()
             if reason:
                 self.on_death(reason)
                 return
 
 
-def watch_hangup(fd: int, on_hangup) -> None:
-    """Call `on_hangup()` (from a daemon thread) once the peer of socket `fd` closes it."""
+def _hung_up(fd: int, events: list) -> bool:
+    """Whether poll() `events` on socket `fd` mean its peer closed it."""
     import select
 
-    def run() -> None:
-        poller = select.poll()
-        poller.register(fd, select.POLLIN | select.POLLRDHUP)
-        while True:
-            try:
-                events = poller.poll()
-            except InterruptedError:
-                continue
-            except OSError:
-                break
-            if any(ev & (select.POLLHUP | select.POLLRDHUP | select.POLLERR | select.POLLNVAL) for _, ev in events):
-                break
-            try:  # readable without a hang-up flag: a zero-length read means EOF
-                if not os.read(fd, 4096):
-                    break
-            except BlockingIOError:
-                continue
-            except OSError:
-                break
-        on_hangup()
-
-    threading.Thread(target=run, name="bridge-relay-watch", daemon=True).start()
+    if any(ev & (select.POLLHUP | select.POLLRDHUP | select.POLLERR | select.POLLNVAL) for _, ev in events):
+        return True
+    try:  # readable without a hang-up flag: a zero-length read means EOF
+        return not os.read(fd, 4096)
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
 
 
 # ---------------------------------------------------------------------------------------
@@ -379,14 +380,111 @@ def build_server(
     )
 
 
-async def serve_stdio(server, proto_in: int, proto_out: int, inflight: Inflight | None = None) -> None:
-    """Run `server` over the given protocol fds until stdin EOF (running calls still answer)."""
-    import anyio
-    from mcp.server.stdio import stdio_server
+class _PipeLines:
+    """The SDK stdio transport's stdin, without a thread: lines read from a pipe or socket
+    once the event loop reports it readable (`anyio.wrap_file` reads every line in a worker
+    thread, whose start the first read pays). The descriptor stays blocking (its open file
+    description is not ours alone to change); a read after readiness does not block."""
 
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._buf = bytearray()
+        self._scanned = 0
+        self._eof = False
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> str:
+        import anyio
+
+        while True:
+            end = self._buf.find(b"\n", self._scanned)
+            if end >= 0 or (self._eof and self._buf):
+                cut = end + 1 if end >= 0 else len(self._buf)
+                line = bytes(self._buf[:cut])
+                del self._buf[:cut]
+                self._scanned = 0
+                return line.decode("utf-8", "replace")
+            if self._eof:
+                raise StopAsyncIteration
+            self._scanned = len(self._buf)
+            await anyio.wait_readable(self._fd)
+            try:
+                chunk = os.read(self._fd, 65536)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:  # ECONNRESET from a socket peer: the input is over
+                chunk = b""
+            if chunk:
+                self._buf += chunk
+            else:
+                self._eof = True
+
+
+class _PipeWriter:
+    """The SDK stdio transport's stdout, without a thread: each message written from the
+    event loop, at most PIPE_BUF bytes per write and only once poll() reports room, so the
+    blocking descriptor never blocks the loop (a writable pipe has a free page, a writable
+    Unix socket a quarter of its buffer)."""
+
+    def __init__(self, fd: int) -> None:
+        import select
+
+        self._fd = fd
+        self._poll = select.poll()
+        self._poll.register(fd, select.POLLOUT)
+        self._chunk = getattr(select, "PIPE_BUF", 512)
+
+    async def write(self, text: str) -> int:
+        import anyio
+
+        data = memoryview(text.encode("utf-8"))
+        while data:
+            if not self._poll.poll(0):
+                await anyio.wait_writable(self._fd)
+            try:
+                written = os.write(self._fd, data[: self._chunk])
+            except (BlockingIOError, InterruptedError):
+                continue
+            data = data[written:]
+        return len(text)
+
+    async def flush(self) -> None:
+        return None
+
+
+def _is_pipe_or_socket(fd: int) -> bool:
+    import stat
+
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+def _protocol_streams(proto_in: int, proto_out: int):
+    """(stdin, stdout) for the SDK's `stdio_server`: the thread-free pipe streams when both
+    fds are pipes or sockets (what a CLI gives its MCP servers) and poll() exists; else the
+    SDK's thread-backed files (a terminal, a regular file: not pollable everywhere)."""
+    import select
+
+    import anyio
+
+    if hasattr(select, "poll") and _is_pipe_or_socket(proto_in) and _is_pipe_or_socket(proto_out):
+        return _PipeLines(proto_in), _PipeWriter(proto_out)
     reader = io.TextIOWrapper(os.fdopen(proto_in, "rb", closefd=False), encoding="utf-8", errors="replace")
     writer = io.TextIOWrapper(os.fdopen(proto_out, "wb", closefd=False), encoding="utf-8", newline="\n")
-    async with stdio_server(stdin=anyio.wrap_file(reader), stdout=anyio.wrap_file(writer)) as (read, write):
+    return anyio.wrap_file(reader), anyio.wrap_file(writer)
+
+
+async def serve_stdio(server, proto_in: int, proto_out: int, inflight: Inflight | None = None) -> None:
+    """Run `server` over the given protocol fds until stdin EOF (running calls still answer)."""
+    from mcp.server.stdio import stdio_server
+
+    stdin, stdout = _protocol_streams(proto_in, proto_out)
+    async with stdio_server(stdin=stdin, stdout=stdout) as (read, write):
         if inflight is not None:
             read, write = _DrainOnEOF(read, inflight), _NoteAnswers(write, inflight)
         await server.run(read, write, server.create_initialization_options())
@@ -419,9 +517,7 @@ def run_bridge(
                 pass
         os._exit(0)
 
-    ParentWatch(parent_pid, on_death, initial_ppid=initial_ppid).start()
-    if hangup_fd is not None:
-        watch_hangup(hangup_fd, lambda: on_death("relay_gone"))
+    ParentWatch(parent_pid, on_death, initial_ppid=initial_ppid).start(hangup_fd, lambda: on_death("relay_gone"))
 
     import anyio
 
