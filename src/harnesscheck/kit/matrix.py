@@ -273,6 +273,8 @@ td.c a{text-decoration:none;display:block}
 td.c small{display:block;font-weight:500;font-size:.74rem;opacity:.9}
 tr.grp th{text-align:left;background:var(--head);font-size:.8rem;text-transform:uppercase;letter-spacing:.04em;color:var(--muted)}
 .checks td,.checks th.row{padding:.2rem .45rem;font-size:.82rem}.checks td.row{font-family:ui-monospace,Menlo,Consolas,monospace;font-weight:400}
+.scroll.tall{max-height:80vh;overflow:auto}.tall thead th{position:sticky;top:0;z-index:2}.tall thead th.row{z-index:3}
+@media (max-width:40rem){.checks td.row{min-width:0;max-width:45vw;overflow-wrap:break-word}}
 .list td,.list th{text-align:left;vertical-align:top;font-size:.88rem}
 .list td.o{white-space:nowrap;font-weight:600}
 .msg{white-space:pre-wrap;word-break:break-word;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.8rem;margin:0}
@@ -483,7 +485,7 @@ def to_html(m: Combined) -> str:
 
     # Every check, one row each
     out.append("<h2>Every check</h2><details><summary>One row per check, one column per backend and level "
-               "<small>(hover a mark for its message)</small></summary><div class=scroll><table class=checks><thead><tr><th class=row>Check</th>")
+               "<small>(hover a mark for its message)</small></summary><div class='scroll tall'><table class=checks><thead><tr><th class=row>Check</th>")
     out += [f"<th>{e(b)}<small>{e(lv)}</small></th>" for b, lv in shown]
     out.append("</tr></thead><tbody>")
     for area, title in AREAS.items():
@@ -491,7 +493,7 @@ def to_html(m: Combined) -> str:
         if checks:
             out.append(f"<tr class=grp><th colspan={len(shown) + 1}>{e(title)}</th></tr>")
         for check in checks:
-            out.append(f"<tr><td class=row>{e(check)}</td>")
+            out.append(f"<tr><td class=row>{e(check).replace('.', '.<wbr>', 1)}</td>")  # a narrow screen breaks after the area
             for b, lv in shown:
                 cell = m.cells.get((b, lv, check))
                 if cell is None:
