@@ -25,7 +25,7 @@ LINGER_BLIND_BOUND_S = 30.0  # from the start, where the result line's time is n
 #: The host's linger and term grace (Settings.linger_s / term_grace_s) in the checks whose CLI
 #: lingers or ignores SIGTERM: what is judged is that the tree is ended, not how long the
 #: production default (2 s) lets it flush. A backend that ignores the host's setting is only slower.
-TEARDOWN_S = 0.25
+TEARDOWN_S = 0.1
 CANCEL_TIMEOUT_S = 120.0  # only an upper bound: the kit cancels as soon as the upstream stalls
 BLIND_CANCEL_AFTER_S = 1.0  # where the stall is not observable, the host cancels this long after the start
 
