@@ -76,6 +76,8 @@ PENDING_TIMEOUT_S = 5.0
 MAX_PENDING = 32
 #: accept() failed (EMFILE, ENFILE, ENOBUFS...): stop accepting this long, not busy-loop.
 ACCEPT_PAUSE_S = 0.1
+#: The warm-up session's dispatch thread ends right after it; wait at most this for it.
+WARM_UP_TIMEOUT_S = 10.0
 #: AF_UNIX path limit on Linux is 108 bytes including the NUL.
 MAX_SOCKET_PATH = 100
 
@@ -374,6 +376,60 @@ def _preimport() -> None:
     del anyio
 
 
+def _warm_up() -> None:
+    """One whole session served here, before any fork, over pipes as a child serves one:
+    initialize, tools/list, a tools/call, EOF. What the SDK, pydantic, anyio and asyncio
+    build on first use (type adapters, ABC caches, lazy imports) is then built once per
+    host, not once per child. Nothing of it is kept: its scope is a throw-away directory,
+    it has no trace, and its one dispatch thread has ended before the first fork."""
+    import anyio
+
+    from harnesscheck.bridge import server
+    from harnesscheck.scope import ToolScope
+
+    requests = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "warm-up", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": "warm.txt"}}},
+    ]
+    with tempfile.TemporaryDirectory(prefix="bridge-warm-up-") as tmp:
+        root = Path(tmp).resolve()
+        (root / "warm.txt").write_text("warm\n")
+        in_r, in_w = os.pipe2(os.O_CLOEXEC)
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            os.write(in_w, "".join(json.dumps(m) + "\n" for m in requests).encode())  # < a pipe's 64 KiB
+            os.close(in_w)
+            in_w = -1
+            inflight = server.Inflight()
+            bridge = server.build_server(ToolScope(root=root, read_only=True), inflight=inflight)
+            anyio.run(server.serve_stdio, bridge, in_r, out_w, inflight)  # answers < 64 KiB too
+        finally:
+            for fd in (in_r, in_w, out_r, out_w):
+                if fd >= 0:
+                    os.close(fd)
+
+
+def _thread_count() -> int:
+    """Threads of this process as the kernel sees them (also threads `threading` does not list)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
+def _wait_single_threaded(bound_s: float) -> bool:
+    """Wait (at most `bound_s`) for threads that are ending, e.g. the warm-up's dispatch thread."""
+    deadline = time.monotonic() + bound_s
+    while _thread_count() != 1:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
 def _peer_cred(conn: socket.socket) -> tuple[int, int]:
     """(pid, uid) of the connected relay (SO_PEERCRED)."""
     import struct
@@ -666,7 +722,7 @@ class _Server:
         return None
 
     def _fork(self, conn: socket.socket, path: str, fds: list[int]) -> None:
-        if threading.active_count() != 1:  # never fork a multi-threaded process
+        if _thread_count() != 1:  # never fork a multi-threaded process
             conn.send(b"refused internal: the forkserver is not single-threaded")
             conn.close()
             return
@@ -718,7 +774,13 @@ class _Server:
             from harnesscheck.bridge import server
 
             initial_ppid, proto = server._prepare()
-            code = server.serve_spec(spec, proto_fds=proto, initial_ppid=initial_ppid, hangup_fd=keep, mode="forkserver")
+            if os.path.exists("/tmp/bprof.on"):
+                import cProfile
+                prof = cProfile.Profile()
+                code = prof.runcall(server.serve_spec, spec, proto_fds=proto, initial_ppid=initial_ppid, hangup_fd=keep, mode="forkserver")
+                prof.dump_stats(f"/tmp/bprof/child-{os.getpid()}.prof")
+            else:
+                code = server.serve_spec(spec, proto_fds=proto, initial_ppid=initial_ppid, hangup_fd=keep, mode="forkserver")
         except BaseException as exc:  # noqa: BLE001 - report, never fall back into the loop
             try:
                 os.write(2, f"harnesscheck bridge (forkserver child): {type(exc).__name__}: {exc}\n".encode())
@@ -804,8 +866,9 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, signal.SIG_IGN)  # only the host's EOF (or SIGTERM/SIGKILL) ends us
     try:
         _preimport()
-        if threading.active_count() != 1:
-            raise RuntimeError("threads were started while pre-importing; the forkserver must not fork")
+        _warm_up()
+        if not _wait_single_threaded(WARM_UP_TIMEOUT_S):
+            raise RuntimeError("threads still run after pre-importing; the forkserver must not fork")
         # Everything imported so far lives as long as the forkserver: out of the collector's
         # sight, a child's collections never walk (and so copy-on-write) those pages.
         gc.freeze()

@@ -154,8 +154,7 @@ class ParentWatch:
         exits when getppid() confirms it. The watchdog thread catches the rest.
 
         `hangup_fd` (a socket): the same thread also calls `on_hangup()` once its peer
-        closes it (the forkserver child's relay connection): one thread, not two, since a
-        thread start is a visible part of a forked bridge's start."""
+        closes it (the forkserver child's relay connection): one thread, not two."""
         if threading.current_thread() is threading.main_thread():
             signal.signal(PDEATH_SIGNAL, self._on_signal)
             _set_parent_death_signal(PDEATH_SIGNAL)
@@ -163,7 +162,7 @@ class ParentWatch:
         if reason:
             self.on_death(reason)
             return
-        threading.Thread(target=self._run, args=(hangup_fd, on_hangup), name="bridge-parent-watch", daemon=True).start()
+        _start_thread(self._run, hangup_fd, on_hangup)
 
     def _on_signal(self, signum, frame) -> None:
         reason = self.dead_reason()
@@ -188,6 +187,51 @@ class ParentWatch:
             if reason:
                 self.on_death(reason)
                 return
+
+
+def _start_thread(func, *args) -> None:
+    """Start `func(*args)` in a daemon thread without waiting for it to run.
+
+    `threading.Thread.start()` blocks until the new thread has been scheduled: 0.1 to 4 ms
+    on a loaded 2-core box, paid in every bridge session (a forked bridge serves a whole
+    session in ~10 ms). A `_thread` thread is a daemon thread the `threading` module does
+    not list; the bridge leaves with `os._exit` anyway."""
+    import _thread
+
+    _thread.start_new_thread(func, args)
+
+
+async def _in_thread(func, *args):
+    """`await anyio.to_thread.run_sync(func, *args)` on a fresh thread that the caller does
+    not wait to see scheduled (see `_start_thread`; anyio's first worker thread in a
+    process pays that wait). Same semantics: not cancellable once started (the call runs
+    to its end and its result is awaited), at most the default thread limiter's number of
+    calls at once, exceptions re-raised here."""
+    import anyio
+    from anyio import from_thread, lowlevel, to_thread
+
+    token = lowlevel.current_token()
+    done = anyio.Event()
+    outcome: list = []
+
+    def work() -> None:
+        try:
+            outcome.append((True, func(*args)))
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+            outcome.append((False, exc))
+        try:
+            from_thread.run_sync(done.set, token=token)
+        except RuntimeError:  # the event loop is gone: nobody is waiting
+            pass
+
+    with anyio.CancelScope(shield=True):
+        async with to_thread.current_default_thread_limiter():
+            _start_thread(work)
+            await done.wait()
+    ok, value = outcome[0]
+    if ok:
+        return value
+    raise value
 
 
 def _hung_up(fd: int, events: list) -> bool:
@@ -321,7 +365,6 @@ def build_server(
 ):
     """The low-level MCP server named `bridge`, listing exactly the scope's tools, each
     call a thin shim over `dispatch`."""
-    import anyio
     import mcp_types as types
     from mcp.server.lowlevel import Server
 
@@ -359,7 +402,7 @@ def build_server(
         if inflight is not None:
             inflight.count += 1
         try:
-            result = await anyio.to_thread.run_sync(_call, params.name, args)
+            result = await _in_thread(_call, params.name, args)
         except Exception as exc:  # a dispatch bug must not kill the session or leak details
             if trace is not None:
                 trace.record("bridge_error", tool=params.name, error=type(exc).__name__)
