@@ -774,13 +774,7 @@ class _Server:
             from harnesscheck.bridge import server
 
             initial_ppid, proto = server._prepare()
-            if os.path.exists("/tmp/bprof.on"):
-                import cProfile
-                prof = cProfile.Profile()
-                code = prof.runcall(server.serve_spec, spec, proto_fds=proto, initial_ppid=initial_ppid, hangup_fd=keep, mode="forkserver")
-                prof.dump_stats(f"/tmp/bprof/child-{os.getpid()}.prof")
-            else:
-                code = server.serve_spec(spec, proto_fds=proto, initial_ppid=initial_ppid, hangup_fd=keep, mode="forkserver")
+            code = server.serve_spec(spec, proto_fds=proto, initial_ppid=initial_ppid, hangup_fd=keep, mode="forkserver")
         except BaseException as exc:  # noqa: BLE001 - report, never fall back into the loop
             try:
                 os.write(2, f"harnesscheck bridge (forkserver child): {type(exc).__name__}: {exc}\n".encode())
