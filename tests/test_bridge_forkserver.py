@@ -414,7 +414,7 @@ HOST_SCRIPT = textwrap.dedent(
     relay.stdout.readline()
     server = forkserver.get_forkserver()
     kids = server.children()[str(spec)]
-    print(json.dumps({"forkserver": server.pid, "children": kids, "relay": relay.pid}), flush=True)
+    print(json.dumps({"forkserver": server.pid, "children": kids, "relay": relay.pid, "spare": server.spare()}), flush=True)
     time.sleep(1000)
     """
 ) % (INIT,)
@@ -427,7 +427,7 @@ def test_host_death_ends_forkserver_and_children(tmp_path: Path) -> None:
     host = subprocess.Popen([sys.executable, str(script), str(spec_path)], stdout=subprocess.PIPE, env=os.environ.copy())
     try:
         info = json.loads(host.stdout.readline())
-        pids = [info["forkserver"], *info["children"], info["relay"]]
+        pids = [info["forkserver"], *info["children"], info["relay"], info["spare"]]
         assert len(info["children"]) == 1 and all(_alive(p) for p in pids)
         host.kill()
         host.wait(timeout=BOUND_S)
@@ -584,9 +584,11 @@ def test_sigterm_to_the_forkserver_ends_its_children_and_directory(tmp_path: Pat
     try:
         server = forkserver.get_forkserver()
         (child,) = _children_of(spec_a)
+        spare = server.spare()
+        assert spare is not None and _alive(spare)
         os.kill(server.pid, signal.SIGTERM)
         server.proc.wait(timeout=BOUND_S)
-        assert _wait_gone([child]) == []
+        assert _wait_gone([child, spare]) == []
         assert not server.dir.exists()
         assert relay.wait(timeout=BOUND_S) == 128 + signal.SIGKILL
     finally:
@@ -594,3 +596,45 @@ def test_sigterm_to_the_forkserver_ends_its_children_and_directory(tmp_path: Pat
         if relay.poll() is None:
             relay.kill()
             relay.wait()
+
+
+# ---------------------------------------------------------------------------------------
+# The spare child: forked ahead, handed the next session
+
+
+def test_the_spare_child_gets_the_next_session_and_holds_nothing_before(tmp_path: Path, relay_for) -> None:
+    server = forkserver.get_forkserver() or pytest.fail("the forkserver did not start")
+    spec_a, _ = _make_spec(tmp_path, "a")
+    argv, _env = relay_for(spec_a)
+    spare = server.spare()
+    assert spare is not None and _alive(spare)
+    # Waiting, it holds its standard fds and its end of the hand-off pair, nothing else: not
+    # the listening socket, the control channel, another session's connection or pipes.
+    held = _fd_targets(spare)
+    (extra,) = [fd for fd in held if fd > 2]
+    assert held[extra].startswith("socket:") and held[extra] not in set(_fd_targets(server.pid).values())
+    assert not any(t.endswith("bridge.sock") or t.startswith("pipe:") for t in held.values())
+    relay = _start_raw(argv)
+    try:
+        assert _children_of(spec_a) == [spare]  # the session went to the waiting child
+        after = server.spare()
+        assert after is not None and after != spare and _alive(after)  # and the next one waits
+    finally:
+        relay.stdin.close()
+        assert relay.wait(timeout=BOUND_S) == 0
+    summary = summarize_trace(tmp_path / "run-a" / "bridge-trace.jsonl")
+    assert summary.started and summary.listed is False
+
+
+def test_a_dead_spare_is_replaced_and_the_relay_still_served(tmp_path: Path, relay_for) -> None:
+    server = forkserver.get_forkserver() or pytest.fail("the forkserver did not start")
+    spec_a, _ = _make_spec(tmp_path, "a")
+    argv, env = relay_for(spec_a)
+    spare = server.spare()
+    assert spare is not None
+    os.kill(spare, signal.SIGKILL)
+    assert _wait_gone([spare]) == []
+    listed, results = anyio.run(_client_session, argv, env, tmp_path, [("read_file", {"path": "src/own.txt"})])
+    assert listed.tools and _text(results[0]) == "this is a\n"
+    replacement = server.spare()
+    assert replacement is not None and replacement != spare and _alive(replacement)

@@ -190,6 +190,10 @@ class ForkServer:
         """{spec path: live child pids} (tests, diagnostics)."""
         return dict(self.request({"op": "children"}).get("children") or {})
 
+    def spare(self) -> int | None:
+        """The pid of the child forked ahead for the next relay, if one waits (tests, diagnostics)."""
+        return self.request({"op": "children"}).get("spare")
+
     def running(self) -> bool:
         """Ours (not a forked copy's inherited handle) and still running."""
         return os.getpid() == self.owner_pid and self.proc.poll() is None
@@ -354,6 +358,14 @@ class _Child:
     conn: socket.socket
 
 
+@dataclass
+class _Spare:
+    """A child forked ahead of time, waiting on `handoff` for its session."""
+
+    pid: int
+    handoff: socket.socket
+
+
 def _preimport() -> None:
     """Everything a bridge child needs, imported once here instead of in every child
     (`ctypes`, for the parent-death prctl, alone cost a child ~2 ms)."""
@@ -464,6 +476,35 @@ def _read_regular(path: str, limit: int) -> bytes | None:
         os.close(fd)
 
 
+def _close_fds_except(keep: tuple[int, ...]) -> None:
+    """Close every fd above 2 but `keep`."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2 and fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _await_session(handoff: socket.socket):
+    """A spare child's wait for its session: (relay connection, stdio fds, spec). EOF (the
+    forkserver ended or dropped this spare) or anything malformed ends the process."""
+    from harnesscheck.bridge.spec import BridgeSpec
+
+    while True:
+        try:
+            content, fds, _flags, _addr = socket.recv_fds(handoff, MAX_MESSAGE, 4, socket.MSG_CMSG_CLOEXEC)
+            break
+        except InterruptedError:
+            continue
+    handoff.close()
+    if len(fds) not in (3, 4) or not content:
+        os._exit(0)
+    spec = BridgeSpec.model_validate_json(content)  # the registered bytes, never a re-read
+    return socket.socket(fileno=fds[0]), fds[1:], spec
+
+
 def _report_exit(conn: socket.socket, code: int) -> None:
     """A child's last act: close every fd but the relay connection (so the CLI's pipes end
     now), then tell the relay its exit code itself. The relay exits at once instead of after
@@ -495,6 +536,7 @@ class _Server:
         #: Accepted connections whose request has not arrived: fd -> (conn, deadline), oldest first.
         self.pending: dict[int, tuple[socket.socket, float]] = {}
         self.accept_paused_until: float | None = None
+        self.spare: _Spare | None = None
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         path = str(directory / SOCKET_NAME)
         old_umask = os.umask(0o177)
@@ -516,6 +558,7 @@ class _Server:
 
     def run(self) -> None:
         self.control.sendall(json.dumps({"ready": True, "pid": os.getpid()}).encode())
+        self._fork_spare()
         while True:
             for key, _ in self.selector.select(self._select_timeout()):
                 if key.data == "control":
@@ -545,6 +588,7 @@ class _Server:
 
     def _shutdown(self) -> None:
         """The host is gone (or asked): every child dies, the socket goes."""
+        self._drop_spare()
         for pid in list(self.children):
             self._kill(pid)
         self._reap_all(list(self.children))
@@ -597,7 +641,8 @@ class _Server:
             self._reap_all(left)
             return {"ok": True, "killed": left}
         if op == "children":
-            return {"ok": True, "children": {p: sorted(r.children) for p, r in self.registrations.items()}}
+            return {"ok": True, "children": {p: sorted(r.children) for p, r in self.registrations.items()},
+                    "spare": self.spare.pid if self.spare is not None else None}
         return {"ok": False, "error": f"unknown op {op!r}"}
 
     # -- relays -----------------------------------------------------------------------------
@@ -722,22 +767,83 @@ class _Server:
         return None
 
     def _fork(self, conn: socket.socket, path: str, fds: list[int]) -> None:
-        if _thread_count() != 1:  # never fork a multi-threaded process
-            conn.send(b"refused internal: the forkserver is not single-threaded")
-            conn.close()
-            return
+        """Start this relay's bridge child: hand the session to the spare child when there is
+        one (no fork on the relay's path), else fork one now; then fork the next spare."""
         reg = self.registrations[path]
-        pid = os.fork()
-        if pid == 0:
-            self._child(conn, fds, reg.spec)  # never returns
-        try:
-            os.setpgid(pid, pid)  # also done by the child: whichever runs first wins
-        except OSError:
-            pass
+        pid = self._hand_to_spare(conn, fds, reg.content)
+        if pid is None:
+            if _thread_count() != 1:  # never fork a multi-threaded process
+                conn.send(b"refused internal: the forkserver is not single-threaded")
+                conn.close()
+                return
+            pid = os.fork()
+            if pid == 0:
+                self._child(conn, None, fds, reg.spec)  # never returns
+            try:
+                os.setpgid(pid, pid)  # also done by the child: whichever runs first wins
+            except OSError:
+                pass
         reg.children.add(pid)
         self.children[pid] = _Child(path, conn)
+        self._fork_spare()
 
-    def _child(self, conn: socket.socket, fds: list[int], spec) -> None:
+    # -- spare child ------------------------------------------------------------------------
+
+    def _fork_spare(self) -> None:
+        """Fork the child for the next relay ahead of time. It closes everything it inherited
+        but its end of a fresh socketpair and waits there for its session: the registered
+        spec bytes, the relay connection and the relay's stdio fds. A fork of this process
+        (mcp, pydantic imported) costs ~3 ms; so it is paid between sessions, not in one."""
+        if self.spare is not None or _thread_count() != 1:
+            return
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            ours.close()
+            theirs.close()
+            sys.stderr.write(f"bridge forkserver: cannot fork a spare child ({exc}); forking per relay\n")
+            sys.stderr.flush()
+            return
+        if pid == 0:
+            self._child(None, theirs, [], None)  # never returns
+        theirs.close()
+        try:
+            os.setpgid(pid, pid)
+        except OSError:
+            pass
+        self.spare = _Spare(pid, ours)
+
+    def _hand_to_spare(self, conn: socket.socket, fds: list[int], content: bytes) -> int | None:
+        """Give this session to the spare child; its pid, or None (no spare, or it is gone)."""
+        spare, self.spare = self.spare, None
+        if spare is None:
+            return None
+        try:
+            socket.send_fds(spare.handoff, [content], [conn.fileno(), *fds])
+        except OSError:
+            self._end_spare(spare)
+            return None
+        spare.handoff.close()
+        return spare.pid
+
+    def _drop_spare(self) -> None:
+        spare, self.spare = self.spare, None
+        if spare is not None:
+            self._end_spare(spare)
+
+    def _end_spare(self, spare: _Spare) -> None:
+        """Kill and reap a spare that will not get a session."""
+        spare.handoff.close()
+        self._kill(spare.pid)
+        try:
+            os.waitpid(spare.pid, 0)
+        except ChildProcessError:
+            pass
+
+    def _child(self, conn: socket.socket | None, handoff: socket.socket | None, fds: list[int], spec) -> None:
+        """A bridge child, never returning: forked for `conn` (its relay's stdio `fds`, the
+        registered `spec`), or a spare (`handoff`) that first waits for those."""
         code = 70
         try:
             os.setpgid(0, 0)
@@ -750,10 +856,15 @@ class _Server:
                 other.conn.close()
             for waiting, _ in self.pending.values():
                 waiting.close()
+            if self.spare is not None:
+                self.spare.handoff.close()
             self.listener.close()
             self.control.close()
             os.close(self.wake_r)
             os.close(self.wake_w)
+            if handoff is not None:
+                _close_fds_except((handoff.fileno(),))
+                conn, fds, spec = _await_session(handoff)
             for target, fd in enumerate(fds):
                 os.dup2(fd, target)  # inheritable, as a spawned bridge's stdio is
             if len(fds) == 2:
@@ -761,13 +872,7 @@ class _Server:
                 os.dup2(null, 2)
                 os.close(null)
             keep = conn.fileno()
-            for name in os.listdir("/proc/self/fd"):
-                fd = int(name)
-                if fd > 2 and fd != keep:
-                    try:
-                        os.close(fd)
-                    except OSError:
-                        pass
+            _close_fds_except((keep,))
             fds.clear()
             sys.stderr = open(2, "w", closefd=False, errors="replace")  # noqa: SIM115
             sys.stdout = open(1, "w", closefd=False, errors="replace")  # noqa: SIM115
@@ -785,7 +890,8 @@ class _Server:
                 sys.stderr.flush()
             except Exception:  # noqa: BLE001
                 pass
-            _report_exit(conn, code)
+            if conn is not None:
+                _report_exit(conn, code)
             os._exit(code)
 
     # -- children ---------------------------------------------------------------------------
@@ -798,7 +904,7 @@ class _Server:
                 pass
 
     def _reap(self, *, block: bool, pid: int = -1) -> None:
-        while self.children:
+        while self.children or self.spare is not None:
             try:
                 got, status = os.waitpid(pid, 0 if block else os.WNOHANG)
             except ChildProcessError:
@@ -830,6 +936,10 @@ class _Server:
                 time.sleep(0.005)
 
     def _reaped(self, pid: int, status: int) -> None:
+        if self.spare is not None and pid == self.spare.pid:  # died waiting: fork another later
+            self.spare.handoff.close()
+            self.spare = None
+            return
         child = self.children.get(pid)
         if child is not None:
             try:
