@@ -446,3 +446,140 @@ def test_inflight_counts_calls_on_the_wire() -> None:
     inflight.answered(msg({"id": 5, "result": {"content": []}}))
     inflight.received(msg({"method": "notifications/cancelled", "params": {"requestId": 6}}))
     assert inflight.pending == set()
+
+
+# ---------------------------------------------------------------------------------------
+# The thread-free protocol streams (pipes and sockets) and the dispatch thread
+
+
+def test_pipe_lines_reassemble_split_lines_and_keep_a_last_unterminated_one() -> None:
+    from harnesscheck.bridge.server import _PipeLines
+
+    big = "x" * 200_000  # more than one read and more than a pipe's buffer
+    r, w = os.pipe()
+
+    def feed() -> None:
+        for part in (b'{"a":', b' 1}\n{"b"', b": 2}\n\n", big.encode() + b"\n", b"caf\xc3", b"\xa9 \xff", b"tail"):
+            os.write(w, part)
+            time.sleep(0.01)
+        os.close(w)
+
+    async def read_all() -> list[str]:
+        import threading
+
+        threading.Thread(target=feed, daemon=True).start()
+        return [line async for line in _PipeLines(r)]
+
+    try:
+        lines = anyio.run(read_all)
+    finally:
+        os.close(r)
+    assert lines == ['{"a": 1}\n', '{"b": 2}\n', "\n", big + "\n", "café \ufffdtail"]
+
+
+def test_pipe_writer_never_blocks_the_event_loop_on_a_full_pipe() -> None:
+    """A message larger than the pipe, read slowly: it arrives whole and in order, and the
+    event loop keeps running while the writer waits for room."""
+    from harnesscheck.bridge.server import _PipeWriter
+
+    text = "".join(f"{i:07d}é\n" for i in range(40_000))  # ~360 KB, several pipe buffers
+    r, w = os.pipe()
+    received = bytearray()
+
+    def drain() -> None:
+        time.sleep(0.2)  # the writer meets a full pipe first
+        while chunk := os.read(r, 4096):
+            received.extend(chunk)
+
+    async def go() -> int:
+        import threading
+
+        reader = threading.Thread(target=drain, daemon=True)
+        reader.start()
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await anyio.sleep(0.01)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ticker)
+            writer = _PipeWriter(w)
+            await writer.write(text)
+            await writer.flush()
+            tg.cancel_scope.cancel()
+        os.close(w)
+        await anyio.to_thread.run_sync(reader.join, START_BOUND_S)
+        return ticks
+
+    try:
+        ticks = anyio.run(go)
+    finally:
+        os.close(r)
+    assert received.decode() == text
+    assert ticks >= 5, "the event loop stalled while the pipe was full"
+
+
+def test_in_thread_returns_raises_and_runs_to_its_end_when_cancelled() -> None:
+    from harnesscheck.bridge.server import _in_thread
+
+    finished = []
+
+    def slow() -> str:
+        time.sleep(0.2)
+        finished.append(True)
+        return "done"
+
+    def boom() -> None:
+        raise LookupError("x")
+
+    async def go():
+        assert await _in_thread(lambda a, b: a + b, 2, 3) == 5
+        with pytest.raises(LookupError):
+            await _in_thread(boom)
+        with anyio.move_on_after(0.01) as scope:  # like anyio.to_thread.run_sync: not abandoned
+            result = await _in_thread(slow)
+        assert scope.cancel_called and finished == [True] and result == "done"
+
+    anyio.run(go)
+
+
+def _raw_session(setup, stdin, stdout) -> subprocess.Popen:
+    base, root, spec, spec_path = setup
+    return subprocess.Popen(bridge_argv(spec_path), stdin=stdin, stdout=stdout, stderr=subprocess.DEVNULL,
+                            env=bridge_env() or None)
+
+
+def test_serves_over_a_socketpair_like_libuv_children(setup) -> None:
+    """Node CLIs (libuv) give a child Unix sockets, not pipes, for stdin and stdout."""
+    import socket
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    proc = _raw_session(setup, theirs.fileno(), theirs.fileno())
+    theirs.close()
+    try:
+        ours.sendall(_frame(INIT, INITIALIZED, _call(2, "read_file", {"path": "src/a.py"})))
+        ours.shutdown(socket.SHUT_WR)  # EOF right behind the call
+        stream = ours.makefile("rb")
+        replies = _read_responses(stream, 2, time.monotonic() + START_BOUND_S)
+        assert proc.wait(timeout=START_BOUND_S) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        ours.close()
+    assert replies[1]["id"] == 2 and replies[1]["result"]["content"][0]["text"] == "alpha = 1\n"
+
+
+def test_serves_from_regular_files_through_the_sdk_streams(setup, tmp_path: Path) -> None:
+    """Not a pipe or socket (a file, a terminal): the SDK's thread-backed streams serve it."""
+    requests = tmp_path / "requests.jsonl"
+    requests.write_bytes(_frame(INIT, INITIALIZED, _call(2, "read_file", {"path": "src/a.py"})))
+    answers = tmp_path / "answers.jsonl"
+    with open(requests, "rb") as stdin, open(answers, "wb") as stdout:
+        proc = _raw_session(setup, stdin, stdout)
+        assert proc.wait(timeout=START_BOUND_S) == 0
+    replies = [json.loads(line) for line in answers.read_text().splitlines()]
+    assert [m.get("id") for m in replies] == [1, 2]
+    assert replies[1]["result"]["content"][0]["text"] == "alpha = 1\n"
