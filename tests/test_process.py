@@ -201,6 +201,34 @@ def test_exception_in_on_line_kills_the_tree_and_propagates(tmp_path: Path) -> N
     assert survivors(read_pids(pidfile)) == []
 
 
+def test_on_spawn_gets_the_leader_of_the_childs_own_session_before_any_output(tmp_path: Path) -> None:
+    seen: list[tuple[int, int, int]] = []
+    lines: list[str] = []
+
+    def spawned(pid: int) -> None:
+        assert not lines, "on_spawn must come before the child's output is read"
+        seen.append((pid, os.getsid(pid), os.getpgid(pid)))
+
+    result = run_process([PY, "-c", "import os; print(os.getpid(), os.getsid(0))"], env=ENV, cwd=tmp_path,
+                         on_line=lines.append, timeout_s=60, on_spawn=spawned)
+    assert result.ending is Ending.exited and len(seen) == 1
+    pid, sid, pgid = seen[0]
+    assert pid == sid == pgid and lines == [f"{pid} {pid}"]
+
+
+def test_exception_in_on_spawn_kills_the_tree_and_propagates(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids"
+
+    def refuse(pid: int) -> None:
+        read_pids(pidfile)  # the whole tree exists, then the hook fails
+        raise RuntimeError("could not bind the session")
+
+    with pytest.raises(RuntimeError, match="could not bind"):
+        run_process(script("spawn_tree.py", str(pidfile), "--setsid"), env=ENV, cwd=tmp_path, on_line=lambda line: None,
+                    timeout_s=60, on_spawn=refuse)
+    assert survivors(read_pids(pidfile)) == []
+
+
 def test_keyboard_interrupt_still_kills_the_tree(tmp_path: Path) -> None:
     pidfile = tmp_path / "pids"
 

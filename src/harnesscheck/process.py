@@ -698,11 +698,16 @@ def run_process(
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     stderr_tail_bytes: int = DEFAULT_STDERR_TAIL_BYTES,
     run_marker: str | None = None,
+    on_spawn: Callable[[int], None] | None = None,
 ) -> ProcessResult:
     """Run `argv` to an ending and return how it ended; complete stdout lines go to on_line.
 
+    `on_spawn(pid)` is called once the child runs, before its output is read; the child leads
+    its own session and process group (sid = pgid = pid), so whatever it starts without
+    setsid can be recognised by its session.
+
     Raises only for spawn failures (FileNotFoundError, PermissionError, ValueError for bad
-    arguments) or an exception from `on_line` (after the tree is killed).
+    arguments) or an exception from `on_line` or `on_spawn` (after the tree is killed).
     """
     if isinstance(argv, (str, bytes)) or not argv or not all(isinstance(a, str) for a in argv):
         raise ValueError("argv must be a non-empty list of str (no shell)")
@@ -775,6 +780,8 @@ def run_process(
         pidfd = _pidfd_open(proc.pid)
         if pidfd is not None:
             sel.register(pidfd, selectors.EVENT_READ, "exit")
+        if on_spawn is not None:
+            on_spawn(proc.pid)
 
     def read_ready(timeout: float) -> None:
         """One selector round: write stdin, read pipes (and notice exit)."""
