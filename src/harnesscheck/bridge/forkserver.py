@@ -970,11 +970,15 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, signal.SIG_IGN)  # only the host's EOF (or SIGTERM/SIGKILL) ends us
     try:
         _preimport()
-        _warm_up()
+        try:
+            _warm_up()
+        except Exception as exc:  # noqa: BLE001 - only a speed-up: children then do it themselves
+            sys.stderr.write(f"bridge forkserver: warm-up session failed: {type(exc).__name__}: {exc}\n")
         if not _wait_single_threaded(WARM_UP_TIMEOUT_S):
-            raise RuntimeError("threads still run after pre-importing; the forkserver must not fork")
-        # Everything imported so far lives as long as the forkserver: out of the collector's
-        # sight, a child's collections never walk (and so copy-on-write) those pages.
+            raise RuntimeError("threads still run after the warm-up; the forkserver must not fork")
+        # Everything alive now lives as long as the forkserver: out of the collector's sight,
+        # a child's collections never walk (and so copy-on-write) those pages.
+        gc.collect()
         gc.freeze()
         server = _Server(control, ns.dir)
     except BaseException as exc:  # noqa: BLE001
