@@ -4,7 +4,9 @@ pytest-xdist speed-up with the same report.
     python bench/bench_suite.py [--backend ID ...] [--jobs auto]
 
 Floor = (fake-CLI invocations the run made) × (bare `python -c pass` start-up), both measured
-in this run, side by side. Target: serial wall time within 3x of the floor. Then the suite
+in this run, side by side. Target: wall time within 3x of the floor (printed for the serial
+and the parallel run; `harnesscheck verify` runs parallel by default). A second floor also
+counts the MCP servers the fake CLIs started (each a Python process: the bridge relay). Then the suite
 runs again with `-n JOBS`; the two reports must hold the same cells with the same outcomes.
 
 The suite runs as `harnesscheck verify --level offline` runs it (kit/verify.py pytest_args and
@@ -59,6 +61,11 @@ def run_suite(backends: list[str], work: Path, jobs: str | None) -> tuple[float,
         spawns += sum(1 for line in record.read_text(errors="replace").splitlines() if '"kind": "invocation"' in line)
     data = json.loads(report.read_text())
     return wall, data, spawns, required_waits(data, basetemp)
+
+
+def bridge_spawns(basetemp: Path) -> int:
+    """MCP servers the fake CLIs started (one Python relay, or a stdio bridge, per `bridge_start`)."""
+    return sum(trace.read_text(errors="replace").count('"event":"bridge_start"') for trace in basetemp.rglob("bridge-trace.jsonl"))
 
 
 def required_waits(report: dict, basetemp: Path) -> dict[str, float]:
@@ -117,6 +124,7 @@ def main() -> int:
     startup = python_startup_s()
     with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
         serial, report1, spawns, waits = run_suite(backends, Path(a), None)
+        bridges = bridge_spawns(Path(a) / "tmp")
         parallel, report2, _, _ = run_suite(backends, Path(b), args.jobs)
     floor = spawns * startup
     waited = sum(waits.values())
@@ -134,7 +142,10 @@ def main() -> int:
           f"{'OK' if ratio <= TARGET_RATIO else 'OVER'}; {ratio_waits:.2f}x floor + required waits ({floor + waited:.1f} s)")
     if budget:
         print(f"  cells skipped 'budget' (the machine was too slow to judge them): {', '.join(budget)}")
-    print(f"-n {args.jobs} wall: {parallel:.1f} s; speed-up {serial / parallel:.2f}x; same report: {same}")
+    processes = (spawns + bridges) * startup
+    print(f"counting the bridges the CLIs started as well ({bridges}): floor {processes:.1f} s; serial {serial / processes:.2f}x, "
+          f"-n {args.jobs} {parallel / processes:.2f}x; with the required waits {serial / (processes + waited):.2f}x serial")
+    print(f"-n {args.jobs} wall: {parallel:.1f} s = {parallel / floor:.2f}x the literal floor; speed-up {serial / parallel:.2f}x; same report: {same}")
     if not same:
         diff = sorted(cells(report1) ^ cells(report2))[:10]
         print(f"  differing cells: {diff}")
