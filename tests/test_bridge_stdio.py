@@ -583,3 +583,32 @@ def test_serves_from_regular_files_through_the_sdk_streams(setup, tmp_path: Path
     replies = [json.loads(line) for line in answers.read_text().splitlines()]
     assert [m.get("id") for m in replies] == [1, 2]
     assert replies[1]["result"]["content"][0]["text"] == "alpha = 1\n"
+
+
+def test_call_threads_reuse_an_idle_thread_and_end_on_close() -> None:
+    import threading
+
+    from harnesscheck.bridge.server import _CallThreads
+
+    pool = _CallThreads()
+    pool.IDLE_S = 3600.0  # only close() can end an idle thread within the test's bounds
+    seen: list[int] = []  # native thread ids
+
+    def run_one() -> None:
+        done = threading.Event()
+        pool.submit(lambda: (seen.append(threading.get_native_id()), done.set()))
+        assert done.wait(START_BOUND_S)
+
+    def wait_for(condition) -> bool:
+        deadline = time.monotonic() + START_BOUND_S
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        return condition()
+
+    run_one()
+    assert wait_for(lambda: pool._idle)  # the first thread goes idle...
+    run_one()
+    assert len(seen) == 2 and seen[0] == seen[1], "an idle thread should take the next call"
+    assert wait_for(lambda: pool._idle)
+    pool.close()  # ...and ends at once when closed, not after IDLE_S
+    assert wait_for(lambda: not os.path.exists(f"/proc/self/task/{seen[0]}")), "close() left an idle thread running"

@@ -418,6 +418,7 @@ def _warm_up() -> None:
             inflight = server.Inflight()
             bridge = server.build_server(ToolScope(root=root, read_only=True), inflight=inflight)
             anyio.run(server.serve_stdio, bridge, in_r, out_w, inflight)  # answers < 64 KiB too
+            server._CALL_THREADS.close()  # its dispatch thread ends instead of idling
         finally:
             for fd in (in_r, in_w, out_r, out_w):
                 if fd >= 0:

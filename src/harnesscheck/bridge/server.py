@@ -201,9 +201,70 @@ def _start_thread(func, *args) -> None:
     _thread.start_new_thread(func, args)
 
 
+class _CallThreads:
+    """The threads tool calls run in. An idle one takes the next call, as anyio's workers
+    do; with none idle a new one is started by `_start_thread` (not waited for). An idle
+    thread ends after `IDLE_S`; after `close()` (the forkserver, once its warm-up session is
+    over) every thread ends as soon as it is idle. A forked child starts with none."""
+
+    IDLE_S = 10.0
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list = []  # inboxes of idle threads
+        self._closed = False
+
+    def submit(self, job) -> None:
+        import queue
+
+        with self._lock:
+            inbox = self._idle.pop() if self._idle else None
+        if inbox is not None:
+            inbox.put(job)
+            return
+        inbox = queue.SimpleQueue()
+        inbox.put(job)
+        _start_thread(self._serve, inbox)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for inbox in idle:
+            inbox.put(None)
+
+    def _serve(self, inbox) -> None:
+        import queue
+
+        while True:
+            try:
+                job = inbox.get(timeout=self.IDLE_S)
+            except queue.Empty:
+                with self._lock:
+                    if inbox in self._idle:
+                        self._idle.remove(inbox)
+                        return
+                continue  # a call was handed over as the wait ended: it is in the inbox
+            if job is None:
+                return
+            job()
+            with self._lock:
+                if self._closed:
+                    return
+                self._idle.append(inbox)
+
+
+_CALL_THREADS = _CallThreads()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_CALL_THREADS._reset)
+
+
 async def _in_thread(func, *args):
-    """`await anyio.to_thread.run_sync(func, *args)` on a fresh thread that the caller does
-    not wait to see scheduled (see `_start_thread`; anyio's first worker thread in a
+    """`await anyio.to_thread.run_sync(func, *args)` without waiting for a new thread to be
+    scheduled (see `_start_thread`, `_CallThreads`; anyio's first worker thread in every
     process pays that wait). Same semantics: not cancellable once started (the call runs
     to its end and its result is awaited), at most the default thread limiter's number of
     calls at once, exceptions re-raised here."""
@@ -214,7 +275,7 @@ async def _in_thread(func, *args):
     done = anyio.Event()
     outcome: list = []
 
-    def work() -> None:
+    def job() -> None:
         try:
             outcome.append((True, func(*args)))
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
@@ -226,7 +287,7 @@ async def _in_thread(func, *args):
 
     with anyio.CancelScope(shield=True):
         async with to_thread.current_default_thread_limiter():
-            _start_thread(work)
+            _CALL_THREADS.submit(job)
             await done.wait()
     ok, value = outcome[0]
     if ok:
