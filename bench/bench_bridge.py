@@ -229,6 +229,7 @@ def main() -> int:
         fs_start = time.perf_counter() - t0
         if relayed is None:
             raise SystemExit("the bridge forkserver cannot run here (see stderr); nothing to compare")
+        forkserver.bind_session(base / "spec.json", os.getpid())  # the relays are our children
         relay_argv = relayed[0]
         print(f"forkserver start (once per host) {fs_start * 1000:7.1f} ms")
         report_sessions(relay_argv, ns.sessions)

@@ -104,10 +104,12 @@ def relay_for(tmp_path: Path):
     """relay_for(spec_path) -> (argv, env); every spec is released at teardown."""
     specs: list[Path] = []
 
-    def make(spec_path: Path):
+    def make(spec_path: Path, *, bind: bool = True):
         cmd = forkserver.relay_command(spec_path)
         assert cmd is not None, "the forkserver did not start"
         specs.append(spec_path)
+        if bind:  # the relays these tests start are this process's children, as a CLI's are its
+            assert forkserver.bind_session(spec_path, os.getpid())
         return cmd
 
     yield make
@@ -180,6 +182,15 @@ def test_two_sessions_concurrently_get_their_own_scope_and_trace(tmp_path: Path,
 # Refusals: only what the host registered, as written, for the session that claimed it
 
 
+def _spawn_with_init(argv: list[str]) -> subprocess.Popen:
+    """The relay as a CLI starts it, `initialize` already in its stdin; not waited for."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin
+    proc.stdin.write(_line(INIT))
+    proc.stdin.flush()
+    return proc
+
+
 def _run_relay(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(argv, input=_line(INIT), capture_output=True, timeout=BOUND_S, **kwargs)
 
@@ -208,18 +219,66 @@ def test_unregistered_changed_and_released_specs_are_refused(tmp_path: Path, rel
     assert res.returncode == 2 and b"refused: not-registered" in res.stderr
 
 
-def test_a_spec_is_served_only_to_the_session_that_claimed_it(tmp_path: Path, relay_for) -> None:
+def test_a_spec_is_served_only_to_the_process_tree_it_is_bound_to(tmp_path: Path, relay_for) -> None:
     spec_path, _ = _make_spec(tmp_path, "a")
-    argv, _ = relay_for(spec_path)
-    first = _start_raw(argv)  # our kernel session claims the spec
+    other_cli = subprocess.Popen(["sleep", "60"])  # another session's CLI
     try:
-        res = _run_relay(argv, start_new_session=True)  # another session's process
-        assert res.returncode == 2 and b"refused: wrong-session" in res.stderr
-        res = _run_relay(argv)  # the claiming session may start it again (a CLI reconnecting)
+        argv, _ = relay_for(spec_path, bind=False)
+        assert forkserver.bind_session(spec_path, other_cli.pid)
+        res = _run_relay(argv)  # not started by that CLI: refused, even as the first relay
+        assert res.returncode == 2 and b"refused: wrong-process" in res.stderr
+        with pytest.raises(forkserver.ForkServerError, match="already bound"):
+            forkserver.get_forkserver().bind(spec_path.absolute(), os.getpid())  # a spec binds once
+    finally:
+        other_cli.kill()
+        other_cli.wait()
+    mine, _ = _make_spec(tmp_path, "b")
+    argv, _ = relay_for(mine)  # bound to this process: its children are served
+    first = _start_raw(argv)
+    try:
+        res = _run_relay(argv, start_new_session=True)  # a child that setsid's (Python MCP clients do)
         assert res.returncode == 0
     finally:
         first.stdin.close()
         first.wait(timeout=BOUND_S)
+
+
+def test_a_relay_before_the_binding_is_held_then_served_to_the_bound_session(tmp_path: Path, relay_for) -> None:
+    spec_path, _ = _make_spec(tmp_path, "a")
+    argv, _ = relay_for(spec_path, bind=False)  # registered; the CLI has not been spawned yet
+    early = _spawn_with_init(argv)  # the CLI's relay, faster than the host's binding
+    try:
+        time.sleep(0.3)  # it connected and is held (not served, not refused)
+        assert early.poll() is None and _children_of(spec_path) == []
+        assert forkserver.bind_session(spec_path, os.getpid())  # its CLI (here: us): served now
+        assert json.loads(early.stdout.readline()).get("id") == 1
+    finally:
+        early.stdin.close()
+        early.wait(timeout=BOUND_S)
+
+
+def test_held_relays_are_refused_when_the_binding_goes_to_another_process_or_never_comes(tmp_path: Path, relay_for) -> None:
+    spec_path, _ = _make_spec(tmp_path, "a")
+    argv, _ = relay_for(spec_path, bind=False)
+    squatter = _spawn_with_init(argv)  # connected before the CLI existed, not started by it
+    cli = subprocess.Popen(["sleep", "60"])
+    try:
+        time.sleep(0.3)
+        assert forkserver.bind_session(spec_path, cli.pid)
+        assert squatter.wait(timeout=BOUND_S) == 2
+        assert b"refused: wrong-process" in squatter.stderr.read()
+    finally:
+        cli.kill()
+        cli.wait()
+        if squatter.poll() is None:
+            squatter.kill()
+    other, _ = _make_spec(tmp_path, "b")
+    argv, _ = relay_for(other, bind=False)
+    orphan = _spawn_with_init(argv)
+    time.sleep(0.3)
+    forkserver.release_session(other)  # the session ended (its CLI never started)
+    assert orphan.wait(timeout=BOUND_S) == 2
+    assert b"refused: not-registered" in orphan.stderr.read()
 
 
 def test_unreachable_forkserver_falls_back_to_the_full_bridge(tmp_path: Path) -> None:
@@ -409,6 +468,7 @@ HOST_SCRIPT = textwrap.dedent(
     from harnesscheck.bridge import forkserver
     spec = Path(sys.argv[1])
     argv, env = forkserver.relay_command(spec)
+    forkserver.bind_session(spec, os.getpid())
     relay = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     relay.stdin.write(json.dumps(%r).encode() + b"\\n"); relay.stdin.flush()
     relay.stdout.readline()

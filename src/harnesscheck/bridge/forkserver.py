@@ -10,6 +10,8 @@ Host side (imported by the transports; nothing heavy at import):
   `<python> -I -S .../_bridgerelay.py SOCKET SPEC -- <full stdio bridge argv>`.
   None when the forkserver cannot run here (not Linux, disabled with
   `HARNESSCHECK_BRIDGE_FORKSERVER=0`, failed to start): the caller uses the full bridge.
+- `bind_session(spec_path, cli_pid)`: right after the CLI's spawn (`run_process` on_spawn):
+  only the CLI and processes it started (its descendants) may have the bridge.
 - `release_session(spec_path)`: kill (after a 0.25 s grace, SIGKILL to the whole process
   group) and reap every bridge child of that spec, synchronously, and forget the
   registration. Returns the pids that had to be killed. Idempotent.
@@ -27,9 +29,11 @@ The forkserver process:
   ends the forkserver.
 - Registration binds a spec path to the exact bytes the host wrote. A relay is served only
   when: its peer uid is ours; the path is registered; the file's current bytes equal the
-  registered bytes (read non-blocking, regular files only); and the relay is in the same
-  kernel session (getsid) as the first relay served for that spec (the CLI that started
-  first). The child serves the registered spec, never a re-read one. Nothing secret is
+  registered bytes (read non-blocking, regular files only); and the relay descends from the
+  process the host bound the spec to (the CLI; its parent chain in /proc, so an MCP client
+  that starts its servers with setsid, as the Python SDK does, is still recognised). A relay
+  that comes before the binding is held (bounded like pending connections) and answered
+  when it arrives; one never bound is refused `not-bound`. The child serves the registered spec, never a re-read one. Nothing secret is
   involved: the registration is a fact held by the host and the forkserver, not a token a
   caller could copy.
 - A served child: own process group; received fds dup2'd onto 0/1/2; every other fd
@@ -181,6 +185,11 @@ class ForkServer:
         if not reply.get("ok"):
             raise ForkServerError(f"the bridge forkserver refused the registration: {reply.get('error')}")
 
+    def bind(self, spec_path: Path, cli_pid: int) -> None:
+        reply = self.request({"op": "bind", "spec": str(spec_path), "pid": int(cli_pid)})
+        if not reply.get("ok"):
+            raise ForkServerError(f"the bridge forkserver refused the binding: {reply.get('error')}")
+
     def release(self, spec_path: Path) -> list[int]:
         """Kill and reap this spec's bridge children; forget the registration."""
         reply = self.request({"op": "release", "spec": str(spec_path)}, timeout_s=CONTROL_TIMEOUT_S + REAP_TIMEOUT_S)
@@ -307,6 +316,27 @@ def relay_command(spec_path: Path) -> tuple[list[str], dict[str, str]] | None:
     return server.relay_argv(spec_path, content), bridge_env()
 
 
+def bind_session(spec_path: Path | None, cli_pid: int) -> bool:
+    """Right after the CLI started: only the CLI and the processes it started may have this
+    spec's bridge; relays that came first were held until now. False
+    (and a note on stderr) when it could not be bound: the relay is then refused, so the
+    session fails loudly instead of running on with a bridge anyone could claim. A spec not
+    registered here (the stdio bridge) needs no binding: True."""
+    if spec_path is None:
+        return True
+    key = str(Path(spec_path).absolute())
+    with _lock:
+        server = _registered.get(key)
+    if server is None:
+        return True
+    try:
+        server.bind(Path(key), cli_pid)
+    except ForkServerError as exc:
+        sys.stderr.write(f"harnesscheck: bridge forkserver binding failed: {exc}\n")
+        return False
+    return True
+
+
 def release_session(spec_path: Path | None) -> list[int]:
     """After a session (any ending): kill and reap its bridge children, unregister its spec.
     Returns the pids killed. A spec never registered here is a no-op."""
@@ -344,12 +374,52 @@ def shutdown() -> None:
 # The forkserver process
 
 
+_UNBOUND = object()  # _check: registered, but the host has not bound it to a session yet
+
+
+def _descends_from(pid: int, ancestor: int, max_depth: int = 64) -> bool:
+    """`pid` is `ancestor` or one of its descendants (by the parent chain in /proc)."""
+    for _ in range(max_depth):
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                pid = int(fh.read().rsplit(b")", 1)[1].split()[1])  # the comm may hold ")"
+        except (OSError, ValueError, IndexError):
+            return False
+    return False
+
+
+def _request_path(msg: bytes) -> str:
+    return msg[5:].decode("utf-8", "surrogateescape")
+
+
+def _close_fds(fds: list[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
 @dataclass
 class _Registration:
     content: bytes
     spec: object  # BridgeSpec
-    anchor_sid: int | None = None
+    bound_pid: int | None = None  # the CLI, from the host's `bind`: relays must descend from it
     children: set[int] = field(default_factory=set)
+
+
+@dataclass
+class _Awaiting:
+    """A relay whose spec is registered but not yet bound to a session: held, not served."""
+
+    conn: socket.socket
+    msg: bytes
+    fds: list[int]
+    deadline: float
 
 
 @dataclass
@@ -536,6 +606,8 @@ class _Server:
         self.children: dict[int, _Child] = {}
         #: Accepted connections whose request has not arrived: fd -> (conn, deadline), oldest first.
         self.pending: dict[int, tuple[socket.socket, float]] = {}
+        #: Relays waiting for their spec's `bind`: fd -> _Awaiting, oldest first (bounded like pending).
+        self.awaiting: dict[int, _Awaiting] = {}
         self.accept_paused_until: float | None = None
         self.spare: _Spare | None = None
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -577,12 +649,14 @@ class _Server:
                     except BlockingIOError:
                         pass
             self._expire_pending()
+            self._expire_awaiting()
             self._resume_accepting()
             self._reap(block=False)
 
     def _select_timeout(self) -> float | None:
         """Until the next pending deadline or the end of an accept pause; None: no timer."""
         times = [deadline for _, deadline in self.pending.values()][:1]  # oldest first
+        times += [waiting.deadline for waiting in self.awaiting.values()][:1]
         if self.accept_paused_until is not None:
             times.append(self.accept_paused_until)
         return max(0.0, min(times) - time.monotonic()) if times else None
@@ -595,6 +669,8 @@ class _Server:
         self._reap_all(list(self.children))
         for fd in list(self.pending):
             self._drop_pending(fd)
+        for fd in list(self.awaiting):
+            self._refuse_awaiting(fd, "not-registered: the forkserver is stopping")
         self.listener.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -632,7 +708,21 @@ class _Server:
                 return {"ok": False, "error": "spec path already registered with live children"}
             self.registrations[msg["spec"]] = _Registration(content=content, spec=spec)
             return {"ok": True}
+        if op == "bind":
+            reg = self.registrations.get(msg["spec"])
+            if reg is None:
+                return {"ok": False, "error": "not-registered"}
+            cli_pid = int(msg["pid"])
+            if reg.bound_pid not in (None, cli_pid):
+                return {"ok": False, "error": "already bound to another process"}
+            reg.bound_pid = cli_pid
+            for fd in [fd for fd, w in self.awaiting.items() if _request_path(w.msg) == msg["spec"]]:
+                waiting = self.awaiting.pop(fd)
+                self._answer(waiting.conn, waiting.msg, waiting.fds)
+            return {"ok": True}
         if op == "release":
+            for fd in [fd for fd, w in self.awaiting.items() if _request_path(w.msg) == msg["spec"]]:
+                self._refuse_awaiting(fd, "not-registered: the session ended before it was bound")
             reg = self.registrations.pop(msg["spec"], None)
             pids = sorted(reg.children) if reg is not None else []
             self._reap_all(pids, RELEASE_GRACE_S)  # a child that lost its stdin/relay ends on its own
@@ -723,12 +813,8 @@ class _Server:
                 conn.close()  # the peer closed without asking
                 return True
             conn.setblocking(True)  # the status send to a child's relay (a few bytes) may wait
-            refusal = self._check(conn, msg, fds)
-            if refusal is not None:
-                conn.send(b"refused " + refusal.encode())
-                conn.close()
-                return True
-            self._fork(conn, msg[5:].decode("utf-8", "surrogateescape"), fds)
+            fds, received = [], fds  # from here on _answer owns them (it closes them, or holds them)
+            self._answer(conn, msg, received)
         except OSError:
             conn.close()
         except Exception as exc:  # noqa: BLE001 - one bad connection must not end the server
@@ -743,8 +829,47 @@ class _Server:
                     pass
         return True
 
-    def _check(self, conn: socket.socket, msg: bytes, fds: list[int]) -> str | None:
-        """None when this relay may have a bridge; else the reason (no secret in it)."""
+    def _answer(self, conn: socket.socket, msg: bytes, fds: list[int]) -> None:
+        """Fork this relay's child, refuse it, or hold it until its spec is bound. Takes
+        ownership of `conn` and `fds`: each is handed to a child, held, or closed."""
+        hold = False
+        try:
+            refusal = self._check(conn, msg, fds)
+            if refusal is _UNBOUND:
+                self.awaiting[conn.fileno()] = _Awaiting(conn, msg, fds, time.monotonic() + PENDING_TIMEOUT_S)
+                hold = True
+                while len(self.awaiting) > MAX_PENDING:
+                    self._refuse_awaiting(next(iter(self.awaiting)), "timeout: too many relays waiting for a binding")
+            elif refusal is not None:
+                conn.send(b"refused " + refusal.encode())
+                conn.close()
+            else:
+                self._fork(conn, _request_path(msg), fds)
+        except OSError:
+            conn.close()
+        finally:
+            if not hold:
+                _close_fds(fds)
+
+    def _refuse_awaiting(self, fd: int, reason: str) -> None:
+        waiting = self.awaiting.pop(fd)
+        try:
+            waiting.conn.send(b"refused " + reason.encode())
+        except OSError:
+            pass
+        waiting.conn.close()
+        _close_fds(waiting.fds)
+
+    def _expire_awaiting(self) -> None:
+        now = time.monotonic()
+        for fd, waiting in list(self.awaiting.items()):
+            if waiting.deadline > now:
+                break  # oldest first
+            self._refuse_awaiting(fd, "not-bound: the host never bound this spec to the CLI's session")
+
+    def _check(self, conn: socket.socket, msg: bytes, fds: list[int]) -> str | object | None:
+        """None when this relay may have a bridge; _UNBOUND when it must wait for its spec's
+        binding; else the reason (no secret in it)."""
         if not msg.startswith(b"spec\0") or len(fds) not in (2, 3):
             return "bad-request: expected the spec path and fds 0, 1 (and 2)"
         pid, uid = _peer_cred(conn)
@@ -757,14 +882,10 @@ class _Server:
         current = _read_regular(path, len(reg.content))
         if current is None or not hmac.compare_digest(current, reg.content):
             return "spec-changed: the spec file differs from what the host registered"
-        try:
-            sid = os.getsid(pid)
-        except OSError:
-            return "relay-gone"
-        if reg.anchor_sid is None:
-            reg.anchor_sid = sid
-        elif reg.anchor_sid != sid:
-            return "wrong-session: this spec is served to another session's processes only"
+        if reg.bound_pid is None:
+            return _UNBOUND
+        if not _descends_from(pid, reg.bound_pid):
+            return "wrong-process: this spec is served to its CLI and the processes it started only"
         return None
 
     def _fork(self, conn: socket.socket, path: str, fds: list[int]) -> None:

@@ -188,6 +188,14 @@ def bridge_command(spec_path: Path) -> tuple[list[str], dict[str, str]]:
     return bridge_argv(spec_path, spec_sha256=pin), bridge_env()
 
 
+def bind_bridge(spec_path: Path | None, cli_pid: int) -> None:
+    """As soon as the CLI runs: its forkserver bridge is served to the CLI and the processes
+    it started only. Unbound, the relay is refused and the session fails loudly."""
+    from harnesscheck.bridge.forkserver import bind_session
+
+    bind_session(spec_path, cli_pid)
+
+
 def release_bridge(spec_path: Path | None) -> None:
     """After a session, any ending: kill and reap its forkserver bridge children (they are not
     in the CLI's process group), synchronously. A no-op for the stdio bridge."""
@@ -378,6 +386,7 @@ class HarnessTransport:
                     term_grace_s=self.term_grace_s,
                     max_line_bytes=self.max_line_bytes or DEFAULT_MAX_LINE_BYTES,
                     run_marker=f"{ctx.session_id}-{uuid.uuid4().hex[:8]}",
+                    on_spawn=(lambda pid: bind_bridge(ctx.spec_path, pid)) if ctx.spec_path is not None else None,
                 )
             release_bridge(ctx.spec_path)  # before the trace is read; the bridge child is not in the CLI's group
             outcome = parser.outcome(result)
