@@ -281,6 +281,60 @@ def test_held_relays_are_refused_when_the_binding_goes_to_another_process_or_nev
     assert b"refused: not-registered" in orphan.stderr.read()
 
 
+def _squat(sock_path: str, spec_path: Path, fds: list[int]):
+    """A relay of an outsider: a short-lived process connects (so SO_PEERCRED names it) and
+    sends `fds`, then exits; the returned socket (the same connection) stays open here.
+    Returns (connection, the exited process's pid)."""
+    import socket
+
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    code = textwrap.dedent(f"""
+        import socket, sys
+        conn = socket.socket(fileno={conn.fileno()})
+        conn.connect({sock_path!r})
+        socket.send_fds(conn, [b"spec\\0" + {str(spec_path).encode()!r}], {fds!r})
+    """)
+    squatter = subprocess.Popen([sys.executable, "-I", "-c", code], pass_fds=[conn.fileno(), *fds])
+    assert squatter.wait(timeout=BOUND_S) == 0
+    return conn, squatter.pid
+
+
+def test_a_held_relay_whose_pid_went_to_the_cli_is_refused(tmp_path: Path, relay_for) -> None:
+    """SO_PEERCRED's pid is only a number from connect() time. A relay held before the binding
+    can exit while it waits (its connection kept open elsewhere) and its pid be handed to the
+    CLI the host then spawns (pids wrap: 32768 by default). Binding the spec to that pid must
+    not serve the outsider's pipes. The test binds to the exited relay's pid, as a reuse would."""
+    spec_path, _ = _make_spec(tmp_path, "a", read_only=False)
+    argv, _ = relay_for(spec_path, bind=False)
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    conn, squatter_pid = _squat(argv[4], spec_path, [in_r, out_w, 2])
+    os.close(in_r)
+    os.close(out_w)
+    try:
+        time.sleep(0.3)  # held: registered, not bound
+        assert forkserver.bind_session(spec_path, squatter_pid)
+        try:  # served, the outsider's bridge would answer this and end at EOF
+            os.write(in_w, _line(INIT))
+        except BrokenPipeError:  # refused: the forkserver closed the only read end
+            pass
+        os.close(in_w)
+        in_w = -1
+        conn.settimeout(BOUND_S)
+        reply = conn.recv(4096)
+        assert reply.startswith(b"refused wrong-process"), reply
+        assert _children_of(spec_path) == []
+        res = _run_relay(argv)  # a live relay of the bound process is still refused (another tree)
+        assert res.returncode == 2 and b"refused: wrong-process" in res.stderr
+        server = forkserver.get_forkserver()
+        assert not [t for t in _fd_targets(server.pid).values() if "pidfd" in t]  # peers' pidfds closed
+    finally:
+        conn.close()
+        os.close(out_r)
+        if in_w >= 0:
+            os.close(in_w)
+
+
 def test_unreachable_forkserver_falls_back_to_the_full_bridge(tmp_path: Path) -> None:
     from harnesscheck.bridge.spec import bridge_argv
 

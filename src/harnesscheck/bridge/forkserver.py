@@ -420,6 +420,7 @@ class _Awaiting:
     msg: bytes
     fds: list[int]
     deadline: float
+    peer: _Peer
 
 
 @dataclass
@@ -520,6 +521,72 @@ def _peer_cred(conn: socket.socket) -> tuple[int, int]:
     raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     pid, uid, _gid = struct.unpack("3i", raw)
     return pid, uid
+
+
+#: SO_PEERPIDFD (Linux 6.5+): a pidfd for the process that connect()ed. Its value is 77 on the
+#: architectures using the generic socket.h; elsewhere only Python's own constant is trusted.
+_SO_PEERPIDFD = getattr(socket, "SO_PEERPIDFD", None) or (
+    77 if os.uname().machine in ("x86_64", "i686", "i386", "aarch64", "armv7l", "riscv64", "s390x", "ppc64le") else None)
+
+
+def _start_time(pid: int) -> bytes | None:
+    """The process's start time (field 22 of /proc/<pid>/stat), None if there is none."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+@dataclass
+class _Peer:
+    """The relay process at the other end of a connection. SO_PEERCRED's pid is a number taken
+    at connect(): the relay may have exited since and the number been given to another process
+    (the CLI itself, say, spawned after a held relay connected). So the check also holds a
+    pidfd: SO_PEERPIDFD (the connecting process itself, never a reuse of its pid), else
+    `pidfd_open(pid)` as soon as the request is read (a pid reused before that is not seen),
+    else the start time then; a relay is served only while that process still runs."""
+
+    pid: int
+    uid: int
+    pidfd: int = -1
+    start: bytes | None = None
+
+    @classmethod
+    def of(cls, conn: socket.socket) -> "_Peer":
+        pid, uid = _peer_cred(conn)
+        peer = cls(pid, uid)
+        if _SO_PEERPIDFD is not None:
+            try:
+                peer.pidfd = conn.getsockopt(socket.SOL_SOCKET, _SO_PEERPIDFD)
+            except OSError:  # ENOPROTOOPT: older kernel
+                peer.pidfd = -1
+        if peer.pidfd < 0 and pid > 0 and hasattr(os, "pidfd_open"):
+            try:
+                peer.pidfd = os.pidfd_open(pid)
+            except OSError:  # ESRCH (gone: refused below), ENOSYS
+                peer.pidfd = -1
+        if peer.pidfd < 0:
+            peer.start = _start_time(pid) if pid > 0 else None
+        return peer
+
+    def running(self) -> bool:
+        """The process that connected still runs (a zombie counts as ended)."""
+        if self.pidfd >= 0:
+            import select
+
+            poller = select.poll()
+            poller.register(self.pidfd, select.POLLIN)
+            return not poller.poll(0)  # a pidfd polls readable once its process exited
+        return self.start is not None and _start_time(self.pid) == self.start
+
+    def close(self) -> None:
+        if self.pidfd >= 0:
+            try:
+                os.close(self.pidfd)
+            except OSError:
+                pass
+            self.pidfd = -1
 
 
 def _read_regular(path: str, limit: int) -> bytes | None:
@@ -718,7 +785,7 @@ class _Server:
             reg.bound_pid = cli_pid
             for fd in [fd for fd, w in self.awaiting.items() if _request_path(w.msg) == msg["spec"]]:
                 waiting = self.awaiting.pop(fd)
-                self._answer(waiting.conn, waiting.msg, waiting.fds)
+                self._answer(waiting.conn, waiting.msg, waiting.fds, waiting.peer)
             return {"ok": True}
         if op == "release":
             for fd in [fd for fd, w in self.awaiting.items() if _request_path(w.msg) == msg["spec"]]:
@@ -829,14 +896,16 @@ class _Server:
                     pass
         return True
 
-    def _answer(self, conn: socket.socket, msg: bytes, fds: list[int]) -> None:
+    def _answer(self, conn: socket.socket, msg: bytes, fds: list[int], peer: _Peer | None = None) -> None:
         """Fork this relay's child, refuse it, or hold it until its spec is bound. Takes
-        ownership of `conn` and `fds`: each is handed to a child, held, or closed."""
+        ownership of `conn`, `fds` and `peer`: each is handed to a child, held, or closed."""
         hold = False
         try:
-            refusal = self._check(conn, msg, fds)
+            if peer is None:
+                peer = _Peer.of(conn)
+            refusal = self._check(msg, fds, peer)
             if refusal is _UNBOUND:
-                self.awaiting[conn.fileno()] = _Awaiting(conn, msg, fds, time.monotonic() + PENDING_TIMEOUT_S)
+                self.awaiting[conn.fileno()] = _Awaiting(conn, msg, fds, time.monotonic() + PENDING_TIMEOUT_S, peer)
                 hold = True
                 while len(self.awaiting) > MAX_PENDING:
                     self._refuse_awaiting(next(iter(self.awaiting)), "timeout: too many relays waiting for a binding")
@@ -850,6 +919,8 @@ class _Server:
         finally:
             if not hold:
                 _close_fds(fds)
+                if peer is not None:
+                    peer.close()
 
     def _refuse_awaiting(self, fd: int, reason: str) -> None:
         waiting = self.awaiting.pop(fd)
@@ -859,6 +930,7 @@ class _Server:
             pass
         waiting.conn.close()
         _close_fds(waiting.fds)
+        waiting.peer.close()
 
     def _expire_awaiting(self) -> None:
         now = time.monotonic()
@@ -867,12 +939,12 @@ class _Server:
                 break  # oldest first
             self._refuse_awaiting(fd, "not-bound: the host never bound this spec to the CLI's session")
 
-    def _check(self, conn: socket.socket, msg: bytes, fds: list[int]) -> str | object | None:
+    def _check(self, msg: bytes, fds: list[int], peer: _Peer) -> str | object | None:
         """None when this relay may have a bridge; _UNBOUND when it must wait for its spec's
         binding; else the reason (no secret in it)."""
         if not msg.startswith(b"spec\0") or len(fds) not in (2, 3):
             return "bad-request: expected the spec path and fds 0, 1 (and 2)"
-        pid, uid = _peer_cred(conn)
+        uid = peer.uid
         if uid != os.getuid():
             return "wrong-user"
         path = msg[5:].decode("utf-8", "surrogateescape")
@@ -884,7 +956,11 @@ class _Server:
             return "spec-changed: the spec file differs from what the host registered"
         if reg.bound_pid is None:
             return _UNBOUND
-        if not _descends_from(pid, reg.bound_pid):
+        # The relay must still run before and after the walk: then its pid was not reused by
+        # another process (possibly the bound CLI or one it started) while it was looked at.
+        if not peer.running():
+            return "wrong-process: the relay that connected has exited"
+        if not _descends_from(peer.pid, reg.bound_pid) or not peer.running():
             return "wrong-process: this spec is served to its CLI and the processes it started only"
         return None
 
