@@ -74,13 +74,16 @@ class DropsBridgeRefusals(ClaudeCodeTransport):
 _RUNNER_LOCK = threading.Lock()
 
 
-def _naive_run_process(argv, *, env, cwd, on_line, timeout_s, stdin_bytes=None, cancel=None, close_stdin=True, **_ignored):
+def _naive_run_process(argv, *, env, cwd, on_line, timeout_s, stdin_bytes=None, cancel=None, close_stdin=True,
+                       on_spawn=None, **_ignored):
     """subprocess.Popen + proc.kill() on the deadline: the CLI dies, its children live on."""
     from harnesscheck.process import Ending, LineAction, ProcessResult
 
     started = time.monotonic()
     proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL)
+    if on_spawn is not None:
+        on_spawn(proc.pid)  # the hook's contract is kept: only the teardown is naive
     if close_stdin:
         proc.stdin.write(stdin_bytes or b"")
         proc.stdin.close()
