@@ -62,15 +62,21 @@ def env_for_child() -> dict[str, str]:
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/"), **bridge_env()}
 
 
-def cold_start(argv: list[str]) -> tuple[float, float]:
-    """(seconds to initialize answered, seconds to tools/list answered) from spawn."""
+def spawn_initialized(argv: list[str]) -> tuple[subprocess.Popen, float, float]:
+    """The bridge started as a CLI starts it, `initialize` answered: (proc, start, seconds to it)."""
     start = time.perf_counter()
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env_for_child())
     assert proc.stdin and proc.stdout
     proc.stdin.write(line(INIT))
     proc.stdin.flush()
     read_reply(proc.stdout, 1)
-    t_init = time.perf_counter() - start
+    return proc, start, time.perf_counter() - start
+
+
+def cold_start(argv: list[str]) -> tuple[float, float]:
+    """(seconds to initialize answered, seconds to tools/list answered) from spawn."""
+    proc, start, t_init = spawn_initialized(argv)
+    assert proc.stdin and proc.stdout
     proc.stdin.write(line({"jsonrpc": "2.0", "method": "notifications/initialized"}))
     proc.stdin.write(line({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
     proc.stdin.flush()
@@ -125,13 +131,8 @@ def wait_exit(proc: subprocess.Popen, timeout: float = 30.0) -> None:
 def whole_session(argv: list[str]) -> tuple[float, float, float]:
     """One session as the fake CLI runs it: (to initialize, to the call's answer, to the
     relay's exit after stdin EOF), seconds from spawn."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env_for_child())
+    proc, start, t_init = spawn_initialized(argv)
     assert proc.stdin and proc.stdout
-    proc.stdin.write(line(INIT))
-    proc.stdin.flush()
-    read_reply(proc.stdout, 1)
-    t_init = time.perf_counter() - start
     call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
             "params": {"name": "read_file", "arguments": {"path": "hello.txt"}}}
     proc.stdin.write(line({"jsonrpc": "2.0", "method": "notifications/initialized"}) + line(call))
