@@ -612,3 +612,37 @@ def test_call_threads_reuse_an_idle_thread_and_end_on_close() -> None:
     assert wait_for(lambda: pool._idle)
     pool.close()  # ...and ends at once when closed, not after IDLE_S
     assert wait_for(lambda: not os.path.exists(f"/proc/self/task/{seen[0]}")), "close() left an idle thread running"
+
+
+def test_ends_after_eof_even_when_the_client_never_reads_its_answers(tmp_path: Path, monkeypatch) -> None:
+    """A client that sends calls with large answers, closes stdin and never reads: the writer
+    meets a full pipe. The bridge still ends, within the drain bound plus WRITE_GRACE_S (it
+    used to wait on the pipe for good, past the documented 30 s drain bound)."""
+    from harnesscheck.bridge import server
+
+    monkeypatch.setattr(server, "WRITE_GRACE_S", 0.5, raising=False)
+
+    class QuickDrain(server.Inflight):
+        async def drained(self, timeout_s: float = 0.5) -> None:
+            await super().drained(timeout_s)
+
+    (tmp_path / "big.txt").write_text("x" * 200_000 + "\n")  # one answer is more than a pipe holds
+    init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+    calls = [_call(i, "read_file", {"path": "big.txt"}) for i in range(1, 6)]
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    os.write(in_w, _frame(init, {"jsonrpc": "2.0", "method": "notifications/initialized"}, *calls))
+    os.close(in_w)
+    inflight = QuickDrain()
+    bridge = server.build_server(ToolScope(root=tmp_path, read_only=True), inflight=inflight)
+
+    async def go() -> None:
+        with anyio.fail_after(START_BOUND_S):
+            await server.serve_stdio(bridge, in_r, out_w, inflight)
+
+    try:
+        anyio.run(go)  # TimeoutError before the fix
+    finally:
+        for fd in (in_r, out_r, out_w):
+            os.close(fd)

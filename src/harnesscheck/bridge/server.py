@@ -39,6 +39,10 @@ if TYPE_CHECKING:  # pragma: no cover
 WATCHDOG_INTERVAL_S = 0.25
 #: On stdin EOF, tool calls still running get this long to answer before the bridge exits.
 DRAIN_TIMEOUT_S = 30.0
+#: After the session ended (stdin EOF, calls drained or the drain bound reached), the stdout
+#: writer gets this long for what it still holds; a client that no longer reads its end must
+#: not keep the bridge alive.
+WRITE_GRACE_S = 2.0
 _PR_SET_PDEATHSIG = 1
 #: Delivered by the kernel when the spawning thread dies; confirmed with getppid().
 PDEATH_SIGNAL = signal.SIGUSR2
@@ -587,11 +591,17 @@ async def serve_stdio(server, proto_in: int, proto_out: int, inflight: Inflight 
     """Run `server` over the given protocol fds until stdin EOF (running calls still answer)."""
     from mcp.server.stdio import stdio_server
 
+    import anyio
+
     stdin, stdout = _protocol_streams(proto_in, proto_out)
-    async with stdio_server(stdin=stdin, stdout=stdout) as (read, write):
-        if inflight is not None:
-            read, write = _DrainOnEOF(read, inflight), _NoteAnswers(write, inflight)
-        await server.run(read, write, server.create_initialization_options())
+    with anyio.CancelScope() as scope:
+        async with stdio_server(stdin=stdin, stdout=stdout) as (read, write):
+            if inflight is not None:
+                read, write = _DrainOnEOF(read, inflight), _NoteAnswers(write, inflight)
+            await server.run(read, write, server.create_initialization_options())
+            # The SDK's writer task ends only once it has written what it holds: against a
+            # client that stopped reading (a full pipe) that is never. Bound it.
+            scope.deadline = anyio.current_time() + WRITE_GRACE_S
 
 
 def run_bridge(
