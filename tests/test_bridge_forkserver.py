@@ -335,6 +335,35 @@ def test_a_held_relay_whose_pid_went_to_the_cli_is_refused(tmp_path: Path, relay
             os.close(in_w)
 
 
+def test_once_the_bound_cli_exited_a_process_with_its_pid_is_refused(tmp_path: Path) -> None:
+    """The host reaps its CLI before it releases the session (the exit drain, the tree's
+    teardown): meanwhile the CLI's pid is free and may go to any process. The forkserver's own
+    check (its `bind` and `_check`, run here in-process) must not take a process with that pid
+    for the CLI. The reuse is modelled by pointing the binding's pid at a live stand-in."""
+    from types import SimpleNamespace
+
+    spec_path, _ = _make_spec(tmp_path, "a", read_only=False)
+    key = str(spec_path.absolute())
+    content = spec_path.read_bytes()
+    state = SimpleNamespace(registrations={}, awaiting={})
+    state.registrations[key] = forkserver._Registration(content=content, spec=BridgeSpec.model_validate_json(content))
+    cli = subprocess.Popen(["sleep", "60"])
+    assert forkserver._Server._handle(state, {"op": "bind", "spec": key, "pid": cli.pid}) == {"ok": True}
+    cli.kill()
+    cli.wait()  # exited and reaped: its pid is free
+    impostor = subprocess.Popen(["sleep", "60"])
+    peer = forkserver._Peer(impostor.pid, os.getuid(), os.pidfd_open(impostor.pid))
+    try:
+        state.registrations[key].bound_pid = impostor.pid  # as if the impostor had been given the CLI's pid
+        refusal = forkserver._Server._check(state, b"spec\0" + key.encode(), [0, 1, 2], peer)
+        assert isinstance(refusal, str) and refusal.startswith("wrong-process"), refusal
+    finally:
+        peer.close()
+        impostor.kill()
+        impostor.wait()
+        state.registrations[key].close()
+
+
 def test_unreachable_forkserver_falls_back_to_the_full_bridge(tmp_path: Path) -> None:
     from harnesscheck.bridge.spec import bridge_argv
 

@@ -409,6 +409,13 @@ class _Registration:
     content: bytes
     spec: object  # BridgeSpec
     bound_pid: int | None = None  # the CLI, from the host's `bind`: relays must descend from it
+    #: The CLI itself, held from the binding on: once it exited its pid may be reused (the host
+    #: reaps it before it releases the session), and a process with that pid is not the CLI.
+    bound: "_Peer | None" = None
+
+    def close(self) -> None:
+        if self.bound is not None:
+            self.bound.close()
     children: set[int] = field(default_factory=set)
 
 
@@ -561,6 +568,15 @@ class _Peer:
                 peer.pidfd = conn.getsockopt(socket.SOL_SOCKET, _SO_PEERPIDFD)
             except OSError:  # ENOPROTOOPT: older kernel
                 peer.pidfd = -1
+        return peer._hold()
+
+    @classmethod
+    def of_pid(cls, pid: int) -> "_Peer":
+        """The process that has `pid` now (the CLI, at its binding)."""
+        return cls(pid, -1)._hold()
+
+    def _hold(self) -> "_Peer":
+        peer, pid = self, self.pid
         if peer.pidfd < 0 and pid > 0 and hasattr(os, "pidfd_open"):
             try:
                 peer.pidfd = os.pidfd_open(pid)
@@ -571,7 +587,7 @@ class _Peer:
         return peer
 
     def running(self) -> bool:
-        """The process that connected still runs (a zombie counts as ended)."""
+        """That process still runs (with a pidfd a zombie counts as ended)."""
         if self.pidfd >= 0:
             import select
 
@@ -773,6 +789,8 @@ class _Server:
             old = self.registrations.get(msg["spec"])
             if old is not None and old.children:
                 return {"ok": False, "error": "spec path already registered with live children"}
+            if old is not None:
+                old.close()
             self.registrations[msg["spec"]] = _Registration(content=content, spec=spec)
             return {"ok": True}
         if op == "bind":
@@ -782,6 +800,8 @@ class _Server:
             cli_pid = int(msg["pid"])
             if reg.bound_pid not in (None, cli_pid):
                 return {"ok": False, "error": "already bound to another process"}
+            if reg.bound is None:
+                reg.bound = _Peer.of_pid(cli_pid)
             reg.bound_pid = cli_pid
             for fd in [fd for fd, w in self.awaiting.items() if _request_path(w.msg) == msg["spec"]]:
                 waiting = self.awaiting.pop(fd)
@@ -791,6 +811,8 @@ class _Server:
             for fd in [fd for fd, w in self.awaiting.items() if _request_path(w.msg) == msg["spec"]]:
                 self._refuse_awaiting(fd, "not-registered: the session ended before it was bound")
             reg = self.registrations.pop(msg["spec"], None)
+            if reg is not None:
+                reg.close()
             pids = sorted(reg.children) if reg is not None else []
             self._reap_all(pids, RELEASE_GRACE_S)  # a child that lost its stdin/relay ends on its own
             left = [pid for pid in pids if pid in self.children]
@@ -960,8 +982,12 @@ class _Server:
         # another process (possibly the bound CLI or one it started) while it was looked at.
         if not peer.running():
             return "wrong-process: the relay that connected has exited"
+        if reg.bound is not None and not reg.bound.running():
+            return "wrong-process: the CLI this spec is bound to has exited"
         if not _descends_from(peer.pid, reg.bound_pid) or not peer.running():
             return "wrong-process: this spec is served to its CLI and the processes it started only"
+        if reg.bound is not None and not reg.bound.running():  # its pid may have been reused during the walk
+            return "wrong-process: the CLI this spec is bound to has exited"
         return None
 
     def _fork(self, conn: socket.socket, path: str, fds: list[int]) -> None:
