@@ -612,6 +612,7 @@ def test_no_fd_leaks_into_a_child(tmp_path: Path, relay_for) -> None:
         relay_b_pipes = {os.readlink(f"/proc/{relay_b.pid}/fd/{n}") for n in ("2",)}
         assert fds_b[0] == "/dev/null" and fds_b[2] in relay_b_pipes | {"/dev/null"}
         assert not any(t.endswith(("forkserver.log", "bridge.sock")) for t in fds_b.values())
+        assert not any("pidfd" in t for t in fds_b.values())  # the forkserver's pidfds of relays and CLIs
     finally:
         for relay in (relay_a, relay_b):
             relay.stdin.close()
