@@ -335,6 +335,34 @@ def test_a_held_relay_whose_pid_went_to_the_cli_is_refused(tmp_path: Path, relay
             os.close(in_w)
 
 
+@pytest.mark.parametrize("peer_pidfd", [True, False], ids=["SO_PEERPIDFD", "pidfd_open-fallback"])
+def test_a_peer_that_exited_is_seen_as_ended(tmp_path: Path, monkeypatch, peer_pidfd: bool) -> None:
+    """`_Peer` (the relay behind a connection) runs while its process does, with the kernel's
+    SO_PEERPIDFD and with the fallback older kernels get."""
+    import socket
+
+    if not peer_pidfd:
+        monkeypatch.setattr(forkserver, "_SO_PEERPIDFD", None)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(str(tmp_path / "l.sock"))
+    listener.listen()
+    r, w = os.pipe()
+    kept, pid = _squat(str(tmp_path / "l.sock"), tmp_path / "spec.json", [r, w, 2])
+    served, _ = listener.accept()
+    live_end, live_peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    gone, here = forkserver._Peer.of(served), forkserver._Peer.of(live_end)
+    try:
+        assert gone.pid == pid and not gone.running()
+        assert here.pid == os.getpid() and here.running()
+    finally:
+        for peer in (gone, here):
+            peer.close()
+        for sock in (kept, served, live_end, live_peer, listener):
+            sock.close()
+        os.close(r)
+        os.close(w)
+
+
 def test_once_the_bound_cli_exited_a_process_with_its_pid_is_refused(tmp_path: Path) -> None:
     """The host reaps its CLI before it releases the session (the exit drain, the tree's
     teardown): meanwhile the CLI's pid is free and may go to any process. The forkserver's own
