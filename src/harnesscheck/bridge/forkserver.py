@@ -31,7 +31,8 @@ The forkserver process:
   when: its peer uid is ours; the path is registered; the file's current bytes equal the
   registered bytes (read non-blocking, regular files only); and the relay descends from the
   process the host bound the spec to (the CLI; its parent chain in /proc, so an MCP client
-  that starts its servers with setsid, as the Python SDK does, is still recognised). A relay
+  that starts its servers with setsid, as the Python SDK does, is still recognised), both of
+  them still running (pidfds: a pid freed by an exited relay or CLI may be reused). A relay
   that comes before the binding is held (bounded like pending connections) and answered
   when it arrives; one never bound is refused `not-bound`. The child serves the registered spec, never a re-read one. Nothing secret is
   involved: the registration is a fact held by the host and the forkserver, not a token a
