@@ -413,11 +413,14 @@ class _Registration:
     #: The CLI itself, held from the binding on: once it exited its pid may be reused (the host
     #: reaps it before it releases the session), and a process with that pid is not the CLI.
     bound: "_Peer | None" = None
+    children: set[int] = field(default_factory=set)
+
+    def cli_running(self) -> bool:
+        return self.bound is None or self.bound.running()
 
     def close(self) -> None:
         if self.bound is not None:
             self.bound.close()
-    children: set[int] = field(default_factory=set)
 
 
 @dataclass
@@ -979,16 +982,16 @@ class _Server:
             return "spec-changed: the spec file differs from what the host registered"
         if reg.bound_pid is None:
             return _UNBOUND
-        # The relay must still run before and after the walk: then its pid was not reused by
-        # another process (possibly the bound CLI or one it started) while it was looked at.
+        # The relay and the CLI must both run before and after the walk: then neither pid was
+        # given to another process while it was looked at.
         if not peer.running():
             return "wrong-process: the relay that connected has exited"
-        if reg.bound is not None and not reg.bound.running():
+        if not reg.cli_running():
             return "wrong-process: the CLI this spec is bound to has exited"
-        if not _descends_from(peer.pid, reg.bound_pid) or not peer.running():
+        if not _descends_from(peer.pid, reg.bound_pid):
             return "wrong-process: this spec is served to its CLI and the processes it started only"
-        if reg.bound is not None and not reg.bound.running():  # its pid may have been reused during the walk
-            return "wrong-process: the CLI this spec is bound to has exited"
+        if not (peer.running() and reg.cli_running()):
+            return "wrong-process: the relay or the CLI exited while it was checked"
         return None
 
     def _fork(self, conn: socket.socket, path: str, fds: list[int]) -> None:

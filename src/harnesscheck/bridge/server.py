@@ -589,9 +589,8 @@ def _protocol_streams(proto_in: int, proto_out: int):
 
 async def serve_stdio(server, proto_in: int, proto_out: int, inflight: Inflight | None = None) -> None:
     """Run `server` over the given protocol fds until stdin EOF (running calls still answer)."""
-    from mcp.server.stdio import stdio_server
-
     import anyio
+    from mcp.server.stdio import stdio_server
 
     stdin, stdout = _protocol_streams(proto_in, proto_out)
     with anyio.CancelScope() as scope:
