@@ -397,6 +397,8 @@ class BackendUnderTest:
 
     #: The longest retry timeout run_stalled allows itself before it gives up (skip `budget`).
     MAX_RETRY_TIMEOUT_S = 60.0
+    #: Runs run_stalled makes at most: the first, then retries at growing deadlines.
+    MAX_STALLED_RUNS = 3
     #: The shortest first deadline run_stalled tries: an adapter whose upstream needs long to
     #: reach its stall (a real CLI starting up) raises it so the first run is usually judged.
     MIN_STALL_TIMEOUT_S = 0.0
@@ -409,10 +411,10 @@ class BackendUnderTest:
         The deadline can never fire before the kit's start + `timeout_s` (the backend starts
         its clock after run_session is called), so a stall recorded before that moment
         certainly came first. If the upstream got there too late (a slow machine, or a backend
-        that takes long before it spawns its CLI), the run is repeated once with `retry_factor`
-        times the larger of the timeout and the time the upstream was last seen progressing
-        (at most MAX_RETRY_TIMEOUT_S); if that is too short as well, the cell is skipped
-        `budget` rather than judged on facts that never came to be. A run that ended before
+        that takes long before it spawns its CLI), the run is repeated with `retry_factor` times
+        the larger of the timeout and the time the upstream was last seen progressing (at most
+        MAX_RETRY_TIMEOUT_S, at most MAX_STALLED_RUNS runs in all); if that is too short as
+        well, the cell is skipped `budget` rather than judged on facts that never came to be. A run that ended before
         the deadline could fire is judged as it is (nothing was cut short by the clock).
         An adapter that cannot see its upstream's progress runs once with `blind_timeout_s`.
         """
@@ -430,7 +432,7 @@ class BackendUnderTest:
                 return run
             lag = (tl.latest - tl.started) if tl.latest is not None else 0.0
             t = min(retry_factor * max(t, lag), self.MAX_RETRY_TIMEOUT_S)
-            if len(tried) == 2 or t <= tried[-1]:
+            if len(tried) == self.MAX_STALLED_RUNS or t <= tried[-1]:
                 break
         raise SkipCell(
             "budget",
