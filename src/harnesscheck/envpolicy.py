@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import threading
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
@@ -167,7 +168,7 @@ def config_home(run_dir: str | os.PathLike[str], var: str) -> tuple[str, str]:
     path = base / var.lower()
     path.mkdir(mode=0o700, exist_ok=True)
     st = os.lstat(path)
-    if not os.path.isdir(path) or os.path.islink(path) or st.st_uid != os.getuid():
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():  # lstat: a symlink is not a dir
         raise PermissionError(f"config home {path} is not a private directory owned by this user")
     os.chmod(path, 0o700)
     return var, str(path)
