@@ -477,6 +477,37 @@ def test_pipe_lines_reassemble_split_lines_and_keep_a_last_unterminated_one() ->
     assert lines == ['{"a": 1}\n', '{"b": 2}\n', "\n", big + "\n", "café \ufffdtail"]
 
 
+def test_pipe_lines_end_the_input_at_a_request_line_without_bound(monkeypatch) -> None:
+    """A peer that sends no newline is not buffered without bound: past the limit the input
+    is over (the bridge then drains and ends), even though the peer keeps its end open."""
+    from harnesscheck.bridge import server
+
+    monkeypatch.setattr(server, "MAX_REQUEST_LINE_BYTES", 100_000)
+    r, w = os.pipe()
+
+    def feed() -> None:
+        os.write(w, b'{"ok": 1}\n')
+        try:
+            for _ in range(10):  # 640 KB, no newline; the write end stays open
+                os.write(w, b"x" * 65536)
+        except OSError:
+            pass  # the reader stopped reading and closed its end: as the bridge would
+
+    async def read_all() -> list[str]:
+        import threading
+
+        threading.Thread(target=feed, daemon=True).start()
+        lines = server._PipeLines(r)
+        return [line async for line in lines]
+
+    try:
+        lines = anyio.run(read_all)
+    finally:
+        os.close(w)
+        os.close(r)
+    assert lines == ['{"ok": 1}\n']
+
+
 def test_pipe_writer_never_blocks_the_event_loop_on_a_full_pipe() -> None:
     """A message larger than the pipe, read slowly: it arrives whole and in order, and the
     event loop keeps running while the writer waits for room."""

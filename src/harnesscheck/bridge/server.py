@@ -43,6 +43,9 @@ DRAIN_TIMEOUT_S = 30.0
 #: writer gets this long for what it still holds; a client that no longer reads its end must
 #: not keep the bridge alive.
 WRITE_GRACE_S = 2.0
+#: The longest request line the pipe transport buffers (the bound process.py puts on a CLI's
+#: lines): past it without a newline, the input is treated as over and the bridge drains and ends.
+MAX_REQUEST_LINE_BYTES = 64 << 20
 _PR_SET_PDEATHSIG = 1
 #: Delivered by the kernel when the spawning thread dies; confirmed with getppid().
 PDEATH_SIGNAL = signal.SIGUSR2
@@ -526,6 +529,10 @@ class _PipeLines:
                 chunk = b""
             if chunk:
                 self._buf += chunk
+                if len(self._buf) > MAX_REQUEST_LINE_BYTES and b"\n" not in chunk:
+                    sys.stderr.write(f"harnesscheck bridge: a request line over {MAX_REQUEST_LINE_BYTES} bytes; input closed\n")
+                    self._buf.clear()  # never buffered without bound (a peer sending no newline)
+                    self._eof = True
             else:
                 self._eof = True
 
