@@ -113,3 +113,21 @@ def test_drift_against_stored_recordings(backend, capsys):
     report = capsys.readouterr().out
     assert drifts, "no stored recording was compared"
     assert code == 0, report
+
+
+def test_the_real_codex_tree_is_judged_no_survivors_catches_a_backend_that_kills_only_the_cli(tmp_path):
+    """At the loopback level the no-survivors check watches the real CLI's own tree: the
+    reference ends it; a backend that kills only the CLI leaves codex's native binary (the
+    child of its node launcher) running, and the check says so. A backend from
+    `module:factory` naming the pinned CLI runs at this level too."""
+    from kit_support import cells, run_suite
+
+    _pinned("codex")
+    mutant = "tests.mutants.harness:codex_kills_only_the_direct_child"
+    _, report, out = run_suite(tmp_path, "--backend", "codex", "--backend", mutant, "--level", "loopback",
+                               "--baseline", "none", "-k", "survivors", files=("conformance/test_time.py",))
+    assert report is not None, out[-3000:]
+    reference = cells(report, "codex")["time.no-survivors-after-timeout"]
+    broken = cells(report, "mutant-CodexKillsOnlyTheDirectChild")["time.no-survivors-after-timeout"]
+    assert reference["outcome"] == "passed", reference
+    assert broken["outcome"] == "failed" and "survived" in broken["message"], broken

@@ -7,6 +7,7 @@ import threading
 import time
 
 from harnesscheck.providers.claude_code import ClaudeCodeTransport, ClaudeStreamParser
+from harnesscheck.providers.codex import CodexTransport
 from tests.mutants import mutant_spec
 
 M = "tests.mutants.harness"
@@ -116,19 +117,31 @@ def _naive_run_process(argv, *, env, cwd, on_line, timeout_s, stdin_bytes=None, 
                          duration_s=time.monotonic() - started)
 
 
+def _with_naive_runner(run, request, **kwargs):
+    import harnesscheck.process as process
+
+    with _RUNNER_LOCK:
+        real = process.run_process
+        process.run_process = _naive_run_process
+        try:
+            return run(request, **kwargs)
+        finally:
+            process.run_process = real
+
+
 class KillsOnlyTheDirectChild(ClaudeCodeTransport):
     """Runs the CLI with plain subprocess and kills only the CLI itself on timeout."""
 
     def _run(self, request, **kwargs):
-        import harnesscheck.process as process
+        return _with_naive_runner(super()._run, request, **kwargs)
 
-        with _RUNNER_LOCK:
-            real = process.run_process
-            process.run_process = _naive_run_process
-            try:
-                return super()._run(request, **kwargs)
-            finally:
-                process.run_process = real
+
+class CodexKillsOnlyTheDirectChild(CodexTransport):
+    """codex run with plain subprocess, killing only the CLI on timeout (the real `codex` is a
+    node launcher whose native binary is its child: at the loopback level that child survives)."""
+
+    def _run(self, request, **kwargs):
+        return _with_naive_runner(super()._run, request, **kwargs)
 
 
 class LeavesBuiltinToolsOn(ClaudeCodeTransport):
@@ -356,6 +369,7 @@ trusts_subtype_success = mutant_spec("claude-code", M, TrustsSubtypeSuccess)
 runs_on_when_the_bridge_failed = mutant_spec("claude-code", M, RunsOnWhenTheBridgeFailed)
 drops_bridge_refusals = mutant_spec("claude-code", M, DropsBridgeRefusals)
 kills_only_the_direct_child = mutant_spec("claude-code", M, KillsOnlyTheDirectChild)
+codex_kills_only_the_direct_child = mutant_spec("codex", M, CodexKillsOnlyTheDirectChild)
 leaves_builtin_tools_on = mutant_spec("claude-code", M, LeavesBuiltinToolsOn)
 ignores_the_cli_version = mutant_spec("claude-code", M, IgnoresTheCliVersion)
 puts_the_prompt_in_argv = mutant_spec("claude-code", M, PutsThePromptInArgv)

@@ -68,6 +68,13 @@ def loopback_scenario(cli: str, name: str, ws: Any, tool_calls: list | None = No
         return Scenario(name, (Turn(text="Served by another model.", usage=usage),), served_model="loopback-other-model")
     if name == "timeout_mid_stream":
         return Scenario(name, (Turn(text="partial", hang=True),), repeat_last=True)
+    if name == "timeout_tree":
+        # The real CLI's own tree at its stall: a bridge call first (the CLI has started its MCP
+        # relay and our bridge child), then the model hangs. Escapees and a CLI that ignores
+        # SIGTERM cannot be scripted through a model server: the fake-CLI level covers those.
+        call = ToolCall("read_file", {"path": "README.md"})
+        return Scenario(name, (Turn(text="Reading.", tool_calls=(call,), usage=usage), Turn(text="partial", hang=True)),
+                        repeat_last=True)
     if name == "native_tool_use":
         # a disabled built-in asked to read the sentinel outside the worktree
         if cli == "claude":
@@ -298,7 +305,7 @@ class LoopbackAdapter(HarnessAdapter):
         super().__init__(spec, level, tmp_path)
         from harnesscheck.loopback.clis import require_pinned_cli
 
-        binary, why = require_pinned_cli(spec.id)
+        binary, why = require_pinned_cli(spec)
         if binary is None:
             raise SkipCell("env-missing", why)
         self.binary = binary
@@ -309,14 +316,14 @@ class LoopbackAdapter(HarnessAdapter):
     def available(spec) -> tuple[bool, str]:
         from harnesscheck.loopback.clis import require_pinned_cli
 
-        binary, why = require_pinned_cli(spec.id)
+        binary, why = require_pinned_cli(spec)
         return binary is not None, why
 
     @staticmethod
     def probe_cli_version(spec) -> str | None:
         from harnesscheck.loopback.clis import require_pinned_cli
 
-        binary, _ = require_pinned_cli(spec.id)
+        binary, _ = require_pinned_cli(spec)
         return binary.version if binary else None
 
     cli_version = _CliVersion()

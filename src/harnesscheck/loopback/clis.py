@@ -9,6 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from harnesscheck.contracts import ProviderSpec
 
 
 @dataclass(frozen=True)
@@ -25,14 +29,16 @@ def _probe(path: str) -> str | None:
     return probe_version(Path(path))
 
 
-def require_pinned_cli(backend_id: str) -> tuple[PinnedBinary | None, str]:
-    """(binary, "") when the pinned CLI of `backend_id` is installed and runs; else
-    (None, exact reason with the fix)."""
+def require_pinned_cli(backend: str | ProviderSpec) -> tuple[PinnedBinary | None, str]:
+    """(binary, "") when the pinned CLI of `backend` (a registered id, or a spec: a backend
+    from `module:factory` or another package names its CLI in its spec) is installed and
+    runs; else (None, exact reason with the fix)."""
     from harnesscheck.loopback.install import binary_path, installed_version
     from harnesscheck.paths import cli_cache_dir
     from harnesscheck.registry import get_spec, parse_version
 
-    spec = get_spec(backend_id)
+    spec = get_spec(backend) if isinstance(backend, str) else backend
+    backend_id = spec.id
     if not (spec.cli_name and spec.cli_package and spec.pinned_version):
         return None, f"{backend_id} has no pinned npm CLI: the loopback level does not apply"
     dest = cli_cache_dir()

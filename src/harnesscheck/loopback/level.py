@@ -23,13 +23,13 @@ class LoopbackLevel:
     def available(self, spec) -> tuple[bool, str]:
         from harnesscheck.loopback.clis import require_pinned_cli
 
-        binary, why = require_pinned_cli(spec.id)
+        binary, why = require_pinned_cli(spec)
         return binary is not None, why
 
     def cli_version(self, spec) -> str | None:
         from harnesscheck.loopback.clis import require_pinned_cli
 
-        binary, _ = require_pinned_cli(spec.id)
+        binary, _ = require_pinned_cli(spec)
         return binary.version if binary else None
 
 
