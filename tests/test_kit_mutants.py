@@ -64,8 +64,12 @@ def test_in_process_mutants_fail_exactly_their_checks(tmp_path):
 def test_cli_mutant_fails_exactly_its_checks(ref, tmp_path):
     names, selection = AREAS[ref]
     files = tuple(f"conformance/{f}" for f in names.split())
-    code, report, out = run_suite(tmp_path, "--backend", ref, "-k", selection, files=files, timeout=900)
-    assert report is not None, out[-3000:]
-    actual = failing(report).get(_spec_id(ref), set())
     in_reach = {c for c in MUTANTS[ref]}
+    for _attempt in range(2):  # a cell the machine was too slow to judge (`budget`) is run once more
+        code, report, out = run_suite(tmp_path, "--backend", ref, "-k", selection, files=files, timeout=900)
+        assert report is not None, out[-3000:]
+        unjudged = {c["check"] for c in report["cells"] if c["reason"] == "budget" and c["check"] in in_reach}
+        if not unjudged:
+            break
+    actual = failing(report).get(_spec_id(ref), set())
     assert actual == in_reach, {"not caught": sorted(in_reach - actual), "also failed": sorted(actual - in_reach)}
