@@ -32,6 +32,7 @@ from harnesscheck.providers.claude_code import (
 )
 from harnesscheck.registry import get_spec
 from harnesscheck.scope import ToolScope
+from claude_steps import SID, claude_bridge_scenario
 
 sys.path.insert(0, str(fake_clis_dir()))
 import _fakecli  # noqa: E402
@@ -567,32 +568,13 @@ def test_partial_text_keeps_only_a_bounded_tail():
 
 
 def _bridge_session_scenario(calls):
-    sid = "0a4d8d99-ef93-4499-9084-39b2c92d24e0"
-    steps = [{"emit": {"type": "system", "subtype": "init", "cwd": "{{cwd}}", "session_id": sid, "tools": "{{mcp_tools}}",
-                       "mcp_servers": "{{mcp_server_names}}", "model": "{{model}}", "apiKeySource": "none"}}]
-    for n, (tool, args) in enumerate(calls):
-        tid = f"toolu_{n:02d}"
-        steps += [
-            {"emit": {"type": "assistant", "parent_tool_use_id": None, "session_id": sid, "message": {
-                "id": f"msg_{n:02d}", "model": "{{model_base}}", "role": "assistant",
-                "content": [{"type": "tool_use", "id": tid, "name": f"mcp__bridge__{tool}", "input": args}],
-                "usage": {"input_tokens": 10, "output_tokens": 5}}}},
-            {"mcp_call": {"server": "bridge", "tool": tool, "arguments": args}},
-            {"emit": {"type": "user", "parent_tool_use_id": None, "session_id": sid, "message": {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": tid, "content": [{"type": "text", "text": "{{mcp_result_text}}"}],
-                 "is_error": "{{mcp_result_is_error}}"}]}}},
-        ]
-    steps += [
-        {"emit": {"type": "assistant", "parent_tool_use_id": None, "session_id": sid, "message": {
+    return claude_bridge_scenario(calls, [
+        {"emit": {"type": "assistant", "parent_tool_use_id": None, "session_id": SID, "message": {
             "id": "msg_final", "model": "{{model_base}}", "role": "assistant",
             "content": [{"type": "text", "text": "Last tool said: {{mcp_result_text}}"}], "usage": {"input_tokens": 10, "output_tokens": 7}}}},
         {"emit": {"type": "result", "subtype": "success", "is_error": False, "num_turns": len(calls) + 1,
-                  "result": "Last tool said: {{mcp_result_text}}", "session_id": sid, "total_cost_usd": 0.01}},
-        {"exit": 0},
-    ]
-    return {"provenance": {"cli": "claude", "cli_version": "2.1.197", "source": "reference:cli-formats §1.B",
-                           "date": "2026-11-29", "notes": "test-built: real bridge over MCP stdio"},
-            "default_model": "claude-opus-4-8", "mcp": "connect", "mcp_timeout": 30, "steps": steps}
+                  "result": "Last tool said: {{mcp_result_text}}", "session_id": SID, "total_cost_usd": 0.01}},
+    ])
 
 
 def test_end_to_end_through_the_real_bridge(worktree, tmp_path):

@@ -29,6 +29,7 @@ from harnesscheck.process import (
     session_slot,
     terminate_tree,
 )
+from proc_support import alive, survivors
 
 SCRIPTS = Path(__file__).parent / "proc_scripts"
 PY = sys.executable
@@ -40,25 +41,6 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Li
 
 def script(name: str, *args: str) -> list[str]:
     return [PY, str(SCRIPTS / name), *args]
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    state = stat[stat.rfind(b")") + 2 :].split()[0]
-    return state not in (b"Z", b"X")
-
-
-def survivors(pids: list[int], within_s: float = 10.0) -> list[int]:
-    """Pids still alive after waiting up to within_s (SIGKILL delivery is asynchronous)."""
-    end = time.monotonic() + within_s
-    while True:
-        left = [p for p in pids if alive(p)]
-        if not left or time.monotonic() > end:
-            return left
-        time.sleep(0.05)
 
 
 def read_pids(path: Path, within_s: float = 20.0) -> list[int]:

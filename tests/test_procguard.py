@@ -22,6 +22,7 @@ import pytest
 
 from harnesscheck import process
 from harnesscheck.process import LineAction, run_process
+from proc_support import alive, survivors
 
 SCRIPTS = Path(__file__).parent / "proc_scripts"
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -102,23 +103,6 @@ HOST = textwrap.dedent(
     time.sleep(600)
     """
 )
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat[stat.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")
-
-
-def survivors(pids: list[int], within_s: float = 15.0) -> list[int]:
-    end = time.monotonic() + within_s
-    while True:
-        left = [p for p in pids if alive(p)]
-        if not left or time.monotonic() > end:
-            return left
-        time.sleep(0.05)
 
 
 def read_json(path: Path, within_s: float = 30.0):

@@ -17,6 +17,7 @@ from harnesscheck.providers.claude_code import ClaudeCodeTransport
 from harnesscheck.registry import get_spec
 from harnesscheck.scope import ToolScope
 from harnesscheck.trace import Trace
+from claude_steps import SID, claude_bridge_scenario
 
 PLAIN_SECRET = "plainvalue-0123456789-zz"  # no token format: only redaction by value catches it
 
@@ -91,30 +92,10 @@ def test_harness_fold_redacts_again_with_the_runs_own_secrets(tmp_path):
 
 
 def _claude_bridge_scenario(calls):
-    """Test-built claude stream around real MCP calls to the bridge (reference:cli-formats §1.B)."""
-    sid = "0a4d8d99-ef93-4499-9084-39b2c92d24e0"
-    steps = [{"emit": {"type": "system", "subtype": "init", "cwd": "{{cwd}}", "session_id": sid, "tools": "{{mcp_tools}}",
-                       "mcp_servers": "{{mcp_server_names}}", "model": "{{model}}", "apiKeySource": "none"}}]
-    for n, (tool, args) in enumerate(calls):
-        tid = f"toolu_{n:02d}"
-        steps += [
-            {"emit": {"type": "assistant", "parent_tool_use_id": None, "session_id": sid, "message": {
-                "id": f"msg_{n:02d}", "model": "{{model_base}}", "role": "assistant",
-                "content": [{"type": "tool_use", "id": tid, "name": f"mcp__bridge__{tool}", "input": args}],
-                "usage": {"input_tokens": 10, "output_tokens": 5}}}},
-            {"mcp_call": {"server": "bridge", "tool": tool, "arguments": args}},
-            {"emit": {"type": "user", "parent_tool_use_id": None, "session_id": sid, "message": {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": tid, "content": [{"type": "text", "text": "{{mcp_result_text}}"}],
-                 "is_error": "{{mcp_result_is_error}}"}]}}},
-        ]
-    steps += [
+    return claude_bridge_scenario(calls, [
         {"emit": {"type": "result", "subtype": "success", "is_error": False, "num_turns": len(calls) + 1,
-                  "result": "done", "session_id": sid, "total_cost_usd": 0.01}},
-        {"exit": 0},
-    ]
-    return {"provenance": {"cli": "claude", "cli_version": "2.1.197", "source": "reference:cli-formats §1.B",
-                           "date": "2026-11-29", "notes": "test-built: real bridge over MCP stdio"},
-            "default_model": "claude-opus-4-8", "mcp": "connect", "mcp_timeout": 30, "steps": steps}
+                  "result": "done", "session_id": SID, "total_cost_usd": 0.01}},
+    ])
 
 
 def test_harness_refusals_through_the_real_bridge_name_the_path(worktree, tmp_path):
