@@ -118,12 +118,6 @@ def _inside(path: Path, root: Path) -> bool:
         return False
 
 
-def _nested(a: Path, b: Path) -> bool:
-    """One of the two directories is (inside) the other, symlinks resolved."""
-    ra, rb = os.path.realpath(a), os.path.realpath(b)
-    return ra == rb or ra.startswith(rb.rstrip(os.sep) + os.sep) or rb.startswith(ra.rstrip(os.sep) + os.sep)
-
-
 def new_session_context(
     request: AgentSessionRequest, backend: str, *, tool_less: bool = False, result_cap: int | None = None
 ) -> SessionContext:
@@ -140,7 +134,7 @@ def new_session_context(
         run_dir = Path(tempfile.mkdtemp(prefix=f"harnesscheck-{backend}-"))
     root = request.scope.root
     cwd = run_dir / "cwd"
-    if _nested(run_dir, root):
+    if _inside(run_dir, root) or _inside(root, run_dir):
         # A CLI walks up from its cwd for instruction files: never start it under the worktree.
         cwd = Path(tempfile.mkdtemp(prefix=f"harnesscheck-{backend}-cwd-"))
         cleanup.append(cwd)
