@@ -389,10 +389,16 @@ def test_instruction_files_in_worktree_and_parents(tmp_path: Path) -> None:
     (wt / ".mcp.json").write_text("{}\n")
     (wt / ".git").mkdir()
     (wt / ".git" / "AGENTS.md").write_text("not loaded\n")
+    (wt / "pkg" / ".github").mkdir()  # nested names are found below the root too
+    (wt / "pkg" / ".github" / "copilot-instructions.md").write_text("x\n")
+    (tmp_path / "shared-claude" / "commands").mkdir(parents=True)
+    (tmp_path / "shared-claude" / "settings.json").write_text("{}\n")
+    (wt / "pkg" / ".claude").symlink_to(tmp_path / "shared-claude")  # a symlinked dir counts
     found = find_instruction_files(wt)
     paths = {p for _, p in found}
     assert {str(parent / "CLAUDE.md"), str(wt / "AGENTS.md"), str(wt / "pkg" / "GEMINI.md"), str(wt / ".cursorrules"),
-            str(wt / ".mcp.json")} <= paths
+            str(wt / ".mcp.json"), str(wt / "pkg" / ".github" / "copilot-instructions.md"),
+            str(wt / "pkg" / ".claude" / "commands"), str(wt / "pkg" / ".claude" / "settings.json")} <= paths
     assert str(wt / ".git" / "AGENTS.md") not in paths
     verdict = audit_events(jl(claude_result()), "claude", RunFacts(scope_root=wt, instruction_files=found))
     assert verdict.clean  # informational

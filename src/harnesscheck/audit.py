@@ -181,23 +181,29 @@ def find_instruction_files(root: str | os.PathLike[str], *, max_entries: int = 2
     found: list[tuple[str, str]] = []
     root_path = Path(os.fspath(root)).absolute()
 
-    def check_dir(d: Path) -> None:
+    def check_dir(d: Path, present: frozenset[str] | None = None) -> None:
+        """`present`: the names in `d` when the walk already listed them (only those are
+        stat-ed); None to stat every candidate."""
+
+        def here(name: str) -> bool:
+            return present is None or name.split("/", 1)[0] in present
+
         for name in INSTRUCTION_FILES:
-            if (d / name).is_file():
+            if here(name) and (d / name).is_file():
                 found.append(("instruction", str(d / name)))
         for name in INSTRUCTION_DIRS:
-            if (d / name).is_dir():
+            if here(name) and (d / name).is_dir():
                 found.append(("instruction", str(d / name)))
         for name in PROJECT_CONFIG_FILES:
-            if (d / name).is_file():
+            if here(name) and (d / name).is_file():
                 found.append(("config", str(d / name)))
 
     for parent in reversed(root_path.parents):
         check_dir(parent)
     seen = 0
-    for dirpath, dirnames, _ in os.walk(root_path):
+    for dirpath, dirnames, filenames in os.walk(root_path):
+        check_dir(Path(dirpath), frozenset(dirnames) | frozenset(filenames))
         dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_WALK_DIRS)
-        check_dir(Path(dirpath))
         seen += 1 + len(dirnames)
         if seen > max_entries:
             break
