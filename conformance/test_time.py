@@ -14,7 +14,7 @@ from harnesscheck.kit.catalog import check
 #: its stall, which the kit observes (the fake CLI records each step it has done): a run in
 #: which the deadline could fire first is repeated at 4x, then skipped `budget`, never judged
 #: (BackendUnderTest.run_stalled). Where the adapter cannot see the stall, BLIND_TIMEOUT_S.
-TIMEOUT_S = 0.25
+TIMEOUT_S = 0.1
 BLIND_TIMEOUT_S = 2.0
 GRACE_S = 12.0  # term grace + linger + bounded drain + a noisy 2-core machine; an upper bound only
 #: A lingering CLI must be killed this soon after it printed its result (the reference waits
