@@ -125,8 +125,8 @@ class ScriptedServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        # It lives for one session (~50 ms): a short poll makes close() prompt (shutdown waits a poll).
-        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.005}, daemon=True)
+        # It lives for one session (~10 ms): a short poll makes close() prompt (shutdown waits a poll).
+        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.001}, daemon=True)
         self._thread.start()
 
     def answer(self, h: BaseHTTPRequestHandler, reply, n: int) -> None:
