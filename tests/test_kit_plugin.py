@@ -55,3 +55,28 @@ def test_suite_is_collected_from_the_package_when_no_path_is_given(tmp_path):
     code, report, out = run_suite(tmp_path, "--backend", "fake", "-k", "registry_builds", files=())
     assert code == 0, out
     assert [c["check"] for c in report["cells"]] == ["selection.registry-builds-backend"]
+
+
+def test_a_pure_conformance_run_starts_the_bridge_forkserver_at_collection(monkeypatch):
+    """Only a run of cells only, with a harness among them, starts it early (in the background)."""
+    import threading
+    from types import SimpleNamespace
+
+    from harnesscheck.bridge import forkserver
+    from harnesscheck.kit import plugin
+    from harnesscheck.registry import BUILTIN_SPECS
+
+    started = threading.Event()
+    monkeypatch.setattr(forkserver, "get_forkserver", started.set)
+
+    def item(spec):
+        return SimpleNamespace(callspec=SimpleNamespace(params={"but": (spec, "offline")}))
+
+    plain_test = SimpleNamespace()
+    for items in ([item(BUILTIN_SPECS["api"]), item(BUILTIN_SPECS["fake"])],  # no harness
+                  [item(BUILTIN_SPECS["codex"]), plain_test],  # mixed with other tests
+                  []):
+        plugin.pytest_collection_finish(SimpleNamespace(items=items))
+    assert not started.wait(0.2)
+    plugin.pytest_collection_finish(SimpleNamespace(items=[item(BUILTIN_SPECS["api"]), item(BUILTIN_SPECS["codex"])]))
+    assert started.wait(10)

@@ -260,6 +260,25 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     return report
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A run of conformance cells only, some through a harness: the bridge forkserver starts
+    now, in the background, so its start-up (~0.6 s, mostly the child importing the MCP SDK)
+    overlaps the first cells instead of stalling the first harness session. Runs that mix in
+    other tests keep the start on first use (their tests may expect it not to run)."""
+    cells = [_cell_of(item) for item in session.items]
+    if not cells or any(cell is None for cell in cells):
+        return
+    from harnesscheck.kit.adapters import adapter_kind
+
+    if not any(adapter_kind(spec) == "harness" for spec, _level in cells):
+        return
+    import threading
+
+    from harnesscheck.bridge.forkserver import get_forkserver
+
+    threading.Thread(target=get_forkserver, name="harnesscheck-forkserver-start", daemon=True).start()
+
+
 def _cell_of(item: pytest.Item):
     callspec = getattr(item, "callspec", None)
     if callspec is None:
