@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -279,17 +280,19 @@ def test_progress_exit_is_recorded_before_exiting_and_none_without_a_record(tmp_
 
 # -- start-up: the suite starts a fake ~170 times per run (bench/bench_fake.py) -----------
 
-#: Modules the engine must not import on a plain run: each costs milliseconds of start-up.
-#: They are imported inside the steps that need them (spawn, mcp, codex config.toml).
-LAZY_MODULES = {"subprocess", "shlex", "uuid", "pathlib", "select", "tomllib", "platform", "selectors", "threading"}
+#: Modules a fake must not import on its common paths (--version, a replay, an MCP session,
+#: spawn / ignore-SIGTERM / hang): each costs milliseconds of start-up. json is replaced by
+#: its C half (_json), re by str methods, signal by _signal, subprocess by os.posix_spawn.
+HEAVY_MODULES = {"json", "re", "enum", "functools", "collections", "subprocess", "signal", "selectors", "threading",
+                 "shlex", "uuid", "pathlib", "tomllib", "platform", "__future__"}
 
 
-def _imported(fake, *args, env=None, cwd=None) -> tuple[set[str], subprocess.CompletedProcess]:
+def _imported(fake, *args, env=None, cwd=None, pass_fds=()) -> tuple[set[str], subprocess.CompletedProcess]:
     """Modules imported by one run of the fake (`-X importtime`), started as its shebang does."""
     first = fake.path.read_text(encoding="utf-8").splitlines()[0]
     interpreter, *flags = first[2:].split()
     proc = subprocess.run([interpreter, *flags, "-X", "importtime", str(fake.path), *args], stdin=subprocess.DEVNULL,
-                          capture_output=True, env=env, cwd=cwd, timeout=30)
+                          capture_output=True, env=env, cwd=cwd, timeout=60, pass_fds=pass_fds)
     names = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.decode().splitlines() if line.startswith("import time:")}
     return names, proc
 
@@ -303,13 +306,13 @@ def test_version_imports_only_what_it_needs(tmp_path):
     fake = install_fake_cli("claude", {"steps": []}, tmp_path)
     names, proc = _imported(fake, "--version")
     assert proc.stdout == b"2.1.197 (Claude Code)\n"
-    assert "json" in names and "_fakecli" in names  # the probe sees the engine's imports
-    assert not names & (LAZY_MODULES | {"signal", "site"})
+    assert {"_fakecli", "_json"} <= names  # the probe sees the engine's imports
+    assert not names & (HEAVY_MODULES | {"select", "site"})
 
 
 def test_a_replay_imports_no_process_or_toml_machinery(tmp_path):
     """A codex run with its per-run config.toml, replaying every step that neither spawns nor
-    speaks MCP, placeholders included: no subprocess, no tomllib, no pathlib, no uuid."""
+    speaks MCP, placeholders included: no json, re, signal, subprocess, tomllib, uuid."""
     codex_home = tmp_path / "codex-home"
     codex_home.mkdir()
     (codex_home / "config.toml").write_text('[mcp_servers.bridge]\ncommand = "/bin/true"\n')
@@ -323,9 +326,151 @@ def test_a_replay_imports_no_process_or_toml_machinery(tmp_path):
     names, proc = _imported(fake, "exec", "--json", "-", env=env, cwd=tmp_path)
     assert proc.returncode == 0 and json.loads(proc.stdout.splitlines()[0])["model"] == "gpt-5"
     assert len(proc.stdout.splitlines()) == 5  # emit, noise, oversize, raw, invalid_utf8
-    assert "json" in names and "signal" in names
-    assert not names & LAZY_MODULES
+    assert "_json" in names
+    assert not names & (HEAVY_MODULES | {"select"})
     assert fake.last()["env"]["CODEX_HOME"] == str(codex_home)
+
+
+def test_a_success_replay_imports_nothing_heavy(tmp_path):
+    fake = install_fake_cli("claude", "success", tmp_path)
+    names, proc = _imported(fake, "-p", "--output-format", "stream-json", "--verbose")
+    assert proc.returncode == 0 and json.loads(proc.stdout.splitlines()[-1])["type"] == "result"
+    assert not names & (HEAVY_MODULES | {"select"})
+    assert fake.last()["stdin_type"] == "devnull"
+
+
+#: A stdio MCP server for the tests: answers initialize, tools/list and tools/call of `probe`
+#: with what it sees of itself (fds, stdin and stderr targets, env, cwd, args).
+PROBE_SERVER = r"""
+import json, os, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method, result = msg["method"], {}
+    if method == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "probe", "version": "0"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "probe", "inputSchema": {"type": "object"}}]}
+    elif method == "tools/call":
+        fds = sorted(int(n) for n in os.listdir("/proc/self/fd"))
+        status = dict(l.split(":	", 1) for l in open("/proc/self/status").read().splitlines() if ":	" in l)
+        seen = {"fds": fds, "stderr": os.readlink("/proc/self/fd/2"), "stdin": os.readlink("/proc/self/fd/0"),
+                "canary": os.environ.get("CANARY"), "extra": os.environ.get("EXTRA"),
+                "cwd": os.getcwd(), "args": sys.argv[1:]}
+        result = {"content": [{"type": "text", "text": json.dumps(seen)}], "isError": False}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}) + "\n")
+    sys.stdout.flush()
+"""
+
+
+def _probe_config(tmp_path) -> str:
+    server = tmp_path / "probe_server.py"
+    server.write_text(PROBE_SERVER)
+    cfg = tmp_path / "mcp.json"
+    cfg.write_text(json.dumps({"mcpServers": {"bridge": {"command": sys.executable, "args": [str(server), "a b"],
+                                                         "env": {"EXTRA": "from-config"}}}}))
+    return str(cfg)
+
+
+def test_an_mcp_session_starts_the_server_like_popen_and_imports_nothing_heavy(tmp_path):
+    """The server gets the fake's env plus the config's, the fake's cwd, pipes on 0/1, stderr
+    on /dev/null, no other fd of the fake (not even one the fake inherited); the fake imports no subprocess, json, re, signal or threading to do it."""
+    cfg = _probe_config(tmp_path)
+    scenario = {"mcp": "connect", "steps": [
+        {"emit": {"servers": "{{mcp_server_names}}", "tools": "{{mcp_tools}}"}},
+        {"mcp_call": {"server": "bridge", "tool": "probe", "arguments": {}}},
+        {"emit": {"seen": "{{mcp_result_text}}"}},
+        {"mcp_calls": [{"name": "probe", "arguments": {"x": 1}}]}]}
+    fake = install_fake_cli("claude", scenario, tmp_path / "bin")
+    work = tmp_path / "work"
+    work.mkdir()
+    stray_r, stray_w = os.pipe()
+    os.set_inheritable(stray_w, True)
+    try:
+        env = {"PATH": os.environ["PATH"], "CANARY": "c1"}
+        names, proc = _imported(fake, "-p", "--mcp-config", cfg, env=env, cwd=work, pass_fds=(stray_w,))
+    finally:
+        os.close(stray_r)
+        os.close(stray_w)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    first, second = (json.loads(line) for line in proc.stdout.splitlines())
+    assert first == {"servers": [{"name": "bridge", "status": "connected"}], "tools": ["mcp__bridge__probe"]}
+    seen = json.loads(second["seen"])
+    assert seen["canary"] == "c1" and seen["extra"] == "from-config" and seen["cwd"] == str(work)
+    assert seen["args"] == ["a b"] and seen["stderr"] == "/dev/null" and seen["stdin"].startswith("pipe:")
+    assert stray_w not in seen["fds"] and len(seen["fds"]) <= 4  # 0-2 and the listing's own fd
+    result = next(r for r in _records(fake) if r["kind"] == "mcp_result")
+    assert result["name"] == "probe" and result["is_error"] is False and json.loads(result["text"])["extra"] == "from-config"
+    assert not names & HEAVY_MODULES
+
+
+def test_an_mcp_server_that_cannot_start_is_recorded_as_before(tmp_path):
+    """Popen's errors, kept: a missing path or a name on no PATH entry."""
+    for command in (str(tmp_path / "missing"), "no-such-mcp-server-here"):
+        cfg = tmp_path / "mcp.json"
+        cfg.write_text(json.dumps({"mcpServers": {"bridge": {"command": command}}}))
+        fake = install_fake_cli("claude", {"steps": [{"mcp_calls": [{"name": "x"}]}]}, tmp_path / command.replace("/", "_"))
+        assert _run(fake, "-p", "--mcp-config", str(cfg)).returncode == 0
+        results = [r for r in _records(fake) if r["kind"] == "mcp_result"]
+        assert results == [{"kind": "mcp_result", "error": f"cannot start {command}: No such file or directory"}]
+    fake = install_fake_cli("claude", {"mcp": "connect", "steps": [{"emit": {"s": "{{mcp_server_names}}"}}]}, tmp_path / "c")
+    assert json.loads(_run(fake, "-p", "--mcp-config", str(cfg)).stdout) == {"s": [{"name": "bridge", "status": "failed"}]}
+
+
+def test_a_spawned_grandchild_gets_dev_null_stdin_and_no_other_fd(tmp_path):
+    scenario = {"steps": [{"spawn": "sleep 1000"}, {"emit": {"type": "x"}}, {"hang": True}]}
+    fake = install_fake_cli("claude", scenario, tmp_path)
+    stray_r, stray_w = os.pipe()
+    os.set_inheritable(stray_w, True)
+    proc = subprocess.Popen([str(fake.path)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, start_new_session=True,
+                            pass_fds=(stray_w,))
+    try:
+        assert json.loads(proc.stdout.readline()) == {"type": "x"}
+        kid = fake.last()["grandchildren"][0]["pid"]
+        fds = {int(n): os.readlink(f"/proc/{kid}/fd/{n}") for n in os.listdir(f"/proc/{kid}/fd")}
+        assert sorted(fds) == [0, 1, 2] and fds[0] == "/dev/null" and fds[1].startswith("pipe:")
+        status = dict(l.split(":\t", 1) for l in open(f"/proc/{kid}/status").read().splitlines() if ":\t" in l)
+        assert not int(status["SigIgn"], 16) & (1 << (signal.SIGPIPE - 1))
+    finally:
+        os.close(stray_r)
+        os.close(stray_w)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        proc.stdout.close()
+
+
+def test_stall_scenarios_import_nothing_heavy(tmp_path):
+    """spawn (with and without setsid), ignore_sigterm, then a hang: what the timeout-tree,
+    term-grace and linger checks replay. SIGKILL ends it; -X importtime has written by then."""
+    scenario = {"steps": [{"spawn": "sleep 1000"}, {"spawn": "sleep 1000", "setsid": True}, {"ignore_sigterm": True},
+                          {"emit": {"type": "x"}}, {"delay": 0.01}, {"hang": True}]}
+    fake = install_fake_cli("claude", scenario, tmp_path)
+    first = fake.path.read_text(encoding="utf-8").splitlines()[0]
+    interpreter, *flags = first[2:].split()
+    proc = subprocess.Popen([interpreter, *flags, "-X", "importtime", str(fake.path)], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        assert json.loads(proc.stdout.readline()) == {"type": "x"}
+        assert _wait_for(lambda: any(s["action"] == "hang" for s in _steps(fake)))
+        proc.terminate()  # ignored
+        time.sleep(0.2)
+        assert proc.poll() is None
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        for kid in fake.last()["grandchildren"]:
+            try:
+                os.kill(kid["pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        _, err = proc.communicate(timeout=30)
+    names = {line.rsplit("|", 1)[1].strip() for line in err.decode().splitlines() if line.startswith("import time:")}
+    assert "_fakecli" in names and not names & (HEAVY_MODULES | {"select"})
+
+
+def _records(fake) -> list[dict]:
+    return [json.loads(line) for line in fake.record_path.read_text().splitlines() if line.strip()]
 
 
 def test_codex_config_toml_servers_are_shown_when_the_scenario_asks(tmp_path):
