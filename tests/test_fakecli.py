@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+from hypothesis import example, given, settings, strategies as st
 
 from harnesscheck.fakes import install_fake_cli
 from harnesscheck.paths import fake_clis_dir
@@ -492,3 +493,110 @@ def test_session_id_is_a_fresh_uuid4(tmp_path):
         parsed = uuid.UUID(sid)
         assert str(parsed) == sid and parsed.version == 4 and parsed.variant == uuid.RFC_4122
     assert ids[0] != ids[1]
+
+
+# -- the engine's stand-ins for json, re and shlex say exactly what those modules say ------
+
+def _engine():
+    sys.path.insert(0, str(fake_clis_dir()))
+    import _fakecli
+
+    return _fakecli
+
+
+_json_scalars = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True)
+                 | st.text())
+_json_values = st.recursive(
+    _json_scalars,
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.text() | st.integers() | st.booleans() | st.none() | st.floats(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_json_values)
+def test_json_dumps_writes_what_the_json_module_writes(value):
+    engine = _engine()
+    assert engine.json_dumps(value) == json.dumps(value)  # records, MCP messages
+    assert engine.json_dumps(value, separators=(",", ":"), ensure_ascii=False) == json.dumps(
+        value, separators=(",", ":"), ensure_ascii=False)  # emit lines
+    assert engine.json_dumps(value, separators=(",", ":")) == json.dumps(value, separators=(",", ":"))  # oversize
+
+
+def test_json_dumps_refuses_what_the_json_module_refuses():
+    engine = _engine()
+    for bad in ({1, 2}, {"k": object()}, {(1, 2): 3}):
+        with pytest.raises(TypeError) as ours:
+            engine.json_dumps(bad)
+        with pytest.raises(TypeError) as theirs:
+            json.dumps(bad)
+        assert str(ours.value) == str(theirs.value)
+    loop: list = []
+    loop.append(loop)
+    with pytest.raises(ValueError):
+        engine.json_dumps(loop)
+
+
+def _same_json(text):
+    """json_loads(text) and json.loads(text): the same value (NaN included), or both ValueError."""
+    engine = _engine()
+    try:
+        expected = json.loads(text)
+    except ValueError:
+        with pytest.raises(ValueError):
+            engine.json_loads(text)
+        return
+    got = engine.json_loads(text)
+    assert type(got) is type(expected) and json.dumps(got) == json.dumps(expected)
+
+
+_whitespace = st.text(alphabet=" \t\n\r\x0b\x0c\u00a0\u2028", max_size=3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_json_values, before=_whitespace, after=_whitespace, compact=st.booleans())
+def test_json_loads_parses_what_the_json_module_parses(value, before, after, compact):
+    text = before + json.dumps(value, separators=(",", ":") if compact else None, ensure_ascii=compact) + after
+    _same_json(text)
+    _same_json(text.encode("utf-8", "surrogatepass"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(alphabet='{}[]":,. \t\n\\u0123456789abeflnrstuNIaEe-+\ufeff\x00', max_size=20)
+       | st.binary(max_size=12))
+def test_json_loads_rejects_what_the_json_module_rejects(text):
+    _same_json(text)
+
+
+@settings(max_examples=500, deadline=None)
+@example(text="{{{a}}", values={"a": "Z"})  # no name at 0 ("{a"): the match starts at 1
+@example(text="{{a}}{{x}}", values={"a": [1], "x": "Z"})  # a list value stays as written, the next fills
+@given(text=st.lists(st.sampled_from(["{{", "}}", "{", "}", "{{a}}", "{{x}}", "a", "_", "1", "é", "٣", "x", " ", "-"]),
+                     max_size=10).map("".join),
+       values=st.dictionaries(
+    st.sampled_from(["a", "_", "a_1", "é", "٣", "1", "x"]), st.text(alphabet="{}ab", max_size=3) | st.lists(st.integers())))
+def test_placeholders_are_filled_as_the_former_regex_filled_them(text, values):
+    import re
+
+    engine = _engine()
+    pattern = re.compile(r"\{\{(\w+)\}\}")
+    expected = pattern.sub(lambda m: str(values[m.group(1)]) if isinstance(values.get(m.group(1)), str) else m.group(0), text)
+    assert engine._fill_text(text, values) == expected
+    whole = pattern.fullmatch(text)
+    assert engine._whole_placeholder(text) == (whole.group(1) if whole else None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(command=st.text(alphabet="ab1 \t\r\n\x0b\x0c\u00a0'\"\\#$", max_size=16))
+def test_spawn_commands_split_as_shlex_splits_them(command):
+    import shlex
+
+    engine = _engine()
+    try:
+        expected = shlex.split(command)
+    except ValueError:
+        with pytest.raises(ValueError):
+            engine._split_command(command)
+        return
+    assert engine._split_command(command) == expected
