@@ -19,6 +19,8 @@
 6. Whole session through the forkserver, as the fake CLI's MCP client runs one: relay spawn
    -> `initialize` answered -> `notifications/initialized` -> one `tools/call` answered ->
    stdin closed -> relay exit (woken by a pidfd, no poll), median of `--sessions` (30).
+   Floor: spawn -> exit of `python -I -S -c pass` (the relay's interpreter start), measured
+   alternately in the same loop; target: whole session <= 1.4x that floor.
    `--session-only` runs just this one (quick before/after comparisons).
 """
 
@@ -148,13 +150,35 @@ def whole_session(argv: list[str]) -> tuple[float, float, float]:
     return t_init, t_call, t_exit
 
 
+def bare_relay_floor() -> float:
+    """Spawn -> exit of `python -I -S -c pass`: the interpreter start the relay cannot avoid
+    (woken by a pidfd, as the session's relay exit is)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", "pass"], stdin=subprocess.DEVNULL, env=env_for_child())
+    wait_exit(proc)
+    return time.perf_counter() - start
+
+
 def report_sessions(relay_argv: list[str], n: int) -> None:
     whole_session(relay_argv)  # warm-up
-    runs = [whole_session(relay_argv) for _ in range(n)]
+    bare_relay_floor()
+    runs, floors = [], []
+    for _ in range(n):  # alternating, so machine noise hits both alike
+        runs.append(whole_session(relay_argv))
+        floors.append(bare_relay_floor())
     for i, label in enumerate(("spawn -> initialize", "spawn -> tools/call answered", "spawn -> EOF -> relay exit")):
         vals = sorted(r[i] * 1000 for r in runs)
         print(f"whole session {label:30s} median {statistics.median(vals):6.1f} ms"
               f"  (min {vals[0]:.1f}, max {vals[-1]:.1f}, n={n})")
+    floor_ms = sorted(f * 1000 for f in floors)
+    exit_med = statistics.median(r[2] * 1000 for r in runs)
+    ratio = exit_med / statistics.median(floor_ms)
+    print(f"floor: python -I -S -c pass                 median {statistics.median(floor_ms):6.1f} ms"
+          f"  (min {floor_ms[0]:.1f}, max {floor_ms[-1]:.1f}, n={n})")
+    print(f"whole session / floor                       {ratio:6.2f}x   target <= 1.40x   {verdict(ratio <= 1.4)}")
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    if load is not None:
+        print(f"load average                                {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 
 
 def _http_rpc(client, url: str, msg: dict, session: str | None) -> tuple[dict | None, str | None]:

@@ -72,6 +72,15 @@ def main() -> None:
         posix.write(2, USAGE)
         posix._exit(2)
     sock_path, spec_path, fallback = args[0], args[1], args[3:]
+    # The request is ready before connect(): the forkserver, woken by the connection, finds
+    # it there instead of waiting for a second wake-up.
+    fds = [0, 1, 2]
+    try:
+        posix.fstat(2)
+    except OSError:
+        fds = [0, 1]
+    payload = b"spec\0" + spec_path.encode(sys.getfilesystemencoding(), sys.getfilesystemencodeerrors())
+    rights = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in fds)  # C int[]
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
     try:
         sock.connect(sock_path)
@@ -79,14 +88,7 @@ def main() -> None:
         sock.close()
         _fallback(fallback, exc.strerror or type(exc).__name__)
         return
-    fds = [0, 1, 2]
     try:
-        posix.fstat(2)
-    except OSError:
-        fds = [0, 1]
-    payload = b"spec\0" + spec_path.encode(sys.getfilesystemencoding(), sys.getfilesystemencodeerrors())
-    try:
-        rights = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in fds)  # C int[]
         sock.sendmsg([payload], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
     except OSError as exc:
         _say("cannot hand the stdio fds to the bridge forkserver: " + (exc.strerror or type(exc).__name__))

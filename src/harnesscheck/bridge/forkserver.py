@@ -81,6 +81,10 @@ PENDING_TIMEOUT_S = 5.0
 MAX_PENDING = 32
 #: accept() failed (EMFILE, ENFILE, ENOBUFS...): stop accepting this long, not busy-loop.
 ACCEPT_PAUSE_S = 0.1
+#: After a session went to the spare, its replacement is forked once that session's child
+#: ends, the host sends its next request, or at the latest this long after: not at once,
+#: where the fork (and the new spare's rehearsal) would take the CPU the session starts on.
+SPARE_DELAY_S = 0.2
 #: The warm-up session's dispatch thread ends right after it; wait at most this for it.
 WARM_UP_TIMEOUT_S = 10.0
 #: AF_UNIX path limit on Linux is 108 bytes including the NUL.
@@ -201,7 +205,8 @@ class ForkServer:
         return dict(self.request({"op": "children"}).get("children") or {})
 
     def spare(self) -> int | None:
-        """The pid of the child forked ahead for the next relay, if one waits (tests, diagnostics)."""
+        """The pid of the child forked ahead for the next relay, if one waits (tests,
+        diagnostics). One still rehearsing is waited for (bounded): then it only waits."""
         return self.request({"op": "children"}).get("spare")
 
     def running(self) -> bool:
@@ -438,14 +443,42 @@ class _Awaiting:
 class _Child:
     spec_path: str
     conn: socket.socket
+    #: Our end of the hand-off pair of a child that was a spare, kept until it ends: closing
+    #: it while the spare's b"ready" lies unread in it would reset the spare's end (ECONNRESET
+    #: on its read of the session it was just sent).
+    handoff: socket.socket | None = None
+
+    def close(self) -> None:
+        self.conn.close()
+        if self.handoff is not None:
+            self.handoff.close()
 
 
 @dataclass
 class _Spare:
-    """A child forked ahead of time, waiting on `handoff` for its session."""
+    """A child forked ahead of time, waiting on `handoff` for its session. It sends b"ready"
+    there once its rehearsal is over and it only waits; a session handed over before that is
+    served right after the rehearsal."""
 
     pid: int
     handoff: socket.socket
+    ready: bool = False
+
+    def waiting(self, bound_s: float) -> bool:
+        """Wait (at most `bound_s`) until the spare has rehearsed and waits (tests and
+        diagnostics only: this blocks the forkserver's loop). False: it did not say so."""
+        if not self.ready:
+            try:
+                self.handoff.settimeout(bound_s)
+                self.ready = self.handoff.recv(16) == b"ready"
+            except OSError:
+                pass
+            finally:
+                try:
+                    self.handoff.settimeout(None)
+                except OSError:
+                    pass
+        return self.ready
 
 
 def _preimport() -> None:
@@ -461,50 +494,38 @@ def _preimport() -> None:
     from mcp.server.lowlevel import Server  # noqa: F401
     from mcp.server.stdio import stdio_server  # noqa: F401
 
-    import harnesscheck.bridge.server  # noqa: F401
+    import harnesscheck.bridge.server as server
     import harnesscheck.bridge.spec  # noqa: F401
     import harnesscheck.dispatch  # noqa: F401
     import harnesscheck.envpolicy  # noqa: F401
     import harnesscheck.trace  # noqa: F401
 
+    server._libc()  # the dlopen of the parent-death prctl, once
     del anyio
 
 
-def _warm_up() -> None:
-    """One whole session served here, before any fork, over pipes as a child serves one:
-    initialize, tools/list, a tools/call, EOF. What the SDK, pydantic, anyio and asyncio
-    build on first use (type adapters, ABC caches, lazy imports) is then built once per
-    host, not once per child. Nothing of it is kept: its scope is a throw-away directory,
-    it has no trace, and its one dispatch thread has ended before the first fork."""
-    import anyio
+def _rehearsal_root(directory: Path) -> Path:
+    """The scope root of the rehearsal sessions: a directory in the forkserver's private
+    directory (0700) holding one small file, nothing else."""
+    from harnesscheck.bridge.server import REHEARSAL_FILE
 
+    root = (directory / "rehearsal").resolve()
+    root.mkdir(mode=0o700)
+    (root / REHEARSAL_FILE).write_text("rehearsal\n")
+    return root
+
+
+def _warm_up(root: Path) -> None:
+    """One whole session served here, before any fork (`server.rehearse`). What the SDK,
+    pydantic, anyio and asyncio build on first use (type adapters, ABC caches, lazy imports)
+    is then built once per host, not once per child. Its one dispatch thread is told to end
+    (the forkserver must be single-threaded before it forks)."""
     from harnesscheck.bridge import server
-    from harnesscheck.scope import ToolScope
 
-    requests = [
-        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "warm-up", "version": "0"}}},
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": "warm.txt"}}},
-    ]
-    with tempfile.TemporaryDirectory(prefix="bridge-warm-up-") as tmp:
-        root = Path(tmp).resolve()
-        (root / "warm.txt").write_text("warm\n")
-        in_r, in_w = os.pipe2(os.O_CLOEXEC)
-        out_r, out_w = os.pipe2(os.O_CLOEXEC)
-        try:
-            os.write(in_w, "".join(json.dumps(m) + "\n" for m in requests).encode())  # < a pipe's 64 KiB
-            os.close(in_w)
-            in_w = -1
-            inflight = server.Inflight()
-            bridge = server.build_server(ToolScope(root=root, read_only=True), inflight=inflight)
-            anyio.run(server.serve_stdio, bridge, in_r, out_w, inflight)  # answers < 64 KiB too
-            server._CALL_THREADS.close()  # its dispatch thread ends instead of idling
-        finally:
-            for fd in (in_r, in_w, out_r, out_w):
-                if fd >= 0:
-                    os.close(fd)
+    try:
+        server.rehearse(root)
+    finally:
+        server._CALL_THREADS.close()  # its dispatch thread ends instead of idling
 
 
 def _thread_count() -> int:
@@ -656,6 +677,8 @@ def _await_session(handoff: socket.socket):
             break
         except InterruptedError:
             continue
+        except OSError:  # the forkserver dropped this spare (reset): as EOF
+            os._exit(0)
     handoff.close()
     if len(fds) not in (3, 4) or not content:
         os._exit(0)
@@ -686,9 +709,10 @@ def _status_text(status: int) -> bytes:
 class _Server:
     """The forkserver's single-threaded loop: control requests, relay connections, reaping."""
 
-    def __init__(self, control: socket.socket, directory: Path):
+    def __init__(self, control: socket.socket, directory: Path, rehearsal_root: Path | None = None):
         self.control = control
         self.dir = directory
+        self.rehearsal_root = rehearsal_root  # a spare rehearses a session there while it waits
         self.registrations: dict[str, _Registration] = {}
         self.children: dict[int, _Child] = {}
         #: Accepted connections whose request has not arrived: fd -> (conn, deadline), oldest first.
@@ -697,6 +721,8 @@ class _Server:
         self.awaiting: dict[int, _Awaiting] = {}
         self.accept_paused_until: float | None = None
         self.spare: _Spare | None = None
+        #: When to fork the next spare (None: not wanted now). See SPARE_DELAY_S.
+        self.spare_due: float | None = None
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         path = str(directory / SOCKET_NAME)
         old_umask = os.umask(0o177)
@@ -739,13 +765,24 @@ class _Server:
             self._expire_awaiting()
             self._resume_accepting()
             self._reap(block=False)
+            if self.spare_due is not None and time.monotonic() >= self.spare_due:
+                self._fork_spare()
+
+    def _want_spare(self, delay_s: float = 0.0) -> None:
+        """Have the next spare forked `delay_s` from now (or earlier, if already due so)."""
+        due = time.monotonic() + delay_s
+        if self.spare is None and (self.spare_due is None or due < self.spare_due):
+            self.spare_due = due
 
     def _select_timeout(self) -> float | None:
-        """Until the next pending deadline or the end of an accept pause; None: no timer."""
+        """Until the next pending deadline, the end of an accept pause or the next spare's
+        fork; None: no timer."""
         times = [deadline for _, deadline in self.pending.values()][:1]  # oldest first
         times += [waiting.deadline for waiting in self.awaiting.values()][:1]
         if self.accept_paused_until is not None:
             times.append(self.accept_paused_until)
+        if self.spare_due is not None:
+            times.append(self.spare_due)
         return max(0.0, min(times) - time.monotonic()) if times else None
 
     def _shutdown(self) -> None:
@@ -781,6 +818,7 @@ class _Server:
             self.control.sendall(json.dumps(reply).encode())
         except OSError:
             return False
+        self._want_spare()  # the host is between sessions (or asks about the spare): fork it now
         return True
 
     def _handle(self, msg: dict) -> dict:
@@ -825,8 +863,9 @@ class _Server:
             self._reap_all(left)
             return {"ok": True, "killed": left}
         if op == "children":
+            spare = self.spare
             return {"ok": True, "children": {p: sorted(r.children) for p, r in self.registrations.items()},
-                    "spare": self.spare.pid if self.spare is not None else None}
+                    "spare": spare.pid if spare is not None and spare.waiting(WARM_UP_TIMEOUT_S) else None}
         return {"ok": False, "error": f"unknown op {op!r}"}
 
     # -- relays -----------------------------------------------------------------------------
@@ -998,7 +1037,8 @@ class _Server:
         """Start this relay's bridge child: hand the session to the spare child when there is
         one (no fork on the relay's path), else fork one now; then fork the next spare."""
         reg = self.registrations[path]
-        pid = self._hand_to_spare(conn, fds, reg.content)
+        spare = self._hand_to_spare(conn, fds, reg.content)
+        pid = spare.pid if spare is not None else None
         if pid is None:
             if _thread_count() != 1:  # never fork a multi-threaded process
                 conn.send(b"refused internal: the forkserver is not single-threaded")
@@ -1012,8 +1052,8 @@ class _Server:
             except OSError:
                 pass
         reg.children.add(pid)
-        self.children[pid] = _Child(path, conn)
-        self._fork_spare()
+        self.children[pid] = _Child(path, conn, spare.handoff if spare is not None else None)
+        self._want_spare(SPARE_DELAY_S)
 
     # -- spare child ------------------------------------------------------------------------
 
@@ -1022,6 +1062,7 @@ class _Server:
         but its end of a fresh socketpair and waits there for its session: the registered
         spec bytes, the relay connection and the relay's stdio fds. A fork of this process
         (mcp, pydantic imported) costs ~3 ms; so it is paid between sessions, not in one."""
+        self.spare_due = None
         if self.spare is not None or _thread_count() != 1:
             return
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -1042,8 +1083,8 @@ class _Server:
             pass
         self.spare = _Spare(pid, ours)
 
-    def _hand_to_spare(self, conn: socket.socket, fds: list[int], content: bytes) -> int | None:
-        """Give this session to the spare child; its pid, or None (no spare, or it is gone)."""
+    def _hand_to_spare(self, conn: socket.socket, fds: list[int], content: bytes) -> _Spare | None:
+        """Give this session to the spare child: the spare, or None (no spare, or it is gone)."""
         spare, self.spare = self.spare, None
         if spare is None:
             return None
@@ -1052,8 +1093,7 @@ class _Server:
         except OSError:
             self._end_spare(spare)
             return None
-        spare.handoff.close()
-        return spare.pid
+        return spare
 
     def _drop_spare(self) -> None:
         spare, self.spare = self.spare, None
@@ -1062,8 +1102,8 @@ class _Server:
 
     def _end_spare(self, spare: _Spare) -> None:
         """Kill and reap a spare that will not get a session."""
-        spare.handoff.close()
         self._kill(spare.pid)
+        spare.handoff.close()
         try:
             os.waitpid(spare.pid, 0)
         except ChildProcessError:
@@ -1081,7 +1121,7 @@ class _Server:
             signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # as in any Python process
             self.selector.close()
             for other in self.children.values():
-                other.conn.close()
+                other.close()
             for waiting, _ in self.pending.values():
                 waiting.close()
             if self.spare is not None:
@@ -1090,8 +1130,19 @@ class _Server:
             self.control.close()
             os.close(self.wake_r)
             os.close(self.wake_w)
+            from harnesscheck.bridge import server
+
+            # `server._prepare()` in two halves: the parent and the environment now (a spare's
+            # are the same when its session comes), the protocol fds once they are here.
+            initial_ppid = os.getppid()
+            server.scrub_environ()
             if handoff is not None:
                 _close_fds_except((handoff.fileno(),))
+                self._rehearse()
+                try:
+                    handoff.send(b"ready")
+                except OSError:
+                    pass  # the forkserver is gone: the wait below reads EOF and ends
                 conn, fds, spec = _await_session(handoff)
             for target, fd in enumerate(fds):
                 os.dup2(fd, target)  # inheritable, as a spawned bridge's stdio is
@@ -1104,9 +1155,7 @@ class _Server:
             fds.clear()
             sys.stderr = open(2, "w", closefd=False, errors="replace")  # noqa: SIM115
             sys.stdout = open(1, "w", closefd=False, errors="replace")  # noqa: SIM115
-            from harnesscheck.bridge import server
-
-            initial_ppid, proto = server._prepare()
+            proto = server.take_stdio()
             code = server.serve_spec(spec, proto_fds=proto, initial_ppid=initial_ppid, hangup_fd=keep, mode="forkserver")
         except BaseException as exc:  # noqa: BLE001 - report, never fall back into the loop
             try:
@@ -1121,6 +1170,21 @@ class _Server:
             if conn is not None:
                 _report_exit(conn, code)
             os._exit(code)
+
+    def _rehearse(self) -> None:
+        """A spare's rehearsal (`server.rehearse`) before it waits: only a speed-up, so a
+        failure is noted on stderr (the forkserver's log) and the spare waits all the same."""
+        if self.rehearsal_root is None:
+            return
+        from harnesscheck.bridge import server
+
+        try:
+            server.rehearse(self.rehearsal_root)
+        except Exception as exc:  # noqa: BLE001
+            try:
+                os.write(2, f"bridge forkserver: a spare's rehearsal failed: {type(exc).__name__}: {exc}\n".encode())
+            except OSError:
+                pass
 
     # -- children ---------------------------------------------------------------------------
 
@@ -1146,27 +1210,50 @@ class _Server:
                 return
 
     def _reap_all(self, pids: list[int], bound_s: float = REAP_TIMEOUT_S) -> None:
-        """Wait (at most `bound_s`) until every pid in `pids` is reaped."""
+        """Wait (at most `bound_s`) until every pid in `pids` is reaped: woken by each child's
+        pidfd the moment it exits (a 5 ms poll where pidfds are missing)."""
+        import select
+
         deadline = time.monotonic() + bound_s
         pending = [p for p in pids if p in self.children]
-        while pending and time.monotonic() < deadline:
-            for pid in list(pending):
-                try:
-                    got, status = os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:
-                    self._forget(pid)
-                    pending.remove(pid)
-                    continue
-                if got:
-                    self._reaped(got, status)
-                    pending.remove(pid)
-            if pending:
-                time.sleep(0.005)
+        pidfds: dict[int, int] = {}
+        try:
+            while pending:
+                for pid in list(pending):
+                    try:
+                        got, status = os.waitpid(pid, os.WNOHANG)
+                    except ChildProcessError:
+                        self._forget(pid)
+                        got = -1
+                    if got:
+                        if got > 0:
+                            self._reaped(got, status)
+                        pending.remove(pid)
+                        if pid in pidfds:
+                            os.close(pidfds.pop(pid))
+                    elif pid not in pidfds and hasattr(os, "pidfd_open"):
+                        try:
+                            pidfds[pid] = os.pidfd_open(pid)
+                        except OSError:
+                            pass
+                left = deadline - time.monotonic()
+                if not pending or left <= 0:
+                    return
+                if len(pidfds) == len(pending):
+                    poller = select.poll()
+                    for fd in pidfds.values():
+                        poller.register(fd, select.POLLIN)
+                    poller.poll(left * 1000)  # until one exits (or the bound)
+                else:
+                    time.sleep(min(0.005, left))
+        finally:
+            _close_fds(list(pidfds.values()))
 
     def _reaped(self, pid: int, status: int) -> None:
-        if self.spare is not None and pid == self.spare.pid:  # died waiting: fork another later
+        if self.spare is not None and pid == self.spare.pid:  # died waiting: fork another soon
             self.spare.handoff.close()
             self.spare = None
+            self._want_spare(SPARE_DELAY_S)  # not at once: a spare that dies at start must not spin
             return
         child = self.children.get(pid)
         if child is not None:
@@ -1174,13 +1261,14 @@ class _Server:
                 child.conn.send(_status_text(status))
             except OSError:
                 pass
+            self._want_spare()  # a session ended: its CPU is free for the next spare
         self._forget(pid)
 
     def _forget(self, pid: int) -> None:
         child = self.children.pop(pid, None)
         if child is None:
             return
-        child.conn.close()
+        child.close()
         reg = self.registrations.get(child.spec_path)
         if reg is not None:
             reg.children.discard(pid)
@@ -1198,8 +1286,9 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, signal.SIG_IGN)  # only the host's EOF (or SIGTERM/SIGKILL) ends us
     try:
         _preimport()
+        rehearsal_root = _rehearsal_root(ns.dir)
         try:
-            _warm_up()
+            _warm_up(rehearsal_root)
         except Exception as exc:  # noqa: BLE001 - only a speed-up: children then do it themselves
             sys.stderr.write(f"bridge forkserver: warm-up session failed: {type(exc).__name__}: {exc}\n")
         if not _wait_single_threaded(WARM_UP_TIMEOUT_S):
@@ -1208,7 +1297,7 @@ def main(argv: list[str] | None = None) -> int:
         # a child's collections never walk (and so copy-on-write) those pages.
         gc.collect()
         gc.freeze()
-        server = _Server(control, ns.dir)
+        server = _Server(control, ns.dir, rehearsal_root)
     except BaseException as exc:  # noqa: BLE001
         sys.stderr.write(f"bridge forkserver failed to start: {type(exc).__name__}: {exc}\n")
         return 1

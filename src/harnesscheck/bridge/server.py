@@ -26,7 +26,6 @@ import os
 import signal
 import sys
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,6 +45,8 @@ WRITE_GRACE_S = 2.0
 #: The longest request line the pipe transport buffers (the bound process.py puts on a CLI's
 #: lines): past it without a newline, the input is treated as over and the bridge drains and ends.
 MAX_REQUEST_LINE_BYTES = 64 << 20
+#: The one file of `rehearse`'s scope.
+REHEARSAL_FILE = "rehearsal.txt"
 _PR_SET_PDEATHSIG = 1
 #: Delivered by the kernel when the spawning thread dies; confirmed with getppid().
 PDEATH_SIGNAL = signal.SIGUSR2
@@ -103,15 +104,26 @@ def take_stdio() -> tuple[int, int]:
     return proto_in, proto_out
 
 
+_LIBC: Any = None
+
+
+def _libc() -> Any:
+    """The C library through ctypes, loaded once per process (the forkserver loads it before
+    it forks, so its children do not pay the dlopen)."""
+    global _LIBC
+    if _LIBC is None:
+        import ctypes
+
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+    return _LIBC
+
+
 def _set_parent_death_signal(signum: int) -> bool:
     """Ask the kernel to send `signum` when the parent dies (Linux only)."""
     if not sys.platform.startswith("linux"):
         return False
     try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0
+        return _libc().prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
 
@@ -330,6 +342,7 @@ class Inflight:
     def __init__(self) -> None:
         self.count = 0  # handlers running (kept for the trace-free tests of build_server)
         self.pending: set[Any] = set()
+        self._idle: Any = None  # an anyio.Event while `drained` waits; set when pending empties
 
     def received(self, item: Any) -> None:
         message = _jsonrpc(item)
@@ -339,19 +352,31 @@ class Inflight:
         elif method == "notifications/cancelled":
             params = getattr(message, "params", None)
             request_id = params.get("requestId") if isinstance(params, dict) else getattr(params, "request_id", None)
-            self.pending.discard(request_id)
+            self._discard(request_id)
 
     def answered(self, item: Any) -> None:
         message = _jsonrpc(item)
         if getattr(message, "method", None) is None and getattr(message, "id", None) is not None:
-            self.pending.discard(message.id)
+            self._discard(message.id)
+
+    def _discard(self, request_id: Any) -> None:
+        self.pending.discard(request_id)
+        if not self.pending and self._idle is not None:
+            self._idle.set()
 
     async def drained(self, timeout_s: float = DRAIN_TIMEOUT_S) -> None:
+        """Return once every pending call is answered (woken by the last answer), or after
+        `timeout_s`. Runs on the event loop, as `received` and `answered` do."""
         import anyio
 
-        deadline = time.monotonic() + timeout_s
-        while self.pending and time.monotonic() < deadline:
-            await anyio.sleep(0.002)
+        if not self.pending:
+            return
+        self._idle = anyio.Event()
+        try:
+            with anyio.move_on_after(timeout_s):
+                await self._idle.wait()
+        finally:
+            self._idle = None
 
 
 def _jsonrpc(item: Any) -> Any:
@@ -628,13 +653,18 @@ def run_bridge(
     from harnesscheck.trace import Trace
 
     trace = Trace(trace_path, session_id=session_id) if trace_path is not None else None
+    stopping = threading.Lock()  # held by whichever ending is recorded: one bridge_stop only
 
-    def on_death(reason: str) -> None:
-        if trace is not None:
+    def record_stop(reason: str) -> None:
+        # Non-blocking: the death signal's handler runs on the main thread, maybe inside this.
+        if trace is not None and stopping.acquire(blocking=False):
             try:
                 trace.record("bridge_stop", reason=reason)
             except OSError:
                 pass
+
+    def on_death(reason: str) -> None:
+        record_stop(reason)
         os._exit(0)
 
     ParentWatch(parent_pid, on_death, initial_ppid=initial_ppid).start(hangup_fd, lambda: on_death("relay_gone"))
@@ -649,9 +679,58 @@ def run_bridge(
         extra = {"mode": mode} if mode else {}
         trace.record("bridge_start", pid=os.getpid(), tools=[d.name for d in tool_definitions(scope)], **extra)
     anyio.run(serve_stdio, server, *proto_fds, inflight)
-    if trace is not None:
-        trace.record("bridge_stop", reason="eof")
+    # From here the session is over: a watch that now sees the relay go (the forkserver's
+    # child reports its exit to the relay next) records nothing more.
+    record_stop("eof")
     return 0
+
+
+#: What `rehearse` sends: the messages of a CLI's session, answered into a pipe nobody reads
+#: until the end (every answer together stays far below a pipe's 64 KiB).
+REHEARSAL_REQUESTS = (
+    {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "rehearsal", "version": "0"}}},
+    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+    {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+    {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": REHEARSAL_FILE}}},
+)
+
+
+def rehearse(root: Path) -> None:
+    """Serve one throw-away session in this process, on the code path a real one takes
+    (`build_server`, a trace, `serve_stdio` over pipes: initialize, tools/list, a read_file
+    of `root/REHEARSAL_FILE`, EOF). The forkserver runs it once before it forks, so lazy
+    imports, pydantic's validators and the SDK's caches are built once per host; a spare
+    child runs it again while it waits, so the pages a session writes are already its own
+    (no copy-on-write fault on the session's path) and its call thread is already running.
+    Nothing of it is kept: a read-only scope on `root` (a private directory holding only
+    that file), a trace to /dev/null, no parent watch."""
+    import json
+
+    import anyio
+
+    from harnesscheck.dispatch import tool_definitions
+    from harnesscheck.scope import ToolScope
+    from harnesscheck.trace import Trace
+
+    in_r, in_w = os.pipe2(os.O_CLOEXEC)
+    out_r, out_w = os.pipe2(os.O_CLOEXEC)
+    trace = Trace(os.devnull, session_id="rehearsal")
+    try:
+        os.write(in_w, "".join(json.dumps(m) + "\n" for m in REHEARSAL_REQUESTS).encode())  # < a pipe's 64 KiB
+        os.close(in_w)
+        in_w = -1
+        inflight = Inflight()
+        scope = ToolScope(root=root, read_only=True)
+        bridge = build_server(scope, trace=trace, session_id="rehearsal", inflight=inflight)
+        trace.record("bridge_start", pid=os.getpid(), tools=[d.name for d in tool_definitions(scope)], mode="rehearsal")
+        anyio.run(serve_stdio, bridge, in_r, out_w, inflight)
+        trace.record("bridge_stop", reason="eof")
+    finally:
+        trace.close()
+        for fd in (in_r, in_w, out_r, out_w):
+            if fd >= 0:
+                os.close(fd)
 
 
 def _prepare() -> tuple[int, tuple[int, int]]:
