@@ -600,3 +600,70 @@ def test_spawn_commands_split_as_shlex_splits_them(command):
             engine._split_command(command)
         return
     assert engine._split_command(command) == expected
+
+
+_toml_tokens = st.sampled_from(["[", "]", "[[", "a", "b", ".", " = ", "=", " ", '"', "'", "1", "0", "-", "+", "true",
+                                "false", "{", "}", ",", "#", "\n", "\t", "x y", "é", "\\", '"s"', "'s'", "[a]\n",
+                                "a = ", "b = ", "1_0", "1.5"])
+
+
+@settings(max_examples=1000, deadline=None)
+@example(text="a = {b = 1,}")  # TOML forbids a trailing comma in an inline table
+@example(text="a = {b = 1}\n[a.c]")  # nor extends one
+@example(text="[a]\nb = 1\n[a]")
+@given(text=st.lists(_toml_tokens, max_size=14).map("".join))
+def test_the_toml_subset_reads_what_tomllib_reads(text):
+    """Whatever `_simple_toml` accepts, tomllib accepts with the same value; the rest goes to tomllib."""
+    import tomllib
+
+    engine = _engine()
+    try:
+        ours = engine._simple_toml(text)
+    except engine._NotSimpleToml:
+        return
+    assert ours == tomllib.loads(text)
+
+
+_config_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(argv=st.lists(_config_text, min_size=1, max_size=4), env=st.dictionaries(_config_text, _config_text, max_size=3),
+       tools=st.lists(_config_text, max_size=3))
+def test_a_codex_config_toml_reads_as_tomllib_reads_it_without_tomllib(argv, env, tools):
+    """The config.toml the codex transport writes: the same servers as tomllib, and tomllib
+    is not needed unless a string needs escapes."""
+    import tomllib
+
+    from harnesscheck.providers.codex import render_config
+
+    text = render_config(bridge=(argv, env), bridge_tools=tuple(tools))
+    engine = _engine()
+    try:
+        expected = tomllib.loads(text)
+    except ValueError:  # e.g. a DEL character, which json.dumps leaves as it is and TOML refuses
+        with pytest.raises(ValueError):
+            engine.toml_loads(text)
+        return
+    assert engine.toml_loads(text) == expected
+    if not any("\\" in json.dumps(s, ensure_ascii=False) for s in [*argv, *env, *env.values(), *tools]):
+        assert engine._simple_toml(text) == expected
+
+
+def test_a_codex_mcp_session_imports_no_toml_or_process_machinery(tmp_path):
+    """A codex run whose bridge comes from its per-run config.toml, as the transport writes it."""
+    from harnesscheck.providers.codex import render_config
+
+    server = tmp_path / "probe_server.py"
+    server.write_text(PROBE_SERVER)
+    codex_home = tmp_path / "codex-home"
+    codex_home.mkdir()
+    (codex_home / "config.toml").write_text(render_config(bridge=([sys.executable, str(server)], {"EXTRA": "toml"}),
+                                                          bridge_tools=("probe",)))
+    fake = install_fake_cli("codex", {"steps": [{"mcp_calls": [{"name": "probe", "arguments": {}}]}]}, tmp_path / "bin")
+    env = {"PATH": os.environ["PATH"], "CODEX_HOME": str(codex_home), "HOME": str(tmp_path)}
+    names, proc = _imported(fake, "exec", "--json", "-", env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = next(r for r in _records(fake) if r["kind"] == "mcp_result")
+    assert result["is_error"] is False and json.loads(result["text"])["extra"] == "toml"
+    assert not names & HEAVY_MODULES
