@@ -488,14 +488,14 @@ def _toml_value(line: str, i: int, inline: set):
                 break
             if first == "{":
                 if line[i : i + 1] == '"':
-                    key, i = _toml_value(line, i, inline)
+                    key, i = _toml_value(line, i, inline)  # "" is a key too
                 else:
                     start = i
                     while line[i : i + 1] and line[i] in _TOML_BARE:
                         i += 1
-                    key = line[start:i]
+                    key = line[start:i] or None
                 i = len(line) - len(line[i:].lstrip(" \t"))
-                if not key or line[i : i + 1] != "=":
+                if key is None or line[i : i + 1] != "=":
                     raise _NotSimpleToml
                 i = len(line) - len(line[i + 1 :].lstrip(" \t"))
             value, i = _toml_value(line, i, inline)
