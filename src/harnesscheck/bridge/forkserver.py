@@ -85,6 +85,8 @@ ACCEPT_PAUSE_S = 0.1
 #: ends, the host sends its next request, or at the latest this long after: not at once,
 #: where the fork (and the new spare's rehearsal) would take the CPU the session starts on.
 SPARE_DELAY_S = 0.2
+#: A child that reported its exit to its relay waits at most this for the relay to exit.
+RELAY_EXIT_WAIT_S = 1.0
 #: The warm-up session's dispatch thread ends right after it; wait at most this for it.
 WARM_UP_TIMEOUT_S = 10.0
 #: AF_UNIX path limit on Linux is 108 bytes including the NUL.
@@ -696,6 +698,14 @@ def _report_exit(conn: socket.socket, code: int) -> None:
         os.closerange(0, keep)
         os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
         conn.send(b"exit %d" % (code & 0xFF))
+        # Then wait (bounded) until the relay has it and is gone: this process's teardown
+        # (unmapping a forkserver-sized address space, ~1 ms) must not hold the CPU the
+        # woken relay was queued on. A relay already gone reads as a hang-up at once.
+        import select
+
+        poller = select.poll()
+        poller.register(keep, select.POLLRDHUP | select.POLLHUP)
+        poller.poll(RELAY_EXIT_WAIT_S * 1000)
     except (OSError, ValueError):
         pass
 
