@@ -1,11 +1,23 @@
 """The fake-CLI engine: replays a scenario the way a vendor CLI would, and records how it was run.
 
 Standard library only (a fake must start fast and must not depend on the package under test).
-The offline suite starts a fake some 170 times per run, so the module imports at its top
-only what every run needs (json, re, os, stat, sys, time); subprocess, shlex, signal,
-select, tomllib and io are imported inside the functions that use them, and the per-test
-wrappers run it with ``python -I -S`` (tests/test_fakecli.py pins both; bench/bench_fake.py
-measures the start-up against a bare interpreter).
+The offline suite starts a fake some 175 times per run, so on its common paths (--version,
+a replay, an MCP session, spawn / ignore-SIGTERM / hang) it imports nothing beyond os, stat,
+sys, time and the C modules ``_signal``, ``_json`` (and ``select`` once it speaks MCP):
+
+- JSON through ``_json`` directly (``json_loads``/``json_dumps``: the json module's own C
+  scanner and encoder, so the same bytes; ``json`` itself would bring re, enum, functools);
+- ``{{placeholders}}`` with str methods instead of a regex; ``_signal`` instead of ``signal``;
+- processes with ``os.posix_spawn`` instead of subprocess (``_spawn``: Popen's PATH search,
+  close_fds, restore_signals and errors); a spawn command split on whitespace unless it
+  quotes or escapes (then ``shlex``);
+- a codex ``config.toml`` read by a small reader of the subset the transport writes
+  (``toml_loads``; anything else goes to ``tomllib``);
+- ``os._exit`` once everything is flushed, instead of the interpreter's teardown.
+
+The per-test wrappers run it with ``python -I -S``. tests/test_fakecli.py pins the imports
+and proves each stand-in equivalent (Hypothesis properties against json, re, shlex, tomllib);
+bench/bench_fake.py measures start-up and an MCP session against a bare interpreter.
 
 How a fake finds its scenario
 =============================
