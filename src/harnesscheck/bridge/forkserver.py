@@ -668,9 +668,11 @@ def _close_fds_except(keep: tuple[int, ...]) -> None:
                 pass
 
 
-def _await_session(handoff: socket.socket):
+def _await_session(handoff: socket.socket, known: dict[bytes, object] | None = None):
     """A spare child's wait for its session: (relay connection, stdio fds, spec). EOF (the
-    forkserver ended or dropped this spare) or anything malformed ends the process."""
+    forkserver ended or dropped this spare) or anything malformed ends the process.
+    `known`: registered spec bytes -> the spec the forkserver validated from exactly those
+    bytes (its registrations when this spare was forked), used instead of validating again."""
     from harnesscheck.bridge.spec import BridgeSpec
 
     while True:
@@ -684,7 +686,9 @@ def _await_session(handoff: socket.socket):
     handoff.close()
     if len(fds) not in (3, 4) or not content:
         os._exit(0)
-    spec = BridgeSpec.model_validate_json(content)  # the registered bytes, never a re-read
+    spec = (known or {}).get(content)
+    if spec is None:
+        spec = BridgeSpec.model_validate_json(content)  # the registered bytes, never a re-read
     return socket.socket(fileno=fds[0]), fds[1:], spec
 
 
@@ -1153,7 +1157,8 @@ class _Server:
                     handoff.send(b"ready")
                 except OSError:
                     pass  # the forkserver is gone: the wait below reads EOF and ends
-                conn, fds, spec = _await_session(handoff)
+                known = {reg.content: reg.spec for reg in self.registrations.values()}
+                conn, fds, spec = _await_session(handoff, known)
             for target, fd in enumerate(fds):
                 os.dup2(fd, target)  # inheritable, as a spawned bridge's stdio is
             if len(fds) == 2:
@@ -1195,6 +1200,7 @@ class _Server:
                 os.write(2, f"bridge forkserver: a spare's rehearsal failed: {type(exc).__name__}: {exc}\n".encode())
             except OSError:
                 pass
+        server._CALL_THREADS.park(2)  # the session's parent watch and first call
 
     # -- children ---------------------------------------------------------------------------
 

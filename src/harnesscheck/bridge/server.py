@@ -181,7 +181,7 @@ class ParentWatch:
         if reason:
             self.on_death(reason)
             return
-        _start_thread(self._run, hangup_fd, on_hangup)
+        _CALL_THREADS.submit(lambda: self._run(hangup_fd, on_hangup))  # never returns to the pool
 
     def _on_signal(self, signum, frame) -> None:
         reason = self.dead_reason()
@@ -221,10 +221,11 @@ def _start_thread(func, *args) -> None:
 
 
 class _CallThreads:
-    """The threads tool calls run in. An idle one takes the next call, as anyio's workers
-    do; with none idle a new one is started by `_start_thread` (not waited for). An idle
-    thread ends after `IDLE_S`; after `close()` (the forkserver, once its warm-up session is
-    over) every thread ends as soon as it is idle. A forked child starts with none."""
+    """The threads tool calls (and the parent watch) run in. An idle one takes the next job,
+    as anyio's workers do; with none idle a new one is started by `_start_thread` (not waited
+    for). An idle thread ends after `IDLE_S`; after `close()` (the forkserver, once its
+    warm-up session is over) every thread ends as soon as it is idle. A forked child starts
+    with none; a forkserver spare `park`s some before it waits for its session."""
 
     IDLE_S = 10.0
 
@@ -248,6 +249,18 @@ class _CallThreads:
         inbox.put(job)
         _start_thread(self._serve, inbox)
 
+    def park(self, count: int) -> None:
+        """Start `count` more idle threads whose first wait has no time limit (a forkserver
+        spare, before its session: the session's parent watch and first call then start no
+        thread, and no new thread competes for the interpreter while the session starts)."""
+        import queue
+
+        for _ in range(count):
+            inbox = queue.SimpleQueue()
+            with self._lock:
+                self._idle.append(inbox)
+            _start_thread(self._serve, inbox, None)
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
@@ -255,12 +268,14 @@ class _CallThreads:
         for inbox in idle:
             inbox.put(None)
 
-    def _serve(self, inbox) -> None:
+    def _serve(self, inbox, wait_s: float | None = -1.0) -> None:
         import queue
 
+        if wait_s is not None and wait_s < 0:
+            wait_s = self.IDLE_S
         while True:
             try:
-                job = inbox.get(timeout=self.IDLE_S)
+                job = inbox.get(timeout=wait_s)
             except queue.Empty:
                 with self._lock:
                     if inbox in self._idle:
@@ -269,6 +284,7 @@ class _CallThreads:
                 continue  # a call was handed over as the wait ended: it is in the inbox
             if job is None:
                 return
+            wait_s = self.IDLE_S
             job()
             with self._lock:
                 if self._closed:
