@@ -2,9 +2,13 @@
 
 Standard library only (a fake must start fast and must not depend on the package under test).
 The offline suite starts a fake some 175 times per run, so on its common paths (--version,
-a replay, an MCP session, spawn / ignore-SIGTERM / hang) it imports nothing beyond os, stat,
-sys, time and the C modules ``_signal``, ``_json`` (and ``select`` once it speaks MCP):
+a replay, an MCP session, spawn / ignore-SIGTERM / hang) it imports nothing beyond sys, time
+and the C modules ``posix``, ``_stat``, ``_signal``, ``_json`` (and ``select`` once it speaks
+MCP):
 
+- ``posix`` instead of ``os`` (whose import costs ~1.2 ms: _collections_abc, posixpath):
+  ``ENVIRON`` is os.environ built the way os builds it, and the few os.path functions the
+  engine needs are small helpers;
 - JSON through ``_json`` directly (``json_loads``/``json_dumps``: the json module's own C
   scanner and encoder, so the same bytes; ``json`` itself would bring re, enum, functools);
 - ``{{placeholders}}`` with str methods instead of a regex; ``_signal`` instead of ``signal``;
@@ -132,10 +136,11 @@ from 0. ``FakeCli.records()`` ignores these lines.
 delete its run dir afterwards.
 """
 
-import os
-import stat
+import posix  # the C half of os: `import os` costs ~1.2 ms (_collections_abc, posixpath, ...)
 import sys
 import time
+
+import _stat as stat
 
 import _signal  # `signal` wraps these same functions in enums, and enum costs ms to import
 
@@ -143,6 +148,48 @@ try:
     import _json  # the C half of the json module, without its pure-Python half (re, enum, ...)
 except ImportError:  # an interpreter built without it: the json module does everything
     _json = None
+
+
+#: os.environ as the os module builds it from posix.environ (str, undecodable bytes escaped).
+ENVIRON = {key.decode(sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()):
+           value.decode(sys.getfilesystemencoding(), sys.getfilesystemencodeerrors())
+           for key, value in posix.environ.items()}
+DEVNULL = "/dev/null"
+
+
+def _mode(path: str, follow: bool = True) -> int:
+    try:
+        return (posix.stat(path) if follow else posix.lstat(path)).st_mode
+    except (OSError, ValueError):
+        return 0
+
+
+def _isfile(path: str) -> bool:
+    """os.path.isfile"""
+    return stat.S_ISREG(_mode(path))
+
+
+def _isdir(path: str) -> bool:
+    """os.path.isdir"""
+    return stat.S_ISDIR(_mode(path))
+
+
+def _islink(path: str) -> bool:
+    """os.path.islink"""
+    return stat.S_ISLNK(_mode(path, follow=False))
+
+
+def _join(base: str, name: str) -> str:
+    """os.path.join(base, name)"""
+    if name.startswith("/"):
+        return name
+    return base + name if not base or base.endswith("/") else base + "/" + name
+
+
+def _exec_path(env) -> list[str]:
+    """os.get_exec_path(env): where Popen looks for a bare command name."""
+    return (env.get("PATH") if env.get("PATH") is not None else "/bin:/usr/bin").split(":")
+
 
 VERSIONS = {
     "claude": "2.1.197 (Claude Code)",
@@ -233,7 +280,7 @@ else:  # pragma: no cover - CPython always builds _json
         return json.dumps(obj, separators=separators, ensure_ascii=ensure_ascii)
 
 
-# -- processes: os.posix_spawn instead of subprocess (~6 ms of imports) --------------------
+# -- processes: posix_spawn (os.posix_spawn) instead of subprocess (~6 ms of imports) -------
 
 #: Reset to their defaults in a child, as subprocess.Popen(restore_signals=True) does
 #: (Python ignores SIGPIPE, and an ignored signal stays ignored across exec).
@@ -241,17 +288,17 @@ _RESTORED_SIGNALS = tuple(getattr(_signal, name) for name in ("SIGPIPE", "SIGXFZ
 
 
 def _high_pipe() -> tuple[int, int]:
-    """`os.pipe()` (close-on-exec ends) with both ends above fd 2: when the fake's own stdio
+    """`posix.pipe()` (close-on-exec ends) with both ends above fd 2: when the fake's own stdio
     is closed the pipe would land on 0-2, and a child's dup2 onto the same number is a no-op
     that keeps close-on-exec (subprocess guards against the same)."""
     ends, low = [], []
-    for fd in os.pipe():
+    for fd in posix.pipe():
         while fd < 3:
             low.append(fd)
-            fd = os.dup(fd)
+            fd = posix.dup(fd)
         ends.append(fd)
     for fd in low:
-        os.close(fd)
+        posix.close(fd)
     return ends[0], ends[1]
 
 
@@ -260,14 +307,14 @@ def _inherited_fds() -> list[int]:
     them in a child; posix_spawn has no such flag, so they become close actions. The fake's
     own fds are close-on-exec already (PEP 446)."""
     try:
-        names = os.listdir("/proc/self/fd")
+        names = posix.listdir("/proc/self/fd")
     except OSError:
         return []
     out = []
     for name in names:
         fd = int(name)
         try:
-            if fd > 2 and os.get_inheritable(fd):
+            if fd > 2 and posix.get_inheritable(fd):
                 out.append(fd)
         except OSError:  # the directory listing's own fd, closed since
             pass
@@ -282,32 +329,32 @@ def _spawn(argv: list[str], env, file_actions: list, setsid: bool = False) -> in
     if not argv:
         raise ValueError("empty command")
     program = argv[0]
-    candidates = [program] if os.path.dirname(program) else [os.path.join(d, program) for d in os.get_exec_path(env)]
-    actions = [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inherited_fds()] + file_actions
+    candidates = [program] if "/" in program else [_join(d, program) for d in _exec_path(env)]
+    actions = [(posix.POSIX_SPAWN_CLOSE, fd) for fd in _inherited_fds()] + file_actions
     first_error = last_error = None
     for path in candidates:
         try:
-            return os.posix_spawn(path, argv, env, file_actions=actions, setsid=setsid, setsigdef=_RESTORED_SIGNALS)
+            return posix.posix_spawn(path, argv, env, file_actions=actions, setsid=setsid, setsigdef=_RESTORED_SIGNALS)
         except OSError as exc:
             last_error = exc
             if exc.errno not in (2, 20) and first_error is None:  # ENOENT, ENOTDIR
                 first_error = exc
     error = first_error or last_error
     if error is None:  # an empty PATH
-        error = FileNotFoundError(2, os.strerror(2))
+        error = FileNotFoundError(2, posix.strerror(2))
     error.filename = program
     raise error
 
 
 def _wait_exit(pid: int, timeout: float) -> int:
-    """`os.waitpid(pid)` within `timeout` seconds (TimeoutError), waking the moment the process
+    """`posix.waitpid(pid)` within `timeout` seconds (TimeoutError), waking the moment the process
     exits (a pidfd; without one, polling as Popen.wait(timeout) does). Returns the wait status."""
     try:
-        pidfd = os.pidfd_open(pid)
+        pidfd = posix.pidfd_open(pid)
     except (AttributeError, OSError):
         deadline, delay = time.monotonic() + timeout, 0.0005
         while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
+            done, status = posix.waitpid(pid, posix.WNOHANG)
             if done:
                 return status
             if time.monotonic() >= deadline:
@@ -319,9 +366,9 @@ def _wait_exit(pid: int, timeout: float) -> int:
 
         if not select.select([pidfd], [], [], timeout)[0]:
             raise TimeoutError(f"process {pid} still running after {timeout} s")
-        return os.waitpid(pid, 0)[1]
+        return posix.waitpid(pid, 0)[1]
     finally:
-        os.close(pidfd)
+        posix.close(pidfd)
 
 
 class McpClient:
@@ -338,20 +385,20 @@ class McpClient:
         self.next_id = 0
         self.tools: list[str] = []
         self._buf = b""
-        env = {**os.environ, **{str(k): str(v) for k, v in (entry.get("env") or {}).items()}}
+        env = {**ENVIRON, **{str(k): str(v) for k, v in (entry.get("env") or {}).items()}}
         argv = [entry["command"], *[str(a) for a in entry.get("args") or []]]
         stdin_r, self.stdin = _high_pipe()
         self.stdout, stdout_w = _high_pipe()
         try:
-            self.pid = _spawn(argv, env, [(os.POSIX_SPAWN_DUP2, stdin_r, 0), (os.POSIX_SPAWN_DUP2, stdout_w, 1),
-                                          (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_RDWR, 0)])
+            self.pid = _spawn(argv, env, [(posix.POSIX_SPAWN_DUP2, stdin_r, 0), (posix.POSIX_SPAWN_DUP2, stdout_w, 1),
+                                          (posix.POSIX_SPAWN_OPEN, 2, DEVNULL, posix.O_RDWR, 0)])
         except BaseException:
             for fd in (self.stdin, self.stdout):
-                os.close(fd)
+                posix.close(fd)
             raise
         finally:
-            os.close(stdin_r)
-            os.close(stdout_w)
+            posix.close(stdin_r)
+            posix.close(stdout_w)
 
     def request(self, method: str, params: dict) -> dict:
         """Send a request and return its whole response message (result or error)."""
@@ -366,7 +413,7 @@ class McpClient:
     def _send(self, msg: dict) -> None:
         data = memoryview((json_dumps(msg) + "\n").encode())
         while data:
-            data = data[os.write(self.stdin, data):]
+            data = data[posix.write(self.stdin, data):]
 
     def _next_message(self, deadline: float) -> dict:
         import select
@@ -383,7 +430,7 @@ class McpClient:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self.stdout], [], [], left)[0]:
                 raise TimeoutError(f"MCP server {self.name} did not answer in time")
-            chunk = os.read(self.stdout, 65536)
+            chunk = posix.read(self.stdout, 65536)
             if not chunk:
                 raise EOFError(f"MCP server {self.name} closed its stdout")
             self._buf += chunk
@@ -412,17 +459,17 @@ class McpClient:
         if self.stdin < 0:
             return
         try:
-            os.close(self.stdin)
+            posix.close(self.stdin)
             _wait_exit(self.pid, 5.0)
         except (OSError, TimeoutError):
             try:
-                os.kill(self.pid, _signal.SIGKILL)
-                os.waitpid(self.pid, 0)
+                posix.kill(self.pid, _signal.SIGKILL)
+                posix.waitpid(self.pid, 0)
             except (ProcessLookupError, ChildProcessError):
                 pass
         finally:
             self.stdin = -1
-            os.close(self.stdout)
+            posix.close(self.stdout)
 
 
 # -- TOML: the subset a codex config.toml is written in, else tomllib (re, datetime: ~10 ms) ---
@@ -590,7 +637,7 @@ def _read_text(path: str) -> str:
 def _uuid4() -> str:
     """A random version-4 uuid in the text form of `str(uuid.uuid4())` (the uuid module costs
     milliseconds to import, on every start of the fake)."""
-    raw = bytearray(os.urandom(16))
+    raw = bytearray(posix.urandom(16))
     raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
     raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
     h = raw.hex()
@@ -600,16 +647,16 @@ def _uuid4() -> str:
 def _stdin_type() -> str:
     """What fd 0 is, by fstat: the transports must pass /dev/null or a closed pipe."""
     try:
-        st = os.fstat(0)
+        st = posix.fstat(0)
     except OSError:
         return "closed"
     if stat.S_ISCHR(st.st_mode):
         try:
-            if st.st_rdev == os.stat(os.devnull).st_rdev:
+            if st.st_rdev == posix.stat(DEVNULL).st_rdev:
                 return "devnull"
         except OSError:
             pass
-        return "tty" if os.isatty(0) else "other"
+        return "tty" if posix.isatty(0) else "other"
     if stat.S_ISFIFO(st.st_mode):
         return "pipe"
     if stat.S_ISREG(st.st_mode):
@@ -627,16 +674,16 @@ def _config_dirs() -> dict:
     """{var: {entry: "file" | "dir" | "link:<target>"}} for each config home in the env."""
     out: dict = {}
     for var in CONFIG_DIR_VARS:
-        path = os.environ.get(var)
-        if not path or not os.path.isdir(path):
+        path = ENVIRON.get(var)
+        if not path or not _isdir(path):
             continue
         entries = {}
-        for name in sorted(os.listdir(path)):
-            full = os.path.join(path, name)
-            if os.path.islink(full):
-                entries[name] = "link:" + os.readlink(full)
+        for name in sorted(posix.listdir(path)):
+            full = _join(path, name)
+            if _islink(full):
+                entries[name] = "link:" + posix.readlink(full)
             else:
-                entries[name] = "dir" if os.path.isdir(full) else "file"
+                entries[name] = "dir" if _isdir(full) else "file"
         out[var] = entries
     return out
 
@@ -710,7 +757,7 @@ class Fake:
 
     def _load_scenario(self) -> dict:
         sidecar = self.argv0 + ".scenario.json"
-        if os.path.isfile(sidecar):
+        if _isfile(sidecar):
             spec = json_loads(_read_text(sidecar))
             if spec.get("record"):
                 self.record_path = spec["record"]
@@ -718,9 +765,11 @@ class Fake:
             if isinstance(scenario, dict):
                 return scenario
             return json_loads(_read_text(scenario))
+        import os.path  # a run from a checkout, without a sidecar (never the suite's per-run wrappers)
+
         checkout = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
         default = os.path.join(checkout, "fixtures", _fixture_dir(self.cli), "success.json")
-        if os.path.isfile(default):
+        if _isfile(default):
             return json_loads(_read_text(default))
         return {"steps": []}
 
@@ -736,9 +785,9 @@ class Fake:
         return {
             "model": model,
             "model_base": model.split("[", 1)[0],
-            "cwd": os.getcwd(),
+            "cwd": posix.getcwd(),
             "session_id": self.session_id,
-            "pid": str(os.getpid()),
+            "pid": str(posix.getpid()),
             "prompt": self.stdin_text or _positional_prompt(self.argv) or "",
             "allowed_tools": [t for t in (allowed or "").split(",") if t],
             "mcp_server_names": servers,
@@ -756,17 +805,17 @@ class Fake:
                 servers.update(json_loads(text).get("mcpServers") or {})
             except (OSError, ValueError, AttributeError):
                 pass
-        codex_home = os.environ.get("CODEX_HOME")
-        codex_config = os.path.join(codex_home, "config.toml") if codex_home else ""
-        if codex_config and os.path.isfile(codex_config):
+        codex_home = ENVIRON.get("CODEX_HOME")
+        codex_config = _join(codex_home, "config.toml") if codex_home else ""
+        if codex_config and _isfile(codex_config):
             try:
                 cfg = toml_loads(_read_text(codex_config))
                 servers.update({k: v for k, v in (cfg.get("mcp_servers") or {}).items() if k not in servers})
             except (OSError, ValueError):
                 pass
-        for base in (os.environ.get("HOME", "/nonexistent"), os.getcwd()):
-            path = os.path.join(base, ".cursor", "mcp.json")
-            if os.path.isfile(path):
+        for base in (ENVIRON.get("HOME", "/nonexistent"), posix.getcwd()):
+            path = _join(_join(base, ".cursor"), "mcp.json")
+            if _isfile(path):
                 try:
                     cfg = json_loads(_read_text(path))
                     servers.update({k: v for k, v in (cfg.get("mcpServers") or {}).items() if k not in servers})
@@ -816,15 +865,15 @@ class Fake:
             {
                 "kind": "invocation",
                 "cli": self.cli,
-                "pid": os.getpid(),
+                "pid": posix.getpid(),
                 "argv": [self.argv0, *self.argv],
-                "env": dict(os.environ),
-                "cwd": os.getcwd(),
+                "env": dict(ENVIRON),
+                "cwd": posix.getcwd(),
                 "stdin_type": stdin_type,
                 "stdin": self.stdin_text[:RECORDED_STDIN_LIMIT],
                 "stdin_bytes": stdin_bytes,
                 "mcp_configs": configs,
-                "cwd_entries": sorted(os.listdir(".")),
+                "cwd_entries": sorted(posix.listdir(".")),
                 "config_dirs": _config_dirs(),
                 "ts": time.time(),
                 "mono": time.monotonic(),
@@ -836,17 +885,17 @@ class Fake:
         if self.record_path is None:
             return
         action = next((k for k in step if k in _ACTIONS), "?")
-        self._append({"kind": "step", "pid": os.getpid(), "index": index, "action": action,
+        self._append({"kind": "step", "pid": posix.getpid(), "index": index, "action": action,
                       "mono": time.monotonic(), "ts": time.time()})
 
     def _append(self, record: dict) -> None:
         assert self.record_path is not None
         data = (json_dumps(record) + "\n").encode()
-        fd = os.open(self.record_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        fd = posix.open(self.record_path, posix.O_WRONLY | posix.O_APPEND | posix.O_CREAT, 0o600)
         try:
-            os.write(fd, data)
+            posix.write(fd, data)
         finally:
-            os.close(fd)
+            posix.close(fd)
 
     # -- output helpers -----------------------------------------------------------------
 
@@ -879,7 +928,7 @@ class Fake:
             sys.stdout.write((self.scenario.get("version") or VERSIONS.get(self.cli, "0.0.0")) + "\n")
             return 0
         sigterm_exit = int(self.scenario.get("sigterm_exit", 143))
-        _signal.signal(_signal.SIGTERM, lambda *_: os._exit(sigterm_exit))
+        _signal.signal(_signal.SIGTERM, lambda *_: posix._exit(sigterm_exit))
         stdin_type = _stdin_type()
         stdin_bytes = 0
         if self.scenario.get("stdin", "read") == "read" and stdin_type not in ("tty", "closed"):
@@ -929,10 +978,10 @@ class Fake:
             setsid = bool(step.get("setsid", False))
             # like subprocess.Popen(shlex.split(...), start_new_session=setsid, stdin=DEVNULL):
             # stdout and stderr are the fake's own (the grandchild holds the pipes open)
-            child_pid = _spawn(_split_command(step["spawn"]), os.environ,
-                               [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDWR, 0)], setsid=setsid)
+            child_pid = _spawn(_split_command(step["spawn"]), ENVIRON,
+                               [(posix.POSIX_SPAWN_OPEN, 0, DEVNULL, posix.O_RDWR, 0)], setsid=setsid)
             if self.record_path is not None:
-                self._append({"kind": "spawn", "pid": os.getpid(), "child_pid": child_pid, "setsid": setsid})
+                self._append({"kind": "spawn", "pid": posix.getpid(), "child_pid": child_pid, "setsid": setsid})
         elif "ignore_sigterm" in step:
             _signal.signal(_signal.SIGTERM, _signal.SIG_IGN if step["ignore_sigterm"] else _signal.SIG_DFL)
         elif "hang" in step:
@@ -1048,9 +1097,9 @@ def main(cli: str, argv0: str | None = None) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
     except BrokenPipeError:
-        os._exit(141)
+        posix._exit(141)
     # Everything is out: stdout/stderr flushed just now (and after every step), records
-    # written with unbuffered os.write, MCP servers closed and reaped by run(). What is left
+    # written with unbuffered posix.write, MCP servers closed and reaped by run(). What is left
     # is the interpreter's teardown (module and object finalization, a few ms on every run
     # of the fake), which has nothing to write: skip it.
-    os._exit(code)
+    posix._exit(code)

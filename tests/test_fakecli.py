@@ -283,9 +283,10 @@ def test_progress_exit_is_recorded_before_exiting_and_none_without_a_record(tmp_
 
 #: Modules a fake must not import on its common paths (--version, a replay, an MCP session,
 #: spawn / ignore-SIGTERM / hang): each costs milliseconds of start-up. json is replaced by
-#: its C half (_json), re by str methods, signal by _signal, subprocess by os.posix_spawn.
+#: its C half (_json), re by str methods, signal by _signal, subprocess by os.posix_spawn, os
+#: itself by posix.
 HEAVY_MODULES = {"json", "re", "enum", "functools", "collections", "subprocess", "signal", "selectors", "threading",
-                 "shlex", "uuid", "pathlib", "tomllib", "platform", "__future__"}
+                 "shlex", "uuid", "pathlib", "tomllib", "platform", "__future__", "os", "posixpath", "_collections_abc"}
 
 
 def _imported(fake, *args, env=None, cwd=None, pass_fds=()) -> tuple[set[str], subprocess.CompletedProcess]:
@@ -667,3 +668,37 @@ def test_a_codex_mcp_session_imports_no_toml_or_process_machinery(tmp_path):
     result = next(r for r in _records(fake) if r["kind"] == "mcp_result")
     assert result["is_error"] is False and json.loads(result["text"])["extra"] == "toml"
     assert not names & HEAVY_MODULES
+
+
+def test_the_recorded_env_is_os_environ_even_for_undecodable_bytes(tmp_path):
+    """ENVIRON (posix.environ decoded) is what os.environ would hold in the fake."""
+    fake = install_fake_cli("claude", {"steps": []}, tmp_path)
+    env = {b"PATH": os.environb[b"PATH"], b"RAW": b"caf\xe9 \xff", b"PLAIN": "é".encode()}
+    subprocess.run([str(fake.path)], stdin=subprocess.DEVNULL, env=env, capture_output=True, timeout=30, check=True)
+    probe = "import json, os; print(json.dumps(dict(os.environ)))"  # the same interpreter, flags and env
+    expected = json.loads(subprocess.run([sys.executable, "-I", "-S", "-c", probe], env=env, capture_output=True,
+                                         timeout=30, check=True).stdout)
+    assert fake.last()["env"] == expected and expected["RAW"] == os.fsdecode(b"caf\xe9 \xff")
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(base=st.text(alphabet="/a.", max_size=4), name=st.text(alphabet="/a.", max_size=4),
+       path=st.none() | st.text(alphabet="/a:", max_size=6))
+def test_the_path_helpers_answer_as_os_path(base, name, path):
+    engine = _engine()
+    assert engine._join(base, name) == os.path.join(base, name)
+    env = {} if path is None else {"PATH": path}
+    assert engine._exec_path(env) == os.get_exec_path(env)
+
+
+def test_the_file_kind_helpers_answer_as_os_path(tmp_path):
+    engine = _engine()
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "dir")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    for name in ("file", "dir", "link", "dangling", "missing", "file/below"):
+        path = str(tmp_path / name)
+        assert (engine._isfile(path), engine._isdir(path), engine._islink(path)) == (
+            os.path.isfile(path), os.path.isdir(path), os.path.islink(path)), name
+    assert not engine._isfile("nul\0byte") and not engine._isdir("nul\0byte")
