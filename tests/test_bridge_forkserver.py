@@ -4,6 +4,7 @@ the process tree (relay killed, session released, host killed, no fd leaked)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -124,7 +125,7 @@ def relay_for(tmp_path: Path):
 def test_sdk_client_through_relay_lists_reads_and_refuses(tmp_path: Path, relay_for) -> None:
     spec_path, root = _make_spec(tmp_path, "a")
     argv, env = relay_for(spec_path)
-    assert Path(argv[3]).name == "_bridgerelay.py" and argv[1:3] == ["-I", "-S"]
+    assert Path(argv[3]).name == "_bridgerelay.pyc" and argv[1:3] == ["-I", "-S"]  # compiled: see below
     calls = [("read_file", {"path": "src/own.txt"}), ("read_file", {"path": "../run-a/bridge-spec.json"})]
     listed, results = anyio.run(_client_session, argv, env, tmp_path, calls)
 
@@ -479,7 +480,7 @@ def test_idle_connections_do_not_stall_registrations_or_relays(tmp_path: Path, r
         t0 = time.monotonic()
         argv_b, env_b = relay_for(spec_b)
         assert time.monotonic() - t0 < PROMPT_S, "a registration waited on idle connections"
-        assert Path(argv_b[3]).name == "_bridgerelay.py"
+        assert Path(argv_b[3]).name == "_bridgerelay.pyc"
         idle += _idle_connections(20)  # more than MAX_PENDING in all: the oldest are dropped
         t0 = time.monotonic()
         relay = _start_raw(argv_a)
@@ -748,6 +749,32 @@ def test_a_forkserver_that_lost_its_socket_is_retired_not_killed(tmp_path: Path,
     finally:
         relay_a.stdin.close()
         relay_a.wait(timeout=BOUND_S)
+
+
+def test_the_relay_runs_compiled_from_the_forkservers_private_directory(tmp_path: Path, relay_for) -> None:
+    spec_a, _ = _make_spec(tmp_path, "a")
+    argv, env = relay_for(spec_a)
+    server = forkserver.get_forkserver()
+    script = Path(argv[3])
+    assert script.parent == server.dir and script.read_bytes()[:4] == importlib.util.MAGIC_NUMBER
+    assert (server.dir.stat().st_mode & 0o077) == 0  # 0700: only our uid reaches it
+    assert anyio.run(_client_session, argv, env, tmp_path, [])[0].tools
+    # Nowhere to write it: the relay's source, as before.
+    (tmp_path / "a-file").write_text("")
+    assert forkserver.compile_relay(tmp_path / "a-file" / "sub") == str(forkserver.RELAY_PATH)
+
+
+def test_a_forkserver_whose_compiled_relay_vanished_is_replaced(tmp_path: Path, relay_for) -> None:
+    spec_a, _ = _make_spec(tmp_path, "a")
+    relay_for(spec_a)
+    old = forkserver.get_forkserver()
+    os.unlink(old.relay_script)  # a temp cleaner
+    assert not old.alive()
+    spec_b, _ = _make_spec(tmp_path, "b")
+    argv_b, env_b = relay_for(spec_b)
+    new = forkserver.get_forkserver()
+    assert new is not old and Path(argv_b[3]).exists()
+    assert anyio.run(_client_session, argv_b, env_b, tmp_path, [])[0].tools
 
 
 def test_sigterm_to_the_forkserver_ends_its_children_and_directory(tmp_path: Path, relay_for) -> None:
