@@ -146,8 +146,9 @@ def test_sdk_client_through_relay_lists_reads_and_refuses(tmp_path: Path, relay_
     while _children_of(spec_path) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert _children_of(spec_path) == []
-    assert any(r["event"] == "bridge_stop" and r["reason"] == "eof" for r in
-               (json.loads(x) for x in (tmp_path / "run-a" / "bridge-trace.jsonl").read_text().splitlines()))
+    stops = [r for r in (json.loads(x) for x in (tmp_path / "run-a" / "bridge-trace.jsonl").read_text().splitlines())
+             if r["event"] == "bridge_stop"]
+    assert [r["reason"] for r in stops] == ["eof"]  # once: the relay leaving after it is not a second stop
 
 
 def test_two_sessions_concurrently_get_their_own_scope_and_trace(tmp_path: Path, relay_for) -> None:
@@ -775,6 +776,24 @@ def test_a_forkserver_whose_compiled_relay_vanished_is_replaced(tmp_path: Path, 
     new = forkserver.get_forkserver()
     assert new is not old and Path(argv_b[3]).exists()
     assert anyio.run(_client_session, argv_b, env_b, tmp_path, [])[0].tools
+
+
+def test_a_spare_whose_rehearsal_fails_still_serves(tmp_path: Path, relay_for) -> None:
+    """The rehearsal is only a speed-up: without its directory (its call is then refused,
+    or it fails and says so in the forkserver's log) a spare serves its session all the same."""
+    import shutil
+
+    server = forkserver.get_forkserver() or pytest.fail("the forkserver did not start")
+    spec_a, _ = _make_spec(tmp_path, "a")
+    argv, env = relay_for(spec_a)
+    shutil.rmtree(server.dir / "rehearsal")
+    first = server.spare()
+    os.kill(first, signal.SIGKILL)  # rehearsed before the removal: replace it
+    assert _wait_gone([first]) == []
+    for _ in range(2):  # a child forked for the relay, then a spare forked after the removal
+        listed, results = anyio.run(_client_session, argv, env, tmp_path, [("read_file", {"path": "src/own.txt"})])
+        assert listed.tools and _text(results[0]) == "this is a\n"
+    assert server.spare() is not None
 
 
 def test_sigterm_to_the_forkserver_ends_its_children_and_directory(tmp_path: Path, relay_for) -> None:
