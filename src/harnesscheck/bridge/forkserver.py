@@ -7,7 +7,8 @@ Host side (imported by the transports; nothing heavy at import):
 - `relay_command(spec_path) -> (argv, env) | None`: start the forkserver lazily (once per
   host process, thread-safe; again after a fork of the host or when it died), register the
   spec, and return the relay command for the CLI's MCP config:
-  `<python> -I -S .../_bridgerelay.py SOCKET SPEC -- <full stdio bridge argv>`.
+  `<python> -I -S <its dir>/_bridgerelay.pyc SOCKET SPEC -- <full stdio bridge argv>` (the
+  relay compiled at the forkserver's start; its source `_bridgerelay.py` if that failed).
   None when the forkserver cannot run here (not Linux, disabled with
   `HARNESSCHECK_BRIDGE_FORKSERVER=0`, failed to start): the caller uses the full bridge.
 - `bind_session(spec_path, cli_pid)`: right after the CLI's spawn (`run_process` on_spawn):
@@ -38,10 +39,14 @@ The forkserver process:
   involved: the registration is a fact held by the host and the forkserver, not a token a
   caller could copy.
 - A served child: own process group; received fds dup2'd onto 0/1/2; every other fd
-  closed; the forkserver's signal set-up undone; then `server._prepare()` and
+  closed; the forkserver's signal set-up undone; then `server._prepare()`'s steps and
   `server.serve_spec(...)`, the same code path as `python -m harnesscheck.bridge`. It ends
   on stdin EOF, when the relay's connection closes, when the forkserver dies (parent-death
   signal) or the host dies (the spec's parent_pid watch). Its exit status goes to the relay.
+- Usually the child is the spare, forked ahead: it rehearses a throw-away session
+  (`server.rehearse`, so a session's pages are its own, not copy-on-write faults), parks
+  two threads, says `ready` and waits for a session. The next spare is forked when that
+  session's child ends, at the host's next request, or SPARE_DELAY_S after the hand-over.
 """
 
 from __future__ import annotations
