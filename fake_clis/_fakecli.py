@@ -289,8 +289,8 @@ _RESTORED_SIGNALS = tuple(getattr(_signal, name) for name in ("SIGPIPE", "SIGXFZ
 
 def _high_pipe() -> tuple[int, int]:
     """`posix.pipe()` (close-on-exec ends) with both ends above fd 2: when the fake's own stdio
-    is closed the pipe would land on 0-2, and a child's dup2 onto the same number is a no-op
-    that keeps close-on-exec (subprocess guards against the same)."""
+    is closed the pipe would land on 0-2, and a posix_spawn dup2 onto the same number keeps
+    close-on-exec in libcs older than POSIX.1-2024 (glibc < 2.29); subprocess guards alike."""
     ends, low = [], []
     for fd in posix.pipe():
         while fd < 3:

@@ -702,3 +702,17 @@ def test_the_file_kind_helpers_answer_as_os_path(tmp_path):
         assert (engine._isfile(path), engine._isdir(path), engine._islink(path)) == (
             os.path.isfile(path), os.path.isdir(path), os.path.islink(path)), name
     assert not engine._isfile("nul\0byte") and not engine._isdir("nul\0byte")
+
+
+def test_an_mcp_server_gets_its_pipes_even_when_the_fake_has_no_stdin(tmp_path):
+    """With fd 0 closed a new pipe lands on it; the server must still get pipes on 0 and 1."""
+    cfg = _probe_config(tmp_path)
+    scenario = {"mcp": "connect", "steps": [{"mcp_call": {"server": "bridge", "tool": "probe", "arguments": {}}},
+                                            {"emit": {"seen": "{{mcp_result_text}}"}}]}
+    fake = install_fake_cli("claude", scenario, tmp_path / "bin")
+    proc = subprocess.run(["/bin/sh", "-c", 'exec "$0" "$@" <&-', str(fake.path), "-p", "--mcp-config", cfg],
+                          capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seen = json.loads(json.loads(proc.stdout)["seen"])
+    assert seen["stdin"].startswith("pipe:") and seen["args"] == ["a b"]
+    assert fake.last()["stdin_type"] == "closed"
