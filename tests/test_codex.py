@@ -599,3 +599,14 @@ def test_session_with_a_refused_builtin_is_never_clean(tmp_path):
     assert out.status is OutcomeStatus.ok
     assert "exec_command (refused by codex)" in out.native_tool_calls
     assert out.audit is not None and out.audit.clean is False
+
+
+@given(st.text())
+def test_toml_string_round_trips_any_text(value):
+    """What render_config writes as a TOML string reads back as exactly that text (DEL included)."""
+    import tomllib
+
+    from harnesscheck.providers.codex import toml_string
+
+    assert tomllib.loads(f"k = {toml_string(value)}\n")["k"] == value
+    assert tomllib.loads(f"k = {toml_string(value + chr(0x7F))}\n")["k"] == value + "\x7f"

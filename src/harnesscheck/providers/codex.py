@@ -391,8 +391,9 @@ def _last_line(text: str) -> str:
 
 def toml_string(value: str) -> str:
     """A TOML basic string. JSON escapes are valid TOML escapes once non-ASCII stays literal
-    (json would write astral characters as surrogate pairs, which TOML rejects)."""
-    return json.dumps(value, ensure_ascii=False)
+    (json would write astral characters as surrogate pairs, which TOML rejects); DEL, a
+    control character TOML forbids raw and json leaves alone, is escaped too."""
+    return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 def toml_array(values: list[str]) -> str:
