@@ -46,7 +46,8 @@ The forkserver process:
 - Usually the child is the spare, forked ahead: it rehearses a throw-away session
   (`server.rehearse`, so a session's pages are its own, not copy-on-write faults), parks
   two threads, says `ready` and waits for a session. The next spare is forked when that
-  session's child ends, at the host's next request, or SPARE_DELAY_S after the hand-over.
+  session's child ends, when the host registers or releases a spec, or SPARE_DELAY_S after
+  the hand-over.
 """
 
 from __future__ import annotations
@@ -87,8 +88,9 @@ MAX_PENDING = 32
 #: accept() failed (EMFILE, ENFILE, ENOBUFS...): stop accepting this long, not busy-loop.
 ACCEPT_PAUSE_S = 0.1
 #: After a session went to the spare, its replacement is forked once that session's child
-#: ends, the host sends its next request, or at the latest this long after: not at once,
-#: where the fork (and the new spare's rehearsal) would take the CPU the session starts on.
+#: ends, the host registers or releases a spec, or at the latest this long after: not at
+#: once, where the fork (and the new spare's rehearsal) would take the CPU the session
+#: starts on. (A `bind` may hand a held relay its spare: it forks nothing at once.)
 SPARE_DELAY_S = 0.2
 #: A child that reported its exit to its relay waits at most this for the relay to exit.
 RELAY_EXIT_WAIT_S = 1.0
@@ -858,7 +860,8 @@ class _Server:
             self.control.sendall(json.dumps(reply).encode())
         except OSError:
             return False
-        self._want_spare()  # the host is between sessions (or asks about the spare): fork it now
+        if isinstance(msg, dict) and msg.get("op") in ("register", "release"):
+            self._want_spare()  # the host is between sessions: fork it now (after the reply)
         return True
 
     def _handle(self, msg: dict) -> dict:
