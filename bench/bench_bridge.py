@@ -20,7 +20,9 @@
    -> `initialize` answered -> `notifications/initialized` -> one `tools/call` answered ->
    stdin closed -> relay exit (woken by a pidfd, no poll), median of `--sessions` (30).
    Floor: spawn -> exit of `python -I -S -c pass` (the relay's interpreter start), measured
-   alternately in the same loop; target: whole session <= 1.4x that floor.
+   alternately in the same loop; target: whole session <= 1.4x that floor. Before each
+   measurement the bench waits for the forkserver's next spare (`spare()`), as a host's
+   next registration lets it be ready before a CLI's relay comes.
    `--session-only` runs just this one (quick before/after comparisons).
 """
 
@@ -160,11 +162,24 @@ def bare_relay_floor() -> float:
 
 
 def report_sessions(relay_argv: list[str], n: int) -> None:
+    from harnesscheck.bridge import forkserver
+
+    server = forkserver.get_forkserver()
+
+    def settle() -> None:
+        """Until the forkserver's next spare is forked and has rehearsed (a host's next
+        registration gives it that time before the CLI's relay comes): neither measurement
+        then pays for the previous session's clean-up running beside it."""
+        if server is not None:
+            server.spare()
+
     whole_session(relay_argv)  # warm-up
     bare_relay_floor()
     runs, floors = [], []
     for _ in range(n):  # alternating, so machine noise hits both alike
+        settle()
         runs.append(whole_session(relay_argv))
+        settle()
         floors.append(bare_relay_floor())
     for i, label in enumerate(("spawn -> initialize", "spawn -> tools/call answered", "spawn -> EOF -> relay exit")):
         vals = sorted(r[i] * 1000 for r in runs)

@@ -302,13 +302,29 @@ async def _in_thread(func, *args):
     scheduled (see `_start_thread`, `_CallThreads`; anyio's first worker thread in every
     process pays that wait). Same semantics: not cancellable once started (the call runs
     to its end and its result is awaited), at most the default thread limiter's number of
-    calls at once, exceptions re-raised here."""
+    calls at once, exceptions re-raised here.
+
+    The thread wakes the waiting task without waiting itself (on asyncio, the bridge's
+    loop: `call_soon_threadsafe`; `from_thread.run_sync` would block the thread until the
+    loop ran it, and its wake-up then competes with the answer's writing for the GIL)."""
+    import asyncio
+
     import anyio
     from anyio import from_thread, lowlevel, to_thread
 
-    token = lowlevel.current_token()
     done = anyio.Event()
     outcome: list = []
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # another backend
+        token = lowlevel.current_token()
+
+        def wake() -> None:
+            from_thread.run_sync(done.set, token=token)
+    else:
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(done.set)
 
     def job() -> None:
         try:
@@ -316,7 +332,7 @@ async def _in_thread(func, *args):
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
             outcome.append((False, exc))
         try:
-            from_thread.run_sync(done.set, token=token)
+            wake()
         except RuntimeError:  # the event loop is gone: nobody is waiting
             pass
 
