@@ -190,7 +190,7 @@ def report_sessions(relay_argv: list[str], n: int) -> None:
     ratio = exit_med / statistics.median(floor_ms)
     print(f"floor: python -I -S -c pass                 median {statistics.median(floor_ms):6.1f} ms"
           f"  (min {floor_ms[0]:.1f}, max {floor_ms[-1]:.1f}, n={n})")
-    print(f"whole session / floor                       {ratio:6.2f}x   target <= 1.40x   {verdict(ratio <= 1.4)}")
+    print(f"whole session / floor                       {ratio:6.3f}x  target <= 1.40x   {verdict(ratio <= 1.4)}")
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     if load is not None:
         print(f"load average                                {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
