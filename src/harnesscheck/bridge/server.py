@@ -259,7 +259,7 @@ class _CallThreads:
             inbox = queue.SimpleQueue()
             with self._lock:
                 self._idle.append(inbox)
-            _start_thread(self._serve, inbox, None)
+            _start_thread(self._serve, inbox, True)
 
     def close(self) -> None:
         with self._lock:
@@ -268,11 +268,10 @@ class _CallThreads:
         for inbox in idle:
             inbox.put(None)
 
-    def _serve(self, inbox, wait_s: float | None = -1.0) -> None:
+    def _serve(self, inbox, parked: bool = False) -> None:
         import queue
 
-        if wait_s is not None and wait_s < 0:
-            wait_s = self.IDLE_S
+        wait_s = None if parked else self.IDLE_S  # a parked thread waits for its first job for good
         while True:
             try:
                 job = inbox.get(timeout=wait_s)
