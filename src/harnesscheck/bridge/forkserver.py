@@ -907,7 +907,7 @@ class _Server:
             return {"ok": True, "killed": left}
         if op == "children":
             if self.spare is None:
-                self._fork_spare()  # due at the next request anyway (see _on_control)
+                self._fork_spare()  # asked about it: the one the next relay would get
             spare = self.spare
             return {"ok": True, "children": {p: sorted(r.children) for p, r in self.registrations.items()},
                     "spare": spare.pid if spare is not None and spare.waiting(WARM_UP_TIMEOUT_S) else None}
