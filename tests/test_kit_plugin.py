@@ -57,26 +57,57 @@ def test_suite_is_collected_from_the_package_when_no_path_is_given(tmp_path):
     assert [c["check"] for c in report["cells"]] == ["selection.registry-builds-backend"]
 
 
-def test_a_pure_conformance_run_starts_the_bridge_forkserver_at_collection(monkeypatch):
-    """Only a run of cells only, with a harness among them, starts it early (in the background)."""
+def test_a_pure_conformance_run_starts_its_one_time_start_ups_at_collection(monkeypatch):
+    """Only a run of cells only starts them early (in the background): the forkserver when a
+    harness is among the cells, the api SDK import when an offline api cell is."""
     import threading
     from types import SimpleNamespace
 
-    from harnesscheck.bridge import forkserver
+    from harnesscheck.kit import adapters, plugin
+    from harnesscheck.registry import BUILTIN_SPECS
+
+    started: list[str] = []
+    done = threading.Semaphore(0)
+
+    def fake_warm_ups(cells):
+        names = {adapters.adapter_kind(spec) for spec, _ in cells}
+        return [lambda n=n: (started.append(n), done.release()) for n in sorted(names & {"harness", "api"})]
+
+    monkeypatch.setattr(adapters, "background_warm_ups", fake_warm_ups)
+
+    def item(backend):
+        return SimpleNamespace(callspec=SimpleNamespace(params={"but": (BUILTIN_SPECS[backend], "offline")}))
+
+    plugin.pytest_collection_finish(SimpleNamespace(items=[item("codex"), SimpleNamespace()]))  # mixed run
+    plugin.pytest_collection_finish(SimpleNamespace(items=[]))
+    plugin.pytest_collection_finish(SimpleNamespace(items=[item("fake")]))
+    assert not done.acquire(timeout=0.2) and started == []
+    plugin.pytest_collection_finish(SimpleNamespace(items=[item("api"), item("codex"), item("fake")]))
+    assert done.acquire(timeout=10) and done.acquire(timeout=10)
+    assert sorted(started) == ["api", "harness"]
+
+
+def test_background_warm_ups_name_what_the_cells_need():
+    from harnesscheck.bridge.forkserver import get_forkserver
+    from harnesscheck.kit.adapters import background_warm_ups
+    from harnesscheck.registry import BUILTIN_SPECS
+
+    assert background_warm_ups([(BUILTIN_SPECS["fake"], "offline")]) == []
+    assert background_warm_ups([(BUILTIN_SPECS["cursor"], "offline")]) == [get_forkserver]
+    (sdk,) = background_warm_ups([(BUILTIN_SPECS["api"], "offline")])
+    assert sdk.args == ("anthropic",)
+    assert background_warm_ups([(BUILTIN_SPECS["api"], "live")]) == []  # may skip: no import paid for nothing
+
+
+def test_api_cells_run_after_the_others_and_nothing_else_moves():
+    from types import SimpleNamespace
+
     from harnesscheck.kit import plugin
     from harnesscheck.registry import BUILTIN_SPECS
 
-    started = threading.Event()
-    monkeypatch.setattr(forkserver, "get_forkserver", started.set)
+    def item(backend, n):
+        return SimpleNamespace(n=n, callspec=SimpleNamespace(params={"but": (BUILTIN_SPECS[backend], "offline")}))
 
-    def item(spec):
-        return SimpleNamespace(callspec=SimpleNamespace(params={"but": (spec, "offline")}))
-
-    plain_test = SimpleNamespace()
-    for items in ([item(BUILTIN_SPECS["api"]), item(BUILTIN_SPECS["fake"])],  # no harness
-                  [item(BUILTIN_SPECS["codex"]), plain_test],  # mixed with other tests
-                  []):
-        plugin.pytest_collection_finish(SimpleNamespace(items=items))
-    assert not started.wait(0.2)
-    plugin.pytest_collection_finish(SimpleNamespace(items=[item(BUILTIN_SPECS["api"]), item(BUILTIN_SPECS["codex"])]))
-    assert started.wait(10)
+    items = [item("api", 0), item("codex", 1), SimpleNamespace(n=2), item("api", 3), item("fake", 4)]
+    items.sort(key=plugin._api_cells_last)
+    assert [i.n for i in items] == [1, 2, 4, 0, 3]

@@ -16,6 +16,7 @@ Contract (doc/SPEC-api.md):
 from __future__ import annotations
 
 import email.utils
+import importlib
 import json
 import socket
 import threading
@@ -26,6 +27,12 @@ from typing import Any, Callable
 from harnesscheck.contracts import ErrorClass, Usage
 
 API_MODES: tuple[str, ...] = ("anthropic_messages", "chat_completions", "responses")
+
+
+def sdk_module(api_mode: str) -> str:
+    """The one SDK package an api mode imports (anthropic for messages, openai otherwise)."""
+    return "anthropic" if api_mode == "anthropic_messages" else "openai"
+
 
 #: Status classes retried here (bounded), when nothing has been streamed yet.
 RETRIED: frozenset[ErrorClass] = frozenset({ErrorClass.overloaded, ErrorClass.server_error})
@@ -674,10 +681,7 @@ class LLM:
                 kwargs: dict[str, Any] = {"api_key": self._api_key, "max_retries": 0}
                 if self._base_url:
                     kwargs["base_url"] = self._base_url
-                if self.api_mode == "anthropic_messages":
-                    import anthropic as sdk
-                else:
-                    import openai as sdk  # type: ignore[no-redef]
+                sdk = importlib.import_module(sdk_module(self.api_mode))
                 kwargs["http_client"] = sdk.DefaultHttpxClient(verify=tls_context())
                 self._client = sdk.Anthropic(**kwargs) if self.api_mode == "anthropic_messages" else sdk.OpenAI(**kwargs)
             return self._client

@@ -17,6 +17,7 @@ sentinel files outside it holding a canary that must never reach the model or th
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -774,6 +775,26 @@ def adapter_kind(spec: ProviderSpec) -> str:
     if spec.kind is Kind.harness:
         return "harness"
     return "api"
+
+
+def background_warm_ups(cells: list[tuple[ProviderSpec, str]]) -> list[Callable[[], object]]:
+    """The one-time start-ups these cells would each wait for on first use, to begin in the
+    background: the bridge forkserver (harness cells) and the api SDK's import (offline api
+    cells, ~1 s for anthropic). Starting them early changes no outcome, only when it is paid."""
+    kinds = {(adapter_kind(spec), level) for spec, level in cells}
+    jobs: list[Callable[[], object]] = []
+    if any(kind == "harness" for kind, _ in kinds):
+        from harnesscheck.bridge.forkserver import get_forkserver
+
+        jobs.append(get_forkserver)
+    if ("api", "offline") in kinds:
+        import importlib
+
+        from harnesscheck.kit.api_adapter import ApiAdapter
+        from harnesscheck.llm import sdk_module
+
+        jobs.append(functools.partial(importlib.import_module, sdk_module(ApiAdapter.api_mode)))
+    return jobs
 
 
 def level_available(spec: ProviderSpec, level: str) -> tuple[bool, str]:
