@@ -57,34 +57,33 @@ def test_suite_is_collected_from_the_package_when_no_path_is_given(tmp_path):
     assert [c["check"] for c in report["cells"]] == ["selection.registry-builds-backend"]
 
 
-def test_a_pure_conformance_run_starts_its_one_time_start_ups_at_collection(monkeypatch):
-    """Only a run of cells only starts them early (in the background): the forkserver when a
-    harness is among the cells, the api SDK import when an offline api cell is."""
+def test_a_run_of_the_suite_alone_starts_its_one_time_start_ups_at_session_start(monkeypatch, tmp_path):
+    """Only a run whose every path is inside the suite starts them early (in the background)."""
     import threading
     from types import SimpleNamespace
 
     from harnesscheck.kit import adapters, plugin
+    from harnesscheck.paths import conformance_dir
     from harnesscheck.registry import BUILTIN_SPECS
 
-    started: list[str] = []
+    started: list[list] = []
     done = threading.Semaphore(0)
-
-    def fake_warm_ups(cells):
-        names = {adapters.adapter_kind(spec) for spec, _ in cells}
-        return [lambda n=n: (started.append(n), done.release()) for n in sorted(names & {"harness", "api"})]
-
-    monkeypatch.setattr(adapters, "background_warm_ups", fake_warm_ups)
-
-    def item(backend):
-        return SimpleNamespace(callspec=SimpleNamespace(params={"but": (BUILTIN_SPECS[backend], "offline")}))
-
-    plugin.pytest_collection_finish(SimpleNamespace(items=[item("codex"), SimpleNamespace()]))  # mixed run
-    plugin.pytest_collection_finish(SimpleNamespace(items=[]))
-    plugin.pytest_collection_finish(SimpleNamespace(items=[item("fake")]))
+    monkeypatch.setattr(adapters, "background_warm_ups",
+                        lambda cells: [lambda: (started.append(sorted(s.id for s, _ in cells)), done.release())])
+    monkeypatch.setattr(plugin, "_wants_kit", lambda config: True)
+    monkeypatch.setattr(plugin, "_backends", lambda config: [BUILTIN_SPECS["api"], BUILTIN_SPECS["codex"]])
+    monkeypatch.setattr(plugin, "_levels", lambda config: ["offline"])
+    suite = conformance_dir()
+    serial, controller = SimpleNamespace(dist="no"), SimpleNamespace(dist="load")
+    for args in ([str(suite), str(tmp_path)], [str(tmp_path)], []):  # mixed with other tests, or none of it
+        plugin._warm_up_in_background(SimpleNamespace(args=args, option=serial))
+    plugin._warm_up_in_background(SimpleNamespace(args=[str(suite)], option=controller))  # runs no cell itself
     assert not done.acquire(timeout=0.2) and started == []
-    plugin.pytest_collection_finish(SimpleNamespace(items=[item("api"), item("codex"), item("fake")]))
+    whole_and_one = [str(suite / "test_time.py") + "::test_timeout_truncates", str(suite)]
+    plugin._warm_up_in_background(SimpleNamespace(args=whole_and_one, option=serial))
+    plugin._warm_up_in_background(SimpleNamespace(args=[str(suite)], option=controller, workerinput={}))  # an xdist worker
     assert done.acquire(timeout=10) and done.acquire(timeout=10)
-    assert sorted(started) == ["api", "harness"]
+    assert started == [["api", "codex"]] * 2
 
 
 def test_background_warm_ups_name_what_the_cells_need():
@@ -99,7 +98,7 @@ def test_background_warm_ups_name_what_the_cells_need():
     assert background_warm_ups([(BUILTIN_SPECS["api"], "live")]) == []  # may skip: no import paid for nothing
 
 
-def test_api_cells_run_after_the_others_and_nothing_else_moves():
+def test_cells_run_scripted_then_harness_then_api_and_nothing_else_moves():
     from types import SimpleNamespace
 
     from harnesscheck.kit import plugin
@@ -108,6 +107,6 @@ def test_api_cells_run_after_the_others_and_nothing_else_moves():
     def item(backend, n):
         return SimpleNamespace(n=n, callspec=SimpleNamespace(params={"but": (BUILTIN_SPECS[backend], "offline")}))
 
-    items = [item("api", 0), item("codex", 1), SimpleNamespace(n=2), item("api", 3), item("fake", 4)]
-    items.sort(key=plugin._api_cells_last)
-    assert [i.n for i in items] == [1, 2, 4, 0, 3]
+    items = [item("api", 0), item("codex", 1), SimpleNamespace(n=2), item("api", 3), item("fake", 4), item("cursor", 5)]
+    items.sort(key=plugin._run_order)
+    assert [i.n for i in items] == [2, 4, 1, 5, 0, 3]

@@ -207,17 +207,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
-    items.sort(key=_api_cells_last)
+    items.sort(key=_run_order)
 
 
-def _api_cells_last(item: pytest.Item) -> bool:
-    """Order of the run (a stable sort): api cells after the others, so the SDK import the
-    first of them needs happens in the background (pytest_collection_finish) while the
-    harness cells run, not in front of them. Which cells run, and their outcomes, is unchanged."""
+def _run_order(item: pytest.Item) -> int:
+    """Order of the run (a stable sort): in-process (scripted) cells, then harness cells, then
+    api cells, so the one-time start-ups begun at session start (the bridge forkserver, the
+    api SDK import: _warm_up_in_background) get the most time before a cell waits for them.
+    Which cells run, and their outcomes, is unchanged; tests that are not cells keep their place."""
     from harnesscheck.kit.adapters import adapter_kind
 
     cell = _cell_of(item)
-    return cell is not None and adapter_kind(cell[0]) == "api"
+    if cell is None:
+        return 0
+    return {"scripted": 0, "harness": 1, "api": 2}[adapter_kind(cell[0])]
 
 
 @pytest.fixture
@@ -271,22 +274,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     return report
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """A run of conformance cells only: the one-time start-ups its cells would wait for (the
-    bridge forkserver, ~0.6 s; the api SDK import, ~1 s) begin now, in the background, so they
-    overlap the first cells instead of stalling them. Runs that mix in other tests keep every
-    start on first use (their tests may expect it not to have run)."""
-    cells = [_cell_of(item) for item in session.items]
-    if not cells or any(cell is None for cell in cells):
-        return
-    import threading
-
-    from harnesscheck.kit.adapters import background_warm_ups
-
-    for job in background_warm_ups(cells):
-        threading.Thread(target=job, name="harnesscheck-warm-up", daemon=True).start()
-
-
 def _cell_of(item: pytest.Item):
     callspec = getattr(item, "callspec", None)
     if callspec is None:
@@ -335,6 +322,7 @@ def _baseline(config: pytest.Config):
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[_STATE]["started"] = _now()
+    _warm_up_in_background(session.config)
     if _baseline_path(session.config) and _wants_kit(session.config):
         catalog, _ = _catalog()
         baseline = _baseline(session.config)
@@ -342,6 +330,41 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         if usage:
             raise pytest.UsageError("; ".join(usage))
         session.config.stash[_STATE]["problems"].extend(expired)
+
+
+def _warm_up_in_background(config: pytest.Config) -> None:
+    """A run of the suite alone (every path given is inside it): the one-time start-ups its
+    cells would each wait for on first use (the bridge forkserver, ~0.6 s; the api SDK import,
+    ~1 s) begin now, in background threads, and overlap collection and the first cells. Runs
+    that mix in other tests keep every start on first use (their tests may expect it not to
+    have run)."""
+    if not _wants_kit(config) or not _only_the_suite(config) or _xdist_controller(config):
+        return
+    import threading
+
+    from harnesscheck.kit.adapters import background_warm_ups
+
+    cells = [(spec, level) for spec in _backends(config) for level in _levels(config)]
+    for job in background_warm_ups(cells):
+        threading.Thread(target=job, name="harnesscheck-warm-up", daemon=True).start()
+
+
+def _xdist_controller(config: pytest.Config) -> bool:
+    """The process that hands cells to xdist workers and runs none itself."""
+    return getattr(config.option, "dist", "no") != "no" and not hasattr(config, "workerinput")
+
+
+def _only_the_suite(config: pytest.Config) -> bool:
+    from pathlib import Path
+
+    from harnesscheck.paths import conformance_dir
+
+    try:
+        cdir = conformance_dir().resolve()
+    except FileNotFoundError:
+        return False
+    paths = [Path(str(arg).split("::")[0]).resolve() for arg in config.args]
+    return bool(paths) and all(path == cdir or cdir in path.parents for path in paths)
 
 
 #: the active config (pytest_runtest_logreport gets no config argument)
