@@ -81,6 +81,10 @@ def pytest_args(ids: list[str], levels: list[str], report_dir: Path, baseline: P
     # Only the kit's plugin (and xdist for -n): see child_env. Third-party plugins of the
     # environment can neither change the run nor cost start-up (each is assertion-rewritten).
     args += ["-p", "harnesscheck.kit.plugin"]
+    # pytest's unraisable-exception plugin runs a full garbage collection as each process ends
+    # (~0.1-0.2 s with the SDKs loaded) to turn late __del__ errors into warnings, which no
+    # cell records; without it Python prints them to stderr itself.
+    args += ["-p", "no:unraisableexception"]
     if jobs and jobs != "0":
         args += ["-p", "xdist.plugin", "-n", str(jobs)]
     return args
