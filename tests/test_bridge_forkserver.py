@@ -856,3 +856,51 @@ def test_a_dead_spare_is_replaced_and_the_relay_still_served(tmp_path: Path, rel
     assert listed.tools and _text(results[0]) == "this is a\n"
     replacement = server.spare()
     assert replacement is not None and replacement != spare and _alive(replacement)
+
+
+def test_a_session_whose_calls_outlive_it_is_marked_so_its_child_exits_at_once(monkeypatch):
+    """Drain bound passed with a call still pending: the child must not linger (its fds are closed
+    under the still-running call thread, whose numbers could be reused)."""
+    import anyio
+
+    from harnesscheck.bridge import server
+
+    monkeypatch.setattr(server, "_CALLS_OUTLIVED_SESSION", False)
+    drained = server.Inflight()
+    anyio.run(drained.drained, 0.01)
+    assert not server.calls_outlived_session()
+    stuck = server.Inflight()
+    stuck.pending.add(7)
+    anyio.run(stuck.drained, 0.01)
+    assert server.calls_outlived_session()
+
+
+def test_the_exit_report_does_not_wait_for_the_relay_when_calls_outlived_the_session():
+    import socket as socket_mod
+
+    from harnesscheck.bridge import forkserver, server
+
+    ours, theirs = socket_mod.socketpair(socket_mod.AF_UNIX, socket_mod.SOCK_SEQPACKET)
+    pid = os.fork()
+    if pid == 0:  # the child closes every other fd, as a bridge child does
+        try:
+            ours.close()
+            forkserver.RELAY_EXIT_WAIT_S = 60.0  # would hold the child a minute if it waited
+            server._CALLS_OUTLIVED_SESSION = True
+            forkserver._report_exit(theirs, 3)
+        finally:
+            os._exit(0)
+    theirs.close()
+    reaped = False
+    try:
+        assert ours.recv(64) == b"exit 3"
+        deadline = time.monotonic() + 20  # the relay's end stays open all along
+        while not reaped and time.monotonic() < deadline:
+            reaped = os.waitpid(pid, os.WNOHANG) != (0, 0)
+            time.sleep(0.01)
+    finally:
+        if not reaped:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        ours.close()
+    assert reaped, "the child waited for the relay although calls outlived the session"

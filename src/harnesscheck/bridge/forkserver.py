@@ -732,7 +732,13 @@ def _report_exit(conn: socket.socket, code: int) -> None:
         conn.send(b"exit %d" % (code & 0xFF))
         # Then wait (bounded) until the relay has it and is gone: this process's teardown
         # (unmapping a forkserver-sized address space, ~1 ms) must not hold the CPU the
-        # woken relay was queued on. A relay already gone reads as a hang-up at once.
+        # woken relay was queued on. A relay already gone reads as a hang-up at once. Not
+        # when tool calls outlived the session: their threads run on, and the fds closed
+        # above could be reused under them (a trace line landing in a file a call opened).
+        from harnesscheck.bridge.server import calls_outlived_session
+
+        if calls_outlived_session():
+            return
         import select
 
         poller = select.poll()

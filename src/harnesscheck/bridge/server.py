@@ -408,6 +408,19 @@ class Inflight:
                 await self._idle.wait()
         finally:
             self._idle = None
+            if self.pending:
+                global _CALLS_OUTLIVED_SESSION
+                _CALLS_OUTLIVED_SESSION = True
+
+
+#: Set when a session ended with tool calls still running (the drain bound passed): their
+#: threads may still open and write files, so the process must exit at once, never linger
+#: with its fds closed under them (forkserver._report_exit).
+_CALLS_OUTLIVED_SESSION = False
+
+
+def calls_outlived_session() -> bool:
+    return _CALLS_OUTLIVED_SESSION
 
 
 def _jsonrpc(item: Any) -> Any:
