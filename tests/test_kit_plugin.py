@@ -70,7 +70,6 @@ def test_a_run_of_the_suite_alone_starts_its_one_time_start_ups_at_session_start
     done = threading.Semaphore(0)
     monkeypatch.setattr(adapters, "background_warm_ups",
                         lambda cells: [lambda: (started.append(sorted(s.id for s, _ in cells)), done.release())])
-    monkeypatch.setattr(plugin, "_wants_kit", lambda config: True)
     monkeypatch.setattr(plugin, "_backends", lambda config: [BUILTIN_SPECS["api"], BUILTIN_SPECS["codex"]])
     monkeypatch.setattr(plugin, "_levels", lambda config: ["offline"])
     suite = conformance_dir()

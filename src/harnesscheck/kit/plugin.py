@@ -156,19 +156,21 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
 def _wants_kit(config: pytest.Config) -> bool:
     if config.getoption("--backend"):
         return True
+    cdir, paths = _suite_and_paths(config)
+    return cdir is not None and any(path == cdir or cdir in path.parents or path in cdir.parents for path in paths)
+
+
+def _suite_and_paths(config: pytest.Config) -> tuple:
+    """(the suite's directory or None when it is not found, the run's paths), all resolved."""
     from pathlib import Path
 
-    try:
-        from harnesscheck.paths import conformance_dir
+    from harnesscheck.paths import conformance_dir
 
+    try:
         cdir = conformance_dir().resolve()
     except FileNotFoundError:
-        return False
-    for arg in config.args:
-        path = Path(str(arg).split("::")[0]).resolve()
-        if path == cdir or cdir in path.parents or path in cdir.parents:
-            return True
-    return False
+        return None, []
+    return cdir, [Path(str(arg).split("::")[0]).resolve() for arg in config.args]
 
 
 # ---------------------------------------------------------------------------------------
@@ -338,7 +340,7 @@ def _warm_up_in_background(config: pytest.Config) -> None:
     ~1 s) begin now, in background threads, and overlap collection and the first cells. Runs
     that mix in other tests keep every start on first use (their tests may expect it not to
     have run)."""
-    if not _wants_kit(config) or not _only_the_suite(config) or _xdist_controller(config):
+    if not _only_the_suite(config) or _xdist_controller(config):
         return
     import threading
 
@@ -355,16 +357,8 @@ def _xdist_controller(config: pytest.Config) -> bool:
 
 
 def _only_the_suite(config: pytest.Config) -> bool:
-    from pathlib import Path
-
-    from harnesscheck.paths import conformance_dir
-
-    try:
-        cdir = conformance_dir().resolve()
-    except FileNotFoundError:
-        return False
-    paths = [Path(str(arg).split("::")[0]).resolve() for arg in config.args]
-    return bool(paths) and all(path == cdir or cdir in path.parents for path in paths)
+    cdir, paths = _suite_and_paths(config)
+    return cdir is not None and bool(paths) and all(path == cdir or cdir in path.parents for path in paths)
 
 
 #: the active config (pytest_runtest_logreport gets no config argument)
