@@ -33,6 +33,7 @@ listed but do not make a run unclean. Codes are stable strings:
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -175,34 +176,59 @@ def snapshot_files(paths: Iterable[str | os.PathLike[str]]) -> dict[str, FileSta
     return {os.fspath(p): file_state(p) for p in paths}
 
 
+_INSTRUCTION_CANDIDATES = (
+    ("instruction", INSTRUCTION_FILES, stat.S_ISREG),
+    ("instruction", INSTRUCTION_DIRS, stat.S_ISDIR),
+    ("config", PROJECT_CONFIG_FILES, stat.S_ISREG),
+)
+
+
+def _stat_mode(path: str) -> int | None:
+    """st_mode of `path`, symlinks followed; None where Path.is_file()/is_dir() would say
+    False (missing, not a directory, a loop). Any other error is raised, as they raise it."""
+    try:
+        return os.stat(path).st_mode
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP):
+            return None
+        raise
+    except ValueError:
+        return None
+
+
 def find_instruction_files(root: str | os.PathLike[str], *, max_entries: int = 200_000) -> list[tuple[str, str]]:
     """(kind, path) of instruction and project config files a CLI may load: anywhere in the
     worktree (bounded walk, skipping .git/node_modules) and in every parent directory."""
     found: list[tuple[str, str]] = []
     root_path = Path(os.fspath(root)).absolute()
 
-    def check_dir(d: Path, present: frozenset[str] | None = None) -> None:
+    def check_dir(d: str, present: frozenset[str] | None = None) -> None:
         """`present`: the names in `d` when the walk already listed them (only those are
-        stat-ed); None to stat every candidate."""
+        stat-ed); None to stat every candidate (a missing first component skips its names)."""
+        firsts: dict[str, int | None] = {}
 
-        def here(name: str) -> bool:
-            return present is None or name.split("/", 1)[0] in present
+        def mode(name: str) -> int | None:
+            first = name.split("/", 1)[0]
+            if present is not None and first not in present:
+                return None
+            if first != name:
+                if first not in firsts:
+                    firsts[first] = _stat_mode(os.path.join(d, first))
+                if firsts[first] is None:
+                    return None
+            return _stat_mode(os.path.join(d, name))
 
-        for name in INSTRUCTION_FILES:
-            if here(name) and (d / name).is_file():
-                found.append(("instruction", str(d / name)))
-        for name in INSTRUCTION_DIRS:
-            if here(name) and (d / name).is_dir():
-                found.append(("instruction", str(d / name)))
-        for name in PROJECT_CONFIG_FILES:
-            if here(name) and (d / name).is_file():
-                found.append(("config", str(d / name)))
+        for kind, names, want in _INSTRUCTION_CANDIDATES:
+            for name in names:
+                m = mode(name)
+                if m is not None and want(m):
+                    found.append((kind, os.path.join(d, name)))
 
     for parent in reversed(root_path.parents):
-        check_dir(parent)
+        check_dir(str(parent))
     seen = 0
     for dirpath, dirnames, filenames in os.walk(root_path):
-        check_dir(Path(dirpath), frozenset(dirnames) | frozenset(filenames))
+        check_dir(dirpath, frozenset(dirnames) | frozenset(filenames))
         dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_WALK_DIRS)
         seen += 1 + len(dirnames)
         if seen > max_entries:
