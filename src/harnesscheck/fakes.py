@@ -76,7 +76,7 @@ def install_fake_cli(cli_name: str, scenario: Path | dict | str, dest_dir: Path)
     dest_dir.mkdir(parents=True, exist_ok=True)
     if isinstance(scenario, dict):
         scenario_path = dest_dir / f"{cli_name}.scenario-data.json"
-        scenario_path.write_text(json.dumps(scenario, indent=1), encoding="utf-8")
+        scenario_path.write_text(json.dumps(scenario), encoding="utf-8")  # C encoder: indent would take the pure-Python one
     elif isinstance(scenario, str) and not os.sep in scenario and not scenario.endswith(".json"):
         scenario_path = fixture_path(cli_name, scenario)
     else:

@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import secrets
+import stat
 import threading
 import time
 import uuid
@@ -111,37 +112,52 @@ class Workspace:
         self.root = self.base / "work"
         self.outside = self.base / "outside"
         self.sibling = self.base / "work-secrets"
-        self.root.mkdir(parents=True)
-        self.outside.mkdir()
-        self.sibling.mkdir()
-        (self.root / "README.md").write_text("hello from the worktree\n")
-        (self.root / "src").mkdir()
-        (self.root / "src" / "app.py").write_text("print('app')\n")
-        (self.root / ".env").write_text(f"ANTHROPIC_API_KEY={self.canary}-dotenv\nHTTP_PROXY=http://127.0.0.1:9\n")
         self.secret = self.outside / "secret.txt"
-        self.secret.write_text(f"secret {self.canary}\n")
-        (self.sibling / "key.txt").write_text(f"sibling {self.canary}\n")
-        (self.outside / "hardlinked.txt").write_text(f"hardlinked {self.canary}\n")
-        os.symlink("README.md", self.root / "link_in")
-        os.symlink(os.path.join("..", "outside", "secret.txt"), self.root / "leak")
-        os.symlink(os.path.join("..", "outside"), self.root / "outbox")
+        # os calls on str paths: every cell builds one, and pathlib's per-call cost showed
+        root, outside, sibling = str(self.root), str(self.outside), str(self.sibling)
+        os.makedirs(root)
+        os.mkdir(outside)
+        os.mkdir(sibling)
+        os.mkdir(os.path.join(root, "src"))
+        for path, text in (
+            (os.path.join(root, "README.md"), "hello from the worktree\n"),
+            (os.path.join(root, "src", "app.py"), "print('app')\n"),
+            (os.path.join(root, ".env"), f"ANTHROPIC_API_KEY={self.canary}-dotenv\nHTTP_PROXY=http://127.0.0.1:9\n"),
+            (str(self.secret), f"secret {self.canary}\n"),
+            (os.path.join(sibling, "key.txt"), f"sibling {self.canary}\n"),
+            (os.path.join(outside, "hardlinked.txt"), f"hardlinked {self.canary}\n"),
+        ):
+            with open(path, "x", encoding="utf-8") as fh:
+                fh.write(text)
+        os.symlink("README.md", os.path.join(root, "link_in"))
+        os.symlink(os.path.join("..", "outside", "secret.txt"), os.path.join(root, "leak"))
+        os.symlink(os.path.join("..", "outside"), os.path.join(root, "outbox"))
         with contextlib.suppress(OSError):
-            os.link(self.outside / "hardlinked.txt", self.root / "hard.txt")
+            os.link(os.path.join(outside, "hardlinked.txt"), os.path.join(root, "hard.txt"))
         with contextlib.suppress(OSError, AttributeError):
-            os.mkfifo(self.root / "pipe")
+            os.mkfifo(os.path.join(root, "pipe"))
         self._outside_before = self.outside_digest()
 
     def scope(self, *, read_only: bool = True) -> ToolScope:
         return ToolScope(name="conformance", root=self.root, read_only=read_only)
 
     def outside_digest(self) -> dict[str, str]:
-        """Name -> content hash of everything outside the worktree (sentinels)."""
+        """Name -> content hash of every regular file (not a symlink) outside the worktree:
+        the sentinels, and anything a run put beside them. Symlinked directories are not entered."""
         out: dict[str, str] = {}
-        for top in (self.outside, self.sibling):
-            for path in sorted(top.rglob("*")):
-                if path.is_file() and not path.is_symlink():
-                    out[str(path.relative_to(self.base))] = hashlib.sha256(path.read_bytes()).hexdigest()
-        return out
+        base = str(self.base)
+        for top in (str(self.outside), str(self.sibling)):
+            for dirpath, _dirs, files in os.walk(top):
+                for name in files:
+                    path = os.path.join(dirpath, name)
+                    try:
+                        if not stat.S_ISREG(os.lstat(path).st_mode):
+                            continue
+                        with open(path, "rb") as fh:
+                            out[os.path.relpath(path, base)] = hashlib.sha256(fh.read()).hexdigest()
+                    except FileNotFoundError:
+                        continue
+        return dict(sorted(out.items()))
 
     def outside_unchanged(self) -> bool:
         return self.outside_digest() == self._outside_before
@@ -777,17 +793,18 @@ def adapter_kind(spec: ProviderSpec) -> str:
     return "api"
 
 
-def background_warm_ups(cells: list[tuple[ProviderSpec, str]]) -> list[Callable[[], object]]:
+def background_warm_ups(cells: list[tuple[ProviderSpec, str]], *, api_sdk: bool = True) -> list[Callable[[], object]]:
     """The one-time start-ups these cells would each wait for on first use, to begin in the
-    background: the bridge forkserver (harness cells) and the api SDK's import (offline api
-    cells, ~1 s for anthropic). Starting them early changes no outcome, only when it is paid."""
+    background: the bridge forkserver (harness cells) and, with `api_sdk`, the api SDK's
+    import (offline api cells, ~1 s for anthropic). Starting them early changes no outcome,
+    only when it is paid."""
     kinds = {(adapter_kind(spec), level) for spec, level in cells}
     jobs: list[Callable[[], object]] = []
     if any(kind == "harness" for kind, _ in kinds):
         from harnesscheck.bridge.forkserver import get_forkserver
 
         jobs.append(get_forkserver)
-    if ("api", "offline") in kinds:
+    if api_sdk and ("api", "offline") in kinds:
         import importlib
 
         from harnesscheck.kit.api_adapter import ApiAdapter

@@ -223,13 +223,14 @@ class HarnessAdapter(BackendUnderTest):
         """A per-run fake CLI replaying `scenario` (a fixture name or a scenario dict)."""
         from harnesscheck.fakes import install_fake_cli
 
-        data = copy.deepcopy(self.load_fixture(scenario) if isinstance(scenario, str) else scenario)
+        # A fixture is parsed afresh; a caller's dict is copied as deep as it is changed here.
+        data = self.load_fixture(scenario) if isinstance(scenario, str) else dict(scenario)
         if version is not None:
             data["version"] = version
         if echo:
             data["steps"] = [{"stderr": "upstream said: " + " ".join(echo)}, *data.get("steps", [])]
         if calls:
-            steps = data.get("steps", [])
+            steps = data["steps"] = list(data.get("steps", []))
             first_emit = next((i for i, s in enumerate(steps) if "emit" in s), -1)
             steps.insert(first_emit + 1, {"mcp_calls": [{"name": c.name, "arguments": dict(c.args)} for c in calls]})
         self._installs += 1
