@@ -69,7 +69,7 @@ def test_a_run_of_the_suite_alone_starts_its_one_time_start_ups_at_session_start
     started: list[list] = []
     done = threading.Semaphore(0)
     monkeypatch.setattr(adapters, "background_warm_ups",
-                        lambda cells: [lambda: (started.append(sorted(s.id for s, _ in cells)), done.release())])
+                        lambda cells, api_sdk: [lambda: (started.append((sorted(s.id for s, _ in cells), api_sdk)), done.release())])
     monkeypatch.setattr(plugin, "_backends", lambda config: [BUILTIN_SPECS["api"], BUILTIN_SPECS["codex"]])
     monkeypatch.setattr(plugin, "_levels", lambda config: ["offline"])
     suite = conformance_dir()
@@ -80,9 +80,12 @@ def test_a_run_of_the_suite_alone_starts_its_one_time_start_ups_at_session_start
     assert not done.acquire(timeout=0.2) and started == []
     whole_and_one = [str(suite / "test_time.py") + "::test_timeout_truncates", str(suite)]
     plugin._warm_up_in_background(SimpleNamespace(args=whole_and_one, option=serial))
-    plugin._warm_up_in_background(SimpleNamespace(args=[str(suite)], option=controller, workerinput={}))  # an xdist worker
-    assert done.acquire(timeout=10) and done.acquire(timeout=10)
-    assert started == [["api", "codex"]] * 2
+    plugin._warm_up_in_background(SimpleNamespace(args=[str(suite)], option=controller, workerinput={"workerid": "gw0"}))
+    plugin._warm_up_in_background(SimpleNamespace(args=[str(suite)], option=controller, workerinput={"workerid": "gw1"}))
+    for _ in range(3):
+        assert done.acquire(timeout=10)
+    # the api SDK is imported where the offline api cells run: a serial run, or the pin worker
+    assert started == [(["api", "codex"], True), (["api", "codex"], True), (["api", "codex"], False)]
 
 
 def test_background_warm_ups_name_what_the_cells_need():
@@ -95,6 +98,7 @@ def test_background_warm_ups_name_what_the_cells_need():
     (sdk,) = background_warm_ups([(BUILTIN_SPECS["api"], "offline")])
     assert sdk.args == ("anthropic",)
     assert background_warm_ups([(BUILTIN_SPECS["api"], "live")]) == []  # may skip: no import paid for nothing
+    assert background_warm_ups([(BUILTIN_SPECS["api"], "offline")], api_sdk=False) == []  # another worker's cells
 
 
 def test_cells_run_scripted_then_harness_then_api_and_nothing_else_moves():

@@ -346,9 +346,26 @@ def _warm_up_in_background(config: pytest.Config) -> None:
 
     from harnesscheck.kit.adapters import background_warm_ups
 
+    from harnesscheck.kit.scheduling import is_pin_worker
+
     cells = [(spec, level) for spec in _backends(config) for level in _levels(config)]
-    for job in background_warm_ups(cells):
+    workerid = getattr(config, "workerinput", {}).get("workerid")
+    for job in background_warm_ups(cells, api_sdk=is_pin_worker(workerid)):
         threading.Thread(target=job, name="harnesscheck-warm-up", daemon=True).start()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """A run of the suite alone under `--dist load` (what `-n` means): every offline api
+    cell on one worker, so one worker imports the api SDK (kit/scheduling.py). Other runs
+    keep xdist's own scheduler."""
+    if config.getvalue("dist") != "load" or not _only_the_suite(config):
+        return None
+    from harnesscheck.kit.adapters import adapter_kind
+    from harnesscheck.kit.scheduling import PinnedLoadScheduling, pinned_suffixes
+
+    suffixes = pinned_suffixes([(s.id, level, adapter_kind(s)) for s in _backends(config) for level in _levels(config)])
+    return PinnedLoadScheduling(config, log, suffixes=suffixes) if suffixes else None
 
 
 def _xdist_controller(config: pytest.Config) -> bool:

@@ -1,0 +1,79 @@
+"""xdist scheduling of the suite: every offline api cell on one worker.
+
+An offline api cell needs the api SDK imported (~1 s of CPU for anthropic, plus its share
+of the interpreter's teardown). Spread over every worker, each pays it; pinned to one, one
+does, and it can start the import in the background at session start (plugin.py
+`_warm_up_in_background` asks `is_pin_worker`). Everything else is xdist's `load`
+scheduling unchanged; which cells run, and their outcomes, do not depend on it.
+
+The pinned cells go to the pin worker with its first batch, after that batch's other
+cells, so the import has the length of that batch to finish; if the pin worker goes down
+before running them, they go back to the common queue and any worker takes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from xdist.scheduler import LoadScheduling
+
+#: The worker that runs the pinned cells (xdist names workers gw0, gw1, ...).
+PIN_WORKER = "gw0"
+
+
+def is_pin_worker(workerid: str | None) -> bool:
+    """Whether this process runs the pinned cells: the pin worker, or a run without xdist."""
+    return workerid is None or workerid == PIN_WORKER
+
+
+def pinned_suffixes(cells: Collection[tuple[str, str, str]]) -> tuple[str, ...]:
+    """Node-id suffixes of the cells to pin, from (backend id, level, adapter kind) triples."""
+    return tuple(f"[{backend}@{level}]" for backend, level, kind in cells if kind == "api" and level == "offline")
+
+
+class PinnedLoadScheduling(LoadScheduling):
+    """`--dist load`, except that the cells whose node ids end with one of `suffixes` all go
+    to the pin worker (the node named PIN_WORKER, else the first)."""
+
+    def __init__(self, config, log=None, *, suffixes: tuple[str, ...]):
+        super().__init__(config, log)
+        self._suffixes = suffixes
+        self._pinned: set[int] | None = None  # indices not yet sent; None before the first send
+
+    def _pin_node(self):
+        nodes = self.nodes
+        return next((n for n in nodes if n.gateway.id == PIN_WORKER), nodes[0] if nodes else None)
+
+    def _send_tests(self, node, num: int) -> None:
+        if self._pinned is None:
+            self._pinned = {i for i, nodeid in enumerate(self.collection) if nodeid.endswith(self._suffixes)}
+        pinned = self._pinned
+        chosen = [i for i in self.pending if i not in pinned][:num]
+        if pinned and node is self._pin_node():
+            chosen += sorted(pinned & set(self.pending))
+            pinned.clear()  # sent: from now on any index in pending is an ordinary one
+        if not chosen:
+            return
+        taken = set(chosen)
+        self.pending[:] = [i for i in self.pending if i not in taken]
+        self.node2pending[node].extend(chosen)
+        node.send_runtest_some(chosen)
+
+    def check_schedule(self, node, duration: float = 0) -> None:
+        super().check_schedule(node, duration)
+        # A worker that may not take what is left (pinned, for another worker), and has
+        # nothing of its own, will get no more work: let it finish now.
+        if (
+            not node.shutting_down
+            and self.pending
+            and not self.node2pending.get(node)
+            and self._pinned
+            and all(i in self._pinned for i in self.pending)
+            and node is not self._pin_node()
+        ):
+            node.shutdown()
+
+    def remove_node(self, node):
+        if node is self._pin_node() and self._pinned:
+            self._pinned.clear()  # the pin worker is gone: the pinned cells are ordinary now
+        return super().remove_node(node)

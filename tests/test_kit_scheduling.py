@@ -1,0 +1,112 @@
+"""kit/scheduling.py: under xdist every offline api cell runs on the pin worker, every other
+cell is load-balanced as before, and no cell is lost or run twice, whatever happens to the
+pin worker."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from harnesscheck.kit.scheduling import PIN_WORKER, PinnedLoadScheduling, is_pin_worker, pinned_suffixes
+
+SUFFIXES = pinned_suffixes([("api", "offline", "api"), ("api", "loopback", "api"), ("codex", "offline", "harness")])
+
+
+class Node:
+    def __init__(self, name: str):
+        self.gateway = SimpleNamespace(id=name)
+        self.shutting_down = False
+        self.sent: list[int] = []
+
+    def send_runtest_some(self, indices):
+        assert not self.shutting_down
+        self.sent.extend(indices)
+
+    def shutdown(self):
+        self.shutting_down = True
+
+    def __repr__(self):
+        return self.gateway.id
+
+
+def collection(n_harness: int, n_api: int) -> list[str]:
+    ids = [f"conformance/test_a.py::test_{i}[codex@offline]" for i in range(n_harness)]
+    return ids + [f"conformance/test_b.py::test_{i}[api@offline]" for i in range(n_api)]
+
+
+def scheduler(nodes: list[Node], ids: list[str]) -> PinnedLoadScheduling:
+    config = SimpleNamespace(getvalue=lambda name: [f"{len(nodes)}*popen"], getoption=lambda name: None)
+    sched = PinnedLoadScheduling(config, suffixes=SUFFIXES)
+    for node in nodes:
+        sched.add_node(node)
+    for node in nodes:
+        sched.add_node_collection(node, ids)
+    sched.schedule()
+    return sched
+
+
+def run_to_end(sched: PinnedLoadScheduling, nodes: list[Node], *, crash: Node | None = None) -> dict[Node, list[int]]:
+    """Complete tests one at a time, round-robin over the nodes, as workers would report them."""
+    ran: dict[Node, list[int]] = {node: [] for node in nodes}
+    live = list(nodes)
+    while live:
+        progressed = False
+        for node in list(live):
+            pending = sched.node2pending.get(node, [])
+            if node is crash and ran[node]:
+                sched.remove_node(node)  # crashed after its first test: its pending go back
+                live.remove(node)
+                continue
+            if pending:
+                index = pending[0]
+                ran[node].append(index)
+                sched.mark_test_complete(node, index)
+                progressed = True
+            elif node.shutting_down:
+                live.remove(node)
+        assert progressed or not live or any(sched.node2pending.get(n) for n in live), "a worker waits for work that never comes"
+    return ran
+
+
+def test_suffixes_name_offline_api_cells_only():
+    assert SUFFIXES == ("[api@offline]",)
+
+
+def test_every_api_cell_runs_on_the_pin_worker_and_the_rest_is_shared():
+    nodes = [Node("gw1"), Node(PIN_WORKER)]  # the pin worker is found by name, not position
+    ids = collection(60, 20)
+    sched = scheduler(nodes, ids)
+    ran = run_to_end(sched, nodes)
+    api = {i for i, nodeid in enumerate(ids) if nodeid.endswith("[api@offline]")}
+    assert set(ran[nodes[1]]) >= api and not set(ran[nodes[0]]) & api
+    assert sorted(ran[nodes[0]] + ran[nodes[1]]) == list(range(len(ids)))  # each cell exactly once
+    assert ran[nodes[0]], "the other worker got none of the other cells"
+    assert all(node.shutting_down for node in nodes)
+    # the pin worker's first batch runs some other cells before the api ones (time for the SDK import)
+    first_api = next(k for k, i in enumerate(nodes[1].sent) if i in api)
+    assert first_api > 0
+
+
+def test_pinned_cells_go_back_to_everyone_when_the_pin_worker_goes_down():
+    nodes = [Node(PIN_WORKER), Node("gw1")]
+    ids = collection(10, 12)
+    sched = scheduler(nodes, ids)
+    ran = run_to_end(sched, nodes, crash=nodes[0])
+    crashed_item = 1  # the item being run when it went down is reported by xdist, not rerun
+    assert len(ran[nodes[0]]) + len(ran[nodes[1]]) == len(ids) - crashed_item
+    assert len(set(ran[nodes[0]] + ran[nodes[1]])) == len(ids) - crashed_item
+
+
+@pytest.mark.parametrize("n_harness, n_api", [(0, 5), (3, 0), (1, 1), (0, 1)])
+def test_small_or_one_sided_collections_finish(n_harness, n_api):
+    nodes = [Node(PIN_WORKER), Node("gw1")]
+    ids = collection(n_harness, n_api)
+    sched = scheduler(nodes, ids)
+    ran = run_to_end(sched, nodes)
+    assert sorted(ran[nodes[0]] + ran[nodes[1]]) == list(range(len(ids)))
+    assert all(node.shutting_down for node in nodes)
+
+
+def test_the_pin_worker_is_where_the_sdk_warms_up():
+    assert is_pin_worker(None) and is_pin_worker(PIN_WORKER) and not is_pin_worker("gw1")
