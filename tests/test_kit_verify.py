@@ -15,7 +15,7 @@ def test_the_child_loads_only_the_plugins_it_names(tmp_path):
     args = pytest_args(["fake"], ["offline"], tmp_path, None, None)
     assert args[args.index("-p", args.index("no:cacheprovider") + 1) + 1] == "harnesscheck.kit.plugin"
     assert "xdist.plugin" not in args and "-n" not in args
-    assert args[args.index("harnesscheck.kit.plugin") + 1:][:2] == ["-p", "no:unraisableexception"]
+    assert args[args.index("harnesscheck.kit.plugin") + 1:][:3] == ["-p", "no:unraisableexception", "--hc-exit-fast"]
     parallel = pytest_args(["fake"], ["offline"], tmp_path, None, "2")
     assert parallel[-4:] == ["-p", "xdist.plugin", "-n", "2"]
     assert child_env()["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1"
@@ -45,3 +45,44 @@ def test_serial_and_parallel_runs_give_the_same_cells(tmp_path):
     serial = _verify(tmp_path, "-n", "0")
     assert ("parity.outcome-schema", "passed", "") in serial
     assert serial == _verify(tmp_path, "-n", "2") == _verify(tmp_path)
+
+
+FAST_EXIT_TESTS = """
+import atexit, os, sys, threading, time
+
+OUT = os.environ["HC_TEST_OUT"]
+
+def mark(name):
+    open(os.path.join(OUT, name), "w").close()
+
+class Teardown:
+    def __del__(self, _open=open, _path=os.path.join(OUT, "module-teardown")):
+        _open(_path, "w").close()
+
+KEEP = Teardown()  # deleted only by the interpreter's module teardown
+
+def test_registers_exit_work():
+    atexit.register(mark, "atexit-ran")
+    threading.Thread(target=lambda: (time.sleep(0.2), mark("thread-finished"))).start()
+    sys.stdout.write("unflushed-tail")
+
+def test_fails():
+    assert False
+"""
+
+
+def test_exit_fast_keeps_the_exit_status_threads_atexit_and_output_and_skips_the_teardown(tmp_path):
+    """--hc-exit-fast (verify's child): the session's exit status, non-daemon threads joined,
+    atexit handlers run, stdout flushed; only the module teardown is skipped."""
+    (tmp_path / "test_exit.py").write_text(FAST_EXIT_TESTS)
+    results = {}
+    for fast in (False, True):
+        out = tmp_path / ("fast" if fast else "normal")
+        out.mkdir()
+        argv = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-p", "harnesscheck.kit.plugin",
+                str(tmp_path / "test_exit.py"), *(["--hc-exit-fast"] if fast else [])]
+        proc = subprocess.run(argv, cwd=tmp_path, env={**child_env(), "HC_TEST_OUT": str(out)},
+                              capture_output=True, text=True, timeout=120)
+        results[fast] = (proc.returncode, "unflushed-tail" in proc.stdout, sorted(p.name for p in out.iterdir()))
+    assert results[False] == (1, True, ["atexit-ran", "module-teardown", "thread-finished"])
+    assert results[True] == (1, True, ["atexit-ran", "thread-finished"])
