@@ -57,7 +57,7 @@ def test_suite_is_collected_from_the_package_when_no_path_is_given(tmp_path):
     assert [c["check"] for c in report["cells"]] == ["selection.registry-builds-backend"]
 
 
-def test_a_run_of_the_suite_alone_starts_its_one_time_start_ups_at_session_start(monkeypatch, tmp_path):
+def test_a_run_of_the_suite_alone_starts_its_one_time_start_ups_when_collection_ends(monkeypatch, tmp_path):
     """Only a run whose every path is inside the suite starts them early (in the background)."""
     import threading
     from types import SimpleNamespace

@@ -2,7 +2,7 @@
 
 An offline api cell needs the api SDK imported (~1 s of CPU for anthropic, plus its share
 of the interpreter's teardown). Spread over every worker, each pays it; pinned to one, one
-does, and it can start the import in the background at session start (plugin.py
+does, and it can start the import in the background once collection is over (plugin.py
 `_warm_up_in_background` asks `is_pin_worker`). Everything else is xdist's `load`
 scheduling unchanged; which cells run, and their outcomes, do not depend on it.
 
