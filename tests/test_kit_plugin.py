@@ -64,6 +64,7 @@ def test_a_run_of_the_suite_alone_starts_its_one_time_start_ups_when_collection_
 
     from harnesscheck.kit import adapters, plugin
     from harnesscheck.paths import conformance_dir
+    from harnesscheck.kit.scheduling import API_SDK_HERE
     from harnesscheck.registry import BUILTIN_SPECS
 
     started: list[list] = []
@@ -80,12 +81,39 @@ def test_a_run_of_the_suite_alone_starts_its_one_time_start_ups_when_collection_
     assert not done.acquire(timeout=0.2) and started == []
     whole_and_one = [str(suite / "test_time.py") + "::test_timeout_truncates", str(suite)]
     plugin._warm_up_in_background(SimpleNamespace(args=whole_and_one, option=serial))
-    plugin._warm_up_in_background(SimpleNamespace(args=[str(suite)], option=controller, workerinput={"workerid": "gw0"}))
-    plugin._warm_up_in_background(SimpleNamespace(args=[str(suite)], option=controller, workerinput={"workerid": "gw1"}))
+    for here in (True, False):  # xdist workers told (plugin.pytest_configure_node) where the api cells run
+        plugin._warm_up_in_background(SimpleNamespace(args=[str(suite)], option=controller,
+                                                      workerinput={"workerid": "gw0", API_SDK_HERE: here}))
     for _ in range(3):
         assert done.acquire(timeout=10)
-    # the api SDK is imported where the offline api cells run: a serial run, or the pin worker
+    # the api SDK is imported where the offline api cells run: a serial run, or the worker they are pinned to
     assert started == [(["api", "codex"], True), (["api", "codex"], True), (["api", "codex"], False)]
+
+
+def test_workers_learn_which_one_runs_the_pinned_api_cells(monkeypatch):
+    from types import SimpleNamespace
+
+    from harnesscheck.kit import plugin
+    from harnesscheck.kit.scheduling import API_SDK_HERE, PIN_WORKER
+    from harnesscheck.paths import conformance_dir
+    from harnesscheck.registry import BUILTIN_SPECS
+
+    monkeypatch.setattr(plugin, "_levels", lambda config: ["offline"])
+    suite = str(conformance_dir())
+
+    def configured(worker: str, dist: str, args: list[str], backends: list[str]) -> dict:
+        monkeypatch.setattr(plugin, "_backends", lambda config: [BUILTIN_SPECS[b] for b in backends])
+        node = SimpleNamespace(config=SimpleNamespace(args=args, option=SimpleNamespace(dist=dist)),
+                               gateway=SimpleNamespace(id=worker), workerinput={})
+        plugin.pytest_configure_node(node)
+        return node.workerinput
+
+    assert configured(PIN_WORKER, "load", [suite], ["api", "codex"]) == {API_SDK_HERE: True}
+    assert configured("gw1", "load", [suite], ["api", "codex"]) == {API_SDK_HERE: False}
+    # nothing pinned, every worker may warm up: another distribution, other tests mixed in, no api cells
+    assert configured("gw1", "loadfile", [suite], ["api", "codex"]) == {}
+    assert configured("gw1", "load", [suite, "tests"], ["api", "codex"]) == {}
+    assert configured("gw1", "load", [suite], ["codex"]) == {}
 
 
 def test_background_warm_ups_name_what_the_cells_need():

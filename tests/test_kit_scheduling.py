@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harnesscheck.kit.scheduling import PIN_WORKER, PinnedLoadScheduling, is_pin_worker, pinned_suffixes
+from harnesscheck.kit.scheduling import PIN_WORKER, PinnedLoadScheduling, pinned_suffixes
 
 SUFFIXES = pinned_suffixes([("api", "offline", "api"), ("api", "loopback", "api"), ("codex", "offline", "harness")])
 
@@ -107,6 +107,3 @@ def test_small_or_one_sided_collections_finish(n_harness, n_api):
     assert sorted(ran[nodes[0]] + ran[nodes[1]]) == list(range(len(ids)))
     assert all(node.shutting_down for node in nodes)
 
-
-def test_the_pin_worker_is_where_the_sdk_warms_up():
-    assert is_pin_worker(None) and is_pin_worker(PIN_WORKER) and not is_pin_worker("gw1")

@@ -354,27 +354,45 @@ def _warm_up_in_background(config: pytest.Config) -> None:
     import threading
 
     from harnesscheck.kit.adapters import background_warm_ups
-
-    from harnesscheck.kit.scheduling import is_pin_worker
+    from harnesscheck.kit.scheduling import API_SDK_HERE
 
     cells = [(spec, level) for spec in _backends(config) for level in _levels(config)]
-    workerid = getattr(config, "workerinput", {}).get("workerid")
-    for job in background_warm_ups(cells, api_sdk=is_pin_worker(workerid)):
+    api_sdk = getattr(config, "workerinput", {}).get(API_SDK_HERE, True)
+    for job in background_warm_ups(cells, api_sdk=api_sdk):
         threading.Thread(target=job, name="harnesscheck-warm-up", daemon=True).start()
+
+
+def _pinned_suffixes(config: pytest.Config) -> tuple[str, ...]:
+    """Node-id suffixes of the cells pinned to one xdist worker: the offline api cells of a
+    run of the suite alone under `--dist load` (what `-n` means); () for any other run."""
+    if getattr(config.option, "dist", "no") != "load" or not _only_the_suite(config):
+        return ()
+    from harnesscheck.kit.adapters import adapter_kind
+    from harnesscheck.kit.scheduling import pinned_suffixes
+
+    return pinned_suffixes([(s.id, level, adapter_kind(s)) for s in _backends(config) for level in _levels(config)])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """Tell each xdist worker whether it is the one that runs the pinned api cells, so only
+    that one imports the api SDK in the background (absent: no pinning, every worker may)."""
+    if _pinned_suffixes(node.config):
+        from harnesscheck.kit.scheduling import API_SDK_HERE, PIN_WORKER
+
+        node.workerinput[API_SDK_HERE] = node.gateway.id == PIN_WORKER
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """A run of the suite alone under `--dist load` (what `-n` means): every offline api
-    cell on one worker, so one worker imports the api SDK (kit/scheduling.py). Other runs
-    keep xdist's own scheduler."""
-    if config.getvalue("dist") != "load" or not _only_the_suite(config):
+    """Every offline api cell on one worker, so one worker, not each, imports the api SDK
+    (kit/scheduling.py); runs without pinned cells keep xdist's own scheduler."""
+    suffixes = _pinned_suffixes(config)
+    if not suffixes:
         return None
-    from harnesscheck.kit.adapters import adapter_kind
-    from harnesscheck.kit.scheduling import PinnedLoadScheduling, pinned_suffixes
+    from harnesscheck.kit.scheduling import PinnedLoadScheduling
 
-    suffixes = pinned_suffixes([(s.id, level, adapter_kind(s)) for s in _backends(config) for level in _levels(config)])
-    return PinnedLoadScheduling(config, log, suffixes=suffixes) if suffixes else None
+    return PinnedLoadScheduling(config, log, suffixes=suffixes)
 
 
 def _xdist_controller(config: pytest.Config) -> bool:

@@ -3,7 +3,7 @@
 An offline api cell needs the api SDK imported (~1 s of CPU for anthropic, plus its share
 of the interpreter's teardown). Spread over every worker, each pays it; pinned to one, one
 does, and it can start the import in the background once collection is over (plugin.py
-`_warm_up_in_background` asks `is_pin_worker`). Everything else is xdist's `load`
+tells each worker, through `workerinput[API_SDK_HERE]`, whether it is that one). Everything else is xdist's `load`
 scheduling unchanged; which cells run, and their outcomes, do not depend on it.
 
 The pinned cells go to the pin worker with its first batch, after that batch's other
@@ -19,11 +19,9 @@ from xdist.scheduler import LoadScheduling
 
 #: The worker that runs the pinned cells (xdist names workers gw0, gw1, ...).
 PIN_WORKER = "gw0"
-
-
-def is_pin_worker(workerid: str | None) -> bool:
-    """Whether this process runs the pinned cells: the pin worker, or a run without xdist."""
-    return workerid is None or workerid == PIN_WORKER
+#: workerinput key (plugin.py pytest_configure_node): True on the worker that runs the pinned
+#: cells, False on the others; absent when nothing is pinned.
+API_SDK_HERE = "harnesscheck_api_sdk_here"
 
 
 def pinned_suffixes(cells: Collection[tuple[str, str, str]]) -> tuple[str, ...]:
