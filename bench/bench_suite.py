@@ -1,13 +1,15 @@
 """Offline conformance suite over every built-in backend: wall time against its floor, and the
 pytest-xdist speed-up with the same report.
 
-    python bench/bench_suite.py [--backend ID ...] [--jobs auto]
+    python bench/bench_suite.py [--backend ID ...] [--jobs auto] [--runs 3]
 
 Floor = (fake-CLI invocations the run made) × (bare `python -c pass` start-up), both measured
 in this run, side by side. Target: wall time within 3x of the floor (printed for the serial
 and the parallel run; `harnesscheck verify` runs parallel by default). A second floor also
 counts the MCP servers the fake CLIs started (each a Python process: the bridge relay). Then the suite
 runs again with `-n JOBS`; the two reports must hold the same cells with the same outcomes.
+The pair is repeated (`--runs`, interleaved) and medians with ranges are printed: on this
+shared VM one run can differ from the next by a second.
 
 The suite runs as `harnesscheck verify --level offline` runs it (kit/verify.py pytest_args and
 child_env: only the kit's plugin is loaded).
@@ -112,43 +114,62 @@ def cells(report: dict) -> set[tuple[str, str, str, str]]:
     return {(c["check"], c["backend"], c["level"], c["outcome"]) for c in report["cells"]}
 
 
+def _span(values: list[float], fmt: str = "{:.1f}") -> str:
+    """Median and range of repeated measurements ("9.6 s (9.2-10.4)")."""
+    med = statistics.median(values)
+    return fmt.format(med) + (f" ({fmt.format(min(values))}-{fmt.format(max(values))})" if len(values) > 1 else "")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", action="append", default=[])
     parser.add_argument("--jobs", default="auto")
+    parser.add_argument("--runs", type=int, default=3, help="serial/parallel pairs, interleaved (this machine is noisy)")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO / "src"))
     from harnesscheck.registry import BUILTIN_SPECS
 
     backends = args.backend or list(BUILTIN_SPECS)
-    startup = python_startup_s()
-    with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
-        serial, report1, spawns, waits = run_suite(backends, Path(a), None)
-        bridges = bridge_spawns(Path(a) / "tmp")
-        parallel, report2, _, _ = run_suite(backends, Path(b), args.jobs)
-    floor = spawns * startup
+    serials, parallels, floors, startups, same = [], [], [], [], True
+    report1 = waits = None
+    spawns = bridges = 0
+    for _ in range(args.runs):
+        startup = python_startup_s()
+        with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
+            serial, report1, spawns, waits = run_suite(backends, Path(a), None)
+            bridges = bridge_spawns(Path(a) / "tmp")
+            parallel, report2, _, _ = run_suite(backends, Path(b), args.jobs)
+        if cells(report1) != cells(report2):
+            same = False
+            print(f"  differing cells: {sorted(cells(report1) ^ cells(report2))[:10]}")
+        serials.append(serial)
+        parallels.append(parallel)
+        startups.append(startup)
+        floors.append(spawns * startup)
     waited = sum(waits.values())
-    ratio = serial / floor if floor else float("inf")
-    ratio_waits = serial / (floor + waited) if floor + waited else float("inf")
-    same = cells(report1) == cells(report2)
+    floor = statistics.median(floors)
+    processes = [(spawns + bridges) * s for s in startups]
     budget = sorted(f"{c['check']}[{c['backend']}]" for c in report1["cells"] if c.get("reason") == "budget")
-    print(f"backends: {', '.join(backends)}; {len(report1['cells'])} cells")
-    print(f"python start-up (median): {startup * 1000:.1f} ms; fake-CLI invocations: {spawns}; "
-          f"literal floor (invocations x start-up): {floor:.1f} s")
+    print(f"backends: {', '.join(backends)}; {len(report1['cells'])} cells; {args.runs} serial/-n {args.jobs} pairs, "
+          f"interleaved (median and range)")
+    print(f"python start-up: {_span([s * 1000 for s in startups])} ms; fake-CLI invocations: {spawns}; "
+          f"literal floor (invocations x start-up): {_span(floors)} s")
     print(f"waits the checks require: {waited:.1f} s")
     for cause, seconds in waits.items():
         print(f"  {cause}: {seconds:.1f} s")
-    print(f"serial wall: {serial:.1f} s = {ratio:.2f}x the literal floor (target <= {TARGET_RATIO:.0f}x) "
-          f"{'OK' if ratio <= TARGET_RATIO else 'OVER'}; {ratio_waits:.2f}x floor + required waits ({floor + waited:.1f} s)")
+    ratios = [w / f for w, f in zip(serials, floors)]
+    print(f"serial wall: {_span(serials)} s = {_span(ratios, '{:.2f}')}x the literal floor (target <= {TARGET_RATIO:.0f}x) "
+          f"{'OK' if statistics.median(ratios) <= TARGET_RATIO else 'OVER'}; "
+          f"{_span([w / (f + waited) for w, f in zip(serials, floors)], '{:.2f}')}x floor + required waits")
     if budget:
         print(f"  cells skipped 'budget' (the machine was too slow to judge them): {', '.join(budget)}")
-    processes = (spawns + bridges) * startup
-    print(f"counting the bridges the CLIs started as well ({bridges}): floor {processes:.1f} s; serial {serial / processes:.2f}x, "
-          f"-n {args.jobs} {parallel / processes:.2f}x; with the required waits {serial / (processes + waited):.2f}x serial")
-    print(f"-n {args.jobs} wall: {parallel:.1f} s = {parallel / floor:.2f}x the literal floor; speed-up {serial / parallel:.2f}x; same report: {same}")
-    if not same:
-        diff = sorted(cells(report1) ^ cells(report2))[:10]
-        print(f"  differing cells: {diff}")
+    pratios = [w / f for w, f in zip(parallels, floors)]
+    print(f"-n {args.jobs} wall: {_span(parallels)} s = {_span(pratios, '{:.2f}')}x the literal floor "
+          f"{'OK' if statistics.median(pratios) <= TARGET_RATIO else 'OVER'}; "
+          f"speed-up {_span([s / p for s, p in zip(serials, parallels)], '{:.2f}')}x; same report: {same}")
+    print(f"counting the bridges the CLIs started as well ({bridges}): floor {_span(processes)} s; "
+          f"serial {_span([w / f for w, f in zip(serials, processes)], '{:.2f}')}x, "
+          f"-n {args.jobs} {_span([w / f for w, f in zip(parallels, processes)], '{:.2f}')}x")
     return 0 if same else 1
 
 
