@@ -114,6 +114,13 @@ def test_workers_learn_which_one_runs_the_pinned_api_cells(monkeypatch):
     assert configured("gw1", "loadfile", [suite], ["api", "codex"]) == {}
     assert configured("gw1", "load", [suite, "tests"], ["api", "codex"]) == {}
     assert configured("gw1", "load", [suite], ["codex"]) == {}
+    # an xdist whose load scheduler lacks what the pinning builds on keeps its own scheduler
+    from harnesscheck.kit import scheduling
+
+    monkeypatch.setattr(scheduling, "supported", lambda: False)
+    assert configured(PIN_WORKER, "load", [suite], ["api", "codex"]) == {}
+    assert plugin.pytest_xdist_make_scheduler(SimpleNamespace(args=[suite], option=SimpleNamespace(dist="load")), None) is None
+    assert scheduling.PinnedLoadScheduling.__mro__[1].__name__ == "LoadScheduling"
 
 
 def test_background_warm_ups_name_what_the_cells_need():

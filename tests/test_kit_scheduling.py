@@ -73,6 +73,12 @@ def test_suffixes_name_offline_api_cells_only():
     assert SUFFIXES == ("[api@offline]",)
 
 
+def test_the_installed_xdist_has_what_the_pinning_builds_on():
+    from harnesscheck.kit.scheduling import supported
+
+    assert supported()  # else every run silently falls back to xdist's scheduler: say so here
+
+
 def test_every_api_cell_runs_on_the_pin_worker_and_the_rest_is_shared():
     nodes = [Node("gw1"), Node(PIN_WORKER)]  # the pin worker is found by name, not position
     ids = collection(60, 20)

@@ -368,7 +368,10 @@ def _pinned_suffixes(config: pytest.Config) -> tuple[str, ...]:
     if getattr(config.option, "dist", "no") != "load" or not _only_the_suite(config):
         return ()
     from harnesscheck.kit.adapters import adapter_kind
-    from harnesscheck.kit.scheduling import pinned_suffixes
+    from harnesscheck.kit.scheduling import pinned_suffixes, supported
+
+    if not supported():
+        return ()
 
     return pinned_suffixes([(s.id, level, adapter_kind(s)) for s in _backends(config) for level in _levels(config)])
 
@@ -390,9 +393,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     suffixes = _pinned_suffixes(config)
     if not suffixes:
         return None
-    from harnesscheck.kit.scheduling import PinnedLoadScheduling
+    from harnesscheck.kit.scheduling import PinnedLoadScheduling, supported
 
-    return PinnedLoadScheduling(config, log, suffixes=suffixes)
+    return PinnedLoadScheduling(config, log, suffixes=suffixes) if supported() else None
 
 
 def _xdist_controller(config: pytest.Config) -> bool:

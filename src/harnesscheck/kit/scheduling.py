@@ -29,6 +29,12 @@ def pinned_suffixes(cells: Collection[tuple[str, str, str]]) -> tuple[str, ...]:
     return tuple(f"[{backend}@{level}]" for backend, level, kind in cells if kind == "api" and level == "offline")
 
 
+def supported() -> bool:
+    """Whether this xdist's load scheduler has the parts PinnedLoadScheduling builds on (its
+    batch sender and queues, xdist 3.5 to 3.8 at least); if not, xdist's own is used."""
+    return all(hasattr(LoadScheduling, name) for name in ("_send_tests", "check_schedule", "remove_node", "schedule"))
+
+
 class PinnedLoadScheduling(LoadScheduling):
     """`--dist load`, except that the cells whose node ids end with one of `suffixes` all go
     to the pin worker (the node named PIN_WORKER, else the first)."""
