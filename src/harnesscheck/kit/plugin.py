@@ -494,8 +494,8 @@ def _exit_fast_at_exit(config: pytest.Config) -> None:
     the first atexit handler and runs the others itself; without atexit._run_exitfuncs
     (CPython's, present since 3.0) the normal exit is kept."""
     import atexit
-    import os
-    import sys
+
+    from harnesscheck.bridge.__main__ import exit_now  # flush stdout and stderr, os._exit
 
     run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)
     if run_exitfuncs is None:
@@ -506,11 +506,6 @@ def _exit_fast_at_exit(config: pytest.Config) -> None:
     def exit_fast() -> None:
         atexit.unregister(exit_fast)
         run_exitfuncs()
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        os._exit(code)
+        exit_now(code)
 
     atexit.register(exit_fast)
