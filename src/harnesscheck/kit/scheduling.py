@@ -3,8 +3,9 @@
 An offline api cell needs the api SDK imported (~1 s of CPU for anthropic, plus its share
 of the interpreter's teardown). Spread over every worker, each pays it; pinned to one, one
 does, and it can start the import in the background once collection is over (plugin.py
-tells each worker, through `workerinput[API_SDK_HERE]`, whether it is that one). Everything else is xdist's `load`
-scheduling unchanged; which cells run, and their outcomes, do not depend on it.
+tells each worker, through `workerinput[API_SDK_HERE]`, whether it is that one). Everything
+else is xdist's `load` scheduling unchanged; which cells run, and their outcomes, do not
+depend on it.
 
 The pinned cells go to the pin worker with its first batch, after that batch's other
 cells, so the import has the length of that batch to finish; if the pin worker goes down
