@@ -113,3 +113,23 @@ def test_small_or_one_sided_collections_finish(n_harness, n_api):
     assert sorted(ran[nodes[0]] + ran[nodes[1]]) == list(range(len(ids)))
     assert all(node.shutting_down for node in nodes)
 
+
+
+def test_without_xdist_nothing_is_pinned_and_the_constants_still_import():
+    """A serial run on an environment without pytest-xdist reads API_SDK_HERE from this module."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'xdist' or name.startswith('xdist.'):\n"
+        "            raise ImportError(name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "from harnesscheck.kit import scheduling\n"
+        "print(scheduling.supported(), scheduling.API_SDK_HERE)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "harnesscheck_api_sdk_here"]

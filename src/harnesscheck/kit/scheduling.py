@@ -16,7 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from xdist.scheduler import LoadScheduling
+try:
+    from xdist.scheduler import LoadScheduling
+except ImportError:  # no xdist: nothing is pinned (supported() is False), serial runs need only the constants
+    LoadScheduling = object
 
 #: The worker that runs the pinned cells (xdist names workers gw0, gw1, ...).
 PIN_WORKER = "gw0"
