@@ -21,7 +21,9 @@ HARNESSCHECK = [sys.executable, "-c", "from harnesscheck.cli import main; main()
 def run_cli(tmp_path, *args, timeout=120):
     env = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_")}
     env["HOME"] = str(tmp_path / "home")
+    env["TMPDIR"] = str(tmp_path / "tmp")  # the default run dir goes here, not into the machine's /tmp
     (tmp_path / "home").mkdir(exist_ok=True)
+    (tmp_path / "tmp").mkdir(exist_ok=True)
     return subprocess.run([*HARNESSCHECK, "run", *args], capture_output=True, text=True, cwd=tmp_path,
                           env=env, timeout=timeout, stdin=subprocess.DEVNULL)
 
@@ -62,6 +64,7 @@ def test_run_human_summary_and_default_run_dir(tmp_path):
     report = Path(proc.stdout.strip().splitlines()[-1].removeprefix("report: "))
     assert report.name == "RUN_REPORT.md" and report.is_file()
     assert not report.resolve().is_relative_to((tmp_path / "wt").resolve())
+    assert report.parent.parent.resolve() == (tmp_path / "tmp").resolve()  # a fresh dir in the temp dir
 
 
 def test_backend_failure_exits_1(tmp_path):
@@ -98,6 +101,7 @@ def test_missing_cli_exits_3_with_the_fix(tmp_path):
                    str(worktree(tmp_path)), "--prompt", "hi")
     assert proc.returncode == 3
     assert "not found" in proc.stderr and "fix:" in proc.stderr
+    assert list((tmp_path / "tmp").iterdir()) == [], "the session never started: no empty run dir is left behind"
 
 
 def test_env_selects_the_cli_when_no_option(tmp_path):

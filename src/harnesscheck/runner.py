@@ -23,6 +23,7 @@ Contract (doc/SPEC-report.md, "The run command"):
 
 from __future__ import annotations
 
+import contextlib
 import random
 import sys
 import tempfile
@@ -133,6 +134,7 @@ def run_command(
         _err(f"error: {exc.message}" + (f"\n  fix: {exc.fix}" if exc.fix else ""))
         return int(getattr(exc, "exit_code", EXIT_ENVIRONMENT))
 
+    made_run_dir = run_dir is None
     if run_dir is None:
         run_dir = Path(tempfile.mkdtemp(prefix=f"harnesscheck-run-{spec.id}-"))
     run_dir = Path(run_dir).expanduser().absolute()
@@ -170,6 +172,8 @@ def run_command(
             outcome = transport.run_session(request)
         except HarnessError as exc:
             _err(f"error: {exc.message}" + (f"\n  fix: {exc.fix}" if exc.fix else ""))
+            if made_run_dir:
+                _remove_if_empty(run_dir)
             return int(getattr(exc, "exit_code", EXIT_ENVIRONMENT))
         delay, why = retry.decide(outcome, attempt, waited, read_only=not write, rng=rng)
         record = {
@@ -233,6 +237,13 @@ def run_command(
         _err("audit: FLAGGED: " + ", ".join(sorted({f.code for f in outcome.audit.flags})))
         return EXIT_BACKEND_FAILED
     return EXIT_OK if outcome.ok else EXIT_BACKEND_FAILED
+
+
+def _remove_if_empty(run_dir: Path) -> None:
+    """A run dir this command made and nothing was written to (the session never started) is
+    not left behind in the temp dir; one holding anything (a trace, an attempt) is kept."""
+    with contextlib.suppress(OSError):
+        run_dir.rmdir()
 
 
 def _audit_before(spec, root: Path):
