@@ -421,6 +421,23 @@ def test_an_mcp_server_that_cannot_start_is_recorded_as_before(tmp_path):
     assert json.loads(_run(fake, "-p", "--mcp-config", str(cfg)).stdout) == {"s": [{"name": "bridge", "status": "failed"}]}
 
 
+def _settled_fds(pid: int, timeout: float = 10.0) -> dict[int, str]:
+    """fd -> target of a process that has just been spawned: while its program starts, the
+    loader opens and closes library files (a transient fd 3), so the table is read until it
+    holds only 0, 1 and 2, or until `timeout`; an inherited fd never goes and is returned."""
+    deadline = time.monotonic() + timeout
+    while True:
+        fds = {}
+        for name in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                fds[int(name)] = os.readlink(f"/proc/{pid}/fd/{name}")
+            except FileNotFoundError:
+                continue  # closed between the listing and the read
+        if sorted(fds) == [0, 1, 2] or time.monotonic() > deadline:
+            return fds
+        time.sleep(0.01)
+
+
 def test_a_spawned_grandchild_gets_dev_null_stdin_and_no_other_fd(tmp_path):
     scenario = {"steps": [{"spawn": "sleep 1000"}, {"emit": {"type": "x"}}, {"hang": True}]}
     fake = install_fake_cli("claude", scenario, tmp_path)
@@ -431,8 +448,8 @@ def test_a_spawned_grandchild_gets_dev_null_stdin_and_no_other_fd(tmp_path):
     try:
         assert json.loads(proc.stdout.readline()) == {"type": "x"}
         kid = fake.last()["grandchildren"][0]["pid"]
-        fds = {int(n): os.readlink(f"/proc/{kid}/fd/{n}") for n in os.listdir(f"/proc/{kid}/fd")}
-        assert sorted(fds) == [0, 1, 2] and fds[0] == "/dev/null" and fds[1].startswith("pipe:")
+        fds = _settled_fds(kid)
+        assert sorted(fds) == [0, 1, 2] and fds[0] == "/dev/null" and fds[1].startswith("pipe:"), fds
         status = dict(l.split(":\t", 1) for l in open(f"/proc/{kid}/status").read().splitlines() if ":\t" in l)
         assert not int(status["SigIgn"], 16) & (1 << (signal.SIGPIPE - 1))
     finally:
