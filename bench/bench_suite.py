@@ -133,21 +133,26 @@ def main() -> int:
     serials, parallels, floors, startups, same = [], [], [], [], True
     report1 = waits = None
     spawns = bridges = 0
-    for _ in range(args.runs):
-        startup = python_startup_s()
-        with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
-            serial, report1, spawns, waits = run_suite(backends, Path(a), None)
-            bridges = bridge_spawns(Path(a) / "tmp")
-            parallel, report2, _, _ = run_suite(backends, Path(b), args.jobs)
-        if cells(report1) != cells(report2):
-            same = False
-            print(f"  differing cells: {sorted(cells(report1) ^ cells(report2))[:10]}")
-        serials.append(serial)
-        parallels.append(parallel)
-        startups.append(startup)
-        floors.append(spawns * startup)
+    # Every run's files are deleted only at the end: on this machine's ext4, files made soon
+    # after thousands were deleted cost more (the inode allocator skips recently freed inodes),
+    # which would tax every run after the first.
+    with tempfile.TemporaryDirectory() as work:
+        for n in range(args.runs):
+            startup = python_startup_s()
+            a, b = Path(work) / f"serial-{n}", Path(work) / f"parallel-{n}"
+            a.mkdir()
+            b.mkdir()
+            serial, report1, spawns, waits = run_suite(backends, a, None)
+            bridges = bridge_spawns(a / "tmp")
+            parallel, report2, _, _ = run_suite(backends, b, args.jobs)
+            if cells(report1) != cells(report2):
+                same = False
+                print(f"  differing cells: {sorted(cells(report1) ^ cells(report2))[:10]}")
+            serials.append(serial)
+            parallels.append(parallel)
+            startups.append(startup)
+            floors.append(spawns * startup)
     waited = sum(waits.values())
-    floor = statistics.median(floors)
     processes = [(spawns + bridges) * s for s in startups]
     budget = sorted(f"{c['check']}[{c['backend']}]" for c in report1["cells"] if c.get("reason") == "budget")
     print(f"backends: {', '.join(backends)}; {len(report1['cells'])} cells; {args.runs} serial/-n {args.jobs} pairs, "
