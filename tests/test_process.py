@@ -659,3 +659,53 @@ def test_guard_forgets_a_session_even_when_its_leader_was_not_reaped(tmp_path: P
             proc.kill()
             proc.wait(timeout=60)
             process._unregister(proc)
+
+
+def _busy_script(tmp_path: Path) -> tuple[Path, int]:
+    """An executable script still held open for writing (by this process): exec gives ETXTBSY."""
+    script = tmp_path / "busy.sh"
+    fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o755)
+    os.write(fd, b"#!/bin/sh\necho started\n")
+    return script, fd
+
+
+def test_an_executable_busy_being_written_is_started_once_the_writer_is_gone(tmp_path: Path) -> None:
+    """The writer goes between the first attempt and the retry (a just-forked child of another
+    thread execs, an install finishes): the spawn succeeds instead of failing the session."""
+    from harnesscheck.process import when_not_busy
+
+    script, fd = _busy_script(tmp_path)
+    attempts = []
+
+    def start(*args, **kwargs):
+        attempts.append(1)
+        try:
+            return subprocess.run(*args, **kwargs)
+        finally:
+            if len(attempts) == 1:
+                os.close(fd)  # the writer goes right after the first, busy, attempt
+
+    out = when_not_busy(start, [str(script)], capture_output=True)
+    assert out.stdout == b"started\n" and len(attempts) == 2
+
+
+def test_an_executable_that_stays_busy_fails_with_etxtbsy_and_other_errors_are_not_retried(tmp_path: Path, monkeypatch) -> None:
+    from harnesscheck import process
+
+    monkeypatch.setattr(process, "BUSY_RETRY_S", (0.001, 0.001))
+    script, fd = _busy_script(tmp_path)
+    try:
+        with pytest.raises(OSError) as busy:
+            process.when_not_busy(subprocess.run, [str(script)], capture_output=True)
+        assert busy.value.errno == errno.ETXTBSY
+    finally:
+        os.close(fd)
+    calls = []
+
+    def missing(*args, **kwargs):
+        calls.append(1)
+        raise FileNotFoundError(errno.ENOENT, "no such file")
+
+    with pytest.raises(FileNotFoundError):
+        process.when_not_busy(missing)
+    assert calls == [1]

@@ -737,7 +737,8 @@ def run_process(
         preexec = None  # Popen's thread-safe fast path (vfork); no Python runs in the child
     try:
         with _unblocked_signals():
-            proc = subprocess.Popen(
+            proc = when_not_busy(
+                subprocess.Popen,
                 list(argv),
                 executable=executable,
                 env=child_env,
@@ -917,6 +918,25 @@ def run_process(
         oversize_limit=max_line_bytes if ending is Ending.oversize else None,
         partial_tail=state.partial_tail(),
     )
+
+
+#: Waits between attempts to start an executable that is busy (ETXTBSY): ~0.4 s in all.
+BUSY_RETRY_S = (0.005, 0.02, 0.05, 0.1, 0.2)
+
+
+def when_not_busy(start: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`start(*args, **kwargs)` (Popen, subprocess.run), tried again for a moment while the
+    executable is busy (ETXTBSY). A file just written is busy as long as any process holds
+    it open for writing, and in a threaded host that includes a child another thread has
+    just forked and not yet exec'd (its copy of the fd table holds the writer until exec): a
+    fake CLI or a wrapper written a moment before, or a CLI an installer is replacing."""
+    for delay in (*BUSY_RETRY_S, None):
+        try:
+            return start(*args, **kwargs)
+        except OSError as exc:
+            if exc.errno != errno.ETXTBSY or delay is None:
+                raise
+            time.sleep(delay)
 
 
 def _safe_wait(drain: Callable[[float], None]) -> Callable[[float], None]:

@@ -278,9 +278,12 @@ _VERSION_LOCK = threading.Lock()
 
 def _probe_version(path: Path, timeout_s: float) -> tuple[str | None, str]:
     """(first line of stdout, "") or (None, why there was no answer)."""
+    from harnesscheck.process import when_not_busy
+
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/")}
     try:
-        proc = subprocess.run(
+        proc = when_not_busy(
+            subprocess.run,
             [str(path), "--version"],
             stdin=subprocess.DEVNULL,
             capture_output=True,
