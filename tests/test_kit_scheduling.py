@@ -133,3 +133,33 @@ def test_without_xdist_nothing_is_pinned_and_the_constants_still_import():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "harnesscheck_api_sdk_here"]
+
+
+@pytest.mark.parametrize("n_harness, n_api", [(0, 1), (1, 1), (2, 1), (0, 2)])
+@pytest.mark.parametrize("pin_always", [False, True])
+def test_a_small_run_ends_whatever_order_the_workers_came_in(n_harness, n_api, pin_always, monkeypatch):
+    """Fewer cells than two per worker are dealt one at a time and may run out before the pin
+    worker's turn (review finding: `-n 3` on one api cell hung, its cell pending for ever).
+    With `pin_always` the share rule is off, so the pinned cells really wait for gw0's turn."""
+    if pin_always:
+        monkeypatch.setattr(PinnedLoadScheduling, "_choose_pinned",
+                            lambda self: {i for i, n in enumerate(self.collection) if n.endswith(SUFFIXES)})
+    nodes = [Node("gw1"), Node("gw2"), Node(PIN_WORKER)]
+    ids = collection(n_harness, n_api)
+    sched = scheduler(nodes, ids)
+    ran = run_to_end(sched, nodes)
+    assert sorted(sum(ran.values(), [])) == list(range(len(ids)))
+    assert all(node.shutting_down for node in nodes)
+    if pin_always:
+        api = {i for i, nodeid in enumerate(ids) if nodeid.endswith("[api@offline]")}
+        assert set(ran[nodes[2]]) >= api
+
+
+def test_a_run_of_mostly_api_cells_is_not_pinned_to_one_worker():
+    nodes = [Node(PIN_WORKER), Node("gw1")]
+    ids = collection(4, 30)  # pinning would make one worker run 30 of 34 cells in a row
+    sched = scheduler(nodes, ids)
+    ran = run_to_end(sched, nodes)
+    api = {i for i, nodeid in enumerate(ids) if nodeid.endswith("[api@offline]")}
+    assert set(ran[nodes[1]]) & api, "the api cells were all kept on one worker"
+    assert sorted(ran[nodes[0]] + ran[nodes[1]]) == list(range(len(ids)))

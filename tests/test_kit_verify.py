@@ -86,3 +86,28 @@ def test_exit_fast_keeps_the_exit_status_threads_atexit_and_output_and_skips_the
         results[fast] = (proc.returncode, "unflushed-tail" in proc.stdout, sorted(p.name for p in out.iterdir()))
     assert results[False] == (1, True, ["atexit-ran", "module-teardown", "thread-finished"])
     assert results[True] == (1, True, ["atexit-ran", "thread-finished"])
+
+
+def test_exit_fast_keeps_the_status_of_a_run_stopped_before_the_kit_saw_the_session(tmp_path):
+    """A hook that ends the run before the kit's session start (pytest.exit with a code), and
+    a usage error while configuring: the same status with --hc-exit-fast as without it
+    (review finding: both ended 0)."""
+    (tmp_path / "conftest.py").write_text(
+        "import os, pytest\n"
+        "@pytest.hookimpl(tryfirst=True)\n"
+        "def pytest_sessionstart(session):\n"
+        "    if os.environ.get('HC_TEST_STOP'):\n"
+        "        pytest.exit('stopped', returncode=7)\n"
+    )
+    (tmp_path / "test_x.py").write_text("def test_x():\n    pass\n")
+    results = {}
+    for fast in (False, True):
+        base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "harnesscheck.kit.plugin",
+                *(["--hc-exit-fast"] if fast else [])]
+        stopped = subprocess.run([*base, str(tmp_path / "test_x.py")], cwd=tmp_path,
+                                 env={**child_env(), "HC_TEST_STOP": "1"}, capture_output=True, text=True, timeout=120)
+        usage = subprocess.run([*base, "--backend", "no-such-backend", str(tmp_path / "test_x.py")], cwd=tmp_path,
+                               env=child_env(), capture_output=True, text=True, timeout=120)
+        results[fast] = (stopped.returncode, usage.returncode)
+    assert results[False] == (7, 4)
+    assert results[True] == results[False]

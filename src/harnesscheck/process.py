@@ -735,10 +735,10 @@ def run_process(
         preexec = _default_signals  # rare: costs a fork instead of vfork
     else:
         preexec = None  # Popen's thread-safe fast path (vfork); no Python runs in the child
-    try:
-        with _unblocked_signals():
-            proc = when_not_busy(
-                subprocess.Popen,
+
+    def spawn() -> subprocess.Popen[bytes]:
+        with _unblocked_signals():  # for the spawn only, not across when_not_busy's waits
+            return subprocess.Popen(
                 list(argv),
                 executable=executable,
                 env=child_env,
@@ -750,6 +750,9 @@ def run_process(
                 close_fds=True,
                 preexec_fn=preexec,
             )
+
+    try:
+        proc = when_not_busy(spawn)
     except BaseException:
         if sid is not None:
             _guard.close(sid)

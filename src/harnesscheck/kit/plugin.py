@@ -328,7 +328,6 @@ def _baseline(config: pytest.Config):
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[_STATE]["started"] = _now()
-    session.config.stash[_STATE]["session"] = session
     if _baseline_path(session.config) and _wants_kit(session.config):
         catalog, _ = _catalog()
         baseline = _baseline(session.config)
@@ -492,16 +491,20 @@ def _exit_fast_at_exit(config: pytest.Config) -> None:
     xdist worker, as its normal end gives) but without the module teardown that follows,
     ~0.4 s once the api SDK is loaded, which the xdist controller would wait for. Runs as
     the first atexit handler and runs the others itself; without atexit._run_exitfuncs
-    (CPython's, present since 3.0) the normal exit is kept."""
+    (CPython's, present since 3.0) or a session, the normal exit is kept. A file some plugin
+    left open, unclosed and unflushed, loses its buffer: the option is for verify's child,
+    which loads no plugin but the kit's (and xdist)."""
     import atexit
 
     from harnesscheck.bridge.__main__ import exit_now  # flush stdout and stderr, os._exit
 
     run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)
-    if run_exitfuncs is None:
+    # The session pytest made for this run (it registers itself as the "session" plugin, even
+    # when a hook stopped the run before ours saw it): its exitstatus is what pytest returns.
+    session = config.pluginmanager.get_plugin("session")
+    if run_exitfuncs is None or session is None:
         return
-    session = config.stash[_STATE].get("session")
-    code = 0 if hasattr(config, "workerinput") or session is None else int(session.exitstatus)
+    code = 0 if hasattr(config, "workerinput") else int(session.exitstatus)
 
     def exit_fast() -> None:
         atexit.unregister(exit_fast)

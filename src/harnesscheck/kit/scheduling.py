@@ -41,7 +41,9 @@ def supported() -> bool:
 
 class PinnedLoadScheduling(LoadScheduling):
     """`--dist load`, except that the cells whose node ids end with one of `suffixes` all go
-    to the pin worker (the node named PIN_WORKER, else the first)."""
+    to the pin worker (the node named PIN_WORKER, else the first), in one batch whatever
+    `--maxschedchunk` says. When they would be more than a worker's share of the run (a run
+    of little but api cells), nothing is pinned: one worker would run them all in a row."""
 
     def __init__(self, config, log=None, *, suffixes: tuple[str, ...]):
         super().__init__(config, log)
@@ -52,9 +54,27 @@ class PinnedLoadScheduling(LoadScheduling):
         nodes = self.nodes
         return next((n for n in nodes if n.gateway.id == PIN_WORKER), nodes[0] if nodes else None)
 
+    def _choose_pinned(self) -> set[int]:
+        pinned = {i for i, nodeid in enumerate(self.collection) if nodeid.endswith(self._suffixes)}
+        share = len(self.collection) / max(1, len(self.nodes))
+        return pinned if len(pinned) < share else set()
+
+    def schedule(self) -> None:
+        super().schedule()
+        # xdist's first distribution may end before it reached the pin worker (fewer cells
+        # than two per worker are dealt one at a time): the pinned cells go to it now, and a
+        # run with nothing left to send lets every worker finish, as xdist's own does.
+        pin = self._pin_node()
+        if self._pinned and self.collection is not None and pin is not None and not pin.shutting_down:
+            self._send_tests(pin, 0)
+            if not self.pending:
+                for node in self.nodes:
+                    if not node.shutting_down:
+                        node.shutdown()
+
     def _send_tests(self, node, num: int) -> None:
         if self._pinned is None:
-            self._pinned = {i for i, nodeid in enumerate(self.collection) if nodeid.endswith(self._suffixes)}
+            self._pinned = self._choose_pinned()
         pinned = self._pinned
         chosen = [i for i in self.pending if i not in pinned][:num]
         if pinned and node is self._pin_node():
