@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -850,8 +851,14 @@ def test_a_dead_spare_is_replaced_and_the_relay_still_served(tmp_path: Path, rel
     argv, env = relay_for(spec_a)
     spare = server.spare()
     assert spare is not None
+    pidfd = os.pidfd_open(spare)
     os.kill(spare, signal.SIGKILL)
-    assert _wait_gone([spare]) == []
+    # Gone means every thread gone: a zombie leader whose parked threads still exit keeps the
+    # hand-off socket open, and a session handed to it then is lost (a known limit, SPEC-bridge).
+    try:
+        assert select.select([pidfd], [], [], BOUND_S)[0], "the killed spare did not exit"
+    finally:
+        os.close(pidfd)
     listed, results = anyio.run(_client_session, argv, env, tmp_path, [("read_file", {"path": "src/own.txt"})])
     assert listed.tools and _text(results[0]) == "this is a\n"
     replacement = server.spare()
