@@ -36,7 +36,7 @@ def pinned_suffixes(cells: Collection[tuple[str, str, str]]) -> tuple[str, ...]:
 def supported() -> bool:
     """Whether this xdist's load scheduler has the parts PinnedLoadScheduling builds on (its
     batch sender and queues, xdist 3.5 to 3.8 at least); if not, xdist's own is used."""
-    return all(hasattr(LoadScheduling, name) for name in ("_send_tests", "check_schedule", "remove_node", "schedule"))
+    return all(hasattr(LoadScheduling, name) for name in ("_send_tests", "schedule"))
 
 
 class PinnedLoadScheduling(LoadScheduling):
@@ -86,22 +86,3 @@ class PinnedLoadScheduling(LoadScheduling):
         self.pending[:] = [i for i in self.pending if i not in taken]
         self.node2pending[node].extend(chosen)
         node.send_runtest_some(chosen)
-
-    def check_schedule(self, node, duration: float = 0) -> None:
-        super().check_schedule(node, duration)
-        # A worker that may not take what is left (pinned, for another worker), and has
-        # nothing of its own, will get no more work: let it finish now.
-        if (
-            not node.shutting_down
-            and self.pending
-            and not self.node2pending.get(node)
-            and self._pinned
-            and all(i in self._pinned for i in self.pending)
-            and node is not self._pin_node()
-        ):
-            node.shutdown()
-
-    def remove_node(self, node):
-        if node is self._pin_node() and self._pinned:
-            self._pinned.clear()  # the pin worker is gone: the pinned cells are ordinary now
-        return super().remove_node(node)
