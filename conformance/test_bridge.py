@@ -21,7 +21,7 @@ def test_failed_load_ends_session(but):
     assert o.error_class == E.mcp_unavailable, f"error_class {o.error_class}"
 
 
-@check("bridge.slow-start-not-toolless", requires=[C.mcp_tools], kinds=[Kind.harness], incident="G1")
+@check("bridge.slow-start-not-toolless", requires=[C.mcp_tools], kinds=[Kind.harness], incident="G1", paced=True)
 def test_slow_start_not_toolless(but):
     """A bridge slow to start either is waited for or errors: the session is never ok without its tools."""
     run = but.run("mcp_slow", timeout_s=120)

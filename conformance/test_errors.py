@@ -50,7 +50,7 @@ def test_quota_not_retryable(but):
     _assert_class(but.run("usage_limit"), E.quota, status=OutcomeStatus.blocked, retryable=False)
 
 
-@check("errors.overloaded-retryable", incident="E3")
+@check("errors.overloaded-retryable", incident="E3", paced=True)
 def test_overloaded_retryable(but):
     """529 overloaded is overloaded (or server_error), retryable."""
     run = but.run("overloaded_529")

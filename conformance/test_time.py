@@ -44,7 +44,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-@check("time.timeout-truncates", incident=["C1", "C3"])
+@check("time.timeout-truncates", incident=["C1", "C3"], paced=True)
 def test_timeout_truncates(but):
     """A stall past the deadline ends truncated (timeout) with the partial text, within timeout + grace."""
     run = but.run_stalled("timeout_mid_stream", timeout_s=TIMEOUT_S, blind_timeout_s=BLIND_TIMEOUT_S)
@@ -66,7 +66,7 @@ def test_max_turns_truncates(but):
         assert o.iterations <= 2, f"{o.iterations} turns with max_iters=2"
 
 
-@check("time.cancel-ends-session", requires=[C.cancellation], incident="C8")
+@check("time.cancel-ends-session", requires=[C.cancellation], incident="C8", paced=True)
 def test_cancel_ends_session(but):
     """Host cancellation ends a stalled session promptly with status cancelled and no survivors."""
     run = but.run("timeout_mid_stream", timeout_s=CANCEL_TIMEOUT_S, cancel_on_stall=True, cancel_after_s=BLIND_CANCEL_AFTER_S)
@@ -82,7 +82,7 @@ def test_cancel_ends_session(but):
     assert not survivors, f"processes survived cancellation: {survivors}"
 
 
-@check("time.no-survivors-after-timeout", kinds=[Kind.harness], incident=["C1", "C2", "C9"])
+@check("time.no-survivors-after-timeout", kinds=[Kind.harness], incident=["C1", "C2", "C9"], paced=True)
 def test_no_survivors_after_timeout(but):
     """After a timeout no process of the tree survives: CLI, grandchildren, even setsid escapees."""
     run = but.run_stalled("timeout_tree", timeout_s=TIMEOUT_S, blind_timeout_s=BLIND_TIMEOUT_S, teardown_s=TEARDOWN_S)
@@ -92,7 +92,7 @@ def test_no_survivors_after_timeout(but):
     assert not survivors, f"processes survived the timeout: {survivors}"
 
 
-@check("time.linger-after-result", kinds=[Kind.harness], incident="C4")
+@check("time.linger-after-result", kinds=[Kind.harness], incident="C4", paced=True)
 def test_linger_after_result(but):
     """A CLI that prints its result and lingers is killed after a short grace; the outcome comes from the event."""
     run = but.run("linger_after_result", timeout_s=120, teardown_s=TEARDOWN_S)

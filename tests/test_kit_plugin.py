@@ -148,3 +148,48 @@ def test_cells_run_scripted_then_harness_then_api_and_nothing_else_moves():
     items = [item("api", 0), item("codex", 1), SimpleNamespace(n=2), item("api", 3), item("fake", 4), item("cursor", 5)]
     items.sort(key=plugin._run_order)
     assert [i.n for i in items] == [2, 4, 1, 5, 0, 3]
+
+
+def test_only_xdist_workers_spread_the_paced_cells_then_cells_still_run_by_kind():
+    from types import SimpleNamespace
+
+    from harnesscheck.kit import plugin
+    from harnesscheck.registry import BUILTIN_SPECS
+
+    def fn(paced):
+        from harnesscheck.kit.catalog import ATTR, CheckInfo
+
+        f = lambda: None  # noqa: E731
+        setattr(f, ATTR, CheckInfo(id="time.x", requirement="r", area="time", paced=paced))
+        return f
+
+    def item(backend, n, paced=False):
+        return SimpleNamespace(n=n, function=fn(paced), callspec=SimpleNamespace(params={"but": (BUILTIN_SPECS[backend], "offline")}))
+
+    def order(config):
+        items = [item("codex", 0, True), item("codex", 1, True), *[item("codex", n) for n in range(2, 8)], item("fake", 8, True), item("fake", 9)]
+        config.hook = SimpleNamespace(pytest_deselected=lambda items: None)
+        plugin.pytest_collection_modifyitems(config, items)
+        return [i.n for i in items]
+
+    serial = SimpleNamespace(option=SimpleNamespace(dist="no"))
+    worker = SimpleNamespace(option=SimpleNamespace(dist="no"), workerinput={"workerid": "gw0"})
+    assert order(serial) == [8, 9, 0, 1, 2, 3, 4, 5, 6, 7]
+    assert order(worker) == [8, 9, 2, 3, 0, 4, 5, 1, 6, 7]  # spread over the run, then grouped by kind
+
+
+def test_the_xdist_controller_reads_the_catalog_without_rewriting_its_asserts():
+    import importlib
+    import sys
+
+    from _pytest.assertion.rewrite import AssertionRewritingHook
+
+    from harnesscheck.kit import plugin
+
+    before = list(sys.meta_path)
+    with plugin._plain_imports(True):
+        assert not any(isinstance(f, AssertionRewritingHook) for f in sys.meta_path)
+        importlib.invalidate_caches()
+    assert sys.meta_path == before
+    with plugin._plain_imports(False):
+        assert sys.meta_path == before

@@ -163,3 +163,44 @@ def test_a_run_of_mostly_api_cells_is_not_pinned_to_one_worker():
     api = {i for i, nodeid in enumerate(ids) if nodeid.endswith("[api@offline]")}
     assert set(ran[nodes[1]]) & api, "the api cells were all kept on one worker"
     assert sorted(ran[nodes[0]] + ran[nodes[1]]) == list(range(len(ids)))
+
+
+# --- paced cells spread over the run -----------------------------------------------------
+
+from hypothesis import given, strategies as st  # noqa: E402
+
+from harnesscheck.kit.scheduling import spread_paced  # noqa: E402
+
+
+def test_paced_items_are_spread_evenly_and_each_group_keeps_its_order():
+    items = [f"o{i}" for i in range(10)] + ["w0", "w1", "w2"]
+    out = spread_paced(items, lambda x: x.startswith("w"))
+    assert out == ["o0", "o1", "o2", "w0", "o3", "o4", "w1", "o5", "o6", "o7", "w2", "o8", "o9"]
+
+
+@given(st.lists(st.booleans(), max_size=60))
+def test_spreading_keeps_every_item_once_in_group_order_with_no_paced_item_next_to_another(flags):
+    items = list(enumerate(flags))
+    out = spread_paced(items, lambda it: it[1])
+    assert sorted(out) == items
+    assert [it for it in out if it[1]] == [it for it in items if it[1]]
+    assert [it for it in out if not it[1]] == [it for it in items if not it[1]]
+    paced, others = sum(flags), len(flags) - sum(flags)
+    if paced <= others:  # room for all: never two waits in a row, none at the very start
+        assert all(not (a[1] and b[1]) for a, b in zip(out, out[1:]))
+        assert not out or not out[0][1]
+
+
+def test_the_checks_that_wait_on_purpose_are_paced_and_pacing_is_not_part_of_a_checks_meaning():
+    """The waits bench/bench_suite.py counts as required come from paced checks; marking a
+    check paced leaves the catalog hash alone (it is scheduling, not the requirement)."""
+    from dataclasses import replace
+
+    from harnesscheck.kit.catalog import catalog_hash, load_catalog
+
+    catalog = load_catalog()
+    waits = {"time.timeout-truncates", "time.no-survivors-after-timeout", "time.linger-after-result",
+             "time.cancel-ends-session", "bridge.slow-start-not-toolless", "errors.overloaded-retryable"}
+    assert {i for i, info in catalog.items() if info.paced} == waits
+    flipped = {i: replace(info, paced=not info.paced) for i, info in catalog.items()}
+    assert catalog_hash(flipped) == catalog_hash(catalog)

@@ -77,6 +77,10 @@ class CheckInfo:
     module: str = ""
     function: str = ""
     details: str = ""
+    #: The check waits on purpose (a session deadline, a term grace, a linger, a replayed
+    #: fixture delay). Not part of its meaning: the parallel run spreads these cells so that
+    #: one worker's wait overlaps another's work.
+    paced: bool = False
 
     def applies_to_kind(self, kind: Kind) -> bool:
         return kind in self.kinds
@@ -107,8 +111,10 @@ def check(
     kinds: Iterable[Kind | str] | None = None,
     levels: Iterable[str] = ("offline", "loopback"),
     declines: Capability | str | None = None,
+    paced: bool = False,
 ) -> Callable:
-    """Declare a conformance check. The function's docstring is its requirement."""
+    """Declare a conformance check. The function's docstring is its requirement; `paced`:
+    its cells wait on purpose for a noticeable time (CheckInfo.paced)."""
     if not _ID_RE.match(check_id):
         raise CatalogError(f"check id {check_id!r} is not '<area>.<slug>' in lower kebab case")
     area = check_id.split(".", 1)[0]
@@ -140,6 +146,7 @@ def check(
             module=Path(fn.__code__.co_filename).name,
             function=fn.__name__,
             details=" ".join(rest.split()),
+            paced=bool(paced),
         )
         _register(info)
         setattr(fn, ATTR, info)

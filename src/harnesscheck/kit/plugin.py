@@ -18,6 +18,9 @@ With --backend and no path arguments, the suite shipped in the package
 
 from __future__ import annotations
 
+import contextlib
+import sys
+
 import pytest
 
 _CELLS = pytest.StashKey[list]()
@@ -114,6 +117,23 @@ def _backends(config: pytest.Config) -> list:
                 raise pytest.UsageError(f"--backend {backend_id}: {exc}") from None
         state["backends"] = specs
     return state["backends"]
+
+
+@contextlib.contextmanager
+def _plain_imports(plain: bool):
+    """With `plain`, modules imported inside are not assertion-rewritten: the xdist controller
+    reads the catalog (to check the baseline before its workers start) but runs no check, and
+    rewriting the suite there (~0.1 s, uncached under PYTHONDONTWRITEBYTECODE) would only
+    delay the workers' start."""
+    from _pytest.assertion.rewrite import AssertionRewritingHook
+
+    hooks = [f for f in sys.meta_path if isinstance(f, AssertionRewritingHook)] if plain else []
+    for hook in hooks:
+        sys.meta_path.remove(hook)
+    try:
+        yield
+    finally:
+        sys.meta_path[:0] = hooks
 
 
 def _catalog():
@@ -213,7 +233,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    if hasattr(config, "workerinput"):  # an xdist worker: the order is the one xdist deals out
+        from harnesscheck.kit.scheduling import spread_paced
+
+        items[:] = spread_paced(items, _paced)
     items.sort(key=_run_order)
+
+
+def _paced(item: pytest.Item) -> bool:
+    """A cell of a check that waits on purpose (CheckInfo.paced)."""
+    from harnesscheck.kit.catalog import info_of
+
+    info = info_of(getattr(item, "function", None))
+    return _cell_of(item) is not None and info is not None and info.paced
 
 
 def _run_order(item: pytest.Item) -> int:
@@ -329,7 +361,8 @@ def _baseline(config: pytest.Config):
 def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[_STATE]["started"] = _now()
     if _baseline_path(session.config) and _wants_kit(session.config):
-        catalog, _ = _catalog()
+        with _plain_imports(_xdist_controller(session.config)):
+            catalog, _ = _catalog()
         baseline = _baseline(session.config)
         usage, expired = baseline.problems(set(catalog))
         if usage:

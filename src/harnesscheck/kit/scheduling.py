@@ -1,4 +1,5 @@
-"""xdist scheduling of the suite: every offline api cell on one worker.
+"""xdist scheduling of the suite: every offline api cell on one worker, and the paced cells
+spread over the run.
 
 An offline api cell needs the api SDK imported (~1 s of CPU for anthropic, plus its share
 of the interpreter's teardown). Spread over every worker, each pays it; pinned to one, one
@@ -10,11 +11,19 @@ depend on it.
 The pinned cells go to the pin worker with its first batch, after that batch's other
 cells, so the import has the length of that batch to finish; if the pin worker goes down
 before running them, they go back to the common queue and any worker takes them.
+
+Paced cells (CheckInfo.paced: they wait on purpose, for a deadline, a grace or a replayed
+delay) are spread evenly over the order of the run (`spread_paced`). Left together (one
+module), xdist deals them to every worker at once near the end, and both cores idle while
+every worker waits; spread, one worker's wait overlaps another's work.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+from typing import TypeVar
+
+T = TypeVar("T")
 
 try:
     from xdist.scheduler import LoadScheduling
@@ -31,6 +40,23 @@ API_SDK_HERE = "harnesscheck_api_sdk_here"
 def pinned_suffixes(cells: Collection[tuple[str, str, str]]) -> tuple[str, ...]:
     """Node-id suffixes of the cells to pin, from (backend id, level, adapter kind) triples."""
     return tuple(f"[{backend}@{level}]" for backend, level, kind in cells if kind == "api" and level == "offline")
+
+
+def spread_paced(items: list[T], paced: Callable[[T], bool]) -> list[T]:
+    """The same items, the paced ones moved to evenly spaced places among the others: the
+    k-th (of m) right after the ceil(k·n/(m+1))-th of the n others. Each group keeps its order."""
+    waits = [item for item in items if paced(item)]
+    others = [item for item in items if not paced(item)]
+    if not waits or not others:
+        return list(items)
+    out: list[T] = []
+    k = 0
+    for j, item in enumerate(others, start=1):
+        out.append(item)
+        while k < len(waits) and (k + 1) * len(others) <= j * (len(waits) + 1):
+            out.append(waits[k])
+            k += 1
+    return out + waits[k:]
 
 
 def supported() -> bool:
