@@ -103,7 +103,7 @@ def test_workers_learn_which_one_runs_the_pinned_api_cells(monkeypatch):
 
     def configured(worker: str, dist: str, args: list[str], backends: list[str]) -> dict:
         monkeypatch.setattr(plugin, "_backends", lambda config: [BUILTIN_SPECS[b] for b in backends])
-        node = SimpleNamespace(config=SimpleNamespace(args=args, option=SimpleNamespace(dist=dist)),
+        node = SimpleNamespace(config=SimpleNamespace(args=args, option=SimpleNamespace(dist=dist), stash={}),
                                gateway=SimpleNamespace(id=worker), workerinput={})
         plugin.pytest_configure_node(node)
         return node.workerinput

@@ -43,6 +43,18 @@ The forkserver process:
   `server.serve_spec(...)`, the same code path as `python -m harnesscheck.bridge`. It ends
   on stdin EOF, when the relay's connection closes, when the forkserver dies (parent-death
   signal) or the host dies (the spec's parent_pid watch). Its exit status goes to the relay.
+- Template (`start_template`, used by the kit's xdist controller for its workers): one
+  process pre-imports and warms up as a forkserver does, then forks a ready forkserver for
+  each host that asks (`use_template(path)` in that host), instead of each host starting
+  its own (~0.7 s of CPU each for the imports). The host keeps everything that makes the
+  forkserver its own: it makes the private directory and the control socketpair, sends its
+  end of the pair (SCM_RIGHTS) and its env over the template's socket (0600, in a 0700
+  directory; the peer's uid must be ours; the directory must be ours and 0700), and the
+  forked forkserver then runs exactly as a fresh one (own session, cwd, env, log; `ready`
+  with its pid on the control channel). Not the host's child: the host watches it through
+  a pidfd. No template, a dead one or any failure: the host starts its own, as before. The
+  template ends on EOF on its own control channel (its starter died or closed it); the
+  forkservers it forked end with their hosts, as any does.
 - Usually the child is the spare, forked ahead: it rehearses a throw-away session
   (`server.rehearse`, so a session's pages are its own, not copy-on-write faults), parks
   two threads, says `ready` and waits for a session. The next spare is forked when that
@@ -68,11 +80,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 #: Set to 0/false/no/off to always start the full stdio bridge (debugging, benchmarks).
 DISABLE_VAR = "HARNESSCHECK_BRIDGE_FORKSERVER"
 RELAY_PATH = Path(__file__).resolve().parent / "_bridgerelay.py"
 SOCKET_NAME = "bridge.sock"
+TEMPLATE_SOCKET_NAME = "template.sock"
 START_TIMEOUT_S = 60.0
 CONTROL_TIMEOUT_S = 30.0
 REAP_TIMEOUT_S = 10.0
@@ -127,12 +141,98 @@ def compile_relay(directory: Path, source: Path = RELAY_PATH) -> str:
     return str(target)
 
 
+def _start_fresh(exe: str, flags: list[str], env: dict[str, str], directory: Path) -> tuple[socket.socket, Any]:
+    """A new forkserver process, this host's child: (host end of its control pair, Popen)."""
+    import subprocess
+
+    host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        with open(directory / "forkserver.log", "wb") as log:
+            child_end.set_inheritable(True)
+            proc = subprocess.Popen(
+                [exe, *flags, "-m", "harnesscheck.bridge.forkserver",
+                 "--control-fd", str(child_end.fileno()), "--dir", str(directory)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                env=env,
+                cwd=str(directory),
+                pass_fds=(child_end.fileno(),),
+                start_new_session=True,
+            )
+    except OSError:
+        host_end.close()
+        raise
+    finally:
+        child_end.close()
+    return host_end, proc  # host end: non-inheritable (PEP 446), no CLI ever holds it
+
+
+class _Adopted:
+    """The Popen calls ForkServer makes, for a forkserver that is not our child (a template
+    forked it and reaps it): watched and killed through a pidfd, never waited for."""
+
+    def __init__(self, pid: int, pidfd: int):
+        self.pid = pid
+        self._pidfd = pidfd
+
+    def poll(self) -> int | None:
+        import select
+
+        return 0 if self._pidfd < 0 or select.select([self._pidfd], [], [], 0)[0] else None
+
+    def wait(self, timeout: float | None = None) -> int:
+        import select
+        import subprocess
+
+        if self._pidfd >= 0 and not select.select([self._pidfd], [], [], timeout)[0]:
+            raise subprocess.TimeoutExpired("bridge forkserver", timeout or 0)
+        self._close()
+        return 0
+
+    def kill(self) -> None:
+        if self._pidfd >= 0:
+            try:
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            except OSError:
+                pass
+
+    def _close(self) -> None:
+        if self._pidfd >= 0:
+            os.close(self._pidfd)
+            self._pidfd = -1
+
+
+def _fork_from_template(path: str, directory: Path, env: dict[str, str]) -> tuple[socket.socket, _Adopted] | None:
+    """A forkserver forked for this host by the template at `path`: (host end of its control
+    pair, its handle). None (noted on stderr) when no template answers; the caller then
+    starts its own. The template replies once its imports are done (START_TIMEOUT_S)."""
+    if not hasattr(os, "pidfd_open"):
+        return None
+    host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as conn:
+            conn.settimeout(START_TIMEOUT_S)
+            conn.connect(path)
+            request = json.dumps({"dir": str(directory), "env": env}).encode()
+            socket.send_fds(conn, [request], [child_end.fileno()])
+            child_end.close()  # the forked forkserver holds the only other copy
+            reply = json.loads(conn.recv(MAX_MESSAGE) or b"{}")
+        pid = reply.get("pid")
+        if not isinstance(pid, int) or pid <= 0:
+            raise ForkServerError(f"the template refused: {reply.get('error', reply)}")
+        return host_end, _Adopted(pid, os.pidfd_open(pid))
+    except (OSError, ValueError, ForkServerError) as exc:
+        host_end.close()
+        child_end.close()
+        sys.stderr.write(f"harnesscheck: bridge forkserver template unusable, starting a forkserver: {exc}\n")
+        return None
+
+
 class ForkServer:
     """The host's handle on one forkserver process: start, register, release, close."""
 
     def __init__(self) -> None:
-        import subprocess
-
         from harnesscheck.bridge.spec import _importable_isolated, _interpreter, bridge_env
         from harnesscheck.envpolicy import build_child_env
 
@@ -148,35 +248,18 @@ class ForkServer:
         exe = _interpreter()
         flags = ["-I"] if _importable_isolated(exe) else ["-P", "-s"]
         env = build_child_env(dict(os.environ), injections=bridge_env())
-        host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self._control = host_end  # non-inheritable (PEP 446): no CLI ever holds it
-        log = open(self.dir / "forkserver.log", "wb")
+        started = _fork_from_template(_template, self.dir, env) if _template is not None else None
         try:
-            child_end.set_inheritable(True)
-            self.proc = subprocess.Popen(
-                [exe, *flags, "-m", "harnesscheck.bridge.forkserver",
-                 "--control-fd", str(child_end.fileno()), "--dir", str(self.dir)],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-                env=env,
-                cwd=str(self.dir),
-                pass_fds=(child_end.fileno(),),
-                start_new_session=True,
-            )
+            self._control, self.proc = started or _start_fresh(exe, flags, env, self.dir)
         except OSError as exc:
-            host_end.close()
             shutil.rmtree(self.dir, ignore_errors=True)
             raise ForkServerError(f"cannot start the bridge forkserver: {exc}") from None
-        finally:
-            child_end.close()
-            log.close()
         try:
             reply = self._receive(START_TIMEOUT_S)
         except ForkServerError:
             self.close()
             raise
-        if reply.get("ready") is not True:
+        if reply.get("ready") is not True or reply.get("pid") != self.proc.pid:
             self.close()
             raise ForkServerError(f"the bridge forkserver did not start: {reply}")
         self.pid = self.proc.pid
@@ -297,6 +380,88 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+_template: str | None = None  # socket path of the template this host's forkserver is forked by
+
+
+def use_template(socket_path: str | None) -> None:
+    """From now on this host's forkserver is forked by the template listening at
+    `socket_path` (see start_template), not started fresh; None: start its own again."""
+    global _template
+    _template = socket_path
+
+
+class Template:
+    """The starter's handle on a forkserver template (start_template)."""
+
+    def __init__(self, proc: Any, control: socket.socket, directory: Path):
+        self.proc = proc
+        self._control = control
+        self.dir = directory
+        self.socket_path = str(directory / TEMPLATE_SOCKET_NAME)
+
+    def close(self) -> None:
+        """End the template (EOF on its control channel) and remove its directory. The
+        forkservers it forked are their hosts': they end with them."""
+        try:
+            self._control.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=REAP_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - it must not outlive us
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def start_template() -> Template | None:
+    """Start a forkserver template (not waiting for its imports: hosts that ask early wait in
+    its socket's backlog). None when forkservers cannot run here or it could not start."""
+    if not enabled() or not hasattr(os, "pidfd_open"):
+        return None
+    from harnesscheck.bridge.spec import _importable_isolated, _interpreter, bridge_env
+    from harnesscheck.envpolicy import build_child_env
+
+    directory = Path(tempfile.mkdtemp(prefix="hc-fs-template-"))
+    if len(str(directory / TEMPLATE_SOCKET_NAME)) > MAX_SOCKET_PATH:
+        shutil.rmtree(directory, ignore_errors=True)
+        directory = Path(tempfile.mkdtemp(prefix="hc-fst-", dir="/tmp"))
+    exe = _interpreter()
+    flags = ["-I"] if _importable_isolated(exe) else ["-P", "-s"]
+    env = build_child_env(dict(os.environ), injections=bridge_env())
+    import subprocess
+
+    # Bound and listening here, so a host may ask at once: it waits in the backlog until the
+    # template's imports are done.
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        old_umask = os.umask(0o177)
+        try:
+            listener.bind(str(directory / TEMPLATE_SOCKET_NAME))
+        finally:
+            os.umask(old_umask)
+        listener.listen(64)
+        with open(directory / "template.log", "wb") as log:
+            for sock in (child_end, listener):
+                sock.set_inheritable(True)
+            proc = subprocess.Popen(
+                [exe, *flags, "-m", "harnesscheck.bridge.forkserver", "--template", str(listener.fileno()),
+                 "--control-fd", str(child_end.fileno()), "--dir", str(directory)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, env=env,
+                cwd=str(directory), pass_fds=(child_end.fileno(), listener.fileno()), start_new_session=True,
+            )
+    except OSError as exc:
+        host_end.close()
+        shutil.rmtree(directory, ignore_errors=True)
+        sys.stderr.write(f"harnesscheck: bridge forkserver template not started: {exc}\n")
+        return None
+    finally:
+        child_end.close()
+        listener.close()
+    return Template(proc, host_end, directory)
 
 
 def enabled() -> bool:
@@ -1332,11 +1497,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harnesscheck.bridge.forkserver")
     parser.add_argument("--control-fd", type=int, required=True)
     parser.add_argument("--dir", type=Path, required=True)
+    parser.add_argument("--template", type=int, metavar="LISTEN_FD",
+                        help="fork ready forkservers for the hosts that connect to LISTEN_FD (start_template)")
     ns = parser.parse_args(argv)
     control = socket.socket(fileno=ns.control_fd)
     control.set_inheritable(False)
     for sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)  # only the host's EOF (or SIGTERM/SIGKILL) ends us
+    listener = None
+    if ns.template is not None:
+        listener = socket.socket(fileno=ns.template)
+        listener.set_inheritable(False)
     try:
         _preimport()
         rehearsal_root = _rehearsal_root(ns.dir)
@@ -1350,11 +1521,16 @@ def main(argv: list[str] | None = None) -> int:
         # a child's collections never walk (and so copy-on-write) those pages.
         gc.collect()
         gc.freeze()
+        if listener is not None:
+            return _Template(control, listener).run()
         server = _Server(control, ns.dir, rehearsal_root)
     except BaseException as exc:  # noqa: BLE001
         sys.stderr.write(f"bridge forkserver failed to start: {type(exc).__name__}: {exc}\n")
         return 1
+    return _serve(server)
 
+
+def _serve(server: "_Server") -> int:
     def stop(signum, frame):  # noqa: ARG001 - SIGTERM: end like a host EOF, children first
         raise SystemExit(0)
 
@@ -1364,6 +1540,122 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit:
         server._shutdown()
     return 0
+
+
+class _Template:
+    """The template's single-threaded loop: fork a ready forkserver for each host that asks;
+    end on EOF on the control channel."""
+
+    def __init__(self, control: socket.socket, listener: socket.socket):
+        self.control = control
+        self.listener = listener
+
+    def run(self) -> int:
+        import select
+
+        while True:
+            readable, _, _ = select.select([self.control, self.listener], [], [], 1.0)
+            self._reap()
+            if self.control in readable:
+                try:
+                    if not self.control.recv(MAX_MESSAGE):
+                        return 0
+                except OSError:
+                    return 0
+            if self.listener in readable:
+                try:
+                    conn, _ = self.listener.accept()
+                except OSError:
+                    time.sleep(ACCEPT_PAUSE_S)
+                    continue
+                with conn:
+                    self._serve_host(conn)
+
+    @staticmethod
+    def _reap() -> None:
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+
+    def _serve_host(self, conn: socket.socket) -> None:
+        """One request: its fd is the forkserver's control end, its message {dir, env}."""
+        fds: list[int] = []
+        try:
+            conn.settimeout(PENDING_TIMEOUT_S)
+            if _peer_cred(conn)[1] != os.getuid():
+                return
+            msg, fds, flags, _addr = socket.recv_fds(conn, MAX_MESSAGE, 2)
+            error = _template_request_error(msg, fds, flags)
+            if error is None and _thread_count() != 1:
+                error = "the template is not single-threaded"
+            if error is not None:
+                conn.send(json.dumps({"error": error}).encode())
+                return
+            request = json.loads(msg)
+            pid = os.fork()
+            if pid == 0:
+                for sock in (self.control, self.listener, conn):
+                    sock.detach()  # closed by number below: no object may close a reused fd later
+                _become_forkserver(fds[0], Path(request["dir"]), request["env"])  # never returns
+            conn.send(json.dumps({"pid": pid}).encode())
+        except (OSError, ValueError):
+            pass
+        finally:
+            _close_fds(fds)
+
+
+def _template_request_error(msg: bytes, fds: list[int], flags: int = 0) -> str | None:
+    """Why a host's request cannot be served (None: it can): one fd, a SEQPACKET socket; a
+    private directory of ours (0700, not a link) by absolute path; an env of strings."""
+    if len(fds) != 1 or flags & (socket.MSG_CTRUNC | socket.MSG_TRUNC):
+        return "send exactly one fd, the forkserver's end of the control pair"
+    try:
+        with socket.socket(fileno=os.dup(fds[0])) as probe:
+            if probe.type != socket.SOCK_SEQPACKET or probe.family != socket.AF_UNIX:
+                return "the fd is not a unix SEQPACKET socket"
+        request = json.loads(msg)
+        directory, env = request["dir"], request["env"]
+        st = os.lstat(directory)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"malformed request: {type(exc).__name__}"
+    if not os.path.isabs(directory) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return "the directory is not a private one of ours (0700, by absolute path)"
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        return "the env is not a map of strings"
+    return None
+
+
+def _become_forkserver(control_fd: int, directory: Path, env: dict[str, str]) -> None:
+    """In the template's fork: become a forkserver exactly as a fresh one starts (own
+    session, cwd, env, stderr to its log), warm already. Never returns."""
+    code = 1
+    try:
+        os.setsid()
+        _close_fds_except((control_fd,))
+        log = os.open(directory / "forkserver.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        os.dup2(log, 2)
+        os.close(log)
+        os.chdir(directory)
+        os.environ.clear()
+        os.environ.update(env)
+        control = socket.socket(fileno=control_fd)
+        control.set_inheritable(False)
+        code = _serve(_Server(control, directory, _rehearsal_root(directory)))
+    except BaseException as exc:  # noqa: BLE001
+        try:
+            os.write(2, f"bridge forkserver (forked by the template) failed to start: {type(exc).__name__}: {exc}\n".encode())
+        except OSError:
+            pass
+    finally:
+        try:
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001
+            pass
+        os._exit(code)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,239 @@
+"""The bridge forkserver template (bridge/forkserver.py, "Template"): a host told of a template
+gets a forkserver forked by it that is its own exactly as a fresh one is (env, cwd, session,
+log, control channel, sessions served, death with the host); a template that is gone or a
+request it cannot serve leaves the host starting its own; nothing of the template leaks into
+the forkserver."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from harnesscheck.bridge import forkserver
+from harnesscheck.bridge.spec import bridge_env
+from harnesscheck.envpolicy import build_child_env
+from test_bridge_forkserver import BOUND_S, _alive, _client_session, _fd_targets, _make_spec, _text, _wait_gone
+
+pytestmark = pytest.mark.skipif(
+    not forkserver.enabled() or not hasattr(os, "pidfd_open"), reason="the template needs Linux (SCM_RIGHTS, pidfds)"
+)
+
+
+def _ppid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as fh:
+        return int(fh.read().rsplit(")", 1)[1].split()[1])
+
+
+def _sid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as fh:
+        return int(fh.read().rsplit(")", 1)[1].split()[3])
+
+
+def _environ(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/environ", "rb") as fh:
+        pairs = [item.split(b"=", 1) for item in fh.read().split(b"\0") if b"=" in item]
+    return {os.fsdecode(k): os.fsdecode(v) for k, v in pairs}
+
+
+@pytest.fixture
+def template():
+    """A template, and this process's forkserver forked by it; both gone at teardown."""
+    started = forkserver.start_template()
+    assert started is not None
+    forkserver.shutdown()  # a forkserver an earlier test left to this process is not the template's
+    forkserver.use_template(started.socket_path)
+    try:
+        yield started
+    finally:
+        forkserver.use_template(None)
+        forkserver.shutdown()
+        started.close()
+
+
+def test_the_host_gets_a_forkserver_forked_by_the_template_that_serves_as_a_fresh_one(tmp_path: Path, template) -> None:
+    spec_path, _ = _make_spec(tmp_path, "a")
+    argv, env = forkserver.relay_command(spec_path)
+    assert forkserver.bind_session(spec_path, os.getpid())
+    server = forkserver.get_forkserver()
+    try:
+        assert isinstance(server.proc, forkserver._Adopted) and _ppid(server.pid) == template.proc.pid
+        # its own, as a fresh one is: its session, its private directory, this host's child env
+        assert _sid(server.pid) == server.pid
+        assert os.readlink(f"/proc/{server.pid}/cwd") == str(server.dir)
+        assert _environ(server.pid) == build_child_env(dict(os.environ), injections=bridge_env())
+        assert os.readlink(f"/proc/{server.pid}/fd/2") == str(server.dir / "forkserver.log")
+        listed, results = anyio.run(_client_session, argv, env, tmp_path, [("read_file", {"path": "src/own.txt"})])
+        assert "read_file" in [t.name for t in listed.tools] and _text(results[0]) == "this is a\n"
+    finally:
+        forkserver.release_session(spec_path)
+
+
+def test_nothing_of_the_template_is_open_in_the_forkserver_it_forks(template) -> None:
+    server = forkserver.get_forkserver()
+    forked, of_template = _fd_targets(server.pid), set(_fd_targets(template.proc.pid).values())
+    # its stdio and its own files and sockets only: not the template's listener, control
+    # channel or log (a socket or pipe open in both is one the template handed down)
+    assert forked[0] == forked[1] == "/dev/null" and forked[2] == str(server.dir / "forkserver.log")
+    assert not {t for t in forked.values() if t.startswith(("socket:", "pipe:"))} & of_template
+    assert not any(str(template.dir) in target for target in forked.values())
+
+
+def test_the_forked_forkserver_and_its_children_end_with_their_host_not_with_the_template(tmp_path: Path) -> None:
+    template = forkserver.start_template()
+    assert template is not None
+    spec_path, _ = _make_spec(tmp_path, "a", parent_pid=None)
+    host_script = tmp_path / "host.py"
+    host_script.write_text(textwrap.dedent(
+        """
+        import json, os, sys, time
+        from pathlib import Path
+        from harnesscheck.bridge import forkserver
+        forkserver.use_template(sys.argv[2])
+        spec = Path(sys.argv[1])
+        forkserver.relay_command(spec)
+        server = forkserver.get_forkserver()
+        print(json.dumps({"forkserver": server.pid, "spare": server.spare()}), flush=True)
+        time.sleep(1000)
+        """
+    ))
+    host = subprocess.Popen([sys.executable, str(host_script), str(spec_path), template.socket_path], stdout=subprocess.PIPE)
+    try:
+        info = json.loads(host.stdout.readline())
+        assert _ppid(info["forkserver"]) == template.proc.pid and _alive(info["spare"])
+        host.kill()
+        host.wait(timeout=BOUND_S)
+        assert _wait_gone([info["forkserver"], info["spare"]]) == []
+        assert template.proc.poll() is None  # the template serves the next host
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait()
+        template.close()
+    assert template.proc.poll() is not None and not template.dir.exists()
+
+
+def test_a_host_whose_template_is_gone_starts_its_own_forkserver(tmp_path: Path, capfd) -> None:
+    template = forkserver.start_template()
+    assert template is not None
+    path = template.socket_path
+    template.close()
+    forkserver.shutdown()
+    forkserver.use_template(path)
+    try:
+        spec_path, _ = _make_spec(tmp_path, "a")
+        assert forkserver.relay_command(spec_path) is not None
+        server = forkserver.get_forkserver()
+        assert not isinstance(server.proc, forkserver._Adopted) and _ppid(server.pid) == os.getpid()
+        assert "template unusable" in capfd.readouterr().err
+        forkserver.release_session(spec_path)
+    finally:
+        forkserver.use_template(None)
+        forkserver.shutdown()
+
+
+def _ask(path: str, message: bytes, fds: list[int]) -> dict:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as conn:
+        conn.settimeout(BOUND_S)
+        conn.connect(path)
+        socket.send_fds(conn, [message], fds)
+        return json.loads(conn.recv(forkserver.MAX_MESSAGE) or b"{}")
+
+
+def test_the_template_forks_nothing_for_a_request_it_cannot_serve(tmp_path: Path) -> None:
+    template = forkserver.start_template()
+    assert template is not None
+    private = Path(tempfile.mkdtemp(prefix="hc-t-"))
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    link = tmp_path / "link"
+    link.symlink_to(private)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    stream_a, stream_b = socket.socketpair()
+    read_end, write_end = os.pipe()
+
+    def request(directory, env=None) -> bytes:
+        return json.dumps({"dir": str(directory), "env": {"A": "b"} if env is None else env}).encode()
+
+    try:
+        refusals = [
+            _ask(template.socket_path, request(private), []),  # no fd
+            _ask(template.socket_path, request(private), [theirs.fileno(), read_end]),  # two
+            _ask(template.socket_path, request(private), [read_end]),  # a pipe
+            _ask(template.socket_path, request(private), [stream_b.fileno()]),  # a stream socket
+            _ask(template.socket_path, request(shared), [theirs.fileno()]),  # others may enter
+            _ask(template.socket_path, request(link), [theirs.fileno()]),  # a link to a private one
+            _ask(template.socket_path, request("relative"), [theirs.fileno()]),
+            _ask(template.socket_path, request(private, {"A": 1}), [theirs.fileno()]),
+            _ask(template.socket_path, b"not json", [theirs.fileno()]),
+        ]
+        assert all("pid" not in r and r.get("error") for r in refusals), refusals
+        # and it still serves a good one: a forkserver that says ready on the pair it was given
+        reply = _ask(template.socket_path, request(private, build_child_env(dict(os.environ), injections=bridge_env())),
+                     [theirs.fileno()])
+        theirs.close()
+        ours.settimeout(BOUND_S)
+        ready = json.loads(ours.recv(forkserver.MAX_MESSAGE))
+        assert ready == {"ready": True, "pid": reply["pid"]}
+        ours.close()  # its host's EOF ends it
+        assert _wait_gone([reply["pid"]]) == []
+    finally:
+        for sock in (ours, theirs, stream_a, stream_b):
+            sock.close()
+        for fd in (read_end, write_end):
+            os.close(fd)
+        template.close()
+
+
+def test_the_template_serves_only_its_own_uid(tmp_path: Path, monkeypatch) -> None:
+    """The peer check, with the template's view of its own uid changed (no second user here)."""
+    served = []
+    monkeypatch.setattr(forkserver, "_peer_cred", lambda conn: (1, os.getuid() + 1))
+    monkeypatch.setattr(forkserver.os, "fork", lambda: served.append(1) or 1 / 0)
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with a, b:
+        forkserver._Template(control=None, listener=None)._serve_host(a)
+    assert served == []
+
+
+def test_the_kit_shares_one_template_among_xdist_workers(monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from harnesscheck.kit import plugin
+    from harnesscheck.paths import conformance_dir
+    from harnesscheck.registry import BUILTIN_SPECS
+
+    started, used = [], []
+    fake = SimpleNamespace(socket_path="/x/template.sock", close=lambda: started.append("closed"))
+    monkeypatch.setattr(forkserver, "start_template", lambda: started.append("started") or fake)
+    monkeypatch.setattr(forkserver, "use_template", used.append)
+
+    monkeypatch.setattr(plugin, "_backends", lambda config: [BUILTIN_SPECS[b] for b in config.backends])
+
+    def controller(backends, args=None, dist="load"):
+        return SimpleNamespace(option=SimpleNamespace(dist=dist), args=args or [str(conformance_dir())], stash={},
+                               backends=backends)
+
+    config = controller(["codex", "api"])
+    plugin._share_one_bridge_template(config)
+    node = SimpleNamespace(config=config, gateway=SimpleNamespace(id="gw1"), workerinput={})
+    monkeypatch.setattr(plugin, "_pinned_suffixes", lambda config: ())
+    plugin.pytest_configure_node(node)
+    assert started == ["started"] and node.workerinput[plugin.BRIDGE_TEMPLATE] == fake.socket_path
+    worker = SimpleNamespace(option=SimpleNamespace(dist="no"), workerinput=node.workerinput, stash={})
+    plugin._share_one_bridge_template(worker)
+    assert used == [fake.socket_path]
+    # no template: no harness cells, a serial run, other tests mixed in
+    for config in (controller(["api", "fake"]), controller(["codex"], dist="no"), controller(["codex"], args=["tests"])):
+        plugin._share_one_bridge_template(config)
+    assert started == ["started"]
