@@ -175,7 +175,8 @@ def test_only_xdist_workers_spread_the_paced_cells_then_cells_still_run_by_kind(
     serial = SimpleNamespace(option=SimpleNamespace(dist="no"))
     worker = SimpleNamespace(option=SimpleNamespace(dist="no"), workerinput={"workerid": "gw0"})
     assert order(serial) == [8, 9, 0, 1, 2, 3, 4, 5, 6, 7]
-    assert order(worker) == [8, 9, 2, 3, 0, 4, 5, 1, 6, 7]  # spread over the run, then grouped by kind
+    # spread over the run, then grouped by kind: harness, api, then the in-process cells
+    assert order(worker) == [2, 3, 0, 4, 5, 1, 6, 7, 8, 9]
 
 
 def test_the_xdist_controller_reads_the_catalog_without_rewriting_its_asserts():

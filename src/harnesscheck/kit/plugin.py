@@ -264,7 +264,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         from harnesscheck.kit.scheduling import spread_paced
 
         items[:] = spread_paced(items, _paced)
-    items.sort(key=_run_order)
+        items.sort(key=_parallel_run_order)
+    else:
+        items.sort(key=_run_order)
 
 
 def _paced(item: pytest.Item) -> bool:
@@ -280,12 +282,23 @@ def _run_order(item: pytest.Item) -> int:
     api cells, so the one-time start-ups begun when collection ends (the bridge forkserver, the
     api SDK import: _warm_up_in_background) get the most time before a cell waits for them.
     Which cells run, and their outcomes, is unchanged; tests that are not cells keep their place."""
+    return _kind_rank(item, {"scripted": 0, "harness": 1, "api": 2})
+
+
+def _parallel_run_order(item: pytest.Item) -> int:
+    """The order an xdist worker collects: harness cells, then api cells, then the in-process
+    ones. Each worker's forkserver comes from the controller's template, so harness cells need
+    not wait; the api cells go to one worker after its first batch anyway (kit/scheduling.py),
+    and short in-process cells at the end even out the workers' last moments (4 interleaved
+    pairs, tmpfs scratch: -n 2 wall median 6.42 -> 6.18 s)."""
+    return _kind_rank(item, {"harness": 0, "api": 1, "scripted": 2})
+
+
+def _kind_rank(item: pytest.Item, rank: dict[str, int]) -> int:
     from harnesscheck.kit.adapters import adapter_kind
 
     cell = _cell_of(item)
-    if cell is None:
-        return 0
-    return {"scripted": 0, "harness": 1, "api": 2}[adapter_kind(cell[0])]
+    return 0 if cell is None else rank[adapter_kind(cell[0])]
 
 
 @pytest.fixture
