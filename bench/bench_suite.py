@@ -1,7 +1,7 @@
 """Offline conformance suite over every built-in backend: wall time against its floor, and the
 pytest-xdist speed-up with the same report.
 
-    python bench/bench_suite.py [--backend ID ...] [--jobs auto] [--runs 3]
+    python bench/bench_suite.py [--backend ID ...] [--jobs auto] [--runs 3] [--tmpdir DIR]
 
 Floor = (fake-CLI invocations the run made) × (bare `python -c pass` start-up), both measured
 in this run, side by side. Target: wall time within 3x of the floor (printed for the serial
@@ -22,6 +22,13 @@ replayed. They are printed beside the floor, with the ratio against the floor al
 against floor + required waits. Timeouts and lingers are counted from the cells that ran and
 the values the checks declare; fixture delays from what the fake CLIs recorded doing.
 Cancels cost nothing: the kit sends them on the observed stall.
+
+`--tmpdir DIR` puts every run's files (pytest's basetemp, the runs' temp dirs) in DIR, e.g. a
+tmpfs, to compare code changes without the file system's history: on an ext4 without a
+journal (this VM's), creating files within minutes of deleting thousands costs more (the
+inode allocator skips recently freed inodes: `recently_deleted`), so the same code measures
+up to a second slower after another run's cleanup. Not under /dev: the scope refuses roots
+there.
 """
 
 from __future__ import annotations
@@ -48,7 +55,7 @@ def python_startup_s(runs: int = 15) -> float:
     return statistics.median(times)
 
 
-def run_suite(backends: list[str], work: Path, jobs: str | None) -> tuple[float, dict, int, dict[str, float]]:
+def run_suite(backends: list[str], work: Path, jobs: str | None, tmpdir: str | None = None) -> tuple[float, dict, int, dict[str, float]]:
     """The child pytest exactly as `harnesscheck verify --level offline` starts it."""
     from harnesscheck.kit.verify import child_env, pytest_args
 
@@ -56,7 +63,8 @@ def run_suite(backends: list[str], work: Path, jobs: str | None) -> tuple[float,
     basetemp = work / "tmp"
     cmd = pytest_args(backends, ["offline"], work, None, jobs) + ["--basetemp", str(basetemp)]
     t0 = time.perf_counter()
-    subprocess.run(cmd, cwd=REPO, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    env = {**child_env(), **({"TMPDIR": tmpdir} if tmpdir else {})}
+    subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
     wall = time.perf_counter() - t0
     spawns = 0
     for record in basetemp.rglob("*.record.jsonl"):
@@ -125,6 +133,7 @@ def main() -> int:
     parser.add_argument("--backend", action="append", default=[])
     parser.add_argument("--jobs", default="auto")
     parser.add_argument("--runs", type=int, default=3, help="serial/parallel pairs, interleaved (this machine is noisy)")
+    parser.add_argument("--tmpdir", help="where the runs' files go (default: the system's temp dir); see above")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO / "src"))
     from harnesscheck.registry import BUILTIN_SPECS
@@ -136,15 +145,15 @@ def main() -> int:
     # Every run's files are deleted only at the end: on this machine's ext4, files made soon
     # after thousands were deleted cost more (the inode allocator skips recently freed inodes),
     # which would tax every run after the first.
-    with tempfile.TemporaryDirectory() as work:
+    with tempfile.TemporaryDirectory(dir=args.tmpdir) as work:
         for n in range(args.runs):
             startup = python_startup_s()
             a, b = Path(work) / f"serial-{n}", Path(work) / f"parallel-{n}"
             a.mkdir()
             b.mkdir()
-            serial, report1, spawns, waits = run_suite(backends, a, None)
+            serial, report1, spawns, waits = run_suite(backends, a, None, args.tmpdir)
             bridges = bridge_spawns(a / "tmp")
-            parallel, report2, _, _ = run_suite(backends, b, args.jobs)
+            parallel, report2, _, _ = run_suite(backends, b, args.jobs, args.tmpdir)
             if cells(report1) != cells(report2):
                 same = False
                 print(f"  differing cells: {sorted(cells(report1) ^ cells(report2))[:10]}")
@@ -156,7 +165,7 @@ def main() -> int:
     processes = [(spawns + bridges) * s for s in startups]
     budget = sorted(f"{c['check']}[{c['backend']}]" for c in report1["cells"] if c.get("reason") == "budget")
     print(f"backends: {', '.join(backends)}; {len(report1['cells'])} cells; {args.runs} serial/-n {args.jobs} pairs, "
-          f"interleaved (median and range)")
+          f"interleaved (median and range); files in {args.tmpdir or tempfile.gettempdir()}")
     print(f"python start-up: {_span([s * 1000 for s in startups])} ms; fake-CLI invocations: {spawns}; "
           f"literal floor (invocations x start-up): {_span(floors)} s")
     print(f"waits the checks require: {waited:.1f} s")
