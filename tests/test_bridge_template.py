@@ -46,10 +46,14 @@ def _environ(pid: int) -> dict[str, str]:
 
 
 @pytest.fixture
-def template():
-    """A template, and this process's forkserver forked by it; both gone at teardown."""
-    started = forkserver.start_template()
+def template(monkeypatch):
+    """A template (started with an env this host's forkserver must not get), and this
+    process's forkserver forked by it; both gone at teardown."""
+    with monkeypatch.context() as env:
+        env.setenv("LC_HC_ONLY_THE_TEMPLATE", "1")
+        started = forkserver.start_template()
     assert started is not None
+    assert _environ(started.proc.pid).get("LC_HC_ONLY_THE_TEMPLATE") == "1"
     forkserver.shutdown()  # a forkserver an earlier test left to this process is not the template's
     forkserver.use_template(started.socket_path)
     try:
@@ -70,7 +74,8 @@ def test_the_host_gets_a_forkserver_forked_by_the_template_that_serves_as_a_fres
         # its own, as a fresh one is: its session, its private directory, this host's child env
         assert _sid(server.pid) == server.pid
         assert os.readlink(f"/proc/{server.pid}/cwd") == str(server.dir)
-        assert _environ(server.pid) == build_child_env(dict(os.environ), injections=bridge_env())
+        # (its /proc environ is the template's start-up env: the digest comes from its os.environ)
+        assert server.environ_digest() == forkserver.env_digest(build_child_env(dict(os.environ), injections=bridge_env()))
         assert os.readlink(f"/proc/{server.pid}/fd/2") == str(server.dir / "forkserver.log")
         listed, results = anyio.run(_client_session, argv, env, tmp_path, [("read_file", {"path": "src/own.txt"})])
         assert "read_file" in [t.name for t in listed.tools] and _text(results[0]) == "this is a\n"
@@ -135,6 +140,7 @@ def test_a_host_whose_template_is_gone_starts_its_own_forkserver(tmp_path: Path,
         server = forkserver.get_forkserver()
         assert not isinstance(server.proc, forkserver._Adopted) and _ppid(server.pid) == os.getpid()
         assert "template unusable" in capfd.readouterr().err
+        assert server.environ_digest() == forkserver.env_digest(server.env)
         forkserver.release_session(spec_path)
     finally:
         forkserver.use_template(None)
@@ -195,15 +201,90 @@ def test_the_template_forks_nothing_for_a_request_it_cannot_serve(tmp_path: Path
         template.close()
 
 
-def test_the_template_serves_only_its_own_uid(tmp_path: Path, monkeypatch) -> None:
-    """The peer check, with the template's view of its own uid changed (no second user here)."""
-    served = []
-    monkeypatch.setattr(forkserver, "_peer_cred", lambda conn: (1, os.getuid() + 1))
-    monkeypatch.setattr(forkserver.os, "fork", lambda: served.append(1) or 1 / 0)
-    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    with a, b:
-        forkserver._Template(control=None, listener=None)._serve_host(a)
-    assert served == []
+def _valid_request(directory: Path) -> bytes:
+    return json.dumps({"dir": str(directory), "env": {"A": "b"}}).encode()
+
+
+@pytest.mark.parametrize("peer_uid", ["ours", "another"])
+def test_the_template_serves_only_its_own_uid(peer_uid: str, monkeypatch) -> None:
+    """The peer check, in process (no second user here): a valid request from another uid is
+    refused and nothing is forked; the same request from ours is forked."""
+    forked = []
+    uid = os.getuid() if peer_uid == "ours" else os.getuid() + 1
+    monkeypatch.setattr(forkserver, "_peer_cred", lambda conn: (1, uid))
+    monkeypatch.setattr(forkserver, "_thread_count", lambda: 1)  # this test process has threads; a template has one
+    monkeypatch.setattr(forkserver.os, "fork", lambda: forked.append(1) or 1 / 0)  # stop right there
+    host, template_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    with host, template_end, ours, theirs:
+        socket.send_fds(host, [_valid_request(Path(tempfile.mkdtemp(prefix="hc-t-")))], [theirs.fileno()])
+        forkserver._Template(control=None, listener=None)._serve_host(template_end)
+        host.settimeout(BOUND_S)
+        reply = json.loads(host.recv(forkserver.MAX_MESSAGE))
+    if peer_uid == "ours":
+        assert forked == [1] and reply == {"error": "ZeroDivisionError"}
+    else:
+        assert forked == [] and reply == {"error": "not our uid"}
+
+
+def _fd_count(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_a_hostile_request_neither_ends_the_template_nor_leaks_its_fds(tmp_path: Path) -> None:
+    template = forkserver.start_template()
+    assert template is not None
+    theirs_pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) for _ in range(2)]
+    try:
+        ours, theirs = theirs_pairs[0]
+        # deep JSON (RecursionError in json.loads), then pipes instead of sockets, five times
+        assert _ask(template.socket_path, b"[" * 200_000, [theirs.fileno()]).get("error")
+        before = _fd_count(template.proc.pid)
+        for _ in range(5):
+            read_end, write_end = os.pipe()
+            try:
+                assert _ask(template.socket_path, _valid_request(Path(tempfile.mkdtemp(prefix="hc-t-"))), [read_end]).get("error")
+            finally:
+                os.close(read_end)
+                os.close(write_end)
+        assert _fd_count(template.proc.pid) == before
+        # still serving
+        ours, theirs = theirs_pairs[1]
+        reply = _ask(template.socket_path, _valid_request(Path(tempfile.mkdtemp(prefix="hc-t-"))), [theirs.fileno()])
+        assert reply.get("pid") and template.proc.poll() is None
+    finally:
+        for pair in theirs_pairs:
+            for sock in pair:
+                sock.close()
+        template.close()
+
+
+def test_a_template_whose_starter_died_ends_and_removes_its_directory(tmp_path: Path) -> None:
+    starter = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(
+            """
+            import json, time
+            from harnesscheck.bridge import forkserver
+            t = forkserver.start_template()
+            print(json.dumps({"pid": t.proc.pid, "dir": str(t.dir)}), flush=True)
+            time.sleep(1000)
+            """)],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        info = json.loads(starter.stdout.readline())
+        assert _alive(info["pid"]) and Path(info["dir"]).is_dir()
+        starter.kill()
+        starter.wait(timeout=BOUND_S)
+        assert _wait_gone([info["pid"]]) == []
+        deadline = time.monotonic() + BOUND_S
+        while Path(info["dir"]).exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not Path(info["dir"]).exists()
+    finally:
+        if starter.poll() is None:
+            starter.kill()
+            starter.wait()
 
 
 def test_the_kit_shares_one_template_among_xdist_workers(monkeypatch) -> None:
@@ -221,8 +302,8 @@ def test_the_kit_shares_one_template_among_xdist_workers(monkeypatch) -> None:
     monkeypatch.setattr(plugin, "_backends", lambda config: [BUILTIN_SPECS[b] for b in config.backends])
 
     def controller(backends, args=None, dist="load"):
-        return SimpleNamespace(option=SimpleNamespace(dist=dist), args=args or [str(conformance_dir())], stash={},
-                               backends=backends)
+        return SimpleNamespace(option=SimpleNamespace(dist=dist, tx=["popen"] * 2), args=args or [str(conformance_dir())],
+                               stash={}, backends=backends)
 
     config = controller(["codex", "api"])
     plugin._share_one_bridge_template(config)
@@ -233,7 +314,11 @@ def test_the_kit_shares_one_template_among_xdist_workers(monkeypatch) -> None:
     worker = SimpleNamespace(option=SimpleNamespace(dist="no"), workerinput=node.workerinput, stash={})
     plugin._share_one_bridge_template(worker)
     assert used == [fake.socket_path]
-    # no template: no harness cells, a serial run, other tests mixed in
-    for config in (controller(["api", "fake"]), controller(["codex"], dist="no"), controller(["codex"], args=["tests"])):
+    # no template: no harness cells, a serial run, --dist load without workers (in-process),
+    # other tests mixed in
+    in_process = controller(["codex"])
+    in_process.option.tx = []
+    for config in (controller(["api", "fake"]), controller(["codex"], dist="no"), in_process,
+                   controller(["codex"], args=["tests"])):
         plugin._share_one_bridge_template(config)
     assert started == ["started"]

@@ -74,7 +74,7 @@ def test_a_run_of_the_suite_alone_starts_its_one_time_start_ups_when_collection_
     monkeypatch.setattr(plugin, "_backends", lambda config: [BUILTIN_SPECS["api"], BUILTIN_SPECS["codex"]])
     monkeypatch.setattr(plugin, "_levels", lambda config: ["offline"])
     suite = conformance_dir()
-    serial, controller = SimpleNamespace(dist="no"), SimpleNamespace(dist="load")
+    serial, controller = SimpleNamespace(dist="no"), SimpleNamespace(dist="load", tx=["popen"] * 2)
     for args in ([str(suite), str(tmp_path)], [str(tmp_path)], []):  # mixed with other tests, or none of it
         plugin._warm_up_in_background(SimpleNamespace(args=args, option=serial))
     plugin._warm_up_in_background(SimpleNamespace(args=[str(suite)], option=controller))  # runs no cell itself

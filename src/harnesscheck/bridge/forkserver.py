@@ -141,6 +141,23 @@ def compile_relay(directory: Path, source: Path = RELAY_PATH) -> str:
     return str(target)
 
 
+def _private_dir(longest: str) -> Path:
+    """A fresh private directory (mkdtemp: 0700, random name) short enough for a socket
+    named `longest` in it."""
+    directory = Path(tempfile.mkdtemp(prefix="harnesscheck-bridge-fs-"))
+    if len(str(directory / longest)) > MAX_SOCKET_PATH:
+        shutil.rmtree(directory, ignore_errors=True)
+        directory = Path(tempfile.mkdtemp(prefix="hc-fs-", dir="/tmp"))
+    return directory
+
+
+def env_digest(environ) -> str:
+    """sha256 of an environment's items, sorted: what a forkserver runs with, comparable."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(sorted(environ.items())).encode()).hexdigest()
+
+
 def _start_fresh(exe: str, flags: list[str], env: dict[str, str], directory: Path) -> tuple[socket.socket, Any]:
     """A new forkserver process, this host's child: (host end of its control pair, Popen)."""
     import subprocess
@@ -206,7 +223,8 @@ class _Adopted:
 def _fork_from_template(path: str, directory: Path, env: dict[str, str]) -> tuple[socket.socket, _Adopted] | None:
     """A forkserver forked for this host by the template at `path`: (host end of its control
     pair, its handle). None (noted on stderr) when no template answers; the caller then
-    starts its own. The template replies once its imports are done (START_TIMEOUT_S)."""
+    starts its own (in another directory: a template that answers too late forks into this
+    one). The template replies once its imports are done (START_TIMEOUT_S)."""
     if not hasattr(os, "pidfd_open"):
         return None
     host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -217,11 +235,15 @@ def _fork_from_template(path: str, directory: Path, env: dict[str, str]) -> tupl
             request = json.dumps({"dir": str(directory), "env": env}).encode()
             socket.send_fds(conn, [request], [child_end.fileno()])
             child_end.close()  # the forked forkserver holds the only other copy
-            reply = json.loads(conn.recv(MAX_MESSAGE) or b"{}")
+            raw, pidfds, _flags, _addr = socket.recv_fds(conn, MAX_MESSAGE, 1)
+        reply = json.loads(raw or b"{}")
         pid = reply.get("pid")
-        if not isinstance(pid, int) or pid <= 0:
+        if not isinstance(pid, int) or pid <= 0 or len(pidfds) != 1:
+            _close_fds(pidfds)
             raise ForkServerError(f"the template refused: {reply.get('error', reply)}")
-        return host_end, _Adopted(pid, os.pidfd_open(pid))
+        # The template, its parent, opened the pidfd before it could reap it: never another
+        # process that got the pid after the forkserver died.
+        return host_end, _Adopted(pid, pidfds[0])
     except (OSError, ValueError, ForkServerError) as exc:
         host_end.close()
         child_end.close()
@@ -237,20 +259,21 @@ class ForkServer:
         from harnesscheck.envpolicy import build_child_env
 
         self.owner_pid = os.getpid()
-        self.dir = Path(tempfile.mkdtemp(prefix="harnesscheck-bridge-fs-"))
-        if len(str(self.dir / SOCKET_NAME)) > MAX_SOCKET_PATH:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            self.dir = Path(tempfile.mkdtemp(prefix="hc-fs-", dir="/tmp"))
-        self.socket_path = str(self.dir / SOCKET_NAME)
-        self.relay_script = compile_relay(self.dir)
         self._lock = threading.Lock()
         self._next_id = 0
         exe = _interpreter()
         flags = ["-I"] if _importable_isolated(exe) else ["-P", "-s"]
-        env = build_child_env(dict(os.environ), injections=bridge_env())
-        started = _fork_from_template(_template, self.dir, env) if _template is not None else None
+        self.env = build_child_env(dict(os.environ), injections=bridge_env())
+        started = None
+        if _template is not None:
+            self._use_dir(_private_dir(SOCKET_NAME))
+            started = _fork_from_template(_template, self.dir, self.env)
+            if started is None:
+                shutil.rmtree(self.dir, ignore_errors=True)
+        if started is None:
+            self._use_dir(_private_dir(SOCKET_NAME))
         try:
-            self._control, self.proc = started or _start_fresh(exe, flags, env, self.dir)
+            self._control, self.proc = started or _start_fresh(exe, flags, self.env, self.dir)
         except OSError as exc:
             shutil.rmtree(self.dir, ignore_errors=True)
             raise ForkServerError(f"cannot start the bridge forkserver: {exc}") from None
@@ -263,6 +286,11 @@ class ForkServer:
             self.close()
             raise ForkServerError(f"the bridge forkserver did not start: {reply}")
         self.pid = self.proc.pid
+
+    def _use_dir(self, directory: Path) -> None:
+        self.dir = directory
+        self.socket_path = str(directory / SOCKET_NAME)
+        self.relay_script = compile_relay(directory)
 
     # -- requests -------------------------------------------------------------------------
 
@@ -315,6 +343,10 @@ class ForkServer:
     def children(self) -> dict[str, list[int]]:
         """{spec path: live child pids} (tests, diagnostics)."""
         return dict(self.request({"op": "children"}).get("children") or {})
+
+    def environ_digest(self) -> str:
+        """env_digest of the forkserver's os.environ (tests, diagnostics)."""
+        return str(self.request({"op": "environ"}).get("env_sha256"))
 
     def spare(self) -> int | None:
         """The pid of the child forked ahead for the next relay, if one waits (tests,
@@ -424,10 +456,7 @@ def start_template() -> Template | None:
     from harnesscheck.bridge.spec import _importable_isolated, _interpreter, bridge_env
     from harnesscheck.envpolicy import build_child_env
 
-    directory = Path(tempfile.mkdtemp(prefix="hc-fs-template-"))
-    if len(str(directory / TEMPLATE_SOCKET_NAME)) > MAX_SOCKET_PATH:
-        shutil.rmtree(directory, ignore_errors=True)
-        directory = Path(tempfile.mkdtemp(prefix="hc-fst-", dir="/tmp"))
+    directory = _private_dir(TEMPLATE_SOCKET_NAME)
     exe = _interpreter()
     flags = ["-I"] if _importable_isolated(exe) else ["-P", "-s"]
     env = build_child_env(dict(os.environ), injections=bridge_env())
@@ -1082,6 +1111,8 @@ class _Server:
             spare = self.spare
             return {"ok": True, "children": {p: sorted(r.children) for p, r in self.registrations.items()},
                     "spare": spare.pid if spare is not None and spare.waiting(WARM_UP_TIMEOUT_S) else None}
+        if op == "environ":
+            return {"ok": True, "env_sha256": env_digest(os.environ)}
         return {"ok": False, "error": f"unknown op {op!r}"}
 
     # -- relays -----------------------------------------------------------------------------
@@ -1522,7 +1553,10 @@ def main(argv: list[str] | None = None) -> int:
         gc.collect()
         gc.freeze()
         if listener is not None:
-            return _Template(control, listener).run()
+            try:
+                return _Template(control, listener).run()
+            finally:  # its starter may be gone (killed): nothing else would remove it
+                shutil.rmtree(ns.dir, ignore_errors=True)
         server = _Server(control, ns.dir, rehearsal_root)
     except BaseException as exc:  # noqa: BLE001
         sys.stderr.write(f"bridge forkserver failed to start: {type(exc).__name__}: {exc}\n")
@@ -1587,6 +1621,7 @@ class _Template:
         try:
             conn.settimeout(PENDING_TIMEOUT_S)
             if _peer_cred(conn)[1] != os.getuid():
+                conn.send(json.dumps({"error": "not our uid"}).encode())
                 return
             msg, fds, flags, _addr = socket.recv_fds(conn, MAX_MESSAGE, 2)
             error = _template_request_error(msg, fds, flags)
@@ -1601,9 +1636,16 @@ class _Template:
                 for sock in (self.control, self.listener, conn):
                     sock.detach()  # closed by number below: no object may close a reused fd later
                 _become_forkserver(fds[0], Path(request["dir"]), request["env"])  # never returns
-            conn.send(json.dumps({"pid": pid}).encode())
-        except (OSError, ValueError):
-            pass
+            pidfd = os.pidfd_open(pid)  # its parent: it cannot be reaped (its pid reused) before this
+            try:
+                socket.send_fds(conn, [json.dumps({"pid": pid}).encode()], [pidfd])
+            finally:
+                os.close(pidfd)
+        except Exception as exc:  # noqa: BLE001 - a bad request must not end the template
+            try:
+                conn.send(json.dumps({"error": f"{type(exc).__name__}"}).encode())
+            except OSError:
+                pass
         finally:
             _close_fds(fds)
 
@@ -1614,13 +1656,21 @@ def _template_request_error(msg: bytes, fds: list[int], flags: int = 0) -> str |
     if len(fds) != 1 or flags & (socket.MSG_CTRUNC | socket.MSG_TRUNC):
         return "send exactly one fd, the forkserver's end of the control pair"
     try:
-        with socket.socket(fileno=os.dup(fds[0])) as probe:
+        if not stat.S_ISSOCK(os.fstat(fds[0]).st_mode):
+            return "the fd is not a socket"
+        dup = os.dup(fds[0])
+        try:
+            probe = socket.socket(fileno=dup)
+        except OSError:
+            os.close(dup)
+            raise
+        with probe:
             if probe.type != socket.SOCK_SEQPACKET or probe.family != socket.AF_UNIX:
                 return "the fd is not a unix SEQPACKET socket"
         request = json.loads(msg)
         directory, env = request["dir"], request["env"]
         st = os.lstat(directory)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
         return f"malformed request: {type(exc).__name__}"
     if not os.path.isabs(directory) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
         return "the directory is not a private one of ours (0700, by absolute path)"
