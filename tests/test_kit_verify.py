@@ -21,12 +21,19 @@ def test_the_child_loads_only_the_plugins_it_names(tmp_path):
     assert child_env()["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1"
 
 
-def test_default_jobs_one_worker_per_cpu_at_most_four(monkeypatch):
-    from harnesscheck.kit import verify
+def test_default_jobs_one_more_worker_than_cpus_at_most_four_and_auto_agrees(monkeypatch):
+    from types import SimpleNamespace
 
-    for cpus, expected in ((1, None), (2, "2"), (64, "4")):
+    from harnesscheck.kit import plugin, verify
+    from harnesscheck.paths import conformance_dir
+
+    for cpus, expected in ((1, None), (2, "3"), (3, "4"), (64, "4")):
         monkeypatch.setattr(verify.os, "sched_getaffinity", lambda pid, n=cpus: set(range(n)))
         assert verify.default_jobs() == (expected, "")
+        # `-n auto` over the suite alone asks the kit, so it means the same; other runs: xdist's own
+        suite_alone = SimpleNamespace(args=[str(conformance_dir())])
+        assert plugin.pytest_xdist_auto_num_workers(suite_alone) == int(expected or 1)
+        assert plugin.pytest_xdist_auto_num_workers(SimpleNamespace(args=[str(conformance_dir()), "tests"])) is None
     assert "-n" not in pytest_args(["fake"], ["offline"], Path("r"), None, "0")
 
 

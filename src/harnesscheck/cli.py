@@ -43,7 +43,7 @@ def verify(
     level: Annotated[Optional[list[str]], typer.Option("--level", "-l", help="offline | loopback | live (repeatable).")] = None,
     report: Annotated[Path, typer.Option("--report", help="Directory for the JSON report, JUnit XML and matrix.")] = Path("harnesscheck-report"),
     baseline: Annotated[Optional[Path], typer.Option("--baseline", help="Baseline file of known failures.")] = None,
-    jobs: Annotated[Optional[str], typer.Option("--jobs", "-n", help="pytest-xdist workers: N, or 0 to run serially; default one per CPU, at most 4.")] = None,
+    jobs: Annotated[Optional[str], typer.Option("--jobs", "-n", help="pytest-xdist workers: N, or 0 to run serially; default one more than the CPUs, at most 4 (serial on one CPU).")] = None,
 ) -> None:
     """Run the conformance suite over every registered backend and print the matrix."""
     from harnesscheck.kit.verify import verify_command

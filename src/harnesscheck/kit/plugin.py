@@ -463,6 +463,17 @@ def pytest_configure_node(node) -> None:
 
 
 @pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """`-n auto` for a run of the suite alone: kit/scheduling.py suite_workers (one more than
+    the CPUs, at most 4), as `harnesscheck verify` runs it; xdist's own count otherwise."""
+    if not _only_the_suite(config):
+        return None
+    from harnesscheck.kit.scheduling import suite_workers
+
+    return suite_workers()
+
+
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """Every offline api cell on one worker, so one worker, not each, imports the api SDK
     (kit/scheduling.py); runs without pinned cells keep xdist's own scheduler."""

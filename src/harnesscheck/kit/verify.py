@@ -50,18 +50,17 @@ def plan(backends: list[str], levels: list[str]) -> tuple[list[str], list[str], 
     return ids, chosen, notes
 
 
-MAX_DEFAULT_JOBS = 4
-
-
 def default_jobs() -> tuple[str | None, str]:
-    """One worker per CPU this process may use, at most MAX_DEFAULT_JOBS (the cells are short:
-    more workers cost more start-up than they save); serial without pytest-xdist or on one CPU."""
+    """xdist workers for this machine (kit/scheduling.py suite_workers); serial without
+    pytest-xdist or on one CPU."""
     try:
         import xdist  # noqa: F401
     except ImportError:
         return None, "parallel cells: pytest-xdist is not installed, running serially"
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return (str(min(cpus, MAX_DEFAULT_JOBS)), "") if cpus > 1 else (None, "")
+    from harnesscheck.kit.scheduling import suite_workers
+
+    workers = suite_workers()
+    return (str(workers), "") if workers > 1 else (None, "")
 
 
 def pytest_args(ids: list[str], levels: list[str], report_dir: Path, baseline: Path | None, jobs: str | None) -> list[str]:
