@@ -118,3 +118,16 @@ def test_exit_fast_keeps_the_status_of_a_run_stopped_before_the_kit_saw_the_sess
         results[fast] = (stopped.returncode, usage.returncode)
     assert results[False] == (7, 4)
     assert results[True] == results[False]
+
+
+def test_n_auto_over_the_suite_alone_starts_as_many_workers_as_verify_would(tmp_path: Path):
+    """The kit's pytest_xdist_auto_num_workers runs before xdist's own (a first-result hook)."""
+    import re
+
+    from harnesscheck.kit.scheduling import suite_workers
+
+    cmd = [a for a in pytest_args(["fake"], ["offline"], tmp_path, None, "auto") if a != "-q"]
+    proc = subprocess.run(cmd + ["--basetemp", str(tmp_path / "t")], env=child_env(), capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=300)
+    created = re.search(r"created: (\d+)/\1 worker", proc.stdout)
+    assert created and int(created[1]) == suite_workers(), proc.stdout[-2000:]

@@ -462,7 +462,7 @@ def pytest_configure_node(node) -> None:
         node.workerinput[BRIDGE_TEMPLATE] = template.socket_path
 
 
-@pytest.hookimpl(optionalhook=True)
+@pytest.hookimpl(optionalhook=True, tryfirst=True)  # before xdist's own (a first-result hook)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """`-n auto` for a run of the suite alone: kit/scheduling.py suite_workers (one more than
     the CPUs, at most 4), as `harnesscheck verify` runs it; xdist's own count otherwise."""
