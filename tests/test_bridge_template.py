@@ -71,6 +71,7 @@ def test_the_host_gets_a_forkserver_forked_by_the_template_that_serves_as_a_fres
     server = forkserver.get_forkserver()
     try:
         assert isinstance(server.proc, forkserver._Adopted) and _ppid(server.pid) == template.proc.pid
+        assert not os.get_inheritable(server.proc._pidfd)  # received over SCM_RIGHTS: made close-on-exec
         # its own, as a fresh one is: its session, its private directory, this host's child env
         assert _sid(server.pid) == server.pid
         assert os.readlink(f"/proc/{server.pid}/cwd") == str(server.dir)
@@ -85,6 +86,7 @@ def test_the_host_gets_a_forkserver_forked_by_the_template_that_serves_as_a_fres
 
 def test_nothing_of_the_template_is_open_in_the_forkserver_it_forks(template) -> None:
     server = forkserver.get_forkserver()
+    _settled_fd_count(template.proc.pid)  # the request's fds (this forkserver's control end among them) closed
     forked, of_template = _fd_targets(server.pid), set(_fd_targets(template.proc.pid).values())
     # its stdio and its own files and sockets only: not the template's listener, control
     # channel or log (a socket or pipe open in both is one the template handed down)
@@ -140,11 +142,18 @@ def test_a_host_whose_template_is_gone_starts_its_own_forkserver(tmp_path: Path,
         server = forkserver.get_forkserver()
         assert not isinstance(server.proc, forkserver._Adopted) and _ppid(server.pid) == os.getpid()
         assert "template unusable" in capfd.readouterr().err
-        assert server.environ_digest() == forkserver.env_digest(server.env)
         forkserver.release_session(spec_path)
     finally:
         forkserver.use_template(None)
         forkserver.shutdown()
+
+
+def _private(tmp_path: Path, name: str) -> Path:
+    """A private directory of ours (0700), as a host's mkdtemp makes."""
+    directory = tmp_path / name
+    directory.mkdir(mode=0o700)
+    directory.chmod(0o700)
+    return directory
 
 
 def _ask(path: str, message: bytes, fds: list[int]) -> dict:
@@ -158,7 +167,7 @@ def _ask(path: str, message: bytes, fds: list[int]) -> dict:
 def test_the_template_forks_nothing_for_a_request_it_cannot_serve(tmp_path: Path) -> None:
     template = forkserver.start_template()
     assert template is not None
-    private = Path(tempfile.mkdtemp(prefix="hc-t-"))
+    private = _private(tmp_path, "private")
     shared = tmp_path / "shared"
     shared.mkdir(mode=0o755)
     shared.chmod(0o755)
@@ -181,6 +190,10 @@ def test_the_template_forks_nothing_for_a_request_it_cannot_serve(tmp_path: Path
             _ask(template.socket_path, request(link), [theirs.fileno()]),  # a link to a private one
             _ask(template.socket_path, request("relative"), [theirs.fileno()]),
             _ask(template.socket_path, request(private, {"A": 1}), [theirs.fileno()]),
+            _ask(template.socket_path, request(private, {"A=B": "x"}), [theirs.fileno()]),  # no env holds these
+            _ask(template.socket_path, request(private, {"A": "x\0y"}), [theirs.fileno()]),
+            _ask(template.socket_path, request(private, {"": "x"}), [theirs.fileno()]),
+            _ask(template.socket_path, request(private, {"A": "\ud800"}), [theirs.fileno()]),
             _ask(template.socket_path, b"not json", [theirs.fileno()]),
         ]
         assert all("pid" not in r and r.get("error") for r in refusals), refusals
@@ -206,7 +219,7 @@ def _valid_request(directory: Path) -> bytes:
 
 
 @pytest.mark.parametrize("peer_uid", ["ours", "another"])
-def test_the_template_serves_only_its_own_uid(peer_uid: str, monkeypatch) -> None:
+def test_the_template_serves_only_its_own_uid(peer_uid: str, monkeypatch, tmp_path: Path) -> None:
     """The peer check, in process (no second user here): a valid request from another uid is
     refused and nothing is forked; the same request from ours is forked."""
     forked = []
@@ -217,7 +230,7 @@ def test_the_template_serves_only_its_own_uid(peer_uid: str, monkeypatch) -> Non
     host, template_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     with host, template_end, ours, theirs:
-        socket.send_fds(host, [_valid_request(Path(tempfile.mkdtemp(prefix="hc-t-")))], [theirs.fileno()])
+        socket.send_fds(host, [_valid_request(_private(tmp_path, "d"))], [theirs.fileno()])
         forkserver._Template(control=None, listener=None)._serve_host(template_end)
         host.settimeout(BOUND_S)
         reply = json.loads(host.recv(forkserver.MAX_MESSAGE))
@@ -231,26 +244,43 @@ def _fd_count(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def _settled_fd_count(pid: int) -> int:
+    """The template's fd count once a request it answered has closed its fds (they close just
+    after the reply); a leaked fd never goes."""
+    deadline = time.monotonic() + 10
+    last = _fd_count(pid)
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = _fd_count(pid)
+        if now == last:
+            return now
+        last = now
+    return last
+
+
 def test_a_hostile_request_neither_ends_the_template_nor_leaks_its_fds(tmp_path: Path) -> None:
     template = forkserver.start_template()
     assert template is not None
     theirs_pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) for _ in range(2)]
     try:
         ours, theirs = theirs_pairs[0]
+        # a first good request: the template's imports are done and its fds settled
+        first = _ask(template.socket_path, _valid_request(_private(tmp_path, "first")), [theirs.fileno()])
+        assert first.get("pid")
+        before = _settled_fd_count(template.proc.pid)
         # deep JSON (RecursionError in json.loads), then pipes instead of sockets, five times
         assert _ask(template.socket_path, b"[" * 200_000, [theirs.fileno()]).get("error")
-        before = _fd_count(template.proc.pid)
-        for _ in range(5):
+        for n in range(5):
             read_end, write_end = os.pipe()
             try:
-                assert _ask(template.socket_path, _valid_request(Path(tempfile.mkdtemp(prefix="hc-t-"))), [read_end]).get("error")
+                assert _ask(template.socket_path, _valid_request(_private(tmp_path, f"p{n}")), [read_end]).get("error")
             finally:
                 os.close(read_end)
                 os.close(write_end)
-        assert _fd_count(template.proc.pid) == before
+        assert _settled_fd_count(template.proc.pid) == before
         # still serving
         ours, theirs = theirs_pairs[1]
-        reply = _ask(template.socket_path, _valid_request(Path(tempfile.mkdtemp(prefix="hc-t-"))), [theirs.fileno()])
+        reply = _ask(template.socket_path, _valid_request(_private(tmp_path, "last")), [theirs.fileno()])
         assert reply.get("pid") and template.proc.poll() is None
     finally:
         for pair in theirs_pairs:

@@ -31,9 +31,15 @@ def test_default_jobs_one_more_worker_than_cpus_at_most_four_and_auto_agrees(mon
         monkeypatch.setattr(verify.os, "sched_getaffinity", lambda pid, n=cpus: set(range(n)))
         assert verify.default_jobs() == (expected, "")
         # `-n auto` over the suite alone asks the kit, so it means the same; other runs: xdist's own
-        suite_alone = SimpleNamespace(args=[str(conformance_dir())])
-        assert plugin.pytest_xdist_auto_num_workers(suite_alone) == int(expected or 1)
-        assert plugin.pytest_xdist_auto_num_workers(SimpleNamespace(args=[str(conformance_dir()), "tests"])) is None
+        suite_alone = SimpleNamespace(args=[str(conformance_dir())], option=SimpleNamespace(numprocesses="auto"))
+        assert plugin.pytest_xdist_auto_num_workers(suite_alone) == int(expected or 0)  # 0: serial
+        mixed = SimpleNamespace(args=[str(conformance_dir()), "tests"], option=SimpleNamespace(numprocesses="auto"))
+        assert plugin.pytest_xdist_auto_num_workers(mixed) is None
+    # the user's own choice stands: -n logical, PYTEST_XDIST_AUTO_NUM_WORKERS
+    logical = SimpleNamespace(args=[str(conformance_dir())], option=SimpleNamespace(numprocesses="logical"))
+    assert plugin.pytest_xdist_auto_num_workers(logical) is None
+    monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "1")
+    assert plugin.pytest_xdist_auto_num_workers(suite_alone) is None
     assert "-n" not in pytest_args(["fake"], ["offline"], Path("r"), None, "0")
 
 

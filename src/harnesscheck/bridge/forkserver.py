@@ -228,6 +228,7 @@ def _fork_from_template(path: str, directory: Path, env: dict[str, str]) -> tupl
     if not hasattr(os, "pidfd_open"):
         return None
     host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pidfds: list[int] = []
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as conn:
             conn.settimeout(START_TIMEOUT_S)
@@ -236,19 +237,23 @@ def _fork_from_template(path: str, directory: Path, env: dict[str, str]) -> tupl
             socket.send_fds(conn, [request], [child_end.fileno()])
             child_end.close()  # the forked forkserver holds the only other copy
             raw, pidfds, _flags, _addr = socket.recv_fds(conn, MAX_MESSAGE, 1)
+        for fd in pidfds:
+            os.set_inheritable(fd, False)  # SCM_RIGHTS fds come without close-on-exec
         reply = json.loads(raw or b"{}")
-        pid = reply.get("pid")
+        pid = reply.get("pid") if isinstance(reply, dict) else None
         if not isinstance(pid, int) or pid <= 0 or len(pidfds) != 1:
-            _close_fds(pidfds)
-            raise ForkServerError(f"the template refused: {reply.get('error', reply)}")
+            raise ForkServerError(f"the template refused: {reply.get('error', reply) if isinstance(reply, dict) else reply!r}")
         # The template, its parent, opened the pidfd before it could reap it: never another
         # process that got the pid after the forkserver died.
-        return host_end, _Adopted(pid, pidfds[0])
+        adopted = _Adopted(pid, pidfds.pop())
+        return host_end, adopted
     except (OSError, ValueError, ForkServerError) as exc:
         host_end.close()
         child_end.close()
         sys.stderr.write(f"harnesscheck: bridge forkserver template unusable, starting a forkserver: {exc}\n")
         return None
+    finally:
+        _close_fds(pidfds)  # any not adopted
 
 
 class ForkServer:
@@ -1553,6 +1558,7 @@ def main(argv: list[str] | None = None) -> int:
         gc.collect()
         gc.freeze()
         if listener is not None:
+            os.close(os.pidfd_open(os.getpid()))  # no pidfds here (Linux < 5.3): hosts start their own
             try:
                 return _Template(control, listener).run()
             finally:  # its starter may be gone (killed): nothing else would remove it
@@ -1636,7 +1642,11 @@ class _Template:
                 for sock in (self.control, self.listener, conn):
                     sock.detach()  # closed by number below: no object may close a reused fd later
                 _become_forkserver(fds[0], Path(request["dir"]), request["env"])  # never returns
-            pidfd = os.pidfd_open(pid)  # its parent: it cannot be reaped (its pid reused) before this
+            try:
+                pidfd = os.pidfd_open(pid)  # its parent: it cannot be reaped (its pid reused) before this
+            except OSError:
+                os.kill(pid, signal.SIGKILL)  # no way to hand it over safely (EMFILE): not half-served
+                raise
             try:
                 socket.send_fds(conn, [json.dumps({"pid": pid}).encode()], [pidfd])
             finally:
@@ -1676,6 +1686,13 @@ def _template_request_error(msg: bytes, fds: list[int], flags: int = 0) -> str |
         return "the directory is not a private one of ours (0700, by absolute path)"
     if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         return "the env is not a map of strings"
+    try:
+        for key, value in env.items():
+            k, v = os.fsencode(key), os.fsencode(value)
+            if not k or b"=" in k or b"\0" in k or b"\0" in v:
+                return "the env has a name or value no environment can hold"
+    except UnicodeError:
+        return "the env has a name or value no environment can hold"
     return None
 
 

@@ -465,12 +465,18 @@ def pytest_configure_node(node) -> None:
 @pytest.hookimpl(optionalhook=True, tryfirst=True)  # before xdist's own (a first-result hook)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """`-n auto` for a run of the suite alone: kit/scheduling.py suite_workers (one more than
-    the CPUs, at most 4), as `harnesscheck verify` runs it; xdist's own count otherwise."""
-    if not _only_the_suite(config):
+    the CPUs, at most 4; 0, i.e. serial, on one CPU), as `harnesscheck verify` runs it.
+    xdist's own count otherwise, and whenever the user chose one (`-n logical`,
+    PYTEST_XDIST_AUTO_NUM_WORKERS)."""
+    import os
+
+    if (not _only_the_suite(config) or os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
+            or getattr(config.option, "numprocesses", None) == "logical"):
         return None
     from harnesscheck.kit.scheduling import suite_workers
 
-    return suite_workers()
+    workers = suite_workers()
+    return workers if workers > 1 else 0
 
 
 @pytest.hookimpl(optionalhook=True)
