@@ -1411,15 +1411,9 @@ class _Server:
             proto = server.take_stdio()
             code = server.serve_spec(spec, proto_fds=proto, initial_ppid=initial_ppid, hangup_fd=keep, mode="forkserver")
         except BaseException as exc:  # noqa: BLE001 - report, never fall back into the loop
-            try:
-                os.write(2, f"harnesscheck bridge (forkserver child): {type(exc).__name__}: {exc}\n".encode())
-            except OSError:
-                pass
+            _say(f"harnesscheck bridge (forkserver child): {type(exc).__name__}: {exc}\n")
         finally:
-            try:
-                sys.stderr.flush()
-            except Exception:  # noqa: BLE001
-                pass
+            _flush_stderr()
             if conn is not None:
                 _report_exit(conn, code)
             os._exit(code)
@@ -1434,10 +1428,7 @@ class _Server:
         try:
             server.rehearse(self.rehearsal_root)
         except Exception as exc:  # noqa: BLE001
-            try:
-                os.write(2, f"bridge forkserver: a spare's rehearsal failed: {type(exc).__name__}: {exc}\n".encode())
-            except OSError:
-                pass
+            _say(f"bridge forkserver: a spare's rehearsal failed: {type(exc).__name__}: {exc}\n")
         server._CALL_THREADS.park(2)  # the session's parent watch and first call
 
     # -- children ---------------------------------------------------------------------------
@@ -1713,16 +1704,25 @@ def _become_forkserver(control_fd: int, directory: Path, env: dict[str, str]) ->
         control.set_inheritable(False)
         code = _serve(_Server(control, directory, _rehearsal_root(directory)))
     except BaseException as exc:  # noqa: BLE001
-        try:
-            os.write(2, f"bridge forkserver (forked by the template) failed to start: {type(exc).__name__}: {exc}\n".encode())
-        except OSError:
-            pass
+        _say(f"bridge forkserver (forked by the template) failed to start: {type(exc).__name__}: {exc}\n")
     finally:
-        try:
-            sys.stderr.flush()
-        except Exception:  # noqa: BLE001
-            pass
+        _flush_stderr()
         os._exit(code)
+
+
+def _say(message: str) -> None:
+    """A note on fd 2 (the forkserver's log) from a forked child, never raising."""
+    try:
+        os.write(2, message.encode())
+    except OSError:
+        pass
+
+
+def _flush_stderr() -> None:
+    try:
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001 - a child on its way out
+        pass
 
 
 if __name__ == "__main__":
