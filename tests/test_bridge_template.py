@@ -348,7 +348,9 @@ def test_the_kit_shares_one_template_among_xdist_workers(monkeypatch) -> None:
     # other tests mixed in
     in_process = controller(["codex"])
     in_process.option.tx = []
-    for config in (controller(["api", "fake"]), controller(["codex"], dist="no"), in_process,
+    collecting = controller(["codex"])
+    collecting.option.collectonly = True
+    for config in (controller(["api", "fake"]), controller(["codex"], dist="no"), in_process, collecting,
                    controller(["codex"], args=["tests"])):
         plugin._share_one_bridge_template(config)
     assert started == ["started"]

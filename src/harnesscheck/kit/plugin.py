@@ -493,9 +493,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
 def _xdist_controller(config: pytest.Config) -> bool:
     """The process that hands cells to xdist workers and runs none itself (a distribution
-    mode and workers to distribute to, as xdist decides: `--dist load` alone runs in-process)."""
+    mode and workers to distribute to, not only collecting, as xdist decides: `--dist load`
+    alone, or with --collect-only, runs in-process)."""
     return (getattr(config.option, "dist", "no") != "no" and bool(getattr(config.option, "tx", None))
-            and not hasattr(config, "workerinput"))
+            and not getattr(config.option, "collectonly", False) and not hasattr(config, "workerinput"))
 
 
 def _only_the_suite(config: pytest.Config) -> bool:
