@@ -107,11 +107,13 @@ def test_missing_cli_exits_3_with_the_fix(tmp_path):
 def test_env_selects_the_cli_when_no_option(tmp_path):
     fake = install_fake_cli("cursor-agent", "success", tmp_path / "bin")
     env_cli = {"HARNESS_BACKEND_CLI": str(fake.path)}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_")} | env_cli | {"HOME": str(tmp_path)}
+    (tmp_path / "tmp").mkdir()  # the run dir it keeps (with its report) stays in tmp_path
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_")} | env_cli | {"HOME": str(tmp_path), "TMPDIR": str(tmp_path / "tmp")}
     proc = subprocess.run([*HARNESSCHECK, "run", "--backend", "cursor", "--root", str(worktree(tmp_path)), "--prompt", "hi", "--json"],
                           capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
     assert fake.records(), "HARNESS_BACKEND_CLI was not used"
+    assert any(p.name.startswith("harnesscheck-run-cursor-") for p in (tmp_path / "tmp").iterdir())
 
 
 # ---------------------------------------------------------------------------------------
