@@ -853,8 +853,7 @@ def test_a_dead_spare_is_replaced_and_the_relay_still_served(tmp_path: Path, rel
     assert spare is not None
     pidfd = os.pidfd_open(spare)
     os.kill(spare, signal.SIGKILL)
-    # Gone means every thread gone: a zombie leader whose parked threads still exit keeps the
-    # hand-off socket open, and a session handed to it then is lost (a known limit, SPEC-bridge).
+    # Gone means every thread gone (a spare killed mid-hand-off is the next test's case).
     try:
         assert select.select([pidfd], [], [], BOUND_S)[0], "the killed spare did not exit"
     finally:
@@ -863,6 +862,39 @@ def test_a_dead_spare_is_replaced_and_the_relay_still_served(tmp_path: Path, rel
     assert listed.tools and _text(results[0]) == "this is a\n"
     replacement = server.spare()
     assert replacement is not None and replacement != spare and _alive(replacement)
+
+
+def test_a_spare_killed_during_its_hand_off_leaves_the_session_to_a_fresh_child(tmp_path: Path, relay_for) -> None:
+    """The spare is stopped, so the hand-off is sent to it (its socket is open) but never taken,
+    then killed: the forkserver forks a child afresh for that relay, which gets its answer."""
+    server = forkserver.get_forkserver() or pytest.fail("the forkserver did not start")
+    spec_a, _ = _make_spec(tmp_path, "a")
+    argv, _env = relay_for(spec_a)
+    spare = server.spare()
+    assert spare is not None
+    os.kill(spare, signal.SIGSTOP)
+    relay = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        relay.stdin.write(_line(INIT))
+        relay.stdin.flush()
+        deadline = time.monotonic() + BOUND_S
+        while spare not in _children_of(spec_a) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert spare in _children_of(spec_a), "the session was not handed to the stopped spare"
+        os.kill(spare, signal.SIGKILL)
+        assert select.select([relay.stdout], [], [], BOUND_S)[0], "the relay got no answer"
+        reply = json.loads(relay.stdout.readline() or b"null")
+        assert reply and reply.get("id") == 1 and "result" in reply, reply
+        kids = _children_of(spec_a)
+        assert len(kids) == 1 and spare not in kids
+        starts = [json.loads(x) for x in (tmp_path / "run-a" / "bridge-trace.jsonl").read_text().splitlines()
+                  if '"bridge_start"' in x]
+        assert [r["pid"] for r in starts] == kids  # one bridge served it: the fresh child
+    finally:
+        if _alive(spare):
+            os.kill(spare, signal.SIGKILL)
+        relay.stdin.close()
+        relay.wait(timeout=BOUND_S)
 
 
 def test_a_session_whose_calls_outlive_it_is_marked_so_its_child_exits_at_once(monkeypatch):

@@ -676,11 +676,42 @@ class _Child:
     #: it while the spare's b"ready" lies unread in it would reset the spare's end (ECONNRESET
     #: on its read of the session it was just sent).
     handoff: socket.socket | None = None
+    #: Copies of the relay's stdio fds, kept until the spare says b"taken": a spare that dies
+    #: before (killed mid-hand-off, its threads still exiting, so the send succeeded) leaves
+    #: the session to a child forked afresh instead of losing it.
+    fds: list[int] = field(default_factory=list)
+    taken: bool = True
+    hung_up: bool = False  # the spare's end of the hand-off pair is closed
+
+    def took(self) -> bool:
+        """Whether the spare has said b"taken" (reads what is waiting; never blocks). Then
+        the relay's fds are its own and our copies are closed."""
+        if not self.taken and self.handoff is not None:
+            while True:
+                try:
+                    msg = self.handoff.recv(16, socket.MSG_DONTWAIT)
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError:
+                    self.hung_up = True
+                    break
+                if msg == b"taken":
+                    self.taken = True
+                    break
+                if not msg:
+                    self.hung_up = True
+                    break
+        if self.taken and self.fds:
+            _close_fds(self.fds)
+            self.fds = []
+        return self.taken
 
     def close(self) -> None:
         self.conn.close()
         if self.handoff is not None:
             self.handoff.close()
+        _close_fds(self.fds)
+        self.fds = []
 
 
 @dataclass
@@ -910,6 +941,11 @@ def _await_session(handoff: socket.socket, known: dict[bytes, object] | None = N
             continue
         except OSError:  # the forkserver dropped this spare (reset): as EOF
             os._exit(0)
+    if len(fds) in (3, 4) and content:
+        try:
+            handoff.send(b"taken")  # from now on a death of ours is the session's end
+        except OSError:
+            pass
     handoff.close()
     if len(fds) not in (3, 4) or not content:
         os._exit(0)
@@ -967,6 +1003,7 @@ class _Server:
         #: Relays waiting for their spec's `bind`: fd -> _Awaiting, oldest first (bounded like pending).
         self.awaiting: dict[int, _Awaiting] = {}
         self.accept_paused_until: float | None = None
+        self.stopping = False
         self.spare: _Spare | None = None
         #: When to fork the next spare (None: not wanted now). See SPARE_DELAY_S.
         self.spare_due: float | None = None
@@ -1002,6 +1039,8 @@ class _Server:
                     self._on_connect()
                 elif key.data == "pending":
                     self._on_pending(key.fileobj)
+                elif isinstance(key.data, tuple):  # ("handoff", pid): a spare's b"taken" or its end
+                    self._on_handoff(key.data[1])
                 else:
                     try:
                         while os.read(self.wake_r, 512):
@@ -1034,6 +1073,7 @@ class _Server:
 
     def _shutdown(self) -> None:
         """The host is gone (or asked): every child dies, the socket goes."""
+        self.stopping = True  # no session is served again from here on
         self._drop_spare()
         for pid in list(self.children):
             self._kill(pid)
@@ -1304,7 +1344,11 @@ class _Server:
             except OSError:
                 pass
         reg.children.add(pid)
-        self.children[pid] = _Child(path, conn, spare.handoff if spare is not None else None)
+        if spare is not None:
+            self.children[pid] = _Child(path, conn, spare.handoff, fds=[os.dup(fd) for fd in fds], taken=False)
+            self.selector.register(spare.handoff, selectors.EVENT_READ, ("handoff", pid))  # for its b"taken"
+        else:
+            self.children[pid] = _Child(path, conn)
         self._want_spare(SPARE_DELAY_S)
 
     # -- spare child ------------------------------------------------------------------------
@@ -1501,6 +1545,8 @@ class _Server:
             self._want_spare(SPARE_DELAY_S)  # not at once: a spare that dies at start must not spin
             return
         child = self.children.get(pid)
+        if child is not None and not child.took() and self._serve_again(pid, child):
+            return
         if child is not None:
             try:
                 child.conn.send(_status_text(status))
@@ -1509,10 +1555,59 @@ class _Server:
             self._want_spare()  # a session ended: its CPU is free for the next spare
         self._forget(pid)
 
+    def _on_handoff(self, pid: int) -> None:
+        child = self.children.get(pid)
+        if child is None:
+            return
+        if child.took() or child.hung_up:
+            self._unwatch(child)
+
+    def _unwatch(self, child: _Child) -> None:
+        if child.handoff is not None:
+            try:
+                self.selector.unregister(child.handoff)
+            except (KeyError, ValueError):
+                pass
+
+    def _serve_again(self, pid: int, child: _Child) -> bool:
+        """The spare `pid` died before it took its session: fork a child afresh for the same
+        relay (its connection and our copies of its stdio fds). False when that cannot be
+        done (the spec was released, the process is not single-threaded, fork failed): the
+        relay then gets the spare's exit status, as any session whose bridge died."""
+        reg = self.registrations.get(child.spec_path)  # a released spec is gone from here
+        if reg is None or self.stopping or _thread_count() != 1:
+            return False
+        self.children.pop(pid, None)
+        reg.children.discard(pid)
+        self._unwatch(child)
+        if child.handoff is not None:
+            child.handoff.close()
+            child.handoff = None
+        fds, child.fds = child.fds, []
+        try:
+            new = os.fork()
+        except OSError:
+            self.children[pid] = child  # forgotten by the caller with its status sent
+            child.fds = fds
+            return False
+        if new == 0:
+            self._child(child.conn, None, fds, reg.spec)  # never returns
+        _close_fds(fds)
+        try:
+            os.setpgid(new, new)
+        except OSError:
+            pass
+        reg.children.add(new)
+        self.children[new] = _Child(child.spec_path, child.conn)
+        sys.stderr.write(f"bridge forkserver: spare {pid} died before it took its session; served by {new}\n")
+        sys.stderr.flush()
+        return True
+
     def _forget(self, pid: int) -> None:
         child = self.children.pop(pid, None)
         if child is None:
             return
+        self._unwatch(child)
         child.close()
         reg = self.registrations.get(child.spec_path)
         if reg is not None:
