@@ -897,6 +897,28 @@ def test_a_spare_killed_during_its_hand_off_leaves_the_session_to_a_fresh_child(
         relay.wait(timeout=BOUND_S)
 
 
+def test_a_child_killed_after_it_took_its_session_is_not_served_twice(tmp_path: Path, relay_for) -> None:
+    """Once the spare said `taken` (its answer reached the relay), its death ends the session
+    loudly (the relay exits 128+9) and nothing is forked for it; no copy of the relay's fds stays."""
+    server = forkserver.get_forkserver() or pytest.fail("the forkserver did not start")
+    spec_a, _ = _make_spec(tmp_path, "a")
+    argv, _env = relay_for(spec_a)
+    assert server.spare() is not None
+    before = len(os.listdir(f"/proc/{server.pid}/fd"))
+    relay = _start_raw(argv)  # answered: the spare took the session and serves it
+    (child,) = _children_of(spec_a)
+    os.kill(child, signal.SIGKILL)
+    assert relay.wait(timeout=BOUND_S) == 128 + signal.SIGKILL
+    deadline = time.monotonic() + BOUND_S
+    while _children_of(spec_a) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _children_of(spec_a) == []
+    starts = [x for x in (tmp_path / "run-a" / "bridge-trace.jsonl").read_text().splitlines() if '"bridge_start"' in x]
+    assert len(starts) == 1
+    server.spare()  # the next spare is forked and waits: the loop is between sessions
+    assert len(os.listdir(f"/proc/{server.pid}/fd")) <= before
+
+
 def test_a_session_whose_calls_outlive_it_is_marked_so_its_child_exits_at_once(monkeypatch):
     """Drain bound passed with a call still pending: the child must not linger (its fds are closed
     under the still-running call thread, whose numbers could be reused)."""

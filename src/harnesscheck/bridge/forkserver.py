@@ -631,6 +631,27 @@ def _request_path(msg: bytes) -> str:
     return msg[5:].decode("utf-8", "surrogateescape")
 
 
+def _dup_all(fds: list[int]) -> list[int]:
+    """Copies of `fds` (close-on-exec), or [] when any copy fails (EMFILE): none leak."""
+    copies: list[int] = []
+    try:
+        for fd in fds:
+            copies.append(os.dup(fd))
+    except OSError:
+        _close_fds(copies)
+        return []
+    return copies
+
+
+def _hung_up(conn: socket.socket) -> bool:
+    """The peer of `conn` has closed its end (never blocks)."""
+    import select
+
+    poller = select.poll()
+    poller.register(conn, select.POLLIN | getattr(select, "POLLRDHUP", 0))
+    return any(ev & (select.POLLHUP | getattr(select, "POLLRDHUP", 0) | select.POLLERR) for _, ev in poller.poll(0))
+
+
 def _close_fds(fds: list[int]) -> None:
     for fd in fds:
         try:
@@ -682,6 +703,13 @@ class _Child:
     fds: list[int] = field(default_factory=list)
     taken: bool = True
     hung_up: bool = False  # the spare's end of the hand-off pair is closed
+    reg: "_Registration | None" = None  # the registration it was handed under (served again only under it)
+
+    def forgo(self) -> None:
+        """Never serve this session again (the forkserver is killing it): close our copies."""
+        self.taken = True
+        _close_fds(self.fds)
+        self.fds = []
 
     def took(self) -> bool:
         """Whether the spare has said b"taken" (reads what is waiting; never blocks). Then
@@ -1076,6 +1104,7 @@ class _Server:
         self.stopping = True  # no session is served again from here on
         self._drop_spare()
         for pid in list(self.children):
+            self.children[pid].forgo()
             self._kill(pid)
         self._reap_all(list(self.children))
         for fd in list(self.pending):
@@ -1147,6 +1176,7 @@ class _Server:
             self._reap_all(pids, RELEASE_GRACE_S)  # a child that lost its stdin/relay ends on its own
             left = [pid for pid in pids if pid in self.children]
             for pid in left:
+                self.children[pid].forgo()
                 self._kill(pid)
             self._reap_all(left)
             return {"ok": True, "killed": left}
@@ -1329,7 +1359,11 @@ class _Server:
         """Start this relay's bridge child: hand the session to the spare child when there is
         one (no fork on the relay's path), else fork one now; then fork the next spare."""
         reg = self.registrations[path]
+        copies = _dup_all(fds) if self.spare is not None else []  # before the hand-off: see _Child.fds
         spare = self._hand_to_spare(conn, fds, reg.content)
+        if spare is None:
+            _close_fds(copies)
+            copies = []
         pid = spare.pid if spare is not None else None
         if pid is None:
             if _thread_count() != 1:  # never fork a multi-threaded process
@@ -1344,11 +1378,11 @@ class _Server:
             except OSError:
                 pass
         reg.children.add(pid)
-        if spare is not None:
-            self.children[pid] = _Child(path, conn, spare.handoff, fds=[os.dup(fd) for fd in fds], taken=False)
+        if spare is not None and copies:
+            self.children[pid] = _Child(path, conn, spare.handoff, fds=copies, taken=False, reg=reg)
             self.selector.register(spare.handoff, selectors.EVENT_READ, ("handoff", pid))  # for its b"taken"
-        else:
-            self.children[pid] = _Child(path, conn)
+        else:  # no copies (EMFILE): as before, a spare dying unconfirmed ends the session loudly
+            self.children[pid] = _Child(path, conn, spare.handoff if spare is not None else None)
         self._want_spare(SPARE_DELAY_S)
 
     # -- spare child ------------------------------------------------------------------------
@@ -1575,7 +1609,9 @@ class _Server:
         done (the spec was released, the process is not single-threaded, fork failed): the
         relay then gets the spare's exit status, as any session whose bridge died."""
         reg = self.registrations.get(child.spec_path)  # a released spec is gone from here
-        if reg is None or self.stopping or _thread_count() != 1:
+        if reg is None or reg is not child.reg or self.stopping or _thread_count() != 1:
+            return False
+        if not reg.cli_running() or _hung_up(child.conn):  # nobody left to serve
             return False
         self.children.pop(pid, None)
         reg.children.discard(pid)
