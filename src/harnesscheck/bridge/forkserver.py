@@ -158,23 +158,41 @@ def env_digest(environ) -> str:
     return hashlib.sha256(json.dumps(sorted(environ.items())).encode()).hexdigest()
 
 
-def _start_fresh(exe: str, flags: list[str], env: dict[str, str], directory: Path) -> tuple[socket.socket, Any]:
-    """A new forkserver process, this host's child: (host end of its control pair, Popen)."""
+def _child_env() -> dict[str, str]:
+    """The env a forkserver (or template) runs with: the bridge's own policy."""
+    from harnesscheck.bridge.spec import bridge_env
+    from harnesscheck.envpolicy import build_child_env
+
+    return build_child_env(dict(os.environ), injections=bridge_env())
+
+
+def _launch(env: dict[str, str], directory: Path, log_name: str, *,
+            listener: socket.socket | None = None) -> tuple[socket.socket, Any]:
+    """`python -m harnesscheck.bridge.forkserver` as this process's child, in its own session,
+    cwd and log in `directory` (a template when given its `listener`): (host end of its
+    control pair, Popen). The host end is non-inheritable (PEP 446): no CLI ever holds it."""
     import subprocess
 
+    from harnesscheck.bridge.spec import _importable_isolated, _interpreter
+
+    exe = _interpreter()
+    flags = ["-I"] if _importable_isolated(exe) else ["-P", "-s"]
     host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    passed = [child_end, *([listener] if listener is not None else [])]
+    template = ["--template", str(listener.fileno())] if listener is not None else []
     try:
-        with open(directory / "forkserver.log", "wb") as log:
-            child_end.set_inheritable(True)
+        with open(directory / log_name, "wb") as log:
+            for sock in passed:
+                sock.set_inheritable(True)
             proc = subprocess.Popen(
-                [exe, *flags, "-m", "harnesscheck.bridge.forkserver",
+                [exe, *flags, "-m", "harnesscheck.bridge.forkserver", *template,
                  "--control-fd", str(child_end.fileno()), "--dir", str(directory)],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=log,
                 env=env,
                 cwd=str(directory),
-                pass_fds=(child_end.fileno(),),
+                pass_fds=tuple(sock.fileno() for sock in passed),
                 start_new_session=True,
             )
     except OSError:
@@ -182,7 +200,37 @@ def _start_fresh(exe: str, flags: list[str], env: dict[str, str], directory: Pat
         raise
     finally:
         child_end.close()
-    return host_end, proc  # host end: non-inheritable (PEP 446), no CLI ever holds it
+    return host_end, proc
+
+
+def _listening(path: str) -> socket.socket:
+    """A SEQPACKET socket listening at `path`, created 0600."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    old_umask = os.umask(0o177)
+    try:
+        listener.bind(path)
+    except OSError:
+        listener.close()
+        raise
+    finally:
+        os.umask(old_umask)
+    listener.listen(64)
+    return listener
+
+
+def _stop(control: socket.socket, proc: Any, directory: Path) -> None:
+    """EOF on `control` (the process ends on it), then reap `proc` (SIGKILL after
+    REAP_TIMEOUT_S: it must not outlive us) and remove `directory`."""
+    try:
+        control.close()
+    except OSError:
+        pass
+    try:
+        proc.wait(timeout=REAP_TIMEOUT_S)
+    except Exception:  # noqa: BLE001 - last resort
+        proc.kill()
+        proc.wait()
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 class _Adopted:
@@ -260,15 +308,10 @@ class ForkServer:
     """The host's handle on one forkserver process: start, register, release, close."""
 
     def __init__(self) -> None:
-        from harnesscheck.bridge.spec import _importable_isolated, _interpreter, bridge_env
-        from harnesscheck.envpolicy import build_child_env
-
         self.owner_pid = os.getpid()
         self._lock = threading.Lock()
         self._next_id = 0
-        exe = _interpreter()
-        flags = ["-I"] if _importable_isolated(exe) else ["-P", "-s"]
-        self.env = build_child_env(dict(os.environ), injections=bridge_env())
+        self.env = _child_env()
         started = None
         if _template is not None:
             self._use_dir(_private_dir(SOCKET_NAME))
@@ -278,7 +321,7 @@ class ForkServer:
         if started is None:
             self._use_dir(_private_dir(SOCKET_NAME))
         try:
-            self._control, self.proc = started or _start_fresh(exe, flags, self.env, self.dir)
+            self._control, self.proc = started or _launch(self.env, self.dir, "forkserver.log")
         except OSError as exc:
             shutil.rmtree(self.dir, ignore_errors=True)
             raise ForkServerError(f"cannot start the bridge forkserver: {exc}") from None
@@ -378,17 +421,10 @@ class ForkServer:
 
     def close(self) -> None:
         """End the forkserver (it kills its children) and remove its directory."""
-        try:
-            self._control.close()
-        except OSError:
-            pass
         if os.getpid() == self.owner_pid:
-            try:
-                self.proc.wait(timeout=REAP_TIMEOUT_S)
-            except Exception:  # noqa: BLE001 - last resort: it must not outlive us
-                self.proc.kill()
-                self.proc.wait()
-            shutil.rmtree(self.dir, ignore_errors=True)
+            _stop(self._control, self.proc, self.dir)
+        else:
+            self._forget_after_fork()
 
     def _forget_after_fork(self) -> None:
         """In a forked copy of the host: drop our copy of the control end, so the real host's
@@ -441,16 +477,7 @@ class Template:
     def close(self) -> None:
         """End the template (EOF on its control channel) and remove its directory. The
         forkservers it forked are their hosts': they end with them."""
-        try:
-            self._control.close()
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=REAP_TIMEOUT_S)
-        except Exception:  # noqa: BLE001 - it must not outlive us
-            self.proc.kill()
-            self.proc.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        _stop(self._control, self.proc, self.dir)
 
 
 def start_template() -> Template | None:
@@ -458,43 +485,19 @@ def start_template() -> Template | None:
     its socket's backlog). None when forkservers cannot run here or it could not start."""
     if not enabled() or not hasattr(os, "pidfd_open"):
         return None
-    from harnesscheck.bridge.spec import _importable_isolated, _interpreter, bridge_env
-    from harnesscheck.envpolicy import build_child_env
-
     directory = _private_dir(TEMPLATE_SOCKET_NAME)
-    exe = _interpreter()
-    flags = ["-I"] if _importable_isolated(exe) else ["-P", "-s"]
-    env = build_child_env(dict(os.environ), injections=bridge_env())
-    import subprocess
-
-    # Bound and listening here, so a host may ask at once: it waits in the backlog until the
-    # template's imports are done.
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
-        old_umask = os.umask(0o177)
+        # Bound and listening here, so a host may ask at once: it waits in the backlog until
+        # the template's imports are done.
+        listener = _listening(str(directory / TEMPLATE_SOCKET_NAME))
         try:
-            listener.bind(str(directory / TEMPLATE_SOCKET_NAME))
+            host_end, proc = _launch(_child_env(), directory, "template.log", listener=listener)
         finally:
-            os.umask(old_umask)
-        listener.listen(64)
-        with open(directory / "template.log", "wb") as log:
-            for sock in (child_end, listener):
-                sock.set_inheritable(True)
-            proc = subprocess.Popen(
-                [exe, *flags, "-m", "harnesscheck.bridge.forkserver", "--template", str(listener.fileno()),
-                 "--control-fd", str(child_end.fileno()), "--dir", str(directory)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, env=env,
-                cwd=str(directory), pass_fds=(child_end.fileno(), listener.fileno()), start_new_session=True,
-            )
+            listener.close()
     except OSError as exc:
-        host_end.close()
         shutil.rmtree(directory, ignore_errors=True)
         sys.stderr.write(f"harnesscheck: bridge forkserver template not started: {exc}\n")
         return None
-    finally:
-        child_end.close()
-        listener.close()
     return Template(proc, host_end, directory)
 
 
@@ -1035,14 +1038,7 @@ class _Server:
         self.spare: _Spare | None = None
         #: When to fork the next spare (None: not wanted now). See SPARE_DELAY_S.
         self.spare_due: float | None = None
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        path = str(directory / SOCKET_NAME)
-        old_umask = os.umask(0o177)
-        try:
-            self.listener.bind(path)
-        finally:
-            os.umask(old_umask)
-        self.listener.listen(64)
+        self.listener = _listening(str(directory / SOCKET_NAME))
         self.listener.setblocking(False)
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.signal(signal.SIGCHLD, lambda *_: None)
