@@ -130,8 +130,10 @@ def test_background_warm_ups_name_what_the_cells_need():
 
     assert background_warm_ups([(BUILTIN_SPECS["fake"], "offline")]) == []
     assert background_warm_ups([(BUILTIN_SPECS["cursor"], "offline")]) == [get_forkserver]
+    from harnesscheck.kit.api_adapter import import_sdk_settled
+
     (sdk,) = background_warm_ups([(BUILTIN_SPECS["api"], "offline")])
-    assert sdk.args == ("anthropic",)
+    assert (sdk.func, sdk.args) == (import_sdk_settled, ("anthropic_messages",))  # paused collector, then frozen
     assert background_warm_ups([(BUILTIN_SPECS["api"], "live")]) == []  # may skip: no import paid for nothing
     assert background_warm_ups([(BUILTIN_SPECS["api"], "offline")], api_sdk=False) == []  # another worker's cells
 

@@ -796,8 +796,8 @@ def adapter_kind(spec: ProviderSpec) -> str:
 def background_warm_ups(cells: list[tuple[ProviderSpec, str]], *, api_sdk: bool = True) -> list[Callable[[], object]]:
     """The one-time start-ups these cells would each wait for on first use, to begin in the
     background: the bridge forkserver (harness cells) and, with `api_sdk`, the api SDK's
-    import (offline api cells, ~1 s for anthropic). Starting them early changes no outcome,
-    only when it is paid."""
+    import (offline api cells, ~1 s for anthropic; api_adapter.import_sdk_settled). Starting
+    them early changes no outcome, only when it is paid."""
     kinds = {(adapter_kind(spec), level) for spec, level in cells}
     jobs: list[Callable[[], object]] = []
     if any(kind == "harness" for kind, _ in kinds):
@@ -805,12 +805,9 @@ def background_warm_ups(cells: list[tuple[ProviderSpec, str]], *, api_sdk: bool 
 
         jobs.append(get_forkserver)
     if api_sdk and ("api", "offline") in kinds:
-        import importlib
+        from harnesscheck.kit.api_adapter import ApiAdapter, import_sdk_settled
 
-        from harnesscheck.kit.api_adapter import ApiAdapter
-        from harnesscheck.llm import sdk_module
-
-        jobs.append(functools.partial(importlib.import_module, sdk_module(ApiAdapter.api_mode)))
+        jobs.append(functools.partial(import_sdk_settled, ApiAdapter.api_mode))
     return jobs
 
 

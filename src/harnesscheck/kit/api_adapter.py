@@ -44,6 +44,9 @@ def import_sdk_settled(api_mode: str) -> None:
     owns this process, so it imports the SDK with the collector paused (after one collection,
     so little garbage is kept) and then moves everything alive to the permanent generation
     (gc.freeze). The host's own code (llm.py) imports it plainly; nothing else changes.
+    The pinned api worker calls it in a background thread once collection ends (plugin.py
+    _warm_up_in_background): whatever the cell running meanwhile left as cyclic garbage is
+    frozen with it, a bounded cost of one process that ends with the run.
     """
     from harnesscheck.llm import sdk_module
 
