@@ -1663,6 +1663,7 @@ def main(argv: list[str] | None = None) -> int:
         listener = socket.socket(fileno=ns.template)
         listener.set_inheritable(False)
     try:
+        gc.disable()  # until the freeze below: the imports' collections would only walk what stays
         _preimport()
         rehearsal_root = _rehearsal_root(ns.dir)
         try:
@@ -1675,6 +1676,7 @@ def main(argv: list[str] | None = None) -> int:
         # a child's collections never walk (and so copy-on-write) those pages.
         gc.collect()
         gc.freeze()
+        gc.enable()
         if listener is not None:
             os.close(os.pidfd_open(os.getpid()))  # no pidfds here (Linux < 5.3): hosts start their own
             try:
