@@ -635,7 +635,7 @@ class _Run:
                 if end - start > self.max_line_bytes:
                     self._set_oversize()
                     return
-                line = bytes(buf[start:end])
+                line = self._text(buf, start, end) if self.deliver else ""
                 start = self.scan_from = nl + 1
                 self._deliver(line)
         finally:
@@ -653,11 +653,17 @@ class _Run:
         self.out = bytearray()
         self.scan_from = 0
 
-    def _deliver(self, line: bytes) -> None:
+    @staticmethod
+    def _text(buf: bytearray, start: int, end: int) -> str:
+        """buf[start:end] decoded, without copying the bytes first (a line may be many MiB)."""
+        with memoryview(buf) as view:
+            return str(view[start:end], "utf-8", "replace")
+
+    def _deliver(self, line: str) -> None:
         if not self.deliver:
             return
         try:
-            action = self.on_line(line.decode("utf-8", "replace"))
+            action = self.on_line(line)
         except BaseException:
             self.deliver = False  # a failing parser (or an interrupt) gets no further lines
             raise
