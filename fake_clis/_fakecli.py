@@ -963,7 +963,7 @@ class Fake:
         elif "noise" in step:
             self.write(self.fill(step["noise"], ph).encode("utf-8") + b"\n")
         elif "oversize" in step:
-            self.write(self.oversize_line(int(step["oversize"]), step.get("template"), ph) + b"\n")
+            self.write_oversize(int(step["oversize"]), step.get("template"), ph)
         elif "raw" in step:
             text = self.fill(step["raw"], ph).encode("utf-8")
             self.write(text + (b"\n" if step.get("newline", False) else b""), split=step.get("split"))
@@ -1043,16 +1043,23 @@ class Fake:
             if own:
                 client.close()
 
-    def oversize_line(self, size: int, template: dict | None, ph: dict) -> bytes:
+    def write_oversize(self, size: int, template: dict | None, ph: dict) -> None:
+        """One stdout line of exactly `size` bytes and its newline: the template, its "{{pad}}"
+        string filled with "A"s. Written in 1 MiB pieces: the fake never holds the whole line."""
         obj = self.fill(template or DEFAULT_OVERSIZE_TEMPLATE, {**ph, "pad": "{{pad}}"})
-        shell = json_dumps(obj, separators=(",", ":")).encode()
-        marker = b"{{pad}}"
-        if marker not in shell:
+        head, marker, tail = json_dumps(obj, separators=(",", ":")).encode().partition(b"{{pad}}")
+        if not marker:
             raise SystemExit("oversize template needs a \"{{pad}}\" string")
-        fill = size - (len(shell) - len(marker))
+        fill = size - len(head) - len(tail)
         if fill < 0:
             raise SystemExit(f"oversize {size} is smaller than the template")
-        return shell.replace(marker, b"A" * fill, 1)
+        piece = b"A" * min(fill, 1 << 20)
+        self.out.write(head)
+        while fill > 0:
+            self.out.write(piece if fill >= len(piece) else piece[:fill])
+            fill -= len(piece)
+        self.out.write(tail + b"\n")
+        self.out.flush()
 
 
 #: The action keys of a step (the other keys are modifiers), as named in progress records.
