@@ -73,14 +73,15 @@ def compile_package() -> None:
 
 def run_suite(backends: list[str], work: Path, jobs: str | None, tmpdir: str | None = None) -> tuple[float, dict, int, dict[str, float]]:
     """The child pytest exactly as `harnesscheck verify --level offline` starts it."""
-    from harnesscheck.kit.verify import child_env, pytest_args
+    from harnesscheck.kit.verify import bridge_template, child_env, pytest_args
 
     report = work / "conformance-report.json"
     basetemp = work / "tmp"
-    cmd = pytest_args(backends, ["offline"], work, None, jobs) + ["--basetemp", str(basetemp)]
-    t0 = time.perf_counter()
     env = {**child_env(), **({"TMPDIR": tmpdir} if tmpdir else {})}
-    subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    t0 = time.perf_counter()
+    with bridge_template(backends) as template:
+        cmd = pytest_args(backends, ["offline"], work, None, jobs, template) + ["--basetemp", str(basetemp)]
+        subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
     wall = time.perf_counter() - t0
     spawns = 0
     for record in basetemp.rglob("*.record.jsonl"):
@@ -156,6 +157,8 @@ def main() -> int:
 
     backends = args.backend or list(BUILTIN_SPECS)
     compile_package()
+    if args.tmpdir:
+        tempfile.tempdir = args.tmpdir  # the bridge template (bridge_template) makes its directory there too
     serials, parallels, floors, startups, same = [], [], [], [], True
     report1 = waits = None
     spawns = bridges = 0

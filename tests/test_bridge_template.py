@@ -331,9 +331,9 @@ def test_the_kit_shares_one_template_among_xdist_workers(monkeypatch) -> None:
 
     monkeypatch.setattr(plugin, "_backends", lambda config: [BUILTIN_SPECS[b] for b in config.backends])
 
-    def controller(backends, args=None, dist="load"):
+    def controller(backends, args=None, dist="load", given=None):
         return SimpleNamespace(option=SimpleNamespace(dist=dist, tx=["popen"] * 2), args=args or [str(conformance_dir())],
-                               stash={}, backends=backends)
+                               stash={}, backends=backends, getoption=lambda name: given)
 
     config = controller(["codex", "api"])
     plugin._share_one_bridge_template(config)
@@ -341,7 +341,8 @@ def test_the_kit_shares_one_template_among_xdist_workers(monkeypatch) -> None:
     monkeypatch.setattr(plugin, "_pinned_suffixes", lambda config: ())
     plugin.pytest_configure_node(node)
     assert started == ["started"] and node.workerinput[plugin.BRIDGE_TEMPLATE] == fake.socket_path
-    worker = SimpleNamespace(option=SimpleNamespace(dist="no"), workerinput=node.workerinput, stash={})
+    worker = SimpleNamespace(option=SimpleNamespace(dist="no"), workerinput=node.workerinput, stash={},
+                             getoption=lambda name: None)
     plugin._share_one_bridge_template(worker)
     assert used == [fake.socket_path]
     # no template: no harness cells, a serial run, --dist load without workers (in-process),
@@ -354,3 +355,68 @@ def test_the_kit_shares_one_template_among_xdist_workers(monkeypatch) -> None:
                    controller(["codex"], args=["tests"])):
         plugin._share_one_bridge_template(config)
     assert started == ["started"]
+
+
+def test_a_template_given_to_the_run_is_used_and_passed_on_never_started_or_ended(monkeypatch) -> None:
+    """--hc-bridge-template (harnesscheck verify starts one before pytest): the controller
+    passes it to every worker and starts none; a serial run's host uses it; the run's end
+    leaves it to its starter."""
+    from types import SimpleNamespace
+
+    from harnesscheck.kit import plugin
+    from harnesscheck.paths import conformance_dir
+    from harnesscheck.registry import BUILTIN_SPECS
+
+    started, used = [], []
+    monkeypatch.setattr(forkserver, "start_template", lambda: started.append("started"))
+    monkeypatch.setattr(forkserver, "use_template", used.append)
+    monkeypatch.setattr(plugin, "_backends", lambda config: [BUILTIN_SPECS["codex"]])
+    monkeypatch.setattr(plugin, "_pinned_suffixes", lambda config: ())
+    given = "/run/given/template.sock"
+    options = {"--hc-bridge-template": given, "--hc-exit-fast": False}
+    for dist, tx in (("load", ["popen"] * 2), ("no", [])):
+        config = SimpleNamespace(option=SimpleNamespace(dist=dist, tx=tx), args=[str(conformance_dir())], stash={},
+                                 getoption=lambda name, default=None: options.get(name, default))
+        plugin._share_one_bridge_template(config)
+        node = SimpleNamespace(config=config, gateway=SimpleNamespace(id="gw0"), workerinput={})
+        plugin.pytest_configure_node(node)
+        assert node.workerinput[plugin.BRIDGE_TEMPLATE] == given
+        plugin.pytest_unconfigure(config)  # nothing to end: not this run's
+    assert started == [] and used == [given, given]
+
+
+def test_verify_starts_a_template_for_a_run_with_harness_backends_only() -> None:
+    from harnesscheck.kit.verify import bridge_template, pytest_args
+
+    with bridge_template(["api", "fake"]) as none:
+        assert none is None
+    with bridge_template(["api", "codex"]) as path:
+        assert path is not None and Path(path).is_socket()
+        args = pytest_args(["api", "codex"], ["offline"], Path("/r"), None, "3", path)
+        assert args[args.index("--hc-bridge-template") + 1] == path
+        reply = _ask(path, b"{}", [])  # the template answers (and refuses what is no request)
+        assert reply.get("error")
+    assert not Path(path).exists()
+    assert "--hc-bridge-template" not in pytest_args(["codex"], ["offline"], Path("/r"), None, "3")
+
+
+def test_a_host_sends_nothing_to_a_template_of_another_uid(monkeypatch, tmp_path: Path, capfd) -> None:
+    """The host's own peer check, in process (no second user here): its env and control fd
+    go to no process but one of its uid."""
+    path = str(_private(tmp_path, "t") / "template.sock")
+    monkeypatch.setattr(forkserver, "_peer_cred", lambda conn: (1, os.getuid() + 1))
+    with forkserver._listening(path) as listener:
+        assert forkserver._fork_from_template(path, _private(tmp_path, "d"), {"A": "b"}) is None
+        conn, _ = listener.accept()
+        with conn:
+            conn.settimeout(BOUND_S)
+            assert conn.recv(forkserver.MAX_MESSAGE) == b""  # closed, nothing sent
+    assert "is not this user's" in capfd.readouterr().err
+
+
+def test_a_forkserver_whose_host_left_before_it_was_ready_removes_its_directory() -> None:
+    directory = forkserver._private_dir(forkserver.SOCKET_NAME)
+    host_end, proc = forkserver._launch(forkserver._child_env(), directory, "forkserver.log")
+    host_end.close()  # gone before `ready`: the forkserver's send fails (EPIPE)
+    assert proc.wait(timeout=forkserver.START_TIMEOUT_S) == 1
+    assert not directory.exists()

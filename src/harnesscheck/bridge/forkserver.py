@@ -281,6 +281,8 @@ def _fork_from_template(path: str, directory: Path, env: dict[str, str]) -> tupl
         with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as conn:
             conn.settimeout(START_TIMEOUT_S)
             conn.connect(path)
+            if _peer_cred(conn)[1] != os.getuid():  # the env goes nowhere but a process of ours
+                raise ForkServerError(f"the template at {path} is not this user's")
             request = json.dumps({"dir": str(directory), "env": env}).encode()
             socket.send_fds(conn, [request], [child_end.fileno()])
             child_end.close()  # the forked forkserver holds the only other copy
@@ -1699,6 +1701,10 @@ def _serve(server: "_Server") -> int:
         server.run()
     except SystemExit:
         server._shutdown()
+    except OSError as exc:  # e.g. the host gone before it heard `ready` (EPIPE): end as on its EOF
+        _say(f"bridge forkserver: ending: {type(exc).__name__}: {exc}\n")
+        server._shutdown()
+        return 1
     return 0
 
 

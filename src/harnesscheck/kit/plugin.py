@@ -38,6 +38,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--hc-junit", default=None, metavar="FILE", help="write JUnit XML of the cells here")
     group.addoption("--baseline", default=None, metavar="FILE", help="baseline of known failures (JSON or TOML); default: the built-in backends' conformance/baseline.json; 'none' disables")
     group.addoption("--write-baseline", default=None, metavar="FILE", help="write the failing cells as a baseline")
+    group.addoption("--hc-bridge-template", default=None, metavar="SOCKET",
+                    help="the socket of a bridge forkserver template already running (harnesscheck verify "
+                         "starts one before pytest): this run's forkservers are forked from it")
     group.addoption("--hc-exit-fast", action="store_true", default=False,
                     help="for a process that runs nothing but this session (harnesscheck verify's child and its "
                          "xdist workers): once it is over and the atexit handlers have run, exit without the "
@@ -61,21 +64,26 @@ def pytest_configure(config: pytest.Config) -> None:
     _share_one_bridge_template(config)
 
 
-#: workerinput key: the socket of the controller's bridge forkserver template
+#: workerinput key: the socket of the run's bridge forkserver template
 BRIDGE_TEMPLATE = "harnesscheck_bridge_template"
-_TEMPLATE = pytest.StashKey[object]()
+_TEMPLATE = pytest.StashKey[object]()  # the template this process started (and ends)
+_TEMPLATE_PATH = pytest.StashKey[str]()  # the template's socket, whoever started it
 
 
 def _share_one_bridge_template(config: pytest.Config) -> None:
-    """The xdist controller of a run of the suite alone with harness cells starts one bridge
-    forkserver template (bridge/forkserver.py) at once, so its imports overlap the workers'
-    start and each worker's forkserver is forked from it, not started and imported afresh
-    (~0.7 s of CPU per worker). A worker uses the template it is told of (workerinput)."""
+    """One bridge forkserver template (bridge/forkserver.py) per run, so each host's
+    forkserver is forked from it, not started and imported afresh (~0.7 s of CPU per worker).
+    The one given by --hc-bridge-template (harnesscheck verify starts it before pytest, so its
+    imports overlap pytest's own start-up) is used by this process and passed to the xdist
+    workers; without it, the xdist controller of a run of the suite alone with harness cells
+    starts one at once, its imports overlapping the workers' start. A worker uses the
+    template it is told of (workerinput)."""
     from harnesscheck.bridge import forkserver
 
-    path = getattr(config, "workerinput", {}).get(BRIDGE_TEMPLATE)
+    path = getattr(config, "workerinput", {}).get(BRIDGE_TEMPLATE) or config.getoption("--hc-bridge-template")
     if path:
         forkserver.use_template(path)
+        config.stash[_TEMPLATE_PATH] = path
         return
     if not (_xdist_controller(config) and _only_the_suite(config)):
         return
@@ -85,6 +93,7 @@ def _share_one_bridge_template(config: pytest.Config) -> None:
         template = forkserver.start_template()
         if template is not None:
             config.stash[_TEMPLATE] = template
+            config.stash[_TEMPLATE_PATH] = template.socket_path
 
 
 # ---------------------------------------------------------------------------------------
@@ -457,9 +466,9 @@ def pytest_configure_node(node) -> None:
         from harnesscheck.kit.scheduling import API_SDK_HERE, PIN_WORKER
 
         node.workerinput[API_SDK_HERE] = node.gateway.id == PIN_WORKER
-    template = node.config.stash.get(_TEMPLATE, None)
+    template = node.config.stash.get(_TEMPLATE_PATH, None)
     if template is not None:
-        node.workerinput[BRIDGE_TEMPLATE] = template.socket_path
+        node.workerinput[BRIDGE_TEMPLATE] = template
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)  # before xdist's own (a first-result hook)

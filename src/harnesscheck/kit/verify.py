@@ -12,9 +12,11 @@ Exit codes: 0 conformant (within the baseline), 1 a backend failed, 2 usage erro
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from harnesscheck.kit.results import EXIT_BACKEND_FAILED, EXIT_KIT_FAULT, EXIT_OK, EXIT_USAGE
@@ -63,7 +65,29 @@ def default_jobs() -> tuple[str | None, str]:
     return (str(workers), "") if workers > 1 else (None, "")
 
 
-def pytest_args(ids: list[str], levels: list[str], report_dir: Path, baseline: Path | None, jobs: str | None) -> list[str]:
+@contextlib.contextmanager
+def bridge_template(ids: list[str]) -> Iterator[str | None]:
+    """The run's bridge forkserver template, when a selected backend is a harness (its cells
+    start bridges): started before pytest, so its imports (mcp, ~0.5 s of CPU) overlap
+    pytest's own start-up, where a core is idle, instead of the workers' (plugin.py
+    --hc-bridge-template). Yields its socket path, or None (no harness backend; forkservers
+    cannot run here); ended with the run."""
+    from harnesscheck.bridge import forkserver
+    from harnesscheck.kit.adapters import adapter_kind
+    from harnesscheck.registry import get_spec
+
+    template = None
+    if any(adapter_kind(get_spec(backend)) == "harness" for backend in ids):
+        template = forkserver.start_template()
+    try:
+        yield template.socket_path if template is not None else None
+    finally:
+        if template is not None:
+            template.close()
+
+
+def pytest_args(ids: list[str], levels: list[str], report_dir: Path, baseline: Path | None, jobs: str | None,
+                template: str | None = None) -> list[str]:
     from harnesscheck.paths import conformance_dir
 
     # -P: the current directory is not put first on sys.path, so a project's own `conformance/`
@@ -77,6 +101,8 @@ def pytest_args(ids: list[str], levels: list[str], report_dir: Path, baseline: P
         args += ["--level", level]
     if baseline is not None:
         args += ["--baseline", str(baseline)]
+    if template is not None:
+        args += ["--hc-bridge-template", template]
     # Only the kit's plugin (and xdist for -n): see child_env. Third-party plugins of the
     # environment can neither change the run nor cost start-up (each is assertion-rewritten).
     args += ["-p", "harnesscheck.kit.plugin"]
@@ -130,7 +156,8 @@ def verify_command(backends: list[str], levels: list[str], report_dir: Path, bas
     print(f"harnesscheck verify: backends {', '.join(ids)}; levels {', '.join(chosen)}; {workers}", flush=True)
     for note in notes:
         print(f"  (skipping {note})", flush=True)
-    proc = subprocess.run(pytest_args(ids, chosen, report_dir, baseline, jobs), env=child_env(), stdin=subprocess.DEVNULL)
+    with bridge_template(ids) as template:
+        proc = subprocess.run(pytest_args(ids, chosen, report_dir, baseline, jobs, template), env=child_env(), stdin=subprocess.DEVNULL)
     if proc.returncode == 4:
         return EXIT_USAGE
     try:
