@@ -405,6 +405,7 @@ def test_a_host_sends_nothing_to_a_template_of_another_uid(monkeypatch, tmp_path
     go to no process but one of its uid."""
     path = str(_private(tmp_path, "t") / "template.sock")
     monkeypatch.setattr(forkserver, "_peer_cred", lambda conn: (1, os.getuid() + 1))
+    monkeypatch.setattr(forkserver, "START_TIMEOUT_S", 2.0)  # without the check: fails in 2 s, not 60
     with forkserver._listening(path) as listener:
         assert forkserver._fork_from_template(path, _private(tmp_path, "d"), {"A": "b"}) is None
         conn, _ = listener.accept()

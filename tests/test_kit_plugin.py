@@ -70,19 +70,19 @@ def test_a_run_of_the_suite_alone_starts_its_one_time_start_ups_when_collection_
     started: list[list] = []
     done = threading.Semaphore(0)
     monkeypatch.setattr(adapters, "background_warm_ups",
-                        lambda cells, api_sdk: [lambda: (started.append((sorted(s.id for s, _ in cells), api_sdk)), done.release())])
+                        lambda cells, api_sdk: [adapters.WarmUp("forkserver", lambda: (started.append((sorted(s.id for s, _ in cells), api_sdk)), done.release()))])
     monkeypatch.setattr(plugin, "_backends", lambda config: [BUILTIN_SPECS["api"], BUILTIN_SPECS["codex"]])
     monkeypatch.setattr(plugin, "_levels", lambda config: ["offline"])
     suite = conformance_dir()
     serial, controller = SimpleNamespace(dist="no"), SimpleNamespace(dist="load", tx=["popen"] * 2)
     for args in ([str(suite), str(tmp_path)], [str(tmp_path)], []):  # mixed with other tests, or none of it
-        plugin._warm_up_in_background(SimpleNamespace(args=args, option=serial))
-    plugin._warm_up_in_background(SimpleNamespace(args=[str(suite)], option=controller))  # runs no cell itself
+        plugin._warm_up_in_background(SimpleNamespace(args=args, option=serial, stash={}))
+    plugin._warm_up_in_background(SimpleNamespace(args=[str(suite)], option=controller, stash={}))  # runs no cell itself
     assert not done.acquire(timeout=0.2) and started == []
     whole_and_one = [str(suite / "test_time.py") + "::test_timeout_truncates", str(suite)]
-    plugin._warm_up_in_background(SimpleNamespace(args=whole_and_one, option=serial))
+    plugin._warm_up_in_background(SimpleNamespace(args=whole_and_one, option=serial, stash={}))
     for here in (True, False):  # xdist workers told (plugin.pytest_configure_node) where the api cells run
-        plugin._warm_up_in_background(SimpleNamespace(args=[str(suite)], option=controller,
+        plugin._warm_up_in_background(SimpleNamespace(args=[str(suite)], option=controller, stash={},
                                                       workerinput={"workerid": "gw0", API_SDK_HERE: here}))
     for _ in range(3):
         assert done.acquire(timeout=10)
@@ -129,11 +129,9 @@ def test_background_warm_ups_name_what_the_cells_need():
     from harnesscheck.registry import BUILTIN_SPECS
 
     assert background_warm_ups([(BUILTIN_SPECS["fake"], "offline")]) == []
-    assert background_warm_ups([(BUILTIN_SPECS["cursor"], "offline")]) == [get_forkserver]
-    from harnesscheck.kit.api_adapter import import_sdk_settled
-
+    assert background_warm_ups([(BUILTIN_SPECS["cursor"], "offline")]) == [("forkserver", get_forkserver)]
     (sdk,) = background_warm_ups([(BUILTIN_SPECS["api"], "offline")])
-    assert (sdk.func, sdk.args) == (import_sdk_settled, ("anthropic_messages",))  # paused collector, then frozen
+    assert sdk.name == "api-sdk" and sdk.run.args == ("anthropic",)
     assert background_warm_ups([(BUILTIN_SPECS["api"], "live")]) == []  # may skip: no import paid for nothing
     assert background_warm_ups([(BUILTIN_SPECS["api"], "offline")], api_sdk=False) == []  # another worker's cells
 

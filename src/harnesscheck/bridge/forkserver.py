@@ -1053,7 +1053,11 @@ class _Server:
     # -- loop -----------------------------------------------------------------------------
 
     def run(self) -> None:
-        self.control.sendall(json.dumps({"ready": True, "pid": os.getpid()}).encode())
+        try:
+            self.control.sendall(json.dumps({"ready": True, "pid": os.getpid()}).encode())
+        except OSError as exc:  # the host is gone before it heard `ready` (EPIPE): end as on its EOF
+            _say(f"bridge forkserver: the host is gone: {type(exc).__name__}: {exc}\n")
+            raise SystemExit(1) from None
         self._fork_spare()
         while True:
             for key, _ in self.selector.select(self._select_timeout()):
@@ -1699,12 +1703,9 @@ def _serve(server: "_Server") -> int:
     signal.signal(signal.SIGTERM, stop)
     try:
         server.run()
-    except SystemExit:
+    except SystemExit as exc:
         server._shutdown()
-    except OSError as exc:  # e.g. the host gone before it heard `ready` (EPIPE): end as on its EOF
-        _say(f"bridge forkserver: ending: {type(exc).__name__}: {exc}\n")
-        server._shutdown()
-        return 1
+        return exc.code if isinstance(exc.code, int) else 0
     return 0
 
 

@@ -28,7 +28,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 from _pytest.outcomes import Skipped as _Skipped
 
@@ -793,21 +793,31 @@ def adapter_kind(spec: ProviderSpec) -> str:
     return "api"
 
 
-def background_warm_ups(cells: list[tuple[ProviderSpec, str]], *, api_sdk: bool = True) -> list[Callable[[], object]]:
+class WarmUp(NamedTuple):
+    """A one-time start-up begun in the background: `name` says which ("forkserver", "api-sdk")."""
+
+    name: str
+    run: Callable[[], object]
+
+
+def background_warm_ups(cells: list[tuple[ProviderSpec, str]], *, api_sdk: bool = True) -> list[WarmUp]:
     """The one-time start-ups these cells would each wait for on first use, to begin in the
     background: the bridge forkserver (harness cells) and, with `api_sdk`, the api SDK's
-    import (offline api cells, ~1 s for anthropic; api_adapter.import_sdk_settled). Starting
-    them early changes no outcome, only when it is paid."""
+    import (offline api cells, ~1 s for anthropic). Starting them early changes no outcome,
+    only when it is paid."""
     kinds = {(adapter_kind(spec), level) for spec, level in cells}
-    jobs: list[Callable[[], object]] = []
+    jobs: list[WarmUp] = []
     if any(kind == "harness" for kind, _ in kinds):
         from harnesscheck.bridge.forkserver import get_forkserver
 
-        jobs.append(get_forkserver)
+        jobs.append(WarmUp("forkserver", get_forkserver))
     if api_sdk and ("api", "offline") in kinds:
-        from harnesscheck.kit.api_adapter import ApiAdapter, import_sdk_settled
+        import importlib
 
-        jobs.append(functools.partial(import_sdk_settled, ApiAdapter.api_mode))
+        from harnesscheck.kit.api_adapter import ApiAdapter
+        from harnesscheck.llm import sdk_module
+
+        jobs.append(WarmUp("api-sdk", functools.partial(importlib.import_module, sdk_module(ApiAdapter.api_mode))))
     return jobs
 
 

@@ -9,11 +9,8 @@ credentials travelled. It runs in the installed wheel without any test-only depe
 
 from __future__ import annotations
 
-import gc
-import importlib
 import json
 import secrets
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -33,35 +30,6 @@ from harnesscheck.kit.adapters import (
 
 REQUESTED = "hc-test-model"  # not in the price table: no dollar figure may appear
 SERVED = "hc-test-model-20260101"
-
-
-def import_sdk_settled(api_mode: str) -> None:
-    """Import the api mode's SDK once per process, as a long-lived part of the heap.
-
-    The SDK defines some 3,000 pydantic classes. Imported the usual way (on the first request),
-    the cyclic collector runs while they are built, and every later full collection walks them
-    all again: ~0.5 s of CPU in the suite's api worker, a tenth of that worker's time. The kit
-    owns this process, so it imports the SDK with the collector paused (after one collection,
-    so little garbage is kept) and then moves everything alive to the permanent generation
-    (gc.freeze). The host's own code (llm.py) imports it plainly; nothing else changes.
-    The pinned api worker calls it in a background thread once collection ends (plugin.py
-    _warm_up_in_background): whatever the cell running meanwhile left as cyclic garbage is
-    frozen with it, a bounded cost of one process that ends with the run.
-    """
-    from harnesscheck.llm import sdk_module
-
-    name = sdk_module(api_mode)
-    if name in sys.modules:
-        return
-    gc.collect()
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        importlib.import_module(name)
-    finally:
-        if enabled:
-            gc.enable()
-    gc.freeze()
 
 
 @dataclass
@@ -241,7 +209,6 @@ class ApiAdapter(BackendUnderTest):
 
     def __init__(self, spec, level, tmp_path):
         super().__init__(spec, level, tmp_path)
-        import_sdk_settled(self.api_mode)
         self.key = "sk-ant-hc-canary-" + secrets.token_hex(12)
         self._servers: list[ScriptedServer] = []
 

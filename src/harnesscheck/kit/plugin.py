@@ -439,8 +439,54 @@ def _warm_up_in_background(config: pytest.Config) -> None:
 
     cells = [(spec, level) for spec in _backends(config) for level in _levels(config)]
     api_sdk = getattr(config, "workerinput", {}).get(API_SDK_HERE, True)
-    for job in background_warm_ups(cells, api_sdk=api_sdk):
-        threading.Thread(target=job, name="harnesscheck-warm-up", daemon=True).start()
+    warm_ups = background_warm_ups(cells, api_sdk=api_sdk)
+    if any(warm_up.name == "api-sdk" for warm_up in warm_ups):
+        _pause_collector(config)
+    threads = [threading.Thread(target=warm_up.run, name="harnesscheck-warm-up", daemon=True) for warm_up in warm_ups]
+    for thread in threads:
+        thread.start()
+    config.stash[_WARM_UPS] = threads
+
+
+_WARM_UPS = pytest.StashKey[list]()  # the background warm-up threads
+_PAUSED = pytest.StashKey[bool]()  # this plugin turned the cyclic collector off (_pause_collector)
+
+
+def _pause_collector(config: pytest.Config) -> None:
+    """The api SDK (some 3,000 pydantic classes) is imported in the background: collections
+    while it is built, and every full one after, would walk what lives as long as the process
+    (~0.5 s of CPU per run in the api worker). So the collector is off from here until the
+    heap is settled (_settle_heap), if it was on."""
+    import gc
+
+    if gc.isenabled():
+        gc.disable()
+        config.stash[_PAUSED] = True
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    _settle_heap(item.config)
+
+
+def _settle_heap(config: pytest.Config) -> None:
+    """With the collector paused (_pause_collector), once every background warm-up is done,
+    between two cells (the main thread, the cell's fixtures torn down): one full collection
+    (garbage made meanwhile is freed, finalizers run), then everything alive moves to the
+    permanent generation (gc.freeze), where no later collection walks it, and the collector
+    is on again. A process whose cells all ended before that keeps it off to its end.
+    Warm-ups start only in a process that runs nothing but the suite."""
+    if not config.stash.get(_PAUSED, False):
+        return
+    threads = config.stash.get(_WARM_UPS, [])
+    if any(thread.is_alive() for thread in threads):
+        return
+    config.stash[_PAUSED] = False
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    gc.enable()
 
 
 def _pinned_suffixes(config: pytest.Config) -> tuple[str, ...]:
