@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 
 import pytest
 
@@ -432,61 +433,66 @@ def _warm_up_in_background(config: pytest.Config) -> None:
     expect it not to have run)."""
     if not _only_the_suite(config) or _xdist_controller(config):
         return
-    import threading
-
     from harnesscheck.kit.adapters import background_warm_ups
     from harnesscheck.kit.scheduling import API_SDK_HERE
 
     cells = [(spec, level) for spec in _backends(config) for level in _levels(config)]
     api_sdk = getattr(config, "workerinput", {}).get(API_SDK_HERE, True)
-    warm_ups = background_warm_ups(cells, api_sdk=api_sdk)
-    if any(warm_up.name == "api-sdk" for warm_up in warm_ups):
-        _pause_collector(config)
-    threads = [threading.Thread(target=warm_up.run, name="harnesscheck-warm-up", daemon=True) for warm_up in warm_ups]
-    for thread in threads:
+    for warm_up in background_warm_ups(cells, api_sdk=api_sdk):
+        thread = threading.Thread(target=warm_up.run, name="harnesscheck-warm-up", daemon=True)
+        if warm_up.name == "api-sdk":
+            _pause_collector(config, thread)
         thread.start()
-    config.stash[_WARM_UPS] = threads
 
 
-_WARM_UPS = pytest.StashKey[list]()  # the background warm-up threads
-_PAUSED = pytest.StashKey[bool]()  # this plugin turned the cyclic collector off (_pause_collector)
+_PAUSED = pytest.StashKey[threading.Thread]()  # the SDK import the collector is off for (_pause_collector)
 
 
-def _pause_collector(config: pytest.Config) -> None:
+def _pause_collector(config: pytest.Config, sdk_import: threading.Thread) -> None:
     """The api SDK (some 3,000 pydantic classes) is imported in the background: collections
     while it is built, and every full one after, would walk what lives as long as the process
-    (~0.5 s of CPU per run in the api worker). So the collector is off from here until the
-    heap is settled (_settle_heap), if it was on."""
+    (~0.5 s of CPU per run in the api worker). So the collector, if it is on, is off until
+    that import is done and the heap settled (_settle_heap), at the latest until the session
+    ends (pytest_unconfigure)."""
     import gc
 
     if gc.isenabled():
         gc.disable()
-        config.stash[_PAUSED] = True
+        config.stash[_PAUSED] = sdk_import
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_runtest_teardown(item: pytest.Item) -> None:
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    result = yield
     _settle_heap(item.config)
+    return result
 
 
 def _settle_heap(config: pytest.Config) -> None:
-    """With the collector paused (_pause_collector), once every background warm-up is done,
-    between two cells (the main thread, the cell's fixtures torn down): one full collection
-    (garbage made meanwhile is freed, finalizers run), then everything alive moves to the
-    permanent generation (gc.freeze), where no later collection walks it, and the collector
-    is on again. A process whose cells all ended before that keeps it off to its end.
-    Warm-ups start only in a process that runs nothing but the suite."""
-    if not config.stash.get(_PAUSED, False):
+    """With the collector paused (_pause_collector) and the SDK import done, between two cells
+    (the main thread, after the cell's protocol, its fixture values dropped): one full
+    collection (garbage made meanwhile is freed, finalizers run), then everything alive moves
+    to the permanent generation (gc.freeze), where no later collection walks it, and the
+    collector is on again. Warm-ups start only in a process that runs nothing but the suite."""
+    sdk_import = config.stash.get(_PAUSED, None)
+    if sdk_import is None or sdk_import.is_alive():
         return
-    threads = config.stash.get(_WARM_UPS, [])
-    if any(thread.is_alive() for thread in threads):
-        return
-    config.stash[_PAUSED] = False
+    del config.stash[_PAUSED]
     import gc
 
     gc.collect()
     gc.freeze()
     gc.enable()
+
+
+def _resume_collector(config: pytest.Config) -> None:
+    """The session ends with the collector still paused (no cell ended after the SDK import,
+    -x, an interrupt): it is on again, as it was (the heap left unfrozen)."""
+    if config.stash.get(_PAUSED, None) is not None:
+        del config.stash[_PAUSED]
+        import gc
+
+        gc.enable()
 
 
 def _pinned_suffixes(config: pytest.Config) -> tuple[str, ...]:
@@ -633,6 +639,7 @@ def _now() -> str:
 
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
+    _resume_collector(config)
     template = config.stash.get(_TEMPLATE, None)
     if template is not None:
         template.close()
