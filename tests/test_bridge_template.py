@@ -421,3 +421,24 @@ def test_a_forkserver_whose_host_left_before_it_was_ready_removes_its_directory(
     host_end.close()  # gone before `ready`: the forkserver's send fails (EPIPE)
     assert proc.wait(timeout=forkserver.START_TIMEOUT_S) == 1
     assert not directory.exists()
+
+
+def test_a_forked_forkserver_whose_host_left_before_it_was_ready_removes_its_directory(tmp_path: Path) -> None:
+    """The host's end of the control pair is closed before the template even forks: the
+    forked forkserver's `ready` fails (EPIPE), and it ends, its directory removed."""
+    template = forkserver.start_template()
+    assert template is not None
+    directory = _private(tmp_path, "host-gone")
+    host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    host_end.close()
+    try:
+        reply = _ask(template.socket_path, _valid_request(directory), [child_end.fileno()])
+        child_end.close()
+        assert reply.get("pid")
+        assert _wait_gone([reply["pid"]]) == []
+        deadline = time.monotonic() + BOUND_S
+        while directory.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not directory.exists()
+    finally:
+        template.close()
