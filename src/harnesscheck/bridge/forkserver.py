@@ -43,7 +43,8 @@ The forkserver process:
   `server.serve_spec(...)`, the same code path as `python -m harnesscheck.bridge`. It ends
   on stdin EOF, when the relay's connection closes, when the forkserver dies (parent-death
   signal) or the host dies (the spec's parent_pid watch). Its exit status goes to the relay.
-- Template (`start_template`, used by the kit's xdist controller for its workers): one
+- Template (`start_template`, used by `harnesscheck verify` before its pytest child, else by
+  the kit's xdist controller for its workers): one
   process pre-imports and warms up as a forkserver does, then forks a ready forkserver for
   each host that asks (`use_template(path)` in that host), instead of each host starting
   its own (~0.7 s of CPU each for the imports). The host keeps everything that makes the

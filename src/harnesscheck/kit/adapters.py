@@ -28,7 +28,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, NamedTuple
+from typing import Callable, Iterable, Iterator, NamedTuple
 
 from _pytest.outcomes import Skipped as _Skipped
 
@@ -783,6 +783,12 @@ def is_scripted(spec: ProviderSpec) -> bool:
     from harnesscheck.providers.fake import FakeTransport
 
     return isinstance(factory, type) and issubclass(factory, FakeTransport)
+
+
+def starts_bridges(specs: Iterable[ProviderSpec]) -> bool:
+    """Whether any of these backends is a harness, whose cells start tool bridges (and so
+    want the run's bridge forkserver template)."""
+    return any(adapter_kind(spec) == "harness" for spec in specs)
 
 
 def adapter_kind(spec: ProviderSpec) -> str:

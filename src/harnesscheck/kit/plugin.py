@@ -88,9 +88,9 @@ def _share_one_bridge_template(config: pytest.Config) -> None:
         return
     if not (_xdist_controller(config) and _only_the_suite(config)):
         return
-    from harnesscheck.kit.adapters import adapter_kind
+    from harnesscheck.kit.adapters import starts_bridges
 
-    if any(adapter_kind(spec) == "harness" for spec in _backends(config)):
+    if starts_bridges(_backends(config)):
         template = forkserver.start_template()
         if template is not None:
             config.stash[_TEMPLATE] = template

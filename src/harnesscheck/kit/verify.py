@@ -73,12 +73,10 @@ def bridge_template(ids: list[str]) -> Iterator[str | None]:
     --hc-bridge-template). Yields its socket path, or None (no harness backend; forkservers
     cannot run here); ended with the run."""
     from harnesscheck.bridge import forkserver
-    from harnesscheck.kit.adapters import adapter_kind
+    from harnesscheck.kit.adapters import starts_bridges
     from harnesscheck.registry import get_spec
 
-    template = None
-    if any(adapter_kind(get_spec(backend)) == "harness" for backend in ids):
-        template = forkserver.start_template()
+    template = forkserver.start_template() if starts_bridges(get_spec(backend) for backend in ids) else None
     try:
         yield template.socket_path if template is not None else None
     finally:
