@@ -40,8 +40,17 @@ def _sid(pid: int) -> int:
 
 
 def _environ(pid: int) -> dict[str, str]:
-    with open(f"/proc/{pid}/environ", "rb") as fh:
-        pairs = [item.split(b"=", 1) for item in fh.read().split(b"\0") if b"=" in item]
+    """The env `pid` started with. Popen returns once the exec is committed (its close-on-exec
+    pipe closes), a moment before the kernel records where the new env lies: until then
+    /proc/<pid>/environ reads empty, so an empty read is tried again (bounded)."""
+    deadline = time.monotonic() + BOUND_S
+    while True:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            raw = fh.read()
+        if raw or time.monotonic() >= deadline:
+            break
+        time.sleep(0.01)
+    pairs = [item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item]
     return {os.fsdecode(k): os.fsdecode(v) for k, v in pairs}
 
 
