@@ -12,6 +12,8 @@ a change to any request byte fails until the snapshot is deliberately updated wi
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import respx
 
@@ -34,6 +36,15 @@ VOLATILE = {"x-stainless-timeout", "x-stainless-read-timeout"}
 #: Headers that depend on the machine running the tests, left out of the snapshots only.
 MACHINE = {"x-stainless-os", "x-stainless-arch", "x-stainless-runtime", "x-stainless-runtime-version"}
 AUTH = {"authorization", "x-api-key"}
+#: Headers that carry the installed SDK's own version: an upgrade within the allowed range
+#: changes them and nothing the host controls, so the snapshot pins their shape only.
+SDK_VERSIONED = {"user-agent", "x-stainless-package-version"}
+_VERSION = re.compile(r"\d+(?:\.\d+)+(?:[-.+]?[0-9A-Za-z.]+)?")
+
+
+def sdk_neutral(name: str, value: str) -> str:
+    """The one place SDK-version noise is normalised: `Anthropic/Python 2.15.0` -> `Anthropic/Python <sdk version>`."""
+    return _VERSION.sub("<sdk version>", value) if name in SDK_VERSIONED else value
 
 
 @pytest.fixture
@@ -78,7 +89,7 @@ def pinned(request) -> dict:
         k = k.lower()
         if k in VOLATILE or k in MACHINE:
             continue
-        headers[k] = v.replace(W.CANARY_KEY, "<api key>") if k in AUTH else v
+        headers[k] = v.replace(W.CANARY_KEY, "<api key>") if k in AUTH else sdk_neutral(k, v)
     return {"method": request.method, "path": request.url.path, "headers": headers, "body": request.content.decode()}
 
 
