@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harnesscheck.contracts import Capability as C
-from harnesscheck.contracts import CostSource, Kind, ModelVerdict
+from harnesscheck.contracts import CostSource, ErrorClass, Kind, ModelVerdict, OutcomeStatus
 from harnesscheck.kit.catalog import check
 
 
@@ -75,3 +75,31 @@ def test_helper_model_not_served(but):
     assert set(run.facts.helper_models) <= set(run.outcome.helper_usage), "helper usage is reported separately"
     if run.facts.usage is not None:
         assert run.outcome.usage.input == run.facts.usage.input, "helper tokens were added to the main usage"
+
+
+#: The model a host asks for in the guard check (dated-suffix free, so no alias logic applies).
+GUARDED_MODEL = "hc-requested-model-1"
+
+
+@check("usage.mismatch-policy-applied", incident="I5")
+def test_mismatch_policy_applied(but):
+    """Under HARNESS_MODEL_MISMATCH=fail, a served model other than the requested one ends the session
+    error/invalid_request naming it; a served model the backend cannot report is not failed, only warned about."""
+    fail = {"model_mismatch": "fail"}
+    run = but.run("served_model_mismatch", model=GUARDED_MODEL, settings=fail)
+    o = run.outcome
+    if o.model_verdict == ModelVerdict.mismatch:
+        assert (o.status, o.error_class) == (OutcomeStatus.error, ErrorClass.invalid_request), (
+            f"served {o.served_model!r} for {o.requested_model!r} under HARNESS_MODEL_MISMATCH=fail, yet "
+            f"{o.status}/{o.error_class}: the guard was not applied"
+        )
+        assert o.served_model and o.served_model in o.message, f"the message does not name the served model: {o.message!r}"
+    else:
+        assert o.model_verdict == ModelVerdict.unverified, f"verdict {o.model_verdict} on a mismatching served model"
+    run = but.run("success", model=GUARDED_MODEL, settings=fail)
+    o = run.outcome
+    if o.model_verdict == ModelVerdict.unverified:
+        assert o.status == OutcomeStatus.ok, (
+            f"{o.status}/{o.error_class}: an unreported served model failed the session ({o.message!r})"
+        )
+        assert "unverified" in o.message, f"no warning that the served model is unverified: {o.message!r}"

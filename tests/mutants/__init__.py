@@ -39,7 +39,10 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.scripted:sums_usage_per_streamed_line": _ids("usage.counted-once-per-message"),
     "tests.mutants.scripted:reads_served_model_from_helper": _ids("usage.helper-model-not-served"),
     "tests.mutants.scripted:fabricates_a_dollar_cost": _ids("usage.cost-never-fabricated"),
-    "tests.mutants.scripted:always_says_model_matches": _ids("usage.served-model-mismatch-flagged"),
+    "tests.mutants.scripted:always_says_model_matches": _ids(
+        "usage.served-model-mismatch-flagged", "usage.mismatch-policy-applied",
+    ),
+    "tests.mutants.scripted:ignores_the_mismatch_policy": _ids("usage.mismatch-policy-applied"),
     "tests.mutants.scripted:retries_a_401": _ids("errors.auth-not-retried"),
     "tests.mutants.scripted:rate_limit_is_final": _ids("errors.rate-limit-retryable"),
     "tests.mutants.scripted:overload_is_final": _ids("errors.overloaded-retryable"),
@@ -78,6 +81,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     # CLI harnesses (built on the claude-code / codex transports, run against the fake CLIs)
     "tests.mutants.codex:hides_its_builtins": _ids("audit.declines-builtins-honestly"),
     "tests.mutants.codex:forgets_native_tool_calls": _ids("audit.native-tool-use-flagged"),
+    "tests.mutants.codex:fails_an_unverified_model": _ids("usage.mismatch-policy-applied"),
     "tests.mutants.harness:leaves_stdin_open": _ids("time.stdin-not-left-open"),
     "tests.mutants.harness:loads_the_worktree_dotenv": _ids("env.worktree-not-cwd"),
     "tests.mutants.harness:forgets_bridge_calls": _ids(
@@ -147,6 +151,7 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.harness:drops_the_vendor_cost": ("test_usage.py", "cost or served_model_reported"),
     "tests.mutants.harness:chokes_on_unknown_events": ("test_parse.py", "unknown or noise"),
     "tests.mutants.codex:hides_its_builtins": ("test_audit.py", "declines or native"),
+    "tests.mutants.codex:fails_an_unverified_model": ("test_usage.py", "mismatch_policy or served_model or cost"),
     "tests.mutants.codex:forgets_native_tool_calls": ("test_audit.py", "declines or native"),
 }
 

@@ -264,6 +264,14 @@ class LacksComplete(FakeTransport):
     complete = None
 
 
+class IgnoresTheMismatchPolicy(FakeTransport):
+    """Reads HARNESS_MODEL_MISMATCH as `warn` whatever the host set: a wrong model answers on."""
+
+    def __init__(self, spec, settings=None):
+        super().__init__(spec, settings)
+        self.settings = self.settings.model_copy(update={"model_mismatch": "warn"})
+
+
 follows_symlinks = mutant_spec("fake", M, FollowsSymlinks)
 prefix_check_without_separator = mutant_spec("fake", M, PrefixCheckWithoutSeparator)
 ignores_the_timeout = mutant_spec("fake", M, IgnoresTheTimeout)
@@ -292,3 +300,4 @@ never_reports_the_served_model = mutant_spec("fake", M, NeverReportsTheServedMod
 lacks_complete = mutant_spec("fake", M, LacksComplete)
 ignores_the_system_prompt = mutant_spec("fake", M, IgnoresTheSystemPrompt)
 overload_is_final = mutant_spec("fake", M, OverloadIsFinal)
+ignores_the_mismatch_policy = mutant_spec("fake", M, IgnoresTheMismatchPolicy)

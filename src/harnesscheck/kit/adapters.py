@@ -357,6 +357,7 @@ class BackendUnderTest:
         echo: list[str] | None = None,
         system: str | None = None,
         teardown_s: float | None = None,
+        settings: dict | None = None,
     ) -> SessionRun:
         """Run one session of `scenario` (or of scripted `tool_calls`) and collect the evidence.
 
@@ -370,6 +371,8 @@ class BackendUnderTest:
         the checks whose subject is a CLI that lingers or ignores SIGTERM: the suite need not
         wait out production graces. A backend that ignores the host's settings is judged the
         same, only slower.
+        `settings`: host Settings for this run's transport (e.g. ``{"model_mismatch": "fail"}``,
+        as a host sets HARNESS_MODEL_MISMATCH).
         """
         if scenario not in SCENARIOS and scenario != "tools":
             raise KitFault(f"unknown scenario {scenario!r}")
@@ -379,10 +382,12 @@ class BackendUnderTest:
         timeline = Timeline(timeout_s=timeout_s)
         with patched_environ(env):
             self._local.teardown_s = teardown_s  # read by transport() while prepare builds one
+            self._local.settings = settings
             try:
                 setup = self.prepare(scenario, ws, tool_calls=tool_calls, model=model, timeout_s=timeout_s, echo=echo or [])
             finally:
                 self._local.teardown_s = None
+                self._local.settings = None
             request = AgentSessionRequest(
                 prompt=prompt,
                 system=system,
@@ -493,11 +498,19 @@ class BackendUnderTest:
     def transport(self, **settings) -> Transport:
         from harnesscheck.registry import build_transport
 
+        self.run_settings(settings)
+        return build_transport(self.spec, Settings(backend=self.spec.id, **settings))
+
+    def run_settings(self, settings: dict) -> dict:
+        """`settings` completed with the run's own (run(teardown_s=, settings=)), set while
+        prepare builds the run's transport; explicit keys win."""
         teardown = getattr(self._local, "teardown_s", None)
         if teardown is not None:
             settings.setdefault("linger_s", teardown)
             settings.setdefault("term_grace_s", teardown)
-        return build_transport(self.spec, Settings(backend=self.spec.id, **settings))
+        for key, value in (getattr(self._local, "settings", None) or {}).items():
+            settings.setdefault(key, value)
+        return settings
 
     # -- what adapters implement -------------------------------------------------------
 
@@ -681,7 +694,7 @@ class ScriptedAdapter(BackendUnderTest):
 
     def transport(self, **settings):
         """One transport per adapter, so concurrent sessions share it as a host would."""
-        if settings:
+        if settings or getattr(self._local, "settings", None):
             return super().transport(**settings)
         if self._transport is None:
             self._transport = super().transport()

@@ -220,6 +220,7 @@ class ApiAdapter(BackendUnderTest):
 
         settings.setdefault("api_mode", self.api_mode)
         settings.setdefault("model", REQUESTED)
+        self.run_settings(settings)
         with patched_environ(self._env(url or "http://127.0.0.1:9")):
             transport = build_transport(self.spec, Settings(backend=self.spec.id, **settings))
         llm = getattr(transport, "llm", None)

@@ -349,7 +349,8 @@ class LoopbackAdapter(HarnessAdapter):
         self._wrappers += 1
         wrapper, record = write_wrapper(self.tmp_path / f"loopback-bin{self._wrappers}", self.binary.path, self.spec.cli_name or "cli")
         transport = loopback_transport(
-            self.spec, Settings(backend=self.spec.id), cli_path=wrapper, endpoint=LoopbackEndpoint(server.base_url)
+            self.spec, Settings(backend=self.spec.id, **(getattr(self._local, "settings", None) or {})),  # run(settings=)
+            cli_path=wrapper, endpoint=LoopbackEndpoint(server.base_url),
         )
         lines: list[str] = []
         make_parser = transport.make_parser

@@ -401,12 +401,19 @@ class HarnessTransport:
                 exit_code=result.exit_code,
             )
             outcome = self.after_session(ctx, outcome) or outcome
-            return outcome
+            return self.judge(outcome, ctx, tool_less=tool_less)
         finally:
             release_bridge(ctx.spec_path)  # also when the CLI never started
             tracer.close()
             for path in ctx.cleanup:
                 shutil.rmtree(path, ignore_errors=True)
+
+    def judge(self, outcome: AgentOutcome, ctx: SessionContext, *, tool_less: bool) -> AgentOutcome:
+        """The verdicts every harness applies last, the same for every CLI: the served-model
+        guard (providers/_guard.py, HARNESS_MODEL_MISMATCH)."""
+        from harnesscheck.providers._guard import apply_model_guard
+
+        return apply_model_guard(outcome, self.settings.model_mismatch)
 
     def _finish(self, outcome: AgentOutcome, ctx: SessionContext, result: Any, info: Any, redact: Callable) -> AgentOutcome:
         update: dict[str, Any] = {

@@ -32,7 +32,6 @@ from harnesscheck.contracts import (
     Cost,
     CostSource,
     ErrorClass,
-    ModelVerdict,
     OutcomeStatus,
     ProviderSpec,
     Refusal,
@@ -40,6 +39,7 @@ from harnesscheck.contracts import (
     model_verdict,
 )
 from harnesscheck.llm import API_MODES, Abort, Aborted, LLM, LLMError, Reply
+from harnesscheck.providers._guard import MISMATCH_ERROR_CLASS, apply_model_guard, guard_verdict
 
 #: api_mode → (key variable, base URL variable). Read once, when the transport is built.
 MODE_ENV: dict[str, tuple[str, str]] = {
@@ -48,8 +48,6 @@ MODE_ENV: dict[str, tuple[str, str]] = {
     "responses": ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
 }
 
-#: A served-model mismatch under HARNESS_MODEL_MISMATCH=fail is this error class (status error).
-MISMATCH_ERROR_CLASS = ErrorClass.invalid_request
 
 _WATCH_POLL_S = 0.05
 
@@ -162,12 +160,14 @@ class ApiTransport:
         return self._finish(state, start, OutcomeStatus.ok)
 
     def _mismatch_fails(self, requested: str, reply: Reply) -> bool:
-        """The served-model guard: a mismatch ends the session under HARNESS_MODEL_MISMATCH=fail."""
-        return self.settings.model_mismatch == "fail" and model_verdict(requested, reply.served_model) is ModelVerdict.mismatch
+        """The served-model guard (providers/_guard.py): under HARNESS_MODEL_MISMATCH=fail a
+        mismatching reply ends the session before any of its tool calls runs."""
+        served = reply.served_model
+        return guard_verdict(requested, served, model_verdict(requested, served), self.settings.model_mismatch).fail
 
-    @staticmethod
-    def _mismatch_message(requested: str, reply: Reply) -> str:
-        return f"served model {reply.served_model!r} is not the requested {requested!r} (HARNESS_MODEL_MISMATCH=fail)"
+    def _mismatch_message(self, requested: str, reply: Reply) -> str:
+        served = reply.served_model
+        return guard_verdict(requested, served, model_verdict(requested, served), self.settings.model_mismatch).note
 
     # -- the tool loop ---------------------------------------------------------------------
 
@@ -292,7 +292,7 @@ class ApiTransport:
         text = state.final_text if status is OutcomeStatus.ok else state.all_text()
         usd = cost_usd(served or state.requested, state.usage)
         cost = Cost(usd=usd, source=CostSource.api if usd is not None else CostSource.none, partial=status is not OutcomeStatus.ok)
-        return AgentOutcome(
+        outcome = AgentOutcome(
             status=status,
             error_class=error_class,
             retryable=error_class in RETRYABLE if error_class else False,
@@ -312,6 +312,7 @@ class ApiTransport:
             terminal_event_seen=status not in (OutcomeStatus.truncated, OutcomeStatus.cancelled),
             backend=self.spec.id,
         )
+        return apply_model_guard(outcome, self.settings.model_mismatch)
 
 
 class _SessionState:

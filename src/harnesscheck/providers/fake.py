@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from harnesscheck.config import Settings
+from harnesscheck.providers._guard import apply_model_guard
 from harnesscheck.contracts import (
     BLOCKING,
     RETRYABLE,
@@ -139,8 +140,7 @@ class FakeTransport:
 
         def finish(status: OutcomeStatus, error: ErrorClass | None = None, message: str = "", **extra):
             retryable = extra.pop("retryable", error in RETRYABLE if error else False)
-            trace.record("session_end", status=status.value, error_class=error.value if error else None)
-            return AgentOutcome(
+            outcome = AgentOutcome(
                 status=status,
                 error_class=error,
                 retryable=retryable,
@@ -162,6 +162,11 @@ class FakeTransport:
                 backend=self.spec.id,
                 **extra,
             )
+            # The served-model guard may end an ok session (providers/_guard.py).
+            outcome = apply_model_guard(outcome, self.settings.model_mismatch)
+            error_class = outcome.error_class.value if outcome.error_class else None
+            trace.record("session_end", status=outcome.status.value, error_class=error_class)
+            return outcome
 
         trace.record("session_start", backend=self.spec.id)
         index = 0
@@ -212,11 +217,11 @@ class FakeTransport:
             status = OutcomeStatus.blocked if turn.error in BLOCKING else OutcomeStatus.error
             return AgentOutcome(status=status, error_class=turn.error, retryable=turn.error in RETRYABLE,
                                 message=self.error_message(turn, turn.error), backend=self.spec.id)
-        return AgentOutcome(
+        return apply_model_guard(AgentOutcome(
             status=OutcomeStatus.ok, text=turn.text, usage=turn.usage, requested_model=model,
             served_model=served, model_verdict=model_verdict(model, served), backend=self.spec.id,
             terminal_event_seen=True, iterations=1,
-        )
+        ), self.settings.model_mismatch)
 
     def session_log(self, session_id: str) -> SessionLog:
         with self._lock:
