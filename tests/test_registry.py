@@ -79,6 +79,42 @@ def test_invalid_setting_names_the_variable() -> None:
     assert "HARNESS_BACKEND_CONCURRENCY" in str(info.value)
 
 
+@pytest.mark.parametrize(("name", "value", "rule", "reason"), [
+    ("HARNESS_BACKEND_TIMEOUT_S", "-5", "must be a positive, finite number of seconds", "Input should be greater than 0"),
+    ("HARNESS_BACKEND_TIMEOUT_S", "inf", "must be a positive, finite number of seconds", "Input should be a finite number"),
+    ("HARNESS_BACKEND_TIMEOUT_S", "nan", "must be a positive, finite number of seconds", "Input should be a finite number"),
+    ("HARNESS_BACKEND_LINGER_S", "inf", "must be a number of seconds from 0 to 60", "finite number"),
+    ("HARNESS_BACKEND_CONCURRENCY", "2.5", "must be a whole number of sessions, 1 or more", "valid integer"),
+    ("HARNESS_MODEL_MISMATCH", "maybe", "must be fail or warn", "String should match pattern"),
+    ("HARNESS_API_MODE", "grpc", "must be anthropic_messages, chat_completions or responses", "String should match pattern"),
+])
+def test_a_bad_setting_names_the_value_the_rule_and_pydantics_reason(name, value, rule, reason) -> None:
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env({name: value})
+    assert info.value.message.startswith(f"{name}={value!r}: {rule} (pydantic: ") and reason in info.value.message
+    assert name in info.value.fix
+
+
+def test_a_bad_dotenv_value_says_where_it_came_from_and_a_provider_key_is_never_read(tmp_path: Path) -> None:
+    dotenv = tmp_path / ".env"
+    dotenv.write_text("ANTHROPIC_API_KEY=sk-ant-secret-canary\nHARNESS_BACKEND_TIMEOUT_S=-1\n")
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env({}, dotenv)
+    assert f"(from {dotenv})" in info.value.message and "sk-ant" not in str(info.value)
+    dotenv.write_text("ANTHROPIC_API_KEY=sk-ant-secret-canary\nHARNESS_BACKEND=fake\n")
+    s = Settings.from_env({}, dotenv)
+    assert s.backend == "fake" and "sk-ant" not in s.model_dump_json()
+
+
+def test_plain_settings_read_no_environment(monkeypatch) -> None:
+    """Settings(...) is a value: only from_env reads HARNESS_* (a library host decides)."""
+    monkeypatch.setenv("HARNESS_BACKEND_TIMEOUT_S", "5")
+    monkeypatch.setenv("HARNESS_BACKEND", "codex")
+    assert Settings().timeout_s == 1800.0 and Settings().backend is None
+    assert Settings.from_env().timeout_s == 5.0 and Settings.from_env({}).backend is None
+    assert Settings(backend="fake", timeout_s=3).timeout_s == 3.0
+
+
 def _fake_cli(tmp_path: Path, version: str) -> Path:
     path = tmp_path / "claude"
     path.write_text(f"#!/bin/sh\necho '{version}'\n")

@@ -1,75 +1,114 @@
 """Settings: the HARNESS_* variables, read from an environment mapping and an optional .env.
 
-Only HARNESS_* names are read from a .env file; provider keys are read from the process
-environment by the provider that needs them, never copied into Settings output or errors.
+`Settings(...)` is a plain value: constructing one reads nothing (a library host passes what
+it wants). `Settings.from_env(environ, dotenv)` reads the variables through pydantic-settings:
+the environment wins over the .env file; of a .env file only the HARNESS_* names below are
+read (a provider key in it is never read into settings, so it can never reach an error or a
+dump). Each field's `description` is its rule; an invalid value raises `ConfigError` naming
+the variable, the value, the rule and pydantic's reason, e.g.
+`HARNESS_BACKEND_TIMEOUT_S='-5': must be a positive, finite number of seconds (pydantic: Input should be greater than 0)`.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from functools import cache
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harnesscheck.contracts import ConfigError
 
+_SECONDS_0_60 = "must be a number of seconds from 0 to 60"
+
 
 class Settings(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    """The HARNESS_* settings. Each field's validation alias is its variable's name."""
 
-    backend: str | None = None
-    model: str | None = None
-    concurrency: int = Field(default=2, gt=0)
-    cli: Path | None = None
-    timeout_s: float = Field(default=1800.0, gt=0)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", validate_by_name=True, validate_by_alias=True, str_strip_whitespace=True
+    )
+
+    backend: str | None = Field(default=None, validation_alias="HARNESS_BACKEND",
+                                description="a registered backend id or module:factory")
+    model: str | None = Field(default=None, validation_alias="HARNESS_BACKEND_MODEL",
+                              description="a model name inside the backend")
+    concurrency: int = Field(default=2, gt=0, validation_alias="HARNESS_BACKEND_CONCURRENCY",
+                             description="must be a whole number of sessions, 1 or more")
+    cli: Path | None = Field(default=None, validation_alias="HARNESS_BACKEND_CLI",
+                             description="must be the path of the CLI binary")
+    timeout_s: float = Field(default=1800.0, gt=0, allow_inf_nan=False, validation_alias="HARNESS_BACKEND_TIMEOUT_S",
+                             description="must be a positive, finite number of seconds")
     #: After the CLI printed its result, how long it may take to exit before its tree is ended
     #: (harness-anchors C10: the reference waits 2 s).
-    linger_s: float = Field(default=2.0, ge=0, le=60)
+    linger_s: float = Field(default=2.0, ge=0, le=60, allow_inf_nan=False, validation_alias="HARNESS_BACKEND_LINGER_S",
+                            description=_SECONDS_0_60)
     #: Between SIGTERM and SIGKILL when a CLI's tree is ended (deadline, linger, cancel).
-    term_grace_s: float = Field(default=2.0, ge=0, le=60)
-    model_mismatch: str = Field(default="warn", pattern="^(fail|warn)$")
-    api_mode: str | None = Field(default=None, pattern="^(anthropic_messages|chat_completions|responses)$")
+    term_grace_s: float = Field(default=2.0, ge=0, le=60, allow_inf_nan=False,
+                                validation_alias="HARNESS_BACKEND_TERM_GRACE_S", description=_SECONDS_0_60)
+    model_mismatch: str = Field(default="warn", pattern="^(fail|warn)$", validation_alias="HARNESS_MODEL_MISMATCH",
+                                description="must be fail or warn")
+    api_mode: str | None = Field(default=None, pattern="^(anthropic_messages|chat_completions|responses)$",
+                                 validation_alias="HARNESS_API_MODE",
+                                 description="must be anthropic_messages, chat_completions or responses")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, dotenv: Path | None = None) -> "Settings":
-        """Settings from HARNESS_* variables; a .env file fills only names not already set."""
-        env = dict(os.environ if environ is None else environ)
-        if dotenv is not None and dotenv.is_file():
-            for key, value in read_dotenv(dotenv).items():
-                if key.startswith("HARNESS_"):
-                    env.setdefault(key, value)
-        fields = {
-            "backend": "HARNESS_BACKEND",
-            "model": "HARNESS_BACKEND_MODEL",
-            "concurrency": "HARNESS_BACKEND_CONCURRENCY",
-            "cli": "HARNESS_BACKEND_CLI",
-            "timeout_s": "HARNESS_BACKEND_TIMEOUT_S",
-            "linger_s": "HARNESS_BACKEND_LINGER_S",
-            "term_grace_s": "HARNESS_BACKEND_TERM_GRACE_S",
-            "model_mismatch": "HARNESS_MODEL_MISMATCH",
-            "api_mode": "HARNESS_API_MODE",
-        }
-        values = {f: env[v].strip() for f, v in fields.items() if env.get(v, "").strip()}
+        """Settings from HARNESS_* variables; a .env file fills only names not already set.
+        An empty (or blank) variable counts as unset."""
+        env = os.environ if environ is None else environ
+        # The environment is handed to pydantic-settings as init values (they win over the
+        # .env source), so a host's own mapping (doctor, tests) is read exactly like os.environ.
+        given = {name: env[name] for name in ENV_NAMES.values() if (env.get(name) or "").strip()}
+        dotenv = Path(dotenv) if dotenv is not None and Path(dotenv).is_file() else None
         try:
-            return cls(**values)
-        except ValueError as exc:
-            bad = ", ".join(fields[str(e["loc"][0])] for e in exc.errors())  # type: ignore[attr-defined]
-            raise ConfigError(f"invalid setting: {bad}", f"fix the value of {bad} (see README, Configuration)") from None
+            read = _from_environment()(_env_file=dotenv, **given)
+        except ValidationError as exc:
+            raise _config_error(exc, given, dotenv) from None
+        return cls(**read.model_dump())
 
 
-def read_dotenv(path: Path) -> dict[str, str]:
-    """Minimal KEY=VALUE reader (comments, export prefix, single/double quotes)."""
-    out: dict[str, str] = {}
-    for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        if line.startswith("export "):
-            line = line[7:].lstrip()
-        key, _, value = line.partition("=")
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        out[key.strip()] = value
-    return out
+#: Field -> the variable it is read from.
+ENV_NAMES: dict[str, str] = {name: str(f.validation_alias) for name, f in Settings.model_fields.items()}
+
+
+@cache
+def _from_environment() -> type:
+    """Settings as a pydantic-settings class: init values (the environment), then the .env
+    file; nothing else (no secrets dir, no os.environ behind the caller's back). Built on first
+    use, so importing config (every transport does) does not import pydantic-settings."""
+    from pydantic_settings import BaseSettings, SettingsConfigDict
+
+    class FromEnvironment(BaseSettings, Settings):
+        model_config = SettingsConfigDict(
+            case_sensitive=True, env_ignore_empty=True, extra="ignore", frozen=True, env_file_encoding="utf-8",
+        )
+
+        @classmethod
+        def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
+                                       file_secret_settings):
+            return (init_settings, dotenv_settings)
+
+    return FromEnvironment
+
+
+def _config_error(exc: ValidationError, given: Mapping[str, str], dotenv: Path | None) -> ConfigError:
+    """One line per bad variable: NAME='value': the rule (pydantic's reason) [from .env]."""
+    parts: list[str] = []
+    names: list[str] = []
+    fields_by_alias = {alias: field for field, alias in ENV_NAMES.items()}
+    for err in exc.errors():
+        name = str(err["loc"][0]) if err.get("loc") else "?"
+        field = fields_by_alias.get(name, name)
+        info = Settings.model_fields.get(field)
+        rule = info.description if info is not None and info.description else "invalid"
+        value = str(err.get("input", ""))
+        shown = value if len(value) <= 80 else value[:77] + "..."
+        where = "" if name in given or dotenv is None else f" (from {dotenv})"
+        parts.append(f"{name}={shown!r}: {rule} (pydantic: {err.get('msg', 'invalid')}){where}")
+        names.append(name)
+    bad = ", ".join(dict.fromkeys(names))
+    return ConfigError("; ".join(parts), f"set {bad} to a valid value in the environment or .env, or unset it "
+                                         "(README, Configuration)")
+
