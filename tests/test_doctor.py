@@ -92,7 +92,7 @@ def test_selection_from_harness_backend_and_unknown_backend(tmp_path: Path, _doc
     assert code == 1 and _by(report, "codex", "binary")["status"] == "fail"
     code, report, _ = _doctor(tmp_path, "--backend", "nope", env=_env(tmp_path))
     line = _by(report, "nope", "backend")
-    assert code == 1 and line["status"] == "fail" and "claude-code" in line["fix"]
+    assert code == 2 and line["status"] == "fail" and "claude-code" in line["fix"], "an unknown id is a usage error"
 
 
 def test_api_key_is_reported_by_name_never_by_value(tmp_path: Path, _doctor) -> None:

@@ -1,17 +1,30 @@
 """The `harnesscheck` command. Each command imports its implementation lazily, so that
 `harnesscheck --help` never imports anthropic, openai or mcp.
 
-Exit codes: 0 ok, 1 a backend failed, 2 usage error, 3 kit or environment fault.
+Exit codes (every command): 0 ok; 1 a backend failed a check (or the session failed);
+2 usage error (a bad option or setting: one line naming the value and the rule, then the
+fix); 3 environment fault (a CLI, npm or a credential missing, the kit broke); 4 internal
+error (a bug: one line, the traceback only with `harnesscheck --debug COMMAND ...`).
+
+Bad input is caught here, before any work starts (nothing is created for a run that is
+refused): paths that must be directories, files or executables, worker counts, numbers that
+must be finite, prompts that must be UTF-8. The checks only look; nothing is created by them.
 """
 
 from __future__ import annotations
 
+import math
+import os
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from harnesscheck import __version__
+from harnesscheck.contracts import HarnessError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ENVIRONMENT, EXIT_INTERNAL = 0, 1, 2, 3, 4
 
 app = typer.Typer(
     name="harnesscheck",
@@ -19,7 +32,18 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain click output: a usage error is a few plain lines, not a drawn box, and a command's
+    # --help reads like the top-level one (launcher.py).
+    rich_markup_mode=None,
 )
+
+_DEBUG = {"on": False}
+
+
+class UsageError(HarnessError):
+    """A bad option value: the message names the option, the value and the rule."""
+
+    exit_code = EXIT_USAGE
 
 
 def _version(value: bool) -> None:
@@ -33,8 +57,110 @@ def _root(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
     ] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show the traceback of an internal error.")] = False,
 ) -> None:
     """Conformance kit for coding-agent backends."""
+    _DEBUG["on"] = debug
+
+
+# ---------------------------------------------------------------------------------------
+# Option checks: each raises UsageError(value + rule, fix) and creates nothing.
+
+
+def _nearest_existing(path: Path) -> Path:
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return probe
+
+
+def check_dir_option(option: str, path: Path) -> Path:
+    """A directory the command writes into: an existing, writable directory, or a path whose
+    nearest existing ancestor is a writable directory (it is created then)."""
+    path = Path(path).expanduser()
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{option} {path}: is a file, must be a directory",
+                         f"pass a directory (a new one is created), e.g. {option} {path.parent / (path.name + '.d')}")
+    base = _nearest_existing(path.absolute())
+    if not base.is_dir():
+        raise UsageError(f"{option} {path}: {base} is a file, so the directory cannot be created",
+                         f"pass a path under a directory, not under a file, for {option}")
+    if not os.access(base, os.W_OK | os.X_OK):
+        what = "is not writable" if base == path.absolute() else f"cannot be created ({base} is not writable)"
+        raise UsageError(f"{option} {path}: {what}", f"pass a directory you can write to for {option}")
+    return path
+
+
+def check_file_option(option: str, path: Path) -> Path:
+    """A file the command writes: not a directory, and creatable where it is."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise UsageError(f"{option} {path}: is a directory, must be a file path", f"name the file, e.g. {option} {path / 'out.json'}")
+    base = _nearest_existing(path.absolute().parent)
+    if not base.is_dir():
+        raise UsageError(f"{option} {path}: {base} is a file, so {path.name} cannot be created there",
+                         f"pass a file path under a directory for {option}")
+    writable = os.access(path, os.W_OK) if path.exists() else os.access(base, os.W_OK | os.X_OK)
+    if not writable:
+        raise UsageError(f"{option} {path}: not writable ({path if path.exists() else base} is not writable by you)",
+                         f"pass a path you can write to for {option}")
+    return path
+
+
+def check_executable_option(option: str, path: Path) -> Path:
+    """A binary to run: an existing, executable regular file. A missing path is left to the
+    registry (CLI not found, exit 3: the paths tried and how to install)."""
+    path = Path(path).expanduser().absolute()
+    if path.is_dir():
+        raise UsageError(f"{option} {path}: is a directory, must be the CLI binary itself",
+                         f"pass the executable file, e.g. {option} {path / '<cli name>'}")
+    if path.exists() and not os.access(path, os.X_OK):
+        mode = oct(path.stat().st_mode & 0o777)[2:]
+        raise UsageError(f"{option} {path}: is not executable (mode {mode})", f"chmod +x {path}, or pass the real binary")
+    return path
+
+
+def check_jobs_option(value: str | None) -> str | None:
+    """`-n`: a whole number of workers, 0 or more (0 = serially), or `auto`."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text == "auto":
+        return text
+    try:
+        jobs = int(text)
+    except ValueError:
+        jobs = None
+    if jobs is None or jobs < 0:
+        raise UsageError(f"-n {value!r}: must be a whole number of workers, 0 or more (0 runs serially), or auto",
+                         "pass e.g. -n 2, -n 0 or -n auto (or leave -n out for the default)")
+    return str(jobs)
+
+
+def check_seconds_option(option: str, value: float | None, *, zero_ok: bool = False) -> float | None:
+    if value is None:
+        return None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        rule = "a finite number of seconds, 0 or more" if zero_ok else "a positive, finite number of seconds"
+        raise UsageError(f"{option} {value:g}: must be {rule}", f"pass e.g. {option} 60")
+    return value
+
+
+def check_text_option(option: str, value: str) -> str:
+    """Non-blank text that is valid UTF-8 (an argv of other bytes arrives as lone surrogates)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = value[exc.start].encode("utf-8", "surrogateescape")
+        raise UsageError(f"{option}: not valid UTF-8 (byte 0x{bad.hex()} at character {exc.start})",
+                         f"pass {option} as UTF-8 text (e.g. convert it with iconv -t UTF-8)") from None
+    if not value.strip():
+        raise UsageError(f"{option}: is empty", f"pass the task as {option} TEXT")
+    return value
+
+
+# ---------------------------------------------------------------------------------------
+# Commands
 
 
 @app.command()
@@ -43,9 +169,13 @@ def verify(
     level: Annotated[Optional[list[str]], typer.Option("--level", "-l", help="offline | loopback | live (repeatable).")] = None,
     report: Annotated[Path, typer.Option("--report", help="Directory for the JSON report, JUnit XML and matrix.")] = Path("harnesscheck-report"),
     baseline: Annotated[Optional[Path], typer.Option("--baseline", help="Baseline file of known failures.")] = None,
-    jobs: Annotated[Optional[str], typer.Option("--jobs", "-n", help="pytest-xdist workers: N, or 0 to run serially; default one more than the CPUs, at most 4 (serial on one CPU).")] = None,
+    jobs: Annotated[Optional[str], typer.Option("--jobs", "-n", help="pytest-xdist workers: N, 0 to run serially, or auto; default one more than the CPUs, at most 4 (serial on one CPU).")] = None,
 ) -> None:
     """Run the conformance suite over every registered backend and print the matrix."""
+    jobs = check_jobs_option(jobs)
+    report = check_dir_option("--report", report)
+    if baseline is not None and not Path(baseline).is_file():
+        raise UsageError(f"--baseline {baseline}: not a file", "pass the baseline file (see doc/SPEC-kit.md, Baseline)")
     from harnesscheck.kit.verify import verify_command
 
     raise typer.Exit(verify_command(backends=backend or [], levels=level or [], report_dir=report, baseline=baseline, jobs=jobs))
@@ -54,9 +184,10 @@ def verify(
 @app.command()
 def matrix(
     reports: Annotated[list[Path], typer.Argument(help="Conformance report JSON files.")],
-    out: Annotated[Path, typer.Option("--out", help="Directory for backends.md/.json/.html.")] = Path("doc"),
+    out: Annotated[Path, typer.Option("--out", help="Directory for backends.md/.json/.html (created if missing).")] = Path("harnesscheck-matrix"),
 ) -> None:
     """Combine reports into the verification matrix (Markdown, JSON, HTML)."""
+    out = check_dir_option("--out", out)
     from harnesscheck.kit.matrix import matrix_command
 
     raise typer.Exit(matrix_command(reports, out))
@@ -76,9 +207,9 @@ def doctor(
 
 @app.command()
 def run(
-    backend: Annotated[str, typer.Option("--backend", "-b", help="Backend id.")],
     root: Annotated[Path, typer.Option("--root", help="Worktree the tools are scoped to.")],
     prompt: Annotated[str, typer.Option("--prompt", help="The task.")],
+    backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="Backend id; default: HARNESS_BACKEND (environment, then ./.env).")] = None,
     timeout: Annotated[Optional[float], typer.Option("--timeout", help="Wall clock, seconds.")] = None,
     model: Annotated[Optional[str], typer.Option("--model", help="Model inside the backend.")] = None,
     cli: Annotated[Optional[Path], typer.Option("--cli", help="Binary to run (fake or real).")] = None,
@@ -89,6 +220,15 @@ def run(
     retry_wait_max: Annotated[float, typer.Option("--retry-wait-max", help="Total seconds to wait between retries.")] = 120.0,
 ) -> None:
     """Run one session through the registry and write RUN_REPORT.md/.json."""
+    prompt = check_text_option("--prompt", prompt)
+    timeout = check_seconds_option("--timeout", timeout)
+    check_seconds_option("--retry-wait-max", retry_wait_max, zero_ok=True)
+    if retries < 0:
+        raise UsageError(f"--retries {retries}: must be a whole number, 0 or more", "pass --retries 0 to disable retrying")
+    if run_dir is not None:
+        run_dir = check_dir_option("--run-dir", run_dir)
+    if cli is not None:
+        cli = check_executable_option("--cli", cli)
     from harnesscheck.runner import RetryPolicy, run_command
 
     raise typer.Exit(
@@ -107,6 +247,10 @@ def bridge(
     trace: Annotated[Optional[Path], typer.Option("--trace", help="JSONL trace file.")] = None,
 ) -> None:
     """Serve the scoped tools as a stdio MCP server."""
+    if not Path(root).expanduser().is_dir():
+        raise UsageError(f"--root {root}: not a directory", "pass the directory the tools are scoped to")
+    if trace is not None:
+        trace = check_file_option("--trace", trace)
     from harnesscheck.bridge.__main__ import exit_now
     from harnesscheck.bridge.server import bridge_command
 
@@ -118,6 +262,8 @@ def install_clis(
     dest: Annotated[Optional[Path], typer.Option("--dest", help="Cache dir (default: the loopback cache).")] = None,
 ) -> None:
     """Install the pinned real CLIs (claude, codex) with npm for the loopback level."""
+    if dest is not None:
+        dest = check_dir_option("--dest", dest)
     from harnesscheck.loopback.install import install_command
 
     raise typer.Exit(install_command(dest))
@@ -126,13 +272,16 @@ def install_clis(
 @app.command()
 def record(
     backend: Annotated[str, typer.Option("--backend", "-b", help="claude-code | codex")],
-    scenario: Annotated[str, typer.Option("--scenario", help="Loopback scenario name.")],
-    out: Annotated[Optional[Path], typer.Option("--out", help="Fixture file to write.")] = None,
+    scenario: Annotated[str, typer.Option("--scenario", help="Loopback scenario name, or all.")],
+    out: Annotated[Optional[Path], typer.Option("--out", help="Fixture file to write (default: the shipped fixture, which needs --force).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Allow overwriting an existing fixture file (a shipped one included).")] = False,
 ) -> None:
     """Record a loopback scenario's raw CLI output as a scrubbed fixture with provenance."""
+    if out is not None:
+        out = check_file_option("--out", out)
     from harnesscheck.loopback.record import record_command
 
-    raise typer.Exit(record_command(backend=backend, scenario=scenario, out=out))
+    raise typer.Exit(record_command(backend=backend, scenario=scenario, out=out, force=force))
 
 
 @app.command()
@@ -153,8 +302,33 @@ def schema() -> None:
     typer.echo(outcome_schema_json(), nl=False)
 
 
+# ---------------------------------------------------------------------------------------
+
+
+def _command_name(argv: list[str]) -> str:
+    names = {c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands}
+    return next((a for a in argv if a in names), "")
+
+
 def main() -> None:
-    app()
+    """Run the app; a HarnessError (bad input, missing CLI...) becomes its message and fix and
+    its exit code; any other exception is an internal error (exit 4), with the traceback only
+    under --debug."""
+    argv = sys.argv[1:]
+    try:
+        app()
+    except HarnessError as exc:
+        name = _command_name(argv)
+        print(f"harnesscheck{' ' + name if name else ''}: {exc.message}" + (f"\n  fix: {exc.fix}" if exc.fix else ""),
+              file=sys.stderr)
+        raise SystemExit(int(getattr(exc, "exit_code", EXIT_USAGE) or EXIT_USAGE)) from None
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a traceback
+        if _DEBUG["on"] or "--debug" in argv:
+            raise
+        name = _command_name(argv)
+        print(f"harnesscheck{' ' + name if name else ''}: internal error: {type(exc).__name__}: {str(exc)[:300]}\n"
+              "  fix: this is a bug; rerun with `harnesscheck --debug ...` for the traceback and report it", file=sys.stderr)
+        raise SystemExit(EXIT_INTERNAL) from None
 
 
 if __name__ == "__main__":

@@ -8,9 +8,11 @@ asked without opening the user's credential store; for every run, a bridge self-
 read); with `--probe`, one cheap round trip through each selected backend. Every failing
 line carries the fix. Output: a rich table, or JSON with `--json`.
 
-Exit code: 1 when a check failed for a selected backend (`--backend`, else
-HARNESS_BACKEND) or the bridge self-test failed; 0 otherwise. With no selection every
-backend is reported and a missing CLI is a warning, not a failure.
+Exit code: 2 when the input is bad (an unknown backend id, an invalid HARNESS_* value: the
+failing `backend`/`settings` line names it and the fix); else 1 when a check failed for a
+selected backend (`--backend`, else HARNESS_BACKEND) or the bridge self-test failed; 0
+otherwise. With no selection every backend is reported and a missing CLI is a warning, not
+a failure. `--json` prints a `DoctorReport` (doc/doctor.schema.json).
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+from pydantic.dataclasses import dataclass
 
 OK, FAIL, WARN, SKIP = "ok", "fail", "warn", "skip"
 
@@ -44,13 +48,32 @@ BILLING_VARS: dict[str, tuple[str, ...]] = {
 PROBE_PROMPT = "Reply with the single word: pong"
 
 
-@dataclass
+#: The checks whose failure means the input was bad (exit 2), not the machine.
+USAGE_CHECKS = frozenset({("settings", "HARNESS_*"), ("*", "backend")})
+
+
+@dataclass(config=ConfigDict(extra="forbid"))
 class Check:
+    """One line of the report: what was checked for which backend, and the fix when not ok."""
+
     backend: str
     check: str
-    status: str
+    status: Literal["ok", "fail", "warn", "skip"]
     detail: str = ""
     fix: str = ""
+
+    @property
+    def is_usage(self) -> bool:
+        return (self.backend, self.check) in USAGE_CHECKS or ("*", self.check) in USAGE_CHECKS
+
+
+class DoctorReport(BaseModel):
+    """`harnesscheck doctor --json`: `ok` is false when any line failed."""
+
+    model_config = ConfigDict(extra="forbid", title="harnesscheck doctor report")
+
+    ok: bool
+    checks: list[Check]
 
 
 def _is_set(environ: dict[str, str], name: str) -> bool:
@@ -366,8 +389,9 @@ def render_table(checks: list[Check]) -> None:
 def doctor_command(backends: list[str], probe: bool, as_json: bool) -> int:
     checks, failing = run_doctor(backends, probe)
     if as_json:
-        json.dump({"ok": not failing, "checks": [asdict(c) for c in checks]}, sys.stdout, indent=2)
-        sys.stdout.write("\n")
+        sys.stdout.write(DoctorReport(ok=not failing, checks=checks).model_dump_json(indent=2) + "\n")
     else:
         render_table(checks)
+    if any(c.status == FAIL and c.is_usage for c in checks):
+        return 2
     return 1 if failing else 0

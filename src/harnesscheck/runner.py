@@ -2,8 +2,10 @@
 
 Contract (doc/SPEC-report.md, "The run command"):
 - Settings come from the HARNESS_* environment (and the HARNESS_* lines of ./.env), then the
-  command-line options override them: `--backend`, `--model`, `--timeout`, and `--cli`
-  (else HARNESS_BACKEND_CLI) for the binary. No auto-detection, no fallback.
+  command-line options override them: `--model`, `--timeout`, and `--cli` (else
+  HARNESS_BACKEND_CLI) for the binary. The backend: `--backend`, else HARNESS_BACKEND (the
+  environment, then ./.env), else a usage error that prints the .env line to add (exit 2).
+  No auto-detection, no fallback.
 - The tools are scoped to `--root`, read-only unless `--write`.
 - RUN_REPORT.md and RUN_REPORT.json go into `--run-dir` (default: a fresh private temp dir,
   never inside the worktree).
@@ -80,7 +82,7 @@ def _err(text: str) -> None:
 
 def run_command(
     *,
-    backend: str,
+    backend: str | None = None,
     root: Path,
     prompt: str,
     timeout: float | None = None,
@@ -95,7 +97,7 @@ def run_command(
 ) -> int:
     """Run one session and write its report. Returns the process exit code."""
     from harnesscheck.config import Settings
-    from harnesscheck.contracts import AgentSessionRequest, HarnessError
+    from harnesscheck.contracts import AgentSessionRequest, HarnessError, SelectionMissing
     from harnesscheck.envpolicy import redact
     from harnesscheck.registry import get_spec, resolve_provider
     from harnesscheck.report import ReportFacts, write_report
@@ -103,24 +105,33 @@ def run_command(
 
     root = Path(root).expanduser()
     if not root.is_dir():
-        _err(f"error: --root {root} is not a directory\n  fix: pass the worktree the tools are scoped to")
+        _err(f"harnesscheck run: --root {root}: not a directory\n  fix: pass the worktree the tools are scoped to")
         return EXIT_USAGE
     root = root.resolve()
-    if timeout is not None and timeout <= 0:
-        _err("error: --timeout must be a positive number of seconds")
+    if timeout is not None and not (0 < timeout < float("inf")):
+        _err(f"harnesscheck run: --timeout {timeout:g}: must be a positive, finite number of seconds\n  fix: pass e.g. --timeout 60")
         return EXIT_USAGE
     if not prompt.strip():
-        _err("error: --prompt is empty")
+        _err("harnesscheck run: --prompt: is empty\n  fix: pass the task as --prompt TEXT")
+        return EXIT_USAGE
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError:
+        _err("harnesscheck run: --prompt: not valid UTF-8\n  fix: pass the prompt as UTF-8 text")
         return EXIT_USAGE
     retry = retry or RetryPolicy()
     if retry.retries < 0 or retry.max_wait_s < 0:
-        _err("error: --retries and --retry-wait-max must not be negative")
+        _err("harnesscheck run: --retries and --retry-wait-max must not be negative\n  fix: pass 0 or more")
         return EXIT_USAGE
 
     try:
         dotenv = Path.cwd() / ".env"
         settings = Settings.from_env(dotenv=dotenv if dotenv.is_file() else None)
-        update: dict = {"backend": backend}
+        update: dict = {"backend": backend or settings.backend}
+        if not update["backend"]:
+            from harnesscheck.registry import known_specs
+
+            raise SelectionMissing(list(known_specs()))
         if model:
             update["model"] = model
         if timeout is not None:
@@ -128,10 +139,10 @@ def run_command(
         if cli is not None:
             update["cli"] = Path(cli).expanduser().absolute()
         settings = settings.model_copy(update=update)
-        spec = get_spec(backend)
+        spec = get_spec(settings.backend)
         transport = resolve_provider(settings)
     except HarnessError as exc:
-        _err(f"error: {exc.message}" + (f"\n  fix: {exc.fix}" if exc.fix else ""))
+        _err(f"harnesscheck run: {exc.message}" + (f"\n  fix: {exc.fix}" if exc.fix else ""))
         return int(getattr(exc, "exit_code", EXIT_ENVIRONMENT))
 
     made_run_dir = run_dir is None
@@ -171,7 +182,7 @@ def run_command(
         try:
             outcome = transport.run_session(request)
         except HarnessError as exc:
-            _err(f"error: {exc.message}" + (f"\n  fix: {exc.fix}" if exc.fix else ""))
+            _err(f"harnesscheck run: {exc.message}" + (f"\n  fix: {exc.fix}" if exc.fix else ""))
             if made_run_dir:
                 _remove_if_empty(run_dir)
             return int(getattr(exc, "exit_code", EXIT_ENVIRONMENT))

@@ -547,33 +547,89 @@ def write_fixture(fixture: dict, out: Path) -> Path:
     return out
 
 
-def record_command(backend: str, scenario: str, out: Path | None) -> int:
-    """Entry point of `harnesscheck record`. Exit 0 written, 2 usage, 3 environment."""
+def installed_package_dirs() -> list[Path]:
+    """The interpreter's package directories (site-packages, user site): an installed
+    harnesscheck's shipped fixtures live there, and `record` never writes there unasked."""
+    import site
+    import sysconfig
+
+    dirs = {sysconfig.get_paths().get(k) for k in ("purelib", "platlib")}
+    dirs.update(site.getsitepackages() if hasattr(site, "getsitepackages") else [])
+    dirs.add(site.getusersitepackages() if hasattr(site, "getusersitepackages") else None)
+    return [Path(d).resolve() for d in dirs if d]
+
+
+def overwrite_refusal(path: Path, force: bool) -> str | None:
+    """Why `record` must not write `path` without --force (an existing fixture, or anything
+    inside an installed package), else None."""
+    if force:
+        return None
+    target = Path(path).absolute()
+    resolved = target.resolve()
+    if any(resolved.is_relative_to(d) for d in installed_package_dirs()):
+        return f"{target}: inside an installed package (site-packages); record never writes there unless told"
+    if target.exists():
+        from harnesscheck.paths import fixtures_dir
+
+        shipped = resolved.is_relative_to(fixtures_dir().resolve())
+        return f"{target}: exists{' (a shipped fixture)' if shipped else ''}; record never overwrites a file unless told"
+    return None
+
+
+def record_command(backend: str, scenario: str, out: Path | None, force: bool = False) -> int:
+    """Entry point of `harnesscheck record`. Exit 0 written, 2 usage, 3 environment.
+
+    Nothing is overwritten unless `force`: an existing fixture (the shipped ones are the
+    default target) or any path inside an installed package is refused before anything
+    is recorded."""
     from harnesscheck.registry import get_spec
 
     try:
         spec = get_spec(backend)
     except Exception as exc:  # UnknownBackend names the known ids
-        print(f"record: {exc}", file=sys.stderr)
+        print(f"harnesscheck record: {exc}", file=sys.stderr)
         return 2
     cli = spec.cli_name or backend
     names = list(RECORDABLE.get(cli, ())) if scenario == "all" else [scenario]
     if not names:
-        print(f"record: {backend} has no loopback scenarios", file=sys.stderr)
+        print(f"harnesscheck record: --backend {backend}: has no loopback scenarios\n"
+              f"  fix: use one of {', '.join(c.backend for c in _recordable_backends())}", file=sys.stderr)
         return 2
     if out is not None and len(names) > 1:
-        print("record: --out names one file; record one scenario at a time with it", file=sys.stderr)
+        print("harnesscheck record: --out names one file, --scenario all records several\n"
+              "  fix: record one scenario at a time with --out", file=sys.stderr)
         return 2
+    unknown = [n for n in names if n not in RECORDABLE.get(cli, ())]
+    if unknown:
+        print(f"harnesscheck record: --scenario {unknown[0]}: not a recordable {cli} scenario\n"
+              f"  fix: use one of {', '.join(RECORDABLE.get(cli, ()))}, or all", file=sys.stderr)
+        return 2
+    for name in names:
+        why = overwrite_refusal(out or default_out(cli, name), force)
+        if why:
+            print(f"harnesscheck record: {why}\n  fix: pass --out NEW_FILE, or --force to overwrite", file=sys.stderr)
+            return 2
     for name in names:
         try:
             rec = run_loopback(backend, name)
         except ValueError as exc:
-            print(f"record: {exc}", file=sys.stderr)
+            print(f"harnesscheck record: {exc}", file=sys.stderr)
             return 2
         except RuntimeError as exc:
-            print(f"record: {exc}", file=sys.stderr)
+            print(f"harnesscheck record: {exc}", file=sys.stderr)
             return 3
-        path = write_fixture(to_fixture(rec), out or default_out(cli, name))
+        try:
+            path = write_fixture(to_fixture(rec), out or default_out(cli, name))
+        except OSError as exc:
+            print(f"harnesscheck record: {out or default_out(cli, name)}: cannot be written ({exc.strerror or exc})\n"
+                  "  fix: pass --out FILE somewhere writable", file=sys.stderr)
+            return 3
         print(f"{backend} {name}: {len(rec.lines)} lines, {rec.outcome.status.value}"
               f"{'/' + rec.outcome.error_class.value if rec.outcome.error_class else ''} -> {path}")
     return 0
+
+
+def _recordable_backends():
+    from harnesscheck.loopback.install import pinned_clis
+
+    return [c for c in pinned_clis() if c.cli_name in RECORDABLE]
