@@ -4,6 +4,11 @@ Reports combine only when they ran the same catalog (same hash); otherwise nothi
 written (a half-consistent matrix is worse than none). Each cell carries its level, the CLI
 version it was verified with and the date. The committed backends.json is a ratchet:
 `regressions()` lists cells that passed there and fail now without a baseline entry.
+backends.json is a `MatrixFile` (doc/backends.schema.json); `read_matrix` validates one.
+
+The verdict (first line of the page and of backends.md) never says "no check fails" while a
+known failure (baseline xfail) exists: it counts them, and names every known failure in a
+security-relevant area (SECURITY_AREAS) with its first message line.
 """
 
 from __future__ import annotations
@@ -15,11 +20,65 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from harnesscheck.kit.catalog import AREAS, REASON_CODES
-from harnesscheck.kit.results import CellResult, Report, ReportError, read_report
+from harnesscheck.kit.results import CellResult, Outcome, Report, ReportError, read_report, validation_problem
 
 MATRIX_SCHEMA = "harnesscheck-matrix"
 MATRIX_VERSION = 1
+MATRIX_SCHEMA_ID = f"urn:harnesscheck:schema:{MATRIX_SCHEMA}:{MATRIX_VERSION}"
+
+#: Areas whose failure means a host guarantee does not hold (a tool outside the choke point,
+#: a secret reaching the child, a path escaping the scope, a process tree outliving the
+#: session): a known failure there is named in the verdict, not only counted.
+SECURITY_AREAS = ("env", "scope", "bridge", "audit", "time")
+
+AreaStatus = Literal["pass", "fail", "warn", "skip", "none"]
+
+
+class MatrixBackend(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    label: str = ""
+    kind: str = ""
+    cli_version: dict[str, str | None] = Field(default_factory=dict)  # level -> CLI version
+    run_at: dict[str, str] = Field(default_factory=dict)  # level -> when that level ran
+
+
+class MatrixCell(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    outcome: Outcome
+    reason: str | None = None
+
+
+class MatrixFile(BaseModel):
+    """backends.json: per backend, level and check the outcome; per area the status."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, title="harnesscheck verification matrix")
+
+    schema_name: Literal["harnesscheck-matrix"] = Field(default=MATRIX_SCHEMA, alias="schema")
+    version: Literal[1] = MATRIX_VERSION
+    kit_version: str
+    catalog_hash: str
+    backends: dict[str, MatrixBackend]
+    areas: dict[str, dict[str, dict[str, AreaStatus]]]  # backend -> level -> area -> status
+    cells: dict[str, dict[str, dict[str, MatrixCell]]]  # backend -> level -> check -> cell
+
+
+def read_matrix(path: Path) -> dict:
+    """A backends.json, validated against MatrixFile (ReportError names the file and the problem)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ReportError(f"{path}: not a readable JSON matrix ({exc})") from None
+    try:
+        return MatrixFile.model_validate(data).model_dump(mode="json", by_alias=True)
+    except ValidationError as exc:
+        raise ReportError(f"{path}: not a valid {MATRIX_SCHEMA} v{MATRIX_VERSION} file: {validation_problem(exc)}") from None
 
 SYMBOL = {"pass": "✅", "fail": "❌", "warn": "⚠️", "skip": "⏭", "none": "—"}
 WORD = {"pass": "passes", "fail": "fails", "warn": "known failures", "skip": "skipped", "none": "no checks"}
@@ -95,7 +154,7 @@ def to_json(m: Combined) -> dict:
         by_area[(backend, level, m.areas[check])].append(cell)
     for (backend, level, area), cells in sorted(by_area.items()):
         out_areas[backend][level][area] = area_status(cells)
-    return {
+    data = {
         "schema": MATRIX_SCHEMA,
         "version": MATRIX_VERSION,
         "kit_version": m.kit_version,
@@ -104,6 +163,40 @@ def to_json(m: Combined) -> dict:
         "areas": {k: dict(v) for k, v in out_areas.items()},
         "cells": {k: {lv: dict(c) for lv, c in v.items()} for k, v in out_cells.items()},
     }
+    return MatrixFile.model_validate(data).model_dump(mode="json", by_alias=True)  # what is written, validated
+
+
+def verdict(m: Combined) -> tuple[str, str, list[CellResult]]:
+    """(status, sentence, cells it links to) for the top of the page and of backends.md.
+    Never "no check fails" while a known failure exists; a known failure in a security area
+    is named with its first message line."""
+    shown = set(columns(m))
+    cells = [c for (b, lv, _), c in sorted(m.cells.items()) if (b, lv) in shown]
+    failing = [c for c in cells if c.outcome in ("failed", "error")]
+    known = [c for c in cells if c.outcome == "xfailed"]
+    skipped = sum(c.outcome == "skipped" for c in cells)
+    security = [c for c in known if m.areas.get(c.check, "") in SECURITY_AREAS]
+
+    def named(c: CellResult) -> str:
+        first = _first_line(c.message, 200)
+        return f"{c.check} on {c.backend} ({c.level})" + (f": {first}" if first else "")
+
+    parts: list[str] = []
+    if failing:
+        parts.append(f"{len(failing)} check{'s' if len(failing) != 1 else ''} fail{'s' if len(failing) == 1 else ''}.")
+    if known:
+        parts.append(f"{len(known)} known failure{'s' if len(known) != 1 else ''} (baseline)"
+                     + (" other than the failures" if failing else "") + ".")
+        if security:
+            parts.append(f"Security-relevant known failure{'s' if len(security) != 1 else ''}: "
+                         + "; ".join(named(c) for c in security) + ".")
+    if not failing and not known:
+        parts.append("No check fails.")
+    elif not failing:
+        parts.append("Every other check that ran passes.")
+    parts.append(f"{skipped} cells are skipped, each with a reason.")
+    status = "fail" if failing else "warn" if known else "pass"
+    return status, " ".join(parts), failing or known
 
 
 def _cells_in(m: Combined, backend: str, level: str, area: str) -> list[CellResult]:
@@ -144,6 +237,8 @@ def to_markdown(m: Combined) -> str:
         f"Kit {m.kit_version}, catalog `{m.catalog_hash}`. "
         "✅ every applicable check passes · ❌ a check fails · ⚠️ known failures (baseline) · ⏭ skipped (see notes) · — no check applies. "
         "A cell reads passed/run, then how many checks were skipped.",
+        "",
+        f"**Verdict:** {SYMBOL[verdict(m)[0]]} {verdict(m)[1]}",
         "",
         "| Area | " + " | ".join(f"{b} ({lv})" for b, lv in cols) + " |",
         "|---|" + "---|" * len(cols),
@@ -350,10 +445,6 @@ def to_html(m: Combined) -> str:
     when_of = lambda b, lv: str(info(b).get("run_at", {}).get(lv) or "")  # noqa: E731
     dates = sorted(d for b, lv in all_cols if (d := when_of(b, lv)))
     verified = dates[-1][:10] if dates else "unknown date"
-    problems = [c for col in shown for c in by_col[col] if _OUTCOME_STATUS.get(c.outcome, "fail") in ("fail", "warn")]
-    failing = [c for c in problems if _OUTCOME_STATUS.get(c.outcome, "fail") == "fail"]
-    known = [c for c in problems if c.outcome == "xfailed"]
-    skipped = sum(c.outcome == "skipped" for col in shown for c in by_col[col])
 
     out = [
         "<!doctype html><html lang=en><head><meta charset=utf-8>",
@@ -367,15 +458,10 @@ def to_html(m: Combined) -> str:
         f"<p class=sub>Kit {e(m.kit_version)} · catalog <code>{e(m.catalog_hash)}</code> · {len(m.backends)} backends · "
         f"{len(m.areas)} checks · last verified {e(verified)}. Generated by <code>harnesscheck matrix</code>; do not edit.</p>",
     ]
-    if failing:
-        names = sorted({(c.backend, c.level) for c in failing}, key=lambda bl: (bl[0], _level_rank(bl[1])))
-        links = ", ".join(f"<a href='#col-{_slug(b, lv)}'>{e(b)} ({e(lv)})</a>" for b, lv in names)
-        out.append(f"<p class='verdict fail'>{_icon('fail')}<span>{len(failing)} check{'s' if len(failing) != 1 else ''} "
-                   f"fail{'s' if len(failing) == 1 else ''}: {links}.</span></p>")
-    else:
-        extra = f" {len(known)} known failure{'s are' if len(known) != 1 else ' is'} listed in the baseline." if known else ""
-        out.append(f"<p class='verdict pass'>{_icon('pass')}<span>No check fails.{e(extra)} "
-                   f"{skipped} cells are skipped, each with a reason.</span></p>")
+    status, sentence, linked = verdict(m)
+    names = sorted({(c.backend, c.level) for c in linked}, key=lambda bl: (bl[0], _level_rank(bl[1])))
+    links = (" See " + ", ".join(f"<a href='#col-{_slug(b, lv)}'>{e(b)} ({e(lv)})</a>" for b, lv in names) + ".") if names else ""
+    out.append(f"<p class='verdict {status}'>{_icon(status)}<span>{e(sentence)}{links}</span></p>")
     out.append("<ul class=legend>" + "".join(
         f"<li><span class='chip {k}'>{_icon(k)}</span>{e(t)}</li>" for k, t in (
             ("pass", "every check that ran passes"), ("fail", "a check fails"),
@@ -561,7 +647,11 @@ def matrix_command(reports: list[Path], out: Path) -> int:
 
     try:
         combined = combine([read_report(Path(p)) for p in reports])
-    except (ReportError, InconsistentReports) as exc:
+    except ReportError as exc:
+        print(f"harnesscheck matrix: {exc}\n  fix: pass conformance-report.json files written by "
+              "`harnesscheck verify` (or `pytest --hc-report FILE`)", file=sys.stderr)
+        return 2
+    except InconsistentReports as exc:
         print(f"harnesscheck matrix: {exc}", file=sys.stderr)
         return 2
     for path in write_matrix(combined, Path(out)):
