@@ -10,12 +10,19 @@ from harnesscheck.kit.catalog import check
 
 @check("audit.only-scope-tools-offered", requires=[C.builtin_tools_off], incident=["F1", "F2", "G8", "P14"])
 def test_only_scope_tools_offered(but):
-    """The model is offered exactly the scope's tools: no vendor built-in, nothing the scope forbids."""
+    """The model is offered exactly the scope's tools: no vendor built-in, nothing the scope
+    forbids. A further offered tool the backend refuses to execute when the model calls it
+    (where the level can script that call) is reported in the cell, not failed."""
     ws = but.workspace()
     run = but.run("success", workspace=ws)
     offered = but.tools_offered(run)
     assert offered is not None, "the kit could not observe the tools offered"
-    assert set(offered) == set(ws.scope(read_only=True).tool_names()), f"offered {sorted(offered)}"
+    scoped = set(ws.scope(read_only=True).tool_names())
+    extra = sorted(set(offered) - scoped)
+    refused = but.refused_when_called(extra, ws) if extra else {}
+    assert set(offered) - set(refused) == scoped, f"offered {sorted(offered)}" + (f" (refused when called: {sorted(refused)})" if refused else "")
+    for name, answer in refused.items():
+        but.note(f"offered {name}, refused when called ({answer})")
 
 
 @check("audit.native-tool-use-flagged", requires=[C.native_tools_audited], kinds=[Kind.harness], incident=["I4", "F1", "F8"])

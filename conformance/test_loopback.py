@@ -24,7 +24,10 @@ def _wire_text(run) -> str:
 
 @check("audit.builtins-off-at-wire", kinds=[Kind.harness], levels=LOOPBACK, incident=["F1", "F2"])
 def test_builtins_off_at_wire(but):
-    """The model is offered exactly the bridge's tools at the wire: no vendor built-in in any request."""
+    """The model is offered exactly the bridge's tools at the wire: no vendor built-in in any
+    request. A further tool the CLI offers is judged by behaviour: the model calls it, and the
+    CLI must refuse to execute it (reported in the cell, e.g. claude's DeferredToolPlaceholder);
+    one it executes fails."""
     ws = but.workspace()
     run = but.run("success", workspace=ws)
     offered = but.tools_offered(run)
@@ -32,7 +35,12 @@ def test_builtins_off_at_wire(but):
     expected = set(ws.scope(read_only=True).tool_names())
     extra = sorted(set(offered) - expected)
     missing = sorted(expected - set(offered))
-    assert not extra and not missing, f"offered beyond the bridge: {extra}; bridge tools not offered: {missing}"
+    assert not missing, f"bridge tools not offered: {missing}"
+    refused = but.refused_when_called(extra, ws) if extra else {}
+    executed = [name for name in extra if name not in refused]
+    assert not executed, f"offered beyond the bridge and not refused when called: {executed}"
+    for name, answer in refused.items():
+        but.note(f"offered {name}, refused when called ({answer})")
 
 
 @check("audit.disabled-builtin-not-executed", kinds=[Kind.harness], levels=LOOPBACK, incident=["F1", "I4"])

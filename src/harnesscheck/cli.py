@@ -170,6 +170,7 @@ def verify(
     report: Annotated[Path, typer.Option("--report", help="Directory for the JSON report, JUnit XML and matrix.")] = Path("harnesscheck-report"),
     baseline: Annotated[Optional[Path], typer.Option("--baseline", help="Baseline file of known failures.")] = None,
     jobs: Annotated[Optional[str], typer.Option("--jobs", "-n", help="pytest-xdist workers: N, 0 to run serially, or auto; default one more than the CPUs, at most 4 (serial on one CPU).")] = None,
+    cli: Annotated[Optional[Path], typer.Option("--cli", help="Real CLI binary the loopback level runs for the one --backend (HARNESS_BACKEND_CLI).")] = None,
 ) -> None:
     """Run the conformance suite over every registered backend and print the matrix."""
     jobs = check_jobs_option(jobs)
@@ -178,7 +179,7 @@ def verify(
         raise UsageError(f"--baseline {baseline}: not a file", "pass the baseline file (see doc/SPEC-kit.md, Baseline)")
     from harnesscheck.kit.verify import verify_command
 
-    raise typer.Exit(verify_command(backends=backend or [], levels=level or [], report_dir=report, baseline=baseline, jobs=jobs))
+    raise typer.Exit(verify_command(backends=backend or [], levels=level or [], report_dir=report, baseline=baseline, jobs=jobs, cli=cli))
 
 
 @app.command()
@@ -260,13 +261,16 @@ def bridge(
 @app.command("install-clis")
 def install_clis(
     dest: Annotated[Optional[Path], typer.Option("--dest", help="Cache dir (default: the loopback cache).")] = None,
+    backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="Only this backend's CLI (claude-code | codex).")] = None,
+    version: Annotated[Optional[str], typer.Option("--version", help="Install this release (X.Y.Z or latest) beside the others; needs --backend.")] = None,
+    check: Annotated[bool, typer.Option("--check", help="Say whether each pin is behind npm's latest and whether this Node meets its engines.")] = False,
 ) -> None:
     """Install the pinned real CLIs (claude, codex) with npm for the loopback level."""
     if dest is not None:
         dest = check_dir_option("--dest", dest)
     from harnesscheck.loopback.install import install_command
 
-    raise typer.Exit(install_command(dest))
+    raise typer.Exit(install_command(dest, backend=backend, version=version, check=check))
 
 
 @app.command()

@@ -109,7 +109,25 @@ def check_binary(spec, settings, selected: bool) -> tuple[list[Check], Any]:
         checks.append(Check(spec.id, "version", missing_status, f"{info.version} found, {rng} required", how))
     else:
         checks.append(Check(spec.id, "version", OK, f"{info.version} (supported: {rng})"))
+        checks.append(check_verified(spec, info.version))
     return checks, info
+
+
+def check_verified(spec, found: str) -> Check:
+    """"verified" only for a release the shipped matrix ran at the loopback level; otherwise
+    a warning naming the nearest verified release and how to verify this one."""
+    from harnesscheck.registry import nearest_release, parse_version, verified_releases
+
+    version = ".".join(map(str, parse_version(found) or ()))
+    releases = verified_releases(spec.id)
+    if version in releases:
+        return Check(spec.id, "verified", OK, f"{version} verified by the shipped matrix (loopback level)")
+    near = nearest_release(version, releases)
+    said = (f"the shipped matrix verified {', '.join(releases)}; nearest {near}" if near
+            else "the shipped matrix verified no release of it")
+    return Check(spec.id, "verified", WARN, f"{version} is NOT verified: {said}",
+                 f"harnesscheck install-clis --backend {spec.id} --version {version} && "
+                 f"harnesscheck verify --backend {spec.id}=={version} --level loopback")
 
 
 def _version_stderr(path: Path) -> str:

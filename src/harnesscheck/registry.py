@@ -159,10 +159,15 @@ def known_specs() -> dict[str, ProviderSpec]:
 
 
 def get_spec(backend_id: str) -> ProviderSpec:
-    """The spec for a registered id, or for a 'module:factory' reference; else UnknownBackend."""
+    """The spec for a registered id, for `ID==VERSION` (the same backend, its loopback level
+    running that CLI release: `version_variant`), or for a 'module:factory' reference; else
+    UnknownBackend."""
     specs = known_specs()
     if backend_id in specs:
         return specs[backend_id]
+    if VARIANT_SEP in backend_id:
+        base_id, _, version = backend_id.partition(VARIANT_SEP)
+        return version_variant(get_spec(base_id), version)
     if ":" in backend_id:
         module, _, attr = backend_id.partition(":")
         obj = getattr(importlib.import_module(module), attr)
@@ -194,6 +199,76 @@ def run_session(request, settings: Settings | None = None, **kwargs):
 
 # ---------------------------------------------------------------------------------------
 # CLI discovery and the version policy
+
+#: `claude-code==2.1.332`: a backend at a named CLI release (its own matrix column).
+VARIANT_SEP = "=="
+
+#: Releases verified beside the pin while they are still in use: each is a second matrix
+#: column (`ID==VERSION`) that `install-clis` installs and the loopback level runs by default.
+SECOND_COLUMNS: dict[str, tuple[str, ...]] = {"claude-code": ("2.1.197",)}
+
+
+def version_variant(spec: ProviderSpec, version: str) -> ProviderSpec:
+    """`spec` whose loopback level runs CLI `version` (id `ID==VERSION`). The version must
+    parse and lie in the supported range: a release outside it is refused, never run."""
+    if not (spec.cli_name and spec.cli_package):
+        raise ConfigError(f"{spec.id} has no npm CLI: `{spec.id}{VARIANT_SEP}{version}` names no release", f"use --backend {spec.id}")
+    if not re.fullmatch(r"\d+\.\d+\.\d+", version):
+        raise ConfigError(f"{spec.id}{VARIANT_SEP}{version}: {version!r} is not a release number (X.Y.Z)", f"e.g. {spec.id}{VARIANT_SEP}{spec.pinned_version}")
+    if not version_supported(spec, version):
+        raise CliVersionUnsupported(spec.id, version, version_range(spec))
+    if version == spec.pinned_version:
+        return spec
+    return spec.model_copy(update={"id": f"{spec.id}{VARIANT_SEP}{version}", "label": f"{spec.label} {version}", "pinned_version": version})
+
+
+def base_id(backend_id: str) -> str:
+    """`claude-code==2.1.332` -> `claude-code` (other ids unchanged)."""
+    return backend_id.partition(VARIANT_SEP)[0]
+
+
+def is_version_variant(spec: ProviderSpec) -> bool:
+    return VARIANT_SEP in spec.id
+
+
+def verified_releases(backend_id: str, matrix: Path | None = None) -> list[str]:
+    """The CLI releases of `backend_id` the shipped matrix (doc/backends.json) verified: the
+    version its loopback level ran, in every column of that backend (`ID`, `ID==VERSION`).
+    The offline level runs fakes and verifies no release. Newest first."""
+    import json
+
+    if matrix is None:
+        from harnesscheck.paths import data_root
+
+        try:
+            matrix = data_root() / "doc" / "backends.json"
+        except FileNotFoundError:
+            return []
+    try:
+        backends = json.loads(Path(matrix).read_text(encoding="utf-8")).get("backends") or {}
+    except (OSError, ValueError):
+        return []
+    found = set()
+    for column, info in backends.items():
+        if base_id(column) == base_id(backend_id):
+            version = parse_version(str((info.get("cli_version") or {}).get("loopback") or ""))
+            if version is not None:
+                found.add(version)
+    return [".".join(map(str, v)) for v in sorted(found, reverse=True)]
+
+
+def nearest_release(version: str, releases: list[str]) -> str | None:
+    """The release in `releases` nearest `version` (by major, minor, patch distance)."""
+    v = parse_version(version)
+    if v is None or not releases:
+        return None
+    return min(releases, key=lambda r: tuple(abs(a - b) for a, b in zip(parse_version(r) or (0, 0, 0), v)))
+
+
+def default_backend_ids() -> list[str]:
+    """Every registered backend, then each second column (`ID==VERSION`, SECOND_COLUMNS)."""
+    specs = known_specs()
+    return [*specs, *(f"{b}{VARIANT_SEP}{v}" for b, versions in SECOND_COLUMNS.items() if b in specs for v in versions)]
 
 
 @dataclass(frozen=True)
@@ -240,6 +315,8 @@ def cli_candidates(spec: ProviderSpec, settings: Settings) -> list[Path]:
     out: list[Path] = []
     on_path = shutil.which(spec.cli_name)
     out.append(Path(on_path) if on_path else Path(f"$PATH/{spec.cli_name}"))
+    if spec.pinned_version:
+        out.append(cli_cache_dir() / f"{spec.cli_name}@{spec.pinned_version}" / "node_modules" / ".bin" / spec.cli_name)
     out.append(cli_cache_dir() / "node_modules" / ".bin" / spec.cli_name)
     return out
 

@@ -551,6 +551,15 @@ class BackendUnderTest:
         pids.extend(bridge_pids(run))
         return pids
 
+    def note(self, text: str) -> None:
+        """A fact a passing check reports in its cell (e.g. an offered tool refused when called)."""
+        self.__dict__.setdefault("notes", []).append(text)
+
+    def refused_when_called(self, names: list[str], ws: Workspace) -> dict[str, str]:
+        """The offered tools among `names` the backend refuses to execute when the model calls
+        them: name -> its answer. Only a level with a scripted model can ask; here none."""
+        return {}
+
     def tools_offered(self, run: SessionRun) -> list[str] | None:
         """Tool names the model was offered in the run (None when unobservable)."""
         return None

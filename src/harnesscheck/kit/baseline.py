@@ -40,7 +40,11 @@ class Entry:
     expires: date | None = None
 
     def matches(self, check: str, backend: str, level: str) -> bool:
-        return self.id == check and self.backend in (None, backend) and self.level in (None, level)
+        from harnesscheck.registry import base_id
+
+        # an entry for `claude-code` also covers its release columns (`claude-code==2.1.332`); one
+        # naming a release covers only that column
+        return self.id == check and self.backend in (None, backend, base_id(backend)) and self.level in (None, level)
 
     def expired(self, today: date | None = None) -> bool:
         return self.expires is not None and (today or date.today()) > self.expires

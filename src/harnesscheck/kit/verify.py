@@ -28,12 +28,16 @@ def _err(text: str) -> None:
     print(f"harnesscheck verify: {text}", file=sys.stderr)
 
 
+class LevelUnavailable(Exception):
+    """A level asked for by name cannot run a selected backend here (exit 3, the reason said)."""
+
+
 def plan(backends: list[str], levels: list[str]) -> tuple[list[str], list[str], list[str]]:
     """(backend ids, levels to run, notes on levels left out)."""
     from harnesscheck.kit.adapters import level_available
-    from harnesscheck.registry import get_spec, known_specs
+    from harnesscheck.registry import default_backend_ids, get_spec
 
-    ids = list(dict.fromkeys(backends or list(known_specs())))
+    ids = list(dict.fromkeys(backends or default_backend_ids()))
     specs = [get_spec(i) for i in ids]
     notes: list[str] = []
     if levels:
@@ -41,6 +45,11 @@ def plan(backends: list[str], levels: list[str]) -> tuple[list[str], list[str], 
         if bad:
             raise ValueError(f"unknown level {bad[0]!r} (use {', '.join(LEVELS)})")
         chosen = list(dict.fromkeys(levels))
+        if "loopback" in chosen:
+            # asked for out loud: a CLI release that cannot run here is an error, not a column of skips
+            absent = [f"{s.id}: {why}" for s in specs if s.cli_package for ok, why in [level_available(s, "loopback")] if not ok]
+            if absent:
+                raise LevelUnavailable("--level loopback cannot run " + "; ".join(absent))
     else:
         chosen = ["offline"]
         for level in ("loopback",):
@@ -122,13 +131,25 @@ def child_env() -> dict[str, str]:
     return {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
 
-def verify_command(backends: list[str], levels: list[str], report_dir: Path, baseline: Path | None, jobs: str | None) -> int:
+def verify_command(backends: list[str], levels: list[str], report_dir: Path, baseline: Path | None, jobs: str | None,
+                   cli: Path | None = None) -> int:
     from harnesscheck.contracts import HarnessError
     from harnesscheck.kit.matrix import combine, to_markdown, write_matrix
     from harnesscheck.kit.results import ReportError, read_report
 
+    if cli is not None:
+        # --cli is HARNESS_BACKEND_CLI for the one backend named (loopback/clis.py honours or refuses it)
+        if len(backends) != 1:
+            _err("--cli needs exactly one --backend (whose binary is it?)")
+            return EXIT_USAGE
+        os.environ["HARNESS_BACKEND_CLI"] = str(Path(cli).expanduser().absolute())
+        os.environ["HARNESS_BACKEND"] = backends[0]
+
     try:
         ids, chosen, notes = plan(backends, levels)
+    except LevelUnavailable as exc:
+        _err(str(exc))
+        return EXIT_KIT_FAULT
     except (HarnessError, ValueError, ImportError) as exc:
         _err(str(exc))
         return EXIT_USAGE

@@ -49,7 +49,9 @@ def loopback_scenario(cli: str, name: str, ws: Any, tool_calls: list | None = No
     if name == "success":
         return Scenario(name, (Turn(text="The answer is 42.", usage=usage),))
     if name == "tools":
-        calls = tuple(ToolCall(c.name, dict(c.args)) for c in tool_calls or [])
+        # a name the scope does not serve is called as the CLI offered it (a built-in, a placeholder)
+        scoped = set(ws.scope(read_only=False).tool_names())
+        calls = tuple(ToolCall(c.name, dict(c.args), builtin=c.name not in scoped) for c in tool_calls or [])
         return Scenario(name, (Turn(tool_calls=calls, usage=usage), done))
     if name == "tool_calls":
         return Scenario(
@@ -418,6 +420,25 @@ class LoopbackAdapter(HarnessAdapter):
             for name in r.tools:
                 offered.setdefault(wire_to_scope_name(name), None)
         return list(offered)
+
+    def refused_when_called(self, names: list[str], ws) -> dict[str, str]:
+        """Offered tools judged by behaviour: the model calls each of `names` once (empty
+        input, one session per name); name -> the CLI's answer for each it refused to
+        execute (an error tool result, nothing outside the worktree changed, the sentinel
+        not on the wire). The first name it executed, or answered otherwise, ends the probe
+        and is left out (with the names after it)."""
+        from harnesscheck.kit.adapters import ToolCall as KitCall
+
+        refused: dict[str, str] = {}
+        for name in names:
+            run = self.run("tools", workspace=ws, tool_calls=[KitCall(name, {})])
+            turns = getattr(run, "loopback_requests", None) or []
+            results = [tr for r in turns[1:2] for tr in r.tool_results]
+            wire = "\n".join(str(req.get("body", "")) for req in run.requests)
+            if not (len(results) == 1 and results[0].get("is_error") and ws.canary not in wire and ws.outside_unchanged()):
+                break  # executed (or answered otherwise): the check fails on it, the rest need no session
+            refused[name] = str(results[0].get("text", ""))[:200]
+        return refused
 
     def child_pids(self, run: SessionRun) -> list[int]:
         pids: list[int] = []

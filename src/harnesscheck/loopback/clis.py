@@ -1,11 +1,19 @@
-"""Finding the pinned real CLIs the loopback level runs (no PATH edits needed).
+"""Finding the real CLI the loopback level runs (no PATH edits needed).
 
-The loopback level runs exactly the pinned version from `harnesscheck install-clis`'s
-cache dir, never whatever is on PATH: the matrix cell names that version.
+The loopback level runs a release said out loud, never whatever is on PATH:
+- the spec's version (`claude-code`: the pin; `claude-code==2.1.332`: that release) from
+  `harnesscheck install-clis`'s cache (`<cache>/<cli>@<version>/`, or a legacy cache
+  root holding that version);
+- or a binary named by path: `HARNESS_BACKEND_CLI` (`verify --cli`) together with
+  `HARNESS_BACKEND` naming the backend it is for. It is honoured, or refused with the
+  reason (HARNESS_BACKEND unset, not a file, no version printed, a version outside the
+  supported range or not the one a `==VERSION` column names); never ignored.
+The matrix cell names the version that ran.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -20,6 +28,8 @@ class PinnedBinary:
     backend: str
     path: Path
     version: str
+    #: where the binary came from: "cache" (install-clis) or "HARNESS_BACKEND_CLI"
+    source: str = "cache"
 
 
 @cache
@@ -29,11 +39,41 @@ def _probe(path: str) -> str | None:
     return probe_version(Path(path))
 
 
-def require_pinned_cli(backend: str | ProviderSpec) -> tuple[PinnedBinary | None, str]:
-    """(binary, "") when the pinned CLI of `backend` (a registered id, or a spec: a backend
-    from `module:factory` or another package names its CLI in its spec) is installed and
-    runs; else (None, exact reason with the fix)."""
-    from harnesscheck.loopback.install import binary_path, installed_version
+def _override(spec: ProviderSpec, environ) -> tuple[PinnedBinary | None, str] | None:
+    """The HARNESS_BACKEND_CLI binary for this backend: (binary, "") honoured, (None, why)
+    refused, or None when no override concerns this backend."""
+    from harnesscheck.registry import base_id, parse_version, version_supported, version_range
+
+    raw = (environ.get("HARNESS_BACKEND_CLI") or "").strip()
+    if not raw:
+        return None
+    selected = (environ.get("HARNESS_BACKEND") or "").strip()
+    if not selected:
+        return None, (f"HARNESS_BACKEND_CLI={raw} is set but HARNESS_BACKEND does not say which backend it is for: "
+                      f"refused (set HARNESS_BACKEND={base_id(spec.id)}, or unset HARNESS_BACKEND_CLI)")
+    if base_id(selected) != base_id(spec.id):
+        return None  # an override for another backend
+    path = Path(raw).expanduser()
+    if not path.is_file() or not os.access(path, os.X_OK):
+        return None, f"HARNESS_BACKEND_CLI={raw} is not an executable file: refused"
+    printed = _probe(str(path.absolute()))
+    version = parse_version(printed or "")
+    if version is None:
+        return None, f"HARNESS_BACKEND_CLI={raw} printed no version ({printed!r}): refused"
+    found = ".".join(map(str, version))
+    if not version_supported(spec, found):
+        return None, f"HARNESS_BACKEND_CLI={raw} is {spec.cli_name} {found}, outside the supported {version_range(spec)}: refused"
+    if "==" in spec.id and found != spec.pinned_version:
+        return None, f"HARNESS_BACKEND_CLI={raw} is {found}, the column {spec.id} names {spec.pinned_version}: refused"
+    return PinnedBinary(spec.id, path.absolute(), found, "HARNESS_BACKEND_CLI"), ""
+
+
+def require_pinned_cli(backend: str | ProviderSpec, environ=None) -> tuple[PinnedBinary | None, str]:
+    """(binary, "") when the CLI release of `backend` (a registered id, `ID==VERSION`, or
+    a spec: a backend from `module:factory` or another package names its CLI in its spec)
+    is installed and runs, or HARNESS_BACKEND_CLI names it; else (None, exact reason with
+    the fix)."""
+    from harnesscheck.loopback.install import PinnedCli, binary_path, installed_releases, release_prefix
     from harnesscheck.paths import cli_cache_dir
     from harnesscheck.registry import get_spec, parse_version
 
@@ -41,19 +81,18 @@ def require_pinned_cli(backend: str | ProviderSpec) -> tuple[PinnedBinary | None
     backend_id = spec.id
     if not (spec.cli_name and spec.cli_package and spec.pinned_version):
         return None, f"{backend_id} has no pinned npm CLI: the loopback level does not apply"
+    overridden = _override(spec, os.environ if environ is None else environ)
+    if overridden is not None:
+        return overridden
     dest = cli_cache_dir()
-    path = binary_path(dest, spec.cli_name)
-    have = installed_version(dest, spec.cli_package)
-    if have is None or not path.exists():
-        return None, (
-            f"{spec.cli_package}@{spec.pinned_version} is not installed in {dest} "
-            f"(run `harnesscheck install-clis`)"
-        )
-    if have != spec.pinned_version:
-        return None, (
-            f"{spec.cli_package} {have} installed in {dest}, pinned {spec.pinned_version} "
-            f"(run `harnesscheck install-clis`)"
-        )
+    want = PinnedCli(backend_id, spec.cli_name, spec.cli_package, spec.pinned_version)
+    prefix = release_prefix(dest, want)
+    if prefix is None:
+        have = installed_releases(dest, spec.cli_name, spec.cli_package)
+        also = f"; the cache holds {', '.join(have)}" if have else ""
+        how = "`harnesscheck install-clis`" if "==" not in backend_id else f"`harnesscheck install-clis --backend {backend_id.partition('==')[0]} --version {spec.pinned_version}`"
+        return None, f"{spec.cli_package}@{spec.pinned_version} is not installed in {dest}{also} (run {how})"
+    path = binary_path(prefix, spec.cli_name)
     printed = _probe(str(path))
     if printed is None or parse_version(printed) != parse_version(spec.pinned_version):
         return None, f"{path} --version printed {printed!r}, expected {spec.pinned_version}"

@@ -1,12 +1,19 @@
-"""`harnesscheck install-clis`: the pinned real CLIs, installed with npm into the cache
-dir the loopback level finds by itself (harnesscheck.paths.cli_cache_dir()).
+"""`harnesscheck install-clis`: real CLIs, installed with npm into the cache dir the
+loopback level finds by itself (harnesscheck.paths.cli_cache_dir()), each release in its
+own directory `<cache>/<cli>@<version>/` so several live side by side.
 
-The pinned versions come from the registry specs (`ProviderSpec.pinned_version` of every
-harness backend that names an npm package). Idempotent: when every pinned package is
-already present at its pinned version (its binary prints that version), nothing runs.
-npm runs with no install scripts, no audit, no funding notice and exact versions; then
-only the pinned packages' own postinstall runs, explicitly (claude-code's puts its
-native binary in place).
+By default: the pinned versions (`ProviderSpec.pinned_version` of every harness backend
+that names an npm package) and the second columns the registry keeps verified beside them
+(`registry.SECOND_COLUMNS`). `--backend B --version X|latest` installs one more release
+(`latest` is asked of npm). `--check` says, per CLI, whether the pin is behind npm's
+`latest` and whether this Node satisfies each release's `engines` (exit 1 when behind).
+Idempotent: a release whose binary prints its version is not installed again. npm runs
+with no install scripts, no audit, no funding notice and exact versions, at log level
+`warn` (its engine warnings stay visible); then only the pinned packages' own postinstall
+runs, explicitly (claude-code's puts its native binary in place).
+
+A cache from before the side-by-side layout (`<cache>/node_modules/`) is still found for
+the version it holds.
 """
 
 from __future__ import annotations
@@ -43,6 +50,42 @@ def pinned_clis() -> list[PinnedCli]:
     return out
 
 
+def wanted_clis(backend: str | None = None, version: str | None = None) -> list[PinnedCli]:
+    """What to install: the pins and second columns, or `version` of `backend`."""
+    from harnesscheck.registry import SECOND_COLUMNS, base_id
+
+    pins = pinned_clis()
+    if version is None:
+        chosen = [c for c in pins if backend is None or c.backend == base_id(backend)]
+        extra = [PinnedCli(c.backend, c.cli_name, c.package, v) for c in chosen for v in SECOND_COLUMNS.get(c.backend, ())]
+        return list(dict.fromkeys(chosen + extra))  # a second column equal to the pin is one release
+    return [PinnedCli(c.backend, c.cli_name, c.package, version) for c in pins if c.backend == base_id(backend or "")]
+
+
+def version_dir(dest: Path, cli_name: str, version: str) -> Path:
+    """Where one release lives in the cache: `<dest>/<cli>@<version>`."""
+    return Path(dest) / f"{cli_name}@{version}"
+
+
+def release_prefix(dest: Path, c: PinnedCli) -> Path | None:
+    """The npm prefix holding `c` at its version: its own directory, else a legacy cache
+    root (`<dest>/node_modules/`) that holds that version; None when neither does."""
+    for prefix in (version_dir(dest, c.cli_name, c.version), Path(dest)):
+        if installed_version(prefix, c.package) == c.version and binary_path(prefix, c.cli_name).exists():
+            return prefix
+    return None
+
+
+def installed_releases(dest: Path, cli_name: str, package: str) -> list[str]:
+    """Every version of `package` in the cache (side-by-side dirs and a legacy root)."""
+    found = {installed_version(Path(dest), package)}
+    for sub in Path(dest).glob(f"{cli_name}@*"):
+        found.add(installed_version(sub, package))
+    from harnesscheck.registry import parse_version
+
+    return sorted((v for v in found if v), key=lambda v: parse_version(v) or (0, 0, 0))
+
+
 def installed_version(dest: Path, package: str) -> str | None:
     """The version of `package` under dest/node_modules, or None."""
     manifest = Path(dest) / "node_modules" / package / "package.json"
@@ -69,8 +112,13 @@ def runs_at_version(dest: Path, c: PinnedCli) -> bool:
 
 
 def missing(dest: Path, clis: list[PinnedCli]) -> list[PinnedCli]:
-    """The pinned CLIs not present (at their pinned version, with a working binary) in dest."""
-    return [c for c in clis if installed_version(dest, c.package) != c.version or not runs_at_version(dest, c)]
+    """The releases not present (at their version, with a working binary) in dest."""
+    out = []
+    for c in clis:
+        prefix = release_prefix(dest, c)
+        if prefix is None or not runs_at_version(prefix, c):
+            out.append(c)
+    return out
 
 
 def run_postinstall(dest: Path, c: PinnedCli, node: str) -> int:
@@ -105,42 +153,134 @@ def npm_argv(npm: str, dest: Path, clis: list[PinnedCli]) -> list[str]:
         "--save-exact",
         "--ignore-scripts",
         "--no-package-lock",
-        "--loglevel=error",
+        "--loglevel=warn",  # npm's EBADENGINE warning (a release asking a newer Node) stays visible
         *[c.spec for c in clis],
     ]
 
 
-def install(dest: Path | None = None, *, out=None) -> int:
-    """Install what is missing; 0 when every pinned CLI is present afterwards."""
+def _npm_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_", "CODEX_"))}
+
+
+def npm_view(package: str, field: str) -> object | None:
+    """`npm view <package> <field> --json`, parsed; None when npm is missing or fails."""
+    npm = shutil.which("npm")
+    if npm is None:
+        return None
+    try:
+        proc = subprocess.run([npm, "view", package, field, "--json"], stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=120, env=_npm_env())
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0:
+        return None
+    try:
+        return json.loads(proc.stdout.decode("utf-8", "replace") or "null")
+    except ValueError:
+        return None
+
+
+def node_version() -> str | None:
+    node = shutil.which("node")
+    if node is None:
+        return None
+    try:
+        proc = subprocess.run([node, "--version"], stdin=subprocess.DEVNULL, capture_output=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.decode().strip().lstrip("v") or None
+
+
+def engine_satisfied(engines: str | None, node: str | None) -> bool | None:
+    """Whether `node` meets an `engines.node` range of the plain `>=X[.Y.Z]` form npm
+    packages here use; None when it cannot be told (no Node, another range form)."""
+    import re
+
+    from harnesscheck.registry import parse_version
+
+    m = re.fullmatch(r"\s*>=\s*(\d+)(?:\.(\d+))?(?:\.(\d+))?\s*", engines or "")
+    have = parse_version(node or "")
+    if m is None or have is None:
+        return None
+    need = tuple(int(g or 0) for g in m.groups())
+    return have >= need
+
+
+def check_command(out=None) -> int:
+    """`install-clis --check`: per pinned CLI, the pin against npm's `latest`, and this
+    Node against each release's `engines.node`. Exit 0 current, 1 a pin is behind, 3 npm
+    could not be asked."""
+    from harnesscheck.registry import parse_version
+
+    out = out or sys.stdout
+    node = node_version()
+    worst = 0
+    for c in pinned_clis():
+        latest = npm_view(c.package, "dist-tags.latest")
+        if not isinstance(latest, str):
+            print(f"{c.cli_name}: could not ask npm for {c.package}'s latest release", file=out)
+            worst = max(worst, 3)
+            continue
+        behind = (parse_version(latest) or (0, 0, 0)) > (parse_version(c.version) or (0, 0, 0))
+        state = f"behind: npm latest is {latest}" if behind else "current"
+        print(f"{c.cli_name} {c.version} pinned, npm latest {latest}: {state}", file=out)
+        if behind:
+            worst = max(worst, 1)
+        for version in dict.fromkeys([c.version, latest]):
+            engines = npm_view(f"{c.package}@{version}", "engines.node")
+            ok = engine_satisfied(engines if isinstance(engines, str) else None, node)
+            if ok is False:
+                print(f"  {c.package}@{version} asks Node {engines} in engines; this Node is {node}"
+                      " (the native binary does not run on Node; see README)", file=out)
+    return worst
+
+
+def install(dest: Path | None = None, *, out=None, backend: str | None = None, version: str | None = None) -> int:
+    """Install what is missing; 0 when every wanted release is present afterwards."""
     from harnesscheck.paths import cli_cache_dir
 
     out = out or sys.stdout
     dest = Path(dest).expanduser().absolute() if dest is not None else cli_cache_dir()
-    clis = pinned_clis()
+    if version == "latest":
+        if backend is None:
+            print("install-clis: --version needs --backend (whose release?)", file=sys.stderr)
+            return 2
+        wanted = wanted_clis(backend)
+        latest = npm_view(wanted[0].package, "dist-tags.latest") if wanted else None
+        if not isinstance(latest, str):
+            print("install-clis: could not ask npm for the latest release\n  fix: check access to the npm registry", file=sys.stderr)
+            return 3
+        version = latest
+    if version is not None and backend is None:
+        print("install-clis: --version needs --backend (whose release?)", file=sys.stderr)
+        return 2
+    clis = wanted_clis(backend, version)
+    if not clis:
+        print(f"install-clis: {backend} has no npm CLI", file=sys.stderr)
+        return 2
     todo = missing(dest, clis)
     if not todo:
         for c in clis:
-            print(f"{c.cli_name} {c.version}: present in {binary_path(dest, c.cli_name)}", file=out)
+            print(f"{c.cli_name} {c.version}: present in {binary_path(release_prefix(dest, c) or dest, c.cli_name)}", file=out)
         return 0
     npm = shutil.which("npm")
     if npm is None:
         print("install-clis: npm not found on PATH\n  fix: install Node.js 20+ (it ships npm)", file=sys.stderr)
         return 3
-    dest.mkdir(parents=True, exist_ok=True)
-    # a package.json keeps npm from walking up into a parent project
-    manifest = dest / "package.json"
-    if not manifest.exists():
-        manifest.write_text('{"name": "harnesscheck-clis", "private": true}\n', encoding="utf-8")
-    argv = npm_argv(npm, dest, todo)
-    print("install-clis: " + " ".join(c.spec for c in todo) + f" -> {dest}", file=out)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_", "CODEX_"))}
-    proc = subprocess.run(argv, stdin=subprocess.DEVNULL, env=env, cwd=str(dest))
-    if proc.returncode != 0:
-        print(f"install-clis: npm exited {proc.returncode}\n  fix: check network access to the npm registry", file=sys.stderr)
-        return 3
     node = shutil.which("node") or "node"
     for c in todo:
-        if run_postinstall(dest, c, node) != 0:
+        prefix = version_dir(dest, c.cli_name, c.version)
+        prefix.mkdir(parents=True, exist_ok=True)
+        # a package.json keeps npm from walking up into a parent project
+        manifest = prefix / "package.json"
+        if not manifest.exists():
+            manifest.write_text('{"name": "harnesscheck-clis", "private": true}\n', encoding="utf-8")
+        print(f"install-clis: {c.spec} -> {prefix}", file=out)
+        proc = subprocess.run(npm_argv(npm, prefix, [c]), stdin=subprocess.DEVNULL, env=_npm_env(), cwd=str(prefix))
+        if proc.returncode != 0:
+            print(f"install-clis: npm exited {proc.returncode}\n  fix: check network access to the npm registry", file=sys.stderr)
+            return 3
+        if run_postinstall(prefix, c, node) != 0:
             print(f"install-clis: the postinstall of {c.spec} failed", file=sys.stderr)
             return 3
     still = missing(dest, clis)
@@ -149,10 +289,12 @@ def install(dest: Path | None = None, *, out=None) -> int:
         print(f"install-clis: still missing after npm: {names}", file=sys.stderr)
         return 3
     for c in clis:
-        print(f"{c.cli_name} {c.version}: installed in {binary_path(dest, c.cli_name)}", file=out)
+        print(f"{c.cli_name} {c.version}: installed in {binary_path(release_prefix(dest, c) or dest, c.cli_name)}", file=out)
     return 0
 
 
-def install_command(dest: Path | None) -> int:
-    """Entry point of `harnesscheck install-clis [--dest DIR]`."""
-    return install(dest)
+def install_command(dest: Path | None, *, backend: str | None = None, version: str | None = None, check: bool = False) -> int:
+    """Entry point of `harnesscheck install-clis [--dest DIR] [--backend B --version X|latest] [--check]`."""
+    if check:
+        return check_command()
+    return install(dest, backend=backend, version=version)
