@@ -268,7 +268,9 @@ def nearest_release(version: str, releases: list[str]) -> str | None:
 def default_backend_ids() -> list[str]:
     """Every registered backend, then each second column (`ID==VERSION`, SECOND_COLUMNS)."""
     specs = known_specs()
-    return [*specs, *(f"{b}{VARIANT_SEP}{v}" for b, versions in SECOND_COLUMNS.items() if b in specs for v in versions)]
+    extra = [f"{b}{VARIANT_SEP}{v}" for b, versions in SECOND_COLUMNS.items() if b in specs for v in versions
+             if v != specs[b].pinned_version]  # a second column equal to the pin is the base column
+    return [*specs, *extra]
 
 
 @dataclass(frozen=True)
