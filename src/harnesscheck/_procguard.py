@@ -1,174 +1,540 @@
-"""Process guard: one per host process; kills every registered session tree when the host dies.
+"""Process guard and session supervisors: every session's tree lives under a child subreaper.
 
     python -I -S _procguard.py HOST_PID
 
-Why: a CLI's own children (MCP bridge, shells, node workers) must not outlive the host,
-even when the host is SIGKILLed or OOM-killed and runs no cleanup at all. PR_SET_PDEATHSIG
-reaches only a direct child and is not inherited, so it cannot cover a CLI's tree.
+One guard per host process (started by process.py). It is a child subreaper
+(PR_SET_CHILD_SUBREAPER) and keeps SPARES pre-forked *supervisors*, each a subreaper too and,
+where the machine allows, in a fresh cgroup v2 of its own. A session's CLI is spawned by one
+supervisor, so whatever the CLI's tree does (setsid, double fork, fork-hopping, a blanked or
+overwritten environment, PR_SET_DUMPABLE 0) every descendant stays a descendant of that
+supervisor: a process whose parent dies is re-parented to the nearest subreaper ancestor, the
+supervisor, never to init. The supervisor kills its whole tree when the host asks (teardown),
+when the host's end of the session socket closes (the host died, even by SIGKILL), and before
+it exits. See doc/SPEC-process.md ("Containment") for what each layer guarantees.
 
-Contract with the host (process.py):
-- The guard is started once per host process, in its own session, with a scrubbed env,
-  stdout/stderr on /dev/null, and stdin = one end of an AF_UNIX stream socketpair whose
-  other end only the host holds (close-on-exec, closed in forked children). Not a pipe: a
-  pipe can be reopened for writing through /proc/<guard>/fd/0 by any same-uid process
-  (a CLI's shell tool), which could then inject registrations or hold a writer open so EOF
-  never comes; a socket cannot be opened that way. It holds no other descriptor of the
-  host: never a CLI's pipes.
-- The guard makes itself non-dumpable (PR_SET_DUMPABLE 0) first thing, so same-uid
-  processes cannot take its descriptor either (pidfd_getfd, ptrace) or list its fds.
-- The host writes one line per event, each in a single small write under its lock;
-  markers are hex-encoded so any marker fits on one line:
-      + SID HEXMARKER    a session is about to spawn its CLI (before the spawn)
-      g SID PGID         the CLI's process group
-      - SID              the session's tree is torn down and reaped
-  Anything else (a cut or garbage line) is ignored.
-- EOF on stdin (the host's end closed everywhere) means the host is gone (died or exited). The guard then SIGKILLs every
-  registered group and, in a few bounded /proc sweeps, every process whose environment
-  carries HARNESSCHECK_RUN=<a registered marker> (descendants that left the group with
-  setsid), and their groups. Then it exits 0.
-- While the host lives the guard sleeps in poll() registered for no event, so host writes
-  do not wake it; it reads the queued lines every 0.5 s (the socket buffer holds thousands
-  of sessions' lines) and at EOF (POLLHUP). It costs next to nothing.
+Why pre-forked: the spawn path then costs no fork of Python (a fork of even this small
+interpreter takes milliseconds on a loaded machine); the guard forks the next spare after a
+spare is taken, off the session's critical path.
 
-Imports only built-ins, `select` and `ctypes` (for prctl) so it starts in a few
-milliseconds; the host does not wait for it (lines queue in the socket until it reads them).
+Protocol (fd 0 is an AF_UNIX SOCK_SEQPACKET socket whose other end only the host holds):
+- host -> a spare: one message b"s" with SCM_RIGHTS [session socket, stdin, stdout, stderr]
+  (stdin may be absent: /dev/null). Every spare blocks in recvmsg on fd 0, so exactly one
+  takes it; it tells the guard through the `taken` pipe, and the guard forks a replacement.
+- host -> supervisor, on the session socket (SOCK_STREAM): 8 hex digits of length, then a
+  marshal of (executable, argv, env, cwd) (bytes and str only).
+- supervisor -> host, lines on the session socket:
+      p PID SUP CGROUP the CLI runs (SUP: this supervisor; CGROUP: the session cgroup, or -)
+      e ERRNO          the spawn failed (nothing runs)
+      x STATUS         the CLI (the direct child) exited; STATUS is the raw wait status
+      d KILLED OUTSIDE LEFT    answer to `k`: KILLED processes were killed, OUTSIDE of them had
+                       left the CLI's process group, LEFT could not be confirmed gone (the
+                       tree is empty when LEFT is 0)
+- host -> supervisor: b"k" kill the whole tree now and answer `d`. EOF: the host is done (or
+  dead): kill the tree, exit.
+- EOF on fd 0 (the host is gone): the guard writes cgroup.kill of every session cgroup,
+  SIGKILLs every supervisor (their trees are re-parented to the guard) and then every
+  descendant, in rounds until none is left; then it exits.
+- A supervisor that dies or is stopped (SIGSTOP/ptrace: tampering by a same-uid process)
+  while its session runs: the guard SIGKILLs it, kills its cgroup, and kills every process
+  re-parented to itself (the guard's only rightful children are supervisors).
+
+Imports only built-ins, `_socket`, `select`, `marshal` and `ctypes` (for prctl).
 """
 
 import _signal as signal  # the C module: `signal` would import enum & co (~25 ms)
+import _socket
+import marshal
 import os
 import select
 import sys
 import time
 
-MARKER_VAR = "HARNESSCHECK_RUN"
-SWEEP_ROUNDS = 5
-DRAIN_EVERY_MS = 500  # read the queued lines this often
 PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
+SPARES = 2
+KILL_ROUNDS = 200
+TICK_MS = 250  # how often supervisors are checked for tampering (stopped)
+_SCM_RIGHTS = 1
+_SOL_SOCKET = 1
+_MSG_CMSG_CLOEXEC = 0x40000000
+#: Every signal the CLI gets at its default disposition (an ignored one survives exec; Python
+#: ignores SIGPIPE, we ignore SIGINT/SIGHUP/SIGQUIT), as a directly spawned CLI would.
+_SIGDEF = tuple(s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP))
+
+_prctl = None
 
 
-def _not_dumpable() -> None:
-    """PR_SET_DUMPABLE 0: same-uid processes cannot ptrace us, take our fds or read /proc."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-    except (ImportError, OSError, AttributeError):
-        pass
-
-
-def _parse(line: bytes, markers: dict, groups: dict) -> None:
-    """Apply one protocol line; ignore anything malformed."""
-    parts = line.split()
-    try:
-        if len(parts) == 3 and parts[0] == b"+":
-            marker = bytes.fromhex(parts[2].decode("ascii"))
-            if marker and b"\0" not in marker:
-                markers[parts[1]] = marker
-        elif len(parts) == 3 and parts[0] == b"g" and parts[1] in markers:
-            pgid = int(parts[2])
-            if pgid > 1:
-                groups[parts[1]] = pgid
-        elif len(parts) == 2 and parts[0] == b"-":
-            markers.pop(parts[1], None)
-            groups.pop(parts[1], None)
-    except (ValueError, UnicodeDecodeError):
-        pass
-
-
-def _carries(data: bytes, needle: bytes) -> bool:
-    return (
-        data.startswith(needle + b"\0")
-        or (b"\0" + needle + b"\0") in data
-        or data.endswith(b"\0" + needle)
-        or data == needle
-    )
-
-
-def _kill_all(markers: dict, groups: dict) -> None:
-    """The host is gone: kill the registered groups, then every marked process and its group."""
-    me = os.getpid()
-    own_group = os.getpgrp()
-    for pgid in groups.values():
-        if pgid != own_group:
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except OSError:
-                pass
-    needles = [(MARKER_VAR + "=").encode() + m for m in set(markers.values())]
-    if not needles:
-        return
-    for round_no in range(SWEEP_ROUNDS):
-        hits = 0
+def _prctl_call(option: int, value: int) -> bool:
+    global _prctl
+    if _prctl is None:
         try:
-            entries = os.listdir("/proc")
+            import ctypes
+
+            _prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (ImportError, OSError, AttributeError):
+            _prctl = False
+    return bool(_prctl) and _prctl(option, value, 0, 0, 0) == 0
+
+
+# --- the process table (no /proc/<pid>/task/<tid>/children on every kernel) ----------------
+
+def _stat(pid: int):
+    """(state, ppid, pgid) of pid, or None when it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2:].split()
+    try:
+        return fields[0], int(fields[1]), int(fields[2])
+    except (IndexError, ValueError):
+        return None
+
+
+def _table() -> dict:
+    """pid -> (state, ppid, pgid) for every process."""
+    table = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return table
+    for entry in entries:
+        if entry.isdigit():
+            st = _stat(int(entry))
+            if st is not None:
+                table[int(entry)] = st
+    return table
+
+
+def descendants(root: int, table: dict) -> list:
+    """Every live (non-zombie) descendant of root, by the parent links of `table`."""
+    children: dict = {}
+    for pid, (_state, ppid, _pgid) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    out, todo = [], [root]
+    while todo:
+        for kid in children.get(todo.pop(), ()):
+            todo.append(kid)
+            if table[kid][0] not in (b"Z", b"X"):
+                out.append(kid)
+    return out
+
+
+def reap() -> list:
+    """Reap every exited child; [(pid, status)]."""
+    done = []
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return done
+        except InterruptedError:
+            continue
+        if pid == 0:
+            return done
+        done.append((pid, status))
+
+
+def kill_tree(root: int, spare=(), on_reaped=None, cli_pgid=0):
+    """SIGKILL every descendant of root (except `spare` pids), in rounds until none is left:
+    a process killed in one round may have forked; its child is re-parented to us (we are the
+    subreaper) and is killed in the next. Returns (killed, outside, left)."""
+    killed, outside, seen = 0, 0, set()
+    left = 0
+    for _ in range(KILL_ROUNDS):
+        table = _table()
+        victims = [p for p in descendants(root, table) if p not in spare]
+        left = len(victims)
+        if not victims:
+            break
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                continue
+            if pid not in seen:
+                seen.add(pid)
+                killed += 1
+                _state, ppid, pgid = table[pid]
+                if pid != cli_pgid and pgid != cli_pgid:
+                    outside += 1  # it had left the CLI's process group (setsid, setpgid)
+        for pid, status in reap():
+            if on_reaped is not None:
+                on_reaped(pid, status)
+        time.sleep(0.001)
+    return killed, outside, left
+
+
+# --- cgroup v2 (optional layer) --------------------------------------------------------------
+
+def _cgroup_base(host_pid: int) -> str:
+    """A fresh directory for this host's session cgroups beneath our own cgroup v2, or "" when
+    the machine does not allow one (no cgroup2 mount, no write access: a non-root host without
+    a delegated subtree)."""
+    try:
+        with open("/proc/self/cgroup") as fh:
+            own = [line.split(":", 2)[2].strip() for line in fh if line.startswith("0::")]
+        mount = ""
+        with open("/proc/self/mountinfo") as fh:
+            for line in fh:
+                left, _, right = line.partition(" - ")
+                if right.split(" ", 1)[0] == "cgroup2":
+                    mount = left.split()[4]
+                    break
+        if not own or not mount:
+            return ""
+        parent = mount + own[0].rstrip("/")
+        if own[0] == "/" or not os.path.exists(parent + "/cgroup.kill"):
+            parent = mount if own[0] == "/" else parent
+        if not os.path.exists(parent + "/cgroup.procs"):
+            return ""
+        base = "%s/harnesscheck-%d-%s" % (parent, host_pid, os.urandom(4).hex())
+        os.mkdir(base, 0o755)
+        if not os.path.exists(base + "/cgroup.kill"):  # kernels before 5.14: no cgroup.kill
+            os.rmdir(base)
+            return ""
+        return base
+    except (OSError, IndexError, ValueError):
+        return ""
+
+
+def _write(path: str, data: bytes) -> bool:
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except OSError:
+        return False
+    try:
+        os.write(fd, data)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def cgroup_kill(path: str) -> None:
+    if path:
+        _write(path + "/cgroup.kill", b"1")
+
+
+def cgroup_remove(path: str, wait_s: float = 0.0) -> bool:
+    """rmdir the cgroup and any child cgroups beneath it (only empty ones can go)."""
+    if not path:
+        return True
+    end = time.monotonic() + wait_s
+    while True:
+        try:
+            for dirpath, dirnames, _files in _walk_bottom_up(path):
+                os.rmdir(dirpath)
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError:
+            if time.monotonic() >= end:
+                return False
+            time.sleep(0.005)
+
+
+def _walk_bottom_up(path: str):
+    try:
+        names = [e.name for e in os.scandir(path) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        names = []
+    for name in names:
+        yield from _walk_bottom_up(path + "/" + name)
+    yield path, names, ()
+
+
+# --- a supervisor: one session ---------------------------------------------------------------
+
+def _recv_request(sock):
+    """Wait for one session request; (fds) or None at EOF."""
+    while True:
+        try:
+            msg, anc, _flags, _addr = sock.recvmsg(16, _socket.CMSG_SPACE(4 * 4), _MSG_CMSG_CLOEXEC)
+        except InterruptedError:
+            continue
+        except OSError:
+            return None
+        fds = []
+        for level, kind, data in anc:
+            if level == _SOL_SOCKET and kind == _SCM_RIGHTS:
+                usable = len(data) - len(data) % 4
+                fds.extend(int.from_bytes(data[i:i + 4], sys.byteorder) for i in range(0, usable, 4))
+        if not msg:
+            for fd in fds:
+                os.close(fd)
+            return None
+        if msg == b"s" and len(fds) in (3, 4):
+            return fds
+        for fd in fds:  # not a request: ignore
+            os.close(fd)
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = os.read(fd, n - len(out))
+        if not chunk:
+            raise EOFError
+        out += chunk
+    return out
+
+
+def _send(fd: int, line: str) -> None:
+    data = line.encode("ascii")
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    except OSError:
+        pass  # the host is gone: our tree dies at EOF anyway
+
+
+def supervise(ctl, taken_w: int, cgroup: str) -> None:
+    """A spare: wait for a session, spawn its CLI, reap and report, kill the tree at the end."""
+    got = _recv_request(ctl)
+    ctl.close()
+    _send(taken_w, "%d\n" % os.getpid())
+    os.close(taken_w)
+    if got is None:
+        os._exit(0)
+    sess, stdio = got[0], got[1:]
+    me = os.getpid()
+    try:
+        size = int(_read_exact(sess, 8), 16)
+        executable, argv, env, cwd = marshal.loads(_read_exact(sess, size))
+    except (EOFError, OSError, ValueError, TypeError):
+        os._exit(0)
+    if len(stdio) == 2:  # no stdin pipe: /dev/null
+        stdio = [os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)] + stdio
+    actions = [(os.POSIX_SPAWN_DUP2, fd, n) for n, fd in enumerate(stdio)]
+    try:
+        os.chdir(cwd)
+        cli = os.posix_spawn(executable, argv, env, file_actions=actions, setsid=True,
+                             setsigdef=_SIGDEF, setsigmask=())
+    except OSError as exc:
+        _send(sess, "e %d\n" % (exc.errno or 5))
+        os._exit(0)
+    for fd in stdio:
+        os.close(fd)
+    os.chdir("/")
+    _send(sess, "p %d %d %s\n" % (cli, me, cgroup or "-"))
+    try:
+        cli_fd = os.pidfd_open(cli)
+    except OSError:
+        cli_fd = -1
+    poller = select.poll()
+    poller.register(sess, select.POLLIN)
+    if cli_fd >= 0:
+        poller.register(cli_fd, select.POLLIN)
+    cli_status = []
+
+    def reaped(pid, status):
+        if pid == cli and not cli_status:
+            cli_status.append(status)
+            _send(sess, "x %d\n" % status)
+
+    while True:
+        try:
+            events = poller.poll(200)
+        except InterruptedError:
+            events = []
+        for pid, status in reap():
+            reaped(pid, status)
+        if cli_status and cli_fd >= 0:
+            poller.unregister(cli_fd)
+            os.close(cli_fd)
+            cli_fd = -1
+        if not any(fd == sess for fd, _ev in events):
+            continue
+        try:
+            cmd = os.read(sess, 64)
+        except OSError:
+            cmd = b""
+        if not cmd:  # the host is done with us, or dead
+            kill_tree(me, on_reaped=reaped, cli_pgid=cli)
+            os._exit(0)
+        if b"k" in cmd:
+            killed, outside, left = kill_tree(me, on_reaped=reaped, cli_pgid=cli)
+            for pid, status in reap():
+                reaped(pid, status)
+            _send(sess, "d %d %d %d\n" % (killed, outside, left))
+
+
+# --- the guard -------------------------------------------------------------------------------
+
+class Guard:
+    def __init__(self, host_pid: int):
+        self.host_pid = host_pid
+        self.ctl = None  # fd 0, set by main
+        self.base = _cgroup_base(host_pid)
+        self.taken_r, self.taken_w = os.pipe()
+        os.set_blocking(self.taken_r, False)
+        self.spares: dict = {}  # pid -> (pidfd, cgroup)
+        self.busy: dict = {}  # pid -> (pidfd, cgroup)
+        self.next_id = 0
+
+    def fork_spare(self) -> None:
+        self.next_id += 1
+        cgroup = "%s/s%d" % (self.base, self.next_id) if self.base else ""
+        if cgroup:
+            try:
+                os.mkdir(cgroup, 0o755)
+            except OSError:
+                cgroup = ""
+        try:
+            pid = os.fork()
         except OSError:
             return
-        for entry in entries:
-            if not entry.isdigit() or int(entry) == me:
-                continue
+        if pid == 0:
             try:
-                with open("/proc/" + entry + "/environ", "rb") as fh:
-                    data = fh.read()
-            except OSError:
-                continue
-            if not data or not any(_carries(data, n) for n in needles):
-                continue  # empty: a zombie or a kernel thread
-            pid = int(entry)
-            hits += 1
+                _prctl_call(PR_SET_CHILD_SUBREAPER, 1)
+                if cgroup and not _write(cgroup + "/cgroup.procs", b"0"):
+                    cgroup = ""
+                os.close(self.taken_r)
+                supervise(self.ctl, self.taken_w, cgroup)
+            finally:
+                os._exit(0)
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            pidfd = -1
+        self.spares[pid] = (pidfd, cgroup)
+
+    def supervisors(self):
+        return {**self.spares, **self.busy}
+
+    def forget(self, pid: int) -> None:
+        entry = self.spares.pop(pid, None) or self.busy.pop(pid, None)
+        if entry is None:
+            return
+        pidfd, cgroup = entry
+        if pidfd >= 0:
+            os.close(pidfd)
+        if cgroup:
+            cgroup_kill(cgroup)  # empty unless the supervisor died early: then its tree goes too
+            cgroup_remove(cgroup, 1.0)
+
+    def sweep_orphans(self) -> None:
+        """Our rightful children are supervisors: anything else was re-parented to us when a
+        supervisor died (tampering) and is killed with its descendants."""
+        keep = set(self.supervisors())
+        me = os.getpid()
+        for _ in range(KILL_ROUNDS):
+            table = _table()
+            kids = [p for p, st in table.items() if st[1] == me and p not in keep and st[0] not in (b"Z", b"X")]
+            victims = set(kids)
+            for kid in kids:
+                victims.update(descendants(kid, table))
+            if not victims:
+                break
+            for pid in victims:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            self.reap()
+            time.sleep(0.001)
+        self.reap()
+
+    def reap(self) -> bool:
+        """Reap exited children; True when a supervisor went (its orphans may be ours now)."""
+        lost = False
+        for pid, status in reap():
+            if pid in self.spares or pid in self.busy:
+                lost = True
+                self.forget(pid)
+        return lost
+
+    def check_tampering(self) -> bool:
+        """A stopped or traced supervisor cannot keep its promise: kill it (and its cgroup)."""
+        hit = False
+        for pid, (_fd, cgroup) in list(self.supervisors().items()):
+            st = _stat(pid)
+            if st is not None and st[0] in (b"T", b"t"):
+                cgroup_kill(cgroup)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                hit = True
+        return hit
+
+    def take(self) -> None:
+        try:
+            data = os.read(self.taken_r, 4096)
+        except OSError:
+            return
+        for word in data.split():
             try:
-                other = os.getpgid(pid)
-                if other != own_group and other > 1:
-                    os.killpg(other, signal.SIGKILL)
+                pid = int(word)
+            except ValueError:
+                continue
+            if pid in self.spares:
+                self.busy[pid] = self.spares.pop(pid)
+
+    def end_all(self) -> None:
+        """The host is gone: nothing of any session may survive."""
+        for pid, (_fd, cgroup) in list(self.supervisors().items()):
+            cgroup_kill(cgroup)
+            try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        if not hits:
-            return
-        time.sleep(0.01)  # a process caught mid-fork: its child shows up in the next round
+        kill_tree(os.getpid())
+        self.reap()
+        for pid in list(self.supervisors()):
+            self.forget(pid)
+        if self.base:
+            cgroup_kill(self.base)
+            cgroup_remove(self.base, 1.0)
+
+    def run(self) -> None:
+        waiter = select.poll()
+        waiter.register(0, 0)  # only POLLHUP (the host's end closed) wakes us for fd 0
+        waiter.register(self.taken_r, select.POLLIN)
+        registered = set()
+        while True:
+            while len(self.spares) < SPARES:
+                before = len(self.spares)
+                self.fork_spare()
+                if len(self.spares) == before:
+                    break  # cannot fork now: try again on the next tick
+            for pid, (pidfd, _cg) in self.supervisors().items():
+                if pidfd >= 0 and pidfd not in registered:
+                    waiter.register(pidfd, select.POLLIN)
+                    registered.add(pidfd)
+            try:
+                events = waiter.poll(TICK_MS)
+            except InterruptedError:
+                events = []
+            live_fds = {fd for fd, _cg in self.supervisors().values()}
+            for fd in [fd for fd in registered if fd not in live_fds]:
+                registered.discard(fd)
+            for fd, ev in events:
+                if fd == 0 and ev & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
+                    self.end_all()
+                    os._exit(0)
+                if fd == self.taken_r:
+                    self.take()
+                elif fd in registered:
+                    waiter.unregister(fd)
+                    registered.discard(fd)
+            tampered = self.check_tampering()
+            if self.reap() or tampered:
+                self.sweep_orphans()
 
 
 def main() -> None:
-    _not_dumpable()
-    # Group and terminal signals are not for us (we are in our own session anyway); a host
-    # thread's blocked-signal mask would otherwise survive exec.
+    _prctl_call(PR_SET_DUMPABLE, 0)  # same-uid processes cannot ptrace us, take our fds or read /proc
+    _prctl_call(PR_SET_CHILD_SUBREAPER, 1)  # a dead supervisor's tree comes to us, not to init
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
-    os.set_blocking(0, False)
-    # Registered for no event: only POLLHUP (the last writer closed) or an error wakes us.
-    # A host write therefore never wakes the guard (no context switch on the host's spawn
-    # path); the queued lines are read every DRAIN_EVERY_MS and at EOF.
-    waiter = select.poll()
-    waiter.register(0, 0)
-    markers: dict = {}  # session id -> marker bytes
-    groups: dict = {}  # session id -> pgid
-    pending = b""
-    eof = False
-    while not eof:
-        try:
-            waiter.poll(DRAIN_EVERY_MS)
-        except InterruptedError:
-            pass
-        while True:
-            try:
-                chunk = os.read(0, 65536)
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError:
-                chunk = b""
-            if not chunk:
-                eof = True
-                break
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                _parse(line, markers, groups)
-            if len(pending) > 65536:  # never a valid line: drop the garbage
-                pending = b""
-    _kill_all(markers, groups)
-    os._exit(0)
+    guard = Guard(int(sys.argv[1]))
+    guard.ctl = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET, 0, 0)  # fd 0, as given
+    guard.run()
 
 
 if __name__ == "__main__":

@@ -20,8 +20,10 @@ from __future__ import annotations
 import atexit
 import contextlib
 import errno
+import marshal
 import os
 import secrets
+import select
 import selectors
 import shutil
 import signal
@@ -195,6 +197,8 @@ def harden_host() -> None:
 
 _GUARD_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_procguard.py")
 _GUARD_EXIT_WAIT_S = 2.0
+_SPAWN_WAIT_S = 30.0  # a spare supervisor answers a spawn request within this (a first guard starts)
+_SWEEP_WAIT_S = 5.0  # a supervisor answers a kill request within this, or it was tampered with
 
 
 def _use_guard() -> bool:
@@ -209,62 +213,102 @@ def _use_guard() -> bool:
 
 
 class _Guard:
-    """Host side of the guard protocol (see _procguard.py): start it lazily, register each
-    session before its CLI is spawned, restart and re-register if the guard went away.
+    """Host side of the guard (see _procguard.py): start it lazily, hand it each session's
+    spawn, restart it when it died or was stopped.
 
-    Every method takes the lock; each protocol line is one small os.write.
+    Every method takes the lock for the guard's state; a session's own traffic goes over its
+    own socket, outside the lock.
     """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.owner = 0  # pid of the process that started the guard
         self.proc: subprocess.Popen[bytes] | None = None
-        self.fd = -1  # host end of the guard's stdin socket (close-on-exec, non-blocking)
+        self.fd = -1  # host end of the guard's control socket (SOCK_SEQPACKET, close-on-exec)
         self.fd_ident: tuple[int, int] | None = None  # (st_dev, st_ino): is fd still ours?
-        self.sessions: dict[int, list[Any]] = {}  # sid -> [hex marker, pgid or None]
-        self.next_sid = 1
         self.unavailable = False  # the guard cannot run here: fall back for good
         self.started_at = 0.0
         self.quick_deaths = 0  # guards that died within a second of their start, in a row
         self.closed = False  # interpreter exit: no new guard
 
-    # -- public (locked) --
+    # -- public --
 
-    def open(self, marker: str) -> int | None:
-        """Register a session about to spawn; its id, or None when no guard can run."""
-        with self.lock:
-            if self.owner and self.owner != os.getpid():
-                self._forget_inherited()  # forked without the at-fork hook (C-level fork)
-            if self.unavailable or self.closed:
-                return None
-            sid = self.next_sid
-            self.next_sid += 1
-            hexmarker = os.fsencode(marker).hex()  # as Popen encodes the env
-            self.sessions[sid] = [hexmarker, None]
-            if self._send(f"+ {sid} {hexmarker}\n"):
-                return sid
-            del self.sessions[sid]
+    def spawn(
+        self, executable: str, argv: list[str], env: dict[str, str], cwd: str, stdin: bool
+    ) -> _Supervised | None:
+        """Start argv under a session supervisor; None when no guard can run here (the caller
+        falls back to a direct spawn). Raises OSError when the spawn itself failed."""
+        spec = marshal.dumps((executable, list(argv), dict(env), os.fspath(cwd)))
+        pipes: list[int] = []
+        try:
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            pipes += [out_r, out_w, err_r, err_w]
+            if stdin:
+                in_r, in_w = os.pipe()
+                pipes += [in_r, in_w]
+            host_sess, sup_sess = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        except OSError:
+            for fd in pipes:
+                os.close(fd)
+            return None  # out of descriptors: this session goes without
+        theirs = [sup_sess.fileno()] + ([in_r] if stdin else []) + [out_w, err_w]
+        try:
+            with self.lock:
+                sent = self._send_request(theirs)
+        finally:
+            sup_sess.close()
+            for fd in theirs[1:]:
+                os.close(fd)
+        if not sent:
+            host_sess.close()
+            for fd in (out_r, err_r) + ((in_w,) if stdin else ()):
+                os.close(fd)
             return None
-
-    def group(self, sid: int, pgid: int) -> None:
-        with self.lock:
-            entry = self.sessions.get(sid)
-            if entry is not None and self.owner == os.getpid():
-                entry[1] = pgid
-                self._send(f"g {sid} {pgid}\n")
-
-    def close(self, sid: int) -> None:
-        with self.lock:
-            if self.sessions.pop(sid, None) is not None and self.owner == os.getpid():
-                self._send(f"- {sid}\n")
+        try:
+            host_sess.settimeout(_SPAWN_WAIT_S)
+            host_sess.sendall(b"%08x" % len(spec) + spec)
+            line, rest = _read_line(host_sess)
+        except OSError:
+            line, rest = b"", b""
+        words = line.split()
+        if len(words) == 2 and words[0] == b"e":
+            host_sess.close()
+            for fd in (out_r, err_r) + ((in_w,) if stdin else ()):
+                os.close(fd)
+            code = int(words[1])
+            raise OSError(code, os.strerror(code), argv[0])
+        if len(words) != 4 or words[0] != b"p":
+            # No supervisor answered in time (the guard is stuck or gone): it is replaced, and
+            # this session is spawned directly. Closing our end makes a late supervisor end
+            # whatever it started.
+            host_sess.close()
+            for fd in (out_r, err_r) + ((in_w,) if stdin else ()):
+                os.close(fd)
+            with self.lock:
+                self._drop()
+            return None
+        host_sess.setblocking(False)
+        cgroup = words[3].decode("utf-8", "surrogateescape")
+        supervised = _Supervised(
+            pid=int(words[1]),
+            supervisor=int(words[2]),
+            cgroup="" if cgroup == "-" else cgroup,
+            sess=host_sess,
+            stdin=os.fdopen(in_w, "wb", buffering=0) if stdin else None,
+            stdout=os.fdopen(out_r, "rb", buffering=0),
+            stderr=os.fdopen(err_r, "rb", buffering=0),
+        )
+        supervised.feed(rest)
+        return supervised
 
     def pid(self) -> int | None:
         with self.lock:
             return self.proc.pid if self.proc is not None and self.owner == os.getpid() else None
 
     def shutdown(self) -> None:
-        """Interpreter exit: close our socket end (the guard sweeps what is still registered and
-        exits) and reap it, briefly."""
+        """Interpreter exit: close our socket end (the guard kills what is left and exits) and
+        reap it, briefly."""
         if not self.lock.acquire(timeout=_GUARD_EXIT_WAIT_S):
             return
         try:
@@ -281,32 +325,42 @@ class _Guard:
 
     # -- internals (lock held) --
 
-    def _send(self, line: str) -> bool:
-        """Write one line; (re)start the guard when needed. False: no guard can run."""
+    def _send_request(self, fds: list[int]) -> bool:
+        """Queue one session request for a spare supervisor; (re)start the guard when needed."""
+        if self.owner and self.owner != os.getpid():
+            self._forget_inherited()  # forked without the at-fork hook (C-level fork)
+        if self.unavailable or self.closed:
+            return False
         for _ in range(2):
-            if self.fd < 0 or not self._fd_is_ours():
-                return self._start()  # replays the session table, which already holds `line`
+            if self.fd < 0 or not self._fd_is_ours() or not self._healthy():
+                if not self._start():
+                    return False
             try:
-                data = line.encode("ascii")
-                while data:
-                    data = data[os.write(self.fd, data):]
+                _send_fds(self.fd, fds)
                 return True
-            except OSError:  # EPIPE: the guard died; EAGAIN: it is stuck (stopped?)
+            except OSError:  # the guard and its spares are gone, or nobody reads (stopped)
                 self._drop()
         return False
+
+    def _healthy(self) -> bool:
+        """The guard runs and is not stopped (a same-uid CLI may SIGSTOP or SIGKILL it)."""
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return False
+        return _proc_state(proc.pid) not in (b"T", b"t")
 
     def _start(self) -> bool:
         if self.closed or self.unavailable:
             return False
         self._drop()
         # A socketpair, not a pipe: a pipe's ends can be reopened through /proc/<pid>/fd by
-        # any same-uid process (inject registrations, or hold a writer so EOF never comes);
-        # a socket cannot. Both ends close-on-exec: no CLI ever inherits the host's end.
+        # any same-uid process; a socket cannot. SEQPACKET: one request per message, with its
+        # descriptors. Both ends close-on-exec: no CLI ever inherits the host's end.
         try:
-            host_end, guard_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            host_end, guard_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             w, r = host_end.detach(), guard_end.detach()
         except OSError:
-            return False  # out of descriptors: this session goes without
+            return False
         try:
             env = {k: os.environ[k] for k in ("LD_LIBRARY_PATH",) if k in os.environ}
             self.proc = subprocess.Popen(
@@ -331,19 +385,7 @@ class _Guard:
         st = os.fstat(w)
         self.fd, self.fd_ident, self.owner = w, (st.st_dev, st.st_ino), os.getpid()
         self.started_at = time.monotonic()
-        # The guard need not be running yet: lines wait in the socket until it reads them.
-        replay = "".join(
-            f"+ {sid} {hexmarker}\n" + (f"g {sid} {pgid}\n" if pgid else "")
-            for sid, (hexmarker, pgid) in self.sessions.items()
-        )
-        try:
-            data = replay.encode("ascii")
-            while data:
-                data = data[os.write(w, data):]
-        except OSError:
-            self._drop()
-            return False
-        return True
+        return True  # requests wait in the socket until a spare supervisor reads them
 
     def _fd_is_ours(self) -> bool:
         try:
@@ -359,16 +401,14 @@ class _Guard:
         self.fd, self.fd_ident = -1, None
 
     def _drop(self) -> None:
-        """Forget the current guard: end and reap it, then close our end of its socket.
-
-        Killed *before* the socket is closed: a live guard takes EOF for the host's death and
-        would kill the sessions that are still running (they go to the next guard).
-        """
+        """Forget the current guard: SIGKILL and reap it, then close our end of its socket (its
+        spare supervisors see EOF and exit). Running sessions keep their supervisors: each
+        watches its own session socket, not the guard."""
         proc, self.proc = self.proc, None
         if proc is not None and self.owner == os.getpid():
             with contextlib.suppress(OSError, subprocess.TimeoutExpired):
                 if proc.poll() is None:
-                    proc.kill()  # stuck (stopped?) or our fd was taken over
+                    proc.kill()  # stopped, or our fd was taken over
                 proc.wait(timeout=_GUARD_EXIT_WAIT_S)
             if time.monotonic() - self.started_at < 1.0:
                 self.quick_deaths += 1
@@ -379,14 +419,146 @@ class _Guard:
         self._close_fd()
 
     def _forget_inherited(self) -> None:
-        """In a forked child: the parent's guard is not ours. Close the inherited write end
-        (so the parent's guard still sees EOF when the parent dies) and start afresh."""
+        """In a forked child: the parent's guard is not ours. Close the inherited end (so the
+        parent's guard still sees EOF when the parent dies) and start afresh."""
         self._close_fd()
         if self.proc is not None:
             self.proc._child_created = False  # not our child: Popen must not track or warn
         self.proc = None
         self.owner = 0
-        self.sessions.clear()
+
+
+def _send_fds(fd: int, fds: list[int]) -> None:
+    """One SEQPACKET message b"s" carrying `fds` (non-blocking: EAGAIN when nobody reads)."""
+    sock = socket.socket(fileno=fd)
+    try:
+        socket.send_fds(sock, [b"s"], fds)
+    finally:
+        sock.detach()
+
+
+def _read_line(sock: socket.socket) -> tuple[bytes, bytes]:
+    """One line from a blocking socket with a timeout (a supervisor's first answer), and
+    whatever came after it (the CLI may have exited already)."""
+    data = b""
+    while b"\n" not in data:
+        chunk = sock.recv(4096)
+        if not chunk or len(data) > 4096:
+            return b"", b""
+        data += chunk
+    line, _, rest = data.partition(b"\n")
+    return line, rest
+
+
+def _proc_state(pid: int) -> bytes | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    return data[data.rfind(b")") + 2 :][:1]
+
+
+class _Supervised:
+    """A CLI running under a session supervisor: the parts of Popen that run_process uses.
+
+    The supervisor is the CLI's parent: it reaps it and reports its status (`x`), kills the
+    whole tree on `k` and answers how many processes it killed (`d`), and kills the tree when
+    our end of the session socket closes.
+    """
+
+    def __init__(self, *, pid: int, supervisor: int, cgroup: str, sess: socket.socket,
+                 stdin: Any, stdout: Any, stderr: Any) -> None:
+        self.pid = pid
+        self.supervisor = supervisor
+        self.cgroup = cgroup
+        self.sess = sess
+        self.stdin, self.stdout, self.stderr = stdin, stdout, stderr
+        self.returncode: int | None = None
+        self.report: tuple[int, int, int] | None = None
+        self.lost = False  # the supervisor went away (or was stopped) before its work was done
+        self._buf = b""
+        self._child_created = True  # read by the at-fork hook, as on a Popen
+        self.sup_fd = _pidfd_open(supervisor)
+
+    def fileno(self) -> int:
+        return self.sess.fileno()
+
+    def pump(self) -> None:
+        """Read whatever the supervisor has said (never blocks)."""
+        while True:
+            try:
+                chunk = self.sess.recv(4096)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                chunk = b""
+            if not chunk:
+                if self.returncode is None or self.report is None:
+                    self.lost = self.lost or self.returncode is None
+                self._eof = True
+                return
+            self.feed(chunk)
+
+    def feed(self, chunk: bytes) -> None:
+        self._buf += chunk
+        *lines, self._buf = self._buf.split(b"\n")
+        for line in lines:
+            words = line.split()
+            if len(words) == 2 and words[0] == b"x" and self.returncode is None:
+                self.returncode = os.waitstatus_to_exitcode(int(words[1]))
+            elif len(words) == 4 and words[0] == b"d":
+                self.report = (int(words[1]), int(words[2]), int(words[3]))
+
+    def supervisor_gone(self) -> bool:
+        if self.sup_fd is not None:
+            return bool(select.select([self.sup_fd], [], [], 0)[0])
+        return _proc_state(self.supervisor) is None
+
+    def poll(self) -> int | None:
+        self.pump()
+        if self.returncode is None and not self.lost and self.supervisor_gone():
+            self.pump()
+            self.lost = self.returncode is None
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None and not self.lost:
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired([str(self.pid)], timeout or 0)
+            select.select([self.sess], [], [], min(0.05, left) if left is not None else 0.05)
+        return self.returncode
+
+    def sweep(self, timeout: float) -> tuple[int, int, int] | None:
+        """Ask the supervisor to kill the whole tree; its report, or None when it did not
+        answer in time (stopped or killed: tampering)."""
+        self.report = None
+        try:
+            self.sess.send(b"k")
+        except OSError:
+            self.lost = True
+            return None
+        end = time.monotonic() + timeout
+        while self.report is None:
+            left = end - time.monotonic()
+            if left <= 0 or getattr(self, "_eof", False):
+                break
+            select.select([self.sess], [], [], min(0.05, left))
+            self.pump()
+        if self.report is None:
+            self.lost = True
+        return self.report
+
+    def close(self) -> None:
+        """Our end of the session closes: the supervisor kills what is left and exits."""
+        with contextlib.suppress(OSError):
+            self.sess.close()
+        if self.sup_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.sup_fd)
+            self.sup_fd = None
 
 
 _guard = _Guard()
@@ -576,29 +748,71 @@ def terminate_tree(
                 break
             sleep(min(0.05, left))
     _killpg(pgid, signal.SIGKILL)
-    orphans = False
-    if marker:
-        for _ in range(5):
-            marked = find_marked(marker)
-            if not marked:
-                break
-            for pid in marked:
-                try:
-                    epgid = os.getpgid(pid)
-                except ProcessLookupError:
-                    continue
-                if epgid != pgid:
-                    orphans = True
-                    if epgid != os.getpgrp() and epgid > 1:
-                        _killpg(epgid, signal.SIGKILL)
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.01)
+    if isinstance(proc, _Supervised):
+        return _end_supervised(proc, marker)
+    # Fallback (no supervisor): the group is gone; hunt setsid escapees by the run marker.
+    orphans = _sweep_marked(marker, pgid) if marker else False
     try:
         proc.wait(timeout=_REAP_S)
     except subprocess.TimeoutExpired:
         pass  # uninterruptible sleep; the atexit hook and Popen's own cleanup retry later
     return orphans
+
+
+def _sweep_marked(marker: str, pgid: int) -> bool:
+    """Last resort: SIGKILL every process still carrying HARNESSCHECK_RUN=marker, with its
+    group. Blind to a process that cleared or overwrote its environment, or is not dumpable."""
+    orphans = False
+    for _ in range(5):
+        marked = find_marked(marker)
+        if not marked:
+            break
+        for pid in marked:
+            try:
+                epgid = os.getpgid(pid)
+            except ProcessLookupError:
+                continue
+            if epgid != pgid:
+                orphans = True
+                if epgid != os.getpgrp() and epgid > 1:
+                    _killpg(epgid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
+    return orphans
+
+
+def _cgroup_kill(path: str) -> bool:
+    try:
+        with open(os.path.join(path, "cgroup.kill"), "w") as fh:
+            fh.write("1")
+        return True
+    except OSError:
+        return False
+
+
+def _end_supervised(proc: _Supervised, marker: str | None) -> bool:
+    """The group is SIGKILLed; now the supervisor kills every other descendant (it is their
+    subreaper, so nothing of the tree can be anywhere else) and reports. True when a process
+    had left the CLI's group, or the tree could not be confirmed gone."""
+    report = None if proc.lost else proc.sweep(_SWEEP_WAIT_S)
+    if report is not None:
+        orphans = report[1] > 0 or report[2] > 0
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=_REAP_S)
+        return orphans
+    # The supervisor is dead or stopped (a same-uid process can do both): its descendants went
+    # to the guard, which kills them, unless the guard is stopped or dead too. The session
+    # cgroup, where there is one, is killed whole; without one the marker sweep is all that is
+    # left. Either way this is reported: never silence.
+    if proc.cgroup:
+        _cgroup_kill(proc.cgroup)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(proc.supervisor, signal.SIGKILL)
+    if marker:
+        _sweep_marked(marker, proc.pid)
+    proc.lost = True
+    return True
 
 
 # --- the runner ----------------------------------------------------------------------
@@ -732,17 +946,13 @@ def run_process(
     started = time.monotonic()
     deadline = started + timeout_s
     host_pid = os.getpid()
-    # Registered with the guard *before* the spawn: if the host dies from here on, the
-    # guard finds the CLI by its marker even before it learns the group.
-    sid = _guard.open(marker) if _use_guard() else None
-    if sid is None:
-        preexec: Callable[[], None] | None = _child_preexec(host_pid, _load_prctl(), signal.SIGKILL)
-    elif _host_ignores_signals():
-        preexec = _default_signals  # rare: costs a fork instead of vfork
-    else:
-        preexec = None  # Popen's thread-safe fast path (vfork); no Python runs in the child
 
-    def spawn() -> subprocess.Popen[bytes]:
+    def spawn() -> Any:
+        if _use_guard():
+            supervised = _guard.spawn(executable, list(argv), child_env, os.fspath(cwd), stdin_bytes is not None)
+            if supervised is not None:
+                return supervised
+        # Fallback (no guard here): the CLI leads its group and gets a parent-death signal.
         with _unblocked_signals():  # for the spawn only, not across when_not_busy's waits
             return subprocess.Popen(
                 list(argv),
@@ -754,15 +964,10 @@ def run_process(
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 close_fds=True,
-                preexec_fn=preexec,
+                preexec_fn=_child_preexec(host_pid, _load_prctl(), signal.SIGKILL),
             )
 
-    try:
-        proc = when_not_busy(spawn)
-    except BaseException:
-        if sid is not None:
-            _guard.close(sid)
-        raise
+    proc = when_not_busy(spawn)
     _register(proc, marker)
     pgid = proc.pid  # start_new_session: the child leads its own session and group
     state = _Run(on_line, max_line_bytes, stderr_tail_bytes)
@@ -773,8 +978,6 @@ def run_process(
 
     def setup() -> None:
         nonlocal stdin_view, pidfd
-        if sid is not None:
-            _guard.group(sid, pgid)  # inside the try: an interrupt here still ends the tree
         assert proc.stdout is not None and proc.stderr is not None
         for stream, kind in ((proc.stdout, "out"), (proc.stderr, "err")):
             os.set_blocking(stream.fileno(), False)
@@ -787,9 +990,16 @@ def run_process(
                 sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE, "in")
             else:
                 _close_quietly(proc.stdin)
-        pidfd = _pidfd_open(proc.pid)
-        if pidfd is not None:
-            sel.register(pidfd, selectors.EVENT_READ, "exit")
+        if isinstance(proc, _Supervised):
+            # The supervisor reports the CLI's exit on the session socket; its pidfd says
+            # when it is gone (killed or stopped from inside: then the guard kills the tree).
+            sel.register(proc.fileno(), selectors.EVENT_READ, "sup")
+            if proc.sup_fd is not None:
+                sel.register(proc.sup_fd, selectors.EVENT_READ, "exit")
+        else:
+            pidfd = _pidfd_open(proc.pid)
+            if pidfd is not None:
+                sel.register(pidfd, selectors.EVENT_READ, "exit")
         if on_spawn is not None:
             on_spawn(proc.pid)
 
@@ -813,6 +1023,10 @@ def run_process(
                     _close_quietly(proc.stdin)
             elif kind == "exit":
                 sel.unregister(fd)
+            elif kind == "sup":
+                proc.pump()
+                if getattr(proc, "_eof", False) or proc.returncode is not None:
+                    sel.unregister(fd)
             else:
                 try:
                     chunk = os.read(fd, _READ_CHUNK)
@@ -854,8 +1068,8 @@ def run_process(
             if state.action is LineAction.STOP:
                 ending = Ending.early_stop
                 break
-            if proc.poll() is not None:
-                # The leader is gone; give descendants a short, bounded chance to flush.
+            if proc.poll() is not None or getattr(proc, "lost", False):
+                # The leader is gone (or its supervisor: then the guard killed the tree); give descendants a short, bounded chance to flush.
                 if exit_seen_at is None:
                     exit_seen_at = now
                 if not open_fds or now - exit_seen_at >= _EXIT_DRAIN_S:
@@ -898,14 +1112,10 @@ def run_process(
             for stream in (proc.stdin, proc.stdout, proc.stderr):
                 if stream is not None:
                     _close_quietly(stream)
-            if proc.returncode is not None:
+            if proc.returncode is not None or isinstance(proc, _Supervised):
                 _unregister(proc)
-            # Unregistered in every ending, reaped or not: the teardown did all it could
-            # (SIGKILL to the group and the marked escapees). A leader not reaped within
-            # _REAP_S (stuck in the kernel) left registered could make the guard kill a
-            # reused pgid at the host's death; the at-exit kill still covers it.
-            if sid is not None:
-                _guard.close(sid)
+            if isinstance(proc, _Supervised):
+                proc.close()  # the supervisor kills whatever is left and exits
 
     rc = proc.returncode
     exit_code = rc if rc is not None and rc >= 0 else None
