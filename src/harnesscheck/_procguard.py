@@ -291,21 +291,39 @@ def _send(fd: int, line: str) -> None:
         pass  # the host is gone: our tree dies at EOF anyway
 
 
-def supervise(ctl, taken_w: int, cgroup: str) -> None:
-    """A spare: wait for a session, spawn its CLI, reap and report, kill the tree at the end."""
-    got = _recv_request(ctl)
-    ctl.close()
-    _send(taken_w, "%d\n" % os.getpid())
-    os.close(taken_w)
-    if got is None:
-        os._exit(0)
-    sess, stdio = got[0], got[1:]
+def has_children() -> bool:
+    """Whether we have any child at all (live or not yet reaped): no /proc scan needed when
+    the answer is no, which is the usual end of a session."""
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        return True
+    except ChildProcessError:
+        return False
+    except InterruptedError:
+        return True
+
+
+def end_tree(me: int, reaped, cli: int):
+    """Kill everything beneath us; (killed, outside, left)."""
+    for pid, status in reap():
+        reaped(pid, status)
+    if not has_children():
+        return 0, 0, 0
+    result = kill_tree(me, on_reaped=reaped, cli_pgid=cli)
+    for pid, status in reap():
+        reaped(pid, status)
+    return result
+
+
+def serve(sess: int, stdio: list, cgroup: str) -> bool:
+    """One session: spawn its CLI, reap and report, kill the tree at the end. True when the
+    tree is confirmed gone (this supervisor may serve another session)."""
     me = os.getpid()
     try:
         size = int(_read_exact(sess, 8), 16)
         executable, argv, env, cwd = marshal.loads(_read_exact(sess, size))
     except (EOFError, OSError, ValueError, TypeError):
-        os._exit(0)
+        return True
     if len(stdio) == 2:  # no stdin pipe: /dev/null
         stdio = [os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)] + stdio
     actions = [(os.POSIX_SPAWN_DUP2, fd, n) for n, fd in enumerate(stdio)]
@@ -315,10 +333,11 @@ def supervise(ctl, taken_w: int, cgroup: str) -> None:
                              setsigdef=_SIGDEF, setsigmask=())
     except OSError as exc:
         _send(sess, "e %d\n" % (exc.errno or 5))
-        os._exit(0)
-    for fd in stdio:
-        os.close(fd)
-    os.chdir("/")
+        return True
+    finally:
+        for fd in stdio:
+            os.close(fd)
+        os.chdir("/")
     _send(sess, "p %d %d %s\n" % (cli, me, cgroup or "-"))
     try:
         cli_fd = os.pidfd_open(cli)
@@ -335,31 +354,54 @@ def supervise(ctl, taken_w: int, cgroup: str) -> None:
             cli_status.append(status)
             _send(sess, "x %d\n" % status)
 
-    while True:
-        try:
-            events = poller.poll(200)
-        except InterruptedError:
-            events = []
-        for pid, status in reap():
-            reaped(pid, status)
-        if cli_status and cli_fd >= 0:
-            poller.unregister(cli_fd)
-            os.close(cli_fd)
-            cli_fd = -1
-        if not any(fd == sess for fd, _ev in events):
-            continue
-        try:
-            cmd = os.read(sess, 64)
-        except OSError:
-            cmd = b""
-        if not cmd:  # the host is done with us, or dead
-            kill_tree(me, on_reaped=reaped, cli_pgid=cli)
-            os._exit(0)
-        if b"k" in cmd:
-            killed, outside, left = kill_tree(me, on_reaped=reaped, cli_pgid=cli)
+    try:
+        while True:
+            try:
+                events = poller.poll(200)
+            except InterruptedError:
+                events = []
             for pid, status in reap():
                 reaped(pid, status)
-            _send(sess, "d %d %d %d\n" % (killed, outside, left))
+            if cli_status and cli_fd >= 0:
+                poller.unregister(cli_fd)
+                os.close(cli_fd)
+                cli_fd = -1
+            if not any(fd == sess for fd, _ev in events):
+                continue
+            try:
+                cmd = os.read(sess, 64)
+            except OSError:
+                cmd = b""
+            if not cmd:  # the host is done with us, or dead
+                return end_tree(me, reaped, cli)[2] == 0
+            if b"k" in cmd:
+                killed, outside, left = end_tree(me, reaped, cli)
+                _send(sess, "d %d %d %d\n" % (killed, outside, left))
+    finally:
+        if cli_fd >= 0:
+            os.close(cli_fd)
+
+
+def supervise(ctl, taken_w: int, cgroup: str) -> None:
+    """A supervisor: serve one session after another, while each ends with an empty tree.
+
+    Between sessions it is idle in recvmsg on the shared control socket. It tells the guard
+    `b PID` when it takes a session and `f PID` when it is free again.
+    """
+    me = os.getpid()
+    while True:
+        got = _recv_request(ctl)
+        if got is None:
+            os._exit(0)
+        _send(taken_w, "b %d\n" % me)
+        sess, stdio = got[0], got[1:]
+        try:
+            clean = serve(sess, list(stdio), cgroup)
+        finally:
+            os.close(sess)
+        if not clean:
+            os._exit(1)  # the guard sweeps what is left and forks a fresh supervisor
+        _send(taken_w, "f %d\n" % me)
 
 
 # --- the guard -------------------------------------------------------------------------------
@@ -439,12 +481,15 @@ class Guard:
         self.reap()
 
     def reap(self) -> bool:
-        """Reap exited children; True when a supervisor went (its orphans may be ours now)."""
+        """Reap exited children; True when a supervisor ended without confirming its tree gone
+        (killed, or unable to kill it all): its orphans may be ours now."""
         lost = False
         for pid, status in reap():
             if pid in self.spares or pid in self.busy:
-                lost = True
+                lost = lost or status != 0
                 self.forget(pid)
+            else:
+                lost = True  # a re-parented orphan that exited: there may be more
         return lost
 
     def check_tampering(self) -> bool:
@@ -462,17 +507,21 @@ class Guard:
         return hit
 
     def take(self) -> None:
+        """Supervisors say when they take a session (`b PID`) and when they are free (`f PID`)."""
         try:
             data = os.read(self.taken_r, 4096)
         except OSError:
             return
-        for word in data.split():
+        words = data.split()
+        for kind, word in zip(words[::2], words[1::2]):
             try:
                 pid = int(word)
             except ValueError:
                 continue
-            if pid in self.spares:
+            if kind == b"b" and pid in self.spares:
                 self.busy[pid] = self.spares.pop(pid)
+            elif kind == b"f" and pid in self.busy:
+                self.spares[pid] = self.busy.pop(pid)
 
     def end_all(self) -> None:
         """The host is gone: nothing of any session may survive."""

@@ -84,6 +84,9 @@ class ProcessResult:
     orphan_suspected: bool = False  # a descendant escaped the group and had to be hunted down
     oversize_limit: int | None = None  # set when ending == oversize
     partial_tail: str | None = None  # stdout after the last newline (unterminated last line)
+    #: The session's supervisor was killed or stopped from inside (tampering): the tree was
+    #: killed by the guard, the cgroup or, last, the marker sweep; orphan_suspected is set.
+    supervisor_lost: bool = False
 
     @property
     def line_too_long(self) -> LineTooLong | None:
@@ -198,7 +201,8 @@ def harden_host() -> None:
 _GUARD_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_procguard.py")
 _GUARD_EXIT_WAIT_S = 2.0
 _SPAWN_WAIT_S = 30.0  # a spare supervisor answers a spawn request within this (a first guard starts)
-_SWEEP_WAIT_S = 5.0  # a supervisor answers a kill request within this, or it was tampered with
+_SWEEP_WAIT_S = 5.0
+_WATCH_S = 0.25  # how often a running session checks that its supervisor is neither gone nor stopped  # a supervisor answers a kill request within this, or it was tampered with
 
 
 def _use_guard() -> bool:
@@ -291,6 +295,7 @@ class _Guard:
         host_sess.setblocking(False)
         cgroup = words[3].decode("utf-8", "surrogateescape")
         supervised = _Supervised(
+            guard=self.proc.pid if self.proc is not None else 0,
             pid=int(words[1]),
             supervisor=int(words[2]),
             cgroup="" if cgroup == "-" else cgroup,
@@ -467,8 +472,9 @@ class _Supervised:
     our end of the session socket closes.
     """
 
-    def __init__(self, *, pid: int, supervisor: int, cgroup: str, sess: socket.socket,
+    def __init__(self, *, guard: int, pid: int, supervisor: int, cgroup: str, sess: socket.socket,
                  stdin: Any, stdout: Any, stderr: Any) -> None:
+        self.guard = guard
         self.pid = pid
         self.supervisor = supervisor
         self.cgroup = cgroup
@@ -478,6 +484,7 @@ class _Supervised:
         self.report: tuple[int, int, int] | None = None
         self.lost = False  # the supervisor went away (or was stopped) before its work was done
         self._buf = b""
+        self._eof = False
         self._child_created = True  # read by the at-fork hook, as on a Popen
         self.sup_fd = _pidfd_open(supervisor)
 
@@ -515,6 +522,13 @@ class _Supervised:
             return bool(select.select([self.sup_fd], [], [], 0)[0])
         return _proc_state(self.supervisor) is None
 
+    def tampered(self) -> bool:
+        """The supervisor is gone or stopped/traced before the session ended: a process of the
+        tree (same uid) did it. (A stopped guard alone is replaced at the next spawn.)"""
+        if self.returncode is not None and self.report is not None:
+            return False
+        return _proc_state(self.supervisor) in (None, b"T", b"t", b"Z", b"X")
+
     def poll(self) -> int | None:
         self.pump()
         if self.returncode is None and not self.lost and self.supervisor_gone():
@@ -543,7 +557,7 @@ class _Supervised:
         end = time.monotonic() + timeout
         while self.report is None:
             left = end - time.monotonic()
-            if left <= 0 or getattr(self, "_eof", False):
+            if left <= 0 or self._eof:
                 break
             select.select([self.sess], [], [], min(0.05, left))
             self.pump()
@@ -809,6 +823,12 @@ def _end_supervised(proc: _Supervised, marker: str | None) -> bool:
         _cgroup_kill(proc.cgroup)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(proc.supervisor, signal.SIGKILL)
+    if proc.guard and _proc_state(proc.guard) in (b"T", b"t"):
+        # Its orphans are the (stopped) guard's now: let it run to kill them. It is replaced at
+        # the next spawn.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(proc.guard, signal.SIGCONT)
+        time.sleep(_WATCH_S * 2)
     if marker:
         _sweep_marked(marker, proc.pid)
     proc.lost = True
@@ -1025,7 +1045,7 @@ def run_process(
                 sel.unregister(fd)
             elif kind == "sup":
                 proc.pump()
-                if getattr(proc, "_eof", False) or proc.returncode is not None:
+                if proc._eof or proc.returncode is not None:
                     sel.unregister(fd)
             else:
                 try:
@@ -1055,10 +1075,15 @@ def run_process(
     ending: Ending | None = None
     orphans = False
     exit_seen_at: float | None = None
+    next_watch = 0.0
     try:
         setup()
         while ending is None:
             now = time.monotonic()
+            if isinstance(proc, _Supervised) and now >= next_watch:
+                next_watch = now + _WATCH_S
+                if proc.tampered():
+                    proc.lost = True  # ended below as a lost leader; the teardown kills the tree
             if cancel is not None and cancel.is_set():
                 ending = Ending.cancelled
                 break
@@ -1136,6 +1161,7 @@ def run_process(
         orphan_suspected=orphans,
         oversize_limit=max_line_bytes if ending is Ending.oversize else None,
         partial_tail=state.partial_tail(),
+        supervisor_lost=bool(getattr(proc, "lost", False)),
     )
 
 

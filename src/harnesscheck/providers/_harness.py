@@ -208,7 +208,8 @@ def ending_outcome(result: Any, *, terminal_seen: bool) -> tuple[OutcomeStatus, 
     """What the process ending says when the stream gave no terminal event (None: the stream decides).
 
     Same for every CLI: cancel -> cancelled, oversize -> protocol (names the limit),
-    deadline -> truncated/timeout, exit != 0 or a signal -> cli_crash, exit 0 -> protocol.
+    deadline -> truncated/timeout, the supervisor stopped or killed from inside the tree ->
+    policy_violation, exit != 0 or a signal -> cli_crash, exit 0 -> protocol.
     """
     from harnesscheck.process import Ending
 
@@ -225,6 +226,12 @@ def ending_outcome(result: Any, *, terminal_seen: bool) -> tuple[OutcomeStatus, 
         return OutcomeStatus.truncated, ErrorClass.timeout, "the session deadline passed; partial output kept"
     if terminal_seen or result.ending is Ending.early_stop:
         return None
+    if getattr(result, "supervisor_lost", False):
+        return (
+            OutcomeStatus.error,
+            ErrorClass.policy_violation,
+            "a process of the CLI's tree stopped or killed the session's supervisor; the tree was killed",
+        )
     if result.exit_code not in (0, None) or result.signal is not None:
         how = f"signal {result.signal}" if result.signal is not None else f"exit code {result.exit_code}"
         return OutcomeStatus.error, ErrorClass.cli_crash, f"the CLI ended with {how} and no terminal event"
