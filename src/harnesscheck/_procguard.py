@@ -136,19 +136,20 @@ def reap() -> list:
         done.append((pid, status))
 
 
-def kill_tree(root: int, spare=(), on_reaped=None, cli_pgid=0):
-    """SIGKILL every descendant of root (except `spare` pids), in rounds until none is left:
-    a process killed in one round may have forked; its child is re-parented to us (we are the
-    subreaper) and is killed in the next. Returns (killed, outside, left)."""
+def kill_tree(root: int, on_reaped=None, cli_pgid=0):
+    """SIGKILL every descendant of root (we are root, a subreaper), in rounds: a process killed
+    in one round may have forked; its child is re-parented to us and is killed in the next.
+    The end is decided by waitid (we have no child left at all), not by a /proc scan, which a
+    process forking while it is read can slip through. Returns (killed, outside, left)."""
     killed, outside, seen = 0, 0, set()
-    left = 0
     for _ in range(KILL_ROUNDS):
+        for pid, status in reap():
+            if on_reaped is not None:
+                on_reaped(pid, status)
+        if not has_children():
+            return killed, outside, 0
         table = _table()
-        victims = [p for p in descendants(root, table) if p not in spare]
-        left = len(victims)
-        if not victims:
-            break
-        for pid in victims:
+        for pid in descendants(root, table):
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
@@ -156,14 +157,23 @@ def kill_tree(root: int, spare=(), on_reaped=None, cli_pgid=0):
             if pid not in seen:
                 seen.add(pid)
                 killed += 1
-                _state, ppid, pgid = table[pid]
+                _state, _ppid, pgid = table[pid]
                 if pid != cli_pgid and pgid != cli_pgid:
                     outside += 1  # it had left the CLI's process group (setsid, setpgid)
-        for pid, status in reap():
-            if on_reaped is not None:
-                on_reaped(pid, status)
         time.sleep(0.001)
-    return killed, outside, left
+    table = _table()
+    return killed, outside, max(1, len(descendants(root, table)))
+
+
+def has_children() -> bool:
+    """Whether we have any child at all (live or not yet reaped)."""
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        return True
+    except ChildProcessError:
+        return False
+    except InterruptedError:
+        return True
 
 
 # --- cgroup v2 (optional layer) --------------------------------------------------------------
@@ -291,28 +301,9 @@ def _send(fd: int, line: str) -> None:
         pass  # the host is gone: our tree dies at EOF anyway
 
 
-def has_children() -> bool:
-    """Whether we have any child at all (live or not yet reaped): no /proc scan needed when
-    the answer is no, which is the usual end of a session."""
-    try:
-        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        return True
-    except ChildProcessError:
-        return False
-    except InterruptedError:
-        return True
-
-
 def end_tree(me: int, reaped, cli: int):
     """Kill everything beneath us; (killed, outside, left)."""
-    for pid, status in reap():
-        reaped(pid, status)
-    if not has_children():
-        return 0, 0, 0
-    result = kill_tree(me, on_reaped=reaped, cli_pgid=cli)
-    for pid, status in reap():
-        reaped(pid, status)
-    return result
+    return kill_tree(me, on_reaped=reaped, cli_pgid=cli)
 
 
 def serve(sess: int, stdio: list, cgroup: str) -> bool:
