@@ -3,16 +3,18 @@
 Requirements kept here (see doc/SPEC-process.md):
 - argv list only (no shell), `env` passed exactly as given plus the run marker
   `HARNESSCHECK_RUN=<marker>`, a new session / process group, stdin /dev/null or the given
-  bytes then EOF; the CLI is registered with this process's guard (one `_procguard.py`
-  per host process) so its whole tree dies with the host, even on SIGKILL;
+  bytes then EOF; the CLI is spawned by a session supervisor of this process's guard (one
+  `_procguard.py` per host process), a child subreaper, so every descendant stays in reach
+  and the whole tree dies on every ending and with the host, even on SIGKILL;
 - one thread, `selectors` over non-blocking pipes, monotonic deadlines, cancel polled at
   least every 50 ms;
 - stdout framed on b"\\n" (CRLF tolerated), decoded UTF-8 with replacement, lines longer
   than `max_line_bytes` end the run (`Ending.oversize`); stderr kept as a bounded,
   redacted tail;
 - every ending goes through one `terminate_tree()`: SIGTERM the group, grace, SIGKILL the
-  group, then kill any process still carrying the run marker (setsid escapees), bounded
-  pipe drain, child reaped.
+  group, then the supervisor kills every other descendant (setsid escapees) and reports;
+  a supervisor stopped or killed from inside is detected and reported (supervisor_lost);
+  the marker sweep only without a supervisor or as a last resort.
 """
 
 from __future__ import annotations
