@@ -204,6 +204,12 @@ def test_stopped_supervisor_and_guard_then_host_killed(tmp_path: Path) -> None:
         kill_all(pids)
 
 
+def test_stopped_supervisor_and_guard_then_host_killed_at_once(tmp_path: Path) -> None:
+    """The same, but the host is SIGKILLed before it can notice: the kernel's SIGCONT at the
+    host's hang-up (F_SETSIG) resumes the guard and the supervisor, which kill the tree."""
+    host_killed_leaves_nothing(tmp_path, "stop-supervisor")
+
+
 def test_killed_supervisor_ends_the_session_reported(tmp_path: Path) -> None:
     """The CLI SIGKILLs its supervisor: the guard kills the re-parented tree, the session ends
     with supervisor_lost and orphan_suspected, and nothing is left."""

@@ -34,6 +34,8 @@ Protocol (fd 0 is an AF_UNIX SOCK_SEQPACKET socket whose other end only the host
 - EOF on fd 0 (the host is gone): the guard writes cgroup.kill of every session cgroup,
   SIGKILLs every supervisor (their trees are re-parented to the guard) and then every
   descendant, in rounds until none is left; then it exits.
+- The guard's fd 0 and each session socket are O_ASYNC with F_SETSIG=SIGCONT: the host's
+  death resumes a guard or supervisor that a CLI had SIGSTOPped, so it can act.
 - A supervisor that dies or is stopped (SIGSTOP/ptrace: tampering by a same-uid process)
   while its session runs: the guard SIGKILLs it, kills its cgroup, and kills every process
   re-parented to itself (the guard's only rightful children are supervisors).
@@ -209,6 +211,21 @@ def _cgroup_base(host_pid: int) -> str:
         return ""
 
 
+def wake_on_hangup(fd: int) -> None:
+    """Have the kernel send us SIGCONT when `fd` (our end of a socket whose other end only the
+    host holds) becomes readable or hung up: a same-uid CLI may SIGSTOP us, and a stopped
+    process cannot notice the host's death by itself. SIGCONT resumes us (it interrupts no
+    call and its default action is only to continue)."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, fcntl.F_SETOWN, os.getpid())
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETSIG", 10), signal.SIGCONT)
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_ASYNC)
+    except (ImportError, OSError, AttributeError):
+        pass
+
+
 def _write(path: str, data: bytes) -> bool:
     try:
         fd = os.open(path, os.O_WRONLY)
@@ -310,6 +327,7 @@ def serve(sess: int, stdio: list, cgroup: str) -> bool:
     """One session: spawn its CLI, reap and report, kill the tree at the end. True when the
     tree is confirmed gone (this supervisor may serve another session)."""
     me = os.getpid()
+    wake_on_hangup(sess)
     try:
         size = int(_read_exact(sess, 8), 16)
         executable, argv, env, cwd = marshal.loads(_read_exact(sess, size))
@@ -574,6 +592,7 @@ def main() -> None:
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
     guard = Guard(int(sys.argv[1]))
     guard.ctl = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET, 0, 0)  # fd 0, as given
+    wake_on_hangup(0)
     guard.run()
 
 
