@@ -84,7 +84,14 @@ def test_cancel_ends_session(but):
 
 @check("time.no-survivors-after-timeout", kinds=[Kind.harness], incident=["C1", "C2", "C9"], paced=True)
 def test_no_survivors_after_timeout(but):
-    """After a timeout no process of the tree survives: CLI, grandchildren, even setsid escapees."""
+    """After a timeout no process of the tree survives: CLI, grandchildren, even setsid escapees
+    with an empty environment.
+
+    Judged from the processes themselves: every pid the fake CLI started was recorded by it
+    before the stall (the CLI, a grandchild in its group, one that left by setsid, one that
+    left by setsid with `env -i`, the bridge), and each must be gone (a zombie counts as gone).
+    Never by the backend's env marker (the `env -i` escapee carries none) nor by counting
+    processes (other sessions run on the same machine)."""
     run = but.run_stalled("timeout_tree", timeout_s=TIMEOUT_S, blind_timeout_s=BLIND_TIMEOUT_S, teardown_s=TEARDOWN_S)
     pids = but.child_pids(run)  # every spawn was recorded before the stall, hence before the deadline
     assert len(pids) >= 3, f"the fake CLI recorded {pids}: the kit could not observe the tree"

@@ -136,6 +136,23 @@ class KillsOnlyTheDirectChild(ClaudeCodeTransport):
         return _with_naive_runner(super()._run, request, **kwargs)
 
 
+class FindsEscapeesByEnvMarker(ClaudeCodeTransport):
+    """The reference before its session supervisor: the CLI spawned directly, its group killed,
+    escapees hunted by the HARNESSCHECK_RUN marker in /proc/<pid>/environ; blind to a setsid'd
+    descendant with an empty environment (`setsid env -i sleep`)."""
+
+    def _run(self, request, **kwargs):
+        import harnesscheck.process as process
+
+        with _RUNNER_LOCK:
+            real = process._use_guard
+            process._use_guard = lambda: False
+            try:
+                return super()._run(request, **kwargs)
+            finally:
+                process._use_guard = real
+
+
 class CodexKillsOnlyTheDirectChild(CodexTransport):
     """codex run with plain subprocess, killing only the CLI on timeout (the real `codex` is a
     node launcher whose native binary is its child: at the loopback level that child survives)."""
@@ -370,6 +387,7 @@ runs_on_when_the_bridge_failed = mutant_spec("claude-code", M, RunsOnWhenTheBrid
 drops_bridge_refusals = mutant_spec("claude-code", M, DropsBridgeRefusals)
 kills_only_the_direct_child = mutant_spec("claude-code", M, KillsOnlyTheDirectChild)
 codex_kills_only_the_direct_child = mutant_spec("codex", M, CodexKillsOnlyTheDirectChild)
+finds_escapees_by_env_marker = mutant_spec("claude-code", M, FindsEscapeesByEnvMarker)
 leaves_builtin_tools_on = mutant_spec("claude-code", M, LeavesBuiltinToolsOn)
 ignores_the_cli_version = mutant_spec("claude-code", M, IgnoresTheCliVersion)
 puts_the_prompt_in_argv = mutant_spec("claude-code", M, PutsThePromptInArgv)

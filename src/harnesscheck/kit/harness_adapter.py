@@ -287,13 +287,15 @@ class HarnessAdapter(BackendUnderTest):
             facts = fixture_facts(self.fake_name, self.load_fixture("success"), model)
         elif scenario == "timeout_tree":
             # The stall of timeout_mid_stream with a tree under it: a grandchild in the group, one
-            # escaped by setsid, and a CLI that ignores SIGTERM from its hang on (so only the
-            # SIGKILL after the term grace ends it, harness-anchors C1).
+            # escaped by setsid, one escaped by setsid with an empty environment (`env -i` execs
+            # sleep in place: no marker a backend could look for), and a CLI that ignores SIGTERM
+            # from its hang on (so only the SIGKILL after the term grace ends it, harness-anchors C1).
             data = self.load_fixture("timeout_mid_stream")
             data["mcp"] = "connect"  # a bridge serves the session too: it must not survive either
             steps = data.get("steps", [])
             hang = next((i for i, st in enumerate(steps) if "hang" in st), len(steps))
-            data["steps"] = [{"spawn": "sleep 1000"}, {"spawn": "sleep 1000", "setsid": True}, *steps[:hang],
+            data["steps"] = [{"spawn": "sleep 1000"}, {"spawn": "sleep 1000", "setsid": True},
+                             {"spawn": "env -i sleep 1000", "setsid": True}, *steps[:hang],
                              {"ignore_sigterm": True}, *steps[hang:]]
             fake = self.install_fake(data, echo=echo)
             facts = Facts(partial_text=stall_text(self.fake_name, data))
