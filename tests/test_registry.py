@@ -195,3 +195,37 @@ def test_version_policy() -> None:
     assert not registry.version_supported(spec, "codex-cli 1.2.0")
     assert not registry.version_supported(spec, "garbage")
     assert registry.version_range(spec) == ">=0.100.0,<1.0.0"
+
+
+@pytest.mark.parametrize(("printed", "parsed"), [
+    ("2.1.197 (Claude Code)", "2.1.197"),
+    ("codex-cli 0.171.0", "0.171.0"),
+    ("codex-cli 0.172.0-alpha.1", "0.172.0a1"),
+    ("2026.08.11-e8db854", "2026.8.11+e8db854"),
+    ("cursor-agent v2026.08.11-e8db854", "2026.8.11+e8db854"),
+    ("garbage", None),
+])
+def test_versions_are_read_the_way_pip_reads_them(printed, parsed) -> None:
+    got = registry.parse_cli_version(printed)
+    assert (str(got) if got is not None else None) == parsed
+    assert registry.parse_version(printed) == (tuple(int(x) for x in parsed.split("+")[0].split("a")[0].split(".")) if parsed else None)
+
+
+def test_a_date_hash_version_orders_by_date_and_ranges_ignore_the_hash() -> None:
+    """cursor's `2026.08.11-e8db854`: the hash is a local label. Later dates are newer; two
+    builds of one day are equal in every range; a range bound on the date holds for them."""
+    v = registry.parse_cli_version
+    assert v("2026.08.11-e8db854") < v("2026.09.02-0a1b2c3") and v("2026.08.11-e8db854") > v("2026.08.10-ffffff0")
+    spec = ProviderSpec(id="cur", kind=Kind.harness, label="c", factory="x:y", cli_name="cursor-agent",
+                        min_version="2026.8.11", max_version="2027.1.1")
+    assert registry.version_supported(spec, "2026.08.11-e8db854") and registry.version_supported(spec, "2026.08.11-0000000")
+    assert not registry.version_supported(spec, "2026.08.10-e8db854")
+    assert not registry.version_supported(spec, "2027.01.01-e8db854")
+    assert str(registry.supported_versions(spec)) in (">=2026.8.11,<2027.1.1", "<2027.1.1,>=2026.8.11")
+
+
+def test_pre_releases_inside_the_range_count_and_the_bounds_own_do_not() -> None:
+    spec = registry.get_spec("claude-code")  # >=2.1.0,<3.0.0
+    assert registry.version_supported(spec, "2.2.0-beta.1 (Claude Code)")
+    assert not registry.version_supported(spec, "3.0.0-alpha.1 (Claude Code)")
+    assert not registry.version_supported(spec, "2.1.0-rc.1 (Claude Code)"), "a pre-release of the lower bound is below it"

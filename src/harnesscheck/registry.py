@@ -279,12 +279,51 @@ class CliInfo:
     version: str | None
 
 
-_VERSION_RE = re.compile(r"(\d+)\.(\d+)\.(\d+)")
+#: The first version-like token of a `--version` line: `2.1.197 (Claude Code)`,
+#: `codex-cli 0.171.0`, `0.172.0-alpha.1`, cursor's `2026.08.11-e8db854`.
+_VERSION_RE = re.compile(r"(?<![\w.])v?(\d+(?:\.\d+)+)((?:[-.+]?[0-9A-Za-z]+)*)")
 
 
 def parse_version(text: str) -> tuple[int, int, int] | None:
+    """The (major, minor, patch) of the version a CLI printed (`parse_cli_version`'s first three
+    release numbers), or None: for release arithmetic (nearest verified release, pins)."""
+    v = parse_cli_version(text)
+    if v is None:
+        return None
+    release = (tuple(v.release) + (0, 0, 0))[:3]
+    return (int(release[0]), int(release[1]), int(release[2]))
+
+
+def parse_cli_version(text: str):
+    """The version a CLI printed, as a `packaging.version.Version`, or None.
+
+    PEP 440 spellings are taken as they are (`0.172.0-alpha.1` is the pre-release 0.172.0a1).
+    A suffix PEP 440 cannot read, such as the build hash of cursor's `2026.08.11-e8db854`,
+    becomes the local label (`2026.8.11+e8db854`): versions then order by the date alone, a
+    range ignores the hash (`>=2026.8.11` holds, `<2026.8.11` does not), and two builds of
+    one day compare equal in every range. Why packaging: ranges and pre-releases the way pip
+    reads them, instead of a hand-written tuple compare that dropped every suffix."""
+    from packaging.version import InvalidVersion, Version
+
     m = _VERSION_RE.search(text or "")
-    return (int(m[1]), int(m[2]), int(m[3])) if m else None
+    if not m:
+        return None
+    base, rest = m[1], m[2]
+    try:
+        return Version(base + rest)
+    except InvalidVersion:
+        label = ".".join(p for p in re.split(r"[^0-9A-Za-z]+", rest) if p)
+        try:
+            return Version(f"{base}+{label}") if label else Version(base)
+        except InvalidVersion:
+            return Version(base)
+
+
+def supported_versions(spec: ProviderSpec):
+    """`[min_version, max_version)` as a `packaging.specifiers.SpecifierSet`."""
+    from packaging.specifiers import SpecifierSet
+
+    return SpecifierSet(version_range(spec) if (spec.min_version or spec.max_version) else "")
 
 
 def version_range(spec: ProviderSpec) -> str:
@@ -297,14 +336,12 @@ def version_range(spec: ProviderSpec) -> str:
 
 
 def version_supported(spec: ProviderSpec, found: str) -> bool:
-    v = parse_version(found)
+    """Whether the version a CLI printed is inside the spec's range; a pre-release inside the
+    range counts (`<3.0.0` still excludes 3.0.0's own pre-releases, as PEP 440 says)."""
+    v = parse_cli_version(found)
     if v is None:
         return False
-    if spec.min_version and v < parse_version(spec.min_version):  # type: ignore[operator]
-        return False
-    if spec.max_version and v >= parse_version(spec.max_version):  # type: ignore[operator]
-        return False
-    return True
+    return supported_versions(spec).contains(v, prereleases=True)
 
 
 def cli_candidates(spec: ProviderSpec, settings: Settings) -> list[Path]:
