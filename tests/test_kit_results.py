@@ -250,7 +250,7 @@ def test_verdict_names_a_security_relevant_known_failure():
     assert "Security-relevant known failure: audit.builtins-off-at-wire on codex (offline): offered beyond the bridge: ['exec', 'wait']" in sentence
     assert sentence in to_markdown(m) and "more detail" not in sentence
     page = to_html(m)
-    assert "class='verdict warn'" in page and "offered beyond the bridge: [&#x27;exec&#x27;, &#x27;wait&#x27;]" in page
+    assert "class='verdict warn'" in page and "offered beyond the bridge: [&#39;exec&#39;, &#39;wait&#39;]" in page
     usage_only = combine([_report(CELLS[:1] + CELLS[3:])])
     assert "Security-relevant" not in verdict(usage_only)[1], "a known failure outside the security areas is counted, not named"
 

@@ -13,11 +13,11 @@ security-relevant area (SECURITY_AREAS) with its first message line.
 
 from __future__ import annotations
 
-import html
 import json
 import re
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from typing import Literal
@@ -283,113 +283,8 @@ _OUTCOME_WORD = {"passed": "passed", "failed": "failed", "error": "error", "xfai
 _SEVERITY = {"fail": 4, "warn": 3, "pass": 2, "skip": 1, "none": 0}
 _MESSAGE_CHARS = 800
 
-# Shapes differ per status (check, cross, triangle, skip-forward, dash), drawn in the text colour,
-# so the page reads the same without colour and without an emoji font.
-_ICONS = (
-    "<svg class=sprite aria-hidden=true focusable=false>"
-    "<symbol id=i-pass viewBox='0 0 16 16'><path d='M2.5 8.6l3.6 3.6 7.4-8' fill=none stroke=currentColor stroke-width=2.4 "
-    "stroke-linecap=round stroke-linejoin=round /></symbol>"
-    "<symbol id=i-fail viewBox='0 0 16 16'><path d='M3.5 3.5l9 9M12.5 3.5l-9 9' fill=none stroke=currentColor stroke-width=2.4 "
-    "stroke-linecap=round /></symbol>"
-    "<symbol id=i-warn viewBox='0 0 16 16'><path d='M8 1.8l6.6 12H1.4z' fill=none stroke=currentColor stroke-width=1.6 "
-    "stroke-linejoin=round /><path d='M8 6v3.8' stroke=currentColor stroke-width=1.8 stroke-linecap=round /><circle cx=8 cy=12 r=1 "
-    "fill=currentColor /></symbol>"
-    "<symbol id=i-skip viewBox='0 0 16 16'><path d='M2 3.5l5 4.5-5 4.5zM7.5 3.5l5 4.5-5 4.5z' fill=currentColor /><path d='M14 3.5v9' "
-    "stroke=currentColor stroke-width=1.8 stroke-linecap=round /></symbol>"
-    "<symbol id=i-none viewBox='0 0 16 16'><path d='M4.5 8h7' stroke=currentColor stroke-width=1.6 stroke-linecap=round /></symbol>"
-    "</svg>"
-)
-
-_CSS = """
-:root{--fg:#1b2130;--muted:#596177;--line:#d9dde6;--head:#eef1f6;--page:#fff;
---pass-bg:#dcf2e1;--pass-fg:#14532d;--fail-bg:#fde1df;--fail-fg:#8f1414;--fail-edge:#c62828;
---warn-bg:#fcefc7;--warn-fg:#664200;--skip-bg:#eceef3;--skip-fg:#4a5163;--none-fg:#6b7386}
-@media (prefers-color-scheme:dark){:root{--fg:#e6e9f0;--muted:#a6adbd;--line:#394052;--head:#232836;--page:#151922;
---pass-bg:#173b25;--pass-fg:#a6e9b8;--fail-bg:#4a1a1a;--fail-fg:#ffb4ad;--fail-edge:#ff6b5e;
---warn-bg:#45380f;--warn-fg:#ffd98a;--skip-bg:#2a2f3c;--skip-fg:#c3c8d4;--none-fg:#8c94a7}}
-*{box-sizing:border-box}
-body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1280px;padding:1.5rem 1rem 3rem;
-color:var(--fg);background:var(--page)}
-h1{font-size:1.55rem;margin:0 0 .25rem}h2{font-size:1.15rem;margin:2.2rem 0 .6rem}
-.sub{color:var(--muted);margin:0 0 1rem}
-code{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.88em;background:var(--head);padding:0 .25rem;border-radius:4px}
-a{color:inherit}
-.sprite{position:absolute;width:0;height:0;overflow:hidden}
-.ic{width:1em;height:1em;vertical-align:-.14em;flex:none}
-.sr{position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0 0 0 0);white-space:nowrap}
-.pass{background:var(--pass-bg);color:var(--pass-fg)}.fail{background:var(--fail-bg);color:var(--fail-fg);box-shadow:inset 0 0 0 2px var(--fail-edge)}
-.warn{background:var(--warn-bg);color:var(--warn-fg)}.skip{background:var(--skip-bg);color:var(--skip-fg)}.none{color:var(--none-fg)}
-.verdict{display:flex;gap:.6rem;align-items:center;padding:.7rem 1rem;border-radius:10px;font-weight:600;margin:0 0 1rem}
-.verdict .ic{width:1.3em;height:1.3em}
-.legend{display:flex;flex-wrap:wrap;gap:.4rem 1rem;margin:0 0 1.2rem;padding:0;list-style:none;font-size:.88rem;color:var(--muted)}
-.legend li{display:flex;gap:.35rem;align-items:center}.legend .chip{display:inline-flex;padding:.1rem .45rem;border-radius:6px}
-.cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(205px,1fr));gap:.7rem;margin:0 0 .5rem}
-.card{border:1px solid var(--line);border-radius:10px;padding:.7rem .8rem;text-decoration:none;display:block}
-.card:hover{border-color:var(--muted)}
-.card .t .s{background:none;box-shadow:none}
-h3{font-size:1rem;margin:0 0 .5rem;display:flex;flex-wrap:wrap;gap:.2rem .5rem;align-items:center}
-h3 small{font-weight:400;color:var(--muted);font-size:.82rem;flex-basis:100%}
-section.col{border:1px solid var(--line);border-radius:10px;padding:.7rem .9rem;margin:0 0 .8rem}
-section.col h3 .ic{width:1.15em;height:1.15em}
-.lv{font-size:.75rem;font-weight:600;padding:.05rem .45rem;border-radius:99px;border:1px solid var(--line);color:var(--muted)}
-.note{color:var(--muted);font-size:.9rem;margin:.3rem 0}
-ul.probs{list-style:none;margin:.2rem 0 .6rem;padding:0}
-ul.probs>li{display:flex;gap:.5rem;padding:.2rem .5rem;border-radius:6px;margin:.2rem 0;font-size:.9rem}
-ul.probs>li>.ic{margin-top:.3rem}
-ul.probs>li>div{min-width:0;flex:1}
-.o-fail{background:var(--fail-bg);color:var(--fail-fg);border-left:4px solid var(--fail-edge)}
-.o-warn{background:var(--warn-bg);color:var(--warn-fg);border-left:4px solid var(--warn-fg)}
-.why{color:var(--fg);overflow-wrap:anywhere}
-details.more{border:0;padding:0;margin:0}details.more summary{font-weight:400;padding:.1rem 0}.line{padding:.1rem 0}
-details.more[open]{padding-bottom:.3rem}details.more .msg{margin-top:.3rem}
-details.more .msg{color:var(--fg)}
-details.skips{margin:.4rem 0 0}
-p.reason{margin:.5rem 0 .2rem;color:var(--muted);font-size:.88rem}p.reason code{font-weight:650;color:var(--fg)}
-ul.skiplist{margin:0 0 .4rem;padding-left:1.2rem;font-size:.86rem;color:var(--muted)}ul.skiplist li{overflow-wrap:anywhere}
-ul.skiplist code{color:var(--fg)}
-.card .t{display:flex;gap:.45rem;align-items:center;font-weight:650}.card .t .ic{width:1.15em;height:1.15em}
-.card .lv{margin-left:auto}
-.card .m{font-size:.82rem;color:var(--muted);margin:.15rem 0 .45rem}
-.card .n{font-size:.82rem;display:flex;flex-wrap:wrap;gap:.1rem .7rem}
-.bar{display:flex;height:6px;border-radius:3px;overflow:hidden;margin:.5rem 0 .1rem;background:var(--head)}
-.bar i{display:block;box-shadow:none}
-.bar .pass{background:var(--pass-fg)}.bar .fail{background:var(--fail-edge)}.bar .warn{background:var(--warn-fg)}.bar .skip{background:var(--none-fg)}
-.scroll{position:relative;overflow-x:auto;border:1px solid var(--line);border-radius:10px}
-table{border-collapse:separate;border-spacing:0;width:100%}
-th,td{padding:.45rem .55rem;border-bottom:1px solid var(--line);text-align:center;vertical-align:middle}
-tr:last-child>td{border-bottom:0}
-thead th{background:var(--head);font-size:.85rem;font-weight:650;white-space:nowrap}
-thead th small{display:block;font-weight:400;color:var(--muted);font-size:.76rem}
-thead th.bk{border-left:1px solid var(--line)}
-th.row,td.row{text-align:left;position:sticky;left:0;background:var(--page);z-index:1;font-weight:500;min-width:9.5rem}
-thead th.row{background:var(--head);z-index:2}
-td.c{font-weight:650;white-space:nowrap;border-left:3px solid var(--page)}
-td.c a{text-decoration:none;display:block}
-td.c small{display:block;font-weight:500;font-size:.74rem;opacity:.9}
-tr.grp th{text-align:left;background:var(--head);font-size:.8rem;text-transform:uppercase;letter-spacing:.04em;color:var(--muted)}
-.checks td,.checks th.row{padding:.2rem .45rem;font-size:.82rem}.checks td.row{font-family:ui-monospace,Menlo,Consolas,monospace;font-weight:400}
-.scroll.tall{max-height:80vh;overflow:auto}.tall thead th{position:sticky;top:0;z-index:2}.tall thead th.row{z-index:3}
-@media (max-width:40rem){.checks td.row{min-width:0;max-width:45vw;overflow-wrap:break-word}}
-.list td,.list th{text-align:left;vertical-align:top;font-size:.88rem}
-.list td.o{white-space:nowrap;font-weight:600}
-.msg{white-space:pre-wrap;word-break:break-word;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.8rem;margin:0}
-details{border:1px solid var(--line);border-radius:10px;margin:.5rem 0;padding:.1rem .8rem}
-details[open]{padding-bottom:.7rem}
-summary{cursor:pointer;padding:.45rem 0;font-weight:600}summary .ic{margin-right:.3rem}
-summary small{font-weight:400;color:var(--muted)}
-:target{outline:3px solid var(--fail-edge);outline-offset:2px}
-dl.codes{display:grid;grid-template-columns:max-content 1fr;gap:.3rem 1rem;font-size:.9rem}dl.codes dd{margin:0;color:var(--muted)}
-@media (max-width:640px){body{padding:1rem .6rem 2rem;font-size:14px}h1{font-size:1.3rem}
-th.row,td.row{min-width:7.5rem;max-width:9rem}th,td{padding:.35rem .4rem}dl.codes{grid-template-columns:1fr}dl.codes dd{margin-bottom:.4rem}}
-"""
-
-
 def _slug(*parts: str) -> str:
     return "-".join(re.sub(r"[^a-z0-9]+", "-", p.lower()).strip("-") or "x" for p in parts)
-
-
-def _icon(status: str) -> str:
-    return f"<svg class=ic aria-hidden=true focusable=false><use href='#i-{status}'/></svg>"
 
 
 def _tally(cells: list[CellResult]) -> dict[str, int]:
@@ -406,14 +301,6 @@ def _worst(statuses) -> str:
 def _first_lines(text: str, limit: int = _MESSAGE_CHARS) -> str:
     text = (text or "").strip()
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _cell_attrs(c: CellResult) -> str:
-    """Machine-readable cell identity, so the page provably carries every cell of the json."""
-    e = html.escape
-    return (f" data-backend='{e(c.backend, quote=True)}' data-level='{e(c.level, quote=True)}'"
-            f" data-check='{e(c.check, quote=True)}' data-outcome='{e(c.outcome, quote=True)}'"
-            f" data-reason='{e(c.reason or '', quote=True)}'")
 
 
 def _first_line(text: str, limit: int = 300) -> str:
@@ -433,10 +320,12 @@ def _why(c: CellResult) -> str:
 
 
 def to_html(m: Combined) -> str:
-    e = html.escape
-    shown = columns(m)
+    """backends.html from templates/backends.html.j2 (Jinja2, autoescaping on: every report
+    value is escaped by the template engine, none is pasted into markup here). This function
+    builds the view model: which columns, cards, rows and sections, and their plain texts."""
+    shown_cols = columns(m)
     all_cols = sorted({(b, lv) for (b, lv, _) in m.cells}, key=lambda bl: (bl[0], _level_rank(bl[1])))
-    hidden = [col for col in all_cols if col not in shown]
+    hidden_cols = [col for col in all_cols if col not in shown_cols]
     by_col: dict[tuple[str, str], list[CellResult]] = defaultdict(list)
     for (b, lv, _), cell in sorted(m.cells.items()):
         by_col[(b, lv)].append(cell)
@@ -444,168 +333,130 @@ def to_html(m: Combined) -> str:
     cli_of = lambda b, lv: str(info(b).get("cli_version", {}).get(lv) or "no CLI")  # noqa: E731
     when_of = lambda b, lv: str(info(b).get("run_at", {}).get(lv) or "")  # noqa: E731
     dates = sorted(d for b, lv in all_cols if (d := when_of(b, lv)))
-    verified = dates[-1][:10] if dates else "unknown date"
 
-    out = [
-        "<!doctype html><html lang=en><head><meta charset=utf-8>",
-        "<meta http-equiv=Content-Security-Policy content=\"default-src 'none'; style-src 'unsafe-inline'\">",
-        "<meta name=viewport content='width=device-width,initial-scale=1'>",
-        "<meta name=color-scheme content='light dark'>",
-        "<title>harnesscheck — backend verification matrix</title>",
-        f"<style>{_CSS}</style></head><body>",
-        _ICONS,
-        "<h1>Backend verification matrix</h1>",
-        f"<p class=sub>Kit {e(m.kit_version)} · catalog <code>{e(m.catalog_hash)}</code> · {len(m.backends)} backends · "
-        f"{len(m.areas)} checks · last verified {e(verified)}. Generated by <code>harnesscheck matrix</code>; do not edit.</p>",
-    ]
+    def col(b: str, lv: str) -> dict:
+        return {"slug": _slug(b, lv), "backend": b, "level": lv, "cli": cli_of(b, lv), "date": when_of(b, lv)[:10]}
+
+    def counts_of(t: dict[str, int]) -> list[str]:
+        return [f"{t['pass']} passed"] + [f"{t[k]} {w}" for k, w in (("fail", "failing"), ("warn", "known"), ("skip", "skipped")) if t[k]]
+
     status, sentence, linked = verdict(m)
     names = sorted({(c.backend, c.level) for c in linked}, key=lambda bl: (bl[0], _level_rank(bl[1])))
-    links = (" See " + ", ".join(f"<a href='#col-{_slug(b, lv)}'>{e(b)} ({e(lv)})</a>" for b, lv in names) + ".") if names else ""
-    out.append(f"<p class='verdict {status}'>{_icon(status)}<span>{e(sentence)}{links}</span></p>")
-    out.append("<ul class=legend>" + "".join(
-        f"<li><span class='chip {k}'>{_icon(k)}</span>{e(t)}</li>" for k, t in (
-            ("pass", "every check that ran passes"), ("fail", "a check fails"),
-            ("warn", "known failure (baseline entry)"), ("skip", "skipped, with a reason code"), ("none", "no check applies"))
-    ) + "<li><b>7/9</b>&nbsp;passed of the checks that ran; skips counted apart</li></ul>")
 
-    # At a glance: one card per (backend, level) that ran; the levels this machine could not run, in one line
-    out.append("<h2>At a glance</h2><div class=cards>")
-    for b, lv in shown:
+    cards = []
+    for b, lv in shown_cols:
         cells = by_col[(b, lv)]
         t = _tally(cells)
-        status = _worst(s for s, n in t.items() if n)
+        st = _worst(s for s, n in t.items() if n)
         total = len(cells) or 1
-        bar = "".join(f"<i class={k} style='width:{100 * t[k] / total:.1f}%'></i>" for k in ("pass", "warn", "fail", "skip") if t[k])
-        counts = [f"{t['pass']} passed"] + [f"{t[k]} {w}" for k, w in (("fail", "failing"), ("warn", "known"), ("skip", "skipped")) if t[k]]
         cli = cli_of(b, lv)
-        out.append(
-            f"<a class=card href='#col-{_slug(b, lv)}' title='{e(str(info(b).get('label') or b), quote=True)}'>"
-            f"<div class=t><span class='s {status}'>{_icon(status)}<span class=sr>{e(WORD[status])}: </span></span>{e(b)}"
-            f"<span class=lv>{e(lv)}</span></div>"
-            f"<div class=m>{e(cli if cli == 'no CLI' else 'CLI ' + cli)}<br>{e(when_of(b, lv)[:16].replace('T', ' ') or 'date unknown')}</div>"
-            f"<div class=bar aria-hidden=true>{bar}</div><div class=n>{' · '.join(e(x) for x in counts)}</div></a>"
-        )
-    out.append("</div>")
-    if hidden:
-        out.append("<p class=note>" + _icon("skip") + " Not run on this machine (every check skipped, <code>env-missing</code>): "
-                   + ", ".join(f"<a href='#col-{_slug(b, lv)}'>{e(b)} ({e(lv)})</a>" for b, lv in hidden) + ".</p>")
+        cards.append({
+            "slug": _slug(b, lv), "label": str(info(b).get("label") or b), "status": st, "word": WORD[st], "backend": b, "level": lv,
+            "cli": cli if cli == "no CLI" else "CLI " + cli, "when": when_of(b, lv)[:16].replace("T", " ") or "date unknown",
+            "bar": [(k, f"{100 * t[k] / total:.1f}") for k in ("pass", "warn", "fail", "skip") if t[k]], "counts": counts_of(t),
+        })
 
-    # The area matrix
-    out.append("<h2>By area</h2><div class=scroll><table class=matrix><thead><tr><th class=row rowspan=2>Area</th>")
-    groups: list[tuple[str, int]] = []
-    for b, _ in shown:
-        if groups and groups[-1][0] == b:
-            groups[-1] = (b, groups[-1][1] + 1)
+    groups: list[dict] = []
+    for b, _ in shown_cols:
+        if groups and groups[-1]["backend"] == b:
+            groups[-1]["span"] += 1
         else:
-            groups.append((b, 1))
-    out += [f"<th class=bk colspan={n}>{e(b)}<small>{e(str(info(b).get('kind') or ''))}</small></th>" for b, n in groups]
-    out.append("</tr><tr>")
-    out += [f"<th>{e(lv)}<small>{e(cli_of(b, lv))}</small><small>{e(when_of(b, lv)[:10])}</small></th>" for b, lv in shown]
-    out.append("</tr></thead><tbody>")
+            groups.append({"backend": b, "span": 1, "kind": str(info(b).get("kind") or "")})
+
+    area_rows = []
     for area, title in AREAS.items():
-        cells_by_col = [_cells_in(m, b, lv, area) for b, lv in shown]
+        cells_by_col = [_cells_in(m, b, lv, area) for b, lv in shown_cols]
         if not any(cells_by_col):
             continue
-        out.append(f"<tr><th class=row scope=row>{e(title)}</th>")
-        for (b, lv), cells in zip(shown, cells_by_col):
-            status = area_status(cells)
+        row = []
+        for (b, lv), cells in zip(shown_cols, cells_by_col):
             if not cells:
-                out.append(f"<td class='c none'>{_icon('none')}<span class=sr>no checks</span></td>")
+                row.append({"empty": True})
                 continue
+            st = area_status(cells)
             t = _tally(cells)
             ran = t["pass"] + t["fail"] + t["warn"]
-            main = f"{t['pass']}/{ran}" if ran else "skipped"
-            subs = [f"{t[k]} {w}" for k, w in (("fail", "failing"), ("warn", "known"), ("skip", "skipped")) if t[k] and (ran or k != "skip")]
-            tip = "\n".join(f"{c.check}: {_OUTCOME_WORD.get(c.outcome, c.outcome)}" + (f" [{c.reason}]" if c.reason else "") for c in cells)
-            out.append(
-                f"<td class='c {status}' title='{e(tip, quote=True)}'><a href='#col-{_slug(b, lv)}'>{_icon(status)}"
-                f"<span class=sr>{e(WORD[status])}: </span> {e(main)}" + (f"<small>{e(' · '.join(subs))}</small>" if subs else "") + "</a></td>"
-            )
-        out.append("</tr>")
-    out.append("</tbody></table></div>")
+            row.append({
+                "empty": False, "status": st, "word": WORD[st], "slug": _slug(b, lv), "main": f"{t['pass']}/{ran}" if ran else "skipped",
+                "subs": [f"{t[k]} {w}" for k, w in (("fail", "failing"), ("warn", "known"), ("skip", "skipped")) if t[k] and (ran or k != "skip")],
+                "tip": "\n".join(f"{c.check}: {_OUTCOME_WORD.get(c.outcome, c.outcome)}" + (f" [{c.reason}]" if c.reason else "") for c in cells),
+            })
+        area_rows.append({"title": title, "cells": row})
 
-    # Per column: failures in full view, skips grouped by reason code behind one click
-    out.append("<h2 id=details>Failures and skips, per backend and level</h2>")
-    for b, lv in shown + hidden:
+    sections = []
+    for b, lv in shown_cols + hidden_cols:
         cells = by_col[(b, lv)]
         t = _tally(cells)
-        ran_here = (b, lv) in shown
-        status = _worst(s for s, n in t.items() if n) if ran_here else "skip"
-        counts = [f"{t['pass']} passed"] + [f"{t[k]} {w}" for k, w in (("fail", "failing"), ("warn", "known"), ("skip", "skipped")) if t[k]]
-        out.append(
-            f"<section class=col id=col-{_slug(b, lv)}><h3>{_icon(status)}<span class=sr>{e(WORD[status])}: </span>{e(b)} "
-            f"<span class=lv>{e(lv)}</span><small>{e(cli_of(b, lv))} · {e(when_of(b, lv)[:16].replace('T', ' '))} · "
-            f"{e(' · '.join(counts))}</small></h3>"
-        )
+        ran_here = (b, lv) in shown_cols
+        st = _worst(s for s, n in t.items() if n) if ran_here else "skip"
         bad = sorted((c for c in cells if c.outcome not in ("passed", "skipped")),
                      key=lambda c: (-_SEVERITY[_OUTCOME_STATUS.get(c.outcome, "fail")], c.check))
-        if not ran_here:
-            whys = sorted({_first_line(_why(c)) for c in cells})
-            out.append("<p class=note>Not run on this machine: " + "; ".join(e(w) for w in whys[:3]) + ("; …" if len(whys) > 3 else "") + "</p>")
-        elif bad:
-            out.append("<ul class=probs>")
-            for c in bad:
-                st = _OUTCOME_STATUS.get(c.outcome, "fail")
-                first, rest = _split_message(_why(c))
-                head = (f"<code>{e(c.check)}</code> <b>{e(_OUTCOME_WORD.get(c.outcome, c.outcome))}</b>"
-                        + (f" <code>{e(c.reason)}</code>" if c.reason else "") + f" <span class=why>— {e(first)}</span>")
-                body = (f"<details class=more><summary>{head}</summary><pre class=msg>{e(rest)}</pre></details>" if rest
-                        else f"<div class=line>{head}</div>")
-                out.append(f"<li class=o-{st}{_cell_attrs(c)}>{_icon(st)}<div>{body}</div></li>")
-            out.append("</ul>")
-        elif not t["skip"]:
-            out.append("<p class=note>Every check passed.</p>")
+        whys = sorted({_first_line(_why(c)) for c in cells})
+        problems = []
+        for c in bad:
+            first, rest = _split_message(_why(c))
+            problems.append({"cell": c, "status": _OUTCOME_STATUS.get(c.outcome, "fail"),
+                             "word": _OUTCOME_WORD.get(c.outcome, c.outcome), "first": first, "rest": rest})
         skips = [c for c in cells if c.outcome == "skipped"]
+        skip_view = None
         if skips:
             by_reason: dict[str, list[CellResult]] = defaultdict(list)
             for c in skips:
                 by_reason[c.reason or "no reason"].append(c)
-            tally = ", ".join(f"{len(v)} {r}" for r, v in sorted(by_reason.items(), key=lambda rv: (-len(rv[1]), rv[0])))
-            out.append(f"<details class=skips><summary>{_icon('skip')}{len(skips)} skipped <small>({e(tally)})</small></summary>")
-            for reason, group in sorted(by_reason.items(), key=lambda rv: (-len(rv[1]), rv[0])):
-                out.append(f"<p class=reason><code>{e(reason)}</code> {e(REASON_CODES.get(reason, ''))}</p><ul class=skiplist>")
-                out += [f"<li{_cell_attrs(c)}><code>{e(c.check)}</code> {e(_first_line(c.message))}</li>" for c in sorted(group, key=lambda c: c.check)]
-                out.append("</ul>")
-            out.append("</details>")
-        out.append("</section>")
+            ordered = sorted(by_reason.items(), key=lambda rv: (-len(rv[1]), rv[0]))
+            skip_view = {
+                "n": len(skips), "tally": ", ".join(f"{len(v)} {r}" for r, v in ordered),
+                "groups": [{"reason": r, "text": REASON_CODES.get(r, ""),
+                            "entries": [{"cell": c, "first": _first_line(c.message)} for c in sorted(group, key=lambda c: c.check)]}
+                           for r, group in ordered],
+            }
+        sections.append({
+            "slug": _slug(b, lv), "status": st, "word": WORD[st], "backend": b, "level": lv, "cli": cli_of(b, lv),
+            "when": when_of(b, lv)[:16].replace("T", " "), "counts": counts_of(t), "ran_here": ran_here,
+            "whys": whys[:3], "more_whys": len(whys) > 3, "bad": problems, "all_passed": not t["skip"], "skips": skip_view,
+        })
 
-    # Every check, one row each
-    out.append("<h2>Every check</h2><details><summary>One row per check, one column per backend and level "
-               "<small>(hover a mark for its message)</small></summary><div class='scroll tall'><table class=checks><thead><tr><th class=row>Check</th>")
-    out += [f"<th>{e(b)}<small>{e(lv)}</small></th>" for b, lv in shown]
-    out.append("</tr></thead><tbody>")
+    def check_cell(cell: CellResult | None) -> dict:
+        if cell is None:
+            return {"cell": None, "status": "none"}
+        tip = _OUTCOME_WORD.get(cell.outcome, cell.outcome) + (f" [{cell.reason}]" if cell.reason else "") + (
+            f": {_first_lines(cell.message, 600)}" if cell.message else "")
+        return {"cell": cell, "status": _OUTCOME_STATUS.get(cell.outcome, "fail"), "tip": tip}
+
+    check_groups = []
     for area, title in AREAS.items():
         checks = sorted(chk for chk, a in m.areas.items() if a == area)
         if checks:
-            out.append(f"<tr class=grp><th colspan={len(shown) + 1}>{e(title)}</th></tr>")
-        for check in checks:
-            out.append(f"<tr><td class=row>{e(check).replace('.', '.<wbr>', 1)}</td>")  # a narrow screen breaks after the area
-            for b, lv in shown:
-                cell = m.cells.get((b, lv, check))
-                if cell is None:
-                    out.append(f"<td class='c none'>{_icon('none')}<span class=sr>not in this run</span></td>")
-                    continue
-                status = _OUTCOME_STATUS.get(cell.outcome, "fail")
-                tip = _OUTCOME_WORD.get(cell.outcome, cell.outcome) + (f" [{cell.reason}]" if cell.reason else "") + (
-                    f": {_first_lines(cell.message, 600)}" if cell.message else "")
-                out.append(f"<td class='c {status}'{_cell_attrs(cell)} title='{e(tip, quote=True)}'>{_icon(status)}"
-                           f"<span class=sr>{e(tip)}</span></td>")
-            out.append("</tr>")
-    leftovers = sorted(chk for chk, a in m.areas.items() if a not in AREAS)
-    for check in leftovers:  # an area the catalog does not name still shows
-        out.append(f"<tr><td class=row>{e(check)}</td>")
-        for b, lv in shown:
-            cell = m.cells.get((b, lv, check))
-            status = _OUTCOME_STATUS.get(cell.outcome, "fail") if cell else "none"
-            attrs = _cell_attrs(cell) if cell else ""
-            out.append(f"<td class='c {status}'{attrs}>{_icon(status)}</td>")
-        out.append("</tr>")
-    out.append("</tbody></table></div></details>")
+            check_groups.append({"title": title, "rows": [
+                {"area": chk.partition(".")[0], "rest": chk.partition(".")[2],
+                 "cells": [check_cell(m.cells.get((b, lv, chk))) for b, lv in shown_cols]} for chk in checks]})
+    leftovers = [{"check": chk, "cells": [check_cell(m.cells.get((b, lv, chk))) for b, lv in shown_cols]}
+                 for chk in sorted(chk for chk, a in m.areas.items() if a not in AREAS)]  # an area the catalog does not name still shows
 
-    out.append("<h2>Reason codes</h2><dl class=codes>")
-    out += [f"<dt><code>{e(k)}</code></dt><dd>{e(v)}</dd>" for k, v in REASON_CODES.items()]
-    out.append("</dl></body></html>")
-    return "\n".join(out) + "\n"
+    return _template().render(
+        kit_version=m.kit_version, catalog_hash=m.catalog_hash, n_backends=len(m.backends), n_checks=len(m.areas),
+        verified=dates[-1][:10] if dates else "unknown date",
+        verdict={"status": status, "sentence": sentence, "links": [col(b, lv) for b, lv in names]},
+        legend=LEGEND, cards=cards, hidden=[col(b, lv) for b, lv in hidden_cols], groups=groups,
+        shown=[col(b, lv) for b, lv in shown_cols], area_rows=area_rows, sections=sections,
+        check_groups=check_groups, leftovers=leftovers, reason_codes=list(REASON_CODES.items()),
+    )
+
+
+LEGEND = (("pass", "every check that ran passes"), ("fail", "a check fails"), ("warn", "known failure (baseline entry)"),
+          ("skip", "skipped, with a reason code"), ("none", "no check applies"))
+
+
+@cache
+def _template():
+    """The page's template. Why Jinja2: autoescaping by default (a report's text can never
+    become markup or break out of an attribute), and the page's markup lives in one file
+    instead of f-strings spread through Python."""
+    from jinja2 import Environment, PackageLoader, StrictUndefined
+
+    env = Environment(loader=PackageLoader("harnesscheck.kit", "templates"), autoescape=True,
+                      trim_blocks=True, lstrip_blocks=True, undefined=StrictUndefined, keep_trailing_newline=True)
+    return env.get_template("backends.html.j2")
 
 
 def _level_rank(level: str) -> int:
