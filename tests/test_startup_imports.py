@@ -85,11 +85,27 @@ def test_fast_help_lists_exactly_the_typer_commands() -> None:
         assert f"  {name}" in text and line in text
 
 
+def test_one_top_level_help_whichever_entry_point() -> None:
+    """The console script (launcher, no typer) and `python -m harnesscheck.cli` print the very
+    same top-level help, root options included: one help style, not two."""
+    import typer.main
+
+    from harnesscheck.cli import app
+
+    fast = _run_and_list_modules("harnesscheck.launcher:main", ["--help"])
+    slow = _run_and_list_modules("harnesscheck.cli:main", ["--help"])
+    assert fast["out"] == slow["out"] and fast["code"] == slow["code"] == 0
+    group = typer.main.get_command(app)
+    for param in group.params:  # type: ignore[attr-defined]
+        if param.opts[0] != "--help":
+            assert f"  {param.opts[0]}" in fast["out"] and (param.help or "") in fast["out"], param.opts
+
+
 def test_no_arguments_is_a_usage_error_with_help() -> None:
     fast = _run_and_list_modules("harnesscheck.launcher:main", [])
     slow = _run_and_list_modules("harnesscheck.cli:main", [])
     assert fast["code"] == slow["code"] == 2
-    assert "Commands:" in fast["out"]
+    assert "Commands:" in fast["out"] and fast["out"] == slow["out"]
 
 
 def test_other_arguments_reach_the_typer_app() -> None:

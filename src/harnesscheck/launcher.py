@@ -1,10 +1,13 @@
 """Console entry point: answers `harnesscheck --help` and `--version` without importing typer.
 
-Requirement: `harnesscheck --help` within 3x of `python -c pass`. Importing typer and rich
-alone costs several times a bare interpreter start, so the top-level help is printed from
-the command table read out of cli.py's source (with `ast`: no drift, nothing to keep in
-sync by hand). Everything else, including `harnesscheck COMMAND --help`, goes to the typer
-app in harnesscheck.cli.
+Requirement: `harnesscheck --help` within 3x of `python -c pass`. Importing typer alone
+costs far more than that (measured: typer's own `--help` 16x a bare interpreter start on
+this machine, the fast path 1.8x; bench/bench_startup.py), so the top-level help is printed
+from the command table and the root options read out of cli.py's source (with `ast`: no
+drift, nothing to keep in sync by hand). There is one top-level help, not two styles:
+cli.main answers `--help` (and no arguments) with this same fast_help(), whichever entry
+point runs (tests/test_startup_imports.py compares them byte for byte). Everything else,
+including `harnesscheck COMMAND --help`, goes to the typer app in harnesscheck.cli.
 """
 
 from __future__ import annotations
@@ -22,9 +25,46 @@ def _literal(node: object) -> str | None:
     return None
 
 
-def commands_from_source(source: str) -> tuple[str, list[tuple[str, str]]]:
+def _parse(source: str):
+    return compile(source, _CLI_SOURCE, "exec", ast.PyCF_ONLY_AST)
+
+
+def root_options_from_source(source: str, tree=None) -> list[tuple[str, str]]:
+    """[(option, help)] of the `@app.callback()` function's typer.Option parameters."""
+    tree = tree if tree is not None else _parse(source)
+    out: list[tuple[str, str]] = []
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef) or not any(
+            isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and d.func.attr == "callback" for d in node.decorator_list
+        ):
+            continue
+        for arg in node.args.args + node.args.kwonlyargs:
+            for call in _option_calls(arg.annotation):
+                name = _literal(call.args[0]) if call.args else None
+                text = next((_literal(k.value) for k in call.keywords if k.arg == "help"), "") or ""
+                if name:
+                    out.append((name, text))
+    return out
+
+
+def _option_calls(annotation: object) -> list:
+    """The `typer.Option(...)` calls inside an `Annotated[...]` annotation."""
+    found = []
+    stack = [annotation]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "Option":
+            found.append(node)
+        elif isinstance(node, ast.Subscript):
+            stack.append(node.slice)
+        elif isinstance(node, ast.Tuple):
+            stack.extend(reversed(node.elts))
+    return found
+
+
+def commands_from_source(source: str, tree=None) -> tuple[str, list[tuple[str, str]]]:
     """(app help, [(command name, one-line help)]) for every visible `@app.command`."""
-    tree = compile(source, _CLI_SOURCE, "exec", ast.PyCF_ONLY_AST)
+    tree = tree if tree is not None else _parse(source)
     app_help = ""
     commands: list[tuple[str, str]] = []
     for node in tree.body:
@@ -73,12 +113,16 @@ def _read(path: str) -> str:
 
 
 def fast_help() -> str:
-    app_help, commands = commands_from_source(_read(_CLI_SOURCE))
-    width = max([len(name) for name, _ in commands] + [len("--version")]) + 2
+    """The top-level help (every entry point prints this one)."""
+    source = _read(_CLI_SOURCE)
+    tree = _parse(source)  # once: the parse is most of this function's cost
+    app_help, commands = commands_from_source(source, tree)
+    options = root_options_from_source(source, tree) + [("--help", "Show this message and exit.")]
+    width = max([len(name) for name, _ in commands + options]) + 2
     out = ["Usage: harnesscheck [OPTIONS] COMMAND [ARGS]...", ""]
     if app_help:
         out += [f"  {app_help}", ""]
-    out += ["Options:", f"  {'--version':<{width}}Print the version.", f"  {'--help':<{width}}Show this message and exit.", ""]
+    out += ["Options:"] + [f"  {name:<{width}}{text}" for name, text in options] + [""]
     out += ["Commands:"] + [f"  {name:<{width}}{text}" for name, text in commands]
     out += ["", "Run 'harnesscheck COMMAND --help' for a command's options."]
     return "\n".join(out) + "\n"
