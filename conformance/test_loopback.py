@@ -142,3 +142,99 @@ def test_real_cli_refusals_traced(but):
     assert len(codes) == 2, f"refusals {codes}"
     traced = [rec for rec in run.trace if rec.get("event") == "tool" and rec.get("decision") == "refuse"]
     assert len(traced) == 2, f"refusals traced: {traced}"
+
+
+def _host_dirs(ws) -> dict[str, object]:
+    """The host's temp and runtime dirs as a session's transport sees them: fresh, empty,
+    private dirs of this cell (so nothing another process writes to /tmp is mistaken for
+    the session's)."""
+    dirs = {"TMPDIR": ws.base / "host-tmp", "XDG_RUNTIME_DIR": ws.base / "host-runtime"}
+    for path in dirs.values():
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return dirs
+
+
+def _tree(*roots) -> set[str]:
+    """Every file, directory, socket and link below `roots` (paths relative to the root's parent)."""
+    import os
+
+    found: set[str] = set()
+    for root in roots:
+        for top, dirs, files in os.walk(root):
+            for name in dirs + files:
+                found.add(os.path.relpath(os.path.join(top, name), os.path.dirname(root)))
+    return found
+
+
+@check("env.no-leftovers-outside-run-dir", kinds=[Kind.harness], levels=LOOPBACK)
+def test_no_leftovers_outside_run_dir(but):
+    """A session leaves no file, directory or socket outside its run dir: the CLI's temp and
+    runtime dirs (TMPDIR, XDG_RUNTIME_DIR and its own equivalents) are the session's, inside
+    the run dir and removed with the session; the host's temp dir, runtime dir and HOME are
+    as before (compared before/after, with the real binary)."""
+    ws = but.workspace()
+    dirs = _host_dirs(ws)
+    home = ws.base / "host-home"
+    home.mkdir(parents=True, exist_ok=True)
+    before = _tree(*dirs.values(), home)
+    run = but.run("tool_calls", workspace=ws, parent_env={k: str(v) for k, v in dirs.items()})
+    assert run.requests, "the server saw no request"
+    left = sorted(_tree(*dirs.values(), home) - before)
+    assert not left, f"the session left {len(left)} entries outside its run dir: {left[:8]}"
+    private = [p for p in ("tmp", "runtime") if (ws.base / "run" / p).exists()]
+    assert not private, f"the session's private dirs outlived it: {private}"
+
+
+@check("env.messaging-socket-private", kinds=[Kind.harness], levels=LOOPBACK)
+def test_messaging_socket_private(but):
+    """No local process outside the session can reach the CLI, nor the CLI them: with a
+    listener planted where a CLI's messaging sockets live in the host's temp and runtime dirs
+    (`cc-socks/`), the session binds no socket there and never connects to the planted one."""
+    import socket
+    import threading
+
+    import os
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    ws = but.workspace()
+    short = Path(tempfile.mkdtemp(prefix="hc-host-", dir="/tmp"))  # a socket path must fit 108 bytes
+    dirs = {"TMPDIR": short / "tmp", "XDG_RUNTIME_DIR": short / "rt"}
+    listeners, hits, seen = [], [], set()
+    for path in dirs.values():
+        socks = path / "cc-socks"
+        socks.mkdir(mode=0o700, parents=True)
+        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        srv.bind(str(socks / "planted.sock"))
+        srv.listen(8)
+        srv.settimeout(0.2)
+        listeners.append(srv)
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            for srv in listeners:
+                try:
+                    conn, _ = srv.accept()
+                except OSError:
+                    continue
+                hits.append(srv.getsockname())
+                conn.close()
+            for path in dirs.values():  # a socket the session binds there, seen while it lives
+                seen.update(f"{path.name}/cc-socks/{n}" for n in os.listdir(path / "cc-socks") if n != "planted.sock")
+
+    watcher = threading.Thread(target=accept, daemon=True)
+    watcher.start()
+    try:
+        run = but.run("success", workspace=ws, parent_env={k: str(v) for k, v in dirs.items()})
+    finally:
+        stop.set()
+        watcher.join(timeout=5)
+        for srv in listeners:
+            srv.close()
+        bound = sorted(seen | {n for p in dirs.values() for n in _tree(p / "cc-socks") if not n.endswith("planted.sock")})
+        shutil.rmtree(short, ignore_errors=True)
+    assert run.requests, "the server saw no request"
+    assert not hits, f"the session connected to a socket planted outside it: {hits}"
+    assert not bound, f"the session bound sockets where other local processes reach them: {bound}"

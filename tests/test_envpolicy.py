@@ -317,3 +317,30 @@ def _trace(path: Path):
                     fh.write(redact(json.dumps({"event": event, **fields})) + "\n")
 
         return _Jsonl()
+
+
+def test_private_temp_dirs_are_the_sessions_own():
+    """TMPDIR/TMP/TEMP, the CLI's own equivalents and XDG_RUNTIME_DIR point inside the run
+    dir (0700); a run dir too deep for a socket path gets a short private runtime dir."""
+    import shutil
+    import tempfile
+
+    from harnesscheck.envpolicy import private_temp_dirs
+
+    base = Path(tempfile.mkdtemp(prefix="hc-t-", dir="/tmp"))  # short enough for a socket path below it
+    try:
+        inj, remove = private_temp_dirs(base / "run", ("CLAUDE_CODE_TMPDIR",))
+        assert {inj[k] for k in ("TMPDIR", "TMP", "TEMP", "CLAUDE_CODE_TMPDIR")} == {str(base / "run" / "tmp")}
+        assert inj["XDG_RUNTIME_DIR"] == str(base / "run" / "runtime")
+        assert remove == [base / "run" / "tmp", base / "run" / "runtime"]
+        for path in remove:
+            assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
+        deep = base / ("d" * 90) / "run"
+        inj, remove = private_temp_dirs(deep)
+        assert inj["TMPDIR"] == str(deep / "tmp")
+        runtime = remove[1]
+        assert inj["XDG_RUNTIME_DIR"] == str(runtime) and len(str(runtime)) + 40 <= 107
+        assert stat.S_IMODE(os.stat(runtime).st_mode) == 0o700
+        runtime.rmdir()
+    finally:
+        shutil.rmtree(base)

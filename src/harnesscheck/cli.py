@@ -290,12 +290,15 @@ def record(
 
 @app.command()
 def drift(
-    backend: Annotated[Optional[list[str]], typer.Option("--backend", "-b", help="claude-code | codex")] = None,
+    backend: Annotated[Optional[list[str]], typer.Option("--backend", "-b", help="claude-code | codex, or ID==VERSION")] = None,
+    against: Annotated[Optional[str], typer.Option("--against", help="Compare with the stored baseline of this release (default: the same release).")] = None,
+    save: Annotated[bool, typer.Option("--save", help="Store the fresh facts as this release's baseline first.")] = False,
+    shapes: Annotated[bool, typer.Option("--shapes", help="Also compare the stored recordings' event shapes.")] = False,
 ) -> None:
-    """Compare stored fixtures with fresh loopback recordings by event shape."""
+    """What changed that matters: requests, behaviour, classification and side effects of a CLI release, ranked."""
     from harnesscheck.loopback.drift import drift_command
 
-    raise typer.Exit(drift_command(backends=backend or []))
+    raise typer.Exit(drift_command(backends=backend or [], against=against, save=save, shapes_too=shapes))
 
 
 @app.command()

@@ -174,6 +174,42 @@ def config_home(run_dir: str | os.PathLike[str], var: str) -> tuple[str, str]:
     return var, str(path)
 
 
+#: Room a CLI needs below its runtime dir for a unix socket (`cc-socks/<pid>.sock`) inside
+#: sun_path's 108 bytes.
+SOCKET_ROOM = 40
+_SUN_PATH_MAX = 107
+#: The temp and runtime variables every session's CLI gets pointed at private dirs.
+TEMP_VARS = ("TMPDIR", "TMP", "TEMP")
+RUNTIME_VARS = ("XDG_RUNTIME_DIR",)
+
+
+def private_temp_dirs(run_dir: str | os.PathLike[str], extra_tmp_vars: Iterable[str] = ()) -> tuple[dict[str, str], list[Path]]:
+    """(injections, dirs to remove at session end): TMPDIR/TMP/TEMP (and the CLI's own
+    equivalents, `extra_tmp_vars`, e.g. CLAUDE_CODE_TMPDIR) -> `run_dir/tmp`,
+    XDG_RUNTIME_DIR -> `run_dir/runtime`, both 0700. The host's temp and runtime dirs are
+    never passed on: a CLI's scratch files, state dirs and sockets (claude's messaging
+    socket `cc-socks/<pid>.sock`) stay in the session's own dirs, reachable by no other
+    local process, and go with the session. Where `run_dir` is too deep for a socket path,
+    the runtime dir is a fresh 0700 dir under the system temp dir instead (removed too)."""
+    import tempfile
+
+    tmp = Path(run_dir) / "tmp"
+    runtime = Path(run_dir) / "runtime"
+    remove = [tmp, runtime]
+    if len(os.fsencode(str(runtime))) + SOCKET_ROOM > _SUN_PATH_MAX:
+        runtime = Path(tempfile.mkdtemp(prefix="hc-rt-", dir="/tmp" if os.path.isdir("/tmp") else None))
+        remove[1] = runtime
+    for path in (tmp, runtime):
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+            raise PermissionError(f"private temp dir {path} is not a directory owned by this user")
+        os.chmod(path, 0o700)
+    injections = {name: str(tmp) for name in (*TEMP_VARS, *extra_tmp_vars)}
+    injections.update({name: str(runtime) for name in RUNTIME_VARS})
+    return injections, remove
+
+
 # --- redaction -----------------------------------------------------------------------
 
 def secret_values(environ: Mapping[str, str]) -> set[str]:

@@ -182,6 +182,55 @@ class Recording:
     recipe: Recipe = field(default_factory=Recipe)
     #: Seconds from the session's start to the CLI's first stdout line.
     first_line_s: float | None = None
+    #: What the CLI created in its private temp and runtime dirs while it ran (`tmp/...`,
+    #: `runtime/...`; pids, uuids and the cwd's mangled name normalised; sockets end in `=`).
+    side_effects: list[str] = field(default_factory=list)
+
+
+class _PrivateDirWatch:
+    """Polls the session's private temp and runtime dirs (envpolicy.private_temp_dirs) while
+    the CLI runs: they are removed with the session, so what it made there is seen live."""
+
+    def __init__(self, run_dir: Path, interval_s: float = 0.05):
+        import threading
+
+        self.run_dir, self.interval_s = run_dir, interval_s
+        self.seen: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="record-private-dirs")
+
+    def __enter__(self) -> "_PrivateDirWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        import stat as st
+
+        while not self._stop.is_set():
+            for name in ("tmp", "runtime"):
+                root = self.run_dir / name
+                for top, dirs, files in os.walk(root):
+                    for entry in dirs + files:
+                        path = os.path.join(top, entry)
+                        try:
+                            sock = st.S_ISSOCK(os.lstat(path).st_mode)
+                        except OSError:
+                            continue
+                        rel = os.path.relpath(path, self.run_dir)
+                        self.seen.add(normalise_side_effect(rel, self.run_dir) + ("=" if sock else ""))
+            self._stop.wait(self.interval_s)
+
+
+def normalise_side_effect(rel: str, run_dir: Path) -> str:
+    """`tmp/claude-0/-tmp-...-run-cwd/<uuid>/started` -> `tmp/claude-<uid>/<cwd>/<uuid>/started`."""
+    rel = rel.replace(_mangled(run_dir / "cwd"), "<cwd>").replace(f"claude-{os.getuid()}", "claude-<uid>")
+    rel = re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "<uuid>", rel)
+    rel = re.sub(r"(fswatch-probe|tmp)-[A-Za-z0-9_]{6,}", r"\1-<rand>", rel)  # mkdtemp-style suffixes, before digits
+    return re.sub(r"\d{3,}", "<n>", rel)
 
 
 class _Tee:
@@ -327,7 +376,8 @@ def run_loopback(backend: str, scenario: str, *, timeout_s: float | None = None)
                 model=recipe.model,
                 run_dir=base / "run",
             )
-            outcome = transport.run_session(request)
+            with _PrivateDirWatch(base / "run") as private:
+                outcome = transport.run_session(request)
             requests = server.turn_requests()
             port = server.port
         result = box.get("result")
@@ -357,6 +407,7 @@ def run_loopback(backend: str, scenario: str, *, timeout_s: float | None = None)
             stderr_tail="" if result is None else (result.stderr_tail or ""),
             recipe=recipe,
             first_line_s=(box["first_line"] - box["started"]) if "first_line" in box else None,
+            side_effects=sorted(private.seen),
         )
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -258,6 +258,10 @@ class _Tracer:
 class HarnessTransport:
     """Glue between a CLI's argv/parser and run_process. Subclasses: ClaudeCodeTransport, ..."""
 
+    #: The CLI's own temp-dir variables, pointed at the session's private temp dir too
+    #: (envpolicy.private_temp_dirs; TMPDIR, TMP, TEMP and XDG_RUNTIME_DIR always are).
+    private_tmp_vars: tuple[str, ...] = ()
+
     #: Injected into every child env of this transport (names are traced, values never).
     base_injections: Mapping[str, str] = {}
     #: A bound for one bridge tool result tighter than the scope's, or None (see
@@ -366,7 +370,7 @@ class HarnessTransport:
         on_text: Callable[[str], None] | None,
         tool_less: bool,
     ) -> AgentOutcome:
-        from harnesscheck.envpolicy import build_child_env, redact
+        from harnesscheck.envpolicy import build_child_env, private_temp_dirs, redact
         from harnesscheck.process import DEFAULT_MAX_LINE_BYTES, run_process, session_slot
 
         info = self.cli()
@@ -376,7 +380,9 @@ class HarnessTransport:
             if _inside(ctx.cwd, request.scope.root):
                 raise ConfigError("the CLI cwd would be inside the worktree", "report this: the scratch cwd is misplaced")
             inv = self.invocation(ctx, request, Path(info.path), tool_less=tool_less)
-            injections = {**self.base_injections, **self.injections, **inv.injections}
+            private, scratch = private_temp_dirs(ctx.run_dir, self.private_tmp_vars)
+            ctx.cleanup.extend(scratch)  # the session's temp and runtime dirs go with it
+            injections = {**private, **self.base_injections, **self.injections, **inv.injections}
             env = build_child_env(self.parent_env, injections=injections, trace=tracer)
             parser = self.make_parser(ctx, request, tool_less=tool_less, on_text=on_text)
             tracer.record("session_start", backend=self.spec.id, cli_version=info.version, tool_less=tool_less)

@@ -735,6 +735,9 @@ def user_config_dir(parent_env: Mapping[str, str]) -> Path | None:
 class ClaudeCodeTransport(HarnessTransport):
     """claude-code: one `claude -p` per session, built-ins off, host tools via the bridge."""
 
+    #: claude's own temp-dir variable (beside TMPDIR): its state dirs and messaging socket stay private
+    private_tmp_vars = ("CLAUDE_CODE_TMPDIR",)
+
     base_injections = CLAUDE_INJECTIONS
 
     def __init__(
