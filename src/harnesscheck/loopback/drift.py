@@ -362,11 +362,13 @@ def baseline_path(cli: str, version: str) -> Path:
 def fresh_baseline(backend: str, scenarios: tuple[str, ...] = DRIFT_SCENARIOS) -> dict:
     """{"version", "release": release_facts, "scenarios": {name: facts}} from fresh sessions."""
     from harnesscheck.loopback.clis import require_pinned_cli
-    from harnesscheck.loopback.record import run_loopback
+    from harnesscheck.loopback.record import RECIPES, run_loopback
+    from harnesscheck.registry import get_spec
 
     binary, why = require_pinned_cli(backend)
     if binary is None:
         raise LookupError(why)
+    scenarios = tuple(n for n in scenarios if n in RECIPES.get(get_spec(backend).cli_name or "", {}))  # what this CLI can record
     package_dir = None
     real = Path(os.path.realpath(binary.path))
     for parent in real.parents:
