@@ -59,6 +59,8 @@ CASES = [
      "--out {t}/a-file: is a file, must be a directory"),
     ("install-clis-dest-is-a-file", lambda t: ["install-clis", "--dest", str(_file(t))], {}, 2,
      "--dest {t}/a-file: is a file, must be a directory"),
+    ("install-clis-version-not-a-release", lambda t: ["install-clis", "--backend", "codex", "--version", "bogus", "--dest", str(t / "c")],
+     {}, 2, "--version 'bogus': must be a release X.Y.Z (optionally -pre.N) or latest"),
     ("record-out-unwritable", lambda t: ["record", "--backend", "codex", "--scenario", "success", "--out", f"{_unwritable_dir()}/x.json"],
      {}, 2, "--out /proc/1/x.json: not writable"),
     ("record-out-under-a-file", lambda t: ["record", "--backend", "codex", "--scenario", "success", "--out", str(_file(t) / "x.json")],

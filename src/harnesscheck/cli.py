@@ -14,6 +14,7 @@ must be finite, prompts that must be UTF-8. The checks only look; nothing is cre
 from __future__ import annotations
 
 import math
+import re
 import os
 import sys
 from pathlib import Path
@@ -118,6 +119,11 @@ def check_executable_option(option: str, path: Path) -> Path:
         mode = oct(path.stat().st_mode & 0o777)[2:]
         raise UsageError(f"{option} {path}: is not executable (mode {mode})", f"chmod +x {path}, or pass the real binary")
     return path
+
+
+#: An npm release: X.Y.Z with an optional pre-release/build suffix (semver), nothing that
+#: npm would read as a range, tag or path.
+_RELEASE_RE = re.compile(r"\d+\.\d+\.\d+(?:-[0-9A-Za-z.]+)?(?:\+[0-9A-Za-z.]+)?")
 
 
 def check_jobs_option(value: str | None) -> str | None:
@@ -268,6 +274,9 @@ def install_clis(
     """Install the pinned real CLIs (claude, codex) with npm for the loopback level."""
     if dest is not None:
         dest = check_dir_option("--dest", dest)
+    if version is not None and version != "latest" and not _RELEASE_RE.fullmatch(version):
+        raise UsageError(f"--version {version!r}: must be a release X.Y.Z (optionally -pre.N) or latest",
+                         "pass e.g. --version 0.171.0 or --version latest")
     from harnesscheck.loopback.install import install_command
 
     raise typer.Exit(install_command(dest, backend=backend, version=version, check=check))
