@@ -96,6 +96,8 @@ CASES = [
      "no backend selected (HARNESS_BACKEND is not set)"),
     ("bridge-trace-is-a-directory", lambda t: ["bridge", "--root", str(t), "--trace", str(t)], {}, 2,
      "--trace {t}: is a directory, must be a file path"),
+    ("cli-env-is-a-directory", lambda t: ["run", "--backend", "codex", "--root", str(t / "wt"), "--prompt", "hi"],
+     {"HARNESS_BACKEND_CLI": "/"}, 3, "tried: / (a directory, not the binary)"),
     ("drift-unknown-backend", lambda t: ["drift", "--backend", "nope"], {}, 2, "unknown backend 'nope'"),
 ]
 

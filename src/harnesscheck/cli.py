@@ -92,11 +92,11 @@ def check_dir_option(option: str, path: Path) -> Path:
     return path
 
 
-def check_file_option(option: str, path: Path) -> Path:
+def check_file_option(option: str, path: Path, example: str = "out.json") -> Path:
     """A file the command writes: not a directory, and creatable where it is."""
     path = Path(path).expanduser()
     if path.is_dir():
-        raise UsageError(f"{option} {path}: is a directory, must be a file path", f"name the file, e.g. {option} {path / 'out.json'}")
+        raise UsageError(f"{option} {path}: is a directory, must be a file path", f"name the file, e.g. {option} {path / example}")
     base = _nearest_existing(path.absolute().parent)
     if not base.is_dir():
         raise UsageError(f"{option} {path}: {base} is a file, so {path.name} cannot be created there",
@@ -257,7 +257,7 @@ def bridge(
     if not Path(root).expanduser().is_dir():
         raise UsageError(f"--root {root}: not a directory", "pass the directory the tools are scoped to")
     if trace is not None:
-        trace = check_file_option("--trace", trace)
+        trace = check_file_option("--trace", trace, "trace.jsonl")
     from harnesscheck.bridge.__main__ import exit_now
     from harnesscheck.bridge.server import bridge_command
 

@@ -424,7 +424,11 @@ def find_cli(spec: ProviderSpec, settings: Settings, *, check_version: bool = Tr
     """Locate the backend's binary and check its version against the supported range."""
     tried: list[str] = []
     for cand in cli_candidates(spec, settings):
-        tried.append(str(cand))
+        # A path that exists but cannot be run says why (HARNESS_BACKEND_CLI at a directory
+        # read "not found" before).
+        why = " (a directory, not the binary)" if cand.is_dir() else (
+            " (not executable)" if cand.is_file() and not os.access(cand, os.X_OK) else "")
+        tried.append(f"{cand}{why}")
         if cand.is_file() and os.access(cand, os.X_OK):
             if cand.suffix.lower() in (".cmd", ".bat"):
                 continue  # never run Windows batch shims (CVE-2024-24576 class)
