@@ -395,6 +395,80 @@ def test_once_the_bound_cli_exited_a_process_with_its_pid_is_refused(tmp_path: P
         state.registrations[key].close()
 
 
+@pytest.fixture
+def gated_forkserver(tmp_path: Path, monkeypatch):
+    """A fresh forkserver of this host whose interpreter does not start until the test
+    opens the gate (`gate.touch()`): a forkserver still starting, for as long as it takes."""
+    gate = tmp_path / "gate"
+    real_popen = subprocess.Popen
+
+    class Gated(real_popen):  # a class still, as `subprocess.Popen[bytes]` annotations need
+        def __init__(self, argv, *args, **kwargs):
+            if "harnesscheck.bridge.forkserver" in argv:
+                wait = f'while [ ! -e "{gate}" ]; do sleep 0.02; done; exec "$@"'
+                argv = ["/bin/sh", "-c", wait, "sh", *argv]
+            super().__init__(argv, *args, **kwargs)
+
+    forkserver.shutdown()
+    monkeypatch.setattr(subprocess, "Popen", Gated)
+    yield gate
+    monkeypatch.setattr(subprocess, "Popen", real_popen)
+    gate.touch()
+    forkserver.shutdown()
+
+
+def test_a_relay_waits_for_a_forkserver_still_starting(tmp_path: Path, gated_forkserver) -> None:
+    """The forkserver is not on the session's critical path: the relay command is there at
+    once (the socket bound by the host), the CLI's relay connects while the forkserver has
+    not even started its interpreter, and is served when it is up; the host never waited."""
+    spec_path, _ = _make_spec(tmp_path, "a")
+    argv, _ = forkserver.relay_command(spec_path) or pytest.fail("no relay command")
+    server = forkserver.get_forkserver()
+    assert forkserver.bind_session(spec_path, os.getpid())
+    relay = _spawn_with_init(argv)  # the CLI's relay, before the forkserver runs any Python
+    try:
+        time.sleep(0.3)
+        assert relay.poll() is None, relay.stderr.read()  # waiting in the backlog, not fallen back
+        assert not server.ready and Path(f"/proc/{server.pid}/exe").resolve().name != Path(sys.executable).resolve().name
+        gated_forkserver.touch()
+        reply = json.loads(relay.stdout.readline())
+        assert reply.get("id") == 1 and "result" in reply, reply
+        start = json.loads((tmp_path / "run-a" / "bridge-trace.jsonl").read_text().splitlines()[0])
+        assert start.get("mode") == "forkserver"  # served by the forkserver, not the fallback
+    finally:
+        relay.stdin.close()
+        relay.wait(timeout=BOUND_S)
+        forkserver.release_session(spec_path)
+
+
+def test_a_forkserver_that_cannot_start_leaves_the_sessions_the_stdio_bridge(tmp_path: Path, gated_forkserver, monkeypatch) -> None:
+    """Started without waiting, a forkserver that ends at its start (exit 1: an import failed)
+    is noticed by the relay (connection refused: it runs the pinned full bridge, so the
+    session still gets its tools) and remembered by the host: later sessions get the stdio
+    bridge, as before the forkserver."""
+    monkeypatch.setattr(forkserver, "_failed", None)
+    gated = subprocess.Popen
+    fail = f'while [ ! -e "{gated_forkserver}" ]; do sleep 0.02; done; exit 1'
+
+    class Failing(gated):
+        def __init__(self, argv, *args, **kwargs):
+            super().__init__(["/bin/sh", "-c", fail] if "harnesscheck.bridge.forkserver" in argv else argv, *args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", Failing)
+    spec_path, _ = _make_spec(tmp_path, "a")
+    argv, env = forkserver.relay_command(spec_path) or pytest.fail("no relay command")
+    gated_forkserver.touch()
+    assert forkserver.get_forkserver().proc.wait(timeout=BOUND_S) == 1
+    monkeypatch.setattr(subprocess, "Popen", gated)
+    listed, results = anyio.run(_client_session, argv, env, tmp_path, [("read_file", {"path": "src/own.txt"})])
+    assert listed.tools and _text(results[0]) == "this is a\n"
+    start = json.loads((tmp_path / "run-a" / "bridge-trace.jsonl").read_text().splitlines()[0])
+    assert start["event"] == "bridge_start" and "mode" not in start  # the stdio bridge itself
+    forkserver.release_session(spec_path)
+    other, _ = _make_spec(tmp_path, "b")
+    assert forkserver.relay_command(other) is None  # remembered: the stdio bridge from now on
+
+
 def test_unreachable_forkserver_falls_back_to_the_full_bridge(tmp_path: Path) -> None:
     from harnesscheck.bridge.spec import bridge_argv
 

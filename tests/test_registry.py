@@ -156,6 +156,37 @@ def test_silent_version_probe_says_why(tmp_path: Path) -> None:
     assert registry.probe_failure(cli) is not None
 
 
+def test_version_probe_is_kept_across_processes_per_binary(tmp_path: Path, monkeypatch) -> None:
+    """A `harnesscheck run` is a process of its own: the binary's answer is kept in the cache
+    dir, keyed by path, size, mtime, ctime and inode; a changed binary is probed again."""
+    monkeypatch.setenv("HARNESSCHECK_CACHE", str(tmp_path / "cache"))
+    runs = tmp_path / "runs"
+    cli = tmp_path / "claude"
+
+    def write(version: str) -> None:  # as an install does: a new file put in place
+        new = tmp_path / "claude.new"
+        new.write_text(f"#!/bin/sh\necho run >> {runs}\necho '{version}'\n")
+        new.chmod(0o755)
+        os.replace(new, cli)
+
+    def probe_in_a_new_process() -> str | None:
+        monkeypatch.setattr(registry, "_VERSION_CACHE", {})  # what a new process starts with
+        return registry.probe_version(cli)
+
+    write("2.1.197 (Claude Code)")
+    assert probe_in_a_new_process() == "2.1.197 (Claude Code)"
+    assert probe_in_a_new_process() == "2.1.197 (Claude Code)"
+    assert runs.read_text().count("run") == 1, "the second process probed the same binary again"
+    stored = (tmp_path / "cache" / registry.PROBE_CACHE_NAME).read_text()
+    assert "2.1.197" in stored and str(cli) in stored
+    write("2.1.198 (Claude Code)")  # same size, same path: another inode
+    assert probe_in_a_new_process() == "2.1.198 (Claude Code)"
+    assert runs.read_text().count("run") == 2
+    (tmp_path / "cache" / registry.PROBE_CACHE_NAME).write_text("{not json")
+    monkeypatch.setattr(registry, "_VERSION_CACHE", {})
+    assert registry.probe_version(cli) == "2.1.198 (Claude Code)"  # a torn cache is only a miss
+
+
 EXAMPLE_SPEC = ProviderSpec(
     id="example-ep",
     kind=Kind.api,

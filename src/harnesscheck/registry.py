@@ -7,6 +7,7 @@ Every error names the fix (doc/SPEC-registry.md).
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import re
 import shutil
@@ -363,6 +364,8 @@ def cli_candidates(spec: ProviderSpec, settings: Settings) -> list[Path]:
 def probe_version(path: Path, timeout_s: float = 20.0) -> str | None:
     """`<cli> --version` in a minimal environment; the first line, or None. Probed once per
     binary (path, size, mtime) per process: a 245 MB CLI is not started again per session.
+    Across processes (a `harnesscheck run` each) the answer is kept in the cache dir
+    (`_probe_cache`), keyed by the binary's path, size, mtime, ctime and inode.
     Why the last probe of a binary got no answer is kept for the error (`probe_failure`)."""
     try:
         st = os.stat(path)
@@ -371,6 +374,11 @@ def probe_version(path: Path, timeout_s: float = 20.0) -> str | None:
     key = (str(path), st.st_size, st.st_mtime_ns)
     with _VERSION_LOCK:  # concurrent sessions share one probe instead of racing three
         if key not in _VERSION_CACHE:
+            file_key = f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0{st.st_ino}"
+            known = _probe_cache().get(file_key)
+            if isinstance(known, str) and known:
+                _VERSION_CACHE[key] = known
+                return known
             version, why = _probe_version(path, timeout_s)
             if version is None:
                 version, why_again = _probe_version(path, timeout_s)
@@ -379,7 +387,44 @@ def probe_version(path: Path, timeout_s: float = 20.0) -> str | None:
                 _PROBE_FAILURES[str(path)] = why
                 return None  # a failed probe is not remembered: the next call tries again
             _VERSION_CACHE[key] = version
+            _remember_probe(file_key, version)
         return _VERSION_CACHE[key]
+
+
+#: The file of version answers, in harnesscheck's cache dir; at most this many entries.
+PROBE_CACHE_NAME = "version-probes.json"
+PROBE_CACHE_MAX = 64
+
+
+def _probe_cache_path() -> Path:
+    from harnesscheck.paths import cli_cache_dir
+
+    return cli_cache_dir().parent / PROBE_CACHE_NAME
+
+
+def _probe_cache() -> dict:
+    """{binary key: version line}; empty when missing or unreadable (then probed: only a speed-up)."""
+    try:
+        data = json.loads(_probe_cache_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _remember_probe(file_key: str, version: str) -> None:
+    """Add one answer (atomically: concurrent hosts each see a whole file; the newest kept).
+    A version line is no secret; nothing else is written. Failing to write is ignored."""
+    path = _probe_cache_path()
+    data = {k: v for k, v in _probe_cache().items() if k != file_key}
+    data[file_key] = version
+    data = dict(list(data.items())[-PROBE_CACHE_MAX:])
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = path.with_name(f".{PROBE_CACHE_NAME}.{os.getpid()}.{threading.get_ident()}")
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def probe_failure(path: Path) -> str | None:

@@ -168,10 +168,12 @@ def _child_env() -> dict[str, str]:
 
 
 def _launch(env: dict[str, str], directory: Path, log_name: str, *,
-            listener: socket.socket | None = None) -> tuple[socket.socket, Any]:
+            listener: socket.socket | None = None, template: bool = False) -> tuple[socket.socket, Any]:
     """`python -m harnesscheck.bridge.forkserver` as this process's child, in its own session,
-    cwd and log in `directory` (a template when given its `listener`): (host end of its
-    control pair, Popen). The host end is non-inheritable (PEP 446): no CLI ever holds it."""
+    cwd and log in `directory`, serving on `listener` (bound by the caller, so a relay may
+    connect at once and wait in its backlog while the imports run; a template when
+    `template`): (host end of its control pair, Popen). The host end is non-inheritable (PEP
+    446): no CLI ever holds it."""
     import subprocess
 
     from harnesscheck.bridge.spec import _importable_isolated, _interpreter
@@ -180,13 +182,13 @@ def _launch(env: dict[str, str], directory: Path, log_name: str, *,
     flags = ["-I"] if _importable_isolated(exe) else ["-P", "-s"]
     host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     passed = [child_end, *([listener] if listener is not None else [])]
-    template = ["--template", str(listener.fileno())] if listener is not None else []
+    listen = ["--template" if template else "--listen-fd", str(listener.fileno())] if listener is not None else []
     try:
         with open(directory / log_name, "wb") as log:
             for sock in passed:
                 sock.set_inheritable(True)
             proc = subprocess.Popen(
-                [exe, *flags, "-m", "harnesscheck.bridge.forkserver", *template,
+                [exe, *flags, "-m", "harnesscheck.bridge.forkserver", *listen,
                  "--control-fd", str(child_end.fileno()), "--dir", str(directory)],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -308,12 +310,21 @@ def _fork_from_template(path: str, directory: Path, env: dict[str, str]) -> tupl
 
 
 class ForkServer:
-    """The host's handle on one forkserver process: start, register, release, close."""
+    """The host's handle on one forkserver process: start, register, release, close.
+
+    Started without waiting: a fresh forkserver's socket is bound here before it starts, so a
+    relay connects at once and waits in the backlog until the imports are done (~0.5 s, in
+    parallel with the CLI's own start: a CLI starts its MCP servers only after its own
+    start-up). `register` and `bind` are sent without waiting for their replies (the
+    forkserver reads its control channel before its socket, so a relay never comes before
+    its registration; a refused request refuses its relay: loud, never wider); the first
+    request that waits (`release`, diagnostics) reads `ready` and those replies on the way."""
 
     def __init__(self) -> None:
         self.owner_pid = os.getpid()
         self._lock = threading.Lock()
         self._next_id = 0
+        self.ready = False  # `ready` read on the control channel
         self.env = _child_env()
         started = None
         if _template is not None:
@@ -321,22 +332,24 @@ class ForkServer:
             started = _fork_from_template(_template, self.dir, self.env)
             if started is None:
                 shutil.rmtree(self.dir, ignore_errors=True)
-        if started is None:
-            self._use_dir(_private_dir(SOCKET_NAME))
         try:
-            self._control, self.proc = started or _launch(self.env, self.dir, "forkserver.log")
+            if started is None:
+                self._use_dir(_private_dir(SOCKET_NAME))
+                listener = _listening(self.socket_path)
+                try:
+                    started = _launch(self.env, self.dir, "forkserver.log", listener=listener)
+                finally:
+                    listener.close()  # the forkserver's copy is the only one: it gone, relays fall back
+            self._control, self.proc = started
         except OSError as exc:
             shutil.rmtree(self.dir, ignore_errors=True)
             raise ForkServerError(f"cannot start the bridge forkserver: {exc}") from None
-        try:
-            reply = self._receive(START_TIMEOUT_S)
-        except ForkServerError:
-            self.close()
-            raise
-        if reply.get("ready") is not True or reply.get("pid") != self.proc.pid:
-            self.close()
-            raise ForkServerError(f"the bridge forkserver did not start: {reply}")
         self.pid = self.proc.pid
+        if isinstance(self.proc, _Adopted):
+            # Forked by a warm template: ready in milliseconds, but it binds its own socket,
+            # which a relay must find.
+            with self._lock:
+                self._await_ready(time.monotonic() + START_TIMEOUT_S)
 
     def _use_dir(self, directory: Path) -> None:
         self.dir = directory
@@ -358,31 +371,60 @@ class ForkServer:
             except OSError:
                 pass
             raise ForkServerError(f"the bridge forkserver exited{': ' + detail if detail else ''}")
-        return json.loads(raw)
+        reply = json.loads(raw)
+        if not self.ready:  # the first message of all is `ready`
+            if reply.get("ready") is not True or reply.get("pid") != self.proc.pid:
+                raise ForkServerError(f"the bridge forkserver did not start: {reply}")
+            self.ready = True
+            return {}
+        return reply
+
+    def _await_ready(self, deadline: float) -> None:
+        try:
+            while not self.ready:
+                self._receive(max(0.0, deadline - time.monotonic()))
+        except ForkServerError:
+            self.close()
+            raise
+
+    def _send(self, message: dict) -> int:
+        self._next_id += 1
+        try:
+            self._control.sendall(json.dumps({**message, "id": self._next_id}).encode())
+        except OSError as exc:
+            raise ForkServerError(f"the bridge forkserver is gone: {exc}") from None
+        return self._next_id
 
     def request(self, message: dict, timeout_s: float = CONTROL_TIMEOUT_S) -> dict:
         """Send one request and return its reply. Requests carry an id, so a late reply to a
-        request that timed out is skipped rather than taken for the next one's."""
+        request that timed out, or one sent without waiting (`post`), is skipped rather than
+        taken for this one's (a refusal among them is noted on stderr)."""
         with self._lock:
-            self._next_id += 1
-            rid = self._next_id
-            try:
-                self._control.sendall(json.dumps({**message, "id": rid}).encode())
-            except OSError as exc:
-                raise ForkServerError(f"the bridge forkserver is gone: {exc}") from None
-            deadline = time.monotonic() + timeout_s
+            rid = self._send(message)
+            deadline = time.monotonic() + (START_TIMEOUT_S if not self.ready else 0) + timeout_s
             while True:
                 reply = self._receive(max(0.0, deadline - time.monotonic()))
                 if reply.get("id") == rid:
                     return reply
+                if reply and not reply.get("ok", True):
+                    sys.stderr.write(f"harnesscheck: the bridge forkserver refused a request: {reply.get('error')}\n")
+
+    def post(self, message: dict) -> None:
+        """Send one request without waiting for its reply (read by the next `request`)."""
+        with self._lock:
+            self._send(message)
 
     def register(self, spec_path: Path, content: bytes) -> None:
-        reply = self.request({"op": "register", "spec": str(spec_path), "content": content.decode("utf-8")})
-        if not reply.get("ok"):
-            raise ForkServerError(f"the bridge forkserver refused the registration: {reply.get('error')}")
+        self.post({"op": "register", "spec": str(spec_path), "content": content.decode("utf-8")})
 
-    def bind(self, spec_path: Path, cli_pid: int) -> None:
-        reply = self.request({"op": "bind", "spec": str(spec_path), "pid": int(cli_pid)})
+    def bind(self, spec_path: Path, cli_pid: int, *, wait: bool = True) -> None:
+        """Bind the spec to the CLI. `wait=False` (right after the spawn: the host must not stall
+        there, it has the CLI's stdin to write) sends it only; a refusal then refuses the relay."""
+        message = {"op": "bind", "spec": str(spec_path), "pid": int(cli_pid)}
+        if not wait:
+            self.post(message)
+            return
+        reply = self.request(message)
         if not reply.get("ok"):
             raise ForkServerError(f"the bridge forkserver refused the binding: {reply.get('error')}")
 
@@ -494,7 +536,7 @@ def start_template() -> Template | None:
         # the template's imports are done.
         listener = _listening(str(directory / TEMPLATE_SOCKET_NAME))
         try:
-            host_end, proc = _launch(_child_env(), directory, "template.log", listener=listener)
+            host_end, proc = _launch(_child_env(), directory, "template.log", listener=listener, template=True)
         finally:
             listener.close()
     except OSError as exc:
@@ -521,6 +563,9 @@ def get_forkserver() -> ForkServer | None:
     with _lock:
         if _server is not None and not _server.alive():
             old, _server = _server, None
+            code = old.proc.poll()
+            if not old.ready and code is not None and code > 0:  # it said it cannot start
+                _failed = f"the bridge forkserver ended at its start (exit {code}); see {old.dir}/forkserver.log"
             if old.running() and old in _registered.values():
                 pass  # retired: closed by the last release_session of its sessions
             elif os.getpid() == old.owner_pid:
@@ -571,7 +616,7 @@ def bind_session(spec_path: Path | None, cli_pid: int) -> bool:
     if server is None:
         return True
     try:
-        server.bind(Path(key), cli_pid)
+        server.bind(Path(key), cli_pid, wait=False)
     except ForkServerError as exc:
         sys.stderr.write(f"harnesscheck: bridge forkserver binding failed: {exc}\n")
         return False
@@ -1026,7 +1071,8 @@ def _status_text(status: int) -> bytes:
 class _Server:
     """The forkserver's single-threaded loop: control requests, relay connections, reaping."""
 
-    def __init__(self, control: socket.socket, directory: Path, rehearsal_root: Path | None = None):
+    def __init__(self, control: socket.socket, directory: Path, rehearsal_root: Path | None = None,
+                 listener: socket.socket | None = None):
         self.control = control
         self.dir = directory
         self.rehearsal_root = rehearsal_root  # a spare rehearses a session there while it waits
@@ -1041,7 +1087,9 @@ class _Server:
         self.spare: _Spare | None = None
         #: When to fork the next spare (None: not wanted now). See SPARE_DELAY_S.
         self.spare_due: float | None = None
-        self.listener = _listening(str(directory / SOCKET_NAME))
+        # The host binds it before starting us (relays wait in its backlog meanwhile); a
+        # forkserver forked by the template binds its own.
+        self.listener = listener if listener is not None else _listening(str(directory / SOCKET_NAME))
         self.listener.setblocking(False)
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -1059,11 +1107,15 @@ class _Server:
         except OSError as exc:  # the host is gone before it heard `ready` (EPIPE): end as on its EOF
             _say(f"bridge forkserver: the host is gone: {type(exc).__name__}: {exc}\n")
             raise SystemExit(1) from None
-        self._fork_spare()
+        self._want_spare()  # after this round: relays already waiting are served first
         while True:
-            for key, _ in self.selector.select(self._select_timeout()):
+            events = self.selector.select(self._select_timeout())
+            # The control channel first, all of it: a relay's registration and binding were
+            # sent before its CLI started, so they are there by the time it connects.
+            events.sort(key=lambda event: event[0].data != "control")
+            for key, _ in events:
                 if key.data == "control":
-                    if not self._on_control():
+                    if not self._drain_control():
                         self._shutdown()
                         return
                 elif key.data == "listener":
@@ -1118,6 +1170,15 @@ class _Server:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # -- control ----------------------------------------------------------------------------
+
+    def _drain_control(self) -> bool:
+        """Every request waiting on the control channel; False: the host is gone."""
+        import select
+
+        while self._on_control():
+            if not select.select([self.control], [], [], 0)[0]:
+                return True
+        return False
 
     def _on_control(self) -> bool:
         try:
@@ -1381,6 +1442,8 @@ class _Server:
             except OSError:
                 pass
         reg.children.add(pid)
+        if spare is None:
+            self.spare_due = None  # forked on the spot: the next spare SPARE_DELAY_S from now
         if spare is not None and copies:
             self.children[pid] = _Child(path, conn, spare.handoff, fds=copies, taken=False, reg=reg)
             self.selector.register(spare.handoff, selectors.EVENT_READ, ("handoff", pid))  # for its b"taken"
@@ -1658,6 +1721,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harnesscheck.bridge.forkserver")
     parser.add_argument("--control-fd", type=int, required=True)
     parser.add_argument("--dir", type=Path, required=True)
+    parser.add_argument("--listen-fd", type=int, metavar="LISTEN_FD",
+                        help="the relays' socket, bound by the host (a fresh forkserver)")
     parser.add_argument("--template", type=int, metavar="LISTEN_FD",
                         help="fork ready forkservers for the hosts that connect to LISTEN_FD (start_template)")
     ns = parser.parse_args(argv)
@@ -1666,8 +1731,8 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)  # only the host's EOF (or SIGTERM/SIGKILL) ends us
     listener = None
-    if ns.template is not None:
-        listener = socket.socket(fileno=ns.template)
+    if ns.template is not None or ns.listen_fd is not None:
+        listener = socket.socket(fileno=ns.template if ns.template is not None else ns.listen_fd)
         listener.set_inheritable(False)
     try:
         gc.disable()  # until the freeze below: the imports' collections would only walk what stays
@@ -1684,13 +1749,13 @@ def main(argv: list[str] | None = None) -> int:
         gc.collect()
         gc.freeze()
         gc.enable()
-        if listener is not None:
+        if ns.template is not None:
             os.close(os.pidfd_open(os.getpid()))  # no pidfds here (Linux < 5.3): hosts start their own
             try:
                 return _Template(control, listener).run()
             finally:  # its starter may be gone (killed): nothing else would remove it
                 shutil.rmtree(ns.dir, ignore_errors=True)
-        server = _Server(control, ns.dir, rehearsal_root)
+        server = _Server(control, ns.dir, rehearsal_root, listener)
     except BaseException as exc:  # noqa: BLE001
         sys.stderr.write(f"bridge forkserver failed to start: {type(exc).__name__}: {exc}\n")
         return 1

@@ -188,6 +188,15 @@ def bridge_command(spec_path: Path) -> tuple[list[str], dict[str, str]]:
     return bridge_argv(spec_path, spec_sha256=pin), bridge_env()
 
 
+def start_bridge() -> None:
+    """At a session's start, before anything else: start this host's bridge forkserver if it
+    does not run yet (not waiting for it: its ~0.5 s of imports overlap the version probe,
+    the session's set-up and the CLI's own start; the relay waits for it if need be)."""
+    from harnesscheck.bridge.forkserver import get_forkserver
+
+    get_forkserver()
+
+
 def bind_bridge(spec_path: Path | None, cli_pid: int) -> None:
     """As soon as the CLI runs: its forkserver bridge is served to the CLI and the processes
     it started only. Unbound, the relay is refused and the session fails loudly."""
@@ -373,6 +382,8 @@ class HarnessTransport:
         from harnesscheck.envpolicy import build_child_env, private_temp_dirs, redact
         from harnesscheck.process import DEFAULT_MAX_LINE_BYTES, run_process, session_slot
 
+        if not tool_less:
+            start_bridge()
         info = self.cli()
         ctx = new_session_context(request, self.spec.id, tool_less=tool_less, result_cap=self.result_cap)
         tracer = _Tracer(ctx.session_trace, ctx.session_id)

@@ -1,0 +1,350 @@
+"""A session against the CLI's own floor and the official SDK, side by side in one run.
+
+    .venv/bin/python bench/bench_vs_sdk.py [--rounds 5] [--backend claude-code --backend codex]
+        [--claude PATH] [--codex PATH] [--tenth-rounds 3] [--no-install]
+
+Against the scripted loopback server (harnesscheck.loopback, scenario `tool_calls`: one
+read_file through the bridge, then the answer), per backend and per round, in random order:
+
+- `floor`: the bare CLI turn plus a minimal MCP server: the argv, env, cwd and stdin one
+  library session gave its CLI, replayed by hand with a fresh config home, the MCP config
+  pointing at bench/_min_mcp.py (standard library only: the least bridge a CLI can start);
+- `lib`: a fresh Python host's first `run_session` (library), timed in the host from before
+  the transport is built (after the imports) to the outcome;
+- `cmd`: `harnesscheck run` as a process (the launcher and cli.py, with the provider
+  resolved to the loopback transport), whole process;
+- `sdk`: the official SDK's turn over the same binary and server: claude-agent-sdk's
+  `query()` with its in-process MCP tool (bench/_sdk_claude.py), @openai/codex-sdk's
+  `thread.run()` with the minimal MCP server (bench/_sdk_codex.mjs); in the host (after its
+  imports) and as a whole process. Installed in the bench's own bench/.venv-sdk and
+  bench/.node-sdk (created here unless --no-install), never a project dependency.
+
+Then a library host's tenth sequential session against the floor (`--tenth-rounds`, each
+beside two floor turns). Medians over rounds, the load average before and after: this is a
+shared 2-core VM, only ratios of interleaved runs mean anything.
+
+Targets (doc/SPEC-kit.md, "Session cost"): lib within 1.15x of the floor for claude-code,
+1.3x for codex; lib faster than the SDK in the host (ratio < 1.0); the tenth session within
+1.1x of the floor. The CLI path is an argument: a bumped pin is measured the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SDK_VENV = HERE / ".venv-sdk"
+SDK_NODE = HERE / ".node-sdk"
+PROMPT = "Say hello."
+CLI_DIR = Path(os.environ.get("HARNESSCHECK_CACHE") or Path.home() / ".cache" / "harnesscheck") / "clis" / "node_modules" / ".bin"
+TARGETS = {"claude-code": 1.15, "codex": 1.3}
+TENTH_TARGET = 1.1
+
+
+# ---------------------------------------------------------------------------------------
+# Workers (run in a fresh interpreter: `--worker lib|cmd`)
+
+
+def _transport(backend: str, cli: str, base_url: str, settings=None):
+    from harnesscheck.config import Settings
+    from harnesscheck.loopback.endpoint import LoopbackEndpoint
+    from harnesscheck.registry import get_spec
+
+    spec = get_spec(backend)
+    if backend == "claude-code":
+        from harnesscheck.providers.claude_code import ClaudeCodeTransport as cls
+    else:
+        from harnesscheck.providers.codex import CodexTransport as cls
+    return cls(spec, settings or Settings(backend=backend), cli_path=cli, loopback=LoopbackEndpoint(base_url))
+
+
+def worker_lib(ns: argparse.Namespace) -> None:
+    from harnesscheck.contracts import AgentSessionRequest
+    from harnesscheck.scope import ToolScope
+
+    import harnesscheck.providers._harness  # noqa: F401 - what a host has imported before its first session
+    if ns.backend == "claude-code":
+        import harnesscheck.providers.claude_code  # noqa: F401
+    else:
+        import harnesscheck.providers.codex  # noqa: F401
+    times, ok = [], True
+    t0 = time.perf_counter()
+    transport = _transport(ns.backend, ns.cli, ns.base_url)
+    for i in range(ns.sessions):
+        request = AgentSessionRequest(prompt=PROMPT, scope=ToolScope(name="bench", root=Path(ns.root), read_only=True),
+                                      run_dir=Path(ns.out) / f"s{i}", timeout_s=300)
+        outcome = transport.run_session(request)
+        t1 = time.perf_counter()
+        times.append(t1 - t0)
+        t0 = t1
+        ok = ok and outcome.ok and outcome.tool_calls == 1
+    print(json.dumps({"sessions": times, "ok": ok}), flush=True)
+
+
+def worker_cmd(ns: argparse.Namespace) -> None:
+    """`harnesscheck run` exactly (launcher -> typer app -> runner.run_command), except that
+    the registry resolves the backend to its loopback transport."""
+    from harnesscheck import launcher, registry
+
+    registry.resolve_provider = lambda settings: _transport(ns.backend, ns.cli, ns.base_url, settings)
+    sys.argv = ["harnesscheck", "run", "--backend", ns.backend, "--root", ns.root, "--prompt", PROMPT,
+                "--cli", ns.cli, "--run-dir", ns.out]
+    launcher.main()
+
+
+# ---------------------------------------------------------------------------------------
+# The parent
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def _load() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def ensure_sdks(install: bool) -> dict[str, str | None]:
+    """Why each SDK is not there (None: ready). Installs them into the bench's own dirs."""
+    why: dict[str, str | None] = {"claude-code": None, "codex": None}
+    py = SDK_VENV / "bin" / "python"
+    if not py.exists() and install:
+        subprocess.run([sys.executable, "-m", "venv", str(SDK_VENV)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", "claude-agent-sdk"], check=False)
+    if subprocess.run([str(py), "-c", "import claude_agent_sdk"], capture_output=True).returncode != 0 if py.exists() else True:
+        why["claude-code"] = f"claude-agent-sdk not installed: {py} -m pip install claude-agent-sdk"
+    index = SDK_NODE / "node_modules" / "@openai" / "codex-sdk" / "dist" / "index.js"
+    if not index.exists() and install and shutil.which("npm"):
+        SDK_NODE.mkdir(exist_ok=True)
+        subprocess.run(["npm", "install", "--prefix", str(SDK_NODE), "--no-audit", "--no-fund", "@openai/codex-sdk"],
+                       check=False, capture_output=True)
+    if not index.exists() or not shutil.which("node"):
+        why["codex"] = f"@openai/codex-sdk not installed: npm install --prefix {SDK_NODE} @openai/codex-sdk"
+    return why
+
+
+class Bench:
+    def __init__(self, backend: str, cli: str, base_url: str, base: Path):
+        self.backend, self.cli, self.base_url, self.base = backend, cli, base_url, base
+        self.root = base / "work"
+        self.root.mkdir()
+        (self.root / "hello.txt").write_text("hello from the bench\n")
+        self.n = 0
+        self._capture()
+
+    def _dir(self, name: str) -> Path:
+        self.n += 1
+        path = self.base / f"{name}{self.n}"
+        path.mkdir(mode=0o700)
+        return path
+
+    def _capture(self) -> None:
+        """One library session in this process: its CLI invocation, replayed by `floor`."""
+        from harnesscheck import process
+        from harnesscheck.contracts import AgentSessionRequest
+        from harnesscheck.dispatch import tool_definitions
+        from harnesscheck.scope import ToolScope
+
+        captured: dict = {}
+        real = process.run_process
+
+        def capture(argv, **kwargs):
+            captured.update(argv=list(argv), env=dict(kwargs["env"]), stdin=kwargs.get("stdin_bytes") or b"")
+            return real(argv, **kwargs)
+
+        scope = ToolScope(name="bench", root=self.root, read_only=True)
+        process.run_process = capture
+        try:
+            outcome = _transport(self.backend, self.cli, self.base_url).run_session(
+                AgentSessionRequest(prompt=PROMPT, scope=scope, run_dir=self._dir("capture"), timeout_s=300))
+        finally:
+            process.run_process = real
+        if not outcome.ok or outcome.tool_calls != 1:
+            raise SystemExit(f"{self.backend}: the warm-up session failed: {outcome.status} {outcome.message}")
+        self.captured = captured
+        self.tool_names = scope.tool_names()
+        tools = [{"name": d.name, "description": d.description, "inputSchema": d.input_schema} for d in tool_definitions(scope)]
+        self.tools_json = self.base / "tools.json"
+        self.tools_json.write_text(json.dumps(tools))
+        self.min_mcp = [sys.executable, "-I", "-S", str(HERE / "_min_mcp.py"), str(self.tools_json), str(self.root)]
+
+    def _codex_home(self) -> Path:
+        from harnesscheck.loopback.endpoint import LoopbackEndpoint, codex_provider_table, codex_provider_top
+        from harnesscheck.providers.codex import render_config
+
+        home = self._dir("codex-home")
+        ep = LoopbackEndpoint(self.base_url)
+        (home / "config.toml").write_text(render_config(
+            bridge=(self.min_mcp, {}), bridge_tools=self.tool_names,
+            extra_toml=codex_provider_table(ep), top_toml=codex_provider_top(ep)))
+        return home
+
+    def floor(self) -> dict:
+        argv, env = list(self.captured["argv"]), dict(self.captured["env"])
+        home, cwd = self._dir("home"), self._dir("cwd")
+        env["HOME"] = str(home)
+        if self.backend == "claude-code":
+            env["CLAUDE_CONFIG_DIR"] = str(home)
+            config = home / "mcp.json"
+            config.write_text(json.dumps({"mcpServers": {"bridge": {
+                "type": "stdio", "command": self.min_mcp[0], "args": self.min_mcp[1:], "env": {}}}}))
+            argv[argv.index("--mcp-config") + 1] = str(config)
+            done = b'"type":"result"'
+        else:
+            env["CODEX_HOME"] = str(self._codex_home())
+            done = b'"turn.completed"'
+        t0 = time.perf_counter()
+        proc = subprocess.run(argv, env=env, cwd=cwd, input=self.captured["stdin"], capture_output=True,
+                              timeout=300, start_new_session=True)
+        wall = time.perf_counter() - t0
+        ok = proc.returncode == 0 and done in proc.stdout and b"hello from the bench" in proc.stdout
+        return {"wall": wall, "in_host": wall, "ok": ok}
+
+    def _worker(self, kind: str, sessions: int = 1) -> dict:
+        out = self._dir(kind)
+        argv = [sys.executable, str(Path(__file__).resolve()), "--worker", kind, "--backend", self.backend,
+                "--cli", self.cli, "--base-url", self.base_url, "--root", str(self.root), "--out", str(out),
+                "--sessions", str(sessions)]
+        t0 = time.perf_counter()
+        proc = subprocess.run(argv, capture_output=True, timeout=600, cwd=self.base)
+        wall = time.perf_counter() - t0
+        if kind == "cmd":
+            report = out / "RUN_REPORT.json"
+            ok = proc.returncode == 0 and report.exists() and '"tool_calls": 1' in report.read_text()
+            return {"wall": wall, "in_host": wall, "ok": ok}
+        lines = proc.stdout.decode(errors="replace").strip().splitlines()
+        data = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {"sessions": [], "ok": False}
+        if not data["ok"]:
+            sys.stderr.write(proc.stderr.decode(errors="replace")[-2000:])
+        return {"wall": wall, "in_host": data["sessions"][0] if data["sessions"] else float("nan"),
+                "sessions": data["sessions"], "ok": data["ok"]}
+
+    def lib(self) -> dict:
+        return self._worker("lib")
+
+    def cmd(self) -> dict:
+        return self._worker("cmd")
+
+    def sdk(self) -> dict:
+        home, cwd = self._dir("sdk-home"), self._dir("sdk-cwd")
+        if self.backend == "claude-code":
+            argv = [str(SDK_VENV / "bin" / "python"), str(HERE / "_sdk_claude.py"), self.cli, self.base_url, str(self.root), str(home)]
+        else:
+            argv = ["node", str(HERE / "_sdk_codex.mjs"), self.cli, str(self._codex_home()), str(home), str(cwd)]
+        t0 = time.perf_counter()
+        proc = subprocess.run(argv, capture_output=True, timeout=300, cwd=cwd)
+        wall = time.perf_counter() - t0
+        lines = proc.stdout.decode(errors="replace").strip().splitlines()
+        try:
+            data = json.loads(lines[-1])
+        except (IndexError, ValueError):
+            sys.stderr.write(proc.stderr.decode(errors="replace")[-2000:])
+            return {"wall": wall, "in_host": float("nan"), "ok": False}
+        return {"wall": wall, "in_host": data["in_host_s"], "ok": bool(data.get("ok"))}
+
+
+def run_backend(backend: str, cli: str, base_url: str, rounds: int, tenth_rounds: int, sdk_why: str | None) -> list[str]:
+    base = Path(tempfile.mkdtemp(prefix=f"bench-vs-sdk-{backend}-"))
+    misses: list[str] = []
+    try:
+        bench = Bench(backend, cli, base_url, base)
+        kinds = ["floor", "lib", "cmd"] + ([] if sdk_why else ["sdk"])
+        got: dict[str, list[dict]] = {k: [] for k in kinds}
+        bench.floor()  # warm-up: page cache, the CLI's first start
+        for _ in range(rounds):
+            order = kinds[:]
+            random.shuffle(order)
+            for kind in order:
+                got[kind].append(getattr(bench, kind)())
+        failed = {k: sum(not r["ok"] for r in v) for k, v in got.items() if any(not r["ok"] for r in v)}
+        med = {k: (_median([r["in_host"] for r in v]), _median([r["wall"] for r in v])) for k, v in got.items()}
+        floor = med["floor"][0]
+        print(f"\n{backend} ({cli}), {rounds} rounds in random order, medians; load {_load()}")
+        print(f"  {'':34} {'in the host':>12} {'process':>10} {'vs floor':>9}")
+        label = {"floor": "bare CLI turn + minimal MCP server", "lib": "run_session, host's first",
+                 "cmd": "harnesscheck run (command)", "sdk": "official SDK, one turn"}
+        for kind in kinds:
+            host, wall = med[kind]
+            print(f"  {label[kind]:34} {host * 1000:10.0f} ms {wall * 1000:7.0f} ms {host / floor:8.2f}x")
+        if sdk_why:
+            print(f"  official SDK: SKIP ({sdk_why})")
+        if failed:
+            print(f"  runs that did not end ok (kept in the medians): {failed}")
+        target = TARGETS[backend]
+        ratio = med["lib"][0] / floor
+        verdict = "PASS" if ratio <= target else "MISS"
+        misses += [] if verdict == "PASS" else [f"{backend} first session"]
+        print(f"{backend} host's first session vs floor {ratio:.2f}x  target <= {target}x  {verdict}")
+        print(f"{backend} harnesscheck run (process) vs floor {med['cmd'][1] / floor:.2f}x  (no target: a process start and imports more)")
+        if not sdk_why:
+            vs = med["lib"][0] / med["sdk"][0]
+            verdict = "PASS" if vs < 1.0 else "MISS"
+            misses += [] if verdict == "PASS" else [f"{backend} vs SDK"]
+            print(f"{backend} host's first session vs official SDK (in the host) {vs:.2f}x  target < 1.0  {verdict}")
+            print(f"{backend} harnesscheck run vs official SDK (whole processes) {med['cmd'][1] / med['sdk'][1]:.2f}x")
+        if tenth_rounds:
+            tenth, floors = [], []
+            for _ in range(tenth_rounds):
+                floors.append(bench.floor()["wall"])
+                res = bench._worker("lib", sessions=10)
+                tenth.append(res["sessions"][-1] if len(res["sessions"]) == 10 else float("nan"))
+                floors.append(bench.floor()["wall"])
+            ratio = _median(tenth) / _median(floors)
+            verdict = "PASS" if ratio <= TENTH_TARGET else "MISS"
+            misses += [] if verdict == "PASS" else [f"{backend} tenth session"]
+            print(f"{backend} host's tenth sequential session {_median(tenth) * 1000:.0f} ms vs floor "
+                  f"{_median(floors) * 1000:.0f} ms: {ratio:.2f}x  target <= {TENTH_TARGET}x  {verdict}  (load {_load()})")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return misses
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--worker", choices=("lib", "cmd"))
+    parser.add_argument("--backend", action="append")
+    parser.add_argument("--cli")
+    parser.add_argument("--base-url")
+    parser.add_argument("--root")
+    parser.add_argument("--out")
+    parser.add_argument("--sessions", type=int, default=1)
+    parser.add_argument("--claude", default=str(CLI_DIR / "claude"))
+    parser.add_argument("--codex", default=str(CLI_DIR / "codex"))
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tenth-rounds", type=int, default=3)
+    parser.add_argument("--no-install", action="store_true")
+    ns = parser.parse_args(argv)
+    if ns.worker:
+        ns.backend = ns.backend[0]
+        (worker_lib if ns.worker == "lib" else worker_cmd)(ns)
+        return 0
+    from harnesscheck.loopback.scenario import named_scenario
+    from harnesscheck.loopback.server import ScriptedModelServer
+
+    backends = ns.backend or ["claude-code", "codex"]
+    clis = {"claude-code": ns.claude, "codex": ns.codex}
+    missing = [b for b in backends if not Path(clis[b]).exists()]
+    for b in missing:
+        print(f"{b}: SKIP (no CLI at {clis[b]}: harnesscheck install-clis, or --claude/--codex PATH)")
+    sdk_why = ensure_sdks(not ns.no_install)
+    print(f"load average before: {_load()}")
+    misses: list[str] = []
+    with ScriptedModelServer(named_scenario("tool_calls")) as srv:
+        for backend in [b for b in backends if b not in missing]:
+            misses += run_backend(backend, clis[backend], srv.base_url, ns.rounds, ns.tenth_rounds, sdk_why[backend])
+    print(f"\nload average after: {_load()}; targets missed: {misses or 'none'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
