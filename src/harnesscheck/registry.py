@@ -427,6 +427,15 @@ def _remember_probe(file_key: str, version: str) -> None:
         pass
 
 
+def remember_version(path: Path, version: str) -> None:
+    """A binary whose answer the caller already has: the kit's exec wrapper around a probed
+    CLI (one new wrapper per loopback cell; probing it started the 245 MB CLI again, ~10%
+    of a cell). Kept in this process only, keyed as a probe is (a changed file is probed)."""
+    st = os.stat(path)
+    with _VERSION_LOCK:
+        _VERSION_CACHE[(str(path), st.st_size, st.st_mtime_ns)] = version
+
+
 def probe_failure(path: Path) -> str | None:
     """Why the last version probe of `path` got no answer (exit status, stderr tail), or None."""
     return _PROBE_FAILURES.get(str(path))

@@ -350,6 +350,11 @@ class LoopbackAdapter(HarnessAdapter):
         self._servers.append(server)
         self._wrappers += 1
         wrapper, record = write_wrapper(self.tmp_path / f"loopback-bin{self._wrappers}", self.binary.path, self.spec.cli_name or "cli")
+        from harnesscheck.registry import probe_version, remember_version
+
+        printed = probe_version(self.binary.path)  # probed already (require_pinned_cli): cached
+        if printed:  # the wrapper execs that binary: its answer, without starting it again per cell
+            remember_version(wrapper, printed)
         transport = loopback_transport(
             self.spec, Settings(backend=self.spec.id, **(getattr(self._local, "settings", None) or {})),  # run(settings=)
             cli_path=wrapper, endpoint=LoopbackEndpoint(server.base_url),
