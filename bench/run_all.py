@@ -3,8 +3,9 @@
     .venv/bin/python bench/run_all.py            # all
     .venv/bin/python bench/run_all.py dispatch   # those whose file name contains 'dispatch'
 
-Each bench_*.py prints its own lines ("<figure> ... target ... PASS|MISS"). This runner
-only sequences them (never in parallel: this machine has 2 shared cores) and summarises.
+Every bench_*.py here runs, bench_vs_sdk.py (a session vs the bare CLI turn and the official
+SDKs, a loopback cell, verify vs its floor) among them. Each prints its own lines
+("<figure> ... target ... PASS|MISS"). This runner only sequences them (never in parallel: this machine has 2 shared cores) and summarises.
 """
 
 from __future__ import annotations

@@ -755,6 +755,35 @@ def test_transport_session_leaves_no_bridge_child(tmp_path: Path, ending: str) -
     assert _children_of(tmp_path / "run" / "bridge-spec.json") == []
 
 
+def test_the_plain_path_serves_a_session_with_the_stdio_bridge(tmp_path: Path, monkeypatch) -> None:
+    """Without the forkserver (HARNESSCHECK_BRIDGE_FORKSERVER=0, or where it cannot run) a
+    session is what it was before it: the CLI starts the full stdio bridge itself, pinned to
+    the spec's bytes, in its own process group, and it is gone when the session is."""
+    from harnesscheck.contracts import AgentSessionRequest
+    from harnesscheck.fakes import install_fake_cli, load_fixture
+    from harnesscheck.providers.claude_code import ClaudeCodeTransport
+    from harnesscheck.registry import get_spec
+
+    monkeypatch.setenv(forkserver.DISABLE_VAR, "0")
+    root = tmp_path / "wt"
+    root.mkdir()
+    (root / "README.md").write_text("hi\n")
+    scenario = load_fixture("claude", "success")
+    scenario["mcp"] = "connect"
+    fake = install_fake_cli("claude", scenario, tmp_path / "bin")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path / "no-home"), "LANG": "C.UTF-8"}
+    transport = ClaudeCodeTransport(get_spec("claude-code"), cli_path=fake.path, parent_env=env, linger_s=0.3, term_grace_s=0.5)
+    outcome = transport.run_session(AgentSessionRequest(prompt="hi", scope=ToolScope(root=root), timeout_s=60.0,
+                                                        run_dir=tmp_path / "run"))
+    assert outcome.ok, outcome
+    config = json.loads((tmp_path / "run" / "claude-mcp.json").read_text())["mcpServers"]["bridge"]
+    assert config["args"][:2] == ["-I", "-m"] and "--spec-sha256" in config["args"], config  # no relay
+    trace = [json.loads(x) for x in (tmp_path / "run" / "bridge-trace.jsonl").read_text().splitlines()]
+    starts = [r for r in trace if r["event"] == "bridge_start"]
+    assert starts and all("mode" not in r for r in starts)  # the stdio bridge itself
+    assert _wait_gone([r["pid"] for r in starts]) == []
+
+
 # ---------------------------------------------------------------------------------------
 # One forkserver per host process: again after it died, a new one in a forked host
 

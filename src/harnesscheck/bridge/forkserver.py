@@ -5,14 +5,18 @@ Contract (doc/SPEC-bridge.md, "Forkserver"):
 
 Host side (imported by the transports; nothing heavy at import):
 - `relay_command(spec_path) -> (argv, env) | None`: start the forkserver lazily (once per
-  host process, thread-safe; again after a fork of the host or when it died), register the
-  spec, and return the relay command for the CLI's MCP config:
+  host process, thread-safe; again after a fork of the host or when it died; never waited
+  for: the host binds its socket, so a relay connects at once and waits in the backlog while
+  the forkserver imports), register the spec (sent, not waited for), and return the relay
+  command for the CLI's MCP config:
   `<python> -I -S <its dir>/_bridgerelay.pyc SOCKET SPEC -- <full stdio bridge argv>` (the
   relay compiled at the forkserver's start; its source `_bridgerelay.py` if that failed).
   None when the forkserver cannot run here (not Linux, disabled with
   `HARNESSCHECK_BRIDGE_FORKSERVER=0`, failed to start): the caller uses the full bridge.
-- `bind_session(spec_path, cli_pid)`: right after the CLI's spawn (`run_process` on_spawn):
-  only the CLI and processes it started (its descendants) may have the bridge.
+- `bind_session(spec_path, cli_pid)`: right after the CLI's spawn (`run_process` on_spawn;
+  sent, not waited for: the host writes the CLI's stdin next): only the CLI and processes it
+  started (its descendants) may have the bridge. The forkserver reads its whole control
+  channel before its socket, so registration and binding come before the relay they admit.
 - `release_session(spec_path)`: kill (after a 0.25 s grace, SIGKILL to the whole process
   group) and reap every bridge child of that spec, synchronously, and forget the
   registration. Returns the pids that had to be killed. Idempotent.
