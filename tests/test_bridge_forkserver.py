@@ -770,6 +770,7 @@ def test_the_plain_path_serves_a_session_with_the_stdio_bridge(tmp_path: Path, m
     (root / "README.md").write_text("hi\n")
     scenario = load_fixture("claude", "success")
     scenario["mcp"] = "connect"
+    scenario["mcp_timeout"] = BOUND_S  # a cold stdio bridge imports mcp: an upper bound only
     fake = install_fake_cli("claude", scenario, tmp_path / "bin")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path / "no-home"), "LANG": "C.UTF-8"}
     transport = ClaudeCodeTransport(get_spec("claude-code"), cli_path=fake.path, parent_env=env, linger_s=0.3, term_grace_s=0.5)
