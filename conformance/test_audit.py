@@ -4,6 +4,7 @@ native tool use where they cannot be removed is flagged, never silently accepted
 from __future__ import annotations
 
 from harnesscheck.contracts import Capability as C
+from harnesscheck.contracts import ErrorClass as E
 from harnesscheck.contracts import Kind, OutcomeStatus
 from harnesscheck.kit.catalog import check
 
@@ -39,7 +40,12 @@ def test_native_tool_use_flagged(but):
 
 @check("audit.declines-builtins-honestly", declines=C.builtin_tools_off, kinds=[Kind.harness], incident="F9")
 def test_declines_builtins_honestly(but):
-    """A harness that cannot switch built-ins off must declare native_tools_audited instead (never silence)."""
-    assert but.spec.supports(C.native_tools_audited), (
-        f"{but.spec.id} neither turns built-ins off nor audits them: native tool use would go unseen"
+    """A harness that cannot switch its built-ins off lets its audit decide the session: one in which a
+    built-in ran ends blocked/policy_violation, never ok (a library host must not have to re-derive it)."""
+    run = but.run("native_tool_use")
+    o = run.outcome
+    assert o.native_tool_calls, "native tool calls were not recorded in the outcome"
+    assert (o.status, o.error_class) == (OutcomeStatus.blocked, E.policy_violation), (
+        f"{o.status}/{o.error_class} after built-in calls {o.native_tool_calls[:5]}: built-ins that cannot be "
+        "switched off ran, and the outcome does not say the session broke its policy"
     )

@@ -27,6 +27,11 @@ def test_slow_start_not_toolless(but):
     run = but.run("mcp_slow", timeout_s=120)
     o = run.outcome
     assert o.status == OutcomeStatus.ok or o.error_class == E.mcp_unavailable, f"{o.status}/{o.error_class}"
+    if o.status == OutcomeStatus.ok:
+        assert but.bridge_loaded(run), (
+            "the session ended ok, but the bridge's own trace shows no client ever listed its tools: "
+            "it ran without them (a slow bridge was not waited for)"
+        )
 
 
 @check("bridge.only-bridge-configured", requires=[C.mcp_tools], kinds=[Kind.harness], incident=["B3", "G6", "G8", "A11"])

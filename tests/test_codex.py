@@ -354,10 +354,24 @@ def test_fake_session_matches_the_replayed_outcome(tmp_path, scenario):
     """Every fixture through the real transport + fake CLI gives the snapshotted outcome."""
     out, _, _ = session(tmp_path, scenario, timeout_s=3.0)
     want = replay_outcome(scenario)
+    if scenario in AUDIT_BLOCKS:  # codex's built-ins cannot be switched off: the unclean audit decides
+        want = want.model_copy(update={"status": OutcomeStatus.blocked, "error_class": ErrorClass.policy_violation})
     keys = ("status", "error_class", "text", "usage", "native_tool_calls", "terminal_event_seen", "served_model", "iterations")
     assert {k: getattr(out, k) for k in keys} == {k: getattr(want, k) for k in keys}
     # the fake never starts the bridge, so the stream's own count of bridge calls stands
     assert (out.tool_calls, out.tools_used) == (want.tool_calls, want.tools_used)
+
+
+#: Fixtures in which a built-in ran (a native shell command): the session ends blocked/policy_violation.
+AUDIT_BLOCKS = {"native_tool_use", "oversize_line"}
+
+
+def test_format_drift_alone_never_blocks(tmp_path):
+    """An unknown tool-looking item makes the audit unclean (unknown_tool_event) but is no evidence
+    that anything ran: the session stays ok (audit.DRIFT_CODES), the message says why."""
+    out, _, _ = session(tmp_path, "unknown_events")
+    assert out.ok and not out.audit.clean and {"unknown_tool_event"} <= {f.code for f in out.audit.flags}
+    assert "drift only" in out.message
 
 
 def test_session_carries_the_audit_verdict(tmp_path):
@@ -596,7 +610,7 @@ def test_session_with_a_refused_builtin_is_never_clean(tmp_path):
 
     t.after_session = after
     out = t.run_session(AgentSessionRequest(prompt="x", scope=ToolScope(root=wt), run_dir=run_dir, timeout_s=60))
-    assert out.status is OutcomeStatus.ok
+    assert (out.status, out.error_class) == (OutcomeStatus.blocked, ErrorClass.policy_violation)  # the audit decides
     assert "exec_command (refused by codex)" in out.native_tool_calls
     assert out.audit is not None and out.audit.clean is False
 

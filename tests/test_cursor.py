@@ -208,7 +208,7 @@ def test_login_file_is_linked_for_the_session_only(tmp_path):
     (home / ".config" / "cursor").mkdir(parents=True)
     auth = home / ".config" / "cursor" / "auth.json"
     auth.write_text('{"accessToken": "canary-login-token-0123456789"}')
-    scenario = {"steps": [{"spawn": "sh -c 'readlink \"$HOME/.config/cursor/auth.json\" >&2'"}, {"delay": 0.5},
+    scenario = {"mcp": "connect", "steps": [{"spawn": "sh -c 'readlink \"$HOME/.config/cursor/auth.json\" >&2'"}, {"delay": 0.5},
                           {"emit": {"type": "result", "subtype": "success", "is_error": False, "result": "ok"}}]}
     env = {"PATH": "/usr/bin:/bin", "HOME": str(home)}
     out, fake, _ = session(tmp_path, scenario, env=env)
@@ -249,9 +249,36 @@ def test_one_shot_is_tool_less_and_read_only(tmp_path):
 def test_fake_session_matches_the_replayed_outcome(tmp_path, scenario):
     out, _, _ = session(tmp_path, scenario, timeout_s=3.0)
     want = replay_outcome(scenario)
+    if scenario in SESSION_VERDICTS:  # decided after the stream, by the transport (see SESSION_VERDICTS)
+        want = want.model_copy(update=dict(zip(("status", "error_class"), SESSION_VERDICTS[scenario])))
     keys = ("status", "error_class", "text", "usage", "native_tool_calls", "terminal_event_seen", "served_model",
             "iterations", "auth_source", "tool_calls", "tools_used")
-    assert {k: getattr(out, k) for k in keys} == {k: getattr(want, k) for k in keys}
+    got, expected = ({k: getattr(o, k) for k in keys} for o in (out, want))
+    got["tools_used"], expected["tools_used"] = sorted(got["tools_used"]), sorted(expected["tools_used"])  # trace: first-use order
+    assert got == expected
+
+
+#: Scenarios whose session outcome is not the stream's: the bridge never listed its tools
+#: (readiness from the bridge trace), or the audit is unclean (cursor's built-ins cannot be
+#: switched off, so the audit decides). See HarnessTransport.judge.
+SESSION_VERDICTS = {
+    "mcp_failed": (OutcomeStatus.blocked, ErrorClass.mcp_unavailable),
+    "native_tool_use": (OutcomeStatus.blocked, ErrorClass.policy_violation),
+    "oversize_line": (OutcomeStatus.blocked, ErrorClass.policy_violation),  # its shell call printed the big line
+}
+
+
+def test_a_session_whose_bridge_never_listed_its_tools_is_blocked(tmp_path):
+    """cursor says nothing about MCP servers: the bridge's own trace is the readiness signal."""
+    out, _, _ = session(tmp_path, "mcp_failed")
+    assert (out.status, out.error_class) == (OutcomeStatus.blocked, ErrorClass.mcp_unavailable)
+    assert "the bridge never started" in out.message and out.text
+
+
+def test_an_unclean_audit_blocks_the_session(tmp_path):
+    out, _, _ = session(tmp_path, "native_tool_use")
+    assert (out.status, out.error_class) == (OutcomeStatus.blocked, ErrorClass.policy_violation)
+    assert not out.audit.clean and "native_shell" in out.message
 
 
 def test_session_carries_the_audit_verdict(tmp_path):
@@ -267,7 +294,7 @@ def test_bridge_calls_through_the_real_bridge(tmp_path):
     def call(cid, path, sub):
         args = {"name": "bridge-read_file", "args": {"path": path}, "toolName": "read_file", "providerIdentifier": "bridge"}
         return {"type": "tool_call", "subtype": sub, "call_id": cid, "tool_call": {"mcpToolCall": {"args": args}}}
-    scenario = {"steps": [
+    scenario = {"mcp": "connect", "steps": [
         {"emit": {"type": "system", "subtype": "init", "apiKeySource": "login", "model": "Auto", "session_id": "s"}},
         {"mcp_calls": [{"name": "read_file", "arguments": {"path": "README.md"}},
                        {"name": "read_file", "arguments": {"path": "../home/.cursor/mcp.json"}}], "server": "bridge"},

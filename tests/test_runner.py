@@ -83,7 +83,8 @@ def test_flagged_audit_exits_1(tmp_path):
                    "--prompt", "hi", "--json", "--run-dir", str(tmp_path / "run"))
     assert proc.returncode == 1, proc.stderr
     out = AgentOutcome.model_validate_json(proc.stdout)
-    assert out.ok and out.audit is not None and not out.audit.clean
+    assert out.status.value == "blocked" and out.error_class.value == "policy_violation"  # the audit decides (cursor)
+    assert out.audit is not None and not out.audit.clean
     assert "audit: FLAGGED" in proc.stderr
     assert "FLAGGED" in (tmp_path / "run" / "RUN_REPORT.md").read_text()
 

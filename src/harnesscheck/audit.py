@@ -14,12 +14,14 @@ listed but do not make a run unclean. Codes are stable strings:
   write_in_read_only          a native mutating tool ran in a read-only session
   unknown_native_tool         a native tool the audit cannot classify (fail closed)
   foreign_mcp_tool            an MCP tool of a server other than the bridge
-  unknown_tool_event          a tool-looking event of an unknown shape (format drift)
+  unknown_tool_event          a tool-looking event of an unknown shape (format drift; in
+                              DRIFT_CODES: it never ends a session by itself)
   unexplained_change          a worktree change not explained by a bridge write
   protected_path_changed      .git internals, .claude/, .codex/, hooks ... changed
   sentinel_changed            a sentinel file outside the scope changed or vanished
   sentinel_accessed           a native tool named a sentinel file
-  bridge_call_without_tool_use  the bridge served more calls than the CLI's log shows
+  bridge_call_without_tool_use  the bridge served more calls than the CLI's log shows (in
+                              DRIFT_CODES: each went through dispatch)
   event_log_empty             no JSON event at all: nothing could be audited
   native_tool_attempted       codex: the model called a built-in that codex refused, seen only
                               in its rollout file (raised by providers/codex.py, fail closed)
@@ -54,6 +56,13 @@ INFO_CODES: frozenset[str] = frozenset(
         "native_tools_offered",
     }
 )
+#: Violation codes that make a verdict unclean but are no evidence that anything ran outside
+#: the bridge (format drift; bridge calls, every one through dispatch, that the CLI's log does
+#: not show): they never end a session by themselves. Every other violation
+#: ends an ok session blocked/policy_violation where the audit is the backend's enforcement
+#: (`native_tools_audited`, providers/_harness.py `judge`); an unknown event must stay
+#: ignorable (conformance parse.unknown-events-ignored), and the verdict still says unclean.
+DRIFT_CODES: frozenset[str] = frozenset({"unknown_tool_event", "bridge_call_without_tool_use"})
 BRIDGE_SERVER = "bridge"
 CLIS: tuple[str, ...] = ("claude", "codex", "cursor")
 _CLI_ALIASES = {"claude-code": "claude", "cursor-agent": "cursor"}

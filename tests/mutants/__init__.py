@@ -80,7 +80,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.scripted:lacks_complete": _ids("selection.registry-builds-backend", "selection.complete-declines-tools"),
     # CLI harnesses (built on the claude-code / codex transports, run against the fake CLIs)
     "tests.mutants.codex:hides_its_builtins": _ids("audit.declines-builtins-honestly"),
-    "tests.mutants.codex:forgets_native_tool_calls": _ids("audit.native-tool-use-flagged"),
+    "tests.mutants.codex:forgets_native_tool_calls": _ids("audit.native-tool-use-flagged", "audit.declines-builtins-honestly"),
     "tests.mutants.codex:fails_an_unverified_model": _ids("usage.mismatch-policy-applied"),
     "tests.mutants.harness:leaves_stdin_open": _ids("time.stdin-not-left-open"),
     "tests.mutants.harness:loads_the_worktree_dotenv": _ids("env.worktree-not-cwd"),
@@ -101,7 +101,11 @@ MUTANTS: dict[str, frozenset[str]] = {
         # the recorded 2.1.197 answers a subscription 429 with `subtype: success` + is_error
         "errors.rate-limit-retryable",
     ),
-    "tests.mutants.harness:runs_on_when_the_bridge_failed": _ids("bridge.failed-load-ends-session"),
+    "tests.mutants.harness:runs_on_when_the_bridge_failed": _ids(
+        "bridge.failed-load-ends-session", "bridge.slow-start-not-toolless",
+    ),
+    "tests.mutants.cursor:runs_on_without_its_bridge": _ids("bridge.failed-load-ends-session"),
+    "tests.mutants.cursor:ends_ok_on_an_unclean_audit": _ids("audit.declines-builtins-honestly"),
     "tests.mutants.harness:drops_bridge_refusals": _ids(
         "scope.dotdot-refused", "scope.sibling-prefix-refused", "scope.symlink-leaf-refused",
         "scope.refusal-visible-to-model",
@@ -130,7 +134,9 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.harness:passes_os_environ_through": ("test_env.py", "stripped or argv or worktree"),
     "tests.mutants.harness:leaks_the_api_key_in_argv": ("test_env.py", "argv or nesting"),
     "tests.mutants.harness:trusts_subtype_success": ("test_errors.py test_parse.py", "not secret and not network"),
-    "tests.mutants.harness:runs_on_when_the_bridge_failed": ("test_bridge.py", "failed_load or only_bridge"),
+    "tests.mutants.harness:runs_on_when_the_bridge_failed": ("test_bridge.py", "failed_load or only_bridge or slow_start"),
+    "tests.mutants.cursor:runs_on_without_its_bridge": ("test_bridge.py", "failed_load or slow_start or only_bridge"),
+    "tests.mutants.cursor:ends_ok_on_an_unclean_audit": ("test_audit.py", "declines or native"),
     "tests.mutants.harness:drops_bridge_refusals": ("test_scope.py", "dotdot or sibling or symlink_leaf or in_tree or refusal_visible or bridge_reaches"),
     "tests.mutants.harness:kills_only_the_direct_child": ("test_time.py", "survivors"),
     "tests.mutants.harness:codex_kills_only_the_direct_child": ("test_time.py", "survivors"),
@@ -165,6 +171,4 @@ UNCAUGHT: dict[str, str] = {
     "parse.oversize-line-bounded": "the line bound is enforced by the shared runner before any parser sees a line; a "
     "transport cannot make it unbounded",
     "parse.truncated-last-line": "the runner drops an unterminated last line for every transport; a parser never sees it",
-    "bridge.slow-start-not-toolless": "the fake CLI reports a slow bridge as connected once it answers; a blind parser "
-    "passes it too (runs_on_when_the_bridge_failed is caught by bridge.failed-load-ends-session instead)",
 }

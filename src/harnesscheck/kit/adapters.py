@@ -567,6 +567,11 @@ class BackendUnderTest:
     def mcp_servers(self, run: SessionRun) -> dict[str, dict]:
         return {}
 
+    def bridge_loaded(self, run: SessionRun) -> bool:
+        """Whether the bridge listed its tools to a client in this run, by its own trace
+        (`bridge_listed` records in `run.trace`): the tools were there for the model."""
+        return any(r.get("event") == "bridge_listed" for r in run.trace)
+
     def system_seen(self, run: SessionRun) -> str | None:
         """The system prompt the model received in the run."""
         raise SkipCell("adapter-not-implemented", f"the kit cannot see {self.spec.id}'s system prompt at {self.level}")

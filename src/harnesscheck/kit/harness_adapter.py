@@ -126,6 +126,12 @@ def stall_text(cli: str, scenario: dict) -> str | None:
     return None
 
 
+#: CLIs whose recorded `mcp_slow` is a session that waited for its slow bridge and then used
+#: it (codex: a `required = true` server is started before the first turn; the recording
+#: keeps only the delay). The replay starts the bridge for real, so its trace shows the wait
+#: ended with the tools listed. (cursor's fixtures say `"mcp": "connect"` themselves.)
+WAITS_FOR_BRIDGE = frozenset({"codex"})
+
 #: Step actions after which the fake has written a stdout line (see fake_clis/_fakecli.py).
 OUTPUT_ACTIONS = frozenset({"emit", "noise", "oversize", "raw", "invalid_utf8"})
 
@@ -299,6 +305,12 @@ class HarnessAdapter(BackendUnderTest):
                              {"ignore_sigterm": True}, *steps[hang:]]
             fake = self.install_fake(data, echo=echo)
             facts = Facts(partial_text=stall_text(self.fake_name, data))
+        elif scenario == "mcp_slow" and self.fake_name in WAITS_FOR_BRIDGE:
+            # A CLI that waits for its bridge before the first turn really started it: so does the fake.
+            data = self.load_fixture(scenario)
+            data["mcp"] = "connect"
+            fake = self.install_fake(data, echo=echo)
+            facts = None
         else:
             fake = self.install_fake(scenario, echo=echo)
             facts = None

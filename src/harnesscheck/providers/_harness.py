@@ -264,6 +264,12 @@ class _Tracer:
             close()
 
 
+def _failed(outcome: AgentOutcome, cls: ErrorClass, why: str) -> AgentOutcome:
+    """An ok outcome turned blocked with `cls`; what the session said stays in the message."""
+    message = "; ".join(p for p in (why, outcome.message) if p)
+    return outcome.model_copy(update={"status": OutcomeStatus.blocked, "error_class": cls, "retryable": False, "message": message})
+
+
 class HarnessTransport:
     """Glue between a CLI's argv/parser and run_process. Subclasses: ClaudeCodeTransport, ..."""
 
@@ -276,6 +282,10 @@ class HarnessTransport:
     #: A bound for one bridge tool result tighter than the scope's, or None (see
     #: new_session_context); a subclass sets it when its CLI mangles bigger results.
     result_cap: int | None = None
+    #: The CLI reports no bridge status of its own (cursor): readiness is read from the bridge's
+    #: trace after the session (see judge). claude reports it in system/init and codex refuses
+    #: to start without its required server; their parsers fail closed on those signals.
+    readiness_from_trace: bool = False
 
     def __init__(
         self,
@@ -433,10 +443,41 @@ class HarnessTransport:
                 shutil.rmtree(path, ignore_errors=True)
 
     def judge(self, outcome: AgentOutcome, ctx: SessionContext, *, tool_less: bool) -> AgentOutcome:
-        """The verdicts every harness applies last, the same for every CLI: the served-model
-        guard (providers/_guard.py, HARNESS_MODEL_MISMATCH)."""
+        """The verdicts every harness applies last, in this order, each only to a session
+        still ok (an earlier failure keeps its own class):
+
+        1. bridge readiness from the bridge's own trace, for a CLI that reports none itself
+           (`readiness_from_trace`): a session with tools whose bridge never listed its
+           tools ran without them -> blocked/mcp_unavailable (bridge/readiness.py);
+        2. the audit, for a backend whose enforcement it is (`native_tools_audited`: its
+           built-ins cannot be switched off): an unclean verdict -> blocked/policy_violation,
+           the message naming the flags, so a library host need not re-derive it; unless its
+           only violations are drift (audit.DRIFT_CODES: format drift, a log gap), which the message notes;
+        3. the served-model guard (providers/_guard.py, HARNESS_MODEL_MISMATCH).
+        """
+        from harnesscheck.contracts import Capability
         from harnesscheck.providers._guard import apply_model_guard
 
+        if outcome.ok and self.readiness_from_trace and not tool_less and ctx.bridge_trace is not None and ctx.scope is not None:
+            if ctx.scope.tool_names():
+                from harnesscheck.bridge.readiness import bridge_listed
+
+                ready = bridge_listed(ctx.bridge_trace, ctx.session_id)
+                if not ready.ready:
+                    outcome = _failed(outcome, ErrorClass.mcp_unavailable,
+                                      f"{ready.reason}: the session ran without the host's tools (never proceed tool-less)")
+        audit = outcome.audit
+        if outcome.ok and audit is not None and not audit.clean and self.spec.supports(Capability.native_tools_audited):
+            from harnesscheck.audit import DRIFT_CODES, INFO_CODES
+
+            codes = sorted({f.code for f in audit.flags if f.code not in INFO_CODES})
+            if not codes or set(codes) - DRIFT_CODES:
+                outcome = _failed(outcome, ErrorClass.policy_violation,
+                                  f"the post-run audit is unclean ({', '.join(codes) or 'flagged'}): the CLI's built-ins "
+                                  "cannot be switched off, so the audit's verdict is the session's")
+            else:
+                note = f"audit unclean by drift only ({', '.join(codes)}): nothing is known to have run outside the bridge"
+                outcome = outcome.model_copy(update={"message": "; ".join(p for p in (outcome.message, note) if p)})
         return apply_model_guard(outcome, self.settings.model_mismatch)
 
     def _finish(self, outcome: AgentOutcome, ctx: SessionContext, result: Any, info: Any, redact: Callable) -> AgentOutcome:

@@ -10,6 +10,10 @@ Requirements kept here (doc/SPEC-cursor.md):
   `.cursor/mcp.json`); HOME is a per-run directory, so the user's `~/.cursor/mcp.json`,
   `cli-config.json` and rules are not read. Only the login file
   `~/.config/cursor/auth.json` is linked in, when it exists.
+- Readiness fails closed: the stream reports no MCP status, so after a session with tools
+  the bridge's own trace must show its tools listed, else blocked/mcp_unavailable; and the
+  audit is the enforcement: an unclean verdict ends the session blocked/policy_violation
+  (both in the base's `judge`).
 - The parser is pure. `result` is the terminal event (`is_error` before `subtype`, the
   event before the exit code); the process gets a short linger after it and is then
   killed with its tree. `system/init.apiKeySource` other than `login` stops the session
@@ -350,6 +354,10 @@ def subscription_auth_file(parent_env: dict[str, str]) -> Path | None:
 
 class CursorTransport(HarnessTransport):
     """`cursor-agent --print --output-format stream-json` with a per-run HOME. See the module docstring."""
+
+    #: cursor's stream says nothing about MCP servers: the bridge's own trace is the only
+    #: readiness signal (bridge/readiness.py bridge_listed), read after the session.
+    readiness_from_trace = True
 
     def __init__(self, spec, settings=None, **kwargs):
         super().__init__(spec, settings, **kwargs)
