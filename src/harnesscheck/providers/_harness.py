@@ -118,6 +118,28 @@ def _inside(path: Path, root: Path) -> bool:
         return False
 
 
+#: Where a scratch dir may go when the temp dir is inside the scope root (e.g. root=/tmp),
+#: in order after `tempfile.gettempdir()`. None of them inside the root: the root is refused.
+SCRATCH_BASES: tuple[str, ...] = ("/var/tmp", "/dev/shm", "/tmp")
+
+
+def scratch_dir(root: Path, prefix: str) -> Path:
+    """A new private (0700) temp dir that is not inside the scope root `root`: the temp dir
+    when it is outside, else the first of SCRATCH_BASES that is. A root containing all of
+    them (e.g. `/`) is refused up front with a usage error (ConfigError), before anything runs."""
+    tried = []
+    for base in (tempfile.gettempdir(), *SCRATCH_BASES):
+        if base in tried:
+            continue
+        tried.append(base)
+        if os.path.isdir(base) and os.access(base, os.W_OK | os.X_OK) and not _inside(Path(base), root):
+            return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+    raise ConfigError(
+        f"the scope root {root} contains every scratch location ({', '.join(tried)})",
+        "give a narrower root (the worktree itself), or set TMPDIR to a directory outside it",
+    )
+
+
 def new_session_context(
     request: AgentSessionRequest, backend: str, *, tool_less: bool = False, result_cap: int | None = None
 ) -> SessionContext:
@@ -131,12 +153,12 @@ def new_session_context(
         run_dir = Path(request.run_dir).absolute()
         run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     else:
-        run_dir = Path(tempfile.mkdtemp(prefix=f"harnesscheck-{backend}-"))
+        run_dir = scratch_dir(request.scope.root, f"harnesscheck-{backend}-")  # never inside the worktree
     root = request.scope.root
     cwd = run_dir / "cwd"
     if _inside(run_dir, root) or _inside(root, run_dir):
         # A CLI walks up from its cwd for instruction files: never start it under the worktree.
-        cwd = Path(tempfile.mkdtemp(prefix=f"harnesscheck-{backend}-cwd-"))
+        cwd = scratch_dir(root, f"harnesscheck-{backend}-cwd-")
         cleanup.append(cwd)
     else:
         if cwd.exists():
