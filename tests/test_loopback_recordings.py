@@ -183,3 +183,36 @@ def test_to_fixture_scrubs_and_keeps_what_the_cli_said(tmp_path):
     assert fx["steps"][-1] == {"hang": True}
     assert DUMMY_KEY not in text and "45678" not in text and str(tmp_path) not in text
     assert fx["provenance"]["source"] == "loopback-recording" and "cannot start" in fx["provenance"]["notes"]
+
+
+def test_recordings_keep_every_fact_a_classification_reads(tmp_path):
+    """A server status other than connected (2.1.332's `pending`), a field the placeholder
+    would drop (`source`), survive recording literally; a messaging socket path in a short
+    private runtime dir is scrubbed like the run dir."""
+    from types import SimpleNamespace
+
+    from harnesscheck.loopback.record import Recipe, Recording, to_fixture
+
+    run = tmp_path / "harnesscheck-record-xyz"
+    pending = {"type": "system", "subtype": "init", "cwd": f"{run}/run/cwd", "tools": ["mcp__bridge__read_file"], "model": "m-1",
+               "mcp_servers": [{"name": "bridge", "status": "pending", "source": "dynamic"}],
+               "messaging_socket_path": "/tmp/hc-rt-a1b2c3/cc-socks/4242.sock"}
+    connected = dict(pending, mcp_servers=[{"name": "bridge", "status": "connected", "source": "dynamic"}],
+                     messaging_socket_path=f"{run}/run/runtime/cc-socks/4242.sock")
+    outcome = SimpleNamespace(
+        status=SimpleNamespace(value="ok"), error_class=None,
+        usage=SimpleNamespace(input=0, output=0, cache_read=0, cache_write=0), served_model=None,
+        model_verdict=SimpleNamespace(value="unverified"), tools_used=[], native_tool_calls=[], refusals=[],
+    )
+    rec = Recording(
+        backend="claude-code", cli="claude", scenario="success", cli_version="2.1.332",
+        lines=[json.dumps(pending), json.dumps(connected)], exit_code=0, ended_by_host=False, outcome=outcome,
+        machine_paths=[(f"{run}/run/cwd", "{{cwd}}"), (str(run), "<run-dir>")], recipe=Recipe(),
+    )
+    fx = to_fixture(rec)
+    first, second = fx["steps"][0]["emit"], fx["steps"][1]["emit"]
+    assert first["mcp_servers"] == [{"name": "bridge", "status": "pending", "source": "dynamic"}]
+    assert second["mcp_servers"] == [{"name": "bridge", "status": "connected", "source": "dynamic"}]
+    assert first["messaging_socket_path"] == "<runtime-dir>/cc-socks/4242.sock"
+    assert second["messaging_socket_path"] == "<run-dir>/run/runtime/cc-socks/4242.sock"
+    assert "/tmp/" not in json.dumps(fx)

@@ -204,9 +204,11 @@ def run_session(request, settings: Settings | None = None, **kwargs):
 #: `claude-code==2.1.332`: a backend at a named CLI release (its own matrix column).
 VARIANT_SEP = "=="
 
-#: Releases verified beside the pin while they are still in use: each is a second matrix
-#: column (`ID==VERSION`) that `install-clis` installs and the loopback level runs by default.
-SECOND_COLUMNS: dict[str, tuple[str, ...]] = {"claude-code": ("2.1.197",)}
+#: Releases verified beside the pin: each is a second matrix column (`ID==VERSION`) that
+#: `install-clis` installs and the loopback level runs by default. claude 2.1.332 is npm's
+#: latest (2026-12-01); the pin stays 2.1.197 while the shared CLI caches and the recorded
+#: fixtures are 2.1.197's (doc/SPEC-loopback.md, Versions).
+SECOND_COLUMNS: dict[str, tuple[str, ...]] = {"claude-code": ("2.1.332",)}
 
 
 def version_variant(spec: ProviderSpec, version: str) -> ProviderSpec:

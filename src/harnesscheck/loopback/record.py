@@ -450,7 +450,13 @@ def scrub_line(line: str, machine_paths: list[tuple[str, str]]) -> str:
         if value and value not in ("/", "."):
             out = out.replace(value, placeholder)
     out = _PORT_RE.sub(r"\1:PORT", out)
+    out = _RUNTIME_RE.sub("<runtime-dir>", out)  # a short private runtime dir outside a deep run dir
     return redact(out, extra_secrets=[DUMMY_KEY])
+
+
+#: envpolicy.private_temp_dirs' runtime dir when the run dir is too deep for a socket path
+#: (claude 2.1.332's init `messaging_socket_path` names a socket in it).
+_RUNTIME_RE = re.compile(r"/tmp/hc-rt-[A-Za-z0-9_]+")
 
 
 def _claude_placeholders(event: dict, default_model: str | None) -> dict:
@@ -463,7 +469,11 @@ def _claude_placeholders(event: dict, default_model: str | None) -> dict:
         if isinstance(tools, list) and tools and all(str(t).startswith("mcp__bridge__") for t in tools):
             event["tools"] = "{{allowed_tools}}"
         servers = event.get("mcp_servers")
-        if isinstance(servers, list) and servers and all(isinstance(s, dict) and s.get("status") == "connected" for s in servers):
+        # the placeholder replays `{name, status: connected}` only: any other status (failed,
+        # pending) or field (2.1.332's `source`) a classification may read stays literal
+        if isinstance(servers, list) and servers and all(
+            isinstance(s, dict) and s.get("status") == "connected" and set(s) == {"name", "status"} for s in servers
+        ):
             event["mcp_servers"] = "{{mcp_server_names}}"
         if event.get("model") == default_model:
             event["model"] = "{{model}}"
