@@ -164,3 +164,14 @@ def test_check_reports_a_pin_behind_latest(monkeypatch, capsys):
     assert "@anthropic-ai/claude-code@2.1.332 asks Node >=22.0.0" in out
     answers[("@anthropic-ai/claude-code", "dist-tags.latest")] = "2.1.197"
     assert install.check_command() == 0
+
+
+def test_doctor_warns_of_credential_files_at_a_fixed_path():
+    """claude reads /home/claude/.claude/remote/.api_key (strace, 2.1.197 and 2.1.332) whatever HOME says."""
+    from harnesscheck import doctor
+
+    spec = get_spec("claude-code")
+    assert doctor.check_fixed_credential_files(spec, present=lambda p: False) == []
+    warn = doctor.check_fixed_credential_files(spec, present=lambda p: p.endswith(".api_key"))
+    assert [c.status for c in warn] == [doctor.WARN] and "/home/claude/.claude/remote/.api_key" in warn[0].detail
+    assert doctor.check_fixed_credential_files(get_spec("codex"), present=lambda p: True) == []

@@ -130,6 +130,27 @@ def check_verified(spec, found: str) -> Check:
                  f"harnesscheck verify --backend {spec.id}=={version} --level loopback")
 
 
+#: Credential files a CLI reads from a fixed path, whatever HOME or its config dir say (seen
+#: with strace at loopback: claude 2.1.197 and 2.1.332 open `.api_key` and
+#: `.session_ingress_token` there at start-up; the binary also names `.oauth_token`). Doctor
+#: only says whether they exist, never reads them.
+FIXED_CREDENTIAL_FILES: dict[str, tuple[str, ...]] = {
+    "claude-code": tuple(f"/home/claude/.claude/remote/{n}" for n in (".api_key", ".oauth_token", ".session_ingress_token")),
+}
+
+
+def check_fixed_credential_files(spec, present=os.path.lexists) -> list[Check]:
+    """A credential file at a hard-coded path outside the private HOME would authenticate
+    the CLI past the transport's private config (an API key bills the key): warn, by path."""
+    found = [f for f in FIXED_CREDENTIAL_FILES.get(spec.id.partition("==")[0], ()) if present(f)]
+    if not found:
+        return []
+    return [Check(spec.id, "fixed-credentials", WARN,
+                  f"{spec.cli_name} reads credentials from a fixed path outside its private HOME, and these exist: {', '.join(found)}",
+                  "remove them on a machine that runs harnesscheck (the transport's subscription guard blocks an "
+                  "apiKeySource it did not set, but the CLI reads the file first)")]
+
+
 def _version_stderr(path: Path) -> str:
     """The first line `<cli> --version` wrote to stderr (redacted), to say why it failed."""
     from harnesscheck.envpolicy import redact
@@ -374,6 +395,7 @@ def run_doctor(backends: list[str], probe: bool, environ: dict[str, str] | None 
         if spec.kind is Kind.harness and spec.cli_name:
             bin_checks, cli_info = check_binary(spec, spec_settings, selected)
             checks.extend(bin_checks)
+            checks.extend(check_fixed_credential_files(spec))
         checks.extend(check_credentials(spec, spec_settings, env, selected, cli_info))
         if probe:
             if not selected:
