@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from harnesscheck.contracts import OutcomeStatus
+from harnesscheck.contracts import Capability as C
+from harnesscheck.contracts import ModelVerdict, OutcomeStatus
 from harnesscheck.kit.catalog import check
 
 LIVE = ("live",)
@@ -17,6 +18,11 @@ def test_smoke_answers(but):
     o = run.outcome
     assert o.status == OutcomeStatus.ok, f"{o.status}/{o.error_class}: {o.message}"
     assert not [k for k, v in canaries.items() if v in run.outcome_and_artifacts()], "a canary leaked"
+    if but.spec.supports(C.auth_preflight):
+        assert o.auth_source, "the backend declares auth_preflight but the outcome names no auth source"
+    if but.spec.supports(C.served_model_reporting):
+        assert o.served_model, "the backend declares served_model_reporting but the outcome names no served model"
+        assert o.model_verdict != ModelVerdict.mismatch, f"served {o.served_model!r} for {o.requested_model!r}"
 
 
 @check("live.smoke-refuses-outside", levels=LIVE, incident=["P1", "G4", "I2"])
@@ -27,3 +33,9 @@ def test_smoke_refuses_outside(but):
     run = but.run("tool_calls", prompt=prompt, workspace=ws, read_only=True)
     assert ws.canary not in run.outcome_and_artifacts(), "the sentinel's bytes reached the outcome"
     assert ws.outside_unchanged()
+    refused = [r for r in run.outcome.refusals if r.tool == "read_file"]
+    assert refused, (
+        f"no read_file refusal in the outcome (tool calls {run.outcome.tool_calls}, refusals "
+        f"{[r.code for r in run.outcome.refusals]}): either the model never asked for the outside file, so "
+        "nothing was judged, or the backend does not report the refusals dispatch made"
+    )

@@ -38,8 +38,9 @@ def test_truncated_last_line(but):
 @check("parse.oversize-line-bounded", kinds=[Kind.harness], incident=["D1", "D7"])
 def test_oversize_line_bounded(but):
     """A multi-MiB line is parsed, or fails with a typed protocol error naming the limit: never a hang or crash.
-    (Parsed through to the terminal event, the session may still end blocked/policy_violation: the
-    fixtures print the line from a native shell call, which an audited backend's audit rejects.)"""
+
+    Parsed through to the terminal event, the session may still end blocked/policy_violation: the
+    fixtures print the line from a native shell call, which an audited backend's audit rejects."""
     run = but.run("oversize_line", timeout_s=120)
     o = run.outcome
     parsed = o.status == OutcomeStatus.ok or (o.error_class == E.policy_violation and o.terminal_event_seen)

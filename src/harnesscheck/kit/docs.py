@@ -79,7 +79,62 @@ def catalog_markdown(catalog: dict[str, CheckInfo]) -> str:
             lines.append(
                 f"| `{c.id}` | {c.requirement} | {requires} | {kinds} | {', '.join(c.levels)} | {', '.join(c.incidents) or '—'} |"
             )
+    tables = _mutant_tables()
+    if tables is not None:  # a checkout (the mutants are not in the wheel)
+        lines += kill_rate_markdown(catalog, *tables)
     return "\n".join(lines) + "\n"
+
+
+def _mutant_tables():
+    """(MUTANTS, UNCAUGHT) from the checkout's tests/mutants, or None where it is absent (a wheel)."""
+    import importlib
+
+    repo = Path(__file__).resolve().parents[3]
+    if not (repo / "tests" / "mutants" / "__init__.py").is_file():
+        return None
+    if str(repo) not in sys.path:
+        sys.path.insert(0, str(repo))
+    module = importlib.import_module("tests.mutants")
+    return module.MUTANTS, module.UNCAUGHT
+
+
+def kill_rate_markdown(catalog: dict[str, CheckInfo], mutants: dict[str, frozenset[str]],
+                       uncaught: dict[str, str]) -> list[str]:
+    """Per area: the known-bad backends aimed at it and how many the suite catches, and which
+    of its checks catch at least one (else why not). A mutant's area is that of most of the
+    checks it must fail; it counts as caught when it fails at least one check
+    (tests/test_kit_mutants.py proves each fails exactly its listed checks)."""
+    home: dict[str, str] = {}
+    for ref, ids in mutants.items():
+        areas = sorted(catalog[i].area for i in ids if i in catalog)
+        home[ref] = max(sorted(set(areas)), key=areas.count) if areas else "?"
+    killing = set().union(*mutants.values()) if mutants else set()
+    lines = [
+        "", "## Mutant kill-rate", "",
+        f"Generated from `tests/mutants` ({len(mutants)} known-bad backends; `tests/test_kit_mutants.py` proves each "
+        "fails exactly the checks listed for it). **mutants**: caught / aimed at the area (a mutant's area is that of "
+        "most of the checks it fails); **checks**: offline checks that catch at least one mutant / offline checks. "
+        "A check that runs only at the loopback or live level is out of the offline mutants' reach by construction.",
+        "", "| area | mutants caught | kill-rate | offline checks catching a mutant | not caught, and why |",
+        "|---|---|---|---|---|",
+    ]
+    for area in AREAS:
+        checks = [c for c in catalog.values() if c.area == area]
+        if not checks:
+            continue
+        aimed = [r for r in mutants if home[r] == area]
+        caught = [r for r in aimed if mutants[r]]
+        offline = [c.id for c in checks if "offline" in c.levels]
+        hit = [c for c in offline if c in killing]
+        rate = f"{100 * len(caught) / len(aimed):.0f}%" if aimed else "—"
+        why = [f"`{c}`: {uncaught.get(c, 'NOT LISTED (a kit bug)')}" for c in sorted(set(offline) - killing)]
+        why += [f"`{c.id}`: runs only at {', '.join(c.levels)}" for c in sorted(checks, key=lambda c: c.id)
+                if "offline" not in c.levels]
+        lines.append(f"| `{area}` | {len(caught)} / {len(aimed)} | {rate} | {len(hit)} / {len(offline)} | "
+                     f"{'<br>'.join(why) or '—'} |")
+    total = [r for r in mutants if mutants[r]]
+    lines += ["", f"In all: {len(total)} of {len(mutants)} mutants caught."]
+    return lines
 
 
 def traceability_markdown(catalog: dict[str, CheckInfo]) -> str:
