@@ -1,5 +1,5 @@
 """The baseline is strict both ways: a listed failure is xfailed, a listed pass fails the run,
-an expired entry fails the run, an unknown id is a usage error; --write-baseline writes one."""
+an expired entry fails the run, an unknown id is a usage error; --hc-write-baseline writes one."""
 
 from __future__ import annotations
 
@@ -30,14 +30,14 @@ def test_unlisted_failure_fails_the_run(tmp_path):
 
 def test_listed_failure_is_xfailed(tmp_path):
     path = _baseline(tmp_path, [{"id": CHECK, "backend": "mutant-SumsUsagePerStreamedLine", "reason": "upstream-bug"}])
-    code, report, out = run_suite(tmp_path, "--backend", MUTANT, "--baseline", str(path), *SELECT)
+    code, report, out = run_suite(tmp_path, "--backend", MUTANT, "--hc-baseline", str(path), *SELECT)
     assert code == 0, out
     assert [(c["outcome"], c["reason"]) for c in report["cells"]] == [("xfailed", "upstream-bug")]
 
 
 def test_listed_pass_fails_the_run(tmp_path):
     path = _baseline(tmp_path, [{"id": CHECK, "reason": "upstream-bug"}])
-    code, report, out = run_suite(tmp_path, "--backend", "fake", "--baseline", str(path), *SELECT)
+    code, report, out = run_suite(tmp_path, "--backend", "fake", "--hc-baseline", str(path), *SELECT)
     assert code == 1, out
     assert report["cells"][0]["outcome"] == "failed" and "passed" in report["cells"][0]["message"]
 
@@ -45,25 +45,25 @@ def test_listed_pass_fails_the_run(tmp_path):
 def test_expired_entry_fails_the_run(tmp_path):
     yesterday = (date.today() - timedelta(days=1)).isoformat()
     path = _baseline(tmp_path, [{"id": CHECK, "backend": "mutant-SumsUsagePerStreamedLine", "reason": "upstream-bug", "expires": yesterday}])
-    code, report, out = run_suite(tmp_path, "--backend", MUTANT, "--baseline", str(path), *SELECT)
+    code, report, out = run_suite(tmp_path, "--backend", MUTANT, "--hc-baseline", str(path), *SELECT)
     assert code == 1, out
     assert any("expired" in p for p in report["problems"])
 
 
 def test_unknown_id_is_a_usage_error(tmp_path):
     path = _baseline(tmp_path, [{"id": "usage.no-such-check", "reason": "upstream-bug"}])
-    code, _, out = run_suite(tmp_path, "--backend", "fake", "--baseline", str(path), *SELECT)
+    code, _, out = run_suite(tmp_path, "--backend", "fake", "--hc-baseline", str(path), *SELECT)
     assert code == 4, out  # pytest's usage-error exit; `harnesscheck verify` maps it to 2
     assert "unknown check id" in out
 
 
 def test_write_baseline_round_trips(tmp_path):
     written = tmp_path / "new-baseline.toml"
-    code, _, out = run_suite(tmp_path, "--backend", MUTANT, "--write-baseline", str(written), *SELECT)
+    code, _, out = run_suite(tmp_path, "--backend", MUTANT, "--hc-write-baseline", str(written), *SELECT)
     assert code == 1, out
     baseline = load_baseline(written)
     assert [(e.id, e.backend, e.level) for e in baseline.entries] == [(CHECK, "mutant-SumsUsagePerStreamedLine", "offline")]
-    code, report, out = run_suite(tmp_path, "--backend", MUTANT, "--baseline", str(written), *SELECT)
+    code, report, out = run_suite(tmp_path, "--backend", MUTANT, "--hc-baseline", str(written), *SELECT)
     assert code == 0, out
 
 

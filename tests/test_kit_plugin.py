@@ -142,8 +142,15 @@ def test_cells_run_scripted_then_harness_then_api_and_nothing_else_moves():
     from harnesscheck.kit import plugin
     from harnesscheck.registry import BUILTIN_SPECS
 
+    from harnesscheck.kit.catalog import ATTR, CheckInfo
+
+    def fn():
+        f = lambda: None  # noqa: E731
+        setattr(f, ATTR, CheckInfo(id="time.x", requirement="r", area="time"))
+        return f
+
     def item(backend, n):
-        return SimpleNamespace(n=n, callspec=SimpleNamespace(params={"but": (BUILTIN_SPECS[backend], "offline")}))
+        return SimpleNamespace(n=n, function=fn(), callspec=SimpleNamespace(params={"but": (BUILTIN_SPECS[backend], "offline")}))
 
     items = [item("api", 0), item("codex", 1), SimpleNamespace(n=2), item("api", 3), item("fake", 4), item("cursor", 5)]
     items.sort(key=plugin._run_order)
@@ -172,8 +179,10 @@ def test_only_xdist_workers_spread_the_paced_cells_then_cells_still_run_by_kind(
         plugin.pytest_collection_modifyitems(config, items)
         return [i.n for i in items]
 
-    serial = SimpleNamespace(option=SimpleNamespace(dist="no"))
-    worker = SimpleNamespace(option=SimpleNamespace(dist="no"), workerinput={"workerid": "gw0"})
+    kit_run = {plugin._STATE: {"kit": True}}
+    serial = SimpleNamespace(option=SimpleNamespace(dist="no"), stash=kit_run, getoption=lambda name: [])
+    worker = SimpleNamespace(option=SimpleNamespace(dist="no"), workerinput={"workerid": "gw0"}, stash=kit_run,
+                             getoption=lambda name: [])
     assert order(serial) == [8, 9, 0, 1, 2, 3, 4, 5, 6, 7]
     # spread over the run, then grouped by kind: harness, api, then the in-process cells
     assert order(worker) == [2, 3, 0, 4, 5, 1, 6, 7, 8, 9]
@@ -194,3 +203,152 @@ def test_the_xdist_controller_reads_the_catalog_without_rewriting_its_asserts():
     assert sys.meta_path == before
     with plugin._plain_imports(False):
         assert sys.meta_path == before
+
+
+# ---------------------------------------------------------------------------------------
+# A plugin that never breaks its host (doc/SPEC-kit.md, "The plugin in another project")
+
+HOST_CONFTEST = '''
+import pytest
+
+def pytest_addoption(parser):
+    parser.addoption("--backend", default="sqlite", help="the host project's own database backend")
+    parser.addoption("--level", type=int, default=1, help="the host project's own level")
+
+@pytest.fixture
+def backend(request):
+    return request.config.getoption("--backend")
+'''
+
+HOST_TESTS = '''
+def test_its_own_options(backend, request):
+    assert backend == "postgres" and request.config.getoption("--level") == 3
+
+def test_no_fixture_from_harnesscheck(request):
+    import pytest
+    with pytest.raises(pytest.FixtureLookupError):
+        request.getfixturevalue("but")
+'''
+
+
+def _host_pytest(host, *args: str):
+    """pytest in the host project, every installed plugin autoloaded (harnesscheck's included)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HARNESS"))}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=host, env=env,
+                          capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_a_host_project_with_its_own_backend_option_stays_green_and_can_still_run_the_suite(tmp_path):
+    import json
+
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "conftest.py").write_text(HOST_CONFTEST)
+    (host / "test_host.py").write_text(HOST_TESTS)
+    code, out = _host_pytest(host, "-q", "--backend", "postgres", "--level", "3", "-W", "error", "--strict-markers")
+    assert code == 0 and "2 passed" in out, out
+    assert "harnesscheck" not in out, "no header, no note from the kit in a run that is not the suite's"
+    code, out = _host_pytest(host, "--markers")
+    assert code == 0 and "conformance:" not in out and "live:" not in out, "markers only in a run of the suite"
+    code, out = _host_pytest(host, "--help")
+    assert code == 0 and "the host project's own database backend" in out and "--hc-backend" in out
+    assert "short for --hc-backend" not in out and "short for --hc-level" not in out, "the host owns the short names"
+    for internal in ("--hc-bridge-template", "--hc-exit-fast", "--hc-progress"):
+        assert internal not in out, f"{internal} is internal: hidden from --help"
+    # the documented spelling runs the suite shipped in the package, in that same project
+    report = tmp_path / "report.json"
+    code, out = _host_pytest(host, "-q", "-m", "conformance", "--hc-backend", "fake", "--hc-level", "offline",
+                             "--hc-check", "selection.registry-builds-backend", "--hc-report", str(report))
+    assert code == 0, out
+    assert [(c["check"], c["outcome"]) for c in json.loads(report.read_text())["cells"]] == [
+        ("selection.registry-builds-backend", "passed")]
+
+
+def test_short_names_work_where_the_project_does_not_own_them(tmp_path):
+    """This project defines no --backend: the README's spelling is the kit's (as run_suite uses it)."""
+    code, report, out = run_suite(tmp_path, "--backend", "fake", "--level", "offline", "-k", "registry_builds", files=())
+    assert code == 0, out
+    assert [c["check"] for c in report["cells"]] == ["selection.registry-builds-backend"]
+    code, _, out = run_suite(tmp_path, "--help", files=())
+    assert "short for --hc-backend" in out and "--hc-exit-fast" not in out and "--hc-bridge-template" not in out
+
+
+def test_a_project_whose_venv_holds_harnesscheck_does_not_collect_the_suite(tmp_path):
+    """A run of a folder above the suite counts as the suite's only if pytest recurses into it."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from harnesscheck.kit import plugin
+
+    suite = tmp_path / "proj" / ".venv" / "lib" / "site-packages" / "harnesscheck" / "_data" / "conformance"
+    suite.mkdir(parents=True)
+    (tmp_path / "proj" / "venv2").mkdir()
+    (tmp_path / "proj" / "venv2" / "pyvenv.cfg").write_text("")
+    other = tmp_path / "proj" / "venv2" / "conformance"
+    config = SimpleNamespace(getini=lambda name: [".*", "venv", "node_modules"], getoption=lambda name, default=None: default)
+    assert not plugin._recursed_into(config, tmp_path / "proj", suite)  # through .venv
+    assert not plugin._recursed_into(config, tmp_path / "proj", other)  # through a virtualenv
+    assert plugin._recursed_into(config, tmp_path, tmp_path / "src" / "conformance")
+    assert Path(plugin.__file__).name == "plugin.py"
+
+
+def test_a_foreign_parameter_named_but_is_not_a_cell():
+    from types import SimpleNamespace
+
+    from harnesscheck.kit import plugin
+
+    foreign = SimpleNamespace(function=lambda but: None, callspec=SimpleNamespace(params={"but": ("x", "y")}))
+    assert plugin._cell_of(foreign) is None
+
+
+def test_hc_check_selects_the_cells_of_one_check_and_refuses_an_unknown_id(tmp_path):
+    code, report, out = run_suite(tmp_path, "--hc-backend", "fake", "--hc-backend", "codex",
+                                  "--hc-check", "parity.outcome-schema", "--hc-check", "selection.registry-builds-backend")
+    assert code == 0, out
+    assert sorted((c["check"], c["backend"]) for c in report["cells"]) == [
+        ("parity.outcome-schema", "codex"), ("parity.outcome-schema", "fake"),
+        ("selection.registry-builds-backend", "codex"), ("selection.registry-builds-backend", "fake")]
+    code, _, out = run_suite(tmp_path, "--hc-backend", "fake", "--hc-check", "scope.no-such-check")
+    assert code == 4 and "no such check: scope.no-such-check" in out, out
+
+
+def test_native_junitxml_carries_each_cells_check_id_backend_and_level(tmp_path):
+    from xml.etree import ElementTree as ET
+
+    for jobs in ("0", "2"):
+        xml = tmp_path / f"junit-{jobs}.xml"
+        code, report, out = run_suite(tmp_path, "--hc-backend", "fake", "-k", "parity or vendor_cost", "-n", jobs,
+                                      "--junitxml", str(xml), "-o", "junit_family=xunit1")
+        assert code == 0, out
+        root = ET.parse(xml).getroot()
+        cases = {}
+        for case in root.iter("testcase"):
+            props = {p.get("name"): p.get("value") for p in case.iter("property")}
+            cases[props["check_id"]] = (props["backend"], props["level"], case.find("skipped") is not None)
+        assert cases == {"parity.outcome-schema": ("fake", "offline", False),
+                         "parity.refusal-codes-match-dispatch": ("fake", "offline", False),
+                         "usage.vendor-cost-reported": ("fake", "offline", True)}, jobs
+        suite_props = {p.get("name"): p.get("value") for p in root.find("testsuite").find("properties").iter("property")}
+        assert suite_props["harnesscheck_catalog_hash"] == report["header"]["catalog_hash"]
+        assert "harnesscheck_cell" not in xml.read_text(), "the cell record is not written as a property"
+
+
+def test_live_without_a_named_backend_says_nothing_was_verified_and_require_run_fails_it(tmp_path):
+    code, report, out = run_suite(tmp_path, "-m", "live")
+    assert code == 0, out
+    assert report["cells"] and {(c["outcome"], c["reason"]) for c in report["cells"]} == {("skipped", "budget")}
+    assert "harnesscheck: nothing was verified: all" in out and "--hc-backend" in out
+    code, _, out = run_suite(tmp_path, "-m", "live", "--hc-require-run")
+    assert code == 1 and "--hc-require-run: a run that verified nothing fails" in out, out
+    # every smoke skipped for a named backend (no live level for an in-process one): said, and failed on demand
+    code, report, out = run_suite(tmp_path, "-m", "live", "--hc-backend", "fake", "--hc-require-run")
+    assert code == 1 and {c["reason"] for c in report["cells"]} == {"env-missing"}, out
+    assert "nothing was verified" in out
+    # a run that verified something is unaffected
+    code, _, out = run_suite(tmp_path, "--hc-backend", "fake", "-k", "registry_builds", "--hc-require-run")
+    assert code == 0 and "nothing was verified" not in out, out

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from xml.etree import ElementTree as ET
 
 import pytest
 
 from harnesscheck.kit.baseline import Baseline, Entry
 from harnesscheck.kit.matrix import InconsistentReports, combine, matrix_command, regressions, to_html, to_json, to_markdown
-from harnesscheck.kit.results import BackendInfo, CellResult, Report, read_report, write_json, write_junit
+from harnesscheck.kit.results import BackendInfo, CellResult, Report, read_report, write_json
 
 DOC = Path(__file__).resolve().parent.parent / "doc"
 
@@ -52,16 +51,6 @@ def test_exit_codes_separate_backend_failure_from_kit_fault():
     problem = _report(CELLS[:1])
     problem.problems.append("baseline entry x expired")
     assert problem.exit_code() == 1
-
-
-def test_junit_has_one_case_per_cell_with_properties(tmp_path):
-    write_junit(_report(CELLS), tmp_path / "j.xml")
-    suite = ET.parse(tmp_path / "j.xml").getroot()
-    assert suite.get("tests") == "4" and suite.get("failures") == "1" and suite.get("skipped") == "2"
-    case = next(c for c in suite.iter("testcase") if c.get("classname") == "codex.offline" and c.get("name") == "scope.dotdot-refused")
-    props = {p.get("name"): p.get("value") for p in case.iter("property")}
-    assert props["check_id"] == "scope.dotdot-refused" and props["level"] == "offline"
-    assert case.find("failure") is not None
 
 
 def test_matrix_refuses_reports_of_different_catalogs(tmp_path):

@@ -1,23 +1,34 @@
 """The pytest plugin (entry point pytest11 = harnesscheck): backends × levels × checks.
 
-Options::
+Options (all namespaced ``--hc-*``; see doc/SPEC-kit.md, "The plugin in another project")::
 
-    --backend ID|module:factory   (repeatable; default: every registered backend)
-    --level offline|loopback|live (repeatable; default: offline, plus loopback where a selected
-                                  backend's real CLI is installed; live with -m live)
-    --hc-report FILE.json         versioned JSON report of every cell
-    --hc-junit FILE.xml           JUnit XML from the same cells
-    --baseline FILE|none          known failures (JSON or TOML), strict both ways; default: the
-                                  built-in backends' conformance/baseline.json
-    --write-baseline FILE         write the current failures as a baseline
+    --hc-backend ID|module:factory  (repeatable; default: every registered backend)
+    --hc-level offline|loopback|live (repeatable; default: offline, plus loopback where a
+                                    selected backend's real CLI is installed; live with -m live)
+    --hc-check ID                   only the cells of this check (repeatable)
+    --hc-report FILE.json           versioned JSON report of every cell
+    --hc-baseline FILE|none         known failures (JSON or TOML), strict both ways; default: the
+                                    built-in backends' conformance/baseline.json
+    --hc-write-baseline FILE        write the current failures as a baseline
+    --hc-ratchet MATRIX.json        fail on a cell that passed in this committed matrix and
+                                    does not pass now (kit/matrix.py regressions)
+    --hc-require-run                a run in which no cell ran (every one skipped) fails
 
-With --backend and no path arguments, the suite shipped in the package
+``--backend`` and ``--level`` (the README's spelling) are short aliases of ``--hc-backend`` and
+``--hc-level``, added only when no other plugin or initial conftest owns the name, so installing
+harnesscheck never breaks another project's own ``--backend``. JUnit XML: pytest's own
+``--junitxml``; each cell's testcase carries the properties check_id, backend and level.
+
+With --hc-backend and no path arguments, the suite shipped in the package
 (harnesscheck.paths.conformance_dir()) is collected, so an installed wheel runs it with
-`pytest -m conformance --backend mine` and no copied test files. See doc/SPEC-kit.md.
+`pytest -m conformance --hc-backend mine` and no copied test files. In a run that neither names
+a backend nor collects the suite, the plugin registers no marker and no fixture and changes
+nothing.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import sys
 import threading
@@ -26,43 +37,97 @@ import pytest
 
 _CELLS = pytest.StashKey[list]()
 _STATE = pytest.StashKey[dict]()
-_PROP = "harnesscheck_cell"
+#: the cell record rides on the TestReport as this attribute (xdist carries a report's extra
+#: attributes to the controller; pytest's junitxml writes only user_properties)
+CELL_ATTR = "harnesscheck_cell"
+
+#: Short spellings (the README documents --backend and --level; --baseline and
+#: --write-baseline are the kit's earlier names), added only where nobody else owns them
+#: (pytest_load_initial_conftests): name -> the namespaced option it stands for.
+SHORT_ALIASES = {"--backend": "--hc-backend", "--level": "--hc-level", "--baseline": "--hc-baseline",
+                 "--write-baseline": "--hc-write-baseline"}
+
+_LEVEL_CHOICES = ["offline", "loopback", "live"]
+_ALIAS_ATTRS = {
+    "--hc-backend": {"action": "append", "default": [], "dest": "hc_backend", "metavar": "ID"},
+    "--hc-level": {"action": "append", "default": [], "dest": "hc_level", "choices": _LEVEL_CHOICES},
+    "--hc-baseline": {"default": None, "dest": "hc_baseline", "metavar": "FILE"},
+    "--hc-write-baseline": {"default": None, "dest": "hc_write_baseline", "metavar": "FILE"},
+}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("harnesscheck", "harnesscheck conformance kit")
-    group.addoption("--backend", action="append", default=[], metavar="ID",
-                    help="backend under test: a registered id or module:factory (repeatable)")
-    group.addoption("--level", action="append", default=[], choices=["offline", "loopback", "live"],
-                    help="verification level (repeatable; default offline, plus loopback where a selected backend's real CLI is installed, or live under -m live)")
+    helps = {
+        "--hc-backend": "backend under test: a registered id or module:factory (repeatable)",
+        "--hc-level": "verification level (repeatable; default offline, plus loopback where a selected backend's "
+                      "real CLI is installed, or live under -m live)",
+        "--hc-baseline": "baseline of known failures (JSON or TOML); default: the built-in backends' "
+                         "conformance/baseline.json; 'none' disables",
+        "--hc-write-baseline": "write the failing cells as a baseline",
+    }
+    for name, attrs in _ALIAS_ATTRS.items():
+        group.addoption(name, **attrs, help=helps[name])
+    group.addoption("--hc-check", action="append", default=[], metavar="ID", dest="hc_check",
+                    help="run only the cells of this check id (repeatable)")
     group.addoption("--hc-report", default=None, metavar="FILE", help="write the JSON conformance report here")
-    group.addoption("--hc-junit", default=None, metavar="FILE", help="write JUnit XML of the cells here")
-    group.addoption("--baseline", default=None, metavar="FILE", help="baseline of known failures (JSON or TOML); default: the built-in backends' conformance/baseline.json; 'none' disables")
-    group.addoption("--write-baseline", default=None, metavar="FILE", help="write the failing cells as a baseline")
-    group.addoption("--hc-bridge-template", default=None, metavar="SOCKET",
-                    help="the socket of a bridge forkserver template already running (harnesscheck verify "
-                         "starts one before pytest): this run's forkservers are forked from it")
-    group.addoption("--hc-exit-fast", action="store_true", default=False,
-                    help="for a process that runs nothing but this session (harnesscheck verify's child and its "
-                         "xdist workers): once it is over and the atexit handlers have run, exit without the "
-                         "interpreter's module teardown")
+    group.addoption("--hc-ratchet", default=None, metavar="MATRIX", dest="hc_ratchet",
+                    help="a committed matrix (backends.json): a cell that passed there and does not pass now fails the run")
+    group.addoption("--hc-require-run", action="store_true", default=False, dest="hc_require_run",
+                    help="fail the run when no cell ran (every one skipped, or none selected), e.g. in CI")
+    # Internal (set by harnesscheck verify for its child), hidden from --help:
+    # --hc-bridge-template SOCKET: a bridge forkserver template already running; this run's
+    # forkservers are forked from it. --hc-exit-fast: exit without the interpreter's module
+    # teardown. --hc-progress FILE: one JSON line per planned, started and finished cell.
+    group.addoption("--hc-bridge-template", default=None, metavar="SOCKET", help=argparse.SUPPRESS)
+    group.addoption("--hc-exit-fast", action="store_true", default=False, help=argparse.SUPPRESS)
+    group.addoption("--hc-progress", default=None, metavar="FILE", help=argparse.SUPPRESS)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]):
+    """Once every plugin and initial conftest has added its options, the README's short
+    spellings (--backend, --level) become aliases of the namespaced options, each only if
+    nobody else owns that name: a project's own --backend keeps working and keeps its meaning."""
+    result = yield
+    group = parser.getgroup("harnesscheck")
+    for name, full in SHORT_ALIASES.items():
+        try:
+            group.addoption(name, **_ALIAS_ATTRS[full], help=f"short for {full} (where no other plugin or conftest defines {name})")
+        except (ValueError, argparse.ArgumentError):
+            pass  # another plugin's or the project's own option: it keeps the name and its meaning
+    return result
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "conformance: a harnesscheck conformance check (offline-safe; never live)")
-    config.addinivalue_line("markers", "loopback: runs against the real CLI and a scripted model server on 127.0.0.1")
-    config.addinivalue_line("markers", "live: needs a real CLI, a real login and budget; never run in CI")
     config.stash[_CELLS] = []
     _config_ref[:] = [config]
-    state: dict = {"started": None, "backends": None, "levels": None, "baseline": None, "problems": [], "usage": []}
+    state: dict = {"started": None, "backends": None, "levels": None, "baseline": None, "problems": [], "usage": [],
+                   "kit": False, "progress": None, "notes": []}
     config.stash[_STATE] = state
-    if config.getoption("--backend"):
+    if config.getoption("hc_backend"):
         _backends(config)  # an unknown backend is a usage error before collection
         if config.args_source != pytest.Config.ArgsSource.ARGS:
             from harnesscheck.paths import conformance_dir
 
             config.args = [str(conformance_dir())]
+    if not _wants_kit(config):
+        return  # another project's run: no marker, no fixture, nothing started
+    state["kit"] = True
+    config.addinivalue_line("markers", "conformance: a harnesscheck conformance check (offline-safe; never live)")
+    config.addinivalue_line("markers", "loopback: runs against the real CLI and a scripted model server on 127.0.0.1")
+    config.addinivalue_line("markers", "live: needs a real CLI, a real login and budget; never run in CI")
+    from harnesscheck.kit import fixtures
+
+    config.pluginmanager.register(fixtures, "harnesscheck-fixtures")
+    _open_progress(config)
     _share_one_bridge_template(config)
+
+
+def _kit(config: pytest.Config) -> bool:
+    """This run involves the suite (a backend named, or a path inside the suite)."""
+    state = config.stash.get(_STATE, None)
+    return bool(state and state["kit"])
 
 
 #: workerinput key: the socket of the run's bridge forkserver template
@@ -81,7 +146,7 @@ def _share_one_bridge_template(config: pytest.Config) -> None:
     template it is told of (workerinput)."""
     from harnesscheck.bridge import forkserver
 
-    path = getattr(config, "workerinput", {}).get(BRIDGE_TEMPLATE) or config.getoption("--hc-bridge-template")
+    path = getattr(config, "workerinput", {}).get(BRIDGE_TEMPLATE) or config.getoption("hc_bridge_template")
     if path:
         forkserver.use_template(path)
         config.stash[_TEMPLATE_PATH] = path
@@ -102,7 +167,7 @@ def _share_one_bridge_template(config: pytest.Config) -> None:
 
 
 def _levels(config: pytest.Config) -> list[str]:
-    chosen = config.getoption("--level")
+    chosen = config.getoption("hc_level")
     if chosen:
         return list(dict.fromkeys(chosen))
     markexpr = config.getoption("markexpr", "") or ""
@@ -122,7 +187,7 @@ def _loopback_available(config: pytest.Config) -> bool:
 def _baseline_path(config: pytest.Config):
     """--baseline FILE; without it, the built-in backends' own baseline shipped with the
     suite (entries name their backend, so other backends are unaffected); `none` disables."""
-    chosen = config.getoption("--baseline")
+    chosen = config.getoption("hc_baseline")
     if chosen == "none":
         return None
     if chosen:
@@ -140,7 +205,7 @@ def _backends(config: pytest.Config) -> list:
 
         from harnesscheck.registry import default_backend_ids, get_spec
 
-        ids = config.getoption("--backend") or default_backend_ids()
+        ids = config.getoption("hc_backend") or default_backend_ids()
         import os
 
         for root in (str(config.rootpath), os.getcwd()):
@@ -201,7 +266,7 @@ def backend_cli_version(spec, level: str) -> str | None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
-    if not _wants_kit(config):
+    if not _kit(config):
         return None
     from harnesscheck import __version__
 
@@ -215,10 +280,33 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
 
 
 def _wants_kit(config: pytest.Config) -> bool:
-    if config.getoption("--backend"):
+    """A backend is named, or the run collects the suite: a path inside it, or a folder above
+    it that pytest recurses into (not through a virtualenv or a `norecursedirs` folder: a
+    project whose .venv holds harnesscheck does not collect the suite shipped there)."""
+    if config.getoption("hc_backend"):
         return True
     cdir, paths = _suite_and_paths(config)
-    return cdir is not None and any(path == cdir or cdir in path.parents or path in cdir.parents for path in paths)
+    if cdir is None:
+        return False
+    return any(path == cdir or cdir in path.parents or (path in cdir.parents and _recursed_into(config, path, cdir))
+               for path in paths)
+
+
+def _recursed_into(config: pytest.Config, top, cdir) -> bool:
+    """Whether collecting `top` reaches `cdir` (pytest's own rules: `norecursedirs`, and no
+    virtualenv unless --collect-in-virtualenv)."""
+    import fnmatch
+
+    patterns = config.getini("norecursedirs")
+    in_venv_ok = bool(config.getoption("collect_in_virtualenv", False))
+    here = top
+    for part in cdir.relative_to(top).parts[:-1]:
+        here = here / part
+        if any(fnmatch.fnmatch(part, pat) for pat in patterns):
+            return False
+        if not in_venv_ok and (here / "pyvenv.cfg").is_file():
+            return False
+    return True
 
 
 def _suite_and_paths(config: pytest.Config) -> tuple:
@@ -263,10 +351,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Drops the placeholder items of checks with no cell, keeps only the --hc-check cells
+    when given, and orders the cells (never the other tests: a stable sort on a key that is
+    the same for every item that is not a cell)."""
+    if not _kit(config):
+        return
+    chosen = set(config.getoption("hc_check"))
+    if chosen:
+        _check_ids_known(chosen)
     keep, drop = [], []
     for item in items:
         callspec = getattr(item, "callspec", None)
-        if callspec is not None and "but" in callspec.params and callspec.params["but"] is None:
+        if callspec is not None and _check_of(item) is not None and callspec.params.get("but", 0) is None:
+            drop.append(item)
+        elif chosen and (_check_of(item) is None or _check_of(item).id not in chosen):
             drop.append(item)
         else:
             keep.append(item)
@@ -280,6 +378,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items.sort(key=_parallel_run_order)
     else:
         items.sort(key=_run_order)
+
+
+def _check_ids_known(chosen: set[str]) -> None:
+    """--hc-check names checks of the catalog; a retired or unknown id is a usage error."""
+    from harnesscheck.kit.catalog import CATALOG, issued_ids
+
+    unknown = sorted(chosen - set(CATALOG))
+    if unknown:
+        retired = issued_ids()
+        why = [f"{i} (retired: {retired[i]})" if retired.get(i) else i for i in unknown]
+        raise pytest.UsageError(f"--hc-check: no such check: {', '.join(why)} (the ids are in doc/catalog.md)")
+
+
+def _check_of(item: pytest.Item):
+    from harnesscheck.kit.catalog import info_of
+
+    return info_of(getattr(item, "function", None))
 
 
 def _paced(item: pytest.Item) -> bool:
@@ -314,37 +429,22 @@ def _kind_rank(item: pytest.Item, rank: dict[str, int]) -> int:
     return 0 if cell is None else rank[adapter_kind(cell[0])]
 
 
-@pytest.fixture
-def but(request: pytest.FixtureRequest, tmp_path):
-    """The backend under test for this cell (a kit adapter), or a skip with a reason code."""
-    from harnesscheck.kit.adapters import SkipCell, adapter_for, level_available
-    from harnesscheck.kit.catalog import info_of
-
-    spec, level = request.param
-    info = info_of(request.function)
-    ok, why = level_available(spec, level)
-    if not ok:
-        raise SkipCell("env-missing", why)
-    missing = sorted(c.value for c in info.requires if not spec.supports(c)) if info else []
-    if missing:
-        raise SkipCell("unsupported-by-backend", f"{spec.id} does not declare {', '.join(missing)}")
-    return adapter_for(spec, level, tmp_path)
-
-
 # ---------------------------------------------------------------------------------------
 # Results: every cell becomes one record; the baseline is applied here
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    report = yield
     cell = _cell_of(item)
+    if cell is not None and call.when == "setup":
+        # what record_property does, for pytest's --junitxml: the cell's identity on its testcase
+        info = _check_of(item)
+        item.user_properties.extend([("check_id", info.id), ("backend", cell[0].id), ("level", cell[1])])
+    report = yield
     if cell is None:
         return report
     spec, level = cell
-    from harnesscheck.kit.catalog import info_of
-
-    info = info_of(getattr(item, "function", None))
+    info = _check_of(item)
     if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
         outcome, reason, message = _classify(report, call)
         if outcome == "passed":
@@ -363,15 +463,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             "check": info.id, "backend": spec.id, "level": level, "outcome": outcome, "reason": reason,
             "duration_s": round(report.duration, 4), "message": message[:2000], "area": info.area,
         }
-        report.user_properties.append((_PROP, record))
+        setattr(report, CELL_ATTR, record)
     return report
 
 
 def _cell_of(item: pytest.Item):
+    """(spec, level) of a kit cell, or None (any other test, whatever its parameters are called)."""
     callspec = getattr(item, "callspec", None)
-    if callspec is None:
+    if callspec is None or _check_of(item) is None:
         return None
-    return callspec.params.get("but")
+    cell = callspec.params.get("but")
+    return cell if isinstance(cell, tuple) else None
 
 
 def _classify(report: pytest.TestReport, call: pytest.CallInfo) -> tuple[str, str | None, str]:
@@ -414,10 +516,13 @@ def _baseline(config: pytest.Config):
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
+    if not _kit(session.config):
+        return
     session.config.stash[_STATE]["started"] = _now()
-    if _baseline_path(session.config) and _wants_kit(session.config):
-        with _plain_imports(_xdist_controller(session.config)):
-            catalog, _ = _catalog()
+    with _plain_imports(_xdist_controller(session.config)):
+        catalog, digest = _catalog()
+    _junit_header(session.config, digest)
+    if _baseline_path(session.config):
         baseline = _baseline(session.config)
         usage, expired = baseline.problems(set(catalog))
         if usage:
@@ -425,7 +530,24 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         session.config.stash[_STATE]["problems"].extend(expired)
 
 
+def _junit_header(config: pytest.Config, digest: str) -> None:
+    """pytest's --junitxml: the kit version and catalog hash as properties of the test suite
+    (what record_testsuite_property does, which a fixture cannot do once for an xdist run)."""
+    from _pytest.junitxml import xml_key
+
+    xml = config.stash.get(xml_key, None)
+    if xml is not None:
+        from harnesscheck import __version__
+
+        xml.add_global_property("harnesscheck_kit_version", __version__)
+        xml.add_global_property("harnesscheck_catalog_hash", digest)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
+    if not _kit(session.config):
+        return
+    if not _xdist_controller(session.config):  # the controller learns them from a worker
+        _plan(session.config, [item.nodeid for item in session.items])
     _warm_up_in_background(session.config)
 
 
@@ -578,39 +700,134 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Collect cell records: locally, or on the xdist controller from the workers' reports."""
     if not _config_ref:
         return
-    for name, value in getattr(report, "user_properties", ()):
-        if name == _PROP:
-            _config_ref[0].stash[_CELLS].append(value)
+    record = getattr(report, CELL_ATTR, None)
+    if record is not None:
+        _config_ref[0].stash[_CELLS].append(record)
+        _progress(_config_ref[0], {"e": "done", "id": report.nodeid, **record})
+
+
+# ---------------------------------------------------------------------------------------
+# Progress (--hc-progress FILE, set by harnesscheck verify): JSON lines, one per event
+
+
+def _open_progress(config: pytest.Config) -> None:
+    path = config.getoption("hc_progress")
+    if path and not hasattr(config, "workerinput"):  # the process that sees every cell: serial or controller
+        config.stash[_STATE]["progress"] = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - closed at unconfigure
+
+
+def _progress(config: pytest.Config, event: dict) -> None:
+    out = config.stash[_STATE]["progress"] if _STATE in config.stash else None
+    if out is not None:
+        import json
+
+        out.write(json.dumps(event, separators=(",", ":")) + "\n")
+
+
+def pytest_runtest_logstart(nodeid: str, location) -> None:
+    if _config_ref:
+        _progress(_config_ref[0], {"e": "start", "id": nodeid})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
+    """The xdist controller learns the cells from the first worker's collection."""
+    config = node.config
+    if config.stash[_STATE]["progress"] is not None and not config.stash[_STATE].get("planned"):
+        config.stash[_STATE]["planned"] = True
+        _plan(config, ids)
+
+
+def _plan(config: pytest.Config, nodeids: list[str]) -> None:
+    """The `plan` event: every cell's node id -> [backend@level, check id]."""
+    if config.stash[_STATE]["progress"] is None:
+        return
+    from harnesscheck.kit.catalog import CATALOG
+
+    by_function = {(info.module, info.function): info.id for info in CATALOG.values()}
+    columns = {f"{spec.id}@{level}" for spec in _backends(config) for level in _levels(config)}
+    cells = {}
+    for nodeid in nodeids:
+        path, _, rest = nodeid.partition("::")
+        function, _, param = rest.partition("[")
+        column, check = param[:-1], by_function.get((path.rsplit("/", 1)[-1], function))
+        if check is not None and column in columns:
+            cells[nodeid] = [column, check]
+    requirements = {info.id: info.requirement for info in CATALOG.values() if info.id in {c for _, c in cells.values()}}
+    _progress(config, {"e": "plan", "cells": cells, "requirements": requirements})
+
+
+# ---------------------------------------------------------------------------------------
+# The end of the session: the report, the baseline's problems, the ratchet, "nothing ran"
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
-    if hasattr(config, "workerinput"):
+    if hasattr(config, "workerinput") or not _kit(config):
         return  # xdist worker: the controller writes the report
     state = config.stash[_STATE]
     cells = config.stash[_CELLS]
+    ran = [c for c in cells if c["outcome"] in ("passed", "failed", "xfailed")]
+    if cells and not ran:
+        state["notes"] = [_nothing_verified(cells)]
+    if not ran and config.getoption("hc_require_run") and session.exitstatus in (0, pytest.ExitCode.NO_TESTS_COLLECTED):
+        state["notes"] = state.get("notes") or ["harnesscheck: nothing was verified: no cell was selected"]
+        state["notes"].append("harnesscheck: --hc-require-run: a run that verified nothing fails")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if not cells and not state["problems"]:
         return
+    from pathlib import Path
+
     report = build_report(config, cells)
-    for problem in state["problems"]:
+    ratchet = config.getoption("hc_ratchet")
+    if ratchet:
+        report.problems.extend(_ratchet(config, Path(ratchet), report))
+    for problem in report.problems:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         tr = config.pluginmanager.get_plugin("terminalreporter")
         if tr is not None:
             tr.write_line(f"harnesscheck: {problem}", red=True)
-    from pathlib import Path
 
-    from harnesscheck.kit.results import write_json, write_junit
+    from harnesscheck.kit.results import write_json
 
-    if config.getoption("--hc-report"):
-        write_json(report, Path(config.getoption("--hc-report")))
-    if config.getoption("--hc-junit"):
-        write_junit(report, Path(config.getoption("--hc-junit")))
-    if config.getoption("--write-baseline"):
+    if config.getoption("hc_report"):
+        write_json(report, Path(config.getoption("hc_report")))
+    if config.getoption("hc_write_baseline"):
         from harnesscheck.kit.baseline import write_baseline
 
         failing = [(c.check, c.backend, c.level, c.message) for c in report.cells if c.outcome in ("failed", "xfailed")]
-        write_baseline(Path(config.getoption("--write-baseline")), failing)
+        write_baseline(Path(config.getoption("hc_write_baseline")), failing)
+
+
+def _nothing_verified(cells: list[dict]) -> str:
+    """One line: no cell ran, and the commonest reasons why."""
+    from collections import Counter
+
+    why = Counter((c["reason"] or c["outcome"], c["message"]) for c in cells)
+    top = "; ".join(f"{n} {reason}: {message}" for (reason, message), n in why.most_common(3))
+    more = f"; and {len(why) - 3} other reasons" if len(why) > 3 else ""
+    return f"harnesscheck: nothing was verified: all {len(cells)} cells were skipped ({top}{more})"
+
+
+def _ratchet(config: pytest.Config, path, report) -> list[str]:
+    """--hc-ratchet MATRIX: the committed matrix's passing cells that do not pass now."""
+    import json
+
+    from harnesscheck.kit.matrix import regressions
+
+    try:
+        committed = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise pytest.UsageError(f"--hc-ratchet {path}: not a readable matrix ({exc})") from None
+    found = regressions(committed, report, _baseline(config))
+    return [f"ratchet ({path}): {line}" for line in found]
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if _kit(config):
+        for note in config.stash[_STATE].get("notes", ()):
+            terminalreporter.write_line(note, yellow=exitstatus == 0, red=exitstatus != 0)
 
 
 def build_report(config: pytest.Config, cells: list[dict]):
@@ -645,10 +862,13 @@ def _now() -> str:
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
     _resume_collector(config)
+    progress = config.stash[_STATE]["progress"] if _STATE in config.stash else None
+    if progress is not None:
+        progress.close()
     template = config.stash.get(_TEMPLATE, None)
     if template is not None:
         template.close()
-    if config.getoption("--hc-exit-fast", False):
+    if config.getoption("hc_exit_fast", False):
         _exit_fast_at_exit(config)
 
 

@@ -1,9 +1,10 @@
-"""The result model, and the two formats written from it: a versioned JSON report and JUnit XML.
+"""The result model, and the versioned JSON report written from it.
 
 One record per cell (check × backend × level). Outcomes: passed, failed, skipped (with a
 reason code), xfailed (a baseline entry matched), error (the kit or the environment broke).
 Exit codes: 0 conformant within the baseline, 1 a backend failed, 2 usage error, 3 kit or
-environment fault. See doc/SPEC-kit.md.
+environment fault. See doc/SPEC-kit.md. JUnit XML is pytest's own (--junitxml): the plugin
+puts each cell's check id, backend and level on its testcase (kit/plugin.py).
 
 The models are pydantic models: the report file is `ReportFile` (published as
 doc/conformance-report.schema.json, `$id` REPORT_SCHEMA_ID) and `read_report` validates a
@@ -19,7 +20,6 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
-from xml.etree import ElementTree as ET
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -199,37 +199,3 @@ def read_report(path: Path) -> Report:
         platform=dict(head.platform), started_at=head.started_at, finished_at=head.finished_at,
         problems=file.problems, cells=file.cells,
     )
-
-
-def write_junit(report: Report, path: Path) -> None:
-    """JUnit XML from the same cells: one testcase per cell, properties carry id/level/reason."""
-    counts = report.counts()
-    suite = ET.Element(
-        "testsuite",
-        name="harnesscheck-conformance",
-        tests=str(len(report.cells)),
-        failures=str(counts["failed"]),
-        errors=str(counts["error"]),
-        skipped=str(counts["skipped"] + counts["xfailed"]),
-        time=f"{sum(c.duration_s for c in report.cells):.3f}",
-        timestamp=report.started_at,
-    )
-    props = ET.SubElement(suite, "properties")
-    for name, value in (("kit_version", report.kit_version), ("catalog_hash", report.catalog_hash)):
-        ET.SubElement(props, "property", name=name, value=value)
-    for cell in sorted(report.cells, key=lambda c: (c.backend, c.level, c.check)):
-        case = ET.SubElement(
-            suite, "testcase", classname=f"{cell.backend}.{cell.level}", name=cell.check, time=f"{cell.duration_s:.3f}"
-        )
-        cprops = ET.SubElement(case, "properties")
-        for name, value in (("check_id", cell.check), ("backend", cell.backend), ("level", cell.level),
-                            ("area", cell.area), ("reason", cell.reason or "")):
-            ET.SubElement(cprops, "property", name=name, value=value)
-        if cell.outcome == "failed":
-            ET.SubElement(case, "failure", message=cell.message[:500]).text = cell.message
-        elif cell.outcome == "error":
-            ET.SubElement(case, "error", message=cell.message[:500]).text = cell.message
-        elif cell.outcome in ("skipped", "xfailed"):
-            ET.SubElement(case, "skipped", message=f"[{cell.reason}] {cell.message}"[:500])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)

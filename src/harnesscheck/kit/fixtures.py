@@ -1,0 +1,25 @@
+"""The kit's fixtures, registered as a plugin only in a run that involves the suite
+(kit/plugin.py pytest_configure), so another project's run gets no fixture from harnesscheck."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture
+def but(request: pytest.FixtureRequest, tmp_path):
+    """The backend under test for this cell (a kit adapter), or a skip with a reason code."""
+    from harnesscheck.kit.adapters import SkipCell, adapter_for, level_available
+    from harnesscheck.kit.catalog import info_of
+
+    spec, level = request.param
+    info = info_of(request.function)
+    if level == "live" and not request.config.getoption("hc_backend"):
+        raise SkipCell("budget", "live checks spend a real login's budget only for a backend named with --hc-backend ID")
+    ok, why = level_available(spec, level)
+    if not ok:
+        raise SkipCell("env-missing", why)
+    missing = sorted(c.value for c in info.requires if not spec.supports(c)) if info else []
+    if missing:
+        raise SkipCell("unsupported-by-backend", f"{spec.id} does not declare {', '.join(missing)}")
+    return adapter_for(spec, level, tmp_path)
