@@ -96,3 +96,33 @@ def test_every_capability_is_named_by_some_check(catalog):
     missing = declared - named
     assert not missing, f"declared capabilities no check requires: {sorted(missing)}"
     assert all(isinstance(c, Capability) for c in named)
+
+
+def test_check_ids_are_never_renamed_or_reused(catalog):
+    """conformance/check_ids.txt holds every id ever issued: each check's id is in it and not
+    retired, and every id in it is a check or retired (a rename shows as both)."""
+    problems = cat.ledger_problems(catalog, cat.issued_ids())
+    assert not problems, "\n".join(problems)
+
+
+def test_the_ledger_catches_a_rename_a_reuse_and_issues_new_ids(catalog, tmp_path):
+    some, other = sorted(catalog)[:2]
+    issued = {check_id: None for check_id in catalog}
+    renamed = {**{k: v for k, v in catalog.items() if k != some}, some + "-v2": catalog[some]}
+    found = cat.ledger_problems(renamed, issued)
+    assert any(f"{some} disappeared without being retired" in p for p in found)
+    assert any(f"{some}-v2 is not in" in p for p in found)
+    retired = {**issued, other: "2026-12-01: merged"}
+    assert [p for p in cat.ledger_problems(catalog, retired) if "reuses a retired id" in p] == [
+        f"{other} reuses a retired id (2026-12-01: merged): give the check a new id"]
+    assert cat.ledger_problems({k: v for k, v in catalog.items() if k != other}, retired) == []
+    # the docs generator's step: new ids appended, a vanished one refused
+    (tmp_path / cat.LEDGER_NAME).write_text(f"{some}\n{other} retired 2026-12-01 merged into {some}\n")
+    assert cat.issued_ids(tmp_path) == {some: None, other: "2026-12-01: merged into " + some}
+    assert cat.issue_new_ids({some: catalog[some], "scope.brand-new": catalog[some]}, tmp_path) == ["scope.brand-new"]
+    assert cat.issued_ids(tmp_path)["scope.brand-new"] is None
+    with pytest.raises(cat.CatalogError, match="disappeared"):
+        cat.issue_new_ids({}, tmp_path)
+    (tmp_path / cat.LEDGER_NAME).write_text(f"{some}\n{some}\n")
+    with pytest.raises(cat.CatalogError, match="twice"):
+        cat.issued_ids(tmp_path)

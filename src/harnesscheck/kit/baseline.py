@@ -67,7 +67,12 @@ class Baseline:
 
     def problems(self, known_ids: set[str], today: date | None = None) -> tuple[list[str], list[str]]:
         """(usage errors, run failures) that do not depend on any cell's result."""
-        usage = [f"baseline entry {e.label()}: unknown check id" for e in self.entries if e.id not in known_ids]
+        from harnesscheck.kit.catalog import issued_ids
+
+        retired = issued_ids()
+        usage = [f"baseline entry {e.label()}: " + (f"the check was retired ({retired[e.id]}): remove the entry"
+                                                    if retired.get(e.id) else "unknown check id")
+                 for e in self.entries if e.id not in known_ids]
         expired = [f"baseline entry {e.label()} expired on {e.expires}" for e in self.entries if e.expired(today)]
         return usage, expired
 

@@ -202,3 +202,80 @@ def catalog_hash(checks: dict[str, CheckInfo] | None = None) -> str:
     checks = checks if checks is not None else CATALOG
     body = json.dumps([checks[k].fingerprint() for k in sorted(checks)], sort_keys=True)
     return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------
+# The ledger of issued ids: ids are never renamed or reused
+
+#: conformance/check_ids.txt: every check id ever issued, in order, one a line; a retired id
+#: stays, followed by ``retired YYYY-MM-DD why``. Append-only.
+LEDGER_NAME = "check_ids.txt"
+_RETIRED_RE = re.compile(r"^(?P<id>\S+)\s+retired\s+(?P<date>\d{4}-\d{2}-\d{2})\s+(?P<why>\S.*)$")
+
+
+def ledger_path(directory: Path | None = None) -> Path:
+    from harnesscheck.paths import conformance_dir
+
+    return (directory or conformance_dir()) / LEDGER_NAME
+
+
+def issued_ids(directory: Path | None = None) -> dict[str, str | None]:
+    """Every check id ever issued (the ledger), mapped to why it was retired ("2026-12-01:
+    merged into x.y"), or None while it is in use. No ledger: {}."""
+    try:
+        text = ledger_path(directory).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    out: dict[str, str | None] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        retired = _RETIRED_RE.match(line)
+        check_id = retired["id"] if retired else line
+        if not _ID_RE.match(check_id) or (" " in line and not retired):
+            raise CatalogError(f"{LEDGER_NAME}:{number}: {line!r} is neither an id nor '<id> retired YYYY-MM-DD why'")
+        if check_id in out:
+            raise CatalogError(f"{LEDGER_NAME}:{number}: {check_id} is listed twice (an id is issued once)")
+        out[check_id] = f"{retired['date']}: {retired['why']}" if retired else None
+    return out
+
+
+def ledger_problems(checks: dict[str, CheckInfo], issued: dict[str, str | None]) -> list[str]:
+    """How the catalog breaks "ids are never renamed or reused", against the ledger."""
+    problems = []
+    for check_id in sorted(checks):
+        if check_id not in issued:
+            problems.append(f"{check_id} is not in {LEDGER_NAME}: run `python -m harnesscheck.kit.docs doc` to issue it")
+        elif issued[check_id] is not None:
+            problems.append(f"{check_id} reuses a retired id ({issued[check_id]}): give the check a new id")
+    for check_id, retired in issued.items():
+        if retired is None and check_id not in checks:
+            problems.append(f"{check_id} disappeared without being retired: a check is never renamed; if it is gone "
+                            f"for good, write `{check_id} retired YYYY-MM-DD why` in its line of {LEDGER_NAME}")
+    return problems
+
+
+def issue_new_ids(checks: dict[str, CheckInfo], directory: Path | None = None) -> list[str]:
+    """Append the catalog's ids the ledger does not hold yet (the docs generator does this).
+    Refuses (CatalogError, nothing written) while an id is reused or has disappeared."""
+    issued = issued_ids(directory)
+    problems = [p for p in ledger_problems(checks, issued) if f"is not in {LEDGER_NAME}" not in p]
+    if problems:
+        raise CatalogError("; ".join(problems))
+    new = [check_id for check_id in sorted(checks) if check_id not in issued]
+    if new:
+        path = ledger_path(directory)
+        head = "" if path.exists() else LEDGER_HEADER
+        with path.open("a", encoding="utf-8") as out:
+            out.write(head + "".join(f"{check_id}\n" for check_id in new))
+    return new
+
+
+LEDGER_HEADER = """\
+# Every conformance check id ever issued, one a line, in the order issued. Append-only:
+# an id is never renamed or reused (tests/test_kit_catalog.py holds the catalog to this).
+# `python -m harnesscheck.kit.docs doc` appends new ids. A check removed for good keeps its
+# line, followed by `retired YYYY-MM-DD why`, e.g.
+#   scope.old-slug retired 2026-12-01 merged into scope.new-slug
+"""

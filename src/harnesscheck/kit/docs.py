@@ -158,7 +158,13 @@ def traceability_markdown(catalog: dict[str, CheckInfo]) -> str:
 
 
 def write_docs(doc_dir: Path) -> list[Path]:
+    """doc/catalog.md and doc/traceability.md from the checks, after issuing the catalog's
+    new ids in conformance/check_ids.txt (refused while an id is reused or has vanished)."""
+    from harnesscheck.kit.catalog import issue_new_ids
+
     catalog = load_catalog()
+    for check_id in issue_new_ids(catalog):
+        print(f"issued {check_id}")
     files = {doc_dir / "catalog.md": catalog_markdown(catalog), doc_dir / "traceability.md": traceability_markdown(catalog)}
     for path, text in files.items():
         path.write_text(text, encoding="utf-8")
