@@ -1,5 +1,13 @@
 """The committed matrix (doc/backends.json, written by `harnesscheck verify` + `matrix`) is a
-ratchet and the proof that every declared capability is backed by a check that passes."""
+ratchet and the proof that every declared capability is backed by a check that passes.
+
+Every backend is ratcheted: the README's test command (what `.ci/run` runs) passes
+`--hc-ratchet doc/backends.json`, so the conformance cells of that run (every built-in
+backend, offline, and loopback where the pinned CLIs are installed) are compared with the
+committed matrix; `harnesscheck verify` compares its cells with doc/backends.json by default.
+The rule (kit/matrix.py regressions, SPEC-matrix "The ratchet"): a cell that passed there and
+fails, errors or is skipped now is a regression, except a skip env-missing in a column whose
+every cell was skipped env-missing (that level could not run here at all)."""
 
 from __future__ import annotations
 
@@ -8,13 +16,15 @@ from pathlib import Path
 
 import pytest
 
+from harnesscheck.kit.baseline import Baseline, Entry
 from harnesscheck.kit.catalog import load_catalog
 from harnesscheck.kit.matrix import regressions
-from harnesscheck.kit.results import read_report
+from harnesscheck.kit.results import BackendInfo, CellResult, Report, read_report
 from harnesscheck.registry import BUILTIN_SPECS
 from kit_support import run_suite
 
-DOC = Path(__file__).resolve().parent.parent / "doc"
+REPO = Path(__file__).resolve().parent.parent
+DOC = REPO / "doc"
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +52,85 @@ def test_every_declared_capability_is_backed_by_a_passing_check(committed):
     assert not unbacked, f"declared capabilities no passing check backs: {unbacked}"
 
 
+def _report(*cells: tuple[str, str, str, str, str | None]) -> Report:
+    return Report(kit_version="0", catalog_hash="h", backends=[BackendInfo(id="x")], levels=["offline", "loopback"],
+                  started_at="2026-12-01T00:00:00+00:00",
+                  cells=[CellResult(check=c, backend=b, level=lv, outcome=o, reason=r) for c, b, lv, o, r in cells])
+
+
+def _committed(*cells: tuple[str, str, str]) -> dict:
+    out: dict = {"cells": {}}
+    for check, backend, level in cells:
+        out["cells"].setdefault(backend, {}).setdefault(level, {})[check] = {"outcome": "passed", "reason": None}
+    return out
+
+
+def test_a_pass_that_turns_into_a_fail_an_error_or_a_skip_is_a_regression():
+    committed = _committed(("a.x", "codex", "offline"), ("a.y", "codex", "offline"), ("a.z", "codex", "offline"),
+                           ("a.w", "codex", "offline"))
+    now = _report(("a.x", "codex", "offline", "failed", None), ("a.y", "codex", "offline", "error", "kit-bug"),
+                  ("a.z", "codex", "offline", "skipped", "unsupported-by-backend"),
+                  ("a.w", "codex", "offline", "passed", None))
+    found = regressions(committed, now)
+    assert [line.split(" passed before")[0] for line in found] == ["a.x on codex (offline)", "a.y on codex (offline)",
+                                                                   "a.z on codex (offline)"]
+    assert "now skipped [unsupported-by-backend]" in found[2]
+
+
+def test_only_a_column_that_could_not_run_here_at_all_is_excused():
+    """env-missing for every cell of (backend, level): the level is not available here, nothing
+    was compared; env-missing for some cells of a column that ran is a regression."""
+    committed = _committed(("a.x", "codex", "loopback"), ("a.y", "codex", "loopback"), ("a.x", "claude-code", "loopback"))
+    now = _report(("a.x", "codex", "loopback", "skipped", "env-missing"), ("a.y", "codex", "loopback", "skipped", "env-missing"),
+                  ("a.x", "claude-code", "loopback", "skipped", "env-missing"),
+                  ("a.y", "claude-code", "loopback", "passed", None))
+    assert [line.split(" passed")[0] for line in regressions(committed, now)] == ["a.x on claude-code (loopback)"]
+
+
+def test_a_baseline_entry_excuses_a_failure_and_a_known_failure_is_not_a_regression():
+    committed = _committed(("a.x", "codex", "offline"), ("a.y", "codex", "offline"))
+    now = _report(("a.x", "codex", "offline", "failed", None), ("a.y", "codex", "offline", "xfailed", "upstream-bug"))
+    assert regressions(committed, now, Baseline([Entry(id="a.x", reason="upstream-bug", backend="codex")])) == []
+    assert len(regressions(committed, now)) == 1
+
+
+def test_the_plugin_ratchet_fails_a_run_whose_passing_cell_now_skips(tmp_path, committed):
+    """--hc-ratchet end to end: a committed matrix in which fake's vendor-cost check passed (fake
+    declares no cost_reporting, so it skips) fails the run, naming the cell; the real one does not."""
+    doctored = json.loads(json.dumps(committed))
+    doctored["cells"]["fake"]["offline"]["usage.vendor-cost-reported"] = {"outcome": "passed", "reason": None}
+    (tmp_path / "doctored.json").write_text(json.dumps(doctored))
+    args = ("--hc-backend", "fake", "-k", "vendor_cost or registry_builds")
+    code, report, out = run_suite(tmp_path, *args, "--hc-ratchet", str(tmp_path / "doctored.json"))
+    assert code == 1, out
+    assert "usage.vendor-cost-reported on fake (offline) passed before and now skipped [unsupported-by-backend]" in out
+    assert any("ratchet" in p for p in report["problems"])
+    code, report, out = run_suite(tmp_path, *args, "--hc-ratchet", str(DOC / "backends.json"))
+    assert code == 0 and report["problems"] == [], out
+
+
+def test_every_backend_is_ratcheted_by_the_readme_test_command_and_by_verify(tmp_path, monkeypatch):
+    from harnesscheck.kit import verify
+
+    readme = (REPO / "README.md").read_text()
+    test_command = next(line for line in readme.splitlines() if line.startswith("    python3 -m venv") and "pytest" in line)
+    assert test_command.rstrip().endswith("--hc-ratchet doc/backends.json"), test_command
+    assert test_command.strip() in (REPO / ".ci" / "run").read_text()
+    # verify: doc/backends.json of the current directory by default, passed to its child
+    monkeypatch.chdir(REPO)
+    path, why = verify._ratchet_path("default")
+    assert (path, why) == ((DOC / "backends.json").resolve(), "")
+    args = verify.pytest_args(["codex"], ["offline"], tmp_path, None, None, ratchet=path)
+    assert args[args.index("--hc-ratchet") + 1] == str(path)
+    monkeypatch.chdir(tmp_path)
+    assert verify._ratchet_path("default") == (None, "")  # no committed matrix here: nothing to compare
+    assert verify._ratchet_path("none") == (None, "")
+    (tmp_path / "list.json").write_text("[]")
+    assert "not a harnesscheck-matrix file" in verify._ratchet_path(str(tmp_path / "list.json"))[1]
+
+
 def test_no_passing_cell_regresses_for_the_in_process_backends(committed, tmp_path):
-    """Fresh offline run of fake and api against the committed matrix (the CLI backends are
-    ratcheted by `harnesscheck verify` in CI)."""
+    """A fresh offline run of fake and api against the committed matrix, here as in CI."""
     code, report, out = run_suite(tmp_path, "--backend", "fake", "--backend", "api", "-n", "2", timeout=900)
     assert report is not None, out[-3000:]
     found = regressions(committed, read_report(sorted(tmp_path.glob("report-*.json"))[-1]))

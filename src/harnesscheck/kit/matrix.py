@@ -478,18 +478,34 @@ def write_matrix(m: Combined, out: Path) -> list[Path]:
 
 
 def regressions(committed: dict, report: Report, baseline=None) -> list[str]:
-    """Cells that passed in the committed matrix and fail now, with no baseline entry for them."""
+    """Cells that passed in the committed matrix and do not pass now (SPEC-matrix, "The ratchet"):
+    failed or errored without a baseline entry for them, or skipped for any reason, except
+    env-missing in a column (backend, level) where every cell was skipped env-missing: that
+    level could not run here at all, so nothing of it was compared. A cell absent from the
+    report (a column not run, a check deselected) is not compared either."""
     out = []
     cells = committed.get("cells", {})
+    unavailable = _columns_that_could_not_run(report)
     for cell in report.cells:
         before = cells.get(cell.backend, {}).get(cell.level, {}).get(cell.check)
-        if not before or before.get("outcome") != "passed":
+        if not before or before.get("outcome") != "passed" or cell.outcome in ("passed", "xfailed") or cell.reason == "stale-baseline":
             continue
-        if cell.outcome in ("failed", "error"):
-            if baseline is not None and baseline.match(cell.check, cell.backend, cell.level):
-                continue
-            out.append(f"{cell.check} on {cell.backend} ({cell.level}) passed before and now {cell.outcome}: {cell.message[:200]}")
+        if cell.outcome in ("failed", "error") and baseline is not None and baseline.match(cell.check, cell.backend, cell.level):
+            continue
+        if cell.outcome == "skipped" and (cell.backend, cell.level) in unavailable:
+            continue
+        now = f"skipped [{cell.reason}]" if cell.outcome == "skipped" else cell.outcome
+        out.append(f"{cell.check} on {cell.backend} ({cell.level}) passed before and now {now}: {cell.message[:200]}")
     return out
+
+
+def _columns_that_could_not_run(report: Report) -> set[tuple[str, str]]:
+    """(backend, level) columns whose every cell was skipped env-missing."""
+    seen: dict[tuple[str, str], bool] = {}
+    for cell in report.cells:
+        key = (cell.backend, cell.level)
+        seen[key] = seen.get(key, True) and cell.outcome == "skipped" and cell.reason == "env-missing"
+    return {key for key, all_missing in seen.items() if all_missing}
 
 
 def matrix_command(reports: list[Path], out: Path) -> int:
