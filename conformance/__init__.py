@@ -1,1 +1,1 @@
-"""The harnesscheck conformance suite: one module per area. Run it with `pytest -m conformance --backend ID`."""
+"""The harnesscheck conformance suite: one module per area. Run it with `pytest -m conformance --hc-backend ID`."""

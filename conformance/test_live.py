@@ -1,5 +1,5 @@
 """Live smokes: the real CLI with the real login, one cheap session each (`pytest -m live
---backend ID`). Skipped with the exact missing binary or login; never run in CI."""
+--hc-backend ID`). Skipped with the exact missing binary or login; never run in CI."""
 
 from __future__ import annotations
 

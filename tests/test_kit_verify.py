@@ -137,3 +137,156 @@ def test_n_auto_over_the_suite_alone_starts_as_many_workers_as_verify_would(tmp_
                           stdin=subprocess.DEVNULL, timeout=300)
     created = re.search(r"created: (\d+)/\1 worker", proc.stdout)
     assert created and int(created[1]) == suite_workers(), proc.stdout[-2000:]
+
+
+# ---------------------------------------------------------------------------------------
+# Nothing verified is never green; progress; writes only where asked; Ctrl-C
+
+
+def _harnesscheck(*args: str, env: dict | None = None, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run([str(Path(sys.executable).with_name("harnesscheck")), *args], capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})}, cwd=cwd)
+
+
+def test_verify_that_can_verify_nothing_here_exits_3_with_one_line_and_no_table(tmp_path):
+    """--level loopback on a machine without the pinned CLIs (an empty HARNESSCHECK_CACHE)."""
+    (tmp_path / "cache").mkdir()
+    proc = _harnesscheck("verify", "--backend", "codex", "--backend", "claude-code", "--level", "loopback",
+                         "--report", str(tmp_path / "report"), env={"HARNESSCHECK_CACHE": str(tmp_path / "cache")})
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "nothing can be verified here" in lines[0] and "install-clis" in lines[0], proc.stderr
+    assert "|" not in proc.stdout and "Backend verification matrix" not in proc.stdout
+    assert not (tmp_path / "report" / "conformance-report.json").exists()
+
+
+def test_verify_whose_every_cell_skipped_exits_3_without_a_table(tmp_path):
+    """Every cell ran and skipped (a check fake does not declare the capability of)."""
+    proc = _harnesscheck("verify", "--backend", "fake", "--level", "offline", "--check", "usage.vendor-cost-reported",
+                         "-n", "0", "--report", str(tmp_path / "r"))
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "harnesscheck verify: nothing was verified: all 1 cells were skipped "
+        "(unsupported-by-backend: fake does not declare cost_reporting)"]
+    assert "Backend verification matrix" not in proc.stdout
+
+
+def test_a_failing_cell_prints_its_id_requirement_and_the_command_that_reruns_it(tmp_path):
+    """Plain progress (not a terminal): the failure as it happens, a line per finished column."""
+    from harnesscheck.kit.catalog import load_catalog
+
+    baseline = tmp_path / "baseline.json"  # lists a passing cell: it fails as stale
+    baseline.write_text(json.dumps({"version": 1, "known_failing": [
+        {"id": "parity.outcome-schema", "backend": "fake", "reason": "upstream-bug", "note": "x"}]}))
+    proc = _harnesscheck("verify", "--backend", "fake", "--level", "offline", "--check", "parity.outcome-schema",
+                         "--check", "selection.registry-builds-backend", "--baseline", str(baseline), "-n", "0",
+                         "--report", str(tmp_path / "r"), env={"CI": "true"})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    requirement = load_catalog()["parity.outcome-schema"].requirement
+    out = proc.stdout
+    assert "FAILED parity.outcome-schema on fake (offline)" in out
+    assert f"  requirement: {requirement}" in out
+    assert "  rerun: harnesscheck verify --backend fake --level offline --check parity.outcome-schema" in out
+    assert "fake@offline: 2/2 cells: 1 passed, 1 failed, 0 skipped" in out
+    assert "\x1b[" not in out, "no colour, no redraw when not a terminal"
+
+
+def test_progress_folds_the_events_and_the_live_view_is_only_for_a_terminal_outside_ci(monkeypatch):
+    import io
+
+    from harnesscheck.kit import progress
+
+    p = progress.Progress()
+    assert p.feed({"e": "plan", "cells": {"a[fake@offline]": ["fake@offline", "x.a"], "b[fake@offline]": ["fake@offline", "x.b"]},
+                   "requirements": {"x.a": "A holds."}}) == []
+    p.feed({"e": "start", "id": "a[fake@offline]"})
+    assert p.columns["fake@offline"].running == {"a[fake@offline]": "x.a"}
+    said = p.feed({"e": "done", "id": "a[fake@offline]", "check": "x.a", "backend": "fake", "level": "offline",
+                   "outcome": "failed", "message": "boom\nmore"})
+    assert [what for what, _ in said] == ["failed"] and not p.columns["fake@offline"].running
+    said = p.feed({"e": "done", "id": "b[fake@offline]", "check": "x.b", "backend": "fake", "level": "offline",
+                   "outcome": "skipped", "reason": "budget"})
+    assert [what for what, _ in said] == ["column-done"]
+    out = io.StringIO()
+    shown = progress.PlainView(p, out)
+    shown.announce("column-done", said[0][1])
+    assert out.getvalue() == "fake@offline: 2/2 cells: 0 passed, 1 failed, 1 skipped\n"
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.delenv("CI", raising=False)
+    assert progress.interactive(Tty()) and not progress.interactive(io.StringIO())
+    monkeypatch.setenv("CI", "true")
+    assert not progress.interactive(Tty())
+
+
+def _entries(folder: Path) -> set[str]:
+    return {p.name for p in folder.iterdir()}
+
+
+def test_verify_leaves_nothing_in_tmp(tmp_path):
+    """A private /tmp (a mount namespace where the machine allows one) and a private TMPDIR:
+    after a verify that starts CLIs and bridges, only its report is there. --keep keeps the
+    run's own folder and says where."""
+    import shutil
+
+    verify = [str(Path(sys.executable).with_name("harnesscheck")), "verify", "--backend", "codex", "--backend", "fake",
+              "--level", "offline", "--check", "scope.bridge-reaches-dispatch", "--check", "time.timeout-truncates"]
+    script = f"mount -t tmpfs none /tmp && {subprocess.list2cmdline(verify)} --report /tmp/report >/dev/null; echo rc=$?; ls -A /tmp"
+    unshare = shutil.which("unshare")
+    probe = subprocess.run([unshare, "-Urm", "true"], capture_output=True) if unshare else None
+    if probe is not None and probe.returncode == 0:
+        proc = subprocess.run([unshare, "-Urm", "sh", "-c", script], capture_output=True, text=True, timeout=600,
+                              stdin=subprocess.DEVNULL, env={k: v for k, v in __import__("os").environ.items() if k != "TMPDIR"})
+        assert proc.stdout.split() == ["rc=0", "report"], proc.stdout + proc.stderr
+    private = tmp_path / "tmp"
+    private.mkdir()
+    proc = _harnesscheck(*verify[1:], "--report", str(tmp_path / "report"), env={"TMPDIR": str(private)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _entries(private) == set(), f"left in TMPDIR: {_entries(private)}"
+    assert _entries(tmp_path / "report") == {"conformance-report.json", "junit.xml", "backends.md", "backends.json",
+                                             "backends.html", "pytest-output.txt"}
+    proc = _harnesscheck(*verify[1:], "--report", str(tmp_path / "report"), "--keep", env={"TMPDIR": str(private)})
+    kept = [p for p in private.iterdir()]
+    assert proc.returncode == 0 and len(kept) == 1 and f"kept the run's temporary files: {kept[0]}" in proc.stdout
+    assert list(kept[0].glob("pytest/**/*.record.jsonl")), "the kept folder holds the sessions' records"
+
+
+def test_ctrl_c_keeps_the_previous_report_whole_and_prints_no_teardown_noise(tmp_path):
+    """SIGINT to verify's process group, as a terminal's Ctrl-C sends it, once cells are done:
+    exit 130, one line, the report folder as the previous run left it, nothing in TMPDIR."""
+    import os
+    import signal
+    import time
+
+    private = tmp_path / "tmp"
+    private.mkdir()
+    report = tmp_path / "report"
+    first = _harnesscheck("verify", "--backend", "fake", "--level", "offline", "--check", "parity.outcome-schema",
+                          "-n", "0", "--report", str(report), env={"TMPDIR": str(private)})
+    assert first.returncode == 0, first.stdout + first.stderr
+    (report / "mine.txt").write_text("the user's own file")
+    before = {p.name: p.read_bytes() for p in report.iterdir()}
+    proc = subprocess.Popen([str(Path(sys.executable).with_name("harnesscheck")), "verify", "--backend", "codex",
+                             "--backend", "fake", "--level", "offline", "--report", str(report)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            stdin=subprocess.DEVNULL, env={**os.environ, "TMPDIR": str(private)})
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        events = [p for p in report.glob(".harnesscheck-partial-*/progress.jsonl") if '"e":"done"' in p.read_text()]
+        if events:
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, "verify ended before a cell was done"
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out + err
+    assert err.strip().splitlines() == [f"harnesscheck verify: interrupted: {report} still holds the previous run's files"], err
+    for noise in ("Traceback", "Warning", "Exception", "KeyboardInterrupt", "Error"):
+        assert noise not in out + err, out + err
+    assert {p.name: p.read_bytes() for p in report.iterdir()} == before, "old and new runs are never mixed"
+    assert _entries(private) == set(), f"left in TMPDIR: {_entries(private)}"

@@ -177,6 +177,9 @@ def verify(
     baseline: Annotated[Optional[Path], typer.Option("--baseline", help="Baseline file of known failures.")] = None,
     jobs: Annotated[Optional[str], typer.Option("--jobs", "-n", help="pytest-xdist workers: N, 0 to run serially, or auto; default one more than the CPUs, at most 4 (serial on one CPU).")] = None,
     cli: Annotated[Optional[Path], typer.Option("--cli", help="Real CLI binary the loopback level runs for the one --backend (HARNESS_BACKEND_CLI).")] = None,
+    check: Annotated[Optional[list[str]], typer.Option("--check", help="Only the cells of this check id (repeatable).")] = None,
+    keep: Annotated[bool, typer.Option("--keep", help="Keep the run's temporary files (session run dirs, pytest's tmp) and print where.")] = False,
+    ratchet: Annotated[Optional[str], typer.Option("--ratchet", help="Committed matrix whose passing cells must still pass; default doc/backends.json when present; 'none' disables.")] = "default",
 ) -> None:
     """Run the conformance suite over every registered backend and print the matrix."""
     jobs = check_jobs_option(jobs)
@@ -185,7 +188,8 @@ def verify(
         raise UsageError(f"--baseline {baseline}: not a file", "pass the baseline file (see doc/SPEC-kit.md, Baseline)")
     from harnesscheck.kit.verify import verify_command
 
-    raise typer.Exit(verify_command(backends=backend or [], levels=level or [], report_dir=report, baseline=baseline, jobs=jobs, cli=cli))
+    raise typer.Exit(verify_command(backends=backend or [], levels=level or [], report_dir=report, baseline=baseline, jobs=jobs, cli=cli,
+                                    checks=check or [], keep=keep, ratchet=ratchet))
 
 
 @app.command()

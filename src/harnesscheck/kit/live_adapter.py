@@ -1,6 +1,6 @@
 """The live level: the real CLI (or the real API) with the user's real login, on a budget.
 
-Reached only through `pytest -m live --backend ID` (verify runs live only when asked).
+Reached only through `pytest -m live --hc-backend ID` (verify runs live only when asked).
 Never in CI: with CI set, every live cell is skipped `budget`. A missing binary or login is
 skipped `env-missing` with the exact thing that is missing. Each live run is one session of
 at most LIVE_MAX_TURNS turns and LIVE_TIMEOUT_S seconds in a throwaway worktree.

@@ -1,25 +1,43 @@
 """`harnesscheck verify`: the suite over every registered backend at every level available here.
 
 Runs pytest with the kit plugin in a child process (so a crashing backend cannot take the
-command down, and pytest-xdist can spread the cells), shows pytest's progress, then prints
-the matrix and writes into the report directory: conformance-report.json, junit.xml,
-backends.md/.json/.html. Offline is always available and needs nothing external; loopback
-runs where adapters for it are installed (kit.adapters.LEVEL_PROVIDERS).
+command down, and pytest-xdist can spread the cells), shows the progress per backend × level
+(kit/progress.py), then prints the matrix and writes into the report directory:
+conformance-report.json, junit.xml (pytest's own --junitxml), backends.md/.json/.html and
+pytest-output.txt (the child's own output). Offline is always available and needs nothing
+external; loopback runs where adapters for it are installed (kit.adapters.LEVEL_PROVIDERS).
 
-Exit codes: 0 conformant (within the baseline), 1 a backend failed, 2 usage error,
-3 kit or environment fault.
+Where it writes: the report directory, and only at the end: the child writes into a hidden
+folder inside it, whose files replace the previous run's in one step (an interrupted run
+leaves the previous run's files as they were). Everything else the run makes (pytest's
+temporary folders, the sessions' run dirs, fake CLIs, bridge forkservers) goes under one
+scratch folder in $TMPDIR, the child's TMPDIR, removed at the end unless --keep.
+
+Exit codes: 0 conformant (within the baseline), 1 a backend failed (or regressed against
+the committed matrix), 2 usage error, 3 kit or environment fault (nothing could be verified
+here included), 130 interrupted.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from harnesscheck.kit.results import EXIT_BACKEND_FAILED, EXIT_KIT_FAULT, EXIT_OK, EXIT_USAGE
+
+EXIT_INTERRUPTED = 130
+#: the files a run writes into the report directory (an older run's are replaced or removed)
+REPORT_FILES = ("conformance-report.json", "junit.xml", "backends.md", "backends.json", "backends.html", "pytest-output.txt")
+#: the committed matrix verify ratchets against by default, when it is there
+DEFAULT_RATCHET = Path("doc") / "backends.json"
 
 LEVELS = ("offline", "loopback", "live")
 
@@ -94,20 +112,33 @@ def bridge_template(ids: list[str]) -> Iterator[str | None]:
 
 
 def pytest_args(ids: list[str], levels: list[str], report_dir: Path, baseline: Path | None, jobs: str | None,
-                template: str | None = None) -> list[str]:
+                template: str | None = None, *, checks: list[str] = (), ratchet: Path | None = None,
+                scratch: Path | None = None) -> list[str]:
+    """The child's command line. `report_dir` gets the report, the JUnit XML and the progress
+    events; `scratch` (the run's own folder) pytest's temporary folders."""
     from harnesscheck.paths import conformance_dir
 
     # -P: the current directory is not put first on sys.path, so a project's own `conformance/`
     # (this checkout's, for one) never shadows the suite shipped in the package.
     args = [sys.executable, "-P", "-m", "pytest", str(conformance_dir()), "-p", "no:cacheprovider", "-q",
             "--rootdir", str(conformance_dir().parent), "-c", os.devnull, "-m", "not live" if "live" not in levels else "live",
-            "--hc-report", str(report_dir / "conformance-report.json"), "--hc-junit", str(report_dir / "junit.xml")]
+            "--hc-report", str(report_dir / "conformance-report.json"), "--hc-progress", str(report_dir / PROGRESS_NAME),
+            # pytest's own JUnit writer; xunit1 is the family whose testcases may carry the
+            # properties (check_id, backend, level) the kit records on them
+            "--junitxml", str(report_dir / "junit.xml"), "-o", "junit_family=xunit1",
+            "-o", "junit_suite_name=harnesscheck-conformance"]
+    if scratch is not None:
+        args += ["--basetemp", str(scratch / "pytest")]
     for backend in ids:
-        args += ["--backend", backend]
+        args += ["--hc-backend", backend]
     for level in levels:
-        args += ["--level", level]
+        args += ["--hc-level", level]
+    for check_id in checks:
+        args += ["--hc-check", check_id]
     if baseline is not None:
-        args += ["--baseline", str(baseline)]
+        args += ["--hc-baseline", str(baseline)]
+    if ratchet is not None:
+        args += ["--hc-ratchet", str(ratchet)]
     if template is not None:
         args += ["--hc-bridge-template", template]
     # Only the kit's plugin (and xdist for -n): see child_env. Third-party plugins of the
@@ -125,14 +156,142 @@ def pytest_args(ids: list[str], levels: list[str], report_dir: Path, baseline: P
     return args
 
 
-def child_env() -> dict[str, str]:
+PROGRESS_NAME = "progress.jsonl"
+
+
+def child_env(scratch: Path | None = None) -> dict[str, str]:
     """The child pytest's environment: this one, with plugin autoloading off (pytest_args
-    names the plugins the suite needs)."""
-    return {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    names the plugins the suite needs), and TMPDIR the run's scratch folder, so whatever
+    its processes make in a temporary folder is removed with it."""
+    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    if scratch is not None:
+        env["TMPDIR"] = str(scratch / "tmp")
+    return env
+
+
+@contextlib.contextmanager
+def scratch_folder(keep: bool) -> Iterator[Path]:
+    """The run's own temporary folder (in $TMPDIR); this process's temporary files go there
+    too while it lasts (the bridge template), and it is removed at the end unless `keep`."""
+    scratch = Path(tempfile.mkdtemp(prefix="harnesscheck-verify-"))
+    (scratch / "tmp").mkdir()
+    saved = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(scratch / "tmp")
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+    try:
+        yield scratch
+    finally:
+        if saved is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved
+        tempfile.tempdir = None
+        if keep:
+            print(f"kept the run's temporary files: {scratch}", flush=True)
+        else:
+            _remove(scratch)
+
+
+def _remove(path: Path) -> None:
+    """Remove a folder whose last writers (a bridge or fake CLI ending with its host) may still
+    be leaving: retried for up to ~2 s."""
+    for _ in range(20):
+        shutil.rmtree(path, ignore_errors=True)
+        if not path.exists():
+            return
+        time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def _deferred_sigint() -> Iterator[None]:
+    """Ctrl-C waits until the block is over (the report files are moved in place)."""
+    pending: list[int] = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
+    except ValueError:  # not the main thread: nothing to defer
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if pending:
+            raise KeyboardInterrupt
+
+
+def publish(staging: Path, report_dir: Path) -> None:
+    """The new run's files replace the old run's: each moved in place (a rename), and a file
+    of an older run this one did not write removed, with Ctrl-C held back meanwhile; the
+    report directory's other files are left alone."""
+    with _deferred_sigint():
+        for name in REPORT_FILES:
+            new, old = staging / name, report_dir / name
+            if new.exists():
+                os.replace(new, old)
+            elif old.exists():
+                old.unlink()
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def _run_child(args: list[str], env: dict[str, str], staging: Path) -> int:
+    """The child pytest in its own session (so Ctrl-C reaches only this process, which ends
+    the child's whole group itself, quietly), its output in pytest-output.txt, the progress
+    shown as its events arrive."""
+    from harnesscheck.kit.progress import EventReader, Progress, view
+
+    progress, reader = Progress(), EventReader(staging / PROGRESS_NAME)
+    with open(staging / "pytest-output.txt", "wb") as out:
+        proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            with view(progress) as shown:
+                while True:
+                    code = proc.poll()
+                    for event in reader.read():
+                        for what, data in progress.feed(event):
+                            shown.announce(what, data)
+                    if code is not None:
+                        return code
+                    shown.refresh()
+                    time.sleep(0.1)
+        except BaseException:
+            _end_group(proc)
+            raise
+
+
+def _end_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to the child's process group (pytest, its xdist workers), SIGKILL after 5 s."""
+    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _nothing_to_run(ids: list[str], levels: list[str]) -> str | None:
+    """Why no cell of this run could be verified here (every backend × level unavailable), or None."""
+    from harnesscheck.kit.adapters import level_available
+    from harnesscheck.registry import get_spec
+
+    whys = []
+    for level in levels:
+        for backend in ids:
+            ok, why = level_available(get_spec(backend), level)
+            if ok:
+                return None
+            whys.append((level, backend, why))
+    level, backend, why = next(((lv, b, w) for lv, b, w in whys if "not installed" in w), whys[0])
+    return f"nothing can be verified here: no selected backend can run at {', '.join(levels)} ({backend}: {why})"
 
 
 def verify_command(backends: list[str], levels: list[str], report_dir: Path, baseline: Path | None, jobs: str | None,
-                   cli: Path | None = None) -> int:
+                   cli: Path | None = None, *, checks: list[str] = (), keep: bool = False,
+                   ratchet: Path | None | str = "default") -> int:
+    """`ratchet`: the committed matrix to compare against ("default": doc/backends.json of the
+    current directory when it is a harnesscheck matrix; None or "none": no ratchet)."""
     from harnesscheck.contracts import HarnessError
     from harnesscheck.kit.matrix import combine, to_markdown, write_matrix
     from harnesscheck.kit.results import ReportError, read_report
@@ -156,6 +315,10 @@ def verify_command(backends: list[str], levels: list[str], report_dir: Path, bas
     if baseline is not None and not Path(baseline).is_file():
         _err(f"baseline {baseline} not found")
         return EXIT_USAGE
+    ratchet_path, why = _ratchet_path(ratchet)
+    if why:
+        _err(why)
+        return EXIT_USAGE
     if jobs is None:
         jobs, why = default_jobs()
         if why:
@@ -166,33 +329,91 @@ def verify_command(backends: list[str], levels: list[str], report_dir: Path, bas
         except ImportError:
             _err("-n needs pytest-xdist (pip install pytest-xdist)")
             return EXIT_USAGE
+    nothing = _nothing_to_run(ids, chosen)
+    if nothing:
+        _err(nothing)
+        return EXIT_KIT_FAULT
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
-    report_path = report_dir / "conformance-report.json"
-    if report_path.exists():
-        report_path.unlink()
     workers = f"{jobs} workers" if jobs and jobs != "0" else "serial"
     print(f"harnesscheck verify: backends {', '.join(ids)}; levels {', '.join(chosen)}; {workers}", flush=True)
     for note in notes:
         print(f"  (skipping {note})", flush=True)
-    with bridge_template(ids) as template:
-        proc = subprocess.run(pytest_args(ids, chosen, report_dir, baseline, jobs, template), env=child_env(), stdin=subprocess.DEVNULL)
-    if proc.returncode == 4:
+    if ratchet_path is not None:
+        print(f"  (ratchet: every cell that passed in {ratchet_path} must pass)", flush=True)
+    staging = Path(tempfile.mkdtemp(prefix=".harnesscheck-partial-", dir=report_dir))
+    try:
+        with scratch_folder(keep) as scratch, bridge_template(ids) as template:
+            args = pytest_args(ids, chosen, staging, baseline, jobs, template, checks=list(checks),
+                               ratchet=ratchet_path, scratch=scratch)
+            returncode = _run_child(args, child_env(scratch), staging)
+    except KeyboardInterrupt:
+        shutil.rmtree(staging, ignore_errors=True)
+        _err(f"interrupted: {report_dir} still holds the previous run's files")
+        return EXIT_INTERRUPTED
+    (staging / PROGRESS_NAME).unlink(missing_ok=True)
+    report_path = report_dir / "conformance-report.json"
+    if returncode == 4:
+        _err(f"the suite refused its arguments: {_tail(staging / 'pytest-output.txt')}")
+        shutil.rmtree(staging, ignore_errors=True)
         return EXIT_USAGE
     try:
-        report = read_report(report_path)
+        report = read_report(staging / "conformance-report.json")
     except ReportError as exc:
-        _err(f"the suite wrote no report (pytest exit {proc.returncode}): {exc}")
+        _err(f"the suite wrote no report (pytest exit {returncode}): {exc}; its output: {_tail(staging / 'pytest-output.txt')}")
+        shutil.rmtree(staging, ignore_errors=True)
+        return EXIT_KIT_FAULT
+    counts = report.counts()
+    if not (counts["passed"] or counts["failed"] or counts["xfailed"] or counts["error"]):
+        shutil.rmtree(staging, ignore_errors=True)
+        _err(_why_nothing(report))
         return EXIT_KIT_FAULT
     matrix = combine([report])
-    write_matrix(matrix, report_dir)
+    write_matrix(matrix, staging)
+    publish(staging, report_dir)
     print()
     print(to_markdown(matrix).split("\n## Notes")[0].split("\n## Backends")[0])
-    counts = report.counts()
     print(", ".join(f"{n} {k}" for k, n in counts.items() if n) + f" — report: {report_path}")
     for problem in report.problems:
         _err(problem)
     code = report.exit_code()
-    if proc.returncode not in (0, 1) and code == EXIT_OK:
+    if returncode not in (0, 1) and code == EXIT_OK:
         return EXIT_KIT_FAULT
     return code if code in (EXIT_OK, EXIT_BACKEND_FAILED, EXIT_KIT_FAULT) else EXIT_KIT_FAULT
+
+
+def _why_nothing(report) -> str:
+    """One line: the run verified nothing, and the commonest reason."""
+    from collections import Counter
+
+    if not report.cells:
+        return "nothing was verified: no cell was selected"
+    (reason, message), _ = Counter((c.reason, c.message) for c in report.cells).most_common(1)[0]
+    return f"nothing was verified: all {len(report.cells)} cells were skipped ({reason}: {message})"
+
+
+def _tail(path: Path, lines: int = 3) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    except OSError:
+        return "(no output)"
+    return " | ".join(line.strip() for line in text[-lines:]) or "(no output)"
+
+
+def _ratchet_path(ratchet: Path | str | None) -> tuple[Path | None, str]:
+    """(the committed matrix to ratchet against or None, a usage error or "")."""
+    import json
+
+    if ratchet is None or ratchet == "none":
+        return None, ""
+    explicit = ratchet != "default"
+    path = Path(ratchet) if explicit else DEFAULT_RATCHET
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return None, (f"--ratchet {path}: not a readable matrix ({exc})" if explicit else "")
+    from harnesscheck.kit.matrix import MATRIX_SCHEMA
+
+    if not isinstance(data, dict) or data.get("schema") != MATRIX_SCHEMA:
+        return None, (f"--ratchet {path}: not a {MATRIX_SCHEMA} file" if explicit else "")
+    return path.resolve(), ""

@@ -2,7 +2,7 @@
 verified with the suite shipped in the harnesscheck wheel (no test file copied):
 
     harnesscheck verify --backend example
-    pytest -m conformance --backend example
+    pytest -m conformance --hc-backend example
 
 It is built on harnesscheck's scripted reference transport, so the kit drives it in-process;
 a real backend would put its own transport behind the same ProviderSpec.
