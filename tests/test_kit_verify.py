@@ -157,8 +157,14 @@ def test_verify_that_can_verify_nothing_here_exits_3_with_one_line_and_no_table(
                          "--report", str(tmp_path / "report"), env={"HARNESSCHECK_CACHE": str(tmp_path / "cache")})
     assert proc.returncode == 3, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "nothing can be verified here" in lines[0] and "install-clis" in lines[0], proc.stderr
+    assert len(lines) == 1 and "loopback cannot run codex" in lines[0] and "install-clis" in lines[0], proc.stderr
     assert "|" not in proc.stdout and "Backend verification matrix" not in proc.stdout
+    assert not (tmp_path / "report" / "conformance-report.json").exists()
+    # a backend with no loopback level at all: nothing of the run could be verified either
+    proc = _harnesscheck("verify", "--backend", "fake", "--level", "loopback", "--report", str(tmp_path / "report"))
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines() == ["harnesscheck verify: nothing can be verified here: no selected backend "
+                                                "can run at loopback (fake: fake is in-process: only the offline level exists)"]
     assert not (tmp_path / "report" / "conformance-report.json").exists()
 
 
