@@ -209,7 +209,9 @@ def test_spec_round_trips_and_is_private(tmp_path: Path) -> None:
     assert load_spec(path) == spec
     assert (path.stat().st_mode & 0o777) == 0o600
     assert BridgeSpec.model_validate_json(spec.model_dump_json()) == spec
-    assert set(json.loads(path.read_text())) == {"version", "scope", "run_dir", "trace_path", "session_id", "parent_pid"}
+    assert set(json.loads(path.read_text())) == {
+        "version", "scope", "run_dir", "trace_path", "session_id", "parent_pid", "root_identity"
+    }
 
 
 def test_spec_rejects_secrets_relative_paths_and_unknown_versions(tmp_path: Path) -> None:

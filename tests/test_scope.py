@@ -14,6 +14,7 @@ import os
 import shutil
 import socket
 import stat
+import sys
 import threading
 import time
 from pathlib import Path
@@ -784,3 +785,197 @@ def test_property_nothing_outside_the_root_is_read_or_written(prop_tree, path, t
         assert result.code in REASON_CODES and result.text.startswith(f"refused: {result.code}: ")
     assert snapshot(t.outside) == t.before
     assert sorted(p.name for p in t.base.iterdir()) == ["proj", "proj-secrets"]
+
+
+# ---------------------------------------------------------------------------------------
+# Issue 17 finding 4: the root is opened once per session; a rename or swap of the root or
+# of a parent cannot redirect the session (root_changed, for good).
+
+
+def _swap_tree(tmp_path: Path) -> tuple[Path, Path, ToolScope]:
+    parent = tmp_path / "parent"
+    root = parent / "proj"
+    root.mkdir(parents=True)
+    (root / "a.txt").write_text("hello inside\n")
+    (tmp_path / "decoy").mkdir()
+    (tmp_path / "decoy" / "a.txt").write_text(CANARY + " decoy\n")
+    return parent, root, ToolScope(root=root, read_only=False)
+
+
+def _assert_root_changed(scope: ToolScope) -> None:
+    for tool, args in (
+        ("read_file", {"path": "a.txt"}),
+        ("list_dir", {"path": "."}),
+        ("grep", {"pattern": "CANARY", "path": "."}),
+        ("write_file", {"path": "new.txt", "content": "x"}),
+        ("edit_file", {"path": "a.txt", "old": "CANARY", "new": "X"}),
+    ):
+        result = call(scope, tool, **args)
+        refused(result, "root_changed")
+
+
+def test_root_renamed_and_replaced_refuses_root_changed(tmp_path):
+    parent, root, scope = _swap_tree(tmp_path)
+    assert call(scope, "read_file", path="a.txt").text == "hello inside\n"
+    os.rename(root, parent / "proj.old")
+    os.rename(tmp_path / "decoy", root)  # the path now names another directory
+    _assert_root_changed(scope)
+    os.rename(root, tmp_path / "decoy")
+    os.rename(parent / "proj.old", root)  # even put back: the session stays refused
+    _assert_root_changed(scope)
+    assert (tmp_path / "decoy" / "a.txt").read_text() == CANARY + " decoy\n"
+    assert not (tmp_path / "decoy" / "new.txt").exists()
+
+
+def test_root_replaced_by_symlink_to_slash_refuses_root_changed(tmp_path):
+    parent, root, scope = _swap_tree(tmp_path)
+    assert call(scope, "list_dir", path=".").ok
+    os.rename(root, parent / "proj.old")
+    os.symlink("/", root)
+    _assert_root_changed(scope)
+    refused(call(scope, "read_file", path="etc/hostname"), "root_changed")
+
+
+def test_parent_renamed_and_replaced_refuses_root_changed(tmp_path):
+    parent, root, scope = _swap_tree(tmp_path)
+    assert call(scope, "read_file", path="a.txt").ok
+    os.rename(parent, tmp_path / "parent.old")
+    parent.mkdir()
+    os.symlink(tmp_path / "decoy", root)
+    _assert_root_changed(scope)
+
+
+def test_root_removed_refuses_root_changed(tmp_path):
+    _, root, scope = _swap_tree(tmp_path)
+    assert call(scope, "read_file", path="a.txt").ok
+    shutil.rmtree(root)
+    refused(call(scope, "read_file", path="a.txt"), "root_changed")
+
+
+def test_root_swapped_before_the_bridge_opened_it_refuses(tmp_path):
+    """The spec pins the identity the host saw: a bridge opening another dir refuses."""
+    parent, root, host_scope = _swap_tree(tmp_path)
+    identity = host_scope.open_root().identity
+    os.rename(root, parent / "proj.old")
+    os.rename(tmp_path / "decoy", root)
+    bridge_scope = ToolScope(root=root, read_only=False)  # a fresh process's copy of the spec
+    bridge_scope.open_root(expect=identity)
+    _assert_root_changed(bridge_scope)
+
+
+def test_root_opened_once_not_by_path_per_call(tmp_path, monkeypatch):
+    """No call opens the root by its path again (one stat of it per call, no open)."""
+    _, root, scope = _swap_tree(tmp_path)
+    assert call(scope, "read_file", path="a.txt").ok
+    real_open = os.open
+    opened: list[str] = []
+
+    def spy(path, *args, **kwargs):
+        if kwargs.get("dir_fd") is None:
+            opened.append(str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(scope_mod.os, "open", spy)
+    for _ in range(3):
+        assert call(scope, "read_file", path="a.txt").ok
+    assert opened == []
+
+
+def test_benign_same_root_many_scopes_and_copies(tmp_path):
+    """Equal scopes still compare equal and hash alike with a root opened; a copy works."""
+    _, root, scope = _swap_tree(tmp_path)
+    other = ToolScope(root=root, read_only=False)
+    scope.open_root()
+    assert scope == other and hash(scope) == hash(other)
+    assert call(scope.model_copy(update={"max_result_bytes": 100}), "read_file", path="a.txt").ok
+
+
+# ---------------------------------------------------------------------------------------
+# Issue 17 finding 5: pseudo-filesystems refused by TYPE wherever mounted (a second procfs
+# beneath the root serves self/environ).
+
+
+def _mount(kind: str, target: Path) -> None:
+    import subprocess
+
+    target.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(["mount", "-t", kind, kind, str(target)], capture_output=True)
+    if proc.returncode != 0:
+        pytest.skip(f"mount -t {kind} not permitted here: {proc.stderr.decode(errors='replace').strip()[:120]}")
+
+
+def _umount(target: Path) -> None:
+    import subprocess
+
+    subprocess.run(["umount", "-l", str(target)], capture_output=True)
+
+
+@pytest.fixture
+def mounted(tmp_path):
+    made: list[Path] = []
+
+    def mount(kind: str, rel: str) -> Path:
+        target = tmp_path / "proj" / rel
+        _mount(kind, target)
+        made.append(target)
+        return target
+
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "a.txt").write_text("hello inside\n")
+    yield tmp_path / "proj", mount
+    for target in reversed(made):
+        _umount(target)
+
+
+pytestmark_mount = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mount needs Linux")
+
+
+@pytestmark_mount
+def test_second_procfs_beneath_the_root_is_refused_by_type(mounted):
+    root, mount = mounted
+    mount("proc", "hostproc")
+    scope = ToolScope(root=root, read_only=False)
+    for path in ("hostproc/self/environ", "hostproc/1/environ", "hostproc/self/status", "hostproc/version"):
+        result = call(scope, "read_file", path=path)
+        refused(result, "denied_path")
+        assert "PATH=" not in result.text
+    refused(call(scope, "list_dir", path="hostproc"), "denied_path")
+    refused(call(scope, "list_dir", path="hostproc/self"), "denied_path")
+    refused(call(scope, "grep", pattern="PATH", path="hostproc/self"), "denied_path")
+    refused(call(scope, "write_file", path="hostproc/sys/vm/drop_caches", content="3"), "denied_path")
+    refused(call(scope, "write_file", path="hostproc/newfile", content="x"), "denied_path")
+    grep = call(scope, "grep", pattern="PATH=|hello", path=".")
+    assert grep.ok and "hostproc" not in grep.text and "a.txt:1: hello inside" in grep.text
+    listing = call(scope, "list_dir", path=".")
+    assert listing.ok and "hostproc/" in listing.text  # the name is listed, never entered
+
+
+@pytestmark_mount
+@pytest.mark.parametrize("kind", ["sysfs", "cgroup2"])
+def test_other_pseudo_filesystems_beneath_the_root_are_refused(mounted, kind):
+    root, mount = mounted
+    mount(kind, "pseudo")
+    scope = ToolScope(root=root, read_only=False)
+    refused(call(scope, "list_dir", path="pseudo"), "denied_path")
+    refused(call(scope, "grep", pattern=".", path="pseudo"), "denied_path")
+    refused(call(scope, "write_file", path="pseudo/hc-new/x", content="x"), "denied_path")  # no mkdir in cgroupfs
+    assert not (root / "pseudo" / "hc-new").exists()
+
+
+@pytestmark_mount
+def test_benign_tmpfs_mounted_beneath_the_root_is_served(mounted):
+    root, mount = mounted
+    target = mount("tmpfs", "scratch")
+    (target / "note.txt").write_text("on tmpfs\n")
+    scope = ToolScope(root=root, read_only=False)
+    assert call(scope, "read_file", path="scratch/note.txt").text == "on tmpfs\n"
+    assert call(scope, "write_file", path="scratch/sub/new.txt", content="x").ok
+    assert "scratch/note.txt:1: on tmpfs" in call(scope, "grep", pattern="tmpfs", path=".").text
+
+
+@pytestmark_mount
+def test_root_on_a_pseudo_filesystem_is_refused(mounted):
+    root, mount = mounted
+    target = mount("proc", "hostproc")
+    refused(call(ToolScope(root=target / "self"), "read_file", path="environ"), "denied_path")
+    refused(call(ToolScope(root=target), "list_dir", path="."), "denied_path")

@@ -31,7 +31,7 @@ from harnesscheck.scope import (
     pattern_may_contain,
     resolve_path,
     show,
-    special_fs_devices,
+    is_special_fd,
 )
 from harnesscheck.trace import Trace
 
@@ -184,6 +184,24 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
+def safe_text(text: str) -> str:
+    """`text` as valid UTF-8 for the wire: a name that is not UTF-8 on disk (surrogateescape'd
+    by the OS layer, e.g. reached through an in-tree symlink) is shown with its bytes escaped
+    (`caf\\xe9`); any other lone surrogate is backslash-escaped. An SDK's JSON writer raises on
+    lone surrogates, which killed the bridge (issue 17 finding 6)."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _display(name: str) -> str:
     """A name as the model sees it: valid UTF-8, control characters escaped."""
     text = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
@@ -301,13 +319,13 @@ def _grep_lines(rp: ResolvedPath, regex: re.Pattern[str], patterns: tuple[str, .
     parent, files O_NOFOLLOW|O_NONBLOCK then fstat'd; symlinks met while recursing, special
     files, denied names (.git) and binary files are skipped.
     """
-    special = special_fs_devices()
+    base_dev = rp.st.st_dev  # resolve_path checked the start: same device, same filesystem
     state = {"files": 0, "scanned": 0, "matches": 0}
     stop: list[str] = []
 
     def search(fd: int, rel: str) -> Iterator[str]:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_dev in special:
+        if not stat.S_ISREG(st.st_mode) or is_special_fd(fd, st, base_dev):
             return
         state["files"] += 1
         budget = min(GREP_MAX_FILE_BYTES, GREP_MAX_SCAN_BYTES - state["scanned"])
@@ -316,7 +334,14 @@ def _grep_lines(rp: ResolvedPath, regex: re.Pattern[str], patterns: tuple[str, .
         if b"\x00" in data[:8192]:
             return  # binary
         shown_rel = _display(rel)
-        for lineno, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
+        # Lines end at "\n" only, as `grep -n` counts them (never at \x0c, \x85, U+2028 ...:
+        # splitlines() would shift every later line number); a CRLF line drops its "\r".
+        lines = data.decode("utf-8", "replace").split("\n")
+        if lines and not lines[-1]:
+            lines.pop()
+        for lineno, line in enumerate(lines, 1):
+            if line.endswith("\r"):
+                line = line[:-1]
             if regex.search(line, 0, GREP_LINE_MATCHED):
                 state["matches"] += 1
                 if state["matches"] > GREP_MAX_MATCHES:
@@ -342,6 +367,8 @@ def _grep_lines(rp: ResolvedPath, regex: re.Pattern[str], patterns: tuple[str, .
                 except OSError:
                     continue
                 try:
+                    if is_special_fd(sub, os.fstat(sub), base_dev):
+                        continue  # a procfs, sysfs, ... mounted beneath the tree
                     yield from walk(sub, child, depth + 1)
                 finally:
                     os.close(sub)
@@ -599,7 +626,7 @@ def dispatch(
                 "tool", tool=str(name)[:80], decision="refuse", code=refusal.code, path=_trace_path(args),
                 detail=trace_detail(refusal.detail), **extra
             )
-        return ToolResult(ok=False, text=f"refused: {refusal.code}: {refusal.detail}", code=refusal.code)
+        return ToolResult(ok=False, text=safe_text(f"refused: {refusal.code}: {refusal.detail}"), code=refusal.code)
     except OSError as err:
         code_name = _errno_name(err)
         if trace is not None:
@@ -612,7 +639,7 @@ def dispatch(
         trace.record(
             "tool", tool=name, decision="allow", code=None, path=rel, bytes=nbytes, truncated=truncated, **extra
         )
-    return ToolResult(ok=True, text=text, code=None, truncated=truncated)
+    return ToolResult(ok=True, text=safe_text(text), code=None, truncated=truncated)
 
 
 def _errno_name(err: OSError) -> str:

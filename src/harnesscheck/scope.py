@@ -11,12 +11,16 @@ import fnmatch
 import os
 import re
 import stat
+import sys
 import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+import threading
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 READ_TOOLS: tuple[str, ...] = ("read_file", "list_dir", "grep")
 WRITE_TOOLS: tuple[str, ...] = ("write_file", "edit_file")
@@ -40,6 +44,31 @@ class ToolScope(BaseModel):
         default=(), description="Glob patterns (relative to root) a path must match; empty = any."
     )
     max_result_bytes: int = Field(default=DEFAULT_MAX_RESULT_BYTES, gt=0)
+    #: The root opened once (`open_root`); not a field: never serialized, not compared.
+    _root_handle: "RootHandle | None" = PrivateAttr(default=None)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal when the fields are: an opened root is state, not value."""
+        return type(other) is type(self) and self.__dict__ == other.__dict__  # type: ignore[union-attr]
+
+    def __hash__(self) -> int:
+        return hash((type(self), tuple(self.__dict__.values())))
+
+    def open_root(self, expect: tuple[int, int] | None = None) -> "RootHandle":
+        """This scope's root as a directory fd, opened once (per process) and kept.
+
+        Every later resolution walks beneath that fd; a call refuses `root_changed` once the
+        root path no longer names the directory that was opened (rename, swap of the root
+        or of a parent). `expect`: the (st_dev, st_ino) the host saw when it wrote the
+        session's spec; a root that is not that directory is `root_changed` from the start."""
+        with _ROOT_LOCK:
+            handle = self._root_handle
+            if handle is None or handle.pid != os.getpid():
+                handle = RootHandle(str(self.root), expect or (handle.identity if handle is not None else None))
+                self._root_handle = handle
+            elif expect is not None and handle.identity != tuple(expect):
+                handle.changed = True
+            return handle
 
     @field_validator("root")
     @classmethod
@@ -87,11 +116,12 @@ REASON_CODES: dict[str, str] = {
     "bad_arguments": "missing, extra or mistyped arguments, or an invalid regex",
     "too_large": "content or file above the tool's size limit",
     "hardlink_write": "a write through a file with more than one hard link",
-    "denied_path": "a hard-denied name (.git internals, agent config dirs, /proc, /sys, /dev)",
+    "denied_path": "a hard-denied name (.git internals, agent config dirs), or a pseudo-filesystem (/proc, /sys, /dev, any procfs ...)",
     "exists": "the target kept appearing while being created (a race)",
     "no_match": "edit_file: the old text was not found, or found more than once",
     "not_text": "edit_file: the file is not UTF-8 text",
     "io_error": "an unexpected operating-system error during the operation",
+    "root_changed": "the scope root was renamed, replaced or removed since the session opened it",
 }
 
 
@@ -287,9 +317,68 @@ def pattern_may_contain(patterns: tuple[str, ...], rel_dir: str) -> bool:
 # ---------------------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=32)
-def _root_realpath(root: str) -> str:
-    return os.path.realpath(root)
+_ROOT_LOCK = threading.Lock()
+
+#: statfs f_type of pseudo-filesystems (linux/magic.h): never served, wherever mounted.
+#: devtmpfs reports tmpfs's magic, so /dev is also refused by its st_dev (special_fs_devices).
+PSEUDO_FS_TYPES: dict[int, str] = {
+    0x9FA0: "proc",
+    0x62656572: "sysfs",
+    0x64626720: "debugfs",
+    0x74726163: "tracefs",
+    0x73636673: "securityfs",
+    0x27E0EB: "cgroup",
+    0x63677270: "cgroup2",
+    0xCAFE4A11: "bpf",
+    0x62656570: "configfs",
+    0x6165676C: "pstore",
+    0xDE5E81E4: "efivarfs",
+    0xF97CFF8C: "selinuxfs",
+    0x43415D53: "smackfs",
+    0x65735543: "fusectl",
+    0x42494E4D: "binfmt_misc",
+    0x19800202: "mqueue",
+    0x6E736673: "nsfs",
+    0x1CD1: "devpts",
+    0x7655821: "resctrl",
+    0x9FA2: "usbfs",
+}
+
+_FSTATFS: Any = None  # libc's fstatfs once loaded; False where unavailable
+_STATFS_BUFS = threading.local()  # one struct statfs buffer per thread (the call drops the GIL)
+
+
+def _load_fstatfs() -> Any:
+    global _FSTATFS
+    if _FSTATFS is None:
+        fn: Any = False
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes  # noqa: PLC0415 - only once a path is resolved
+
+                fn = ctypes.CDLL(None, use_errno=True).fstatfs
+                fn.restype = ctypes.c_int
+                fn.buffer_type = ctypes.c_long * 32  # struct statfs: 120 bytes on 64-bit, f_type first
+            except (OSError, AttributeError):
+                fn = False
+        _FSTATFS = fn
+    return _FSTATFS
+
+
+def pseudo_fs_type(fd: int) -> str | None:
+    """The name of the pseudo-filesystem `fd` lies on (by `fstatfs` f_type), else None.
+
+    A failing fstatfs on an open fd counts as pseudo (fail closed). Without fstatfs
+    (not Linux) only the st_dev check of `special_fs_devices` applies."""
+    fstatfs = _FSTATFS if _FSTATFS is not None else _load_fstatfs()
+    if not fstatfs:
+        return None
+    buf = getattr(_STATFS_BUFS, "buf", None)
+    if buf is None:
+        buf = _STATFS_BUFS.buf = fstatfs.buffer_type()
+    if fstatfs(fd, buf) != 0:
+        return "unknown (fstatfs failed)"
+    return PSEUDO_FS_TYPES.get(buf[0] & 0xFFFFFFFF)
 
 
 @lru_cache(maxsize=1)
@@ -308,6 +397,86 @@ def special_fs_devices() -> frozenset[int]:
         if dev != root_dev:
             devs.add(dev)
     return frozenset(devs)
+
+
+def is_special_fd(fd: int, st: os.stat_result, base_dev: int | None = None) -> bool:
+    """True when an open fd lies on a pseudo-filesystem (by type) or on /proc, /sys, /dev.
+
+    `base_dev`: the st_dev of a directory already checked (the scope root). A pseudo-
+    filesystem is its own superblock with its own st_dev, so a target on the root's device
+    needs no fstatfs; any other device (a mount or bind mount beneath the root) is checked."""
+    if base_dev is not None and st.st_dev == base_dev:
+        return False
+    return st.st_dev in special_fs_devices() or pseudo_fs_type(fd) is not None
+
+
+class RootHandle:
+    """A scope root opened once: its directory fd, identity (st_dev, st_ino) and real path.
+
+    `check()` runs before every resolution: the root path must still name the directory
+    that was opened, else `root_changed`, for good (a rename or swap of the root or of any
+    parent cannot redirect the session, and does not silently keep serving the old tree
+    under a path that now means something else)."""
+
+    __slots__ = ("path", "fd", "identity", "real", "pid", "changed", "is_fs_root", "error")
+
+    def __init__(self, path: str, expect: tuple[int, int] | None = None):
+        self.path = path
+        self.pid = os.getpid()
+        self.fd = -1
+        self.identity: tuple[int, int] | None = tuple(expect) if expect is not None else None  # type: ignore[assignment]
+        self.real = path
+        self.changed = False
+        self.is_fs_root = False
+        self.error: Refused | None = None
+        try:
+            fd = os.open(path, _DIR_FLAGS & ~_O_NOFOLLOW)
+        except OSError as err:
+            self.error = Refused(
+                "not_found", f"the scope root is not an open-able directory ({errno.errorcode.get(err.errno or 0, 'EIO')})"
+            )
+            return
+        st = os.fstat(fd)
+        opened = (st.st_dev, st.st_ino)
+        real = os.path.realpath(path)
+        try:
+            real_st = os.stat(real)
+        except OSError:
+            real_st = None
+        if (self.identity is not None and opened != self.identity) or real_st is None or (
+            real_st.st_dev,
+            real_st.st_ino,
+        ) != opened:
+            self.changed = True
+        self.fd, self.identity, self.real = fd, opened if self.identity is None else self.identity, real
+        try:
+            self.is_fs_root = _check_root(real)
+            kind = pseudo_fs_type(fd) if st.st_dev not in special_fs_devices() else "proc, sys or dev"
+            if kind is not None:
+                raise Refused("denied_path", f"the scope root lies on a pseudo-filesystem ({kind})")
+        except Refused as refusal:
+            self.error = refusal
+
+    def check(self) -> None:
+        """Raise Refused unless the root path still names the directory opened."""
+        if self.error is not None:
+            raise self.error
+        if not self.changed:
+            try:
+                st = os.stat(self.path)
+                self.changed = (st.st_dev, st.st_ino) != self.identity
+            except OSError:
+                self.changed = True
+        if self.changed:
+            raise Refused(
+                "root_changed",
+                "the scope root was renamed, replaced or removed since the session opened it; refusing every call",
+            )
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0 and self.pid == os.getpid():
+            os.close(fd)
 
 
 def _under(path: str, top: str) -> bool:
@@ -341,8 +510,10 @@ def _os_refusal(err: OSError, what: str) -> Refused:
 def resolve_path(scope: ToolScope, path: str, op: str) -> ResolvedPath:
     """Resolve a tool path beneath scope.root and return an open fd on the target.
 
-    The root is opened once as a directory fd; every component is opened relative to its
-    parent's fd with O_NOFOLLOW, so nothing outside the root is ever opened (P1-P13).
+    The root is opened once per scope as a directory fd (`ToolScope.open_root`) and must
+    still be the directory the path names (`root_changed`); every component is opened
+    relative to its parent's fd with O_NOFOLLOW, so nothing outside the root is ever opened
+    (P1-P13). Pseudo-filesystems are refused by type wherever they are mounted.
     In-tree symlinks are followed by reading their text and walking it the same way; a
     link whose target leaves the root is refused. Raises Refused(code, detail).
     """
@@ -355,14 +526,9 @@ def resolve_path(scope: ToolScope, path: str, op: str) -> ResolvedPath:
     for part in parts:
         if part != ".." and is_denied_name(part, mutating):
             raise Refused("denied_path", f"{show(path)} names a protected path")
-    root = str(scope.root)
-    root_real = _root_realpath(root)
-    root_is_fs_root = _check_root(root_real)
-    try:
-        root_fd = os.open(root, _DIR_FLAGS & ~_O_NOFOLLOW)
-    except OSError as err:
-        raise Refused("not_found", f"the scope root is not an open-able directory ({errno.errorcode.get(err.errno or 0, 'EIO')})") from None
-    walker = _Walk(scope, op, root_fd, root_real, root_is_fs_root, path)
+    handle = scope.open_root()
+    handle.check()
+    walker = _Walk(scope, op, handle.fd, handle.real, handle.is_fs_root, path, handle.identity[0])
     try:
         return walker.run(parts, trailing_slash)
     finally:
@@ -372,8 +538,11 @@ def resolve_path(scope: ToolScope, path: str, op: str) -> ResolvedPath:
 class _Walk:
     """One resolution: a stack of directory fds beneath the root, never above it."""
 
-    def __init__(self, scope: ToolScope, op: str, root_fd: int, root_real: str, root_is_fs_root: bool, user_path: str):
+    def __init__(
+        self, scope: ToolScope, op: str, root_fd: int, root_real: str, root_is_fs_root: bool, user_path: str, root_dev: int
+    ):
         self.scope = scope
+        self.root_dev = root_dev
         self.op = op
         self.mutating = op in MUTATING_OPS
         self.root_fd = root_fd
@@ -392,8 +561,7 @@ class _Walk:
     def close_all(self) -> None:
         for _, fd in self.stack:
             os.close(fd)
-        self.stack.clear()
-        os.close(self.root_fd)
+        self.stack.clear()  # the root fd belongs to the scope's RootHandle
 
     def rel_of(self, leaf: str | None) -> str:
         names = [n for n, _ in self.stack]
@@ -407,14 +575,22 @@ class _Walk:
         if self.root_is_fs_root and not self.stack and name in SPECIAL_TOP_DIRS:
             raise Refused("denied_path", f"{show(self.user_path)}: /{name} is never served")
 
-    def check_final(self, rel: str, st: os.stat_result, is_dir: bool) -> None:
-        if st.st_dev in special_fs_devices():
-            raise Refused("denied_path", f"{show(self.user_path)} lies on /proc, /sys or /dev")
+    def check_final(self, rel: str, st: os.stat_result, is_dir: bool, fd: int) -> None:
+        if is_special_fd(fd, st, self.root_dev):
+            raise Refused("denied_path", f"{show(self.user_path)} lies on a pseudo-filesystem (/proc, /sys, /dev, ...)")
         patterns = self.scope.path_patterns
         if patterns:
             ok = pattern_may_contain(patterns, rel) if is_dir and self.op in ("list", "grep") else pattern_covers(patterns, rel)
             if not ok:
                 raise Refused("path_outside_scope", f"{show(self.user_path)} is not matched by the scope's path patterns")
+
+    def check_creatable(self) -> None:
+        """The current directory is not on a pseudo-filesystem: checked on entering a mount
+        beneath the root (nothing on a procfs is opened, not even its directories' files),
+        and before anything is created (a mkdir in cgroupfs or configfs is an action)."""
+        cur = self.cur
+        if is_special_fd(cur, os.fstat(cur), self.root_dev):
+            raise Refused("denied_path", f"{show(self.user_path)} lies on a pseudo-filesystem (/proc, /sys, /dev, ...)")
 
     def follow(self, name: str, pending: list[tuple[str, bool]]) -> None:
         """Splice a symlink's text into the pending components, relative to its directory."""
@@ -472,6 +648,8 @@ class _Walk:
             if fd < 0:
                 return self.create_chain(name, pending)
             self.stack.append((name, fd))
+            if os.fstat(fd).st_dev != self.root_dev:  # a mount point: never walk into a pseudo-fs
+                self.check_creatable()
         # Nothing left: the target is the current directory itself.
         return self.directory_target(os.dup(self.cur), self.rel_of(None))
 
@@ -505,7 +683,7 @@ class _Walk:
                 raise Refused("not_directory", f"{show(self.user_path)} is not a directory")
             if self.op in ("read", "write", "edit"):
                 raise Refused("is_directory", f"{show(self.user_path)} is a directory")
-            self.check_final(rel, st, is_dir=True)
+            self.check_final(rel, st, is_dir=True, fd=fd)
         except BaseException:
             os.close(fd)
             raise
@@ -563,7 +741,7 @@ class _Walk:
             if not stat.S_ISREG(st.st_mode):
                 raise Refused("special_file", f"{show(self.user_path)} is not a regular file")
             rel = self.rel_of(name)
-            self.check_final(rel, st, is_dir=False)
+            self.check_final(rel, st, is_dir=False, fd=fd)
             if self.mutating and st.st_nlink > 1:
                 raise Refused("hardlink_write", f"{show(self.user_path)} has {st.st_nlink} hard links; writes through hard links are refused")
         except BaseException:
@@ -575,6 +753,7 @@ class _Walk:
         rel = self.rel_of(name)
         if self.scope.path_patterns and not pattern_covers(self.scope.path_patterns, rel):
             raise Refused("path_outside_scope", f"{show(self.user_path)} is not matched by the scope's path patterns")
+        self.check_creatable()
         try:
             fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _LEAF_FLAGS, 0o666, dir_fd=self.cur)
         except FileExistsError:
@@ -585,7 +764,7 @@ class _Walk:
             raise _os_refusal(err, show(self.user_path)) from None
         try:
             st = os.fstat(fd)
-            self.check_final(rel, st, is_dir=False)
+            self.check_final(rel, st, is_dir=False, fd=fd)
         except BaseException:
             os.close(fd)
             raise
@@ -608,6 +787,7 @@ class _Walk:
             raise Refused("path_outside_scope", f"{show(self.user_path)} is not matched by the scope's path patterns")
         made: list[str] = []
         for n in names[:-1]:
+            self.check_creatable()
             try:
                 os.mkdir(n, 0o777, dir_fd=self.cur)
                 made.append(self.rel_of(n))

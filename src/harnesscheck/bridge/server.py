@@ -689,6 +689,7 @@ def run_bridge(
     initial_ppid: int,
     hangup_fd: int | None = None,
     mode: str | None = None,
+    root_identity: tuple[int, int] | None = None,
 ) -> int:
     """Serve until stdin EOF (exit 0) or parent death (exit 0 from the watchdog).
 
@@ -712,6 +713,9 @@ def run_bridge(
         os._exit(0)
 
     ParentWatch(parent_pid, on_death, initial_ppid=initial_ppid).start(hangup_fd, lambda: on_death("relay_gone"))
+    # The root is opened once, now, for the whole session; it must be the directory the host
+    # opened (root_identity). A root that is not, or changes later, refuses every call.
+    scope.open_root(expect=root_identity)
 
     import anyio
 
@@ -825,6 +829,7 @@ def serve_spec(
         initial_ppid=initial_ppid,
         hangup_fd=hangup_fd,
         mode=mode,
+        root_identity=spec.root_identity,
     )
 
 

@@ -42,6 +42,11 @@ class BridgeSpec(BaseModel):
     trace_path: Path = Field(description="this session's own JSONL trace; never shared")
     session_id: str = Field(min_length=1, max_length=200)
     parent_pid: int | None = Field(default=None, gt=0, description="host pid; the bridge exits when it dies")
+    root_identity: tuple[int, int] | None = Field(
+        default=None,
+        description="(st_dev, st_ino) of the scope root as the host opened it; the bridge refuses every call "
+        "(root_changed) when the root it opens is another directory",
+    )
 
     @field_validator("run_dir", "trace_path")
     @classmethod

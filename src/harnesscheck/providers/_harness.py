@@ -187,7 +187,12 @@ def new_session_context(
 def write_bridge_spec(scope: ToolScope, run_dir: Path, trace_path: Path, session_id: str, spec_path: Path) -> Path:
     from harnesscheck.bridge.spec import BridgeSpec, write_spec
 
-    spec = BridgeSpec(scope=scope, run_dir=run_dir, trace_path=trace_path, session_id=session_id, parent_pid=os.getpid())
+    # The host opens the root once for the session; the bridge must find that same directory.
+    identity = scope.open_root().identity
+    spec = BridgeSpec(
+        scope=scope, run_dir=run_dir, trace_path=trace_path, session_id=session_id, parent_pid=os.getpid(),
+        root_identity=identity,
+    )
     return write_spec(spec, spec_path)
 
 

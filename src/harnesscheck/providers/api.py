@@ -187,6 +187,7 @@ class ApiTransport:
         requested = self._model(request.model)
         state = _SessionState(requested, session_id, start)
         tools = self._tool_specs(request.scope)
+        request.scope.open_root()  # once per session: a later rename or swap of the root is refused (SPEC-scope)
         messages: list[dict] = [{"role": "user", "content": request.prompt}]
         abort = Abort()
         trace = _SessionTrace(request.run_dir, session_id)
