@@ -349,3 +349,65 @@ def test_grep_child_holds_no_inherited_fds(tmp_path):
     fds = {int(x) for x in kept[0].split()}
     assert keep in fds and r not in fds and w not in fds
     assert len(fds - {0, 1, 2, keep}) <= 2  # only the child's result pipe and listdir's own fd
+
+
+# -- issue 17 findings 6 and 9: names that are not UTF-8, and grep's line numbers
+
+
+@pytest.mark.parametrize("sep", [b"\x0c", b"\x0b", b"\r", "\x85".encode(), "\u2028".encode(), "\u2029".encode(), b"\x1c"])
+def test_grep_counts_lines_on_newline_only(root: Path, sep: bytes) -> None:
+    (root / "f.txt").write_bytes(b"one" + sep + b"two\nTARGET here\nthree" + sep + b"TARGET again\n")
+    result = dispatch("grep", {"pattern": "TARGET", "path": "f.txt"}, ToolScope(root=root))
+    assert result.ok
+    lines = result.text.split("\n")
+    assert lines[0] == "f.txt:2: TARGET here"
+    assert lines[1].startswith("f.txt:3: three") and lines[1].endswith("TARGET again")
+
+
+def test_grep_crlf_and_last_line_without_newline(root: Path) -> None:
+    (root / "f.txt").write_bytes(b"a\r\nTARGET\r\nb\r\nTARGET")
+    result = dispatch("grep", {"pattern": "TARGET$", "path": "f.txt"}, ToolScope(root=root))
+    assert result.text == "f.txt:2: TARGET\nf.txt:4: TARGET"
+    empty = dispatch("grep", {"pattern": "^$", "path": "a.txt"}, ToolScope(root=root))
+    assert empty.text == "(no matches)"  # the final newline ends a line; it does not start one
+
+
+@pytest.fixture
+def undecodable(root: Path) -> Path:
+    """An in-tree symlink `link` to a file whose name is not UTF-8, and a dir likewise."""
+    raw = os.fsencode(str(root)) + b"/caf\xe9.txt"
+    with open(raw, "wb") as fh:
+        fh.write(b"old text\n")
+    os.mkdir(os.fsencode(str(root)) + b"/d\xff")
+    with open(os.fsencode(str(root)) + b"/d\xff/inner.txt", "wb") as fh:
+        fh.write(b"inner old\n")
+    os.symlink(b"caf\xe9.txt", os.fsencode(str(root)) + b"/link")
+    os.symlink(b"d\xff", os.fsencode(str(root)) + b"/dlink")
+    return root
+
+
+@pytest.mark.parametrize(
+    "tool, args",
+    [
+        ("read_file", {"path": "link"}),
+        ("edit_file", {"path": "link", "old": "old", "new": "new"}),
+        ("write_file", {"path": "link", "content": "fresh\n"}),
+        ("edit_file", {"path": "link", "old": "absent", "new": "x"}),
+        ("edit_file", {"path": "dlink/inner.txt", "old": "old", "new": "new"}),
+        ("write_file", {"path": "dlink/new.txt", "content": "x"}),
+        ("list_dir", {"path": "dlink"}),
+        ("list_dir", {"path": "."}),
+        ("grep", {"pattern": "old|inner", "path": "."}),
+        ("grep", {"pattern": "old", "path": "dlink"}),
+    ],
+)
+def test_undecodable_names_give_valid_utf8_results(undecodable: Path, tmp_path: Path, tool: str, args: dict) -> None:
+    trace_path = tmp_path / "t.jsonl"
+    with Trace(trace_path, session_id="s") as trace:
+        result = dispatch(tool, args, rw(undecodable), trace)
+    result.text.encode("utf-8")  # no lone surrogate: an SDK's JSON writer would raise on it
+    json.dumps({"text": result.text}, ensure_ascii=False).encode("utf-8")
+    if result.ok and tool in ("edit_file", "write_file"):
+        assert "\\xe9" in result.text or "\\xff" in result.text  # the on-disk bytes, escaped
+    records = list(read_trace(trace_path, strict=True))
+    assert len(records) == 1 and records[0]["tool"] == tool
