@@ -24,6 +24,11 @@
    measurement the bench waits for the forkserver's next spare (`spare()`), as a host's
    next registration lets it be ready before a CLI's relay comes.
    `--session-only` runs just this one (quick before/after comparisons).
+7. Memory per message (`--memory`): the stdio bridge's peak RSS (VmHWM) after `initialize`,
+   then after one 60 MiB request line of each shape (a write_file whose content is a 60 MiB
+   string; a tools/call whose arguments hold a 60 MiB array of small numbers; the same
+   array 30 MiB long, under the old 64 MiB line bound), each in a fresh bridge, and whether
+   a tools/list sent after it is still answered. Target: peak RSS < 256 MiB for every shape.
 """
 
 from __future__ import annotations
@@ -248,11 +253,76 @@ def verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
 
+def _vm_hwm_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+        for row in fh:
+            if row.startswith("VmHWM:"):
+                return int(row.split()[1])
+    return 0
+
+
+def peak_rss(argv: list[str], payload: bytes) -> tuple[int, int, bool]:
+    """(VmHWM KiB after initialize, VmHWM KiB after `payload` and a tools/list, whether the
+    tools/list was answered and the bridge still runs)."""
+    import threading
+
+    proc, _, _ = spawn_initialized(argv)
+    assert proc.stdin and proc.stdout
+    proc.stdin.write(line({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+    proc.stdin.flush()
+    base = _vm_hwm_kib(proc.pid)
+
+    def feed() -> None:
+        try:
+            proc.stdin.write(payload + b"\n")
+            proc.stdin.write(line({"jsonrpc": "2.0", "id": "after", "method": "tools/list"}))
+            proc.stdin.flush()
+        except OSError:
+            pass
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    answered = False
+    try:
+        while True:
+            raw = proc.stdout.readline()
+            if not raw:
+                break
+            if json.loads(raw).get("id") == "after":
+                answered = True
+                break
+        peak = _vm_hwm_kib(proc.pid) if proc.poll() is None else 0
+    finally:
+        writer.join(60)
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+        proc.kill()
+        proc.wait(timeout=30)
+    return base, peak, answered and peak > 0
+
+
+def report_memory(argv: list[str]) -> None:
+    mib = 1 << 20
+    head = b'{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"write_file","arguments":{"path":"x.txt","content":'
+    shapes = {
+        "60 MiB string content": head + b'"' + b"a" * (60 * mib) + b'"}}}',
+        "60 MiB array of numbers": head + b"[" + b"0," * (30 * mib) + b"0]}}}",
+        "30 MiB array of numbers": head + b"[" + b"0," * (15 * mib) + b"0]}}}",
+    }
+    for label, payload in shapes.items():
+        base, peak, ok = peak_rss(argv, payload)
+        print(f"memory: {label:26s} peak RSS {peak / 1024:7.1f} MiB (after initialize {base / 1024:.1f} MiB); "
+              f"bridge alive and answering: {ok}   target < 256 MiB   {verdict(ok and peak < 256 * 1024)}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--sessions", type=int, default=30, help="whole sessions through the forkserver")
     ap.add_argument("--session-only", action="store_true", help="only the whole-session measurement")
+    ap.add_argument("--memory", action="store_true", help="only the peak-RSS-per-message measurement")
     ns = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-bridge-") as tmp:
         base = Path(tmp).resolve()
@@ -261,6 +331,9 @@ def main() -> int:
         (root / "hello.txt").write_text("hello\n")
         spec = BridgeSpec(scope=ToolScope(root=root), run_dir=base, trace_path=base / "trace.jsonl", session_id="bench")
         argv = bridge_argv(write_spec(spec, base / "spec.json"))
+        if ns.memory:
+            report_memory(argv)
+            return 0
 
         from harnesscheck.bridge import forkserver
 

@@ -477,9 +477,10 @@ def test_pipe_lines_reassemble_split_lines_and_keep_a_last_unterminated_one() ->
     assert lines == ['{"a": 1}\n', '{"b": 2}\n', "\n", big + "\n", "café \ufffdtail"]
 
 
-def test_pipe_lines_end_the_input_at_a_request_line_without_bound(monkeypatch) -> None:
-    """A peer that sends no newline is not buffered without bound: past the limit the input
-    is over (the bridge then drains and ends), even though the peer keeps its end open."""
+def test_pipe_lines_never_buffer_a_request_line_without_bound(monkeypatch) -> None:
+    """A peer that sends no newline is not buffered without bound: past the limit the line
+    is given up (`OVERSIZE`, answered with an error by the transport) and its bytes are
+    dropped unread up to the next newline (test_bridge_protocol.py: the session goes on)."""
     from harnesscheck.bridge import server
 
     monkeypatch.setattr(server, "MAX_REQUEST_LINE_BYTES", 100_000)
@@ -488,24 +489,27 @@ def test_pipe_lines_end_the_input_at_a_request_line_without_bound(monkeypatch) -
     def feed() -> None:
         os.write(w, b'{"ok": 1}\n')
         try:
-            for _ in range(10):  # 640 KB, no newline; the write end stays open
+            for _ in range(10):  # 640 KB, no newline
                 os.write(w, b"x" * 65536)
-        except OSError:
-            pass  # the reader stopped reading and closed its end: as the bridge would
+        finally:
+            os.close(w)
 
     async def read_all() -> list[str]:
         import threading
 
         threading.Thread(target=feed, daemon=True).start()
         lines = server._PipeLines(r)
-        return [line async for line in lines]
+        out = []
+        async for line in lines:
+            out.append(line)
+            assert len(lines._buf) <= server.MAX_REQUEST_LINE_BYTES + 65536
+        return out
 
     try:
         lines = anyio.run(read_all)
     finally:
-        os.close(w)
         os.close(r)
-    assert lines == ['{"ok": 1}\n']
+    assert lines == ['{"ok": 1}\n', server.OVERSIZE]
 
 
 def test_pipe_writer_never_blocks_the_event_loop_on_a_full_pipe() -> None:

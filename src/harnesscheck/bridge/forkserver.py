@@ -835,7 +835,8 @@ def _preimport() -> None:
     import anyio._backends._asyncio  # noqa: F401 - anyio.run picks it at run time
     import mcp_types  # noqa: F401
     from mcp.server.lowlevel import Server  # noqa: F401
-    from mcp.server.stdio import stdio_server  # noqa: F401
+    from mcp.shared._context_streams import create_context_streams  # noqa: F401 - serve_stdio's streams
+    from mcp.shared.message import SessionMessage  # noqa: F401
 
     import harnesscheck.bridge.server as server
     import harnesscheck.bridge.spec  # noqa: F401

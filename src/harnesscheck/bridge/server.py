@@ -42,9 +42,17 @@ DRAIN_TIMEOUT_S = 30.0
 #: writer gets this long for what it still holds; a client that no longer reads its end must
 #: not keep the bridge alive.
 WRITE_GRACE_S = 2.0
-#: The longest request line the pipe transport buffers (the bound process.py puts on a CLI's
-#: lines): past it without a newline, the input is treated as over and the bridge drains and ends.
-MAX_REQUEST_LINE_BYTES = 64 << 20
+#: The longest request line the bridge buffers. The largest legitimate request is an
+#: edit_file whose `old` and `new` are each up to 8 MiB (dispatch's bound), so 32 MiB leaves
+#: room for JSON escaping. Past it the line is answered with a JSON-RPC error and the rest of
+#: it is dropped unread up to its newline: memory stays bounded, the session goes on.
+MAX_REQUEST_LINE_BYTES = 32 << 20
+#: Before a line is parsed, its nesting depth and number of JSON values are bounded (a
+#: 60 MiB `[0,0,...]` became GBs of Python objects): past either, a JSON-RPC error.
+MAX_JSON_DEPTH = 64
+MAX_JSON_VALUES = 100_000
+#: JSON-RPC error codes the bridge answers malformed messages with.
+PARSE_ERROR, INVALID_REQUEST, INVALID_PARAMS = -32700, -32600, -32602
 #: The one file of `rehearse`'s scope.
 REHEARSAL_FILE = "rehearsal.txt"
 _PR_SET_PDEATHSIG = 1
@@ -366,7 +374,7 @@ def _hung_up(fd: int, events: list) -> bool:
 class Inflight:
     """Tool calls received and not yet answered, so an EOF on stdin lets them answer before exit.
 
-    Counted on the wire: a `tools/call` request is pending from the moment the read stream
+    Counted on the wire: a request (a `tools/call`, a `tools/list`, ...) is pending from the moment the read stream
     delivers it until its response is handed to the stdout writer (or the client cancels it),
     so no sleep has to guess whether a handler has started or its answer been written."""
 
@@ -378,7 +386,7 @@ class Inflight:
     def received(self, item: Any) -> None:
         message = _jsonrpc(item)
         method = getattr(message, "method", None)
-        if method == "tools/call" and getattr(message, "id", None) is not None:
+        if method is not None and getattr(message, "id", None) is not None:  # every request, not only calls
             self.pending.add(message.id)
         elif method == "notifications/cancelled":
             params = getattr(message, "params", None)
@@ -391,6 +399,8 @@ class Inflight:
             self._discard(message.id)
 
     def _discard(self, request_id: Any) -> None:
+        if not isinstance(request_id, (str, int)):  # a cancel naming `{}` must not kill the bridge
+            return
         self.pending.discard(request_id)
         if not self.pending and self._idle is not None:
             self._idle.set()
@@ -535,21 +545,27 @@ def build_server(
         return types.ListToolsResult(tools=tools)
 
     async def on_call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
-        args = params.arguments if params.arguments is not None else {}
+        raw = _BAD_CALLS.pop(params.name, None) if params.name.startswith(_BAD_CALL_PREFIX) else None
+        if raw is not None:  # a non-string name or non-object arguments: dispatch refuses them
+            name, args = raw
+        else:
+            name, args = params.name, params.arguments if params.arguments is not None else {}
         if inflight is not None:
             inflight.count += 1
         try:
-            result = await _in_thread(_call, params.name, args)
+            result = await _in_thread(_call, name, args)
         except Exception as exc:  # a dispatch bug must not kill the session or leak details
             if trace is not None:
-                trace.record("bridge_error", tool=params.name, error=type(exc).__name__)
+                trace.record("bridge_error", tool=str(name)[:80], error=type(exc).__name__)
             return types.CallToolResult(
                 content=[types.TextContent(text=f"error: internal: {type(exc).__name__}")], is_error=True
             )
         finally:
             if inflight is not None:
                 inflight.count -= 1
-        return types.CallToolResult(content=[types.TextContent(text=result.text)], is_error=not result.ok)
+        from harnesscheck.dispatch import safe_text
+
+        return types.CallToolResult(content=[types.TextContent(text=safe_text(result.text))], is_error=not result.ok)
 
     return Server(
         SERVER_NAME,
@@ -560,50 +576,84 @@ def build_server(
     )
 
 
-class _PipeLines:
-    """The SDK stdio transport's stdin, without a thread: lines read from a pipe or socket
-    once the event loop reports it readable (`anyio.wrap_file` reads every line in a worker
-    thread, whose start the first read pays). The descriptor stays blocking (its open file
-    description is not ours alone to change); a read after readiness does not block."""
+class _Oversize(str):
+    """What `_PipeLines` yields for a request line longer than MAX_REQUEST_LINE_BYTES (its
+    bytes were dropped unread): the transport answers it with a JSON-RPC error."""
 
-    def __init__(self, fd: int) -> None:
+
+OVERSIZE = _Oversize("")
+
+
+class _PipeLines:
+    """The protocol's input lines, without a reader thread: read from a pipe or socket once
+    the event loop reports it readable (`anyio.wrap_file` reads every line in a worker
+    thread, whose start the first read pays). The descriptor stays blocking (its open file
+    description is not ours alone to change); a read after readiness does not block.
+    `threaded=True` (a regular file, a terminal: not pollable everywhere) reads each chunk
+    in a worker thread instead. Either way a line is buffered up to MAX_REQUEST_LINE_BYTES;
+    a longer one yields `OVERSIZE` once and its bytes up to the next newline are dropped."""
+
+    def __init__(self, fd: int, *, threaded: bool = False) -> None:
         self._fd = fd
         self._buf = bytearray()
         self._scanned = 0
         self._eof = False
+        self._threaded = threaded
+        self._dropping = False  # inside an oversize line: drop bytes up to its newline
 
     def __aiter__(self):
         return self
 
-    async def __anext__(self) -> str:
+    async def _read(self) -> bytes | None:
         import anyio
 
+        if self._threaded:
+            try:
+                return await anyio.to_thread.run_sync(os.read, self._fd, 65536)
+            except OSError:
+                return b""
+        await anyio.wait_readable(self._fd)
+        try:
+            return os.read(self._fd, 65536)
+        except (BlockingIOError, InterruptedError):
+            return None
+        except OSError:  # ECONNRESET from a socket peer: the input is over
+            return b""
+
+    async def __anext__(self) -> str:
         while True:
-            end = self._buf.find(b"\n", self._scanned)
-            if end >= 0 or (self._eof and self._buf):
-                cut = end + 1 if end >= 0 else len(self._buf)
-                line = bytes(self._buf[:cut])
-                del self._buf[:cut]
-                self._scanned = 0
-                return line.decode("utf-8", "replace")
+            if not self._dropping:
+                end = self._buf.find(b"\n", self._scanned)
+                if end >= 0 or (self._eof and self._buf):
+                    cut = end + 1 if end >= 0 else len(self._buf)
+                    line = bytes(self._buf[:cut])
+                    del self._buf[:cut]
+                    self._scanned = 0
+                    return line.decode("utf-8", "replace")
+                if len(self._buf) > MAX_REQUEST_LINE_BYTES:
+                    sys.stderr.write(f"harnesscheck bridge: a request line over {MAX_REQUEST_LINE_BYTES} bytes; dropped\n")
+                    self._buf.clear()  # never buffered without bound (a peer sending no newline)
+                    self._scanned = 0
+                    self._dropping = True
+                    return OVERSIZE
             if self._eof:
                 raise StopAsyncIteration
             self._scanned = len(self._buf)
-            await anyio.wait_readable(self._fd)
-            try:
-                chunk = os.read(self._fd, 65536)
-            except (BlockingIOError, InterruptedError):
+            chunk = await self._read()
+            if chunk is None:
                 continue
-            except OSError:  # ECONNRESET from a socket peer: the input is over
-                chunk = b""
-            if chunk:
-                self._buf += chunk
-                if len(self._buf) > MAX_REQUEST_LINE_BYTES and b"\n" not in chunk:
-                    sys.stderr.write(f"harnesscheck bridge: a request line over {MAX_REQUEST_LINE_BYTES} bytes; input closed\n")
-                    self._buf.clear()  # never buffered without bound (a peer sending no newline)
-                    self._eof = True
-            else:
+            if not chunk:
                 self._eof = True
+                self._dropping = False
+                continue
+            if self._dropping:
+                end = chunk.find(b"\n")
+                if end < 0:
+                    continue
+                chunk = chunk[end + 1 :]
+                self._dropping = False
+                self._scanned = 0
+            self._buf += chunk
 
 
 class _PipeWriter:
@@ -658,25 +708,179 @@ def _protocol_streams(proto_in: int, proto_out: int):
 
     if hasattr(select, "poll") and _is_pipe_or_socket(proto_in) and _is_pipe_or_socket(proto_out):
         return _PipeLines(proto_in), _PipeWriter(proto_out)
-    reader = io.TextIOWrapper(os.fdopen(proto_in, "rb", closefd=False), encoding="utf-8", errors="replace")
     writer = io.TextIOWrapper(os.fdopen(proto_out, "wb", closefd=False), encoding="utf-8", newline="\n")
-    return anyio.wrap_file(reader), anyio.wrap_file(writer)
+    return _PipeLines(proto_in, threaded=True), anyio.wrap_file(writer)
 
 
-async def serve_stdio(server, proto_in: int, proto_out: int, inflight: Inflight | None = None) -> None:
-    """Run `server` over the given protocol fds until stdin EOF (running calls still answer)."""
+_BAD_CALL_PREFIX = "\x00harnesscheck-bad-call-"
+#: tools/call requests whose name is not a string or whose arguments are not an object, by
+#: the one-off name they were forwarded under: `on_call_tool` hands the originals to
+#: dispatch, which refuses them as a tool error (unknown_tool, bad_arguments), traced.
+_BAD_CALLS: dict[str, tuple[Any, Any]] = {}
+_MISSING = object()
+_JSON_STRINGS: Any = None
+
+
+def _too_big(raw: str) -> str | None:
+    """Why a request line is refused before it is parsed (too deep, too many values), or None.
+
+    Strings are cut out first (one C-level regex pass), so only structure is counted: a
+    bound on the Python objects json.loads would build, checked without building them."""
+    global _JSON_STRINGS
+    if _JSON_STRINGS is None:
+        import re
+
+        _JSON_STRINGS = (re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"'), re.compile(r"[^\[\]{}]+"))
+    strings, not_brackets = _JSON_STRINGS
+    skeleton = strings.sub("", raw) if '"' in raw else raw
+    if skeleton.count(",") + skeleton.count("[") + skeleton.count("{") > MAX_JSON_VALUES:
+        return f"the message has more than {MAX_JSON_VALUES} JSON values"
+    depth = deepest = 0
+    for ch in not_brackets.sub("", skeleton):  # at most 2 * MAX_JSON_VALUES brackets
+        if ch in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > MAX_JSON_DEPTH:
+                    return f"the message nests deeper than {MAX_JSON_DEPTH} levels"
+        elif ch in "]}":
+            depth -= 1
+    return None
+
+
+def _valid_id(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def classify_message(line: str) -> tuple[str, Any]:
+    """What the bridge does with one input line, before the SDK sees it:
+
+    ("skip", None) blank; ("forward", obj) a JSON-RPC message for the SDK (a tools/call whose
+    name or arguments have the wrong type is rewritten, see _BAD_CALLS); ("error", (id,
+    code, message)) answer this JSON-RPC error; ("drop", reason) a notification or response
+    that is malformed: JSON-RPC forbids answering a notification, and a response is never
+    answered, so it is dropped and traced. Every request gets an answer."""
+    import json
+
+    if line is OVERSIZE:
+        return "error", (None, INVALID_REQUEST, f"the message is longer than {MAX_REQUEST_LINE_BYTES} bytes; it was dropped")
+    if not line.strip():
+        return "skip", None
+    reason = _too_big(line)
+    if reason is not None:
+        return "error", (None, INVALID_REQUEST, reason)
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError):
+        return "error", (None, PARSE_ERROR, "the line is not valid JSON")
+    if isinstance(obj, list):
+        return "error", (None, INVALID_REQUEST, "batch requests are not supported (MCP has no JSON-RPC batching); send one message per line")
+    if not isinstance(obj, dict):
+        return "error", (None, INVALID_REQUEST, "a JSON-RPC message must be a JSON object")
+    rid = obj.get("id", _MISSING)
+    has_id = rid is not _MISSING
+    answer_id = rid if has_id and _valid_id(rid) else None
+    if obj.get("jsonrpc") != "2.0":
+        return "error", (answer_id, INVALID_REQUEST, 'the message needs "jsonrpc": "2.0"')
+    if has_id and not _valid_id(rid):
+        return "error", (None, INVALID_REQUEST, "the id must be a string or an integer (not null, a boolean, a fraction, an array or an object)")
+    method = obj.get("method", _MISSING)
+    if method is _MISSING:
+        if has_id and ("result" in obj or "error" in obj):
+            if ("result" in obj) == ("error" in obj) or not isinstance(obj.get("result", obj.get("error")), dict):
+                return "drop", "a malformed response"
+            return "forward", obj  # a response (the bridge sends no requests: the SDK drops it)
+        return "error", (answer_id, INVALID_REQUEST, "the message has no method")
+    if not isinstance(method, str):
+        return "error", (answer_id, INVALID_REQUEST, "method must be a string")
+    params = obj.get("params")
+    if params is not None and not isinstance(params, dict):
+        if not has_id:
+            return "drop", f"notification {method[:60]!r} with params that are not an object"
+        return "error", (rid, INVALID_PARAMS, "params must be an object")
+    if not has_id:
+        if method == "notifications/cancelled" and not _valid_id((params or {}).get("requestId")):
+            return "drop", "notifications/cancelled without a valid requestId"
+        return "forward", obj
+    if method == "tools/call" and params is not None:
+        name, args = params.get("name", _MISSING), params.get("arguments")
+        if not isinstance(name, str) or (args is not None and not isinstance(args, dict)):
+            import uuid as _uuid
+
+            token = f"{_BAD_CALL_PREFIX}{_uuid.uuid4().hex}"
+            _BAD_CALLS[token] = (None if name is _MISSING else name, args)
+            obj = {**obj, "params": {**params, "name": token, "arguments": {}}}
+    return "forward", obj
+
+
+async def serve_stdio(server, proto_in: int, proto_out: int, inflight: Inflight | None = None, trace: "Trace | None" = None) -> None:
+    """Run `server` over the given protocol fds until stdin EOF (running calls still answer).
+
+    The transport is the bridge's own (the SDK's `stdio_server` left malformed requests
+    unanswered and let a cancel with an unhashable id kill the process): every line goes
+    through `classify_message` first; a malformed request is answered with a JSON-RPC
+    error (id null when its id is unusable), never silence."""
     import anyio
-    from mcp.server.stdio import stdio_server
+    import mcp_types as types
+    from mcp.shared.message import SessionMessage
+
+    try:
+        from mcp.shared._context_streams import create_context_streams
+    except ImportError:  # pragma: no cover - another SDK layout: plain memory streams
+        create_context_streams = anyio.create_memory_object_stream
 
     stdin, stdout = _protocol_streams(proto_in, proto_out)
+    read_writer, read_stream = create_context_streams[SessionMessage | Exception](0)
+    write_stream, write_reader = create_context_streams[SessionMessage](0)
+    errors_out = write_stream.clone() if hasattr(write_stream, "clone") else write_stream
+
+    def answer_error(rid: Any, code: int, message: str) -> SessionMessage:
+        if trace is not None:
+            trace.record("bridge_rejected", code=code, reason=message[:200])
+        return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=rid, error=types.ErrorData(code=code, message=message)))
+
+    async def reader() -> None:
+        async with read_writer, errors_out:
+            async for line in stdin:
+                action, value = classify_message(line)
+                if action == "forward":
+                    try:
+                        message = types.jsonrpc_message_adapter.validate_python(value, by_name=False)
+                    except Exception:  # noqa: BLE001 - the SDK's own checks: still answer
+                        rid = value.get("id") if _valid_id(value.get("id")) else None
+                        if rid is None and "id" not in value:
+                            if trace is not None:
+                                trace.record("bridge_rejected", code=INVALID_REQUEST, reason="a malformed notification")
+                            continue
+                        await errors_out.send(answer_error(rid, INVALID_REQUEST, "the message is not a valid MCP message"))
+                        continue
+                    await read_writer.send(SessionMessage(message))
+                elif action == "error":
+                    await errors_out.send(answer_error(*value))
+                elif action == "drop" and trace is not None:
+                    trace.record("bridge_rejected", code=None, reason=str(value)[:200])
+
+    async def writer() -> None:
+        async with write_reader:
+            async for session_message in write_reader:
+                text = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                await stdout.write(text + "\n")
+                await stdout.flush()
+
     with anyio.CancelScope() as scope:
-        async with stdio_server(stdin=stdin, stdout=stdout) as (read, write):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader)
+            tg.start_soon(writer)
+            read, write = read_stream, write_stream
             if inflight is not None:
                 read, write = _DrainOnEOF(read, inflight), _NoteAnswers(write, inflight)
-            await server.run(read, write, server.create_initialization_options())
-            # The SDK's writer task ends only once it has written what it holds: against a
-            # client that stopped reading (a full pipe) that is never. Bound it.
+            async with write_stream:
+                await server.run(read, write, server.create_initialization_options())
+            # The writer task ends only once it has written what it holds: against a client
+            # that stopped reading (a full pipe) that is never. Bound it.
             scope.deadline = anyio.current_time() + WRITE_GRACE_S
+            tg.cancel_scope.deadline = scope.deadline
+        # (the reader ends at EOF; after server.run returned, nothing more is read)
 
 
 def run_bridge(
@@ -726,7 +930,7 @@ def run_bridge(
 
         extra = {"mode": mode} if mode else {}
         trace.record("bridge_start", pid=os.getpid(), tools=[d.name for d in tool_definitions(scope)], **extra)
-    anyio.run(serve_stdio, server, *proto_fds, inflight)
+    anyio.run(serve_stdio, server, *proto_fds, inflight, trace)
     # From here the session is over: a watch that now sees the relay go (the forkserver's
     # child reports its exit to the relay next) records nothing more.
     record_stop("eof")
