@@ -15,7 +15,6 @@ Contract (doc/SPEC-report.md):
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -174,12 +173,10 @@ def write_report(run_dir: Path, facts: ReportFacts, outcome: AgentOutcome) -> tu
 
 
 def _atomic_write(path: Path, text: str) -> Path:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-    return path
+    """0600, through a temp file with a random name (never a predictable one: rundir.py)."""
+    from harnesscheck.rundir import replace_private
+
+    return replace_private(path, text)
 
 
 def _cell(value: str) -> str:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import random
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -145,19 +144,16 @@ def run_command(
         _err(f"harnesscheck run: {exc.message}" + (f"\n  fix: {exc.fix}" if exc.fix else ""))
         return int(getattr(exc, "exit_code", EXIT_ENVIRONMENT))
 
+    from harnesscheck.rundir import RunDirError, prepare_run_dir
+
     made_run_dir = run_dir is None
-    if run_dir is None:
-        run_dir = Path(tempfile.mkdtemp(prefix=f"harnesscheck-run-{spec.id}-"))
-    run_dir = Path(run_dir).expanduser().absolute()
     try:
-        run_dir.relative_to(root)
-        inside = True
-    except ValueError:
-        inside = False
-    if inside:
-        _err(f"error: --run-dir {run_dir} is inside the worktree {root}\n  fix: choose a run dir outside --root")
+        # Fresh and private, or verified so; never inside the worktree, checked after
+        # resolving '..' and symlinks (a lexical check let `<x>/../wt/run` and aliases in).
+        run_dir = prepare_run_dir(run_dir, forbidden=[root], prefix=f"harnesscheck-run-{spec.id}-")
+    except RunDirError as exc:
+        _err(f"error: --run-dir: {exc.message}\n  fix: {exc.fix}")
         return EXIT_USAGE
-    run_dir.mkdir(parents=True, exist_ok=True)
 
     scope = ToolScope(root=root, read_only=not write)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -374,7 +374,7 @@ def _hung_up(fd: int, events: list) -> bool:
 class Inflight:
     """Tool calls received and not yet answered, so an EOF on stdin lets them answer before exit.
 
-    Counted on the wire: a request (a `tools/call`, a `tools/list`, ...) is pending from the moment the read stream
+    Counted on the wire: a `tools/call` request is pending from the moment the read stream
     delivers it until its response is handed to the stdout writer (or the client cancels it),
     so no sleep has to guess whether a handler has started or its answer been written."""
 
@@ -386,7 +386,7 @@ class Inflight:
     def received(self, item: Any) -> None:
         message = _jsonrpc(item)
         method = getattr(message, "method", None)
-        if method is not None and getattr(message, "id", None) is not None:  # every request, not only calls
+        if method == "tools/call" and getattr(message, "id", None) is not None:
             self.pending.add(message.id)
         elif method == "notifications/cancelled":
             params = getattr(message, "params", None)

@@ -65,15 +65,12 @@ class BridgeSpec(BaseModel):
 
 def write_spec(spec: BridgeSpec, path: Path) -> Path:
     """Write the spec as JSON (mode 0600, atomically: a half-written spec is never read)."""
+    from harnesscheck.rundir import replace_private
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(spec.model_dump_json(indent=2))
-        fh.write("\n")
-    os.replace(tmp, path)
-    return path
+    # The temp file has a random name (mkstemp, O_EXCL): a predictable one could be planted.
+    return replace_private(path, spec.model_dump_json(indent=2) + "\n")
 
 
 def spec_sha256(content: bytes) -> str:

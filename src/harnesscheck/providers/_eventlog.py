@@ -18,7 +18,9 @@ class LoggedParser:
     def __init__(self, parser: Any, path: Path):
         self.parser = parser
         self.path = Path(path)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+        from harnesscheck.rundir import create_private
+
+        fd = create_private(self.path, append=True)  # fresh, O_EXCL|O_NOFOLLOW, 0600
         self._fh = os.fdopen(fd, "w", encoding="utf-8", errors="replace")
 
     def feed(self, line: str):

@@ -147,16 +147,19 @@ def new_session_context(
 
     `result_cap`: a tighter bound for the bridge's tool results than the scope's (a CLI that
     replaces bigger results with its own notice); never a looser one."""
+    from harnesscheck.rundir import prepare_run_dir
+
     session_id = request.session_id or f"{backend}-{uuid.uuid4().hex[:12]}"
     cleanup: list[Path] = []
-    if request.run_dir is not None:
-        run_dir = Path(request.run_dir).absolute()
-        run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    else:
-        run_dir = scratch_dir(request.scope.root, f"harnesscheck-{backend}-")  # never inside the worktree
     root = request.scope.root
+    # Fresh and private (0700, ours), or verified so; never inside the worktree, checked after
+    # resolving '..' and symlinks (rundir.py): the model must not reach its own audit trail.
+    if request.run_dir is not None:
+        run_dir = prepare_run_dir(request.run_dir, forbidden=[root], prefix=f"harnesscheck-{backend}-")
+    else:
+        run_dir = scratch_dir(root, f"harnesscheck-{backend}-")  # a fresh mkdtemp outside the worktree
     cwd = run_dir / "cwd"
-    if _inside(run_dir, root) or _inside(root, run_dir):
+    if _inside(root, run_dir):
         # A CLI walks up from its cwd for instruction files: never start it under the worktree.
         cwd = scratch_dir(root, f"harnesscheck-{backend}-cwd-")
         cleanup.append(cwd)
@@ -168,6 +171,10 @@ def new_session_context(
     if not tool_less:
         bridge_trace = run_dir / "bridge-trace.jsonl"
         spec_path = Path(request.bridge_spec_path) if request.bridge_spec_path else run_dir / "bridge-spec.json"
+        if request.bridge_spec_path:
+            from harnesscheck.rundir import check_outside
+
+            check_outside(os.path.realpath(spec_path), [root])  # the CLI loads it: never in the worktree
         scope = request.scope
         if result_cap is not None and result_cap < scope.max_result_bytes:
             scope = scope.model_copy(update={"max_result_bytes": int(result_cap)})

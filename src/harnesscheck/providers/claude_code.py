@@ -142,10 +142,11 @@ def mcp_config(spec_path: Path) -> dict:
 
 
 def _write_private(path: Path, text: str) -> Path:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    return path
+    """A fresh 0600 file in the run dir: any entry of that name unlinked, never followed;
+    created O_EXCL|O_NOFOLLOW beneath its directory's fd (rundir.write_private)."""
+    from harnesscheck.rundir import write_private
+
+    return write_private(path, text)
 
 
 # ---------------------------------------------------------------------------------------

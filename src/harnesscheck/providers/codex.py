@@ -23,7 +23,6 @@ Requirements kept here (doc/SPEC-codex.md):
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
@@ -683,7 +682,9 @@ def _output_text(output) -> str:
     return ""
 
 
-def _write_private(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
+def _write_private(path: Path, text: str) -> Path:
+    """A fresh 0600 file in the run dir: any entry of that name unlinked, never followed;
+    created O_EXCL|O_NOFOLLOW beneath its directory's fd (rundir.write_private)."""
+    from harnesscheck.rundir import write_private
+
+    return write_private(path, text)

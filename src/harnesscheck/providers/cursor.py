@@ -32,7 +32,6 @@ nor `config_isolation`, and the audit flags what is used):
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from harnesscheck.contracts import (
@@ -426,7 +425,9 @@ class CursorTransport(HarnessTransport):
         return self._audit.after(ctx, self.spec, outcome)
 
 
-def _write_private(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
+def _write_private(path: Path, text: str) -> Path:
+    """A fresh 0600 file in the run dir: any entry of that name unlinked, never followed;
+    created O_EXCL|O_NOFOLLOW beneath its directory's fd (rundir.write_private)."""
+    from harnesscheck.rundir import write_private
+
+    return write_private(path, text)

@@ -1,0 +1,181 @@
+"""Run dirs: where one session's files live, private to the host (doc/SPEC-rundir.md).
+
+A run dir holds the session's audit trail (bridge trace, session trace, event log, report)
+and what the CLI loads (its MCP config, system prompt, config homes). Whoever can write it
+can rewrite the trail or plant a config the CLI loads, so:
+
+- `prepare_run_dir(path, forbidden=...)`: without a path, a fresh `mkdtemp` (0700, random
+  name); with one, the path with `..` and symlinks resolved first, then refused when it lies
+  inside (or is) a forbidden root (the worktree, the scope root), refused when an existing
+  ancestor is writable by another user (unless sticky, like /tmp) or owned by one, created
+  0700 when missing, and when present it must be a directory owned by this uid that no
+  other user can write (its mode is then tightened to 0700).
+- Every file the host writes there is created fresh beneath its parent directory's fd:
+  whatever entry had that name is unlinked (never followed), then `O_CREAT|O_EXCL|
+  O_NOFOLLOW`, mode 0600 (`create_private`, `write_private`). Files replaced atomically go
+  through a temp file with a random name (`mkstemp`), never a predictable one
+  (`replace_private`).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from harnesscheck.contracts import ConfigError
+
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_DIR_FLAGS = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
+
+
+class RunDirError(ConfigError):
+    """A run dir that cannot be private to the host: raised before the session starts."""
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def check_outside(real: str, forbidden: Iterable[os.PathLike[str] | str]) -> None:
+    """Refuse a (resolved) run dir that is, or lies inside, a forbidden root (resolved too)."""
+    for root in forbidden:
+        root_real = os.path.realpath(os.fspath(root))
+        if _inside(real, root_real):
+            raise RunDirError(
+                f"the run dir {real} is inside the worktree {root_real} (after resolving '..' and symlinks): "
+                "the model could rewrite its own audit trail and plant files the CLI loads",
+                "choose a run dir outside the worktree, e.g. leave it unset for a fresh private temp dir",
+            )
+
+
+def _check_ancestors(real: str) -> None:
+    """Every existing ancestor is owned by root or this uid, and not writable by others
+    unless sticky (/tmp): nobody else can rename or replace the run dir under the host."""
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    if uid is None:
+        return
+    parent = os.path.dirname(real)
+    while True:
+        try:
+            st = os.stat(parent)
+        except FileNotFoundError:
+            st = None
+        if st is not None:
+            if st.st_uid not in (0, uid):
+                raise RunDirError(
+                    f"the run dir's ancestor {parent} belongs to another user (uid {st.st_uid})",
+                    "choose a run dir under a directory you own",
+                )
+            if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+                raise RunDirError(
+                    f"the run dir's ancestor {parent} is writable by other users and not sticky",
+                    "choose a run dir under a directory only you can write (or a sticky one like /tmp)",
+                )
+        up = os.path.dirname(parent)
+        if up == parent:
+            return
+        parent = up
+
+
+def verify_private_dir(path: str) -> None:
+    """`path` (no symlink) is a directory owned by this uid that no other user can write;
+    its mode is tightened to 0700 (a run dir holds tokens' config homes)."""
+    try:
+        fd = os.open(path, _DIR_FLAGS)
+    except OSError as err:
+        raise RunDirError(
+            f"the run dir {path} is not a directory that can be opened without following a symlink ({os.strerror(err.errno or 0)})",
+            "remove it or choose another run dir",
+        ) from None
+    try:
+        st = os.fstat(fd)
+        if hasattr(os, "getuid") and st.st_uid != os.getuid():
+            raise RunDirError(
+                f"the run dir {path} belongs to another user (uid {st.st_uid})",
+                "choose a run dir of your own (unset: a fresh private temp dir)",
+            )
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise RunDirError(
+                f"the run dir {path} is writable by other users (mode {stat.S_IMODE(st.st_mode):o})",
+                "remove it, or `chmod 700` it if nobody else wrote into it",
+            )
+        if stat.S_IMODE(st.st_mode) != 0o700:
+            os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
+
+
+def prepare_run_dir(
+    path: os.PathLike[str] | str | None, *, forbidden: Iterable[os.PathLike[str] | str] = (), prefix: str = "harnesscheck-"
+) -> Path:
+    """The run dir a session may use, as its resolved path; raises RunDirError naming the fix."""
+    if path is None:
+        return Path(tempfile.mkdtemp(prefix=prefix))  # 0700, random name, created exclusively
+    real = os.path.realpath(os.path.abspath(os.path.expanduser(os.fspath(path))))
+    check_outside(real, forbidden)
+    _check_ancestors(real)
+    os.makedirs(os.path.dirname(real), mode=0o700, exist_ok=True)
+    try:
+        os.mkdir(real, 0o700)
+    except FileExistsError:
+        pass
+    verify_private_dir(real)
+    return Path(real)
+
+
+def _open_parent(path: Path) -> tuple[int, str]:
+    parent = os.open(os.fspath(path.parent), _DIR_FLAGS)
+    return parent, path.name
+
+
+def create_private(path: os.PathLike[str] | str, *, append: bool = False) -> int:
+    """A new, empty file at `path`, opened for writing (an fd): created beneath its parent's
+    fd with O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600, after unlinking any entry of that name
+    (a planted symlink is removed, never followed). A directory there raises."""
+    parent, name = _open_parent(Path(path))
+    try:
+        try:
+            os.unlink(name, dir_fd=parent)
+        except FileNotFoundError:
+            pass
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC | (os.O_APPEND if append else 0)
+        return os.open(name, flags, 0o600, dir_fd=parent)
+    finally:
+        os.close(parent)
+
+
+def write_private(path: os.PathLike[str] | str, text: str | bytes) -> Path:
+    """Write `text` into a fresh private file at `path` (see `create_private`)."""
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    fd = create_private(path)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+    return Path(path)
+
+
+def replace_private(path: os.PathLike[str] | str, text: str | bytes) -> Path:
+    """Atomically replace `path` by `text` (mode 0600): written to a temp file with a random
+    name in the same directory (mkstemp: O_EXCL, never a predictable name), then renamed."""
+    target = Path(path)
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=os.fspath(target.parent))
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return target
