@@ -169,3 +169,37 @@ def test_redaction_memo_follows_env_secret_changes(tmp_path, monkeypatch):
     first, second = list(read_trace(path))
     assert first["path"] == f"dir/{value}"
     assert value not in second["path"]
+
+
+# -- issue 17 finding 9: records end at "\n" only
+
+
+LINE_BREAKERS = ["\u2028", "\u2029", "\x85", "\x0c", "\x1c", "\x1d", "\x1e", "\x0b", "\r"]
+
+
+def test_readers_split_records_on_newline_only(tmp_path: Path) -> None:
+    """Six records whose paths hold characters splitlines() breaks on, written raw (as a
+    writer with ensure_ascii=False would): every reader of the kit sees all six."""
+    from harnesscheck.bridge.spec import summarize_trace
+    from harnesscheck.kit.adapters import read_trace as kit_read_trace
+
+    path = tmp_path / "t.jsonl"
+    recs = [{"ts": 0, "session": "s", "event": "tool", "tool": "read_file", "decision": "refuse", "code": "not_found",
+             "path": f"a{LINE_BREAKERS[i]}b{LINE_BREAKERS[-1 - i]}c"} for i in range(6)]
+    with open(path, "w", encoding="utf-8", newline="") as fh:
+        for rec in recs:
+            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    assert len(path.read_text(encoding="utf-8").splitlines()) > 6  # what hid records before
+    assert [r["path"] for r in read_trace(path, strict=True)] == [r["path"] for r in recs]
+    assert [r["path"] for r in kit_read_trace(path)] == [r["path"] for r in recs]
+    assert summarize_trace(path, "s").tool_calls == 6 and summarize_trace(path, "s").malformed_lines == 0
+
+
+def test_trace_writes_line_breaking_characters_escaped(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    with Trace(path, session_id="s") as trace:
+        for ch in LINE_BREAKERS:
+            trace.record("tool", path=f"x{ch}y")
+    text = path.read_text(encoding="utf-8")
+    assert len(text.splitlines()) == len(LINE_BREAKERS)  # one line per record for every reader
+    assert [r["path"] for r in read_trace(path, strict=True)] == [f"x{ch}y" for ch in LINE_BREAKERS]

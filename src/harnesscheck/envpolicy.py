@@ -343,6 +343,39 @@ def _contains_any(text: str, needles: tuple[str, ...]) -> bool:
     return False
 
 
+def session_secret_values(*environs: Mapping[str, str]) -> set[str]:
+    """Every secret value a host knows for one session: the secret-named values of each env
+    given (the transport's parent env, which holds every value it withheld from the child
+    by name; the injections, e.g. a subscription token) and of this process's env."""
+    values = set(_environ_secrets.get())
+    for environ in environs:
+        values |= secret_values(environ)
+    return values
+
+
+def replace_values(value: Any, secrets: Iterable[str]) -> Any:
+    """`value` (a string, or nested dicts/lists of them) with each known secret value
+    replaced by [REDACTED]: exact values only (no patterns), longest first, so text that
+    merely looks like a credential stays as it is."""
+    ordered = sorted({s for s in secrets if len(s) >= MIN_SECRET_LEN}, key=len, reverse=True)
+    if not ordered:
+        return value
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, str):
+            for secret in ordered:
+                if secret in item:
+                    item = item.replace(secret, REDACTED)
+            return item
+        if isinstance(item, Mapping):
+            return {k: walk(v) for k, v in item.items()}
+        if isinstance(item, (list, tuple)):
+            return type(item)(walk(v) for v in item)
+        return item
+
+    return walk(value)
+
+
 def redact_obj(value: Any, extra_secrets: Iterable[str] = ()) -> Any:
     """`redact()` applied to every string inside nested dicts, lists and tuples."""
     extra = tuple(extra_secrets)

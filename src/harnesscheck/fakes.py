@@ -33,7 +33,7 @@ class FakeCli:
             return []
         invocations: list[dict] = []
         by_pid: dict[int, dict] = {}
-        for line in self.record_path.read_text(encoding="utf-8").splitlines():
+        for line in self.record_path.read_text(encoding="utf-8").split("\n"):  # JSONL: "\n" only
             if not line.strip():
                 continue
             rec = json.loads(line)

@@ -19,7 +19,10 @@ can rewrite the trail or plant a config the CLI loads, so:
 
 from __future__ import annotations
 
+import json
+import mmap
 import os
+import secrets as _secrets
 import stat
 import tempfile
 from collections.abc import Iterable
@@ -179,3 +182,65 @@ def replace_private(path: os.PathLike[str] | str, text: str | bytes) -> Path:
             pass
         raise
     return target
+
+
+def _needles(values: Iterable[str]) -> list[bytes]:
+    """Each secret as it can appear in a JSONL file: raw UTF-8 and JSON-escaped (ASCII-only
+    and UTF-8 escapings), longest first."""
+    out: set[bytes] = set()
+    for value in values:
+        if len(value) < 8:
+            continue
+        for form in (value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]):
+            try:
+                out.add(form.encode("utf-8"))
+            except UnicodeEncodeError:
+                continue
+    return sorted(out, key=len, reverse=True)
+
+
+def redact_files(run_dir: os.PathLike[str] | str, names: Iterable[str], values: Iterable[str]) -> list[str]:
+    """After the session: rewrite each named file of the run dir that holds a secret value
+    verbatim, with every occurrence replaced by [REDACTED] (the bridge child redacts only with
+    its scrubbed env; the host knows the real secrets). Opened beneath the run dir's fd with
+    O_NOFOLLOW; searched with mmap (no copy when nothing is found, the common case);
+    rewritten line by line (split on b"\\n" only) into a random-named temp file, then renamed
+    over. Returns the names rewritten."""
+    needles = _needles(values)
+    if not needles:
+        return []
+    changed: list[str] = []
+    dir_fd = os.open(os.fspath(run_dir), _DIR_FLAGS)
+    try:
+        for name in names:
+            try:
+                fd = os.open(name, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | getattr(os, "O_NONBLOCK", 0), dir_fd=dir_fd)
+            except OSError:
+                continue  # absent (or not a plain file): nothing of ours to redact
+            with os.fdopen(fd, "rb") as fh:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+                    continue
+                with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mm:
+                    if not any(mm.find(n) >= 0 for n in needles):
+                        continue
+                tmp = f".{name}.{_secrets.token_hex(8)}.tmp"
+                out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, 0o600, dir_fd=dir_fd)
+                try:
+                    with os.fdopen(out, "wb") as dst:
+                        for line in fh:
+                            for needle in needles:
+                                if needle in line:
+                                    line = line.replace(needle, b"[REDACTED]")
+                            dst.write(line)
+                    os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+                except BaseException:
+                    try:
+                        os.unlink(tmp, dir_fd=dir_fd)
+                    except OSError:
+                        pass
+                    raise
+                changed.append(name)
+    finally:
+        os.close(dir_fd)
+    return changed

@@ -87,6 +87,19 @@ class _Redaction:
         return self.fn
 
 
+#: Characters that str.splitlines() (and some JSON readers) take for line ends, which
+#: `ensure_ascii=False` would leave raw inside strings: escaped, so a record is one line for
+#: every reader (only "\n" ends a record; control characters are escaped by JSON anyway).
+_LINE_BREAKS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"}
+
+
+def _escape_line_breaks(text: str) -> str:
+    for raw, escaped in _LINE_BREAKS.items():
+        if raw in text:
+            text = text.replace(raw, escaped)
+    return text
+
+
 def _clean(value: Any, redact: Callable[[str], str] | None) -> Any:
     if isinstance(value, str):
         return redact(value) if redact is not None and value else value
@@ -144,7 +157,10 @@ class Trace:
                 rec[key] = value
             else:
                 rec[key] = _clean(value, redact)
-        data = (_ENCODER.encode(rec) + "\n").encode("utf-8", "backslashreplace")
+        text = _ENCODER.encode(rec)
+        if not text.isascii():
+            text = _escape_line_breaks(text)
+        data = (text + "\n").encode("utf-8", "backslashreplace")
         written = os.write(fd, data)
         if written != len(data):
             # Only on a full disk or a signal mid-write: finish the line rather than lose it.
@@ -175,13 +191,14 @@ def read_trace(path: str | os.PathLike[str], *, strict: bool = False) -> Iterato
     """Yield each record of a trace file. A line that is not a JSON object (a crash's
     truncated last line) is skipped, or raises ValueError when strict."""
     try:
-        fh = open(path, encoding="utf-8", errors="replace")
+        fh = open(path, "rb")  # binary: records end at b"\n" only (text mode also splits at \r)
     except FileNotFoundError:
         return
     with fh:
-        for number, line in enumerate(fh, 1):
-            if not line.strip():
+        for number, raw in enumerate(fh, 1):
+            if not raw.strip():
                 continue
+            line = raw.decode("utf-8", "replace")
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError:

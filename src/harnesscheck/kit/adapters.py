@@ -304,9 +304,12 @@ def read_trace(path: Path | None) -> list[dict]:
     if path is None or not Path(path).is_file():
         return []
     out = []
-    for line in Path(path).read_text(encoding="utf-8", errors="replace").splitlines():
-        with contextlib.suppress(ValueError):
-            out.append(json.loads(line))
+    # JSONL records end at "\n" only: splitlines() also splits at U+2028, U+2029, U+0085,
+    # \x0c ..., which JSON keeps raw inside strings, and hid the records of such a path.
+    for line in Path(path).read_bytes().split(b"\n"):
+        if line.strip():
+            with contextlib.suppress(ValueError):
+                out.append(json.loads(line.decode("utf-8", "replace")))
     return out
 
 

@@ -144,7 +144,7 @@ def fake_progress(record_path: Path) -> Progress:
     except OSError:
         return Progress()
     stalled = last_output = latest = None
-    for line in text.splitlines():
+    for line in text.split("\n"):  # JSONL: records end at "\n" only (never splitlines())
         if '"mono": ' not in line:
             continue
         try:
@@ -348,7 +348,7 @@ class HarnessAdapter(BackendUnderTest):
         run.trace = trace
         results = []
         if fake.record_path.is_file():
-            for line in fake.record_path.read_text(encoding="utf-8").splitlines():
+            for line in fake.record_path.read_text(encoding="utf-8").split("\n"):  # JSONL: "\n" only
                 try:
                     rec = json.loads(line)
                 except ValueError:

@@ -135,7 +135,7 @@ def write_wrapper(directory: Path, real: Path, name: str) -> tuple[Path, Path]:
 def read_records(record: Path) -> list[dict]:
     out = []
     try:
-        lines = record.read_text(encoding="utf-8").splitlines()
+        lines = record.read_text(encoding="utf-8").split("\n")  # JSONL: records end at "\n" only
     except OSError:
         return out
     for line in lines:

@@ -431,6 +431,7 @@ class HarnessTransport:
         info = self.cli()
         ctx = new_session_context(request, self.spec.id, tool_less=tool_less, result_cap=self.result_cap)
         tracer = _Tracer(ctx.session_trace, ctx.session_id)
+        injections: dict[str, str] = {}
         try:
             if _inside(ctx.cwd, request.scope.root):
                 raise ConfigError("the CLI cwd would be inside the worktree", "report this: the scratch cwd is misplaced")
@@ -469,10 +470,11 @@ class HarnessTransport:
                 exit_code=result.exit_code,
             )
             outcome = self.after_session(ctx, outcome) or outcome
-            return self.judge(outcome, ctx, tool_less=tool_less)
+            return self._redacted(self.judge(outcome, ctx, tool_less=tool_less), injections)
         finally:
             release_bridge(ctx.spec_path)  # also when the CLI never started
             tracer.close()
+            self._redact_run_files(ctx, injections)
             for path in ctx.cleanup:
                 shutil.rmtree(path, ignore_errors=True)
 
@@ -513,6 +515,39 @@ class HarnessTransport:
                 note = f"audit unclean by drift only ({', '.join(codes)}): nothing is known to have run outside the bridge"
                 outcome = outcome.model_copy(update={"message": "; ".join(p for p in (outcome.message, note) if p)})
         return apply_model_guard(outcome, self.settings.model_mismatch)
+
+    #: The session files a run dir holds that may quote tool arguments or CLI output.
+    SESSION_FILES = ("bridge-trace.jsonl", "session-trace.jsonl", "events.jsonl")
+
+    def _secrets(self, injections: Mapping[str, str]) -> set[str]:
+        from harnesscheck.envpolicy import session_secret_values
+
+        return session_secret_values(self.parent_env, injections)
+
+    def _redacted(self, outcome: AgentOutcome, injections: Mapping[str, str]) -> AgentOutcome:
+        """The outcome with every host secret value replaced, in every string field (text,
+        message, refusals, audit flags...): the report is written from it."""
+        from harnesscheck.envpolicy import replace_values
+
+        secrets = self._secrets(injections)
+        dumped = outcome.model_dump(mode="python")
+        cleaned = replace_values(dumped, secrets)
+        return outcome if cleaned == dumped else type(outcome).model_validate(cleaned)
+
+    def _redact_run_files(self, ctx: SessionContext, injections: Mapping[str, str]) -> None:
+        """Every file the session wrote in the run dir, redacted after the fact with the
+        host's secret values (SPEC-bridge, "Redaction"): the bridge child only knew its
+        scrubbed env, and the CLI's event log is kept verbatim while the session runs."""
+        from harnesscheck.rundir import redact_files
+
+        names = list(self.SESSION_FILES)
+        for path in (ctx.bridge_trace, ctx.session_trace):
+            if path is not None and path.parent == ctx.run_dir and path.name not in names:
+                names.append(path.name)
+        try:
+            redact_files(ctx.run_dir, names, self._secrets(injections))
+        except OSError:
+            pass  # a run dir removed meanwhile: nothing left to hold a secret
 
     def _finish(self, outcome: AgentOutcome, ctx: SessionContext, result: Any, info: Any, redact: Callable) -> AgentOutcome:
         update: dict[str, Any] = {
