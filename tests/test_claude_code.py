@@ -260,12 +260,16 @@ def test_cwd_is_an_empty_scratch_dir_never_the_worktree(worktree, tmp_path):
     run(fake, worktree, tmp_path)
     rec = fake.last()
     assert not _inside(Path(rec["cwd"]), worktree) and rec["cwd_entries"] == []
-    # a run dir inside the worktree still gives a cwd outside it (CLAUDE.md is found by walking up)
+    # a run dir inside the worktree is refused before the CLI starts (it would hand the model
+    # its own audit trail: issue 17, tests/test_rundir.py)
+    from harnesscheck.rundir import RunDirError
+
     transport = make_transport(fake)
     request = AgentSessionRequest(prompt="x", scope=ToolScope(root=worktree), run_dir=worktree / ".runs" / "r1")
-    transport.run_session(request)
-    rec = fake.last()
-    assert not _inside(Path(rec["cwd"]), worktree) and rec["cwd_entries"] == []
+    calls = len(fake.records())
+    with pytest.raises(RunDirError, match="inside the worktree"):
+        transport.run_session(request)
+    assert len(fake.records()) == calls and not (worktree / ".runs").exists()
 
 
 def test_worktree_and_home_config_never_configure_the_cli(worktree, tmp_path):

@@ -70,6 +70,14 @@ class ToolScope(BaseModel):
                 handle.changed = True
             return handle
 
+    def close_root(self) -> None:
+        """Close the root opened by `open_root` (a later call opens it again, checked afresh
+        against nothing: only for a scope whose session is over, e.g. a rehearsal)."""
+        with _ROOT_LOCK:
+            handle, self._root_handle = self._root_handle, None
+        if handle is not None:
+            handle.close()
+
     @field_validator("root")
     @classmethod
     def _root_absolute(cls, value: Path) -> Path:
@@ -477,6 +485,12 @@ class RootHandle:
         fd, self.fd = self.fd, -1
         if fd >= 0 and self.pid == os.getpid():
             os.close(fd)
+
+    def __del__(self) -> None:  # a scope dropped without close_root() does not leak its fd
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
 
 
 def _under(path: str, top: str) -> bool:

@@ -980,6 +980,8 @@ def rehearse(root: Path) -> None:
         trace.record("bridge_stop", reason="eof")
     finally:
         trace.close()
+        if "scope" in locals():
+            scope.close_root()  # a spare waits holding no fd but its hand-off socket
         for fd in (in_r, in_w, out_r, out_w):
             if fd >= 0:
                 os.close(fd)
