@@ -105,6 +105,7 @@ class SharedBridge:
         try:
             spec = sess.spec
             sess.trace = Trace(spec.trace_path, session_id=spec.session_id)
+            spec.scope.open_root(expect=spec.root_identity)  # once per session, as the stdio bridge does
             server = build_server(spec.scope, trace=sess.trace, session_id=spec.session_id)
             here = f"127.0.0.1:{self.port}"
             manager = StreamableHTTPSessionManager(
