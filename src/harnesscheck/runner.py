@@ -144,14 +144,18 @@ def run_command(
         _err(f"harnesscheck run: {exc.message}" + (f"\n  fix: {exc.fix}" if exc.fix else ""))
         return int(getattr(exc, "exit_code", EXIT_ENVIRONMENT))
 
-    from harnesscheck.rundir import RunDirError, prepare_run_dir
+    from harnesscheck.providers._harness import scratch_dir
+    from harnesscheck.rundir import prepare_run_dir
 
     made_run_dir = run_dir is None
     try:
         # Fresh and private, or verified so; never inside the worktree, checked after
         # resolving '..' and symlinks (a lexical check let `<x>/../wt/run` and aliases in).
-        run_dir = prepare_run_dir(run_dir, forbidden=[root], prefix=f"harnesscheck-run-{spec.id}-")
-    except RunDirError as exc:
+        if run_dir is None:
+            run_dir = scratch_dir(root, f"harnesscheck-run-{spec.id}-")
+        else:
+            run_dir = prepare_run_dir(run_dir, forbidden=[root], prefix=f"harnesscheck-run-{spec.id}-")
+    except HarnessError as exc:
         _err(f"error: --run-dir: {exc.message}\n  fix: {exc.fix}")
         return EXIT_USAGE
 
