@@ -406,9 +406,12 @@ def verify_vs_floor(benches: dict[str, Bench], jobs: str) -> list[str]:
         t0 = time.perf_counter()
         with bridge_template(backends) as template:
             cmd = pytest_args(backends, ["offline", "loopback"], work, None, jobs, template) + ["--basetemp", str(basetemp)]
-            subprocess.run(cmd, cwd=HERE.parent, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           stdin=subprocess.DEVNULL)
+            proc = subprocess.run(cmd, cwd=HERE.parent, env=child_env(), capture_output=True, stdin=subprocess.DEVNULL)
         wall = time.perf_counter() - t0
+        if not (work / "conformance-report.json").exists():
+            print(f"\nverify: SKIP (its pytest wrote no report, exit {proc.returncode}): "
+                  f"{proc.stdout.decode(errors='replace')[-1500:]}{proc.stderr.decode(errors='replace')[-1500:]}")
+            return ["verify"]
         report = json.loads((work / "conformance-report.json").read_text())
         offline_runs, loopback_runs = 0, {b: 0 for b in backends}
         for record in basetemp.rglob("*.record.jsonl"):
