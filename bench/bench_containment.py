@@ -3,8 +3,8 @@ processes are left behind (target 0).
 
 Each session runs tests/proc_scripts/escape.py MODE (setsid + env -i, double fork,
 fork-hopping, non-dumpable, overwritten environ, ssh-agent, SIGSTOP of the supervisor and
-guard, SIGKILL of the supervisor) through run_process in a small host process; even-numbered
-sessions time out, odd ones have their host SIGKILLed once the escape is in place. Every
+guard, SIGKILL of the supervisor) through run_process in a small host process; every escape is
+tried both ways: a timeout, and a host SIGKILLed once the escape is in place. Every
 process an escape starts records its pid first; exec'd sleeps carry a per-session token on
 their command line. Bounded: each session has a 60 s budget, the whole run stops by itself.
 
@@ -74,7 +74,7 @@ def wait_for(path: Path, seconds: float) -> bool:
 
 def session(base: Path, i: int) -> tuple[str, str, list[int]]:
     mode = MODES[i % len(MODES)]
-    ending = "timeout" if i % 2 == 0 else "host-killed"
+    ending = "timeout" if (i // len(MODES)) % 2 == 0 else "host-killed"  # each escape gets both
     out = base / f"s{i}"
     out.mkdir()
     (out / "host.py").write_text(HOST)

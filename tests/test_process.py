@@ -440,22 +440,55 @@ def test_session_slot_caps_concurrency() -> None:
         pass
 
 
-def test_session_slot_reads_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    from harnesscheck.contracts import ConfigError
-
-    monkeypatch.setenv("HARNESS_BACKEND_CONCURRENCY", "0")
-    with pytest.raises(ConfigError) as info:
-        with session_slot():
-            pass
-    assert "HARNESS_BACKEND_CONCURRENCY" in str(info.value)
-    monkeypatch.setenv("HARNESS_BACKEND_CONCURRENCY", "3")
-    entered = []
-    with session_slot(), session_slot(), session_slot():
-        entered.append(3)
+def test_session_slot_never_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The size comes from the caller (a transport's Settings.concurrency), never os.environ."""
+    monkeypatch.setenv("HARNESS_BACKEND_CONCURRENCY", "1")
+    with session_slot(), session_slot():  # the default, 2, whatever the environment says
         with pytest.raises(SlotBusy):
             with session_slot(wait_s=0.05):
                 pass
-    assert entered == [3]
+    with pytest.raises(SlotBusy):
+        with session_slot(1):
+            with session_slot(1, wait_s=0):
+                pass
+
+
+@pytest.mark.parametrize("backend", ["fake", "api"])
+def test_in_process_backends_take_a_slot_and_count_the_wait(tmp_path: Path, backend: str) -> None:
+    """Settings.concurrency caps the api and fake backends too, and a session that cannot get a
+    slot within its timeout_s ends truncated/timeout saying why, without running."""
+    from harnesscheck.config import Settings
+    from harnesscheck.contracts import AgentSessionRequest, ErrorClass, OutcomeStatus
+    from harnesscheck.registry import get_spec
+    from harnesscheck.scope import ToolScope
+
+    size = 500 + os.getpid() % 400  # a size no other test shares
+    settings = Settings(concurrency=size, api_mode="anthropic_messages") if backend == "api" else Settings(concurrency=size)
+    if backend == "api":
+        from harnesscheck.providers.api import ApiTransport
+
+        # A key that never leaves this process: the session must not reach the model at all.
+        transport = ApiTransport(get_spec("api"), settings, environ={"ANTHROPIC_API_KEY": "sk-test-never-sent",
+                                                                     "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"})
+    else:
+        from harnesscheck.providers.fake import FakeTransport
+
+        transport = FakeTransport(get_spec("fake"), settings)
+    (tmp_path / "root").mkdir()
+    request = AgentSessionRequest(prompt="hi", scope=ToolScope(root=tmp_path / "root"), timeout_s=0.3, run_dir=tmp_path / "run")
+    held = [session_slot(size) for _ in range(size)]
+    for slot in held:
+        slot.__enter__()
+    try:
+        started = time.monotonic()
+        outcome = transport.run_session(request)
+        waited = time.monotonic() - started
+    finally:
+        for slot in held:
+            slot.__exit__(None, None, None)
+    assert (outcome.status, outcome.error_class) == (OutcomeStatus.truncated, ErrorClass.timeout)
+    assert "never started" in outcome.message and "HARNESS_BACKEND_CONCURRENCY" in outcome.message
+    assert waited >= 0.3
 
 
 def test_without_the_guard_the_tree_is_still_killed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

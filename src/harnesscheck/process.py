@@ -1222,41 +1222,32 @@ class SlotBusy(TimeoutError):
     """No session slot became free within the wait (saturation, not a hang)."""
 
 
-def _configured_concurrency() -> int:
-    raw = os.environ.get("HARNESS_BACKEND_CONCURRENCY", "").strip()
-    if not raw:
-        return 2
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        from harnesscheck.contracts import ConfigError
-
-        raise ConfigError(
-            "invalid setting: HARNESS_BACKEND_CONCURRENCY",
-            "set HARNESS_BACKEND_CONCURRENCY to a positive integer (default 2)",
-        )
-    return value
+#: The documented default of Settings.concurrency (HARNESS_BACKEND_CONCURRENCY).
+DEFAULT_CONCURRENCY = 2
 
 
 @contextlib.contextmanager
 def session_slot(limit: int | None = None, *, wait_s: float | None = None) -> Iterator[None]:
-    """Hold one of the process-wide session slots (HARNESS_BACKEND_CONCURRENCY, default 2).
+    """Hold one of the process-wide session slots: `limit` is the host's Settings.concurrency
+    (HARNESS_BACKEND_CONCURRENCY; None: the default, 2). Never read from os.environ here: a
+    transport passes its own settings.
 
     Calls with the same size share one semaphore. With `wait_s`, raise SlotBusy if no slot
-    frees up in time.
+    frees up in time (a transport passes what is left of the session's timeout_s).
     """
-    size = limit if limit is not None else _configured_concurrency()
+    size = DEFAULT_CONCURRENCY if limit is None else limit
     if size <= 0:
         raise ValueError("limit must be > 0")
     with _slots_lock:
         sem = _slots.get(size)
         if sem is None:
             sem = _slots[size] = threading.BoundedSemaphore(size)
-    # Semaphore.acquire(timeout=-1) does not block: it fails at once when no slot is free.
-    if not (sem.acquire(timeout=wait_s) if wait_s is not None else sem.acquire()):
-        raise SlotBusy(f"all {size} session slots busy for {wait_s}s (HARNESS_BACKEND_CONCURRENCY)")
+    if wait_s is not None and wait_s <= 0:
+        acquired = sem.acquire(blocking=False)
+    else:
+        acquired = sem.acquire(timeout=wait_s) if wait_s is not None else sem.acquire()
+    if not acquired:
+        raise SlotBusy(f"all {size} session slots stayed busy for {wait_s:g} s (HARNESS_BACKEND_CONCURRENCY={size})")
     try:
         yield
     finally:

@@ -8,7 +8,9 @@ Requirements kept here (doc/SPEC-claude-code.md §Harness base):
   (traced by name only); `run_process` adds the `HARNESSCHECK_RUN` marker.
 - The bridge spec is written into the run dir; the CLI starts the bridge from the MCP
   config the subclass writes there.
-- The CLI runs under `session_slot()`; the bridge trace is folded into the outcome
+- The CLI runs under `session_slot(settings.concurrency)`; the wait for a slot counts
+  against `timeout_s` (no slot in time: truncated/timeout, "the session never started");
+  the bridge trace is folded into the outcome
   (tool_calls, tools_used, refusals); duration, exit code/signal, the redacted stderr tail
   and the CLI version are set on every outcome.
 - Endings without a terminal event map the same way for every CLI (`ending_outcome`):
@@ -25,11 +27,13 @@ A subclass supplies `invocation(ctx, request, tool_less)` (argv, injections, std
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -424,11 +428,12 @@ class HarnessTransport:
         tool_less: bool,
     ) -> AgentOutcome:
         from harnesscheck.envpolicy import build_child_env, private_temp_dirs, redact
-        from harnesscheck.process import DEFAULT_MAX_LINE_BYTES, run_process, session_slot
+        from harnesscheck.process import DEFAULT_MAX_LINE_BYTES, SlotBusy, run_process, session_slot
 
         if not tool_less:
             start_bridge()
         info = self.cli()
+        started = time.monotonic()  # the wait for a session slot counts against timeout_s
         ctx = new_session_context(request, self.spec.id, tool_less=tool_less, result_cap=self.result_cap)
         tracer = _Tracer(ctx.session_trace, ctx.session_id)
         injections: dict[str, str] = {}
@@ -442,13 +447,25 @@ class HarnessTransport:
             env = build_child_env(self.parent_env, injections=injections, trace=tracer)
             parser = self.make_parser(ctx, request, tool_less=tool_less, on_text=on_text)
             tracer.record("session_start", backend=self.spec.id, cli_version=info.version, tool_less=tool_less)
-            with session_slot():
+            with contextlib.ExitStack() as held:
+                try:
+                    held.enter_context(session_slot(self.settings.concurrency,
+                                                    wait_s=request.timeout_s - (time.monotonic() - started)))
+                except SlotBusy as exc:
+                    tracer.record("session_end", status="truncated", error_class="timeout", ending="no_slot")
+                    return AgentOutcome(
+                        status=OutcomeStatus.truncated, error_class=ErrorClass.timeout, retryable=True,
+                        message=f"the session never started: {exc}", session_id=ctx.session_id,
+                        backend=self.spec.id, cli_version=info.version,
+                        duration_s=round(time.monotonic() - started, 3),
+                    )
+                left = request.timeout_s - (time.monotonic() - started)
                 result = run_process(
                     inv.argv,
                     env=env,
                     cwd=ctx.cwd,
                     on_line=parser.feed,
-                    timeout_s=request.timeout_s,
+                    timeout_s=max(left, 0.001),
                     stdin_bytes=inv.stdin_bytes,
                     cancel=cancel,
                     linger_s=self.linger_s,

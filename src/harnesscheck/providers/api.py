@@ -178,10 +178,22 @@ class ApiTransport:
         cancel: threading.Event | None = None,
         on_text: Callable[[str], None] | None = None,
     ) -> AgentOutcome:
-        """model → tool calls → dispatch → results → model, until a final answer or a limit."""
-        from harnesscheck.dispatch import dispatch
+        """model → tool calls → dispatch → results → model, until a final answer or a limit; in
+        one of the host's session slots (Settings.concurrency), the wait counted in timeout_s."""
+        from harnesscheck.process import SlotBusy, session_slot
 
         start = time.monotonic()
+        try:
+            with session_slot(self.settings.concurrency, wait_s=request.timeout_s):
+                return self._session(request, cancel, on_text, start)
+        except SlotBusy as exc:
+            return AgentOutcome(status=OutcomeStatus.truncated, error_class=ErrorClass.timeout, retryable=True,
+                                message=f"the session never started: {exc}", session_id=request.session_id,
+                                backend=self.spec.id, duration_s=time.monotonic() - start)
+
+    def _session(self, request, cancel, on_text, start) -> AgentOutcome:
+        from harnesscheck.dispatch import dispatch
+
         deadline = start + request.timeout_s
         session_id = request.session_id or secrets.token_hex(16)
         requested = self._model(request.model)

@@ -120,10 +120,22 @@ class FakeTransport:
         on_text: Callable[[str], None] | None = None,
         script: FakeScript | None = None,
     ) -> AgentOutcome:
-        """One scripted session (`script` overrides `self.script` for this session only)."""
-        from harnesscheck.trace import Trace
+        """One scripted session (`script` overrides `self.script` for this session only), in one
+        of the host's session slots (Settings.concurrency); the wait counts against timeout_s."""
+        from harnesscheck.process import SlotBusy, session_slot
 
         started = time.monotonic()
+        try:
+            with session_slot(self.settings.concurrency, wait_s=request.timeout_s):
+                return self._session(request, cancel, on_text, script, started)
+        except SlotBusy as exc:
+            return AgentOutcome(status=OutcomeStatus.truncated, error_class=ErrorClass.timeout, retryable=True,
+                                message=f"the session never started: {exc}", session_id=request.session_id,
+                                backend=self.spec.id, duration_s=time.monotonic() - started)
+
+    def _session(self, request, cancel, on_text, script, started) -> AgentOutcome:
+        from harnesscheck.trace import Trace
+
         deadline = started + request.timeout_s
         session_id = request.session_id or uuid.uuid4().hex
         run_dir = request.run_dir or Path(tempfile.mkdtemp(prefix="hc-fake-"))
