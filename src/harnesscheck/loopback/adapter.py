@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import sys
 import threading
 import time
@@ -118,16 +120,20 @@ for i, arg in enumerate(sys.argv[:-1]):
             rec["mcp_configs"][sys.argv[i + 1]] = fh.read()
 with open({record!r}, "a", encoding="utf-8") as fh:
     fh.write(json.dumps(rec) + "\\n")
+if {strace!r} and sys.argv[1:2] not in (["--version"], ["-v"]):
+    os.execv({strace!r}, [{strace!r}, "-f", "-qq", "-e", "trace=open,openat,openat2", "-o", {opens!r}, "--", {real!r}] + sys.argv[1:])
 os.execv({real!r}, [{real!r}] + sys.argv[1:])
 '''
 
 
-def write_wrapper(directory: Path, real: Path, name: str) -> tuple[Path, Path]:
-    """An executable `directory/name` that records its invocation and execs `real`."""
+def write_wrapper(directory: Path, real: Path, name: str, strace: str | None = None) -> tuple[Path, Path]:
+    """An executable `directory/name` that records its invocation and execs `real` (under
+    `strace -f` writing the files it opens to `directory/opens.log`, when `strace` is given)."""
     directory.mkdir(parents=True, exist_ok=True)
     record = directory / f"{name}.record.jsonl"
     path = directory / name
-    path.write_text(_WRAPPER.format(python=sys.executable, record=str(record), real=str(real)), encoding="utf-8")
+    path.write_text(_WRAPPER.format(python=sys.executable, record=str(record), real=str(real), strace=strace or "",
+                                    opens=str(directory / "opens.log")), encoding="utf-8")
     path.chmod(0o755)
     return path, record
 
@@ -217,6 +223,24 @@ class DescendantWatcher:
                             self.seen[pid] = info
                     stack.extend(children.get(pid, []))
             self._stop.wait(self.interval_s)
+
+
+_OPEN_RE = re.compile(r'^\d+\s+open(?:at2?)?\((?:AT_FDCWD, |\d+, )?"((?:[^"\\]|\\.)*)", ([A-Z_|]+).*\)\s+= (-?\d+)')
+
+
+def read_opens(log: Path) -> list[dict]:
+    """Every open the CLI's tree made (strace -f): {path, flags, ok}. Relative paths and
+    unfinished lines are skipped."""
+    out: list[dict] = []
+    try:
+        lines = Path(log).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        m = _OPEN_RE.match(line)
+        if m and m.group(1).startswith("/"):
+            out.append({"path": m.group(1), "flags": m.group(2), "ok": int(m.group(3)) >= 0})
+    return out
 
 
 class _TeeParser:
@@ -313,6 +337,8 @@ class LoopbackAdapter(HarnessAdapter):
         self.binary = binary
         self._servers: list[ScriptedModelServer] = []
         self._wrappers = 0
+        #: Run the CLI under `strace -f` and collect `run.opened` (set by a check that asks).
+        self.trace_opens = False
 
     @staticmethod
     def available(spec) -> tuple[bool, str]:
@@ -349,7 +375,9 @@ class LoopbackAdapter(HarnessAdapter):
         server = ScriptedModelServer(script, expected_key=DUMMY_KEY, watch=watch).start()
         self._servers.append(server)
         self._wrappers += 1
-        wrapper, record = write_wrapper(self.tmp_path / f"loopback-bin{self._wrappers}", self.binary.path, self.spec.cli_name or "cli")
+        strace = shutil.which("strace") if self.trace_opens else None
+        wrapper, record = write_wrapper(self.tmp_path / f"loopback-bin{self._wrappers}", self.binary.path, self.spec.cli_name or "cli",
+                                        strace=strace)
         from harnesscheck.registry import probe_version, remember_version
 
         printed = probe_version(self.binary.path)  # probed already (require_pinned_cli): cached
@@ -367,7 +395,8 @@ class LoopbackAdapter(HarnessAdapter):
 
         transport.make_parser = tee_parser  # observe stdout only; behaviour unchanged
         watcher = DescendantWatcher(record).start()
-        extra = {"server": server, "record": record, "watcher": watcher, "lines": lines, "script": script}
+        extra = {"server": server, "record": record, "watcher": watcher, "lines": lines, "script": script,
+                 "opens": record.parent / "opens.log" if strace else None}
         return Setup(transport, Facts(requested_model=model), model=model, extra=extra)
 
     def collect(self, run: SessionRun, setup: Setup, request) -> None:
@@ -404,6 +433,7 @@ class LoopbackAdapter(HarnessAdapter):
             saw.extend(m["text"] for m in turns[-1].messages if m.get("text"))
         run.model_saw = saw
         run.stdout_lines = list(setup.extra["lines"])  # type: ignore[attr-defined]
+        run.opened = read_opens(setup.extra["opens"]) if setup.extra.get("opens") else None  # type: ignore[attr-defined]
         run.loopback_requests = turns  # type: ignore[attr-defined]
         run.served_at = [r.ts for r in server.requests]  # type: ignore[attr-defined]
         served = [r for r in turns if r.status == 200]
