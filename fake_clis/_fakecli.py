@@ -79,8 +79,9 @@ Steps run in order. Each is an object with exactly one action key, plus modifier
     Sleep forever.
 ``{"exit": code}``
     Flush and exit with ``code``. Falling off the end of the steps exits 0.
-``{"mcp_call": {"server": "bridge", "tool": "read_file", "arguments": {...}}}``
-    Only with ``"mcp": "connect"``: call a tool on a connected MCP server (JSON-RPC
+``{"mcp_call": {"server": "<name>", "tool": "read_file", "arguments": {...}}}``
+    Only with ``"mcp": "connect"``: call a tool on a connected MCP server (the one named;
+    without ``server``, the only one connected, else the first that lists the tool) (JSON-RPC
     ``tools/call`` over its stdio); the reply fills ``{{mcp_result_text}}`` (the text content
     joined) and ``{{mcp_result_is_error}}`` for the following steps.
 
@@ -90,13 +91,30 @@ starts every stdio server named in its ``--mcp-config`` file(s) the way Claude C
 ``initialize`` + ``tools/list``, and closes their stdin when it exits. Then
 ``{{mcp_server_names}}`` carries each server's real status (``connected`` or ``failed``)
 and ``{{mcp_tools}}`` the ``mcp__<server>__<tool>`` names actually listed.
-``{"mcp_calls": [{"name": "read_file", "arguments": {...}}, ...], "server": "bridge"}``
-    Act like the CLI calling its MCP server: start the server the transport configured
-    (claude ``--mcp-config``, codex ``$CODEX_HOME/config.toml``, cursor ``$HOME/.cursor/mcp.json``
-    or ``./.cursor/mcp.json``) with the fake's own env plus the config's ``env`` (as the real
-    CLIs do), speak MCP over stdio (initialize, tools/call each), and append one
-    ``{"kind": "mcp_result", "name", "arguments", "is_error", "text"}`` record per call (or
-    ``{"kind": "mcp_result", "error": ...}`` when the server cannot be started).
+``{"mcp_calls": [{"name": "read_file", "arguments": {...}}, ...], "server": "<name>"}``
+    Act like the CLI calling its MCP servers: start the servers the backend configured, of
+    any name and any number (claude ``--mcp-config`` files or inline JSON; codex
+    ``$CODEX_HOME/config.toml``, else ``~/.codex/config.toml``, with every ``-c``/``--config``
+    ``mcp_servers.<name>.<key>=<TOML value>`` override on top; cursor ``$HOME/.cursor/mcp.json``
+    and ``./.cursor/mcp.json``) with the fake's own env plus the config's ``env`` (as the real
+    CLIs do), speak MCP over stdio (initialize, tools/call each; a call goes to the server
+    named by ``server``, else the only one, else the first that lists the tool), and append one
+    ``{"kind": "mcp_result", "name", "arguments", "server", "is_error", "text"}`` record per
+    call (or ``{"kind": "mcp_result", "error": ...}`` when no server can be started).
+
+How claude is driven
+====================
+``--output-format stream-json`` (and the default here): every ``emit`` line is written.
+``--output-format json``: only the ``result`` event is printed (one JSON object), the
+other emitted events are not, as ``claude -p --output-format json`` does.
+``--input-format stream-json``: stdin is read line by line, never to EOF first. A
+``control_request`` is answered at once with ``{"type": "control_response", "response":
+{"subtype": "success", "request_id": ...}}`` (``initialize`` gets ``{"commands": [],
+"models": [], "account": {}}``, synthetic); the first ``user`` message's text is the prompt
+and starts the steps; during a ``hang`` an ``interrupt`` request is answered and ends the
+turn with ``{"type": "result", "subtype": "error_during_execution", "is_error": true}``
+(synthetic). After the steps the fake keeps reading (and answering) until stdin closes,
+as the real CLI waits for further messages: a backend that never closes it keeps the CLI.
 
 Placeholders, replaced in every string (values and keys) of an emitted object, and in
 raw/noise text:
@@ -120,8 +138,11 @@ One JSON line per invocation, appended to the record file before any step runs::
      "config_dirs": {"CLAUDE_CONFIG_DIR": {"name": "file|dir|link:<target>"}, ...},
      "ts": <time.time()>, "mono": <time.monotonic()>}
 
-and one ``{"kind": "spawn", "pid": <fake pid>, "child_pid": n, "setsid": bool}`` line per
-grandchild. ``harnesscheck.fakes.FakeCli.records()`` folds them into one dict per invocation.
+(``stdin_eof_mono``: when stdin reached EOF before the steps, else null; a later
+``{"kind": "stdin_eof", "pid", "mono"}`` line when it closes during a stream-json session),
+one ``{"kind": "spawn", "pid": <fake pid>, "child_pid": n, "setsid": bool}`` line per
+grandchild, and one ``{"kind": "mcp_server", "pid", "child_pid", "name"}`` line per MCP
+server the fake started (the session's tree holds them as the real CLI's does). ``harnesscheck.fakes.FakeCli.records()`` folds them into one dict per invocation.
 
 Progress: one ``{"kind": "step", "pid": <fake pid>, "index": i, "action": "<step key>",
 "mono": <time.monotonic()>, "ts": <time.time()>}`` line per step the fake has performed, so a
@@ -750,6 +771,14 @@ class Fake:
         self.stdin_text = ""
         self.mcp: dict[str, McpClient] = {}
         self.mcp_status: list[dict] | None = None
+        # claude's documented ways to be driven: `--output-format json` prints only the final
+        # result object; `--input-format stream-json` reads newline-delimited messages (control
+        # requests, user messages) as they come instead of one prompt to EOF
+        self.json_output = cli == "claude" and _flag_value(argv, "--output-format") == "json"
+        self.stream_input = cli == "claude" and _flag_value(argv, "--input-format") == "stream-json"
+        self.stdin_eof = False
+        self.stdin_bytes = 0
+        self._in_buf = b""
         self.out = sys.stdout.buffer
         self.err = sys.stderr.buffer
 
@@ -805,14 +834,8 @@ class Fake:
                 servers.update(json_loads(text).get("mcpServers") or {})
             except (OSError, ValueError, AttributeError):
                 pass
-        codex_home = ENVIRON.get("CODEX_HOME")
-        codex_config = _join(codex_home, "config.toml") if codex_home else ""
-        if codex_config and _isfile(codex_config):
-            try:
-                cfg = toml_loads(_read_text(codex_config))
-                servers.update({k: v for k, v in (cfg.get("mcp_servers") or {}).items() if k not in servers})
-            except (OSError, ValueError):
-                pass
+        if self.cli == "codex":
+            servers.update(self._codex_servers())
         for base in (ENVIRON.get("HOME", "/nonexistent"), posix.getcwd()):
             path = _join(_join(base, ".cursor"), "mcp.json")
             if _isfile(path):
@@ -823,6 +846,54 @@ class Fake:
                     pass
         return servers
 
+    def _codex_servers(self) -> dict:
+        """codex: `[mcp_servers.<name>]` of `$CODEX_HOME/config.toml` (else `~/.codex`), then each
+        `-c`/`--config key=value` override on top (the value parsed as TOML, else a string), as
+        `codex` itself merges them."""
+        codex_home = ENVIRON.get("CODEX_HOME") or _join(ENVIRON.get("HOME", "/nonexistent"), ".codex")
+        codex_config = _join(codex_home, "config.toml")
+        cfg: dict = {}
+        if _isfile(codex_config):
+            try:
+                cfg = toml_loads(_read_text(codex_config))
+            except (OSError, ValueError):
+                cfg = {}
+        for override in _flag_values(self.argv, "-c") + _flag_values(self.argv, "--config"):
+            key, eq, raw = override.partition("=")
+            if not eq:
+                continue
+            try:
+                value = toml_loads("v = " + raw.strip())["v"]
+            except (ValueError, KeyError):
+                value = raw.strip()
+            parts = [k.strip().strip('"').strip("'") for k in key.strip().split(".")]
+            node = cfg
+            for part in parts[:-1]:
+                node = node.setdefault(part, {}) if isinstance(node.get(part, {}), dict) else {}
+            node[parts[-1]] = value
+        servers = cfg.get("mcp_servers") or {}
+        return {k: v for k, v in servers.items() if isinstance(v, dict)} if isinstance(servers, dict) else {}
+
+    def _record_mcp_server(self, client) -> None:
+        """The MCP server's pid: the CLI's child, so the session's tree (survivor checks)."""
+        if self.record_path is not None:
+            self._append({"kind": "mcp_server", "pid": posix.getpid(), "child_pid": client.pid, "name": client.name})
+
+    def _route(self, clients: dict, tool: str):
+        """The connected server a call to `tool` goes to: the only one, else the first that
+        lists the tool (listing each once), else the first. Any server name, any number."""
+        if len(clients) == 1:
+            return next(iter(clients.values()))
+        for client in clients.values():
+            if not client.tools:
+                try:
+                    client.list_tools()
+                except (OSError, ValueError, TimeoutError, EOFError):
+                    continue
+            if tool in client.tools:
+                return client
+        return next(iter(clients.values()))
+
     def connect_mcp(self) -> None:
         """Start and initialize each configured stdio server, as the CLI would."""
         timeout = float(self.scenario.get("mcp_timeout", 10))
@@ -831,6 +902,7 @@ class Fake:
             status = "failed"
             try:
                 client = McpClient(name, entry, timeout)
+                self._record_mcp_server(client)
                 try:
                     client.connect(f"fake-{self.cli}")
                     client.list_tools()
@@ -852,7 +924,7 @@ class Fake:
             out.append(value)
         return out
 
-    def record_invocation(self, stdin_type: str, stdin_bytes: int) -> None:
+    def record_invocation(self, stdin_type: str, stdin_bytes: int, stdin_eof_mono: float | None = None) -> None:
         if self.record_path is None:
             return
         configs = {}
@@ -872,6 +944,7 @@ class Fake:
                 "stdin_type": stdin_type,
                 "stdin": self.stdin_text[:RECORDED_STDIN_LIMIT],
                 "stdin_bytes": stdin_bytes,
+                "stdin_eof_mono": stdin_eof_mono,
                 "mcp_configs": configs,
                 "cwd_entries": sorted(posix.listdir(".")),
                 "config_dirs": _config_dirs(),
@@ -930,12 +1003,21 @@ class Fake:
         sigterm_exit = int(self.scenario.get("sigterm_exit", 143))
         _signal.signal(_signal.SIGTERM, lambda *_: posix._exit(sigterm_exit))
         stdin_type = _stdin_type()
-        stdin_bytes = 0
-        if self.scenario.get("stdin", "read") == "read" and stdin_type not in ("tty", "closed"):
+        eof_mono = None
+        if self.stream_input and stdin_type not in ("tty", "closed"):
+            # answer control requests (initialize, ...) until the first user message: never read to EOF
+            while not self.stdin_eof:
+                line = self._stdin_line()
+                if line is not None and self._stream_message(line) == "user":
+                    break
+            eof_mono = time.monotonic() if self.stdin_eof else None
+        elif self.scenario.get("stdin", "read") == "read" and stdin_type not in ("tty", "closed"):
             raw = sys.stdin.buffer.read()
-            stdin_bytes = len(raw)
+            self.stdin_bytes = len(raw)
             self.stdin_text = raw.decode("utf-8", "replace")
-        self.record_invocation(stdin_type, stdin_bytes)
+            eof_mono = time.monotonic()
+            self.stdin_eof = True
+        self.record_invocation(stdin_type, self.stdin_bytes, eof_mono)
         if self.scenario.get("mcp") == "connect":
             self.connect_mcp()
         ph = self.placeholders()
@@ -949,13 +1031,65 @@ class Fake:
                     self.record_step(index, step)
                 if code is not None:
                     return code
+            if self.stream_input:  # the real CLI takes more messages until its stdin closes
+                while not self.stdin_eof:
+                    line = self._stdin_line()
+                    if line is not None:
+                        self._stream_message(line)
             return 0
         finally:
             self.close_mcp()
 
+    # -- `--input-format stream-json` -----------------------------------------------------
+
+    def _stdin_line(self) -> bytes | None:
+        """The next stdin line (blocking), None at EOF (noted once in the record)."""
+        while b"\n" not in self._in_buf:
+            chunk = posix.read(0, 65536)
+            if not chunk:
+                self.stdin_eof = True
+                if self.record_path is not None:
+                    self._append({"kind": "stdin_eof", "pid": posix.getpid(), "mono": time.monotonic()})
+                line, self._in_buf = self._in_buf, b""
+                return line or None
+            self._in_buf += chunk
+            self.stdin_bytes += len(chunk)
+        line, self._in_buf = self._in_buf.split(b"\n", 1)
+        return line
+
+    def _stream_message(self, line: bytes) -> str | None:
+        """One stream-json input message: a control request is answered (success); a user
+        message's text becomes the prompt. Returns "user", "interrupt" or None."""
+        try:
+            msg = json_loads(line.decode("utf-8", "replace"))
+        except ValueError:
+            return None
+        if not isinstance(msg, dict):
+            return None
+        if msg.get("type") == "control_request":
+            request = msg.get("request") or {}
+            subtype = request.get("subtype")
+            body = {"commands": [], "models": [], "account": {}} if subtype == "initialize" else {}
+            self.write(self._dumps_line({"type": "control_response", "response": {
+                "subtype": "success", "request_id": msg.get("request_id"), "response": body}}))
+            return "interrupt" if subtype == "interrupt" else None
+        if msg.get("type") == "user":
+            content = (msg.get("message") or {}).get("content")
+            if isinstance(content, list):
+                content = "".join(b.get("text", "") for b in content if isinstance(b, dict))
+            self.stdin_text += str(content or "")
+            return "user"
+        return None
+
+    @staticmethod
+    def _dumps_line(obj: dict) -> bytes:
+        return json_dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n"
+
     def step(self, step: dict, ph: dict) -> int | None:
         if "emit" in step:
             payload = self.fill(step["emit"], ph)
+            if self.json_output and isinstance(payload, dict) and payload.get("type") != "result":
+                return None  # `--output-format json`: only the final result object is printed
             line = payload if isinstance(payload, str) else json_dumps(payload, separators=(",", ":"), ensure_ascii=False)
             self.write(line.encode("utf-8") + b"\n", split=step.get("split"), gap=float(step.get("gap", 0)))
         elif "delay" in step:
@@ -985,11 +1119,18 @@ class Fake:
         elif "ignore_sigterm" in step:
             _signal.signal(_signal.SIGTERM, _signal.SIG_IGN if step["ignore_sigterm"] else _signal.SIG_DFL)
         elif "hang" in step:
+            while self.stream_input and not self.stdin_eof:
+                line = self._stdin_line()
+                if line is not None and self._stream_message(line) == "interrupt":
+                    self.write(self._dumps_line({"type": "result", "subtype": "error_during_execution", "is_error": True,
+                                                 "num_turns": 1, "result": "", "session_id": self.session_id}))
+                    return None
             while True:
                 time.sleep(3600)
         elif "mcp_call" in step:
             call = self.fill(step["mcp_call"], ph)
-            client = self.mcp.get(call.get("server", "bridge"))
+            client = self.mcp.get(call["server"]) if call.get("server") else (
+                self._route(self.mcp, call.get("tool", "")) if self.mcp else None)
             if client is None:
                 ph["mcp_result_text"], ph["mcp_result_is_error"] = "MCP server not connected", True
             else:
@@ -999,48 +1140,67 @@ class Fake:
             self.err.flush()
             return int(step["exit"])
         elif "mcp_calls" in step:
-            self.mcp_calls(step["mcp_calls"], step.get("server", "bridge"))
+            self.mcp_calls(step["mcp_calls"], step.get("server"))
         else:
             raise SystemExit(f"fake {self.cli}: unknown scenario step {sorted(step)}")
         return None
 
     # -- the "mcp_calls" step ----------------------------------------------------------
 
-    def mcp_calls(self, calls: list[dict], name: str, timeout_s: float = 60.0) -> None:
+    def mcp_calls(self, calls: list[dict], name: str | None, timeout_s: float = 60.0) -> None:
         """Call tools like the CLI would; one `mcp_result` record per call. Reuses the
-        connection made by `"mcp": "connect"`, else starts the server for this step."""
+        connections made by `"mcp": "connect"`, else starts the configured servers for this
+        step: the one named, or every stdio server configured (any name), each call routed to
+        the server that lists its tool."""
         record = self._append if self.record_path is not None else (lambda rec: None)
-        client = self.mcp.get(name)
-        own = client is None
-        if own:
-            entry = self._mcp_servers().get(name)
-            if not entry or not entry.get("command"):
-                record({"kind": "mcp_result", "error": f"no MCP server {name!r} configured"})
+        clients: dict = {}
+        own: list = []
+        if name and name in self.mcp:
+            clients[name] = self.mcp[name]
+        elif not name and self.mcp:
+            clients = dict(self.mcp)
+        else:
+            configured = self._mcp_servers()
+            names = [name] if name else [n for n, e in configured.items() if isinstance(e, dict) and e.get("command")]
+            if not names:
+                record({"kind": "mcp_result", "error": "no stdio MCP server configured"})
                 return
-            try:
-                client = McpClient(name, entry, timeout_s)
-            except OSError as exc:
-                record({"kind": "mcp_result", "error": f"cannot start {entry['command']}: {exc.strerror}"})
-                return
-        try:
-            if own:
+            for server in names:
+                entry = configured.get(server)
+                if not entry or not entry.get("command"):
+                    record({"kind": "mcp_result", "error": f"no MCP server {server!r} configured"})
+                    return
+                try:
+                    client = McpClient(server, entry, timeout_s)
+                except OSError as exc:
+                    record({"kind": "mcp_result", "error": f"cannot start {entry['command']}: {exc.strerror}"})
+                    continue
+                self._record_mcp_server(client)
+                own.append(client)
                 try:
                     client.connect(f"fake-{self.cli}")
-                except (TimeoutError, EOFError, RuntimeError):
-                    record({"kind": "mcp_result", "error": "the MCP server never answered initialize"})
-                    return
+                except (TimeoutError, EOFError, RuntimeError, OSError):
+                    record({"kind": "mcp_result", "error": f"the MCP server {server!r} never answered initialize"})
+                    continue
+                clients[server] = client
+            if not clients:
+                for client in own:
+                    client.close()
+                return
+        try:
             for call in calls:
                 args = call.get("arguments", {})
+                client = self._route(clients, call["name"])
                 try:
                     text, is_error, protocol_error = client.call(call["name"], args)
                 except (TimeoutError, EOFError):
                     text, is_error, protocol_error = "", True, "no answer"
-                record({"kind": "mcp_result", "name": call["name"], "arguments": args,
+                record({"kind": "mcp_result", "name": call["name"], "arguments": args, "server": client.name,
                         "is_error": is_error, "text": text, "protocol_error": protocol_error})
         except (BrokenPipeError, OSError) as exc:
             record({"kind": "mcp_result", "error": f"MCP session broke: {exc.__class__.__name__}"})
         finally:
-            if own:
+            for client in own:
                 client.close()
 
     def write_oversize(self, size: int, template: dict | None, ph: dict) -> None:

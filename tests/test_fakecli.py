@@ -728,3 +728,100 @@ def test_an_mcp_server_gets_its_pipes_even_when_the_fake_has_no_stdin(tmp_path):
     seen = json.loads(json.loads(proc.stdout)["seen"])
     assert seen["stdin"].startswith("pipe:") and seen["args"] == ["a b"]
     assert fake.last()["stdin_type"] == "closed"
+
+
+# -- every documented way the real CLIs are driven (issue 19) ------------------------------
+
+
+def _two_servers(tmp_path, first="infermatrix-tools", second="docs") -> tuple[str, str]:
+    server = tmp_path / "probe_server.py"
+    server.write_text(PROBE_SERVER)
+    servers = {first: {"command": sys.executable, "args": [str(server)], "env": {"EXTRA": first}},
+               second: {"command": sys.executable, "args": [str(server)], "env": {"EXTRA": second}}}
+    return json.dumps({"mcpServers": servers}), str(server)
+
+
+def test_mcp_calls_reach_a_server_of_any_name_given_inline(tmp_path):
+    """`--mcp-config` as inline JSON, servers of any name: the call goes to a server that lists
+    the tool, and the pid of every server the fake started is recorded (the session's tree)."""
+    inline, _ = _two_servers(tmp_path)
+    fake = install_fake_cli("claude", {"steps": [{"mcp_calls": [{"name": "probe", "arguments": {}}]}]}, tmp_path / "bin")
+    proc = _run(fake, "-p", "--mcp-config", inline)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = next(r for r in _records(fake) if r["kind"] == "mcp_result")
+    assert result["is_error"] is False and result["server"] == "infermatrix-tools"
+    assert json.loads(result["text"])["extra"] == "infermatrix-tools"
+    rec = fake.last()
+    assert len(rec["mcp_server_pids"]) == 2 and all(not _alive(p) for p in rec["mcp_server_pids"])
+
+
+def test_claude_output_format_json_prints_only_the_result_object(tmp_path):
+    """`claude -p --output-format json` prints one JSON object, the result, not the event stream."""
+    scenario = {"steps": [{"emit": {"type": "system", "subtype": "init"}},
+                          {"emit": {"type": "assistant", "message": {"content": []}}},
+                          {"emit": {"type": "result", "subtype": "success", "is_error": False, "result": "hi"}}]}
+    fake = install_fake_cli("claude", scenario, tmp_path / "bin")
+    out = _run(fake, "-p", "--output-format", "json").stdout.decode()
+    assert [json.loads(line)["type"] for line in out.splitlines()] == ["result"]
+    out = _run(fake, "-p", "--output-format", "stream-json").stdout.decode()
+    assert [json.loads(line)["type"] for line in out.splitlines()] == ["system", "assistant", "result"]
+
+
+def test_claude_stream_json_input_speaks_the_control_protocol_without_reading_to_eof(tmp_path):
+    """`--input-format stream-json`: the fake answers `initialize`, starts on the first user
+    message while stdin stays open, and exits only once stdin closes, as the real CLI does."""
+    scenario = {"steps": [{"emit": {"type": "result", "subtype": "success", "is_error": False, "result": "{{prompt}}"}}]}
+    fake = install_fake_cli("claude", scenario, tmp_path / "bin")
+    proc = subprocess.Popen([str(fake.path), "-p", "--input-format", "stream-json", "--output-format", "stream-json"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        proc.stdin.write(b'{"type":"control_request","request_id":"r1","request":{"subtype":"initialize"}}\n')
+        proc.stdin.flush()
+        answer = json.loads(proc.stdout.readline())
+        assert answer["type"] == "control_response" and answer["response"]["request_id"] == "r1"
+        proc.stdin.write(json.dumps({"type": "user", "message": {"role": "user", "content": "hello there"}}).encode() + b"\n")
+        proc.stdin.flush()
+        result = json.loads(proc.stdout.readline())
+        assert result["type"] == "result" and result["result"] == "hello there"
+        assert proc.poll() is None  # stdin still open: the CLI waits for more
+        proc.stdin.close()
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+    rec = fake.last()
+    assert rec["stdin"] == "hello there" and rec["stdin_eof_mono"] is not None
+
+
+def test_claude_stream_json_interrupt_ends_a_stalled_turn(tmp_path):
+    """An `interrupt` control request during a stall is answered and ends the turn with an error result."""
+    fake = install_fake_cli("claude", {"steps": [{"hang": True}]}, tmp_path / "bin")
+    proc = subprocess.Popen([str(fake.path), "-p", "--input-format", "stream-json", "--output-format", "stream-json"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        proc.stdin.write(b'{"type":"user","message":{"role":"user","content":"go"}}\n')
+        proc.stdin.write(b'{"type":"control_request","request_id":"r2","request":{"subtype":"interrupt"}}\n')
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["response"]["request_id"] == "r2"
+        assert json.loads(proc.stdout.readline())["subtype"] == "error_during_execution"
+        proc.stdin.close()
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_codex_dash_c_overrides_configure_mcp_servers(tmp_path):
+    """codex `-c mcp_servers.<name>.command=...` overrides (values parsed as TOML) configure servers
+    on top of config.toml, as `codex exec` merges them."""
+    server = tmp_path / "probe_server.py"
+    server.write_text(PROBE_SERVER)
+    fake = install_fake_cli("codex", {"steps": [{"mcp_calls": [{"name": "probe", "arguments": {}}]}]}, tmp_path / "bin")
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    argv = [str(fake.path), "exec", "--json", "-c", f'mcp_servers.infermatrix-tools.command="{sys.executable}"',
+            "-c", f'mcp_servers.infermatrix-tools.args={json.dumps([str(server)])}',
+            "-c", 'mcp_servers.infermatrix-tools.env={EXTRA = "override"}', "-"]
+    proc = subprocess.run(argv, env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = next(r for r in _records(fake) if r["kind"] == "mcp_result")
+    assert result["server"] == "infermatrix-tools" and json.loads(result["text"])["extra"] == "override"

@@ -28,7 +28,9 @@ class FakeCli:
     scenario_path: Path
 
     def records(self) -> list[dict]:
-        """One dict per invocation (argv, env, cwd, stdin_type, stdin, mcp_configs, grandchildren)."""
+        """One dict per invocation (argv, env, cwd, stdin_type, stdin, mcp_configs, grandchildren,
+        mcp_server_pids: the MCP servers the fake started, as the real CLI starts them; and
+        stdin_eof_mono: when stdin reached EOF, None if it never did)."""
         if not self.record_path.is_file():
             return []
         invocations: list[dict] = []
@@ -39,8 +41,14 @@ class FakeCli:
             rec = json.loads(line)
             if rec.get("kind") == "invocation":
                 rec["grandchildren"] = []
+                rec["mcp_server_pids"] = []
+                rec.setdefault("stdin_eof_mono", None)
                 invocations.append(rec)
                 by_pid[rec["pid"]] = rec
+            elif rec.get("kind") == "mcp_server" and rec.get("pid") in by_pid:
+                by_pid[rec["pid"]]["mcp_server_pids"].append(rec["child_pid"])
+            elif rec.get("kind") == "stdin_eof" and rec.get("pid") in by_pid:
+                by_pid[rec["pid"]]["stdin_eof_mono"] = rec.get("mono")
             elif rec.get("kind") == "spawn" and rec.get("pid") in by_pid:
                 by_pid[rec["pid"]]["grandchildren"].append(
                     {"pid": rec["child_pid"], "setsid": rec.get("setsid", False)}
