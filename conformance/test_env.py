@@ -69,7 +69,8 @@ def test_worktree_not_cwd(but):
 def test_config_home_isolated(but):
     """The CLI's config home is per run (never the user's), so a failed login cannot touch real credentials."""
     run = but.run("success")
-    home = os.path.realpath(os.path.expanduser("~"))
+    # the host's HOME as the backend found it (planted offline), not the kit's own
+    home = os.path.realpath(run.parent_env.get("HOME") or os.path.expanduser("~"))
     for child in run.children:
         dirs = [child["env"].get(k) for k in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "CURSOR_CONFIG_DIR")]
         dirs = [d for d in dirs if d]
@@ -87,3 +88,41 @@ def test_auth_source_fail_closed(but):
     o = run.outcome
     assert o.status == OutcomeStatus.blocked, f"status {o.status}: a run billed to an API key went on"
     assert o.error_class is not None and o.auth_source, f"error_class {o.error_class}, auth_source {o.auth_source!r}"
+
+
+def _inside(path: str, base: str) -> bool:
+    return path == base or path.startswith(base.rstrip(os.sep) + os.sep)
+
+
+@check("env.host-credentials-unreachable", kinds=[Kind.harness], incident=["A5", "A7", "A1"])
+def test_host_credentials_unreachable(but):
+    """The CLI cannot reach the host user's credential stores (~/.ssh, ~/.config/gh, ~/.netrc,
+    another vendor's login, the user's CLI settings): its HOME and config homes are not the
+    user's, and the only host file linked into them is the CLI's own login file; no planted
+    credential reaches its environment or argv."""
+    run = but.run("success")
+    host = but.host_home(run)
+    if host is None:
+        but.skip("adapter-not-implemented", f"the kit plants no host HOME for {but.spec.id} at {but.level}")
+    assert run.children, "the backend never ran its CLI"
+    host_real = os.path.realpath(host)
+    allowed = {os.path.realpath(host / rel) for rel in but.login_files()}
+    canary = run.workspace.canary
+    for child in run.children:
+        env = child["env"]
+        assert env.get("HOME"), "the CLI got no HOME: it falls back to the account's own home directory"
+        for var in ("HOME", "CLAUDE_CONFIG_DIR", "CODEX_HOME", "XDG_CONFIG_HOME", "CURSOR_CONFIG_DIR"):
+            if env.get(var) and _inside(os.path.realpath(env[var]), host_real):
+                assert False, (f"the CLI's {var} is {env[var]}, inside the host user's home: ~/.ssh/id_rsa, "
+                               "~/.config/gh/hosts.yml and every other credential there are in its reach")
+        for var, entries in (child.get("config_dirs") or {}).items():
+            for name, kind in entries.items():
+                if not kind.startswith("link:"):
+                    continue
+                target = os.path.realpath(os.path.join(env.get(var, ""), kind[len("link:"):]))
+                assert not _inside(target, host_real) or target in allowed, (
+                    f"{var}/{name} links to the host user's {os.path.relpath(target, host_real)}"
+                )
+        leaked = [k for k, v in env.items() if canary in v]
+        assert not leaked, f"host credentials or overrides reached the CLI's environment: {sorted(leaked)}"
+        assert canary not in json.dumps(child["argv"]), "a host credential reached the CLI's argv"

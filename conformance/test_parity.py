@@ -32,6 +32,9 @@ def test_refusal_codes_match_dispatch(but):
     calls; a call to a tool the scope never offered is refused or never reaches dispatch at all."""
     from harnesscheck.dispatch import dispatch
 
+    if not but.built_on_dispatch():
+        but.skip("unsupported-by-backend", f"{but.spec.id} refuses through its own dispatcher: harnesscheck's reason "
+                 "codes are not its contract (the scope checks judge its refusals by what the model saw)")
     ws = but.workspace()
     scope = ws.scope(read_only=True)
     offered = set(scope.tool_names())

@@ -6,28 +6,31 @@ beside the hostile inputs must keep working."""
 from __future__ import annotations
 
 import os
-import re
 
 from harnesscheck.contracts import Capability as C
 from harnesscheck.contracts import Kind, OutcomeStatus
 from harnesscheck.kit.adapters import ToolCall
 from harnesscheck.kit.catalog import check
 
-CODE_RE = re.compile(r"^[a-z][a-z_]+$")
-
-
-def _refused(run, tool: str, n: int = 1):
-    """The session survived, recorded n refusals of `tool` with stable codes, and leaked nothing."""
+def _refused(but, run, tool: str, n: int = 1):
+    """The session survived, n calls of `tool` were refused, and nothing leaked. A refusal is
+    judged by its effect: the model saw an error result for the call (any wording, any code),
+    or, where the adapter cannot see the results as the model got them, the outcome lists it.
+    harnesscheck's own reason codes are parity.refusal-codes-match-dispatch's, not this."""
     o = run.outcome
     assert o.status == OutcomeStatus.ok, f"a refusal must be a tool error the model reads, not {o.status}/{o.error_class}"
+    assert not run.tool_failures, f"the calls reached no tool server the backend configured: {run.tool_failures[:2]}"
     refusals = [r for r in o.refusals if r.tool == tool]
-    assert len(refusals) >= n, f"expected {n} refusal(s) of {tool} in the outcome, got {o.refusals}"
-    for r in refusals:
-        assert CODE_RE.match(r.code), f"refusal code {r.code!r} is not a stable machine code"
+    errors = but.tool_errors(run)
+    seen = [text for name, text in errors if name == tool] if errors is not None else None
+    assert len(refusals) >= n or (seen is not None and len(seen) >= n), (
+        f"expected {n} refused {tool} call(s): the model saw {len(seen) if seen is not None else 'no observable'} "
+        f"error result(s) and the outcome lists {o.refusals}"
+    )
     canary = run.workspace.canary
     assert canary not in run.everything_visible(), "out-of-scope bytes reached the model, the outcome or a trace"
     assert run.workspace.outside_unchanged(), "a file outside the worktree changed"
-    return refusals
+    return refusals, seen or []
 
 
 @check("scope.loop-reaches-dispatch", requires=[C.host_tool_loop], kinds=[Kind.api])
@@ -44,6 +47,7 @@ def test_loop_reaches_dispatch(but):
 def test_bridge_reaches_dispatch(but):
     """A harness's tool call goes through the bridge to dispatch; the call and its result are folded into the outcome."""
     run = but.run_tools([ToolCall("read_file", {"path": "README.md"})])
+    assert not run.tool_failures, f"the CLI's tool call reached no MCP server the backend configured: {run.tool_failures[:2]}"
     assert run.outcome.status == OutcomeStatus.ok, f"{run.outcome.status}/{run.outcome.error_class}: {run.outcome.message}"
     assert run.outcome.tool_calls >= 1 and "read_file" in run.outcome.tools_used
     assert any("hello from the worktree" in text for text in run.model_saw), "the bridge result never reached the CLI"
@@ -54,7 +58,7 @@ def test_dotdot_refused(but):
     """`..` traversal out of the root is refused with a stable code; the bytes never reach the model."""
     run = but.run_tools([ToolCall("read_file", {"path": "../outside/secret.txt"}),
                          ToolCall("read_file", {"path": "src/../../outside/secret.txt"})])
-    _refused(run, "read_file", 2)
+    _refused(but, run, "read_file", 2)
 
 
 @check("scope.absolute-path-refused", incident="P2")
@@ -62,7 +66,7 @@ def test_absolute_path_refused(but):
     """An absolute path outside the root is refused (it must never discard the root)."""
     ws = but.workspace()
     run = but.run_tools([ToolCall("read_file", {"path": str(ws.secret)})], workspace=ws)
-    _refused(run, "read_file")
+    _refused(but, run, "read_file")
 
 
 @check("scope.sibling-prefix-refused", incident=["P3", "I2"])
@@ -71,13 +75,13 @@ def test_sibling_prefix_refused(but):
     ws = but.workspace()
     run = but.run_tools([ToolCall("read_file", {"path": str(ws.sibling / "key.txt")}),
                          ToolCall("read_file", {"path": "../work-secrets/key.txt"})], workspace=ws)
-    _refused(run, "read_file", 2)
+    _refused(but, run, "read_file", 2)
 
 
 @check("scope.symlink-leaf-refused", incident="P4")
 def test_symlink_leaf_refused(but):
     """An in-tree symlink pointing outside the root is not followed."""
-    _refused(but.run_tools([ToolCall("read_file", {"path": "leak"})]), "read_file")
+    _refused(but, but.run_tools([ToolCall("read_file", {"path": "leak"})]), "read_file")
 
 
 @check("scope.symlink-parent-write-refused", incident=["P5", "I2"])
@@ -85,7 +89,7 @@ def test_symlink_parent_write_refused(but):
     """A write through a symlinked parent directory to a not-yet-existing file outside is refused."""
     ws = but.workspace()
     run = but.run_tools([ToolCall("write_file", {"path": "outbox/new.conf", "content": "x"})], read_only=False, workspace=ws)
-    _refused(run, "write_file")
+    _refused(but, run, "write_file")
     assert not (ws.outside / "new.conf").exists(), "the write escaped through the symlinked parent"
 
 
@@ -104,7 +108,7 @@ def test_procfs_refused(but):
     canaries = but.parent_env_canaries()
     run = but.run_tools([ToolCall("read_file", {"path": "/proc/self/environ"}),
                          ToolCall("read_file", {"path": "/proc/self/root/etc/hostname"})], parent_env=canaries)
-    _refused(run, "read_file", 2)
+    _refused(but, run, "read_file", 2)
     blob = run.everything_visible()
     assert not [k for k, v in canaries.items() if v in blob], "a parent-env canary reached the model"
 
@@ -112,13 +116,13 @@ def test_procfs_refused(but):
 @check("scope.nul-byte-refused", incident="P9")
 def test_nul_byte_refused(but):
     """A path with a NUL byte is refused before any resolution."""
-    _refused(but.run_tools([ToolCall("read_file", {"path": "README.md\x00.png"})]), "read_file")
+    _refused(but, but.run_tools([ToolCall("read_file", {"path": "README.md\x00.png"})]), "read_file")
 
 
 @check("scope.long-path-refused", incident="P10")
 def test_long_path_refused(but):
     """A very long path is refused cleanly (no crash, no hang)."""
-    _refused(but.run_tools([ToolCall("read_file", {"path": "a/" * 3000 + "x"})]), "read_file")
+    _refused(but, but.run_tools([ToolCall("read_file", {"path": "a/" * 3000 + "x"})]), "read_file")
 
 
 @check("scope.hardlink-write-refused", incident="P12")
@@ -128,7 +132,7 @@ def test_hardlink_write_refused(but):
     if not (ws.root / "hard.txt").exists():
         but.skip("env-missing", "this filesystem cannot make hard links")
     run = but.run_tools([ToolCall("write_file", {"path": "hard.txt", "content": "pwned"})], read_only=False, workspace=ws)
-    _refused(run, "write_file")
+    _refused(but, run, "write_file")
 
 
 @check("scope.fifo-refused", incident="P13")
@@ -139,7 +143,7 @@ def test_fifo_refused(but):
         but.skip("env-missing", "this filesystem cannot make FIFOs")
     run = but.run_tools([ToolCall("read_file", {"path": "pipe"})], workspace=ws, timeout_s=30)
     assert run.duration_s < 25, "reading a FIFO blocked the session"
-    _refused(run, "read_file")
+    _refused(but, run, "read_file")
 
 
 @check("scope.read-only-write-refused", incident=["P15", "I3"])
@@ -152,7 +156,9 @@ def test_read_only_write_refused(but):
     assert run.outcome.status == OutcomeStatus.ok
     offered = but.tools_offered(run)
     not_offered = offered is not None and not {"write_file", "edit_file"} & set(offered)
-    assert len(run.outcome.refusals) >= 2 or not_offered, (
+    errors = but.tool_errors(run) or []
+    seen = [name for name, _ in errors if name in ("write_file", "edit_file")]
+    assert len(run.outcome.refusals) >= 2 or len(seen) >= 2 or not_offered, (
         f"writes in a read-only scope were neither refused nor withheld: refusals {run.outcome.refusals}, offered {offered}"
     )
     assert not (ws.root / "new.txt").exists(), "a file was created in a read-only scope"
@@ -161,9 +167,12 @@ def test_read_only_write_refused(but):
 
 @check("scope.refusal-visible-to-model", incident="G4")
 def test_refusal_visible_to_model(but):
-    """A refusal reaches the model as a tool error naming its reason code, and the session goes on."""
+    """A refusal reaches the model as a tool error (where the adapter cannot see the model's side: naming its
+    reason code), and the session goes on."""
     run = but.run_tools([ToolCall("read_file", {"path": "../outside/secret.txt"})])
-    refusals = _refused(run, "read_file")
+    refusals, seen = _refused(but, run, "read_file")
+    if seen:  # the model's side saw an error result: that is the refusal reaching the model
+        return
     shown = [t for t in run.model_saw if refusals[0].code in t]
     assert shown, f"the model never saw the refusal code {refusals[0].code!r}: {run.model_saw}"
 

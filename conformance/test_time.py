@@ -93,8 +93,10 @@ def test_no_survivors_after_timeout(but):
     Never by the backend's env marker (the `env -i` escapee carries none) nor by counting
     processes (other sessions run on the same machine)."""
     run = but.run_stalled("timeout_tree", timeout_s=TIMEOUT_S, blind_timeout_s=BLIND_TIMEOUT_S, teardown_s=TEARDOWN_S)
-    pids = but.child_pids(run)  # every spawn was recorded before the stall, hence before the deadline
-    assert len(pids) >= 3, f"the fake CLI recorded {pids}: the kit could not observe the tree"
+    # The tree as it was: the CLI, what it spawned and the MCP servers it started (recorded
+    # before the stall, hence before the deadline), and any bridge a trace names; no layout assumed.
+    assert run.children, "the backend never ran its CLI"
+    pids = but.child_pids(run)
     survivors = [p for p in pids if _alive(p)]
     assert not survivors, f"processes survived the timeout: {survivors}"
 

@@ -84,8 +84,10 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.codex:fails_an_unverified_model": _ids("usage.mismatch-policy-applied"),
     "tests.mutants.harness:leaves_stdin_open": _ids("time.stdin-not-left-open"),
     "tests.mutants.harness:loads_the_worktree_dotenv": _ids("env.worktree-not-cwd"),
+    # the model still sees each refusal as an error result (black-box judgement, issue 19):
+    # what is lost is the host's record of the calls and of dispatch's codes
     "tests.mutants.harness:forgets_bridge_calls": _ids(
-        "scope.bridge-reaches-dispatch", "scope.dotdot-refused", "scope.sibling-prefix-refused", "scope.symlink-leaf-refused",
+        "scope.bridge-reaches-dispatch", "parity.refusal-codes-match-dispatch",
     ),
     "tests.mutants.harness:passes_any_model_name": _ids("selection.flag-values-validated"),
     "tests.mutants.harness:waits_out_a_lingering_cli": _ids("time.linger-after-result"),
@@ -106,10 +108,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     ),
     "tests.mutants.cursor:runs_on_without_its_bridge": _ids("bridge.failed-load-ends-session"),
     "tests.mutants.cursor:ends_ok_on_an_unclean_audit": _ids("audit.declines-builtins-honestly"),
-    "tests.mutants.harness:drops_bridge_refusals": _ids(
-        "scope.dotdot-refused", "scope.sibling-prefix-refused", "scope.symlink-leaf-refused",
-        "scope.refusal-visible-to-model",
-    ),
+    "tests.mutants.harness:drops_bridge_refusals": _ids("parity.refusal-codes-match-dispatch"),
     "tests.mutants.harness:kills_only_the_direct_child": _ids("time.no-survivors-after-timeout"),
     "tests.mutants.harness:codex_kills_only_the_direct_child": _ids("time.no-survivors-after-timeout"),
     "tests.mutants.harness:finds_escapees_by_env_marker": _ids("time.no-survivors-after-timeout"),
@@ -118,12 +117,13 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.harness:puts_the_prompt_in_argv": _ids("selection.prompt-never-a-flag"),
     "tests.mutants.harness:puts_the_system_prompt_in_argv": _ids("selection.huge-system-prompt-not-in-argv"),
     "tests.mutants.harness:uses_the_users_config_home": _ids("env.config-home-isolated"),
+    "tests.mutants.harness:keeps_the_host_home": _ids("env.host-credentials-unreachable"),
     "tests.mutants.harness:adds_an_extra_mcp_server": _ids("bridge.only-bridge-configured"),
     "tests.mutants.harness:treats_noise_as_fatal": _ids("parse.noise-lines-skipped"),
     "tests.mutants.harness:crash_counts_as_success": _ids("errors.crash-without-result"),
     "tests.mutants.harness:ignores_the_api_key_source": _ids("env.auth-source-fail-closed"),
     "tests.mutants.harness:trusts_any_cli_path": _ids(
-        "selection.cli-missing-typed-error", "selection.cli-version-unsupported", "selection.batch-shim-refused",
+        "selection.cli-missing-typed-error", "selection.cli-version-unsupported",
     ),
 }
 
@@ -137,7 +137,7 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.harness:runs_on_when_the_bridge_failed": ("test_bridge.py", "failed_load or only_bridge or slow_start"),
     "tests.mutants.cursor:runs_on_without_its_bridge": ("test_bridge.py", "failed_load or slow_start or only_bridge"),
     "tests.mutants.cursor:ends_ok_on_an_unclean_audit": ("test_audit.py", "declines or native"),
-    "tests.mutants.harness:drops_bridge_refusals": ("test_scope.py", "dotdot or sibling or symlink_leaf or in_tree or refusal_visible or bridge_reaches"),
+    "tests.mutants.harness:drops_bridge_refusals": ("test_scope.py test_parity.py", "dotdot or sibling or symlink_leaf or in_tree or refusal_visible or bridge_reaches or refusal_codes"),
     "tests.mutants.harness:kills_only_the_direct_child": ("test_time.py", "survivors"),
     "tests.mutants.harness:codex_kills_only_the_direct_child": ("test_time.py", "survivors"),
     "tests.mutants.harness:finds_escapees_by_env_marker": ("test_time.py", "survivors or cancel"),
@@ -146,6 +146,7 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.harness:puts_the_prompt_in_argv": ("test_selection.py", "prompt_never or huge_system"),
     "tests.mutants.harness:puts_the_system_prompt_in_argv": ("test_selection.py", "prompt_never or huge_system"),
     "tests.mutants.harness:uses_the_users_config_home": ("test_env.py", "config_home or stripped"),
+    "tests.mutants.harness:keeps_the_host_home": ("test_env.py", "credentials or config_home or stripped"),
     "tests.mutants.harness:adds_an_extra_mcp_server": ("test_bridge.py", "only_bridge or failed_load"),
     "tests.mutants.harness:treats_noise_as_fatal": ("test_parse.py", "noise or unknown"),
     "tests.mutants.harness:crash_counts_as_success": ("test_errors.py", "crash or auth_blocks"),
@@ -153,7 +154,7 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.harness:trusts_any_cli_path": ("test_selection.py", "cli_version or cli_missing or batch or registry"),
     "tests.mutants.harness:leaves_stdin_open": ("test_time.py", "not_left_open"),
     "tests.mutants.harness:loads_the_worktree_dotenv": ("test_env.py", "worktree or argv"),
-    "tests.mutants.harness:forgets_bridge_calls": ("test_scope.py", "bridge_reaches or dotdot or sibling or symlink_leaf or in_tree"),
+    "tests.mutants.harness:forgets_bridge_calls": ("test_scope.py test_parity.py", "bridge_reaches or dotdot or sibling or symlink_leaf or in_tree or refusal_codes"),
     "tests.mutants.harness:passes_any_model_name": ("test_selection.py", "flag_values or prompt_never"),
     "tests.mutants.harness:waits_out_a_lingering_cli": ("test_time.py", "linger"),
     "tests.mutants.harness:drops_the_vendor_cost": ("test_usage.py", "cost or served_model_reported"),
@@ -170,5 +171,7 @@ UNCAUGHT: dict[str, str] = {
     "can cut lines differently (tests/test_process.py pins the framer with a chunking property)",
     "parse.oversize-line-bounded": "the line bound is enforced by the shared runner before any parser sees a line; a "
     "transport cannot make it unbounded",
+    "selection.batch-shim-refused": "the hazard (cmd.exe re-parsing a .cmd/.bat shim's arguments) exists only on "
+    "Windows; elsewhere the check skips env-missing, so no mutant can fail it on the platforms the suite runs on",
     "parse.truncated-last-line": "the runner drops an unterminated last line for every transport; a parser never sees it",
 }

@@ -209,6 +209,15 @@ class UsesTheUsersConfigHome(ClaudeCodeTransport):
         return inv
 
 
+class KeepsTheHostHome(ClaudeCodeTransport):
+    """Gives the CLI the host user's HOME (as an allow-listed env does): ~/.ssh and ~/.config/gh are in its reach."""
+
+    def invocation(self, ctx, request, cli, *, tool_less):
+        inv = super().invocation(ctx, request, cli, tool_less=tool_less)
+        inv.injections.pop("HOME", None)
+        return inv
+
+
 class AddsAnExtraMcpServer(ClaudeCodeTransport):
     """Writes a second MCP server beside the bridge into the CLI's config."""
 
@@ -393,6 +402,7 @@ ignores_the_cli_version = mutant_spec("claude-code", M, IgnoresTheCliVersion)
 puts_the_prompt_in_argv = mutant_spec("claude-code", M, PutsThePromptInArgv)
 puts_the_system_prompt_in_argv = mutant_spec("claude-code", M, PutsTheSystemPromptInArgv)
 uses_the_users_config_home = mutant_spec("claude-code", M, UsesTheUsersConfigHome)
+keeps_the_host_home = mutant_spec("claude-code", M, KeepsTheHostHome)
 adds_an_extra_mcp_server = mutant_spec("claude-code", M, AddsAnExtraMcpServer)
 treats_noise_as_fatal = mutant_spec("claude-code", M, TreatsNoiseAsFatal)
 crash_counts_as_success = mutant_spec("claude-code", M, CrashCountsAsSuccess)

@@ -227,6 +227,7 @@ class SessionRun:
     audit: object | None = None  # the host's post-run AuditVerdict (harness), when one was made
     run_dir: Path | None = None
     timeline: Timeline = field(default_factory=Timeline)
+    tool_failures: list[str] = field(default_factory=list)  # tool calls that reached no server at all
 
     def everything_visible(self) -> str:
         """Every byte the backend exposed: outcome, what the model saw, traces, argv, requests."""
@@ -551,8 +552,36 @@ class BackendUnderTest:
         for child in run.children:
             pids.append(child["pid"])
             pids.extend(g["pid"] for g in child.get("grandchildren", []))
+            pids.extend(child.get("mcp_server_pids", []))  # whatever the backend's bridge is called
         pids.extend(bridge_pids(run))
-        return pids
+        return list(dict.fromkeys(pids))
+
+    def host_home(self, run: SessionRun) -> Path | None:
+        """The planted host HOME of the run (see HarnessAdapter.host_isolation), None where this
+        adapter plants none."""
+        return None
+
+    def login_files(self) -> tuple[str, ...]:
+        return ()
+
+    def built_on_dispatch(self) -> bool:
+        """Whether the backend's transport is built on harnesscheck's own providers (and so on its
+        dispatch and reason codes): a class of `harnesscheck.providers` in the factory's MRO."""
+        import importlib
+
+        module, _, attr = self.spec.factory.partition(":")
+        try:
+            factory = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError):
+            return False
+        return isinstance(factory, type) and any(
+            (getattr(k, "__module__", "") or "").startswith("harnesscheck.providers") for k in factory.__mro__)
+
+    def tool_errors(self, run: SessionRun) -> list[tuple[str, str]] | None:
+        """(tool, text) of each tool result the model saw as an error, whatever its wording or
+        code: the black-box evidence of a refusal. None where this adapter cannot see the
+        results as the model got them (then the outcome's refusals are the evidence)."""
+        return None
 
     def note(self, text: str) -> None:
         """A fact a passing check reports in its cell (e.g. an offered tool refused when called)."""

@@ -202,6 +202,45 @@ class WrapperPool:
 WRAPPERS = WrapperPool()
 
 
+#: The host user's credential stores the hostile host HOME holds (path under HOME -> content
+#: template; {c} is the workspace canary). Each vendor's own login file is the one host file a
+#: backend may hand its CLI by design (LOGIN_FILES); nothing else of HOME may be in its reach.
+HOST_CREDENTIALS = {
+    ".claude/.credentials.json": '{{"claudeAiOauth": {{"accessToken": "{c}-claude-oauth", "refreshToken": "{c}-refresh"}}}}\n',
+    ".claude.json": '{{"oauthAccount": {{"emailAddress": "user@example.invalid"}}, "userID": "{c}-claude-user"}}\n',
+    ".claude/settings.json": '{{"env": {{"ANTHROPIC_BASE_URL": "http://127.0.0.1:9/{c}-settings"}}}}\n',
+    ".codex/auth.json": '{{"auth_mode": "chatgpt", "tokens": {{"access_token": "{c}-codex-token", "refresh_token": "{c}-r"}}}}\n',
+    ".codex/config.toml": '[mcp_servers.host-evil]\ncommand = "/bin/false"\nargs = ["{c}-codex-config"]\n',
+    ".cursor/mcp.json": '{{"mcpServers": {{"host-evil": {{"command": "/bin/false", "args": ["{c}-cursor-mcp"]}}}}}}\n',
+    ".ssh/id_rsa": "-----BEGIN OPENSSH PRIVATE KEY-----\n{c}-ssh\n-----END OPENSSH PRIVATE KEY-----\n",
+    ".config/gh/hosts.yml": "github.com:\n    oauth_token: {c}-gh\n    user: someone\n",
+    ".netrc": "machine example.invalid login me password {c}-netrc\n",
+}
+LOGIN_FILES = {"claude": (".claude/.credentials.json",), "codex": (".codex/auth.json",), "cursor-agent": ()}
+
+
+def hostile_home(home: Path, canary: str) -> None:
+    """A HOME that looks like a real user's: each HOST_CREDENTIALS file, holding the canary."""
+    for rel, text in HOST_CREDENTIALS.items():
+        path = home / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text.format(c=canary), encoding="utf-8")
+        path.chmod(0o600)
+
+
+def hostile_env(canary: str) -> dict[str, str]:
+    """The variables a real user's shell has that no session may inherit (keys, overrides,
+    proxies with a credential, NODE_OPTIONS preloading a script)."""
+    return {
+        "ANTHROPIC_API_KEY": f"{canary}-host-anthropic-key",
+        "OPENAI_API_KEY": f"{canary}-host-openai-key",
+        "ANTHROPIC_MODEL": f"{canary}-host-model",
+        "ANTHROPIC_BASE_URL": f"http://127.0.0.1:9/{canary}-host-base-url",
+        "HTTPS_PROXY": f"http://user:{canary}-proxy@127.0.0.1:9",
+        "NODE_OPTIONS": f"--require /nonexistent/{canary}-node-options.js",
+    }
+
+
 class HarnessAdapter(BackendUnderTest):
     name = "fake-cli"
 
@@ -216,6 +255,31 @@ class HarnessAdapter(BackendUnderTest):
     @property
     def cli_version(self) -> str | None:
         return offline_cli_version(self.spec)
+
+    def host_isolation(self, ws):
+        """Offline, the backend runs in a hostile, realistic host: a HOME with the user's
+        credential stores planted (HOST_CREDENTIALS, holding the workspace canary), provider
+        keys, overrides, a credentialed proxy and NODE_OPTIONS in the environment, and none of
+        the kit's own isolation (no CLAUDE_CONFIG_DIR, CODEX_HOME or XDG_CONFIG_HOME is set
+        for it): what the CLI gets is what the backend gave it. The real user's HOME is still
+        never visible (the planted one replaces it)."""
+        if self.level != "offline":
+            return super().host_isolation(ws)
+        from harnesscheck.paths import cli_cache_dir
+
+        home = ws.base / "host-home"
+        if not home.is_dir():
+            hostile_home(home, ws.canary)
+        return {"HARNESSCHECK_CACHE": str(cli_cache_dir().parent), "HOME": str(home), **hostile_env(ws.canary)}
+
+    def host_home(self, run: SessionRun) -> Path | None:
+        """The host HOME the run was started in (planted with HOST_CREDENTIALS), None if not planted."""
+        home = run.parent_env.get("HOME")
+        return Path(home) if home and (Path(home) / ".ssh" / "id_rsa").is_file() else None
+
+    def login_files(self) -> tuple[str, ...]:
+        """Host files (relative to HOME) this backend's CLI may be handed by design: its own login."""
+        return LOGIN_FILES.get(self.spec.cli_name or "", ())
 
     def load_fixture(self, scenario: str) -> dict:
         from harnesscheck.fakes import fixture_path
@@ -355,13 +419,17 @@ class HarnessAdapter(BackendUnderTest):
                     continue
                 if rec.get("kind") == "mcp_result":
                     results.append(rec)
-        failures = [r["error"] for r in results if r.get("error")]
-        if failures and run.outcome.status.value == "ok":
-            from harnesscheck.kit.adapters import KitFault
-
-            raise KitFault(f"the fake CLI could not reach the bridge: {failures[0]}")
+        # A call that reached no MCP server is the backend's wiring, not a kit bug: whatever its
+        # bridge is called, the fake starts what the backend configured (checks name the error).
+        run.tool_failures = [r["error"] for r in results if r.get("error")]
+        run.extra_tool_results = [r for r in results if not r.get("error")]
         run.model_saw = [r.get("text", "") for r in results if not r.get("error")]
         run.audit = self.host_audit(run, request)
+
+    def tool_errors(self, run: SessionRun) -> list[tuple[str, str]]:
+        """The tool results the fake CLI (standing in for the model's side) got back as errors."""
+        return [(r.get("name", ""), r.get("text", "")) for r in getattr(run, "extra_tool_results", [])
+                if r.get("is_error")]
 
     def host_audit(self, run: SessionRun, request):
         """The post-run audit a host makes (as `harnesscheck run` does): the CLI's event log
