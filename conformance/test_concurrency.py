@@ -12,7 +12,8 @@ from harnesscheck.kit.catalog import check
 
 @check("concurrency.parallel-sessions-isolated", incident=["C12", "A8"])
 def test_parallel_sessions_isolated(but):
-    """Three concurrent sessions each finish with their own session id, trace and refusals, no crosstalk."""
+    """Three concurrent sessions each finish with their own results, refusals, trace and (where reported)
+    session id, no crosstalk."""
     plans = [
         [ToolCall("read_file", {"path": "README.md"})],
         [ToolCall("read_file", {"path": "../outside/secret.txt"})],
@@ -24,8 +25,13 @@ def test_parallel_sessions_isolated(but):
     for run in runs:
         assert run.outcome.status == OutcomeStatus.ok, f"{run.outcome.status}/{run.outcome.error_class}: {run.outcome.message}"
     ids = [r.outcome.session_id for r in runs]
-    assert all(ids) and len(set(ids)) == 3, f"session ids not distinct: {ids}"
-    assert [len(r.outcome.refusals) for r in runs] == [0, 1, 0], "refusals crossed between sessions"
+    if any(ids):  # a backend that reports session ids reports its own for each
+        assert all(ids) and len(set(ids)) == 3, f"session ids not distinct: {ids}"
+    # each session's refusals are its own: in the outcome, or as error results its model saw
+    refused = [len(r.outcome.refusals) or len(but.tool_errors(r) or []) for r in runs]
+    assert refused == [0, 1, 0], f"refusals crossed between sessions: {refused}"
+    seen = ["hello from the worktree" in "\n".join(r.model_saw) for r in runs]
+    assert seen[0] and not seen[1] and not seen[2], "a session's tool result reached another session's model"
     for run in runs:
         foreign = {rec.get("session") for rec in run.trace} - {run.outcome.session_id, None}
         assert not foreign, f"trace of {run.outcome.session_id} holds records of {foreign}"

@@ -836,7 +836,7 @@ class Fake:
                 pass
         if self.cli == "codex":
             servers.update(self._codex_servers())
-        for base in (ENVIRON.get("HOME", "/nonexistent"), posix.getcwd()):
+        for base in (ENVIRON.get("HOME", "/nonexistent"), posix.getcwd()) if self.cli == "cursor-agent" else ():
             path = _join(_join(base, ".cursor"), "mcp.json")
             if _isfile(path):
                 try:
@@ -1165,6 +1165,7 @@ class Fake:
             if not names:
                 record({"kind": "mcp_result", "error": "no stdio MCP server configured"})
                 return
+            errors: list[str] = []
             for server in names:
                 entry = configured.get(server)
                 if not entry or not entry.get("command"):
@@ -1173,16 +1174,20 @@ class Fake:
                 try:
                     client = McpClient(server, entry, timeout_s)
                 except OSError as exc:
-                    record({"kind": "mcp_result", "error": f"cannot start {entry['command']}: {exc.strerror}"})
+                    errors.append(f"cannot start {entry['command']}: {exc.strerror}")
                     continue
                 self._record_mcp_server(client)
                 own.append(client)
                 try:
                     client.connect(f"fake-{self.cli}")
                 except (TimeoutError, EOFError, RuntimeError, OSError):
-                    record({"kind": "mcp_result", "error": f"the MCP server {server!r} never answered initialize"})
+                    errors.append(f"the MCP server {server!r} never answered initialize")
                     continue
                 clients[server] = client
+            # like the CLI: a server that fails to start is reported and the others serve the calls;
+            # only when none could be reached do the calls fail
+            for error in errors:
+                record({"kind": "mcp_result" if not clients else "mcp_server_failed", "error": error})
             if not clients:
                 for client in own:
                     client.close()

@@ -478,20 +478,27 @@ class HarnessAdapter(BackendUnderTest):
         return servers
 
     def tools_offered(self, run: SessionRun):
-        """claude: the exact --allowedTools list, mapped back from mcp__bridge__<tool>."""
+        """claude: the exact --allowedTools list, mapped back from mcp__<server>__<tool> for the MCP
+        servers the backend configured (any name); a built-in or a whole server (`mcp__<server>`)
+        allowed is reported as it is."""
+        prefixes = [f"mcp__{name}__" for name in self.mcp_servers(run)] or ["mcp__bridge__"]
+
+        def bridged(tool: str) -> str | None:
+            return next((tool[len(p):] for p in prefixes if tool.startswith(p)), None)
+
         for child in run.children:
             argv = child.get("argv", [])
             if "--allowedTools" in argv:
                 value = argv[argv.index("--allowedTools") + 1]
                 tools = [t for t in value.split(",") if t]
-                if any(not t.startswith("mcp__bridge__") for t in tools):
-                    return tools  # a built-in was allowed: report it as offered
+                if any(bridged(t) is None for t in tools):
+                    return tools  # a built-in (or every tool of a server) was allowed: report it as offered
                 tools_flag = argv[argv.index("--tools") + 1] if "--tools" in argv else None
                 if tools_flag not in ("", None) and tools_flag.strip():
                     return tools + [f"builtin:{t}" for t in tools_flag.split(",") if t]
                 if "--tools" not in argv:
                     return tools + ["builtin:*"]
-                return [t.removeprefix("mcp__bridge__") for t in tools]
+                return [bridged(t) for t in tools]
         return None
 
 

@@ -1,0 +1,1 @@
+"""Bindings that let the conformance suite judge backends harnesscheck did not write."""
