@@ -118,6 +118,13 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.harness:puts_the_system_prompt_in_argv": _ids("selection.huge-system-prompt-not-in-argv"),
     "tests.mutants.harness:uses_the_users_config_home": _ids("env.config-home-isolated"),
     "tests.mutants.harness:keeps_the_host_home": _ids("env.host-credentials-unreachable"),
+    # not built on harnesscheck's providers: the seed's transport defects in an independent
+    # miniature, its bridge under another name (only-bridge-configured must pass), json output
+    "tests.mutants.foreign:seed_style_claude": _ids(
+        "env.worktree-not-cwd", "env.host-credentials-unreachable", "errors.not-logged-in-blocks",
+        "errors.crash-without-result", "parse.exit0-is-error", "selection.flag-values-validated",
+        "selection.huge-system-prompt-not-in-argv", "usage.vendor-cost-reported",
+    ),
     "tests.mutants.harness:adds_an_extra_mcp_server": _ids("bridge.only-bridge-configured"),
     "tests.mutants.harness:treats_noise_as_fatal": _ids("parse.noise-lines-skipped"),
     "tests.mutants.harness:crash_counts_as_success": _ids("errors.crash-without-result"),
@@ -147,6 +154,11 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.harness:puts_the_system_prompt_in_argv": ("test_selection.py", "prompt_never or huge_system"),
     "tests.mutants.harness:uses_the_users_config_home": ("test_env.py", "config_home or stripped"),
     "tests.mutants.harness:keeps_the_host_home": ("test_env.py", "credentials or config_home or stripped"),
+    "tests.mutants.foreign:seed_style_claude": (
+        "test_env.py test_errors.py test_selection.py test_parse.py test_bridge.py test_usage.py",
+        "worktree or credentials or stripped or not_logged_in or crash or exit0 or flag_values or huge_system "
+        "or only_bridge or vendor_cost",
+    ),
     "tests.mutants.harness:adds_an_extra_mcp_server": ("test_bridge.py", "only_bridge or failed_load"),
     "tests.mutants.harness:treats_noise_as_fatal": ("test_parse.py", "noise or unknown"),
     "tests.mutants.harness:crash_counts_as_success": ("test_errors.py", "crash or auth_blocks"),
