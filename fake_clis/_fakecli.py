@@ -141,8 +141,10 @@ One JSON line per invocation, appended to the record file before any step runs::
 (``stdin_eof_mono``: when stdin reached EOF before the steps, else null; a later
 ``{"kind": "stdin_eof", "pid", "mono"}`` line when it closes during a stream-json session),
 one ``{"kind": "spawn", "pid": <fake pid>, "child_pid": n, "setsid": bool}`` line per
-grandchild, and one ``{"kind": "mcp_server", "pid", "child_pid", "name"}`` line per MCP
-server the fake started (the session's tree holds them as the real CLI's does). ``harnesscheck.fakes.FakeCli.records()`` folds them into one dict per invocation.
+grandchild, one ``{"kind": "mcp_server", "pid", "child_pid", "name"}`` line per MCP
+server the fake started (the session's tree holds them as the real CLI's does), and for an
+``mcp_calls`` step one ``{"kind": "mcp_connected", "pid", "name", "mono"}`` line per server
+that answered ``initialize`` (so a bridge slow to start tells apart from a call that hangs). ``harnesscheck.fakes.FakeCli.records()`` folds them into one dict per invocation.
 
 Progress: one ``{"kind": "step", "pid": <fake pid>, "index": i, "action": "<step key>",
 "mono": <time.monotonic()>, "ts": <time.time()>}`` line per step the fake has performed, so a
@@ -908,6 +910,8 @@ class Fake:
                     client.list_tools()
                     self.mcp[name] = client
                     status = "connected"
+                    if self.record_path is not None:
+                        self._append({"kind": "mcp_connected", "pid": posix.getpid(), "name": name, "mono": time.monotonic()})
                 except (OSError, ValueError, RuntimeError, TimeoutError, EOFError):
                     client.close()
             except (OSError, KeyError, TypeError):
@@ -1184,6 +1188,7 @@ class Fake:
                     errors.append(f"the MCP server {server!r} never answered initialize")
                     continue
                 clients[server] = client
+                record({"kind": "mcp_connected", "pid": posix.getpid(), "name": server, "mono": time.monotonic()})
             # like the CLI: a server that fails to start is reported and the others serve the calls;
             # only when none could be reached do the calls fail
             for error in errors:

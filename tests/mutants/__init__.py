@@ -57,7 +57,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     ),
     "tests.mutants.scripted:tool_results_never_reach_the_model": _ids(
         "scope.loop-reaches-dispatch", "scope.in-tree-symlink-reads", "scope.refusal-visible-to-model",
-        "scope.large-result-bounded",
+        "scope.large-result-bounded", "concurrency.parallel-sessions-isolated",
     ),
     "tests.mutants.scripted:writes_without_dispatch": _ids(
         "scope.symlink-parent-write-refused", "scope.hardlink-write-refused", "scope.read-only-write-refused",

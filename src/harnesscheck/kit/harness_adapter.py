@@ -422,9 +422,31 @@ class HarnessAdapter(BackendUnderTest):
         # A call that reached no MCP server is the backend's wiring, not a kit bug: whatever its
         # bridge is called, the fake starts what the backend configured (checks name the error).
         run.tool_failures = [r["error"] for r in results if r.get("error")]
+        run.extra_tools_done = any(r.get("kind") == "step" and r.get("action") == "mcp_calls" for r in self._steps(fake))
+        run.extra_tools_connected = any(r.get("kind") == "mcp_connected" for r in results + self._steps(fake))
         run.extra_tool_results = [r for r in results if not r.get("error")]
         run.model_saw = [r.get("text", "") for r in results if not r.get("error")]
         run.audit = self.host_audit(run, request)
+
+    @staticmethod
+    def _steps(fake) -> list[dict]:
+        out = []
+        if fake.record_path.is_file():
+            for line in fake.record_path.read_text(encoding="utf-8").splitlines():
+                if '"kind": "step"' in line or '"kind": "mcp_connected"' in line:
+                    try:
+                        out.append(json.loads(line))
+                    except ValueError:
+                        continue
+        return out
+
+    def tools_unfinished(self, run: SessionRun) -> bool:
+        """Offline: the session ran to its deadline before any MCP server the backend configured had
+        answered `initialize` (a call that hangs on a connected server is judged, e.g. a FIFO read)."""
+        if self.level != "offline" or getattr(run, "extra_tools_done", True) or getattr(run, "extra_tools_connected", True):
+            return False
+        tl = run.timeline
+        return tl.ended >= tl.started + tl.timeout_s
 
     def tool_errors(self, run: SessionRun) -> list[tuple[str, str]]:
         """The tool results the fake CLI (standing in for the model's side) got back as errors."""
