@@ -68,7 +68,7 @@ def test_the_seed_fails_only_its_real_defects(tmp_path):
     report = tmp_path / "report.json"
     python = os.environ.get("HC_SEED_PYTHON", sys.executable)
     proc = subprocess.run(
-        [python, "-m", "pytest", "conformance", "-m", "conformance", "--backend", "tests.foreign.seed_binding:claude",
+        [python, "-m", "pytest", "conformance", "-m", "conformance", "--hc-backend", "tests.foreign.seed_binding:claude",
          "--level", "offline", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--hc-report", str(report)],
         cwd=ROOT, capture_output=True, text=True, timeout=3600)
     assert report.is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
