@@ -120,7 +120,7 @@ def test_env_selects_the_cli_when_no_option(tmp_path):
 def test_backend_selection_precedence_option_then_env_then_dotenv(tmp_path):
     """runner.py's contract (issue 18 item 4): --backend, else HARNESS_BACKEND from the
     environment, else from ./.env; with none of them a usage error printing the .env line."""
-    cursor = install_fake_cli("cursor-agent", "success", tmp_path / "bin-cursor")
+    claude = install_fake_cli("claude", "success", tmp_path / "bin-claude")
     codex = install_fake_cli("codex", "success", tmp_path / "bin-codex")
     wt = worktree(tmp_path)
     base = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_")} | {"HOME": str(tmp_path), "TMPDIR": str(tmp_path)}
@@ -129,13 +129,13 @@ def test_backend_selection_precedence_option_then_env_then_dotenv(tmp_path):
         return subprocess.run([*HARNESSCHECK, "run", "--root", str(wt), "--prompt", "hi", "--json", *args],
                               capture_output=True, text=True, cwd=tmp_path, env=base | env, timeout=120, stdin=subprocess.DEVNULL)
 
-    (tmp_path / ".env").write_text(f"HARNESS_BACKEND=cursor\nHARNESS_BACKEND_CLI={cursor.path}\n")
+    (tmp_path / ".env").write_text(f"HARNESS_BACKEND=claude-code\nHARNESS_BACKEND_CLI={claude.path}\n")
     proc = run()
     assert proc.returncode == 0, proc.stderr
-    assert AgentOutcome.model_validate_json(proc.stdout).backend == "cursor" and cursor.records()
+    assert AgentOutcome.model_validate_json(proc.stdout).backend == "claude-code" and claude.records()
     proc = run(HARNESS_BACKEND="codex", HARNESS_BACKEND_CLI=str(codex.path))
     assert proc.returncode == 0 and AgentOutcome.model_validate_json(proc.stdout).backend == "codex", "the environment wins over .env"
-    proc = run("--backend", "codex", "--cli", str(codex.path), HARNESS_BACKEND="cursor")
+    proc = run("--backend", "codex", "--cli", str(codex.path), HARNESS_BACKEND="claude-code")
     assert proc.returncode == 0 and AgentOutcome.model_validate_json(proc.stdout).backend == "codex", "--backend wins"
     (tmp_path / ".env").unlink()
     proc = run()
