@@ -36,7 +36,6 @@ SEED_DEFECTS: dict[str, str] = {
     "env.host-credentials-unreachable": "sanitized_env keeps the host HOME: ~/.ssh, ~/.config/gh, ~/.codex are in the CLI's reach",
     "audit.only-scope-tools-offered": "--allowedTools mcp__infermatrix-tools allows every tool of its bridge, which registers doc, repo-map and history tools beyond the scope",
     "bridge.failed-load-ends-session": "no bridge readiness: a failed MCP server is never noticed (json output hides system/init)",
-    "concurrency.parallel-sessions-isolated": "subprocess.run with the whole timeout per session and no bound; see the cell message",
     "errors.auth-blocks": "no error taxonomy: a 401 is not classified (the session waits out the CLI)",
     "errors.context-overflow": "no error taxonomy: is_error results are returned as ok text",
     "errors.crash-without-result": "exit code ignored: a crash with no result is ok with empty text",
