@@ -3,6 +3,7 @@ with a typed error, quickly, before any work (the "declines correctly" checks)."
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -135,3 +136,24 @@ def test_system_prompt_delivered(but):
     assert run.outcome.status == OutcomeStatus.ok
     seen = but.system_seen(run)
     assert seen is not None and system in seen, f"the model got system prompt {seen!r}"
+
+
+@check("selection.declines-stated", kinds=[Kind.harness], incident="F9")
+def test_declines_stated(but):
+    """A harness without a turn cap or a system-prompt channel says so, typed, before the session (its
+    preflight) and in the outcome: it never ignores max_iters or folds the system prompt silently."""
+    lacking = [c for c in (C.max_turns, C.system_prompt) if not but.spec.supports(c)]
+    if not lacking:
+        but.skip("unsupported-by-backend", f"{but.spec.id} declares max_turns and system_prompt: nothing to decline")
+    system = "House rule HC-SYS-9d1e: answer in one line."
+    preflight = getattr(but.transport(), "declined", None)
+    assert preflight is not None, "no preflight (transport.declined) tells the host what the backend will not do"
+    said = set(preflight(but.request(system=system, max_iters=3)))
+    assert set(lacking) <= said, f"preflight declined {sorted(said)}, not {sorted(map(str, lacking))}"
+    run = but.run("success", system=system, max_iters=3)
+    o = run.outcome
+    missing = [str(c) for c in lacking if str(c) not in o.message]
+    assert not missing, f"the outcome does not say it declined {missing}: {o.message!r}"
+    if C.system_prompt in lacking and run.children:
+        given = [str(c.get("stdin") or "") + json.dumps(c.get("argv", [])) for c in run.children]
+        assert any(system in g for g in given), "the system prompt never reached the CLI (declined means folded in, not dropped)"

@@ -25,3 +25,13 @@ class EndsOkOnAnUncleanAudit(CursorTransport):
 
 runs_on_without_its_bridge = mutant_spec("cursor", M, RunsOnWithoutItsBridge)
 ends_ok_on_an_unclean_audit = mutant_spec("cursor", M, EndsOkOnAnUncleanAudit)
+
+
+class DeclinesSilently(CursorTransport):
+    """Ignores max_iters and folds the system prompt into the prompt without telling the host."""
+
+    def declined(self, request, *, one_shot=False):
+        return ()
+
+
+declines_silently = mutant_spec("cursor", M, DeclinesSilently)

@@ -30,7 +30,8 @@ FAKE_NAMES = {"claude": "claude", "codex": "codex", "cursor-agent": "cursor-agen
 
 
 def offline_cli_version(spec) -> str | None:
-    """The CLI version the offline fixtures were recorded from (their provenance)."""
+    """The CLI version the offline fixtures were recorded from (their provenance), or, for
+    fixtures written from references only, a plain statement that no binary was observed."""
     from harnesscheck.fakes import fixture_path
 
     if spec.cli_name not in FAKE_NAMES:
@@ -39,7 +40,12 @@ def offline_cli_version(spec) -> str | None:
         data = json.loads(fixture_path(spec.cli_name, "success").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    version = (data.get("provenance") or {}).get("cli_version")
+    provenance = data.get("provenance") or {}
+    version = provenance.get("cli_version")
+    if str(provenance.get("source", "")).startswith("reference:"):
+        # Never observed from a real binary (cursor-agent is not installable here): say so
+        # instead of printing a version as if it had been run.
+        return f"fixtures written from references ({version or 'no version'} never run here)"
     return f"{version} (fixtures)" if version else None
 
 
@@ -373,6 +379,7 @@ class HarnessAdapter(BackendUnderTest):
             # A CLI that waits for its bridge before the first turn really started it: so does the fake.
             data = self.load_fixture(scenario)
             data["mcp"] = "connect"
+            data["mcp_timeout"] = 60  # a loaded machine's bridge start is not the defect judged here
             fake = self.install_fake(data, echo=echo)
             facts = None
         else:

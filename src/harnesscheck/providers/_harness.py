@@ -44,6 +44,7 @@ from harnesscheck.config import Settings
 from harnesscheck.contracts import (
     AgentOutcome,
     AgentSessionRequest,
+    Capability,
     CapabilityUnsupported,
     ConfigError,
     ErrorClass,
@@ -308,6 +309,14 @@ def _failed(outcome: AgentOutcome, cls: ErrorClass, why: str) -> AgentOutcome:
     return outcome.model_copy(update={"status": OutcomeStatus.blocked, "error_class": cls, "retryable": False, "message": message})
 
 
+#: What a declined request means for the session (HarnessTransport.declined).
+DECLINED_WHY: dict[Capability, str] = {
+    Capability.max_turns: "no turn cap: max_iters is not applied, only timeout_s bounds the session",
+    Capability.system_prompt: "no system-prompt channel: the system prompt was put before the task in the prompt",
+    Capability.builtin_tools_off: "the one-shot still offers the CLI's built-in tools",
+}
+
+
 class HarnessTransport:
     """Glue between a CLI's argv/parser and run_process. Subclasses: ClaudeCodeTransport, ..."""
 
@@ -487,6 +496,11 @@ class HarnessTransport:
                 exit_code=result.exit_code,
             )
             outcome = self.after_session(ctx, outcome) or outcome
+            declined = self.declined(request, one_shot=tool_less)
+            if declined:
+                tracer.record("declined", capabilities=[str(c) for c in declined])
+                note = "declined: " + ", ".join(f"{c} ({DECLINED_WHY[c]})" for c in declined)
+                outcome = outcome.model_copy(update={"message": "; ".join(p for p in (outcome.message, note) if p)})
             return self._redacted(self.judge(outcome, ctx, tool_less=tool_less), injections)
         finally:
             release_bridge(ctx.spec_path)  # also when the CLI never started
@@ -494,6 +508,22 @@ class HarnessTransport:
             self._redact_run_files(ctx, injections)
             for path in ctx.cleanup:
                 shutil.rmtree(path, ignore_errors=True)
+
+    def declined(self, request: AgentSessionRequest, *, one_shot: bool = False) -> tuple[Capability, ...]:
+        """Preflight: what this request asks for that the backend will not do, as the capability
+        it lacks (typed; empty when everything is honoured). A turn cap (`max_iters`) without
+        `max_turns` (only `timeout_s` bounds the session); a system prompt without
+        `system_prompt` (it is folded into the prompt); a one-shot without `builtin_tools_off`
+        (the CLI's built-ins stay on). Every session's outcome message also says so."""
+        caps = self.spec.capabilities
+        out = []
+        if request.max_iters and not one_shot and Capability.max_turns not in caps:
+            out.append(Capability.max_turns)
+        if request.system and request.system.strip() and Capability.system_prompt not in caps:
+            out.append(Capability.system_prompt)
+        if one_shot and Capability.builtin_tools_off not in caps:
+            out.append(Capability.builtin_tools_off)
+        return tuple(out)
 
     def judge(self, outcome: AgentOutcome, ctx: SessionContext, *, tool_less: bool) -> AgentOutcome:
         """The verdicts every harness applies last, in this order, each only to a session
@@ -508,7 +538,6 @@ class HarnessTransport:
            only violations are drift (audit.DRIFT_CODES: format drift, a log gap), which the message notes;
         3. the served-model guard (providers/_guard.py, HARNESS_MODEL_MISMATCH).
         """
-        from harnesscheck.contracts import Capability
         from harnesscheck.providers._guard import apply_model_guard
 
         if outcome.ok and self.readiness_from_trace and not tool_less and ctx.bridge_trace is not None and ctx.scope is not None:
