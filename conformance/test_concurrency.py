@@ -1,13 +1,18 @@
 """Concurrency: parallel sessions of one backend stay isolated — own session ids, own traces,
-own refusals — and all complete (saturation is never a hang)."""
+own refusals — and all complete (saturation is never a hang); the host's concurrency cap holds."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from harnesscheck.contracts import OutcomeStatus
+from harnesscheck.contracts import Kind, OutcomeStatus
 from harnesscheck.kit.adapters import ToolCall
 from harnesscheck.kit.catalog import check
+
+#: The host's cap in concurrency.cap-holds (Settings.concurrency) and the sessions started at once.
+CAP = 2
+#: How long each CLI stays alive in its first run, then the longest hold tried before `budget`.
+HOLD_S, MAX_HOLD_S = 0.3, 2.4
 
 
 @check("concurrency.parallel-sessions-isolated", incident=["C12", "A8"])
@@ -35,3 +40,53 @@ def test_parallel_sessions_isolated(but):
     for run in runs:
         foreign = {rec.get("session") for rec in run.trace} - {run.outcome.session_id, None}
         assert not foreign, f"trace of {run.outcome.session_id} holds records of {foreign}"
+
+
+def _most_at_once(spans: list[tuple[float, float]]) -> int:
+    """The largest number of (start, end) intervals that were open at the same moment."""
+    edges = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans], key=lambda e: (e[0], e[1]))
+    most = now = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most
+
+
+@check("concurrency.cap-holds", kinds=[Kind.harness], levels=["offline"], incident="C12")
+def test_cap_holds(but):
+    """N+1 sessions started at once (HARNESS_BACKEND_CONCURRENCY=N) never run more than N CLIs at
+    the same moment, judged from the start and end each fake CLI recorded itself; all complete.
+
+    The verdict needs CLIs that would have overlapped without a cap: every CLI stays alive
+    `hold` seconds, and a run counts only if that hold outlasts the spread of the sessions'
+    starts plus twice the slowest spawn seen; otherwise the hold grows to fit (up to MAX_HOLD_S),
+    then the cell is skipped `budget` (this machine too slow to tell), never judged."""
+    hold = HOLD_S
+    while True:
+        but.hold_s = hold
+        workspaces = [but.workspace() for _ in range(CAP + 1)]
+        with ThreadPoolExecutor(max_workers=CAP + 1) as pool:
+            runs = list(pool.map(lambda ws: but.run("held_success", workspace=ws, timeout_s=60,
+                                                    settings={"concurrency": CAP}), workspaces))
+        for run in runs:
+            assert run.outcome.status == OutcomeStatus.ok, f"{run.outcome.status}/{run.outcome.error_class}: {run.outcome.message}"
+        spans = [span for run in runs for span in (run.cli_spans or [])]
+        if len(spans) != CAP + 1:
+            raise AssertionError(f"the {CAP + 1} sessions recorded {len(spans)} CLI runs: expected one each")
+        most = _most_at_once(spans)
+        assert most <= CAP, (
+            f"{most} CLIs ran at once with HARNESS_BACKEND_CONCURRENCY={CAP} (recorded spans, monotonic: "
+            f"{sorted((round(a, 3), round(b, 3)) for a, b in spans)})"
+        )
+        # Would an uncapped backend have overlapped them all? The first CLI's span must cover the
+        # last session's start plus a spawn (the slowest of the CLIs that started first, doubled).
+        started = sorted(run.timeline.started for run in runs)
+        first = sorted(spans)
+        spawn = max(a - started[0] for a, _ in first[:CAP])
+        if first[0][1] > started[-1] + 2 * spawn:
+            return
+        if hold >= MAX_HOLD_S:
+            but.skip("budget", f"sessions started {started[-1] - started[0]:.2f} s apart and spawned in up to {spawn:.2f} s: "
+                     f"a {hold:g} s hold cannot show whether the cap held on this machine now")
+        needed = started[-1] + 2 * spawn - first[0][0]  # what the first CLI's span had to cover
+        hold = min(max(1.5 * needed, 2 * hold), MAX_HOLD_S)

@@ -130,6 +130,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.harness:treats_noise_as_fatal": _ids("parse.noise-lines-skipped"),
     "tests.mutants.harness:crash_counts_as_success": _ids("errors.crash-without-result"),
     "tests.mutants.harness:ignores_the_api_key_source": _ids("env.auth-source-fail-closed"),
+    "tests.mutants.harness:ignores_the_concurrency_cap": _ids("concurrency.cap-holds"),
     "tests.mutants.harness:trusts_any_cli_path": _ids(
         "selection.cli-missing-typed-error", "selection.cli-version-unsupported",
     ),
@@ -167,6 +168,7 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.harness:ignores_the_api_key_source": ("test_env.py", "auth_source or stripped"),
     "tests.mutants.harness:trusts_any_cli_path": ("test_selection.py", "cli_version or cli_missing or batch or registry"),
     "tests.mutants.harness:leaves_stdin_open": ("test_time.py", "not_left_open"),
+    "tests.mutants.harness:ignores_the_concurrency_cap": ("test_concurrency.py", "cap_holds or parallel"),
     "tests.mutants.harness:loads_the_worktree_dotenv": ("test_env.py", "worktree or argv"),
     "tests.mutants.harness:forgets_bridge_calls": ("test_scope.py test_parity.py", "bridge_reaches or dotdot or sibling or symlink_leaf or in_tree or refusal_codes"),
     "tests.mutants.harness:passes_any_model_name": ("test_selection.py", "flag_values or prompt_never"),

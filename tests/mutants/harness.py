@@ -72,6 +72,14 @@ class DropsBridgeRefusals(ClaudeCodeTransport):
         return super()._finish(outcome, ctx, result, info, redact).model_copy(update={"refusals": []})
 
 
+class IgnoresTheConcurrencyCap(ClaudeCodeTransport):
+    """Ignores the host's concurrency cap (HARNESS_BACKEND_CONCURRENCY): every session's CLI starts at once."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.settings = self.settings.model_copy(update={"concurrency": 1_000_000})
+
+
 _RUNNER_LOCK = threading.Lock()
 
 
@@ -415,3 +423,4 @@ passes_any_model_name = mutant_spec("claude-code", M, PassesAnyModelName)
 waits_out_a_lingering_cli = mutant_spec("claude-code", M, WaitsOutALingeringCli)
 drops_the_vendor_cost = mutant_spec("claude-code", M, DropsTheVendorCost)
 chokes_on_unknown_events = mutant_spec("claude-code", M, ChokesOnUnknownEvents)
+ignores_the_concurrency_cap = mutant_spec("claude-code", M, IgnoresTheConcurrencyCap)

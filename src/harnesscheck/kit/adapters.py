@@ -43,7 +43,7 @@ SCENARIOS: tuple[str, ...] = (
     "unknown_events", "truncated_last_line", "oversize_line", "linger_after_result",
     "timeout_mid_stream", "served_model_mismatch", "mcp_failed", "mcp_slow", "native_tool_use",
     "exit0_is_error", "crash_no_result", "api_key_source", "helper_model", "repeated_usage",
-    "noise_lines", "timeout_tree", "split_lines", "network_error",
+    "noise_lines", "timeout_tree", "split_lines", "network_error", "held_success",
 )
 
 
@@ -228,6 +228,9 @@ class SessionRun:
     run_dir: Path | None = None
     timeline: Timeline = field(default_factory=Timeline)
     tool_failures: list[str] = field(default_factory=list)  # tool calls that reached no server at all
+    #: (start, end) of each CLI the session ran, as the fake CLI recorded them itself
+    #: (monotonic clock, see Progress); None where the adapter cannot see its CLIs.
+    cli_spans: list[tuple[float, float]] | None = None
 
     def everything_visible(self) -> str:
         """Every byte the backend exposed: outcome, what the model saw, traces, argv, requests."""

@@ -167,6 +167,30 @@ def fake_progress(record_path: Path) -> Progress:
     return Progress(stalled, last_output, latest)
 
 
+def cli_spans(record_path: Path) -> list[tuple[float, float]]:
+    """(start, end) per fake-CLI invocation in a record (`--version` probes left out): from
+    its invocation record to its last recorded step (monotonic clock). Each span lies inside
+    the process's real lifetime."""
+    try:
+        text = record_path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    spans: dict[int, list[float]] = {}
+    for line in text.split("\n"):  # JSONL: records end at "\n" only
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(rec, dict) or "mono" not in rec:
+            continue
+        if rec.get("kind") == "invocation":
+            if not set(rec.get("argv", [])[1:2]) & {"--version", "-v", "-V"}:
+                spans[rec["pid"]] = [rec["mono"], rec["mono"]]
+        elif rec.get("kind") == "step" and rec.get("pid") in spans:
+            spans[rec["pid"]][1] = max(spans[rec["pid"]][1], rec["mono"])
+    return [(a, b) for a, b in spans.values()]
+
+
 class WrapperPool:
     """Fake-CLI executables reused run after run within this process, one run at a time each.
 
@@ -255,6 +279,7 @@ class HarnessAdapter(BackendUnderTest):
         if spec.cli_name not in FAKE_NAMES:
             raise SkipCell("adapter-not-implemented", f"no fake CLI stands in for {spec.cli_name!r}")
         self.fake_name = FAKE_NAMES[spec.cli_name]
+        self.hold_s = 0.3  # how long a `held_success` CLI stays alive before its first line
         self._fakes: list = []
         self._installs = 0
 
@@ -375,6 +400,12 @@ class HarnessAdapter(BackendUnderTest):
                              {"ignore_sigterm": True}, *steps[hang:]]
             fake = self.install_fake(data, echo=echo)
             facts = Facts(partial_text=stall_text(self.fake_name, data))
+        elif scenario == "held_success":
+            # success, with the CLI alive for `hold_s` before its first line (concurrency.cap-holds)
+            data = self.load_fixture("success")
+            data["steps"] = [{"delay": self.hold_s}, *data.get("steps", [])]
+            fake = self.install_fake(data, echo=echo)
+            facts = fixture_facts(self.fake_name, self.load_fixture("success"), model)
         elif scenario == "mcp_slow" and self.fake_name in WAITS_FOR_BRIDGE:
             # A CLI that waits for its bridge before the first turn really started it: so does the fake.
             data = self.load_fixture(scenario)
@@ -433,6 +464,7 @@ class HarnessAdapter(BackendUnderTest):
         run.extra_tools_connected = any(r.get("kind") == "mcp_connected" for r in results + self._steps(fake))
         run.extra_tool_results = [r for r in results if not r.get("error")]
         run.model_saw = [r.get("text", "") for r in results if not r.get("error")]
+        run.cli_spans = cli_spans(fake.record_path) if self.level == "offline" else None
         run.audit = self.host_audit(run, request)
 
     @staticmethod
