@@ -87,6 +87,14 @@ def test_only_a_column_that_could_not_run_here_at_all_is_excused():
     assert [line.split(" passed")[0] for line in regressions(committed, now)] == ["a.x on claude-code (loopback)"]
 
 
+def test_a_budget_skip_is_the_machines_speed_not_a_regression():
+    """`budget`: the machine was too slow to judge the cell; the ratchet must not make CI depend on load.
+    Any other skip reason in the same column still counts."""
+    committed = _committed(("a.x", "codex", "offline"), ("a.y", "codex", "offline"))
+    now = _report(("a.x", "codex", "offline", "skipped", "budget"), ("a.y", "codex", "offline", "skipped", "adapter-not-implemented"))
+    assert [line.split(" passed")[0] for line in regressions(committed, now)] == ["a.y on codex (offline)"]
+
+
 def test_a_baseline_entry_excuses_a_failure_and_a_known_failure_is_not_a_regression():
     committed = _committed(("a.x", "codex", "offline"), ("a.y", "codex", "offline"))
     now = _report(("a.x", "codex", "offline", "failed", None), ("a.y", "codex", "offline", "xfailed", "upstream-bug"))

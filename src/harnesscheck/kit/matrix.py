@@ -481,8 +481,10 @@ def regressions(committed: dict, report: Report, baseline=None) -> list[str]:
     """Cells that passed in the committed matrix and do not pass now (SPEC-matrix, "The ratchet"):
     failed or errored without a baseline entry for them, or skipped for any reason, except
     env-missing in a column (backend, level) where every cell was skipped env-missing: that
-    level could not run here at all, so nothing of it was compared. A cell absent from the
-    report (a column not run, a check deselected) is not compared either."""
+    level could not run here at all, so nothing of it was compared; and except `budget`, which
+    says this machine was too slow to judge the cell (no verdict on the backend): counting it
+    would make the ratchet depend on the machine's speed. A cell absent from the report (a
+    column not run, a check deselected) is not compared either."""
     out = []
     cells = committed.get("cells", {})
     unavailable = _columns_that_could_not_run(report)
@@ -492,7 +494,7 @@ def regressions(committed: dict, report: Report, baseline=None) -> list[str]:
             continue
         if cell.outcome in ("failed", "error") and baseline is not None and baseline.match(cell.check, cell.backend, cell.level):
             continue
-        if cell.outcome == "skipped" and (cell.backend, cell.level) in unavailable:
+        if cell.outcome == "skipped" and ((cell.backend, cell.level) in unavailable or cell.reason == "budget"):
             continue
         now = f"skipped [{cell.reason}]" if cell.outcome == "skipped" else cell.outcome
         out.append(f"{cell.check} on {cell.backend} ({cell.level}) passed before and now {now}: {cell.message[:200]}")
