@@ -91,7 +91,8 @@ def test_teardown_s_is_the_hosts_linger_and_term_grace_for_that_run_only(tmp_pat
 
 
 class SlowToSpawn(HarnessAdapter):
-    """A backend that spends 0.6 s before it spawns its CLI (its deadline starts at the spawn)."""
+    """A backend that spends 0.6 s before it spawns its CLI (its deadline counts from run_session,
+    so that time is part of the session's budget, as a wait for a session slot is)."""
 
     def prepare(self, *args, **kwargs):
         setup = super().prepare(*args, **kwargs)
@@ -106,10 +107,13 @@ class SlowToSpawn(HarnessAdapter):
 
 
 def test_the_retry_outlasts_a_slow_start_seen_in_the_first_run(tmp_path):
+    """A deadline shorter than the backend's own start (0.2 s vs 0.6 s before the spawn) is never
+    judged as the backend's fault: the run is repeated until a deadline outlasts the slow start
+    and the upstream's stall came first, and that run is judged on its facts."""
     but = SlowToSpawn(BUILTIN_SPECS["codex"], "offline", tmp_path)
     run = but.run_stalled("timeout_mid_stream", timeout_s=0.2, blind_timeout_s=2.0)
     tl = run.timeline
-    assert tl.timeout_s >= 4 * 0.6  # 4x the time the upstream was last seen progressing, not 4x 0.2
+    assert tl.timeout_s > 0.6  # retried past the 0.6 s the backend spends before its CLI starts
     assert tl.stalled_by(tl.started + tl.timeout_s) and run.outcome.status == OutcomeStatus.truncated
     assert run.facts.partial_text in run.outcome.text
 
