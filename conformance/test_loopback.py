@@ -269,6 +269,7 @@ def test_cli_reads_inside_sandbox(but):
     files planted in the scratch cwd's parents are never opened. Skips when strace is missing."""
     import shutil
     import sys
+    import tempfile
     from pathlib import Path
 
     import pytest
@@ -300,7 +301,10 @@ def test_cli_reads_inside_sandbox(but):
 
     own = [str(Path(os.path.realpath(but.binary.path)).parents[2]), sys.prefix, os.path.realpath(sys.prefix), sys.base_prefix,
            os.path.realpath(sys.base_prefix), str(data_root()), str(ws.base), os.path.realpath(ws.base),
-           "/tmp/hc-rt-", "/tmp/harnesscheck-bridge-"]  # its install, the bridge's interpreter and relay, the session's dirs
+           "/tmp/hc-rt-", os.path.join(tempfile.gettempdir(), "harnesscheck-bridge-"),
+           os.path.join(os.path.realpath(tempfile.gettempdir()), "harnesscheck-bridge-")]
+    # ^ its install, the bridge's interpreter, the relay in the host's forkserver dir (made in the
+    #   host's temp dir, which verify points at its own scratch), the session's dirs
     from harnesscheck.doctor import FIXED_CREDENTIAL_FILES
 
     fixed = FIXED_CREDENTIAL_FILES.get(but.spec.id.partition("==")[0], ())
