@@ -39,7 +39,7 @@ def test_builtins_off_at_wire(but):
     expected = set(ws.scope(read_only=True).tool_names())
     extra = sorted(set(offered) - expected)
     missing = sorted(expected - set(offered))
-    assert not missing, f"bridge tools not offered: {missing}"
+    assert not missing, f"bridge tools not offered: {missing}; offered beyond the bridge (not probed): {extra}"
     refused = but.refused_when_called(extra, ws) if extra else {}
     executed = [name for name in extra if name not in refused]
     assert not executed, f"offered beyond the bridge and not refused when called: {executed}"
