@@ -382,7 +382,7 @@ def test_a_template_given_to_the_run_is_used_and_passed_on_never_started_or_ende
     monkeypatch.setattr(plugin, "_backends", lambda config: [BUILTIN_SPECS["codex"]])
     monkeypatch.setattr(plugin, "_pinned_suffixes", lambda config: ())
     given = "/run/given/template.sock"
-    options = {"--hc-bridge-template": given, "--hc-exit-fast": False}
+    options = {"--hc-bridge-template": given, "--hc-exit-fast": False, "hc_bridge_template": given, "hc_exit_fast": False}
     for dist, tx in (("load", ["popen"] * 2), ("no", [])):
         config = SimpleNamespace(option=SimpleNamespace(dist=dist, tx=tx), args=[str(conformance_dir())], stash={},
                                  getoption=lambda name, default=None: options.get(name, default))

@@ -83,7 +83,8 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.codex:forgets_native_tool_calls": _ids("audit.native-tool-use-flagged", "audit.declines-builtins-honestly"),
     "tests.mutants.codex:fails_an_unverified_model": _ids("usage.mismatch-policy-applied"),
     "tests.mutants.harness:leaves_stdin_open": _ids("time.stdin-not-left-open"),
-    "tests.mutants.harness:loads_the_worktree_dotenv": _ids("env.worktree-not-cwd"),
+    # the worktree's .env holds a host key: the hostile host's credential check sees it too
+    "tests.mutants.harness:loads_the_worktree_dotenv": _ids("env.worktree-not-cwd", "env.host-credentials-unreachable"),
     # the model still sees each refusal as an error result (black-box judgement, issue 19):
     # what is lost is the host's record of the calls and of dispatch's codes
     "tests.mutants.harness:forgets_bridge_calls": _ids(
@@ -94,9 +95,9 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.harness:drops_the_vendor_cost": _ids("usage.vendor-cost-reported", "usage.cost-never-fabricated"),
     "tests.mutants.harness:chokes_on_unknown_events": _ids("parse.unknown-events-ignored"),
     "tests.mutants.harness:passes_os_environ_through": _ids(
-        "env.provider-keys-stripped", "env.nesting-vars-stripped",
+        "env.provider-keys-stripped", "env.nesting-vars-stripped", "env.worktree-not-cwd",
     ),
-    "tests.mutants.harness:leaks_the_api_key_in_argv": _ids("env.no-secret-in-argv"),
+    "tests.mutants.harness:leaks_the_api_key_in_argv": _ids("env.no-secret-in-argv", "env.host-credentials-unreachable"),
     "tests.mutants.harness:trusts_subtype_success": _ids(
         "errors.not-logged-in-blocks", "parse.exit0-is-error",
         "errors.model-unavailable", "errors.quota-not-retryable", "errors.context-overflow",
