@@ -12,6 +12,7 @@ a change to any request byte fails until the snapshot is deliberately updated wi
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -40,10 +41,18 @@ AUTH = {"authorization", "x-api-key"}
 #: changes them and nothing the host controls, so the snapshot pins their shape only.
 SDK_VERSIONED = {"user-agent", "x-stainless-package-version"}
 _VERSION = re.compile(r"\d+(?:\.\d+)+(?:[-.+]?[0-9A-Za-z.]+)?")
+#: The API version the SDK sends by default (anthropic-version): the SDK's choice, which an
+#: upgrade may move; the snapshot pins that the header is sent.
+SDK_DEFAULTED = {"anthropic-version"}
+#: Derived from the body's serialisation (key order, separators are the SDK's): the snapshot
+#: pins the parsed body instead, and the byte comparison above still compares every byte.
+DERIVED = {"content-length"}
 
 
 def sdk_neutral(name: str, value: str) -> str:
     """The one place SDK-version noise is normalised: `Anthropic/Python 2.15.0` -> `Anthropic/Python <sdk version>`."""
+    if name in SDK_DEFAULTED:
+        return "<sdk default>"
     return _VERSION.sub("<sdk version>", value) if name in SDK_VERSIONED else value
 
 
@@ -83,14 +92,15 @@ def wire(request) -> dict:
 
 
 def pinned(request) -> dict:
-    """What the snapshot pins: the same, with the key masked and machine headers left out."""
+    """What the snapshot pins: the same, with the key masked, machine headers left out and the
+    body parsed (its values, cache breakpoints included, not the SDK's key order or spacing)."""
     headers = {}
     for k, v in sorted(request.headers.items()):
         k = k.lower()
-        if k in VOLATILE or k in MACHINE:
+        if k in VOLATILE or k in MACHINE or k in DERIVED:
             continue
         headers[k] = v.replace(W.CANARY_KEY, "<api key>") if k in AUTH else sdk_neutral(k, v)
-    return {"method": request.method, "path": request.url.path, "headers": headers, "body": request.content.decode()}
+    return {"method": request.method, "path": request.url.path, "headers": headers, "body": json.loads(request.content)}
 
 
 def direct(mode: str, **kwargs):
@@ -160,8 +170,6 @@ def test_session_requests_with_tools_and_tool_results_are_byte_identical(mode, e
 
 
 def _results(request, mode: str) -> list[str]:
-    import json
-
     body = json.loads(request.content)
     if mode == "anthropic_messages":
         return [b["content"] for b in body["messages"][-1]["content"]]
@@ -198,3 +206,54 @@ def test_a_changed_byte_is_caught():
     assert base == wire(Req(b'{"a":1}', {"content-type": "application/json", "x-stainless-timeout": "9"}))
     assert base != wire(Req(b'{"a": 1}', {"content-type": "application/json"}))
     assert base != wire(Req(b'{"a":1}', {"content-type": "application/json", "anthropic-beta": "x"}))
+
+
+EPHEMERAL = {"type": "ephemeral"}
+
+
+def _marked(body: dict) -> list[str]:
+    """Where a request carries cache breakpoints: `system[i]`, `messages[i]` (its last block)."""
+    where = [f"system[{i}]" for i, b in enumerate(body.get("system") or []) if b.get("cache_control") == EPHEMERAL]
+    for i, message in enumerate(body.get("messages", [])):
+        content = message.get("content")
+        if isinstance(content, list):
+            assert all("cache_control" not in b for b in content[:-1]), f"messages[{i}]: a breakpoint not on the last block"
+            if content and content[-1].get("cache_control") == EPHEMERAL:
+                where.append(f"messages[{i}]")
+    return where
+
+
+def test_anthropic_requests_carry_cache_breakpoints(env, worktree, tmp_path):
+    """Prompt caching (the provider-layer seed): the first two system blocks and the last two
+    non-system messages carry `cache_control: ephemeral`, nothing else does (four at most)."""
+    mode = "anthropic_messages"
+    env(mode)
+    scope = ToolScope(root=worktree)
+    request = AgentSessionRequest(prompt=PROMPT, system=SYSTEM, scope=scope, run_dir=tmp_path / "run")
+    first, second = capture(mode, list(TOOL_TURNS), lambda: provider(mode).run_session(request))
+    assert _marked(json.loads(first.content)) == ["system[0]", "messages[0]"]
+    assert _marked(json.loads(second.content)) == ["system[0]", "messages[1]", "messages[2]"]
+    blocks = ["tools: read_file", "rules: be brief", "project: a.py prints"]
+    history = [{"role": "user", "content": "one"}, {"role": "assistant", "content": "two"}, {"role": "user", "content": "three"}]
+    (sent,) = capture(mode, [W.Turn(text="ok")], direct(mode, messages=history, system=blocks))
+    body = json.loads(sent.content)
+    assert [b["text"] for b in body["system"]] == blocks, "the system blocks keep their order"
+    assert _marked(body) == ["system[0]", "system[1]", "messages[1]", "messages[2]"]
+    assert history[1] == {"role": "assistant", "content": "two"}, "the caller's messages are not changed"
+
+
+@pytest.mark.parametrize("mode", ["chat_completions", "responses"])
+def test_openai_requests_carry_no_cache_markers(mode, env, worktree, tmp_path):
+    """The OpenAI wires have no breakpoint (their servers cache prefixes by themselves): nothing
+    Anthropic-specific leaks into their bodies, and a list system prompt keeps its blocks' order."""
+    env(mode)
+    scope = ToolScope(root=worktree)
+    request = AgentSessionRequest(prompt=PROMPT, system=SYSTEM, scope=scope, run_dir=tmp_path / "run")
+    for sent in capture(mode, list(TOOL_TURNS), lambda: provider(mode).run_session(request)):
+        assert b"cache_control" not in sent.content
+    (sent,) = capture(mode, [W.Turn(text="ok")], direct(mode, messages=[{"role": "user", "content": "hi"}], system=["a", "b"]))
+    body = json.loads(sent.content)
+    if mode == "chat_completions":
+        assert body["messages"][:2] == [{"role": "system", "content": "a"}, {"role": "system", "content": "b"}]
+    else:
+        assert body["instructions"] == "a\n\nb"

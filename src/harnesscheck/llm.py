@@ -5,6 +5,10 @@ Contract (doc/SPEC-api.md):
   the openai SDK; each imports only its own SDK, lazily, on first request.
 - Messages are in the canonical Anthropic block shape (user text, assistant text/tool_use
   blocks, user tool_result blocks); each mode converts them to its wire shape.
+- The system prompt is a string or ordered blocks (a list of strings). anthropic_messages
+  places prompt-cache breakpoints (`cache_control: {"type": "ephemeral"}`) on the first two
+  system blocks and the last two non-system messages; the OpenAI modes send none (their
+  servers cache prefixes by themselves).
 - Every request streams; text deltas go to an optional callback; tool calls are
   accumulated from the stream; usage and the served model are read from the response.
 - The SDK's own retries are off (max_retries=0). Overloaded/5xx are retried here a bounded
@@ -309,9 +313,9 @@ def _args_json(arguments: Any) -> str:
     return json.dumps(arguments or {}, ensure_ascii=False, separators=(",", ":"))
 
 
-def to_chat_messages(system: str | None, messages: list[dict]) -> list[dict]:
-    """Canonical messages → Chat Completions messages."""
-    out: list[dict] = [{"role": "system", "content": system}] if system else []
+def to_chat_messages(system: str | list[str] | None, messages: list[dict]) -> list[dict]:
+    """Canonical messages → Chat Completions messages (one system message per system block)."""
+    out: list[dict] = [{"role": "system", "content": block} for block in system_blocks(system)]
     for message in messages:
         role, content = message["role"], message.get("content")
         if role == "assistant":
@@ -375,6 +379,52 @@ def to_responses_input(messages: list[dict]) -> list[dict]:
                 out.append({"type": "function_call_output", "call_id": block["tool_use_id"], "output": _result_text(block)})
         if texts:
             out.append({"role": role, "content": "".join(texts)})
+    return out
+
+
+#: Anthropic's prompt-cache marker. A breakpoint caches the prompt prefix up to and including
+#: its block; a request may carry at most four, so: the first two system blocks and the last
+#: two non-system messages (the provider-layer seed, after opencode's applyCaching). The
+#: OpenAI wires have no breakpoint: their servers cache prompt prefixes by themselves, and
+#: what they read from the cache comes back in usage (cached_tokens).
+CACHE_CONTROL: dict = {"type": "ephemeral"}
+CACHED_SYSTEM_BLOCKS = 2
+CACHED_MESSAGES = 2
+
+
+def system_blocks(system: str | list[str] | None) -> list[str]:
+    """The system prompt as ordered blocks: a string is one block; empty blocks are dropped."""
+    if not system:
+        return []
+    if isinstance(system, str):
+        return [system]
+    return [block for block in system if block]
+
+
+def anthropic_system(system: str | list[str] | None) -> list[dict] | None:
+    """The system prompt as Anthropic text blocks, the first CACHED_SYSTEM_BLOCKS of them with
+    a cache breakpoint; None without a system prompt."""
+    out: list[dict] = [{"type": "text", "text": block} for block in system_blocks(system)]
+    for block in out[:CACHED_SYSTEM_BLOCKS]:
+        block["cache_control"] = dict(CACHE_CONTROL)
+    return out or None
+
+
+def with_cache_breakpoints(messages: list[dict]) -> list[dict]:
+    """Anthropic wire messages with a cache breakpoint on the last content block of each of the
+    last CACHED_MESSAGES messages (a string content becomes one text block; an empty one is
+    left alone: Anthropic refuses empty text blocks). The input is not changed."""
+    out = list(messages)
+    for i in range(max(0, len(out) - CACHED_MESSAGES), len(out)):
+        content = out[i].get("content")
+        if isinstance(content, str):
+            blocks = [{"type": "text", "text": content}] if content else []
+        else:
+            blocks = [dict(block) for block in content or []]
+        if not blocks:
+            continue
+        blocks[-1]["cache_control"] = dict(CACHE_CONTROL)
+        out[i] = {**out[i], "content": blocks}
     return out
 
 
@@ -694,33 +744,44 @@ class LLM:
 
     # -- requests ----------------------------------------------------------------------
 
-    def _open_stream(
-        self, model: str, system: str | None, messages: list[dict], tools: list[dict] | None, max_tokens: int, timeout: float | None
-    ) -> Any:
-        client = self.client()
-        extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+    def request_kwargs(
+        self, model: str, system: str | list[str] | None, messages: list[dict], tools: list[dict] | None, max_tokens: int
+    ) -> dict[str, Any]:
+        """The SDK call's arguments for this mode (the wire body, before the SDK adds `stream`).
+
+        anthropic_messages places the prompt-cache breakpoints (`anthropic_cache`)."""
         if self.api_mode == "anthropic_messages":
-            kwargs: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": to_anthropic_messages(messages)}
-            if system:
-                kwargs["system"] = system
-            if tools:
-                kwargs["tools"] = [tool_param(self.api_mode, t) for t in tools]
-            return client.messages.create(stream=True, **kwargs, **extra)
-        if self.api_mode == "chat_completions":
+            kwargs: dict[str, Any] = {"model": model, "max_tokens": max_tokens,
+                                      "messages": with_cache_breakpoints(to_anthropic_messages(messages))}
+            blocks = anthropic_system(system)
+            if blocks:
+                kwargs["system"] = blocks
+        elif self.api_mode == "chat_completions":
             kwargs = {
                 "model": model,
                 "messages": to_chat_messages(system, messages),
                 "max_completion_tokens": max_tokens,
                 "stream_options": {"include_usage": True},
             }
-            if tools:
-                kwargs["tools"] = [tool_param(self.api_mode, t) for t in tools]
-            return client.chat.completions.create(stream=True, **kwargs, **extra)
-        kwargs = {"model": model, "input": to_responses_input(messages), "max_output_tokens": max_tokens, "store": False}
-        if system:
-            kwargs["instructions"] = system
+        else:
+            kwargs = {"model": model, "input": to_responses_input(messages), "max_output_tokens": max_tokens, "store": False}
+            if system_blocks(system):
+                kwargs["instructions"] = "\n\n".join(system_blocks(system))
         if tools:
             kwargs["tools"] = [tool_param(self.api_mode, t) for t in tools]
+        return kwargs
+
+    def _open_stream(
+        self, model: str, system: str | list[str] | None, messages: list[dict], tools: list[dict] | None, max_tokens: int,
+        timeout: float | None,
+    ) -> Any:
+        client = self.client()
+        extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+        kwargs = self.request_kwargs(model, system, messages, tools, max_tokens)
+        if self.api_mode == "anthropic_messages":
+            return client.messages.create(stream=True, **kwargs, **extra)
+        if self.api_mode == "chat_completions":
+            return client.chat.completions.create(stream=True, **kwargs, **extra)
         return client.responses.create(stream=True, **kwargs, **extra)
 
     def _consume(self, stream: Any, turn: _Turn) -> None:
@@ -735,7 +796,7 @@ class LLM:
         self,
         *,
         messages: list[dict],
-        system: str | None = None,
+        system: str | list[str] | None = None,
         tools: list[dict] | None = None,
         model: str | None = None,
         max_tokens: int | None = None,
@@ -785,7 +846,7 @@ class LLM:
         self,
         turn: _Turn,
         model: str,
-        system: str | None,
+        system: str | list[str] | None,
         messages: list[dict],
         tools: list[dict] | None,
         max_tokens: int,
