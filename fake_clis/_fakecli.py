@@ -218,6 +218,7 @@ VERSIONS = {
     "claude": "2.1.197 (Claude Code)",
     "codex": "codex-cli 0.171.0",
     "cursor-agent": "2026.08.11-e8db854",
+    "deepseek": "deepseek-harness-sdk 0.2.1rc2",
 }
 
 DEFAULT_OVERSIZE_TEMPLATE = {
@@ -838,6 +839,8 @@ class Fake:
                 pass
         if self.cli == "codex":
             servers.update(self._codex_servers())
+        if self.cli == "deepseek":
+            servers.update(self._deepseek_servers())
         for base in (ENVIRON.get("HOME", "/nonexistent"), posix.getcwd()) if self.cli == "cursor-agent" else ():
             path = _join(_join(base, ".cursor"), "mcp.json")
             if _isfile(path):
@@ -846,6 +849,28 @@ class Fake:
                     servers.update({k: v for k, v in (cfg.get("mcpServers") or {}).items() if k not in servers})
                 except (OSError, ValueError, AttributeError):
                     pass
+        return servers
+
+    def _deepseek_servers(self) -> dict:
+        """deepseek (the SDK driver): the stdio servers of every `@deepseek-ai/dsh-mcp-client`
+        entry inserted by the Cordis patch files named in the driver request on stdin (JSON)."""
+        servers: dict = {}
+        try:
+            patches = json_loads(self.stdin_text or "{}").get("patches") or []
+        except (ValueError, AttributeError):
+            return servers
+        for path in patches:
+            try:
+                entries = json_loads(_read_text(path))
+            except (OSError, ValueError):
+                continue
+            for patch in entries if isinstance(entries, list) else []:
+                for entry in (patch.get("insert") or []) if isinstance(patch, dict) else []:
+                    cfg = entry.get("config") if isinstance(entry, dict) else None
+                    if isinstance(cfg, dict) and entry.get("name") == "@deepseek-ai/dsh-mcp-client" \
+                            and cfg.get("transport") == "stdio" and entry.get("disabled") is not True:
+                        servers[str(cfg.get("serverName"))] = {"command": cfg.get("command"), "args": cfg.get("args") or [],
+                                                               "env": cfg.get("env") or {}}
         return servers
 
     def _codex_servers(self) -> dict:
@@ -911,7 +936,8 @@ class Fake:
                     self.mcp[name] = client
                     status = "connected"
                     if self.record_path is not None:
-                        self._append({"kind": "mcp_connected", "pid": posix.getpid(), "name": name, "mono": time.monotonic()})
+                        self._append({"kind": "mcp_connected", "pid": posix.getpid(), "name": name, "mono": time.monotonic(),
+                                      "tools": list(client.tools)})
                 except (OSError, ValueError, RuntimeError, TimeoutError, EOFError):
                     client.close()
             except (OSError, KeyError, TypeError):
@@ -926,6 +952,11 @@ class Fake:
         out: list[str] = []
         for value in _flag_values(self.argv, "--mcp-config"):
             out.append(value)
+        if self.cli == "deepseek":  # the Cordis patch files of the driver request (stdin)
+            try:
+                out.extend(str(p) for p in json_loads(self.stdin_text or "{}").get("patches") or [])
+            except (ValueError, AttributeError):
+                pass
         return out
 
     def record_invocation(self, stdin_type: str, stdin_bytes: int, stdin_eof_mono: float | None = None) -> None:

@@ -64,7 +64,7 @@ INFO_CODES: frozenset[str] = frozenset(
 #: ignorable (conformance parse.unknown-events-ignored), and the verdict still says unclean.
 DRIFT_CODES: frozenset[str] = frozenset({"unknown_tool_event", "bridge_call_without_tool_use"})
 BRIDGE_SERVER = "bridge"
-CLIS: tuple[str, ...] = ("claude", "codex", "cursor")
+CLIS: tuple[str, ...] = ("claude", "codex", "cursor", "deepseek")
 _CLI_ALIASES = {"claude-code": "claude", "cursor-agent": "cursor"}
 
 #: At most this many flags per code are kept; the last one says how many more were seen.
@@ -336,6 +336,14 @@ _CURSOR_WRITE_TOOLS = frozenset(
 )
 _CURSOR_SHELL_TOOLS = frozenset({"shell", "terminal", "runTerminalCommand", "bash"})
 _CURSOR_OTHER_NATIVE = frozenset({"webSearch", "webFetch", "todo", "updateTodos", "askUserQuestion", "task"})
+#: deepseek's 0.2.1rc2 sdk-profile built-ins (what the runtime offers with no patch).
+_DSH_READ_TOOLS = frozenset({"read", "read_image", "glob", "grep"})
+_DSH_WRITE_TOOLS = frozenset({"write", "edit"})
+_DSH_SHELL_TOOLS = frozenset({"bash", "workflow", "job_kill", "job_list", "job_output"})
+_DSH_OTHER_NATIVE = frozenset({"web_fetch", "web_search", "subagent", "subagent_fork", "skill", "todo_write",
+                               "create_goal", "get_goal", "update_goal", "exit_plan_mode", "send_message",
+                               "interrupt_agent", "list_agents", "working_directory", "list_mcp_resources",
+                               "list_mcp_resource_templates", "read_mcp_resource"})
 #: The CLI's own words refusing a disabled built-in, each seen in a recorded refusal
 #: (fixtures/claude, fixtures/claude/drift/<version>.json; tests/test_loopback_drift_facts.py
 #: fails on a marker no recording shows): claude 2.1.197 "Read exists but is not enabled in
@@ -369,7 +377,8 @@ class Auditor:
         self._pending_args: dict[str, tuple[Any, bool]] = {}  # claude tool_use id -> (input, known)
         self._codex_started: dict[str, str] = {}  # codex command items seen started, not completed
         self._markers = _MARKERS[cli]
-        self._handle = {"claude": self._claude, "codex": self._codex, "cursor": self._cursor}[cli]
+        self._handle = {"claude": self._claude, "codex": self._codex, "cursor": self._cursor,
+                        "deepseek": self._deepseek}[cli]
 
     # -- flags --------------------------------------------------------------------------
 
@@ -600,6 +609,30 @@ class Auditor:
         known = name in _CURSOR_READ_TOOLS | _CURSOR_WRITE_TOOLS | _CURSOR_SHELL_TOOLS | _CURSOR_OTHER_NATIVE
         self._native_used(name, args, shell=name in _CURSOR_SHELL_TOOLS, write=name in _CURSOR_WRITE_TOOLS, known=known)
 
+    # -- deepseek (the SDK driver's lines: JSON-RPC session.event notifications) ---------
+
+    def _deepseek(self, ev: dict) -> None:
+        event = (ev.get("params") or {}).get("event") if isinstance(ev.get("params"), dict) else None
+        if not isinstance(event, dict) or event.get("type") != "tool/call":
+            return
+        data = event.get("data") if isinstance(event.get("data"), dict) else {}
+        if not self._new_id(data.get("callId")):
+            return
+        name = str(data.get("name") or "")
+        if name.startswith("mcp__"):
+            server = name[len("mcp__"):].split("__", 1)[0]
+            if server == BRIDGE_SERVER:
+                self.bridge_tool_uses += 1
+            else:
+                self.flag("foreign_mcp_tool", f"deepseek MCP call to server {server!r}")
+            return
+        try:
+            args = json.loads(data.get("arguments") or "{}")
+        except (TypeError, ValueError):
+            args = {}
+        self._native_used(name, args, shell=name in _DSH_SHELL_TOOLS, write=name in _DSH_WRITE_TOOLS,
+                          known=name in _DSH_READ_TOOLS | _DSH_WRITE_TOOLS | _DSH_SHELL_TOOLS | _DSH_OTHER_NATIVE)
+
     # -- shared -------------------------------------------------------------------------
 
     def _native_used(self, name: str, args: Any, *, shell: bool, write: bool, known: bool) -> None:
@@ -681,6 +714,7 @@ _MARKERS: dict[str, tuple[bytes, ...]] = {
     "claude": (b"tool_", b'"init"'),
     "codex": (b'"item.', b"tool", b"exec", b"patch"),
     "cursor": (b"tool",),
+    "deepseek": (b"tool/call",),
 }
 
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from harnesscheck.contracts import ConfigError
 
@@ -52,6 +52,10 @@ class Settings(BaseModel):
     api_mode: str | None = Field(default=None, pattern="^(anthropic_messages|chat_completions|responses)$",
                                  validation_alias="HARNESS_API_MODE",
                                  description="must be anthropic_messages, chat_completions or responses")
+    #: The deepseek backend's API key (its only source: never ANTHROPIC_/OPENAI_ keys, never the
+    #: runtime's own DEEPSEEK_API_KEY fallback). A secret: never printed, never in argv.
+    deepseek_api_key: SecretStr | None = Field(default=None, validation_alias="HARNESS_DEEPSEEK_API_KEY",
+                                               description="the DeepSeek API key for the deepseek backend")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, dotenv: Path | None = None) -> "Settings":

@@ -113,6 +113,27 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             description="Subscription CLI (not on the npm registry: offline level only).",
         ),
         ProviderSpec(
+            id="deepseek",
+            kind=Kind.harness,
+            label="DeepSeek Harness (deepseek-harness-sdk + dsh runtime)",
+            factory="harnesscheck.providers.deepseek:DeepSeekTransport",
+            capabilities=frozenset(
+                {
+                    C.mcp_tools,
+                    C.builtin_tools_off,
+                    C.max_turns,
+                    C.system_prompt,
+                    C.usage_reporting,
+                    C.cancellation,
+                }
+            ),
+            cli_name="deepseek",
+            min_version="0.2.1rc2",
+            max_version="0.3.0",
+            pinned_version="0.2.1rc2",
+            description="API-keyed Python SDK + bundled runtime (pip); built-ins off by composition, bridge via its MCP client.",
+        ),
+        ProviderSpec(
             id="fake",
             kind=Kind.api,
             label="Fake (in-process, scripted)",

@@ -26,7 +26,7 @@ from harnesscheck.contracts import Usage
 from harnesscheck.kit.adapters import BackendUnderTest, Facts, Progress, SessionRun, Setup, SkipCell
 
 #: registry cli_name -> fake executable name (fixtures dir is harnesscheck.fakes.FIXTURE_DIRS)
-FAKE_NAMES = {"claude": "claude", "codex": "codex", "cursor-agent": "cursor-agent"}
+FAKE_NAMES = {"claude": "claude", "codex": "codex", "cursor-agent": "cursor-agent", "deepseek": "deepseek"}
 
 
 def offline_cli_version(spec) -> str | None:
@@ -442,6 +442,7 @@ class HarnessAdapter(BackendUnderTest):
         setup.extra.pop("release", lambda: None)()  # the run is over: its wrapper may serve the next
         run.run_dir = request.run_dir
         run.children = [r for r in fake.records() if not set(r["argv"][1:2]) & {"--version", "-v", "-V"}]
+        run.record_path = fake.record_path
         trace = []
         for name in ("session-trace.jsonl", "bridge-trace.jsonl"):
             from harnesscheck.kit.adapters import read_trace
@@ -534,14 +535,16 @@ class HarnessAdapter(BackendUnderTest):
         run_dir = getattr(run, "run_dir", None)
         if run_dir is not None and Path(run_dir).is_dir():
             for path in sorted(Path(run_dir).rglob("*")):
-                if path.is_file() and (path.name == "config.toml" or path.name.endswith("mcp.json")):
+                if path.is_file() and (path.name in ("config.toml", "dsh-patch.yml") or path.name.endswith("mcp.json")):
                     servers.update(_servers_from_file(path))
         return servers
 
     def tools_offered(self, run: SessionRun):
-        """claude: the exact --allowedTools list, mapped back from mcp__<server>__<tool> for the MCP
+        """deepseek: the fake runtime's composition (dsh_offered); claude: the exact --allowedTools list, mapped back from mcp__<server>__<tool> for the MCP
         servers the backend configured (any name); a built-in or a whole server (`mcp__<server>`)
         allowed is reported as it is."""
+        if self.spec.cli_name == "deepseek":
+            return dsh_offered(run)
         prefixes = [f"mcp__{name}__" for name in self.mcp_servers(run)] or ["mcp__bridge__"]
 
         def bridged(tool: str) -> str | None:
@@ -563,6 +566,62 @@ class HarnessAdapter(BackendUnderTest):
         return None
 
 
+#: The deepseek 0.2.1rc2 `sdk` profile's tool plugins and the tools each offers, as the real
+#: runtime offered them at the wire with no patch (doc/SPEC-deepseek.md): the offline level's
+#: model of the composition, so a patch that leaves one on is seen offering its tools.
+DSH_PLUGIN_TOOLS: dict[str, tuple[str, ...]] = {
+    "tool-bash": ("bash",), "tool-jobs": ("job_kill", "job_list", "job_output"),
+    "tool-fs": ("read", "read_image", "write", "edit"), "tool-fs-search": ("glob", "grep"),
+    "tool-skill": ("skill",), "plan-mode": ("exit_plan_mode",),
+    "tool-subagent-control": ("interrupt_agent", "send_message"), "tool-subagent-list-agents": ("list_agents",),
+    "tool-subagent": ("subagent",), "tool-subagent-fork": ("subagent_fork",), "tool-workflow": ("workflow",),
+    "tool-todo": ("todo_write",), "tool-goal": ("create_goal", "get_goal", "update_goal"),
+    "tool-web": ("web_fetch", "web_search"), "tool-working-directory": ("working_directory",),
+    "mcp-resources": ("list_mcp_resource_templates", "list_mcp_resources", "read_mcp_resource"),
+}
+
+
+def dsh_offered(run: SessionRun) -> list[str] | None:
+    """What the fake deepseek runtime offers: the tools its MCP servers listed (bridge tools by
+    their bare name, another server's as `mcp__<server>__<tool>`), plus `builtin:<tool>` for every
+    tool plugin the patches in the driver request do not disable. None before any session ran."""
+    children = [c for c in run.children if c.get("mcp_configs") is not None]
+    if not children:
+        return None
+    disabled: set[str] = set()
+    for content in (children[-1].get("mcp_configs") or {}).values():
+        try:
+            patches = json.loads(content)
+        except ValueError:
+            continue
+        for p in patches if isinstance(patches, list) else []:
+            if isinstance(p, dict) and p.get("id") and p.get("disabled") is True:
+                disabled.add(str(p["id"]))
+    offered = [f"builtin:{t}" for plugin, tools in DSH_PLUGIN_TOOLS.items() if plugin not in disabled for t in tools]
+    record = getattr(run, "record_path", None)
+    for rec in _record_lines(record):
+        if rec.get("kind") == "mcp_connected" and rec.get("pid") == children[-1].get("pid"):
+            name = rec.get("name")
+            offered += [t if name == "bridge" else f"mcp__{name}__{t}" for t in rec.get("tools") or []]
+    return offered
+
+
+def _record_lines(path) -> list[dict]:
+    out = []
+    try:
+        text = Path(path).read_text(encoding="utf-8") if path else ""
+    except OSError:
+        return out
+    for line in text.split("\n"):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
 def _servers_from_file(path: Path) -> dict[str, dict]:
     """MCP servers declared in a codex config.toml or a cursor/claude mcp.json."""
     try:
@@ -577,6 +636,11 @@ def _servers_from_file(path: Path) -> dict[str, dict]:
         except tomllib.TOMLDecodeError:
             return {}
     try:
-        return dict(json.loads(content).get("mcpServers") or {})
-    except (ValueError, AttributeError):
+        data = json.loads(content)
+    except ValueError:
         return {}
+    if isinstance(data, list):  # a deepseek Cordis patch (JSON): its inserted MCP-client entries
+        return {str(e["config"].get("serverName")): dict(e["config"]) for p in data if isinstance(p, dict)
+                for e in p.get("insert") or [] if isinstance(e, dict) and isinstance(e.get("config"), dict)
+                and e.get("name") == "@deepseek-ai/dsh-mcp-client"}
+    return dict(data.get("mcpServers") or {}) if isinstance(data, dict) else {}
