@@ -125,6 +125,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
                     C.system_prompt,
                     C.usage_reporting,
                     C.cancellation,
+                    C.early_auth_stop,  # a 401 ends the turn at once (observed: one request, no retry)
                 }
             ),
             cli_name="deepseek",

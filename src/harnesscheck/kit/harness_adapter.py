@@ -105,6 +105,11 @@ def fixture_facts(cli: str, scenario: dict, requested: str | None) -> Facts:
         if cli == "cursor-agent" and event.get("type") == "result" and isinstance(event.get("usage"), dict):
             u = event["usage"]
             facts.usage = Usage(input=int(u.get("inputTokens", 0)), output=int(u.get("outputTokens", 0)))
+        ev = (event.get("params") or {}).get("event") if cli == "deepseek" and isinstance(event.get("params"), dict) else None
+        if isinstance(ev, dict) and ev.get("type") == "assistant/message" and isinstance((ev.get("data") or {}).get("usage"), dict):
+            u = ev["data"]["usage"]
+            turn = Usage(input=int(u.get("inputTokens", 0)), output=int(u.get("outputTokens", 0)))
+            facts.usage = turn if facts.usage is None else facts.usage + turn
         if cli == "claude" and event.get("type") == "assistant" and event.get("parent_tool_use_id") is None:
             served = (event.get("message") or {}).get("model")
             if isinstance(served, str):
@@ -122,6 +127,12 @@ def stall_text(cli: str, scenario: dict) -> str | None:
             continue
         if cli in ("claude", "cursor-agent") and event.get("type") == "assistant" and not event.get("parent_tool_use_id"):
             content = (event.get("message") or {}).get("content") or []
+            text = "".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+            if text.strip():
+                return text
+        ev = (event.get("params") or {}).get("event") if cli == "deepseek" and isinstance(event.get("params"), dict) else None
+        if isinstance(ev, dict) and ev.get("type") == "assistant/message":
+            content = ((ev.get("data") or {}).get("message") or {}).get("content") or []
             text = "".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
             if text.strip():
                 return text

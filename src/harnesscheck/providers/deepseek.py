@@ -290,7 +290,8 @@ class DeepSeekParser:
             return OutcomeStatus.error, ErrorClass.protocol, f"the run ended with {what} and no failure stated" + notes
         status = failure.get("status")
         text = str(failure.get("message") or "")
-        cls = _status_class(status) or classify_text(f"{failure.get('code') or ''} {text}") or ErrorClass.unknown
+        code = str(failure.get("code") or "")
+        cls = _status_class(status) or CODE_CLASSES.get(code) or classify_text(f"{code} {text}") or ErrorClass.unknown
         detail = f"finish_reason error: {failure.get('code') or ''} {status or ''} {text}".strip()
         return _failed(cls), cls, _short(detail) + notes
 
@@ -308,6 +309,12 @@ class DeepSeekParser:
         else:
             cls = classify_text(text) or ErrorClass.unknown
         return _failed(cls), cls, _short(f"the SDK raised {name}: {text}") + notes
+
+
+#: The runtime's own failure codes (turn/end reason.error.code, 0.2.1rc2) that say more than a
+#: status: no key at all is MISSING_CREDENTIAL (no HTTP status), an API-keyed session's login gap.
+CODE_CLASSES: dict[str, ErrorClass] = {"AUTH": ErrorClass.auth, "MISSING_CREDENTIAL": ErrorClass.auth,
+                                       "RATE_LIMIT": ErrorClass.rate_limit}
 
 
 def _status_class(status) -> ErrorClass | None:
