@@ -22,7 +22,7 @@ from harnesscheck.contracts import (
     UnknownBackend,
 )
 
-BUILTINS = {"api", "claude-code", "codex", "cursor", "fake"}
+BUILTINS = {"api", "claude-code", "codex", "cursor", "deepseek", "fake"}
 
 
 def test_builtin_ids() -> None:

@@ -37,6 +37,7 @@ CREDENTIAL_VARS: dict[str, tuple[tuple[str, str], ...]] = {
     "claude-code": (("CLAUDE_CODE_OAUTH_TOKEN", "subscription token (claude setup-token)"),),
     "codex": (),
     "cursor": (("CURSOR_API_KEY", "Cursor API key"),),
+    "deepseek": (("HARNESS_DEEPSEEK_API_KEY", "DeepSeek API key, the backend's only key source"),),
 }
 #: Variables that, if the CLI saw them, would bill an API key instead of the subscription.
 #: The env policy strips them from every child; doctor only reports that they are present.
@@ -44,6 +45,7 @@ BILLING_VARS: dict[str, tuple[str, ...]] = {
     "claude-code": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
     "codex": ("OPENAI_API_KEY", "CODEX_API_KEY"),
     "cursor": (),
+    "deepseek": ("DEEPSEEK_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_API_KEY"),
 }
 PROBE_PROMPT = "Reply with the single word: pong"
 
@@ -91,7 +93,12 @@ def check_binary(spec, settings, selected: bool) -> tuple[list[Check], Any]:
 
     missing_status = FAIL if selected else WARN
     try:
-        info = find_cli(spec, settings, check_version=False)
+        if spec.id == "deepseek":  # an SDK dir in harnesscheck's pip cache, not a binary on PATH
+            from harnesscheck.providers.deepseek import DeepSeekTransport
+
+            info = DeepSeekTransport(spec, settings, check_version=False).cli()
+        else:
+            info = find_cli(spec, settings, check_version=False)
     except CliNotFound as exc:
         return [Check(spec.id, "binary", missing_status, f"{spec.cli_name} not found; tried: {', '.join(exc.paths_tried)}", exc.fix)], None
     checks = [Check(spec.id, "binary", OK, str(info.path))]
@@ -195,6 +202,10 @@ def check_credentials(spec, settings, environ: dict[str, str], selected: bool, c
                          f"{', '.join(billing)} set in this shell; the env policy strips it from the CLI, so it is never billed",
                          ""))
     creds = [(n, why) for n, why in CREDENTIAL_VARS.get(spec.id, ()) if _is_set(environ, n)]
+    if spec.id == "deepseek" and not creds and settings.deepseek_api_key is None:
+        out.append(Check(spec.id, "auth", FAIL if selected else WARN, "HARNESS_DEEPSEEK_API_KEY is not set (API-keyed backend)",
+                         "export HARNESS_DEEPSEEK_API_KEY=... (or put it in .env); no other key is ever used"))
+        return out
     if creds:
         name, why = creds[0]
         status = Check(spec.id, "auth", OK, f"{name} is set ({why}; value not shown)")

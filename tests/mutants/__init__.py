@@ -135,6 +135,21 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.harness:trusts_any_cli_path": _ids(
         "selection.cli-missing-typed-error", "selection.cli-version-unsupported",
     ),
+    # the seed's deepseek mistakes (tests/mutants/deepseek.py)
+    "tests.mutants.deepseek:inherits_the_host_env": _ids(
+        "env.provider-keys-stripped", "env.nesting-vars-stripped", "env.worktree-not-cwd", "env.host-credentials-unreachable",
+    ),
+    "tests.mutants.deepseek:reads_the_key_from_anthropic_api_key": _ids(
+        "env.provider-keys-stripped", "env.worktree-not-cwd", "env.host-credentials-unreachable",
+    ),
+    "tests.mutants.deepseek:empty_error_is_success": _ids(
+        "errors.auth-blocks", "errors.auth-not-retried", "errors.not-logged-in-blocks", "errors.rate-limit-retryable",
+        "errors.overloaded-retryable", "parse.exit0-is-error",
+    ),
+    "tests.mutants.deepseek:leaves_builtins_on": _ids("audit.only-scope-tools-offered"),
+    "tests.mutants.deepseek:never_adds_the_bridge": _ids(
+        "bridge.failed-load-ends-session", "bridge.only-bridge-configured", "bridge.slow-start-not-toolless",
+    ),
 }
 
 #: For the CLI-based mutants (a fake CLI per session is slow): the test file and the `-k`
@@ -179,6 +194,11 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.codex:hides_its_builtins": ("test_audit.py", "declines or native"),
     "tests.mutants.codex:fails_an_unverified_model": ("test_usage.py", "mismatch_policy or served_model or cost"),
     "tests.mutants.codex:forgets_native_tool_calls": ("test_audit.py", "declines or native"),
+    "tests.mutants.deepseek:inherits_the_host_env": ("test_env.py", "stripped or argv or worktree or credentials"),
+    "tests.mutants.deepseek:reads_the_key_from_anthropic_api_key": ("test_env.py", "stripped or argv or worktree or credentials"),
+    "tests.mutants.deepseek:empty_error_is_success": ("test_errors.py test_parse.py", "not secret and not network"),
+    "tests.mutants.deepseek:leaves_builtins_on": ("test_audit.py", "only_scope"),
+    "tests.mutants.deepseek:never_adds_the_bridge": ("test_bridge.py", "failed_load or only_bridge or slow_start"),
 }
 
 #: Offline checks no known-bad backend fails, and why (the kit's honest sensitivity gaps).

@@ -235,12 +235,62 @@ def check_command(out=None) -> int:
     return worst
 
 
+#: Backends whose runtime is a Python package, installed with this interpreter's pip into
+#: `<cache>/<name>@<version>/` (`pip install --target`, exact versions, no dependencies: their
+#: own dependency, pydantic, is harnesscheck's): backend -> (dir name, packages at the pin).
+PIP_RUNTIMES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "deepseek": ("deepseek", ("deepseek-harness-sdk", "deepseek-harness-runtime-bin")),
+}
+
+
+def pip_runtime_dir(dest: Path, backend: str, version: str) -> Path:
+    return Path(dest) / f"{PIP_RUNTIMES[backend][0]}@{version}"
+
+
+def install_pip_runtime(dest: Path, backend: str, *, out=None, version: str | None = None) -> int:
+    """`pip install --target <dest>/<name>@<version> --no-deps PKG==<version>...` unless the
+    runtime is there already (the transport's own check: the SDK, its runtime executable and
+    their version). 0 when present afterwards, 3 when pip failed."""
+    from harnesscheck.registry import get_spec
+
+    out = out or sys.stdout
+    spec = get_spec(backend)
+    if version == "latest":
+        print(f"install-clis: {backend}: name a release (--version X); its runtime is pinned exactly", file=sys.stderr)
+        return 2
+    version = version or spec.pinned_version or ""
+    target = pip_runtime_dir(dest, backend, version)
+    from importlib import import_module
+
+    module = import_module(spec.factory.partition(":")[0])
+    if module.installed_sdk_version(target) == version:
+        print(f"{backend} {version}: present in {target}", file=out)
+        return 0
+    packages = [f"{p}=={version}" for p in PIP_RUNTIMES[backend][1]]
+    print(f"install-clis: {' '.join(packages)} -> {target}", file=out)
+    argv = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
+            "--no-compile", "--pre", "--upgrade", "--target", str(target), *packages]
+    proc = subprocess.run(argv, stdin=subprocess.DEVNULL, env=_npm_env())
+    if proc.returncode != 0 or module.installed_sdk_version(target) != version:
+        print(f"install-clis: pip exited {proc.returncode} for {backend} {version}\n  fix: check access to the package index", file=sys.stderr)
+        return 3
+    print(f"{backend} {version}: installed in {target}", file=out)
+    return 0
+
+
 def install(dest: Path | None = None, *, out=None, backend: str | None = None, version: str | None = None) -> int:
     """Install what is missing; 0 when every wanted release is present afterwards."""
     from harnesscheck.paths import cli_cache_dir
 
     out = out or sys.stdout
     dest = Path(dest).expanduser().absolute() if dest is not None else cli_cache_dir()
+    if backend in PIP_RUNTIMES:
+        return install_pip_runtime(dest, backend, out=out, version=version)
+    if backend is None:
+        for name in PIP_RUNTIMES:
+            code = install_pip_runtime(dest, name, out=out)
+            if code != 0:
+                return code
     if version == "latest":
         if backend is None:
             print("install-clis: --version needs --backend (whose release?)", file=sys.stderr)

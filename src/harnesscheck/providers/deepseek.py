@@ -106,6 +106,20 @@ def installed_sdk_version(path: Path) -> str | None:
     return None
 
 
+def host_sdk_dir() -> Path | None:
+    """The site-packages dir holding an SDK installed in the host (`harnesscheck[deepseek]`),
+    found without importing it; None when there is none."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("deepseek_harness")
+    except (ImportError, ValueError):
+        return None
+    if found is None or not found.origin:
+        return None
+    return Path(found.origin).resolve().parent.parent
+
+
 def composition_patch(*, bridge: tuple[list[str], dict[str, str]] | None, system: str | None) -> list[dict]:
     """The Cordis patch list (JSON is YAML): every tool plugin and every phone-home plugin off,
     the system prompt as the persona, and the bridge as the one MCP server (None: no tools)."""
@@ -291,7 +305,9 @@ class DeepSeekParser:
         status = failure.get("status")
         text = str(failure.get("message") or "")
         code = str(failure.get("code") or "")
-        cls = _status_class(status) or CODE_CLASSES.get(code) or classify_text(f"{code} {text}") or ErrorClass.unknown
+        # a failure with neither status nor code is the runtime not understanding the answer: protocol
+        fallback = ErrorClass.unknown if (code or status) else ErrorClass.protocol
+        cls = _status_class(status) or CODE_CLASSES.get(code) or classify_text(f"{code} {text}") or fallback
         detail = f"finish_reason error: {failure.get('code') or ''} {status or ''} {text}".strip()
         return _failed(cls), cls, _short(detail) + notes
 
@@ -384,10 +400,16 @@ class DeepSeekTransport(HarnessTransport):
                 settings = self.settings.model_copy(update={"cli": Path(given)})
                 self._cli_info = find_cli(self.spec, settings, check_version=self.check_version)
                 return self._cli_info
-            path = Path(given) if given is not None else sdk_dir(self.spec.pinned_version or PINNED_VERSION)
-            version = installed_sdk_version(path)
+            candidates = [Path(given)] if given is not None else [sdk_dir(self.spec.pinned_version or PINNED_VERSION)]
+            if given is None:
+                host = host_sdk_dir()
+                if host is not None:
+                    candidates.append(host)
+            found = [(p, installed_sdk_version(p)) for p in candidates]
+            path, version = next(((p, v) for p, v in found if v is not None), (candidates[0], None))
             if version is None:
-                raise CliNotFound(self.spec.id, SDK_PACKAGE, [str(path)], None)
+                raise CliNotFound(self.spec.id, SDK_PACKAGE, [str(p) for p in candidates],
+                                  None)
             if self.check_version and not version_supported(self.spec, version):
                 raise CliVersionUnsupported(self.spec.id, version, version_range(self.spec))
             self._cli_info = CliInfo(path=path, version=version)

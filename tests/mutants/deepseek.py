@@ -1,0 +1,79 @@
+"""Known-bad backends built on the deepseek transport (see __init__.py): the seed's mistakes."""
+
+from __future__ import annotations
+
+from harnesscheck.contracts import OutcomeStatus
+from harnesscheck.providers import deepseek as ds
+from harnesscheck.providers.deepseek import DeepSeekParser, DeepSeekTransport
+from tests.mutants import mutant_spec
+
+M = "tests.mutants.deepseek"
+
+
+class InheritsTheHostEnv(DeepSeekTransport):
+    """Hands the SDK the host's whole environment (the SDK's own default), keys and all."""
+
+    def invocation(self, ctx, request, cli, *, tool_less):
+        inv = super().invocation(ctx, request, cli, tool_less=tool_less)
+        inv.injections = {**self.parent_env, **inv.injections}
+        return inv
+
+
+class ReadsTheKeyFromAnthropicApiKey(DeepSeekTransport):
+    """Falls back to ANTHROPIC_API_KEY / OPENAI_API_KEY for the DeepSeek key ("this machine points
+    at DeepSeek"), and passes it to the SDK as DEEPSEEK_API_KEY in the child env."""
+
+    def api_key(self):
+        return super().api_key() or self.parent_env.get("ANTHROPIC_API_KEY") or self.parent_env.get("OPENAI_API_KEY")
+
+    def invocation(self, ctx, request, cli, *, tool_less):
+        inv = super().invocation(ctx, request, cli, tool_less=tool_less)
+        key = self.api_key()
+        if key:
+            inv.injections = {**inv.injections, "DEEPSEEK_API_KEY": key}
+        return inv
+
+
+class _TrustingParser(DeepSeekParser):
+    def _classify(self, result):
+        if self.result is not None:
+            return OutcomeStatus.ok, None, ""
+        return super()._classify(result)
+
+
+class EmptyErrorIsSuccess(DeepSeekTransport):
+    """Reports any RunResult as success: an empty final_response with finish_reason error is ok."""
+
+    def make_parser(self, ctx, request, *, tool_less, on_text=None):
+        logged = super().make_parser(ctx, request, tool_less=tool_less, on_text=on_text)
+        logged.parser.__class__ = _TrustingParser
+        return logged
+
+
+class LeavesBuiltinsOn(DeepSeekTransport):
+    """Never disables the sdk profile's tool plugins: bash, edit, write, web_fetch, subagent... stay offered."""
+
+    def invocation(self, ctx, request, cli, *, tool_less):
+        saved = ds.TOOL_PLUGINS
+        ds.TOOL_PLUGINS = ()
+        try:
+            return super().invocation(ctx, request, cli, tool_less=tool_less)
+        finally:
+            ds.TOOL_PLUGINS = saved
+
+
+class NeverAddsTheBridge(DeepSeekTransport):
+    """Declares mcp_tools but never inserts the MCP client (the seed's composition named no MCP
+    plugin) and does not read the bridge's trace: sessions run tool-less and end ok."""
+
+    readiness_from_trace = False
+
+    def invocation(self, ctx, request, cli, *, tool_less):
+        return super().invocation(ctx, request, cli, tool_less=True)
+
+
+inherits_the_host_env = mutant_spec("deepseek", M, InheritsTheHostEnv)
+reads_the_key_from_anthropic_api_key = mutant_spec("deepseek", M, ReadsTheKeyFromAnthropicApiKey)
+empty_error_is_success = mutant_spec("deepseek", M, EmptyErrorIsSuccess)
+leaves_builtins_on = mutant_spec("deepseek", M, LeavesBuiltinsOn)
+never_adds_the_bridge = mutant_spec("deepseek", M, NeverAddsTheBridge)
