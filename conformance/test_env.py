@@ -67,13 +67,19 @@ def test_worktree_not_cwd(but):
 
 @check("env.config-home-isolated", requires=[C.config_isolation], kinds=[Kind.harness], incident=["A5", "A7"])
 def test_config_home_isolated(but):
-    """The CLI's config home is per run (never the user's), so a failed login cannot touch real credentials."""
+    """The CLI's config home is per run (never the user's), so a failed login cannot touch real credentials.
+    A CLI given no config-home variable (gemini reads `$HOME/.gemini`) needs a HOME that is
+    neither the user's nor inside it."""
     run = but.run("success")
     # the host's HOME as the backend found it (planted offline), not the kit's own
     home = os.path.realpath(run.parent_env.get("HOME") or os.path.expanduser("~"))
     for child in run.children:
         dirs = [child["env"].get(k) for k in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "CURSOR_CONFIG_DIR")]
         dirs = [d for d in dirs if d]
+        if not dirs and child["env"].get("HOME"):  # its config lives under $HOME: a private HOME isolates it
+            real = os.path.realpath(child["env"]["HOME"])
+            assert not _inside(real, home), f"HOME {child['env']['HOME']} is the user's: the CLI's config home is in it"
+            continue
         assert dirs, "no per-run config home was set for the CLI"
         for d in dirs:
             real = os.path.realpath(d)

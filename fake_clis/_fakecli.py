@@ -96,11 +96,19 @@ and ``{{mcp_tools}}`` the ``mcp__<server>__<tool>`` names actually listed.
     any name and any number (claude ``--mcp-config`` files or inline JSON; codex
     ``$CODEX_HOME/config.toml``, else ``~/.codex/config.toml``, with every ``-c``/``--config``
     ``mcp_servers.<name>.<key>=<TOML value>`` override on top; cursor ``$HOME/.cursor/mcp.json``
-    and ``./.cursor/mcp.json``) with the fake's own env plus the config's ``env`` (as the real
+    and ``./.cursor/mcp.json``; gemini ``mcpServers`` of ``$HOME/.gemini/settings.json`` and
+    ``./.gemini/settings.json``, both also copied into the record's ``mcp_configs``) with the fake's own env plus the config's ``env`` (as the real
     CLIs do), speak MCP over stdio (initialize, tools/call each; a call goes to the server
     named by ``server``, else the only one, else the first that lists the tool), and append one
     ``{"kind": "mcp_result", "name", "arguments", "server", "is_error", "text"}`` record per
     call (or ``{"kind": "mcp_result", "error": ...}`` when no server can be started).
+
+How gemini is driven
+====================
+As 0.61.0 behaves headless (observed against the scripted server): without ``--skip-trust``
+(or ``GEMINI_CLI_TRUST_WORKSPACE=true``) it prints the untrusted-folder message on stderr and
+exits 55 with no stdout; with ``-m auto`` or no ``-m`` it stalls (the real router retried
+its routing call for a minute and more). Otherwise the scenario is replayed.
 
 How claude is driven
 ====================
@@ -219,6 +227,7 @@ VERSIONS = {
     "codex": "codex-cli 0.171.0",
     "cursor-agent": "2026.08.11-e8db854",
     "deepseek": "deepseek-harness-sdk 0.2.1rc2",
+    "gemini": "0.61.0",
 }
 
 DEFAULT_OVERSIZE_TEMPLATE = {
@@ -957,6 +966,11 @@ class Fake:
                 out.extend(str(p) for p in json_loads(self.stdin_text or "{}").get("patches") or [])
             except (ValueError, AttributeError):
                 pass
+        if self.cli == "gemini":  # user settings, then the workspace's (gemini merges both)
+            for base in (ENVIRON.get("HOME", "/nonexistent"), posix.getcwd()):
+                path = _join(_join(base, ".gemini"), "settings.json")
+                if _isfile(path) and path not in out:
+                    out.append(path)
         return out
 
     def record_invocation(self, stdin_type: str, stdin_bytes: int, stdin_eof_mono: float | None = None) -> None:
@@ -1035,6 +1049,17 @@ class Fake:
         if self.argv[:1] and self.argv[0] in ("--version", "-v", "-V"):
             sys.stdout.write((self.scenario.get("version") or VERSIONS.get(self.cli, "0.0.0")) + "\n")
             return 0
+        if self.cli == "gemini" and "--skip-trust" not in self.argv and ENVIRON.get("GEMINI_CLI_TRUST_WORKSPACE") != "true":
+            # observed on 0.61.0: an untrusted folder in headless mode prints this (in red) and exits 55, no stdout
+            sys.stderr.write("Gemini CLI is not running in a trusted directory. To proceed, either use "
+                             "`--skip-trust`, set the `GEMINI_CLI_TRUST_WORKSPACE=true` environment variable, "
+                             "or trust this directory in interactive mode.\n")
+            return 55
+        if self.cli == "gemini" and (_flag_value(self.argv, "--model", "-m") or "auto") == "auto":
+            # observed on 0.61.0: the `auto` router retries its routing call (a minute and more) before any output
+            self.record_invocation(_stdin_type(), 0)
+            while True:
+                time.sleep(3600)
         sigterm_exit = int(self.scenario.get("sigterm_exit", 143))
         _signal.signal(_signal.SIGTERM, lambda *_: posix._exit(sigterm_exit))
         stdin_type = _stdin_type()

@@ -20,7 +20,7 @@ from harnesscheck.paths import fixtures_dir
 from harnesscheck.registry import build_transport, get_spec
 from harnesscheck.scope import ToolScope
 
-BACKEND = {"claude": "claude-code", "codex": "codex"}
+BACKEND = {"claude": "claude-code", "codex": "codex", "gemini": "gemini"}
 RECORDINGS = sorted(p for cli in BACKEND for p in (fixtures_dir() / cli).glob("*.json") if is_recording(p))
 ALL_FIXTURES = sorted(fixtures_dir().glob("*/*.json"))
 

@@ -22,7 +22,7 @@ from harnesscheck.contracts import (
     UnknownBackend,
 )
 
-BUILTINS = {"api", "claude-code", "codex", "cursor", "deepseek", "fake"}
+BUILTINS = {"api", "claude-code", "codex", "cursor", "deepseek", "fake", "gemini"}
 
 
 def test_builtin_ids() -> None:

@@ -1,7 +1,7 @@
 """Post-run audit: what a harness touched, from its own event log plus the run's facts.
 
 Contract (doc/SPEC-audit.md). One streaming pass (constant memory in the size of the log)
-over the CLI's JSONL event log, for `claude`, `codex` or `cursor`, plus facts the runner
+over the CLI's JSONL event log, for `claude`, `codex`, `cursor` or `gemini`, plus facts the runner
 collected: scope root, read-only, the bridge's trace summary, worktree snapshots before and
 after (hash + mtime of every file, untracked and ignored included), sentinel files outside
 the scope, instruction files the CLI may have loaded. The verdict is an `AuditVerdict`:
@@ -64,7 +64,7 @@ INFO_CODES: frozenset[str] = frozenset(
 #: ignorable (conformance parse.unknown-events-ignored), and the verdict still says unclean.
 DRIFT_CODES: frozenset[str] = frozenset({"unknown_tool_event", "bridge_call_without_tool_use"})
 BRIDGE_SERVER = "bridge"
-CLIS: tuple[str, ...] = ("claude", "codex", "cursor", "deepseek")
+CLIS: tuple[str, ...] = ("claude", "codex", "cursor", "deepseek", "gemini")
 _CLI_ALIASES = {"claude-code": "claude", "cursor-agent": "cursor"}
 
 #: At most this many flags per code are kept; the last one says how many more were seen.
@@ -318,7 +318,7 @@ class _Binder:
 
 _PATH_KEYS = (
     "file_path", "path", "filePath", "notebook_path", "target_file", "targetFile", "directory",
-    "targetDirectory", "target_directory", "dir", "cwd",
+    "targetDirectory", "target_directory", "dir", "cwd", "absolute_path", "dir_path",
 )
 _GLOB_KEYS = ("pattern", "globPattern", "glob")
 _CLAUDE_READ_TOOLS = frozenset({"Read", "Glob", "Grep", "LS", "NotebookRead", "TodoRead", "TodoWrite"})
@@ -344,6 +344,19 @@ _DSH_OTHER_NATIVE = frozenset({"web_fetch", "web_search", "subagent", "subagent_
                                "create_goal", "get_goal", "update_goal", "exit_plan_mode", "send_message",
                                "interrupt_agent", "list_agents", "working_directory", "list_mcp_resources",
                                "list_mcp_resource_templates", "read_mcp_resource"})
+#: gemini-cli 0.61.0 built-ins (tool names as its stream-json `tool_use.tool_name` gives them).
+_GEMINI_READ_TOOLS = frozenset(
+    {"read_file", "read_many_files", "list_directory", "glob", "grep_search", "search_file_content",
+     "read_mcp_resource", "list_mcp_resources", "list_background_processes", "read_background_output"}
+)
+_GEMINI_WRITE_TOOLS = frozenset({"write_file", "replace", "edit", "save_memory", "write_todos"})
+_GEMINI_SHELL_TOOLS = frozenset({"run_shell_command"})
+_GEMINI_OTHER_NATIVE = frozenset(
+    {"google_web_search", "web_fetch", "update_topic", "enter_plan_mode", "exit_plan_mode", "invoke_agent",
+     "activate_skill", "ask_user", "codebase_investigator", "cli_help"}
+)
+#: `tool_result.error.type` values with which gemini-cli refused a call without running it.
+_GEMINI_REFUSED_TYPES = frozenset({"tool_not_registered", "invalid_tool_params"})
 #: The CLI's own words refusing a disabled built-in, each seen in a recorded refusal
 #: (fixtures/claude, fixtures/claude/drift/<version>.json; tests/test_loopback_drift_facts.py
 #: fails on a marker no recording shows): claude 2.1.197 "Read exists but is not enabled in
@@ -378,7 +391,7 @@ class Auditor:
         self._codex_started: dict[str, str] = {}  # codex command items seen started, not completed
         self._markers = _MARKERS[cli]
         self._handle = {"claude": self._claude, "codex": self._codex, "cursor": self._cursor,
-                        "deepseek": self._deepseek}[cli]
+                        "deepseek": self._deepseek, "gemini": self._gemini}[cli]
 
     # -- flags --------------------------------------------------------------------------
 
@@ -633,6 +646,48 @@ class Auditor:
         self._native_used(name, args, shell=name in _DSH_SHELL_TOOLS, write=name in _DSH_WRITE_TOOLS,
                           known=name in _DSH_READ_TOOLS | _DSH_WRITE_TOOLS | _DSH_SHELL_TOOLS | _DSH_OTHER_NATIVE)
 
+    # -- gemini -------------------------------------------------------------------------
+
+    def _gemini(self, ev: dict) -> None:
+        """`tool_use{tool_name, tool_id, parameters}` / `tool_result{tool_id, status, error}`:
+        `mcp_bridge_<tool>` is a bridge call, `mcp_<other>_...` a foreign MCP tool, anything
+        else a built-in, judged when its result says whether the CLI refused it."""
+        kind = str(ev.get("type", ""))
+        if kind == "tool_use":
+            call_id = ev.get("tool_id")
+            if not self._new_id(call_id if isinstance(call_id, str) else None):
+                return
+            name = str(ev.get("tool_name") or "")
+            if not name:
+                self.flag("unknown_tool_event", "gemini tool_use without a tool_name")
+                return
+            if name.startswith(f"mcp_{BRIDGE_SERVER}_"):
+                self.bridge_tool_uses += 1
+                return
+            if name.startswith("mcp_"):
+                self.flag("foreign_mcp_tool", name)
+                return
+            args = ev.get("parameters")
+            known = name in _GEMINI_READ_TOOLS | _GEMINI_WRITE_TOOLS | _GEMINI_SHELL_TOOLS | _GEMINI_OTHER_NATIVE
+            if isinstance(call_id, str) and len(self._pending_native) < MAX_TRACKED_IDS:
+                self._pending_native[call_id] = name
+                self._pending_args[call_id] = (args, known)
+                return
+            self._native_used(name, args, shell=name in _GEMINI_SHELL_TOOLS, write=name in _GEMINI_WRITE_TOOLS, known=known)
+        elif kind == "tool_result":
+            call_id = ev.get("tool_id")
+            name = self._pending_native.pop(call_id, None) if isinstance(call_id, str) else None
+            if name is None:
+                return
+            args, known = self._pending_args.pop(call_id, (None, False))
+            error = ev.get("error") if isinstance(ev.get("error"), dict) else {}
+            if ev.get("status") == "error" and error.get("type") in _GEMINI_REFUSED_TYPES:
+                self.flag("native_tool_refused_by_cli", name)
+                return
+            self._native_used(name, args, shell=name in _GEMINI_SHELL_TOOLS, write=name in _GEMINI_WRITE_TOOLS, known=known)
+        elif "tool" in kind:
+            self.flag("unknown_tool_event", f"gemini event type {kind!r}")
+
     # -- shared -------------------------------------------------------------------------
 
     def _native_used(self, name: str, args: Any, *, shell: bool, write: bool, known: bool) -> None:
@@ -662,9 +717,9 @@ class Auditor:
         for call_id, name in list(self._pending_native.items()):
             # a native tool_use with no tool_result: assume it ran (the log may be truncated)
             args, known = self._pending_args.get(call_id, (None, False))
-            self._native_used(
-                name, args, shell=name in _CLAUDE_SHELL_TOOLS, write=name in _CLAUDE_WRITE_TOOLS, known=known
-            )
+            shells, writes = (_GEMINI_SHELL_TOOLS, _GEMINI_WRITE_TOOLS) if self.cli == "gemini" else (
+                _CLAUDE_SHELL_TOOLS, _CLAUDE_WRITE_TOOLS)
+            self._native_used(name, args, shell=name in shells, write=name in writes, known=known)
         self._pending_native.clear()
         self._pending_args.clear()
         for item_id in self._codex_started:
@@ -715,6 +770,7 @@ _MARKERS: dict[str, tuple[bytes, ...]] = {
     "codex": (b'"item.', b"tool", b"exec", b"patch"),
     "cursor": (b"tool",),
     "deepseek": (b"tool/call",),
+    "gemini": (b"tool",),
 }
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from harnesscheck.paths import fake_clis_dir, fixtures_dir
 
 #: fake executable name -> fixtures/ sub-directory
-FIXTURE_DIRS = {"claude": "claude", "codex": "codex", "cursor-agent": "cursor", "deepseek": "deepseek"}
+FIXTURE_DIRS = {"claude": "claude", "codex": "codex", "cursor-agent": "cursor", "deepseek": "deepseek", "gemini": "gemini"}
 
 
 @dataclass(frozen=True)

@@ -135,6 +135,29 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             description="API-keyed Python SDK + bundled runtime (pip); built-ins off by composition, bridge via its MCP client.",
         ),
         ProviderSpec(
+            id="gemini",
+            kind=Kind.harness,
+            label="Gemini CLI (gemini -p)",
+            factory="harnesscheck.providers.gemini:GeminiTransport",
+            capabilities=frozenset(
+                {
+                    C.mcp_tools,
+                    C.builtin_tools_off,  # tools.core lists none of its built-ins (verified at the wire)
+                    C.usage_reporting,
+                    C.served_model_reporting,  # result.stats.models keys: the server's modelVersion
+                    C.cancellation,
+                    C.config_isolation,  # per-run HOME holding only our .gemini/settings.json
+                    C.early_auth_stop,  # a 401 is never retried by the CLI; its result ends the session
+                }
+            ),
+            cli_name="gemini",
+            cli_package="@google/gemini-cli",
+            min_version="0.61.0",
+            max_version="1.0.0",
+            pinned_version="0.61.0",
+            description="API-keyed CLI; built-ins removed by settings, host tools through the MCP bridge.",
+        ),
+        ProviderSpec(
             id="fake",
             kind=Kind.api,
             label="Fake (in-process, scripted)",

@@ -150,6 +150,13 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.deepseek:never_adds_the_bridge": _ids(
         "bridge.failed-load-ends-session", "bridge.only-bridge-configured", "bridge.slow-start-not-toolless",
     ),
+    # gemini (built on the gemini transport, run against the fake gemini)
+    "tests.mutants.gemini:leaves_builtins_on": _ids("audit.only-scope-tools-offered"),
+    "tests.mutants.gemini:forgets_skip_trust": _ids("parse.unknown-events-ignored", "parse.noise-lines-skipped"),
+    "tests.mutants.gemini:passes_the_host_env_through": _ids(
+        "env.provider-keys-stripped", "env.nesting-vars-stripped", "env.worktree-not-cwd",
+    ),
+    "tests.mutants.gemini:trusts_exit_zero": _ids("parse.truncated-last-line"),
 }
 
 #: For the CLI-based mutants (a fake CLI per session is slow): the test file and the `-k`
@@ -199,6 +206,10 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.deepseek:empty_error_is_success": ("test_errors.py test_parse.py", "not secret and not network"),
     "tests.mutants.deepseek:leaves_builtins_on": ("test_audit.py", "only_scope"),
     "tests.mutants.deepseek:never_adds_the_bridge": ("test_bridge.py", "failed_load or only_bridge or slow_start"),
+    "tests.mutants.gemini:leaves_builtins_on": ("test_audit.py", "only_scope"),
+    "tests.mutants.gemini:forgets_skip_trust": ("test_parse.py", "unknown or noise"),
+    "tests.mutants.gemini:passes_the_host_env_through": ("test_env.py", "stripped or argv or worktree"),
+    "tests.mutants.gemini:trusts_exit_zero": ("test_parse.py test_errors.py", "truncated or crash or exit0"),
 }
 
 #: Offline checks no known-bad backend fails, and why (the kit's honest sensitivity gaps).
@@ -210,5 +221,4 @@ UNCAUGHT: dict[str, str] = {
     "transport cannot make it unbounded",
     "selection.batch-shim-refused": "the hazard (cmd.exe re-parsing a .cmd/.bat shim's arguments) exists only on "
     "Windows; elsewhere the check skips env-missing, so no mutant can fail it on the platforms the suite runs on",
-    "parse.truncated-last-line": "the runner drops an unterminated last line for every transport; a parser never sees it",
 }

@@ -26,7 +26,7 @@ from harnesscheck.contracts import Usage
 from harnesscheck.kit.adapters import BackendUnderTest, Facts, Progress, SessionRun, Setup, SkipCell
 
 #: registry cli_name -> fake executable name (fixtures dir is harnesscheck.fakes.FIXTURE_DIRS)
-FAKE_NAMES = {"claude": "claude", "codex": "codex", "cursor-agent": "cursor-agent", "deepseek": "deepseek"}
+FAKE_NAMES = {"claude": "claude", "codex": "codex", "cursor-agent": "cursor-agent", "deepseek": "deepseek", "gemini": "gemini"}
 
 
 def offline_cli_version(spec) -> str | None:
@@ -110,6 +110,14 @@ def fixture_facts(cli: str, scenario: dict, requested: str | None) -> Facts:
             u = ev["data"]["usage"]
             turn = Usage(input=int(u.get("inputTokens", 0)), output=int(u.get("outputTokens", 0)))
             facts.usage = turn if facts.usage is None else facts.usage + turn
+        if cli == "gemini" and event.get("type") == "result" and isinstance(event.get("stats"), dict):
+            st = event["stats"]
+            cached = int(st.get("cached", 0) or 0)
+            uncached = int(st["input"]) if "input" in st else max(0, int(st.get("input_tokens", 0)) - cached)
+            facts.usage = Usage(input=uncached, output=int(st.get("output_tokens", 0)), cache_read=cached)
+            served_keys = [values.get(k, k) for k in (st.get("models") or {})]
+            if len(served_keys) == 1:
+                facts.served_model = served_keys[0]
         if cli == "claude" and event.get("type") == "assistant" and event.get("parent_tool_use_id") is None:
             served = (event.get("message") or {}).get("model")
             if isinstance(served, str):
@@ -136,6 +144,9 @@ def stall_text(cli: str, scenario: dict) -> str | None:
             text = "".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
             if text.strip():
                 return text
+        if cli == "gemini" and event.get("type") == "message" and event.get("role") == "assistant":
+            if str(event.get("content", "")).strip():
+                return str(event["content"])
         if cli == "codex" and event.get("type") == "item.completed":
             item = event.get("item") or {}
             if item.get("type") == "agent_message" and str(item.get("text", "")).strip():
@@ -256,8 +267,10 @@ HOST_CREDENTIALS = {
     ".ssh/id_rsa": "-----BEGIN OPENSSH PRIVATE KEY-----\n{c}-ssh\n-----END OPENSSH PRIVATE KEY-----\n",
     ".config/gh/hosts.yml": "github.com:\n    oauth_token: {c}-gh\n    user: someone\n",
     ".netrc": "machine example.invalid login me password {c}-netrc\n",
+    ".gemini/oauth_creds.json": '{{"access_token": "{c}-gemini-oauth", "refresh_token": "{c}-gemini-refresh"}}\n',
+    ".gemini/settings.json": '{{"mcpServers": {{"host-evil": {{"command": "/bin/false", "args": ["{c}-gemini-settings"]}}}}}}\n',
 }
-LOGIN_FILES = {"claude": (".claude/.credentials.json",), "codex": (".codex/auth.json",), "cursor-agent": ()}
+LOGIN_FILES = {"claude": (".claude/.credentials.json",), "codex": (".codex/auth.json",), "cursor-agent": (), "gemini": ()}
 
 
 def hostile_home(home: Path, canary: str) -> None:
@@ -275,6 +288,8 @@ def hostile_env(canary: str) -> dict[str, str]:
     return {
         "ANTHROPIC_API_KEY": f"{canary}-host-anthropic-key",
         "OPENAI_API_KEY": f"{canary}-host-openai-key",
+        "GEMINI_API_KEY": f"{canary}-host-gemini-key",
+        "GOOGLE_GEMINI_BASE_URL": f"http://127.0.0.1:9/{canary}-host-gemini-base-url",
         "ANTHROPIC_MODEL": f"{canary}-host-model",
         "ANTHROPIC_BASE_URL": f"http://127.0.0.1:9/{canary}-host-base-url",
         "HTTPS_PROXY": f"http://user:{canary}-proxy@127.0.0.1:9",
@@ -556,6 +571,9 @@ class HarnessAdapter(BackendUnderTest):
         allowed is reported as it is."""
         if self.spec.cli_name == "deepseek":
             return dsh_offered(run)
+        gemini = self._gemini_tools_offered(run)
+        if gemini is not None:
+            return gemini
         prefixes = [f"mcp__{name}__" for name in self.mcp_servers(run)] or ["mcp__bridge__"]
 
         def bridged(tool: str) -> str | None:
@@ -574,6 +592,33 @@ class HarnessAdapter(BackendUnderTest):
                 if "--tools" not in argv:
                     return tools + ["builtin:*"]
                 return [bridged(t) for t in tools]
+        return None
+
+    def _gemini_tools_offered(self, run: SessionRun):
+        """gemini: what its settings.json `tools.core` lets through. No `tools.core`: every
+        built-in (`builtin:*`); a listed name that is not `mcp_<server>_<tool>` of a configured
+        server: that built-in; the configured servers' tools as the scope names them. None
+        when no gemini settings were recorded."""
+        for child in run.children:
+            for path, content in (child.get("mcp_configs") or {}).items():
+                if not str(path).endswith("settings.json"):
+                    continue
+                try:
+                    settings = json.loads(content)
+                except ValueError:
+                    continue
+                core = (settings.get("tools") or {}).get("core")
+                servers = list(settings.get("mcpServers") or {})
+                offered: list[str] = []
+                for tool in core if isinstance(core, list) else []:
+                    server = next((s for s in servers if str(tool).startswith(f"mcp_{s}_")), None)
+                    if server is not None:
+                        offered.append(str(tool)[len(f"mcp_{server}_"):])
+                    else:
+                        offered.append(f"builtin:{tool}")
+                if not isinstance(core, list):
+                    offered.append("builtin:*")
+                return offered
         return None
 
 

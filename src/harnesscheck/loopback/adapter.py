@@ -83,6 +83,8 @@ def loopback_scenario(cli: str, name: str, ws: Any, tool_calls: list | None = No
         # a disabled built-in asked to read the sentinel outside the worktree
         if cli == "claude":
             call = ToolCall("Read", {"file_path": str(ws.secret)}, builtin=True)
+        elif cli == "gemini":
+            call = ToolCall("run_shell_command", {"command": f"cat {ws.secret}"}, builtin=True)
         else:
             call = ToolCall("exec_command", {"cmd": f"cat {ws.secret}"}, builtin=True)
         return Scenario(name, (Turn(tool_calls=(call,), usage=usage), done))
@@ -282,10 +284,13 @@ def loopback_transport(spec, settings, *, cli_path: Path, endpoint: LoopbackEndp
 
 
 def wire_to_scope_name(name: str) -> str:
-    """`mcp__bridge__read_file` / `mcp__bridge/read_file` -> `read_file`; others unchanged."""
+    """`mcp__bridge__read_file` / `mcp__bridge/read_file` / `mcp_bridge_read_file` (gemini)
+    -> `read_file`; others unchanged."""
     flat = f"mcp__{BRIDGE_SERVER}__"
     if name.startswith(flat):
         return name[len(flat) :]
+    if name.startswith(f"mcp_{BRIDGE_SERVER}_"):
+        return name[len(f"mcp_{BRIDGE_SERVER}_") :]
     if name.startswith(f"mcp__{BRIDGE_SERVER}/"):
         return name.split("/", 1)[1]
     return name

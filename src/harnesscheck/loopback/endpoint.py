@@ -6,7 +6,9 @@ A transport built with `loopback=LoopbackEndpoint(...)` must
   traced injections (ANTHROPIC_BASE_URL, a dummy CLAUDE_CODE_OAUTH_TOKEN, and
   CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1), reading no host credential;
 - codex: write `codex_provider_toml(endpoint)` into its per-run CODEX_HOME/config.toml
-  (top-level keys first) and inject `codex_env(endpoint)` (the provider's env_key).
+  (top-level keys first) and inject `codex_env(endpoint)` (the provider's env_key);
+- gemini: inject `gemini_env(endpoint)` (GOOGLE_GEMINI_BASE_URL and the dummy key as
+  GEMINI_API_KEY; its per-run settings.json selects the `gemini-api-key` auth type).
 
 Standard library only: transports import this at module top without cost.
 """
@@ -59,6 +61,13 @@ def claude_env(ep: LoopbackEndpoint) -> dict[str, str]:
 def codex_env(ep: LoopbackEndpoint) -> dict[str, str]:
     """The explicit injection codex's loopback provider reads its key from."""
     return {CODEX_KEY_VAR: ep.api_key}
+
+
+def gemini_env(ep: LoopbackEndpoint) -> dict[str, str]:
+    """The explicit injections that point `gemini` at the server (names are traced): the
+    Gemini API base URL (the CLI appends `/v1beta/models/<m>:streamGenerateContent`) and
+    the dummy key it sends as `x-goog-api-key`."""
+    return {"GOOGLE_GEMINI_BASE_URL": ep.base_url, "GEMINI_API_KEY": ep.api_key}
 
 
 def _toml_str(value: str) -> str:

@@ -65,7 +65,7 @@ class Recipe:
 
 
 #: A model name no scripted server knows (model_not_found asks for it).
-MISSING_MODEL = {"claude": "claude-nope-9", "codex": "gpt-nope-9"}
+MISSING_MODEL = {"claude": "claude-nope-9", "codex": "gpt-nope-9", "gemini": "gemini-nope-9"}
 
 #: Fixture name -> recipe, per CLI. Everything else in fixtures/<cli>/ is hand-written.
 RECIPES: dict[str, dict[str, Recipe]] = {
@@ -102,6 +102,20 @@ RECIPES: dict[str, dict[str, Recipe]] = {
         "mcp_failed": Recipe(broken_bridge=True),
         # A required bridge slow to start: codex waits for it, then runs normally.
         "mcp_slow": Recipe(slow_bridge_s=0.5, script="tool_calls"),
+    },
+    "gemini": {
+        "success": Recipe(),
+        "tool_calls": Recipe(),
+        "not_logged_in": Recipe(credential="none"),
+        "auth_401": Recipe(),
+        "rate_limit_429": Recipe(),
+        "overloaded_529": Recipe(),
+        "context_overflow": Recipe(),
+        "model_not_found": Recipe(model=MISSING_MODEL["gemini"]),
+        "served_model_mismatch": Recipe(),
+        "timeout_mid_stream": Recipe(timeout_s=45.0),
+        "native_tool_use": Recipe(),
+        "mcp_failed": Recipe(broken_bridge=True),
     },
 }
 
@@ -144,6 +158,9 @@ def recording_script(cli: str, scenario: str, ws: Any):
         if cli == "claude":  # Anthropic Messages: 400 invalid_request_error "prompt is too long"
             turn = Turn(status=400, error_type="invalid_request_error",
                         error_message="prompt is too long: 215000 tokens > 200000 maximum")
+        elif cli == "gemini":  # Gemini API: 400 INVALID_ARGUMENT naming the token limit
+            turn = Turn(status=400, error_type="invalid_request_error",
+                        error_message="The input token count (1215000) exceeds the maximum number of tokens allowed (1048576).")
         else:  # OpenAI Responses: 400 with code context_length_exceeded
             turn = Turn(status=400, error_type="invalid_request_error", error_code="context_length_exceeded",
                         error_message="Your input exceeds the context window of this model. Please adjust your input and try again.")
@@ -152,6 +169,9 @@ def recording_script(cli: str, scenario: str, ws: Any):
         model = MISSING_MODEL[cli]
         if cli == "claude":  # Anthropic Messages: 404 not_found_error naming the model
             turn = Turn(status=404, error_type="not_found_error", error_message=f"model: {model}")
+        elif cli == "gemini":  # Gemini API: 404 NOT_FOUND naming the model
+            turn = Turn(status=404, error_type="not_found_error",
+                        error_message=f"models/{model} is not found for API version v1beta, or is not supported for generateContent.")
         else:  # OpenAI Responses: 400 invalid_request_error, code model_not_found
             turn = Turn(status=400, error_type="invalid_request_error", error_code="model_not_found",
                         error_message=f"The model `{model}` does not exist or you do not have access to it.")
@@ -283,7 +303,8 @@ def _bridge_override(cli: str, recipe: Recipe) -> Iterator[None]:
         return
     import importlib
 
-    module = importlib.import_module({"claude": "harnesscheck.providers.claude_code", "codex": "harnesscheck.providers.codex"}[cli])
+    module = importlib.import_module({"claude": "harnesscheck.providers.claude_code", "codex": "harnesscheck.providers.codex",
+                                      "gemini": "harnesscheck.providers.gemini"}[cli])
     real = module.bridge_command
 
     def override(spec_path: Path) -> tuple[list[str], dict[str, str]]:
@@ -335,7 +356,7 @@ def _transport(spec: Any, backend: str, cli: str, binary: Any, base_url: str, re
         spec, Settings(backend=backend), cli_path=binary.path, endpoint=LoopbackEndpoint(base_url), **kwargs
     )
     if recipe.credential == "none":
-        _without_credentials(transport, ("CLAUDE_CODE_OAUTH_TOKEN", CODEX_KEY_VAR))
+        _without_credentials(transport, ("CLAUDE_CODE_OAUTH_TOKEN", CODEX_KEY_VAR, "GEMINI_API_KEY"))
     elif recipe.credential == "api_key":
         _without_credentials(transport, ("CLAUDE_CODE_OAUTH_TOKEN",))  # the key is the only credential
     return transport
@@ -487,6 +508,21 @@ def _claude_placeholders(event: dict, default_model: str | None) -> dict:
     return event
 
 
+def gemini_placeholders(event: dict, model: str | None) -> dict:
+    """gemini: the requested model (init `model`, a `stats.models` key equal to it) becomes
+    `{{model}}`, so the replay answers with whatever model the transport asks for; a served
+    model other than the requested one stays as recorded."""
+    if not model:
+        return event
+    if event.get("type") == "init" and event.get("model") == model:
+        event = {**event, "model": "{{model}}"}
+    stats = event.get("stats")
+    if event.get("type") == "result" and isinstance(stats, dict) and isinstance(stats.get("models"), dict):
+        models = {("{{model}}" if k == model else k): v for k, v in stats["models"].items()}
+        event = {**event, "stats": {**stats, "models": models}}
+    return event
+
+
 def _default_model(cli: str, lines: list[str]) -> str | None:
     if cli != "claude":
         return None
@@ -538,6 +574,15 @@ def to_fixture(rec: Recording) -> dict:
             continue
         if rec.cli == "claude":
             event = _claude_placeholders(event, default_model)
+        if rec.cli == "gemini":
+            from harnesscheck.providers.gemini import BRIDGE_PREFIX, DEFAULT_MODEL
+
+            event = gemini_placeholders(event, rec.recipe.model or DEFAULT_MODEL)
+            name = str(event.get("tool_name") or "")
+            if event.get("type") == "tool_use" and name.startswith(BRIDGE_PREFIX) and not rec.recipe.broken_bridge:
+                # the real CLI called the bridge here: so does the replay (its trace is the host's record)
+                steps.append({"mcp_calls": [{"name": name[len(BRIDGE_PREFIX):], "arguments": event.get("parameters") or {}}],
+                              "server": "bridge"})
         steps.append({"emit": event})
     stderr = scrub_line(rec.stderr_tail, rec.machine_paths).strip("\n")
     if stderr:
@@ -579,6 +624,12 @@ def to_fixture(rec: Recording) -> dict:
     }
     if default_model:
         fixture["default_model"] = default_model
+    if rec.cli == "gemini" and not rec.recipe.broken_bridge and rec.recipe.credential != "none":
+        # gemini awaits its MCP servers before the first request (the bridge's tools were in it):
+        # the replay starts the configured bridge too, so the bridge trace the transport reads
+        # for readiness is real (a slow start on a loaded machine is waited out)
+        fixture["mcp"], fixture["mcp_timeout"] = "connect", 60
+        fixture["provenance"]["notes"] += "; replayed with the configured bridge started (\"mcp\": \"connect\")"
     return fixture
 
 

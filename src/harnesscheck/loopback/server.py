@@ -8,7 +8,9 @@ a Scenario, and records every request without ever keeping a credential value.
         srv.requests            # [RecordedRequest]
 
 Paths: POST /v1/messages (also ?beta=true), POST /v1/messages/count_tokens,
-POST /v1/responses, POST /v1/chat/completions, GET /v1/models (a one-model list).
+POST /v1/responses, POST /v1/chat/completions, GET /v1/models (a one-model list),
+POST /v1beta/models/<model>:streamGenerateContent?alt=sse and :generateContent (Gemini;
+the model is named in the path), :countTokens (a fixed count).
 Anything else: 404, recorded.
 """
 
@@ -26,7 +28,7 @@ from harnesscheck.loopback import wire
 from harnesscheck.loopback.scenario import Scenario, ServedUsage, Turn
 
 #: Header names that carry credentials. Their values are never stored.
-CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "proxy-authorization", "cookie"})
+CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "x-goog-api-key", "proxy-authorization", "cookie"})
 
 #: A closing answer served when the script is exhausted.
 _CLOSING = Turn(text="(loopback script exhausted)")
@@ -95,6 +97,8 @@ class RecordedRequest:
 
 
 def _protocol_for(path: str) -> str | None:
+    if "/models/" in path and (path.endswith(":streamGenerateContent") or path.endswith(":generateContent")):
+        return wire.GEMINI
     if path.endswith("/messages"):
         return wire.ANTHROPIC
     if path.endswith("/responses"):
@@ -145,6 +149,9 @@ class _Handler(BaseHTTPRequestHandler):
         if path.endswith("/count_tokens"):
             self._json(200, {"input_tokens": 42})
             return
+        if path.endswith(":countTokens"):
+            self._json(200, {"totalTokens": 42})
+            return
         if protocol is None:
             rec.status = 404
             self._json(404, {"error": {"message": f"no route {path}", "type": "not_found_error"}})
@@ -171,6 +178,9 @@ class _Handler(BaseHTTPRequestHandler):
         rec.served_tool_calls = [
             wire.resolve_wire_name(c, rec.tools, protocol)[0] for c in turn.tool_calls
         ]
+        if protocol == wire.GEMINI:
+            self._serve_gemini(rec, turn, model)
+            return
         if not rec.stream:
             if turn.hang:
                 owner.note_stall()
@@ -195,6 +205,17 @@ class _Handler(BaseHTTPRequestHandler):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             events = wire.chat_stream(turn, model, rec.tools, include_usage=include_usage)
         self._stream(events, hang=turn.hang, headers=headers)
+
+    def _serve_gemini(self, rec: RecordedRequest, turn: Turn, model: str) -> None:
+        """Gemini: `:streamGenerateContent` (SSE with `alt=sse`) or `:generateContent` (JSON)."""
+        if rec.stream:
+            self._stream(wire.gemini_stream(turn, model, rec.tools), hang=turn.hang, headers=turn.headers)
+            return
+        if turn.hang:
+            self.server.owner.note_stall()
+            self.server.owner._stopping.wait()
+            return
+        self._json(200, wire.gemini_response(turn, model, rec.tools), headers=turn.headers)
 
     # -- low-level writers ----------------------------------------------------------------
 
@@ -365,8 +386,10 @@ class ScriptedModelServer:
                 credential_matches=matches,
                 canary_hits=hits,
                 body=body,
-                model=body.get("model") if isinstance(body.get("model"), str) else None,
-                stream=bool(body.get("stream")),
+                model=(wire.gemini_model_from_path(parts.path) if protocol == wire.GEMINI
+                       else body.get("model") if isinstance(body.get("model"), str) else None),
+                stream=(parts.path.endswith(":streamGenerateContent") if protocol == wire.GEMINI
+                        else bool(body.get("stream"))),
                 tools=wire.offered_tools(protocol, body) if protocol else [],
                 messages=wire.summarize_messages(protocol, body) if protocol else [],
                 tool_results=wire.tool_results(protocol, body) if protocol else [],

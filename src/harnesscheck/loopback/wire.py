@@ -1,5 +1,6 @@
-"""Wire encoders: one scripted Turn as an Anthropic Messages, OpenAI Responses or Chat
-Completions answer (SSE stream or JSON), and the request readers that say what the
+"""Wire encoders: one scripted Turn as an Anthropic Messages, OpenAI Responses, Chat
+Completions or Gemini API (`generateContent` / `streamGenerateContent?alt=sse`) answer
+(SSE stream or JSON), and the request readers that say what the
 client offered the model (tools) and how many model turns its history already holds.
 
 Pure functions over dicts; the HTTP plumbing is in server.py.
@@ -16,6 +17,7 @@ from harnesscheck.loopback.scenario import BRIDGE_SERVER, ServedUsage, ToolCall,
 ANTHROPIC = "anthropic_messages"
 RESPONSES = "responses"
 CHAT = "chat_completions"
+GEMINI = "gemini_generate_content"
 
 
 def _id(prefix: str) -> str:
@@ -42,6 +44,18 @@ def offered_tools(protocol: str, body: dict) -> list[str]:
     `additional_tools` input item (codex code-mode models) count too."""
     out: list[str] = []
     tools = list(body.get("tools") or [])
+    if protocol == GEMINI:
+        # Gemini: tools[].functionDeclarations[].name; a hosted tool (googleSearch, codeExecution)
+        # is listed by its key
+        for tool in tools:
+            if not isinstance(tool, dict):
+                continue
+            for key, value in tool.items():
+                if key == "functionDeclarations" and isinstance(value, list):
+                    out.extend(str(d.get("name")) for d in value if isinstance(d, dict))
+                elif key != "functionDeclarations":
+                    out.append(str(key))
+        return out
     if protocol == RESPONSES and isinstance(body.get("input"), list):
         # codex's code-mode models get their tools as an `additional_tools` input item
         for item in body["input"]:
@@ -78,6 +92,8 @@ def resolve_wire_name(call: ToolCall, offered: list[str], protocol: str) -> tupl
     if call.builtin:
         return call.name, None
     flat = f"mcp__{BRIDGE_SERVER}__{call.name}"
+    if protocol == GEMINI:
+        flat = f"mcp_{BRIDGE_SERVER}_{call.name}"  # gemini-cli's qualified MCP tool name
     for name in offered:
         if name == flat:
             return flat, None
@@ -104,6 +120,8 @@ def history_turns(protocol: str, body: dict) -> int:
     runs of consecutive model items (Responses `input`)."""
     if protocol in (ANTHROPIC, CHAT):
         return sum(1 for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") == "assistant")
+    if protocol == GEMINI:
+        return sum(1 for c in body.get("contents") or [] if isinstance(c, dict) and c.get("role") == "model")
     items = body.get("input")
     if not isinstance(items, list):
         return 0
@@ -146,6 +164,18 @@ def _text_of(content: Any) -> str:
 def tool_results(protocol: str, body: dict) -> list[dict]:
     """Tool results in the request's history: [{id, is_error, text}]."""
     out: list[dict] = []
+    if protocol == GEMINI:
+        for content in body.get("contents") or []:
+            for part in (content.get("parts") or []) if isinstance(content, dict) else []:
+                reply = part.get("functionResponse") if isinstance(part, dict) else None
+                if isinstance(reply, dict):
+                    response = reply.get("response")
+                    text = json.dumps(response) if not isinstance(response, str) else response
+                    if isinstance(response, dict):
+                        text = _text_of(response.get("output")) or _text_of(response.get("content")) or text
+                    is_error = isinstance(response, dict) and "error" in response
+                    out.append({"id": reply.get("id") or reply.get("name"), "is_error": is_error, "text": text})
+        return out
     if protocol == ANTHROPIC:
         for m in body.get("messages") or []:
             if isinstance(m, dict) and isinstance(m.get("content"), list):
@@ -172,6 +202,22 @@ def tool_results(protocol: str, body: dict) -> list[dict]:
 def summarize_messages(protocol: str, body: dict) -> list[dict]:
     """The conversation as [{role, text, tool_calls: [names]}] (system included)."""
     out: list[dict] = []
+    if protocol == GEMINI:
+        system = body.get("systemInstruction")
+        if isinstance(system, dict):
+            out.append({"role": "system", "text": _text_of(system.get("parts")), "tool_calls": []})
+        elif isinstance(system, str):
+            out.append({"role": "system", "text": system, "tool_calls": []})
+        for content in body.get("contents") or []:
+            if not isinstance(content, dict):
+                continue
+            parts = [p for p in content.get("parts") or [] if isinstance(p, dict)]
+            calls = [str((p.get("functionCall") or {}).get("name")) for p in parts if "functionCall" in p]
+            replies = [p for p in parts if "functionResponse" in p]
+            role = "assistant" if content.get("role") == "model" else ("tool" if replies and not calls else content.get("role"))
+            text = "".join(p["text"] for p in parts if isinstance(p.get("text"), str) and not p.get("thought"))
+            out.append({"role": role, "text": text, "tool_calls": calls})
+        return out
     if protocol == RESPONSES:
         if body.get("instructions"):
             out.append({"role": "system", "text": str(body["instructions"]), "tool_calls": []})
@@ -216,6 +262,9 @@ def error_body(protocol: str, turn: Turn) -> dict:
     msg = turn.error_message or f"status {turn.status} (scripted)"
     if protocol == ANTHROPIC:
         return {"type": "error", "error": {"type": etype, "message": msg}}
+    if protocol == GEMINI:
+        return {"error": {"code": int(turn.status or 500), "message": msg,
+                          "status": GEMINI_STATUS.get(int(turn.status or 500), "INTERNAL")}}
     code = turn.error_code or {"authentication_error": "invalid_api_key", "rate_limit_error": "rate_limit_exceeded"}.get(etype, etype)
     return {"error": {"message": msg, "type": etype, "param": None, "code": code}}
 
@@ -465,3 +514,80 @@ def chat_stream(turn: Turn, model: str, offered: list[str], *, include_usage: bo
     if include_usage:
         yield chunk({}, usage=_chat_usage(turn.usage), choices=False)
     yield sse(None, "[DONE]")
+
+
+# ---------------------------------------------------------------------------------------
+# Gemini API (generateContent / streamGenerateContent?alt=sse)
+
+#: HTTP status -> the google.rpc status name the Gemini API puts in its error body.
+GEMINI_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+    529: "UNAVAILABLE",
+}
+
+
+def gemini_model_from_path(path: str) -> str | None:
+    """`/v1beta/models/<model>:streamGenerateContent` -> `<model>` (the Gemini API names the
+    model in the path, not the body)."""
+    _, sep, rest = path.partition("/models/")
+    if not sep:
+        return None
+    model = rest.split(":", 1)[0]
+    return model or None
+
+
+def _gemini_usage(u: ServedUsage) -> dict:
+    return {
+        "promptTokenCount": u.input + u.cache_read,
+        "candidatesTokenCount": u.output,
+        "totalTokenCount": u.input + u.cache_read + u.output + u.reasoning,
+        "cachedContentTokenCount": u.cache_read,
+        "thoughtsTokenCount": u.reasoning,
+    }
+
+
+def gemini_parts(turn: Turn, offered: list[str]) -> list[dict]:
+    parts: list[dict] = []
+    if turn.text:
+        parts.append({"text": turn.text})
+    for call in turn.tool_calls:
+        name, _ = resolve_wire_name(call, offered, GEMINI)
+        parts.append({"functionCall": {"name": name, "args": call.input}})
+    return parts
+
+
+def gemini_response(turn: Turn, model: str, offered: list[str], *, parts: list[dict] | None = None,
+                    finish: bool = True) -> dict:
+    """One GenerateContentResponse (a whole answer, or one SSE chunk of it)."""
+    candidate: dict[str, Any] = {
+        "content": {"role": "model", "parts": gemini_parts(turn, offered) if parts is None else parts},
+        "index": 0,
+    }
+    if finish:
+        candidate["finishReason"] = "STOP"
+    body: dict[str, Any] = {"candidates": [candidate], "modelVersion": model, "responseId": _id("lb")}
+    if finish:
+        body["usageMetadata"] = _gemini_usage(turn.usage)
+    return body
+
+
+def gemini_stream(turn: Turn, model: str, offered: list[str]) -> Iterator[bytes]:
+    """`alt=sse`: the text in one chunk, then the function calls with finishReason and
+    usageMetadata. With `hang`, only the first text chunk (the server then stalls)."""
+    if turn.hang:
+        yield sse(None, gemini_response(turn, model, offered, parts=[{"text": turn.text or "..."}], finish=False))
+        return
+    parts = gemini_parts(turn, offered)
+    text_parts = [p for p in parts if "text" in p]
+    rest = [p for p in parts if "text" not in p]
+    if text_parts and rest:
+        yield sse(None, gemini_response(turn, model, offered, parts=text_parts, finish=False))
+        yield sse(None, gemini_response(turn, model, offered, parts=rest))
+    else:
+        yield sse(None, gemini_response(turn, model, offered, parts=parts))
