@@ -624,6 +624,10 @@ def to_fixture(rec: Recording) -> dict:
     }
     if default_model:
         fixture["default_model"] = default_model
+    if rec.cli == "gemini":
+        from harnesscheck.providers.gemini import DEFAULT_MODEL
+
+        fixture["default_model"] = rec.recipe.model or DEFAULT_MODEL  # what `{{model}}` stood for
     if rec.cli == "gemini" and not rec.recipe.broken_bridge and rec.recipe.credential != "none":
         # gemini awaits its MCP servers before the first request (the bridge's tools were in it):
         # the replay starts the configured bridge too, so the bridge trace the transport reads
