@@ -22,7 +22,7 @@ def test_pinned_versions_come_from_the_registry():
     from harnesscheck.registry import get_spec
 
     pinned = {c.backend: c for c in install.pinned_clis()}
-    assert set(pinned) == {"claude-code", "codex"}
+    assert {"claude-code", "codex", "gemini"} <= set(pinned)
     for backend, c in pinned.items():
         spec = get_spec(backend)
         assert (c.package, c.version, c.cli_name) == (spec.cli_package, spec.pinned_version, spec.cli_name)
@@ -33,6 +33,7 @@ def test_npm_argv_pins_exact_versions_without_scripts(tmp_path):
     assert argv[:4] == ["/usr/bin/npm", "install", "--prefix", str(tmp_path)]
     assert "--ignore-scripts" in argv and "--save-exact" in argv
     assert "@anthropic-ai/claude-code@2.1.197" in argv and "@openai/codex@0.171.0" in argv
+    assert "@google/gemini-cli@0.61.0" in argv
 
 
 def _fake_package(dest: Path, package: str, version: str, bin_name: str, script: str | None = None, body: str = "") -> None:
