@@ -74,7 +74,8 @@ def test_config_home_isolated(but):
     # the host's HOME as the backend found it (planted offline), not the kit's own
     home = os.path.realpath(run.parent_env.get("HOME") or os.path.expanduser("~"))
     for child in run.children:
-        dirs = [child["env"].get(k) for k in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "CURSOR_CONFIG_DIR")]
+        # opencode's config home is $XDG_CONFIG_HOME/opencode (it has no variable of its own for it)
+        dirs = [child["env"].get(k) for k in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "CURSOR_CONFIG_DIR", "XDG_CONFIG_HOME")]
         dirs = [d for d in dirs if d]
         if not dirs and child["env"].get("HOME"):  # its config lives under $HOME: a private HOME isolates it
             real = os.path.realpath(child["env"]["HOME"])

@@ -97,7 +97,8 @@ and ``{{mcp_tools}}`` the ``mcp__<server>__<tool>`` names actually listed.
     ``$CODEX_HOME/config.toml``, else ``~/.codex/config.toml``, with every ``-c``/``--config``
     ``mcp_servers.<name>.<key>=<TOML value>`` override on top; cursor ``$HOME/.cursor/mcp.json``
     and ``./.cursor/mcp.json``; gemini ``mcpServers`` of ``$HOME/.gemini/settings.json`` and
-    ``./.gemini/settings.json``, both also copied into the record's ``mcp_configs``) with the fake's own env plus the config's ``env`` (as the real
+    ``./.gemini/settings.json``, both also copied into the record's ``mcp_configs``; opencode the ``mcp``
+    entries of ``$OPENCODE_CONFIG`` or ``$OPENCODE_CONFIG_CONTENT``) with the fake's own env plus the config's ``env`` (as the real
     CLIs do), speak MCP over stdio (initialize, tools/call each; a call goes to the server
     named by ``server``, else the only one, else the first that lists the tool), and append one
     ``{"kind": "mcp_result", "name", "arguments", "server", "is_error", "text"}`` record per
@@ -228,6 +229,7 @@ VERSIONS = {
     "cursor-agent": "2026.08.11-e8db854",
     "deepseek": "deepseek-harness-sdk 0.2.1rc2",
     "gemini": "0.61.0",
+    "opencode": "1.18.33",
 }
 
 DEFAULT_OVERSIZE_TEMPLATE = {
@@ -850,6 +852,8 @@ class Fake:
             servers.update(self._codex_servers())
         if self.cli == "deepseek":
             servers.update(self._deepseek_servers())
+        if self.cli == "opencode":
+            servers.update(self._opencode_servers())
         for base in (ENVIRON.get("HOME", "/nonexistent"), posix.getcwd()) if self.cli == "cursor-agent" else ():
             path = _join(_join(base, ".cursor"), "mcp.json")
             if _isfile(path):
@@ -909,6 +913,57 @@ class Fake:
             node[parts[-1]] = value
         servers = cfg.get("mcp_servers") or {}
         return {k: v for k, v in servers.items() if isinstance(v, dict)} if isinstance(servers, dict) else {}
+
+    def _opencode_config(self) -> dict:
+        """opencode: the config named by `OPENCODE_CONFIG` (a file), else `OPENCODE_CONFIG_CONTENT`."""
+        for text in (_read_text(ENVIRON["OPENCODE_CONFIG"]) if _isfile(ENVIRON.get("OPENCODE_CONFIG", "")) else "",
+                     ENVIRON.get("OPENCODE_CONFIG_CONTENT", "")):
+            if text.strip():
+                try:
+                    cfg = json_loads(text)
+                except ValueError:
+                    continue
+                if isinstance(cfg, dict):
+                    return cfg
+        return {}
+
+    def _opencode_servers(self) -> dict:
+        """opencode: `mcp.<name>` entries of type local (`command: [argv...]`, `environment`)."""
+        out: dict = {}
+        for name, entry in (self._opencode_config().get("mcp") or {}).items():
+            if isinstance(entry, dict) and entry.get("type") == "local" and entry.get("enabled", True) is not False:
+                command = [str(a) for a in entry.get("command") or []]
+                if command:
+                    out[name] = {"command": command[0], "args": command[1:], "env": entry.get("environment") or {}}
+        return out
+
+    def opencode_plugin_install(self) -> None:
+        """What opencode 1.18.33 does at start in its config dir (`$XDG_CONFIG_HOME/opencode`):
+        unless node_modules is there and package-lock.json lists `@opencode-ai/plugin`, it
+        installs the plugin from the registry (observed: npm's cache under `$HOME/.npm`). The
+        fake leaves the same trace, and records the fetch."""
+        config_home = ENVIRON.get("XDG_CONFIG_HOME") or _join(ENVIRON.get("HOME", "/nonexistent"), ".config")
+        config_dir = _join(config_home, "opencode")
+        installed = False
+        if _isdir(_join(config_dir, "node_modules")) and _isfile(_join(config_dir, "package-lock.json")):
+            try:
+                lock = json_loads(_read_text(_join(config_dir, "package-lock.json")))
+                root = ((lock.get("packages") or {}).get("") or {}).get("dependencies") or {}
+                installed = "@opencode-ai/plugin" in root
+            except (OSError, ValueError, AttributeError):
+                installed = False
+        if installed:
+            return
+        home = ENVIRON.get("HOME", "")
+        if home and _isdir(home):
+            cache = home
+            for part in (".npm", "_cacache", "index-v5"):
+                cache = _join(cache, part)
+                if not _isdir(cache):
+                    posix.mkdir(cache, 0o755)
+        if self.record_path is not None:
+            self._append({"kind": "registry_fetch", "pid": posix.getpid(), "package": "@opencode-ai/plugin",
+                          "dir": config_dir})
 
     def _record_mcp_server(self, client) -> None:
         """The MCP server's pid: the CLI's child, so the session's tree (survivor checks)."""
@@ -1078,6 +1133,8 @@ class Fake:
             eof_mono = time.monotonic()
             self.stdin_eof = True
         self.record_invocation(stdin_type, self.stdin_bytes, eof_mono)
+        if self.cli == "opencode":
+            self.opencode_plugin_install()
         if self.scenario.get("mcp") == "connect":
             self.connect_mcp()
         ph = self.placeholders()

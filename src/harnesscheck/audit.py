@@ -1,7 +1,7 @@
 """Post-run audit: what a harness touched, from its own event log plus the run's facts.
 
 Contract (doc/SPEC-audit.md). One streaming pass (constant memory in the size of the log)
-over the CLI's JSONL event log, for `claude`, `codex`, `cursor` or `gemini`, plus facts the runner
+over the CLI's JSONL event log, for `claude`, `codex`, `cursor`, `gemini` or `opencode`, plus facts the runner
 collected: scope root, read-only, the bridge's trace summary, worktree snapshots before and
 after (hash + mtime of every file, untracked and ignored included), sentinel files outside
 the scope, instruction files the CLI may have loaded. The verdict is an `AuditVerdict`:
@@ -64,7 +64,7 @@ INFO_CODES: frozenset[str] = frozenset(
 #: ignorable (conformance parse.unknown-events-ignored), and the verdict still says unclean.
 DRIFT_CODES: frozenset[str] = frozenset({"unknown_tool_event", "bridge_call_without_tool_use"})
 BRIDGE_SERVER = "bridge"
-CLIS: tuple[str, ...] = ("claude", "codex", "cursor", "deepseek", "gemini")
+CLIS: tuple[str, ...] = ("claude", "codex", "cursor", "deepseek", "gemini", "opencode")
 _CLI_ALIASES = {"claude-code": "claude", "cursor-agent": "cursor"}
 
 #: At most this many flags per code are kept; the last one says how many more were seen.
@@ -357,6 +357,12 @@ _GEMINI_OTHER_NATIVE = frozenset(
 )
 #: `tool_result.error.type` values with which gemini-cli refused a call without running it.
 _GEMINI_REFUSED_TYPES = frozenset({"tool_not_registered", "invalid_tool_params"})
+#: opencode 1.18's built-ins (the 10 it offered by default at loopback, plus the ones other
+#: configurations or builds register); an MCP tool is `<server>_<tool>` (bridge: `bridge_*`).
+_OPENCODE_READ_TOOLS = frozenset({"read", "glob", "grep", "list", "lsp", "todoread", "todowrite"})
+_OPENCODE_WRITE_TOOLS = frozenset({"edit", "write", "patch", "apply_patch", "multiedit"})
+_OPENCODE_SHELL_TOOLS = frozenset({"bash"})
+_OPENCODE_OTHER_NATIVE = frozenset({"webfetch", "websearch", "codesearch", "task", "skill", "question", "batch", "invalid"})
 #: The CLI's own words refusing a disabled built-in, each seen in a recorded refusal
 #: (fixtures/claude, fixtures/claude/drift/<version>.json; tests/test_loopback_drift_facts.py
 #: fails on a marker no recording shows): claude 2.1.197 "Read exists but is not enabled in
@@ -391,7 +397,8 @@ class Auditor:
         self._codex_started: dict[str, str] = {}  # codex command items seen started, not completed
         self._markers = _MARKERS[cli]
         self._handle = {"claude": self._claude, "codex": self._codex, "cursor": self._cursor,
-                        "deepseek": self._deepseek, "gemini": self._gemini}[cli]
+                        "deepseek": self._deepseek, "gemini": self._gemini,
+                        "opencode": self._opencode}[cli]
 
     # -- flags --------------------------------------------------------------------------
 
@@ -645,6 +652,32 @@ class Auditor:
             args = {}
         self._native_used(name, args, shell=name in _DSH_SHELL_TOOLS, write=name in _DSH_WRITE_TOOLS,
                           known=name in _DSH_READ_TOOLS | _DSH_WRITE_TOOLS | _DSH_SHELL_TOOLS | _DSH_OTHER_NATIVE)
+    # -- opencode -----------------------------------------------------------------------
+
+    def _opencode(self, ev: dict) -> None:
+        """`opencode run --format json`: a tool call is one `tool_use` event (on completion or
+        error) whose `part.tool` is a built-in name or `<mcp server>_<tool>`."""
+        kind = str(ev.get("type", ""))
+        if kind != "tool_use":
+            if "tool" in kind:
+                self.flag("unknown_tool_event", f"opencode event type {kind!r}")
+            return
+        part = ev.get("part") if isinstance(ev.get("part"), dict) else {}
+        name = str(part.get("tool") or "")
+        if not name:
+            self.flag("unknown_tool_event", "opencode tool_use without a tool")
+            return
+        if not self._new_id(str(part.get("callID") or part.get("id") or "") or None):
+            return
+        state = part.get("state") if isinstance(part.get("state"), dict) else {}
+        if name.startswith(BRIDGE_SERVER + "_"):
+            self.bridge_tool_uses += 1
+            return
+        known = name in _OPENCODE_READ_TOOLS | _OPENCODE_WRITE_TOOLS | _OPENCODE_SHELL_TOOLS | _OPENCODE_OTHER_NATIVE
+        if not known and "_" in name:
+            self.flag("foreign_mcp_tool", f"opencode MCP-style tool {name!r} (not the {BRIDGE_SERVER} server)")
+        self._native_used(name, state.get("input"), shell=name in _OPENCODE_SHELL_TOOLS,
+                          write=name in _OPENCODE_WRITE_TOOLS, known=known)
 
     # -- gemini -------------------------------------------------------------------------
 
@@ -771,6 +804,7 @@ _MARKERS: dict[str, tuple[bytes, ...]] = {
     "cursor": (b"tool",),
     "deepseek": (b"tool/call",),
     "gemini": (b"tool",),
+    "opencode": (b"tool",),
 }
 
 

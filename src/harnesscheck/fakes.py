@@ -16,7 +16,8 @@ from pathlib import Path
 from harnesscheck.paths import fake_clis_dir, fixtures_dir
 
 #: fake executable name -> fixtures/ sub-directory
-FIXTURE_DIRS = {"claude": "claude", "codex": "codex", "cursor-agent": "cursor", "deepseek": "deepseek", "gemini": "gemini"}
+FIXTURE_DIRS = {"claude": "claude", "codex": "codex", "cursor-agent": "cursor", "deepseek": "deepseek", "gemini": "gemini",
+                "opencode": "opencode"}
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,23 @@ def load_fixture(cli_name: str, scenario: str) -> dict:
     return json.loads(fixture_path(cli_name, scenario).read_text(encoding="utf-8"))
 
 
+def fake_plugin_deps(dest_dir: Path, version: str) -> Path:
+    """Beside a fake `opencode`, the pre-filled plugin dir `install-clis` writes beside the
+    real one (providers/opencode.py PLUGIN_DEPS_DIR): manifest, lock and the plugin package
+    at the CLI's version (its manifest only: the fake loads no plugin)."""
+    from harnesscheck.providers.opencode import PLUGIN_DEPS_DIR, PLUGIN_PACKAGE
+
+    root = Path(dest_dir) / PLUGIN_DEPS_DIR
+    pkg = root / "node_modules" / PLUGIN_PACKAGE
+    pkg.mkdir(parents=True, exist_ok=True)
+    deps = {PLUGIN_PACKAGE: version}
+    (root / "package.json").write_text(json.dumps({"dependencies": deps}), encoding="utf-8")
+    (root / "package-lock.json").write_text(json.dumps({"lockfileVersion": 3, "packages": {
+        "": {"dependencies": deps}, f"node_modules/{PLUGIN_PACKAGE}": {"version": version}}}), encoding="utf-8")
+    (pkg / "package.json").write_text(json.dumps({"name": PLUGIN_PACKAGE, "version": version}), encoding="utf-8")
+    return root
+
+
 def install_fake_cli(cli_name: str, scenario: Path | dict | str, dest_dir: Path) -> FakeCli:
     """Create dest_dir/<cli_name> (a wrapper running the fake engine) and its sidecar.
 
@@ -103,6 +121,9 @@ def install_fake_cli(cli_name: str, scenario: Path | dict | str, dest_dir: Path)
         encoding="utf-8",
     )
     wrapper.chmod(0o755)
+    if cli_name == "opencode":
+        data = scenario if isinstance(scenario, dict) else json.loads(scenario_path.read_text(encoding="utf-8"))
+        fake_plugin_deps(dest_dir, str(data.get("version") or "1.18.33"))
     Path(str(wrapper) + ".scenario.json").write_text(
         json.dumps({"scenario": str(scenario_path), "record": str(record)}), encoding="utf-8"
     )

@@ -158,6 +158,28 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             description="API-keyed CLI; built-ins removed by settings, host tools through the MCP bridge.",
         ),
         ProviderSpec(
+            id="opencode",
+            kind=Kind.harness,
+            label="opencode (opencode run)",
+            factory="harnesscheck.providers.opencode:OpencodeTransport",
+            capabilities=frozenset(
+                {
+                    C.mcp_tools,
+                    C.builtin_tools_off,  # "tools": {name: false} + permission deny; checked at the wire
+                    C.usage_reporting,
+                    C.cost_reporting,
+                    C.cancellation,
+                    C.config_isolation,
+                }
+            ),
+            cli_name="opencode",
+            cli_package="opencode-ai",
+            min_version="1.18.0",
+            max_version="2.0.0",
+            pinned_version="1.18.33",
+            description="BYOK CLI; per-run config and plugin cache, built-ins off, host tools through the MCP bridge.",
+        ),
+        ProviderSpec(
             id="fake",
             kind=Kind.api,
             label="Fake (in-process, scripted)",

@@ -157,6 +157,9 @@ MUTANTS: dict[str, frozenset[str]] = {
         "env.provider-keys-stripped", "env.nesting-vars-stripped", "env.worktree-not-cwd",
     ),
     "tests.mutants.gemini:trusts_exit_zero": _ids("parse.truncated-last-line"),
+    "tests.mutants.opencode:leaves_its_builtins_on": _ids("audit.only-scope-tools-offered"),
+    "tests.mutants.opencode:keeps_the_host_home": _ids("env.config-home-isolated", "env.host-credentials-unreachable"),
+    "tests.mutants.opencode:reads_success_from_exit_zero": _ids("parse.truncated-last-line"),
 }
 
 #: For the CLI-based mutants (a fake CLI per session is slow): the test file and the `-k`
@@ -190,6 +193,9 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.harness:crash_counts_as_success": ("test_errors.py", "crash or auth_blocks"),
     "tests.mutants.harness:ignores_the_api_key_source": ("test_env.py", "auth_source or stripped"),
     "tests.mutants.harness:trusts_any_cli_path": ("test_selection.py", "cli_version or cli_missing or batch or registry"),
+    "tests.mutants.opencode:leaves_its_builtins_on": ("test_audit.py", "only_scope or declines"),
+    "tests.mutants.opencode:keeps_the_host_home": ("test_env.py", "credentials or config_home or stripped"),
+    "tests.mutants.opencode:reads_success_from_exit_zero": ("test_parse.py test_errors.py", "truncated or exit0 or crash"),
     "tests.mutants.harness:leaves_stdin_open": ("test_time.py", "not_left_open"),
     "tests.mutants.harness:ignores_the_concurrency_cap": ("test_concurrency.py", "cap_holds or parallel"),
     "tests.mutants.harness:loads_the_worktree_dotenv": ("test_env.py", "worktree or argv"),

@@ -26,7 +26,8 @@ from harnesscheck.contracts import Usage
 from harnesscheck.kit.adapters import BackendUnderTest, Facts, Progress, SessionRun, Setup, SkipCell
 
 #: registry cli_name -> fake executable name (fixtures dir is harnesscheck.fakes.FIXTURE_DIRS)
-FAKE_NAMES = {"claude": "claude", "codex": "codex", "cursor-agent": "cursor-agent", "deepseek": "deepseek", "gemini": "gemini"}
+FAKE_NAMES = {"claude": "claude", "codex": "codex", "cursor-agent": "cursor-agent", "deepseek": "deepseek", "gemini": "gemini",
+              "opencode": "opencode"}
 
 
 def offline_cli_version(spec) -> str | None:
@@ -102,6 +103,15 @@ def fixture_facts(cli: str, scenario: dict, requested: str | None) -> Facts:
                          output=int(u.get("output_tokens", 0)))
             codex_usage = turn if codex_usage is None else codex_usage + turn
             facts.usage = codex_usage
+        if cli == "opencode" and event.get("type") == "step_finish" and isinstance((event.get("part") or {}).get("tokens"), dict):
+            t = event["part"]["tokens"]
+            cache = t.get("cache") or {}
+            step = Usage(input=int(t.get("input", 0)), output=int(t.get("output", 0)),
+                         cache_read=int(cache.get("read", 0)), cache_write=int(cache.get("write", 0)))
+            facts.usage = step if facts.usage is None else facts.usage + step
+            cost = event["part"].get("cost")
+            if isinstance(cost, (int, float)):
+                facts.cost_usd = (facts.cost_usd or 0.0) + float(cost)
         if cli == "cursor-agent" and event.get("type") == "result" and isinstance(event.get("usage"), dict):
             u = event["usage"]
             facts.usage = Usage(input=int(u.get("inputTokens", 0)), output=int(u.get("outputTokens", 0)))
@@ -147,6 +157,10 @@ def stall_text(cli: str, scenario: dict) -> str | None:
         if cli == "gemini" and event.get("type") == "message" and event.get("role") == "assistant":
             if str(event.get("content", "")).strip():
                 return str(event["content"])
+        if cli == "opencode" and event.get("type") == "text":
+            text = str((event.get("part") or {}).get("text", ""))
+            if text.strip():
+                return text
         if cli == "codex" and event.get("type") == "item.completed":
             item = event.get("item") or {}
             if item.get("type") == "agent_message" and str(item.get("text", "")).strip():
@@ -270,7 +284,8 @@ HOST_CREDENTIALS = {
     ".gemini/oauth_creds.json": '{{"access_token": "{c}-gemini-oauth", "refresh_token": "{c}-gemini-refresh"}}\n',
     ".gemini/settings.json": '{{"mcpServers": {{"host-evil": {{"command": "/bin/false", "args": ["{c}-gemini-settings"]}}}}}}\n',
 }
-LOGIN_FILES = {"claude": (".claude/.credentials.json",), "codex": (".codex/auth.json",), "cursor-agent": (), "gemini": ()}
+LOGIN_FILES = {"claude": (".claude/.credentials.json",), "codex": (".codex/auth.json",), "cursor-agent": (), "gemini": (),
+               "opencode": (".local/share/opencode/auth.json",)}
 
 
 def hostile_home(home: Path, canary: str) -> None:
@@ -563,6 +578,11 @@ class HarnessAdapter(BackendUnderTest):
             for path in sorted(Path(run_dir).rglob("*")):
                 if path.is_file() and (path.name in ("config.toml", "dsh-patch.yml") or path.name.endswith("mcp.json")):
                     servers.update(_servers_from_file(path))
+        for config in _opencode_configs(run):
+            for name, entry in (config.get("mcp") or {}).items():
+                if isinstance(entry, dict) and entry.get("type") == "local" and entry.get("command"):
+                    cmd = [str(a) for a in entry["command"]]
+                    servers[name] = {"command": cmd[0], "args": cmd[1:], "env": entry.get("environment") or {}}
         return servers
 
     def tools_offered(self, run: SessionRun):
@@ -579,6 +599,8 @@ class HarnessAdapter(BackendUnderTest):
         def bridged(tool: str) -> str | None:
             return next((tool[len(p):] for p in prefixes if tool.startswith(p)), None)
 
+        if self.spec.cli_name == "opencode":
+            return _opencode_offered(run, self.mcp_servers(run), prefixes)
         for child in run.children:
             argv = child.get("argv", [])
             if "--allowedTools" in argv:
@@ -676,6 +698,48 @@ def _record_lines(path) -> list[dict]:
         if isinstance(rec, dict):
             out.append(rec)
     return out
+
+
+def _opencode_configs(run: SessionRun) -> list[dict]:
+    """The opencode configs the CLI was given: `$OPENCODE_CONFIG` (a file), `$OPENCODE_CONFIG_CONTENT`."""
+    out = []
+    for child in run.children:
+        env = child.get("env") or {}
+        texts = [env.get("OPENCODE_CONFIG_CONTENT") or ""]
+        if env.get("OPENCODE_CONFIG"):
+            try:
+                texts.append(Path(env["OPENCODE_CONFIG"]).read_text(encoding="utf-8"))
+            except OSError:
+                pass
+        for text in texts:
+            try:
+                config = json.loads(text) if text.strip() else None
+            except ValueError:
+                config = None
+            if isinstance(config, dict):
+                out.append(config)
+    return out
+
+
+def _opencode_offered(run: SessionRun, servers: dict, prefixes: list[str]) -> list[str] | None:
+    """opencode: the tools the bridge listed to the CLI (its own trace), every other MCP server
+    configured (as `mcp:<name>`), and each built-in opencode 1.18.33 offers by default that the
+    config does not switch off (`"tools": {name: false}`), as `builtin:<name>`."""
+    from harnesscheck.providers.opencode import BUILTIN_TOOLS
+
+    configs = _opencode_configs(run)
+    if not configs and not run.children:
+        return None
+    off: set[str] = set()
+    for config in configs:
+        off.update(name for name, on in (config.get("tools") or {}).items() if on is False)
+    offered = [f"builtin:{name}" for name in BUILTIN_TOOLS if name not in off]
+    listed: dict[str, None] = {}
+    for rec in run.trace:  # what the bridge listed to the CLI: the MCP tools the model got
+        if rec.get("event") == "bridge_listed":
+            listed.update(dict.fromkeys(str(t) for t in rec.get("tools") or []))
+    foreign = [f"mcp:{name}" for name in servers if name != "bridge"]
+    return offered + foreign + list(listed)
 
 
 def _servers_from_file(path: Path) -> dict[str, dict]:

@@ -85,6 +85,8 @@ def loopback_scenario(cli: str, name: str, ws: Any, tool_calls: list | None = No
             call = ToolCall("Read", {"file_path": str(ws.secret)}, builtin=True)
         elif cli == "gemini":
             call = ToolCall("run_shell_command", {"command": f"cat {ws.secret}"}, builtin=True)
+        elif cli == "opencode":
+            call = ToolCall("read", {"filePath": str(ws.secret)}, builtin=True)
         else:
             call = ToolCall("exec_command", {"cmd": f"cat {ws.secret}"}, builtin=True)
         return Scenario(name, (Turn(tool_calls=(call,), usage=usage), done))
@@ -284,13 +286,16 @@ def loopback_transport(spec, settings, *, cli_path: Path, endpoint: LoopbackEndp
 
 
 def wire_to_scope_name(name: str) -> str:
-    """`mcp__bridge__read_file` / `mcp__bridge/read_file` / `mcp_bridge_read_file` (gemini)
+    """`mcp__bridge__read_file` / `mcp__bridge/read_file` / `mcp_bridge_read_file` (gemini) /
+    `bridge_read_file` (opencode)
     -> `read_file`; others unchanged."""
     flat = f"mcp__{BRIDGE_SERVER}__"
     if name.startswith(flat):
         return name[len(flat) :]
     if name.startswith(f"mcp_{BRIDGE_SERVER}_"):
         return name[len(f"mcp_{BRIDGE_SERVER}_") :]
+    if name.startswith(f"{BRIDGE_SERVER}_"):
+        return name[len(BRIDGE_SERVER) + 1 :]
     if name.startswith(f"mcp__{BRIDGE_SERVER}/"):
         return name.split("/", 1)[1]
     return name

@@ -10,7 +10,9 @@ that names an npm package) and the second columns the registry keeps verified be
 Idempotent: a release whose binary prints its version is not installed again. npm runs
 with no install scripts, no audit, no funding notice and exact versions, at log level
 `warn` (its engine warnings stay visible); then only the pinned packages' own postinstall
-runs, explicitly (claude-code's puts its native binary in place).
+runs, explicitly (claude-code's puts its native binary in place). A CLI that would fetch
+packages of its own at each session start (opencode: `@opencode-ai/plugin` into its config
+dir) gets them pre-installed beside it (`RUNTIME_DEPS`), so sessions never reach a registry.
 
 A cache from before the side-by-side layout (`<cache>/node_modules/`) is still found for
 the version it holds.
@@ -112,13 +114,44 @@ def runs_at_version(dest: Path, c: PinnedCli) -> bool:
 
 
 def missing(dest: Path, clis: list[PinnedCli]) -> list[PinnedCli]:
-    """The releases not present (at their version, with a working binary) in dest."""
+    """The releases not present (at their version, with a working binary and the runtime
+    packages it would otherwise download per session) in dest."""
     out = []
     for c in clis:
         prefix = release_prefix(dest, c)
-        if prefix is None or not runs_at_version(prefix, c):
+        if prefix is None or not runs_at_version(prefix, c) or not runtime_deps_ready(prefix, c):
             out.append(c)
     return out
+
+
+#: CLIs that install packages of their own at run time, from the registry, into their
+#: config dir: what to pre-install beside the CLI, so a session never reaches a registry.
+#: cli_name -> (directory beside the prefix, package at the CLI's own version).
+RUNTIME_DEPS = {"opencode": ("opencode-plugin-deps", "@opencode-ai/plugin")}
+
+
+def runtime_deps_ready(prefix: Path, c: PinnedCli) -> bool:
+    """True when `c` needs no runtime package, or its pre-fill is complete (installed, locked)."""
+    if c.cli_name not in RUNTIME_DEPS:
+        return True
+    from harnesscheck.providers.opencode import plugin_deps_ready
+
+    return plugin_deps_ready(Path(prefix) / RUNTIME_DEPS[c.cli_name][0], c.version)
+
+
+def install_runtime_deps(npm: str, prefix: Path, c: PinnedCli) -> int:
+    """Pre-install the package `c` would fetch at each session start (opencode: its plugin
+    package into the config dir) into `<prefix>/<dir>/`, with a package-lock.json (opencode
+    reinstalls a config dir whose lock lacks a dependency). Install scripts stay off."""
+    if c.cli_name not in RUNTIME_DEPS:
+        return 0
+    dirname, package = RUNTIME_DEPS[c.cli_name]
+    target = Path(prefix) / dirname
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "package.json").write_text(json.dumps({"dependencies": {package: c.version}}) + "\n", encoding="utf-8")
+    argv = [npm, "install", "--no-audit", "--no-fund", "--save-exact", "--ignore-scripts", "--loglevel=warn"]
+    proc = subprocess.run(argv, stdin=subprocess.DEVNULL, env=_npm_env(), cwd=str(target))
+    return 0 if proc.returncode == 0 and runtime_deps_ready(prefix, c) else 3
 
 
 def run_postinstall(dest: Path, c: PinnedCli, node: str) -> int:
@@ -135,6 +168,8 @@ def run_postinstall(dest: Path, c: PinnedCli, node: str) -> int:
     if not script:
         return 0
     parts = script.split()
+    if len(parts) == 2 and parts[1].startswith("./"):
+        parts[1] = parts[1][2:]  # opencode-ai's `node ./postinstall.mjs`: the same file in the package dir
     if len(parts) != 2 or parts[0] != "node" or "/" in parts[1] or not (pkg_dir / parts[1]).is_file():
         print(f"install-clis: {c.package}: unexpected postinstall {script!r}; not run", file=sys.stderr)
         return 3
@@ -332,6 +367,10 @@ def install(dest: Path | None = None, *, out=None, backend: str | None = None, v
             return 3
         if run_postinstall(prefix, c, node) != 0:
             print(f"install-clis: the postinstall of {c.spec} failed", file=sys.stderr)
+            return 3
+        if install_runtime_deps(npm, prefix, c) != 0:
+            print(f"install-clis: the runtime packages of {c.spec} ({RUNTIME_DEPS[c.cli_name][1]}) failed to install",
+                  file=sys.stderr)
             return 3
     still = missing(dest, clis)
     if still:

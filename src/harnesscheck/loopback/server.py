@@ -11,6 +11,8 @@ Paths: POST /v1/messages (also ?beta=true), POST /v1/messages/count_tokens,
 POST /v1/responses, POST /v1/chat/completions, GET /v1/models (a one-model list),
 POST /v1beta/models/<model>:streamGenerateContent?alt=sse and :generateContent (Gemini;
 the model is named in the path), :countTokens (a fixed count).
+A tool-less session-title side request (opencode's) is answered with a title and is not a
+turn: it never gets the script's turn and is left out of turn_requests() and the usage.
 Anything else: 404, recorded.
 """
 
@@ -32,6 +34,8 @@ CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "x-goog
 
 #: A closing answer served when the script is exhausted.
 _CLOSING = Turn(text="(loopback script exhausted)")
+#: The answer to a session-title side request (wire.is_title_request).
+_TITLE = Turn(text="harnesscheck session")
 
 
 @dataclass
@@ -68,6 +72,8 @@ class RecordedRequest:
     headers: dict[str, str] = field(default_factory=dict)
     #: The body as sent (decoded); for in-memory assertions only.
     body_text: str = ""
+    #: A side request the server answered outside the script ("title"), else None.
+    side_request: str | None = None
 
     @property
     def is_turn(self) -> bool:
@@ -93,6 +99,7 @@ class RecordedRequest:
             "credentials_present": self.credentials_present,
             "credential_matches": self.credential_matches,
             "canary_hits": self.canary_hits,
+            "side_request": self.side_request,
         }
 
 
@@ -163,6 +170,12 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve_turn(self, rec: RecordedRequest, body: dict, protocol: str) -> None:
         owner = self.server.owner
         owner.last_request_at = time.monotonic()
+        if wire.is_title_request(protocol, body):
+            # A session-title side request: answered with a title, never with the script's
+            # turn, and not a turn (usage, tools offered and turn counts leave it out).
+            rec.side_request = "title"
+            self._answer(rec, body, protocol, _TITLE, rec.model or "loopback-model")
+            return
         index = wire.history_turns(protocol, body)
         turn = owner.scenario.turn(index) or _CLOSING
         rec.turn_index = index
@@ -181,6 +194,10 @@ class _Handler(BaseHTTPRequestHandler):
         if protocol == wire.GEMINI:
             self._serve_gemini(rec, turn, model)
             return
+        self._answer(rec, body, protocol, turn, model)
+
+    def _answer(self, rec: RecordedRequest, body: dict, protocol: str, turn: Turn, model: str) -> None:
+        owner = self.server.owner
         if not rec.stream:
             if turn.hang:
                 owner.note_stall()

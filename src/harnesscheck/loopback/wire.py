@@ -85,8 +85,8 @@ def resolve_wire_name(call: ToolCall, offered: list[str], protocol: str) -> tupl
     """(name, namespace) the scripted call uses on the wire.
 
     A built-in is named verbatim. A bridge tool is matched against what the request
-    offered: `mcp__bridge__read_file` (claude), `mcp__bridge/read_file` (a codex
-    namespace tool: name `read_file`, namespace `mcp__bridge`). When nothing matches:
+    offered: `mcp__bridge__read_file` (claude), `bridge_read_file` (opencode),
+    `mcp__bridge/read_file` (a codex namespace tool: name `read_file`, namespace `mcp__bridge`). When nothing matches:
     Responses uses the namespace form (codex may defer MCP tools behind tool_search),
     the others the claude form (the CLI must then refuse an unknown tool)."""
     if call.builtin:
@@ -95,8 +95,8 @@ def resolve_wire_name(call: ToolCall, offered: list[str], protocol: str) -> tupl
     if protocol == GEMINI:
         flat = f"mcp_{BRIDGE_SERVER}_{call.name}"  # gemini-cli's qualified MCP tool name
     for name in offered:
-        if name == flat:
-            return flat, None
+        if name in (flat, f"{BRIDGE_SERVER}_{call.name}"):  # claude's form, opencode's `<server>_<tool>`
+            return name, None
         if "/" in name:
             ns, _, sub = name.partition("/")
             if sub == call.name and ns.startswith(f"mcp__{BRIDGE_SERVER}"):
@@ -113,6 +113,22 @@ def resolve_wire_name(call: ToolCall, offered: list[str], protocol: str) -> tupl
 
 # ---------------------------------------------------------------------------------------
 # How many model turns the request's history holds
+
+
+#: How a side request for a session title opens its system prompt (opencode 1.18.33 sends
+#: one, tool-less, before the turn unless `run --title` names the session).
+TITLE_REQUEST_MARKERS = ("You are a title generator",)
+
+
+def is_title_request(protocol: str, body: dict) -> bool:
+    """A tool-less request asking only for a session title (not a model turn of the task)."""
+    if offered_tools(protocol, body):
+        return False
+    for m in body.get("messages") or []:
+        if isinstance(m, dict) and m.get("role") == "system":
+            return _text_of(m.get("content")).lstrip().startswith(TITLE_REQUEST_MARKERS)
+    system = body.get("system")
+    return _text_of(system).lstrip().startswith(TITLE_REQUEST_MARKERS) if system else False
 
 
 def history_turns(protocol: str, body: dict) -> int:

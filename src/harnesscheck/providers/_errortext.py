@@ -56,7 +56,7 @@ RULES: tuple[tuple[ErrorClass, re.Pattern[str]], ...] = tuple(
             ErrorClass.network,
             r"waiting for network|error sending request|connection (?:refused|reset|closed)|"
             r"stream disconnected|dns error|failed to lookup address|network is unreachable|"
-            r"ssl_error|tls handshake|curl: \(\d+\)",
+            r"ssl_error|tls handshake|curl: \(\d+\)|econnrefused|unable to connect|cannot connect to api",
         ),
     )
 )
