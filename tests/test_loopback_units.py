@@ -22,7 +22,7 @@ def test_pinned_versions_come_from_the_registry():
     from harnesscheck.registry import get_spec
 
     pinned = {c.backend: c for c in install.pinned_clis()}
-    assert {"claude-code", "codex", "gemini"} <= set(pinned)
+    assert {"claude-code", "codex", "gemini", "opencode"} <= set(pinned)
     for backend, c in pinned.items():
         spec = get_spec(backend)
         assert (c.package, c.version, c.cli_name) == (spec.cli_package, spec.pinned_version, spec.cli_name)

@@ -279,3 +279,38 @@ def test_the_scripted_server_answers_a_title_request_outside_the_script():
         turns = srv.turn_requests()
         assert len(turns) == 1 and turns[0].tools == ["bridge_read_file"]
         assert srv.served_usage_total().input == 5
+
+
+def test_install_clis_counts_a_missing_plugin_prefill_as_not_installed(tmp_path):
+    """`install-clis` pre-fills the plugin beside the CLI; a release without it is missing."""
+    from harnesscheck.fakes import fake_plugin_deps
+    from harnesscheck.loopback import install
+
+    c = install.PinnedCli("opencode", "opencode", "opencode-ai", "1.18.33")
+    assert install.RUNTIME_DEPS["opencode"] == (PLUGIN_DEPS_DIR, PLUGIN_PACKAGE)
+    assert not install.runtime_deps_ready(tmp_path, c)
+    fake_plugin_deps(tmp_path, "1.18.33")
+    assert install.runtime_deps_ready(tmp_path, c)
+    assert not install.runtime_deps_ready(tmp_path, install.PinnedCli("opencode", "opencode", "opencode-ai", "1.18.34"))
+    other = install.PinnedCli("codex", "codex", "@openai/codex", "0.171.0")
+    assert install.runtime_deps_ready(tmp_path / "nowhere", other)  # nothing to pre-fill
+
+
+def test_postinstall_of_the_form_node_dot_slash_file_is_run(tmp_path):
+    """opencode-ai's `node ./postinstall.mjs` is the package's own file: run, with node, in its dir."""
+    from harnesscheck.loopback import install
+
+    pkg = tmp_path / "node_modules" / "opencode-ai"
+    pkg.mkdir(parents=True)
+    (pkg / "package.json").write_text(json.dumps({"scripts": {"postinstall": "node ./postinstall.mjs"}}))
+    (pkg / "postinstall.mjs").write_text("require('fs').writeFileSync('ran', 'yes')\n")
+    c = install.PinnedCli("opencode", "opencode", "opencode-ai", "1.18.33")
+    import shutil
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("no node here")
+    (pkg / "postinstall.mjs").write_text("import fs from 'fs'; fs.writeFileSync('ran', 'yes')\n")
+    assert install.run_postinstall(tmp_path, c, node) == 0 and (pkg / "ran").read_text() == "yes"
+    (pkg / "package.json").write_text(json.dumps({"scripts": {"postinstall": "node ../evil.mjs"}}))
+    assert install.run_postinstall(tmp_path, c, node) == 3

@@ -22,7 +22,7 @@ from harnesscheck.contracts import (
     UnknownBackend,
 )
 
-BUILTINS = {"api", "claude-code", "codex", "cursor", "deepseek", "fake", "gemini"}
+BUILTINS = {"api", "claude-code", "codex", "cursor", "deepseek", "fake", "gemini", "opencode"}
 
 
 def test_builtin_ids() -> None:
