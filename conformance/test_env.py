@@ -75,7 +75,8 @@ def test_config_home_isolated(but):
     home = os.path.realpath(run.parent_env.get("HOME") or os.path.expanduser("~"))
     for child in run.children:
         # opencode's config home is $XDG_CONFIG_HOME/opencode (it has no variable of its own for it)
-        dirs = [child["env"].get(k) for k in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "CURSOR_CONFIG_DIR", "XDG_CONFIG_HOME")]
+        dirs = [child["env"].get(k) for k in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "CURSOR_CONFIG_DIR", "XDG_CONFIG_HOME",
+                                              "ZCODE_DATA_BASE_DIR")]
         dirs = [d for d in dirs if d]
         if not dirs and child["env"].get("HOME"):  # its config lives under $HOME: a private HOME isolates it
             real = os.path.realpath(child["env"]["HOME"])
@@ -84,7 +85,7 @@ def test_config_home_isolated(but):
         assert dirs, "no per-run config home was set for the CLI"
         for d in dirs:
             real = os.path.realpath(d)
-            for user_dir in (".claude", ".codex", ".cursor", ".config"):
+            for user_dir in (".claude", ".codex", ".cursor", ".zcode", ".config"):
                 assert not real.startswith(os.path.join(home, user_dir)), f"config home {d} is the user's"
 
 

@@ -230,6 +230,7 @@ VERSIONS = {
     "deepseek": "deepseek-harness-sdk 0.2.1rc2",
     "gemini": "0.61.0",
     "opencode": "1.18.33",
+    "zcode": "0.16.9",
 }
 
 DEFAULT_OVERSIZE_TEMPLATE = {
@@ -817,7 +818,8 @@ class Fake:
         return {"steps": []}
 
     def placeholders(self) -> dict:
-        model = _flag_value(self.argv, "--model", "-m") or self.scenario.get("default_model") or ""
+        model = (_flag_value(self.argv, "--model", "-m") or (self._zcode_model() if self.cli == "zcode" else None)
+                 or self.scenario.get("default_model") or "")
         allowed = _flag_value(self.argv, "--allowedTools", "--allowed-tools")
         servers = self.mcp_status
         if servers is None:
@@ -831,11 +833,54 @@ class Fake:
             "cwd": posix.getcwd(),
             "session_id": self.session_id,
             "pid": str(posix.getpid()),
-            "prompt": self.stdin_text or _positional_prompt(self.argv) or "",
+            "prompt": self.stdin_text or _positional_prompt(self.argv) or self._flag_prompt(),
             "allowed_tools": [t for t in (allowed or "").split(",") if t],
             "mcp_server_names": servers,
             "mcp_tools": [f"mcp__{n}__{t}" for n, c in self.mcp.items() for t in c.tools],
         }
+
+    def _flag_prompt(self) -> str:
+        """zcode: the `--prompt=` argument, then each `--attach` file's text (PROMPT.md)."""
+        if self.cli != "zcode":
+            return ""
+        parts = [_flag_value(self.argv, "--prompt") or ""]
+        for path in _flag_values(self.argv, "--attach"):
+            try:
+                parts.append(_read_text(path))
+            except OSError:
+                pass
+        return "\n".join(p for p in parts if p)
+
+    def _zcode_model(self) -> str | None:
+        """zcode has no --model: the personal provider config (ZCODE_PERSONAL_PROVIDER_CONFIG_FILE)
+        pins it, and only with `options.reasoningLevel` (without it zcode falls back to its first
+        catalog model without a word: here the scenario's default_model)."""
+        path = ENVIRON.get("ZCODE_PERSONAL_PROVIDER_CONFIG_FILE")
+        if not path or not _isfile(path):
+            return None
+        try:
+            pick = json_loads(_read_text(path))["config"]["defaultModelSelection"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if not isinstance(pick, dict) or not (pick.get("options") or {}).get("reasoningLevel"):
+            return None
+        return pick.get("modelId") if isinstance(pick.get("modelId"), str) else None
+
+    def _zcode_servers(self) -> dict:
+        """zcode: `mcp.servers` of the user config (`$ZCODE_DATA_BASE_DIR/config.json`, else
+        `~/.zcode/config.json`), then of the project config `<cwd>/.zcode/config.json` (the
+        `--cwd` dir, else the process cwd) on top."""
+        data = ENVIRON.get("ZCODE_DATA_BASE_DIR") or _join(ENVIRON.get("HOME", "/nonexistent"), ".zcode")
+        project = _flag_value(self.argv, "--cwd") or posix.getcwd()
+        servers: dict = {}
+        for path in (_join(data, "config.json"), _join(_join(project, ".zcode"), "config.json")):
+            if _isfile(path):
+                try:
+                    found = (json_loads(_read_text(path)).get("mcp") or {}).get("servers") or {}
+                    servers.update({k: v for k, v in found.items() if isinstance(v, dict)})
+                except (OSError, ValueError, AttributeError):
+                    pass
+        return servers
 
     def _mcp_servers(self) -> dict:
         """{name: entry} from wherever this CLI reads MCP servers: claude `--mcp-config` (file
@@ -854,6 +899,8 @@ class Fake:
             servers.update(self._deepseek_servers())
         if self.cli == "opencode":
             servers.update(self._opencode_servers())
+        if self.cli == "zcode":
+            servers.update(self._zcode_servers())
         for base in (ENVIRON.get("HOME", "/nonexistent"), posix.getcwd()) if self.cli == "cursor-agent" else ():
             path = _join(_join(base, ".cursor"), "mcp.json")
             if _isfile(path):
@@ -1050,12 +1097,23 @@ class Fake:
                 "stdin_bytes": stdin_bytes,
                 "stdin_eof_mono": stdin_eof_mono,
                 "mcp_configs": configs,
+                "attachments": self._attachments(),
                 "cwd_entries": sorted(posix.listdir(".")),
                 "config_dirs": _config_dirs(),
                 "ts": time.time(),
                 "mono": time.monotonic(),
             }
         )
+
+    def _attachments(self) -> dict:
+        """zcode `--attach` files at start: {path: text (up to 1 MiB)}."""
+        out = {}
+        for path in _flag_values(self.argv, "--attach") if self.cli == "zcode" else ():
+            try:
+                out[path] = _read_text(path)[:RECORDED_STDIN_LIMIT]
+            except OSError as exc:
+                out[path] = f"<unreadable: {exc.__class__.__name__}>"
+        return out
 
     def record_step(self, index: int, step: dict) -> None:
         """One progress line: this step is done (for hang/exit: about to happen)."""

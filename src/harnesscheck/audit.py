@@ -1,7 +1,7 @@
 """Post-run audit: what a harness touched, from its own event log plus the run's facts.
 
 Contract (doc/SPEC-audit.md). One streaming pass (constant memory in the size of the log)
-over the CLI's JSONL event log, for `claude`, `codex`, `cursor`, `gemini` or `opencode`, plus facts the runner
+over the CLI's JSONL event log, for `claude`, `codex`, `cursor`, `gemini`, `opencode` or `zcode`, plus facts the runner
 collected: scope root, read-only, the bridge's trace summary, worktree snapshots before and
 after (hash + mtime of every file, untracked and ignored included), sentinel files outside
 the scope, instruction files the CLI may have loaded. The verdict is an `AuditVerdict`:
@@ -64,7 +64,7 @@ INFO_CODES: frozenset[str] = frozenset(
 #: ignorable (conformance parse.unknown-events-ignored), and the verdict still says unclean.
 DRIFT_CODES: frozenset[str] = frozenset({"unknown_tool_event", "bridge_call_without_tool_use"})
 BRIDGE_SERVER = "bridge"
-CLIS: tuple[str, ...] = ("claude", "codex", "cursor", "deepseek", "gemini", "opencode")
+CLIS: tuple[str, ...] = ("claude", "codex", "cursor", "deepseek", "gemini", "opencode", "zcode")
 _CLI_ALIASES = {"claude-code": "claude", "cursor-agent": "cursor"}
 
 #: At most this many flags per code are kept; the last one says how many more were seen.
@@ -363,6 +363,19 @@ _OPENCODE_READ_TOOLS = frozenset({"read", "glob", "grep", "list", "lsp", "todore
 _OPENCODE_WRITE_TOOLS = frozenset({"edit", "write", "patch", "apply_patch", "multiedit"})
 _OPENCODE_SHELL_TOOLS = frozenset({"bash"})
 _OPENCODE_OTHER_NATIVE = frozenset({"webfetch", "websearch", "codesearch", "task", "skill", "question", "batch", "invalid"})
+#: zcode's built-ins (the seed's 0.16.9 denylist and read allowlist, review §1.5), classified.
+_ZCODE_READ_TOOLS = frozenset(
+    {"Read", "Grep", "Glob", "LS", "TodoRead", "TodoWrite", "TaskOutput", "ReadSessionContext", "ListWorkflowRuns",
+     "GetWorkflowRun", "ListSavedWorkflows", "ListModels"}
+)
+_ZCODE_WRITE_TOOLS = frozenset(
+    {"Edit", "Write", "MultiEdit", "NotebookEdit", "CreateWorkflow", "AmendWorkflow", "SaveWorkflow"}
+)
+_ZCODE_SHELL_TOOLS = frozenset({"Bash", "EvalWorkflowSnippet"})
+_ZCODE_OTHER_NATIVE = frozenset(
+    {"Agent", "Skill", "ExitPlanMode", "EnterPlanMode", "AskUserQuestion", "SendMessage", "WebFetch", "WebSearch",
+     "ResumeWorkflowRun", "ResolveWorkflowQuestion", "TaskStop"}
+)
 #: The CLI's own words refusing a disabled built-in, each seen in a recorded refusal
 #: (fixtures/claude, fixtures/claude/drift/<version>.json; tests/test_loopback_drift_facts.py
 #: fails on a marker no recording shows): claude 2.1.197 "Read exists but is not enabled in
@@ -398,7 +411,7 @@ class Auditor:
         self._markers = _MARKERS[cli]
         self._handle = {"claude": self._claude, "codex": self._codex, "cursor": self._cursor,
                         "deepseek": self._deepseek, "gemini": self._gemini,
-                        "opencode": self._opencode}[cli]
+                        "opencode": self._opencode, "zcode": self._zcode}[cli]
 
     # -- flags --------------------------------------------------------------------------
 
@@ -721,6 +734,37 @@ class Auditor:
         elif "tool" in kind:
             self.flag("unknown_tool_event", f"gemini event type {kind!r}")
 
+    # -- zcode --------------------------------------------------------------------------
+
+    def _zcode(self, ev: dict) -> None:
+        """`tool.updated` events (once per toolCallId, whatever its `kind`: a stream that skips
+        `scheduled` is still audited); any other event type naming a tool is format drift."""
+        kind = str(ev.get("type", ""))
+        if kind != "tool.updated":
+            if "tool" in kind:
+                self.flag("unknown_tool_event", f"zcode event type {kind!r}")
+            return
+        payload = ev.get("payload")
+        if not isinstance(payload, dict) or not isinstance(payload.get("toolName"), str):
+            self.flag("unknown_tool_event", "zcode tool.updated without a toolName")
+            return
+        call_id = payload.get("toolCallId")
+        if not self._new_id(str(call_id) if call_id is not None else None):
+            return
+        name = payload["toolName"]
+        args = payload.get("input")
+        if name.startswith("mcp__"):
+            server = name.split("__")[1] if name.count("__") >= 2 else ""
+            if server == BRIDGE_SERVER:
+                self.bridge_tool_uses += 1
+            else:
+                self.flag("foreign_mcp_tool", name)
+            return
+        known = name in _ZCODE_READ_TOOLS | _ZCODE_WRITE_TOOLS | _ZCODE_SHELL_TOOLS | _ZCODE_OTHER_NATIVE
+        if name == "Glob" and isinstance(args, dict):
+            args = _glob_joined(args)
+        self._native_used(name, args, shell=name in _ZCODE_SHELL_TOOLS, write=name in _ZCODE_WRITE_TOOLS, known=known)
+
     # -- shared -------------------------------------------------------------------------
 
     def _native_used(self, name: str, args: Any, *, shell: bool, write: bool, known: bool) -> None:
@@ -805,6 +849,7 @@ _MARKERS: dict[str, tuple[bytes, ...]] = {
     "deepseek": (b"tool/call",),
     "gemini": (b"tool",),
     "opencode": (b"tool",),
+    "zcode": (b"tool",),
 }
 
 
@@ -857,6 +902,16 @@ def shell_path_words(command: Any, *, depth: int = 0) -> list[str]:
     return found
 
 
+def _glob_joined(args: dict) -> dict:
+    """A Glob call's arguments with its pattern joined to its base `path` (a pattern is
+    relative to it), so the binder judges where the pattern really reaches: the seed's audit
+    took only the literal prefix and missed `{/etc,src}/*` and `**/../../etc/*` (review §3.4)."""
+    pattern, base = args.get("pattern"), args.get("path")
+    if isinstance(pattern, str) and pattern and isinstance(base, str) and base and not os.path.isabs(pattern):
+        return {**args, "pattern": base.rstrip("/") + "/" + pattern}
+    return args
+
+
 def _refused_text(content: Any) -> bool:
     if isinstance(content, list):
         content = " ".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
@@ -902,9 +957,11 @@ def audit_events(
     facts: RunFacts,
     *,
     trace: Any = None,
+    auditor: type | None = None,
 ) -> AuditVerdict:
-    """Audit one session: `source` is a JSONL file path or an iterable of lines."""
-    auditor = Auditor(cli, facts).feed_all(_lines(source))
+    """Audit one session: `source` is a JSONL file path or an iterable of lines (`auditor`: an
+    Auditor subclass to use instead)."""
+    auditor = (auditor or Auditor)(cli, facts).feed_all(_lines(source))
     verdict = auditor.verdict()
     if trace is not None:
         trace.record("audit", cli=auditor.cli, clean=verdict.clean, codes=sorted({f.code for f in verdict.flags}))

@@ -17,7 +17,7 @@ from harnesscheck.paths import fake_clis_dir, fixtures_dir
 
 #: fake executable name -> fixtures/ sub-directory
 FIXTURE_DIRS = {"claude": "claude", "codex": "codex", "cursor-agent": "cursor", "deepseek": "deepseek", "gemini": "gemini",
-                "opencode": "opencode"}
+                "opencode": "opencode", "zcode": "zcode"}
 
 
 @dataclass(frozen=True)

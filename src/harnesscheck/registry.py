@@ -180,6 +180,22 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             description="BYOK CLI; per-run config and plugin cache, built-ins off, host tools through the MCP bridge.",
         ),
         ProviderSpec(
+            id="zcode",
+            kind=Kind.harness,
+            label="zcode (Z.AI GLM coding plan, zcode --prompt)",
+            factory="harnesscheck.providers.zcode:ZcodeTransport",
+            capabilities=frozenset(
+                {C.mcp_tools, C.native_tools_audited, C.usage_reporting, C.served_model_reporting, C.cancellation,
+                 C.config_isolation}
+            ),
+            cli_name="zcode",
+            # The built-in denylist is the one the references recorded from 0.16.9: a 0.x line
+            # beyond it may add built-ins the list does not name (the audit still flags them).
+            min_version="0.16.0",
+            max_version="1.0.0",
+            description="Subscription CLI (not obtainable here: offline level only, fixtures from references).",
+        ),
+        ProviderSpec(
             id="fake",
             kind=Kind.api,
             label="Fake (in-process, scripted)",

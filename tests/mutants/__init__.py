@@ -160,6 +160,16 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.opencode:leaves_its_builtins_on": _ids("audit.only-scope-tools-offered"),
     "tests.mutants.opencode:keeps_the_host_home": _ids("env.config-home-isolated", "env.host-credentials-unreachable"),
     "tests.mutants.opencode:reads_success_from_exit_zero": _ids("parse.truncated-last-line"),
+    # zcode (offline only, fixtures from references): the seed implementation's defects
+    "tests.mutants.zcode:leaves_a_huge_prompt_in_argv": _ids("selection.huge-system-prompt-not-in-argv"),
+    "tests.mutants.zcode:passes_the_host_env_through": _ids(
+        "env.provider-keys-stripped", "env.nesting-vars-stripped", "env.worktree-not-cwd", "env.host-credentials-unreachable",
+    ),
+    "tests.mutants.zcode:audits_globs_by_their_literal_prefix": _ids(
+        "audit.native-tool-use-flagged", "audit.declines-builtins-honestly",
+    ),
+    "tests.mutants.zcode:trusts_exit_zero": _ids("parse.truncated-last-line"),
+    "tests.mutants.zcode:rate_limit_is_auth": _ids("errors.rate-limit-retryable"),
 }
 
 #: For the CLI-based mutants (a fake CLI per session is slow): the test file and the `-k`
@@ -216,6 +226,11 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.gemini:forgets_skip_trust": ("test_parse.py", "unknown or noise"),
     "tests.mutants.gemini:passes_the_host_env_through": ("test_env.py", "stripped or argv or worktree"),
     "tests.mutants.gemini:trusts_exit_zero": ("test_parse.py test_errors.py", "truncated or crash or exit0"),
+    "tests.mutants.zcode:leaves_a_huge_prompt_in_argv": ("test_selection.py", "huge_system or prompt_never"),
+    "tests.mutants.zcode:passes_the_host_env_through": ("test_env.py", "stripped or worktree or credentials or config_home"),
+    "tests.mutants.zcode:audits_globs_by_their_literal_prefix": ("test_audit.py", "declines or native"),
+    "tests.mutants.zcode:trusts_exit_zero": ("test_parse.py test_errors.py", "truncated or crash or exit0"),
+    "tests.mutants.zcode:rate_limit_is_auth": ("test_errors.py", "rate_limit or auth or quota"),
 }
 
 #: Offline checks no known-bad backend fails, and why (the kit's honest sensitivity gaps).

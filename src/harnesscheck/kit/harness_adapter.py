@@ -27,7 +27,7 @@ from harnesscheck.kit.adapters import BackendUnderTest, Facts, Progress, Session
 
 #: registry cli_name -> fake executable name (fixtures dir is harnesscheck.fakes.FIXTURE_DIRS)
 FAKE_NAMES = {"claude": "claude", "codex": "codex", "cursor-agent": "cursor-agent", "deepseek": "deepseek", "gemini": "gemini",
-              "opencode": "opencode"}
+              "opencode": "opencode", "zcode": "zcode"}
 
 
 def offline_cli_version(spec) -> str | None:
@@ -46,6 +46,9 @@ def offline_cli_version(spec) -> str | None:
     if str(provenance.get("source", "")).startswith("reference:"):
         # Never observed from a real binary (cursor-agent is not installable here): say so
         # instead of printing a version as if it had been run.
+        via = provenance.get("via")
+        if via:  # e.g. zcode: "fixtures from references (zcode 0.16.9 shapes via the seed implementation)"
+            return f"fixtures from references ({via}; never run here)"
         return f"fixtures written from references ({version or 'no version'} never run here)"
     return f"{version} (fixtures)" if version else None
 
@@ -128,6 +131,13 @@ def fixture_facts(cli: str, scenario: dict, requested: str | None) -> Facts:
             served_keys = [values.get(k, k) for k in (st.get("models") or {})]
             if len(served_keys) == 1:
                 facts.served_model = served_keys[0]
+        if cli == "zcode" and event.get("type") == "result" and isinstance(event.get("usage"), dict):
+            u = event["usage"]
+            facts.usage = Usage(input=int(u.get("inputTokens", 0)), output=int(u.get("outputTokens", 0)))
+        if cli == "zcode" and event.get("type") == "session.updated":
+            served = (event.get("payload") or {}).get("modelId")
+            if isinstance(served, str):
+                facts.served_model = values.get(served, served)
         if cli == "claude" and event.get("type") == "assistant" and event.get("parent_tool_use_id") is None:
             served = (event.get("message") or {}).get("model")
             if isinstance(served, str):
@@ -136,10 +146,17 @@ def fixture_facts(cli: str, scenario: dict, requested: str | None) -> Facts:
 
 
 def stall_text(cli: str, scenario: dict) -> str | None:
-    """The first main-chain assistant text the scenario emits before it hangs (None if none)."""
+    """The first main-chain assistant text the scenario emits before it hangs (None if none;
+    zcode: its streamed deltas before the hang, joined)."""
+    deltas = []
     for step in scenario.get("steps", []):
         if "hang" in step:
-            return None
+            return "".join(deltas) or None
+        event = step.get("emit")
+        if cli == "zcode" and isinstance(event, dict) and event.get("type") == "model.streaming":
+            delta = (event.get("payload") or {}).get("delta")
+            deltas.append(delta if isinstance(delta, str) else "")
+            continue
         event = step.get("emit")
         if not isinstance(event, dict):
             continue
@@ -278,6 +295,8 @@ HOST_CREDENTIALS = {
     ".codex/auth.json": '{{"auth_mode": "chatgpt", "tokens": {{"access_token": "{c}-codex-token", "refresh_token": "{c}-r"}}}}\n',
     ".codex/config.toml": '[mcp_servers.host-evil]\ncommand = "/bin/false"\nargs = ["{c}-codex-config"]\n',
     ".cursor/mcp.json": '{{"mcpServers": {{"host-evil": {{"command": "/bin/false", "args": ["{c}-cursor-mcp"]}}}}}}\n',
+    ".zcode/v2/credentials.json": '{{"accessToken": "{c}-zcode-token", "refreshToken": "{c}-zcode-refresh"}}\n',
+    ".zcode/config.json": '{{"mcp": {{"servers": {{"host-evil": {{"type": "stdio", "command": "/bin/false", "args": ["{c}-zcode-mcp"]}}}}}}}}\n',
     ".ssh/id_rsa": "-----BEGIN OPENSSH PRIVATE KEY-----\n{c}-ssh\n-----END OPENSSH PRIVATE KEY-----\n",
     ".config/gh/hosts.yml": "github.com:\n    oauth_token: {c}-gh\n    user: someone\n",
     ".netrc": "machine example.invalid login me password {c}-netrc\n",
@@ -285,7 +304,7 @@ HOST_CREDENTIALS = {
     ".gemini/settings.json": '{{"mcpServers": {{"host-evil": {{"command": "/bin/false", "args": ["{c}-gemini-settings"]}}}}}}\n',
 }
 LOGIN_FILES = {"claude": (".claude/.credentials.json",), "codex": (".codex/auth.json",), "cursor-agent": (), "gemini": (),
-               "opencode": (".local/share/opencode/auth.json",)}
+               "opencode": (".local/share/opencode/auth.json",), "zcode": (".zcode/v2/credentials.json",)}
 
 
 def hostile_home(home: Path, canary: str) -> None:
@@ -576,7 +595,8 @@ class HarnessAdapter(BackendUnderTest):
         run_dir = getattr(run, "run_dir", None)
         if run_dir is not None and Path(run_dir).is_dir():
             for path in sorted(Path(run_dir).rglob("*")):
-                if path.is_file() and (path.name in ("config.toml", "dsh-patch.yml") or path.name.endswith("mcp.json")):
+                if path.is_file() and (path.name in ("config.toml", "dsh-patch.yml") or path.name.endswith("mcp.json")
+                                       or (path.name == "config.json" and path.parent.name == ".zcode")):
                     servers.update(_servers_from_file(path))
         for config in _opencode_configs(run):
             for name, entry in (config.get("mcp") or {}).items():
@@ -759,6 +779,9 @@ def _servers_from_file(path: Path) -> dict[str, dict]:
         data = json.loads(content)
     except ValueError:
         return {}
+    if path.name == "config.json" and isinstance(data, dict):  # zcode's <project>/.zcode/config.json: mcp.servers
+        servers = (data.get("mcp") or {}).get("servers") if isinstance(data.get("mcp"), dict) else None
+        return dict(servers) if isinstance(servers, dict) else {}
     if isinstance(data, list):  # a deepseek Cordis patch (JSON): its inserted MCP-client entries
         return {str(e["config"].get("serverName")): dict(e["config"]) for p in data if isinstance(p, dict)
                 for e in p.get("insert") or [] if isinstance(e, dict) and isinstance(e.get("config"), dict)

@@ -48,8 +48,9 @@ class SessionAudit:
     the run's facts; an audit that raises becomes the flag `audit_failed` (never a pass).
     """
 
-    def __init__(self, cli: str):
+    def __init__(self, cli: str, auditor: type | None = None):
         self.cli = cli
+        self.auditor = auditor  # an audit.Auditor subclass, or None for the Auditor itself
         self._before: dict[str, tuple] = {}
 
     def before(self, ctx: Any, request: Any, *, worktree: bool) -> None:
@@ -82,7 +83,7 @@ class SessionAudit:
                 worktree_after=snapshot_tree(request.scope.root) if snap is not None else None,
                 instruction_files=instruction_files,
             )
-            verdict = audit_events(ctx.run_dir / EVENT_LOG_NAME, self.cli, facts)
+            verdict = audit_events(ctx.run_dir / EVENT_LOG_NAME, self.cli, facts, auditor=self.auditor)
         except Exception as exc:  # noqa: BLE001 - an audit that cannot run must say so, not pass
             verdict = AuditVerdict(
                 clean=False, flags=[AuditFlag(code="audit_failed", detail=f"{type(exc).__name__}: {exc}")]
