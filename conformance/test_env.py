@@ -134,3 +134,77 @@ def test_host_credentials_unreachable(but):
         leaked = [k for k, v in env.items() if canary in v]
         assert not leaked, f"host credentials or overrides reached the CLI's environment: {sorted(leaked)}"
         assert canary not in json.dumps(child["argv"]), "a host credential reached the CLI's argv"
+
+
+def _files_under(path) -> dict[str, bytes]:
+    """Every regular file beneath `path` (not following symlinks), by relative path."""
+    out: dict[str, bytes] = {}
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            full = os.path.join(dirpath, name)
+            if os.path.isfile(full) and not os.path.islink(full):
+                try:
+                    with open(full, "rb") as fh:
+                        out[os.path.relpath(full, path)] = fh.read()
+                except OSError:
+                    pass
+    return out
+
+
+@check("env.run-dir-outside-worktree")
+def test_run_dir_outside_worktree(but):
+    """A run dir the host names inside the worktree, however it is spelled (plainly, through
+    `..`, through a symlinked alias), is refused with a typed error before any session starts:
+    the model could otherwise rewrite its own audit trail and plant files the CLI loads next.
+
+    Evidence: the error raised (or a non-ok outcome), the processes the backend started (none
+    may be the CLI's session), and the worktree's files before and after (nothing created)."""
+    from harnesscheck.contracts import ConfigError
+
+    for spelling in ("plain", "dotdot", "symlink"):
+        ws = but.workspace()
+        if spelling == "plain":
+            run_dir = ws.root / ".hc-run"
+        elif spelling == "dotdot":
+            run_dir = ws.outside / ".." / "work" / "src" / ".." / ".hc-run"
+        else:
+            alias = ws.base / "alias"
+            os.symlink(ws.root, alias)
+            run_dir = alias / ".hc-run"
+        before = sorted(_files_under(ws.root))
+        spawned_before = len(but.spawned())
+        try:
+            run = but.run("success", workspace=ws, run_dir=run_dir)
+        except ConfigError:
+            run = None
+        if run is not None:
+            assert run.outcome.status != OutcomeStatus.ok, (
+                f"a run dir inside the worktree ({spelling}: {run_dir}) was accepted and the session ran")
+        assert len(but.spawned()) == spawned_before, f"the CLI was started with a run dir inside the worktree ({spelling})"
+        after = sorted(_files_under(ws.root))
+        assert after == before and not os.path.lexists(ws.root / ".hc-run"), (
+            f"the session wrote into the worktree ({spelling}): {sorted(set(after) - set(before))}")
+
+
+@check("env.session-files-redacted", requires=[C.mcp_tools], kinds=[Kind.harness])
+def test_session_files_redacted(but):
+    """A host secret value the model uses as a tool argument (a token it read somewhere) is
+    stored in no file the session leaves in its run dir: bridge trace, session trace, the
+    CLI's event log and whatever else is there are redacted with the host's secret values,
+    not only the outcome.
+
+    Evidence: every regular file beneath the run dir after the session, searched for the
+    value; the bridge trace must show the call ran (else nothing was judged)."""
+    from harnesscheck.kit.adapters import ToolCall
+
+    ws = but.workspace()
+    token = "ghp_" + ws.canary.replace("-", "") + "Zq9"
+    # as a path: every trace records the path a call named (a grep pattern is not recorded)
+    run = but.run_tools([ToolCall("read_file", {"path": f"notes/{token}.txt"})], workspace=ws,
+                        parent_env={"GITHUB_TOKEN": token})
+    files = _files_under(ws.base / "run")
+    assert any(name.endswith(".jsonl") for name in files), f"the session left no trace in its run dir ({sorted(files)})"
+    assert any(b"read_file" in data or b"notes/" in data for data in files.values()), (
+        "no file in the run dir records the read_file call: nothing was judged")
+    holding = sorted(name for name, data in files.items() if token.encode() in data)
+    assert not holding, f"the host's GITHUB_TOKEN value is stored verbatim in {holding}"

@@ -1372,10 +1372,12 @@ class Fake:
             for call in calls:
                 args = call.get("arguments", {})
                 client = self._route(clients, call["name"])
+                self.announce_tool_call(client.name, call["name"], args)
                 try:
                     text, is_error, protocol_error = client.call(call["name"], args)
                 except (TimeoutError, EOFError):
                     text, is_error, protocol_error = "", True, "no answer"
+                self.announce_tool_call(client.name, call["name"], args, done=(text, protocol_error == "no answer"))
                 record({"kind": "mcp_result", "name": call["name"], "arguments": args, "server": client.name,
                         "is_error": is_error, "text": text, "protocol_error": protocol_error})
         except (BrokenPipeError, OSError) as exc:
@@ -1383,6 +1385,26 @@ class Fake:
         finally:
             for client in own:
                 client.close()
+
+    def announce_tool_call(self, server: str, tool: str, args: dict, done: tuple[str, bool] | None = None) -> None:
+        """Print the event the real CLI prints around an MCP tool call, where its shape was
+        recorded: codex 0.171.0's `item.started` / `item.completed` `mcp_tool_call` items
+        (fixtures/codex/tool_calls.json), arguments included, as a transport's event log and
+        audit then see them. Other CLIs: nothing (their shapes are in their fixtures only)."""
+        if self.cli != "codex" or self.json_output:
+            return
+        self._tool_items = getattr(self, "_tool_items", 0) + (0 if done else 1)
+        item = {"id": f"item_mcp_{self._tool_items}", "type": "mcp_tool_call", "server": server, "tool": tool,
+                "arguments": args, "result": None, "error": None, "status": "in_progress"}
+        if done is not None:
+            text, failed = done  # an MCP tool error is a completed call carrying its error text
+            if failed:
+                item.update(error={"message": text}, status="failed")
+            else:
+                item.update(result={"content": [{"type": "text", "text": text}], "structured_content": None},
+                            status="completed")
+        event = {"type": "item.completed" if done is not None else "item.started", "item": item}
+        self.write(json_dumps(event, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n")
 
     def write_oversize(self, size: int, template: dict | None, ph: dict) -> None:
         """One stdout line of exactly `size` bytes and its newline: the template, its "{{pad}}"

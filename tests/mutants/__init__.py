@@ -77,6 +77,7 @@ MUTANTS: dict[str, frozenset[str]] = {
         "usage.served-model-reported", "usage.served-model-mismatch-flagged", "usage.helper-model-not-served",
     ),
     "tests.mutants.scripted:ignores_the_system_prompt": _ids("selection.system-prompt-delivered"),
+    "tests.mutants.scripted:checks_the_run_dir_lexically": _ids("env.run-dir-outside-worktree"),
     "tests.mutants.scripted:lacks_complete": _ids("selection.registry-builds-backend", "selection.complete-declines-tools"),
     # CLI harnesses (built on the claude-code / codex transports, run against the fake CLIs)
     "tests.mutants.codex:hides_its_builtins": _ids("audit.declines-builtins-honestly"),
@@ -132,6 +133,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.harness:crash_counts_as_success": _ids("errors.crash-without-result"),
     "tests.mutants.harness:ignores_the_api_key_source": _ids("env.auth-source-fail-closed"),
     "tests.mutants.harness:ignores_the_concurrency_cap": _ids("concurrency.cap-holds"),
+    "tests.mutants.harness:keeps_session_files_unredacted": _ids("env.session-files-redacted"),
     "tests.mutants.harness:trusts_any_cli_path": _ids(
         "selection.cli-missing-typed-error", "selection.cli-version-unsupported",
     ),
@@ -208,6 +210,7 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.opencode:reads_success_from_exit_zero": ("test_parse.py test_errors.py", "truncated or exit0 or crash"),
     "tests.mutants.harness:leaves_stdin_open": ("test_time.py", "not_left_open"),
     "tests.mutants.harness:ignores_the_concurrency_cap": ("test_concurrency.py", "cap_holds or parallel"),
+    "tests.mutants.harness:keeps_session_files_unredacted": ("test_env.py", "session_files or argv or run_dir"),
     "tests.mutants.harness:loads_the_worktree_dotenv": ("test_env.py", "worktree or argv"),
     "tests.mutants.harness:forgets_bridge_calls": ("test_scope.py test_parity.py", "bridge_reaches or dotdot or sibling or symlink_leaf or in_tree or refusal_codes"),
     "tests.mutants.harness:passes_any_model_name": ("test_selection.py", "flag_values or prompt_never"),

@@ -397,6 +397,15 @@ class ChokesOnUnknownEvents(ClaudeCodeTransport):
         return parser
 
 
+class KeepsSessionFilesUnredacted(CodexTransport):
+    """Redacts only the outcome: the CLI's event log it keeps in the run dir for the audit
+    (codex's `exec --json` stream, tool arguments included) holds the host's secret values
+    the model used as tool arguments."""
+
+    def _redact_run_files(self, ctx, injections):
+        return None
+
+
 passes_os_environ_through = mutant_spec("claude-code", M, PassesOsEnvironThrough)
 leaks_the_api_key_in_argv = mutant_spec("claude-code", M, LeaksTheApiKeyInArgv)
 trusts_subtype_success = mutant_spec("claude-code", M, TrustsSubtypeSuccess)
@@ -424,3 +433,4 @@ waits_out_a_lingering_cli = mutant_spec("claude-code", M, WaitsOutALingeringCli)
 drops_the_vendor_cost = mutant_spec("claude-code", M, DropsTheVendorCost)
 chokes_on_unknown_events = mutant_spec("claude-code", M, ChokesOnUnknownEvents)
 ignores_the_concurrency_cap = mutant_spec("claude-code", M, IgnoresTheConcurrencyCap)
+keeps_session_files_unredacted = mutant_spec("codex", M, KeepsSessionFilesUnredacted)

@@ -301,3 +301,25 @@ lacks_complete = mutant_spec("fake", M, LacksComplete)
 ignores_the_system_prompt = mutant_spec("fake", M, IgnoresTheSystemPrompt)
 overload_is_final = mutant_spec("fake", M, OverloadIsFinal)
 ignores_the_mismatch_policy = mutant_spec("fake", M, IgnoresTheMismatchPolicy)
+
+
+class ChecksTheRunDirLexically(FakeTransport):
+    """Refuses a run dir inside the worktree by its spelling only (the seed's `harnesscheck
+    run` check): `<x>/../work/run` and a symlinked alias of the worktree get through."""
+
+    def session_run_dir(self, request):
+        run_dir = os.path.abspath(request.run_dir) if request.run_dir else None
+        root = str(request.scope.root)
+        if run_dir is None:
+            return super().session_run_dir(request)
+        if run_dir == root or run_dir.startswith(root + os.sep):
+            from harnesscheck.rundir import RunDirError
+
+            raise RunDirError(f"the run dir {run_dir} is inside the worktree", "choose another")
+        os.makedirs(run_dir, exist_ok=True)
+        from pathlib import Path
+
+        return Path(run_dir)
+
+
+checks_the_run_dir_lexically = mutant_spec("fake", M, ChecksTheRunDirLexically)

@@ -365,6 +365,7 @@ class BackendUnderTest:
         system: str | None = None,
         teardown_s: float | None = None,
         settings: dict | None = None,
+        run_dir: Path | None = None,
     ) -> SessionRun:
         """Run one session of `scenario` (or of scripted `tool_calls`) and collect the evidence.
 
@@ -380,6 +381,8 @@ class BackendUnderTest:
         same, only slower.
         `settings`: host Settings for this run's transport (e.g. ``{"model_mismatch": "fail"}``,
         as a host sets HARNESS_MODEL_MISMATCH).
+        `run_dir`: the run dir the host names in the request (default: a fresh one beside the
+        worktree, `<base>/run`), for the checks whose subject is a run dir the backend must refuse.
         """
         if scenario not in SCENARIOS and scenario != "tools":
             raise KitFault(f"unknown scenario {scenario!r}")
@@ -402,7 +405,7 @@ class BackendUnderTest:
                 model=model if model is not None else setup.model,
                 max_iters=max_iters,
                 timeout_s=timeout_s,
-                run_dir=ws.base / "run",
+                run_dir=run_dir if run_dir is not None else ws.base / "run",
                 session_id=uuid.uuid4().hex,
             )
             watch = None

@@ -183,6 +183,12 @@ class ApiTransport:
         from harnesscheck.process import SlotBusy, session_slot
 
         start = time.monotonic()
+        if request.run_dir is not None:
+            # The trace there records every tool call: never where the model's write_file reaches
+            # it (inside the scope root, after resolving '..' and symlinks; doc/SPEC-rundir.md).
+            from harnesscheck.rundir import check_outside
+
+            check_outside(os.path.realpath(os.path.abspath(request.run_dir)), [request.scope.root])
         try:
             with session_slot(self.settings.concurrency, wait_s=request.timeout_s):
                 return self._session(request, cancel, on_text, start)

@@ -18,7 +18,6 @@ tests/mutants overrides to reproduce one defect.
 
 from __future__ import annotations
 
-import tempfile
 import threading
 import time
 import uuid
@@ -28,6 +27,7 @@ from typing import Callable, Iterator
 
 from harnesscheck.config import Settings
 from harnesscheck.providers._guard import apply_model_guard
+from harnesscheck.rundir import prepare_run_dir
 from harnesscheck.contracts import (
     BLOCKING,
     RETRYABLE,
@@ -133,13 +133,17 @@ class FakeTransport:
                                 message=f"the session never started: {exc}", session_id=request.session_id,
                                 backend=self.spec.id, duration_s=time.monotonic() - started)
 
+    def session_run_dir(self, request: AgentSessionRequest) -> Path:
+        """The session's run dir: fresh and private, never inside the worktree once `..` and
+        symlinks are resolved (doc/SPEC-rundir.md), as every backend's; else RunDirError."""
+        return prepare_run_dir(request.run_dir, forbidden=[request.scope.root], prefix="hc-fake-")
+
     def _session(self, request, cancel, on_text, script, started) -> AgentOutcome:
         from harnesscheck.trace import Trace
 
         deadline = started + request.timeout_s
         session_id = request.session_id or uuid.uuid4().hex
-        run_dir = request.run_dir or Path(tempfile.mkdtemp(prefix="hc-fake-"))
-        run_dir.mkdir(parents=True, exist_ok=True)
+        run_dir = self.session_run_dir(request)
         log = SessionLog(trace_path=run_dir / "trace.jsonl")
         log.tools_offered = self.offered_tools(request)
         log.system = self.system_prompt(request)
