@@ -185,3 +185,27 @@ def test_transport_files_in_a_reused_run_dir_with_planted_symlinks(tmp_path: Pat
     with pytest.raises(OSError):
         Trace(ctx.session_trace, ctx.session_id)
     assert victim.read_text() == CANARY + "\n"
+
+
+def test_forget_cli_state_keeps_only_what_the_host_put_there(tmp_path):
+    """The CLI's transcripts, logs and databases in its config homes go after the session;
+    the host's configs and a planted symlink's target stay (the link is unlinked, not followed)."""
+    from harnesscheck.rundir import config_home_entries, forget_cli_state
+
+    homes = tmp_path / "run" / "config-homes"
+    (homes / "codex_home").mkdir(parents=True)
+    (homes / "codex_home" / "config.toml").write_text("model = 'm'\n")
+    kept = config_home_entries(tmp_path / "run")
+    (homes / "codex_home" / "sessions" / "2026").mkdir(parents=True)
+    (homes / "codex_home" / "sessions" / "2026" / "rollout-1.jsonl").write_text('{"arguments": "ghp_secret"}\n')
+    (homes / "codex_home" / "thread_history_1.sqlite").write_bytes(b"SQLite format 3\0ghp_secret")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("not the session's\n")
+    (homes / "home").mkdir()
+    (homes / "home" / "link").symlink_to(outside)
+    removed = forget_cli_state(tmp_path / "run", kept)
+    left = sorted(str(p.relative_to(homes)) for p in homes.rglob("*"))
+    assert left == ["codex_home", "codex_home/config.toml"]
+    assert (outside / "keep.txt").read_text() == "not the session's\n"
+    assert "codex_home/sessions/2026/rollout-1.jsonl" in removed and "home/link" in removed

@@ -244,3 +244,49 @@ def redact_files(run_dir: os.PathLike[str] | str, names: Iterable[str], values: 
     finally:
         os.close(dir_fd)
     return changed
+
+
+#: Where the CLI's per-run config homes and private HOME live in a run dir (envpolicy.config_home).
+CONFIG_HOMES = "config-homes"
+
+
+def config_home_entries(run_dir: os.PathLike[str] | str) -> set[str]:
+    """Every entry (file, dir, symlink) beneath the run dir's config homes, as relative paths:
+    taken just before the CLI starts, it is what the host put there (configs, login links)."""
+    base = os.path.join(os.fspath(run_dir), CONFIG_HOMES)
+    found: set[str] = set()
+    for dirpath, dirnames, filenames in os.walk(base):
+        for name in (*dirnames, *filenames):
+            found.add(os.path.relpath(os.path.join(dirpath, name), base))
+    return found
+
+
+def forget_cli_state(run_dir: os.PathLike[str] | str, kept: set[str]) -> list[str]:
+    """Remove what the CLI wrote into its per-run config homes during the session: its
+    transcripts (claude `projects/*.jsonl`, codex `sessions/rollout-*.jsonl`), MCP logs,
+    history databases. They hold every tool argument verbatim, host secrets among them, and
+    no redaction can be trusted inside a binary database; whatever a new release adds is
+    removed too, because only the entries the host put there before the CLI started (`kept`)
+    stay. Symlinks are unlinked, never followed. Returns the removed relative paths."""
+    base = os.path.join(os.fspath(run_dir), CONFIG_HOMES)
+    removed: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(base, topdown=False):
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            path = os.path.join(dirpath, name)
+            rel = os.path.relpath(path, base)
+            if rel not in kept:
+                try:
+                    os.unlink(path)
+                    removed.append(rel)
+                except OSError:
+                    pass
+        for name in dirnames:
+            path = os.path.join(dirpath, name)
+            rel = os.path.relpath(path, base)
+            if rel not in kept and not os.path.islink(path):
+                try:
+                    os.rmdir(path)
+                    removed.append(rel)
+                except OSError:
+                    pass
+    return removed

@@ -52,6 +52,7 @@ from harnesscheck.contracts import (
     ProviderSpec,
 )
 from harnesscheck.scope import ToolScope
+from harnesscheck.rundir import config_home_entries, forget_cli_state
 
 #: Bridge server name in every CLI's MCP config (claude sees mcp__bridge__read_file).
 BRIDGE_SERVER = "bridge"
@@ -446,6 +447,7 @@ class HarnessTransport:
         ctx = new_session_context(request, self.spec.id, tool_less=tool_less, result_cap=self.result_cap)
         tracer = _Tracer(ctx.session_trace, ctx.session_id)
         injections: dict[str, str] = {}
+        host_entries: set[str] | None = None
         try:
             if _inside(ctx.cwd, request.scope.root):
                 raise ConfigError("the CLI cwd would be inside the worktree", "report this: the scratch cwd is misplaced")
@@ -455,6 +457,7 @@ class HarnessTransport:
             injections = {**private, **self.base_injections, **self.injections, **inv.injections}
             env = build_child_env(self.parent_env, injections=injections, trace=tracer)
             parser = self.make_parser(ctx, request, tool_less=tool_less, on_text=on_text)
+            host_entries = config_home_entries(ctx.run_dir)  # what the host put in the config homes
             tracer.record("session_start", backend=self.spec.id, cli_version=info.version, tool_less=tool_less)
             with contextlib.ExitStack() as held:
                 try:
@@ -505,6 +508,8 @@ class HarnessTransport:
         finally:
             release_bridge(ctx.spec_path)  # also when the CLI never started
             tracer.close()
+            if host_entries is not None:  # the CLI's transcripts hold tool arguments verbatim
+                forget_cli_state(ctx.run_dir, host_entries)
             self._redact_run_files(ctx, injections)
             for path in ctx.cleanup:
                 shutil.rmtree(path, ignore_errors=True)
