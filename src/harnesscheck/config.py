@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from harnesscheck.contracts import ConfigError
 
 _SECONDS_0_60 = "must be a number of seconds from 0 to 60"
+_URL_RULE = r"^https?://[^\s/?#]+(/[^\s?#]*)?$"
 
 
 class Settings(BaseModel):
@@ -56,6 +57,19 @@ class Settings(BaseModel):
     #: runtime's own DEEPSEEK_API_KEY fallback). A secret: never printed, never in argv.
     deepseek_api_key: SecretStr | None = Field(default=None, validation_alias="HARNESS_DEEPSEEK_API_KEY",
                                                description="the DeepSeek API key for the deepseek backend")
+    # GitHub Copilot (providers/copilot.py, doc/SPEC-copilot.md): every endpoint is a setting, so a
+    # host (or a test) points them at an enterprise host or a mock on 127.0.0.1.
+    copilot_url: str = Field(default="https://api.githubcopilot.com", pattern=_URL_RULE, validation_alias="HARNESS_COPILOT_URL",
+                             description="must be the Copilot API base URL, http(s)://host[:port][/path]")
+    github_url: str = Field(default="https://github.com", pattern=_URL_RULE, validation_alias="HARNESS_GITHUB_URL",
+                            description="must be the GitHub web URL of the device flow, http(s)://host[:port][/path]")
+    github_api_url: str = Field(default="https://api.github.com", pattern=_URL_RULE, validation_alias="HARNESS_GITHUB_API_URL",
+                                description="must be the GitHub API URL of the token exchange, http(s)://host[:port][/path]")
+    copilot_client_id: str = Field(default="Ov23li8tweQw6odWQebz", pattern=r"^[A-Za-z0-9._-]{1,100}$",
+                                   validation_alias="HARNESS_COPILOT_CLIENT_ID",
+                                   description="must be a GitHub OAuth app client id (letters, digits, . _ -)")
+    auth_dir: Path | None = Field(default=None, validation_alias="HARNESS_AUTH_DIR",
+                                  description="must be the directory of harnesscheck's own auth.json")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, dotenv: Path | None = None) -> "Settings":

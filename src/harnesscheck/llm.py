@@ -705,7 +705,12 @@ class LLM:
         retries: int = DEFAULT_RETRIES,
         backoff_s: float = DEFAULT_BACKOFF_S,
         sleep: Callable[[float], None] | None = None,
+        bearer: bool = False,
+        default_headers: dict[str, str] | None = None,
     ):
+        """`bearer`: the key goes as `Authorization: Bearer` in every mode (anthropic_messages
+        too, instead of `x-api-key`; the Copilot provider's codecs). `default_headers`: sent with
+        every request (they replace an SDK default of the same name)."""
         if api_mode not in API_MODES:
             raise ValueError(f"unknown api_mode {api_mode!r}; use one of {', '.join(API_MODES)}")
         self.api_mode = api_mode
@@ -716,6 +721,8 @@ class LLM:
         self._sleep = sleep
         self._api_key = api_key
         self._base_url = base_url
+        self._bearer = bearer
+        self._default_headers = dict(default_headers or {})
         self._client: Any = None
         self._lock = threading.Lock()
 
@@ -728,7 +735,10 @@ class LLM:
         """The SDK client, built on first use (imports only this mode's SDK)."""
         with self._lock:
             if self._client is None:
-                kwargs: dict[str, Any] = {"api_key": self._api_key, "max_retries": 0}
+                anthropic_bearer = self._bearer and self.api_mode == "anthropic_messages"
+                kwargs: dict[str, Any] = {"auth_token" if anthropic_bearer else "api_key": self._api_key, "max_retries": 0}
+                if self._default_headers:
+                    kwargs["default_headers"] = dict(self._default_headers)
                 if self._base_url:
                     kwargs["base_url"] = self._base_url
                 sdk = importlib.import_module(sdk_module(self.api_mode))
@@ -773,10 +783,12 @@ class LLM:
 
     def _open_stream(
         self, model: str, system: str | list[str] | None, messages: list[dict], tools: list[dict] | None, max_tokens: int,
-        timeout: float | None,
+        timeout: float | None, extra_headers: dict[str, str] | None = None,
     ) -> Any:
         client = self.client()
         extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+        if extra_headers:
+            extra["extra_headers"] = dict(extra_headers)
         kwargs = self.request_kwargs(model, system, messages, tools, max_tokens)
         if self.api_mode == "anthropic_messages":
             return client.messages.create(stream=True, **kwargs, **extra)
@@ -804,10 +816,12 @@ class LLM:
         timeout_s: float | None = None,
         abort: Abort | None = None,
         deadline: float | None = None,
+        extra_headers: dict[str, str] | None = None,
     ) -> Reply:
         """One streamed turn, with bounded retries of overloaded/5xx. Raises LLMError.
 
-        `deadline` (time.monotonic) bounds every attempt's SDK timeout and the backoff."""
+        `deadline` (time.monotonic) bounds every attempt's SDK timeout and the backoff.
+        `extra_headers`: sent with this request only (the Copilot provider's per-turn headers)."""
         model = model or self.model
         if not model:
             raise LLMError(ErrorClass.invalid_request, "no model given (set HARNESS_BACKEND_MODEL or pass model)")
@@ -823,7 +837,7 @@ class LLM:
                 timeout = left if timeout is None else min(timeout, left)
             turn = _Turn(on_text)
             try:
-                return self._attempt(turn, model, system, messages, tools, max_tokens, timeout, abort, attempt)
+                return self._attempt(turn, model, system, messages, tools, max_tokens, timeout, abort, attempt, extra_headers)
             except LLMError as err:
                 err.attempts = attempt
                 if err.error_class is ErrorClass.timeout and deadline is not None and not isinstance(err, Aborted):
@@ -853,13 +867,14 @@ class LLM:
         timeout: float | None,
         abort: Abort | None,
         attempt: int,
+        extra_headers: dict[str, str] | None = None,
     ) -> Reply:
         secrets = (self._api_key,)
         if abort is not None and abort.fired:
             raise Aborted(abort.reason or "cancelled", partial=turn.build())
         stream = None
         try:
-            stream = self._open_stream(model, system, messages, tools, max_tokens, timeout)
+            stream = self._open_stream(model, system, messages, tools, max_tokens, timeout, extra_headers)
             if abort is not None:
                 abort.attach(stream.response)
             try:

@@ -40,3 +40,13 @@ def cli_cache_dir() -> Path:
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "harnesscheck"
     )
     return Path(base) / "clis"
+
+
+def auth_dir() -> Path:
+    """harnesscheck's own credential dir (auth.json of `harnesscheck login`):
+    `$XDG_DATA_HOME/harnesscheck`, else `~/.local/share/harnesscheck`. HARNESS_AUTH_DIR
+    (Settings.auth_dir) overrides it; no other tool's credential store is ever read."""
+    import os
+
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "harnesscheck"

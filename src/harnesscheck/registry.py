@@ -55,6 +55,25 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             description="Raw model API; the host owns the tool loop through dispatch.",
         ),
         ProviderSpec(
+            id="copilot",
+            kind=Kind.api,
+            label="GitHub Copilot (api provider: device-flow login, routed by GET /models)",
+            factory="harnesscheck.providers.copilot:CopilotTransport",
+            capabilities=frozenset(
+                {
+                    C.host_tool_loop,
+                    C.builtin_tools_off,
+                    C.max_turns,
+                    C.system_prompt,
+                    C.usage_reporting,
+                    C.served_model_reporting,
+                    C.cancellation,
+                    C.early_auth_stop,  # a 401 is sent once more only with a refreshed credential
+                }
+            ),
+            description="GitHub Copilot subscription over its API; the host owns the tool loop (harnesscheck login copilot).",
+        ),
+        ProviderSpec(
             id="claude-code",
             kind=Kind.harness,
             label="Claude Code (claude -p)",

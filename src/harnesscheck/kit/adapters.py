@@ -947,9 +947,27 @@ def adapter_for(spec: ProviderSpec, level: str, tmp_path: Path) -> BackendUnderT
         from harnesscheck.kit.harness_adapter import HarnessAdapter
 
         return HarnessAdapter(spec, level, tmp_path)
+    if is_copilot(spec):
+        from harnesscheck.kit.copilot_adapter import CopilotAdapter
+
+        return CopilotAdapter(spec, level, tmp_path)
     from harnesscheck.kit.api_adapter import ApiAdapter
 
     return ApiAdapter(spec, level, tmp_path)
+
+
+def is_copilot(spec: ProviderSpec) -> bool:
+    """A backend built on the Copilot provider (its endpoints are mocked by CopilotAdapter)."""
+    import importlib
+
+    module, _, attr = spec.factory.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError):
+        return False
+    from harnesscheck.providers.copilot import CopilotTransport
+
+    return isinstance(factory, type) and issubclass(factory, CopilotTransport)
 
 
 # The loopback level registers lazily: its adapter is imported only when a loopback cell runs.

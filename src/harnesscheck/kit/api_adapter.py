@@ -122,6 +122,11 @@ class ScriptedServer:
                         reply = Fail(500, "api_error", "script exhausted")
                 server.answer(self, reply, n)
 
+            def do_GET(self):
+                with server._lock:
+                    server.latest = time.monotonic()
+                server.answer_get(self)
+
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
@@ -162,6 +167,19 @@ class ScriptedServer:
         except (BrokenPipeError, ConnectionResetError):
             pass
         h.close_connection = True
+
+    def answer_get(self, h: BaseHTTPRequestHandler) -> None:
+        """A GET (none of the vendors' codec endpoints is one): 404. Subclasses serve more."""
+        self.send_json(h, 404, {"type": "error", "error": {"type": "not_found_error", "message": "not found"}})
+
+    @staticmethod
+    def send_json(h: BaseHTTPRequestHandler, status: int, data: dict) -> None:
+        body = json.dumps(data).encode()
+        h.send_response(status)
+        h.send_header("content-type", "application/json")
+        h.send_header("content-length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
 
     def close(self) -> None:
         if self.stopping.is_set():
