@@ -252,6 +252,18 @@ def run(
 
 
 @app.command()
+def login(
+    provider: Annotated[str, typer.Argument(help="The provider to log in to: copilot.")],
+) -> None:
+    """Log in to a provider (copilot: GitHub's device flow) and store its token in harnesscheck's own auth.json (0600)."""
+    if provider != "copilot":
+        raise UsageError(f"login {provider!r}: no provider of that name logs in here", "use: harnesscheck login copilot")
+    from harnesscheck.providers.copilot import login_command
+
+    raise typer.Exit(login_command(echo=typer.echo))
+
+
+@app.command()
 def bridge(
     root: Annotated[Path, typer.Option("--root", help="Root the tools are scoped to.")],
     read_only: Annotated[bool, typer.Option("--read-only", help="Serve only the reading tools.")] = False,

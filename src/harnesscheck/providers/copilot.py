@@ -49,6 +49,7 @@ EXPIRY_MARGIN_S = 120.0
 SLOW_DOWN_S = 5.0
 DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 HTTP_TIMEOUT_S = 30.0
+_sleep = time.sleep  # the device flow's wait between polls (tests replace it: they never sleep)
 #: supported_endpoints entry -> codec, in order of preference (a model's native protocol first).
 ENDPOINT_MODES: tuple[tuple[str, str], ...] = (
     ("/v1/messages", "anthropic_messages"),
@@ -120,7 +121,7 @@ def request_device_code(settings: Settings, http: Any) -> DeviceCode:
     )
 
 
-def poll_for_token(settings: Settings, http: Any, code: DeviceCode, *, sleep: Callable[[float], None] = time.sleep,
+def poll_for_token(settings: Settings, http: Any, code: DeviceCode, *, sleep: Callable[[float], None] | None = None,
                    clock: Callable[[], float] = time.monotonic) -> str:
     """Step 2: poll <github>/login/oauth/access_token every `interval` seconds until GitHub
     answers with a token. `authorization_pending`: poll again; `slow_down`: the interval grows
@@ -131,6 +132,7 @@ def poll_for_token(settings: Settings, http: Any, code: DeviceCode, *, sleep: Ca
     deadline = clock() + code.expires_in
     form = {"client_id": settings.copilot_client_id, "device_code": code.device_code, "grant_type": DEVICE_GRANT}
     secrets = (code.device_code,)
+    sleep = sleep or _sleep
     while True:
         if clock() + interval > deadline:
             raise LoginFailed("copilot login: the code expired before it was entered", "run `harnesscheck login copilot` again")
@@ -157,7 +159,7 @@ def poll_for_token(settings: Settings, http: Any, code: DeviceCode, *, sleep: Ca
 
 
 def login(settings: Settings, *, on_prompt: Callable[[str, str], None], http: Any = None,
-          sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> Path:
+          sleep: Callable[[float], None] | None = None, clock: Callable[[], float] = time.monotonic) -> Path:
     """The whole device flow: show the code (`on_prompt(user_code, verification_uri)`), wait
     for the user, store the GitHub token under `copilot` in auth.json (0600). Returns its path."""
     from harnesscheck.authstore import AuthStore
