@@ -83,9 +83,10 @@ def test_secret_free_messages(but):
     """Error messages and stderr tails never carry a secret, even when the upstream echoes one."""
     canaries = {k: v for k, v in but.parent_env_canaries().items() if any(w in k for w in ("KEY", "TOKEN", "SECRET", "PASSWORD"))}
     for scenario in ("auth_401", "rate_limit_429"):
-        run = but.run(scenario, parent_env=canaries, echo=list(canaries.values()))
+        run = but.run(scenario, parent_env=canaries, echo=[*canaries.values(), *but.held_secrets().values()])
         blob = run.outcome.message + run.outcome.stderr_tail
-        leaked = [k for k, v in canaries.items() if v in blob]
+        secrets = {**canaries, **but.held_secrets(run)}  # the backend's own credentials are secrets too
+        leaked = [k for k, v in secrets.items() if v in blob]
         assert not leaked, f"{scenario}: the error text carries {leaked}"
 
 
@@ -94,3 +95,17 @@ def test_network_retryable(but):
     """A connection failure (refused, reset, DNS) is network: retryable, never ok or unknown."""
     run = but.run("network_error", timeout_s=60)
     _assert_class(run, E.network, status=OutcomeStatus.error, retryable=True)
+
+
+@check("errors.credential-not-refetched", requires=[C.credential_exchange], incident=["E1", "E2"])
+def test_credential_not_refetched(but):
+    """A short-lived credential exchanged from a stored login is fetched once and reused for every
+    request until it nears expiry: a session of several model turns makes one exchange, not one
+    per request (per-request exchanges spend the token endpoint's rate limit and lock the account out)."""
+    run = but.run("tool_calls")
+    assert run.outcome.status == OutcomeStatus.ok, f"{run.outcome.status}/{run.outcome.error_class}: {run.outcome.message}"
+    fetches = but.credential_fetches(run)
+    if fetches is None:
+        but.skip("adapter-not-implemented", f"the kit cannot see {but.spec.id}'s credential exchanges at {but.level}")
+    assert run.model_calls is None or run.model_calls >= 2, f"the scenario made {run.model_calls} model calls"
+    assert fetches == 1, f"{fetches} credential exchanges for one session of {run.model_calls} model calls"

@@ -43,6 +43,7 @@ class Capability(StrEnum):
     cancellation = "cancellation"  # host cancellation ends the session, tree and all
     config_isolation = "config_isolation"  # per-run config home; worktree/user config ignored
     early_auth_stop = "early_auth_stop"  # auth failures end the session at once, not after retries
+    credential_exchange = "credential_exchange"  # a stored login is exchanged for short-lived tokens, cached until near expiry
 
 
 class OutcomeStatus(StrEnum):

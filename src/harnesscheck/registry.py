@@ -69,6 +69,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
                     C.served_model_reporting,
                     C.cancellation,
                     C.early_auth_stop,  # a 401 is sent once more only with a refreshed credential
+                    C.credential_exchange,
                 }
             ),
             description="GitHub Copilot subscription over its API; the host owns the tool loop (harnesscheck login copilot).",

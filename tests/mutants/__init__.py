@@ -172,6 +172,15 @@ MUTANTS: dict[str, frozenset[str]] = {
     ),
     "tests.mutants.zcode:trusts_exit_zero": _ids("parse.truncated-last-line"),
     "tests.mutants.zcode:rate_limit_is_auth": _ids("errors.rate-limit-retryable"),
+    # the copilot provider against the kit's mocked Copilot (kit/copilot_adapter.py)
+    "tests.mutants.copilot:retries_every_401": _ids("errors.auth-not-retried"),
+    # every session fails: the mock answers a model sent to an endpoint it is not served on with 400
+    "tests.mutants.copilot:routes_every_model_to_chat_completions": _ids("usage.served-model-reported"),
+    # the refresh after the 401 comes before any model call: the revoked login is met at the second exchange
+    "tests.mutants.copilot:exchanges_the_token_per_request": _ids(
+        "errors.credential-not-refetched", "errors.auth-not-retried",
+    ),
+    "tests.mutants.copilot:names_the_rejected_credential": _ids("errors.secret-free-messages"),
 }
 
 #: For the CLI-based mutants (a fake CLI per session is slow): the test file and the `-k`
@@ -234,6 +243,10 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.zcode:audits_globs_by_their_literal_prefix": ("test_audit.py", "declines or native"),
     "tests.mutants.zcode:trusts_exit_zero": ("test_parse.py test_errors.py", "truncated or crash or exit0"),
     "tests.mutants.zcode:rate_limit_is_auth": ("test_errors.py", "rate_limit or auth or quota"),
+    "tests.mutants.copilot:retries_every_401": ("test_errors.py", "auth or secret or credential"),
+    "tests.mutants.copilot:routes_every_model_to_chat_completions": ("test_usage.py", "served_model_reported or cost_never"),
+    "tests.mutants.copilot:exchanges_the_token_per_request": ("test_errors.py", "credential or auth"),
+    "tests.mutants.copilot:names_the_rejected_credential": ("test_errors.py", "secret or auth"),
 }
 
 #: Offline checks no known-bad backend fails, and why (the kit's honest sensitivity gaps).

@@ -568,6 +568,16 @@ class BackendUnderTest:
         ]
         return {n: f"canary-{n.lower().replace('_', '-')}-{tag}" for n in names}
 
+    def held_secrets(self, run: SessionRun | None = None) -> dict[str, str]:
+        """Name -> value of credentials the backend holds outside the parent environment (a stored
+        login, the tokens minted for it in `run`): secrets like any other. None here."""
+        return {}
+
+    def credential_fetches(self, run: SessionRun) -> int | None:
+        """How many short-lived credentials the backend fetched in `run` (token exchanges the
+        upstream answered), None where this adapter cannot see them."""
+        return None
+
     def spawned(self) -> list[dict]:
         """Invocation records of processes this adapter's backend started (none in-process)."""
         return []

@@ -148,6 +148,7 @@ class CopilotAdapter(ApiAdapter):
         super().collect(run, setup, request)
         server: CopilotServer = setup.extra["server"]
         run.auth_requests = list(server.auth_requests)
+        run.minted = list(server.minted)
         # the credential travels only in its Authorization header; everywhere else it is a leak
         bearers = {f"Bearer {t}" for t in [*server.minted, self.key]}
         for req in run.requests:
@@ -155,3 +156,12 @@ class CopilotAdapter(ApiAdapter):
             if headers.get("authorization") in bearers:
                 headers.pop("authorization")
             req["visible_headers"] = headers
+
+    def held_secrets(self, run: SessionRun | None = None) -> dict[str, str]:
+        held = {"COPILOT_GITHUB_LOGIN": self.key}
+        for i, token in enumerate(getattr(run, "minted", []) if run is not None else []):
+            held[f"COPILOT_TOKEN_{i}"] = token
+        return held
+
+    def credential_fetches(self, run: SessionRun) -> int | None:
+        return sum(1 for r in getattr(run, "auth_requests", []) if r["path"].startswith(TOKEN_PATH))
