@@ -106,6 +106,22 @@ def test_api_key_is_reported_by_name_never_by_value(tmp_path: Path, _doctor) -> 
     assert code == 1 and line["status"] == "fail" and "OPENAI_API_KEY" in line["fix"]
 
 
+def test_copilot_login_is_read_from_harnesscheck_own_auth_file_never_shown(tmp_path: Path, _doctor) -> None:
+    from harnesscheck.authstore import AuthStore
+
+    auth = tmp_path / "hc-auth"
+    code, report, _ = _doctor(tmp_path, "--backend", "copilot", env=_env(tmp_path, HARNESS_AUTH_DIR=str(auth)))
+    line = _by(report, "copilot", "auth")
+    assert code == 1 and line["status"] == "fail" and "harnesscheck login copilot" in line["fix"]
+    AuthStore(auth).put("copilot", {"type": "oauth", "access": CANARY, "refresh": "", "expires": 0})
+    code, report, raw = _doctor(tmp_path, "--backend", "copilot", env=_env(tmp_path, HARNESS_AUTH_DIR=str(auth)))
+    assert _by(report, "copilot", "auth")["status"] == "ok" and CANARY not in raw
+    (auth / "auth.json").chmod(0o644)
+    code, report, raw = _doctor(tmp_path, "--backend", "copilot", env=_env(tmp_path, HARNESS_AUTH_DIR=str(auth)))
+    line = _by(report, "copilot", "auth")
+    assert line["status"] == "fail" and "chmod 600" in line["fix"] and CANARY not in raw
+
+
 def _fake_cli(bin_dir: Path, name: str, version_line: str, auth_json: str | None = None) -> Path:
     bin_dir.mkdir(exist_ok=True)
     exe = bin_dir / name

@@ -194,6 +194,20 @@ def check_credentials(spec, settings, environ: dict[str, str], selected: bool, c
             out.append(Check(spec.id, "auth", FAIL if selected else WARN, f"{key_var} is not set (api_mode {settings.api_mode})",
                              f"export {key_var}=... in the environment that runs harnesscheck"))
         return out
+    if spec.id == "copilot":  # harnesscheck's own auth.json (never another tool's store)
+        from harnesscheck.authstore import AuthStore
+        from harnesscheck.contracts import AuthUnavailable
+        from harnesscheck.paths import auth_dir
+
+        store = AuthStore(settings.auth_dir or auth_dir())
+        try:
+            record = store.get("copilot")
+        except AuthUnavailable as exc:
+            return [Check(spec.id, "auth", FAIL if selected else WARN, exc.message, exc.fix)]
+        if record and record.get("access"):
+            return [Check(spec.id, "auth", OK, f"a GitHub login is stored in {store.path} (value not shown)")]
+        return [Check(spec.id, "auth", FAIL if selected else WARN, f"no GitHub login stored in {store.path}",
+                      "run: harnesscheck login copilot")]
     if spec.kind is not Kind.harness:
         return [Check(spec.id, "auth", SKIP, "no credentials needed")]
     billing = [n for n in BILLING_VARS.get(spec.id, ()) if _is_set(environ, n)]
