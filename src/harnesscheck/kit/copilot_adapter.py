@@ -33,6 +33,19 @@ OTHER_MODELS = [
 TOKEN_PATH = "/copilot_internal/v2/token"
 
 
+def _warm() -> None:
+    """One-time start-up, paid before the cell's first session, not inside it: the anthropic
+    SDK (the routed codec), httpx and the TLS context. On a loaded machine they took 25 s,
+    which a duration-judging check (errors.auth-not-retried) would have blamed on the backend."""
+    import importlib
+
+    from harnesscheck.llm import tls_context
+
+    importlib.import_module("anthropic")
+    importlib.import_module("httpx")
+    tls_context()
+
+
 class CopilotServer(ScriptedServer):
     """The scripted server plus GitHub's token exchange and Copilot's model list.
 
@@ -95,6 +108,7 @@ class CopilotAdapter(ApiAdapter):
         super().__init__(spec, level, tmp_path)
         from harnesscheck.authstore import AuthStore
 
+        _warm()
         self.key = "gho_hccanary" + secrets.token_hex(14)
         self.auth_dir = tmp_path / "copilot-auth"
         AuthStore(self.auth_dir).put("copilot", {"type": "oauth", "access": self.key, "refresh": "", "expires": 0})
