@@ -268,3 +268,19 @@ def test_real_runtime_offers_only_the_bridge_and_reads_through_it(tmp_path):
     assert [r.tools for r in turns] == [["mcp__bridge__grep", "mcp__bridge__list_dir", "mcp__bridge__read_file"]] * 2
     assert all(r.credential_matches for r in turns) and all("SYSTEM-MARK" in r.body_text for r in turns)
     assert [r.path for r in srv.requests] == ["/v1/messages", "/v1/messages"]  # nothing else was called
+
+
+def test_launcher_runs_the_driver_on_its_sdk_and_is_rewritten_only_when_it_changes(tmp_path):
+    sdk = _stub_sdk(tmp_path)
+    launcher = ds.ensure_launcher(sdk)
+    assert launcher == sdk / ds.LAUNCHER_NAME
+    mtime = launcher.stat().st_mtime_ns
+    assert ds.ensure_launcher(sdk).stat().st_mtime_ns == mtime
+    proc = subprocess.run([str(launcher), "--sdk", "-"], input=json.dumps({"prompt": "go", "cwd": str(tmp_path), "dsh_home": str(tmp_path)}),
+                          capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert json.loads(proc.stdout.splitlines()[-1])["type"] == "run_result", proc.stderr
+    assert subprocess.run([str(launcher), "--version"], capture_output=True, text=True, timeout=60).stdout.strip() == "deepseek-harness-sdk 0.2.1rc2"
+
+
+def test_the_runtimes_retry_ladder_is_off_the_host_owns_retries():
+    assert {"id": "llm-retry", "disabled": True} in composition_patch(bridge=None, system=None)

@@ -87,6 +87,8 @@ def loopback_scenario(cli: str, name: str, ws: Any, tool_calls: list | None = No
             call = ToolCall("run_shell_command", {"command": f"cat {ws.secret}"}, builtin=True)
         elif cli == "opencode":
             call = ToolCall("read", {"filePath": str(ws.secret)}, builtin=True)
+        elif cli == "deepseek":
+            call = ToolCall("bash", {"command": f"cat {ws.secret}"}, builtin=True)
         else:
             call = ToolCall("exec_command", {"cmd": f"cat {ws.secret}"}, builtin=True)
         return Scenario(name, (Turn(tool_calls=(call,), usage=usage), done))
@@ -386,11 +388,17 @@ class LoopbackAdapter(HarnessAdapter):
         self._servers.append(server)
         self._wrappers += 1
         strace = shutil.which("strace") if self.trace_opens else None
-        wrapper, record = write_wrapper(self.tmp_path / f"loopback-bin{self._wrappers}", self.binary.path, self.spec.cli_name or "cli",
+        real = self.binary.path
+        if real.is_dir():  # an SDK dir (deepseek): the wrapper execs the driver's launcher beside that SDK
+            from harnesscheck.providers.deepseek import ensure_launcher
+
+            real = ensure_launcher(real)
+        wrapper, record = write_wrapper(self.tmp_path / f"loopback-bin{self._wrappers}", real, self.spec.cli_name or "cli",
                                         strace=strace)
         from harnesscheck.registry import probe_version, remember_version
 
-        printed = probe_version(self.binary.path)  # probed already (require_pinned_cli): cached
+        printed = (f"{self.spec.id} {self.binary.version}" if self.binary.path.is_dir()  # an SDK dir prints nothing
+                   else probe_version(self.binary.path))  # probed already (require_pinned_cli): cached
         if printed:  # the wrapper execs that binary: its answer, without starting it again per cell
             remember_version(wrapper, printed)
         transport = loopback_transport(

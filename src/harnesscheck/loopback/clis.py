@@ -79,6 +79,10 @@ def require_pinned_cli(backend: str | ProviderSpec, environ=None) -> tuple[Pinne
 
     spec = get_spec(backend) if isinstance(backend, str) else backend
     backend_id = spec.id
+    from harnesscheck.loopback.install import PIP_RUNTIMES
+
+    if spec.id in PIP_RUNTIMES and spec.pinned_version:
+        return _pip_runtime(spec, os.environ if environ is None else environ)
     if not (spec.cli_name and spec.cli_package and spec.pinned_version):
         return None, f"{backend_id} has no pinned npm CLI: the loopback level does not apply"
     overridden = _override(spec, os.environ if environ is None else environ)
@@ -97,3 +101,39 @@ def require_pinned_cli(backend: str | ProviderSpec, environ=None) -> tuple[Pinne
     if printed is None or parse_version(printed) != parse_version(spec.pinned_version):
         return None, f"{path} --version printed {printed!r}, expected {spec.pinned_version}"
     return PinnedBinary(backend_id, path, spec.pinned_version), ""
+
+
+#: Enables the loopback column of a pip-runtime backend (deepseek): its sessions start slowly.
+SLOW_LOOPBACK_VAR = "HARNESSCHECK_DEEPSEEK_LOOPBACK"
+
+
+def _pip_runtime(spec: ProviderSpec, environ) -> tuple[PinnedBinary | None, str]:
+    """A backend whose runtime install-clis puts in the cache with pip (loopback/install.py
+    PIP_RUNTIMES, e.g. deepseek's SDK dir `<cache>/deepseek@<pin>/`): that directory at the pin,
+    or the directory HARNESS_BACKEND_CLI names for this backend (any supported version)."""
+    import importlib
+
+    from harnesscheck.loopback.install import pip_runtime_dir
+    from harnesscheck.paths import cli_cache_dir
+    from harnesscheck.registry import base_id, version_range, version_supported
+
+    installed = importlib.import_module(spec.factory.partition(":")[0]).installed_sdk_version
+    raw = (environ.get("HARNESS_BACKEND_CLI") or "").strip()
+    if raw and base_id((environ.get("HARNESS_BACKEND") or "").strip()) == spec.id:
+        path = Path(raw).expanduser().absolute()
+        found = installed(path) if path.is_dir() else None
+        if found is None:
+            return None, f"HARNESS_BACKEND_CLI={raw} is not a {spec.id} SDK directory (pip --target): refused"
+        if not version_supported(spec, found):
+            return None, f"HARNESS_BACKEND_CLI={raw} holds {found}, outside the supported {version_range(spec)}: refused"
+        return PinnedBinary(spec.id, path, found, "HARNESS_BACKEND_CLI"), ""
+    path = pip_runtime_dir(cli_cache_dir(), spec.id, spec.pinned_version or "")
+    if (environ.get(SLOW_LOOPBACK_VAR) or "").strip() != "1":
+        return None, (f"{spec.id}'s loopback column is opt-in ({SLOW_LOOPBACK_VAR}=1): the real runtime needed 11-35 s "
+                      "per session here (start-up on a loaded 2-core machine), past the kit's 30 s session deadlines; "
+                      "tests/test_deepseek.py drives it at loopback when installed (doc/SPEC-deepseek.md)")
+    found = installed(path)
+    if found != spec.pinned_version:
+        return None, (f"{spec.id} {spec.pinned_version} is not installed in {path}"
+                      + (f" (it holds {found})" if found else "") + f" (run `harnesscheck install-clis --backend {spec.id}`)")
+    return PinnedBinary(spec.id, path, found), ""

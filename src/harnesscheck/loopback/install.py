@@ -309,6 +309,9 @@ def install_pip_runtime(dest: Path, backend: str, *, out=None, version: str | No
     if proc.returncode != 0 or module.installed_sdk_version(target) != version:
         print(f"install-clis: pip exited {proc.returncode} for {backend} {version}\n  fix: check access to the package index", file=sys.stderr)
         return 3
+    launcher = getattr(module, "ensure_launcher", None)
+    if launcher is not None:
+        launcher(target)  # one program running the transport's driver on it (HARNESS_BACKEND_CLI, loopback)
     print(f"{backend} {version}: installed in {target}", file=out)
     return 0
 

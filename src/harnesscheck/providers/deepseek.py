@@ -81,6 +81,9 @@ NETWORK_PLUGINS = (
     "session-telemetry-otel", "session-log-deepseek", "deepseek-account", "web-search-deepseek",
     "web-deepseek-api", "web-fetch-http",
 )
+#: The runtime's own retry ladder (429/529 answered six times, about a minute): off, so a
+#: retryable failure ends the session at once, classified retryable; the host owns retries.
+RETRY_PLUGINS = ("llm-retry",)
 MCP_CLIENT_PLUGIN = "@deepseek-ai/dsh-mcp-client"
 
 
@@ -106,6 +109,46 @@ def installed_sdk_version(path: Path) -> str | None:
     return None
 
 
+LAUNCHER = """#!{python} -I
+# harnesscheck: the deepseek driver on the SDK in {sdk!r} (a program speaking the driver protocol)
+import runpy, sys
+sys.argv = [{driver!r}, "--sdk", {sdk!r}] + (["--version"] if "--version" in sys.argv[1:] else [])
+runpy.run_path({driver!r}, run_name="__main__")
+"""
+
+
+#: The launcher's name inside the SDK dir (install-clis writes it; `ensure_launcher`).
+LAUNCHER_NAME = "harnesscheck-dsh-driver"
+
+
+def write_launcher(path: Path, sdk: Path) -> Path:
+    """An executable `path` running the driver on the SDK in `sdk` (whatever arguments it is
+    given, but `--version`): what HARNESS_BACKEND_CLI or the loopback level's exec wrapper
+    starts when they need one program rather than an SDK directory. Written only when its
+    content differs (atomically: concurrent sessions each see a whole file)."""
+    import os
+
+    path = Path(path)
+    text = LAUNCHER.format(python=sys.executable, sdk=str(sdk), driver=str(DRIVER))
+    try:
+        if path.read_text(encoding="utf-8") == text and os.access(path, os.X_OK):
+            return path
+    except OSError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.chmod(0o755)
+    os.replace(tmp, path)
+    return path
+
+
+def ensure_launcher(sdk: Path) -> Path:
+    """The launcher beside the SDK it runs (`<sdk>/harnesscheck-dsh-driver`), for this host's
+    interpreter and driver."""
+    return write_launcher(Path(sdk) / LAUNCHER_NAME, Path(sdk))
+
+
 def host_sdk_dir() -> Path | None:
     """The site-packages dir holding an SDK installed in the host (`harnesscheck[deepseek]`),
     found without importing it; None when there is none."""
@@ -123,7 +166,7 @@ def host_sdk_dir() -> Path | None:
 def composition_patch(*, bridge: tuple[list[str], dict[str, str]] | None, system: str | None) -> list[dict]:
     """The Cordis patch list (JSON is YAML): every tool plugin and every phone-home plugin off,
     the system prompt as the persona, and the bridge as the one MCP server (None: no tools)."""
-    patch: list[dict] = [{"id": pid, "disabled": True} for pid in (*TOOL_PLUGINS, *NETWORK_PLUGINS)]
+    patch: list[dict] = [{"id": pid, "disabled": True} for pid in (*TOOL_PLUGINS, *NETWORK_PLUGINS, *RETRY_PLUGINS)]
     if system and system.strip():
         patch.append({"id": "system-prompt", "config": {"personaPrefix": system.strip()}})
     if bridge is not None:
