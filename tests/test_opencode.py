@@ -314,3 +314,43 @@ def test_postinstall_of_the_form_node_dot_slash_file_is_run(tmp_path):
     assert install.run_postinstall(tmp_path, c, node) == 0 and (pkg / "ran").read_text() == "yes"
     (pkg / "package.json").write_text(json.dumps({"scripts": {"postinstall": "node ../evil.mjs"}}))
     assert install.run_postinstall(tmp_path, c, node) == 3
+
+
+def test_real_opencode_at_loopback_reaches_no_registry(tmp_path):
+    """With the pinned real opencode (skipped without it): one turn against the scripted
+    server, built-ins off at the wire, and no registry contact: no npm process among its
+    descendants, no npm cache in the session HOME (1.18.33 leaves `~/.npm/_cacache` when it
+    installs its plugin), the plugin link intact."""
+    from harnesscheck.loopback.adapter import DescendantWatcher, loopback_scenario, write_wrapper
+    from harnesscheck.loopback.clis import require_pinned_cli
+    from harnesscheck.loopback.endpoint import DUMMY_KEY
+    from harnesscheck.loopback.server import ScriptedModelServer
+
+    binary, why = require_pinned_cli("opencode")
+    if binary is None:
+        pytest.skip(why)
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    (wt / "README.md").write_text("hello from the worktree\n")
+
+    class _Ws:
+        def scope(self, read_only=True):
+            return ToolScope(root=wt, read_only=read_only)
+
+    wrapper, record = write_wrapper(tmp_path / "bin", binary.path, "opencode")
+    with ScriptedModelServer(loopback_scenario("opencode", "success", _Ws()), expected_key=DUMMY_KEY) as srv:
+        watcher = DescendantWatcher(record).start()
+        transport = OpencodeTransport(get_spec("opencode"), Settings(), cli_path=wrapper,
+                                      loopback=LoopbackEndpoint(srv.base_url))
+        request = AgentSessionRequest(prompt="Say the answer.", scope=_Ws().scope(), timeout_s=240, run_dir=tmp_path / "run")
+        out = transport.run_session(request)
+        seen = watcher.stop()
+        turns = srv.turn_requests()
+    assert out.ok and out.text == "The answer is 42.", out.message
+    assert turns and sorted(turns[0].tools) == ["bridge_grep", "bridge_list_dir", "bridge_read_file"]
+    assert not [r for r in srv.requests if r.side_request], "a title request preceded the turn (no --title?)"
+    npm = [p["argv"] for p in seen if any("npm" in Path(a).name or a.endswith("npm-cli.js") for a in p["argv"][:2])]
+    assert not npm, f"an npm process ran: {npm}"
+    home = tmp_path / "run" / "home"
+    assert not (home / ".npm").exists(), "npm's cache appeared in the session HOME: the plugin was fetched"
+    assert (home / ".config" / "opencode" / "node_modules").is_symlink()

@@ -334,12 +334,30 @@ class _CliVersion:
         return obj.binary.version
 
 
+#: Backends whose real CLI runs here but whose loopback cells are not verified yet, and why
+#: (each cell skips with it). `HARNESSCHECK_LOOPBACK_UNVERIFIED=<id>[,<id>]` runs them anyway.
+NOT_YET_VERIFIED: dict[str, str] = {
+    "opencode": (
+        "opencode 1.18.33 runs against the scripted server here (tests/test_opencode.py proves one turn, built-ins off "
+        "at the wire, no registry contact), but on this 2-core machine under load a session took 42-52 s "
+        "(`--version` alone 8.7 s), beyond the kit's 30 s session budgets: its cells are not verified yet "
+        "(doc/SPEC-opencode.md, Loopback)"
+    ),
+}
+
+
 class LoopbackAdapter(HarnessAdapter):
     """A harness backend at the loopback level (see the module docstring)."""
 
     name = "loopback"
 
     def __init__(self, spec, level, tmp_path):
+        from harnesscheck.registry import base_id
+
+        why_not = NOT_YET_VERIFIED.get(base_id(spec.id))
+        opted = {b.strip() for b in os.environ.get("HARNESSCHECK_LOOPBACK_UNVERIFIED", "").split(",") if b.strip()}
+        if why_not and base_id(spec.id) not in opted:
+            raise SkipCell("adapter-not-implemented", why_not)
         super().__init__(spec, level, tmp_path)
         from harnesscheck.loopback.clis import require_pinned_cli
 
