@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harnesscheck.contracts import Capability as C
-from harnesscheck.contracts import CostSource, ErrorClass, Kind, ModelVerdict, OutcomeStatus
+from harnesscheck.contracts import CostSource, ErrorClass, Kind, ModelVerdict, OutcomeStatus, Usage
 from harnesscheck.kit.catalog import check
 
 
@@ -19,6 +19,51 @@ def test_usage_counted_once(but):
     assert (got.input, got.output) == (expected.input, expected.output), (
         f"usage {got.input}/{got.output} != {expected.input}/{expected.output} (in/out): summed per streamed line?"
     )
+
+
+@check("usage.cache-and-reasoning-tokens-reported", requires=[C.usage_reporting], kinds=[Kind.api])
+def test_cache_and_reasoning_tokens_reported(but):
+    """Cache reads, cache writes and reasoning tokens the model API reported reach the outcome's usage, each in
+    its own field and summed over the session's turns: never dropped, never counted as fresh input.
+
+    Judged against what the scripted upstream served, per wire: Anthropic's cache_read_input_tokens /
+    cache_creation_input_tokens, OpenAI's prompt_tokens_details.cached_tokens (and cache_write_tokens where
+    an endpoint reports it), completion_tokens_details / output_tokens_details.reasoning_tokens. A field a
+    wire cannot carry is served and judged as 0, and the cell says so. Api kinds only: the harness CLIs'
+    cache counts are judged by their own fixtures' usage, not by this scenario."""
+    run = but.run("cached_usage")
+    expected = run.facts.usage
+    assert expected is not None and expected.cache_read, "kit premise: the scenario serves cache reads"
+    got = run.outcome.usage
+    wrong = {name: f"{getattr(got, name)} (served {getattr(expected, name)})"
+             for name in Usage.model_fields if getattr(got, name) != getattr(expected, name)}
+    assert not wrong, f"usage over two turns differs from what the model API served: {wrong}"
+    carried = but.usage_fields()
+    if carried is not None:
+        absent = [name for name in Usage.model_fields if name not in carried]
+        if absent:
+            but.note(f"{but.spec.id}'s wire reports no {', '.join(absent)}: served and judged as 0")
+
+
+@check("usage.cache-breakpoints-placed", requires=[C.prompt_caching], kinds=[Kind.api])
+def test_cache_breakpoints_placed(but):
+    """A backend declaring prompt_caching marks the first two system blocks and the last two non-system
+    messages of every request as prompt-cache breakpoints, and nothing else (at most four a request).
+
+    Judged on the requests the scripted upstream received (a two-turn tool session with a system prompt):
+    the second request's breakpoints move with the conversation, so a cache written by one turn is read
+    by the next. The OpenAI wires have no breakpoint (their servers cache prefixes by themselves): those
+    columns do not declare prompt_caching and say why."""
+    run = but.run("tool_calls", system="You are a careful code reader.")
+    marks = but.cache_breakpoints(run)
+    if marks is None:
+        but.skip("adapter-not-implemented", f"the kit cannot see {but.spec.id}'s request bodies at {but.level}")
+    shapes = but.request_shapes(run)
+    assert len(marks) >= 2, f"kit premise: a two-turn session made {len(marks)} request(s)"
+    for n, (where, shape) in enumerate(zip(marks, shapes), 1):
+        want = [f"system[{i}]" for i in range(min(2, shape["system"]))]
+        want += [f"messages[{i}]" for i in range(max(0, shape["messages"] - 2), shape["messages"])]
+        assert where == want, f"request {n} of {len(marks)}: cache breakpoints at {where or 'nowhere'}, expected {want}"
 
 
 @check("usage.cost-never-fabricated", incident=["I5", "C3"])

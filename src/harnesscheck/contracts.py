@@ -44,6 +44,7 @@ class Capability(StrEnum):
     config_isolation = "config_isolation"  # per-run config home; worktree/user config ignored
     early_auth_stop = "early_auth_stop"  # auth failures end the session at once, not after retries
     credential_exchange = "credential_exchange"  # a stored login is exchanged for short-lived tokens, cached until near expiry
+    prompt_caching = "prompt_caching"  # prompt-cache breakpoints are placed on the wire (Anthropic Messages)
 
 
 class OutcomeStatus(StrEnum):
@@ -122,6 +123,8 @@ class ProviderSpec(BaseModel):
     min_version: str | None = None
     max_version: str | None = Field(default=None, description="exclusive upper bound")
     pinned_version: str | None = Field(default=None, description="version the loopback level installs")
+    api_mode: str | None = Field(default=None, description="the wire protocol an api backend speaks (its mode column, "
+                                 "`api/<mode>`); None: HARNESS_API_MODE decides")
     description: str = ""
 
     def supports(self, capability: Capability | str) -> bool:

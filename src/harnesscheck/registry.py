@@ -18,6 +18,7 @@ from functools import cache
 from pathlib import Path
 
 from harnesscheck.config import Settings
+from harnesscheck.llm import API_MODES
 from harnesscheck.contracts import (
     Capability as C,
     CliNotFound,
@@ -264,14 +265,17 @@ def known_specs() -> dict[str, ProviderSpec]:
 
 def get_spec(backend_id: str) -> ProviderSpec:
     """The spec for a registered id, for `ID==VERSION` (the same backend, its loopback level
-    running that CLI release: `version_variant`), or for a 'module:factory' reference; else
-    UnknownBackend."""
+    running that CLI release: `version_variant`), for `ID/MODE` (an api backend in one
+    api_mode: `mode_variant`), or for a 'module:factory' reference; else UnknownBackend."""
     specs = known_specs()
     if backend_id in specs:
         return specs[backend_id]
     if VARIANT_SEP in backend_id:
         base_id, _, version = backend_id.partition(VARIANT_SEP)
         return version_variant(get_spec(base_id), version)
+    if MODE_SEP in backend_id and ":" not in backend_id:
+        base_id, _, mode = backend_id.partition(MODE_SEP)
+        return mode_variant(get_spec(base_id), mode)
     if ":" in backend_id:
         module, _, attr = backend_id.partition(":")
         obj = getattr(importlib.import_module(module), attr)
@@ -328,6 +332,60 @@ def version_variant(spec: ProviderSpec, version: str) -> ProviderSpec:
     return spec.model_copy(update={"id": f"{spec.id}{VARIANT_SEP}{version}", "label": f"{spec.label} {version}", "pinned_version": version})
 
 
+#: `api/chat_completions`: an api backend in one wire protocol (api_mode), its own matrix column.
+#: (`==` names a CLI release, `:` a module:factory; `/` reads "backend, in mode".)
+MODE_SEP = "/"
+
+#: Backends with one column per wire protocol: id -> its api_modes, the default one first.
+MODE_COLUMNS: dict[str, tuple[str, ...]] = {"api": API_MODES}
+
+MODE_LABELS: dict[str, str] = {
+    "anthropic_messages": "Anthropic Messages",
+    "chat_completions": "OpenAI Chat Completions",
+    "responses": "OpenAI Responses",
+}
+
+#: What a mode adds to its backend's declared capabilities (a capability true of one wire only).
+MODE_CAPABILITIES: dict[str, frozenset] = {"anthropic_messages": frozenset({C.prompt_caching})}
+
+#: Why a mode does not declare a capability another mode does (the skip's message says it).
+MODE_DECLINES: dict[tuple[str, str], str] = {
+    (mode, C.prompt_caching.value): "the OpenAI wires have no cache breakpoint: their servers cache prompt "
+    "prefixes by themselves (the cached tokens are judged by usage.cache-and-reasoning-tokens-reported)"
+    for mode in ("chat_completions", "responses")
+}
+
+
+def mode_variant(spec: ProviderSpec, mode: str) -> ProviderSpec:
+    """`spec` speaking one api_mode (id `ID/MODE`): its transport uses that mode whatever
+    HARNESS_API_MODE says (a different one is a ConfigError), and it declares that mode's
+    capabilities (MODE_CAPABILITIES)."""
+    modes = MODE_COLUMNS.get(spec.id)
+    if not modes:
+        raise ConfigError(f"{spec.id} has no api modes: `{spec.id}{MODE_SEP}{mode}` names none", f"use --backend {spec.id}")
+    if mode not in modes:
+        raise ConfigError(f"{spec.id}{MODE_SEP}{mode}: {mode!r} is not an api_mode of {spec.id}",
+                          "use one of " + ", ".join(f"{spec.id}{MODE_SEP}{m}" for m in modes))
+    return spec.model_copy(update={
+        "id": f"{spec.id}{MODE_SEP}{mode}", "label": f"API: {MODE_LABELS.get(mode, mode)}", "api_mode": mode,
+        "capabilities": spec.capabilities | MODE_CAPABILITIES.get(mode, frozenset()),
+    })
+
+
+def column_ids(backend_id: str) -> list[str]:
+    """The matrix columns a backend id stands for in the kit: `api` is its three mode columns
+    (`api/anthropic_messages`, `api/chat_completions`, `api/responses`); any other id itself."""
+    modes = MODE_COLUMNS.get(backend_id)
+    if modes and backend_id in known_specs():
+        return [f"{backend_id}{MODE_SEP}{mode}" for mode in modes]
+    return [backend_id]
+
+
+def declined_because(spec: ProviderSpec, capability: str) -> str | None:
+    """Why `spec` does not declare `capability`, where its mode says (MODE_DECLINES)."""
+    return MODE_DECLINES.get((spec.api_mode or "", capability))
+
+
 def base_id(backend_id: str) -> str:
     """`claude-code==2.1.332` -> `claude-code` (other ids unchanged)."""
     return backend_id.partition(VARIANT_SEP)[0]
@@ -372,11 +430,12 @@ def nearest_release(version: str, releases: list[str]) -> str | None:
 
 
 def default_backend_ids() -> list[str]:
-    """Every registered backend, then each second column (`ID==VERSION`, SECOND_COLUMNS)."""
+    """Every registered backend (an api backend as its mode columns, `column_ids`), then each
+    second column (`ID==VERSION`, SECOND_COLUMNS)."""
     specs = known_specs()
     extra = [f"{b}{VARIANT_SEP}{v}" for b, versions in SECOND_COLUMNS.items() if b in specs for v in versions
              if v != specs[b].pinned_version]  # a second column equal to the pin is the base column
-    return [*specs, *extra]
+    return [column for b in specs for column in column_ids(b)] + extra
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,13 @@ the exact check ids the mutant must fail (tests/test_kit_mutants.py proves it), 
 from __future__ import annotations
 
 from harnesscheck.contracts import ProviderSpec
-from harnesscheck.registry import BUILTIN_SPECS
+from harnesscheck.registry import get_spec
 
 
 def mutant_spec(base: str, module: str, cls: type, **changes) -> ProviderSpec:
-    """A spec like the built-in `base`, built by `cls` (a subclass of its transport)."""
-    spec = BUILTIN_SPECS[base]
+    """A spec like the built-in `base` (an id or a column such as `api/responses`), built by
+    `cls` (a subclass of its transport)."""
+    spec = get_spec(base)
     return spec.model_copy(update={
         "id": f"mutant-{cls.__name__}", "label": f"mutant: {cls.__doc__.strip().splitlines()[0]}",
         "factory": f"{module}:{cls.__name__}", **changes,
@@ -181,6 +182,14 @@ MUTANTS: dict[str, frozenset[str]] = {
         "errors.credential-not-refetched", "errors.auth-not-retried",
     ),
     "tests.mutants.copilot:names_the_rejected_credential": _ids("errors.secret-free-messages"),
+    # the api backend, one api_mode each (driven against the scripted server of that wire)
+    "tests.mutants.api:drops_cache_breakpoints": _ids("usage.cache-breakpoints-placed"),
+    "tests.mutants.api:marks_every_message_for_caching": _ids("usage.cache-breakpoints-placed"),
+    "tests.mutants.api:drops_cache_tokens": _ids("usage.cache-and-reasoning-tokens-reported"),
+    "tests.mutants.api:counts_cached_tokens_as_input": _ids(
+        "usage.cache-and-reasoning-tokens-reported", "usage.counted-once-per-message",
+    ),
+    "tests.mutants.api:drops_reasoning_tokens": _ids("usage.cache-and-reasoning-tokens-reported"),
 }
 
 #: For the CLI-based mutants (a fake CLI per session is slow): the test file and the `-k`
@@ -247,6 +256,11 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.copilot:routes_every_model_to_chat_completions": ("test_usage.py", "served_model_reported or cost_never"),
     "tests.mutants.copilot:exchanges_the_token_per_request": ("test_errors.py", "credential or auth"),
     "tests.mutants.copilot:names_the_rejected_credential": ("test_errors.py", "secret or auth"),
+    "tests.mutants.api:drops_cache_breakpoints": ("test_usage.py test_selection.py", "cache or counted_once or system_prompt"),
+    "tests.mutants.api:marks_every_message_for_caching": ("test_usage.py test_selection.py", "cache or counted_once or system_prompt"),
+    "tests.mutants.api:drops_cache_tokens": ("test_usage.py", "cache or counted_once or cost or served_model"),
+    "tests.mutants.api:counts_cached_tokens_as_input": ("test_usage.py", "cache or counted_once or cost or served_model"),
+    "tests.mutants.api:drops_reasoning_tokens": ("test_usage.py", "cache or counted_once or cost or served_model"),
 }
 
 #: Offline checks no known-bad backend fails, and why (the kit's honest sensitivity gaps).

@@ -43,7 +43,7 @@ SCENARIOS: tuple[str, ...] = (
     "unknown_events", "truncated_last_line", "oversize_line", "linger_after_result",
     "timeout_mid_stream", "served_model_mismatch", "mcp_failed", "mcp_slow", "native_tool_use",
     "exit0_is_error", "crash_no_result", "api_key_source", "helper_model", "repeated_usage",
-    "noise_lines", "timeout_tree", "split_lines", "network_error", "held_success",
+    "noise_lines", "timeout_tree", "split_lines", "network_error", "held_success", "cached_usage",
 )
 
 
@@ -620,6 +620,23 @@ class BackendUnderTest:
         results as the model got them (then the outcome's refusals are the evidence)."""
         return None
 
+    def usage_fields(self) -> tuple[str, ...] | None:
+        """The usage fields the backend's wire can carry (None: unknown, or every one)."""
+        return None
+
+    def cache_breakpoints(self, run: SessionRun) -> list[list[str]] | None:
+        """Per request the model received, where its prompt-cache breakpoints sit; None where
+        this adapter cannot see request bodies."""
+        return None
+
+    def request_shapes(self, run: SessionRun) -> list[dict]:
+        """Per request, {"system": system blocks, "messages": non-system messages}."""
+        return []
+
+    def provenance(self) -> str:
+        """What this cell's verdict came from: the fixtures, scripts or servers it ran against."""
+        return ""
+
     def note(self, text: str) -> None:
         """A fact a passing check reports in its cell (e.g. an offered tool refused when called)."""
         self.__dict__.setdefault("notes", []).append(text)
@@ -724,6 +741,8 @@ def scripted_scenarios() -> dict[str, tuple[object, Facts]]:
     from harnesscheck.providers.fake import ToolCall as FakeCall
 
     u = Usage(input=120, output=30, cache_read=7)
+    cached = (Usage(input=300, output=20, cache_read=1200, cache_write=800, reasoning=12),
+              Usage(input=40, output=15, cache_read=2000, reasoning=9))
     err = lambda cls, msg, **kw: (FakeScript([FakeTurn(error=cls, error_message=msg, **kw)]), Facts())  # noqa: E731
     return {
         "success": (FakeScript([FakeTurn(text="The answer is 42.", usage=u, usage_repeats=3)]), Facts(usage=u, served_model="fake-model-1")),
@@ -760,6 +779,13 @@ def scripted_scenarios() -> dict[str, tuple[object, Facts]]:
         "served_model_mismatch": (
             FakeScript([FakeTurn(text="hi", model="fake-model-other")]),
             Facts(served_model="fake-model-other", requested_model="fake-model-1"),
+        ),
+        "cached_usage": (
+            FakeScript([
+                FakeTurn(text="reading", usage=cached[0], tool_calls=[FakeCall("list_dir", {"path": "."})]),
+                FakeTurn(text="done", usage=cached[1]),
+            ]),
+            Facts(usage=cached[0] + cached[1], served_model="fake-model-1"),
         ),
         "helper_model": (
             FakeScript([FakeTurn(text="hi", usage=u, helper_usage={"fake-helper-mini": Usage(input=900, output=90)})]),
@@ -914,13 +940,19 @@ def background_warm_ups(cells: list[tuple[ProviderSpec, str]], *, api_sdk: bool 
 
         jobs.append(WarmUp("forkserver", get_forkserver))
     if api_sdk and ("api", "offline") in kinds:
-        import importlib
-
-        from harnesscheck.kit.api_adapter import ApiAdapter
         from harnesscheck.llm import sdk_module
 
-        jobs.append(WarmUp("api-sdk", functools.partial(importlib.import_module, sdk_module(ApiAdapter.api_mode))))
+        sdks = sorted({sdk_module(spec.api_mode or "anthropic_messages") for spec, level in cells
+                       if level == "offline" and adapter_kind(spec) == "api"})
+        jobs.append(WarmUp("api-sdk", functools.partial(_import_all, sdks)))
     return jobs
+
+
+def _import_all(modules: list[str]) -> None:
+    import importlib
+
+    for module in modules:
+        importlib.import_module(module)
 
 
 def level_available(spec: ProviderSpec, level: str) -> tuple[bool, str]:

@@ -31,8 +31,8 @@ def _missing(spec) -> str | None:
         except HarnessError as exc:
             return exc.message
         return _login_missing(spec)
-    if spec.id == "api":
-        mode = os.environ.get("HARNESS_API_MODE") or "anthropic_messages"
+    if spec.id.partition("/")[0] == "api":
+        mode = spec.api_mode or os.environ.get("HARNESS_API_MODE") or "anthropic_messages"
         var = "ANTHROPIC_API_KEY" if mode == "anthropic_messages" else "OPENAI_API_KEY"
         if not os.environ.get(var):
             return f"{var} is not set (api_mode {mode})"

@@ -477,6 +477,22 @@ def write_matrix(m: Combined, out: Path) -> list[Path]:
     return list(files)
 
 
+#: Columns whose id changed: the new id -> the id a committed matrix may still hold them under.
+#: `api` drove anthropic_messages only until each api_mode got its own column (`api/<mode>`):
+#: until the matrix is regenerated, the ratchet compares api/anthropic_messages with the cells
+#: committed as `api`. The two new columns have no committed cells, so nothing of them is compared.
+FORMER_IDS: dict[str, str] = {"api/anthropic_messages": "api"}
+
+
+def committed_cells(committed: dict, backend: str) -> dict:
+    """The committed matrix's cells of a column (level -> check -> cell), under its former id
+    (FORMER_IDS) when the matrix predates the rename."""
+    cells = committed.get("cells", {})
+    if backend in cells:
+        return cells[backend]
+    return cells.get(FORMER_IDS.get(backend, ""), {})
+
+
 def regressions(committed: dict, report: Report, baseline=None) -> list[str]:
     """Cells that passed in the committed matrix and do not pass now (SPEC-matrix, "The ratchet"):
     failed or errored without a baseline entry for them, or skipped for any reason, except
@@ -484,12 +500,12 @@ def regressions(committed: dict, report: Report, baseline=None) -> list[str]:
     level could not run here at all, so nothing of it was compared; and except `budget`, which
     says this machine was too slow to judge the cell (no verdict on the backend): counting it
     would make the ratchet depend on the machine's speed. A cell absent from the report (a
-    column not run, a check deselected) is not compared either."""
+    column not run, a check deselected) is not compared either. A renamed column is compared
+    with its cells under the former id (FORMER_IDS)."""
     out = []
-    cells = committed.get("cells", {})
     unavailable = _columns_that_could_not_run(report)
     for cell in report.cells:
-        before = cells.get(cell.backend, {}).get(cell.level, {}).get(cell.check)
+        before = committed_cells(committed, cell.backend).get(cell.level, {}).get(cell.check)
         if not before or before.get("outcome") != "passed" or cell.outcome in ("passed", "xfailed") or cell.reason == "stale-baseline":
             continue
         if cell.outcome in ("failed", "error") and baseline is not None and baseline.match(cell.check, cell.backend, cell.level):

@@ -2,7 +2,8 @@
 
 Options (all namespaced ``--hc-*``; see doc/SPEC-kit.md, "The plugin in another project")::
 
-    --hc-backend ID|module:factory  (repeatable; default: every registered backend)
+    --hc-backend ID|module:factory  (repeatable; default: every registered backend; `api` is its
+                                    three mode columns, `api/<api_mode>` one of them)
     --hc-level offline|loopback|live (repeatable; default: offline, plus loopback where a
                                     selected backend's real CLI is installed; live with -m live)
     --hc-check ID                   only the cells of this check (repeatable)
@@ -203,9 +204,10 @@ def _backends(config: pytest.Config) -> list:
     if state["backends"] is None:
         import sys
 
-        from harnesscheck.registry import default_backend_ids, get_spec
+        from harnesscheck.registry import column_ids, default_backend_ids, get_spec
 
-        ids = config.getoption("hc_backend") or default_backend_ids()
+        # `api` stands for its mode columns (api/anthropic_messages, ...; registry.column_ids)
+        ids = [c for b in config.getoption("hc_backend") for c in column_ids(b)] or default_backend_ids()
         import os
 
         for root in (str(config.rootpath), os.getcwd()):

@@ -53,9 +53,9 @@ class LevelUnavailable(Exception):
 def plan(backends: list[str], levels: list[str]) -> tuple[list[str], list[str], list[str]]:
     """(backend ids, levels to run, notes on levels left out)."""
     from harnesscheck.kit.adapters import level_available
-    from harnesscheck.registry import default_backend_ids, get_spec
+    from harnesscheck.registry import column_ids, default_backend_ids, get_spec
 
-    ids = list(dict.fromkeys(backends or default_backend_ids()))
+    ids = list(dict.fromkeys([c for b in backends for c in column_ids(b)] or default_backend_ids()))
     specs = [get_spec(i) for i in ids]
     notes: list[str] = []
     if levels:

@@ -74,12 +74,18 @@ class ApiTransport:
     ):
         self.spec = spec
         self.settings = settings
-        if not settings.api_mode:
+        if spec.api_mode and settings.api_mode and settings.api_mode != spec.api_mode:
+            raise ConfigError(
+                f"{spec.id} speaks {spec.api_mode}, but HARNESS_API_MODE={settings.api_mode}",
+                f"unset HARNESS_API_MODE, or select the backend api with HARNESS_API_MODE={settings.api_mode}",
+            )
+        mode = spec.api_mode or settings.api_mode
+        if not mode:
             raise ConfigError(
                 "api backend: no api_mode selected (HARNESS_API_MODE is not set)",
                 "add this line to .env (one of " + ", ".join(API_MODES) + "):\nHARNESS_API_MODE=anthropic_messages",
             )
-        self.api_mode = settings.api_mode
+        self.api_mode = mode
         env = os.environ if environ is None else environ
         key_var, url_var = MODE_ENV[self.api_mode]
         api_key = (env.get(key_var) or "").strip()

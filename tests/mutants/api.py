@@ -1,0 +1,100 @@
+"""Known-bad api backends: the api transport in one api_mode with one defect in its request
+builder or its usage accounting (see __init__.py). Each swaps its LLM client's class for a
+subclass that overrides one step (`request_kwargs`, the request builder; `_consume`, the stream
+reader), so everything else is the reference."""
+
+from __future__ import annotations
+
+from harnesscheck.llm import LLM
+from harnesscheck.providers.api import ApiTransport
+from tests.mutants import mutant_spec
+
+M = "tests.mutants.api"
+
+
+def _without_cache_control(value):
+    if isinstance(value, dict):
+        return {k: _without_cache_control(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [_without_cache_control(v) for v in value]
+    return value
+
+
+class _NoBreakpoints(LLM):
+    def request_kwargs(self, *args, **kwargs):
+        return _without_cache_control(super().request_kwargs(*args, **kwargs))
+
+
+class _EveryMessageMarked(LLM):
+    def request_kwargs(self, *args, **kwargs):
+        body = super().request_kwargs(*args, **kwargs)
+        for message in body["messages"]:
+            if isinstance(message["content"], list) and message["content"]:
+                message["content"][-1] = {**message["content"][-1], "cache_control": {"type": "ephemeral"}}
+            elif isinstance(message["content"], str):
+                message["content"] = [{"type": "text", "text": message["content"], "cache_control": {"type": "ephemeral"}}]
+        return body
+
+
+class _DropsCacheTokens(LLM):
+    def _consume(self, stream, turn):
+        super()._consume(stream, turn)
+        turn.reply.usage = turn.reply.usage.model_copy(update={"cache_read": 0, "cache_write": 0})
+
+
+class _CachedAsInput(LLM):
+    def _consume(self, stream, turn):
+        super()._consume(stream, turn)
+        u = turn.reply.usage
+        turn.reply.usage = u.model_copy(update={"input": u.input + u.cache_read + u.cache_write, "cache_read": 0, "cache_write": 0})
+
+
+class _DropsReasoning(LLM):
+    def _consume(self, stream, turn):
+        super()._consume(stream, turn)
+        turn.reply.usage = turn.reply.usage.model_copy(update={"reasoning": 0})
+
+
+def _with_llm(llm_class):
+    def __init__(self, *args, **kwargs):
+        ApiTransport.__init__(self, *args, **kwargs)
+        self.llm.__class__ = llm_class
+
+    return __init__
+
+
+class DropsCacheBreakpoints(ApiTransport):
+    """Sends Anthropic Messages requests without prompt-cache breakpoints: every turn pays the full input price."""
+
+    __init__ = _with_llm(_NoBreakpoints)
+
+
+class MarksEveryMessageForCaching(ApiTransport):
+    """Puts a cache breakpoint on every message, past Anthropic's four a request (the API refuses such a request)."""
+
+    __init__ = _with_llm(_EveryMessageMarked)
+
+
+class DropsCacheTokens(ApiTransport):
+    """Reads Anthropic's usage without cache_read_input_tokens / cache_creation_input_tokens: cache hits vanish from usage and cost."""
+
+    __init__ = _with_llm(_DropsCacheTokens)
+
+
+class CountsCachedTokensAsInput(ApiTransport):
+    """Chat Completions: takes prompt_tokens as fresh input, ignoring prompt_tokens_details.cached_tokens (overcharged at the input price)."""
+
+    __init__ = _with_llm(_CachedAsInput)
+
+
+class DropsReasoningTokens(ApiTransport):
+    """Responses: ignores output_tokens_details.reasoning_tokens, so reasoning is reported as 0."""
+
+    __init__ = _with_llm(_DropsReasoning)
+
+
+drops_cache_breakpoints = mutant_spec("api/anthropic_messages", M, DropsCacheBreakpoints)
+marks_every_message_for_caching = mutant_spec("api/anthropic_messages", M, MarksEveryMessageForCaching)
+drops_cache_tokens = mutant_spec("api/anthropic_messages", M, DropsCacheTokens)
+counts_cached_tokens_as_input = mutant_spec("api/chat_completions", M, CountsCachedTokensAsInput)
+drops_reasoning_tokens = mutant_spec("api/responses", M, DropsReasoningTokens)
