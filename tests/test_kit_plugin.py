@@ -131,7 +131,11 @@ def test_background_warm_ups_name_what_the_cells_need():
     assert background_warm_ups([(BUILTIN_SPECS["fake"], "offline")]) == []
     assert background_warm_ups([(BUILTIN_SPECS["cursor"], "offline")]) == [("forkserver", get_forkserver)]
     (sdk,) = background_warm_ups([(BUILTIN_SPECS["api"], "offline")])
-    assert sdk.name == "api-sdk" and sdk.run.args == ("anthropic",)
+    assert sdk.name == "api-sdk" and sdk.run.args == (["anthropic"],)
+    from harnesscheck.registry import get_spec
+
+    (both,) = background_warm_ups([(get_spec(f"api/{m}"), "offline") for m in ("responses", "anthropic_messages", "chat_completions")])
+    assert both.run.args == (["anthropic", "openai"],), "each mode column's SDK, once"
     assert background_warm_ups([(BUILTIN_SPECS["api"], "live")]) == []  # may skip: no import paid for nothing
     assert background_warm_ups([(BUILTIN_SPECS["api"], "offline")], api_sdk=False) == []  # another worker's cells
 

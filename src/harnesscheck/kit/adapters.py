@@ -850,6 +850,9 @@ class ScriptedAdapter(BackendUnderTest):
         run.extra_tools_offered = list(log.tools_offered)
         run.extra_system = log.system
 
+    def provenance(self) -> str:
+        return f"in-process scripts (kit/adapters.py scripted_scenarios) driving {self.spec.factory}"
+
     def system_seen(self, run):
         return getattr(run, "extra_system", None)
 

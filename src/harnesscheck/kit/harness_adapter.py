@@ -53,6 +53,17 @@ def offline_cli_version(spec) -> str | None:
     return f"{version} (fixtures)" if version else None
 
 
+def fixture_provenance(data: dict) -> str:
+    """One fixture's provenance in words: recorded from a release, or written from references."""
+    prov = data.get("provenance") or {}
+    version, source = prov.get("cli_version"), str(prov.get("source") or "")
+    if source.startswith("reference:"):
+        return f"written from references ({source.partition(':')[2].strip() or 'no source named'}), never run here"
+    if version:
+        return f"recorded from {prov.get('cli') or 'the CLI'} {version}" + (f" on {prov['date']}" if prov.get("date") else "")
+    return "provenance not stated"
+
+
 def repeat_usage_events(cli: str, scenario: dict) -> dict:
     """The scenario with every main-chain message event repeated (same id, same usage), as
     streaming CLIs do once per content block. Only claude repeats events per message; the
@@ -378,7 +389,16 @@ class HarnessAdapter(BackendUnderTest):
         path = fixture_path(self.fake_name, scenario)
         if not path.is_file():
             raise SkipCell("adapter-not-implemented", f"no {scenario} fixture for {self.fake_name} ({path.name})")
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
+        self.__dict__.setdefault("fixtures_used", {})[f"{path.parent.name}/{path.name}"] = fixture_provenance(data)
+        return data
+
+    def provenance(self) -> str:
+        """The fake CLI and each fixture it replayed in this cell, with where the fixture came from."""
+        used = getattr(self, "fixtures_used", {})
+        if not used:
+            return f"fake {self.fake_name} (no fixture replayed)"
+        return f"fake {self.fake_name} replaying " + "; ".join(f"fixtures/{name} ({why})" for name, why in used.items())
 
     def install_fake(self, scenario, *, version: str | None = None, echo: list[str] | None = None, calls=None):
         """A per-run fake CLI replaying `scenario` (a fixture name or a scenario dict)."""

@@ -80,6 +80,9 @@ class LiveAdapter(BackendUnderTest):
 
         return find_cli(spec, Settings(backend=spec.id)).version
 
+    def provenance(self) -> str:
+        return f"live: {self.spec.id} with this machine's real login and budget"
+
     def prepare(self, scenario, ws, *, tool_calls, model, timeout_s, echo) -> Setup:
         why = _missing(self.spec)
         if why:

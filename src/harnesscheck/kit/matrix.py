@@ -1,8 +1,8 @@
 """The verification matrix: reports combined into doc/backends.md, backends.json and backends.html.
 
 Reports combine only when they ran the same catalog (same hash); otherwise nothing is
-written (a half-consistent matrix is worse than none). Each cell carries its level, the CLI
-version it was verified with and the date. The committed backends.json is a ratchet:
+written (a half-consistent matrix is worse than none). Each column carries its level, the CLI
+version it was verified with and the date; each cell its provenance (what its verdict came from). The committed backends.json is a ratchet:
 `regressions()` lists cells that passed there and fail now without a baseline entry.
 backends.json is a `MatrixFile` (doc/backends.schema.json); `read_matrix` validates one.
 
@@ -53,6 +53,10 @@ class MatrixCell(BaseModel):
 
     outcome: Outcome
     reason: str | None = None
+    #: What this cell's verdict came from (fixtures and the release they were recorded from, the
+    #: scripted server's protocol, the real CLI's version): per cell, since the cells of one
+    #: column replay different fixtures. Absent in matrices written before it was recorded.
+    provenance: str | None = None
 
 
 class MatrixFile(BaseModel):
@@ -150,7 +154,7 @@ def to_json(m: Combined) -> dict:
     out_areas: dict = defaultdict(lambda: defaultdict(dict))
     by_area: dict = defaultdict(list)
     for (backend, level, check), cell in sorted(m.cells.items()):
-        out_cells[backend][level][check] = {"outcome": cell.outcome, "reason": cell.reason}
+        out_cells[backend][level][check] = {"outcome": cell.outcome, "reason": cell.reason, "provenance": cell.provenance or None}
         by_area[(backend, level, m.areas[check])].append(cell)
     for (backend, level, area), cells in sorted(by_area.items()):
         out_areas[backend][level][area] = area_status(cells)
@@ -420,7 +424,8 @@ def to_html(m: Combined) -> str:
         if cell is None:
             return {"cell": None, "status": "none"}
         tip = _OUTCOME_WORD.get(cell.outcome, cell.outcome) + (f" [{cell.reason}]" if cell.reason else "") + (
-            f": {_first_lines(cell.message, 600)}" if cell.message else "")
+            f": {_first_lines(cell.message, 600)}" if cell.message else "") + (
+            f"\nfrom: {_first_lines(cell.provenance, 300)}" if cell.provenance else "")
         return {"cell": cell, "status": _OUTCOME_STATUS.get(cell.outcome, "fail"), "tip": tip}
 
     check_groups = []

@@ -449,8 +449,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     info = _check_of(item)
     if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
         outcome, reason, message = _classify(report, call)
+        but = getattr(item, "funcargs", {}).get("but")
         if outcome == "passed":
-            message = "; ".join(getattr(item.funcargs.get("but"), "notes", None) or [])  # what the check reported
+            message = "; ".join(getattr(but, "notes", None) or [])  # what the check reported
+        provenance = _provenance(but)
         entry = _baseline(item.config).match(info.id, spec.id, level) if _baseline(item.config) else None
         if entry is not None and outcome == "failed":
             outcome, reason = "xfailed", entry.reason
@@ -464,9 +466,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         record = {
             "check": info.id, "backend": spec.id, "level": level, "outcome": outcome, "reason": reason,
             "duration_s": round(report.duration, 4), "message": message[:2000], "area": info.area,
+            "provenance": provenance,
         }
         setattr(report, CELL_ATTR, record)
     return report
+
+
+def _provenance(but) -> str:
+    """The cell's provenance (BackendUnderTest.provenance), "" where no adapter was built; an
+    adapter's fault here never changes the cell's verdict."""
+    try:
+        return str(but.provenance())[:500] if but is not None and hasattr(but, "provenance") else ""
+    except Exception as exc:  # noqa: BLE001 - provenance is a record, not a verdict
+        return f"provenance unavailable ({type(exc).__name__})"
 
 
 def _cell_of(item: pytest.Item):

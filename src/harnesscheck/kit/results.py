@@ -51,6 +51,8 @@ class CellResult(BaseModel):
     duration_s: float = 0.0
     message: str = ""
     area: str = ""
+    provenance: str = Field(default="", description="what the verdict came from: the fixtures, scripted servers "
+                            "or CLI release this cell ran against (empty where nothing ran)")
 
     @property
     def key(self) -> tuple[str, str, str]:

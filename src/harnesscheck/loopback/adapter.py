@@ -386,6 +386,9 @@ class LoopbackAdapter(HarnessAdapter):
 
     cli_version = _CliVersion()
 
+    def provenance(self) -> str:
+        return f"the real {self.spec.cli_name} {self.binary.version or '(version not printed)'} against the scripted model server on 127.0.0.1"
+
     def spawned(self) -> list[dict]:
         return []
 
