@@ -180,18 +180,19 @@ def check_credentials(spec, settings, environ: dict[str, str], selected: bool, c
     from harnesscheck.contracts import Kind
 
     out: list[Check] = []
-    if spec.kind is Kind.api and spec.id == "api":
+    if spec.kind is Kind.api and spec.id.partition("/")[0] == "api":  # api, or a mode column api/<mode>
         from harnesscheck.providers.api import MODE_ENV
 
-        if not settings.api_mode:
+        mode = spec.api_mode or settings.api_mode
+        if not mode:
             return [Check(spec.id, "auth", FAIL if selected else WARN, "HARNESS_API_MODE is not set",
                           "add to .env: HARNESS_API_MODE=anthropic_messages (or chat_completions, responses)")]
-        key_var, url_var = MODE_ENV[settings.api_mode]
+        key_var, url_var = MODE_ENV[mode]
         if _is_set(environ, key_var):
             where = f", base URL from {url_var}" if _is_set(environ, url_var) else ""
             out.append(Check(spec.id, "auth", OK, f"{key_var} is set (value not shown){where}"))
         else:
-            out.append(Check(spec.id, "auth", FAIL if selected else WARN, f"{key_var} is not set (api_mode {settings.api_mode})",
+            out.append(Check(spec.id, "auth", FAIL if selected else WARN, f"{key_var} is not set (api_mode {mode})",
                              f"export {key_var}=... in the environment that runs harnesscheck"))
         return out
     if spec.id == "copilot":  # harnesscheck's own auth.json (never another tool's store)

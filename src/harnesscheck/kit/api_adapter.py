@@ -15,6 +15,7 @@ Responses events), not recorded; `PROVENANCE` says so in every cell.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import threading
@@ -389,6 +390,11 @@ class ApiAdapter(BackendUnderTest):
         llm = getattr(transport, "llm", None)
         if llm is not None and hasattr(llm, "backoff_s"):
             llm.backoff_s = 0.01  # quirk: keep the bounded 5xx retries, not their real-time backoff
+        if llm is not None and callable(getattr(llm, "client", None)):
+            # The SDK client (and the SDK's import, ~1 s, far more on a loaded machine) before the
+            # session's clock starts: a cell's deadline judges the backend, not this process's start-up.
+            with contextlib.suppress(Exception):  # a failure shows in the session itself
+                llm.client()
         return transport
 
     def parent_env_canaries(self) -> dict[str, str]:
