@@ -282,3 +282,23 @@ def test_one_shot_is_tool_less(tmp_path):
     assert out.ok and out.text == "The answer is 42."
     written = json.loads(next(v for k, v in fake.last()["mcp_configs"].items() if k.endswith("settings.json")))
     assert "mcpServers" not in written and written["mcp"]["allowed"] == []
+
+
+def test_the_clis_loop_detection_is_a_turn_cap_not_success():
+    """Observed at loopback (0.61.0): a model that repeats a bridge call is stopped by the CLI
+    with a warning and a success result without an answer."""
+    from harnesscheck.process import Ending, ProcessResult
+
+    p = GeminiParser(requested_model="m")
+    lines = [
+        {"type": "init", "session_id": "s", "model": "m"},
+        {"type": "tool_use", "tool_name": "mcp_bridge_read_file", "tool_id": "t1", "parameters": {"path": "a"}},
+        {"type": "tool_result", "tool_id": "t1", "status": "success", "output": "x"},
+        {"type": "error", "severity": "warning", "message": "Loop detected, stopping execution"},
+        {"type": "result", "status": "success", "stats": {"input_tokens": 4, "output_tokens": 2, "input": 4,
+                                                          "models": {"m": {"input_tokens": 4, "output_tokens": 2}}}},
+    ]
+    for ev in lines:
+        p.feed(json.dumps(ev))
+    o = p.outcome(ProcessResult(exit_code=0, signal=None, ending=Ending.exited, duration_s=1.0, stderr_tail=""))
+    assert (o.status, o.error_class) == (OutcomeStatus.truncated, ErrorClass.max_turns) and "Loop detected" in o.message

@@ -616,7 +616,8 @@ class HarnessAdapter(BackendUnderTest):
         if run_dir is not None and Path(run_dir).is_dir():
             for path in sorted(Path(run_dir).rglob("*")):
                 if path.is_file() and (path.name in ("config.toml", "dsh-patch.yml") or path.name.endswith("mcp.json")
-                                       or (path.name == "config.json" and path.parent.name == ".zcode")):
+                                       or (path.name == "config.json" and path.parent.name == ".zcode")
+                                       or (path.name == "settings.json" and path.parent.name == ".gemini")):
                     servers.update(_servers_from_file(path))
         for config in _opencode_configs(run):
             for name, entry in (config.get("mcp") or {}).items():

@@ -20,7 +20,8 @@ Requirements kept here (doc/SPEC-gemini.md):
   host program hands the transport (`api_key=`); the host environment's GEMINI_API_KEY /
   GOOGLE_API_KEY are never passed through (the env policy denies GEMINI_* and GOOGLE_*).
 - The parser is pure. `result` is the terminal event; its `status` decides (`success` with
-  an answer -> ok; `error` -> the error's class, structured `error.type` before the message
+  an answer -> ok; after the CLI's loop detection ("Loop detected, stopping execution") ->
+  truncated/max_turns; `error` -> the error's class, structured `error.type` before the message
   text); an exit 0 without a result event is a protocol error, never success. The served
   model is the key of `result.stats.models` (the server's `modelVersion`); usage is the
   result's stats. An auth failure is blocked and never retried.
@@ -76,6 +77,11 @@ DEFAULT_MODEL = "gemini-2.5-flash"
 
 #: Model names that select the CLI's router instead of a model: refused.
 ROUTER_MODELS = frozenset({"auto"})
+
+#: The `error` event with which 0.61.0's loop detection ends a model that repeats a tool call
+#: (observed at loopback: three identical bridge calls, then this warning and a success result
+#: without an answer).
+LOOP_DETECTED = "Loop detected, stopping execution"
 
 #: How long the CLI waits for a bridge tool call (ms, the mcpServers `timeout` key).
 BRIDGE_TOOL_TIMEOUT_MS = 120_000
@@ -283,6 +289,10 @@ class GeminiParser:
             return fallback[0], fallback[1], fallback[2] + notes
         res = self.result
         if res.get("status") == "success":
+            loop = next((e for e in self.errors if LOOP_DETECTED in e), None)
+            if loop is not None and not self.final_text().strip():
+                # the CLI's own loop detection ended a model that kept calling tools: a turn cap
+                return OutcomeStatus.truncated, ErrorClass.max_turns, f"the CLI stopped a tool loop ({loop})" + notes
             if not self.final_text().strip():
                 return OutcomeStatus.error, ErrorClass.protocol, "result success without an answer" + notes
             return OutcomeStatus.ok, None, notes.lstrip("; ")
@@ -400,6 +410,11 @@ def compose_prompt(system: str | None, prompt: str, tool_names: tuple[str, ...])
 
 class GeminiTransport(HarnessTransport):
     """`gemini -p` with a per-run HOME. See the module docstring."""
+
+    #: The CLI relaunches itself in a second node process (for a heap of half the RAM) unless
+    #: told not to: that doubled its start-up here (`--version`: 24 s against 13 s on a loaded
+    #: 2-core machine). A headless session needs no bigger heap than node's default.
+    base_injections = {"GEMINI_CLI_NO_RELAUNCH": "true"}
 
     #: gemini's stream says nothing about its MCP servers, and a bridge that failed to start
     #: only makes its tools "not found": the bridge's own trace is the readiness signal
