@@ -85,6 +85,14 @@ def test_every_well_formed_advertised_call_is_parsed_once(name, args, prose):
     assert [(c.name, c.arguments) for c in calls] == [(name, args)]
 
 
+def test_an_argument_holding_a_code_fence_stays_one_call():
+    """The counterexample hypothesis found: a closing fence inside a JSON string (an edit that
+    writes markdown) does not end the block."""
+    body = {"tool": "grep", "args": {"0": "```"}}
+    _, calls = parse_tool_calls("see\n" + fence(body) + "\nthen ```json\n{not json\n```", ADVERTISED)
+    assert [(c.name, c.arguments) for c in calls] == [("grep", {"0": "```"})]
+
+
 def test_the_protocol_names_exactly_the_turns_tools():
     text = tool_protocol([{"name": "read_file", "description": "Read a file.", "input_schema": {"type": "object"}}])
     assert "- read_file: Read a file." in text and "list_dir" not in text and '"tool": "<name>"' in text

@@ -53,7 +53,37 @@ DENIED_BUILTINS: tuple[str, ...] = (
     "TaskStop",
 )
 
-_FENCE = re.compile(r"```json[ \t]*\n(.*?)\n?```", re.S | re.I)
+_FENCE_OPEN = re.compile(r"```json[ \t]*\n", re.I)
+#: Closing fences tried per block: a JSON string holding ``` (an argument that writes a
+#: markdown file) must not end the block, so later closings are tried until the body parses.
+_MAX_CLOSINGS = 16
+
+
+def _fences(text: str):
+    """(start, end, body) of each ```json block. A block ends at the first closing fence
+    after which its body parses as JSON, else at its first closing fence (as text); an
+    unclosed block is no block."""
+    pos = 0
+    while (m := _FENCE_OPEN.search(text, pos)) is not None:
+        close, first, chosen = text.find("```", m.end()), None, None
+        for _ in range(_MAX_CLOSINGS):
+            if close == -1:
+                break
+            body = text[m.end():close]
+            body = body[:-1] if body.endswith("\n") else body
+            first = first or (close, body)
+            try:
+                json.loads(body)
+            except (ValueError, RecursionError):
+                close = text.find("```", close + 3)
+                continue
+            chosen = (close, body)
+            break
+        if first is None:
+            return
+        close, body = chosen or first
+        yield m.start(), close + 3, body
+        pos = close + 3
 #: A reply is parsed only up to this size (a runaway answer is text, not a call list).
 MAX_PARSED_CHARS = 1_000_000
 MAX_CALLS_PER_TURN = 16
@@ -92,10 +122,10 @@ def parse_tool_calls(text: str, advertised: set[str] | frozenset[str]) -> tuple[
     calls: list[ToolCall] = []
     kept: list[str] = []
     pos = 0
-    for m in _FENCE.finditer(head):
-        call = _call(m.group(1), advertised) if len(calls) < MAX_CALLS_PER_TURN else None
-        kept.append(head[pos:m.start()] if call is not None else head[pos:m.end()])
-        pos = m.end()
+    for start, end, body in _fences(head):
+        call = _call(body, advertised) if len(calls) < MAX_CALLS_PER_TURN else None
+        kept.append(head[pos:start] if call is not None else head[pos:end])
+        pos = end
         if call is not None:
             calls.append(ToolCall(id=f"call_{len(calls) + 1}", name=call[0], arguments=call[1],
                                   raw_arguments=json.dumps(call[1])))
