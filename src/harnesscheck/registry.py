@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import threading
 from dataclasses import dataclass
 from functools import cache
@@ -612,9 +613,19 @@ _VERSION_LOCK = threading.Lock()
 
 def _probe_version(path: Path, timeout_s: float) -> tuple[str | None, str]:
     """(first line of stdout, "") or (None, why there was no answer)."""
+    # A private, empty HOME: `opencode --version` creates ~/.cache/opencode/bin, and no probe
+    # may write into the user's home (removed with whatever the CLI put there).
+    home = tempfile.mkdtemp(prefix="harnesscheck-probe-")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home}
+    try:
+        return _run_probe(path, timeout_s, env)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _run_probe(path: Path, timeout_s: float, env: dict[str, str]) -> tuple[str | None, str]:
     from harnesscheck.process import when_not_busy
 
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/")}
     try:
         proc = when_not_busy(
             subprocess.run,
