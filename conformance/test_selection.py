@@ -104,10 +104,20 @@ def test_prompt_never_a_flag(but):
         assert "dangerously-skip-permissions" in delivered, "the prompt never reached the CLI"
 
 
-@check("selection.huge-system-prompt-not-in-argv", kinds=[Kind.harness], incident="J4")
+@check("selection.huge-system-prompt-not-in-argv", requires=[C.system_prompt], kinds=[Kind.harness], incident="J4")
 def test_huge_system_prompt_not_in_argv(but):
-    """A 200 KB system prompt goes by file or stdin, not argv (ARG_MAX), and the session still runs
-    (a backend without a system-prompt channel folds it into the prompt: the same bound holds)."""
+    """A 200 KB system prompt goes by file or stdin, not argv (ARG_MAX), and the session still runs."""
+    _huge_system_prompt_stays_out_of_argv(but)
+
+
+@check("selection.huge-folded-prompt-not-in-argv", declines=C.system_prompt, kinds=[Kind.harness], incident="J4")
+def test_huge_folded_prompt_not_in_argv(but):
+    """A backend without a system-prompt channel folds a 200 KB system prompt into the prompt:
+    the prompt still goes by file or stdin, not argv (ARG_MAX), and the session still runs."""
+    _huge_system_prompt_stays_out_of_argv(but)
+
+
+def _huge_system_prompt_stays_out_of_argv(but) -> None:
     system = "Follow the house rules. " * 9000
     run = but.run("success", system=system)
     assert run.outcome.status == OutcomeStatus.ok, f"{run.outcome.status}/{run.outcome.error_class}: {run.outcome.message}"

@@ -215,7 +215,9 @@ def test_a_session_without_the_prefill_would_download_and_the_fake_shows_it(tmp_
     assert (tmp_path / "run" / "home" / ".npm" / "_cacache").is_dir()
 
 
-def test_missing_prefill_refuses_the_session_before_anything_runs(tmp_path):
+def test_missing_prefill_refuses_the_session_before_anything_runs(tmp_path, monkeypatch):
+    # an empty harnesscheck cache: on a machine where install-clis ran, its pre-fill is found there
+    monkeypatch.setenv("HARNESSCHECK_CACHE", str(tmp_path / "empty-cache"))
     wt = hostile_worktree(tmp_path)
     fake = install_fake_cli("opencode", "success", tmp_path / "bin")
     import shutil

@@ -125,7 +125,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     # not built on harnesscheck's providers: the seed's transport defects in an independent
     # miniature, its bridge under another name (only-bridge-configured must pass), json output
     "tests.mutants.foreign:seed_style_claude": _ids(
-        "env.worktree-not-cwd", "env.host-credentials-unreachable", "errors.not-logged-in-blocks",
+        "env.worktree-not-cwd", "env.run-dir-outside-worktree", "env.host-credentials-unreachable", "errors.not-logged-in-blocks",
         "errors.crash-without-result", "parse.exit0-is-error", "selection.flag-values-validated",
         "selection.huge-system-prompt-not-in-argv", "usage.vendor-cost-reported",
     ),
@@ -164,7 +164,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.opencode:keeps_the_host_home": _ids("env.config-home-isolated", "env.host-credentials-unreachable"),
     "tests.mutants.opencode:reads_success_from_exit_zero": _ids("parse.truncated-last-line"),
     # zcode (offline only, fixtures from references): the seed implementation's defects
-    "tests.mutants.zcode:leaves_a_huge_prompt_in_argv": _ids("selection.huge-system-prompt-not-in-argv"),
+    "tests.mutants.zcode:leaves_a_huge_prompt_in_argv": _ids("selection.huge-folded-prompt-not-in-argv"),
     "tests.mutants.zcode:passes_the_host_env_through": _ids(
         "env.provider-keys-stripped", "env.nesting-vars-stripped", "env.worktree-not-cwd", "env.host-credentials-unreachable",
     ),
@@ -247,7 +247,7 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.gemini:forgets_skip_trust": ("test_parse.py", "unknown or noise"),
     "tests.mutants.gemini:passes_the_host_env_through": ("test_env.py", "stripped or argv or worktree"),
     "tests.mutants.gemini:trusts_exit_zero": ("test_parse.py test_errors.py", "truncated or crash or exit0"),
-    "tests.mutants.zcode:leaves_a_huge_prompt_in_argv": ("test_selection.py", "huge_system or prompt_never"),
+    "tests.mutants.zcode:leaves_a_huge_prompt_in_argv": ("test_selection.py", "huge_folded or huge_system or prompt_never"),
     "tests.mutants.zcode:passes_the_host_env_through": ("test_env.py", "stripped or worktree or credentials or config_home"),
     "tests.mutants.zcode:audits_globs_by_their_literal_prefix": ("test_audit.py", "declines or native"),
     "tests.mutants.zcode:trusts_exit_zero": ("test_parse.py test_errors.py", "truncated or crash or exit0"),

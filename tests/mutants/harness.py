@@ -209,11 +209,14 @@ class PutsTheSystemPromptInArgv(ClaudeCodeTransport):
 
 
 class UsesTheUsersConfigHome(ClaudeCodeTransport):
-    """Lets the CLI use the user's own config home (a failed login can log the user out)."""
+    """Points the CLI at the user's own config home, `~/.claude` (a failed login can log the user out)."""
 
     def invocation(self, ctx, request, cli, *, tool_less):
+        import os
+
         inv = super().invocation(ctx, request, cli, tool_less=tool_less)
-        inv.injections.pop("CLAUDE_CONFIG_DIR", None)
+        user_home = self.parent_env.get("HOME") or os.path.expanduser("~")
+        inv.injections["CLAUDE_CONFIG_DIR"] = os.path.join(user_home, ".claude")
         return inv
 
 
