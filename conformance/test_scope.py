@@ -195,7 +195,7 @@ def test_large_result_bounded(but):
     ws = but.workspace()
     (ws.root / "big.txt").write_text("0123456789abcdef\n" * (5 * 1024 * 1024 // 17))
     run = but.run_tools([ToolCall("read_file", {"path": "big.txt"})], workspace=ws, timeout_s=90)
-    assert run.outcome.status == OutcomeStatus.ok, f"{run.outcome.status}/{run.outcome.error_class}"
+    assert run.outcome.status == OutcomeStatus.ok, f"{run.outcome.status}/{run.outcome.error_class}: {run.outcome.message} {run.outcome.stderr_tail}"
     shown = [t for t in run.model_saw if "0123456789abcdef" in t]
     assert shown, "the file never reached the model"
     limit = ws.scope().max_result_bytes

@@ -421,6 +421,13 @@ class GeminiTransport(HarnessTransport):
     #: (bridge/readiness.py bridge_listed), read after the session (base `judge`).
     readiness_from_trace = True
 
+    #: gemini 0.61.0 echoes each tool result whole in a stream-json `tool_result` line; with the
+    #: scope's bound (a 5 MB read gave a line of several hundred KB) the stream sometimes ended
+    #: inside an event under parallel load (observed in verify and CI: "the stream ended inside
+    #: an event", scope.large-result-bounded) — the CLI exits before the pipe drains. Results
+    #: are bounded below the pipe's 64 KiB, as for claude (the model still sees the marker).
+    result_cap = 32 * 1024
+
     def __init__(self, spec, settings=None, *, loopback=None, api_key: str | None = None, **kwargs):
         """`loopback`: a harnesscheck.loopback.LoopbackEndpoint; the session then talks to that
         scripted server with its dummy key. `api_key`: the Gemini API key a host program hands
