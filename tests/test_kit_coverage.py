@@ -108,3 +108,19 @@ def test_a_matrix_without_coverage_still_reads(tmp_path):
     del data["coverage"]
     (tmp_path / "backends.json").write_text(__import__("json").dumps(data), encoding="utf-8")
     assert read_matrix(tmp_path / "backends.json")["coverage"] == {}
+
+
+def test_the_minimum_runs_whatever_a_backend_declares():
+    """kit/requirements.py: a backend that declares nothing is still judged on cancellation and
+    on how host tools reach it (mcp_tools for a harness, host_tool_loop for an api backend);
+    an optional capability it does not declare is skipped (its declines= checks judge it)."""
+    from harnesscheck.contracts import ProviderSpec
+    from harnesscheck.kit.requirements import required_for, unmet
+
+    harness = ProviderSpec(id="thin-h", kind=Kind.harness, label="x", factory="m:f", cli_name="claude")
+    api = ProviderSpec(id="thin-a", kind=Kind.api, label="x", factory="m:f")
+    assert {C.cancellation, C.mcp_tools} <= required_for(harness)
+    assert {C.cancellation, C.host_tool_loop} <= required_for(api)
+    assert unmet(harness, {C.mcp_tools, C.cancellation}) == []
+    assert unmet(api, {C.host_tool_loop}) == []
+    assert unmet(harness, {C.served_model_reporting, C.mcp_tools}) == ["served_model_reporting"]

@@ -117,7 +117,9 @@ def stdin_type():
 rec = {{"kind": "invocation", "argv": sys.argv, "env": dict(os.environ), "cwd": os.getcwd(), "pid": os.getpid(),
         "ppid": os.getppid(), "stdin_type": stdin_type(), "ts": time.time(), "mcp_configs": {{}}}}
 for i, arg in enumerate(sys.argv[:-1]):
-    if arg == "--mcp-config" and os.path.isfile(sys.argv[i + 1]):
+    if arg == "--mcp-config" and sys.argv[i + 1].lstrip().startswith("{{"):  # the JSON itself
+        rec["mcp_configs"][f"--mcp-config #{{i + 1}} (inline JSON)"] = sys.argv[i + 1]
+    elif arg == "--mcp-config" and os.path.isfile(sys.argv[i + 1]):
         with open(sys.argv[i + 1], encoding="utf-8", errors="replace") as fh:
             rec["mcp_configs"][sys.argv[i + 1]] = fh.read()
 with open({record!r}, "a", encoding="utf-8") as fh:
