@@ -2,8 +2,10 @@
 real CLI, whose model is a scripted server on 127.0.0.1 (harnesscheck.loopback.server).
 
 Registered in `harnesscheck.kit.adapters.LEVEL_PROVIDERS[("harness", "loopback")]` (lazily,
-through `LOOPBACK_LEVEL` below, and by `register()` on import), so every check written for the offline level runs here unchanged
-where the real CLI can express its scenario; the others skip `adapter-not-implemented`.
+by `kit.adapters.LoopbackLevel`, and by `register()` on import), so every check written for
+the offline level runs here unchanged where the real CLI can express its scenario; the others
+skip `adapter-not-implemented`. Built on the kit-free `harnesscheck.loopback.adapter` (the
+scenario scripts, the exec wrapper, the /proc watcher), never the other way round.
 
 Evidence a check gets, all observed from outside the CLI:
 - `run.requests`: every HTTP request the CLI sent the model server (path, header values
