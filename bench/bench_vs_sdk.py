@@ -332,7 +332,7 @@ def cell_account(bench: Bench, rounds: int) -> None:
     the `tool_calls` cell as the suite does, each stage stamped, beside a floor turn per round."""
     from harnesscheck import process
     from harnesscheck import registry
-    from harnesscheck.loopback import adapter as la
+    from harnesscheck.kit import loopback_adapter as la
     from harnesscheck.providers import _harness
     from harnesscheck.registry import get_spec
 

@@ -148,3 +148,26 @@ def test_mismatch_policy_applied(but):
             f"{o.status}/{o.error_class}: an unreported served model failed the session ({o.message!r})"
         )
         assert "unverified" in o.message, f"no warning that the served model is unverified: {o.message!r}"
+
+
+@check("usage.served-model-never-guessed", declines=C.served_model_reporting, incident="I5")
+def test_served_model_never_guessed(but):
+    """A backend that does not report the served model never guesses it: the outcome names the model the
+    upstream actually served, or none, and a model it could not see is never judged a match.
+
+    Runs for the backends that do not declare served_model_reporting (the others are judged by
+    usage.served-model-reported): the upstream serves another model than the one asked for, so the
+    requested model echoed as the served one, or a `match` verdict without a served model, is a claim
+    the backend cannot back."""
+    run = but.run("served_model_mismatch", model=GUARDED_MODEL)
+    o = run.outcome
+    served = run.facts.served_model
+    assert served and served != GUARDED_MODEL, f"kit premise: the upstream serves another model than {GUARDED_MODEL}"
+    assert o.served_model in (None, served), (
+        f"the outcome says {o.served_model!r} was served; the upstream served {served!r} for {GUARDED_MODEL!r}: "
+        "a served model the backend does not report must be left empty, not guessed"
+    )
+    if o.served_model is None:
+        assert o.model_verdict != ModelVerdict.match, (
+            f"model verdict `match` for {GUARDED_MODEL!r} with no served model seen (the upstream served {served!r})"
+        )

@@ -1079,7 +1079,10 @@ class Fake:
         if self.record_path is None:
             return
         configs = {}
-        for name in self._mcp_configs():
+        for n, name in enumerate(self._mcp_configs(), 1):
+            if name.lstrip().startswith("{"):  # claude's --mcp-config also takes the JSON itself
+                configs[f"--mcp-config #{n} (inline JSON)"] = name
+                continue
             try:
                 configs[name] = _read_text(name)
             except OSError as exc:

@@ -127,6 +127,15 @@ def test_mcp_config_is_copied_into_the_record(tmp_path):
     assert json.loads(fake.last()["mcp_configs"][str(cfg)])["mcpServers"]["bridge"]["command"] == "/bin/true"
 
 
+def test_inline_mcp_config_is_recorded_as_given(tmp_path):
+    """claude's `--mcp-config` takes the JSON itself too: the record keeps it (a kit reading the
+    record sees the servers a backend configured either way)."""
+    inline = json.dumps({"mcpServers": {"tools": {"command": "/bin/true"}}})
+    fake = install_fake_cli("claude", {"steps": [{"emit": {"mcp_servers": "{{mcp_server_names}}"}}]}, tmp_path / "bin")
+    _run(fake, "-p", "--mcp-config", inline)
+    assert list(fake.last()["mcp_configs"].values()) == [inline]
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

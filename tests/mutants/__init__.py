@@ -80,6 +80,11 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.scripted:ignores_the_system_prompt": _ids("selection.system-prompt-delivered"),
     "tests.mutants.scripted:checks_the_run_dir_lexically": _ids("env.run-dir-outside-worktree"),
     "tests.mutants.scripted:lacks_complete": _ids("selection.registry-builds-backend", "selection.complete-declines-tools"),
+    # declares nothing: the required minimum still runs (cancellation, the host tool loop) and the
+    # declines= checks judge the claim; its guessed served model is caught, not skipped
+    "tests.mutants.scripted:claims_almost_nothing": _ids(
+        "usage.served-model-never-guessed", "usage.mismatch-policy-applied",
+    ),
     # CLI harnesses (built on the claude-code / codex transports, run against the fake CLIs)
     "tests.mutants.codex:hides_its_builtins": _ids("audit.declines-builtins-honestly"),
     "tests.mutants.codex:forgets_native_tool_calls": _ids("audit.native-tool-use-flagged", "audit.declines-builtins-honestly"),
@@ -108,6 +113,13 @@ MUTANTS: dict[str, frozenset[str]] = {
     ),
     "tests.mutants.harness:runs_on_when_the_bridge_failed": _ids(
         "bridge.failed-load-ends-session", "bridge.slow-start-not-toolless",
+    ),
+    # declares nothing, yet bridge readiness is judged (mcp_tools is required of every harness); its
+    # claims are judged too: it says it cannot switch built-ins off yet its audit lets one pass as ok,
+    # and it says it folds the system prompt in yet hands it over through a file
+    "tests.mutants.harness:claims_almost_nothing_and_runs_on_without_tools": _ids(
+        "bridge.failed-load-ends-session", "bridge.slow-start-not-toolless",
+        "audit.declines-builtins-honestly", "selection.declines-stated",
     ),
     "tests.mutants.cursor:runs_on_without_its_bridge": _ids("bridge.failed-load-ends-session"),
     "tests.mutants.cursor:ends_ok_on_an_unclean_audit": _ids("audit.declines-builtins-honestly"),
@@ -201,6 +213,8 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.harness:trusts_subtype_success": ("test_errors.py test_parse.py", "not secret and not network"),
     "tests.mutants.harness:runs_on_when_the_bridge_failed": ("test_bridge.py", "failed_load or only_bridge or slow_start"),
     "tests.mutants.cursor:runs_on_without_its_bridge": ("test_bridge.py", "failed_load or slow_start or only_bridge"),
+    "tests.mutants.harness:claims_almost_nothing_and_runs_on_without_tools": (
+        "test_bridge.py test_audit.py test_selection.py", "failed_load or slow_start or only_bridge or declines"),
     "tests.mutants.cursor:ends_ok_on_an_unclean_audit": ("test_audit.py", "declines or native"),
     "tests.mutants.harness:drops_bridge_refusals": ("test_scope.py test_parity.py", "dotdot or sibling or symlink_leaf or in_tree or refusal_visible or bridge_reaches or refusal_codes"),
     "tests.mutants.cursor:declines_silently": ("test_selection.py", "declines_stated or prompt_never or huge_system"),

@@ -65,6 +65,11 @@ class RunsOnWhenTheBridgeFailed(ClaudeCodeTransport):
         return parser
 
 
+class ClaimsAlmostNothingAndRunsOnWithoutTools(RunsOnWhenTheBridgeFailed):
+    """Declares no capability at all and runs on when its MCP server failed to load: bridge readiness
+    is part of every harness's minimum, declared or not."""
+
+
 class DropsBridgeRefusals(ClaudeCodeTransport):
     """Folds the bridge's call count into the outcome but drops its refusals."""
 
@@ -437,3 +442,5 @@ drops_the_vendor_cost = mutant_spec("claude-code", M, DropsTheVendorCost)
 chokes_on_unknown_events = mutant_spec("claude-code", M, ChokesOnUnknownEvents)
 ignores_the_concurrency_cap = mutant_spec("claude-code", M, IgnoresTheConcurrencyCap)
 keeps_session_files_unredacted = mutant_spec("codex", M, KeepsSessionFilesUnredacted)
+claims_almost_nothing_and_runs_on_without_tools = mutant_spec(
+    "claude-code", M, ClaimsAlmostNothingAndRunsOnWithoutTools, capabilities=frozenset())

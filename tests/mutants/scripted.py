@@ -272,6 +272,16 @@ class IgnoresTheMismatchPolicy(FakeTransport):
         self.settings = self.settings.model_copy(update={"model_mismatch": "warn"})
 
 
+class ClaimsAlmostNothing(FakeTransport):
+    """Declares no capability at all (a thin claim hoping for a green column) and names the requested
+    model as the served one, a `match` it never saw."""
+
+    def run_session(self, request, **kwargs):
+        outcome = super().run_session(request, **kwargs)
+        asked = request.model or self.settings.model or outcome.requested_model
+        return outcome.model_copy(update={"served_model": asked, "model_verdict": ModelVerdict.match})
+
+
 follows_symlinks = mutant_spec("fake", M, FollowsSymlinks)
 prefix_check_without_separator = mutant_spec("fake", M, PrefixCheckWithoutSeparator)
 ignores_the_timeout = mutant_spec("fake", M, IgnoresTheTimeout)
@@ -323,3 +333,4 @@ class ChecksTheRunDirLexically(FakeTransport):
 
 
 checks_the_run_dir_lexically = mutant_spec("fake", M, ChecksTheRunDirLexically)
+claims_almost_nothing = mutant_spec("fake", M, ClaimsAlmostNothing, capabilities=frozenset())

@@ -1015,7 +1015,31 @@ def is_copilot(spec: ProviderSpec) -> bool:
     return isinstance(factory, type) and issubclass(factory, CopilotTransport)
 
 
-# The loopback level registers lazily: its adapter is imported only when a loopback cell runs.
-from harnesscheck.loopback.level import LOOPBACK_LEVEL  # noqa: E402 - stdlib-only, no cycle
+class LoopbackLevel:
+    """The loopback level, registered lazily: callable like `kit.loopback_adapter.LoopbackAdapter`
+    (imported only when a loopback cell is set up), with `available(spec)` and
+    `cli_version(spec)` answered from the pinned CLI install alone."""
 
-LEVEL_PROVIDERS.setdefault(("harness", "loopback"), LOOPBACK_LEVEL)
+    @staticmethod
+    def _adapter():
+        from harnesscheck.kit.loopback_adapter import LoopbackAdapter
+
+        return LoopbackAdapter
+
+    def __call__(self, spec, level, tmp_path):
+        return self._adapter()(spec, level, tmp_path)
+
+    def available(self, spec) -> tuple[bool, str]:
+        from harnesscheck.loopback.clis import require_pinned_cli
+
+        binary, why = require_pinned_cli(spec)
+        return binary is not None, why
+
+    def cli_version(self, spec) -> str | None:
+        from harnesscheck.loopback.clis import require_pinned_cli
+
+        binary, _ = require_pinned_cli(spec)
+        return binary.version if binary else None
+
+
+LEVEL_PROVIDERS.setdefault(("harness", "loopback"), LoopbackLevel())

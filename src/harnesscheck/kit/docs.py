@@ -56,6 +56,17 @@ def traceability(catalog: dict[str, CheckInfo]) -> dict[str, list[str]]:
     return {case: sorted(ids) for case, ids in out.items()}
 
 
+def _requirement(cap, kinds) -> str:
+    """`cancellation` as the catalog shows it: `cancellation *(required)*` when every kind the
+    check applies to must meet it, `mcp_tools *(required of harness)*` when some must."""
+    from harnesscheck.kit.requirements import REQUIRED
+
+    must = sorted(str(k) for k in kinds if cap in REQUIRED.get(k, ()))
+    if not must:
+        return str(cap)
+    return f"{cap} *(required)*" if len(must) == len(kinds) else f"{cap} *(required of {', '.join(must)})*"
+
+
 def catalog_markdown(catalog: dict[str, CheckInfo]) -> str:
     lines = [
         "# Check catalog",
@@ -63,8 +74,11 @@ def catalog_markdown(catalog: dict[str, CheckInfo]) -> str:
         "Generated from the checks themselves by `python -m harnesscheck.kit.docs` — do not edit by hand.",
         f"{len(catalog)} checks, catalog hash `{catalog_hash(catalog)}`. Ids are stable: never renamed, never reused.",
         "",
-        "Columns: **requires** — capabilities the backend must declare (else the cell is skipped "
-        "`unsupported-by-backend`); **kinds** — backend kinds it applies to; **cases** — harness-anchors.md cases it covers.",
+        "Columns: **requires** — capabilities the check needs: an optional one must be declared (else the cell is "
+        "skipped `unsupported-by-backend`); one marked *required* is judged whatever the backend declares "
+        "(kit/requirements.py, doc/AUTHORS.md \"The minimum\"); *declines* — the check runs only for backends that do "
+        "not declare the capability and judges that they decline honestly; **kinds** — backend kinds it applies to; "
+        "**cases** — harness-anchors.md cases it covers.",
     ]
     for area, title in AREAS.items():
         checks = [c for c in catalog.values() if c.area == area]
@@ -72,7 +86,7 @@ def catalog_markdown(catalog: dict[str, CheckInfo]) -> str:
             continue
         lines += ["", f"## {title} (`{area}`)", "", "| id | requirement | requires | kinds | levels | cases |", "|---|---|---|---|---|---|"]
         for c in sorted(checks, key=lambda c: c.id):
-            requires = ", ".join(sorted(c.requires)) or "—"
+            requires = ", ".join(_requirement(cap, c.kinds) for cap in sorted(c.requires)) or "—"
             if c.declines:
                 requires = f"declines `{c.declines}`"
             kinds = ", ".join(sorted(c.kinds)) if len(c.kinds) == 1 else "all"
@@ -174,3 +188,4 @@ def write_docs(doc_dir: Path) -> list[Path]:
 if __name__ == "__main__":  # pragma: no cover
     for written in write_docs(Path(sys.argv[1] if len(sys.argv) > 1 else "doc")):
         print(f"wrote {written}")
+

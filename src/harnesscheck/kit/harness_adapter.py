@@ -17,6 +17,7 @@ import atexit
 import copy
 import dataclasses
 import json
+import re
 import shutil
 import tempfile
 import threading
@@ -153,7 +154,18 @@ def fixture_facts(cli: str, scenario: dict, requested: str | None) -> Facts:
             served = (event.get("message") or {}).get("model")
             if isinstance(served, str):
                 facts.served_model = values.get(served, served)
+        if cli == "codex" and event.get("type") == "item.completed" and (event.get("item") or {}).get("type") == "error":
+            rerouted = _REROUTED.match(str((event.get("item") or {}).get("message") or ""))
+            if rerouted:  # "model rerouted: <asked> -> <served> (why)": the upstream served another model
+                facts.served_model = values.get(rerouted[1], rerouted[1])
+        if cli == "cursor-agent" and event.get("type") == "system" and event.get("subtype") == "init":
+            served = event.get("model")
+            if isinstance(served, str) and served:
+                facts.served_model = values.get(served, served)
     return facts
+
+
+_REROUTED = re.compile(r"^model rerouted: \S+ -> (\S+)")
 
 
 def stall_text(cli: str, scenario: dict) -> str | None:

@@ -6,6 +6,12 @@ version it was verified with and the date; each cell its provenance (what its ve
 `regressions()` lists cells that passed there and fail now without a baseline entry.
 backends.json is a `MatrixFile` (doc/backends.schema.json); `read_matrix` validates one.
 
+Every column shows its coverage (`coverage`): how many of the checks applicable to it reached a
+verdict (passed, failed, known failure), out of how many the catalog holds for its backend's kind,
+its level and its declared capabilities (a `declines=` check is applicable only where the
+capability is not declared), with the reasons the others did not run. A backend that declares
+little gets a thin column that says so, never a full green one.
+
 The verdict (first line of the page and of backends.md) never says "no check fails" while a
 known failure (baseline xfail) exists: it counts them, and names every known failure in a
 security-relevant area (SECURITY_AREAS) with its first message line.
@@ -16,11 +22,11 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-from typing import Literal
+from typing import Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -59,8 +65,20 @@ class MatrixCell(BaseModel):
     provenance: str | None = None
 
 
+class MatrixCoverage(BaseModel):
+    """How much of what applies to a column was judged."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ran: int = Field(description="checks that reached a verdict: passed, failed or a known failure")
+    applicable: int = Field(description="checks the catalog holds for the backend's kind, the level and its declared "
+                            "capabilities (a declines= check only where the capability is not declared)")
+    not_run: dict[str, int] = Field(default_factory=dict, description="why the others did not run: a skip's reason "
+                                    "code, `error` (the kit broke), or `not-selected` (no cell in the reports)")
+
+
 class MatrixFile(BaseModel):
-    """backends.json: per backend, level and check the outcome; per area the status."""
+    """backends.json: per backend, level and check the outcome; per area the status; per column the coverage."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, title="harnesscheck verification matrix")
 
@@ -71,6 +89,8 @@ class MatrixFile(BaseModel):
     backends: dict[str, MatrixBackend]
     areas: dict[str, dict[str, dict[str, AreaStatus]]]  # backend -> level -> area -> status
     cells: dict[str, dict[str, dict[str, MatrixCell]]]  # backend -> level -> check -> cell
+    #: backend -> level -> coverage. Absent in matrices written before it was recorded.
+    coverage: dict[str, dict[str, MatrixCoverage]] = Field(default_factory=dict)
 
 
 def read_matrix(path: Path) -> dict:
@@ -99,9 +119,36 @@ class Combined:
     backends: dict[str, dict]  # id -> {label, kind, cli_version, levels, run_at}
     cells: dict[tuple[str, str, str], CellResult]  # (backend, level, check) -> cell
     areas: dict[str, str]  # check -> area
+    #: (backend, level) -> the check ids applicable to that column (see `applicable_checks`)
+    applicable: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
 
 
-def combine(reports: list[Report]) -> Combined:
+def applicable_checks(catalog: dict, kind: str, capabilities: Iterable[str], level: str) -> frozenset[str]:
+    """The catalog's checks that apply to a backend of `kind` declaring `capabilities` at `level`:
+    what the plugin makes a cell of (kit/plugin.py pytest_generate_tests), whether or not it ran."""
+    caps = set(capabilities)
+    return frozenset(
+        cid for cid, info in catalog.items()
+        if kind in {str(k) for k in info.kinds} and level in info.levels
+        and not (info.declines is not None and str(info.declines) in caps)
+    )
+
+
+def _installed_catalog(digest: str) -> dict | None:
+    """The installed catalog when it is the one the reports ran (same hash), else None."""
+    from harnesscheck.kit.catalog import catalog_hash, load_catalog
+
+    try:
+        catalog = load_catalog()
+    except Exception:  # noqa: BLE001 - no catalog here: coverage falls back to the reports' cells
+        return None
+    return catalog if catalog_hash(catalog) == digest else None
+
+
+def combine(reports: list[Report], catalog: dict | None = None) -> Combined:
+    """The reports as one matrix. `catalog` (id -> CheckInfo) decides what is applicable to
+    each column; by default the installed catalog when the reports ran it (same hash), else
+    the reports' own cells (then a check a run did not select is not counted)."""
     if not reports:
         raise InconsistentReports("no reports given")
     hashes = {r.catalog_hash for r in reports}
@@ -122,7 +169,46 @@ def combine(reports: list[Report]) -> Combined:
         for cell in report.cells:
             cells[(cell.backend, cell.level, cell.check)] = cell
             areas[cell.check] = cell.area or cell.check.split(".", 1)[0]
-    return Combined(reports[0].kit_version, reports[0].catalog_hash, backends, cells, areas)
+    if catalog is None:
+        catalog = _installed_catalog(reports[0].catalog_hash)
+    declared = {b.id: (b.kind, b.capabilities) for r in reports for b in r.backends}
+    applicable: dict[tuple[str, str], frozenset[str]] = {}
+    for (backend, level, check) in cells:
+        known = applicable.get((backend, level))
+        if known is None:
+            kind, caps = declared.get(backend, ("", []))
+            known = applicable_checks(catalog, kind, caps, level) if catalog is not None and kind else frozenset()
+        applicable[(backend, level)] = known | {check}
+    if catalog is not None:
+        for check in set().union(*applicable.values()) - set(areas):
+            areas[check] = catalog[check].area if check in catalog else check.split(".", 1)[0]
+    return Combined(reports[0].kit_version, reports[0].catalog_hash, backends, cells, areas, applicable)
+
+
+RAN = ("passed", "failed", "xfailed")
+
+
+def coverage(m: Combined, backend: str, level: str) -> MatrixCoverage:
+    """The column's coverage: checks that reached a verdict, of those applicable to it, and
+    why the others did not run."""
+    wanted = m.applicable.get((backend, level)) or frozenset(c for (b, lv, c) in m.cells if (b, lv) == (backend, level))
+    ran = 0
+    not_run: dict[str, int] = defaultdict(int)
+    for check in wanted:
+        cell = m.cells.get((backend, level, check))
+        if cell is None:
+            not_run["not-selected"] += 1
+        elif cell.outcome in RAN:
+            ran += 1
+        else:
+            not_run["error" if cell.outcome == "error" else cell.reason or "skipped"] += 1
+    return MatrixCoverage(ran=ran, applicable=len(wanted), not_run=dict(sorted(not_run.items())))
+
+
+def coverage_text(cov: MatrixCoverage) -> str:
+    """`41/63 ran (65%)`."""
+    share = f" ({100 * cov.ran // cov.applicable}%)" if cov.applicable else ""
+    return f"{cov.ran}/{cov.applicable} ran{share}"
 
 
 def area_status(cells: list[CellResult]) -> str:
@@ -166,8 +252,22 @@ def to_json(m: Combined) -> dict:
         "backends": m.backends,
         "areas": {k: dict(v) for k, v in out_areas.items()},
         "cells": {k: {lv: dict(c) for lv, c in v.items()} for k, v in out_cells.items()},
+        "coverage": _coverage_json(m),
     }
     return MatrixFile.model_validate(data).model_dump(mode="json", by_alias=True)  # what is written, validated
+
+
+def coverage_why(cov: MatrixCoverage) -> str:
+    """`41 of 63 applicable checks ran; not run: 20 unsupported-by-backend, 2 budget`."""
+    why = ", ".join(f"{n} {reason}" for reason, n in sorted(cov.not_run.items(), key=lambda rn: (-rn[1], rn[0])))
+    return f"{cov.ran} of {cov.applicable} applicable checks ran" + (f"; not run: {why}" if why else "")
+
+
+def _coverage_json(m: Combined) -> dict:
+    out: dict = defaultdict(dict)
+    for backend, level in sorted({(b, lv) for (b, lv, _) in m.cells}):
+        out[backend][level] = coverage(m, backend, level).model_dump()
+    return dict(out)
 
 
 def verdict(m: Combined) -> tuple[str, str, list[CellResult]]:
@@ -240,7 +340,9 @@ def to_markdown(m: Combined) -> str:
         "Generated by `harnesscheck matrix` from conformance reports — do not edit by hand.",
         f"Kit {m.kit_version}, catalog `{m.catalog_hash}`. "
         "✅ every applicable check passes · ❌ a check fails · ⚠️ known failures (baseline) · ⏭ skipped (see notes) · — no check applies. "
-        "A cell reads passed/run, then how many checks were skipped.",
+        "A cell reads passed/run, then how many checks were skipped. "
+        "**Coverage**: the checks that reached a verdict, of those applicable to the column (its backend's kind, "
+        "the level, its declared capabilities); the reasons the others did not run are under Coverage below.",
         "",
         f"**Verdict:** {SYMBOL[verdict(m)[0]]} {verdict(m)[1]}",
         "",
@@ -251,6 +353,7 @@ def to_markdown(m: Combined) -> str:
     date = ["Verified"] + [str(m.backends.get(b, {}).get("run_at", {}).get(lv) or "")[:10] for b, lv in cols]
     lines.append("| " + " | ".join(f"*{x}*" for x in head) + " |")
     lines.append("| " + " | ".join(f"*{x}*" for x in date) + " |")
+    lines.append("| **Coverage** | " + " | ".join(f"**{coverage_text(coverage(m, b, lv))}**" for b, lv in cols) + " |")
     for area, title in AREAS.items():
         row = []
         for backend, level in cols:
@@ -271,6 +374,9 @@ def to_markdown(m: Combined) -> str:
     lines += ["", "## Backends", ""]
     for backend, info in sorted(m.backends.items()):
         lines.append(f"- **{backend}** — {info.get('label', '')} ({info.get('kind', '')})")
+    lines += ["", "## Coverage", ""]
+    for backend, level in cols:
+        lines.append(f"- **{backend} ({level})**: {coverage_why(coverage(m, backend, level))}")
     if notes:
         lines += ["", "## Notes", ""]
         lines += [f"{n}. {text}" for n, text in enumerate(notes, 1)]
@@ -358,6 +464,7 @@ def to_html(m: Combined) -> str:
             "slug": _slug(b, lv), "label": str(info(b).get("label") or b), "status": st, "word": WORD[st], "backend": b, "level": lv,
             "cli": cli if cli == "no CLI" else "CLI " + cli, "when": when_of(b, lv)[:16].replace("T", " ") or "date unknown",
             "bar": [(k, f"{100 * t[k] / total:.1f}") for k in ("pass", "warn", "fail", "skip") if t[k]], "counts": counts_of(t),
+            "coverage": coverage_text(coverage(m, b, lv)), "coverage_why": coverage_why(coverage(m, b, lv)),
         })
 
     groups: list[dict] = []
@@ -418,6 +525,7 @@ def to_html(m: Combined) -> str:
             "slug": _slug(b, lv), "status": st, "word": WORD[st], "backend": b, "level": lv, "cli": cli_of(b, lv),
             "when": when_of(b, lv)[:16].replace("T", " "), "counts": counts_of(t), "ran_here": ran_here,
             "whys": whys[:3], "more_whys": len(whys) > 3, "bad": problems, "all_passed": not t["skip"], "skips": skip_view,
+            "coverage_why": coverage_why(coverage(m, b, lv)),
         })
 
     def check_cell(cell: CellResult | None) -> dict:

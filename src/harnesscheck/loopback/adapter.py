@@ -1,20 +1,11 @@
-"""The loopback level for the kit: a harness backend's real transport driving the pinned
-real CLI, whose model is a scripted server on 127.0.0.1 (harnesscheck.loopback.server).
+"""The loopback level's kit-free parts: the kit's abstract scenarios as scripts for the real
+CLIs, the exec wrapper that records a CLI's invocation, the /proc watcher of its
+descendants, and the backend's own transport pointed at a scripted model server.
 
-Registered into `harnesscheck.kit.adapters.LEVEL_PROVIDERS[("harness", "loopback")]` on
-import (`register()`), so every check written for the offline level runs here unchanged
-where the real CLI can express its scenario; the others skip `adapter-not-implemented`.
-
-Evidence a check gets, all observed from outside the CLI:
-- `run.requests`: every HTTP request the CLI sent the model server (path, header values
-  with credentials masked, body) and `run.model_saw` (tool results and messages in them);
-- `run.children`: the CLI's own invocation (argv, env, cwd, pid), recorded by a tiny
-  exec wrapper, with `grandchildren` (every descendant seen while it ran: the bridge, MCP
-  helpers; pid, argv, exec-time env) from a /proc watcher;
-- `tools_offered(run)`: the tools the CLI offered the model at the wire, mapped back to
-  scope names (`mcp__bridge__read_file`, `mcp__bridge/read_file` -> `read_file`);
-- `run.facts`: what the server sent (usage summed over answered turns, served model),
-  and the vendor cost as the CLI printed it (its raw stdout is kept in `run.stdout_lines`).
+The kit's adapter built on them is `harnesscheck.kit.loopback_adapter.LoopbackAdapter`
+(layers: the kit builds on loopback/, never the other way round; tests/test_layers.py).
+A scenario or transport the real CLI cannot express raises `CannotScript(reason, message)`;
+the kit turns it into a cell skip with that reason code.
 """
 
 from __future__ import annotations
@@ -29,14 +20,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harnesscheck.contracts import Usage
-from harnesscheck.kit.adapters import Facts, SessionRun, Setup, SkipCell
-from harnesscheck.kit.harness_adapter import HarnessAdapter
-from harnesscheck.loopback.endpoint import DUMMY_KEY, LoopbackEndpoint
+from harnesscheck.loopback.endpoint import LoopbackEndpoint
 from harnesscheck.loopback.scenario import BRIDGE_SERVER, Scenario, ServedUsage, ToolCall, Turn, status_turn
-from harnesscheck.loopback.server import ScriptedModelServer
 
 _VERSION_FLAGS = {"--version", "-v", "-V"}
+
+
+class CannotScript(Exception):
+    """The real CLI cannot be made to show a scenario (or run a transport) at the loopback
+    level; `reason` is a kit reason code (`adapter-not-implemented`)."""
+
+    def __init__(self, reason: str, message: str):
+        self.reason, self.message = reason, message
+        super().__init__(f"[{reason}] {message}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -44,7 +40,7 @@ _VERSION_FLAGS = {"--version", "-v", "-V"}
 
 
 def loopback_scenario(cli: str, name: str, ws: Any, tool_calls: list | None = None) -> Scenario:
-    """The scripted model for a kit scenario, or SkipCell when the real CLI cannot be made
+    """The scripted model for a kit scenario, or CannotScript when the real CLI cannot be made
     to show it by its model server alone (malformed lines, lingering, crashes...)."""
     usage = ServedUsage(input=120, output=30, cache_read=7, cache_write=3 if cli == "claude" else 0)
     done = Turn(text="done", usage=usage)
@@ -92,7 +88,7 @@ def loopback_scenario(cli: str, name: str, ws: Any, tool_calls: list | None = No
         else:
             call = ToolCall("exec_command", {"cmd": f"cat {ws.secret}"}, builtin=True)
         return Scenario(name, (Turn(tool_calls=(call,), usage=usage), done))
-    raise SkipCell(
+    raise CannotScript(
         "adapter-not-implemented",
         f"the real {cli} cannot be made to show {name!r} by a scripted model server (offline level only)",
     )
@@ -121,7 +117,9 @@ def stdin_type():
 rec = {{"kind": "invocation", "argv": sys.argv, "env": dict(os.environ), "cwd": os.getcwd(), "pid": os.getpid(),
         "ppid": os.getppid(), "stdin_type": stdin_type(), "ts": time.time(), "mcp_configs": {{}}}}
 for i, arg in enumerate(sys.argv[:-1]):
-    if arg == "--mcp-config" and os.path.isfile(sys.argv[i + 1]):
+    if arg == "--mcp-config" and sys.argv[i + 1].lstrip().startswith("{{"):  # the JSON itself
+        rec["mcp_configs"][f"--mcp-config #{{i + 1}} (inline JSON)"] = sys.argv[i + 1]
+    elif arg == "--mcp-config" and os.path.isfile(sys.argv[i + 1]):
         with open(sys.argv[i + 1], encoding="utf-8", errors="replace") as fh:
             rec["mcp_configs"][sys.argv[i + 1]] = fh.read()
 with open({record!r}, "a", encoding="utf-8") as fh:
@@ -284,7 +282,7 @@ def loopback_transport(spec, settings, *, cli_path: Path, endpoint: LoopbackEndp
     params = inspect.signature(cls.__init__).parameters
     if "loopback" in params:
         return cls(spec, settings, cli_path=cli_path, loopback=endpoint, **kwargs)
-    raise SkipCell("adapter-not-implemented", f"the {spec.id} transport has no loopback seam")
+    raise CannotScript("adapter-not-implemented", f"the {spec.id} transport has no loopback seam")
 
 
 def wire_to_scope_name(name: str) -> str:
@@ -318,239 +316,3 @@ def facts_from_stdout(cli: str, lines: list[str]) -> dict:
             if isinstance(cost, (int, float)):
                 out["cost_usd"] = float(cost)
     return out
-
-
-# ---------------------------------------------------------------------------------------
-# The adapter
-
-
-class _CliVersion:
-    """`adapter.cli_version` is the pinned version; `LoopbackAdapter.cli_version(spec)` is
-    the probe the kit's report header calls on the registered class."""
-
-    def __get__(self, obj, owner):
-        if obj is None:
-            return owner.probe_cli_version
-        return obj.binary.version
-
-
-#: Backends whose real CLI runs here but whose loopback cells are not verified yet, and why
-#: (each cell skips with it). `HARNESSCHECK_LOOPBACK_UNVERIFIED=<id>[,<id>]` runs them anyway.
-NOT_YET_VERIFIED: dict[str, str] = {
-    "opencode": (
-        "opencode 1.18.33 runs against the scripted server here (tests/test_opencode.py proves one turn, built-ins off "
-        "at the wire, no registry contact), but on this 2-core machine under load a session took 42-52 s "
-        "(`--version` alone 8.7 s), beyond the kit's 30 s session budgets: its cells are not verified yet "
-        "(doc/SPEC-opencode.md, Loopback)"
-    ),
-}
-
-
-class LoopbackAdapter(HarnessAdapter):
-    """A harness backend at the loopback level (see the module docstring)."""
-
-    name = "loopback"
-
-    def __init__(self, spec, level, tmp_path):
-        from harnesscheck.registry import base_id
-
-        why_not = NOT_YET_VERIFIED.get(base_id(spec.id))
-        opted = {b.strip() for b in os.environ.get("HARNESSCHECK_LOOPBACK_UNVERIFIED", "").split(",") if b.strip()}
-        if why_not and base_id(spec.id) not in opted:
-            raise SkipCell("adapter-not-implemented", why_not)
-        super().__init__(spec, level, tmp_path)
-        from harnesscheck.loopback.clis import require_pinned_cli
-
-        binary, why = require_pinned_cli(spec)
-        if binary is None:
-            raise SkipCell("env-missing", why)
-        self.binary = binary
-        self._servers: list[ScriptedModelServer] = []
-        self._wrappers = 0
-        #: Run the CLI under `strace -f` and collect `run.opened` (set by a check that asks).
-        self.trace_opens = False
-
-    @staticmethod
-    def available(spec) -> tuple[bool, str]:
-        from harnesscheck.loopback.clis import require_pinned_cli
-
-        binary, why = require_pinned_cli(spec)
-        return binary is not None, why
-
-    @staticmethod
-    def probe_cli_version(spec) -> str | None:
-        from harnesscheck.loopback.clis import require_pinned_cli
-
-        binary, _ = require_pinned_cli(spec)
-        return binary.version if binary else None
-
-    cli_version = _CliVersion()
-
-    def provenance(self) -> str:
-        return f"the real {self.spec.cli_name} {self.binary.version or '(version not printed)'} against the scripted model server on 127.0.0.1"
-
-    def spawned(self) -> list[dict]:
-        return []
-
-    def transport(self, **settings):
-        raise SkipCell("adapter-not-implemented", "this check drives the CLI by hand (fake-CLI level only)")
-
-    def install_fake(self, scenario, **overrides):
-        raise SkipCell("adapter-not-implemented", "a fake CLI scenario has no meaning at the loopback level")
-
-    def prepare(self, scenario, ws, *, tool_calls=None, model=None, timeout_s=None, echo=None, **_: Any) -> Setup:
-        from harnesscheck.config import Settings
-
-        if echo:
-            raise SkipCell("adapter-not-implemented", "upstream text echo is a fake-CLI device")
-        script = loopback_scenario(self.spec.cli_name or "", scenario, ws, tool_calls)
-        watch = [ws.canary]
-        server = ScriptedModelServer(script, expected_key=DUMMY_KEY, watch=watch).start()
-        self._servers.append(server)
-        self._wrappers += 1
-        strace = shutil.which("strace") if self.trace_opens else None
-        real = self.binary.path
-        if real.is_dir():  # an SDK dir (deepseek): the wrapper execs the driver's launcher beside that SDK
-            from harnesscheck.providers.deepseek import ensure_launcher
-
-            real = ensure_launcher(real)
-        wrapper, record = write_wrapper(self.tmp_path / f"loopback-bin{self._wrappers}", real, self.spec.cli_name or "cli",
-                                        strace=strace)
-        from harnesscheck.registry import probe_version, remember_version
-
-        printed = (f"{self.spec.id} {self.binary.version}" if self.binary.path.is_dir()  # an SDK dir prints nothing
-                   else probe_version(self.binary.path))  # probed already (require_pinned_cli): cached
-        if printed:  # the wrapper execs that binary: its answer, without starting it again per cell
-            remember_version(wrapper, printed)
-        transport = loopback_transport(
-            self.spec, Settings(backend=self.spec.id, **(getattr(self._local, "settings", None) or {})),  # run(settings=)
-            cli_path=wrapper, endpoint=LoopbackEndpoint(server.base_url),
-        )
-        lines: list[str] = []
-        make_parser = transport.make_parser
-
-        def tee_parser(*args, **kwargs):
-            return _TeeParser(make_parser(*args, **kwargs), lines)
-
-        transport.make_parser = tee_parser  # observe stdout only; behaviour unchanged
-        watcher = DescendantWatcher(record).start()
-        extra = {"server": server, "record": record, "watcher": watcher, "lines": lines, "script": script,
-                 "opens": record.parent / "opens.log" if strace else None}
-        return Setup(transport, Facts(requested_model=model), model=model, extra=extra)
-
-    def collect(self, run: SessionRun, setup: Setup, request) -> None:
-        from harnesscheck.kit.adapters import read_trace
-
-        run.ended_at = time.time()  # type: ignore[attr-defined]  # wall clock, like the server's timestamps
-        server: ScriptedModelServer = setup.extra["server"]
-        watcher: DescendantWatcher = setup.extra["watcher"]
-        descendants = watcher.stop()
-        server.stop()
-        run.run_dir = request.run_dir
-        trace: list[dict] = []
-        for name in ("session-trace.jsonl", "bridge-trace.jsonl"):
-            trace.extend(read_trace(Path(request.run_dir) / name) if request.run_dir else [])
-        run.trace = trace
-        records = [r for r in read_records(setup.extra["record"]) if not set(r.get("argv", [])[1:2]) & _VERSION_FLAGS]
-        turns = server.turn_requests()
-        # The wrapper cannot read stdin without taking it from the CLI; what the model was
-        # given as the user's words is the loopback evidence of how the prompt arrived.
-        delivered = "\n".join(m["text"] for m in (turns[0].messages if turns else []) if m.get("role") == "user")
-        for rec in records:
-            rec["grandchildren"] = descendants
-            rec["stdin"] = delivered
-        run.children = records
-        run.requests = [
-            {"url": r.path + (f"?{r.query}" if r.query else ""), "status": r.status, "headers": r.headers, "body": r.body_text}
-            for r in server.requests
-        ]
-        run.model_calls = len(turns)
-        saw: list[str] = []
-        for r in turns:
-            saw.extend(tr["text"] for tr in r.tool_results)
-        if turns:
-            saw.extend(m["text"] for m in turns[-1].messages if m.get("text"))
-        run.model_saw = saw
-        run.stdout_lines = list(setup.extra["lines"])  # type: ignore[attr-defined]
-        run.opened = read_opens(setup.extra["opens"]) if setup.extra.get("opens") else None  # type: ignore[attr-defined]
-        run.loopback_requests = turns  # type: ignore[attr-defined]
-        run.served_at = [r.ts for r in server.requests]  # type: ignore[attr-defined]
-        served = [r for r in turns if r.status == 200]
-        total = server.served_usage_total()
-        if served:
-            run.facts.usage = Usage(
-                input=total.input, output=total.output, cache_read=total.cache_read, cache_write=total.cache_write, reasoning=total.reasoning
-            )
-            run.facts.served_model = served[-1].served_model
-        run.facts.cost_usd = facts_from_stdout(self.spec.cli_name or "", run.stdout_lines).get("cost_usd")  # type: ignore[attr-defined]
-
-    def tools_offered(self, run: SessionRun) -> list[str] | None:
-        """Every tool the CLI offered the model in any request, in scope names."""
-        turns = getattr(run, "loopback_requests", None)
-        if not turns:
-            return None
-        offered: dict[str, None] = {}
-        for r in turns:
-            for name in r.tools:
-                offered.setdefault(wire_to_scope_name(name), None)
-        return list(offered)
-
-    def refused_when_called(self, names: list[str], ws) -> dict[str, str]:
-        """Offered tools judged by behaviour: the model calls each of `names` once (empty
-        input, one session per name); name -> the CLI's answer for each it refused to
-        execute (an error tool result, nothing outside the worktree changed, the sentinel
-        not on the wire). The first name it executed, or answered otherwise, ends the probe
-        and is left out (with the names after it)."""
-        from harnesscheck.kit.adapters import ToolCall as KitCall
-
-        refused: dict[str, str] = {}
-        for name in names:
-            run = self.run("tools", workspace=ws, tool_calls=[KitCall(name, {})])
-            turns = getattr(run, "loopback_requests", None) or []
-            results = [tr for r in turns[1:2] for tr in r.tool_results]
-            wire = "\n".join(str(req.get("body", "")) for req in run.requests)
-            if not (len(results) == 1 and results[0].get("is_error") and ws.canary not in wire and ws.outside_unchanged()):
-                break  # executed (or answered otherwise): the check fails on it, the rest need no session
-            refused[name] = str(results[0].get("text", ""))[:200]
-        return refused
-
-    def child_pids(self, run: SessionRun) -> list[int]:
-        pids: list[int] = []
-        for child in run.children:
-            pids.append(int(child["pid"]))
-            pids.extend(int(g["pid"]) for g in child.get("grandchildren", []))
-        from harnesscheck.kit.adapters import bridge_pids
-
-        pids.extend(bridge_pids(run))  # a forkserver bridge is outside the CLI's group
-        return sorted(set(pids))
-
-    #: A real CLI needs most of a second to start and send its first request.
-    MIN_STALL_TIMEOUT_S = 2.0
-
-    def observes_stalls(self) -> bool:
-        """The scripted model server notes when a hanging turn has sent all it will."""
-        return True
-
-    def stall_progress(self, setup: Setup):
-        """The stall is the server's: the CLI has started, connected its bridge and asked for
-        the turn that hangs (the CLI's own stdout lines carry no timestamps)."""
-        from harnesscheck.kit.adapters import Progress
-
-        server = setup.extra.get("server")
-        if server is None:
-            return None
-        return Progress(stalled=server.stalled_at, last_output=server.stalled_at, latest=server.last_request_at)
-
-    def close(self) -> None:
-        for srv in self._servers:
-            srv.stop()
-
-
-def register() -> None:
-    """Make the kit run harness backends at the loopback level through this adapter."""
-    from harnesscheck.kit.adapters import LEVEL_PROVIDERS
-
-    LEVEL_PROVIDERS[("harness", "loopback")] = LoopbackAdapter
-
-
-register()

@@ -1,0 +1,94 @@
+"""Layers (doc/ARCHITECTURE.md): lower layers never import higher ones, and no two modules
+import each other. Read from the source with `ast`, every import statement (function-level
+ones too), so a lazy import cannot hide a circle."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import harnesscheck
+
+ROOT = Path(harnesscheck.__file__).parent
+
+#: Who may import the kit (the pytest plugin, catalog, adapters, matrix, verify): only the kit
+#: itself and the command line on top of it. The levels' evidence gatherers (loopback/), the
+#: providers and the bridge are below it.
+MAY_IMPORT_KIT = {"kit", "cli"}
+
+
+def _unit(module: str) -> str:
+    """`harnesscheck.kit.adapters` -> `kit`; `harnesscheck.registry` -> `registry`."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "harnesscheck"
+
+
+def _imports(path: Path, *, top_level_only: bool) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    out: set[str] = set()
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("harnesscheck"):
+            # `from harnesscheck.loopback import wire` imports the submodule, not the package's body
+            subs = {f"{node.module}.{a.name}" for a in node.names} & MODULES
+            out.update(subs or {node.module})
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("harnesscheck"))
+    return out
+
+
+def _modules() -> dict[str, Path]:
+    return {".".join(p.relative_to(ROOT.parent).with_suffix("").parts).removesuffix(".__init__"): p
+            for p in sorted(ROOT.rglob("*.py"))}
+
+
+MODULES = set(_modules())
+
+
+def test_only_the_kit_and_the_cli_import_the_kit():
+    offenders = sorted(
+        f"{name} imports {target}"
+        for name, path in _modules().items()
+        for target in _imports(path, top_level_only=False)
+        if _unit(target) == "kit" and _unit(name) not in MAY_IMPORT_KIT
+    )
+    assert not offenders, offenders
+
+
+def test_kit_and_loopback_form_no_circle():
+    """loopback/ (scripted servers, CLI install, the kit-free scenario scripts) is below the
+    kit: the kit's loopback adapter lives in kit/loopback_adapter.py."""
+    loopback = [(name, t) for name, path in _modules().items() if _unit(name) == "loopback"
+                for t in _imports(path, top_level_only=False) if _unit(t) == "kit"]
+    assert not loopback, loopback
+
+
+def test_no_import_cycle_at_module_import():
+    """Top-level imports form no cycle between modules (a cycle makes import order matter)."""
+    modules = _modules()
+    graph = {name: {t for t in _imports(path, top_level_only=True) if t in modules and t != name}
+             for name, path in modules.items()}
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append(stack[stack.index(nxt):] + [nxt] if nxt in stack else [node, nxt])
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert not cycles, [" -> ".join(c) for c in cycles]
+
+
+def test_the_guard_sees_a_circle(tmp_path):
+    """The reader finds a function-level import (what a lazy circle would use)."""
+    f = tmp_path / "m.py"
+    f.write_text("def f():\n    from harnesscheck.kit.adapters import SkipCell\n", encoding="utf-8")
+    assert _imports(f, top_level_only=False) == {"harnesscheck.kit.adapters"}
+    assert _imports(f, top_level_only=True) == set()
