@@ -246,6 +246,27 @@ class AddsAnExtraMcpServer(ClaudeCodeTransport):
         return inv
 
 
+class ConfiguresASilentBridge(ClaudeCodeTransport):
+    """Configures its CLI's bridge behind a relay that drops malformed requests without an
+    answer (tests/mutants/_silent_bridge.py): a CLI waits on them until its own timeout."""
+
+    def invocation(self, ctx, request, cli, *, tool_less):
+        import json
+        from pathlib import Path
+
+        inv = super().invocation(ctx, request, cli, tool_less=tool_less)
+        if "--mcp-config" in inv.argv:
+            path = inv.argv[inv.argv.index("--mcp-config") + 1]
+            with open(path, encoding="utf-8") as fh:
+                config = json.load(fh)
+            relay = str(Path(__file__).with_name("_silent_bridge.py"))
+            for server in config["mcpServers"].values():
+                server["args"] = [relay, server["command"], *server.get("args", [])]
+            with open(path, "w", encoding="utf-8") as fh:
+                json.dump(config, fh)
+        return inv
+
+
 class _NoiseIntolerantParser(ClaudeStreamParser):
     def feed(self, line):
         if line.strip() and not line.lstrip().startswith("{"):
@@ -437,3 +458,4 @@ drops_the_vendor_cost = mutant_spec("claude-code", M, DropsTheVendorCost)
 chokes_on_unknown_events = mutant_spec("claude-code", M, ChokesOnUnknownEvents)
 ignores_the_concurrency_cap = mutant_spec("claude-code", M, IgnoresTheConcurrencyCap)
 keeps_session_files_unredacted = mutant_spec("codex", M, KeepsSessionFilesUnredacted)
+configures_a_silent_bridge = mutant_spec("claude-code", M, ConfiguresASilentBridge)
