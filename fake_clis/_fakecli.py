@@ -113,6 +113,12 @@ and ``{{mcp_tools}}`` the ``mcp__<server>__<tool>`` names actually listed.
     "answer"}`` record per probe (``answer`` null: none came within the bound; the probes after
     the first unanswered one are not sent). ``{"kind": "mcp_probe", "server", "error"}`` when
     the server cannot be started or never answers ``initialize``.
+``{"mcp_stall": {"name": "read_file", "arguments": {...}}}``
+    A bridge that stops answering mid-session: start and initialize every configured stdio
+    server (as ``mcp_calls``), stop the one the call routes to with SIGSTOP, then send it the
+    ``tools/call`` (announced as ``mcp_calls`` announces it) and go on without its answer
+    (follow with ``{"hang": true}``: the CLI waits on it). One ``{"kind": "mcp_stalled",
+    "pid", "server", "child_pid", "mono"}`` record; the stopped server stays the fake's child.
 
 How gemini is driven
 ====================
@@ -1359,6 +1365,8 @@ class Fake:
             self.mcp_calls(step["mcp_calls"], step.get("server"))
         elif "mcp_probe" in step:
             self.mcp_probe(step["mcp_probe"])
+        elif "mcp_stall" in step:
+            self.mcp_stall(step["mcp_stall"])
         else:
             raise SystemExit(f"fake {self.cli}: unknown scenario step {sorted(step)}")
         return None
@@ -1428,6 +1436,24 @@ class Fake:
         finally:
             for client in own:
                 client.close()
+
+    def mcp_stall(self, call: dict) -> None:
+        """Stop the server `call` routes to (SIGSTOP) and send it the call (see ``mcp_stall``)."""
+        if not self.mcp:
+            self.connect_mcp()
+        if not self.mcp:
+            if self.record_path is not None:
+                self._append({"kind": "mcp_result", "error": "no stdio MCP server could be started"})
+            return
+        client = self._route(self.mcp, call["name"])
+        posix.kill(client.pid, _signal.SIGSTOP)
+        if self.record_path is not None:
+            self._append({"kind": "mcp_stalled", "pid": posix.getpid(), "server": client.name, "child_pid": client.pid,
+                          "mono": time.monotonic()})
+        self.announce_tool_call(client.name, call["name"], call.get("arguments") or {})
+        client.next_id += 1
+        client._send({"jsonrpc": "2.0", "id": client.next_id, "method": "tools/call",
+                      "params": {"name": call["name"], "arguments": call.get("arguments") or {}}})
 
     def mcp_probe(self, spec: dict) -> None:
         """Send every configured stdio server (any name) the probes, one at a time, and record

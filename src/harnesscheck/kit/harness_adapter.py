@@ -552,6 +552,17 @@ class HarnessAdapter(BackendUnderTest):
             steps.insert(first_emit + 1, {"mcp_probe": {"probes": BRIDGE_PROBES, "bound_s": PROBE_BOUND_S}})
             fake = self.install_fake(data, echo=echo)
             facts = Facts()
+        elif scenario == "stalled_tool_call":
+            # success up to its first line, then a bridge that stops answering mid-call (SIGSTOP)
+            # and a CLI that waits on it, ignoring SIGTERM as a CLI blocked on a tool may
+            data = self.load_fixture("success")
+            steps = data.get("steps", [])
+            first_emit = next((i for i, s in enumerate(steps) if "emit" in s), -1)
+            data["mcp_timeout"] = 60  # a loaded machine's bridge start is not the defect judged here
+            data["steps"] = [*steps[:first_emit + 1], {"ignore_sigterm": True},
+                             {"mcp_stall": {"name": "list_dir", "arguments": {"path": "."}}}, {"hang": True}]
+            fake = self.install_fake(data, echo=echo)
+            facts = Facts()
         elif scenario == "mcp_slow" and self.fake_name in WAITS_FOR_BRIDGE:
             # A CLI that waits for its bridge before the first turn really started it: so does the fake.
             data = self.load_fixture(scenario)
@@ -606,6 +617,8 @@ class HarnessAdapter(BackendUnderTest):
                     results.append(rec)
                 elif rec.get("kind") == "mcp_probe":
                     run.bridge_probes.append(rec)
+                elif rec.get("kind") == "mcp_stalled":
+                    run.stalled_calls.append(rec)
         # A call that reached no MCP server is the backend's wiring, not a kit bug: whatever its
         # bridge is called, the fake starts what the backend configured (checks name the error).
         run.tool_failures = [r["error"] for r in results if r.get("error")]
