@@ -101,6 +101,30 @@ def test_no_survivors_after_timeout(but):
     assert not survivors, f"processes survived the timeout: {survivors}"
 
 
+@check("time.stalled-tool-call-ends-by-deadline", requires=[C.mcp_tools], kinds=[Kind.harness], levels=["offline"],
+       incident=["C1", "C2"], paced=True)
+def test_stalled_tool_call_ends_by_deadline(but):
+    """A bridge that stops answering mid-session does not stop the clock: while the CLI waits
+    on a tool call that is never answered, the session still ends at its deadline, truncated
+    (timeout), within timeout + grace, and no process of the tree survives, the stopped
+    bridge included.
+
+    Evidence: the fake CLI starts the configured servers, stops the one its call goes to with
+    SIGSTOP (a stopped process takes no SIGTERM: only SIGKILL ends it), sends the call and waits,
+    ignoring SIGTERM; every pid it recorded (the CLI, the stopped server) and any bridge a trace
+    names must be gone."""
+    run = but.run_stalled("stalled_tool_call", timeout_s=TIMEOUT_S, blind_timeout_s=BLIND_TIMEOUT_S, teardown_s=TEARDOWN_S)
+    o, timeout = run.outcome, run.timeline.timeout_s
+    assert run.children, "the backend never ran its CLI"
+    assert run.stalled_calls, f"the CLI's tool call reached no MCP server: nothing was judged ({o.status}: {o.message!r})"
+    assert o.status == OutcomeStatus.truncated and o.error_class == E.timeout, (
+        f"{o.status}/{o.error_class} after a tool call that was never answered: {o.message!r}")
+    assert run.duration_s < timeout + GRACE_S, (
+        f"returned after {run.duration_s:.1f} s for a {timeout:g} s timeout: the clock stopped while a tool call was pending")
+    survivors = [p for p in but.child_pids(run) if _alive(p)]
+    assert not survivors, f"processes survived the timeout: {survivors}"
+
+
 @check("time.linger-after-result", kinds=[Kind.harness], incident="C4", paced=True)
 def test_linger_after_result(but):
     """A CLI that prints its result and lingers is killed after a short grace; the outcome comes from the event."""

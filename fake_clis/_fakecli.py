@@ -103,6 +103,22 @@ and ``{{mcp_tools}}`` the ``mcp__<server>__<tool>`` names actually listed.
     named by ``server``, else the only one, else the first that lists the tool), and append one
     ``{"kind": "mcp_result", "name", "arguments", "server", "is_error", "text"}`` record per
     call (or ``{"kind": "mcp_result", "error": ...}`` when no server can be started).
+``{"mcp_probe": {"probes": [{"label", "line", "id", "malformed"}, ...], "bound_s": s}}``
+    Act like a CLI (or a model) that sends its MCP servers requests they must answer: start
+    every stdio server configured (as ``mcp_calls``), initialize it, then send each probe's
+    ``line`` as it is (raw text, one line) and wait at most ``bound_s`` (default 15) for its
+    answer: a response (``result`` or ``error``) whose ``id`` is the probe's ``id`` (or null,
+    for a ``malformed`` probe), or a JSON array (a batch's answer); server requests and
+    notifications in between are skipped. One ``{"kind": "mcp_probe", "server", "label",
+    "answer"}`` record per probe (``answer`` null: none came within the bound; the probes after
+    the first unanswered one are not sent). ``{"kind": "mcp_probe", "server", "error"}`` when
+    the server cannot be started or never answers ``initialize``.
+``{"mcp_stall": {"name": "read_file", "arguments": {...}}}``
+    A bridge that stops answering mid-session: start and initialize every configured stdio
+    server (as ``mcp_calls``), stop the one the call routes to with SIGSTOP, then send it the
+    ``tools/call`` (announced as ``mcp_calls`` announces it) and go on without its answer
+    (follow with ``{"hang": true}``: the CLI waits on it). One ``{"kind": "mcp_stalled",
+    "pid", "server", "child_pid", "mono"}`` record; the stopped server stays the fake's child.
 
 How gemini is driven
 ====================
@@ -469,6 +485,37 @@ class McpClient:
             chunk = posix.read(self.stdout, 65536)
             if not chunk:
                 raise EOFError(f"MCP server {self.name} closed its stdout")
+            self._buf += chunk
+
+    def probe(self, line: str, sent_id, malformed: bool, bound_s: float):
+        """Send `line` as it is; return the message that answers it (see ``mcp_probe``), or
+        None when none came within `bound_s`."""
+        import select
+
+        data = memoryview(line.encode("utf-8", "surrogatepass") + b"\n")
+        while data:
+            data = data[posix.write(self.stdin, data):]
+        deadline = time.monotonic() + bound_s
+        while True:
+            while b"\n" in self._buf:
+                raw, self._buf = self._buf.split(b"\n", 1)
+                try:
+                    msg = json_loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(msg, list):
+                    return msg
+                if not isinstance(msg, dict) or "method" in msg or not ("result" in msg or "error" in msg):
+                    continue  # a server request or notification: not an answer
+                rid = msg.get("id")
+                if (rid == sent_id and type(rid) is type(sent_id)) or (malformed and rid is None):
+                    return msg
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.stdout], [], [], left)[0]:
+                return None
+            chunk = posix.read(self.stdout, 65536)
+            if not chunk:
+                return None
             self._buf += chunk
 
     def connect(self, client_name: str = "fakecli") -> None:
@@ -1319,6 +1366,10 @@ class Fake:
             return int(step["exit"])
         elif "mcp_calls" in step:
             self.mcp_calls(step["mcp_calls"], step.get("server"))
+        elif "mcp_probe" in step:
+            self.mcp_probe(step["mcp_probe"])
+        elif "mcp_stall" in step:
+            self.mcp_stall(step["mcp_stall"])
         else:
             raise SystemExit(f"fake {self.cli}: unknown scenario step {sorted(step)}")
         return None
@@ -1387,6 +1438,66 @@ class Fake:
             record({"kind": "mcp_result", "error": f"MCP session broke: {exc.__class__.__name__}"})
         finally:
             for client in own:
+                client.close()
+
+    def mcp_stall(self, call: dict) -> None:
+        """Stop the server `call` routes to (SIGSTOP) and send it the call (see ``mcp_stall``)."""
+        if not self.mcp:
+            self.connect_mcp()
+        if not self.mcp:
+            if self.record_path is not None:
+                self._append({"kind": "mcp_result", "error": "no stdio MCP server could be started"})
+            return
+        client = self._route(self.mcp, call["name"])
+        posix.kill(client.pid, _signal.SIGSTOP)
+        if self.record_path is not None:
+            self._append({"kind": "mcp_stalled", "pid": posix.getpid(), "server": client.name, "child_pid": client.pid,
+                          "mono": time.monotonic()})
+        self.announce_tool_call(client.name, call["name"], call.get("arguments") or {})
+        client.next_id += 1
+        client._send({"jsonrpc": "2.0", "id": client.next_id, "method": "tools/call",
+                      "params": {"name": call["name"], "arguments": call.get("arguments") or {}}})
+
+    def mcp_probe(self, spec: dict) -> None:
+        """Send every configured stdio server (any name) the probes, one at a time, and record
+        what answered each (see ``mcp_probe`` in the module docstring)."""
+        record = self._append if self.record_path is not None else (lambda rec: None)
+        bound = float(spec.get("bound_s", 15))
+        configured = self._mcp_servers()
+        names = [n for n, e in configured.items() if isinstance(e, dict) and e.get("command")]
+        if not names:
+            record({"kind": "mcp_probe", "server": None, "error": "no stdio MCP server configured"})
+        for server in names:
+            entry = configured[server]
+            try:
+                client = McpClient(server, entry, float(spec.get("start_s", 60)))
+            except OSError as exc:
+                record({"kind": "mcp_probe", "server": server, "error": f"cannot start {entry['command']}: {exc.strerror}"})
+                continue
+            self._record_mcp_server(client)
+            try:
+                try:
+                    client.connect(f"fake-{self.cli}")
+                except (TimeoutError, EOFError, RuntimeError, OSError):
+                    record({"kind": "mcp_probe", "server": server, "error": "never answered initialize"})
+                    continue
+                for probe in spec.get("probes") or []:
+                    try:
+                        answer = client.probe(probe["line"], probe.get("id"), bool(probe.get("malformed")), bound)
+                    except OSError:
+                        answer = None  # the server closed its stdin: it will answer nothing more
+                    if isinstance(answer, dict) and isinstance(answer.get("result"), dict):
+                        # keep the record small: what a check judges is the kind of answer
+                        result = answer["result"]
+                        answer = {**answer, "result": {"isError": result.get("isError"),
+                                                       "tools": [t.get("name") for t in result.get("tools") or []
+                                                                 if isinstance(t, dict)],
+                                                       "text": "".join(c.get("text", "") for c in result.get("content") or []
+                                                                       if isinstance(c, dict))[:400]}}
+                    record({"kind": "mcp_probe", "server": server, "label": probe.get("label"), "answer": answer})
+                    if answer is None:
+                        break
+            finally:
                 client.close()
 
     def announce_tool_call(self, server: str, tool: str, args: dict, done: tuple[str, bool] | None = None) -> None:

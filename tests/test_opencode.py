@@ -208,11 +208,12 @@ class _LeavesThePluginToDownload(OpencodeTransport):
 
 def test_a_session_without_the_prefill_would_download_and_the_fake_shows_it(tmp_path):
     """The known-bad variant that leaves the plugin to opencode: the fake records the fetch
-    and leaves npm's cache in the session HOME, as the real CLI did here."""
+    (as the real CLI did here, npm's cache in the session HOME); the host removes that cache
+    with the rest of what the CLI wrote in its HOME after the session (rundir.forget_cli_state)."""
     out, fake, _ = session(tmp_path, cls=_LeavesThePluginToDownload)
     fetched = [r for r in raw_records(fake) if r.get("kind") == "registry_fetch"]
     assert fetched and fetched[0]["package"] == PLUGIN_PACKAGE
-    assert (tmp_path / "run" / "home" / ".npm" / "_cacache").is_dir()
+    assert not (tmp_path / "run" / "home" / ".npm").exists()
 
 
 def test_missing_prefill_refuses_the_session_before_anything_runs(tmp_path, monkeypatch):

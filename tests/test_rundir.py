@@ -208,4 +208,69 @@ def test_forget_cli_state_keeps_only_what_the_host_put_there(tmp_path):
     left = sorted(str(p.relative_to(homes)) for p in homes.rglob("*"))
     assert left == ["codex_home", "codex_home/config.toml"]
     assert (outside / "keep.txt").read_text() == "not the session's\n"
-    assert "codex_home/sessions/2026/rollout-1.jsonl" in removed and "home/link" in removed
+    assert "config-homes/codex_home/sessions/2026/rollout-1.jsonl" in removed and "config-homes/home/link" in removed
+
+
+def _secret_files(run: Path, secret: bytes) -> list[str]:
+    return sorted(str(p.relative_to(run)) for p in run.rglob("*")
+                  if p.is_file() and not p.is_symlink() and secret in p.read_bytes())
+
+
+def test_forget_cli_state_covers_the_private_home_and_the_scratch_cwd(tmp_path):
+    """opencode, zcode, deepseek (and cursor, codex's user HOME) keep a private HOME at
+    `<run>/home`, outside the config homes: opencode 1.18.33's sqlite store
+    `home/.local/share/opencode/opencode.db-wal` kept a host secret used as a tool argument.
+    What the CLI wrote there and in its scratch cwd goes; the host's pre-fill (config, plugin
+    manifest, the link to its node_modules) and the host's own files in the run dir stay."""
+    from harnesscheck.rundir import config_home_entries, forget_cli_state
+
+    run = tmp_path / "run"
+    secret = b"ghp_0123456789abcdefZq9"
+    deps = tmp_path / "deps" / "node_modules"
+    deps.mkdir(parents=True)
+    cfg = run / "home" / ".config" / "opencode"
+    cfg.mkdir(parents=True)
+    (cfg / "package.json").write_text('{"dependencies": {}}\n')
+    (cfg / "node_modules").symlink_to(deps)
+    (run / "home" / ".local" / "share").mkdir(parents=True)
+    (run / "cwd" / ".gemini").mkdir(parents=True)
+    (run / "cwd" / ".gemini" / "settings.json").write_text("{}\n")
+    (run / "bridge-trace.jsonl").write_text("{}\n")  # the host's: never a CLI state dir
+    kept = config_home_entries(run)
+    store = run / "home" / ".local" / "share" / "opencode"
+    store.mkdir()
+    (store / "opencode.db").write_bytes(b"SQLite format 3\0")
+    (store / "opencode.db-wal").write_bytes(b"WAL\0" + secret)
+    (store / "log").mkdir()
+    (store / "log" / "2026.log").write_bytes(b"tool read_file " + secret)
+    (run / "home" / ".npm" / "_cacache").mkdir(parents=True)
+    (run / "cwd" / "notes.md").write_bytes(secret)
+    (run / "cwd" / ".gemini" / "tmp").mkdir()
+    (run / "cwd" / ".gemini" / "tmp" / "chat.json").write_bytes(secret)
+    assert _secret_files(run, secret)
+    removed = forget_cli_state(run, kept)
+    assert not _secret_files(run, secret)
+    assert "home/.local/share/opencode/opencode.db-wal" in removed and "home/.npm" in removed
+    assert (cfg / "package.json").is_file() and (cfg / "node_modules").is_symlink() and deps.is_dir()
+    assert (run / "cwd" / ".gemini" / "settings.json").is_file() and (run / "bridge-trace.jsonl").is_file()
+    assert not (run / "home" / ".local" / "share" / "opencode").exists()
+
+
+def test_forget_cli_state_walks_only_the_dirs_named_and_never_a_symlinked_one(tmp_path):
+    """A transport names its own state dirs (deepseek: `dsh-home`); a state dir that is a
+    symlink (planted in a reused run dir) is not walked: its target keeps everything."""
+    from harnesscheck.rundir import CLI_STATE_DIRS, config_home_entries, forget_cli_state
+
+    run = tmp_path / "run"
+    (run / "dsh-home").mkdir(parents=True)
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (run / "home").symlink_to(target)
+    dirs = (*CLI_STATE_DIRS, "dsh-home")
+    kept = config_home_entries(run, dirs)
+    assert kept == {"dsh-home"}
+    (run / "dsh-home" / "sessions.jsonl").write_text("secret\n")
+    (target / "mine.txt").write_text("not the session's\n")
+    assert forget_cli_state(run, kept, CLI_STATE_DIRS) == []  # dsh-home not named: left alone
+    assert forget_cli_state(run, kept, dirs) == ["dsh-home/sessions.jsonl"]
+    assert (target / "mine.txt").is_file() and (run / "home").is_symlink()

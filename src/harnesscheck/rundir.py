@@ -249,44 +249,66 @@ def redact_files(run_dir: os.PathLike[str] | str, names: Iterable[str], values: 
 #: Where the CLI's per-run config homes and private HOME live in a run dir (envpolicy.config_home).
 CONFIG_HOMES = "config-homes"
 
+#: Everything in a run dir a CLI writes its own state into: the per-run config homes
+#: (claude, codex), the private HOME at `<run>/home` (opencode, zcode, deepseek, cursor, codex's
+#: user HOME: with its XDG dirs beneath it) and the scratch cwd. A transport adds its own
+#: (`HarnessTransport.cli_state_dirs`, deepseek's `dsh-home`).
+CLI_STATE_DIRS: tuple[str, ...] = (CONFIG_HOMES, "home", "cwd")
 
-def config_home_entries(run_dir: os.PathLike[str] | str) -> set[str]:
-    """Every entry (file, dir, symlink) beneath the run dir's config homes, as relative paths:
-    taken just before the CLI starts, it is what the host put there (configs, login links)."""
-    base = os.path.join(os.fspath(run_dir), CONFIG_HOMES)
+
+def _state_roots(run_dir: os.PathLike[str] | str, dirs) -> list[str]:
+    """The state dirs that are real directories of the run dir (a symlink is never walked)."""
+    out = []
+    for name in dirs:
+        path = os.path.join(os.fspath(run_dir), name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            out.append(path)
+    return out
+
+
+def config_home_entries(run_dir: os.PathLike[str] | str, dirs: tuple[str, ...] = CLI_STATE_DIRS) -> set[str]:
+    """Every entry (file, dir, symlink) beneath the run dir's CLI state dirs (`dirs`), as paths
+    relative to the run dir: taken just before the CLI starts, it is what the host put there
+    (configs, login links, a plugin pre-fill)."""
+    base = os.fspath(run_dir)
     found: set[str] = set()
-    for dirpath, dirnames, filenames in os.walk(base):
-        for name in (*dirnames, *filenames):
-            found.add(os.path.relpath(os.path.join(dirpath, name), base))
+    for root in _state_roots(run_dir, dirs):
+        found.add(os.path.relpath(root, base))
+        for dirpath, dirnames, filenames in os.walk(root):
+            for name in (*dirnames, *filenames):
+                found.add(os.path.relpath(os.path.join(dirpath, name), base))
     return found
 
 
-def forget_cli_state(run_dir: os.PathLike[str] | str, kept: set[str]) -> list[str]:
-    """Remove what the CLI wrote into its per-run config homes during the session: its
-    transcripts (claude `projects/*.jsonl`, codex `sessions/rollout-*.jsonl`), MCP logs,
-    history databases. They hold every tool argument verbatim, host secrets among them, and
-    no redaction can be trusted inside a binary database; whatever a new release adds is
-    removed too, because only the entries the host put there before the CLI started (`kept`)
-    stay. Symlinks are unlinked, never followed. Returns the removed relative paths."""
-    base = os.path.join(os.fspath(run_dir), CONFIG_HOMES)
+def forget_cli_state(run_dir: os.PathLike[str] | str, kept: set[str], dirs: tuple[str, ...] = CLI_STATE_DIRS) -> list[str]:
+    """Remove what the CLI wrote into its state dirs in the run dir (`dirs`: config homes,
+    private HOME, scratch cwd) during the session: its transcripts (claude `projects/*.jsonl`,
+    codex `sessions/rollout-*.jsonl`), MCP logs, history databases (opencode's
+    `home/.local/share/opencode/opencode.db*`), caches. They hold every tool argument verbatim,
+    host secrets among them, and no redaction can be trusted inside a binary database;
+    whatever a new release adds is removed too, because only the entries the host put there
+    before the CLI started (`kept`, from config_home_entries) stay. Symlinks are unlinked,
+    never followed. Returns the removed paths, relative to the run dir."""
+    base = os.fspath(run_dir)
     removed: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(base, topdown=False):
-        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
-            path = os.path.join(dirpath, name)
-            rel = os.path.relpath(path, base)
-            if rel not in kept:
-                try:
-                    os.unlink(path)
-                    removed.append(rel)
-                except OSError:
-                    pass
-        for name in dirnames:
-            path = os.path.join(dirpath, name)
-            rel = os.path.relpath(path, base)
-            if rel not in kept and not os.path.islink(path):
-                try:
-                    os.rmdir(path)
-                    removed.append(rel)
-                except OSError:
-                    pass
+    for root in _state_roots(run_dir, dirs):
+        for dirpath, dirnames, filenames in os.walk(root, topdown=False):
+            for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+                path = os.path.join(dirpath, name)
+                rel = os.path.relpath(path, base)
+                if rel not in kept:
+                    try:
+                        os.unlink(path)
+                        removed.append(rel)
+                    except OSError:
+                        pass
+            for name in dirnames:
+                path = os.path.join(dirpath, name)
+                rel = os.path.relpath(path, base)
+                if rel not in kept and not os.path.islink(path):
+                    try:
+                        os.rmdir(path)
+                        removed.append(rel)
+                    except OSError:
+                        pass
     return removed

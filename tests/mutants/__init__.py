@@ -147,6 +147,8 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.harness:ignores_the_api_key_source": _ids("env.auth-source-fail-closed"),
     "tests.mutants.harness:ignores_the_concurrency_cap": _ids("concurrency.cap-holds"),
     "tests.mutants.harness:keeps_session_files_unredacted": _ids("env.session-files-redacted"),
+    "tests.mutants.harness:configures_a_silent_bridge": _ids("bridge.answers-every-request"),
+    "tests.mutants.harness:pauses_the_clock_for_tool_calls": _ids("time.stalled-tool-call-ends-by-deadline"),
     "tests.mutants.harness:trusts_any_cli_path": _ids(
         "selection.cli-missing-typed-error", "selection.cli-version-unsupported",
     ),
@@ -243,6 +245,8 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.harness:leaves_stdin_open": ("test_time.py", "not_left_open"),
     "tests.mutants.harness:ignores_the_concurrency_cap": ("test_concurrency.py", "cap_holds or parallel"),
     "tests.mutants.harness:keeps_session_files_unredacted": ("test_env.py", "session_files or argv or run_dir"),
+    "tests.mutants.harness:configures_a_silent_bridge": ("test_bridge.py", "answers_every or only_bridge or failed_load"),
+    "tests.mutants.harness:pauses_the_clock_for_tool_calls": ("test_time.py", "stalled_tool or timeout_truncates or survivors"),
     "tests.mutants.harness:loads_the_worktree_dotenv": ("test_env.py", "worktree or argv"),
     "tests.mutants.harness:forgets_bridge_calls": ("test_scope.py test_parity.py", "bridge_reaches or dotdot or sibling or symlink_leaf or in_tree or refusal_codes"),
     "tests.mutants.harness:passes_any_model_name": ("test_selection.py", "flag_values or prompt_never"),

@@ -174,6 +174,76 @@ class CodexKillsOnlyTheDirectChild(CodexTransport):
         return _with_naive_runner(super()._run, request, **kwargs)
 
 
+#: How long PausesTheClockForToolCalls lets a pending tool call run past the deadline.
+TOOL_CALL_BUDGET_S = 30.0
+
+
+def _clock_paused_for_tools(real, argv, *, on_line, timeout_s, cancel=None, **kwargs):
+    """run_process whose deadline waits while a codex `mcp_tool_call` item is started and not
+    completed (at most TOOL_CALL_BUDGET_S past it); otherwise it ends at the deadline as usual."""
+    import dataclasses
+    import json
+
+    from harnesscheck.process import Ending
+
+    pending: set = set()
+    fired = threading.Event()  # the mutant's own deadline, handed to the runner as a cancel
+    done = threading.Event()
+
+    def watch(line):
+        if '"mcp_tool_call"' in line:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                event = {}
+            item_id = (event.get("item") or {}).get("id")
+            if event.get("type") == "item.started":
+                pending.add(item_id)
+            elif event.get("type") == "item.completed":
+                pending.discard(item_id)
+        return on_line(line)
+
+    def clock():
+        deadline = time.monotonic() + timeout_s
+        while not done.wait(0.02):
+            if cancel is not None and cancel.is_set():
+                fired.set()
+                return
+            if time.monotonic() >= deadline and not pending:
+                fired.set()
+                return
+
+    watcher = threading.Thread(target=clock, daemon=True)
+    watcher.start()
+    try:
+        result = real(argv, on_line=watch, timeout_s=timeout_s + TOOL_CALL_BUDGET_S, cancel=fired, **kwargs)
+    finally:
+        done.set()
+        watcher.join()
+    if result.ending is Ending.cancelled and not (cancel is not None and cancel.is_set()):
+        result = dataclasses.replace(result, ending=Ending.deadline)  # its own clock ended it
+    return result
+
+
+class PausesTheClockForToolCalls(CodexTransport):
+    """Counts only the model's time against timeout_s: while a bridge tool call is pending
+    (codex's `mcp_tool_call` item started, not completed) the deadline waits for it, up to
+    TOOL_CALL_BUDGET_S; a bridge that stopped answering holds the session that long."""
+
+    def _run(self, request, **kwargs):
+        import functools
+
+        import harnesscheck.process as process
+
+        with _RUNNER_LOCK:
+            real = process.run_process
+            process.run_process = functools.partial(_clock_paused_for_tools, real)
+            try:
+                return super()._run(request, **kwargs)
+            finally:
+                process.run_process = real
+
+
 class LeavesBuiltinToolsOn(ClaudeCodeTransport):
     """Forgets `--tools ""`: the vendor's Bash, Read and Edit stay available to the model."""
 
@@ -246,6 +316,27 @@ class AddsAnExtraMcpServer(ClaudeCodeTransport):
             with open(path, encoding="utf-8") as fh:
                 config = json.load(fh)
             config["mcpServers"]["helper"] = {"command": "/bin/cat", "args": []}
+            with open(path, "w", encoding="utf-8") as fh:
+                json.dump(config, fh)
+        return inv
+
+
+class ConfiguresASilentBridge(ClaudeCodeTransport):
+    """Configures its CLI's bridge behind a relay that drops malformed requests without an
+    answer (tests/mutants/_silent_bridge.py): a CLI waits on them until its own timeout."""
+
+    def invocation(self, ctx, request, cli, *, tool_less):
+        import json
+        from pathlib import Path
+
+        inv = super().invocation(ctx, request, cli, tool_less=tool_less)
+        if "--mcp-config" in inv.argv:
+            path = inv.argv[inv.argv.index("--mcp-config") + 1]
+            with open(path, encoding="utf-8") as fh:
+                config = json.load(fh)
+            relay = str(Path(__file__).with_name("_silent_bridge.py"))
+            for server in config["mcpServers"].values():
+                server["args"] = [relay, server["command"], *server.get("args", [])]
             with open(path, "w", encoding="utf-8") as fh:
                 json.dump(config, fh)
         return inv
@@ -444,3 +535,5 @@ ignores_the_concurrency_cap = mutant_spec("claude-code", M, IgnoresTheConcurrenc
 keeps_session_files_unredacted = mutant_spec("codex", M, KeepsSessionFilesUnredacted)
 claims_almost_nothing_and_runs_on_without_tools = mutant_spec(
     "claude-code", M, ClaimsAlmostNothingAndRunsOnWithoutTools, capabilities=frozenset())
+configures_a_silent_bridge = mutant_spec("claude-code", M, ConfiguresASilentBridge)
+pauses_the_clock_for_tool_calls = mutant_spec("codex", M, PausesTheClockForToolCalls)

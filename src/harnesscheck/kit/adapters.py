@@ -44,6 +44,7 @@ SCENARIOS: tuple[str, ...] = (
     "timeout_mid_stream", "served_model_mismatch", "mcp_failed", "mcp_slow", "native_tool_use",
     "exit0_is_error", "crash_no_result", "api_key_source", "helper_model", "repeated_usage",
     "noise_lines", "timeout_tree", "split_lines", "network_error", "held_success", "cached_usage",
+    "bridge_probe", "stalled_tool_call",
 )
 
 
@@ -231,6 +232,11 @@ class SessionRun:
     #: (start, end) of each CLI the session ran, as the fake CLI recorded them itself
     #: (monotonic clock, see Progress); None where the adapter cannot see its CLIs.
     cli_spans: list[tuple[float, float]] | None = None
+    #: `bridge_probe` (harness, offline): one record per request the fake CLI sent the MCP
+    #: servers the backend configured, with the answer it got (None: none within the bound).
+    bridge_probes: list[dict] = field(default_factory=list)
+    #: `stalled_tool_call` (harness, offline): the MCP server the fake CLI stopped before its call.
+    stalled_calls: list[dict] = field(default_factory=list)
 
     def everything_visible(self) -> str:
         """Every byte the backend exposed: outcome, what the model saw, traces, argv, requests."""

@@ -354,6 +354,64 @@ def hostile_env(canary: str) -> dict[str, str]:
     }
 
 
+def _rpc(rid, method, params=None) -> str:
+    msg = {"jsonrpc": "2.0", "id": rid, "method": method}
+    if params is not None:
+        msg["params"] = params
+    return json.dumps(msg)
+
+
+#: How long the fake CLI waits for the answer to each bridge probe (bridge.answers-every-request).
+PROBE_BOUND_S = 20.0
+
+#: What the fake CLI sends the MCP servers a backend configured, one at a time, in this order
+#: (scenario `bridge_probe`; fake_clis/_fakecli.py `mcp_probe`): `kind` is what the check
+#: requires of the answer: "error" (a JSON-RPC error, or a batch's array: nothing in the line
+#: can be served), "any" (an error, or a result for a server lenient about the form),
+#: "tool-error" (a JSON-RPC error or a tool result with isError), "listed" / "served" (the
+#: valid requests after them: a tools/list result naming tools, a tools/call result that is
+#: not an error). `malformed`: an answer with id null counts (JSON-RPC: the id was unusable).
+BRIDGE_PROBES: list[dict] = [
+    {"label": "a line that is not JSON", "line": "{nope", "malformed": True, "kind": "error"},
+    {"label": "a JSON number", "line": "42", "malformed": True, "kind": "error"},
+    {"label": "JSON null", "line": "null", "malformed": True, "kind": "error"},
+    {"label": "a JSON string", "line": '"hello"', "malformed": True, "kind": "error"},
+    {"label": "an empty batch", "line": "[]", "malformed": True, "kind": "error"},
+    {"label": "a batch", "line": "[" + _rpc("p-batch", "tools/list") + "]", "malformed": True, "kind": "error"},
+    {"label": "an array nested 200 deep", "line": "[" * 200 + "]" * 200, "malformed": True, "kind": "error"},
+    {"label": "id true", "line": _rpc(True, "tools/list"), "id": True, "malformed": True, "kind": "any"},
+    {"label": "id 1.5", "line": _rpc(1.5, "tools/list"), "id": 1.5, "malformed": True, "kind": "any"},
+    {"label": "id an object", "line": _rpc({}, "tools/list"), "id": {}, "malformed": True, "kind": "any"},
+    {"label": "id null", "line": _rpc(None, "tools/list"), "malformed": True, "kind": "any"},
+    {"label": "no method", "line": json.dumps({"jsonrpc": "2.0", "id": "p-no-method"}), "id": "p-no-method",
+     "malformed": True, "kind": "error"},
+    {"label": "a method that is a number", "line": _rpc("p-method", 5), "id": "p-method", "malformed": True, "kind": "error"},
+    {"label": "jsonrpc 1.0", "line": json.dumps({"jsonrpc": "1.0", "id": "p-v1", "method": "tools/list"}), "id": "p-v1",
+     "malformed": True, "kind": "any"},
+    {"label": "params an array", "line": _rpc("p-params", "tools/list", [1]), "id": "p-params", "malformed": True,
+     "kind": "any"},
+    {"label": "tools/call with params a string", "line": _rpc("p-call-str", "tools/call", "x"), "id": "p-call-str",
+     "malformed": True, "kind": "tool-error"},
+    {"label": "tools/call with arguments an array", "id": "p-args-array",
+     "line": _rpc("p-args-array", "tools/call", {"name": "read_file", "arguments": [1]}), "kind": "tool-error"},
+    {"label": "tools/call with arguments a string", "id": "p-args-str",
+     "line": _rpc("p-args-str", "tools/call", {"name": "read_file", "arguments": "a.txt"}), "kind": "tool-error"},
+    {"label": "tools/call with a name that is a number", "id": "p-name-num",
+     "line": _rpc("p-name-num", "tools/call", {"name": 5, "arguments": {}}), "kind": "tool-error"},
+    {"label": "tools/call with name null", "id": "p-name-null",
+     "line": _rpc("p-name-null", "tools/call", {"name": None, "arguments": {}}), "kind": "tool-error"},
+    {"label": "tools/call without a name", "id": "p-no-name",
+     "line": _rpc("p-no-name", "tools/call", {"arguments": {"path": "."}}), "kind": "tool-error"},
+    {"label": "tools/call of an unknown tool", "id": "p-unknown",
+     "line": _rpc("p-unknown", "tools/call", {"name": "no_such_tool", "arguments": {}}), "kind": "tool-error"},
+    {"label": "tools/call with a lone surrogate in the name", "id": "p-surrogate",
+     "line": _rpc("p-surrogate", "tools/call", {"name": "read_\ud800", "arguments": {}}), "kind": "tool-error"},
+    {"label": "tools/list afterwards", "line": _rpc("p-list", "tools/list", {}), "id": "p-list", "kind": "listed"},
+    {"label": "tools/call list_dir afterwards", "id": "p-served",
+     "line": _rpc("p-served", "tools/call", {"name": "list_dir", "arguments": {"path": "."}}), "kind": "served"},
+]
+
+
 class HarnessAdapter(BackendUnderTest):
     name = "fake-cli"
 
@@ -498,6 +556,25 @@ class HarnessAdapter(BackendUnderTest):
             data["steps"] = [{"delay": self.hold_s}, *data.get("steps", [])]
             fake = self.install_fake(data, echo=echo)
             facts = fixture_facts(self.fake_name, self.load_fixture("success"), model)
+        elif scenario == "bridge_probe":
+            # success, with the CLI sending its MCP servers the BRIDGE_PROBES first
+            data = self.load_fixture("success")
+            steps = data["steps"] = list(data.get("steps", []))
+            first_emit = next((i for i, s in enumerate(steps) if "emit" in s), -1)
+            steps.insert(first_emit + 1, {"mcp_probe": {"probes": BRIDGE_PROBES, "bound_s": PROBE_BOUND_S}})
+            fake = self.install_fake(data, echo=echo)
+            facts = Facts()
+        elif scenario == "stalled_tool_call":
+            # success up to its first line, then a bridge that stops answering mid-call (SIGSTOP)
+            # and a CLI that waits on it, ignoring SIGTERM as a CLI blocked on a tool may
+            data = self.load_fixture("success")
+            steps = data.get("steps", [])
+            first_emit = next((i for i, s in enumerate(steps) if "emit" in s), -1)
+            data["mcp_timeout"] = 60  # a loaded machine's bridge start is not the defect judged here
+            data["steps"] = [*steps[:first_emit + 1], {"ignore_sigterm": True},
+                             {"mcp_stall": {"name": "list_dir", "arguments": {"path": "."}}}, {"hang": True}]
+            fake = self.install_fake(data, echo=echo)
+            facts = Facts()
         elif scenario == "mcp_slow" and self.fake_name in WAITS_FOR_BRIDGE:
             # A CLI that waits for its bridge before the first turn really started it: so does the fake.
             data = self.load_fixture(scenario)
@@ -550,6 +627,10 @@ class HarnessAdapter(BackendUnderTest):
                     continue
                 if rec.get("kind") == "mcp_result":
                     results.append(rec)
+                elif rec.get("kind") == "mcp_probe":
+                    run.bridge_probes.append(rec)
+                elif rec.get("kind") == "mcp_stalled":
+                    run.stalled_calls.append(rec)
         # A call that reached no MCP server is the backend's wiring, not a kit bug: whatever its
         # bridge is called, the fake starts what the backend configured (checks name the error).
         run.tool_failures = [r["error"] for r in results if r.get("error")]

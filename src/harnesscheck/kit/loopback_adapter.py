@@ -263,6 +263,17 @@ class LoopbackAdapter(HarnessAdapter):
         pids.extend(bridge_pids(run))  # a forkserver bridge is outside the CLI's group
         return sorted(set(pids))
 
+    def tools_unfinished(self, run: SessionRun) -> bool:
+        """Loopback: the session ended at its deadline (timeout) before the scripted model server
+        got any tool result back, so the real CLI (slow to start on a loaded machine) never got
+        as far as the calls: run_tools repeats it at a longer deadline, then skips `budget`. A
+        session that ended otherwise, or whose calls came back, is judged as it is."""
+        from harnesscheck.contracts import ErrorClass
+
+        if run.outcome.error_class != ErrorClass.timeout:
+            return False
+        return not any(t.tool_results for t in getattr(run, "loopback_requests", None) or [])
+
     #: A real CLI needs most of a second to start and send its first request.
     MIN_STALL_TIMEOUT_S = 2.0
 

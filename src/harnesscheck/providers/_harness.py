@@ -52,7 +52,7 @@ from harnesscheck.contracts import (
     ProviderSpec,
 )
 from harnesscheck.scope import ToolScope
-from harnesscheck.rundir import config_home_entries, forget_cli_state
+from harnesscheck.rundir import CLI_STATE_DIRS, config_home_entries, forget_cli_state
 
 #: Bridge server name in every CLI's MCP config (claude sees mcp__bridge__read_file).
 BRIDGE_SERVER = "bridge"
@@ -334,6 +334,9 @@ class HarnessTransport:
     #: trace after the session (see judge). claude reports it in system/init and codex refuses
     #: to start without its required server; their parsers fail closed on those signals.
     readiness_from_trace: bool = False
+    #: The run dir's subdirs this CLI writes its own state into (rundir.CLI_STATE_DIRS): after
+    #: the session only what the host put there before the CLI started stays (forget_cli_state).
+    cli_state_dirs: tuple[str, ...] = CLI_STATE_DIRS
 
     def __init__(
         self,
@@ -457,7 +460,7 @@ class HarnessTransport:
             injections = {**private, **self.base_injections, **self.injections, **inv.injections}
             env = build_child_env(self.parent_env, injections=injections, trace=tracer)
             parser = self.make_parser(ctx, request, tool_less=tool_less, on_text=on_text)
-            host_entries = config_home_entries(ctx.run_dir)  # what the host put in the config homes
+            host_entries = config_home_entries(ctx.run_dir, self.cli_state_dirs)  # what the host put there
             tracer.record("session_start", backend=self.spec.id, cli_version=info.version, tool_less=tool_less)
             with contextlib.ExitStack() as held:
                 try:
@@ -508,8 +511,8 @@ class HarnessTransport:
         finally:
             release_bridge(ctx.spec_path)  # also when the CLI never started
             tracer.close()
-            if host_entries is not None:  # the CLI's transcripts hold tool arguments verbatim
-                forget_cli_state(ctx.run_dir, host_entries)
+            if host_entries is not None:  # the CLI's transcripts and stores hold tool arguments verbatim
+                forget_cli_state(ctx.run_dir, host_entries, self.cli_state_dirs)
             self._redact_run_files(ctx, injections)
             for path in ctx.cleanup:
                 shutil.rmtree(path, ignore_errors=True)

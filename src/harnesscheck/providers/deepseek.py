@@ -422,6 +422,8 @@ class DeepSeekTransport(HarnessTransport):
     #: The runtime reports no MCP status the host can read before work: the bridge's own trace
     #: must show its tools listed after a session with tools (bridge/readiness.py).
     readiness_from_trace = True
+    #: The runtime's own home (`DSH_HOME`: its session logs) is CLI state too (forget_cli_state).
+    cli_state_dirs = (*HarnessTransport.cli_state_dirs, "dsh-home")
 
     def __init__(self, spec, settings=None, *, loopback=None, **kwargs):
         super().__init__(spec, settings, **kwargs)
