@@ -102,7 +102,9 @@ and ``{{mcp_tools}}`` the ``mcp__<server>__<tool>`` names actually listed.
     CLIs do), speak MCP over stdio (initialize, tools/call each; a call goes to the server
     named by ``server``, else the only one, else the first that lists the tool), and append one
     ``{"kind": "mcp_result", "name", "arguments", "server", "is_error", "text"}`` record per
-    call (or ``{"kind": "mcp_result", "error": ...}`` when no server can be started).
+    call (or ``{"kind": "mcp_result", "error": ...}`` when no server can be started; with
+    ``"starting": true`` when a server was still running, unanswered, when the wait ran out:
+    slow to start, not failed).
 
 How gemini is driven
 ====================
@@ -1080,6 +1082,9 @@ class Fake:
             return
         configs = {}
         for name in self._mcp_configs():
+            if name.lstrip().startswith("{"):  # `--mcp-config '<inline JSON>'`: the config is the value
+                configs[name] = name
+                continue
             try:
                 configs[name] = _read_text(name)
             except OSError as exc:
@@ -1315,7 +1320,7 @@ class Fake:
             self.err.flush()
             return int(step["exit"])
         elif "mcp_calls" in step:
-            self.mcp_calls(step["mcp_calls"], step.get("server"))
+            self.mcp_calls(step["mcp_calls"], step.get("server"), float(step.get("timeout", 60)))
         else:
             raise SystemExit(f"fake {self.cli}: unknown scenario step {sorted(step)}")
         return None
@@ -1341,6 +1346,7 @@ class Fake:
                 record({"kind": "mcp_result", "error": "no stdio MCP server configured"})
                 return
             errors: list[str] = []
+            slow = False  # a server still starting when the wait ran out (not one that failed)
             for server in names:
                 entry = configured.get(server)
                 if not entry or not entry.get("command"):
@@ -1355,7 +1361,11 @@ class Fake:
                 own.append(client)
                 try:
                     client.connect(f"fake-{self.cli}")
-                except (TimeoutError, EOFError, RuntimeError, OSError):
+                except TimeoutError:
+                    slow = True
+                    errors.append(f"the MCP server {server!r} never answered initialize (still running after {timeout_s:g} s)")
+                    continue
+                except (EOFError, RuntimeError, OSError):
                     errors.append(f"the MCP server {server!r} never answered initialize")
                     continue
                 clients[server] = client
@@ -1363,7 +1373,8 @@ class Fake:
             # like the CLI: a server that fails to start is reported and the others serve the calls;
             # only when none could be reached do the calls fail
             for error in errors:
-                record({"kind": "mcp_result" if not clients else "mcp_server_failed", "error": error})
+                record({"kind": "mcp_result" if not clients else "mcp_server_failed", "error": error,
+                        **({"starting": True} if slow and "still running" in error else {})})
             if not clients:
                 for client in own:
                     client.close()
