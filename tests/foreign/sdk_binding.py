@@ -22,7 +22,7 @@ every result translated, never corrected:
   `total_cost_usd`, the assistant's model and the session id as the SDK reports them.
   Errors are the SDK's own vocabulary translated, never inferred from text or status codes:
   `AssistantMessage.error` (SDK_ERRORS), `ProcessError` (the CLI died: cli_crash),
-  `CLIJSONDecodeError` (protocol), any other `ClaudeSDKError` unknown, `CLINotFoundError` the
+  `CLIJSONDecodeError` (protocol), any other exception unknown, `CLINotFoundError` the
   contract's `CliNotFound`; the request's timeout is an `anyio.move_on_after` around the session
   (truncated/timeout, partial text kept) and the host's cancel event is polled and
   answered with `ClaudeSDKClient.interrupt()`, then the session is left (cancelled). Leaving
@@ -125,18 +125,22 @@ class SdkClaude:
                             tg.start_soon(watch_cancel, client, tg.cancel_scope)
                         await converse(client)
                         tg.cancel_scope.cancel()
-            except CLINotFoundError as exc:
-                raise CliNotFound(self.spec.id, "claude", [str(options.cli_path or "")]) from exc
-            except ClaudeSDKError as exc:
+            except* CLINotFoundError as group:
+                raise CliNotFound(self.spec.id, "claude", [str(options.cli_path or "")]) from group.exceptions[0]
+            except* ClaudeSDKError as group:  # raised through the session's task group
+                exc = group.exceptions[0]
                 error = f"{type(exc).__name__}: {exc}"
                 # the SDK's typed failures: the CLI died (ProcessError, not an error result), or
                 # printed what is not JSON
                 crash = (ErrorClass.cli_crash if isinstance(exc, ProcessError) and not isinstance(exc, ResultError)
                          else ErrorClass.protocol if isinstance(exc, CLIJSONDecodeError) else None)
+            except* Exception as group:  # anything else the SDK raised ends the session as an error, unclassified
+                exc = group.exceptions[0]
+                error = f"{type(exc).__name__}: {exc}"
         result = state["result"]
         text = result.result if result is not None and result.result else "".join(texts)
         common = dict(text=text, tool_calls=len(tools), tools_used=tools, backend=self.spec.id,
-                      requested_model=request.model, served_model=state["model"])
+                      requested_model=request.model, served_model=state["model"], terminal_event_seen=result is not None)
         if result is not None:
             usage = result.usage or {}
             common.update(
