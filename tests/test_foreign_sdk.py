@@ -85,7 +85,7 @@ SDK_LOOPBACK_DEFECTS: dict[str, str] = {
 }
 
 
-def _run(tmp_path: Path, backend: str, level: str) -> dict[str, str]:
+def _run(tmp_path: Path, backend: str, level: str) -> tuple:
     report = tmp_path / f"report-{level}.json"
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "conformance", "-m", "conformance", "--hc-backend", backend, "--level", level,
@@ -95,10 +95,11 @@ def _run(tmp_path: Path, backend: str, level: str) -> dict[str, str]:
     cells = json.loads(report.read_text())["cells"]
     failing = {c["check"]: c.get("message", "") for c in cells if c["outcome"] in ("failed", "error")}
     budget = {c["check"] for c in cells if c["outcome"] == "skipped" and "budget" in (c.get("reason") or "")}
-    return failing, budget
+    return failing, budget, {c["check"] for c in cells}, proc.stdout[-2000:] + proc.stderr[-2000:]
 
 
-def _judge(failing: dict[str, str], budget: set[str], defects: dict[str, str]) -> None:
+def _judge(failing: dict[str, str], budget: set[str], ran: set[str], out: str, defects: dict[str, str]) -> None:
+    assert set(defects) <= ran, f"cells missing from the report: {sorted(set(defects) - ran)}\n{out}"
     false_fails = {k: v[:300] for k, v in failing.items() if k not in defects and k not in KIT_FALSE}
     assert not false_fails, f"cells that fail for no defect of the SDK backend (kit assumptions): {false_fails}"
     missed = sorted(set(defects) - set(failing) - budget)
