@@ -15,16 +15,12 @@ fail: no false fail, no false pass.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from kit_support import run_suite
 
 pytest.importorskip("claude_agent_sdk", reason="claude-agent-sdk is not installed (a test-only, optional package)")
-
-ROOT = Path(__file__).resolve().parents[1]
 
 #: check id -> the SDK backend's real defect behind its failure (offline, fake claude), each
 #: traced to claude-agent-sdk 0.2.189's code (`_internal/transport/subprocess_cli.py`,
@@ -86,16 +82,15 @@ SDK_LOOPBACK_DEFECTS: dict[str, str] = {
 
 
 def _run(tmp_path: Path, backend: str, level: str) -> tuple:
-    report = tmp_path / f"report-{level}.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "conformance", "-m", "conformance", "--hc-backend", backend, "--level", level,
-         "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-n", "0", "--hc-report", str(report)],
-        cwd=ROOT, capture_output=True, text=True, timeout=3600)
-    assert report.is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
-    cells = json.loads(report.read_text())["cells"]
+    """The suite against the SDK backend, as the kit's self-tests run it (kit_support.run_suite:
+    no pytest/xdist variables of this run inherited, stdin /dev/null)."""
+    _code, report, out = run_suite(tmp_path, "-m", "conformance", "--hc-backend", backend, "--level", level, "-n", "0",
+                                   timeout=3600)
+    assert report is not None, out[-3000:]
+    cells = report["cells"]
     failing = {c["check"]: c.get("message", "") for c in cells if c["outcome"] in ("failed", "error")}
     budget = {c["check"] for c in cells if c["outcome"] == "skipped" and "budget" in (c.get("reason") or "")}
-    return failing, budget, {c["check"] for c in cells}, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return failing, budget, {c["check"] for c in cells}, out[-4000:]
 
 
 def _judge(failing: dict[str, str], budget: set[str], ran: set[str], out: str, defects: dict[str, str]) -> None:
