@@ -66,11 +66,21 @@ def test_cache_breakpoints_placed(but):
         assert where == want, f"request {n} of {len(marks)}: cache breakpoints at {where or 'nowhere'}, expected {want}"
 
 
+def _vendor_figure_seen(but, run) -> None:
+    """Skips the cell when the kit could not read what the CLI printed (the loopback level, a
+    backend not built on harnesscheck's providers): the vendor's figure is then unknown, and
+    neither a figure nor its absence can be judged."""
+    if getattr(run, "stdout_lines", ()) is None:
+        but.skip("adapter-not-implemented", f"the kit cannot see the CLI's stdout under {but.spec.id} at {but.level}: "
+                 "the vendor's cost figure is unknown")
+
+
 @check("usage.cost-never-fabricated", incident=["I5", "C3"])
 def test_cost_never_fabricated(but):
     """A dollar figure appears only with its true source; with no vendor or price-table figure it is None."""
     run = but.run("success")
     cost = run.outcome.cost
+    _vendor_figure_seen(but, run)
     if run.facts.cost_usd is None:
         assert cost.usd is None, f"cost {cost.usd} USD (source {cost.source}) was fabricated: nothing reported it"
         assert cost.source == CostSource.none
@@ -85,6 +95,7 @@ def test_cost_never_fabricated(but):
 def test_vendor_cost_reported(but):
     """A backend claiming cost_reporting passes the vendor's figure through with a non-api source."""
     run = but.run("success")
+    _vendor_figure_seen(but, run)
     assert run.facts.cost_usd is not None, "the scenario carries a vendor cost"
     assert run.outcome.cost.usd == pytest.approx(run.facts.cost_usd, rel=1e-6)
     assert run.outcome.cost.source in (CostSource.subscription, CostSource.reported)

@@ -102,7 +102,9 @@ and ``{{mcp_tools}}`` the ``mcp__<server>__<tool>`` names actually listed.
     CLIs do), speak MCP over stdio (initialize, tools/call each; a call goes to the server
     named by ``server``, else the only one, else the first that lists the tool), and append one
     ``{"kind": "mcp_result", "name", "arguments", "server", "is_error", "text"}`` record per
-    call (or ``{"kind": "mcp_result", "error": ...}`` when no server can be started).
+    call (or ``{"kind": "mcp_result", "error": ...}`` when no server can be started; with
+    ``"starting": true`` when a server was still running, unanswered, when the wait ran out:
+    slow to start, not failed).
 ``{"mcp_probe": {"probes": [{"label", "line", "id", "malformed"}, ...], "bound_s": s}}``
     Act like a CLI (or a model) that sends its MCP servers requests they must answer: start
     every stdio server configured (as ``mcp_calls``), initialize it, then send each probe's
@@ -1365,7 +1367,7 @@ class Fake:
             self.err.flush()
             return int(step["exit"])
         elif "mcp_calls" in step:
-            self.mcp_calls(step["mcp_calls"], step.get("server"))
+            self.mcp_calls(step["mcp_calls"], step.get("server"), float(step.get("timeout", 60)))
         elif "mcp_probe" in step:
             self.mcp_probe(step["mcp_probe"])
         elif "mcp_stall" in step:
@@ -1395,6 +1397,7 @@ class Fake:
                 record({"kind": "mcp_result", "error": "no stdio MCP server configured"})
                 return
             errors: list[str] = []
+            slow = False  # a server still starting when the wait ran out (not one that failed)
             for server in names:
                 entry = configured.get(server)
                 if not entry or not entry.get("command"):
@@ -1409,7 +1412,11 @@ class Fake:
                 own.append(client)
                 try:
                     client.connect(f"fake-{self.cli}")
-                except (TimeoutError, EOFError, RuntimeError, OSError):
+                except TimeoutError:
+                    slow = True
+                    errors.append(f"the MCP server {server!r} never answered initialize (still running after {timeout_s:g} s)")
+                    continue
+                except (EOFError, RuntimeError, OSError):
                     errors.append(f"the MCP server {server!r} never answered initialize")
                     continue
                 clients[server] = client
@@ -1417,7 +1424,8 @@ class Fake:
             # like the CLI: a server that fails to start is reported and the others serve the calls;
             # only when none could be reached do the calls fail
             for error in errors:
-                record({"kind": "mcp_result" if not clients else "mcp_server_failed", "error": error})
+                record({"kind": "mcp_result" if not clients else "mcp_server_failed", "error": error,
+                        **({"starting": True} if slow and "still running" in error else {})})
             if not clients:
                 for client in own:
                     client.close()

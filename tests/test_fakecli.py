@@ -834,3 +834,37 @@ def test_codex_dash_c_overrides_configure_mcp_servers(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = next(r for r in _records(fake) if r["kind"] == "mcp_result")
     assert result["server"] == "infermatrix-tools" and json.loads(result["text"])["extra"] == "override"
+
+
+def test_a_server_slow_to_start_is_told_apart_from_one_that_failed(tmp_path):
+    """An MCP server still running, unanswered, when the `mcp_calls` wait runs out is recorded
+    `starting` (a loaded machine; the kit retries, then skips `budget`), one that exits is not;
+    an inline `--mcp-config` is recorded as given."""
+    slow = json.dumps({"mcpServers": {"slow": {"command": sys.executable, "args": ["-c", "import time; time.sleep(30)"]}}})
+    dead = json.dumps({"mcpServers": {"dead": {"command": sys.executable, "args": ["-c", "pass"]}}})
+    step = {"steps": [{"mcp_calls": [{"name": "read_file", "arguments": {}}], "timeout": 1}]}
+    for config, starting in ((slow, True), (dead, False)):
+        fake = install_fake_cli("claude", step, tmp_path / f"bin-{starting}")
+        proc = _run(fake, "-p", "--mcp-config", config)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        result = next(r for r in _records(fake) if r["kind"] == "mcp_result")
+        assert "never answered initialize" in result["error"] and bool(result.get("starting")) is starting
+        assert list(fake.last()["mcp_configs"].values()) == [config]
+
+
+def test_the_kit_retries_a_session_whose_server_was_still_starting():
+    """HarnessAdapter.tools_unfinished: a server still starting is the machine's speed (the
+    session is repeated, then skipped `budget`); a failed or a connected server is judged."""
+    from types import SimpleNamespace
+
+    from harnesscheck.kit.harness_adapter import HarnessAdapter
+
+    offline = SimpleNamespace(level="offline")
+    tl = SimpleNamespace(started=0.0, ended=5.0, timeout_s=30.0)
+    starting = SimpleNamespace(extra_tools_connected=False, extra_tools_starting=True, extra_tools_done=True, timeline=tl)
+    failed = SimpleNamespace(extra_tools_connected=False, extra_tools_starting=False, extra_tools_done=True, timeline=tl)
+    connected = SimpleNamespace(extra_tools_connected=True, extra_tools_starting=True, extra_tools_done=True, timeline=tl)
+    assert HarnessAdapter.tools_unfinished(offline, starting) is True
+    assert HarnessAdapter.tools_unfinished(offline, failed) is False
+    assert HarnessAdapter.tools_unfinished(offline, connected) is False
+    assert HarnessAdapter.tools_unfinished(SimpleNamespace(level="loopback"), starting) is False

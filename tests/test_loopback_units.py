@@ -160,3 +160,45 @@ def test_field_paths_treat_list_items_alike_and_codex_items_by_type():
 
     assert field_paths({"a": [{"b": 1}, {"c": 2}]}) == {"a", "a[].b", "a[].c"}
     assert event_kind({"type": "item.completed", "item": {"type": "agent_message"}}) == "item.completed/agent_message"
+
+
+def test_a_claude_mcp_server_of_any_name_is_scripted_and_read_back():
+    """A foreign backend names its MCP server itself (issue 19): the scripted model calls the
+    scope tool under the name the CLI offered, and the offered names map back to scope names."""
+    from harnesscheck.loopback.adapter import wire_to_scope_name
+    from harnesscheck.loopback.scenario import ToolCall
+    from harnesscheck.loopback.wire import ANTHROPIC, resolve_wire_name
+
+    offered = ["mcp__workspace__list_dir", "mcp__workspace__read_file"]
+    assert resolve_wire_name(ToolCall("read_file", {}), offered, ANTHROPIC) == ("mcp__workspace__read_file", None)
+    # harnesscheck's own name wins when both are offered; nothing offered: claude's form for `bridge`
+    both = ["mcp__other__read_file", "mcp__bridge__read_file"]
+    assert resolve_wire_name(ToolCall("read_file", {}), both, ANTHROPIC) == ("mcp__bridge__read_file", None)
+    assert resolve_wire_name(ToolCall("read_file", {}), ["Bash"], ANTHROPIC) == ("mcp__bridge__read_file", None)
+    assert resolve_wire_name(ToolCall("grep", {}), offered, ANTHROPIC) == ("mcp__bridge__grep", None)
+    assert wire_to_scope_name("mcp__workspace__read_file") == "read_file"
+    assert wire_to_scope_name("mcp__my-tools__write_file") == "write_file"
+    assert wire_to_scope_name("mcp__bridge__grep") == "grep"
+    assert wire_to_scope_name("Bash") == "Bash"
+    assert wire_to_scope_name("mcp__") == "mcp__"
+
+
+def test_loopback_refusals_are_read_from_the_wire_for_any_claude_backend():
+    """At loopback the model's side is the server's: every error tool result a claude CLI sent
+    back counts as a refusal the model saw (once per call, named by its tool_use), whether or
+    not the backend's outcome lists it (a foreign backend lists none)."""
+    from types import SimpleNamespace
+
+    from harnesscheck.kit.loopback_adapter import LoopbackAdapter
+
+    use = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "mcp__workspace__read_file", "input": {}},
+                                            {"type": "tool_use", "id": "t2", "name": "mcp__workspace__list_dir", "input": {}}]}
+    results = {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t1", "is_error": True, "content": [{"type": "text", "text": "outside the root"}]},
+        {"type": "tool_result", "tool_use_id": "t2", "content": "a\nb"}]}
+    first = json.dumps({"messages": [{"role": "user", "content": "go"}, use, results]})
+    again = json.dumps({"messages": [{"role": "user", "content": "go"}, use, results, {"role": "assistant", "content": "ok"}]})
+    run = SimpleNamespace(requests=[{"body": "not json"}, {"body": first}, {"body": again}])
+    claude = SimpleNamespace(spec=SimpleNamespace(cli_name="claude"))
+    assert LoopbackAdapter.tool_errors(claude, run) == [("read_file", "outside the root")]
+    assert LoopbackAdapter.tool_errors(claude, SimpleNamespace(requests=[])) == []

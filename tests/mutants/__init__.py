@@ -102,7 +102,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.harness:drops_the_vendor_cost": _ids("usage.vendor-cost-reported", "usage.cost-never-fabricated"),
     "tests.mutants.harness:chokes_on_unknown_events": _ids("parse.unknown-events-ignored"),
     "tests.mutants.harness:passes_os_environ_through": _ids(
-        "env.provider-keys-stripped", "env.nesting-vars-stripped", "env.worktree-not-cwd",
+        "env.provider-keys-stripped", "env.nesting-vars-stripped",
     ),
     "tests.mutants.harness:leaks_the_api_key_in_argv": _ids("env.no-secret-in-argv", "env.host-credentials-unreachable"),
     "tests.mutants.harness:trusts_subtype_success": _ids(
@@ -154,10 +154,10 @@ MUTANTS: dict[str, frozenset[str]] = {
     ),
     # the seed's deepseek mistakes (tests/mutants/deepseek.py)
     "tests.mutants.deepseek:inherits_the_host_env": _ids(
-        "env.provider-keys-stripped", "env.nesting-vars-stripped", "env.worktree-not-cwd", "env.host-credentials-unreachable",
+        "env.provider-keys-stripped", "env.nesting-vars-stripped", "env.host-credentials-unreachable",
     ),
     "tests.mutants.deepseek:reads_the_key_from_anthropic_api_key": _ids(
-        "env.provider-keys-stripped", "env.worktree-not-cwd", "env.host-credentials-unreachable",
+        "env.provider-keys-stripped", "env.host-credentials-unreachable",
     ),
     "tests.mutants.deepseek:empty_error_is_success": _ids(
         "errors.auth-blocks", "errors.auth-not-retried", "errors.not-logged-in-blocks", "errors.rate-limit-retryable",

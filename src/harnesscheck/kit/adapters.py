@@ -82,6 +82,8 @@ class Facts:
     cost_usd: float | None = None  # a vendor-reported figure, when the scenario has one
     partial_text: str | None = None  # text streamed before a stall
     requested_model: str | None = None
+    #: session ids the CLI itself printed (a fixture's fixed id: every session of it prints the same)
+    cli_session_ids: tuple[str, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------

@@ -503,7 +503,8 @@ class HarnessAdapter(BackendUnderTest):
     def prepare(self, scenario, ws, *, tool_calls, model, timeout_s, echo) -> Setup:
         if scenario == "tools":
             fake = self.install_fake("success", echo=echo, calls=tool_calls or [])
-            facts = Facts()
+            printed = {e.get("session_id") for e in _emitted(self.load_fixture("success")) if isinstance(e, dict)}
+            facts = Facts(cli_session_ids=tuple(sorted(i for i in printed if isinstance(i, str) and "{{" not in i)))
         elif scenario in ("repeated_usage", "helper_model"):
             # helper_model: fixtures/<cli>/helper_model.json where a CLI has one (claude: the
             # recorded success has no helper; the pinned CLI calls none under the transport)
@@ -634,6 +635,7 @@ class HarnessAdapter(BackendUnderTest):
         # A call that reached no MCP server is the backend's wiring, not a kit bug: whatever its
         # bridge is called, the fake starts what the backend configured (checks name the error).
         run.tool_failures = [r["error"] for r in results if r.get("error")]
+        run.extra_tools_starting = any(r.get("starting") for r in results if r.get("error"))
         run.extra_tools_done = any(r.get("kind") == "step" and r.get("action") == "mcp_calls" for r in self._steps(fake))
         run.extra_tools_connected = any(r.get("kind") == "mcp_connected" for r in results + self._steps(fake))
         run.extra_tool_results = [r for r in results if not r.get("error")]
@@ -655,8 +657,14 @@ class HarnessAdapter(BackendUnderTest):
 
     def tools_unfinished(self, run: SessionRun) -> bool:
         """Offline: the session ran to its deadline before any MCP server the backend configured had
-        answered `initialize` (a call that hangs on a connected server is judged, e.g. a FIFO read)."""
-        if self.level != "offline" or getattr(run, "extra_tools_done", True) or getattr(run, "extra_tools_connected", True):
+        answered `initialize`, or the fake's own wait for it ran out while it was still running (a
+        bridge slow to start on a loaded machine; one that exits or errors is judged, and so is a
+        call that hangs on a connected server, e.g. a FIFO read)."""
+        if self.level != "offline" or getattr(run, "extra_tools_connected", True):
+            return False
+        if getattr(run, "extra_tools_starting", False):
+            return True
+        if getattr(run, "extra_tools_done", True):
             return False
         tl = run.timeline
         return tl.ended >= tl.started + tl.timeout_s

@@ -22,6 +22,7 @@ Evidence a check gets, all observed from outside the CLI:
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import time
@@ -165,13 +166,15 @@ class LoopbackAdapter(HarnessAdapter):
                 self.spec, Settings(backend=self.spec.id, **(getattr(self._local, "settings", None) or {})),  # run(settings=)
                 cli_path=wrapper, endpoint=LoopbackEndpoint(server.base_url),
             )
-        lines: list[str] = []
-        make_parser = transport.make_parser
+        lines: list[str] | None = []
+        make_parser = getattr(transport, "make_parser", None)
+        if make_parser is None:  # a backend not built on our providers: its CLI's stdout is not seen
+            lines = None
+        else:
+            def tee_parser(*args, **kwargs):
+                return _TeeParser(make_parser(*args, **kwargs), lines)
 
-        def tee_parser(*args, **kwargs):
-            return _TeeParser(make_parser(*args, **kwargs), lines)
-
-        transport.make_parser = tee_parser  # observe stdout only; behaviour unchanged
+            transport.make_parser = tee_parser  # observe stdout only; behaviour unchanged
         watcher = DescendantWatcher(record).start()
         extra = {"server": server, "record": record, "watcher": watcher, "lines": lines, "script": script,
                  "opens": record.parent / "opens.log" if strace else None}
@@ -210,7 +213,9 @@ class LoopbackAdapter(HarnessAdapter):
         if turns:
             saw.extend(m["text"] for m in turns[-1].messages if m.get("text"))
         run.model_saw = saw
-        run.stdout_lines = list(setup.extra["lines"])  # type: ignore[attr-defined]
+        # None: the kit could not see what the CLI printed (a foreign backend), so the figures only
+        # its stdout carries (the vendor cost) are unknown, not absent
+        run.stdout_lines = None if setup.extra["lines"] is None else list(setup.extra["lines"])  # type: ignore[attr-defined]
         run.opened = read_opens(setup.extra["opens"]) if setup.extra.get("opens") else None  # type: ignore[attr-defined]
         run.loopback_requests = turns  # type: ignore[attr-defined]
         run.served_at = [r.ts for r in server.requests]  # type: ignore[attr-defined]
@@ -221,7 +226,7 @@ class LoopbackAdapter(HarnessAdapter):
                 input=total.input, output=total.output, cache_read=total.cache_read, cache_write=total.cache_write, reasoning=total.reasoning
             )
             run.facts.served_model = served[-1].served_model
-        run.facts.cost_usd = facts_from_stdout(self.spec.cli_name or "", run.stdout_lines).get("cost_usd")  # type: ignore[attr-defined]
+        run.facts.cost_usd = facts_from_stdout(self.spec.cli_name or "", run.stdout_lines or []).get("cost_usd")  # type: ignore[attr-defined]
 
     def tools_offered(self, run: SessionRun) -> list[str] | None:
         """Every tool the CLI offered the model in any request, in scope names."""
@@ -233,6 +238,33 @@ class LoopbackAdapter(HarnessAdapter):
             for name in r.tools:
                 offered.setdefault(wire_to_scope_name(name), None)
         return list(offered)
+
+    def tool_errors(self, run: SessionRun) -> list[tuple[str, str]]:
+        """(tool, text) of each tool result the model got back as an error, read from the
+        requests the CLI sent the model server (claude's Messages wire: `tool_result` with
+        `is_error`, named by its `tool_use`), once per call whichever request repeats it. Any
+        backend's refusals are seen this way, not only those its outcome lists."""
+        if self.spec.cli_name != "claude":
+            return super().tool_errors(run)
+        from harnesscheck.loopback.wire import ANTHROPIC, tool_results
+
+        names: dict[str, str] = {}
+        errors: dict[str, tuple[str, str]] = {}
+        for req in run.requests:
+            try:
+                body = json.loads(req.get("body") or "")
+            except ValueError:
+                continue
+            if not isinstance(body, dict):
+                continue
+            for m in body.get("messages") or []:
+                for c in m.get("content") if isinstance(m, dict) and isinstance(m.get("content"), list) else []:
+                    if isinstance(c, dict) and c.get("type") == "tool_use":
+                        names[str(c.get("id"))] = wire_to_scope_name(str(c.get("name", "")))
+            for tr in tool_results(ANTHROPIC, body):
+                if tr["is_error"]:
+                    errors.setdefault(str(tr["id"]), (names.get(str(tr["id"]), ""), tr["text"]))
+        return list(errors.values())
 
     def refused_when_called(self, names: list[str], ws) -> dict[str, str]:
         """Offered tools judged by behaviour: the model calls each of `names` once (empty

@@ -13,10 +13,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -287,8 +285,8 @@ def loopback_transport(spec, settings, *, cli_path: Path, endpoint: LoopbackEndp
 
 def wire_to_scope_name(name: str) -> str:
     """`mcp__bridge__read_file` / `mcp__bridge/read_file` / `mcp_bridge_read_file` (gemini) /
-    `bridge_read_file` (opencode)
-    -> `read_file`; others unchanged."""
+    `bridge_read_file` (opencode), `mcp__<any server>__read_file` (claude, a foreign backend's
+    server) -> `read_file`; others unchanged."""
     flat = f"mcp__{BRIDGE_SERVER}__"
     if name.startswith(flat):
         return name[len(flat) :]
@@ -298,6 +296,9 @@ def wire_to_scope_name(name: str) -> str:
         return name[len(BRIDGE_SERVER) + 1 :]
     if name.startswith(f"mcp__{BRIDGE_SERVER}/"):
         return name.split("/", 1)[1]
+    server, sep, tool = name[len("mcp__"):].partition("__")
+    if name.startswith("mcp__") and server and sep and tool:  # claude's form for a server of any name
+        return tool
     return name
 
 

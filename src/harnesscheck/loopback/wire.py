@@ -86,7 +86,8 @@ def resolve_wire_name(call: ToolCall, offered: list[str], protocol: str) -> tupl
 
     A built-in is named verbatim. A bridge tool is matched against what the request
     offered: `mcp__bridge__read_file` (claude), `bridge_read_file` (opencode),
-    `mcp__bridge/read_file` (a codex namespace tool: name `read_file`, namespace `mcp__bridge`). When nothing matches:
+    `mcp__bridge/read_file` (a codex namespace tool: name `read_file`, namespace `mcp__bridge`), then
+    (claude) `mcp__<any server>__read_file`, as a backend may name its server anything. When nothing matches:
     Responses uses the namespace form (codex may defer MCP tools behind tool_search),
     the others the claude form (the CLI must then refuse an unknown tool)."""
     if call.builtin:
@@ -104,6 +105,10 @@ def resolve_wire_name(call: ToolCall, offered: list[str], protocol: str) -> tupl
     for name in offered:
         if name == call.name:
             return call.name, None
+    if protocol == ANTHROPIC:  # a foreign backend's server has its own name: `mcp__<server>__<tool>`
+        for name in offered:
+            if name.startswith("mcp__") and name.endswith(f"__{call.name}") and len(name) > len(call.name) + 7:
+                return name, None
     if protocol == RESPONSES:
         # codex defers MCP tools behind `tool_search` for models that support it; a
         # namespaced call still reaches the MCP server (measured on codex 0.171.0).
