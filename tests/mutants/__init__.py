@@ -132,6 +132,11 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.harness:adds_an_extra_mcp_server": _ids("bridge.only-bridge-configured"),
     "tests.mutants.harness:treats_noise_as_fatal": _ids("parse.noise-lines-skipped"),
     "tests.mutants.harness:crash_counts_as_success": _ids("errors.crash-without-result"),
+    # the retry ladders (issue 19): the fixtures go on where the reference stops early, so a
+    # backend that waits for the CLI's own end is judged on its classification: a correct one
+    # fails nothing, one that lets the CLI retry a 401 fails only the auth-retry check
+    "tests.mutants.harness:waits_for_the_clis_own_end": _ids(),
+    "tests.mutants.harness:waits_out_the_auth_ladder": _ids("errors.auth-not-retried"),
     "tests.mutants.harness:ignores_the_api_key_source": _ids("env.auth-source-fail-closed"),
     "tests.mutants.harness:ignores_the_concurrency_cap": _ids("concurrency.cap-holds"),
     "tests.mutants.harness:keeps_session_files_unredacted": _ids("env.session-files-redacted"),
@@ -221,6 +226,8 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.harness:adds_an_extra_mcp_server": ("test_bridge.py", "only_bridge or failed_load"),
     "tests.mutants.harness:treats_noise_as_fatal": ("test_parse.py", "noise or unknown"),
     "tests.mutants.harness:crash_counts_as_success": ("test_errors.py", "crash or auth_blocks"),
+    "tests.mutants.harness:waits_for_the_clis_own_end": ("test_errors.py", "auth or overloaded or rate_limit or not_logged_in"),
+    "tests.mutants.harness:waits_out_the_auth_ladder": ("test_errors.py", "auth or overloaded or not_logged_in"),
     "tests.mutants.harness:ignores_the_api_key_source": ("test_env.py", "auth_source or stripped"),
     "tests.mutants.harness:trusts_any_cli_path": ("test_selection.py", "cli_version or cli_missing or batch or registry"),
     "tests.mutants.opencode:leaves_its_builtins_on": ("test_audit.py", "only_scope or declines"),

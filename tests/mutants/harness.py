@@ -409,6 +409,38 @@ class KeepsSessionFilesUnredacted(CodexTransport):
         return None
 
 
+
+class WaitsForTheClisOwnEnd(ClaudeCodeTransport):
+    """Not a defect: lets the CLI run its own 429/529 retry ladder to its end (retry_stop_after=None)
+    and classifies the final result. The fixtures go on where the reference stops early, so
+    this backend must fail no errors.* check (it used to time out against a replay that hung)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.retry_stop_after = None
+
+
+class _LadderParser(ClaudeStreamParser):
+    def _system(self, event):
+        if event.get("subtype") == "api_retry":
+            self.last_retry = event
+            return None  # every notice, a 401 included, is left to the CLI's own ladder
+        return super()._system(event)
+
+
+class WaitsOutTheAuthLadder(ClaudeCodeTransport):
+    """Waits for the CLI's own end after a 401 notice: the CLI sends the rejected credential again
+    and again (ten retries) before its result, the lockout an auth failure must never risk."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.retry_stop_after = None
+
+    def make_parser(self, ctx, request, *, tool_less, on_text):
+        parser = super().make_parser(ctx, request, tool_less=tool_less, on_text=on_text)
+        parser.__class__ = _LadderParser
+        return parser
+
 passes_os_environ_through = mutant_spec("claude-code", M, PassesOsEnvironThrough)
 leaks_the_api_key_in_argv = mutant_spec("claude-code", M, LeaksTheApiKeyInArgv)
 trusts_subtype_success = mutant_spec("claude-code", M, TrustsSubtypeSuccess)
@@ -437,3 +469,5 @@ drops_the_vendor_cost = mutant_spec("claude-code", M, DropsTheVendorCost)
 chokes_on_unknown_events = mutant_spec("claude-code", M, ChokesOnUnknownEvents)
 ignores_the_concurrency_cap = mutant_spec("claude-code", M, IgnoresTheConcurrencyCap)
 keeps_session_files_unredacted = mutant_spec("codex", M, KeepsSessionFilesUnredacted)
+waits_for_the_clis_own_end = mutant_spec("claude-code", M, WaitsForTheClisOwnEnd)
+waits_out_the_auth_ladder = mutant_spec("claude-code", M, WaitsOutTheAuthLadder)

@@ -231,6 +231,28 @@ def fake_progress(record_path: Path) -> Progress:
     return Progress(stalled, last_output, latest)
 
 
+def model_requests(record_path: Path) -> int | None:
+    """How many model requests the real CLI had made by the time the fake was ended: the sum of
+    the fake's `model_requests` records (a fixture's retry ladder says how many requests stand
+    behind each notice; each is recorded before its line is written). None when the scenario
+    states no request counts (the kit cannot tell, and says so)."""
+    try:
+        text = record_path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    counts = []
+    for line in text.split("\n"):  # JSONL: records end at "\n" only
+        if '"model_requests"' not in line:
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if rec.get("kind") == "model_requests" and isinstance(rec.get("n"), int):
+            counts.append(rec["n"])
+    return sum(counts) if counts else None
+
+
 def cli_spans(record_path: Path) -> list[tuple[float, float]]:
     """(start, end) per fake-CLI invocation in a record (`--version` probes left out): from
     its invocation record to its last recorded step (monotonic clock). Each span lies inside
@@ -546,6 +568,7 @@ class HarnessAdapter(BackendUnderTest):
         run.extra_tool_results = [r for r in results if not r.get("error")]
         run.model_saw = [r.get("text", "") for r in results if not r.get("error")]
         run.cli_spans = cli_spans(fake.record_path) if self.level == "offline" else None
+        run.model_calls = model_requests(fake.record_path)
         run.audit = self.host_audit(run, request)
 
     @staticmethod
