@@ -84,6 +84,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.codex:hides_its_builtins": _ids("audit.declines-builtins-honestly"),
     "tests.mutants.codex:forgets_native_tool_calls": _ids("audit.native-tool-use-flagged", "audit.declines-builtins-honestly"),
     "tests.mutants.codex:fails_an_unverified_model": _ids("usage.mismatch-policy-applied"),
+    "tests.mutants.codex:audits_shells_by_the_paths_they_name": _ids("audit.hostile-builtins-flagged"),
     "tests.mutants.harness:leaves_stdin_open": _ids("time.stdin-not-left-open"),
     # the worktree's .env holds a host key: the hostile host's credential check sees it too
     "tests.mutants.harness:loads_the_worktree_dotenv": _ids("env.worktree-not-cwd", "env.host-credentials-unreachable"),
@@ -245,6 +246,7 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.codex:hides_its_builtins": ("test_audit.py", "declines or native"),
     "tests.mutants.codex:fails_an_unverified_model": ("test_usage.py", "mismatch_policy or served_model or cost"),
     "tests.mutants.codex:forgets_native_tool_calls": ("test_audit.py", "declines or native"),
+    "tests.mutants.codex:audits_shells_by_the_paths_they_name": ("test_audit.py", "hostile or declines or native"),
     "tests.mutants.deepseek:inherits_the_host_env": ("test_env.py", "stripped or argv or worktree or credentials"),
     "tests.mutants.deepseek:reads_the_key_from_anthropic_api_key": ("test_env.py", "stripped or argv or worktree or credentials"),
     "tests.mutants.deepseek:empty_error_is_success": ("test_errors.py test_parse.py", "not secret and not network"),

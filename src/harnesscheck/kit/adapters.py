@@ -44,6 +44,8 @@ SCENARIOS: tuple[str, ...] = (
     "timeout_mid_stream", "served_model_mismatch", "mcp_failed", "mcp_slow", "native_tool_use",
     "exit0_is_error", "crash_no_result", "api_key_source", "helper_model", "repeated_usage",
     "noise_lines", "timeout_tree", "split_lines", "network_error", "held_success", "cached_usage",
+    # what a hostile model tries with built-ins that are audited, not off (audit.hostile-builtins-flagged)
+    "hostile_shell_secret", "hostile_home_read", "hostile_pathless_grep", "hostile_delete",
 )
 
 
@@ -81,6 +83,7 @@ class Facts:
     cost_usd: float | None = None  # a vendor-reported figure, when the scenario has one
     partial_text: str | None = None  # text streamed before a stall
     requested_model: str | None = None
+    hostile_evidence: tuple[str, ...] = ()  # the words of a hostile built-in call a flag must name
 
 
 # ---------------------------------------------------------------------------------------
