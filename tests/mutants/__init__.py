@@ -31,7 +31,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     # in-process (built on the fake backend)
     "tests.mutants.scripted:follows_symlinks": _ids(
         "scope.symlink-leaf-refused", "parity.refusal-codes-match-dispatch", "scope.loop-reaches-dispatch",
-        "scope.large-result-bounded",
+        "scope.large-result-bounded", "scope.hardlink-read-contained",
     ),
     "tests.mutants.scripted:prefix_check_without_separator": _ids("scope.sibling-prefix-refused"),
     "tests.mutants.scripted:ignores_the_timeout": _ids("time.timeout-truncates"),
@@ -58,12 +58,13 @@ MUTANTS: dict[str, frozenset[str]] = {
     ),
     "tests.mutants.scripted:tool_results_never_reach_the_model": _ids(
         "scope.loop-reaches-dispatch", "scope.in-tree-symlink-reads", "scope.refusal-visible-to-model",
-        "scope.large-result-bounded", "concurrency.parallel-sessions-isolated",
+        "scope.large-result-bounded", "concurrency.parallel-sessions-isolated", "scope.hardlink-read-contained",
     ),
     "tests.mutants.scripted:writes_without_dispatch": _ids(
         "scope.symlink-parent-write-refused", "scope.hardlink-write-refused", "scope.read-only-write-refused",
         "parity.refusal-codes-match-dispatch",
     ),
+    "tests.mutants.scripted:reads_through_hard_links": _ids("scope.hardlink-read-contained"),
     "tests.mutants.scripted:offers_a_shell_tool": _ids("audit.only-scope-tools-offered"),
     "tests.mutants.scripted:one_trace_for_all_sessions": _ids("concurrency.parallel-sessions-isolated"),
     "tests.mutants.scripted:accepts_tools_in_complete": _ids("selection.complete-declines-tools"),
