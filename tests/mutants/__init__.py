@@ -59,6 +59,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.scripted:tool_results_never_reach_the_model": _ids(
         "scope.loop-reaches-dispatch", "scope.in-tree-symlink-reads", "scope.refusal-visible-to-model",
         "scope.large-result-bounded", "concurrency.parallel-sessions-isolated", "scope.hardlink-read-contained",
+        "concurrency.shared-worktree-isolated",
     ),
     "tests.mutants.scripted:writes_without_dispatch": _ids(
         "scope.symlink-parent-write-refused", "scope.hardlink-write-refused", "scope.read-only-write-refused",
@@ -66,7 +67,9 @@ MUTANTS: dict[str, frozenset[str]] = {
     ),
     "tests.mutants.scripted:reads_through_hard_links": _ids("scope.hardlink-read-contained"),
     "tests.mutants.scripted:offers_a_shell_tool": _ids("audit.only-scope-tools-offered"),
-    "tests.mutants.scripted:one_trace_for_all_sessions": _ids("concurrency.parallel-sessions-isolated"),
+    "tests.mutants.scripted:one_trace_for_all_sessions": _ids(
+        "concurrency.parallel-sessions-isolated", "concurrency.shared-worktree-isolated",
+    ),
     "tests.mutants.scripted:accepts_tools_in_complete": _ids("selection.complete-declines-tools"),
     "tests.mutants.scripted:labels_itself_wrongly": _ids("parity.outcome-schema"),
     "tests.mutants.scripted:auth_is_retryable": _ids(
@@ -74,7 +77,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     ),
     "tests.mutants.scripted:network_errors_are_unknown": _ids("errors.network-retryable"),
     "tests.mutants.scripted:returns_whole_files": _ids("scope.large-result-bounded"),
-    "tests.mutants.scripted:refuses_every_write": _ids("scope.writes-stay-inside"),
+    "tests.mutants.scripted:refuses_every_write": _ids("scope.writes-stay-inside", "concurrency.shared-worktree-isolated"),
     "tests.mutants.scripted:never_reports_the_served_model": _ids(
         "usage.served-model-reported", "usage.served-model-mismatch-flagged", "usage.helper-model-not-served",
     ),
@@ -137,6 +140,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     # the retry ladders (issue 19): the fixtures go on where the reference stops early, so a
     # backend that waits for the CLI's own end is judged on its classification: a correct one
     # fails nothing, one that lets the CLI retry a 401 fails only the auth-retry check
+    "tests.mutants.harness:writes_its_mcp_config_to_a_fixed_name": _ids("concurrency.shared-worktree-isolated"),
     "tests.mutants.harness:waits_for_the_clis_own_end": _ids(),
     "tests.mutants.harness:waits_out_the_auth_ladder": _ids("errors.auth-not-retried"),
     "tests.mutants.harness:ignores_the_api_key_source": _ids("env.auth-source-fail-closed"),
@@ -228,6 +232,7 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.harness:adds_an_extra_mcp_server": ("test_bridge.py", "only_bridge or failed_load"),
     "tests.mutants.harness:treats_noise_as_fatal": ("test_parse.py", "noise or unknown"),
     "tests.mutants.harness:crash_counts_as_success": ("test_errors.py", "crash or auth_blocks"),
+    "tests.mutants.harness:writes_its_mcp_config_to_a_fixed_name": ("test_concurrency.py", "shared or parallel"),
     "tests.mutants.harness:waits_for_the_clis_own_end": ("test_errors.py", "auth or overloaded or rate_limit or not_logged_in"),
     "tests.mutants.harness:waits_out_the_auth_ladder": ("test_errors.py", "auth or overloaded or not_logged_in"),
     "tests.mutants.harness:ignores_the_api_key_source": ("test_env.py", "auth_source or stripped"),

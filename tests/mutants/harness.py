@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import threading
 import time
@@ -441,6 +442,21 @@ class WaitsOutTheAuthLadder(ClaudeCodeTransport):
         parser.__class__ = _LadderParser
         return parser
 
+
+class WritesItsMcpConfigToAFixedName(ClaudeCodeTransport):
+    """Writes the CLI's MCP config to one fixed name beside the run dir (`<parent>/claude-mcp.json`),
+    as a backend with a fixed run-file name does: sessions that share the parent get each other's bridge."""
+
+    def invocation(self, ctx, request, cli, *, tool_less):
+        from harnesscheck.providers.claude_code import mcp_config
+
+        inv = super().invocation(ctx, request, cli, tool_less=tool_less)
+        if "--mcp-config" in inv.argv:
+            fixed = ctx.run_dir.parent / "claude-mcp.json"
+            fixed.write_text(json.dumps(mcp_config(ctx.spec_path)))
+            inv.argv[inv.argv.index("--mcp-config") + 1] = str(fixed)
+        return inv
+
 passes_os_environ_through = mutant_spec("claude-code", M, PassesOsEnvironThrough)
 leaks_the_api_key_in_argv = mutant_spec("claude-code", M, LeaksTheApiKeyInArgv)
 trusts_subtype_success = mutant_spec("claude-code", M, TrustsSubtypeSuccess)
@@ -471,3 +487,4 @@ ignores_the_concurrency_cap = mutant_spec("claude-code", M, IgnoresTheConcurrenc
 keeps_session_files_unredacted = mutant_spec("codex", M, KeepsSessionFilesUnredacted)
 waits_for_the_clis_own_end = mutant_spec("claude-code", M, WaitsForTheClisOwnEnd)
 waits_out_the_auth_ladder = mutant_spec("claude-code", M, WaitsOutTheAuthLadder)
+writes_its_mcp_config_to_a_fixed_name = mutant_spec("claude-code", M, WritesItsMcpConfigToAFixedName)
