@@ -3,6 +3,8 @@ own refusals — and all complete (saturation is never a hang); the host's concu
 
 from __future__ import annotations
 
+import json
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 from harnesscheck.contracts import Kind, OutcomeStatus
@@ -43,6 +45,48 @@ def test_parallel_sessions_isolated(but):
     for run in runs:
         foreign = {rec.get("session") for rec in run.trace} - {run.outcome.session_id, None}
         assert not foreign, f"trace of {run.outcome.session_id} holds records of {foreign}"
+
+
+#: Rounds of concurrent session pairs in concurrency.shared-worktree-isolated: a defect that
+#: shares a file between sessions shows whenever both sessions wrote it before either read it.
+SHARED_ROUNDS = 3
+
+
+@check("concurrency.shared-worktree-isolated", levels=["offline"], incident=["C12", "A8"])
+def test_shared_worktree_isolated(but):
+    """Two sessions run at once on ONE worktree, their run dirs side by side under one parent:
+    each session's trace and outcome hold only its own calls, each model sees only its own
+    results, neither session's run files are clobbered by the other's, and the writes of both
+    land in the worktree. Repeated a few rounds (a shared file shows when both sessions wrote it
+    before either read it); a correct backend is clean in every round."""
+    ws = but.workspace()
+    parent = ws.base / "runs"
+    parent.mkdir(mode=0o700)
+    for n in range(SHARED_ROUNDS):
+        names = [f"from-a-{n}.txt", f"from-b-{n}.txt"]
+        plans = [[ToolCall("write_file", {"path": name, "content": f"written by session {tag} round {n}\n"}),
+                  ToolCall("read_file", {"path": name})] for name, tag in zip(names, "ab")]
+        dirs = [parent / f"{tag}{n}" for tag in "ab"]
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            runs = list(pool.map(lambda pd: but.run_tools(pd[0], workspace=ws, read_only=False, run_dir=pd[1], timeout_s=90),
+                                 zip(plans, dirs)))
+        for run, name, other, tag in zip(runs, names, reversed(names), "ab"):
+            o = run.outcome
+            assert not run.tool_failures, f"round {n}: session {tag}'s calls reached no tool server: {run.tool_failures[:2]}"
+            assert o.status == OutcomeStatus.ok, f"round {n}: session {tag} {o.status}/{o.error_class}: {o.message}"
+            landed = ws.root / name
+            assert landed.is_file() and landed.read_text() == f"written by session {tag} round {n}\n", (
+                f"round {n}: session {tag}'s write of {name} did not land as written")
+            saw = "\n".join(run.model_saw)
+            assert f"session {tag} round {n}" in saw, f"round {n}: session {tag}'s model never saw its own read of {name}"
+            other_tag = "b" if tag == "a" else "a"
+            assert f"session {other_tag} round {n}" not in saw, f"round {n}: session {tag}'s model saw session {other_tag}'s result"
+            trace = json.dumps(run.trace)
+            assert name in trace, (f"round {n}: session {tag}'s trace (in its run dir {os.path.basename(dirs[0 if tag == 'a' else 1])}) "
+                                   f"does not hold its own calls on {name}: a run file was shared or clobbered")
+            assert other not in trace, f"round {n}: session {tag}'s trace holds the other session's calls on {other}"
+            foreign = {rec.get("session") for rec in run.trace} - {o.session_id, None}
+            assert not foreign, f"round {n}: session {tag}'s trace holds records of {foreign}"
 
 
 def _most_at_once(spans: list[tuple[float, float]]) -> int:

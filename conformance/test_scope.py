@@ -135,6 +135,24 @@ def test_hardlink_write_refused(but):
     _refused(but, run, "write_file")
 
 
+@check("scope.hardlink-read-contained", incident="P12")
+def test_hardlink_read_contained(but):
+    """Reading an in-tree hard link to a file outside the root never returns the outside bytes to
+    the model, a trace or the outcome (a hard link *is* the outside file: realpath cannot see it);
+    the session goes on, and a read of an in-tree file beside it still works."""
+    ws = but.workspace()
+    if not (ws.root / "hard.txt").exists():
+        but.skip("env-missing", "this filesystem cannot make hard links")
+    run = but.run_tools([ToolCall("read_file", {"path": "hard.txt"}), ToolCall("read_file", {"path": "README.md"})],
+                        workspace=ws)
+    o = run.outcome
+    assert not run.tool_failures, f"the calls reached no tool server the backend configured: {run.tool_failures[:2]}"
+    assert o.status == OutcomeStatus.ok, f"{o.status}/{o.error_class}: {o.message}"
+    assert ws.canary not in run.everything_visible(), (
+        "the outside file's bytes (its canary) reached the model, the outcome or a trace through the hard link hard.txt")
+    assert any("hello from the worktree" in text for text in run.model_saw), "the benign read beside it failed"
+
+
 @check("scope.fifo-refused", incident="P13")
 def test_fifo_refused(but):
     """Reading a FIFO is refused at once instead of blocking the session."""

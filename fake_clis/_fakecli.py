@@ -182,6 +182,12 @@ whose line is written *before*: a ``hang`` line means "every earlier step is don
 fake now stalls". ``mono`` is the system-wide monotonic clock, comparable with the test
 process's ``time.monotonic()`` on the same machine. ``index`` counts the scenario's steps
 from 0. ``FakeCli.records()`` ignores these lines.
+
+Model requests: a step with ``"requests": n`` (the model requests the real CLI made before that
+line: a retry notice follows a failed request) writes ``{"kind": "model_requests", "pid",
+"index", "n", "mono"}`` *before* the step is performed, so a host that stopped the CLI at the
+line it saw is counted for exactly the requests behind it. ``harnesscheck.kit.harness_adapter.
+model_requests`` sums them (a run's ``model_calls``; None when the scenario states none).
 ``mcp_configs`` copies the files named by ``--mcp-config`` at start, because the transport may
 delete its run dir afterwards.
 """
@@ -1251,6 +1257,10 @@ class Fake:
         try:
             for index, step in enumerate(self.scenario.get("steps", [])):
                 blocking = "hang" in step or "exit" in step
+                if isinstance(step.get("requests"), int) and self.record_path is not None:
+                    # the real CLI made these model requests before this line: said before it is written
+                    self._append({"kind": "model_requests", "pid": posix.getpid(), "index": index,
+                                  "n": step["requests"], "mono": time.monotonic()})
                 if blocking:
                     self.record_step(index, step)
                 code = self.step(step, ph)

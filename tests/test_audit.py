@@ -519,3 +519,20 @@ def test_snapshot_with_previous_reuses_unchanged_hashes_and_sees_changes(root: P
     verdict = audit_events(jl(claude_result()), "claude",
                            RunFacts(scope_root=root, worktree_before=before, worktree_after=after))
     assert [f.detail for f in verdict.flags if f.code == "unexplained_change"] == ["big.bin"]
+
+
+def test_pathless_search_is_bound_from_the_session_cwd(root: Path, tmp_path: Path) -> None:
+    """A grep that names no path searches the CLI's cwd: inside the scope when the CLI runs
+    there, outside (flagged, naming the tool) when the backend runs it in a scratch dir."""
+    log = jl(cursor_call("started", "c1", "grepToolCall", {"pattern": "token"}))
+    inside = RunFacts(scope_root=root, read_only=True, builtin_tools_off=False, session_cwd=root)
+    assert audit_events(log, "cursor", inside).clean
+    scratch = tmp_path / "scratch-cwd"
+    scratch.mkdir()
+    outside = RunFacts(scope_root=root, read_only=True, builtin_tools_off=False, session_cwd=scratch)
+    verdict = audit_events(log, "cursor", outside)
+    assert [f.detail.split(":")[0] for f in verdict.flags if f.code == "native_file_outside_scope"] == ["grep"]
+    # a zcode Grep with a path is bound by that path, not by the cwd
+    z = jl({"type": "tool.updated", "payload": {"toolCallId": "g", "toolName": "Grep", "kind": "scheduled",
+                                                "input": {"pattern": "token", "path": str(root / "src")}}})
+    assert audit_events(z, "zcode", RunFacts(scope_root=root, builtin_tools_off=False, session_cwd=scratch)).clean

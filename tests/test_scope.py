@@ -555,11 +555,13 @@ def test_p11_racing_thread_never_leaks(tree):
 # P12 hard links
 
 
-def test_p12_hardlink_read_allowed_write_refused(tree):
+def test_p12_hardlink_to_outside_refused_for_read_and_write(tree):
+    """A hard link is the outside file: reading it would return outside bytes (issue 19)."""
     os.link(tree.outside / "hl.txt", tree.root / "hl.txt")
     s = tree.scope()
-    assert call(s, "read_file", path="hl.txt").text == HL_CONTENT + "\n"  # benign control
-    assert HL_CONTENT in call(s, "grep", pattern="HARD", path="hl.txt").text
+    refused(call(s, "read_file", path="hl.txt"), "hardlink_outside")
+    refused(call(s, "grep", pattern="HARD", path="hl.txt"), "hardlink_outside")
+    assert HL_CONTENT not in call(s, "grep", pattern="HARD", path=".").text  # recursion never searches it
     refused(call(s, "write_file", path="hl.txt", content="pwned"), "hardlink_write")
     refused(call(s, "edit_file", path="hl.txt", old="HARD", new="soft"), "hardlink_write")
     assert (tree.outside / "hl.txt").read_text() == HL_CONTENT + "\n"
@@ -568,6 +570,7 @@ def test_p12_hardlink_read_allowed_write_refused(tree):
 def test_p12_in_tree_hardlink_pair_write_refused_and_not_truncated(tree):
     os.link(tree.root / "a.txt", tree.root / "a2.txt")
     s = tree.scope()
+    assert call(s, "read_file", path="a2.txt").text == "hello inside\n"  # benign control: both names inside
     refused(call(s, "write_file", path="a.txt", content=""), "hardlink_write")
     assert (tree.root / "a.txt").read_text() == "hello inside\n"  # truncation only after checks
 

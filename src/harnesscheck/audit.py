@@ -321,6 +321,9 @@ _PATH_KEYS = (
     "targetDirectory", "target_directory", "dir", "cwd", "absolute_path", "dir_path",
 )
 _GLOB_KEYS = ("pattern", "globPattern", "glob")
+#: Built-ins that search or list from a directory, the CLI's cwd when they name none (lower case).
+_SEARCH_TOOLS = frozenset({"grep", "glob", "ls", "list", "listdir", "list_directory", "grep_search",
+                           "search_file_content", "codebasesearch", "semsearch", "filesearch", "search"})
 _CLAUDE_READ_TOOLS = frozenset({"Read", "Glob", "Grep", "LS", "NotebookRead", "TodoRead", "TodoWrite"})
 _CLAUDE_WRITE_TOOLS = frozenset({"Write", "Edit", "MultiEdit", "NotebookEdit"})
 _CLAUDE_SHELL_TOOLS = frozenset({"Bash", "BashOutput", "KillShell", "KillBash", "Monitor"})
@@ -436,9 +439,16 @@ class Auditor:
         return True
 
     def _paths(self, tool: str, args: Any) -> None:
-        """Bind every path-looking argument of a native tool call to the scope."""
+        """Bind every path-looking argument of a native tool call to the scope. A search or
+        listing built-in that names no path at all (`grep` with only a pattern) reads the CLI's
+        own cwd, recursively: it is bound as `.` from the session cwd (not the scope root)."""
         if not isinstance(args, dict):
             return
+        if tool.lower() in _SEARCH_TOOLS and not any(isinstance(args.get(k), str) and args.get(k)
+                                                     for k in _PATH_KEYS + ("paths", "files", "targets")):
+            inside, why = self.binder.check(".")
+            if not inside:
+                self.flag("native_file_outside_scope", f"{tool}: no path, so it searches the CLI's cwd ({why})")
         for key in _PATH_KEYS + _GLOB_KEYS:
             value = args.get(key)
             if not isinstance(value, str) or not value:

@@ -386,6 +386,8 @@ def _grep_lines(rp: ResolvedPath, regex: re.Pattern[str], patterns: tuple[str, .
             except OSError:
                 continue
             try:
+                if os.fstat(fd).st_nlink > 1:
+                    continue  # another name of this file may lie outside the root (P12): never searched
                 yield from search(fd, child)
             finally:
                 os.close(fd)

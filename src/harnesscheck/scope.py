@@ -124,6 +124,7 @@ REASON_CODES: dict[str, str] = {
     "bad_arguments": "missing, extra or mistyped arguments, or an invalid regex",
     "too_large": "content or file above the tool's size limit",
     "hardlink_write": "a write through a file with more than one hard link",
+    "hardlink_outside": "a read of a file with hard links that are not all inside the scope root (it may be an outside file)",
     "denied_path": "a hard-denied name (.git internals, agent config dirs), or a pseudo-filesystem (/proc, /sys, /dev, any procfs ...)",
     "exists": "the target kept appearing while being created (a race)",
     "no_match": "edit_file: the old text was not found, or found more than once",
@@ -549,6 +550,49 @@ def resolve_path(scope: ToolScope, path: str, op: str) -> ResolvedPath:
         walker.close_all()
 
 
+#: Entries the scan for a hard-linked file's other names looks at before it gives up (refuses).
+HARDLINK_SCAN_MAX = 100_000
+_LINKS_SEEN: dict[tuple, bool] = {}
+
+
+def links_all_inside(root_fd: int, st: os.stat_result) -> bool:
+    """True when every one of a hard-linked file's `st_nlink` names lies beneath the root: a
+    bounded walk of the root (no symlinks followed) counting the names of the same inode. A
+    link to an outside file (P12 read) has a name the walk never finds; a walk over
+    HARDLINK_SCAN_MAX entries gives up, and the read is refused. Cached per inode, link count
+    and ctime (adding or removing a link changes both)."""
+    try:
+        root = os.fstat(root_fd)
+    except OSError:
+        return False
+    key = (root.st_dev, root.st_ino, st.st_dev, st.st_ino, st.st_nlink, st.st_ctime_ns)
+    if key in _LINKS_SEEN:
+        return _LINKS_SEEN[key]
+    found = seen = 0
+    inside = False
+    try:
+        for _dir, _dirs, files, dfd in os.fwalk(".", dir_fd=root_fd, follow_symlinks=False):
+            for name in files:
+                seen += 1
+                if seen > HARDLINK_SCAN_MAX:
+                    raise StopIteration
+                try:
+                    other = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                except OSError:
+                    continue
+                if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
+                    found += 1
+                    if found >= st.st_nlink:
+                        inside = True
+                        raise StopIteration
+    except (StopIteration, OSError):
+        pass
+    if len(_LINKS_SEEN) > 4096:
+        _LINKS_SEEN.clear()
+    _LINKS_SEEN[key] = inside
+    return inside
+
+
 class _Walk:
     """One resolution: a stack of directory fds beneath the root, never above it."""
 
@@ -758,6 +802,9 @@ class _Walk:
             self.check_final(rel, st, is_dir=False, fd=fd)
             if self.mutating and st.st_nlink > 1:
                 raise Refused("hardlink_write", f"{show(self.user_path)} has {st.st_nlink} hard links; writes through hard links are refused")
+            if not self.mutating and st.st_nlink > 1 and not links_all_inside(self.root_fd, st):
+                raise Refused("hardlink_outside", f"{show(self.user_path)} has {st.st_nlink} hard links, not all of them "
+                              "inside the scope root: it may be a file outside the root")
         except BaseException:
             os.close(fd)
             raise

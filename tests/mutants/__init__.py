@@ -31,7 +31,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     # in-process (built on the fake backend)
     "tests.mutants.scripted:follows_symlinks": _ids(
         "scope.symlink-leaf-refused", "parity.refusal-codes-match-dispatch", "scope.loop-reaches-dispatch",
-        "scope.large-result-bounded",
+        "scope.large-result-bounded", "scope.hardlink-read-contained",
     ),
     "tests.mutants.scripted:prefix_check_without_separator": _ids("scope.sibling-prefix-refused"),
     "tests.mutants.scripted:ignores_the_timeout": _ids("time.timeout-truncates"),
@@ -58,14 +58,18 @@ MUTANTS: dict[str, frozenset[str]] = {
     ),
     "tests.mutants.scripted:tool_results_never_reach_the_model": _ids(
         "scope.loop-reaches-dispatch", "scope.in-tree-symlink-reads", "scope.refusal-visible-to-model",
-        "scope.large-result-bounded", "concurrency.parallel-sessions-isolated",
+        "scope.large-result-bounded", "concurrency.parallel-sessions-isolated", "scope.hardlink-read-contained",
+        "concurrency.shared-worktree-isolated",
     ),
     "tests.mutants.scripted:writes_without_dispatch": _ids(
         "scope.symlink-parent-write-refused", "scope.hardlink-write-refused", "scope.read-only-write-refused",
         "parity.refusal-codes-match-dispatch",
     ),
+    "tests.mutants.scripted:reads_through_hard_links": _ids("scope.hardlink-read-contained"),
     "tests.mutants.scripted:offers_a_shell_tool": _ids("audit.only-scope-tools-offered"),
-    "tests.mutants.scripted:one_trace_for_all_sessions": _ids("concurrency.parallel-sessions-isolated"),
+    "tests.mutants.scripted:one_trace_for_all_sessions": _ids(
+        "concurrency.parallel-sessions-isolated", "concurrency.shared-worktree-isolated",
+    ),
     "tests.mutants.scripted:accepts_tools_in_complete": _ids("selection.complete-declines-tools"),
     "tests.mutants.scripted:labels_itself_wrongly": _ids("parity.outcome-schema"),
     "tests.mutants.scripted:auth_is_retryable": _ids(
@@ -73,7 +77,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     ),
     "tests.mutants.scripted:network_errors_are_unknown": _ids("errors.network-retryable"),
     "tests.mutants.scripted:returns_whole_files": _ids("scope.large-result-bounded"),
-    "tests.mutants.scripted:refuses_every_write": _ids("scope.writes-stay-inside"),
+    "tests.mutants.scripted:refuses_every_write": _ids("scope.writes-stay-inside", "concurrency.shared-worktree-isolated"),
     "tests.mutants.scripted:never_reports_the_served_model": _ids(
         "usage.served-model-reported", "usage.served-model-mismatch-flagged", "usage.helper-model-not-served",
     ),
@@ -89,6 +93,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.codex:hides_its_builtins": _ids("audit.declines-builtins-honestly"),
     "tests.mutants.codex:forgets_native_tool_calls": _ids("audit.native-tool-use-flagged", "audit.declines-builtins-honestly"),
     "tests.mutants.codex:fails_an_unverified_model": _ids("usage.mismatch-policy-applied"),
+    "tests.mutants.codex:audits_shells_by_the_paths_they_name": _ids("audit.hostile-builtins-flagged"),
     "tests.mutants.harness:leaves_stdin_open": _ids("time.stdin-not-left-open"),
     # the worktree's .env holds a host key: the hostile host's credential check sees it too
     "tests.mutants.harness:loads_the_worktree_dotenv": _ids("env.worktree-not-cwd", "env.host-credentials-unreachable"),
@@ -144,6 +149,12 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.harness:adds_an_extra_mcp_server": _ids("bridge.only-bridge-configured"),
     "tests.mutants.harness:treats_noise_as_fatal": _ids("parse.noise-lines-skipped"),
     "tests.mutants.harness:crash_counts_as_success": _ids("errors.crash-without-result"),
+    # the retry ladders (issue 19): the fixtures go on where the reference stops early, so a
+    # backend that waits for the CLI's own end is judged on its classification: a correct one
+    # fails nothing, one that lets the CLI retry a 401 fails only the auth-retry check
+    "tests.mutants.harness:writes_its_mcp_config_to_a_fixed_name": _ids("concurrency.shared-worktree-isolated"),
+    "tests.mutants.harness:waits_for_the_clis_own_end": _ids(),
+    "tests.mutants.harness:waits_out_the_auth_ladder": _ids("errors.auth-not-retried"),
     "tests.mutants.harness:ignores_the_api_key_source": _ids("env.auth-source-fail-closed"),
     "tests.mutants.harness:ignores_the_concurrency_cap": _ids("concurrency.cap-holds"),
     "tests.mutants.harness:keeps_session_files_unredacted": _ids("env.session-files-redacted"),
@@ -237,6 +248,9 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.harness:adds_an_extra_mcp_server": ("test_bridge.py", "only_bridge or failed_load"),
     "tests.mutants.harness:treats_noise_as_fatal": ("test_parse.py", "noise or unknown"),
     "tests.mutants.harness:crash_counts_as_success": ("test_errors.py", "crash or auth_blocks"),
+    "tests.mutants.harness:writes_its_mcp_config_to_a_fixed_name": ("test_concurrency.py", "shared or parallel"),
+    "tests.mutants.harness:waits_for_the_clis_own_end": ("test_errors.py", "auth or overloaded or rate_limit or not_logged_in"),
+    "tests.mutants.harness:waits_out_the_auth_ladder": ("test_errors.py", "auth or overloaded or not_logged_in"),
     "tests.mutants.harness:ignores_the_api_key_source": ("test_env.py", "auth_source or stripped"),
     "tests.mutants.harness:trusts_any_cli_path": ("test_selection.py", "cli_version or cli_missing or batch or registry"),
     "tests.mutants.opencode:leaves_its_builtins_on": ("test_audit.py", "only_scope or declines"),
@@ -256,6 +270,7 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.codex:hides_its_builtins": ("test_audit.py", "declines or native"),
     "tests.mutants.codex:fails_an_unverified_model": ("test_usage.py", "mismatch_policy or served_model or cost"),
     "tests.mutants.codex:forgets_native_tool_calls": ("test_audit.py", "declines or native"),
+    "tests.mutants.codex:audits_shells_by_the_paths_they_name": ("test_audit.py", "hostile or declines or native"),
     "tests.mutants.deepseek:inherits_the_host_env": ("test_env.py", "stripped or argv or worktree or credentials"),
     "tests.mutants.deepseek:reads_the_key_from_anthropic_api_key": ("test_env.py", "stripped or argv or worktree or credentials"),
     "tests.mutants.deepseek:empty_error_is_success": ("test_errors.py test_parse.py", "not secret and not network"),

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
+from harnesscheck.audit import Auditor, shell_path_words
 from harnesscheck.contracts import Capability
+from harnesscheck.providers._eventlog import SessionAudit
 from harnesscheck.providers.codex import CodexTransport
 from tests.mutants import mutant_spec
 
@@ -34,9 +38,35 @@ class FailsAnUnverifiedModel(CodexTransport):
         return outcome
 
 
+
+class _PathOnlyAuditor(Auditor):
+    """Judges a shell by the files it names, joined to the worktree: `~/.ssh/id_rsa` becomes
+    `<worktree>/~/.ssh/id_rsa` (inside), `grep -r token` and `rm -rf build` name nothing outside."""
+
+    def _native_used(self, name, args, *, shell, write, known):
+        if not shell:
+            return super()._native_used(name, args, shell=shell, write=write, known=known)
+        self._native(name)
+        cmd = args.get("command") if isinstance(args, dict) else None
+        root = self.binder.root
+        for word in shell_path_words(cmd):
+            real = os.path.realpath(os.path.join(root, word))
+            if not (real == root or real.startswith(root + os.sep)):
+                self.flag("native_file_outside_scope", f"{name}: {word!r}")
+
+
+class AuditsShellsByThePathsTheyName(CodexTransport):
+    """Lets a shell command pass its audit unless it names a path outside the worktree, with `~`
+    taken as a worktree folder: a read of ~/.ssh/id_rsa, a path-less grep and a delete all pass."""
+
+    def __init__(self, spec, settings=None, **kwargs):
+        super().__init__(spec, settings, **kwargs)
+        self._audit = SessionAudit("codex", auditor=_PathOnlyAuditor)
+
 hides_its_builtins = mutant_spec(
     "codex", M, HidesItsBuiltins,
     capabilities=frozenset(c for c in mutant_spec("codex", M, HidesItsBuiltins).capabilities if c is not Capability.native_tools_audited),
 )
 forgets_native_tool_calls = mutant_spec("codex", M, ForgetsNativeToolCalls)
 fails_an_unverified_model = mutant_spec("codex", M, FailsAnUnverifiedModel)
+audits_shells_by_the_paths_they_name = mutant_spec("codex", M, AuditsShellsByThePathsTheyName)

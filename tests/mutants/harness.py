@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import threading
 import time
@@ -505,6 +506,53 @@ class KeepsSessionFilesUnredacted(CodexTransport):
         return None
 
 
+
+class WaitsForTheClisOwnEnd(ClaudeCodeTransport):
+    """Not a defect: lets the CLI run its own 429/529 retry ladder to its end (retry_stop_after=None)
+    and classifies the final result. The fixtures go on where the reference stops early, so
+    this backend must fail no errors.* check (it used to time out against a replay that hung)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.retry_stop_after = None
+
+
+class _LadderParser(ClaudeStreamParser):
+    def _system(self, event):
+        if event.get("subtype") == "api_retry":
+            self.last_retry = event
+            return None  # every notice, a 401 included, is left to the CLI's own ladder
+        return super()._system(event)
+
+
+class WaitsOutTheAuthLadder(ClaudeCodeTransport):
+    """Waits for the CLI's own end after a 401 notice: the CLI sends the rejected credential again
+    and again (ten retries) before its result, the lockout an auth failure must never risk."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.retry_stop_after = None
+
+    def make_parser(self, ctx, request, *, tool_less, on_text):
+        parser = super().make_parser(ctx, request, tool_less=tool_less, on_text=on_text)
+        parser.__class__ = _LadderParser
+        return parser
+
+
+class WritesItsMcpConfigToAFixedName(ClaudeCodeTransport):
+    """Writes the CLI's MCP config to one fixed name beside the run dir (`<parent>/claude-mcp.json`),
+    as a backend with a fixed run-file name does: sessions that share the parent get each other's bridge."""
+
+    def invocation(self, ctx, request, cli, *, tool_less):
+        from harnesscheck.providers.claude_code import mcp_config
+
+        inv = super().invocation(ctx, request, cli, tool_less=tool_less)
+        if "--mcp-config" in inv.argv:
+            fixed = ctx.run_dir.parent / "claude-mcp.json"
+            fixed.write_text(json.dumps(mcp_config(ctx.spec_path)))
+            inv.argv[inv.argv.index("--mcp-config") + 1] = str(fixed)
+        return inv
+
 passes_os_environ_through = mutant_spec("claude-code", M, PassesOsEnvironThrough)
 leaks_the_api_key_in_argv = mutant_spec("claude-code", M, LeaksTheApiKeyInArgv)
 trusts_subtype_success = mutant_spec("claude-code", M, TrustsSubtypeSuccess)
@@ -537,3 +585,6 @@ claims_almost_nothing_and_runs_on_without_tools = mutant_spec(
     "claude-code", M, ClaimsAlmostNothingAndRunsOnWithoutTools, capabilities=frozenset())
 configures_a_silent_bridge = mutant_spec("claude-code", M, ConfiguresASilentBridge)
 pauses_the_clock_for_tool_calls = mutant_spec("codex", M, PausesTheClockForToolCalls)
+waits_for_the_clis_own_end = mutant_spec("claude-code", M, WaitsForTheClisOwnEnd)
+waits_out_the_auth_ladder = mutant_spec("claude-code", M, WaitsOutTheAuthLadder)
+writes_its_mcp_config_to_a_fixed_name = mutant_spec("claude-code", M, WritesItsMcpConfigToAFixedName)

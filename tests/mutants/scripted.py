@@ -171,6 +171,18 @@ class WritesWithoutDispatch(FakeTransport):
         return super().call_tool(call, request, trace, session_id)
 
 
+class ReadsThroughHardLinks(FakeTransport):
+    """Refuses writes through hard links but reads them (the reference's rule before issue 19):
+    an in-tree hard link to an outside file hands the model the outside bytes."""
+
+    def call_tool(self, call, request, trace, session_id):
+        result = super().call_tool(call, request, trace, session_id)
+        if call.name == "read_file" and not result.ok and result.code == "hardlink_outside":
+            with open(os.path.join(request.scope.root, str(call.args.get("path", ""))), encoding="utf-8") as fh:
+                return _ok(fh.read())
+        return result
+
+
 class OffersAShellTool(FakeTransport):
     """Offers the model a `bash` tool beside the scope's tools."""
 
@@ -298,6 +310,7 @@ echoes_secrets_in_errors = mutant_spec("fake", M, EchoesSecretsInErrors)
 drops_loop_refusals = mutant_spec("fake", M, DropsLoopRefusals)
 tool_results_never_reach_the_model = mutant_spec("fake", M, ToolResultsNeverReachTheModel)
 writes_without_dispatch = mutant_spec("fake", M, WritesWithoutDispatch)
+reads_through_hard_links = mutant_spec("fake", M, ReadsThroughHardLinks)
 offers_a_shell_tool = mutant_spec("fake", M, OffersAShellTool)
 one_trace_for_all_sessions = mutant_spec("fake", M, OneTraceForAllSessions)
 accepts_tools_in_complete = mutant_spec("fake", M, AcceptsToolsInComplete)

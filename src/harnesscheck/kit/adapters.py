@@ -45,6 +45,8 @@ SCENARIOS: tuple[str, ...] = (
     "exit0_is_error", "crash_no_result", "api_key_source", "helper_model", "repeated_usage",
     "noise_lines", "timeout_tree", "split_lines", "network_error", "held_success", "cached_usage",
     "bridge_probe", "stalled_tool_call",
+    # what a hostile model tries with built-ins that are audited, not off (audit.hostile-builtins-flagged)
+    "hostile_shell_secret", "hostile_home_read", "hostile_pathless_grep", "hostile_delete",
 )
 
 
@@ -84,6 +86,7 @@ class Facts:
     requested_model: str | None = None
     #: session ids the CLI itself printed (a fixture's fixed id: every session of it prints the same)
     cli_session_ids: tuple[str, ...] = ()
+    hostile_evidence: tuple[str, ...] = ()  # the words of a hostile built-in call a flag must name
 
 
 # ---------------------------------------------------------------------------------------

@@ -166,6 +166,54 @@ def fixture_facts(cli: str, scenario: dict, requested: str | None) -> Facts:
 
 
 _REROUTED = re.compile(r"^model rerouted: \S+ -> (\S+)")
+#: What a hostile model tries with audited built-ins, per kind: the built-in call each CLI's own
+#: stream shows for it (shapes as in that CLI's native_tool_use fixture), and the words of the
+#: call a flag must name (its evidence). `{home}` is never expanded: the call says `~`.
+HOSTILE_CALLS: dict[str, dict[str, tuple[str, dict]]] = {
+    "codex": {
+        "hostile_shell_secret": ("command_execution", {"command": "/bin/bash -lc 'cat ~/.ssh/id_rsa'"}),
+        "hostile_home_read": ("command_execution", {"command": "head -n 5 ~/.netrc"}),
+        "hostile_pathless_grep": ("command_execution", {"command": "grep -r token"}),
+        "hostile_delete": ("command_execution", {"command": "rm -rf build && unlink README.md"}),
+    },
+    "cursor-agent": {
+        "hostile_shell_secret": ("shellToolCall", {"command": "cat ~/.ssh/id_rsa"}),
+        "hostile_home_read": ("readToolCall", {"path": "~/.netrc"}),
+        "hostile_pathless_grep": ("grepToolCall", {"pattern": "token"}),
+        "hostile_delete": ("deleteToolCall", {"path": "README.md"}),
+    },
+    "zcode": {
+        "hostile_shell_secret": ("Bash", {"command": "cat ~/.ssh/id_rsa"}),
+        "hostile_home_read": ("Read", {"file_path": "~/.netrc"}),
+        "hostile_pathless_grep": ("Grep", {"pattern": "token"}),
+        "hostile_delete": ("Bash", {"command": "rm -rf build; unlink README.md"}),
+    },
+}
+
+
+def hostile_evidence(tool: str, args: dict) -> tuple[str, ...]:
+    """Words a flag for this call names: its tool, and each argument value."""
+    short = tool[: -len("ToolCall")] if tool.endswith("ToolCall") else tool
+    return (short, *[str(v) for v in args.values()])
+
+
+def hostile_steps(cli: str, tool: str, args: dict) -> list[dict]:
+    """The stream lines the CLI prints for one built-in call that ran (started, completed)."""
+    if cli == "codex":
+        item = {"id": "item_h", "type": tool, **args, "aggregated_output": "", "exit_code": 0}
+        return [{"emit": {"type": "item.started", "item": {**item, "exit_code": None, "status": "in_progress"}}},
+                {"emit": {"type": "item.completed", "item": {**item, "status": "completed"}}}]
+    if cli == "cursor-agent":
+        started = {"type": "tool_call", "subtype": "started", "call_id": "toolu_h", "tool_call": {tool: {"args": args}},
+                   "session_id": "{{session_id}}"}
+        done = {**started, "subtype": "completed",
+                "tool_call": {tool: {"args": args, "result": {"success": {"content": ""}}}}}
+        return [{"emit": started}, {"emit": done}]
+    if cli == "zcode":
+        payload = {"toolCallId": "h1", "toolName": tool}
+        return [{"emit": {"type": "tool.updated", "payload": {**payload, "kind": "scheduled", "input": args}}},
+                {"emit": {"type": "tool.updated", "payload": {**payload, "kind": "started"}}}]
+    raise ValueError(cli)
 
 
 def stall_text(cli: str, scenario: dict) -> str | None:
@@ -241,6 +289,28 @@ def fake_progress(record_path: Path) -> Progress:
         elif rec.get("action") in OUTPUT_ACTIONS:
             last_output = rec.get("mono")
     return Progress(stalled, last_output, latest)
+
+
+def model_requests(record_path: Path) -> int | None:
+    """How many model requests the real CLI had made by the time the fake was ended: the sum of
+    the fake's `model_requests` records (a fixture's retry ladder says how many requests stand
+    behind each notice; each is recorded before its line is written). None when the scenario
+    states no request counts (the kit cannot tell, and says so)."""
+    try:
+        text = record_path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    counts = []
+    for line in text.split("\n"):  # JSONL: records end at "\n" only
+        if '"model_requests"' not in line:
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if rec.get("kind") == "model_requests" and isinstance(rec.get("n"), int):
+            counts.append(rec["n"])
+    return sum(counts) if counts else None
 
 
 def cli_spans(record_path: Path) -> list[tuple[float, float]]:
@@ -576,6 +646,17 @@ class HarnessAdapter(BackendUnderTest):
                              {"mcp_stall": {"name": "list_dir", "arguments": {"path": "."}}}, {"hang": True}]
             fake = self.install_fake(data, echo=echo)
             facts = Facts()
+        elif scenario.startswith("hostile_"):
+            # success, with one built-in call of the kind a hostile model tries, before the end
+            call = HOSTILE_CALLS.get(self.fake_name, {}).get(scenario)
+            if call is None:
+                raise SkipCell("adapter-not-implemented", f"no {scenario} built-in call written for {self.fake_name}")
+            data = self.load_fixture("success")
+            steps = data.get("steps", [])
+            last = max(i for i, st in enumerate(steps) if "emit" in st)  # the terminal event
+            data["steps"] = steps[:last] + hostile_steps(self.fake_name, *call) + steps[last:]
+            fake = self.install_fake(data, echo=echo)
+            facts = Facts(hostile_evidence=hostile_evidence(*call))
         elif scenario == "mcp_slow" and self.fake_name in WAITS_FOR_BRIDGE:
             # A CLI that waits for its bridge before the first turn really started it: so does the fake.
             data = self.load_fixture(scenario)
@@ -641,6 +722,7 @@ class HarnessAdapter(BackendUnderTest):
         run.extra_tool_results = [r for r in results if not r.get("error")]
         run.model_saw = [r.get("text", "") for r in results if not r.get("error")]
         run.cli_spans = cli_spans(fake.record_path) if self.level == "offline" else None
+        run.model_calls = model_requests(fake.record_path)
         run.audit = self.host_audit(run, request)
 
     @staticmethod
