@@ -992,6 +992,8 @@ def adapter_for(spec: ProviderSpec, level: str, tmp_path: Path) -> BackendUnderT
         from harnesscheck.kit.harness_adapter import HarnessAdapter
 
         return HarnessAdapter(spec, level, tmp_path)
+    if is_reasoning(spec):
+        raise SkipCell("adapter-not-implemented", REASONING_OFFLINE)
     if is_copilot(spec):
         from harnesscheck.kit.copilot_adapter import CopilotAdapter
 
@@ -1015,7 +1017,31 @@ def is_copilot(spec: ProviderSpec) -> bool:
     return isinstance(factory, type) and issubclass(factory, CopilotTransport)
 
 
+#: Why reasoning-only Claude Code has no offline cells (its column is the loopback level).
+REASONING_OFFLINE = (
+    "reasoning-only Claude Code is verified with the real claude at the loopback level: its model is a CLI call "
+    "per host turn, which a mocked HTTP API cannot stand in for and the fake claude (replaying recorded streams) "
+    "cannot answer; offline, tests/test_claude_code_reasoning.py covers its parser, tripwire and error mapping"
+)
+
+
+def is_reasoning(spec: ProviderSpec) -> bool:
+    """A backend built on reasoning-only Claude Code (ClaudeReasoningTransport): the api kind,
+    driven at the loopback level by loopback/reasoning.py."""
+    import importlib
+
+    module, _, attr = spec.factory.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError):
+        return False
+    from harnesscheck.providers.claude_code_reasoning import ClaudeReasoningTransport
+
+    return isinstance(factory, type) and issubclass(factory, ClaudeReasoningTransport)
+
+
 # The loopback level registers lazily: its adapter is imported only when a loopback cell runs.
-from harnesscheck.loopback.level import LOOPBACK_LEVEL  # noqa: E402 - stdlib-only, no cycle
+from harnesscheck.loopback.level import LOOPBACK_LEVEL, REASONING_LEVEL  # noqa: E402 - stdlib-only, no cycle
 
 LEVEL_PROVIDERS.setdefault(("harness", "loopback"), LOOPBACK_LEVEL)
+LEVEL_PROVIDERS.setdefault(("api", "loopback"), REASONING_LEVEL)
