@@ -154,10 +154,42 @@ class ReasoningLoopbackAdapter(BackendUnderTest):
             remember_version(wrapper, printed)
         settings = Settings(backend=self.spec.id, **self.run_settings({}))
         transport = self._factory()(self.spec, settings, cli_path=wrapper, loopback=LoopbackEndpoint(server.base_url))
-        return Setup(transport, Facts(requested_model=model), model=model, extra={"server": server, "record": record})
+        return Setup(transport, Facts(requested_model=model), model=model,
+                     extra={"server": server, "record": record, "script": script})
+
+    #: The longest deadline `run` retries a session at that its deadline cut short.
+    MAX_RETRY_TIMEOUT_S = 120.0
+
+    def run(self, scenario: str, **kwargs) -> SessionRun:
+        """A session, repeated at 4x its deadline (at most MAX_RETRY_TIMEOUT_S) when the deadline
+        cut it short although its script never stalls: every host turn starts the 245 MB claude
+        again, which a loaded machine makes slower than the kit's session budgets. Then the cell
+        is skipped `budget`: the backend is judged by what it did, never by the machine's speed.
+        A script that stalls on purpose (a timeout check) is judged as it ran."""
+        timeout = kwargs.pop("timeout_s", 30.0)
+        while True:
+            run = super().run(scenario, timeout_s=timeout, **kwargs)
+            if not self._cut_by_the_clock(run):
+                return run
+            if timeout >= self.MAX_RETRY_TIMEOUT_S:
+                raise SkipCell("budget", f"the session's deadline ({timeout:g} s) fired before its scripted turns were "
+                               "served, with nothing in the script that stalls: this machine is too slow right now to "
+                               "start claude once per host turn; the backend was not judged")
+            timeout = min(4 * timeout, self.MAX_RETRY_TIMEOUT_S)
+
+    @staticmethod
+    def _cut_by_the_clock(run: SessionRun) -> bool:
+        from harnesscheck.contracts import ErrorClass, OutcomeStatus
+
+        script = getattr(run, "script", None)
+        tl = run.timeline
+        return (script is not None and not any(t.hang or t.delay_s for t in script.turns)
+                and (run.outcome.status, run.outcome.error_class) == (OutcomeStatus.truncated, ErrorClass.timeout)
+                and tl.cancel_sent is None and tl.ended >= tl.started + tl.timeout_s)
 
     def collect(self, run: SessionRun, setup: Setup, request) -> None:
         super().collect(run, setup, request)  # the host loop's dispatch trace
+        run.script = setup.extra["script"]  # type: ignore[attr-defined]
         server: ScriptedModelServer = setup.extra["server"]
         server.stop()
         run.run_dir = request.run_dir

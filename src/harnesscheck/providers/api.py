@@ -275,8 +275,9 @@ class ApiTransport:
                 state.add_partial(err.partial)
                 return self._failure(err, state, start)
             state.add_reply(reply)
-            if self._mismatch_fails(requested, reply):
-                return self._finish(state, start, OutcomeStatus.error, MISMATCH_ERROR_CLASS, self._mismatch_message(requested, reply))
+            if self._mismatch_fails(state.requested, reply):  # the client's own choice when none was named
+                return self._finish(state, start, OutcomeStatus.error, MISMATCH_ERROR_CLASS,
+                                    self._mismatch_message(state.requested, reply))
             if not reply.tool_calls:
                 state.final_text = reply.text
                 return self._finish(state, start, OutcomeStatus.ok)
@@ -380,6 +381,8 @@ class _SessionState:
 
     def add_reply(self, reply: Reply) -> None:
         self.iterations += 1
+        if not self.requested and reply.requested_model:  # no model named: the client's own choice
+            self.requested = reply.requested_model
         self.usage = self.usage + reply.usage
         self.served_model = reply.served_model or self.served_model
         if reply.text:

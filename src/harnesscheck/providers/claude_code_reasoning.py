@@ -196,7 +196,11 @@ class _CancelHandle:
 
 
 class OneTurnClaude(ClaudeCodeTransport):
-    """claude-code's tool-less one-shot, with the deny-by-name backstop added to its argv."""
+    """claude-code's tool-less one-shot, with the deny-by-name backstop added to its argv. It
+    takes no session slot of its own: the api session it serves holds one (two per session
+    deadlocked concurrent sessions at the slot cap, found by concurrency.parallel-sessions-isolated)."""
+
+    takes_session_slot = False
 
     def invocation(self, ctx, request, cli, *, tool_less):
         inv = super().invocation(ctx, request, cli, tool_less=tool_less)
@@ -270,7 +274,7 @@ class ReasoningLLM:
                            retry_after_s=outcome.retry_after_s)
         text, calls = parse_tool_calls(outcome.text, advertised)
         return Reply(text=text, tool_calls=calls, stop_reason="tool_use" if calls else "end_turn",
-                     usage=outcome.usage, served_model=outcome.served_model)
+                     usage=outcome.usage, served_model=outcome.served_model, requested_model=outcome.requested_model)
 
 
 class ClaudeReasoningTransport(ApiTransport):
