@@ -35,7 +35,7 @@ from harnesscheck.contracts import Usage
 from harnesscheck.kit.adapters import BackendUnderTest, Facts, Progress, SessionRun, Setup, SkipCell
 from harnesscheck.loopback.adapter import loopback_scenario, read_records, write_wrapper
 from harnesscheck.loopback.endpoint import DUMMY_KEY, LoopbackEndpoint
-from harnesscheck.loopback.scenario import Scenario
+from harnesscheck.loopback.scenario import Scenario, ServedUsage, Turn
 from harnesscheck.loopback.server import ScriptedModelServer
 
 
@@ -44,7 +44,13 @@ def fenced(name: str, args: dict) -> str:
 
 
 def reasoning_scenario(name: str, ws: Any, tool_calls: list | None = None) -> Scenario:
-    """The claude loopback script of kit scenario `name`, its tool calls as fenced text."""
+    """The claude loopback script of kit scenario `name`, its tool calls as fenced text.
+    `cached_usage` (two turns serving cache reads and writes) is this level's own: each turn
+    is one CLI call whose usage the host loop sums."""
+    if name == "cached_usage":
+        first = ServedUsage(input=300, output=20, cache_read=1200, cache_write=800)
+        return Scenario(name, (Turn(text="reading\n" + fenced("list_dir", {"path": "."}), usage=first),
+                               Turn(text="done", usage=ServedUsage(input=40, output=15, cache_read=2000))))
     base = loopback_scenario("claude", name, ws, tool_calls)
     turns = []
     for turn in base.turns:
