@@ -173,10 +173,15 @@ class ReasoningLoopbackAdapter(BackendUnderTest):
         is skipped `budget`: the backend is judged by what it did, never by the machine's speed.
         A script that stalls on purpose (a timeout check) is judged as it ran."""
         timeout = kwargs.pop("timeout_s", 30.0)
+        attempt = 0
         while True:
             run = super().run(scenario, timeout_s=timeout, **kwargs)
             if not self._cut_by_the_clock(run):
                 return run
+            attempt += 1
+            if kwargs.get("workspace") is not None and kwargs.get("run_dir") is None:
+                # a retry in the caller's workspace gets its own run dir: the cut attempt's trace is not this one's
+                kwargs["run_dir"] = kwargs["workspace"].base / f"run-retry{attempt}"
             if timeout >= self.MAX_RETRY_TIMEOUT_S:
                 raise SkipCell("budget", f"the session's deadline ({timeout:g} s) fired before its scripted turns were "
                                "served, with nothing in the script that stalls: this machine is too slow right now to "
