@@ -194,8 +194,12 @@ class ReasoningLoopbackAdapter(BackendUnderTest):
 
         script = getattr(run, "script", None)
         tl = run.timeline
+        # Every tool call the host started was dispatched to its end (its trace record is there):
+        # the time went to the CLI calls, not to a host tool that blocked (that is judged).
+        dispatched = sum(1 for r in run.trace if r.get("event") == "tool")
         return (script is not None and not any(t.hang or t.delay_s for t in script.turns)
                 and (run.outcome.status, run.outcome.error_class) == (OutcomeStatus.truncated, ErrorClass.timeout)
+                and run.outcome.tool_calls <= dispatched
                 and tl.cancel_sent is None and tl.ended >= tl.started + tl.timeout_s)
 
     def collect(self, run: SessionRun, setup: Setup, request) -> None:
