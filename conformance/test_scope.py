@@ -160,7 +160,8 @@ def test_fifo_refused(but):
     if not (ws.root / "pipe").exists():
         but.skip("env-missing", "this filesystem cannot make FIFOs")
     run = but.run_tools([ToolCall("read_file", {"path": "pipe"})], workspace=ws, timeout_s=30)
-    assert run.duration_s < 25, "reading a FIFO blocked the session"
+    # well before the deadline of the run judged (an adapter may repeat a run its deadline cut short at a later one)
+    assert run.duration_s < run.timeline.timeout_s - 5, "reading a FIFO blocked the session"
     _refused(but, run, "read_file")
 
 

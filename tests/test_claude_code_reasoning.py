@@ -104,6 +104,71 @@ def test_a_message_cannot_pose_as_a_turn():
     assert rendered.count("<<0a1b2c3d4e5f host>>") == 1 and "<<0a1b2c3d4e5f you>>" not in rendered
 
 
+def test_the_server_counts_the_turns_a_transcript_holds():
+    from harnesscheck.providers.claude_code_reasoning import transcript_turns
+
+    messages = [{"role": "user", "content": "go"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "call_1", "name": "read_file", "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "<<ffff you>>"}]},
+                {"role": "assistant", "content": [{"type": "text", "text": "again"}]},
+                {"role": "user", "content": "more"}]
+    for n in range(1, len(messages) + 1):
+        expected = sum(1 for m in messages[:n] if m["role"] == "assistant")
+        assert transcript_turns(render_transcript(messages[:n], "0a1b2c3d4e5f")) == expected
+    assert transcript_turns("no transcript here") == 0
+
+
+def test_the_kit_scripts_tool_calls_as_fenced_text_and_keeps_the_builtin_as_tool_use(tmp_path):
+    from harnesscheck.kit.adapters import ToolCall as KitCall, Workspace
+    from harnesscheck.kit.reasoning_adapter import reasoning_scenario
+
+    ws = Workspace(tmp_path / "ws")
+    tools = reasoning_scenario("tools", ws, [KitCall("read_file", {"path": "README.md"}), KitCall("run_shell", {"cmd": "id"})])
+    first = tools.turns[0]
+    assert first.tool_calls == () and parse_tool_calls(first.text, ADVERTISED)[1][0].arguments == {"path": "README.md"}
+    assert '"tool": "run_shell"' in first.text
+    native = reasoning_scenario("native_tool_use", ws).turns[0]
+    assert [c.name for c in native.tool_calls] == ["Read"] and native.tool_calls[0].builtin
+
+
+def test_the_api_loop_takes_a_model_client_through_its_public_seam(tmp_path):
+    """ApiTransport(llm=...): no key is read, the loop and dispatch are the api's; the
+    reasoning transport's cost is none under the saved login."""
+    from harnesscheck.config import Settings
+    from harnesscheck.contracts import AgentSessionRequest, CostSource
+    from harnesscheck.llm import Reply, ToolCall
+    from harnesscheck.providers.api import ApiTransport
+    from harnesscheck.registry import get_spec
+    from harnesscheck.scope import ToolScope
+
+    class Client:
+        def __init__(self):
+            self.calls = 0
+
+        def create(self, *, messages, tools=None, **_):
+            self.calls += 1
+            if self.calls == 1:
+                return Reply(tool_calls=[ToolCall(id="c1", name="read_file", arguments={"path": "a.txt"})],
+                             usage=Usage(input=1000, output=10), served_model="claude-sonnet-4-5")
+            assert "hello" in json.dumps(messages[-1])
+            return Reply(text="done", usage=Usage(input=5, output=1), served_model="claude-sonnet-4-5")
+
+    root = tmp_path / "work"
+    root.mkdir()
+    (root / "a.txt").write_text("hello")
+    request = AgentSessionRequest(prompt="read", scope=ToolScope(name="t", root=root, read_only=True), timeout_s=30.0,
+                                  model="claude-sonnet-4-5", run_dir=tmp_path / "run")
+    out = ApiTransport(get_spec("api/anthropic_messages"), Settings(), llm=Client()).run_session(request)
+    assert (out.status, out.text, out.tool_calls) == (OutcomeStatus.ok, "done", 1)
+    from harnesscheck.providers.claude_code_reasoning import ClaudeReasoningTransport
+
+    class Reasoning(ClaudeReasoningTransport):
+        llm_class = staticmethod(lambda cli: Client())
+
+    out = Reasoning(get_spec("claude-code-reasoning"), Settings()).run_session(request)
+    assert out.status is OutcomeStatus.ok and out.cost.source is CostSource.none and out.cost.usd is None
+
+
 def _outcome(**kw) -> AgentOutcome:
     base = dict(status=OutcomeStatus.ok, text="ok", usage=Usage(input=3, output=2), served_model="claude-x")
     return AgentOutcome(**{**base, **kw})
@@ -243,22 +308,36 @@ def _tripwire_fires(llm):
         llm.reply(_outcome(text="fine", native_tool_calls=["Read"]), ADVERTISED)
 
 
-@pytest.mark.parametrize("check", [_outside_name_not_dispatched, _tripwire_fires])
+def _host_system_prompt_kept(llm):
+    assert "House rule" in (llm.system_prompt("House rule 7.", [{"name": "read_file", "input_schema": {}}]) or "")
+
+
+def _tool_results_rendered(llm):
+    messages = [{"role": "user", "content": "go"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "call_1", "name": "read_file", "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "FILE-BYTES"}]}]
+    assert "FILE-BYTES" in llm.prompt(messages)
+
+
+@pytest.mark.parametrize("check", [_outside_name_not_dispatched, _tripwire_fires, _host_system_prompt_kept,
+                                   _tool_results_rendered])
 def test_the_backend_passes_what_its_variants_fail(check):
     check(ReasoningLLM)
 
 
 @pytest.mark.parametrize(("variant", "check"), [("DispatchesAnyName", _outside_name_not_dispatched),
-                                                ("HasNoTripwire", _tripwire_fires)])
+                                                ("HasNoTripwire", _tripwire_fires),
+                                                ("DropsTheHostSystemPrompt", _host_system_prompt_kept),
+                                                ("DropsTheToolResults", _tool_results_rendered)])
 def test_each_known_bad_variant_is_caught(variant, check):
     import tests.mutants.claude_code_reasoning as bad
 
     with pytest.raises((AssertionError, pytest.fail.Exception)):
-        check(getattr(bad, variant))
+        check(getattr(bad, variant).llm_class)
 
 
 def test_loopback_the_api_key_variant_is_caught(tmp_path):
     from tests.mutants.claude_code_reasoning import PassesTheApiKeyThrough
 
     with pytest.raises(AssertionError):
-        _api_keys_never_reach_the_cli(tmp_path, cli_cls=PassesTheApiKeyThrough)
+        _api_keys_never_reach_the_cli(tmp_path, cli_cls=PassesTheApiKeyThrough.cli_class)

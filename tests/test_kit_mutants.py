@@ -12,7 +12,7 @@ import pytest
 
 from harnesscheck.kit.catalog import load_catalog
 from kit_support import failing, run_suite
-from tests_mutants_import import AREAS, MUTANTS, UNCAUGHT
+from tests_mutants_import import AREAS, MUTANT_LEVELS, MUTANTS, UNCAUGHT
 
 SCRIPTED = sorted(r for r in MUTANTS if r.startswith("tests.mutants.scripted:"))
 CLI_BASED = sorted(r for r in MUTANTS if r not in SCRIPTED)
@@ -65,8 +65,16 @@ def test_cli_mutant_fails_exactly_its_checks(ref, tmp_path):
     names, selection = AREAS[ref]
     files = tuple(f"conformance/{f}" for f in names.split())
     in_reach = {c for c in MUTANTS[ref]}
+    level = MUTANT_LEVELS.get(ref, "offline")
+    if level == "loopback":
+        from harnesscheck.loopback.clis import require_pinned_cli
+
+        binary, why = require_pinned_cli("claude-code")
+        if binary is None:
+            pytest.skip(f"{ref} runs the real claude at loopback: {why}")
     for _attempt in range(2):  # a cell the machine was too slow to judge (`budget`) is run once more
-        code, report, out = run_suite(tmp_path, "--backend", ref, "-k", selection, files=files, timeout=900)
+        code, report, out = run_suite(tmp_path, "--backend", ref, "--level", level, "-k", selection, files=files,
+                                      timeout=900)
         assert report is not None, out[-3000:]
         unjudged = {c["check"] for c in report["cells"] if c["reason"] == "budget" and c["check"] in in_reach}
         if not unjudged:

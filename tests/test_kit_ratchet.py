@@ -41,22 +41,34 @@ def test_committed_matrix_covers_every_builtin_backend(committed):
     """Every column, a renamed one under its former id (FORMER_IDS); the mode columns the api split
     added are pending only while the committed matrix predates it (holds `api`, no `api/...`)."""
     predates_split = "api" in committed["cells"] and not any(b.startswith("api/") for b in committed["cells"])
-    missing = [c for c in COLUMNS if not committed_cells(committed, c) and not (predates_split and c.startswith("api/"))]
+    missing = [c for c in COLUMNS if not committed_cells(committed, c) and not (predates_split and c.startswith("api/"))
+               and c not in AWAITING_REGENERATION]
     assert not missing, f"missing: {missing}"
+    stale = sorted(c for c in AWAITING_REGENERATION if committed_cells(committed, c))
+    assert not stale, f"the committed matrix holds {stale}: remove them from AWAITING_REGENERATION"
+
+
+#: Columns added since doc/backends.* was last regenerated (only the lead regenerates it, from
+#: one full verify): pending until then, and the test above fails once the matrix holds them.
+AWAITING_REGENERATION = {"claude-code-reasoning"}
 
 
 def test_every_declared_capability_is_backed_by_a_passing_check(committed):
     """A capability a backend column claims must be exercised by at least one check that requires
-    it and passed offline; a claim nothing tests is a kit bug. A capability whose every backing
-    check is newer than the committed matrix (no cell of it there) waits for the regeneration."""
+    it and passed offline (a column with no offline adapter, whose offline cells all skip, at
+    loopback: claude-code-reasoning); a claim nothing tests is a kit bug. A capability whose every
+    backing check is newer than the committed matrix (no cell of it there) waits for the regeneration."""
     catalog = load_catalog()
     known = {check for levels in committed["cells"].values() for cells in levels.values() for check in cells}
     unbacked = []
     for column in COLUMNS:
         spec = get_spec(column)
-        cells = committed_cells(committed, column).get("offline", {})
+        levels = committed_cells(committed, column)
+        cells = levels.get("offline", {})
         if not cells:
             continue  # a column the committed matrix does not hold yet (test above)
+        if not any(c.get("outcome") == "passed" for c in cells.values()):
+            cells = levels.get("loopback", {})  # verified at loopback only (its offline cells all skip)
         for cap in sorted(spec.capabilities):
             requiring = [c for c, info in catalog.items() if cap in info.requires]
             backing = [c for c in requiring if cells.get(c, {}).get("outcome") == "passed"]

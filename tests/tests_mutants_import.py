@@ -9,6 +9,6 @@ _REPO = str(Path(__file__).resolve().parent.parent)
 if _REPO not in sys.path:
     sys.path.insert(0, _REPO)
 
-from tests.mutants import AREAS, MUTANTS, UNCAUGHT  # noqa: E402
+from tests.mutants import AREAS, MUTANT_LEVELS, MUTANTS, UNCAUGHT  # noqa: E402
 
-__all__ = ["AREAS", "MUTANTS", "UNCAUGHT"]
+__all__ = ["AREAS", "MUTANT_LEVELS", "MUTANTS", "UNCAUGHT"]

@@ -71,6 +71,9 @@ class Reply:
     usage: Usage = field(default_factory=Usage)
     served_model: str | None = None
     attempts: int = 1
+    #: The model the client itself asked for, when the session named none (a CLI's default
+    #: model, from its init event); None for an HTTP client, which always names one.
+    requested_model: str | None = None
 
     def assistant_message(self) -> dict:
         """This turn as a canonical assistant message (Anthropic block shape)."""

@@ -104,6 +104,25 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             description="Subscription CLI; built-ins off, host tools through the MCP bridge.",
         ),
         ProviderSpec(
+            id="claude-code-reasoning",
+            kind=Kind.api,
+            label="Claude Code, reasoning only (one claude -p call per host turn)",
+            factory="harnesscheck.providers.claude_code_reasoning:ClaudeReasoningTransport",
+            capabilities=frozenset(
+                {
+                    C.host_tool_loop,
+                    C.builtin_tools_off,
+                    C.max_turns,
+                    C.system_prompt,
+                    C.usage_reporting,
+                    C.served_model_reporting,
+                    C.cancellation,
+                }
+            ),
+            # No CLI fields of its own: it runs the claude-code spec's CLI (its pin, its range).
+            description="The host owns the loop; the CLI executes nothing (tools as a text protocol; tripwire on tool_use).",
+        ),
+        ProviderSpec(
             id="codex",
             kind=Kind.harness,
             label="Codex (codex exec)",

@@ -215,6 +215,12 @@ MUTANTS: dict[str, frozenset[str]] = {
         "usage.cache-and-reasoning-tokens-reported", "usage.counted-once-per-message",
     ),
     "tests.mutants.api:drops_reasoning_tokens": _ids("usage.cache-and-reasoning-tokens-reported"),
+    # reasoning-only Claude Code: the real claude at the loopback level (MUTANT_LEVELS)
+    "tests.mutants.claude_code_reasoning:has_no_tripwire": _ids("audit.builtin-call-blocks-session"),
+    "tests.mutants.claude_code_reasoning:drops_the_host_system_prompt": _ids("selection.system-prompt-delivered"),
+    "tests.mutants.claude_code_reasoning:drops_the_tool_results": _ids(
+        "scope.loop-reaches-dispatch", "scope.in-tree-symlink-reads",
+    ),
 }
 
 #: For the CLI-based mutants (a fake CLI per session is slow): the test file and the `-k`
@@ -294,6 +300,17 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.api:drops_cache_tokens": ("test_usage.py", "cache or counted_once or cost or served_model"),
     "tests.mutants.api:counts_cached_tokens_as_input": ("test_usage.py", "cache or counted_once or cost or served_model"),
     "tests.mutants.api:drops_reasoning_tokens": ("test_usage.py", "cache or counted_once or cost or served_model"),
+    "tests.mutants.claude_code_reasoning:has_no_tripwire": ("test_audit.py", "builtin_call or only_scope"),
+    "tests.mutants.claude_code_reasoning:drops_the_host_system_prompt": ("test_selection.py", "system_prompt_delivered or registry"),
+    "tests.mutants.claude_code_reasoning:drops_the_tool_results": ("test_scope.py", "loop_reaches or in_tree or dotdot"),
+}
+
+#: The level a CLI-based mutant runs at, where not offline: reasoning-only Claude Code has no
+#: offline adapter (its column is the real claude at loopback; the test skips without the pin).
+MUTANT_LEVELS: dict[str, str] = {
+    "tests.mutants.claude_code_reasoning:has_no_tripwire": "loopback",
+    "tests.mutants.claude_code_reasoning:drops_the_host_system_prompt": "loopback",
+    "tests.mutants.claude_code_reasoning:drops_the_tool_results": "loopback",
 }
 
 #: Offline checks no known-bad backend fails, and why (the kit's honest sensitivity gaps).

@@ -1,17 +1,26 @@
-"""Known-bad variants of the reasoning-only Claude Code backend (tests/test_claude_code_reasoning.py
-proves each is caught; it has no matrix column yet, so they are not in the MUTANTS table)."""
+"""Known-bad variants of the reasoning-only Claude Code backend (see __init__.py). Each is a
+ClaudeReasoningTransport with one part swapped: its model client (`llm_class`) or its
+one-turn CLI transport (`cli_class`). The conformance suite catches HasNoTripwire,
+DropsTheHostSystemPrompt and DropsTheToolResults at the loopback level (the MUTANTS table);
+tests/test_claude_code_reasoning.py catches all five."""
 
 from __future__ import annotations
 
 import json
 
 from harnesscheck.llm import Reply, ToolCall
-from harnesscheck.providers.claude_code_reasoning import OneTurnClaude, ReasoningLLM, parse_tool_calls
+from harnesscheck.providers.claude_code_reasoning import (
+    ClaudeReasoningTransport,
+    OneTurnClaude,
+    ReasoningLLM,
+    tool_protocol,
+)
+from tests.mutants import mutant_spec
+
+M = "tests.mutants.claude_code_reasoning"
 
 
-class DispatchesAnyName(ReasoningLLM):
-    """Turns every fenced JSON call into a tool call, advertised or not."""
-
+class _AnyNameLLM(ReasoningLLM):
     @staticmethod
     def reply(outcome, advertised, abort=None):
         reply = ReasoningLLM.reply(outcome, advertised, abort)
@@ -28,17 +37,55 @@ class DispatchesAnyName(ReasoningLLM):
                      usage=reply.usage, served_model=reply.served_model)
 
 
-class HasNoTripwire(ReasoningLLM):
-    """Ignores a tool_use block in the CLI's stream and goes on as if the turn were text."""
+class DispatchesAnyName(ClaudeReasoningTransport):
+    """Turns every fenced JSON call into a tool call, advertised or not."""
 
+    llm_class = _AnyNameLLM
+
+
+class _NoTripwireLLM(ReasoningLLM):
     @staticmethod
     def reply(outcome, advertised, abort=None):
         return ReasoningLLM.reply(outcome.model_copy(update={"native_tool_calls": [], "tool_calls": 0}), advertised, abort)
 
 
-class PassesTheApiKeyThrough(OneTurnClaude):
-    """Hands the CLI the host's ANTHROPIC_API_KEY (as the SDK's env precedence would): the API key is billed."""
+class HasNoTripwire(ClaudeReasoningTransport):
+    """Ignores a tool_use block in the CLI's stream and goes on as if the turn were text."""
 
+    llm_class = _NoTripwireLLM
+
+
+class _ProtocolOnlyLLM(ReasoningLLM):
+    @staticmethod
+    def system_prompt(system, tools):
+        return tool_protocol(tools) if tools else None
+
+
+class DropsTheHostSystemPrompt(ClaudeReasoningTransport):
+    """Sends the text protocol as the whole system prompt: the host's own system prompt never reaches the model."""
+
+    llm_class = _ProtocolOnlyLLM
+
+
+class _NoResultsLLM(ReasoningLLM):
+    @staticmethod
+    def prompt(messages):
+        kept = []
+        for msg in messages:
+            content = msg.get("content")
+            if isinstance(content, list):
+                msg = {**msg, "content": [b for b in content if not (isinstance(b, dict) and b.get("type") == "tool_result")]}
+            kept.append(msg)
+        return ReasoningLLM.prompt(kept)
+
+
+class DropsTheToolResults(ClaudeReasoningTransport):
+    """Renders the conversation without the host's tool results: the model never reads what its calls returned."""
+
+    llm_class = _NoResultsLLM
+
+
+class _ApiKeyCli(OneTurnClaude):
     def invocation(self, ctx, request, cli, *, tool_less):
         inv = super().invocation(ctx, request, cli, tool_less=tool_less)
         key = self.parent_env.get("ANTHROPIC_API_KEY")
@@ -47,4 +94,14 @@ class PassesTheApiKeyThrough(OneTurnClaude):
         return inv
 
 
-__all__ = ["DispatchesAnyName", "HasNoTripwire", "PassesTheApiKeyThrough", "parse_tool_calls"]
+class PassesTheApiKeyThrough(ClaudeReasoningTransport):
+    """Hands the CLI the host's ANTHROPIC_API_KEY (as the SDK's env precedence would): the API key is billed."""
+
+    cli_class = _ApiKeyCli
+
+
+dispatches_any_name = mutant_spec("claude-code-reasoning", M, DispatchesAnyName)
+has_no_tripwire = mutant_spec("claude-code-reasoning", M, HasNoTripwire)
+drops_the_host_system_prompt = mutant_spec("claude-code-reasoning", M, DropsTheHostSystemPrompt)
+drops_the_tool_results = mutant_spec("claude-code-reasoning", M, DropsTheToolResults)
+passes_the_api_key_through = mutant_spec("claude-code-reasoning", M, PassesTheApiKeyThrough)

@@ -1003,6 +1003,8 @@ def adapter_for(spec: ProviderSpec, level: str, tmp_path: Path) -> BackendUnderT
         from harnesscheck.kit.harness_adapter import HarnessAdapter
 
         return HarnessAdapter(spec, level, tmp_path)
+    if is_reasoning(spec):
+        raise SkipCell("adapter-not-implemented", REASONING_OFFLINE)
     if is_copilot(spec):
         from harnesscheck.kit.copilot_adapter import CopilotAdapter
 
@@ -1053,4 +1055,56 @@ class LoopbackLevel:
         return binary.version if binary else None
 
 
+
+
+#: Why reasoning-only Claude Code has no offline cells (its column is the loopback level).
+REASONING_OFFLINE = (
+    "reasoning-only Claude Code is verified with the real claude at the loopback level: its model is a CLI call "
+    "per host turn, which a mocked HTTP API cannot stand in for and the fake claude (replaying recorded streams) "
+    "cannot answer; offline, tests/test_claude_code_reasoning.py covers its parser, tripwire and error mapping"
+)
+
+
+def is_reasoning(spec: ProviderSpec) -> bool:
+    """A backend built on reasoning-only Claude Code (ClaudeReasoningTransport): the api kind,
+    driven at the loopback level by kit/reasoning_adapter.py."""
+    import importlib
+
+    module, _, attr = spec.factory.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError):
+        return False
+    from harnesscheck.providers.claude_code_reasoning import ClaudeReasoningTransport
+
+    return isinstance(factory, type) and issubclass(factory, ClaudeReasoningTransport)
+
+
+class ReasoningLevel:
+    """The api kind's loopback level: only reasoning-only Claude Code has one (its real claude,
+    the claude-code pin); every other api column has no binary to run here. Lazy like
+    LoopbackLevel: kit/reasoning_adapter.py is imported only when such a cell is set up."""
+
+    @staticmethod
+    def _adapter():
+        from harnesscheck.kit.reasoning_adapter import ReasoningLoopbackAdapter
+
+        return ReasoningLoopbackAdapter
+
+    def __call__(self, spec, level, tmp_path):
+        return self._adapter()(spec, level, tmp_path)
+
+    def available(self, spec) -> tuple[bool, str]:
+        if not is_reasoning(spec):
+            return False, f"no loopback adapter for {spec.id} is installed"
+        return self._adapter().available(spec)
+
+    def cli_version(self, spec) -> str | None:
+        if not is_reasoning(spec):
+            return None
+        binary, _ = self._adapter().pinned_claude()
+        return binary.version if binary else None
+
+
 LEVEL_PROVIDERS.setdefault(("harness", "loopback"), LoopbackLevel())
+LEVEL_PROVIDERS.setdefault(("api", "loopback"), ReasoningLevel())

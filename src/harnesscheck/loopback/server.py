@@ -11,6 +11,7 @@ Paths: POST /v1/messages (also ?beta=true), POST /v1/messages/count_tokens,
 POST /v1/responses, POST /v1/chat/completions, GET /v1/models (a one-model list),
 POST /v1beta/models/<model>:streamGenerateContent?alt=sse and :generateContent (Gemini;
 the model is named in the path), :countTokens (a fixed count).
+The turn served is the number of model turns in the request's conversation (`turn_of`).
 A tool-less session-title side request (opencode's) is answered with a title and is not a
 turn: it never gets the script's turn and is left out of turn_requests() and the usage.
 Anything else: 404, recorded.
@@ -23,7 +24,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 from urllib.parse import urlsplit
 
 from harnesscheck.loopback import wire
@@ -176,7 +177,7 @@ class _Handler(BaseHTTPRequestHandler):
             rec.side_request = "title"
             self._answer(rec, body, protocol, _TITLE, rec.model or "loopback-model")
             return
-        index = wire.history_turns(protocol, body)
+        index = owner.turn_of(protocol, body)
         turn = owner.scenario.turn(index) or _CLOSING
         rec.turn_index = index
         model = turn.served_model or owner.scenario.served_model or rec.model or "loopback-model"
@@ -284,8 +285,13 @@ class ScriptedModelServer:
     `credential_matches`. `watch`: values (env canaries) whose appearance anywhere in a
     request (any header value, the body) is recorded by location, never by value."""
 
-    def __init__(self, scenario: Scenario, *, expected_key: str | None = None, watch: Iterable[str] = ()):
+    def __init__(self, scenario: Scenario, *, expected_key: str | None = None, watch: Iterable[str] = (),
+                 turn_of: Callable[[str, dict], int] | None = None):
         self.scenario = scenario
+        #: (protocol, body) -> the turn to serve: model turns already in the conversation
+        #: (default `wire.history_turns`); a client that sends its conversation otherwise (one
+        #: text prompt per host turn: claude_code_reasoning) brings its own count.
+        self.turn_of = turn_of or wire.history_turns
         self.expected_key = expected_key
         self.watch = tuple(w for w in watch if w)
         self.requests: list[RecordedRequest] = []

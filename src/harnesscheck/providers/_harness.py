@@ -337,6 +337,10 @@ class HarnessTransport:
     #: The run dir's subdirs this CLI writes its own state into (rundir.CLI_STATE_DIRS): after
     #: the session only what the host put there before the CLI started stays (forget_cli_state).
     cli_state_dirs: tuple[str, ...] = CLI_STATE_DIRS
+    #: Whether a session takes one of the host's session slots (Settings.concurrency). False
+    #: only for a CLI call made inside a session that already holds one (reasoning-only Claude
+    #: Code's per-turn call, inside its api session): a second slot there deadlocks at the cap.
+    takes_session_slot: bool = True
 
     def __init__(
         self,
@@ -464,8 +468,9 @@ class HarnessTransport:
             tracer.record("session_start", backend=self.spec.id, cli_version=info.version, tool_less=tool_less)
             with contextlib.ExitStack() as held:
                 try:
-                    held.enter_context(session_slot(self.settings.concurrency,
-                                                    wait_s=request.timeout_s - (time.monotonic() - started)))
+                    if self.takes_session_slot:
+                        held.enter_context(session_slot(self.settings.concurrency,
+                                                        wait_s=request.timeout_s - (time.monotonic() - started)))
                 except SlotBusy as exc:
                     tracer.record("session_end", status="truncated", error_class="timeout", ending="no_slot")
                     return AgentOutcome(

@@ -71,9 +71,20 @@ class ApiTransport:
         sleep: Callable[[float], None] | None = None,
         retries: int | None = None,
         max_tokens: int | None = None,
+        llm: Any = None,
     ):
+        """`llm`: a model client in place of the api_mode's own HTTP client (the public seam for a
+        backend whose model is not an HTTP API, e.g. providers/claude_code_reasoning.py): it has
+        `create(messages=, system=, tools=, model=, on_text=, abort=, deadline=, max_tokens=) ->
+        Reply`, and the loop, dispatch, limits and outcomes stay this class's. No key is read then."""
         self.spec = spec
         self.settings = settings
+        self._tool_cache: dict[Any, list[dict]] = {}
+        if llm is not None:
+            self.api_mode = spec.api_mode or getattr(self, "api_mode", None) or "client"  # a subclass may name its own
+            self.llm = llm
+            self.base_url = None
+            return
         if spec.api_mode and settings.api_mode and settings.api_mode != spec.api_mode:
             raise ConfigError(
                 f"{spec.id} speaks {spec.api_mode}, but HARNESS_API_MODE={settings.api_mode}",
@@ -99,7 +110,6 @@ class ApiTransport:
             kwargs["max_tokens"] = max_tokens
         self.llm = LLM(self.api_mode, **kwargs)
         self.base_url = base_url
-        self._tool_cache: dict[Any, list[dict]] = {}
 
     def __repr__(self) -> str:
         return f"ApiTransport(api_mode={self.api_mode!r}, model={self.settings.model!r})"
@@ -115,9 +125,24 @@ class ApiTransport:
             self._tool_cache[scope] = cached
         return list(cached)
 
+    #: Whether a session needs a named model (HARNESS_BACKEND_MODEL or the request's). A backend
+    #: whose client has a default model of its own (a CLI's) sets False.
+    model_required = True
+
+    def session_cost(self, model: str | None, usage: Usage, *, partial: bool) -> Cost:
+        """The session's dollar cost: its tokens priced by the price table (source api), or none.
+        The public seam for a backend billed otherwise (a subscription login: no per-token
+        figure) to override; the rest of the outcome stays `_finish`'s."""
+        from harnesscheck.pricing import cost_usd
+
+        usd = cost_usd(model, usage)
+        return Cost(usd=usd, source=CostSource.api if usd is not None else CostSource.none, partial=partial)
+
     def _model(self, model: str | None) -> str:
         """The model to request: the call's, else HARNESS_BACKEND_MODEL; none is a pre-session error."""
         chosen = model or self.settings.model
+        if not chosen and not self.model_required:
+            return None  # the client's own default model (model_required = False)
         if not chosen:
             raise ConfigError(
                 "api backend: no model selected (HARNESS_BACKEND_MODEL is not set)",
@@ -250,8 +275,9 @@ class ApiTransport:
                 state.add_partial(err.partial)
                 return self._failure(err, state, start)
             state.add_reply(reply)
-            if self._mismatch_fails(requested, reply):
-                return self._finish(state, start, OutcomeStatus.error, MISMATCH_ERROR_CLASS, self._mismatch_message(requested, reply))
+            if self._mismatch_fails(state.requested, reply):  # the client's own choice when none was named
+                return self._finish(state, start, OutcomeStatus.error, MISMATCH_ERROR_CLASS,
+                                    self._mismatch_message(state.requested, reply))
             if not reply.tool_calls:
                 state.final_text = reply.text
                 return self._finish(state, start, OutcomeStatus.ok)
@@ -311,12 +337,9 @@ class ApiTransport:
         error_class: ErrorClass | None = None,
         message: str = "",
     ) -> AgentOutcome:
-        from harnesscheck.pricing import cost_usd
-
         served = state.served_model
         text = state.final_text if status is OutcomeStatus.ok else state.all_text()
-        usd = cost_usd(served or state.requested, state.usage)
-        cost = Cost(usd=usd, source=CostSource.api if usd is not None else CostSource.none, partial=status is not OutcomeStatus.ok)
+        cost = self.session_cost(served or state.requested, state.usage, partial=status is not OutcomeStatus.ok)
         outcome = AgentOutcome(
             status=status,
             error_class=error_class,
@@ -358,6 +381,8 @@ class _SessionState:
 
     def add_reply(self, reply: Reply) -> None:
         self.iterations += 1
+        if not self.requested and reply.requested_model:  # no model named: the client's own choice
+            self.requested = reply.requested_model
         self.usage = self.usage + reply.usage
         self.served_model = reply.served_model or self.served_model
         if reply.text:

@@ -37,11 +37,9 @@ from harnesscheck.contracts import (
     ErrorClass,
     OutcomeStatus,
     ProviderSpec,
-    model_verdict,
 )
 from harnesscheck.llm import Aborted, LLMError, Reply, ToolCall
-from harnesscheck.providers.api import ApiTransport, _SessionState
-from harnesscheck.providers._guard import apply_model_guard
+from harnesscheck.providers.api import ApiTransport
 from harnesscheck.providers.claude_code import ClaudeCodeTransport
 from harnesscheck.scope import ToolScope
 
@@ -175,6 +173,16 @@ def render_transcript(messages: list[dict], nonce: str) -> str:
             "Answer the last host message.\n\n") + "\n\n".join(out)
 
 
+_HEADER = re.compile(r"The conversation so far; each message starts with a <<([0-9a-f]+) \.\.\.>> marker")
+
+
+def transcript_turns(prompt: str) -> int:
+    """How many model ("you") messages a prompt rendered by `render_transcript` holds: the
+    host turns already taken (the scripted model server serves the next one by it)."""
+    m = _HEADER.search(prompt or "")
+    return prompt.count(f"<<{m[1]} you>>") if m else 0
+
+
 class _CancelHandle:
     """What `Abort.attach` closes when the host's watchdog fires: it sets the CLI's cancel event."""
 
@@ -188,7 +196,11 @@ class _CancelHandle:
 
 
 class OneTurnClaude(ClaudeCodeTransport):
-    """claude-code's tool-less one-shot, with the deny-by-name backstop added to its argv."""
+    """claude-code's tool-less one-shot, with the deny-by-name backstop added to its argv. It
+    takes no session slot of its own: the api session it serves holds one (two per session
+    deadlocked concurrent sessions at the slot cap, found by concurrency.parallel-sessions-isolated)."""
+
+    takes_session_slot = False
 
     def invocation(self, ctx, request, cli, *, tool_less):
         inv = super().invocation(ctx, request, cli, tool_less=tool_less)
@@ -205,18 +217,27 @@ class ReasoningLLM:
     def create(self, *, messages, system=None, tools=None, model=None, on_text=None, abort=None, deadline=None,
                max_tokens=None) -> Reply:
         advertised = frozenset(t["name"] for t in tools or [])
-        parts = [p for p in (system, tool_protocol(tools) if tools else None) if p and p.strip()]
         timeout = max(0.5, (deadline - time.monotonic()) if deadline else self.cli.settings.timeout_s)
         cancel = threading.Event()
         if abort is not None:
             abort.attach(_CancelHandle(cancel))
         try:
-            outcome = self._one_call(render_transcript(messages, secrets.token_hex(6)),
-                                     "\n\n".join(parts) or None, model, timeout, cancel)
+            outcome = self._one_call(self.prompt(messages), self.system_prompt(system, tools), model, timeout, cancel)
         finally:
             if abort is not None:
                 abort.detach()
         return self.reply(outcome, advertised, abort)
+
+    @staticmethod
+    def system_prompt(system: str | None, tools: list[dict] | None) -> str | None:
+        """The host's system prompt, then the text protocol of the turn's tools."""
+        parts = [p for p in (system, tool_protocol(tools) if tools else None) if p and p.strip()]
+        return "\n\n".join(parts) or None
+
+    @staticmethod
+    def prompt(messages: list[dict]) -> str:
+        """The conversation so far as the call's one prompt (a fresh nonce per call)."""
+        return render_transcript(messages, secrets.token_hex(6))
 
     def _one_call(self, prompt, system, model, timeout, cancel) -> AgentOutcome:
         import shutil
@@ -253,54 +274,43 @@ class ReasoningLLM:
                            retry_after_s=outcome.retry_after_s)
         text, calls = parse_tool_calls(outcome.text, advertised)
         return Reply(text=text, tool_calls=calls, stop_reason="tool_use" if calls else "end_turn",
-                     usage=outcome.usage, served_model=outcome.served_model)
+                     usage=outcome.usage, served_model=outcome.served_model, requested_model=outcome.requested_model)
 
 
 class ClaudeReasoningTransport(ApiTransport):
-    """Backend `claude-code-reasoning` (kind api): the host loop over ReasoningLLM. See the module docstring."""
+    """Backend `claude-code-reasoning` (kind api): the host loop over ReasoningLLM. See the module docstring.
+
+    Built through the api transport's public seams only: `llm=` (the model client), and
+    `session_cost` (no dollar figure) and `model_required` (the CLI's default model) overridden."""
 
     api_mode = "claude_code_reasoning"
+    model_required = False
 
     def __init__(self, spec: ProviderSpec, settings: Settings, *, cli_transport: ClaudeCodeTransport | None = None,
                  **cli_kwargs: Any):
         from harnesscheck.registry import get_spec
 
-        self.spec = spec
-        self.settings = settings
-        self.base_url = None
-        self._tool_cache = {}
         cli_settings = settings.model_copy(update={"backend": "claude-code"})
-        self.llm = ReasoningLLM(cli_transport or OneTurnClaude(get_spec("claude-code"), cli_settings, **cli_kwargs))
+        cli = cli_transport or self.cli_class(get_spec("claude-code"), cli_settings, **cli_kwargs)
+        super().__init__(spec, settings, llm=self.llm_class(cli))
+
+    #: The one-turn CLI transport and the model client (a known-bad variant swaps one).
+    cli_class: type[ClaudeCodeTransport] = OneTurnClaude
+    llm_class: type[ReasoningLLM] = ReasoningLLM
 
     def __repr__(self) -> str:
         return f"ClaudeReasoningTransport(model={self.settings.model!r})"
 
-    def _model(self, model: str | None) -> str | None:  # the CLI's default when none is named
-        return model or self.settings.model or None
-
-    def _finish(self, state: _SessionState, start: float, status: OutcomeStatus, error_class=None, message: str = "") -> AgentOutcome:
-        outcome = super()._finish(state, start, status, error_class, message)
-        # Under the saved login nothing is billed per token: no dollar figure is made up.
-        return apply_model_guard(outcome.model_copy(update={
-            "cost": Cost(source=CostSource.none),
-            "model_verdict": model_verdict(state.requested, state.served_model),
-        }), self.settings.model_mismatch)
+    def session_cost(self, model, usage, *, partial: bool) -> Cost:
+        """Under the saved login nothing is billed per token: no dollar figure is made up."""
+        return Cost(source=CostSource.none, partial=partial)
 
 
 def _spec() -> ProviderSpec:
-    from harnesscheck.contracts import Capability as C, Kind
+    from harnesscheck.registry import BUILTIN_SPECS
 
-    return ProviderSpec(
-        id="claude-code-reasoning",
-        kind=Kind.api,
-        label="Claude Code, reasoning only (one claude -p call per host turn)",
-        factory="harnesscheck.providers.claude_code_reasoning:ClaudeReasoningTransport",
-        capabilities=frozenset({C.host_tool_loop, C.builtin_tools_off, C.max_turns, C.system_prompt,
-                                C.usage_reporting, C.served_model_reporting, C.cancellation}),
-        description="The host owns the loop; the CLI executes nothing (tools as a text protocol; tripwire on tool_use).",
-    )
+    return BUILTIN_SPECS["claude-code-reasoning"]
 
 
-#: Select with HARNESS_BACKEND=harnesscheck.providers.claude_code_reasoning:SPEC (not a default
-#: matrix column yet: the kit has no adapter driving it; doc/SPEC-claude-code-reasoning.md).
+#: The registry's built-in spec (also selectable as `harnesscheck.providers.claude_code_reasoning:SPEC`).
 SPEC = _spec()
