@@ -67,11 +67,20 @@ def test_loopback_allowance_is_the_declared_cold_start_or_twice_the_measured_sta
     from harnesscheck.loopback import adapter as loopback
 
     monkeypatch.setattr(loopback, "_STARTUP_SEEN", {})
+    warmed = []
+
+    def measure(self):  # the real one runs an untimed session of the pinned CLI first
+        warmed.append(self.spec.id)
+        loopback._STARTUP_SEEN[self.spec.id] = 1.0
+
+    monkeypatch.setattr(loopback.LoopbackAdapter, "measure_startup", measure)
     but = object.__new__(loopback.LoopbackAdapter)  # no pinned CLI needed to ask its allowance
     but.spec = BUILTIN_SPECS["opencode"]
     assert but.spec.cold_start_s > 0
-    assert but.startup_allowance_s() == but.spec.cold_start_s
+    assert but.startup_allowance_s() == but.spec.cold_start_s  # measured 1 s: the declared figure is larger
+    assert but.startup_allowance_s() == but.spec.cold_start_s and warmed == ["opencode"]  # measured once
     loopback._STARTUP_SEEN["opencode"] = but.spec.cold_start_s  # a session that started as slowly as declared
     assert but.startup_allowance_s() == loopback.STARTUP_HEADROOM * but.spec.cold_start_s
     but.spec = BUILTIN_SPECS["claude-code"]
-    assert but.startup_allowance_s() == 0.0  # nothing declared, nothing measured for it
+    assert but.startup_allowance_s() == loopback.STARTUP_HEADROOM * 1.0  # nothing declared: twice the measured
+    assert warmed == ["opencode", "claude-code"]
