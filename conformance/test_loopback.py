@@ -17,6 +17,8 @@ AUTH_STOP_S = 5.0
 #: time.runaway-ends-by-wall-clock: a deadline, judged once it fell while the tool loop ran
 #: (the model server answered at least one tool result). The first that does is judged; a
 #: machine too slow for it gets the next (before: one 10 s deadline, waited out every time).
+#: Each gets the runtime's start-up allowance (BackendUnderTest.run), so the deadline falls in the
+#: loop rather than in start-up.
 RUNAWAY_DEADLINES_S = (2.0, 8.0, 30.0)
 
 

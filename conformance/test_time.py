@@ -71,7 +71,7 @@ def test_cancel_ends_session(but):
     """Host cancellation ends a stalled session promptly with status cancelled and no survivors."""
     run = but.run("timeout_mid_stream", timeout_s=CANCEL_TIMEOUT_S, cancel_on_stall=True, cancel_after_s=BLIND_CANCEL_AFTER_S)
     tl = run.timeline
-    if tl.cancel_sent is None and tl.ended >= tl.started + CANCEL_TIMEOUT_S:
+    if tl.cancel_sent is None and tl.ended >= tl.started + tl.timeout_s:
         but.skip("budget", f"the upstream had not stalled after {CANCEL_TIMEOUT_S:g} s, so the kit never cancelled: "
                  "this machine is too slow right now; the backend was not judged")
     assert tl.cancel_sent is not None, f"the session ended ({run.outcome.status}) before the upstream stalled: nothing to cancel"
@@ -139,7 +139,7 @@ def test_linger_after_result(but):
             f"returned {grace:.1f} s after the CLI printed its result: a lingering CLI must be killed after a short grace"
         )
     else:
-        assert run.duration_s < LINGER_BLIND_BOUND_S, (
+        assert run.duration_s < LINGER_BLIND_BOUND_S + tl.allowance_s, (
             f"took {run.duration_s:.1f} s: a lingering CLI must be killed after a short grace"
         )
     survivors = [p for p in but.child_pids(run) if _alive(p)]

@@ -74,13 +74,14 @@ def build(cli: str, scenario: str, model: str | None = None) -> Replay:
 
 def run_parser(parser, replay: Replay, cuts: list[int] | None = None, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES):
     """Feed the replay to `parser` through the real framer, cut at `cuts`; return the outcome."""
-    state = _Run(parser.feed, max_line_bytes, 64 * 1024)
+    state = _Run(parser.feed, max_line_bytes, 64 * 1024, getattr(parser, "feed_err", None))
     data = replay.stdout
     points = sorted({c for c in (cuts or []) if 0 < c < len(data)})
     start = 0
     for cut in [*points, len(data)]:
         state.feed_out(data[start:cut])
         start = cut
+    state.feed_err(replay.stderr.encode("utf-8"))  # after stdout: a replay cannot interleave them
     if state.oversize:
         ending, code, sig = Ending.oversize, None, 15
     elif state.action is LineAction.STOP:

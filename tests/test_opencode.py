@@ -16,6 +16,7 @@ from harnesscheck.loopback.endpoint import LoopbackEndpoint
 from harnesscheck.paths import fixtures_dir
 from harnesscheck.providers.opencode import (
     BUILTIN_TOOLS,
+    LOOPBACK_PRICE,
     OFF_SWITCHES,
     PLUGIN_DEPS_DIR,
     PLUGIN_PACKAGE,
@@ -76,8 +77,24 @@ def test_success_reads_text_usage_and_cost_from_step_finish():
     out = replay_outcome("success")
     assert out.text == "The answer is 42." and out.iterations == 1 and out.terminal_event_seen
     assert (out.usage.input, out.usage.output, out.usage.cache_read, out.usage.cache_write) == (120, 30, 7, 0)
-    assert out.cost.usd == 0.0 and out.cost.source is CostSource.reported
+    assert out.cost.usd == pytest.approx(SUCCESS_COST) and out.cost.source is CostSource.reported
     assert out.served_model is None and out.model_verdict is ModelVerdict.unverified
+
+
+#: What the real 1.18.33 printed for the success turn with the loopback model priced
+#: (opencode.LOOPBACK_PRICE: 120 input, 30 output, 7 cache-read tokens).
+SUCCESS_COST = (120 * 3.0 + 30 * 15.0 + 7 * 0.3) / 1e6
+
+
+def test_an_unpriced_model_reports_cost_unknown_never_zero():
+    """opencode 1.18.33 prints `cost: 0` for a model it has no price for (the recorded
+    tool_calls turns, no price configured): the outcome says unknown, not $0."""
+    out = replay_outcome("tool_calls")
+    assert out.usage.total > 0
+    assert out.cost.usd is None and out.cost.source is CostSource.none
+    parser = OpencodeParser()
+    parser.feed(json.dumps({"type": "step_finish", "part": {"reason": "stop", "cost": 0, "tokens": {"input": 0, "output": 0}}}))
+    assert parser.cost_usd == 0.0  # no tokens used: nothing to price, $0 is the figure
 
 
 def test_tool_events_split_bridge_from_builtins():
@@ -149,7 +166,8 @@ def test_session_argv_env_stdin(tmp_path):
     rec = fake.last()
     argv = rec["argv"][1:]
     assert argv[:5] == ["run", "--format", "json", "--title", f"harnesscheck {out.session_id}"]
-    assert argv[5:7] == ["-m", "anthropic/claude-sonnet-4-5"]
+    assert argv[5:8] == ["--print-logs", "--log-level", "ERROR"]  # the retried stream errors are only in its log
+    assert argv[8:10] == ["-m", "anthropic/claude-sonnet-4-5"]
     assert argv[-2] == "--" and argv[-1].startswith("# Instructions\n\nCONTRACT-TEXT") and argv[-1].endswith("# Task\n\nhi")
     assert rec["stdin_type"] == "devnull"
     assert_no_canary(rec)
@@ -183,8 +201,9 @@ def test_loopback_provider_points_at_127_0_0_1(tmp_path):
     cfg = json.loads(Path(rec["env"]["OPENCODE_CONFIG"]).read_text())
     provider = cfg["provider"]["harnesscheck"]
     assert provider["npm"] == "@ai-sdk/openai-compatible" and provider["options"]["baseURL"] == "http://127.0.0.1:9/v1"
-    assert cfg["model"] == "harnesscheck/loopback-model" and rec["argv"][6:8] == ["-m", "harnesscheck/loopback-model"]
+    assert cfg["model"] == "harnesscheck/loopback-model" and rec["argv"][9:11] == ["-m", "harnesscheck/loopback-model"]
     assert cfg["mcp"]["bridge"]["type"] == "local"
+    assert provider["models"]["loopback-model"]["cost"] == LOOPBACK_PRICE  # so opencode prints a vendor figure
 
 
 def test_session_config_dir_is_the_prefilled_plugin_and_nothing_is_fetched(tmp_path):

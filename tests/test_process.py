@@ -132,6 +132,25 @@ def test_linger_after_terminal_line_is_killed_and_recorded(tmp_path: Path) -> No
     assert time.monotonic() - started < 0.5 + 10 + SLACK_S  # nowhere near the 120 s deadline
 
 
+def test_a_terminal_stderr_line_ends_the_run_like_a_stdout_one(tmp_path: Path) -> None:
+    """on_err_line gets complete stderr lines (split across writes, CRLF trimmed, an
+    over-long line skipped); its TERMINAL ends a CLI that would retry forever after the
+    linger, and the stderr tail is kept as before."""
+    code = ("import sys, time\n"
+            "e = sys.stderr\n"
+            "e.write('x' * 300 + '\\n'); e.write('first hal'); e.flush(); time.sleep(0.2)\n"
+            "e.write('f\\r\\nlevel=ERROR stream error\\n'); e.flush()\n"
+            "time.sleep(600)\n")
+    err = Lines(act_on="stream error", action=LineAction.TERMINAL)
+    started = time.monotonic()
+    result = run_process([PY, "-c", code], env=ENV, cwd=tmp_path, on_line=Lines(), on_err_line=err,
+                         timeout_s=120, linger_s=0.2, term_grace_s=5, max_line_bytes=100)
+    assert result.ending is Ending.linger
+    assert err.lines == ["first half", "level=ERROR stream error"]
+    assert "stream error" in result.stderr_tail
+    assert time.monotonic() - started < 0.2 + 5 + SLACK_S  # nowhere near the 120 s deadline
+
+
 def test_terminal_line_then_clean_exit_is_exited(tmp_path: Path) -> None:
     lines = Lines(act_on='"result"', action=LineAction.TERMINAL)
     result = run_process(

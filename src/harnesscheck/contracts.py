@@ -125,6 +125,10 @@ class ProviderSpec(BaseModel):
     pinned_version: str | None = Field(default=None, description="version the loopback level installs")
     api_mode: str | None = Field(default=None, description="the wire protocol an api backend speaks (its mode column, "
                                  "`api/<mode>`); None: HARNESS_API_MODE decides")
+    cold_start_s: float = Field(default=0.0, ge=0.0, description=(
+        "the real runtime's declared cold start (s): how long it takes from being spawned to its first model "
+        "request; the loopback level adds it (or the start-up it measures, when longer) to the deadlines of "
+        "checks that do not test the deadline itself"))
     description: str = ""
 
     def supports(self, capability: Capability | str) -> bool:

@@ -842,14 +842,18 @@ def _end_supervised(proc: _Supervised, marker: str | None) -> bool:
 class _Run:
     """State of one run_process call."""
 
-    def __init__(self, on_line: Callable[[str], LineAction | None], max_line_bytes: int, tail_bytes: int):
+    def __init__(self, on_line: Callable[[str], LineAction | None], max_line_bytes: int, tail_bytes: int,
+                 on_err_line: Callable[[str], LineAction | None] | None = None):
         self.on_line = on_line
+        self.on_err_line = on_err_line
         self.max_line_bytes = max_line_bytes
         self.tail_bytes = tail_bytes
         self.out = bytearray()
         self.scan_from = 0
         self.err = bytearray()
         self.err_dropped = False
+        self.err_line = bytearray()  # the stderr line being assembled for on_err_line
+        self.err_skipping = False  # inside a stderr line longer than max_line_bytes: not delivered
         self.action: LineAction | None = None  # strongest action seen so far
         self.terminal_at: float | None = None
         self.oversize = False
@@ -895,11 +899,11 @@ class _Run:
         with memoryview(buf) as view:
             return str(view[start:end], "utf-8", "replace")
 
-    def _deliver(self, line: str) -> None:
+    def _deliver(self, line: str, on_line: Callable[[str], LineAction | None] | None = None) -> None:
         if not self.deliver:
             return
         try:
-            action = self.on_line(line)
+            action = (on_line or self.on_line)(line)
         except BaseException:
             self.deliver = False  # a failing parser (or an interrupt) gets no further lines
             raise
@@ -916,6 +920,24 @@ class _Run:
         if excess > 0:
             del self.err[:excess]
             self.err_dropped = True
+        if self.on_err_line is None:
+            return
+        # Complete stderr lines to on_err_line (a line over max_line_bytes is skipped, never
+        # buffered whole); its actions count as stdout's do.
+        parts = chunk.split(b"\n")
+        for n, part in enumerate(parts):
+            if not self.err_skipping:
+                self.err_line.extend(part)
+                if len(self.err_line) > self.max_line_bytes:
+                    self.err_line = bytearray()
+                    self.err_skipping = True
+            if n == len(parts) - 1:
+                break  # no newline after this part yet
+            if not self.err_skipping:
+                line = self.err_line.decode("utf-8", "replace").rstrip("\r")
+                self._deliver(line, self.on_err_line)
+            self.err_line = bytearray()
+            self.err_skipping = False
 
     def partial_tail(self) -> str | None:
         if self.oversize or not self.out:
@@ -941,8 +963,13 @@ def run_process(
     stderr_tail_bytes: int = DEFAULT_STDERR_TAIL_BYTES,
     run_marker: str | None = None,
     on_spawn: Callable[[int], None] | None = None,
+    on_err_line: Callable[[str], LineAction | None] | None = None,
 ) -> ProcessResult:
     """Run `argv` to an ending and return how it ended; complete stdout lines go to on_line.
+
+    `on_err_line`: complete stderr lines (up to max_line_bytes; longer ones are skipped), for
+    a CLI that reports some endings only in its log on stderr; its TERMINAL/STOP count as
+    on_line's. The stderr tail is kept either way.
 
     `on_spawn(pid)` is called once the child runs, before its output is read; the child leads
     its own session and process group (sid = pgid = pid), so whatever it starts without
@@ -992,7 +1019,7 @@ def run_process(
     proc = when_not_busy(spawn)
     _register(proc, marker)
     pgid = proc.pid  # start_new_session: the child leads its own session and group
-    state = _Run(on_line, max_line_bytes, stderr_tail_bytes)
+    state = _Run(on_line, max_line_bytes, stderr_tail_bytes, on_err_line)
     sel = selectors.DefaultSelector()
     open_fds: dict[int, str] = {}
     stdin_view: memoryview | None = None

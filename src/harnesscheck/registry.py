@@ -173,6 +173,9 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             min_version="0.2.1rc2",
             max_version="0.3.0",
             pinned_version="0.2.1rc2",
+            # the Python driver, the SDK import and the dsh runtime's start: 11 s for a whole plain
+            # session at load 1, 26-35 s at load 15-20 (2 cores); measured start-ups raise it (loopback)
+            cold_start_s=20.0,
             description="API-keyed Python SDK + bundled runtime (pip); built-ins off by composition, bridge via its MCP client.",
         ),
         ProviderSpec(
@@ -218,6 +221,9 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             min_version="1.18.0",
             max_version="2.0.0",
             pinned_version="1.18.33",
+            # the Bun binary's start, its sqlite migration, plugin and MCP start: first model request
+            # 30 s after spawn at load 10 (2 cores; `--version` alone 8.7 s at load 16); measured start-ups raise it
+            cold_start_s=30.0,
             description="BYOK CLI; per-run config and plugin cache, built-ins off, host tools through the MCP bridge.",
         ),
         ProviderSpec(

@@ -188,6 +188,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.opencode:leaves_its_builtins_on": _ids("audit.only-scope-tools-offered"),
     "tests.mutants.opencode:keeps_the_host_home": _ids("env.config-home-isolated", "env.host-credentials-unreachable"),
     "tests.mutants.opencode:reads_success_from_exit_zero": _ids("parse.truncated-last-line"),
+    "tests.mutants.opencode:waits_out_its_own_retries": _ids("errors.rate-limit-retryable"),
     # zcode (offline only, fixtures from references): the seed implementation's defects
     "tests.mutants.zcode:leaves_a_huge_prompt_in_argv": _ids("selection.huge-folded-prompt-not-in-argv"),
     "tests.mutants.zcode:passes_the_host_env_through": _ids(
@@ -262,6 +263,7 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.opencode:leaves_its_builtins_on": ("test_audit.py", "only_scope or declines"),
     "tests.mutants.opencode:keeps_the_host_home": ("test_env.py", "credentials or config_home or stripped"),
     "tests.mutants.opencode:reads_success_from_exit_zero": ("test_parse.py test_errors.py", "truncated or exit0 or crash"),
+    "tests.mutants.opencode:waits_out_its_own_retries": ("test_errors.py", "rate_limit"),
     "tests.mutants.harness:leaves_stdin_open": ("test_time.py", "not_left_open"),
     "tests.mutants.harness:ignores_the_concurrency_cap": ("test_concurrency.py", "cap_holds or parallel"),
     "tests.mutants.harness:keeps_session_files_unredacted": ("test_env.py", "session_files or argv or run_dir"),

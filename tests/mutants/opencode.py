@@ -47,6 +47,24 @@ class ReadsSuccessFromExitZero(OpencodeTransport):
         return LoggedParser(parser, ctx.run_dir / EVENT_LOG_NAME)
 
 
+class _DeafToStderrParser(OpencodeParser):
+    def feed_err(self, line):
+        return None
+
+
+class WaitsOutItsOwnRetries(OpencodeTransport):
+    """Reads stdout only: a 429 that opencode retries forever (printed only in its log on
+    stderr) runs into the deadline and is reported as a timeout, not a retryable rate limit."""
+
+    def make_parser(self, ctx, request, *, tool_less, on_text=None):
+        from harnesscheck.providers._eventlog import EVENT_LOG_NAME, LoggedParser
+
+        parser = _DeafToStderrParser(requested_model=request.model or self.settings.model)
+        parser.on_text = on_text
+        return LoggedParser(parser, ctx.run_dir / EVENT_LOG_NAME)
+
+
 leaves_its_builtins_on = mutant_spec("opencode", M, LeavesItsBuiltinsOn)
 keeps_the_host_home = mutant_spec("opencode", M, KeepsTheHostHome)
 reads_success_from_exit_zero = mutant_spec("opencode", M, ReadsSuccessFromExitZero)
+waits_out_its_own_retries = mutant_spec("opencode", M, WaitsOutItsOwnRetries)

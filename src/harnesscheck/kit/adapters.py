@@ -192,7 +192,8 @@ class Timeline:
     the upstream (fake CLI, scripted model, scripted server) recorded, None when this adapter
     cannot see its upstream at all (then checks judge as before)."""
 
-    timeout_s: float = 0.0  # the session deadline the kit asked for
+    timeout_s: float = 0.0  # the session deadline the backend was given (the check's, plus allowance_s)
+    allowance_s: float = 0.0  # the start-up allowance added to the check's deadline (startup_allowance_s)
     started: float = 0.0  # run_session was called
     ended: float = 0.0  # run_session returned
     cancel_sent: float | None = None  # the kit set the host's cancel event
@@ -377,6 +378,7 @@ class BackendUnderTest:
         teardown_s: float | None = None,
         settings: dict | None = None,
         run_dir: Path | None = None,
+        allowance: bool = True,
     ) -> SessionRun:
         """Run one session of `scenario` (or of scripted `tool_calls`) and collect the evidence.
 
@@ -394,13 +396,19 @@ class BackendUnderTest:
         as a host sets HARNESS_MODEL_MISMATCH).
         `run_dir`: the run dir the host names in the request (default: a fresh one beside the
         worktree, `<base>/run`), for the checks whose subject is a run dir the backend must refuse.
+        `allowance`: add this adapter's start-up allowance (startup_allowance_s) to `timeout_s`, so a
+        slow-starting runtime is judged by its behaviour, not by this machine's speed. Checks whose
+        subject is the deadline itself pass False (run_stalled does); a check bounding the session's
+        duration adds `run.timeline.allowance_s` to its bound.
         """
         if scenario not in SCENARIOS and scenario != "tools":
             raise KitFault(f"unknown scenario {scenario!r}")
         ws = workspace or self.workspace()
         env = {**self.host_isolation(ws), **(parent_env or {})}
         cancel = threading.Event() if cancel_after_s is not None or cancel_on_stall else None
-        timeline = Timeline(timeout_s=timeout_s)
+        extra_s = self.startup_allowance_s() if allowance else 0.0
+        timeout_s = timeout_s + extra_s
+        timeline = Timeline(timeout_s=timeout_s, allowance_s=extra_s)
         with patched_environ(env):
             self._local.teardown_s = teardown_s  # read by transport() while prepare builds one
             self._local.settings = settings
@@ -462,19 +470,22 @@ class BackendUnderTest:
         An adapter that cannot see its upstream's progress runs once with `blind_timeout_s`.
         """
         if not self.observes_stalls():
-            return self.run(scenario, timeout_s=blind_timeout_s, **kwargs)
+            return self.run(scenario, timeout_s=blind_timeout_s, allowance=False, **kwargs)
         self.warm_up()
         tried: list[float] = []
-        t = max(timeout_s, self.MIN_STALL_TIMEOUT_S)
+        # A deadline that fires before the runtime can have started judges nothing: the first
+        # run waits at least the start-up allowance, the retries at most that much longer.
+        allowance_s = self.startup_allowance_s()
+        t = max(timeout_s, self.MIN_STALL_TIMEOUT_S, allowance_s)
         while True:
-            run = self.run(scenario, timeout_s=t, **kwargs)
+            run = self.run(scenario, timeout_s=t, allowance=False, **kwargs)
             tried.append(t)
             tl = run.timeline
             earliest_deadline = tl.started + t
             if not tl.observed or tl.ended < earliest_deadline or tl.stalled_by(earliest_deadline):
                 return run
             lag = (tl.latest - tl.started) if tl.latest is not None else 0.0
-            t = min(retry_factor * max(t, lag), self.MAX_RETRY_TIMEOUT_S)
+            t = min(retry_factor * max(t, lag), self.MAX_RETRY_TIMEOUT_S + allowance_s)
             if len(tried) == self.MAX_STALLED_RUNS or t <= tried[-1]:
                 break
         raise SkipCell(
@@ -483,6 +494,13 @@ class BackendUnderTest:
             f"in {len(tried)} run(s) (timeout_s {' and '.join(f'{x:g}' for x in tried)}): this machine is too "
             "slow right now to time a session out after its partial output; the backend was not judged",
         )
+
+    def startup_allowance_s(self) -> float:
+        """Seconds added to the deadline of a session whose check does not test the deadline
+        itself (run(allowance=)): the time this adapter's upstream needs before it does
+        anything. 0 for in-process backends and fake CLIs; the loopback level's real runtimes
+        declare and measure theirs (LoopbackAdapter)."""
+        return 0.0
 
     def warm_up(self) -> None:
         """Offline, once per process and backend: one untimed `success` session, so one-time

@@ -124,9 +124,11 @@ def fixture_facts(cli: str, scenario: dict, requested: str | None) -> Facts:
             step = Usage(input=int(t.get("input", 0)), output=int(t.get("output", 0)),
                          cache_read=int(cache.get("read", 0)), cache_write=int(cache.get("write", 0)))
             facts.usage = step if facts.usage is None else facts.usage + step
-            cost = event["part"].get("cost")
-            if isinstance(cost, (int, float)):
-                facts.cost_usd = (facts.cost_usd or 0.0) + float(cost)
+            from harnesscheck.providers.opencode import priced_cost
+
+            cost = priced_cost(event["part"])  # 0 for a step with tokens: opencode had no price, no figure
+            if cost is not None:
+                facts.cost_usd = (facts.cost_usd or 0.0) + cost
         if cli == "cursor-agent" and event.get("type") == "result" and isinstance(event.get("usage"), dict):
             u = event["usage"]
             facts.usage = Usage(input=int(u.get("inputTokens", 0)), output=int(u.get("outputTokens", 0)))

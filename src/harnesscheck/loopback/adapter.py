@@ -303,7 +303,8 @@ def wire_to_scope_name(name: str) -> str:
 
 
 def facts_from_stdout(cli: str, lines: list[str]) -> dict:
-    """What the CLI itself printed that a check compares against: the vendor cost."""
+    """What the CLI itself printed that a check compares against: the vendor cost (claude's
+    result `total_cost_usd`; opencode's priced step_finish costs, summed)."""
     out: dict = {}
     for line in lines:
         if not line.startswith("{"):
@@ -316,4 +317,10 @@ def facts_from_stdout(cli: str, lines: list[str]) -> dict:
             cost = event.get("total_cost_usd")
             if isinstance(cost, (int, float)):
                 out["cost_usd"] = float(cost)
+        if cli == "opencode" and event.get("type") == "step_finish" and isinstance(event.get("part"), dict):
+            from harnesscheck.providers.opencode import priced_cost
+
+            cost = priced_cost(event["part"])  # summed over steps; 0 with tokens is no price
+            if cost is not None:
+                out["cost_usd"] = out.get("cost_usd", 0.0) + cost
     return out

@@ -103,10 +103,6 @@ def require_pinned_cli(backend: str | ProviderSpec, environ=None) -> tuple[Pinne
     return PinnedBinary(backend_id, path, spec.pinned_version), ""
 
 
-#: Enables the loopback column of a pip-runtime backend (deepseek): its sessions start slowly.
-SLOW_LOOPBACK_VAR = "HARNESSCHECK_DEEPSEEK_LOOPBACK"
-
-
 def _pip_runtime(spec: ProviderSpec, environ) -> tuple[PinnedBinary | None, str]:
     """A backend whose runtime install-clis puts in the cache with pip (loopback/install.py
     PIP_RUNTIMES, e.g. deepseek's SDK dir `<cache>/deepseek@<pin>/`): that directory at the pin,
@@ -128,10 +124,6 @@ def _pip_runtime(spec: ProviderSpec, environ) -> tuple[PinnedBinary | None, str]
             return None, f"HARNESS_BACKEND_CLI={raw} holds {found}, outside the supported {version_range(spec)}: refused"
         return PinnedBinary(spec.id, path, found, "HARNESS_BACKEND_CLI"), ""
     path = pip_runtime_dir(cli_cache_dir(), spec.id, spec.pinned_version or "")
-    if (environ.get(SLOW_LOOPBACK_VAR) or "").strip() != "1":
-        return None, (f"{spec.id}'s loopback column is opt-in ({SLOW_LOOPBACK_VAR}=1): the real runtime needed 11-35 s "
-                      "per session here (start-up on a loaded 2-core machine), past the kit's 30 s session deadlines; "
-                      "tests/test_deepseek.py drives it at loopback when installed (doc/SPEC-deepseek.md)")
     found = installed(path)
     if found != spec.pinned_version:
         return None, (f"{spec.id} {spec.pinned_version} is not installed in {path}"

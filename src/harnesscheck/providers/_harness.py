@@ -485,6 +485,7 @@ class HarnessTransport:
                     env=env,
                     cwd=ctx.cwd,
                     on_line=parser.feed,
+                    on_err_line=getattr(parser, "feed_err", None),  # a parser reading the CLI's stderr log
                     timeout_s=max(left, 0.001),
                     stdin_bytes=inv.stdin_bytes,
                     cancel=cancel,

@@ -1,7 +1,8 @@
 """opencode transport: `opencode run --format json` with the host's tools through the MCP bridge.
 
 Requirements kept here (doc/SPEC-opencode.md):
-- argv `opencode run --format json --title <session> [-m PROVIDER/MODEL] -- <prompt>`;
+- argv `opencode run --format json --title <session> --print-logs --log-level ERROR
+  [-m PROVIDER/MODEL] -- <prompt>`;
   stdin is /dev/null (`opencode run` reads a piped stdin to EOF before anything else); a
   prompt too large for one argument goes on stdin instead (then EOF). `--title` names the
   session, so opencode makes no tool-less title request before the turn.
@@ -24,13 +25,23 @@ Requirements kept here (doc/SPEC-opencode.md):
   event (the process gets a short linger, then its tree is killed: opencode has been seen
   never to exit after a fatal provider error); an `error` event is terminal too and
   classified (auth blocks, never retried). Exit 0 without a final `step_finish` is a
-  protocol error, never success. Usage and cost are the sums over `step_finish`.
+  protocol error, never success. Usage and cost are the sums over `step_finish`; a step that
+  used tokens but costs 0 is unpriced (opencode prices tokens from its model catalog and prints
+  0 for a model it has no price for): a session with no priced step reports cost unknown, never $0.
+- A 429 / 5xx / overload is retried by opencode itself, forever, honouring retry-after, and
+  `run --format json` prints nothing while it does: the only sign is its log line on stderr
+  (`--print-logs --log-level ERROR`: `message="stream error" ... error.error="AI_APICallError:
+  <the server's message>"`). The first such line whose words say rate limit, overload, server
+  error or quota ends the session with that class (retryable where the class is; retry-after
+  unknown: opencode prints none), as claude-code and codex stop at the CLI's first retry: the
+  host decides about retrying.
 - opencode reports no served model: the verdict is unverified.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -108,6 +119,12 @@ _STATUS = {401: ErrorClass.auth, 403: ErrorClass.auth, 429: ErrorClass.rate_limi
            503: ErrorClass.overloaded, 404: ErrorClass.model_unavailable, 400: ErrorClass.invalid_request}
 
 
+#: A stream error in opencode's log line (`error.error="..."`, quotes escaped).
+_STREAM_ERROR = re.compile(r'error\.error="((?:[^"\\]|\\.)*)"')
+#: Error classes whose stream errors opencode retries by itself (the session would run to its deadline).
+_RETRIED_BY_OPENCODE = frozenset({ErrorClass.rate_limit, ErrorClass.overloaded, ErrorClass.server_error, ErrorClass.quota})
+
+
 # ---------------------------------------------------------------------------------------
 # The pure parser
 
@@ -162,6 +179,22 @@ class OpencodeParser:
             return LineAction.TERMINAL
         return None
 
+    def feed_err(self, line: str) -> LineAction | None:
+        """A stderr log line (`--print-logs`): a stream error opencode will retry by itself
+        (rate limit, overload, server error, quota) ends the session with its class."""
+        if self.terminal is not None or 'message="stream error"' not in line:
+            return None
+        m = _STREAM_ERROR.search(line)
+        if m is None:
+            return None
+        text = m.group(1).replace('\\"', '"')
+        text = text.split(": ", 1)[1] if text.startswith("AI_") and ": " in text else text
+        if classify_text(text) not in _RETRIED_BY_OPENCODE:
+            return None  # auth, bad request...: opencode prints their `error` event on stdout
+        self.error = {"name": "APIError", "data": {"message": text}}
+        self.terminal = "error"
+        return LineAction.TERMINAL
+
     def _tool(self, part: dict) -> None:
         name = str(part.get("tool") or "")
         if not name:
@@ -177,9 +210,9 @@ class OpencodeParser:
     def _step_finish(self, part: dict) -> LineAction | None:
         self.steps += 1
         self.usage = self.usage + _usage(part.get("tokens"))
-        cost = part.get("cost")
-        if isinstance(cost, (int, float)) and not isinstance(cost, bool) and cost >= 0:
-            self.cost_usd = (self.cost_usd or 0.0) + float(cost)
+        cost = priced_cost(part)
+        if cost is not None:
+            self.cost_usd = (self.cost_usd or 0.0) + cost
         reason = part.get("reason")
         self.finish_reason = reason if isinstance(reason, str) else None
         if self.finish_reason in ("tool-calls", "tool_calls"):
@@ -276,6 +309,17 @@ def error_class(error: dict, stderr_tail: str = "") -> tuple[ErrorClass, str]:
     return worded or classify_text(stderr_tail) or ErrorClass.unknown, text
 
 
+def priced_cost(part: dict) -> float | None:
+    """A step_finish's `cost` when it is a price: None when absent, negative, or 0 for a step
+    that used tokens (opencode prints 0 for a model without a price: unknown, not free)."""
+    cost = part.get("cost")
+    if not isinstance(cost, (int, float)) or isinstance(cost, bool) or cost < 0:
+        return None
+    if cost == 0 and _usage(part.get("tokens")).total > 0:
+        return None
+    return float(cost)
+
+
 def _usage(raw) -> Usage:
     """step_finish tokens -> Usage (opencode's `input` already excludes the cached part)."""
     if not isinstance(raw, dict):
@@ -330,11 +374,17 @@ def render_config(*, bridge: tuple[list[str], dict[str, str]] | None, provider: 
     return config
 
 
+#: The price the loopback model is given (USD per million tokens, opencode's `cost` keys), so the
+#: real opencode computes and prints a vendor figure the kit can compare (usage.vendor-cost-reported).
+LOOPBACK_PRICE = {"input": 3.0, "output": 15.0, "cache_read": 0.3, "cache_write": 3.75}
+
+
 def loopback_provider(endpoint, model: str) -> dict:
-    """An `@ai-sdk/openai-compatible` provider on the scripted server (Chat Completions)."""
+    """An `@ai-sdk/openai-compatible` provider on the scripted server (Chat Completions), its
+    model priced (LOOPBACK_PRICE)."""
     return {LOOPBACK_PROVIDER: {"npm": "@ai-sdk/openai-compatible", "name": "harnesscheck loopback",
                                 "options": {"baseURL": endpoint.v1_url, "apiKey": endpoint.api_key},
-                                "models": {model: {"name": model, "tool_call": True}}}}
+                                "models": {model: {"name": model, "tool_call": True, "cost": dict(LOOPBACK_PRICE)}}}}
 
 
 def plugin_deps_candidates(cli: Path, version: str | None) -> list[Path]:
@@ -468,7 +518,8 @@ class OpencodeTransport(HarnessTransport):
             if link.is_symlink() or link.exists():
                 link.unlink()
             link.symlink_to(auth)
-        argv = [str(cli), "run", "--format", "json", "--title", f"harnesscheck {ctx.session_id}"]
+        argv = [str(cli), "run", "--format", "json", "--title", f"harnesscheck {ctx.session_id}",
+                "--print-logs", "--log-level", "ERROR"]  # its retried stream errors show only there (feed_err)
         if full_model:
             argv += ["-m", full_model]
         injections = {"HOME": str(home), **{k: str(v) for k, v in dirs.items()}, "OPENCODE_CONFIG": str(config_path),
