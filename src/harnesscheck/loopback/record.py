@@ -480,22 +480,39 @@ def scrub_line(line: str, machine_paths: list[tuple[str, str]]) -> str:
 _RUNTIME_RE = re.compile(r"/tmp/hc-rt-[A-Za-z0-9_]+")
 
 
-def _claude_placeholders(event: dict, default_model: str | None) -> dict:
+def server_fields(servers: Any) -> dict | None:
+    """The fields beside `{name, status: connected}` that every server of an init's
+    `mcp_servers` shares (2.1.332: `{"source": "dynamic"}`; 2.1.197: `{}`), or None when
+    the list is empty, a server is not connected (failed, pending) or the servers differ:
+    then the list must stay literal."""
+    if not isinstance(servers, list) or not servers:
+        return None
+    extras = []
+    for server in servers:
+        if not isinstance(server, dict) or server.get("status") != "connected" or not isinstance(server.get("name"), str):
+            return None
+        extras.append({k: v for k, v in server.items() if k not in ("name", "status")})
+    return extras[0] if all(e == extras[0] for e in extras) else None
+
+
+def _claude_placeholders(event: dict, default_model: str | None, fields: dict | None = None) -> dict:
     """init echoes argv (tools, MCP servers, model): make it the fake's placeholders, but
     only where it says what the transport asked for (a failed bridge, a missing tool stay
-    literal: a replay must show the same failure)."""
+    literal: a replay must show the same failure). `fields` (filled in): the extra fields
+    the templated servers carried, which the fixture keeps as `mcp_server_fields`."""
     if event.get("type") == "system" and event.get("subtype") == "init":
         event = dict(event)
         tools = event.get("tools")
         if isinstance(tools, list) and tools and all(str(t).startswith("mcp__bridge__") for t in tools):
             event["tools"] = "{{allowed_tools}}"
-        servers = event.get("mcp_servers")
-        # the placeholder replays `{name, status: connected}` only: any other status (failed,
-        # pending) or field (2.1.332's `source`) a classification may read stays literal
-        if isinstance(servers, list) and servers and all(
-            isinstance(s, dict) and s.get("status") == "connected" and set(s) == {"name", "status"} for s in servers
-        ):
+        # the placeholder replays each configured server `connected`, with the fields every
+        # recorded server shared (2.1.332's `source`) kept in `mcp_server_fields`; any other
+        # status (failed, pending) or servers that differ stay literal (a classification reads them)
+        extras = server_fields(event.get("mcp_servers"))
+        if extras is not None and (fields is None or not fields or fields == extras):
             event["mcp_servers"] = "{{mcp_server_names}}"
+            if fields is not None:
+                fields.update(extras)
         if event.get("model") == default_model:
             event["model"] = "{{model}}"
     if event.get("type") == "result" and isinstance(event.get("modelUsage"), dict) and default_model:
@@ -559,6 +576,7 @@ def to_fixture(rec: Recording) -> dict:
     from harnesscheck import __version__
 
     default_model = _default_model(rec.cli, rec.lines)
+    fields: dict = {}  # the fields the templated mcp_servers carried (mcp_server_fields)
     steps: list[dict] = []
     if rec.recipe.slow_bridge_s and rec.first_line_s is not None and rec.first_line_s >= rec.recipe.slow_bridge_s:
         steps.append({"delay": rec.recipe.slow_bridge_s})  # the CLI printed nothing until its bridge was up
@@ -573,7 +591,7 @@ def to_fixture(rec: Recording) -> dict:
             steps.append({"raw": line, "newline": True})
             continue
         if rec.cli == "claude":
-            event = _claude_placeholders(event, default_model)
+            event = _claude_placeholders(event, default_model, fields)
         if rec.cli == "gemini":
             from harnesscheck.providers.gemini import BRIDGE_PREFIX, DEFAULT_MODEL
 
@@ -624,6 +642,8 @@ def to_fixture(rec: Recording) -> dict:
     }
     if default_model:
         fixture["default_model"] = default_model
+    if fields:
+        fixture["mcp_server_fields"] = fields
     if rec.cli == "gemini":
         from harnesscheck.providers.gemini import DEFAULT_MODEL
 
