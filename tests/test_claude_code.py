@@ -738,11 +738,13 @@ def test_overloaded_ladder_is_cut_short_end_to_end(worktree, tmp_path):
     assert (outcome.status, outcome.error_class, outcome.retryable) == (OutcomeStatus.error, ErrorClass.overloaded, True)
     assert not outcome.terminal_event_seen and no_survivors(fake) == []
     # None lets the ladder run: the recorded CLI (ended by the host after its first notice)
-    # then runs into the deadline instead of being stopped at the notice
+    # then runs into the deadline while still retrying; the root cause, the 529 it was
+    # retrying, wins over the deadline that followed (doc/SPEC-claude-code.md, precedence)
     fake = install_fake_cli("claude", "overloaded_529", tmp_path / "bin2")
     transport = make_transport(fake, retry_stop_after=None)
     outcome = run(fake, worktree, tmp_path, transport=transport, timeout_s=2.0)
-    assert (outcome.status, outcome.error_class) == (OutcomeStatus.truncated, ErrorClass.timeout)
+    assert (outcome.status, outcome.error_class, outcome.retryable) == (OutcomeStatus.error, ErrorClass.overloaded, True)
+    assert "still retrying" in outcome.message and "deadline" in outcome.message and outcome.retry_after_s
     assert no_survivors(fake) == []
 
 

@@ -84,6 +84,10 @@ RECIPES: dict[str, dict[str, Recipe]] = {
         "native_tool_use": Recipe(),
         "mcp_failed": Recipe(broken_bridge=True),
         "api_key_source": Recipe(credential="api_key"),
+        # root-cause precedence (doc/SPEC-claude-code.md): a 429 ladder the deadline cuts short
+        # is a rate limit, not a timeout; a bridge that cannot start under a 401 server
+        "rate_limit_429_deadline": Recipe(full_ladder=True, timeout_s=45.0, script="rate_limit_429"),
+        "auth_401_bridge_failed": Recipe(broken_bridge=True, script="auth_401"),
     },
     "codex": {
         "success": Recipe(),
@@ -102,6 +106,9 @@ RECIPES: dict[str, dict[str, Recipe]] = {
         "mcp_failed": Recipe(broken_bridge=True),
         # A required bridge slow to start: codex waits for it, then runs normally.
         "mcp_slow": Recipe(slow_bridge_s=0.5, script="tool_calls"),
+        # root-cause precedence (doc/SPEC-codex.md). A 429 ladder cut by the deadline was tried
+        # too (25 s): on a loaded machine codex printed no notice before it; the test derives it
+        "auth_401_bridge_failed": Recipe(broken_bridge=True, script="auth_401"),
     },
     "gemini": {
         "success": Recipe(),
@@ -619,6 +626,10 @@ def to_fixture(rec: Recording) -> dict:
                      f"the first stdout line came {rec.first_line_s or 0:.1f} s after the start")
     if rec.recipe.full_ladder:
         notes.append("the host let the CLI run its retry ladder out (retry_stop_after=None)")
+    if rec.recipe.script and rec.recipe.script != rec.scenario:
+        notes.append(f"the scripted model served the {rec.recipe.script!r} scenario")
+    if rec.recipe.timeout_s != DEFAULT_TIMEOUT_S:
+        notes.append(f"the session deadline was {rec.recipe.timeout_s:g} s")
     if rec.recipe.model:
         notes.append(f"the request named the model {rec.recipe.model!r}")
     if rec.ended_by_host:
