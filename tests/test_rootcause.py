@@ -164,6 +164,19 @@ def test_codex_without_a_terminal_event_the_root_error_wins():
 # -- the CLIs whose bridge readiness is read from the bridge's trace -------------------------
 
 
+def test_gemini_real_401_with_a_bridge_that_cannot_start_is_auth(tmp_path):
+    """Real (gemini 0.61.0, loopback): the bridge cannot start ("MCP issues detected" on
+    stderr) and the server answers 401: the replay through the transport is blocked/auth,
+    as it was live, not mcp_unavailable."""
+    from test_gemini import session
+
+    fx = load_fixture("gemini", "auth_401_bridge_failed")
+    assert fx["provenance"]["source"] == "loopback-recording" and fx["provenance"]["live_outcome"]["error_class"] == "auth"
+    assert any("MCP issues detected" in s.get("stderr", "") for s in fx["steps"])
+    out, _fake, _wt = session(tmp_path, "auth_401_bridge_failed")
+    assert (out.status, out.error_class) == (OutcomeStatus.blocked, C.auth), out.message
+
+
 @pytest.mark.parametrize(("scenario", "cls"), [("auth_401", C.auth), ("success", C.mcp_unavailable)])
 def test_gemini_auth_wins_over_the_bridge_that_never_started(tmp_path, scenario, cls):
     """Hand-derived from the real auth_401 and success recordings (gemini 0.61.0), replayed

@@ -123,6 +123,8 @@ RECIPES: dict[str, dict[str, Recipe]] = {
         "timeout_mid_stream": Recipe(timeout_s=45.0),
         "native_tool_use": Recipe(),
         "mcp_failed": Recipe(broken_bridge=True),
+        # root-cause precedence (doc/SPEC-gemini.md): a 401 with a bridge that never started
+        "auth_401_bridge_failed": Recipe(broken_bridge=True, script="auth_401"),
     },
 }
 
