@@ -142,8 +142,13 @@ def _codex(lines, result, **kw):
 
 
 def test_codex_a_reconnect_ladder_cut_by_the_deadline_is_a_rate_limit():
-    """Hand-derived from the real rate_limit_429 recording (0.171.0, full ladder): its lines
-    up to the second notice, then the host's deadline."""
+    """Real (0.171.0, loopback): the 429 ladder run out (retry_stop_after=None) with a 12 s
+    deadline: one `Reconnecting... 1/5` notice, then the host's deadline: rate_limit, as live.
+    And hand-derived from the real full-ladder rate_limit_429: up to its second notice."""
+    fx = load_fixture("codex", "rate_limit_429_deadline")
+    assert fx["provenance"]["source"] == "loopback-recording" and fx["provenance"]["live_outcome"]["error_class"] == "rate_limit"
+    real = _codex(_emits("codex", "rate_limit_429_deadline"), _ended(ending=Ending.deadline, code=None), retry_stop_after=None)
+    assert (real.status, real.error_class, real.retryable) == (OutcomeStatus.error, C.rate_limit, True)
     lines = _emits("codex", "rate_limit_429")[:4]
     assert "Reconnecting... 2/5" in lines[-1]
     out = _codex(lines, _ended(ending=Ending.deadline, code=None), retry_stop_after=None)

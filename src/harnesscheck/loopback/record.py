@@ -106,8 +106,8 @@ RECIPES: dict[str, dict[str, Recipe]] = {
         "mcp_failed": Recipe(broken_bridge=True),
         # A required bridge slow to start: codex waits for it, then runs normally.
         "mcp_slow": Recipe(slow_bridge_s=0.5, script="tool_calls"),
-        # root-cause precedence (doc/SPEC-codex.md). A 429 ladder cut by the deadline was tried
-        # too (25 s): on a loaded machine codex printed no notice before it; the test derives it
+        # root-cause precedence (doc/SPEC-codex.md): a 429 ladder the deadline cuts short
+        "rate_limit_429_deadline": Recipe(full_ladder=True, timeout_s=12.0, script="rate_limit_429"),
         "auth_401_bridge_failed": Recipe(broken_bridge=True, script="auth_401"),
     },
     "gemini": {
