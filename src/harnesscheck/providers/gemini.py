@@ -346,11 +346,6 @@ def _short(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _last_line(text: str) -> str:
-    lines = [ln for ln in (text or "").splitlines() if ln.strip()]
-    return lines[-1] if lines else ""
-
-
 # ---------------------------------------------------------------------------------------
 # The per-run HOME, settings.json and the invocation
 

@@ -368,11 +368,6 @@ def _short(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _last_line(text: str) -> str:
-    lines = [ln for ln in (text or "").splitlines() if ln.strip()]
-    return lines[-1] if lines else ""
-
-
 def login_file(parent_env: dict[str, str]) -> Path | None:
     """The user's zcode login (`<data dir>/v2/credentials.json`; the data dir is the parent's
     ZCODE_DATA_BASE_DIR, else `~/.zcode`), if there is one."""
