@@ -152,7 +152,8 @@ without a ``[1m]``-style suffix (what the API echoes back), ``{{cwd}}`` the proc
 the list given to ``--allowedTools`` (comma-separated, one argument), and exactly
 ``"{{mcp_server_names}}"`` becomes ``[{"name": n, "status": "connected"}]`` for each server
 named in the ``--mcp-config`` file(s) (the fake does not connect; scenarios that need a
-failing server say so literally).
+failing server say so literally), each with the top-level ``"mcp_server_fields"`` added
+(a recording's fields beside name and status, e.g. claude 2.1.332's ``{"source": "dynamic"}``).
 
 What a fake records
 ===================
@@ -248,7 +249,7 @@ def _exec_path(env) -> list[str]:
 
 
 VERSIONS = {
-    "claude": "2.1.197 (Claude Code)",
+    "claude": "2.1.332 (Claude Code)",
     "codex": "codex-cli 0.171.0",
     "cursor-agent": "2026.08.11-e8db854",
     "deepseek": "deepseek-harness-sdk 0.2.1rc2",
@@ -882,6 +883,9 @@ class Fake:
             # costs a tomllib import, some 10 ms on every codex run otherwise.
             shown = _mentions(self.scenario.get("steps"), "{{mcp_server_names}}")
             servers = [{"name": n, "status": "connected"} for n in self._mcp_servers()] if shown else []
+        fields = self.scenario.get("mcp_server_fields")
+        if isinstance(fields, dict) and fields:
+            servers = [{**s, **fields} for s in servers]  # what every recorded server also said (claude 2.1.332: source)
         return {
             "model": model,
             "model_base": model.split("[", 1)[0],

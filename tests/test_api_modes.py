@@ -21,7 +21,7 @@ COLUMNS = [f"api/{mode}" for mode in API_MODES]
 
 def test_api_stands_for_its_three_mode_columns():
     assert registry.column_ids("api") == COLUMNS
-    assert registry.column_ids("codex") == ["codex"] and registry.column_ids("claude-code==2.1.332") == ["claude-code==2.1.332"]
+    assert registry.column_ids("codex") == ["codex"] and registry.column_ids("claude-code==2.1.197") == ["claude-code==2.1.197"]
     ids = registry.default_backend_ids()
     assert "api" not in ids and ids[: len(COLUMNS)] == COLUMNS
 
@@ -89,7 +89,7 @@ def test_a_harness_cell_names_the_fixtures_it_replayed_and_where_they_came_from(
     assert "fixtures/cursor/success.json (written from references" in cursor.provenance()
     claude = adapter_for(registry.get_spec("claude-code"), "offline", tmp_path / "cl")
     claude.load_fixture("success")
-    assert "fixtures/claude/success.json (recorded from claude 2.1.197" in claude.provenance()
+    assert "fixtures/claude/success.json (recorded from claude 2.1.332" in claude.provenance()
 
 
 def test_the_matrix_keeps_provenance_per_cell():

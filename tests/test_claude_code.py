@@ -65,7 +65,10 @@ def test_every_canonical_scenario_has_a_fixture():
     assert canonical <= set(FIXTURES)
     for name in FIXTURES:
         prov = load_fixture("claude", name)["provenance"]
-        assert prov["cli"] == "claude" and prov["cli_version"] == "2.1.197" and prov["date"]
+        # recordings are the pinned release's; hand-written ones keep the release their shapes are from
+        pin = get_spec("claude-code").pinned_version
+        assert prov["cli"] == "claude" and prov["date"]
+        assert prov["cli_version"] == pin if prov["source"] == "loopback-recording" else prov["cli_version"], (name, prov)
         assert prov["source"].startswith(("observed-here", "loopback-recording", "reference:"))
 
 
@@ -746,6 +749,16 @@ def test_overloaded_ladder_is_cut_short_end_to_end(worktree, tmp_path):
     outcome = run(fake, worktree, tmp_path, transport=transport, timeout_s=120)
     assert outcome.terminal_event_seen and outcome.retryable
     assert (outcome.status, outcome.error_class) in ((OutcomeStatus.error, ErrorClass.overloaded), (OutcomeStatus.error, ErrorClass.server_error))
+    # a deadline inside the ladder (the wait after the first notice made longer than the
+    # deadline): the CLI is still retrying when it fires; the root cause, the 529 it was
+    # retrying, wins over the deadline that followed (doc/SPEC-claude-code.md, precedence)
+    data = json.loads((fixtures_dir() / "claude" / "overloaded_529.json").read_text())
+    data["steps"] = [{"delay": 600} if s.get("delay") == 2.0 else s for s in data["steps"]]
+    fake = install_fake_cli("claude", data, tmp_path / "bin3")
+    transport = make_transport(fake, retry_stop_after=None)
+    outcome = run(fake, worktree, tmp_path, transport=transport, timeout_s=10.0)
+    assert (outcome.status, outcome.error_class, outcome.retryable) == (OutcomeStatus.error, ErrorClass.overloaded, True)
+    assert "still retrying" in outcome.message and "deadline" in outcome.message and outcome.retry_after_s
     assert no_survivors(fake) == []
 
 

@@ -1,7 +1,7 @@
 """Reasoning-only Claude Code (providers/claude_code_reasoning.py): the text-protocol parser
 (Hypothesis: malformed JSON never dispatches, a name outside the advertised set never
 dispatches), the tripwire and the error mapping on the CLI's outcome, and, with the pinned
-real claude 2.1.197 against the scripted Anthropic server on 127.0.0.1, whole host-loop
+real claude (2.1.332) against the scripted Anthropic server on 127.0.0.1, whole host-loop
 sessions: a plain turn, a fenced-JSON tool call dispatched by the host, a tool_use block
 that trips the wire, a rate limit that stays a rate limit, and no API key reaching the CLI."""
 

@@ -536,8 +536,8 @@ def test_reconnect_stop_bound_and_retry_after():
     assert actions[:2] == [None, LineAction.STOP]
     assert out.error_class is ErrorClass.rate_limit and out.retry_after_s == 7.0
     actions, out = _notices(*ladder, retry_stop_after=None)
-    assert actions == [None, None, None]  # the ladder runs; the deadline decides
-    assert out.error_class is ErrorClass.timeout
+    assert actions == [None, None, None]  # the ladder runs into the deadline; the 429 it was
+    assert out.error_class is ErrorClass.rate_limit and out.retryable  # retrying is the root cause, not the timeout
 
 
 def test_reconnect_that_says_usage_limit_is_quota_and_stops():

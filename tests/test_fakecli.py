@@ -23,7 +23,7 @@ def _run(fake, *args, stdin=subprocess.DEVNULL, input=None, timeout=30):
 
 @pytest.mark.parametrize(
     "cli,expected",
-    [("claude", "2.1.197 (Claude Code)"), ("codex", "codex-cli 0.171.0"), ("cursor-agent", "2026.08.11-e8db854")],
+    [("claude", "2.1.332 (Claude Code)"), ("codex", "codex-cli 0.171.0"), ("cursor-agent", "2026.08.11-e8db854")],
 )
 def test_version_answers_like_the_real_cli(cli, expected, tmp_path):
     shipped = subprocess.run([str(fake_clis_dir() / cli), "--version"], capture_output=True, timeout=30)
@@ -316,7 +316,7 @@ def test_the_wrapper_runs_the_engine_isolated_and_without_site(tmp_path):
 def test_version_imports_only_what_it_needs(tmp_path):
     fake = install_fake_cli("claude", {"steps": []}, tmp_path)
     names, proc = _imported(fake, "--version")
-    assert proc.stdout == b"2.1.197 (Claude Code)\n"
+    assert proc.stdout == b"2.1.332 (Claude Code)\n"
     assert {"_fakecli", "_json"} <= names  # the probe sees the engine's imports
     assert not names & (HEAVY_MODULES | {"select", "site"})
 

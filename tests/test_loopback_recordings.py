@@ -186,9 +186,10 @@ def test_to_fixture_scrubs_and_keeps_what_the_cli_said(tmp_path):
 
 
 def test_recordings_keep_every_fact_a_classification_reads(tmp_path):
-    """A server status other than connected (2.1.332's `pending`), a field the placeholder
-    would drop (`source`), survive recording literally; a messaging socket path in a short
-    private runtime dir is scrubbed like the run dir."""
+    """A server status other than connected (2.1.332's `pending`) survives recording
+    literally; connected servers become the placeholder, the field beside name and status
+    (`source`) kept in `mcp_server_fields` for the replay; a messaging socket path in a
+    short private runtime dir is scrubbed like the run dir."""
     from types import SimpleNamespace
 
     from harnesscheck.loopback.record import Recipe, Recording, to_fixture
@@ -212,7 +213,8 @@ def test_recordings_keep_every_fact_a_classification_reads(tmp_path):
     fx = to_fixture(rec)
     first, second = fx["steps"][0]["emit"], fx["steps"][1]["emit"]
     assert first["mcp_servers"] == [{"name": "bridge", "status": "pending", "source": "dynamic"}]
-    assert second["mcp_servers"] == [{"name": "bridge", "status": "connected", "source": "dynamic"}]
+    # connected everywhere: the placeholder, with the shared field kept for the replay
+    assert second["mcp_servers"] == "{{mcp_server_names}}" and fx["mcp_server_fields"] == {"source": "dynamic"}
     assert first["messaging_socket_path"] == "<runtime-dir>/cc-socks/4242.sock"
     assert second["messaging_socket_path"] == "<run-dir>/run/runtime/cc-socks/4242.sock"
     assert "/tmp/" not in json.dumps(fx)

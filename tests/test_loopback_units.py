@@ -32,7 +32,7 @@ def test_npm_argv_pins_exact_versions_without_scripts(tmp_path):
     argv = install.npm_argv("/usr/bin/npm", tmp_path, install.pinned_clis())
     assert argv[:4] == ["/usr/bin/npm", "install", "--prefix", str(tmp_path)]
     assert "--ignore-scripts" in argv and "--save-exact" in argv
-    assert "@anthropic-ai/claude-code@2.1.197" in argv and "@openai/codex@0.171.0" in argv
+    assert "@anthropic-ai/claude-code@2.1.332" in argv and "@openai/codex@0.171.0" in argv
     assert "@google/gemini-cli@0.61.0" in argv
 
 

@@ -37,9 +37,10 @@ def cache(tmp_path, monkeypatch):
 
 
 def test_a_release_column_is_the_same_backend_at_that_version():
-    spec = get_spec("claude-code==2.1.332")
+    spec = get_spec("claude-code==2.1.197")  # the previous pin, the second column
     base = get_spec("claude-code")
-    assert spec.id == "claude-code==2.1.332" and spec.pinned_version == "2.1.332" and is_version_variant(spec)
+    assert base.pinned_version == "2.1.332" and not is_version_variant(base)
+    assert spec.id == "claude-code==2.1.197" and spec.pinned_version == "2.1.197" and is_version_variant(spec)
     assert (spec.factory, spec.capabilities, spec.cli_package) == (base.factory, base.capabilities, base.cli_package)
     assert base_id(spec.id) == "claude-code"
     assert get_spec(f"claude-code=={base.pinned_version}") is base  # the pin is the base column
@@ -84,8 +85,8 @@ def test_backend_cli_override_is_honoured_or_refused_never_ignored(cache, tmp_pa
     env["HARNESS_BACKEND"] = "claude-code"
     found, why = clis.require_pinned_cli("claude-code", env)
     assert found is not None and found.version == "2.1.250" and found.source == "HARNESS_BACKEND_CLI"
-    found, why = clis.require_pinned_cli("claude-code==2.1.332", env)
-    assert found is None and "names 2.1.332" in why
+    found, why = clis.require_pinned_cli("claude-code==2.1.197", env)
+    assert found is None and "names 2.1.197" in why
     assert clis.require_pinned_cli("codex", env)[1] != why  # another backend's override does not concern codex
     env["HARNESS_BACKEND_CLI"] = str(tmp_path / "missing")
     found, why = clis.require_pinned_cli("claude-code", env)

@@ -22,3 +22,17 @@ def test_readme_has_the_two_setup_commands() -> None:
 def test_ci_runs_the_readme_test_command() -> None:
     test_cmd = next(c for c in _commands() if "pytest" in c)
     assert test_cmd in (REPO / ".ci" / "run").read_text()
+
+
+def test_readme_names_the_cli_pins_and_second_columns() -> None:
+    """The README says which CLI releases the pins are (a bump that forgets it fails here)."""
+    from harnesscheck.registry import BUILTIN_SPECS, SECOND_COLUMNS, get_spec
+
+    text = (REPO / "README.md").read_text()
+    for spec in BUILTIN_SPECS.values():
+        if spec.cli_package and spec.pinned_version:
+            assert f"{spec.pinned_version}" in text, spec.id
+    for backend, versions in SECOND_COLUMNS.items():
+        for version in versions:
+            if version != get_spec(backend).pinned_version:
+                assert f"`{backend}=={version}`" in text, (backend, version)

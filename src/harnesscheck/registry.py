@@ -100,7 +100,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             cli_package="@anthropic-ai/claude-code",
             min_version="2.1.0",
             max_version="3.0.0",
-            pinned_version="2.1.197",
+            pinned_version="2.1.332",
             description="Subscription CLI; built-ins off, host tools through the MCP bridge.",
         ),
         ProviderSpec(
@@ -338,10 +338,10 @@ def run_session(request, settings: Settings | None = None, **kwargs):
 VARIANT_SEP = "=="
 
 #: Releases verified beside the pin: each is a second matrix column (`ID==VERSION`) that
-#: `install-clis` installs and the loopback level runs by default. claude 2.1.332 is npm's
-#: latest (2026-12-01); the pin stays 2.1.197 while the shared CLI caches and the recorded
-#: fixtures are 2.1.197's (doc/SPEC-loopback.md, Versions).
-SECOND_COLUMNS: dict[str, tuple[str, ...]] = {"claude-code": ("2.1.332",)}
+#: `install-clis` installs and the loopback level runs by default. claude's pin is 2.1.332,
+#: npm's latest (2026-12-02), and the fixtures are its recordings; 2.1.197, the previous
+#: pin, stays verified beside it while hosts still run it (doc/SPEC-loopback.md, Versions).
+SECOND_COLUMNS: dict[str, tuple[str, ...]] = {"claude-code": ("2.1.197",)}
 
 
 def version_variant(spec: ProviderSpec, version: str) -> ProviderSpec:

@@ -113,8 +113,8 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.harness:trusts_subtype_success": _ids(
         "errors.not-logged-in-blocks", "parse.exit0-is-error",
         "errors.model-unavailable", "errors.quota-not-retryable", "errors.context-overflow",
-        # the recorded 2.1.197 answers a subscription 429 with `subtype: success` + is_error
-        "errors.rate-limit-retryable",
+        # not errors.rate-limit-retryable: the pin 2.1.332 answers a subscription 429 with
+        # `system/api_retry` (2.1.197 gave `subtype: success` + is_error); other mutants catch it
     ),
     "tests.mutants.harness:runs_on_when_the_bridge_failed": _ids(
         "bridge.failed-load-ends-session", "bridge.slow-start-not-toolless",

@@ -30,7 +30,7 @@ EXCLUSIONS: dict[str, str] = {
     "E6": "no backend declares a dollar budget (max_budget_usd); the error class exists in contracts but nothing can provoke it offline",
     "E7": "no fixture of a safety refusal exists for any CLI yet and the outcome schema has no refusal class; tracked for the loopback level",
     "E10": "invalid flags are prevented before spawn (selection.flag-values-validated); a vendor 400 without a recognized marker is covered by each parser's own tests",
-    "E12": "classification precedence is per-parser logic pinned by the transports' snapshot tests over every fixture; the kit checks each class separately",
+    "E12": "classification precedence is per-parser logic pinned by the transports' snapshot tests over every fixture; the root cause over its consequences (providers/_rootcause.py, each transport SPEC's table) by tests/test_rootcause.py on recordings; the kit checks each class separately",
     "F3": "no backend resumes or continues sessions; every session is a fresh invocation with the restrictions re-applied",
     "F4": "'ask' rules come from settings files the harnesses never load (--setting-sources ''); a hang is only reproducible live",
     "F5": "the host registers no permission callback: every call goes through dispatch, which is checked directly",

@@ -84,6 +84,10 @@ RECIPES: dict[str, dict[str, Recipe]] = {
         "native_tool_use": Recipe(),
         "mcp_failed": Recipe(broken_bridge=True),
         "api_key_source": Recipe(credential="api_key"),
+        # root-cause precedence (doc/SPEC-claude-code.md): a 429 ladder the deadline cuts short
+        # is a rate limit, not a timeout; a bridge that cannot start under a 401 server
+        "rate_limit_429_deadline": Recipe(full_ladder=True, timeout_s=45.0, script="rate_limit_429"),
+        "auth_401_bridge_failed": Recipe(broken_bridge=True, script="auth_401"),
     },
     "codex": {
         "success": Recipe(),
@@ -102,6 +106,9 @@ RECIPES: dict[str, dict[str, Recipe]] = {
         "mcp_failed": Recipe(broken_bridge=True),
         # A required bridge slow to start: codex waits for it, then runs normally.
         "mcp_slow": Recipe(slow_bridge_s=0.5, script="tool_calls"),
+        # root-cause precedence (doc/SPEC-codex.md): a 429 ladder the deadline cuts short
+        "rate_limit_429_deadline": Recipe(full_ladder=True, timeout_s=12.0, script="rate_limit_429"),
+        "auth_401_bridge_failed": Recipe(broken_bridge=True, script="auth_401"),
     },
     "gemini": {
         "success": Recipe(),
@@ -116,6 +123,8 @@ RECIPES: dict[str, dict[str, Recipe]] = {
         "timeout_mid_stream": Recipe(timeout_s=45.0),
         "native_tool_use": Recipe(),
         "mcp_failed": Recipe(broken_bridge=True),
+        # root-cause precedence (doc/SPEC-gemini.md): a 401 with a bridge that never started
+        "auth_401_bridge_failed": Recipe(broken_bridge=True, script="auth_401"),
     },
 }
 
@@ -480,22 +489,39 @@ def scrub_line(line: str, machine_paths: list[tuple[str, str]]) -> str:
 _RUNTIME_RE = re.compile(r"/tmp/hc-rt-[A-Za-z0-9_]+")
 
 
-def _claude_placeholders(event: dict, default_model: str | None) -> dict:
+def server_fields(servers: Any) -> dict | None:
+    """The fields beside `{name, status: connected}` that every server of an init's
+    `mcp_servers` shares (2.1.332: `{"source": "dynamic"}`; 2.1.197: `{}`), or None when
+    the list is empty, a server is not connected (failed, pending) or the servers differ:
+    then the list must stay literal."""
+    if not isinstance(servers, list) or not servers:
+        return None
+    extras = []
+    for server in servers:
+        if not isinstance(server, dict) or server.get("status") != "connected" or not isinstance(server.get("name"), str):
+            return None
+        extras.append({k: v for k, v in server.items() if k not in ("name", "status")})
+    return extras[0] if all(e == extras[0] for e in extras) else None
+
+
+def _claude_placeholders(event: dict, default_model: str | None, fields: dict | None = None) -> dict:
     """init echoes argv (tools, MCP servers, model): make it the fake's placeholders, but
     only where it says what the transport asked for (a failed bridge, a missing tool stay
-    literal: a replay must show the same failure)."""
+    literal: a replay must show the same failure). `fields` (filled in): the extra fields
+    the templated servers carried, which the fixture keeps as `mcp_server_fields`."""
     if event.get("type") == "system" and event.get("subtype") == "init":
         event = dict(event)
         tools = event.get("tools")
         if isinstance(tools, list) and tools and all(str(t).startswith("mcp__bridge__") for t in tools):
             event["tools"] = "{{allowed_tools}}"
-        servers = event.get("mcp_servers")
-        # the placeholder replays `{name, status: connected}` only: any other status (failed,
-        # pending) or field (2.1.332's `source`) a classification may read stays literal
-        if isinstance(servers, list) and servers and all(
-            isinstance(s, dict) and s.get("status") == "connected" and set(s) == {"name", "status"} for s in servers
-        ):
+        # the placeholder replays each configured server `connected`, with the fields every
+        # recorded server shared (2.1.332's `source`) kept in `mcp_server_fields`; any other
+        # status (failed, pending) or servers that differ stay literal (a classification reads them)
+        extras = server_fields(event.get("mcp_servers"))
+        if extras is not None and (fields is None or not fields or fields == extras):
             event["mcp_servers"] = "{{mcp_server_names}}"
+            if fields is not None:
+                fields.update(extras)
         if event.get("model") == default_model:
             event["model"] = "{{model}}"
     if event.get("type") == "result" and isinstance(event.get("modelUsage"), dict) and default_model:
@@ -559,6 +585,7 @@ def to_fixture(rec: Recording) -> dict:
     from harnesscheck import __version__
 
     default_model = _default_model(rec.cli, rec.lines)
+    fields: dict = {}  # the fields the templated mcp_servers carried (mcp_server_fields)
     steps: list[dict] = []
     if rec.recipe.slow_bridge_s and rec.first_line_s is not None and rec.first_line_s >= rec.recipe.slow_bridge_s:
         steps.append({"delay": rec.recipe.slow_bridge_s})  # the CLI printed nothing until its bridge was up
@@ -573,7 +600,7 @@ def to_fixture(rec: Recording) -> dict:
             steps.append({"raw": line, "newline": True})
             continue
         if rec.cli == "claude":
-            event = _claude_placeholders(event, default_model)
+            event = _claude_placeholders(event, default_model, fields)
         if rec.cli == "gemini":
             from harnesscheck.providers.gemini import BRIDGE_PREFIX, DEFAULT_MODEL
 
@@ -601,6 +628,10 @@ def to_fixture(rec: Recording) -> dict:
                      f"the first stdout line came {rec.first_line_s or 0:.1f} s after the start")
     if rec.recipe.full_ladder:
         notes.append("the host let the CLI run its retry ladder out (retry_stop_after=None)")
+    if rec.recipe.script and rec.recipe.script != rec.scenario:
+        notes.append(f"the scripted model served the {rec.recipe.script!r} scenario")
+    if rec.recipe.timeout_s != DEFAULT_TIMEOUT_S:
+        notes.append(f"the session deadline was {rec.recipe.timeout_s:g} s")
     if rec.recipe.model:
         notes.append(f"the request named the model {rec.recipe.model!r}")
     if rec.ended_by_host:
@@ -624,6 +655,8 @@ def to_fixture(rec: Recording) -> dict:
     }
     if default_model:
         fixture["default_model"] = default_model
+    if fields:
+        fixture["mcp_server_fields"] = fields
     if rec.cli == "gemini":
         from harnesscheck.providers.gemini import DEFAULT_MODEL
 

@@ -374,6 +374,7 @@ class ClaudeStreamParser:
         self.assistant_error: str | None = None
         self.last_retry: dict | None = None
         self.transient_retries = 0  # api_retry events for 429 / 529 / 5xx
+        self.retrying: ErrorClass | None = None  # a transient failure the CLI was still retrying (no answer since)
         self.rate_limit_rejected: dict | None = None
         # endings
         self.result: dict | None = None
@@ -451,6 +452,7 @@ class ClaudeStreamParser:
                         "the plan's usage limit was reached (api_retry 429 after a rejected usage window)",
                     )
                 self.transient_retries += 1
+                self.retrying = cls
                 if self.retry_stop_after is not None and self.transient_retries >= self.retry_stop_after:
                     return self._stop(
                         OutcomeStatus.error,
@@ -506,6 +508,8 @@ class ClaudeStreamParser:
         if type(message) is not dict:
             return
         main = event.get("parent_tool_use_id") is None
+        if main and message.get("model") != "<synthetic>":
+            self.retrying = None  # the API answered: an earlier retry is over
         msg_id = message.get("id")
         model = message.get("model")
         synthetic = model == "<synthetic>"
@@ -597,14 +601,40 @@ class ClaudeStreamParser:
         if self.early is not None:
             return self.early  # the parser asked to stop: whatever ending followed is our own kill
         if self.result is None:
-            ending = ending_outcome(result, terminal_seen=False)
-            if ending is not None:
-                status, cls, message = ending
-                if cls is ErrorClass.timeout and self.last_retry is not None:
-                    message += f" (the CLI was retrying: {self.last_retry.get('error')} {self.last_retry.get('error_status')})"
-                return ending[0], cls, message
-            return OutcomeStatus.error, ErrorClass.protocol, "no result event"
+            return self._classify_no_result(result)
         return self._classify_result(self.result)
+
+    def _classify_no_result(self, result: Any) -> tuple[OutcomeStatus, ErrorClass | None, str]:
+        """No result event: the root cause (providers/_rootcause.py) among the transient
+        failure the CLI was still retrying (a 429 ladder the deadline cut short), the lines
+        of the stderr tail (a crash's own words, when the CLI ended by itself) and the process
+        ending (deadline, crash, exit 0). A cancel or an oversize line is the host's own
+        ending and decides alone."""
+        from harnesscheck.process import Ending
+        from harnesscheck.providers._rootcause import root_cause, text_signals
+
+        ending = ending_outcome(result, terminal_seen=False)
+        if ending is None:
+            return OutcomeStatus.error, ErrorClass.protocol, "no result event"
+        status, cls, message = ending
+        if result.ending in (Ending.cancelled, Ending.oversize):
+            return ending
+        retrying = None
+        if self.retrying is not None and self.last_retry is not None:
+            retrying = (self.retrying, f"{self.retrying.value}: the CLI was still retrying (api_retry attempt "
+                        f"{self.last_retry.get('attempt')}, status {self.last_retry.get('error_status')}, error "
+                        f"{self.last_retry.get('error') or '-'}) when the session ended")
+        # the stderr tail is the CLI's own last words only when it ended by itself (a crash,
+        # exit 0); at the deadline it holds whatever warnings came before the host's kill
+        words = text_signals(getattr(result, "stderr_tail", "") or "") if result.ending is not Ending.deadline else []
+        signals = [retrying, *words, (cls, message)]
+        root = root_cause(signals)
+        if root is None or root == (cls, message):
+            if cls is ErrorClass.timeout and self.last_retry is not None:
+                message += f" (the CLI was retrying: {self.last_retry.get('error')} {self.last_retry.get('error_status')})"
+            return status, cls, message
+        root_cls, why = root
+        return (OutcomeStatus.blocked if root_cls in BLOCKING else OutcomeStatus.error), root_cls, _short(f"{why}; then: {message}")
 
     def _classify_result(self, res: dict) -> tuple[OutcomeStatus, ErrorClass | None, str]:
         subtype = str(res.get("subtype") or "")

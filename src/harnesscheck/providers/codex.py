@@ -110,6 +110,7 @@ class CodexParser:
         self.requested_model = requested_model
         self.retry_stop_after = retry_stop_after
         self.transient_notices = 0
+        self.retrying: tuple[ErrorClass, str] | None = None  # a transient failure codex was still retrying
         self.retry_after_s: float | None = None
         self.bridge_server = bridge_server
         self.thread_id: str | None = None
@@ -146,6 +147,7 @@ class CodexParser:
         elif kind == "turn.started":
             self.turns += 1
         elif kind in ("item.started", "item.updated", "item.completed"):
+            self.retrying = None  # the model answered: an earlier retry is over
             item = event.get("item")
             if isinstance(item, dict):
                 return self._item(item, completed=kind == "item.completed")
@@ -218,6 +220,7 @@ class CodexParser:
                 return self._stop(notice, message)  # the plan's limit: retrying cannot help
             if notice in _TRANSIENT:
                 self.transient_notices += 1
+                self.retrying = (notice, message)
                 self.retry_after_s = notice_retry_after(message) or self.retry_after_s
                 if self.retry_stop_after is not None and self.transient_notices >= self.retry_stop_after:
                     # Codex's ladder would take ~26-36 s: report it now, the host decides.
@@ -280,7 +283,7 @@ class CodexParser:
         if result.ending is Ending.cancelled:
             return OutcomeStatus.cancelled, None, "cancelled by the host" + notes
         if result.ending is Ending.deadline and self.terminal is None:
-            return OutcomeStatus.truncated, ErrorClass.timeout, "wall-clock budget reached" + notes
+            return self._classify_deadline(notes)
         if result.ending is Ending.oversize:
             limit = result.oversize_limit
             return (
@@ -300,15 +303,29 @@ class CodexParser:
                 return OutcomeStatus.truncated, cls, _short(text) + notes
             return _failed(cls), cls, _short(text) + notes
         # No terminal event: the process ended (or was killed) mid-turn.
-        tail_cls = classify_text(self.errors[-1] if self.errors else "") or classify_text(result.stderr_tail)
-        if tail_cls is not None:
-            what = self.errors[-1] if self.errors and classify_text(self.errors[-1]) else _last_line(result.stderr_tail)
-            return _failed(tail_cls), tail_cls, _short(what) + notes
+        cause = self._root_of_errors(result)
+        if cause is not None:
+            return _failed(cause[0]), cause[0], _short(cause[1]) + notes
         if self.decoder.malformed or result.partial_tail:
             return OutcomeStatus.error, ErrorClass.protocol, "the stream ended inside an event (no terminal event)" + notes
         fallback = ending_outcome(result, terminal_seen=False)
         assert fallback is not None
         return fallback[0], fallback[1], fallback[2] + notes
+
+    def _classify_deadline(self, notes: str) -> tuple[OutcomeStatus, ErrorClass | None, str]:
+        """The deadline passed with no terminal event: a transient failure codex was still
+        retrying is the root cause (the ladder ran into the deadline), else the timeout."""
+        if self.retrying is not None:
+            cls, message = self.retrying
+            return _failed(cls), cls, _short(message) + "; codex was still retrying when the wall-clock budget was reached" + notes
+        return OutcomeStatus.truncated, ErrorClass.timeout, "wall-clock budget reached" + notes
+
+    def _root_of_errors(self, result: ProcessResult) -> tuple[ErrorClass, str] | None:
+        """The process ended without a terminal event: the root cause (providers/_rootcause.py)
+        among the stream's top-level errors, in order, then the stderr tail's lines."""
+        from harnesscheck.providers._rootcause import root_cause, text_signals
+
+        return root_cause([*((classify_text(e), e) for e in self.errors), *text_signals(result.stderr_tail)])
 
     def _notes(self, result: ProcessResult) -> str:
         parts = []
@@ -377,11 +394,6 @@ def _failed(cls: ErrorClass) -> OutcomeStatus:
 def _short(text: str, limit: int = 300) -> str:
     text = " ".join((text or "").split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _last_line(text: str) -> str:
-    lines = [ln for ln in (text or "").splitlines() if ln.strip()]
-    return lines[-1] if lines else ""
 
 
 # ---------------------------------------------------------------------------------------

@@ -51,6 +51,7 @@ from harnesscheck.process import Ending, LineAction, ProcessResult
 from harnesscheck.providers._args import safe_model
 from harnesscheck.providers._bounded import CallLog, TextTail
 from harnesscheck.providers._errortext import classify_text
+from harnesscheck.providers._rootcause import tail_cause
 from harnesscheck.providers._eventlog import SessionAudit
 from harnesscheck.providers._harness import (
     EventDecoder,
@@ -244,9 +245,9 @@ class CursorParser:
             if not text.strip():
                 return OutcomeStatus.error, ErrorClass.protocol, "result without an answer" + notes
             return OutcomeStatus.ok, None, notes.lstrip("; ")
-        cls = classify_text(result.stderr_tail)
-        if cls is not None:
-            return _failed(cls), cls, _short(_last_line(result.stderr_tail)) + notes
+        cause = tail_cause(result.stderr_tail)  # the root among the tail's lines (doc/SPEC-cursor.md)
+        if cause is not None:
+            return _failed(cause[0]), cause[0], _short(cause[1]) + notes
         if self.decoder.malformed or result.partial_tail:
             return OutcomeStatus.error, ErrorClass.protocol, "the stream ended inside an event (no result event)" + notes
         fallback = ending_outcome(result, terminal_seen=False)

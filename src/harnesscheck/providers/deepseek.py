@@ -50,6 +50,7 @@ from harnesscheck.process import Ending, LineAction, ProcessResult
 from harnesscheck.providers._args import safe_model
 from harnesscheck.providers._bounded import CallLog, TextTail
 from harnesscheck.providers._errortext import classify_text
+from harnesscheck.providers._rootcause import tail_cause
 from harnesscheck.providers._harness import (
     BRIDGE_SERVER,
     EventDecoder,
@@ -318,9 +319,9 @@ class DeepSeekParser:
         if fallback is not None:
             status, cls, message = fallback
             if not terminal:
-                why = classify_text(result.stderr_tail)
-                if why is not None and status is OutcomeStatus.error:
-                    return _failed(why), why, _short(_last_line(result.stderr_tail)) + notes
+                cause = tail_cause(result.stderr_tail)  # the root among the tail's lines (doc/SPEC-deepseek.md)
+                if cause is not None and status is OutcomeStatus.error:
+                    return _failed(cause[0]), cause[0], _short(cause[1]) + notes
             return status, cls, message + notes
         if self.error is not None:
             return self._run_error(self.error, notes)

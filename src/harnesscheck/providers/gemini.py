@@ -277,11 +277,9 @@ class GeminiParser:
             if result.ending is Ending.deadline:
                 return OutcomeStatus.truncated, ErrorClass.timeout, "the session deadline passed; partial output kept" + notes
             if result.ending is not Ending.oversize:
-                cls = classify_gemini(None, "\n".join(self.errors)) if self.errors else None
-                cls = cls or classify_gemini(None, result.stderr_tail)
-                if cls is not None:
-                    why = self.errors[-1] if self.errors else _last_line(result.stderr_tail)
-                    return _failed(cls), cls, _short(why) + notes
+                cause = self._root_of_errors(result)
+                if cause is not None:
+                    return _failed(cause[0]), cause[0], _short(cause[1]) + notes
             if result.ending is Ending.exited and (self.decoder.malformed or result.partial_tail):
                 return OutcomeStatus.error, ErrorClass.protocol, "the stream ended inside an event (no result event)" + notes
             fallback = ending_outcome(result, terminal_seen=False)
@@ -304,6 +302,14 @@ class GeminiParser:
             return OutcomeStatus.truncated, cls, _short(text or "the turn cap was reached") + notes
         what = f"result status {res.get('status')!r}" + (f" ({etype})" if etype else "")
         return _failed(cls), cls, f"{what}: {_short(text)}" + notes
+
+    def _root_of_errors(self, result: ProcessResult) -> tuple[ErrorClass, str] | None:
+        """No result event: the root cause (providers/_rootcause.py) among the stream's
+        errors, in order, then the stderr tail's lines, each classified on its own."""
+        from harnesscheck.providers._rootcause import root_cause
+
+        lines = [line.strip() for line in (result.stderr_tail or "").splitlines() if line.strip()]
+        return root_cause((classify_gemini(None, text), text) for text in [*self.errors, *lines])
 
     def _notes(self, result: ProcessResult) -> str:
         parts = []
@@ -338,11 +344,6 @@ def _failed(cls: ErrorClass) -> OutcomeStatus:
 def _short(text: str, limit: int = 300) -> str:
     text = " ".join((text or "").split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _last_line(text: str) -> str:
-    lines = [ln for ln in (text or "").splitlines() if ln.strip()]
-    return lines[-1] if lines else ""
 
 
 # ---------------------------------------------------------------------------------------

@@ -62,6 +62,7 @@ from harnesscheck.process import Ending, LineAction, ProcessResult
 from harnesscheck.providers._args import safe_model
 from harnesscheck.providers._bounded import CallLog, TextTail
 from harnesscheck.providers._errortext import classify_text
+from harnesscheck.providers._rootcause import tail_cause
 from harnesscheck.providers._eventlog import SessionAudit
 from harnesscheck.providers._harness import (
     EventDecoder,
@@ -270,9 +271,9 @@ class OpencodeParser:
             if self.finish_reason == "length":
                 return OutcomeStatus.truncated, ErrorClass.context_overflow, "the model hit its output limit" + notes
             return OutcomeStatus.ok, None, notes.lstrip("; ")
-        cls = classify_text(result.stderr_tail)
-        if cls is not None:
-            return _failed(cls), cls, _short(_last_line(result.stderr_tail)) + notes
+        cause = tail_cause(result.stderr_tail)  # the root among the tail's lines (doc/SPEC-opencode.md)
+        if cause is not None:
+            return _failed(cause[0]), cause[0], _short(cause[1]) + notes
         if self.decoder.malformed or result.partial_tail:
             return OutcomeStatus.error, ErrorClass.protocol, "the stream ended inside an event (no final step_finish)" + notes
         fallback = ending_outcome(result, terminal_seen=False)

@@ -56,6 +56,7 @@ from harnesscheck.process import Ending, LineAction, ProcessResult
 from harnesscheck.providers._args import safe_model
 from harnesscheck.providers._bounded import CallLog, TextTail
 from harnesscheck.providers._errortext import classify_text
+from harnesscheck.providers._rootcause import tail_cause
 from harnesscheck.providers._eventlog import SessionAudit
 from harnesscheck.providers._harness import (
     BRIDGE_SERVER,
@@ -321,9 +322,9 @@ class ZcodeParser:
             return OutcomeStatus.truncated, ErrorClass.timeout, "wall-clock budget reached" + notes, None
         if res is not None:
             return OutcomeStatus.error, ErrorClass.protocol, "result without an answer" + notes, None
-        cls = classify_text(result.stderr_tail)
-        if cls is not None:
-            return _failed(cls), cls, _short(_last_line(result.stderr_tail)) + notes, None
+        cause = tail_cause(result.stderr_tail)  # the root among the tail's lines (doc/SPEC-zcode.md)
+        if cause is not None:
+            return _failed(cause[0]), cause[0], _short(cause[1]) + notes, None
         if self.decoder.malformed or result.partial_tail:
             return OutcomeStatus.error, ErrorClass.protocol, "the stream ended inside an event (no result event)" + notes, None
         fallback = ending_outcome(result, terminal_seen=False)
@@ -365,11 +366,6 @@ def _failed(cls: ErrorClass) -> OutcomeStatus:
 def _short(text: str, limit: int = 300) -> str:
     text = " ".join((text or "").split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _last_line(text: str) -> str:
-    lines = [ln for ln in (text or "").splitlines() if ln.strip()]
-    return lines[-1] if lines else ""
 
 
 def login_file(parent_env: dict[str, str]) -> Path | None:
