@@ -400,6 +400,32 @@ class ChokesOnUnknownEvents(ClaudeCodeTransport):
         return parser
 
 
+class _BraceIntolerantParser(ClaudeStreamParser):
+    def feed(self, line):
+        import json as _json
+
+        if line.startswith("{"):
+            try:
+                event = _json.loads(line)
+            except ValueError:
+                event = None
+            if not isinstance(event, dict) or not event.get("type"):
+                from harnesscheck.contracts import ErrorClass, OutcomeStatus
+
+                return self._stop(OutcomeStatus.error, ErrorClass.protocol, "malformed event line")
+        return super().feed(line)
+
+
+class TakesEveryBraceLineForAnEvent(ClaudeCodeTransport):
+    """Takes every stdout line that starts with `{` for an event: one that does not parse (a
+    debug print of an object) or has no type ends the session as a protocol error."""
+
+    def make_parser(self, ctx, request, *, tool_less, on_text):
+        parser = super().make_parser(ctx, request, tool_less=tool_less, on_text=on_text)
+        parser.__class__ = _BraceIntolerantParser
+        return parser
+
+
 class KeepsSessionFilesUnredacted(CodexTransport):
     """Redacts only the outcome: the CLI's event log it keeps in the run dir for the audit
     (codex's `exec --json` stream, tool arguments included) holds the host's secret values
@@ -437,3 +463,4 @@ drops_the_vendor_cost = mutant_spec("claude-code", M, DropsTheVendorCost)
 chokes_on_unknown_events = mutant_spec("claude-code", M, ChokesOnUnknownEvents)
 ignores_the_concurrency_cap = mutant_spec("claude-code", M, IgnoresTheConcurrencyCap)
 keeps_session_files_unredacted = mutant_spec("codex", M, KeepsSessionFilesUnredacted)
+takes_every_brace_line_for_an_event = mutant_spec("claude-code", M, TakesEveryBraceLineForAnEvent)

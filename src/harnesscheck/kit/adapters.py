@@ -44,6 +44,7 @@ SCENARIOS: tuple[str, ...] = (
     "timeout_mid_stream", "served_model_mismatch", "mcp_failed", "mcp_slow", "native_tool_use",
     "exit0_is_error", "crash_no_result", "api_key_source", "helper_model", "repeated_usage",
     "noise_lines", "timeout_tree", "split_lines", "network_error", "held_success", "cached_usage",
+    "brace_noise",
 )
 
 
