@@ -147,7 +147,10 @@ One JSON line per invocation, appended to the record file before any step runs::
      "config_dirs": {"CLAUDE_CONFIG_DIR": {"name": "file|dir|link:<target>"}, ...},
      "ts": <time.time()>, "mono": <time.monotonic()>}
 
-(``stdin_eof_mono``: when stdin reached EOF before the steps, else null; a later
+(``stdin_eof_mono``: when stdin reached EOF before the steps, else null; ``stdin_read_mono``:
+when the fake began reading stdin to EOF, ``stdin_data_mono``: when its last byte of data came
+(null: none came), so a pipe held open after the prompt shows as ``stdin_eof_mono`` minus the
+later of the two; a later
 ``{"kind": "stdin_eof", "pid", "mono"}`` line when it closes during a stream-json session),
 one ``{"kind": "spawn", "pid": <fake pid>, "child_pid": n, "setsid": bool}`` line per
 grandchild, one ``{"kind": "mcp_server", "pid", "child_pid", "name"}`` line per MCP
@@ -1075,7 +1078,8 @@ class Fake:
                     out.append(path)
         return out
 
-    def record_invocation(self, stdin_type: str, stdin_bytes: int, stdin_eof_mono: float | None = None) -> None:
+    def record_invocation(self, stdin_type: str, stdin_bytes: int, stdin_eof_mono: float | None = None,
+                          stdin_read_mono: float | None = None, stdin_data_mono: float | None = None) -> None:
         if self.record_path is None:
             return
         configs = {}
@@ -1096,6 +1100,8 @@ class Fake:
                 "stdin": self.stdin_text[:RECORDED_STDIN_LIMIT],
                 "stdin_bytes": stdin_bytes,
                 "stdin_eof_mono": stdin_eof_mono,
+                "stdin_read_mono": stdin_read_mono,
+                "stdin_data_mono": stdin_data_mono,
                 "mcp_configs": configs,
                 "attachments": self._attachments(),
                 "cwd_entries": sorted(posix.listdir(".")),
@@ -1176,7 +1182,7 @@ class Fake:
         sigterm_exit = int(self.scenario.get("sigterm_exit", 143))
         _signal.signal(_signal.SIGTERM, lambda *_: posix._exit(sigterm_exit))
         stdin_type = _stdin_type()
-        eof_mono = None
+        eof_mono = read_mono = data_mono = None
         if self.stream_input and stdin_type not in ("tty", "closed"):
             # answer control requests (initialize, ...) until the first user message: never read to EOF
             while not self.stdin_eof:
@@ -1185,12 +1191,22 @@ class Fake:
                     break
             eof_mono = time.monotonic() if self.stdin_eof else None
         elif self.scenario.get("stdin", "read") == "read" and stdin_type not in ("tty", "closed"):
-            raw = sys.stdin.buffer.read()
+            # read to EOF as `claude -p` does, noting when the last prompt byte came and when EOF
+            # did: a pipe held open after the prompt shows as the wait between the two
+            read_mono = time.monotonic()
+            chunks = []
+            while True:
+                chunk = posix.read(0, 65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                data_mono = time.monotonic()
+            raw = b"".join(chunks)
             self.stdin_bytes = len(raw)
             self.stdin_text = raw.decode("utf-8", "replace")
             eof_mono = time.monotonic()
             self.stdin_eof = True
-        self.record_invocation(stdin_type, self.stdin_bytes, eof_mono)
+        self.record_invocation(stdin_type, self.stdin_bytes, eof_mono, read_mono, data_mono)
         if self.cli == "opencode":
             self.opencode_plugin_install()
         if self.scenario.get("mcp") == "connect":

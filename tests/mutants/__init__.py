@@ -86,6 +86,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.codex:fails_an_unverified_model": _ids("usage.mismatch-policy-applied"),
     "tests.mutants.harness:leaves_stdin_open": _ids("time.stdin-not-left-open"),
     "tests.mutants.harness:takes_every_brace_line_for_an_event": _ids("parse.brace-noise-skipped"),
+    "tests.mutants.harness:holds_stdin_open_a_while": _ids("time.stdin-not-left-open"),
     # the worktree's .env holds a host key: the hostile host's credential check sees it too
     "tests.mutants.harness:loads_the_worktree_dotenv": _ids("env.worktree-not-cwd", "env.host-credentials-unreachable"),
     # the model still sees each refusal as an error result (black-box judgement, issue 19):
@@ -231,6 +232,7 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.opencode:reads_success_from_exit_zero": ("test_parse.py test_errors.py", "truncated or exit0 or crash"),
     "tests.mutants.harness:leaves_stdin_open": ("test_time.py", "not_left_open"),
     "tests.mutants.harness:takes_every_brace_line_for_an_event": ("test_parse.py", "noise or unknown or split"),
+    "tests.mutants.harness:holds_stdin_open_a_while": ("test_time.py", "not_left_open"),
     "tests.mutants.harness:ignores_the_concurrency_cap": ("test_concurrency.py", "cap_holds or parallel"),
     "tests.mutants.harness:keeps_session_files_unredacted": ("test_env.py", "session_files or argv or run_dir"),
     "tests.mutants.harness:loads_the_worktree_dotenv": ("test_env.py", "worktree or argv"),

@@ -84,7 +84,7 @@ _RUNNER_LOCK = threading.Lock()
 
 
 def _naive_run_process(argv, *, env, cwd, on_line, timeout_s, stdin_bytes=None, cancel=None, close_stdin=True,
-                       on_spawn=None, **_ignored):
+                       on_spawn=None, close_stdin_after_s=None, **_ignored):
     """subprocess.Popen + proc.kill() on the deadline: the CLI dies, its children live on."""
     from harnesscheck.process import Ending, LineAction, ProcessResult
 
@@ -95,7 +95,13 @@ def _naive_run_process(argv, *, env, cwd, on_line, timeout_s, stdin_bytes=None, 
         on_spawn(proc.pid)  # the hook's contract is kept: only the teardown is naive
     if close_stdin:
         proc.stdin.write(stdin_bytes or b"")
-        proc.stdin.close()
+        proc.stdin.flush()
+        if close_stdin_after_s is None:
+            proc.stdin.close()
+        else:  # kept open for a follow-up message, closed by an idle timer
+            timer = threading.Timer(close_stdin_after_s, proc.stdin.close)
+            timer.daemon = True
+            timer.start()
     ending = [Ending.exited]
 
     def read():
@@ -325,6 +331,24 @@ class LeavesStdinOpen(ClaudeCodeTransport):
                 process.run_process = real
 
 
+class HoldsStdinOpenAWhile(ClaudeCodeTransport):
+    """Writes the prompt, then keeps the CLI's stdin pipe open for a follow-up message and
+    closes it on a 6 s idle timer: the CLI blocks on it all that while."""
+
+    def _run(self, request, **kwargs):
+        import functools
+
+        import harnesscheck.process as process
+
+        with _RUNNER_LOCK:
+            real = process.run_process
+            process.run_process = functools.partial(_naive_run_process, close_stdin_after_s=6.0)
+            try:
+                return super()._run(request, **kwargs)
+            finally:
+                process.run_process = real
+
+
 class LoadsTheWorktreeDotenv(ClaudeCodeTransport):
     """Reads the worktree's .env into the CLI's environment (as Bun's autoload would)."""
 
@@ -464,3 +488,4 @@ chokes_on_unknown_events = mutant_spec("claude-code", M, ChokesOnUnknownEvents)
 ignores_the_concurrency_cap = mutant_spec("claude-code", M, IgnoresTheConcurrencyCap)
 keeps_session_files_unredacted = mutant_spec("codex", M, KeepsSessionFilesUnredacted)
 takes_every_brace_line_for_an_event = mutant_spec("claude-code", M, TakesEveryBraceLineForAnEvent)
+holds_stdin_open_a_while = mutant_spec("claude-code", M, HoldsStdinOpenAWhile)
