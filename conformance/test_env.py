@@ -208,3 +208,28 @@ def test_session_files_redacted(but):
         "no file in the run dir records the read_file call: nothing was judged")
     holding = sorted(name for name, data in files.items() if token.encode() in data)
     assert not holding, f"the host's GITHUB_TOKEN value is stored verbatim in {holding}"
+
+
+@check("env.session-credential-at-wire", incident=["A1", "A6"])
+def test_session_credential_at_wire(but):
+    """Every request the backend's CLI or SDK sends the model server carries the session's own
+    credential (the one the host configured for it) and no host credential: with the host's
+    provider keys and tokens in the environment (`ANTHROPIC_API_KEY`, `ANTHROPIC_AUTH_TOKEN`,
+    `OPENAI_API_KEY`, ...), none of them travels as `x-api-key`, a bearer token or in any other
+    header, and none beats the session's own.
+
+    Evidence: each request's headers as the model server received them (the scripted API server
+    offline for api backends; the loopback server for the real CLIs, which records whether a
+    credential matched and where a watched value appeared, never the value)."""
+    canaries = but.parent_env_canaries()
+    run = but.run("success", parent_env=canaries)
+    seen = but.wire_credentials(run, canaries)
+    if seen is None:
+        but.skip("adapter-not-implemented", f"no model server sees {but.spec.id}'s requests at {but.level} "
+                 "(offline, a fake CLI sends none: env.provider-keys-stripped judges what it was given)")
+    assert seen, "the model server received no request"
+    for req in seen:
+        assert not req["host_headers"], (
+            f"{req['request']} carried a host credential in {', '.join(req['host_headers'])}")
+        assert req["session"] is not False, (
+            f"{req['request']} did not authenticate with the session's own credential (another one, or none, was sent)")

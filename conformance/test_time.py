@@ -152,3 +152,44 @@ def test_stdin_not_left_open(but):
         assert held < STDIN_HELD_BOUND_S, (
             f"the CLI's stdin pipe was held open {held:.1f} s after {what} "
             f"({child.get('stdin_bytes', 0)} bytes): the CLI blocked on it until the backend closed it")
+
+
+def _gone_within(pids: list[int], grace_s: float) -> list[int]:
+    """The pids still alive once `grace_s` has passed (polled; returns as soon as none is)."""
+    import time
+
+    deadline = time.monotonic() + grace_s
+    while True:
+        alive = [p for p in pids if _alive(p)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.05)
+
+
+@check("time.abandoned-stream-no-survivors", kinds=[Kind.harness], incident=["C1", "C8"], paced=True)
+def test_abandoned_stream_no_survivors(but):
+    """A caller that abandons the session mid-stream (its text callback raises, as breaking out
+    of a loop over the stream or cancelling the task unwinds through the backend) leaves no
+    process of the session behind: CLI, grandchildren, setsid escapees and bridge all end.
+
+    Evidence: the session's tree as the fake CLI recorded it before its first text (the CLI, a
+    grandchild in its group, one escaped by setsid, one by setsid with `env -i`, the bridge),
+    each checked alive or not after the backend gave control back, with GRACE_S for a cleanup
+    that runs beside it. Processes that survive are killed by the kit after the verdict."""
+    import signal
+
+    run = but.run("timeout_tree", timeout_s=CANCEL_TIMEOUT_S, abandon_on_text=True, teardown_s=TEARDOWN_S)
+    if run.abandoned is None:
+        but.skip("unsupported-by-backend", f"the backend streamed no text to its caller (the session ended "
+                 f"{run.outcome.status}): there was no stream to abandon; {run.outcome.error_class}: {run.outcome.message[:200]}")
+    assert run.children, "the backend never ran its CLI"
+    pids = but.child_pids(run)
+    survivors = _gone_within(pids, GRACE_S)
+    for pid in survivors:  # not left running on the machine: the verdict is already taken
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    assert not survivors, (
+        f"{len(survivors)} of the session's {len(pids)} processes outlived the abandoned stream by "
+        f"{GRACE_S:g} s: {survivors}")

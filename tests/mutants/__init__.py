@@ -87,6 +87,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.harness:leaves_stdin_open": _ids("time.stdin-not-left-open"),
     "tests.mutants.harness:takes_every_brace_line_for_an_event": _ids("parse.brace-noise-skipped"),
     "tests.mutants.harness:holds_stdin_open_a_while": _ids("time.stdin-not-left-open"),
+    "tests.mutants.harness:leaks_the_cli_when_the_stream_is_abandoned": _ids("time.abandoned-stream-no-survivors"),
     # the worktree's .env holds a host key: the hostile host's credential check sees it too
     "tests.mutants.harness:loads_the_worktree_dotenv": _ids("env.worktree-not-cwd", "env.host-credentials-unreachable"),
     # the model still sees each refusal as an error result (black-box judgement, issue 19):
@@ -194,6 +195,7 @@ MUTANTS: dict[str, frozenset[str]] = {
         "usage.cache-and-reasoning-tokens-reported", "usage.counted-once-per-message",
     ),
     "tests.mutants.api:drops_reasoning_tokens": _ids("usage.cache-and-reasoning-tokens-reported"),
+    "tests.mutants.api:sends_the_host_auth_token": _ids("env.session-credential-at-wire"),
 }
 
 #: For the CLI-based mutants (a fake CLI per session is slow): the test file and the `-k`
@@ -233,6 +235,7 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.harness:leaves_stdin_open": ("test_time.py", "not_left_open"),
     "tests.mutants.harness:takes_every_brace_line_for_an_event": ("test_parse.py", "noise or unknown or split"),
     "tests.mutants.harness:holds_stdin_open_a_while": ("test_time.py", "not_left_open"),
+    "tests.mutants.harness:leaks_the_cli_when_the_stream_is_abandoned": ("test_time.py", "abandoned"),
     "tests.mutants.harness:ignores_the_concurrency_cap": ("test_concurrency.py", "cap_holds or parallel"),
     "tests.mutants.harness:keeps_session_files_unredacted": ("test_env.py", "session_files or argv or run_dir"),
     "tests.mutants.harness:loads_the_worktree_dotenv": ("test_env.py", "worktree or argv"),
@@ -267,6 +270,7 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.api:drops_cache_tokens": ("test_usage.py", "cache or counted_once or cost or served_model"),
     "tests.mutants.api:counts_cached_tokens_as_input": ("test_usage.py", "cache or counted_once or cost or served_model"),
     "tests.mutants.api:drops_reasoning_tokens": ("test_usage.py", "cache or counted_once or cost or served_model"),
+    "tests.mutants.api:sends_the_host_auth_token": ("test_env.py", "credential or stripped or argv"),
 }
 
 #: Offline checks no known-bad backend fails, and why (the kit's honest sensitivity gaps).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import threading
 import time
@@ -331,6 +332,75 @@ class LeavesStdinOpen(ClaudeCodeTransport):
                 process.run_process = real
 
 
+def _streaming_run_process(argv, *, env, cwd, on_line, timeout_s, stdin_bytes=None, cancel=None, on_spawn=None,
+                           **_ignored):
+    """Reads the CLI's lines in the caller's own thread and kills its process group when the
+    stream ends, by the deadline or a stop: but an exception out of `on_line` (the caller
+    abandoning the stream) unwinds past the cleanup, leaving the CLI and its tree running."""
+    import os
+    import selectors
+    import signal
+
+    from harnesscheck.process import Ending, LineAction, ProcessResult
+
+    started = time.monotonic()
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    if on_spawn is not None:
+        on_spawn(proc.pid)
+    proc.stdin.write(stdin_bytes or b"")
+    proc.stdin.close()
+    ending = Ending.exited
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    buf = b""
+    while True:
+        left = started + timeout_s - time.monotonic()
+        if left <= 0:
+            ending = Ending.deadline
+            break
+        if cancel is not None and cancel.is_set():
+            ending = Ending.cancelled
+            break
+        if not sel.select(timeout=min(left, 0.05)):
+            continue
+        chunk = os.read(proc.stdout.fileno(), 65536)
+        if not chunk:
+            break
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        stop = False
+        for raw in lines:
+            if on_line(raw.decode("utf-8", "replace")) is LineAction.STOP:  # an exception here leaks it all
+                stop = True
+        if stop:
+            ending = Ending.early_stop
+            break
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    sel.close()
+    return ProcessResult(ending=ending, exit_code=proc.returncode if proc.returncode >= 0 else None,
+                         signal=-proc.returncode if proc.returncode < 0 else None, stderr_tail="",
+                         duration_s=time.monotonic() - started)
+
+
+class LeaksTheCliWhenTheStreamIsAbandoned(ClaudeCodeTransport):
+    """Reads the CLI's stream in the caller's thread and cleans up only when the stream ends:
+    a caller that abandons it (its text callback raises) leaves the CLI and its tree running."""
+
+    def _run(self, request, **kwargs):
+        import harnesscheck.process as process
+
+        with _RUNNER_LOCK:
+            real = process.run_process
+            process.run_process = _streaming_run_process
+            try:
+                return super()._run(request, **kwargs)
+            finally:
+                process.run_process = real
+
+
 class HoldsStdinOpenAWhile(ClaudeCodeTransport):
     """Writes the prompt, then keeps the CLI's stdin pipe open for a follow-up message and
     closes it on a 6 s idle timer: the CLI blocks on it all that while."""
@@ -489,3 +559,4 @@ ignores_the_concurrency_cap = mutant_spec("claude-code", M, IgnoresTheConcurrenc
 keeps_session_files_unredacted = mutant_spec("codex", M, KeepsSessionFilesUnredacted)
 takes_every_brace_line_for_an_event = mutant_spec("claude-code", M, TakesEveryBraceLineForAnEvent)
 holds_stdin_open_a_while = mutant_spec("claude-code", M, HoldsStdinOpenAWhile)
+leaks_the_cli_when_the_stream_is_abandoned = mutant_spec("claude-code", M, LeaksTheCliWhenTheStreamIsAbandoned)

@@ -498,6 +498,7 @@ class HarnessAdapter(BackendUnderTest):
             # from its hang on (so only the SIGKILL after the term grace ends it, harness-anchors C1).
             data = self.load_fixture("timeout_mid_stream")
             data["mcp"] = "connect"  # a bridge serves the session too: it must not survive either
+            data["mcp_timeout"] = 60  # a loaded machine's bridge start is not the defect judged here
             steps = data.get("steps", [])
             hang = next((i for i, st in enumerate(steps) if "hang" in st), len(steps))
             data["steps"] = [{"spawn": "sleep 1000"}, {"spawn": "sleep 1000", "setsid": True},
