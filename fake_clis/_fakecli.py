@@ -144,6 +144,7 @@ One JSON line per invocation, appended to the record file before any step runs::
      "cwd": "...", "stdin_type": "devnull|pipe|tty|file|socket|closed|other",
      "stdin": "<text read, up to 1 MiB>", "stdin_bytes": n, "mcp_configs": {path: content},
      "cwd_entries": [names in the cwd at start],
+     "instructions": {path: text of each instruction file the CLI loads at start},
      "config_dirs": {"CLAUDE_CONFIG_DIR": {"name": "file|dir|link:<target>"}, ...},
      "ts": <time.time()>, "mono": <time.monotonic()>}
 
@@ -1104,12 +1105,39 @@ class Fake:
                 "stdin_data_mono": stdin_data_mono,
                 "mcp_configs": configs,
                 "attachments": self._attachments(),
+                "instructions": self._instructions(),
                 "cwd_entries": sorted(posix.listdir(".")),
                 "config_dirs": _config_dirs(),
                 "ts": time.time(),
                 "mono": time.monotonic(),
             }
         )
+
+    def _instructions(self) -> dict:
+        """The instruction files this CLI loads at start: {path: text (up to 1 MiB)}. claude reads
+        `CLAUDE.md` and `CLAUDE.local.md` in its cwd and every parent up to `/` (unless
+        `CLAUDE_CODE_DISABLE_CLAUDE_MDS` is set); cursor-agent reads `AGENTS.md` in its cwd."""
+        names: tuple = ()
+        walk = False
+        if self.cli == "claude" and not ENVIRON.get("CLAUDE_CODE_DISABLE_CLAUDE_MDS"):
+            names, walk = ("CLAUDE.md", "CLAUDE.local.md"), True
+        elif self.cli == "cursor-agent":
+            names = ("AGENTS.md",)
+        out: dict = {}
+        directory = posix.getcwd()
+        while names:
+            for name in names:
+                path = _join(directory, name)
+                if _isfile(path):
+                    try:
+                        out[path] = _read_text(path)[:RECORDED_STDIN_LIMIT]
+                    except OSError:
+                        pass
+            parent = directory.rsplit("/", 1)[0] or "/"
+            if not walk or parent == directory:
+                break
+            directory = parent
+        return out
 
     def _attachments(self) -> dict:
         """zcode `--attach` files at start: {path: text (up to 1 MiB)}."""

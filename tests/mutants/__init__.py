@@ -87,7 +87,11 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.harness:leaves_stdin_open": _ids("time.stdin-not-left-open"),
     "tests.mutants.harness:takes_every_brace_line_for_an_event": _ids("parse.brace-noise-skipped"),
     "tests.mutants.harness:holds_stdin_open_a_while": _ids("time.stdin-not-left-open"),
-    "tests.mutants.harness:leaks_the_cli_when_the_stream_is_abandoned": _ids("time.abandoned-stream-no-survivors"),
+    "tests.mutants.harness:lets_the_cli_walk_for_claude_md": _ids("env.planted-files-not-loaded"),
+    # a hand-rolled runner: besides abandonment it kills only the CLI's group and reads to EOF past the result
+    "tests.mutants.harness:leaks_the_cli_when_the_stream_is_abandoned": _ids(
+        "time.abandoned-stream-no-survivors", "time.no-survivors-after-timeout", "time.linger-after-result",
+    ),
     # the worktree's .env holds a host key: the hostile host's credential check sees it too
     "tests.mutants.harness:loads_the_worktree_dotenv": _ids("env.worktree-not-cwd", "env.host-credentials-unreachable"),
     # the model still sees each refusal as an error result (black-box judgement, issue 19):
@@ -235,6 +239,7 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.harness:leaves_stdin_open": ("test_time.py", "not_left_open"),
     "tests.mutants.harness:takes_every_brace_line_for_an_event": ("test_parse.py", "noise or unknown or split"),
     "tests.mutants.harness:holds_stdin_open_a_while": ("test_time.py", "not_left_open"),
+    "tests.mutants.harness:lets_the_cli_walk_for_claude_md": ("test_env.py", "planted or worktree or stripped"),
     "tests.mutants.harness:leaks_the_cli_when_the_stream_is_abandoned": ("test_time.py", "abandoned"),
     "tests.mutants.harness:ignores_the_concurrency_cap": ("test_concurrency.py", "cap_holds or parallel"),
     "tests.mutants.harness:keeps_session_files_unredacted": ("test_env.py", "session_files or argv or run_dir"),

@@ -387,7 +387,8 @@ def _streaming_run_process(argv, *, env, cwd, on_line, timeout_s, stdin_bytes=No
 
 class LeaksTheCliWhenTheStreamIsAbandoned(ClaudeCodeTransport):
     """Reads the CLI's stream in the caller's thread and cleans up only when the stream ends:
-    a caller that abandons it (its text callback raises) leaves the CLI and its tree running."""
+    a caller that abandons it (its text callback raises) leaves the CLI and its tree running.
+    (Its hand-rolled runner also kills only the CLI's process group and reads on past the result.)"""
 
     def _run(self, request, **kwargs):
         import harnesscheck.process as process
@@ -417,6 +418,13 @@ class HoldsStdinOpenAWhile(ClaudeCodeTransport):
                 return super()._run(request, **kwargs)
             finally:
                 process.run_process = real
+
+
+class LetsTheCliWalkForClaudeMd(ClaudeCodeTransport):
+    """Leaves out CLAUDE_CODE_DISABLE_CLAUDE_MDS: claude walks up from its scratch cwd and loads
+    every CLAUDE.md in the run dir's parents."""
+
+    base_injections = {k: v for k, v in ClaudeCodeTransport.base_injections.items() if k != "CLAUDE_CODE_DISABLE_CLAUDE_MDS"}
 
 
 class LoadsTheWorktreeDotenv(ClaudeCodeTransport):
@@ -560,3 +568,4 @@ keeps_session_files_unredacted = mutant_spec("codex", M, KeepsSessionFilesUnreda
 takes_every_brace_line_for_an_event = mutant_spec("claude-code", M, TakesEveryBraceLineForAnEvent)
 holds_stdin_open_a_while = mutant_spec("claude-code", M, HoldsStdinOpenAWhile)
 leaks_the_cli_when_the_stream_is_abandoned = mutant_spec("claude-code", M, LeaksTheCliWhenTheStreamIsAbandoned)
+lets_the_cli_walk_for_claude_md = mutant_spec("claude-code", M, LetsTheCliWalkForClaudeMd)
