@@ -248,9 +248,10 @@ def test_planted_files_not_loaded(but):
     no instruction file is loaded by the CLI, the token reaches neither the CLI's prompt nor
     its MCP configuration, and no planted MCP server is started.
 
-    Evidence: what the fake CLI recorded loading at start (it loads what the real CLI loads
-    from its cwd and parents: claude `CLAUDE.md` up to `/`, cursor `./AGENTS.md` and
-    `./.cursor/mcp.json`), its prompt and MCP configs, and the MCP servers it started."""
+    Evidence: offline, what the fake CLI recorded loading at start (it loads what the real CLI
+    loads from its cwd and parents: claude `CLAUDE.md` up to `/`, cursor `./AGENTS.md` and
+    `./.cursor/mcp.json`), its prompt and MCP configs, and the MCP servers it started; at
+    loopback, every request body the real CLI sent the model server."""
     ws = but.workspace()
     token = "HC-PLANTED-" + ws.canary[len("HC-CANARY-"):]
     server = {"mcpServers": {"planted-evil": {"command": "/bin/false", "args": [token]}}}
@@ -272,6 +273,8 @@ def test_planted_files_not_loaded(but):
             "a planted instruction file's text reached the CLI's prompt")
         assert token not in json.dumps(child.get("mcp_configs") or {}), "a planted MCP or settings file configured the CLI"
         assert token not in json.dumps(child.get("env") or {}), "a planted settings file reached the CLI's environment"
+    wire = "\n".join(str(r.get("body", "")) for r in run.requests)  # loopback: what the real CLI sent the model
+    assert token not in wire, "a planted instruction file's text reached the model"
     record = getattr(run, "record_path", None)  # offline: every MCP server the fake started
     text = record.read_text(encoding="utf-8", errors="replace") if record is not None and record.is_file() else ""
     assert '"planted-evil"' not in text, "the CLI started an MCP server planted in the worktree or its parents"
