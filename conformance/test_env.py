@@ -225,8 +225,8 @@ def test_session_credential_at_wire(but):
     run = but.run("success", parent_env=canaries)
     seen = but.wire_credentials(run, canaries)
     if seen is None:
-        but.skip("adapter-not-implemented", f"no model server sees {but.spec.id}'s requests at {but.level} "
-                 "(offline, a fake CLI sends none: env.provider-keys-stripped judges what it was given)")
+        but.skip("adapter-not-implemented", f"no model server sees {but.spec.id}'s requests at {but.level} (a fake "
+                 "CLI or in-process script sends none; env.provider-keys-stripped judges what a CLI was given)")
     assert seen, "the model server received no request"
     for req in seen:
         assert not req["host_headers"], (
