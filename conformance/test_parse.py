@@ -63,3 +63,22 @@ def test_split_lines_identical(but):
     cut = but.run("split_lines").outcome
     for field in ("status", "error_class", "text", "usage", "served_model", "cost", "terminal_event_seen"):
         assert getattr(cut, field) == getattr(whole, field), f"{field}: {getattr(cut, field)!r} != {getattr(whole, field)!r}"
+
+
+@check("parse.brace-noise-skipped", kinds=[Kind.harness], incident=["D4", "D8"])
+def test_brace_noise_skipped(but):
+    """Lines that start with `{` but are no event (a debug print of an object, a lone `{`, a
+    half-printed object, a JSON log record without a `type`, `{}`), between every two events on
+    stdout and on stderr, are skipped: the outcome is exactly the one of the same session
+    without them.
+
+    Evidence: the outcome of `success` and of the same fixture with those lines added (status,
+    error class, text, usage, served model, terminal event)."""
+    whole = but.run("success").outcome
+    noisy = but.run("brace_noise").outcome
+    assert noisy.status == OutcomeStatus.ok, (
+        f"{noisy.status}/{noisy.error_class} with non-event lines starting with '{{' in the stream: {noisy.message!r}")
+    for field in ("status", "error_class", "text", "usage", "served_model", "terminal_event_seen"):
+        assert getattr(noisy, field) == getattr(whole, field), (
+            f"non-event lines starting with '{{' changed the outcome's {field}: "
+            f"{getattr(noisy, field)!r} != {getattr(whole, field)!r}")

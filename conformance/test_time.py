@@ -26,6 +26,10 @@ LINGER_BLIND_BOUND_S = 30.0  # from the start, where the result line's time is n
 #: lingers or ignores SIGTERM: what is judged is that the tree is ended, not how long the
 #: production default (2 s) lets it flush. A backend that ignores the host's setting is only slower.
 TEARDOWN_S = 0.1
+#: How long after the prompt's last byte the CLI may wait for stdin's EOF: a backend that writes
+#: the prompt and closes the pipe leaves microseconds between the two; the bound only has to
+#: outlast a descheduled writer thread on a loaded machine, never the backend's own waiting.
+STDIN_HELD_BOUND_S = 2.5
 CANCEL_TIMEOUT_S = 120.0  # only an upper bound: the kit cancels as soon as the upstream stalls
 BLIND_CANCEL_AFTER_S = 1.0  # where the stall is not observable, the host cancels this long after the start
 
@@ -148,10 +152,68 @@ def test_linger_after_result(but):
 
 @check("time.stdin-not-left-open", kinds=[Kind.harness], incident="C6")
 def test_stdin_not_left_open(but):
-    """The CLI's stdin is /dev/null or a pipe closed after the prompt: never an open pipe it could block on."""
+    """The CLI's stdin is /dev/null or a pipe closed right after the prompt: never an open pipe
+    it could block on, not even for a while.
+
+    Evidence: what fd 0 was (fstat), and where the CLI reads its prompt to EOF (claude `-p`),
+    when the last prompt byte came and when EOF did, as the fake CLI recorded them: held open
+    past STDIN_HELD_BOUND_S after the prompt fails, though the CLI got EOF in the end. A pipe
+    left open for good stalls the CLI into a timeout. (A CLI driven with `--input-format
+    stream-json` reads messages until stdin closes: there only the session's end is judged.)"""
     run = but.run("success", timeout_s=60)
     assert run.children, "the fake CLI was never run"
     for child in run.children:
         assert child.get("stdin_type") in ("devnull", "pipe", "file", "closed"), f"stdin {child.get('stdin_type')}"
     # the fake reads stdin to EOF first: a pipe left open would stall it into a timeout
     assert run.outcome.status == OutcomeStatus.ok, f"status {run.outcome.status} ({run.outcome.error_class})"
+    for child in run.children:
+        eof, began = child.get("stdin_eof_mono"), child.get("stdin_read_mono")
+        if eof is None or began is None:
+            continue  # not read to EOF before the steps (stream-json input, a CLI that ignores stdin)
+        after = max(began, child.get("stdin_data_mono") or began)
+        held = eof - after
+        what = "the last prompt byte" if child.get("stdin_data_mono") else "the CLI began reading it (no prompt came)"
+        assert held < STDIN_HELD_BOUND_S, (
+            f"the CLI's stdin pipe was held open {held:.1f} s after {what} "
+            f"({child.get('stdin_bytes', 0)} bytes): the CLI blocked on it until the backend closed it")
+
+
+def _gone_within(pids: list[int], grace_s: float) -> list[int]:
+    """The pids still alive once `grace_s` has passed (polled; returns as soon as none is)."""
+    import time
+
+    deadline = time.monotonic() + grace_s
+    while True:
+        alive = [p for p in pids if _alive(p)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.05)
+
+
+@check("time.abandoned-stream-no-survivors", kinds=[Kind.harness], incident=["C1", "C8"], paced=True)
+def test_abandoned_stream_no_survivors(but):
+    """A caller that abandons the session mid-stream (its text callback raises, as breaking out
+    of a loop over the stream or cancelling the task unwinds through the backend) leaves no
+    process of the session behind: CLI, grandchildren, setsid escapees and bridge all end.
+
+    Evidence: the session's tree as the fake CLI recorded it before its first text (the CLI, a
+    grandchild in its group, one escaped by setsid, one by setsid with `env -i`, the bridge),
+    each checked alive or not after the backend gave control back, with GRACE_S for a cleanup
+    that runs beside it. Processes that survive are killed by the kit after the verdict."""
+    import signal
+
+    run = but.run("timeout_tree", timeout_s=CANCEL_TIMEOUT_S, abandon_on_text=True, teardown_s=TEARDOWN_S)
+    if run.abandoned is None:
+        but.skip("unsupported-by-backend", f"the backend streamed no text to its caller (the session ended "
+                 f"{run.outcome.status}): there was no stream to abandon; {run.outcome.error_class}: {run.outcome.message[:200]}")
+    assert run.children, "the backend never ran its CLI"
+    pids = but.child_pids(run)
+    survivors = _gone_within(pids, GRACE_S)
+    for pid in survivors:  # not left running on the machine: the verdict is already taken
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    assert not survivors, (
+        f"{len(survivors)} of the session's {len(pids)} processes outlived the abandoned stream by "
+        f"{GRACE_S:g} s: {survivors}")

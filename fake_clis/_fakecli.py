@@ -163,10 +163,14 @@ One JSON line per invocation, appended to the record file before any step runs::
      "cwd": "...", "stdin_type": "devnull|pipe|tty|file|socket|closed|other",
      "stdin": "<text read, up to 1 MiB>", "stdin_bytes": n, "mcp_configs": {path: content},
      "cwd_entries": [names in the cwd at start],
+     "instructions": {path: text of each instruction file the CLI loads at start},
      "config_dirs": {"CLAUDE_CONFIG_DIR": {"name": "file|dir|link:<target>"}, ...},
      "ts": <time.time()>, "mono": <time.monotonic()>}
 
-(``stdin_eof_mono``: when stdin reached EOF before the steps, else null; a later
+(``stdin_eof_mono``: when stdin reached EOF before the steps, else null; ``stdin_read_mono``:
+when the fake began reading stdin to EOF, ``stdin_data_mono``: when its last byte of data came
+(null: none came), so a pipe held open after the prompt shows as ``stdin_eof_mono`` minus the
+later of the two; a later
 ``{"kind": "stdin_eof", "pid", "mono"}`` line when it closes during a stream-json session),
 one ``{"kind": "spawn", "pid": <fake pid>, "child_pid": n, "setsid": bool}`` line per
 grandchild, one ``{"kind": "mcp_server", "pid", "child_pid", "name"}`` line per MCP
@@ -1134,7 +1138,8 @@ class Fake:
                     out.append(path)
         return out
 
-    def record_invocation(self, stdin_type: str, stdin_bytes: int, stdin_eof_mono: float | None = None) -> None:
+    def record_invocation(self, stdin_type: str, stdin_bytes: int, stdin_eof_mono: float | None = None,
+                          stdin_read_mono: float | None = None, stdin_data_mono: float | None = None) -> None:
         if self.record_path is None:
             return
         configs = {}
@@ -1158,14 +1163,43 @@ class Fake:
                 "stdin": self.stdin_text[:RECORDED_STDIN_LIMIT],
                 "stdin_bytes": stdin_bytes,
                 "stdin_eof_mono": stdin_eof_mono,
+                "stdin_read_mono": stdin_read_mono,
+                "stdin_data_mono": stdin_data_mono,
                 "mcp_configs": configs,
                 "attachments": self._attachments(),
+                "instructions": self._instructions(),
                 "cwd_entries": sorted(posix.listdir(".")),
                 "config_dirs": _config_dirs(),
                 "ts": time.time(),
                 "mono": time.monotonic(),
             }
         )
+
+    def _instructions(self) -> dict:
+        """The instruction files this CLI loads at start: {path: text (up to 1 MiB)}. claude reads
+        `CLAUDE.md` and `CLAUDE.local.md` in its cwd and every parent up to `/` (unless
+        `CLAUDE_CODE_DISABLE_CLAUDE_MDS` is set); cursor-agent reads `AGENTS.md` in its cwd."""
+        names: tuple = ()
+        walk = False
+        if self.cli == "claude" and not ENVIRON.get("CLAUDE_CODE_DISABLE_CLAUDE_MDS"):
+            names, walk = ("CLAUDE.md", "CLAUDE.local.md"), True
+        elif self.cli == "cursor-agent":
+            names = ("AGENTS.md",)
+        out: dict = {}
+        directory = posix.getcwd()
+        while names:
+            for name in names:
+                path = _join(directory, name)
+                if _isfile(path):
+                    try:
+                        out[path] = _read_text(path)[:RECORDED_STDIN_LIMIT]
+                    except OSError:
+                        pass
+            parent = directory.rsplit("/", 1)[0] or "/"
+            if not walk or parent == directory:
+                break
+            directory = parent
+        return out
 
     def _attachments(self) -> dict:
         """zcode `--attach` files at start: {path: text (up to 1 MiB)}."""
@@ -1238,7 +1272,7 @@ class Fake:
         sigterm_exit = int(self.scenario.get("sigterm_exit", 143))
         _signal.signal(_signal.SIGTERM, lambda *_: posix._exit(sigterm_exit))
         stdin_type = _stdin_type()
-        eof_mono = None
+        eof_mono = read_mono = data_mono = None
         if self.stream_input and stdin_type not in ("tty", "closed"):
             # answer control requests (initialize, ...) until the first user message: never read to EOF
             while not self.stdin_eof:
@@ -1247,12 +1281,22 @@ class Fake:
                     break
             eof_mono = time.monotonic() if self.stdin_eof else None
         elif self.scenario.get("stdin", "read") == "read" and stdin_type not in ("tty", "closed"):
-            raw = sys.stdin.buffer.read()
+            # read to EOF as `claude -p` does, noting when the last prompt byte came and when EOF
+            # did: a pipe held open after the prompt shows as the wait between the two
+            read_mono = time.monotonic()
+            chunks = []
+            while True:
+                chunk = posix.read(0, 65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                data_mono = time.monotonic()
+            raw = b"".join(chunks)
             self.stdin_bytes = len(raw)
             self.stdin_text = raw.decode("utf-8", "replace")
             eof_mono = time.monotonic()
             self.stdin_eof = True
-        self.record_invocation(stdin_type, self.stdin_bytes, eof_mono)
+        self.record_invocation(stdin_type, self.stdin_bytes, eof_mono, read_mono, data_mono)
         if self.cli == "opencode":
             self.opencode_plugin_install()
         if self.scenario.get("mcp") == "connect":

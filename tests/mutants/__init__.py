@@ -95,6 +95,13 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.codex:fails_an_unverified_model": _ids("usage.mismatch-policy-applied"),
     "tests.mutants.codex:audits_shells_by_the_paths_they_name": _ids("audit.hostile-builtins-flagged"),
     "tests.mutants.harness:leaves_stdin_open": _ids("time.stdin-not-left-open"),
+    "tests.mutants.harness:takes_every_brace_line_for_an_event": _ids("parse.brace-noise-skipped"),
+    "tests.mutants.harness:holds_stdin_open_a_while": _ids("time.stdin-not-left-open"),
+    "tests.mutants.harness:lets_the_cli_walk_for_claude_md": _ids("env.planted-files-not-loaded"),
+    # a hand-rolled runner: besides abandonment it kills only the CLI's group and reads to EOF past the result
+    "tests.mutants.harness:leaks_the_cli_when_the_stream_is_abandoned": _ids(
+        "time.abandoned-stream-no-survivors", "time.no-survivors-after-timeout", "time.linger-after-result",
+    ),
     # the worktree's .env holds a host key: the hostile host's credential check sees it too
     "tests.mutants.harness:loads_the_worktree_dotenv": _ids("env.worktree-not-cwd", "env.host-credentials-unreachable"),
     # the model still sees each refusal as an error result (black-box judgement, issue 19):
@@ -180,7 +187,9 @@ MUTANTS: dict[str, frozenset[str]] = {
     ),
     # gemini (built on the gemini transport, run against the fake gemini)
     "tests.mutants.gemini:leaves_builtins_on": _ids("audit.only-scope-tools-offered"),
-    "tests.mutants.gemini:forgets_skip_trust": _ids("parse.unknown-events-ignored", "parse.noise-lines-skipped"),
+    "tests.mutants.gemini:forgets_skip_trust": _ids(
+        "parse.unknown-events-ignored", "parse.noise-lines-skipped", "parse.brace-noise-skipped",
+    ),
     "tests.mutants.gemini:passes_the_host_env_through": _ids(
         "env.provider-keys-stripped", "env.nesting-vars-stripped", "env.worktree-not-cwd",
     ),
@@ -216,6 +225,7 @@ MUTANTS: dict[str, frozenset[str]] = {
         "usage.cache-and-reasoning-tokens-reported", "usage.counted-once-per-message",
     ),
     "tests.mutants.api:drops_reasoning_tokens": _ids("usage.cache-and-reasoning-tokens-reported"),
+    "tests.mutants.api:sends_the_host_auth_token": _ids("env.session-credential-at-wire"),
     # reasoning-only Claude Code: the real claude at the loopback level (MUTANT_LEVELS)
     "tests.mutants.claude_code_reasoning:has_no_tripwire": _ids("audit.builtin-call-blocks-session"),
     "tests.mutants.claude_code_reasoning:drops_the_host_system_prompt": _ids("selection.system-prompt-delivered"),
@@ -265,6 +275,10 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.opencode:reads_success_from_exit_zero": ("test_parse.py test_errors.py", "truncated or exit0 or crash"),
     "tests.mutants.opencode:waits_out_its_own_retries": ("test_errors.py", "rate_limit"),
     "tests.mutants.harness:leaves_stdin_open": ("test_time.py", "not_left_open"),
+    "tests.mutants.harness:takes_every_brace_line_for_an_event": ("test_parse.py", "noise or unknown or split"),
+    "tests.mutants.harness:holds_stdin_open_a_while": ("test_time.py", "not_left_open"),
+    "tests.mutants.harness:lets_the_cli_walk_for_claude_md": ("test_env.py", "planted or worktree or stripped"),
+    "tests.mutants.harness:leaks_the_cli_when_the_stream_is_abandoned": ("test_time.py", "abandoned"),
     "tests.mutants.harness:ignores_the_concurrency_cap": ("test_concurrency.py", "cap_holds or parallel"),
     "tests.mutants.harness:keeps_session_files_unredacted": ("test_env.py", "session_files or argv or run_dir"),
     "tests.mutants.harness:configures_a_silent_bridge": ("test_bridge.py", "answers_every or only_bridge or failed_load"),
@@ -302,6 +316,7 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.api:drops_cache_tokens": ("test_usage.py", "cache or counted_once or cost or served_model"),
     "tests.mutants.api:counts_cached_tokens_as_input": ("test_usage.py", "cache or counted_once or cost or served_model"),
     "tests.mutants.api:drops_reasoning_tokens": ("test_usage.py", "cache or counted_once or cost or served_model"),
+    "tests.mutants.api:sends_the_host_auth_token": ("test_env.py", "credential or stripped or argv"),
     "tests.mutants.claude_code_reasoning:has_no_tripwire": ("test_audit.py", "builtin_call or only_scope"),
     "tests.mutants.claude_code_reasoning:drops_the_host_system_prompt": ("test_selection.py", "system_prompt_delivered or registry"),
     "tests.mutants.claude_code_reasoning:drops_the_tool_results": ("test_scope.py", "loop_reaches or in_tree or dotdot"),

@@ -55,6 +55,16 @@ class _DropsReasoning(LLM):
         turn.reply.usage = turn.reply.usage.model_copy(update={"reasoning": 0})
 
 
+class _TakesTheHostAuthToken(LLM):
+    def client(self):
+        import os
+
+        token = os.environ.get("ANTHROPIC_AUTH_TOKEN")
+        if token and self._client is None:  # as SDKs that read both variables send both headers
+            self._default_headers["Authorization"] = f"Bearer {token}"
+        return super().client()
+
+
 def _with_llm(llm_class):
     def __init__(self, *args, **kwargs):
         ApiTransport.__init__(self, *args, **kwargs)
@@ -93,8 +103,15 @@ class DropsReasoningTokens(ApiTransport):
     __init__ = _with_llm(_DropsReasoning)
 
 
+class SendsTheHostAuthToken(ApiTransport):
+    """Sends the host's ANTHROPIC_AUTH_TOKEN as a bearer token beside the session's key (as SDKs that read both variables did)."""
+
+    __init__ = _with_llm(_TakesTheHostAuthToken)
+
+
 drops_cache_breakpoints = mutant_spec("api/anthropic_messages", M, DropsCacheBreakpoints)
 marks_every_message_for_caching = mutant_spec("api/anthropic_messages", M, MarksEveryMessageForCaching)
 drops_cache_tokens = mutant_spec("api/anthropic_messages", M, DropsCacheTokens)
 counts_cached_tokens_as_input = mutant_spec("api/chat_completions", M, CountsCachedTokensAsInput)
 drops_reasoning_tokens = mutant_spec("api/responses", M, DropsReasoningTokens)
+sends_the_host_auth_token = mutant_spec("api/anthropic_messages", M, SendsTheHostAuthToken)

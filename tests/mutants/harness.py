@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import contextlib
 import subprocess
 import threading
 import time
@@ -90,7 +91,7 @@ _RUNNER_LOCK = threading.Lock()
 
 
 def _naive_run_process(argv, *, env, cwd, on_line, timeout_s, stdin_bytes=None, cancel=None, close_stdin=True,
-                       on_spawn=None, **_ignored):
+                       on_spawn=None, close_stdin_after_s=None, **_ignored):
     """subprocess.Popen + proc.kill() on the deadline: the CLI dies, its children live on."""
     from harnesscheck.process import Ending, LineAction, ProcessResult
 
@@ -101,7 +102,13 @@ def _naive_run_process(argv, *, env, cwd, on_line, timeout_s, stdin_bytes=None, 
         on_spawn(proc.pid)  # the hook's contract is kept: only the teardown is naive
     if close_stdin:
         proc.stdin.write(stdin_bytes or b"")
-        proc.stdin.close()
+        proc.stdin.flush()
+        if close_stdin_after_s is None:
+            proc.stdin.close()
+        else:  # kept open for a follow-up message, closed by an idle timer
+            timer = threading.Timer(close_stdin_after_s, proc.stdin.close)
+            timer.daemon = True
+            timer.start()
     ending = [Ending.exited]
 
     def read():
@@ -422,6 +429,101 @@ class LeavesStdinOpen(ClaudeCodeTransport):
                 process.run_process = real
 
 
+def _streaming_run_process(argv, *, env, cwd, on_line, timeout_s, stdin_bytes=None, cancel=None, on_spawn=None,
+                           **_ignored):
+    """Reads the CLI's lines in the caller's own thread and kills its process group when the
+    stream ends, by the deadline or a stop: but an exception out of `on_line` (the caller
+    abandoning the stream) unwinds past the cleanup, leaving the CLI and its tree running."""
+    import os
+    import selectors
+    import signal
+
+    from harnesscheck.process import Ending, LineAction, ProcessResult
+
+    started = time.monotonic()
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    if on_spawn is not None:
+        on_spawn(proc.pid)
+    proc.stdin.write(stdin_bytes or b"")
+    proc.stdin.close()
+    ending = Ending.exited
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    buf = b""
+    while True:
+        left = started + timeout_s - time.monotonic()
+        if left <= 0:
+            ending = Ending.deadline
+            break
+        if cancel is not None and cancel.is_set():
+            ending = Ending.cancelled
+            break
+        if not sel.select(timeout=min(left, 0.05)):
+            continue
+        chunk = os.read(proc.stdout.fileno(), 65536)
+        if not chunk:
+            break
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        stop = False
+        for raw in lines:
+            if on_line(raw.decode("utf-8", "replace")) is LineAction.STOP:  # an exception here leaks it all
+                stop = True
+        if stop:
+            ending = Ending.early_stop
+            break
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    sel.close()
+    return ProcessResult(ending=ending, exit_code=proc.returncode if proc.returncode >= 0 else None,
+                         signal=-proc.returncode if proc.returncode < 0 else None, stderr_tail="",
+                         duration_s=time.monotonic() - started)
+
+
+class LeaksTheCliWhenTheStreamIsAbandoned(ClaudeCodeTransport):
+    """Reads the CLI's stream in the caller's thread and cleans up only when the stream ends:
+    a caller that abandons it (its text callback raises) leaves the CLI and its tree running.
+    (Its hand-rolled runner also kills only the CLI's process group and reads on past the result.)"""
+
+    def _run(self, request, **kwargs):
+        import harnesscheck.process as process
+
+        with _RUNNER_LOCK:
+            real = process.run_process
+            process.run_process = _streaming_run_process
+            try:
+                return super()._run(request, **kwargs)
+            finally:
+                process.run_process = real
+
+
+class HoldsStdinOpenAWhile(ClaudeCodeTransport):
+    """Writes the prompt, then keeps the CLI's stdin pipe open for a follow-up message and
+    closes it on a 6 s idle timer: the CLI blocks on it all that while."""
+
+    def _run(self, request, **kwargs):
+        import functools
+
+        import harnesscheck.process as process
+
+        with _RUNNER_LOCK:
+            real = process.run_process
+            process.run_process = functools.partial(_naive_run_process, close_stdin_after_s=6.0)
+            try:
+                return super()._run(request, **kwargs)
+            finally:
+                process.run_process = real
+
+
+class LetsTheCliWalkForClaudeMd(ClaudeCodeTransport):
+    """Leaves out CLAUDE_CODE_DISABLE_CLAUDE_MDS: claude walks up from its scratch cwd and loads
+    every CLAUDE.md in the run dir's parents."""
+
+    base_injections = {k: v for k, v in ClaudeCodeTransport.base_injections.items() if k != "CLAUDE_CODE_DISABLE_CLAUDE_MDS"}
+
+
 class LoadsTheWorktreeDotenv(ClaudeCodeTransport):
     """Reads the worktree's .env into the CLI's environment (as Bun's autoload would)."""
 
@@ -494,6 +596,32 @@ class ChokesOnUnknownEvents(ClaudeCodeTransport):
     def make_parser(self, ctx, request, *, tool_less, on_text):
         parser = super().make_parser(ctx, request, tool_less=tool_less, on_text=on_text)
         parser.__class__ = _UnknownIntolerantParser
+        return parser
+
+
+class _BraceIntolerantParser(ClaudeStreamParser):
+    def feed(self, line):
+        import json as _json
+
+        if line.startswith("{"):
+            try:
+                event = _json.loads(line)
+            except ValueError:
+                event = None
+            if not isinstance(event, dict) or not event.get("type"):
+                from harnesscheck.contracts import ErrorClass, OutcomeStatus
+
+                return self._stop(OutcomeStatus.error, ErrorClass.protocol, "malformed event line")
+        return super().feed(line)
+
+
+class TakesEveryBraceLineForAnEvent(ClaudeCodeTransport):
+    """Takes every stdout line that starts with `{` for an event: one that does not parse (a
+    debug print of an object) or has no type ends the session as a protocol error."""
+
+    def make_parser(self, ctx, request, *, tool_less, on_text):
+        parser = super().make_parser(ctx, request, tool_less=tool_less, on_text=on_text)
+        parser.__class__ = _BraceIntolerantParser
         return parser
 
 
@@ -588,3 +716,7 @@ pauses_the_clock_for_tool_calls = mutant_spec("codex", M, PausesTheClockForToolC
 waits_for_the_clis_own_end = mutant_spec("claude-code", M, WaitsForTheClisOwnEnd)
 waits_out_the_auth_ladder = mutant_spec("claude-code", M, WaitsOutTheAuthLadder)
 writes_its_mcp_config_to_a_fixed_name = mutant_spec("claude-code", M, WritesItsMcpConfigToAFixedName)
+takes_every_brace_line_for_an_event = mutant_spec("claude-code", M, TakesEveryBraceLineForAnEvent)
+holds_stdin_open_a_while = mutant_spec("claude-code", M, HoldsStdinOpenAWhile)
+leaks_the_cli_when_the_stream_is_abandoned = mutant_spec("claude-code", M, LeaksTheCliWhenTheStreamIsAbandoned)
+lets_the_cli_walk_for_claude_md = mutant_spec("claude-code", M, LetsTheCliWalkForClaudeMd)

@@ -47,6 +47,7 @@ SCENARIOS: tuple[str, ...] = (
     "bridge_probe", "stalled_tool_call",
     # what a hostile model tries with built-ins that are audited, not off (audit.hostile-builtins-flagged)
     "hostile_shell_secret", "hostile_home_read", "hostile_pathless_grep", "hostile_delete",
+    "brace_noise",
 )
 
 
@@ -62,6 +63,11 @@ class SkipCell(_Skipped):
             raise ValueError(f"unknown reason code {reason!r}")
         self.reason, self.message = reason, message
         super().__init__(msg=f"[{reason}] {message}", _use_item_location=True)
+
+
+class StreamAbandoned(Exception):
+    """Raised by the host's text callback: the caller abandons the session's stream (as a caller
+    breaking out of a loop over it, or a cancelled task, unwinds through the backend)."""
 
 
 class KitFault(Exception):
@@ -235,6 +241,8 @@ class SessionRun:
     run_dir: Path | None = None
     timeline: Timeline = field(default_factory=Timeline)
     tool_failures: list[str] = field(default_factory=list)  # tool calls that reached no server at all
+    #: When the host abandoned the stream (run(abandon_on_text=True)), None if it never did.
+    abandoned: float | None = None
     #: (start, end) of each CLI the session ran, as the fake CLI recorded them itself
     #: (monotonic clock, see Progress); None where the adapter cannot see its CLIs.
     cli_spans: list[tuple[float, float]] | None = None
@@ -311,6 +319,24 @@ def patched_environ(values: dict[str, str]) -> Iterator[None]:
                         os.environ[key] = value
 
 
+#: Header names that carry a credential to a model API (compared lower-case).
+CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "x-goog-api-key", "proxy-authorization", "cookie"})
+
+
+def judge_credentials(request: str, headers: dict[str, str], session: set[str], host: dict[str, str]) -> dict:
+    """One request's credentials (see BackendUnderTest.wire_credentials): whether each
+    credential header carries one of the `session` values (a bearer's token, an API key
+    header's value), and which headers carry any value of `host`."""
+    sent = []
+    for name, value in headers.items():
+        if name.lower() in CREDENTIAL_HEADERS and value.strip():
+            value = value.strip()
+            sent.append(value[7:].strip() if name.lower() == "authorization" and value.lower().startswith("bearer ") else value)
+    values = [v for v in host.values() if v and v not in session]
+    carried = sorted({name.lower() for name, value in headers.items() if any(v in value for v in values)})
+    return {"request": request, "session": bool(sent) and all(v in session for v in sent), "host_headers": carried}
+
+
 def bridge_pids(run: SessionRun) -> list[int]:
     """Pids of the bridges that served a run, from their `bridge_start` trace records."""
     return [int(r["pid"]) for r in run.trace if r.get("event") == "bridge_start" and isinstance(r.get("pid"), int)]
@@ -379,6 +405,7 @@ class BackendUnderTest:
         settings: dict | None = None,
         run_dir: Path | None = None,
         allowance: bool = True,
+        abandon_on_text: bool = False,
     ) -> SessionRun:
         """Run one session of `scenario` (or of scripted `tool_calls`) and collect the evidence.
 
@@ -400,6 +427,10 @@ class BackendUnderTest:
         slow-starting runtime is judged by its behaviour, not by this machine's speed. Checks whose
         subject is the deadline itself pass False (run_stalled does); a check bounding the session's
         duration adds `run.timeline.allowance_s` to its bound.
+        `abandon_on_text`: the host abandons the stream at the first text the backend streams
+        to it: its `on_text` callback raises StreamAbandoned. If that exception comes out of
+        run_session the run's outcome is a stand-in (cancelled) and `run.abandoned` is the
+        moment it was raised; `run.abandoned` stays None when no text was ever streamed.
         """
         if scenario not in SCENARIOS and scenario != "tools":
             raise KitFault(f"unknown scenario {scenario!r}")
@@ -412,6 +443,7 @@ class BackendUnderTest:
         with patched_environ(env):
             self._local.teardown_s = teardown_s  # read by transport() while prepare builds one
             self._local.settings = settings
+            self._local.watch = tuple(v for v in (parent_env or {}).values() if v)  # a model server watches for them
             try:
                 setup = self.prepare(scenario, ws, tool_calls=tool_calls, model=model, timeout_s=timeout_s, echo=echo or [])
             finally:
@@ -431,17 +463,33 @@ class BackendUnderTest:
             if cancel is not None:
                 after = cancel_after_s if cancel_after_s is not None else 1.0
                 watch = _CancelWatch(self, setup, cancel, timeline, after_s=after, on_stall=cancel_on_stall)
+            abandoned: list[float] = []
+
+            def abandon(_text: str) -> None:
+                if not abandoned:
+                    abandoned.append(time.monotonic())
+                    raise StreamAbandoned("the caller abandoned the stream")
+
             timeline.started = time.monotonic()
             if watch is not None:
                 watch.start()
             try:
-                outcome = setup.transport.run_session(request, cancel=cancel)
+                if abandon_on_text:
+                    try:
+                        outcome = setup.transport.run_session(request, cancel=cancel, on_text=abandon)
+                    except StreamAbandoned:
+                        from harnesscheck.contracts import OutcomeStatus
+
+                        outcome = AgentOutcome(status=OutcomeStatus.cancelled, message="(abandoned by the caller)")
+                else:
+                    outcome = setup.transport.run_session(request, cancel=cancel)
             finally:
                 timeline.ended = time.monotonic()
                 if watch is not None:
                     watch.stop()
         run = SessionRun(outcome=outcome, workspace=ws, duration_s=timeline.ended - timeline.started,
                          facts=setup.facts, parent_env=env, timeline=timeline)
+        run.abandoned = abandoned[0] if abandoned else None
         self.collect(run, setup, request)
         timeline.progress = self.stall_progress(setup)
         return run
@@ -601,6 +649,15 @@ class BackendUnderTest:
         """Name -> value of credentials the backend holds outside the parent environment (a stored
         login, the tokens minted for it in `run`): secrets like any other. None here."""
         return {}
+
+    def wire_credentials(self, run: SessionRun, host: dict[str, str]) -> list[dict] | None:
+        """Per request the model server received in `run`: ``{"request": "<method path>",
+        "session": True | False | None, "host_headers": [header names]}``. ``session``: every
+        credential header carried the session's own credential (None: the adapter cannot tell,
+        False: one carried something else, or none was sent); ``host_headers``: the headers in
+        which a value of `host` (the host's own keys and tokens) travelled. None where no model
+        server of this adapter sees the backend's requests."""
+        return None
 
     def credential_fetches(self, run: SessionRun) -> int | None:
         """How many short-lived credentials the backend fetched in `run` (token exchanges the

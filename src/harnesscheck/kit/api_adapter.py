@@ -454,6 +454,18 @@ class ApiAdapter(BackendUnderTest):
                 headers.pop("authorization")
             req["visible_headers"] = headers
 
+    def session_credentials(self, run: SessionRun) -> set[str]:
+        """The credentials this session may send: the key the host configured for it."""
+        return {self.key}
+
+    def wire_credentials(self, run: SessionRun, host: dict[str, str]) -> list[dict]:
+        """What each request the scripted server received carried (headers as sent)."""
+        from harnesscheck.kit.adapters import judge_credentials
+
+        session = self.session_credentials(run)
+        return [judge_credentials(f"{req.get('method', 'POST')} {req['path']}", dict(req["headers"]), session, host)
+                for req in run.requests]
+
     @staticmethod
     def _bodies(run: SessionRun) -> list[dict]:
         out = []

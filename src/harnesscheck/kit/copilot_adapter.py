@@ -171,6 +171,10 @@ class CopilotAdapter(ApiAdapter):
                 headers.pop("authorization")
             req["visible_headers"] = headers
 
+    def session_credentials(self, run: SessionRun) -> set[str]:
+        """The GitHub login (token exchange) and every Copilot token minted for it."""
+        return {self.key, *getattr(run, "minted", [])}
+
     def held_secrets(self, run: SessionRun | None = None) -> dict[str, str]:
         held = {"COPILOT_GITHUB_LOGIN": self.key}
         for i, token in enumerate(getattr(run, "minted", []) if run is not None else []):

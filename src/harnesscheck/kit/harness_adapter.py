@@ -258,6 +258,18 @@ def stall_text(cli: str, scenario: dict) -> str | None:
     return None
 
 
+#: Lines that start with `{` and are no event (parse.brace-noise-skipped): a debug print of a
+#: JS object, a lone brace, a half-printed object, a JSON log record without a `type`, an empty
+#: object. A parser that takes every `{` line for an event, or dies on one that does not parse,
+#: is caught by them.
+BRACE_NOISE = (
+    "{ SandboxDebug: 'profile applied', pid: 4242 }",
+    "{",
+    '{"truncated debug print',
+    '{"level":"debug","msg":"mcp: 1 server connecting {bridge}"}',
+    "{}",
+)
+
 #: CLIs whose recorded `mcp_slow` is a session that waited for its slow bridge and then used
 #: it (codex: a `required = true` server is started before the first turn; the recording
 #: keeps only the delay). The replay starts the bridge for real, so its trace shows the wait
@@ -601,6 +613,19 @@ class HarnessAdapter(BackendUnderTest):
             data["steps"] = steps[:first] + noise + steps[first:first + 1] + noise[:1] + steps[first + 1:]
             fake = self.install_fake(data, echo=echo)
             facts = Facts()
+        elif scenario == "brace_noise":
+            # success, with lines that start with `{` but are no event between every two events, on
+            # stdout and stderr: diagnostics a CLI or its runtime prints (BRACE_NOISE)
+            data = self.load_fixture("success")
+            steps = []
+            for step in data.get("steps", []):
+                steps.append(step)
+                if "emit" in step:
+                    steps.extend({"noise": n} for n in BRACE_NOISE)
+                    steps.extend({"stderr": n} for n in BRACE_NOISE)
+            data["steps"] = [*({"noise": n} for n in BRACE_NOISE), *steps]
+            fake = self.install_fake(data, echo=echo)
+            facts = fixture_facts(self.fake_name, self.load_fixture("success"), model)
         elif scenario == "split_lines":
             data = self.load_fixture("success")
             for step in data.get("steps", []):
@@ -616,6 +641,7 @@ class HarnessAdapter(BackendUnderTest):
             # from its hang on (so only the SIGKILL after the term grace ends it, harness-anchors C1).
             data = self.load_fixture("timeout_mid_stream")
             data["mcp"] = "connect"  # a bridge serves the session too: it must not survive either
+            data["mcp_timeout"] = 60  # a loaded machine's bridge start is not the defect judged here
             steps = data.get("steps", [])
             hang = next((i for i, st in enumerate(steps) if "hang" in st), len(steps))
             data["steps"] = [{"spawn": "sleep 1000"}, {"spawn": "sleep 1000", "setsid": True},

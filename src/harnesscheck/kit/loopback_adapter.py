@@ -156,7 +156,7 @@ class LoopbackAdapter(HarnessAdapter):
             raise SkipCell("adapter-not-implemented", "upstream text echo is a fake-CLI device")
         with _as_skip():
             script = loopback_scenario(self.spec.cli_name or "", scenario, ws, tool_calls)
-        watch = [ws.canary]
+        watch = [ws.canary, *getattr(self._local, "watch", ())]  # the host's values the check passed (run(parent_env=))
         server = ScriptedModelServer(script, expected_key=DUMMY_KEY, watch=watch).start()
         self._servers.append(server)
         self._wrappers += 1
@@ -240,6 +240,7 @@ class LoopbackAdapter(HarnessAdapter):
         run.stdout_lines = None if setup.extra["lines"] is None else list(setup.extra["lines"])  # type: ignore[attr-defined]
         run.opened = read_opens(setup.extra["opens"]) if setup.extra.get("opens") else None  # type: ignore[attr-defined]
         run.loopback_requests = turns  # type: ignore[attr-defined]
+        run.loopback_all = list(server.requests)  # type: ignore[attr-defined]  # side requests too
         run.served_at = [r.ts for r in server.requests]  # type: ignore[attr-defined]
         served = [r for r in turns if r.status == 200]
         total = server.served_usage_total()
@@ -249,6 +250,21 @@ class LoopbackAdapter(HarnessAdapter):
             )
             run.facts.served_model = served[-1].served_model
         run.facts.cost_usd = facts_from_stdout(self.spec.cli_name or "", run.stdout_lines or []).get("cost_usd")  # type: ignore[attr-defined]
+
+    def wire_credentials(self, run: SessionRun, host: dict[str, str]) -> list[dict] | None:
+        """From the scripted model server's records (it keeps no credential value): a model turn
+        must carry the session's dummy key; a side request (a model list, a title) may carry no
+        credential, but never another one. The host's values the check passed are watched for
+        in every header (`canary_hits`)."""
+        out = []
+        for r in getattr(run, "loopback_all", None) or []:
+            if not r.is_turn and not r.credentials_present:
+                session = None  # a side request without a credential: nothing was sent
+            else:
+                session = bool(r.credentials_present and r.credential_matches)
+            out.append({"request": f"{r.method} {r.path}", "session": session,
+                        "host_headers": sorted(h for h in r.canary_hits if h != "body")})
+        return out
 
     def tools_offered(self, run: SessionRun) -> list[str] | None:
         """Every tool the CLI offered the model in any request, in scope names."""
