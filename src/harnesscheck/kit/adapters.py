@@ -1089,8 +1089,9 @@ def adapter_for(spec: ProviderSpec, level: str, tmp_path: Path) -> BackendUnderT
     return ApiAdapter(spec, level, tmp_path)
 
 
-def is_copilot(spec: ProviderSpec) -> bool:
-    """A backend built on the Copilot provider (its endpoints are mocked by CopilotAdapter)."""
+def _built_on(spec: ProviderSpec, base: type) -> bool:
+    """Whether the spec's factory is a transport class derived from `base` (False when it does
+    not import: the adapter that needs it says so later)."""
     import importlib
 
     module, _, attr = spec.factory.partition(":")
@@ -1098,9 +1099,14 @@ def is_copilot(spec: ProviderSpec) -> bool:
         factory = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError):
         return False
+    return isinstance(factory, type) and issubclass(factory, base)
+
+
+def is_copilot(spec: ProviderSpec) -> bool:
+    """A backend built on the Copilot provider (its endpoints are mocked by CopilotAdapter)."""
     from harnesscheck.providers.copilot import CopilotTransport
 
-    return isinstance(factory, type) and issubclass(factory, CopilotTransport)
+    return _built_on(spec, CopilotTransport)
 
 
 class LoopbackLevel:
@@ -1130,8 +1136,6 @@ class LoopbackLevel:
         return binary.version if binary else None
 
 
-
-
 #: Why reasoning-only Claude Code has no offline cells (its column is the loopback level).
 REASONING_OFFLINE = (
     "reasoning-only Claude Code is verified with the real claude at the loopback level: its model is a CLI call "
@@ -1143,16 +1147,9 @@ REASONING_OFFLINE = (
 def is_reasoning(spec: ProviderSpec) -> bool:
     """A backend built on reasoning-only Claude Code (ClaudeReasoningTransport): the api kind,
     driven at the loopback level by kit/reasoning_adapter.py."""
-    import importlib
-
-    module, _, attr = spec.factory.partition(":")
-    try:
-        factory = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError):
-        return False
     from harnesscheck.providers.claude_code_reasoning import ClaudeReasoningTransport
 
-    return isinstance(factory, type) and issubclass(factory, ClaudeReasoningTransport)
+    return _built_on(spec, ClaudeReasoningTransport)
 
 
 class ReasoningLevel:
