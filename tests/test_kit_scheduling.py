@@ -201,7 +201,7 @@ def test_the_checks_that_wait_on_purpose_are_paced_and_pacing_is_not_part_of_a_c
     catalog = load_catalog()
     waits = {"time.timeout-truncates", "time.no-survivors-after-timeout", "time.linger-after-result",
              "time.cancel-ends-session", "bridge.slow-start-not-toolless", "errors.overloaded-retryable",
-             "time.stalled-tool-call-ends-by-deadline"}
+             "time.stalled-tool-call-ends-by-deadline", "time.abandoned-stream-no-survivors"}
     assert {i for i, info in catalog.items() if info.paced} == waits
     flipped = {i: replace(info, paced=not info.paced) for i, info in catalog.items()}
     assert catalog_hash(flipped) == catalog_hash(catalog)

@@ -137,9 +137,10 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.cursor:ends_ok_on_an_unclean_audit": _ids("audit.declines-builtins-honestly"),
     "tests.mutants.harness:drops_bridge_refusals": _ids("parity.refusal-codes-match-dispatch"),
     "tests.mutants.cursor:declines_silently": _ids("selection.declines-stated"),
-    "tests.mutants.harness:kills_only_the_direct_child": _ids("time.no-survivors-after-timeout"),
-    "tests.mutants.harness:codex_kills_only_the_direct_child": _ids("time.no-survivors-after-timeout"),
-    "tests.mutants.harness:finds_escapees_by_env_marker": _ids("time.no-survivors-after-timeout"),
+    # their trees outlive an abandoned stream too (time.abandoned-stream-no-survivors)
+    "tests.mutants.harness:kills_only_the_direct_child": _ids("time.no-survivors-after-timeout", "time.abandoned-stream-no-survivors"),
+    "tests.mutants.harness:codex_kills_only_the_direct_child": _ids("time.no-survivors-after-timeout", "time.abandoned-stream-no-survivors"),
+    "tests.mutants.harness:finds_escapees_by_env_marker": _ids("time.no-survivors-after-timeout", "time.abandoned-stream-no-survivors"),
     "tests.mutants.harness:leaves_builtin_tools_on": _ids("audit.only-scope-tools-offered"),
     "tests.mutants.harness:ignores_the_cli_version": _ids("selection.cli-version-unsupported"),
     "tests.mutants.harness:puts_the_prompt_in_argv": _ids("selection.prompt-never-a-flag"),
@@ -190,9 +191,8 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.gemini:forgets_skip_trust": _ids(
         "parse.unknown-events-ignored", "parse.noise-lines-skipped", "parse.brace-noise-skipped",
     ),
-    "tests.mutants.gemini:passes_the_host_env_through": _ids(
-        "env.provider-keys-stripped", "env.nesting-vars-stripped", "env.worktree-not-cwd",
-    ),
+    # env.worktree-not-cwd judges the worktree .env's own value (issue 19), not a host-env leak
+    "tests.mutants.gemini:passes_the_host_env_through": _ids("env.provider-keys-stripped", "env.nesting-vars-stripped"),
     "tests.mutants.gemini:trusts_exit_zero": _ids("parse.truncated-last-line"),
     "tests.mutants.opencode:leaves_its_builtins_on": _ids("audit.only-scope-tools-offered"),
     "tests.mutants.opencode:keeps_the_host_home": _ids("env.config-home-isolated", "env.host-credentials-unreachable"),
@@ -201,11 +201,12 @@ MUTANTS: dict[str, frozenset[str]] = {
     # zcode (offline only, fixtures from references): the seed implementation's defects
     "tests.mutants.zcode:leaves_a_huge_prompt_in_argv": _ids("selection.huge-folded-prompt-not-in-argv"),
     "tests.mutants.zcode:passes_the_host_env_through": _ids(
-        "env.provider-keys-stripped", "env.nesting-vars-stripped", "env.worktree-not-cwd", "env.host-credentials-unreachable",
+        "env.provider-keys-stripped", "env.nesting-vars-stripped", "env.host-credentials-unreachable",
     ),
-    "tests.mutants.zcode:audits_globs_by_their_literal_prefix": _ids(
-        "audit.native-tool-use-flagged", "audit.declines-builtins-honestly",
-    ),
+    # the seed's blind spot (a Glob bound by its literal prefix; an empty prefix binds nothing) is
+    # now also closed by the audit's path-less rule: a search naming no path is bound as the CLI's
+    # cwd (audit.hostile-builtins-flagged), so these fixtures' globs are flagged all the same
+    "tests.mutants.zcode:audits_globs_by_their_literal_prefix": _ids(),
     "tests.mutants.zcode:trusts_exit_zero": _ids("parse.truncated-last-line"),
     "tests.mutants.zcode:rate_limit_is_auth": _ids("errors.rate-limit-retryable"),
     # the copilot provider against the kit's mocked Copilot (kit/copilot_adapter.py)

@@ -33,7 +33,7 @@ from typing import Any
 
 from harnesscheck.contracts import Usage
 from harnesscheck.kit.adapters import BackendUnderTest, Facts, Progress, SessionRun, Setup, SkipCell
-from harnesscheck.loopback.adapter import loopback_scenario, read_records, write_wrapper
+from harnesscheck.loopback.adapter import CannotScript, loopback_scenario, read_records, write_wrapper
 from harnesscheck.loopback.endpoint import DUMMY_KEY, LoopbackEndpoint
 from harnesscheck.loopback.scenario import Scenario, ServedUsage, Turn
 from harnesscheck.loopback.server import ScriptedModelServer
@@ -51,7 +51,10 @@ def reasoning_scenario(name: str, ws: Any, tool_calls: list | None = None) -> Sc
         first = ServedUsage(input=300, output=20, cache_read=1200, cache_write=800)
         return Scenario(name, (Turn(text="reading\n" + fenced("list_dir", {"path": "."}), usage=first),
                                Turn(text="done", usage=ServedUsage(input=40, output=15, cache_read=2000))))
-    base = loopback_scenario("claude", name, ws, tool_calls)
+    try:
+        base = loopback_scenario("claude", name, ws, tool_calls)
+    except CannotScript as exc:  # what the real claude cannot be made to show: the cell skips
+        raise SkipCell(exc.reason, exc.message) from None
     turns = []
     for turn in base.turns:
         keep = tuple(c for c in turn.tool_calls if name == "native_tool_use" and c.builtin)
