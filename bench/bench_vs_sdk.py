@@ -52,7 +52,15 @@ HERE = Path(__file__).resolve().parent
 SDK_VENV = HERE / ".venv-sdk"
 SDK_NODE = HERE / ".node-sdk"
 PROMPT = "Say hello."
-CLI_DIR = Path(os.environ.get("HARNESSCHECK_CACHE") or Path.home() / ".cache" / "harnesscheck") / "clis" / "node_modules" / ".bin"
+
+
+def pinned_cli_path(backend: str) -> str:
+    """The pinned release install-clis put in the cache (one prefix per release), or the
+    reason it is missing: the bench measures what the matrix verifies."""
+    from harnesscheck.loopback.clis import require_pinned_cli
+
+    binary, why = require_pinned_cli(backend)
+    return str(binary.path) if binary else f"(missing: {why})"
 TARGETS = {"claude-code": 1.15, "codex": 1.3}
 TENTH_TARGET = 1.1
 
@@ -447,8 +455,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--root")
     parser.add_argument("--out")
     parser.add_argument("--sessions", type=int, default=1)
-    parser.add_argument("--claude", default=str(CLI_DIR / "claude"))
-    parser.add_argument("--codex", default=str(CLI_DIR / "codex"))
+    parser.add_argument("--claude")
+    parser.add_argument("--codex")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tenth-rounds", type=int, default=3)
     parser.add_argument("--no-install", action="store_true")
@@ -466,10 +474,10 @@ def main(argv: list[str]) -> int:
     from harnesscheck.loopback.server import ScriptedModelServer
 
     backends = ns.backend or ["claude-code", "codex"]
-    clis = {"claude-code": ns.claude, "codex": ns.codex}
+    clis = {"claude-code": ns.claude or pinned_cli_path("claude-code"), "codex": ns.codex or pinned_cli_path("codex")}
     missing = [b for b in backends if not Path(clis[b]).exists()]
     for b in missing:
-        print(f"{b}: SKIP (no CLI at {clis[b]}: harnesscheck install-clis, or --claude/--codex PATH)")
+        print(f"{b}: SKIP (no CLI at {clis[b]}: --claude/--codex PATH names another)")
     parts = set(ns.only or ("sessions", "cell", "verify"))
     sdk_why = ensure_sdks(not ns.no_install) if "sessions" in parts else {}
     print(f"load average before: {_load()}")
