@@ -469,6 +469,28 @@ def test_a_forkserver_that_cannot_start_leaves_the_sessions_the_stdio_bridge(tmp
     assert forkserver.relay_command(other) is None  # remembered: the stdio bridge from now on
 
 
+def test_warm_up_returns_when_the_forkserver_is_ready(tmp_path: Path, gated_forkserver) -> None:
+    """`harnesscheck.warm_up()` at a host's start: it waits for the forkserver's `ready`
+    (its imports done), so the host's first session does not; without `wait` it only starts
+    it. Judged on a forkserver held at its start until the gate opens."""
+    import harnesscheck
+
+    assert harnesscheck.warm_up(wait=False) is True
+    server = forkserver.get_forkserver()
+    assert not server.ready  # started, not waited for: the interpreter is held at the gate
+    assert harnesscheck.warm_up(timeout_s=0.3) is False  # not ready within the bound: said so
+    gated_forkserver.touch()
+    assert harnesscheck.warm_up(timeout_s=BOUND_S) is True
+    assert forkserver.get_forkserver() is server and server.ready
+
+
+def test_warm_up_says_false_where_the_forkserver_cannot_run(monkeypatch) -> None:
+    import harnesscheck
+
+    monkeypatch.setenv(forkserver.DISABLE_VAR, "0")
+    assert harnesscheck.warm_up() is False
+
+
 def test_unreachable_forkserver_falls_back_to_the_full_bridge(tmp_path: Path) -> None:
     from harnesscheck.bridge.spec import bridge_argv
 

@@ -15,6 +15,7 @@ __all__ = [
     "ToolScope",
     "resolve_provider",
     "run_session",
+    "warm_up",
 ]
 
 _LAZY = {
@@ -23,6 +24,7 @@ _LAZY = {
     "ToolScope": "harnesscheck.scope",
     "resolve_provider": "harnesscheck.registry",
     "run_session": "harnesscheck.registry",
+    "warm_up": "harnesscheck.providers._harness",
 }
 
 

@@ -383,6 +383,20 @@ class ForkServer:
             return {}
         return reply
 
+    def await_ready(self, timeout_s: float) -> bool:
+        """True once the forkserver said `ready` (its imports done); False when it has not
+        within `timeout_s` (it goes on starting: nothing is closed); ForkServerError when it
+        ended instead."""
+        import select
+
+        with self._lock:
+            if not self.ready:
+                readable, _, _ = select.select([self._control], [], [], max(0.0, timeout_s))
+                if not readable:
+                    return False
+                self._await_ready(time.monotonic() + CONTROL_TIMEOUT_S)
+            return True
+
     def _await_ready(self, deadline: float) -> None:
         try:
             while not self.ready:

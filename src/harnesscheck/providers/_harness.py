@@ -237,6 +237,26 @@ def start_bridge() -> None:
     get_forkserver()
 
 
+def warm_up(*, wait: bool = True, timeout_s: float = 60.0) -> bool:
+    """For a host that runs sessions: call once at its start, so that even its first session
+    costs what its tenth does. Starts this host's bridge forkserver (its `import mcp`, the
+    ~0.5-0.8 s a first session would otherwise wait for where the CLI's own start does not
+    cover it) and, with `wait`, returns when it is ready: the cost the official SDKs pay at
+    their import. True when the forkserver is ready (or, without `wait`, started); False
+    when it cannot run here (sessions then use the stdio bridge, as they would anyway)."""
+    from harnesscheck.bridge.forkserver import ForkServerError, get_forkserver
+
+    server = get_forkserver()
+    if server is None:
+        return False
+    if not wait:
+        return True
+    try:
+        return server.await_ready(timeout_s)
+    except ForkServerError:
+        return False
+
+
 def bind_bridge(spec_path: Path | None, cli_pid: int) -> None:
     """As soon as the CLI runs: its forkserver bridge is served to the CLI and the processes
     it started only. Unbound, the relay is refused and the session fails loudly."""
