@@ -182,7 +182,9 @@ class OpencodeParser:
 
     def feed_err(self, line: str) -> LineAction | None:
         """A stderr log line (`--print-logs`): a stream error opencode will retry by itself
-        (rate limit, overload, server error, quota) ends the session with its class."""
+        (rate limit, overload, server error, quota) ends the session with its class, at once
+        (STOP, not TERMINAL): opencode does not exit after it but retries, so waiting the
+        linger for its exit would only add linger_s + term_grace_s to every such session."""
         if self.terminal is not None or 'message="stream error"' not in line:
             return None
         m = _STREAM_ERROR.search(line)
@@ -194,7 +196,7 @@ class OpencodeParser:
             return None  # auth, bad request...: opencode prints their `error` event on stdout
         self.error = {"name": "APIError", "data": {"message": text}}
         self.terminal = "error"
-        return LineAction.TERMINAL
+        return LineAction.STOP
 
     def _tool(self, part: dict) -> None:
         name = str(part.get("tool") or "")
