@@ -409,3 +409,27 @@ def test_guard_that_cannot_start_falls_back_and_runs_the_session(tmp_path: Path,
     assert result.ending is process.Ending.deadline and result.orphan_suspected is True
     assert survivors(read_pids(pidfile)) == []
     assert fresh.unavailable and fresh.proc is None
+
+
+def test_start_guard_starts_it_ahead_of_the_first_session_and_the_session_uses_it() -> None:
+    """`warm_up()`'s guard part: before any session the host has no guard; `start_guard()`
+    starts one (idempotent: the same one again), and the first session is spawned through it,
+    not through a second guard."""
+    script = textwrap.dedent(
+        """
+        import json, sys
+        from harnesscheck import process
+        before = process._guard_pid()
+        assert process.start_guard()
+        pid = process._guard_pid()
+        assert process.start_guard() and process._guard_pid() == pid
+        result = process.run_process([sys.executable, "-c", "print('ok')"], env={}, cwd="/", on_line=lambda l: None,
+                                     timeout_s=60)
+        print(json.dumps([before, pid, process._guard_pid(), result.exit_code]))
+        """
+    )
+    out = subprocess.run([PY, "-c", script], capture_output=True, text=True, timeout=120,
+                         env={**ENV, "PYTHONPATH": SRC})
+    assert out.returncode == 0, out.stderr
+    before, pid, after, code = json.loads(out.stdout.strip().splitlines()[-1])
+    assert before is None and pid and after == pid and code == 0

@@ -309,6 +309,18 @@ class _Guard:
         supervised.feed(rest)
         return supervised
 
+    def warm(self) -> bool:
+        """Start the guard now if none runs (what a host's first session would otherwise wait
+        for: an interpreter start). True when one runs."""
+        with self.lock:
+            if self.owner and self.owner != os.getpid():
+                self._forget_inherited()
+            if self.unavailable or self.closed:
+                return False
+            if self.fd >= 0 and self._fd_is_ours() and self._healthy():
+                return True
+            return self._start()
+
     def pid(self) -> int | None:
         with self.lock:
             return self.proc.pid if self.proc is not None and self.owner == os.getpid() else None
@@ -578,6 +590,12 @@ class _Supervised:
 
 
 _guard = _Guard()
+
+
+def start_guard() -> bool:
+    """Start this host's process guard ahead of its first session (`harnesscheck.warm_up`).
+    False where no guard can run (sessions then use the fallback, as they would anyway)."""
+    return _use_guard() and _guard.warm()
 
 
 def _guard_pid() -> int | None:

@@ -239,13 +239,15 @@ def start_bridge() -> None:
 
 def warm_up(*, wait: bool = True, timeout_s: float = 60.0) -> bool:
     """For a host that runs sessions: call once at its start, so that even its first session
-    costs what its tenth does. Starts this host's bridge forkserver (its `import mcp`, the
+    costs what its tenth does. Starts this host's process guard and bridge forkserver (its `import mcp`, the
     ~0.5-0.8 s a first session would otherwise wait for where the CLI's own start does not
     cover it) and, with `wait`, returns when it is ready: the cost the official SDKs pay at
     their import. True when the forkserver is ready (or, without `wait`, started); False
     when it cannot run here (sessions then use the stdio bridge, as they would anyway)."""
     from harnesscheck.bridge.forkserver import ForkServerError, get_forkserver
+    from harnesscheck.process import start_guard
 
+    start_guard()  # the process guard, too: an interpreter start the first session would wait for
     server = get_forkserver()
     if server is None:
         return False
