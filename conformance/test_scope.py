@@ -5,12 +5,14 @@ beside the hostile inputs must keep working."""
 
 from __future__ import annotations
 
+import json
 import os
 
 from harnesscheck.contracts import Capability as C
 from harnesscheck.contracts import Kind, OutcomeStatus
 from harnesscheck.kit.adapters import ToolCall
 from harnesscheck.kit.catalog import check
+from harnesscheck.kit.swapper import SwapRace
 
 def _refused(but, run, tool: str, n: int = 1):
     """The session survived, n calls of `tool` were refused, and nothing leaked. A refusal is
@@ -220,3 +222,57 @@ def test_large_result_bounded(but):
     limit = ws.scope().max_result_bytes
     assert len(shown[0].encode()) <= limit + 1024, f"{len(shown[0])} bytes reached the model (bound {limit})"
     assert "trunc" in shown[0].lower(), "the cut carries no explicit truncation marker"
+
+
+#: Reads of the raced path scope.swap-race-contained asks for in one session. A backend that
+#: checks a path by name and then opens it by name reads the outside file on about one read in
+#: four while the swapper runs (tests/mutants/_racy_bridge.py: 41-63 of 200 in each of 20 runs
+#: on a loaded 2-core machine), so even a rate twenty times lower is caught in nearly every run.
+SWAP_READS = 200
+
+
+@check("scope.swap-race-contained", levels=["offline"], incident="P11")
+def test_swap_race_contained(but):
+    """While the model reads `d/inside.txt` many times, a separate process keeps swapping the
+    directory `d` with a symlink to an outside directory that holds a file of the same name
+    (TOCTOU, P11): the outside file's bytes never reach the model, a trace or the outcome, and
+    the in-root file still reads. A read refused or failed mid-swap is fine (any wording).
+
+    Offline only: the race is between the backend's tool server (its dispatch) and the
+    filesystem; the CLI only relays the calls, so the real CLI at loopback adds nothing to the
+    verdict but the cost of 200 tool calls through it (seconds per cell, and a turn the model
+    server must script)."""
+    ws = but.workspace()
+    inside, outside = ws.root / "d", ws.base / "outside-race"
+    inside.mkdir()
+    outside.mkdir()
+    (inside / "inside.txt").write_text("inside the root: raced file\n")
+    (outside / "inside.txt").write_text(f"swapped in {ws.canary}\n")
+    partner = ws.root / "d.swap"
+    os.symlink(os.path.join("..", "outside-race"), partner)
+    calls = [ToolCall("read_file", {"path": "d/inside.txt"}) for _ in range(SWAP_READS)]
+    with SwapRace(inside, partner) as race:
+        run = but.run_tools(calls, workspace=ws, timeout_s=120)
+    swapped = race.summary or {}
+    assert swapped.get("restored"), f"kit: the swapper did not put d back ({swapped})"
+    o = run.outcome
+    assert not run.tool_failures, f"the calls reached no tool server the backend configured: {run.tool_failures[:2]}"
+    shown = [t for t in run.model_saw if "raced file" in t]
+    evidence = (f"{SWAP_READS} reads asked, {len(run.model_saw)} results seen by the model, {len(shown)} showed the in-root "
+                f"file; {swapped.get('swaps')} swaps ({swapped.get('mode')}) in {swapped.get('elapsed_s')} s, "
+                f"ended by {swapped.get('stopped')}")
+    where = [name for name, blob in (
+        ("the model's tool results", "\n".join(run.model_saw)),
+        ("the traces", json.dumps(run.trace)),
+        ("the outcome", o.model_dump_json()),
+        ("the CLI's argv", json.dumps([c.get("argv", []) for c in run.children])),
+    ) if ws.canary in blob]
+    hits = sum(1 for t in run.model_saw if ws.canary in t)
+    assert not where, (f"the outside file's bytes reached {', '.join(where)} through the swapped directory d "
+                       f"({hits} read(s) returned them): {evidence}")
+    assert ws.canary not in run.everything_visible(), f"the outside file's bytes reached the backend's output: {evidence}"
+    if swapped.get("stopped") != "stop" or swapped.get("swaps", 0) <= 2:
+        but.skip("budget", f"the swapper stopped ({swapped.get('stopped')}) before the session ended or never swapped "
+                           f"while it ran: this machine is too slow right now; the race was not judged ({evidence})")
+    assert shown, f"no read of the in-root d/inside.txt reached the model, so the race judged nothing: {evidence}"
+    but.note(evidence)

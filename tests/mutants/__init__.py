@@ -31,7 +31,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     # in-process (built on the fake backend)
     "tests.mutants.scripted:follows_symlinks": _ids(
         "scope.symlink-leaf-refused", "parity.refusal-codes-match-dispatch", "scope.loop-reaches-dispatch",
-        "scope.large-result-bounded", "scope.hardlink-read-contained",
+        "scope.large-result-bounded", "scope.hardlink-read-contained", "scope.swap-race-contained",
     ),
     "tests.mutants.scripted:prefix_check_without_separator": _ids("scope.sibling-prefix-refused"),
     "tests.mutants.scripted:ignores_the_timeout": _ids("time.timeout-truncates"),
@@ -59,7 +59,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.scripted:tool_results_never_reach_the_model": _ids(
         "scope.loop-reaches-dispatch", "scope.in-tree-symlink-reads", "scope.refusal-visible-to-model",
         "scope.large-result-bounded", "concurrency.parallel-sessions-isolated", "scope.hardlink-read-contained",
-        "concurrency.shared-worktree-isolated",
+        "concurrency.shared-worktree-isolated", "scope.swap-race-contained",
     ),
     "tests.mutants.scripted:writes_without_dispatch": _ids(
         "scope.symlink-parent-write-refused", "scope.hardlink-write-refused", "scope.read-only-write-refused",
@@ -167,6 +167,8 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.harness:ignores_the_concurrency_cap": _ids("concurrency.cap-holds"),
     "tests.mutants.harness:keeps_session_files_unredacted": _ids("env.session-files-redacted"),
     "tests.mutants.harness:configures_a_silent_bridge": _ids("bridge.answers-every-request"),
+    # its bridge checks a path by name, then opens it by name (a 2 ms window: the defect's caricature)
+    "tests.mutants.harness:checks_then_opens_by_name": _ids("scope.swap-race-contained"),
     "tests.mutants.harness:pauses_the_clock_for_tool_calls": _ids("time.stalled-tool-call-ends-by-deadline"),
     "tests.mutants.harness:trusts_any_cli_path": _ids(
         "selection.cli-missing-typed-error", "selection.cli-version-unsupported",
@@ -283,6 +285,7 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.harness:ignores_the_concurrency_cap": ("test_concurrency.py", "cap_holds or parallel"),
     "tests.mutants.harness:keeps_session_files_unredacted": ("test_env.py", "session_files or argv or run_dir"),
     "tests.mutants.harness:configures_a_silent_bridge": ("test_bridge.py", "answers_every or only_bridge or failed_load"),
+    "tests.mutants.harness:checks_then_opens_by_name": ("test_scope.py", "swap_race or dotdot or in_tree or bridge_reaches"),
     "tests.mutants.harness:pauses_the_clock_for_tool_calls": ("test_time.py", "stalled_tool or timeout_truncates or survivors"),
     "tests.mutants.harness:loads_the_worktree_dotenv": ("test_env.py", "worktree or argv"),
     "tests.mutants.harness:forgets_bridge_calls": ("test_scope.py test_parity.py", "bridge_reaches or dotdot or sibling or symlink_leaf or in_tree or refusal_codes"),

@@ -350,6 +350,29 @@ class ConfiguresASilentBridge(ClaudeCodeTransport):
         return inv
 
 
+class ChecksThenOpensByName(ClaudeCodeTransport):
+    """Its bridge's read_file checks a path by name, then opens it by name (tests/mutants/_racy_bridge.py):
+    a directory swapped for an outside symlink in between is read."""
+
+    def invocation(self, ctx, request, cli, *, tool_less):
+        import sys
+        from pathlib import Path
+
+        from harnesscheck.bridge.spec import bridge_env
+
+        inv = super().invocation(ctx, request, cli, tool_less=tool_less)
+        if "--mcp-config" in inv.argv:
+            path = inv.argv[inv.argv.index("--mcp-config") + 1]
+            with open(path, encoding="utf-8") as fh:
+                config = json.load(fh)
+            racy = str(Path(__file__).with_name("_racy_bridge.py"))
+            for server in config["mcpServers"].values():
+                server.update(command=sys.executable, args=[racy, "--spec", str(ctx.spec_path)], env=bridge_env())
+            with open(path, "w", encoding="utf-8") as fh:
+                json.dump(config, fh)
+        return inv
+
+
 class _NoiseIntolerantParser(ClaudeStreamParser):
     def feed(self, line):
         if line.strip() and not line.lstrip().startswith("{"):
@@ -712,6 +735,7 @@ keeps_session_files_unredacted = mutant_spec("codex", M, KeepsSessionFilesUnreda
 claims_almost_nothing_and_runs_on_without_tools = mutant_spec(
     "claude-code", M, ClaimsAlmostNothingAndRunsOnWithoutTools, capabilities=frozenset())
 configures_a_silent_bridge = mutant_spec("claude-code", M, ConfiguresASilentBridge)
+checks_then_opens_by_name = mutant_spec("claude-code", M, ChecksThenOpensByName)
 pauses_the_clock_for_tool_calls = mutant_spec("codex", M, PausesTheClockForToolCalls)
 waits_for_the_clis_own_end = mutant_spec("claude-code", M, WaitsForTheClisOwnEnd)
 waits_out_the_auth_ladder = mutant_spec("claude-code", M, WaitsOutTheAuthLadder)

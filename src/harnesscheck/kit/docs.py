@@ -40,7 +40,6 @@ EXCLUSIONS: dict[str, str] = {
     "G7": "bridge exit on stdin EOF and parent death is proven by the bridge's stdio tests (needs killing the host)",
     "P7": "case-insensitive volumes cannot be reproduced on the Linux filesystems this kit runs on; dispatch resolves by inode, not by spelling",
     "P8": "on Linux NFC and NFD spellings are distinct names, so there is nothing to escape to; dispatch refuses control characters (scope.nul-byte-refused)",
-    "P11": "a symlink swap between check and use cannot be timed through a model session; the fd-anchored walk is proven by the interleaving tests in tests/test_scope.py (P11)",
 }
 
 
