@@ -205,10 +205,12 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.zcode:passes_the_host_env_through": _ids(
         "env.provider-keys-stripped", "env.nesting-vars-stripped", "env.host-credentials-unreachable",
     ),
-    # the seed's blind spot (a Glob bound by its literal prefix; an empty prefix binds nothing) is
-    # now also closed by the audit's path-less rule: a search naming no path is bound as the CLI's
-    # cwd (audit.hostile-builtins-flagged), so these fixtures' globs are flagged all the same
-    "tests.mutants.zcode:audits_globs_by_their_literal_prefix": _ids(),
+    # the seed's blind spot: a Glob bound by its literal prefix. native_tool_use's globs have an
+    # in-worktree prefix and climb out after a wildcard (an empty prefix would be path-less, and
+    # the audit's path-less rule flags that whatever binds the pattern)
+    "tests.mutants.zcode:audits_globs_by_their_literal_prefix": _ids(
+        "audit.native-tool-use-flagged", "audit.declines-builtins-honestly",
+    ),
     "tests.mutants.zcode:trusts_exit_zero": _ids("parse.truncated-last-line"),
     "tests.mutants.zcode:rate_limit_is_auth": _ids("errors.rate-limit-retryable"),
     # the copilot provider against the kit's mocked Copilot (kit/copilot_adapter.py)
