@@ -1240,8 +1240,17 @@ class Fake:
         - gemini: `$GEMINI_CLI_HOME` (else `$HOME`) `/.gemini/GEMINI.md`, then each `GEMINI.md`
           (plus the `context.fileName` names) from its cwd up to the nearest ancestor holding
           one of `context.memoryBoundaryMarkers` (default `.git`; an empty list disables the
-          walk), without one only the cwd."""
+          walk), without one only the cwd;
+        - deepseek (the dsh runtime's `agent-instructions` plugin, unless a patch disables it):
+          `AGENTS.md` in the DSH home (the request's `dsh_home`, else `$DSH_HOME`, else
+          `~/.dsh`) and the agents home (`$DSH_AGENTS_HOME`, else `~/.agents`), then every
+          `AGENTS.md`, `CLAUDE.md`, `AGENTS.local.md`, `CLAUDE.local.md` from the nearest
+          ancestor of the request's `cwd` holding a `.git` down to it (none: the cwd alone)."""
         out: dict = {}
+        if self.cli == "deepseek":
+            for path in self._deepseek_instruction_paths():
+                self._read_instruction(out, path)
+            return out
         if self.cli == "codex":
             for path in self._codex_instruction_paths():
                 self._read_instruction(out, path)
@@ -1299,6 +1308,31 @@ class Fake:
         fallbacks = cfg.get("project_doc_fallback_filenames") or []
         names += [n for n in fallbacks if isinstance(n, str) and n and n not in names] if isinstance(fallbacks, list) else []
         return found + [p for d in _up_to_marker(cwd, markers) for p in _first_file(d, names)]
+
+    def _deepseek_instruction_paths(self) -> list[str]:
+        """The dsh runtime's workspace-instruction discovery: see `_instructions`."""
+        try:
+            request = json_loads(self.stdin_text or "{}")
+        except ValueError:
+            request = {}
+        request = request if isinstance(request, dict) else {}
+        for path in request.get("patches") or []:
+            try:
+                entries = json_loads(_read_text(path))
+            except (OSError, ValueError):
+                continue
+            for entry in entries if isinstance(entries, list) else []:
+                if isinstance(entry, dict) and entry.get("id") == "agent-instructions" and entry.get("disabled") is True:
+                    return []
+        home = ENVIRON.get("HOME", "/nonexistent")
+        dsh_home = request.get("dsh_home") or ENVIRON.get("DSH_HOME") or _join(home, ".dsh")
+        agents_home = ENVIRON.get("DSH_AGENTS_HOME") or _join(home, ".agents")
+        found = [p for p in (_join(str(dsh_home), "AGENTS.md"), _join(agents_home, "AGENTS.md")) if _isfile(p)]
+        cwd = _normpath(_join(posix.getcwd(), str(request.get("cwd") or posix.getcwd())))
+        names = ("AGENTS.md", "CLAUDE.md", "AGENTS.local.md", "CLAUDE.local.md")
+        for directory in _up_to_marker(cwd, [".git"]):
+            found += [p for p in (_join(directory, n) for n in names) if _isfile(p) and p not in found]
+        return found
 
     def _gemini_instruction_paths(self) -> list[str]:
         """gemini's GEMINI.md discovery (gemini-cli core memoryDiscovery.ts): see `_instructions`."""

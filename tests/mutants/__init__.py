@@ -184,6 +184,7 @@ MUTANTS: dict[str, frozenset[str]] = {
         "errors.overloaded-retryable", "parse.exit0-is-error",
     ),
     "tests.mutants.deepseek:leaves_builtins_on": _ids("audit.only-scope-tools-offered"),
+    "tests.mutants.deepseek:loads_workspace_instructions": _ids("env.planted-files-not-loaded"),
     "tests.mutants.deepseek:never_adds_the_bridge": _ids(
         "bridge.failed-load-ends-session", "bridge.only-bridge-configured", "bridge.slow-start-not-toolless",
     ),
@@ -303,6 +304,7 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.deepseek:reads_the_key_from_anthropic_api_key": ("test_env.py", "stripped or argv or worktree or credentials"),
     "tests.mutants.deepseek:empty_error_is_success": ("test_errors.py test_parse.py", "not secret and not network"),
     "tests.mutants.deepseek:leaves_builtins_on": ("test_audit.py", "only_scope"),
+    "tests.mutants.deepseek:loads_workspace_instructions": ("test_env.py", "planted or worktree or config_home"),
     "tests.mutants.deepseek:never_adds_the_bridge": ("test_bridge.py", "failed_load or only_bridge or slow_start"),
     "tests.mutants.gemini:leaves_builtins_on": ("test_audit.py", "only_scope"),
     "tests.mutants.gemini:forgets_skip_trust": ("test_parse.py", "unknown or noise"),
