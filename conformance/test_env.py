@@ -248,15 +248,20 @@ def test_planted_files_not_loaded(but):
     parent (`AGENTS.md`, `CLAUDE.md`, `CLAUDE.local.md`, `GEMINI.md`, `.mcp.json`,
     `.cursor/mcp.json`, `.claude/settings.json`, each with a unique token) configure nothing:
     no instruction file is loaded by the CLI, the token reaches neither the CLI's prompt nor
-    its MCP configuration, and no planted MCP server is started.
+    its MCP configuration, and no planted MCP server is started. The common parent is marked
+    as a git root (`.git`), as a checkout holding the run dir would be: codex and gemini walk
+    up from their cwd for instruction files as far as the nearest one.
 
     Evidence: offline, what the fake CLI recorded loading at start (it loads what the real CLI
     loads from its cwd and parents: claude `CLAUDE.md` up to `/`, cursor `./AGENTS.md` and
-    `./.cursor/mcp.json`), its prompt and MCP configs, and the MCP servers it started; at
-    loopback, every request body the real CLI sent the model server."""
+    `./.cursor/mcp.json`, codex `AGENTS.md` from the git root down to its cwd unless
+    `project_doc_max_bytes` is 0, gemini `GEMINI.md` from its cwd up to the git root unless
+    `context.memoryBoundaryMarkers` is empty), its prompt and MCP configs, and the MCP servers
+    it started; at loopback, every request body the real CLI sent the model server."""
     ws = but.workspace()
     token = "HC-PLANTED-" + ws.canary[len("HC-CANARY-"):]
     server = {"mcpServers": {"planted-evil": {"command": "/bin/false", "args": [token]}}}
+    (ws.base / ".git").mkdir(exist_ok=True)  # an (empty) git root above the worktree and the run dir
     for directory in (ws.root, ws.base / "run", ws.base):
         directory.mkdir(parents=True, exist_ok=True)
         for name in PLANTED_INSTRUCTIONS:

@@ -247,6 +247,51 @@ def _join(base: str, name: str) -> str:
     return base + name if not base or base.endswith("/") else base + "/" + name
 
 
+def _normpath(path: str) -> str:
+    """os.path.normpath of an absolute path (no symlinks resolved)."""
+    parts: list[str] = []
+    for part in path.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if parts:
+                parts.pop()
+            continue
+        parts.append(part)
+    return "/" + "/".join(parts)
+
+
+def _exists(path: str) -> bool:
+    """os.path.exists (a file or a directory: a worktree's `.git` is a file)."""
+    return _mode(path) != 0
+
+
+def _up_to_marker(cwd: str, markers: list[str]) -> list[str]:
+    """The directories an instruction-file walk searches, root first: from the nearest ancestor
+    of `cwd` (itself included) holding one of `markers` down to `cwd`; just `cwd` when none
+    holds one (or `markers` is empty)."""
+    chain = [cwd]
+    directory = cwd
+    while markers:
+        if any(_exists(_join(directory, m)) for m in markers):
+            return chain[::-1]
+        parent = directory.rsplit("/", 1)[0] or "/"
+        if parent == directory:
+            break
+        directory = parent
+        chain.append(directory)
+    return [cwd]
+
+
+def _first_file(directory: str, names: list[str]) -> list[str]:
+    """[the first of `names` that is a file in `directory`] (codex takes one per directory)."""
+    for name in names:
+        path = _join(directory, name)
+        if _isfile(path):
+            return [path]
+    return []
+
+
 def _exec_path(env) -> list[str]:
     """os.get_exec_path(env): where Popen looks for a bare command name."""
     return (env.get("PATH") if env.get("PATH") is not None else "/bin:/usr/bin").split(":")
@@ -997,9 +1042,14 @@ class Fake:
         return servers
 
     def _codex_servers(self) -> dict:
-        """codex: `[mcp_servers.<name>]` of `$CODEX_HOME/config.toml` (else `~/.codex`), then each
-        `-c`/`--config key=value` override on top (the value parsed as TOML, else a string), as
-        `codex` itself merges them."""
+        """codex: `[mcp_servers.<name>]` of its configuration (`_codex_config`)."""
+        servers = self._codex_config().get("mcp_servers") or {}
+        return {k: v for k, v in servers.items() if isinstance(v, dict)} if isinstance(servers, dict) else {}
+
+    def _codex_config(self) -> dict:
+        """codex: `$CODEX_HOME/config.toml` (else `~/.codex`), then each `-c`/`--config
+        key=value` override on top (the value parsed as TOML, else a string), as `codex`
+        itself merges them."""
         codex_home = ENVIRON.get("CODEX_HOME") or _join(ENVIRON.get("HOME", "/nonexistent"), ".codex")
         codex_config = _join(codex_home, "config.toml")
         cfg: dict = {}
@@ -1021,8 +1071,7 @@ class Fake:
             for part in parts[:-1]:
                 node = node.setdefault(part, {}) if isinstance(node.get(part, {}), dict) else {}
             node[parts[-1]] = value
-        servers = cfg.get("mcp_servers") or {}
-        return {k: v for k, v in servers.items() if isinstance(v, dict)} if isinstance(servers, dict) else {}
+        return cfg
 
     def _opencode_config(self) -> dict:
         """opencode: the config named by `OPENCODE_CONFIG` (a file), else `OPENCODE_CONFIG_CONTENT`."""
@@ -1176,30 +1225,143 @@ class Fake:
         )
 
     def _instructions(self) -> dict:
-        """The instruction files this CLI loads at start: {path: text (up to 1 MiB)}. claude reads
-        `CLAUDE.md` and `CLAUDE.local.md` in its cwd and every parent up to `/` (unless
-        `CLAUDE_CODE_DISABLE_CLAUDE_MDS` is set); cursor-agent reads `AGENTS.md` in its cwd."""
+        """The instruction files this CLI loads at start: {path: text (up to 1 MiB)}, as the real
+        CLI finds them (doc/SPEC-fakecli.md "Instruction files"):
+
+        - claude: `CLAUDE.md` and `CLAUDE.local.md` in its cwd and every parent up to `/`
+          (unless `CLAUDE_CODE_DISABLE_CLAUDE_MDS` is set);
+        - cursor-agent: `AGENTS.md` in its cwd;
+        - codex: `$CODEX_HOME/AGENTS.override.md`, else `AGENTS.md` (the global file), then,
+          unless `project_doc_max_bytes` is 0, in each directory from the project root down to
+          its cwd (`-C`/`--cd`, else the process cwd) the first of `AGENTS.override.md`,
+          `AGENTS.md` and the `project_doc_fallback_filenames`; the project root is the nearest
+          ancestor holding one of `project_root_markers` (default `.git`; an empty list
+          disables the walk), without one only the cwd is searched;
+        - gemini: `$GEMINI_CLI_HOME` (else `$HOME`) `/.gemini/GEMINI.md`, then each `GEMINI.md`
+          (plus the `context.fileName` names) from its cwd up to the nearest ancestor holding
+          one of `context.memoryBoundaryMarkers` (default `.git`; an empty list disables the
+          walk), without one only the cwd;
+        - deepseek (the dsh runtime's `agent-instructions` plugin, unless a patch disables it):
+          `AGENTS.md` in the DSH home (the request's `dsh_home`, else `$DSH_HOME`, else
+          `~/.dsh`) and the agents home (`$DSH_AGENTS_HOME`, else `~/.agents`), then every
+          `AGENTS.md`, `CLAUDE.md`, `AGENTS.local.md`, `CLAUDE.local.md` from the nearest
+          ancestor of the request's `cwd` holding a `.git` down to it (none: the cwd alone)."""
+        out: dict = {}
+        if self.cli == "deepseek":
+            for path in self._deepseek_instruction_paths():
+                self._read_instruction(out, path)
+            return out
+        if self.cli == "codex":
+            for path in self._codex_instruction_paths():
+                self._read_instruction(out, path)
+            return out
+        if self.cli == "gemini":
+            for path in self._gemini_instruction_paths():
+                self._read_instruction(out, path)
+            return out
         names: tuple = ()
         walk = False
         if self.cli == "claude" and not ENVIRON.get("CLAUDE_CODE_DISABLE_CLAUDE_MDS"):
             names, walk = ("CLAUDE.md", "CLAUDE.local.md"), True
         elif self.cli == "cursor-agent":
             names = ("AGENTS.md",)
-        out: dict = {}
         directory = posix.getcwd()
         while names:
             for name in names:
                 path = _join(directory, name)
                 if _isfile(path):
-                    try:
-                        out[path] = _read_text(path)[:RECORDED_STDIN_LIMIT]
-                    except OSError:
-                        pass
+                    self._read_instruction(out, path)
             parent = directory.rsplit("/", 1)[0] or "/"
             if not walk or parent == directory:
                 break
             directory = parent
         return out
+
+    @staticmethod
+    def _read_instruction(out: dict, path: str) -> None:
+        try:
+            out[path] = _read_text(path)[:RECORDED_STDIN_LIMIT]
+        except OSError:
+            pass
+
+    def _codex_instruction_paths(self) -> list[str]:
+        """codex's AGENTS.md discovery (codex-rs core agents_md.rs): see `_instructions`."""
+        codex_home = ENVIRON.get("CODEX_HOME") or _join(ENVIRON.get("HOME", "/nonexistent"), ".codex")
+        found: list[str] = []
+        for name in ("AGENTS.override.md", "AGENTS.md"):
+            path = _join(codex_home, name)
+            try:
+                if _isfile(path) and _read_text(path).strip():
+                    found.append(path)
+                    break
+            except OSError:
+                continue
+        cfg = self._codex_config()
+        budget = cfg.get("project_doc_max_bytes", 32 * 1024)
+        if budget == 0:
+            return found
+        cwd = _flag_value(self.argv, "-C", "--cd") or posix.getcwd()
+        cwd = _normpath(_join(posix.getcwd(), cwd))
+        markers = cfg.get("project_root_markers", [".git"])
+        markers = [m for m in markers if isinstance(m, str) and m] if isinstance(markers, list) else [".git"]
+        names = ["AGENTS.override.md", "AGENTS.md"]
+        fallbacks = cfg.get("project_doc_fallback_filenames") or []
+        names += [n for n in fallbacks if isinstance(n, str) and n and n not in names] if isinstance(fallbacks, list) else []
+        return found + [p for d in _up_to_marker(cwd, markers) for p in _first_file(d, names)]
+
+    def _deepseek_instruction_paths(self) -> list[str]:
+        """The dsh runtime's workspace-instruction discovery: see `_instructions`."""
+        try:
+            request = json_loads(self.stdin_text or "{}")
+        except ValueError:
+            request = {}
+        request = request if isinstance(request, dict) else {}
+        for path in request.get("patches") or []:
+            try:
+                entries = json_loads(_read_text(path))
+            except (OSError, ValueError):
+                continue
+            for entry in entries if isinstance(entries, list) else []:
+                if isinstance(entry, dict) and entry.get("id") == "agent-instructions" and entry.get("disabled") is True:
+                    return []
+        home = ENVIRON.get("HOME", "/nonexistent")
+        dsh_home = request.get("dsh_home") or ENVIRON.get("DSH_HOME") or _join(home, ".dsh")
+        agents_home = ENVIRON.get("DSH_AGENTS_HOME") or _join(home, ".agents")
+        found = [p for p in (_join(str(dsh_home), "AGENTS.md"), _join(agents_home, "AGENTS.md")) if _isfile(p)]
+        cwd = _normpath(_join(posix.getcwd(), str(request.get("cwd") or posix.getcwd())))
+        names = ("AGENTS.md", "CLAUDE.md", "AGENTS.local.md", "CLAUDE.local.md")
+        for directory in _up_to_marker(cwd, [".git"]):
+            found += [p for p in (_join(directory, n) for n in names) if _isfile(p) and p not in found]
+        return found
+
+    def _gemini_instruction_paths(self) -> list[str]:
+        """gemini's GEMINI.md discovery (gemini-cli core memoryDiscovery.ts): see `_instructions`."""
+        home = ENVIRON.get("GEMINI_CLI_HOME") or ENVIRON.get("HOME", "/nonexistent")
+        context: dict = {}
+        for base in (home, posix.getcwd()):  # user settings, then the workspace's on top
+            path = _join(_join(base, ".gemini"), "settings.json")
+            if _isfile(path):
+                try:
+                    found = json_loads(_read_text(path)).get("context")
+                except (OSError, ValueError, AttributeError):
+                    continue
+                if isinstance(found, dict):
+                    context.update(found)
+        extra = context.get("fileName")
+        extra = [extra] if isinstance(extra, str) else extra if isinstance(extra, list) else []
+        names = [n for n in [*[e for e in extra if isinstance(e, str) and e.strip()], "GEMINI.md"]]
+        names = [n for i, n in enumerate(names) if n not in names[:i]]
+        found = [p for p in (_join(_join(home, ".gemini"), n) for n in names) if _isfile(p)]
+        markers = context.get("memoryBoundaryMarkers", [".git"])
+        markers = [m for m in markers if isinstance(m, str) and m] if isinstance(markers, list) else [".git"]
+        markers = [m for m in markers if not m.startswith("/") and ".." not in m]
+        global_dir = _join(home, ".gemini")
+        walked: list[str] = []
+        for directory in reversed(_up_to_marker(posix.getcwd(), markers)):  # from the cwd upwards
+            if directory == global_dir:
+                break  # the walk stops at the global dir (its file is the global one)
+            walked[:0] = [p for p in (_join(directory, n) for n in names) if _isfile(p) and p not in found]
+        return found + walked
 
     def _attachments(self) -> dict:
         """zcode `--attach` files at start: {path: text (up to 1 MiB)}."""

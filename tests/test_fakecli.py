@@ -868,3 +868,54 @@ def test_the_kit_retries_a_session_whose_server_was_still_starting():
     assert HarnessAdapter.tools_unfinished(offline, failed) is False
     assert HarnessAdapter.tools_unfinished(offline, connected) is False
     assert HarnessAdapter.tools_unfinished(SimpleNamespace(level="loopback"), starting) is False
+
+
+def _planted_tree(tmp_path, names):
+    """<tmp>/repo/.git, and each of `names` in repo/, repo/run/ and repo/run/cwd/ (the cwd)."""
+    cwd = tmp_path / "repo" / "run" / "cwd"
+    cwd.mkdir(parents=True)
+    (tmp_path / "repo" / ".git").mkdir()
+    for directory in (tmp_path / "repo", tmp_path / "repo" / "run", cwd):
+        for name in names:
+            (directory / name).write_text(f"from {directory.name}\n")
+    return cwd
+
+
+def _loaded(fake, cwd, *args, env):
+    subprocess.run([str(fake.path), *args], cwd=cwd, env=env, capture_output=True, input=b"hi", timeout=30)
+    return sorted(os.path.relpath(p, cwd.parent.parent.parent) for p in fake.last()["instructions"])
+
+
+def test_codex_loads_agents_md_from_the_git_root_down_unless_the_budget_is_zero(tmp_path):
+    """codex-rs agents_md.rs: AGENTS.override.md / AGENTS.md from the nearest `.git` down to the cwd,
+    none with project_doc_max_bytes = 0 (config.toml or -c); $CODEX_HOME/AGENTS.md is global."""
+    cwd = _planted_tree(tmp_path, ["AGENTS.md"])
+    (cwd / "AGENTS.override.md").write_text("override\n")
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    env = {"PATH": os.environ["PATH"], "CODEX_HOME": str(home), "HOME": str(tmp_path / "h")}
+    fake = install_fake_cli("codex", {"steps": []}, tmp_path / "bin")
+    assert _loaded(fake, cwd, "exec", "-", env=env) == [
+        "repo/AGENTS.md", "repo/run/AGENTS.md", "repo/run/cwd/AGENTS.override.md"]
+    assert _loaded(fake, cwd, "exec", "-c", "project_doc_max_bytes=0", "-", env=env) == []
+    (home / "config.toml").write_text("project_doc_max_bytes = 0\n")
+    (home / "AGENTS.md").write_text("global\n")
+    assert _loaded(fake, cwd, "exec", "-", env=env) == ["codex-home/AGENTS.md"]
+    os.rmdir(tmp_path / "repo" / ".git")
+    (home / "config.toml").write_text("")
+    assert _loaded(fake, cwd, "exec", "-", env=env) == ["codex-home/AGENTS.md", "repo/run/cwd/AGENTS.override.md"]
+
+
+def test_gemini_loads_gemini_md_up_to_the_git_root_unless_the_markers_are_empty(tmp_path):
+    """gemini-cli memoryDiscovery.ts (0.61.0): ~/.gemini/GEMINI.md, then GEMINI.md from the cwd up to
+    the nearest `.git`; `context.memoryBoundaryMarkers: []` leaves the cwd alone."""
+    cwd = _planted_tree(tmp_path, ["GEMINI.md"])
+    home = tmp_path / "h"
+    (home / ".gemini").mkdir(parents=True)
+    env = {"PATH": os.environ["PATH"], "HOME": str(home)}
+    fake = install_fake_cli("gemini", {"steps": []}, tmp_path / "bin")
+    args = ("-p", "", "--skip-trust", "-m", "gemini-2.5-flash")
+    assert _loaded(fake, cwd, *args, env=env) == ["repo/GEMINI.md", "repo/run/GEMINI.md", "repo/run/cwd/GEMINI.md"]
+    (home / ".gemini" / "settings.json").write_text(json.dumps({"context": {"memoryBoundaryMarkers": []}}))
+    (home / ".gemini" / "GEMINI.md").write_text("global\n")
+    assert _loaded(fake, cwd, *args, env=env) == ["h/.gemini/GEMINI.md", "repo/run/cwd/GEMINI.md"]

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from harnesscheck.audit import RunFacts, audit_events
 from harnesscheck.config import Settings
 from harnesscheck.contracts import AgentSessionRequest, ErrorClass, ModelVerdict, OutcomeStatus
-from harnesscheck.fakes import install_fake_cli
+from harnesscheck.fakes import install_fake_cli, load_fixture, with_worktree
 from harnesscheck.paths import fixtures_dir
 from harnesscheck.providers.zcode import (
     DEFAULT_MODEL,
@@ -235,7 +235,7 @@ def test_every_native_built_in_is_denied_by_name():
 
 def session(tmp_path, scenario, *, prompt="hi", timeout_s=60.0, model=None, system=None, env=None):
     wt = hostile_worktree(tmp_path)
-    fake = install_fake_cli("zcode", scenario, tmp_path / "bin")
+    fake = install_fake_cli("zcode", with_worktree(load_fixture("zcode", scenario), wt), tmp_path / "bin")
     transport = ZcodeTransport(
         get_spec("zcode"), Settings(), cli_path=fake.path, parent_env=env or parent_env(tmp_path / "home"),
         linger_s=0.5, term_grace_s=1.0,
@@ -364,6 +364,8 @@ def test_fake_session_matches_the_replayed_outcome(tmp_path, scenario):
 
 
 def test_the_seeds_glob_escapes_block_the_session(tmp_path):
+    """native_tool_use's Globs (the worktree as `path`, filled in as the kit does) climb out after
+    a wildcard behind an in-worktree literal prefix: each is flagged for what it is."""
     out, _, _ = session(tmp_path, "native_tool_use")
     assert (out.status, out.error_class) == (OutcomeStatus.blocked, ErrorClass.policy_violation)
     details = " ".join(f.detail for f in out.audit.flags)

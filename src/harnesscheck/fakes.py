@@ -72,6 +72,20 @@ def load_fixture(cli_name: str, scenario: str) -> dict:
     return json.loads(fixture_path(cli_name, scenario).read_text(encoding="utf-8"))
 
 
+#: In a fixture's steps: the session's scope root, which a fake cannot know (the kit fills it in).
+WORKTREE_PLACEHOLDER = "{{worktree}}"
+
+
+def with_worktree(scenario: dict, root: Path | str) -> dict:
+    """`scenario` with `{{worktree}}` in its steps replaced by `root` (a built-in call the model
+    aims at the worktree names it; doc/SPEC-fakecli.md)."""
+    text = json.dumps(scenario.get("steps", []))
+    if WORKTREE_PLACEHOLDER not in text:
+        return scenario
+    filled = json.dumps(str(root))[1:-1]  # as a JSON string's body
+    return {**scenario, "steps": json.loads(text.replace(WORKTREE_PLACEHOLDER, filled))}
+
+
 def fake_plugin_deps(dest_dir: Path, version: str) -> Path:
     """Beside a fake `opencode`, the pre-filled plugin dir `install-clis` writes beside the
     real one (providers/opencode.py PLUGIN_DEPS_DIR): manifest, lock and the plugin package

@@ -94,6 +94,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.codex:forgets_native_tool_calls": _ids("audit.native-tool-use-flagged", "audit.declines-builtins-honestly"),
     "tests.mutants.codex:fails_an_unverified_model": _ids("usage.mismatch-policy-applied"),
     "tests.mutants.codex:audits_shells_by_the_paths_they_name": _ids("audit.hostile-builtins-flagged"),
+    "tests.mutants.codex:loads_the_project_docs": _ids("env.planted-files-not-loaded"),
     "tests.mutants.harness:leaves_stdin_open": _ids("time.stdin-not-left-open"),
     "tests.mutants.harness:takes_every_brace_line_for_an_event": _ids("parse.brace-noise-skipped"),
     "tests.mutants.harness:holds_stdin_open_a_while": _ids("time.stdin-not-left-open"),
@@ -185,6 +186,7 @@ MUTANTS: dict[str, frozenset[str]] = {
         "errors.overloaded-retryable", "parse.exit0-is-error",
     ),
     "tests.mutants.deepseek:leaves_builtins_on": _ids("audit.only-scope-tools-offered"),
+    "tests.mutants.deepseek:loads_workspace_instructions": _ids("env.planted-files-not-loaded"),
     "tests.mutants.deepseek:never_adds_the_bridge": _ids(
         "bridge.failed-load-ends-session", "bridge.only-bridge-configured", "bridge.slow-start-not-toolless",
     ),
@@ -196,6 +198,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     # env.worktree-not-cwd judges the worktree .env's own value (issue 19), not a host-env leak
     "tests.mutants.gemini:passes_the_host_env_through": _ids("env.provider-keys-stripped", "env.nesting-vars-stripped"),
     "tests.mutants.gemini:trusts_exit_zero": _ids("parse.truncated-last-line"),
+    "tests.mutants.gemini:walks_up_for_gemini_md": _ids("env.planted-files-not-loaded"),
     "tests.mutants.opencode:leaves_its_builtins_on": _ids("audit.only-scope-tools-offered"),
     "tests.mutants.opencode:keeps_the_host_home": _ids("env.config-home-isolated", "env.host-credentials-unreachable"),
     "tests.mutants.opencode:reads_success_from_exit_zero": _ids("parse.truncated-last-line"),
@@ -205,10 +208,12 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.zcode:passes_the_host_env_through": _ids(
         "env.provider-keys-stripped", "env.nesting-vars-stripped", "env.host-credentials-unreachable",
     ),
-    # the seed's blind spot (a Glob bound by its literal prefix; an empty prefix binds nothing) is
-    # now also closed by the audit's path-less rule: a search naming no path is bound as the CLI's
-    # cwd (audit.hostile-builtins-flagged), so these fixtures' globs are flagged all the same
-    "tests.mutants.zcode:audits_globs_by_their_literal_prefix": _ids(),
+    # the seed's blind spot: a Glob bound by its literal prefix. native_tool_use's globs have an
+    # in-worktree prefix and climb out after a wildcard (an empty prefix would be path-less, and
+    # the audit's path-less rule flags that whatever binds the pattern)
+    "tests.mutants.zcode:audits_globs_by_their_literal_prefix": _ids(
+        "audit.native-tool-use-flagged", "audit.declines-builtins-honestly",
+    ),
     "tests.mutants.zcode:trusts_exit_zero": _ids("parse.truncated-last-line"),
     "tests.mutants.zcode:rate_limit_is_auth": _ids("errors.rate-limit-retryable"),
     # the copilot provider against the kit's mocked Copilot (kit/copilot_adapter.py)
@@ -297,15 +302,18 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.codex:fails_an_unverified_model": ("test_usage.py", "mismatch_policy or served_model or cost"),
     "tests.mutants.codex:forgets_native_tool_calls": ("test_audit.py", "declines or native"),
     "tests.mutants.codex:audits_shells_by_the_paths_they_name": ("test_audit.py", "hostile or declines or native"),
+    "tests.mutants.codex:loads_the_project_docs": ("test_env.py", "planted or worktree or config_home"),
     "tests.mutants.deepseek:inherits_the_host_env": ("test_env.py", "stripped or argv or worktree or credentials"),
     "tests.mutants.deepseek:reads_the_key_from_anthropic_api_key": ("test_env.py", "stripped or argv or worktree or credentials"),
     "tests.mutants.deepseek:empty_error_is_success": ("test_errors.py test_parse.py", "not secret and not network"),
     "tests.mutants.deepseek:leaves_builtins_on": ("test_audit.py", "only_scope"),
+    "tests.mutants.deepseek:loads_workspace_instructions": ("test_env.py", "planted or worktree or config_home"),
     "tests.mutants.deepseek:never_adds_the_bridge": ("test_bridge.py", "failed_load or only_bridge or slow_start"),
     "tests.mutants.gemini:leaves_builtins_on": ("test_audit.py", "only_scope"),
     "tests.mutants.gemini:forgets_skip_trust": ("test_parse.py", "unknown or noise"),
     "tests.mutants.gemini:passes_the_host_env_through": ("test_env.py", "stripped or argv or worktree"),
     "tests.mutants.gemini:trusts_exit_zero": ("test_parse.py test_errors.py", "truncated or crash or exit0"),
+    "tests.mutants.gemini:walks_up_for_gemini_md": ("test_env.py", "planted or worktree or config_home"),
     "tests.mutants.zcode:leaves_a_huge_prompt_in_argv": ("test_selection.py", "huge_folded or huge_system or prompt_never"),
     "tests.mutants.zcode:passes_the_host_env_through": ("test_env.py", "stripped or worktree or credentials or config_home"),
     "tests.mutants.zcode:audits_globs_by_their_literal_prefix": ("test_audit.py", "declines or native"),

@@ -63,6 +63,21 @@ class AuditsShellsByThePathsTheyName(CodexTransport):
         super().__init__(spec, settings, **kwargs)
         self._audit = SessionAudit("codex", auditor=_PathOnlyAuditor)
 
+class LoadsTheProjectDocs(CodexTransport):
+    """Leaves `project_doc_max_bytes = 0` out of its config.toml: codex reads every AGENTS.md from
+    the nearest git root above its scratch cwd down to it (a run dir inside a checkout)."""
+
+    def invocation(self, ctx, request, cli, *, tool_less):
+        from harnesscheck.providers import codex
+
+        inv = super().invocation(ctx, request, cli, tool_less=tool_less)
+        path = ctx.run_dir / "config-homes" / "codex_home" / "config.toml"
+        text = path.read_text(encoding="utf-8").replace(codex.PROJECT_DOCS_OFF_TOML + "\n", "")
+        path.unlink()
+        codex._write_private(path, text)
+        return inv
+
+
 hides_its_builtins = mutant_spec(
     "codex", M, HidesItsBuiltins,
     capabilities=frozenset(c for c in mutant_spec("codex", M, HidesItsBuiltins).capabilities if c is not Capability.native_tools_audited),
@@ -70,3 +85,4 @@ hides_its_builtins = mutant_spec(
 forgets_native_tool_calls = mutant_spec("codex", M, ForgetsNativeToolCalls)
 fails_an_unverified_model = mutant_spec("codex", M, FailsAnUnverifiedModel)
 audits_shells_by_the_paths_they_name = mutant_spec("codex", M, AuditsShellsByThePathsTheyName)
+loads_the_project_docs = mutant_spec("codex", M, LoadsTheProjectDocs)

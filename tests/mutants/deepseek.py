@@ -62,6 +62,19 @@ class LeavesBuiltinsOn(DeepSeekTransport):
             ds.TOOL_PLUGINS = saved
 
 
+class LoadsWorkspaceInstructions(DeepSeekTransport):
+    """Leaves the runtime's agent-instructions plugin on: every AGENTS.md / CLAUDE.md from the
+    nearest git root above its scratch cwd reaches the model (a run dir inside a checkout)."""
+
+    def invocation(self, ctx, request, cli, *, tool_less):
+        saved = ds.INSTRUCTION_PLUGINS
+        ds.INSTRUCTION_PLUGINS = ()
+        try:
+            return super().invocation(ctx, request, cli, tool_less=tool_less)
+        finally:
+            ds.INSTRUCTION_PLUGINS = saved
+
+
 class NeverAddsTheBridge(DeepSeekTransport):
     """Declares mcp_tools but never inserts the MCP client (the seed's composition named no MCP
     plugin) and does not read the bridge's trace: sessions run tool-less and end ok."""
@@ -77,3 +90,4 @@ reads_the_key_from_anthropic_api_key = mutant_spec("deepseek", M, ReadsTheKeyFro
 empty_error_is_success = mutant_spec("deepseek", M, EmptyErrorIsSuccess)
 leaves_builtins_on = mutant_spec("deepseek", M, LeavesBuiltinsOn)
 never_adds_the_bridge = mutant_spec("deepseek", M, NeverAddsTheBridge)
+loads_workspace_instructions = mutant_spec("deepseek", M, LoadsWorkspaceInstructions)

@@ -25,6 +25,22 @@ class LeavesBuiltinsOn(GeminiTransport):
         return inv
 
 
+class WalksUpForGeminiMd(GeminiTransport):
+    """Writes no `context.memoryBoundaryMarkers: []`: gemini loads every GEMINI.md from its scratch
+    cwd up to the nearest git root (a run dir inside a checkout)."""
+
+    def invocation(self, ctx, request, cli, *, tool_less):
+        import json
+
+        inv = super().invocation(ctx, request, cli, tool_less=tool_less)
+        path = ctx.run_dir / "config-homes" / "home" / ".gemini" / "settings.json"
+        settings = json.loads(path.read_text(encoding="utf-8"))
+        settings.pop("context", None)
+        path.unlink()
+        gemini._write_private(path, json.dumps(settings))
+        return inv
+
+
 class ForgetsSkipTrust(GeminiTransport):
     """Drops `--skip-trust`: headless gemini in an untrusted folder prints one stderr line and exits."""
 
@@ -62,5 +78,6 @@ class TrustsExitZero(GeminiTransport):
 
 leaves_builtins_on = mutant_spec("gemini", M, LeavesBuiltinsOn)
 forgets_skip_trust = mutant_spec("gemini", M, ForgetsSkipTrust)
+walks_up_for_gemini_md = mutant_spec("gemini", M, WalksUpForGeminiMd)
 passes_the_host_env_through = mutant_spec("gemini", M, PassesTheHostEnvThrough)
 trusts_exit_zero = mutant_spec("gemini", M, TrustsExitZero)

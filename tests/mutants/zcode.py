@@ -53,7 +53,8 @@ class _LiteralPrefixAuditor(Auditor):
 
 
 class AuditsGlobsByTheirLiteralPrefix(ZcodeTransport):
-    """Binds a Glob pattern by its literal prefix (the seed's blind spot): `{/etc,src}/*` and `**/../../etc/*` pass."""
+    """Binds a Glob pattern by its literal prefix (the seed's blind spot): `<worktree>/src/**/../../../outside/*`
+    passes (its prefix `<worktree>/src/` is inside), and so does `<worktree>/src/{..,lib}/../outside/*`."""
 
     def __init__(self, spec, settings=None, **kwargs):
         super().__init__(spec, settings, **kwargs)

@@ -554,12 +554,17 @@ class HarnessAdapter(BackendUnderTest):
             return f"fake {self.fake_name} (no fixture replayed)"
         return f"fake {self.fake_name} replaying " + "; ".join(f"fixtures/{name} ({why})" for name, why in used.items())
 
-    def install_fake(self, scenario, *, version: str | None = None, echo: list[str] | None = None, calls=None):
-        """A per-run fake CLI replaying `scenario` (a fixture name or a scenario dict)."""
-        from harnesscheck.fakes import install_fake_cli
+    def install_fake(self, scenario, *, version: str | None = None, echo: list[str] | None = None, calls=None,
+                     worktree: Path | None = None):
+        """A per-run fake CLI replaying `scenario` (a fixture name or a scenario dict).
+        `worktree`: the session's scope root, written where a step says `{{worktree}}` (a fake
+        does not know it; a built-in call the model aims at the worktree names it)."""
+        from harnesscheck.fakes import install_fake_cli, with_worktree
 
         # A fixture is parsed afresh; a caller's dict is copied as deep as it is changed here.
         data = self.load_fixture(scenario) if isinstance(scenario, str) else dict(scenario)
+        if worktree is not None:
+            data = with_worktree(data, worktree)
         if version is not None:
             data["version"] = version
         if echo:
@@ -693,7 +698,7 @@ class HarnessAdapter(BackendUnderTest):
             fake = self.install_fake(data, echo=echo)
             facts = None
         else:
-            fake = self.install_fake(scenario, echo=echo)
+            fake = self.install_fake(scenario, echo=echo, worktree=ws.root)
             facts = None
         installed = json.loads(Path(fake.scenario_path).read_text(encoding="utf-8"))
         if facts is None:  # a fixture replayed as it is: it states its own facts

@@ -5,7 +5,8 @@ Requirements kept here (doc/SPEC-codex.md):
   goes on stdin (then EOF), so it can never become a flag, never shows in `ps`, and never
   hits ARG_MAX; no other stdin is ever attached.
 - A per-run `CODEX_HOME` holding only our `config.toml` (the bridge as a required MCP server,
-  web search off) and, when the user has a ChatGPT login, a link to their `auth.json` and
+  web search off, `project_doc_max_bytes = 0` so no `AGENTS.md` from the scratch cwd up to a
+  git root is loaded) and, when the user has a ChatGPT login, a link to their `auth.json` and
   nothing else of `~/.codex`. An `auth.json` that holds an API key is never linked.
 - Codex has no system-prompt channel: the contract is prepended to the prompt. No turn cap
   either: only the wall-clock budget ends a runaway session.
@@ -447,6 +448,13 @@ enabled = false
 """
 
 
+#: No project instructions: codex would otherwise read `AGENTS.md` (and `AGENTS.override.md`) in
+#: every directory from the nearest `.git` above its cwd down to the cwd, and the scratch cwd
+#: sits in the run dir, which a host may keep inside a checkout. The global
+#: `$CODEX_HOME/AGENTS.md` cannot exist: the per-run CODEX_HOME holds only our files.
+PROJECT_DOCS_OFF_TOML = "project_doc_max_bytes = 0"
+
+
 def render_config(
     *,
     bridge: tuple[list[str], dict[str, str]] | None,
@@ -454,16 +462,20 @@ def render_config(
     extra_toml: str = "",
     top_toml: str = "",
 ) -> str:
-    """config.toml for one session: the bridge as a required MCP server, web search off.
+    """config.toml for one session: the bridge as a required MCP server, web search off, no
+    project AGENTS.md loaded.
 
     Only keys the references document are used (cli-formats §2.A): `web_search`,
-    `approval_policy`, and `[mcp_servers.<name>]` with `command`, `args`, `env`, `required`,
-    `startup_timeout_sec`, `tool_timeout_sec`, `enabled_tools`, `default_tools_approval_mode`.
+    `approval_policy`, `project_doc_max_bytes` (0: codex reads no `AGENTS.md` from its cwd up
+    to a git root, wherever the run dir sits; codex-rs agents_md.rs), and
+    `[mcp_servers.<name>]` with `command`, `args`, `env`, `required`, `startup_timeout_sec`,
+    `tool_timeout_sec`, `enabled_tools`, `default_tools_approval_mode`.
     """
     lines = [
         "# Written by harnesscheck for one session (doc/SPEC-codex.md). Not the user's config.",
         'web_search = "disabled"',
         'approval_policy = "never"',
+        PROJECT_DOCS_OFF_TOML,
     ]
     if top_toml.strip():
         lines.append(top_toml.strip())  # top-level keys must precede every [table]

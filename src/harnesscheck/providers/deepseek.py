@@ -9,7 +9,8 @@ Requirements kept here (doc/SPEC-deepseek.md):
 - Built-ins off through the composition: a `--patch` overlay (JSON, which the runtime's YAML
   loader reads) disables every tool plugin of the `sdk` profile (25 tools offered by default:
   bash, edit, write, read, web_fetch, subagent, workflow, ...) and the plugins that phone
-  home (telemetry, the session-log delivery, account/web search); it inserts the bundled
+  home (telemetry, the session-log delivery, account/web search) and the workspace-instructions
+  loader (AGENTS.md / CLAUDE.md from the cwd up to a git root); it inserts the bundled
   `@deepseek-ai/dsh-mcp-client` with the bridge as its one stdio server (`serverName:
   bridge`: the model sees `mcp__bridge__read_file`, ...), `failOnStartupError: true`. What the
   runtime really offers is verified at the wire (audit.builtins-off-at-wire).
@@ -85,6 +86,11 @@ NETWORK_PLUGINS = (
 #: The runtime's own retry ladder (429/529 answered six times, about a minute): off, so a
 #: retryable failure ends the session at once, classified retryable; the host owns retries.
 RETRY_PLUGINS = ("llm-retry",)
+#: Workspace instructions (`@deepseek-ai/dsh-agent-instructions`): the runtime reads AGENTS.md /
+#: CLAUDE.md (and their .local variants) from its cwd up to the nearest `.git` and hands them to
+#: the model; with the run dir inside a checkout that is the checkout's (observed at loopback,
+#: env.planted-files-not-loaded): off.
+INSTRUCTION_PLUGINS = ("agent-instructions",)
 MCP_CLIENT_PLUGIN = "@deepseek-ai/dsh-mcp-client"
 
 
@@ -165,9 +171,11 @@ def host_sdk_dir() -> Path | None:
 
 
 def composition_patch(*, bridge: tuple[list[str], dict[str, str]] | None, system: str | None) -> list[dict]:
-    """The Cordis patch list (JSON is YAML): every tool plugin and every phone-home plugin off,
-    the system prompt as the persona, and the bridge as the one MCP server (None: no tools)."""
-    patch: list[dict] = [{"id": pid, "disabled": True} for pid in (*TOOL_PLUGINS, *NETWORK_PLUGINS, *RETRY_PLUGINS)]
+    """The Cordis patch list (JSON is YAML): every tool plugin, every phone-home plugin and the
+    workspace-instructions loader off, the system prompt as the persona, and the bridge as the
+    one MCP server (None: no tools)."""
+    patch: list[dict] = [{"id": pid, "disabled": True}
+                         for pid in (*TOOL_PLUGINS, *NETWORK_PLUGINS, *RETRY_PLUGINS, *INSTRUCTION_PLUGINS)]
     if system and system.strip():
         patch.append({"id": "system-prompt", "config": {"personaPrefix": system.strip()}})
     if bridge is not None:

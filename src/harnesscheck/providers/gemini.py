@@ -9,7 +9,9 @@ Requirements kept here (doc/SPEC-gemini.md):
   was not the routing JSON it expects. Without `--skip-trust` a headless run exits 0 with
   only a stderr message (observed on 0.61.0): the flag is always given.
 - A per-run HOME holding only our `.gemini/settings.json` (config_isolation): the user's
-  `~/.gemini` (settings, OAuth tokens, GEMINI.md, extensions) is never read. The settings
+  `~/.gemini` (settings, OAuth tokens, GEMINI.md, extensions) is never read, and
+  `context.memoryBoundaryMarkers: []` keeps the CLI from walking up from its scratch cwd for
+  `GEMINI.md` files (it would go up to the nearest `.git`, e.g. a checkout holding the run dir). The settings
   select `security.auth.selectedType: gemini-api-key`, turn usage statistics, auto-update
   and its notification off, allow only the `bridge` MCP server (`mcp.allowed`), declare it
   in `mcpServers` with `trust: true` (no confirmation prompt headless), and list only the
@@ -367,6 +369,12 @@ def bridge_tool_names(tools: tuple[str, ...] | list[str]) -> list[str]:
     return [f"{BRIDGE_PREFIX}{name}" for name in tools]
 
 
+#: gemini loads `GEMINI.md` from its cwd up to the nearest directory holding a boundary marker
+#: (default `.git`), every one on the way (0.61.0, core memoryDiscovery.ts). An empty marker
+#: list stops the walk at the cwd, which is the session's empty scratch dir.
+CONTEXT_FILES_OFF = {"memoryBoundaryMarkers": []}
+
+
 def render_settings(bridge: tuple[list[str], dict[str, str]] | None, tool_names: tuple[str, ...]) -> dict:
     """The whole `$HOME/.gemini/settings.json` of one session.
 
@@ -382,6 +390,9 @@ def render_settings(bridge: tuple[list[str], dict[str, str]] | None, tool_names:
         "telemetry": {"enabled": False},
         "tools": {"core": bridge_tool_names(tool_names) or ["harnesscheck_no_builtin_tools"]},
         "mcp": {"allowed": [BRIDGE_SERVER] if bridge is not None else []},
+        # no parent walk for GEMINI.md: only the (empty) scratch cwd is searched, wherever the
+        # run dir sits (the global ~/.gemini/GEMINI.md cannot exist in the per-run HOME)
+        "context": dict(CONTEXT_FILES_OFF),
     }
     if bridge is not None:
         argv, env = bridge
