@@ -160,7 +160,7 @@ What a fake records
 One JSON line per invocation, appended to the record file before any step runs::
 
     {"kind": "invocation", "cli": "claude", "pid": 123, "argv": [...], "env": {...},
-     "cwd": "...", "stdin_type": "devnull|pipe|tty|file|socket|closed|other",
+     "cwd": "...", "stdin_type": "devnull|pipe|tty|file|socket|closed|other", "stdout_type": (the same words),
      "stdin": "<text read, up to 1 MiB>", "stdin_bytes": n, "mcp_configs": {path: content},
      "cwd_entries": [names in the cwd at start],
      "instructions": {path: text of each instruction file the CLI loads at start},
@@ -785,10 +785,11 @@ def _uuid4() -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-def _stdin_type() -> str:
-    """What fd 0 is, by fstat: the transports must pass /dev/null or a closed pipe."""
+def _stdin_type(fd: int = 0) -> str:
+    """What fd 0 (or `fd`) is, by fstat: the transports must pass /dev/null or a closed pipe
+    as stdin; stdout is a pipe, or a file for a transport that spools it (gemini)."""
     try:
-        st = posix.fstat(0)
+        st = posix.fstat(fd)
     except OSError:
         return "closed"
     if stat.S_ISCHR(st.st_mode):
@@ -797,7 +798,7 @@ def _stdin_type() -> str:
                 return "devnull"
         except OSError:
             pass
-        return "tty" if posix.isatty(0) else "other"
+        return "tty" if posix.isatty(fd) else "other"
     if stat.S_ISFIFO(st.st_mode):
         return "pipe"
     if stat.S_ISREG(st.st_mode):
@@ -1209,6 +1210,7 @@ class Fake:
                 "env": dict(ENVIRON),
                 "cwd": posix.getcwd(),
                 "stdin_type": stdin_type,
+                "stdout_type": _stdin_type(1),
                 "stdin": self.stdin_text[:RECORDED_STDIN_LIMIT],
                 "stdin_bytes": stdin_bytes,
                 "stdin_eof_mono": stdin_eof_mono,

@@ -95,6 +95,22 @@ def test_selection_from_harness_backend_and_unknown_backend(tmp_path: Path, _doc
     assert code == 2 and line["status"] == "fail" and "claude-code" in line["fix"], "an unknown id is a usage error"
 
 
+@pytest.mark.parametrize("token", [False, True], ids=["saved-login", "oauth-token"])
+def test_claude_code_reasoning_reports_the_credentials_of_claude_code(tmp_path: Path, _doctor, token: bool) -> None:
+    """claude-code-reasoning calls `claude -p` with claude's own login: doctor reports the same
+    credential status as for claude-code, never "no credentials needed"."""
+    extra = {"ANTHROPIC_API_KEY": "sk-ant-doctor-canary"}
+    if token:
+        extra["CLAUDE_CODE_OAUTH_TOKEN"] = "doctor-token-canary"
+    _code, report, out = _doctor(tmp_path, "--backend", "claude-code", "--backend", "claude-code-reasoning",
+                                 env=_env(tmp_path, **extra))
+    for check in ("auth", "api-key-env"):
+        plain, reasoning = _by(report, "claude-code", check), _by(report, "claude-code-reasoning", check)
+        assert {**reasoning, "backend": "claude-code"} == plain
+    assert _by(report, "claude-code-reasoning", "auth")["status"] == ("ok" if token else "skip")
+    assert "no credentials needed" not in out and "canary" not in out
+
+
 def test_api_key_is_reported_by_name_never_by_value(tmp_path: Path, _doctor) -> None:
     env = _env(tmp_path, HARNESS_API_MODE="anthropic_messages", ANTHROPIC_API_KEY=CANARY)
     code, report, raw = _doctor(tmp_path, "--backend", "api", env=env)

@@ -223,6 +223,15 @@ def test_session_argv_env_cwd_stdin(tmp_path):
     assert list(written["mcpServers"]) == ["bridge"] and "canary" not in json.dumps(written)
 
 
+def test_stdout_is_a_spooled_file_left_nowhere(tmp_path):
+    """Issue #21: gemini ends with process.exit(), which drops the writes node still queued for a
+    full pipe; its stdout is a file in the run dir (unlinked at once), which node writes synchronously."""
+    out, fake, _ = session(tmp_path, "success")
+    assert out.ok, out.message
+    assert fake.last()["stdout_type"] == "file"
+    assert not [p for p in (tmp_path / "run").rglob(".stdout-*")], "the spool file was left behind"
+
+
 def test_no_model_means_the_default_never_auto(tmp_path):
     out, fake, _ = session(tmp_path, "success")
     assert out.ok and fake.last()["argv"][-1] == DEFAULT_MODEL

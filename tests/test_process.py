@@ -344,6 +344,68 @@ def test_framing_crlf_blank_lines_and_missing_final_newline(tmp_path: Path) -> N
     assert result.partial_tail == "c"
 
 
+class LateReader:
+    """on_line of a host that reads late (a loaded machine): the first line blocks until the
+    child has written everything it will write and is about to exit."""
+
+    def __init__(self, done: Path):
+        self.done = done
+        self.lines: list[str] = []
+
+    def __call__(self, line: str) -> None:
+        if not self.lines:
+            end = time.monotonic() + 60
+            while not self.done.exists():
+                assert time.monotonic() < end, "the child never finished writing"
+                time.sleep(0.01)
+        self.lines.append(line)
+
+
+def test_a_pipe_loses_what_a_node_like_cli_still_had_queued_at_exit(tmp_path: Path) -> None:
+    """Why the spool exists: on a pipe, a CLI that writes without blocking and exits with writes
+    still queued (node's process.exit) loses them while the host is not reading."""
+    reader = LateReader(tmp_path / "done")
+    result = run_process(script("exit_queued.py", str(reader.done), str(1024 * 1024)), env=ENV, cwd=tmp_path,
+                         on_line=reader, timeout_s=60)
+    assert result.ending is Ending.exited
+    assert reader.lines == ["start"] and result.partial_tail is not None  # the stream ends inside an event
+
+
+@pytest.mark.parametrize("guard", [True, False])
+def test_a_spooled_stdout_keeps_every_line_for_a_late_reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           guard: bool) -> None:
+    from harnesscheck import process
+
+    if not guard:
+        monkeypatch.setattr(process, "_use_guard", lambda: False)
+    spool = tmp_path / "run"
+    spool.mkdir()
+    reader = LateReader(tmp_path / "done")
+    result = run_process(script("exit_queued.py", str(reader.done), str(1024 * 1024)), env=ENV, cwd=tmp_path,
+                         on_line=reader, timeout_s=60, stdout_spool=spool)
+    assert (result.ending, result.exit_code, result.partial_tail) == (Ending.exited, 0, None)
+    assert [len(x) for x in reader.lines] == [5, 1024 * 1024 + 31, 17]
+    assert reader.lines[-1] == '{"type":"result"}'
+    assert list(spool.iterdir()) == [], "the spool file was left behind"
+
+
+def test_a_spooled_stdout_keeps_the_framing_bounds_and_actions(tmp_path: Path) -> None:
+    """The spool changes where stdout goes, nothing else: partial tail, oversize, terminal linger."""
+    lines = Lines()
+    result = run_process(script("emit.py", "framing"), env=ENV, cwd=tmp_path, on_line=lines, timeout_s=60,
+                         stdout_spool=tmp_path)
+    assert (result.ending, lines.lines, result.partial_tail) == (Ending.exited, ["a", "b", ""], "c")
+    result = run_process(script("emit.py", "bigline", str(8 * 1024 * 1024)), env=ENV, cwd=tmp_path, on_line=Lines(),
+                         timeout_s=60, max_line_bytes=1024 * 1024, stdout_spool=tmp_path)
+    assert (result.ending, result.oversize_limit) == (Ending.oversize, 1024 * 1024)
+    pidfile = tmp_path / "pids"
+    result = run_process(script("spawn_tree.py", str(pidfile)), env=ENV, cwd=tmp_path, timeout_s=60, linger_s=0.3,
+                         on_line=Lines(act_on='"n":1', action=LineAction.TERMINAL), stdout_spool=tmp_path)
+    assert result.ending is Ending.linger
+    assert survivors(read_pids(pidfile)) == []
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".stdout-")] == []
+
+
 def test_invalid_utf8_is_replaced(tmp_path: Path) -> None:
     lines = Lines()
     run_process(script("emit.py", "badutf8"), env=ENV, cwd=tmp_path, on_line=lines, timeout_s=60)

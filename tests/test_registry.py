@@ -187,6 +187,32 @@ def test_version_probe_is_kept_across_processes_per_binary(tmp_path: Path, monke
     assert registry.probe_version(cli) == "2.1.198 (Claude Code)"  # a torn cache is only a miss
 
 
+@pytest.mark.parametrize("backend", ["opencode", "claude-code", "gemini"])
+def test_the_version_probe_is_bounded_by_the_backends_start_up_allowance(tmp_path, monkeypatch, backend):
+    """opencode's `--version` took 8.7 s alone at load 16: its probe gets the backend's start-up
+    allowance (cold_start_s, 30 s), not a fixed 20 s, and every probe stays bounded."""
+    spec = registry.get_spec(backend)
+    cli = tmp_path / (spec.cli_name or "cli")
+    cli.write_text("#!/bin/sh\necho 1.18.33\n")
+    cli.chmod(0o755)
+    bounds: list[float] = []
+    monkeypatch.setenv("HARNESSCHECK_CACHE", str(tmp_path / "cache"))  # the answer is remembered there
+    monkeypatch.setattr(registry, "_VERSION_CACHE", {})
+    monkeypatch.setattr(registry, "_probe_version", lambda path, t: bounds.append(t) or ("1.18.33", ""))
+    registry.find_cli(spec, Settings(cli=cli), check_version=False)
+    assert bounds == [max(registry.VERSION_PROBE_S, spec.cold_start_s)]
+    assert bounds[0] >= spec.cold_start_s and bounds[0] < float("inf")
+    if backend == "opencode":
+        assert bounds[0] == 30.0
+
+
+def test_a_hung_version_probe_still_ends(tmp_path):
+    cli = tmp_path / "opencode"
+    cli.write_text("#!/bin/sh\nexec sleep 600\n")
+    cli.chmod(0o755)
+    assert registry._probe_version(cli, 0.5) == (None, "no answer within 0.5 s")
+
+
 EXAMPLE_SPEC = ProviderSpec(
     id="example-ep",
     kind=Kind.api,

@@ -47,6 +47,10 @@ BILLING_VARS: dict[str, tuple[str, ...]] = {
     "cursor": (),
     "deepseek": ("DEEPSEEK_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_API_KEY"),
 }
+#: A backend that runs another backend's CLI with that CLI's own login: doctor reports the
+#: other backend's credential status for it (claude-code-reasoning calls `claude -p`, signed in
+#: as claude-code is; "no credentials needed" was wrong).
+SAME_CREDENTIALS_AS: dict[str, str] = {"claude-code-reasoning": "claude-code"}
 PROBE_PROMPT = "Reply with the single word: pong"
 
 
@@ -179,6 +183,15 @@ def check_credentials(spec, settings, environ: dict[str, str], selected: bool, c
     when it can be asked in a scratch HOME with that variable (never the user's store)."""
     from harnesscheck.contracts import Kind
 
+    twin = SAME_CREDENTIALS_AS.get(spec.id.partition("==")[0])
+    if twin is not None:
+        from harnesscheck.registry import get_spec
+
+        twin_spec = get_spec(twin)
+        if cli_info is None:
+            cli_info = _quiet_cli(twin_spec, settings)
+        return [Check(spec.id, c.check, c.status, c.detail, c.fix)
+                for c in check_credentials(twin_spec, settings, environ, selected, cli_info)]
     out: list[Check] = []
     if spec.kind is Kind.api and spec.id.partition("/")[0] == "api":  # api, or a mode column api/<mode>
         from harnesscheck.providers.api import MODE_ENV
@@ -235,6 +248,17 @@ def check_credentials(spec, settings, environ: dict[str, str], selected: bool, c
                          f"log in with `{spec.cli_name} login`{hint}; `harnesscheck doctor --probe --backend {spec.id}` "
                          "makes one real round trip"))
     return out
+
+
+def _quiet_cli(spec, settings) -> Any:
+    """The spec's CLI (path, version) when it can be found, else None (its own binary check says why)."""
+    from harnesscheck.contracts import HarnessError
+    from harnesscheck.registry import find_cli
+
+    try:
+        return find_cli(spec, settings, check_version=False)
+    except HarnessError:
+        return None
 
 
 def _claude_auth_status(spec, cli_path: Path, var: str, environ: dict[str, str]) -> Check | None:

@@ -8,6 +8,9 @@ Requirements kept here (see doc/SPEC-process.md):
   and the whole tree dies on every ending and with the host, even on SIGKILL;
 - one thread, `selectors` over non-blocking pipes, monotonic deadlines, cancel polled at
   least every 50 ms;
+- stdout a pipe, or with `stdout_spool` a regular file (created in that directory, unlinked at
+  once) read as it grows: a CLI that exits while its stdout writes are still queued (node's
+  `process.exit()` on a full non-blocking pipe drops them) loses nothing to a slow host;
 - stdout framed on b"\\n" (CRLF tolerated), decoded UTF-8 with replacement, lines longer
   than `max_line_bytes` end the run (`Ending.oversize`); stderr kept as a bounded,
   redacted tail;
@@ -240,16 +243,25 @@ class _Guard:
     # -- public --
 
     def spawn(
-        self, executable: str, argv: list[str], env: dict[str, str], cwd: str, stdin: bool
+        self, executable: str, argv: list[str], env: dict[str, str], cwd: str, stdin: bool,
+        stdout_fd: int | None = None,
     ) -> _Supervised | None:
         """Start argv under a session supervisor; None when no guard can run here (the caller
-        falls back to a direct spawn). Raises OSError when the spawn itself failed."""
+        falls back to a direct spawn). Raises OSError when the spawn itself failed.
+        `stdout_fd`: the child's stdout (a spool file; the caller keeps it and reads it
+        itself), else a pipe whose read end is the result's `stdout`."""
         spec = marshal.dumps((executable, list(argv), dict(env), os.fspath(cwd)))
         pipes: list[int] = []
+        out_r: int | None = None
         try:
-            out_r, out_w = os.pipe()
+            if stdout_fd is None:
+                out_r, out_w = os.pipe()
+                pipes += [out_r, out_w]
+            else:
+                out_w = os.dup(stdout_fd)
+                pipes.append(out_w)
             err_r, err_w = os.pipe()
-            pipes += [out_r, out_w, err_r, err_w]
+            pipes += [err_r, err_w]
             if stdin:
                 in_r, in_w = os.pipe()
                 pipes += [in_r, in_w]
@@ -269,7 +281,8 @@ class _Guard:
         if not sent:
             host_sess.close()
             for fd in (out_r, err_r) + ((in_w,) if stdin else ()):
-                os.close(fd)
+                if fd is not None:
+                    os.close(fd)
             return None
         try:
             host_sess.settimeout(_SPAWN_WAIT_S)
@@ -281,7 +294,8 @@ class _Guard:
         if len(words) == 2 and words[0] == b"e":
             host_sess.close()
             for fd in (out_r, err_r) + ((in_w,) if stdin else ()):
-                os.close(fd)
+                if fd is not None:
+                    os.close(fd)
             code = int(words[1])
             raise OSError(code, os.strerror(code), argv[0])
         if len(words) != 4 or words[0] != b"p":
@@ -290,7 +304,8 @@ class _Guard:
             # whatever it started.
             host_sess.close()
             for fd in (out_r, err_r) + ((in_w,) if stdin else ()):
-                os.close(fd)
+                if fd is not None:
+                    os.close(fd)
             with self.lock:
                 self._drop()
             return None
@@ -303,7 +318,7 @@ class _Guard:
             cgroup="" if cgroup == "-" else cgroup,
             sess=host_sess,
             stdin=os.fdopen(in_w, "wb", buffering=0) if stdin else None,
-            stdout=os.fdopen(out_r, "rb", buffering=0),
+            stdout=os.fdopen(out_r, "rb", buffering=0) if out_r is not None else None,
             stderr=os.fdopen(err_r, "rb", buffering=0),
         )
         supervised.feed(rest)
@@ -982,12 +997,21 @@ def run_process(
     run_marker: str | None = None,
     on_spawn: Callable[[int], None] | None = None,
     on_err_line: Callable[[str], LineAction | None] | None = None,
+    stdout_spool: str | os.PathLike[str] | None = None,
 ) -> ProcessResult:
     """Run `argv` to an ending and return how it ended; complete stdout lines go to on_line.
 
     `on_err_line`: complete stderr lines (up to max_line_bytes; longer ones are skipped), for
     a CLI that reports some endings only in its log on stderr; its TERMINAL/STOP count as
     on_line's. The stderr tail is kept either way.
+
+    `stdout_spool`: a private directory (the session's run dir). The child's stdout is then a
+    regular file made there (unlinked at once, so nothing is left behind) instead of a pipe,
+    and the host reads it as it grows. A pipe holds 64 KiB: a node CLI writes to it without
+    blocking and queues the rest in memory, and `process.exit()` drops that queue, so a host
+    that reads late (a loaded machine) saw the stream end inside an event. Writes to a
+    regular file complete before the write call returns (node writes files synchronously).
+    The trade-off: no back-pressure, the file grows with the output until the session ends.
 
     `on_spawn(pid)` is called once the child runs, before its output is read; the child leads
     its own session and process group (sid = pgid = pid), so whatever it starts without
@@ -1014,9 +1038,12 @@ def run_process(
     deadline = started + timeout_s
     host_pid = os.getpid()
 
+    spool_r, spool_w = _open_spool(stdout_spool) if stdout_spool is not None else (-1, -1)
+
     def spawn() -> Any:
         if _use_guard():
-            supervised = _guard.spawn(executable, list(argv), child_env, os.fspath(cwd), stdin_bytes is not None)
+            supervised = _guard.spawn(executable, list(argv), child_env, os.fspath(cwd), stdin_bytes is not None,
+                                      stdout_fd=spool_w if spool_w >= 0 else None)
             if supervised is not None:
                 return supervised
         # Fallback (no guard here): the CLI leads its group and gets a parent-death signal.
@@ -1027,14 +1054,20 @@ def run_process(
                 env=child_env,
                 cwd=cwd,
                 stdin=subprocess.PIPE if stdin_bytes is not None else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
+                stdout=spool_w if spool_w >= 0 else subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 close_fds=True,
                 preexec_fn=_child_preexec(host_pid, _load_prctl(), signal.SIGKILL),
             )
 
-    proc = when_not_busy(spawn)
+    try:
+        proc = when_not_busy(spawn)
+    except BaseException:
+        _close_fds(spool_r)
+        raise
+    finally:
+        _close_fds(spool_w)  # the child has its own copy; ours would only hold the file open
     _register(proc, marker)
     pgid = proc.pid  # start_new_session: the child leads its own session and group
     state = _Run(on_line, max_line_bytes, stderr_tail_bytes, on_err_line)
@@ -1045,8 +1078,10 @@ def run_process(
 
     def setup() -> None:
         nonlocal stdin_view, pidfd
-        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stderr is not None and (proc.stdout is not None or spool_r >= 0)
         for stream, kind in ((proc.stdout, "out"), (proc.stderr, "err")):
+            if stream is None:
+                continue  # a spooled stdout: read_spool reads the file
             os.set_blocking(stream.fileno(), False)
             sel.register(stream.fileno(), selectors.EVENT_READ, kind)
             open_fds[stream.fileno()] = kind
@@ -1110,14 +1145,31 @@ def run_process(
                 else:
                     state.feed_err(chunk)
 
+    def read_spool(max_chunks: int = 16) -> bool:
+        """Feed what the spool file gained since the last read (a regular file never blocks);
+        True when it holds nothing more now (or there is no spool, or lines are no longer wanted)."""
+        if spool_r < 0:
+            return True
+        for _ in range(max_chunks):
+            if state.oversize or not state.deliver:
+                return True
+            chunk = os.read(spool_r, _READ_CHUNK)
+            if not chunk:
+                return True
+            state.feed_out(chunk)
+        return False
+
     def drain(seconds: float) -> None:
-        """Read whatever the pipes hold for at most `seconds` (never waits for EOF past that)."""
+        """Read whatever the pipes (and the spool) hold for at most `seconds` (never waits for
+        EOF past that)."""
         end = time.monotonic() + seconds
-        while open_fds:
+        while True:
+            spool_idle = read_spool()
             left = end - time.monotonic()
-            if left <= 0:
+            if left <= 0 or (not open_fds and spool_idle):
                 break
-            read_ready(min(left, _POLL_S))
+            if open_fds:
+                read_ready(min(left, _POLL_S))
 
     ending: Ending | None = None
     orphans = False
@@ -1134,6 +1186,7 @@ def run_process(
             if cancel is not None and cancel.is_set():
                 ending = Ending.cancelled
                 break
+            read_spool()
             if state.oversize:
                 ending = Ending.oversize
                 break
@@ -1144,6 +1197,8 @@ def run_process(
                 # The leader is gone (or its supervisor: then the guard killed the tree); give descendants a short, bounded chance to flush.
                 if exit_seen_at is None:
                     exit_seen_at = now
+                    while not read_spool():
+                        pass  # the leader's writes are all in the file now: every line, here
                 if not open_fds or now - exit_seen_at >= _EXIT_DRAIN_S:
                     ending = Ending.exited
                     break
@@ -1178,6 +1233,7 @@ def run_process(
             orphans = bool(_shielded(cleanup))
         finally:
             sel.close()
+            _close_fds(spool_r)
             if pidfd is not None:
                 with contextlib.suppress(OSError):
                     os.close(pidfd)
@@ -1250,6 +1306,30 @@ def _pidfd_open(pid: int) -> int | None:
         return os.pidfd_open(pid)  # type: ignore[attr-defined]
     except (AttributeError, OSError):
         return None
+
+
+def _open_spool(directory: str | os.PathLike[str]) -> tuple[int, int]:
+    """A fresh 0600 file in `directory` for a child's stdout: (read fd, write fd), its name
+    already unlinked. The write end appends; neither end is inherited by accident (O_CLOEXEC)."""
+    path = os.path.join(os.fspath(directory), f".stdout-{secrets.token_hex(8)}")
+    flags = os.O_CLOEXEC | os.O_NOFOLLOW
+    write_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | flags, 0o600)
+    try:
+        read_fd = os.open(path, os.O_RDONLY | flags)
+    except BaseException:
+        os.close(write_fd)
+        raise
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    return read_fd, write_fd
+
+
+def _close_fds(*fds: int) -> None:
+    for fd in fds:
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def _close_quietly(stream: Any) -> None:

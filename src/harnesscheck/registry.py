@@ -551,7 +551,19 @@ def cli_candidates(spec: ProviderSpec, settings: Settings) -> list[Path]:
     return out
 
 
-def probe_version(path: Path, timeout_s: float = 20.0) -> str | None:
+#: The least bound of one `<cli> --version` probe (a CLI that answers at all answers well within it).
+VERSION_PROBE_S = 20.0
+
+
+def version_probe_timeout_s(spec: ProviderSpec | None) -> float:
+    """The bound of one `<cli> --version` probe of `spec`'s CLI: its start-up allowance
+    (`ProviderSpec.cold_start_s`), never below VERSION_PROBE_S. opencode's Bun binary took
+    8.7 s for `--version` alone at load 16, and its start-up allowance is 30 s: a fixed 20 s
+    failed a correct CLI on a loaded machine. Always finite: a hung binary still ends."""
+    return max(VERSION_PROBE_S, spec.cold_start_s if spec is not None else 0.0)
+
+
+def probe_version(path: Path, timeout_s: float = VERSION_PROBE_S) -> str | None:
     """`<cli> --version` in a minimal environment; the first line, or None. Probed once per
     binary (path, size, mtime) per process: a 245 MB CLI is not started again per session.
     Across processes (a `harnesscheck run` each) the answer is kept in the cache dir
@@ -686,7 +698,7 @@ def find_cli(spec: ProviderSpec, settings: Settings, *, check_version: bool = Tr
         if cand.is_file() and os.access(cand, os.X_OK):
             if cand.suffix.lower() in (".cmd", ".bat"):
                 continue  # never run Windows batch shims (CVE-2024-24576 class)
-            version = probe_version(cand)
+            version = probe_version(cand, version_probe_timeout_s(spec))
             if check_version and (spec.min_version or spec.max_version):
                 if version is None or not version_supported(spec, version):
                     found = version or f"unknown ({probe_failure(cand) or 'no answer'})"

@@ -168,10 +168,10 @@ class LoopbackAdapter(HarnessAdapter):
             real = ensure_launcher(real)
         wrapper, record = write_wrapper(self.tmp_path / f"loopback-bin{self._wrappers}", real, self.spec.cli_name or "cli",
                                         strace=strace)
-        from harnesscheck.registry import probe_version, remember_version
+        from harnesscheck.registry import probe_version, remember_version, version_probe_timeout_s
 
         printed = (f"{self.spec.id} {self.binary.version}" if self.binary.path.is_dir()  # an SDK dir prints nothing
-                   else probe_version(self.binary.path))  # probed already (require_pinned_cli): cached
+                   else probe_version(self.binary.path, version_probe_timeout_s(self.spec)))  # probed already (require_pinned_cli): cached
         if printed:  # the wrapper execs that binary: its answer, without starting it again per cell
             remember_version(wrapper, printed)
         with _as_skip():

@@ -33,16 +33,16 @@ class PinnedBinary:
 
 
 @cache
-def _probe(path: str) -> str | None:
+def _probe(path: str, timeout_s: float) -> str | None:
     from harnesscheck.registry import probe_version
 
-    return probe_version(Path(path))
+    return probe_version(Path(path), timeout_s)
 
 
 def _override(spec: ProviderSpec, environ) -> tuple[PinnedBinary | None, str] | None:
     """The HARNESS_BACKEND_CLI binary for this backend: (binary, "") honoured, (None, why)
     refused, or None when no override concerns this backend."""
-    from harnesscheck.registry import base_id, parse_version, version_supported, version_range
+    from harnesscheck.registry import base_id, parse_version, version_probe_timeout_s, version_supported, version_range
 
     raw = (environ.get("HARNESS_BACKEND_CLI") or "").strip()
     if not raw:
@@ -56,7 +56,7 @@ def _override(spec: ProviderSpec, environ) -> tuple[PinnedBinary | None, str] | 
     path = Path(raw).expanduser()
     if not path.is_file() or not os.access(path, os.X_OK):
         return None, f"HARNESS_BACKEND_CLI={raw} is not an executable file: refused"
-    printed = _probe(str(path.absolute()))
+    printed = _probe(str(path.absolute()), version_probe_timeout_s(spec))
     version = parse_version(printed or "")
     if version is None:
         return None, f"HARNESS_BACKEND_CLI={raw} printed no version ({printed!r}): refused"
@@ -75,7 +75,7 @@ def require_pinned_cli(backend: str | ProviderSpec, environ=None) -> tuple[Pinne
     the fix)."""
     from harnesscheck.loopback.install import PinnedCli, binary_path, installed_releases, release_prefix
     from harnesscheck.paths import cli_cache_dir
-    from harnesscheck.registry import get_spec, parse_version
+    from harnesscheck.registry import get_spec, parse_version, version_probe_timeout_s
 
     spec = get_spec(backend) if isinstance(backend, str) else backend
     backend_id = spec.id
@@ -97,7 +97,7 @@ def require_pinned_cli(backend: str | ProviderSpec, environ=None) -> tuple[Pinne
         how = "`harnesscheck install-clis`" if "==" not in backend_id else f"`harnesscheck install-clis --backend {backend_id.partition('==')[0]} --version {spec.pinned_version}`"
         return None, f"{spec.cli_package}@{spec.pinned_version} is not installed in {dest}{also} (run {how})"
     path = binary_path(prefix, spec.cli_name)
-    printed = _probe(str(path))
+    printed = _probe(str(path), version_probe_timeout_s(spec))
     if printed is None or parse_version(printed) != parse_version(spec.pinned_version):
         return None, f"{path} --version printed {printed!r}, expected {spec.pinned_version}"
     return PinnedBinary(backend_id, path, spec.pinned_version), ""

@@ -352,6 +352,10 @@ class HarnessTransport:
     #: A bound for one bridge tool result tighter than the scope's, or None (see
     #: new_session_context); a subclass sets it when its CLI mangles bigger results.
     result_cap: int | None = None
+    #: The CLI's stdout is a file in the run dir read as it grows, not a pipe (run_process's
+    #: `stdout_spool`): for a node CLI that ends with process.exit(), which drops the writes
+    #: still queued for a full pipe when the host reads late (gemini).
+    stdout_spool: bool = False
     #: The CLI reports no bridge status of its own (cursor): readiness is read from the bridge's
     #: trace after the session (see judge). claude reports it in system/init and codex refuses
     #: to start without its required server; their parsers fail closed on those signals.
@@ -516,6 +520,7 @@ class HarnessTransport:
                     max_line_bytes=self.max_line_bytes or DEFAULT_MAX_LINE_BYTES,
                     run_marker=f"{ctx.session_id}-{uuid.uuid4().hex[:8]}",
                     on_spawn=(lambda pid: bind_bridge(ctx.spec_path, pid)) if ctx.spec_path is not None else None,
+                    stdout_spool=ctx.run_dir if self.stdout_spool else None,
                 )
             release_bridge(ctx.spec_path)  # before the trace is read; the bridge child is not in the CLI's group
             outcome = parser.outcome(result)

@@ -33,6 +33,9 @@ Requirements kept here (doc/SPEC-gemini.md):
 - Readiness fails closed: the stream reports no MCP status and a bridge that never started
   only makes its tools "not found" to the model, so after a session with tools the bridge's
   own trace must show its tools listed, else blocked/mcp_unavailable (the base's `judge`).
+- stdout is a file in the run dir, not a pipe (`stdout_spool`): the CLI ends with
+  `process.exit()`, which drops what node still had queued for a full pipe, so a host that
+  read late saw the stream end inside an event (issue #21).
 - MCP tools are named `mcp_<server>_<tool>` by the CLI: `mcp_bridge_read_file` is a bridge
   call, any other `tool_use` a native one (recorded for the audit).
 """
@@ -433,11 +436,17 @@ class GeminiTransport(HarnessTransport):
     #: (bridge/readiness.py bridge_listed), read after the session (base `judge`).
     readiness_from_trace = True
 
-    #: gemini 0.61.0 echoes each tool result whole in a stream-json `tool_result` line; with the
-    #: scope's bound (a 5 MB read gave a line of several hundred KB) the stream sometimes ended
-    #: inside an event under parallel load (observed in verify and CI: "the stream ended inside
-    #: an event", scope.large-result-bounded) — the CLI exits before the pipe drains. Results
-    #: are bounded below the pipe's 64 KiB, as for claude (the model still sees the marker).
+    #: gemini ends a headless session with `process.exit()`, which drops the stdout writes node
+    #: still has queued for a full pipe (64 KiB): when the host read late (a loaded machine), the
+    #: stream ended inside an event (issue #21: selection.huge-folded-prompt-not-in-argv, whose
+    #: 200 KB prompt the CLI echoes in a `message{role:user}` line, and scope.large-result-bounded,
+    #: whose result it echoes in `tool_result`). Its stdout is a file in the run dir instead, which
+    #: node writes synchronously: nothing is lost however late the host reads.
+    stdout_spool = True
+
+    #: Tool results stay below 32 KiB (the model still sees the truncation marker): 0.61.0
+    #: echoes each result whole in a stream-json `tool_result` line, and a smaller stream is
+    #: cheaper for the host to read. (This cap was first a work-around for the loss above.)
     result_cap = 32 * 1024
 
     def __init__(self, spec, settings=None, *, loopback=None, api_key: str | None = None, **kwargs):
