@@ -540,10 +540,13 @@ class LoadsTheWorktreeDotenv(ClaudeCodeTransport):
 
 
 class ForgetsBridgeCalls(ClaudeCodeTransport):
-    """Never folds the bridge's trace: tool calls and refusals vanish from the outcome."""
+    """Never folds the bridge's trace, nor counts the calls the CLI's stream shows: tool calls and
+    refusals vanish from the outcome."""
 
     def _finish(self, outcome, ctx, result, info, redact):
         ctx.bridge_trace = None
+        # the claude stream names each bridge call (assistant tool_use, as the real CLI prints it)
+        outcome = outcome.model_copy(update={"tool_calls": 0, "tools_used": []})
         return super()._finish(outcome, ctx, result, info, redact)
 
 
