@@ -171,3 +171,32 @@ def test_declines_stated(but):
     if C.system_prompt in lacking and run.children:
         given = [str(c.get("stdin") or "") + json.dumps(c.get("argv", [])) for c in run.children]
         assert any(system in g for g in given), "the system prompt never reached the CLI (declined means folded in, not dropped)"
+
+
+@check("selection.runs-the-given-cli", kinds=[Kind.harness])
+def test_runs_the_given_cli(but):
+    """A session runs the CLI the host named (`HARNESS_BACKEND_CLI`, `Settings.cli`), never another
+    binary of that name (an SDK's bundled CLI, a copy in the backend's own dir): otherwise every
+    guarantee is judged on a CLI the host never chose.
+
+    Evidence: the named CLI's own record of each session it ran (the path it was started as), and
+    the processes named like the CLI that a /proc watcher sees below the host while the session
+    runs (kit/cliwatch.py; a process of a few ms can be missed, so only a sighting counts)."""
+    from harnesscheck.kit.cliwatch import NamedProcessWatcher, ran_as
+
+    name = but.spec.cli_name or ""
+    but.startup_allowance_s()  # a level's one-time warm-up session (another named CLI) runs before the watch
+    with NamedProcessWatcher(name) as watch:
+        run = but.run("success")
+    if run.cli_named is None:
+        but.skip("adapter-not-implemented", f"the kit names no CLI for {but.spec.id} at {but.level}")
+    named = os.path.realpath(run.cli_named)
+    others = sorted({ran_as(c) for c in run.children} - {named})
+    assert not others, f"the session ran {others[0]}, not the CLI the host named ({named})"
+    strays = watch.strays(named, run.cli_pids + [c["pid"] for c in run.children])
+    assert not strays, (f"the backend started {strays[0]['path'] or strays[0]['argv'][:3]} (pid {strays[0]['pid']}, "
+                        f"argv {strays[0]['argv'][:4]}), a {name} the host never named ({named})")
+    seen = ("no other process named {name} was seen by the /proc watcher (a short-lived one can be missed)"
+            if watch.available else "/proc is not available to see what ran").format(name=name)
+    assert run.children, (f"the session ended {run.outcome.status.value} without the CLI the host named ({named}) "
+                          f"ever running a session: the outcome came from something else; {seen}")

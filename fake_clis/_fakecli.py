@@ -104,7 +104,9 @@ and ``{{mcp_tools}}`` the ``mcp__<server>__<tool>`` names actually listed.
     ``{"kind": "mcp_result", "name", "arguments", "server", "is_error", "text"}`` record per
     call (or ``{"kind": "mcp_result", "error": ...}`` when no server can be started; with
     ``"starting": true`` when a server was still running, unanswered, when the wait ran out:
-    slow to start, not failed).
+    slow to start, not failed). Around each call codex prints its ``mcp_tool_call`` items and
+    claude (``--output-format stream-json``) an assistant ``tool_use`` / user ``tool_result``
+    pair, as the real CLIs print them (``announce_tool_call``).
 ``{"mcp_probe": {"probes": [{"label", "line", "id", "malformed"}, ...], "bound_s": s}}``
     Act like a CLI (or a model) that sends its MCP servers requests they must answer: start
     every stdio server configured (as ``mcp_calls``), initialize it, then send each probe's
@@ -1465,7 +1467,7 @@ class Fake:
             self.opencode_plugin_install()
         if self.scenario.get("mcp") == "connect":
             self.connect_mcp()
-        ph = self.placeholders()
+        ph = self._ph = self.placeholders()
         try:
             for index, step in enumerate(self.scenario.get("steps", [])):
                 blocking = "hang" in step or "exit" in step
@@ -1537,6 +1539,8 @@ class Fake:
     def step(self, step: dict, ph: dict) -> int | None:
         if "emit" in step:
             payload = self.fill(step["emit"], ph)
+            if isinstance(payload, dict) and isinstance(payload.get("session_id"), str):
+                self._printed_session = payload["session_id"]  # the session the CLI's own events name
             if self.json_output and isinstance(payload, dict) and payload.get("type") != "result":
                 return None  # `--output-format json`: only the final result object is printed
             line = payload if isinstance(payload, str) else json_dumps(payload, separators=(",", ":"), ensure_ascii=False)
@@ -1661,7 +1665,8 @@ class Fake:
                     text, is_error, protocol_error = client.call(call["name"], args)
                 except (TimeoutError, EOFError):
                     text, is_error, protocol_error = "", True, "no answer"
-                self.announce_tool_call(client.name, call["name"], args, done=(text, protocol_error == "no answer"))
+                self.announce_tool_call(client.name, call["name"], args, done=(text, protocol_error == "no answer"),
+                                        is_error=bool(is_error))
                 record({"kind": "mcp_result", "name": call["name"], "arguments": args, "server": client.name,
                         "is_error": is_error, "text": text, "protocol_error": protocol_error})
         except (BrokenPipeError, OSError) as exc:
@@ -1730,11 +1735,18 @@ class Fake:
             finally:
                 client.close()
 
-    def announce_tool_call(self, server: str, tool: str, args: dict, done: tuple[str, bool] | None = None) -> None:
+    def announce_tool_call(self, server: str, tool: str, args: dict, done: tuple[str, bool] | None = None,
+                           is_error: bool = False) -> None:
         """Print the event the real CLI prints around an MCP tool call, where its shape was
         recorded: codex 0.171.0's `item.started` / `item.completed` `mcp_tool_call` items
         (fixtures/codex/tool_calls.json), arguments included, as a transport's event log and
-        audit then see them. Other CLIs: nothing (their shapes are in their fixtures only)."""
+        audit then see them; claude's assistant `tool_use` block named `mcp__<server>__<tool>`
+        before the call and the user `tool_result` after it (`is_error` for a tool error or no
+        answer), with `--output-format stream-json`, as 2.1.332 prints them (fixtures/claude/tool_calls.json).
+        Other CLIs: nothing (their shapes are in their fixtures only)."""
+        if self.cli == "claude" and _flag_value(self.argv, "--output-format") == "stream-json":
+            self._announce_claude_tool_call(server, tool, args, done, is_error)
+            return
         if self.cli != "codex" or self.json_output:
             return
         self._tool_items = getattr(self, "_tool_items", 0) + (0 if done else 1)
@@ -1748,6 +1760,30 @@ class Fake:
                 item.update(result={"content": [{"type": "text", "text": text}], "structured_content": None},
                             status="completed")
         event = {"type": "item.completed" if done is not None else "item.started", "item": item}
+        self.write(json_dumps(event, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n")
+
+    def _announce_claude_tool_call(self, server: str, tool: str, args: dict, done: tuple[str, bool] | None,
+                                   is_error: bool) -> None:
+        """claude's pair of events around one MCP tool call (shapes of fixtures/claude/tool_calls.json)."""
+        ph = getattr(self, "_ph", None) or {}
+        session = getattr(self, "_printed_session", None) or self.session_id
+        if done is None:
+            self._tool_items = getattr(self, "_tool_items", 0) + 1
+        use_id = f"toolu_fake{self._tool_items:04d}"
+        if done is None:
+            event = {"type": "assistant", "message": {
+                "id": f"msg_fake_tool{self._tool_items:04d}", "type": "message", "role": "assistant",
+                "model": ph.get("model_base") or "", "stop_reason": None, "stop_sequence": None,
+                "content": [{"type": "tool_use", "id": use_id, "name": f"mcp__{server}__{tool}", "input": args}]},
+                "parent_tool_use_id": None, "session_id": session, "uuid": _uuid4()}
+        else:
+            text, failed = done
+            content = [{"type": "text", "text": text}]
+            result = {"tool_use_id": use_id, "type": "tool_result", "content": content}
+            if failed or is_error:
+                result["is_error"] = True
+            event = {"type": "user", "message": {"role": "user", "content": [result]}, "parent_tool_use_id": None,
+                     "session_id": session, "uuid": _uuid4(), "tool_use_result": {"content": content}}
         self.write(json_dumps(event, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n")
 
     def write_oversize(self, size: int, template: dict | None, ph: dict) -> None:

@@ -802,6 +802,83 @@ def test_claude_stream_json_input_speaks_the_control_protocol_without_reading_to
     assert rec["stdin"] == "hello there" and rec["stdin_eof_mono"] is not None
 
 
+def _sdk_style_session(fake, mcp_config: str) -> list[dict]:
+    """Drive a fake claude as the Claude Agent SDK does: `--output-format stream-json --verbose
+    --input-format stream-json`, an inline `--mcp-config`, `initialize` over the control
+    protocol, one user message, read to the result, then close stdin. Every stdout event."""
+    proc = subprocess.Popen([str(fake.path), "--output-format", "stream-json", "--verbose", "--mcp-config", mcp_config,
+                             "--strict-mcp-config", "--input-format", "stream-json"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    events = []
+    try:
+        proc.stdin.write(b'{"type":"control_request","request_id":"req_1","request":{"subtype":"initialize"}}\n')
+        proc.stdin.write(json.dumps({"type": "user", "message": {"role": "user", "content": "read it"},
+                                     "parent_tool_use_id": None, "session_id": "default"}).encode() + b"\n")
+        proc.stdin.flush()
+        while not events or events[-1].get("type") != "result":
+            line = proc.stdout.readline()
+            assert line, f"the fake ended before its result: {events}"
+            events.append(json.loads(line))
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+    return events
+
+
+def test_claude_prints_tool_use_and_tool_result_around_its_mcp_calls(tmp_path):
+    """With `--output-format stream-json` (here driven as the SDK drives it), each MCP call the fake
+    makes is announced as the real CLI does (fixtures/claude/tool_calls.json): an assistant
+    `tool_use` block named `mcp__<server>__<tool>` with the arguments, then a user `tool_result`
+    with the same id carrying the server's text, in the session the CLI's own events name."""
+    server = tmp_path / "probe_server.py"
+    server.write_text(PROBE_SERVER)
+    config = json.dumps({"mcpServers": {"workspace": {"type": "stdio", "command": sys.executable, "args": [str(server)]}}})
+    scenario = {"default_model": "claude-sonnet-5-5", "steps": [
+        {"emit": {"type": "system", "subtype": "init", "session_id": "s-recorded"}},
+        {"mcp_calls": [{"name": "probe", "arguments": {"x": 1}}]},
+        {"emit": {"type": "result", "subtype": "success", "is_error": False, "result": "done", "session_id": "s-recorded"}}]}
+    fake = install_fake_cli("claude", scenario, tmp_path / "bin")
+    events = _sdk_style_session(fake, config)
+    kinds = [e["type"] for e in events]
+    assert kinds == ["control_response", "system", "assistant", "user", "result"], kinds
+    use = events[2]["message"]["content"][0]
+    assert use["type"] == "tool_use" and use["name"] == "mcp__workspace__probe" and use["input"] == {"x": 1}
+    assert events[2]["message"]["model"] == "claude-sonnet-5-5" and events[2]["parent_tool_use_id"] is None
+    result = events[3]["message"]["content"][0]
+    assert result["type"] == "tool_result" and result["tool_use_id"] == use["id"] and not result.get("is_error")
+    assert '"canary"' in result["content"][0]["text"]
+    assert {e.get("session_id") for e in events[1:]} == {"s-recorded"}
+    # a tool error is a tool_result with is_error
+    failing = {"steps": [{"mcp_calls": [{"name": "no_such_tool", "arguments": {}}]},
+                         {"emit": {"type": "result", "subtype": "success", "is_error": False, "result": "done"}}]}
+    fake = install_fake_cli("claude", failing, tmp_path / "bin2")
+    events = _sdk_style_session(fake, config)
+    assert [e["type"] for e in events] == ["control_response", "assistant", "user", "result"]
+
+
+def test_claude_tool_events_parse_with_the_sdk(tmp_path):
+    """The events parse as claude-agent-sdk's own message parser reads the real CLI's: a
+    ToolUseBlock in an AssistantMessage, then a ToolResultBlock (skipped without the SDK)."""
+    parser = pytest.importorskip("claude_agent_sdk._internal.message_parser", reason="claude-agent-sdk is not installed")
+    from claude_agent_sdk import AssistantMessage, ToolResultBlock, ToolUseBlock, UserMessage
+
+    server = tmp_path / "probe_server.py"
+    server.write_text(PROBE_SERVER)
+    config = json.dumps({"mcpServers": {"workspace": {"type": "stdio", "command": sys.executable, "args": [str(server)]}}})
+    fake = install_fake_cli("claude", "tool_calls", tmp_path / "bin")
+    data = json.loads(fake.scenario_path.read_text())
+    data["steps"].insert(1, {"mcp_calls": [{"name": "probe", "arguments": {}}]})
+    fake = install_fake_cli("claude", data, tmp_path / "bin2")
+    messages = [parser.parse_message(e) for e in _sdk_style_session(fake, config)[1:]]
+    uses = [b for m in messages if isinstance(m, AssistantMessage) for b in m.content if isinstance(b, ToolUseBlock)]
+    results = [b for m in messages if isinstance(m, UserMessage) and isinstance(m.content, list)
+               for b in m.content if isinstance(b, ToolResultBlock)]
+    assert "mcp__workspace__probe" in [u.name for u in uses]
+    assert any(r.tool_use_id == uses[0].id for r in results)
+
+
 def test_claude_stream_json_interrupt_ends_a_stalled_turn(tmp_path):
     """An `interrupt` control request during a stall is answered and ends the turn with an error result."""
     fake = install_fake_cli("claude", {"steps": [{"hang": True}]}, tmp_path / "bin")

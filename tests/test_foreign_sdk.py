@@ -49,11 +49,20 @@ SDK_DEFECTS: dict[str, str] = {
     "errors.overloaded-retryable": "a 529 retry ladder is waited out: timeout, not overloaded (the same at loopback)",
     "parse.noise-lines-skipped": "invalid UTF-8 on the CLI's stdout kills the SDK's reader (UnicodeDecodeError from its "
                                  "strict TextReceiveStream): the session is lost",
+    "parse.brace-noise-skipped": "_parse_line() raises CLIJSONDecodeError for a stdout line that starts with '{' and is "
+                                 "no JSON (a runtime's diagnostic): the session ends error/protocol",
+    "env.planted-files-not-loaded": "setting sources are the CLI's defaults: it loads CLAUDE.md and CLAUDE.local.md planted "
+                                    "in its cwd (the run dir) and the parents above it",
     # argv: _build_command() puts both straight into the command line
     "selection.flag-values-validated": "the model name goes into argv unchecked (--model <anything>)",
     "selection.huge-system-prompt-not-in-argv": "--system-prompt carries the whole system prompt in argv (E2BIG at 200 KB)",
     # the process tree: close() closes stdin, waits 5 s, then terminate()/kill() the one pid it started
     "time.linger-after-result": "close() ends only the CLI it started: the CLI's child (sleep) is orphaned and survives",
+    "time.no-survivors-after-timeout": "close() ends only the CLI it started: at the deadline its grandchildren (in "
+                                       "its group and escaped by setsid) survive",
+    "time.stalled-tool-call-ends-by-deadline": "close() ends only the CLI it started: the stalled bridge it started survives",
+    "time.abandoned-stream-no-survivors": "a caller abandoning the stream leaves close() to end the one CLI pid: the "
+                                          "CLI's children and the bridge outlive the session",
     # usage: what the SDK reports, translated as is
     "usage.served-model-mismatch-flagged": "the served model (AssistantMessage.model) is never compared with the requested one",
     "usage.mismatch-policy-applied": "the served model is never compared: no 'unverified' warning",
@@ -63,9 +72,9 @@ SDK_DEFECTS: dict[str, str] = {
 #: Cells of the offline column the kit judged falsely and has not fixed yet (they fail, and are
 #: not the backend's defects): check id -> why.
 KIT_FALSE: dict[str, str] = {
-    "scope.bridge-reaches-dispatch": "the fake claude prints no assistant tool_use / user tool_result events around its MCP "
-                                     "calls (the real CLI does: at loopback the SDK backend counted the call), so a backend "
-                                     "counting calls from the stream reports 0",
+    "concurrency.shared-worktree-isolated": "judges the contents of run_dir/bridge-trace.jsonl, a trace only harnesscheck's "
+                                            "own backends write (doc/AUTHORS.md: optional); the SDK backend's bridge writes "
+                                            "sdk-bridge.jsonl, so the check reads an empty trace",
 }
 
 #: check id -> what the loopback column (real claude 2.1.197 against the scripted server, 2026-12-02,

@@ -234,6 +234,8 @@ MUTANTS: dict[str, frozenset[str]] = {
     ),
     "tests.mutants.api:drops_reasoning_tokens": _ids("usage.cache-and-reasoning-tokens-reported"),
     "tests.mutants.api:sends_the_host_auth_token": _ids("env.session-credential-at-wire"),
+    "tests.mutants.harness:runs_its_bundled_cli": _ids("selection.runs-the-given-cli"),
+    "tests.mutants.harness:runs_a_copy_of_the_given_cli": _ids("selection.runs-the-given-cli"),
     # reasoning-only Claude Code: the real claude at the loopback level (MUTANT_LEVELS)
     "tests.mutants.claude_code_reasoning:has_no_tripwire": _ids("audit.builtin-call-blocks-session"),
     "tests.mutants.claude_code_reasoning:drops_the_host_system_prompt": _ids("selection.system-prompt-delivered"),
@@ -329,6 +331,8 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.api:counts_cached_tokens_as_input": ("test_usage.py", "cache or counted_once or cost or served_model"),
     "tests.mutants.api:drops_reasoning_tokens": ("test_usage.py", "cache or counted_once or cost or served_model"),
     "tests.mutants.api:sends_the_host_auth_token": ("test_env.py", "credential or stripped or argv"),
+    "tests.mutants.harness:runs_its_bundled_cli": ("test_selection.py", "runs_the_given or registry or complete_declines or cli_missing"),
+    "tests.mutants.harness:runs_a_copy_of_the_given_cli": ("test_selection.py", "runs_the_given or registry or complete_declines or cli_missing"),
     "tests.mutants.claude_code_reasoning:has_no_tripwire": ("test_audit.py", "builtin_call or only_scope"),
     "tests.mutants.claude_code_reasoning:drops_the_host_system_prompt": ("test_selection.py", "system_prompt_delivered or registry"),
     "tests.mutants.claude_code_reasoning:drops_the_tool_results": ("test_scope.py", "loop_reaches or in_tree or dotdot"),

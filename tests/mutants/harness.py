@@ -7,6 +7,7 @@ import contextlib
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 from harnesscheck.providers.claude_code import ClaudeCodeTransport, ClaudeStreamParser
 from harnesscheck.providers.codex import CodexTransport
@@ -562,10 +563,13 @@ class LoadsTheWorktreeDotenv(ClaudeCodeTransport):
 
 
 class ForgetsBridgeCalls(ClaudeCodeTransport):
-    """Never folds the bridge's trace: tool calls and refusals vanish from the outcome."""
+    """Never folds the bridge's trace, nor counts the calls the CLI's stream shows: tool calls and
+    refusals vanish from the outcome."""
 
     def _finish(self, outcome, ctx, result, info, redact):
         ctx.bridge_trace = None
+        # the claude stream names each bridge call (assistant tool_use, as the real CLI prints it)
+        outcome = outcome.model_copy(update={"tool_calls": 0, "tools_used": []})
         return super()._finish(outcome, ctx, result, info, redact)
 
 
@@ -704,6 +708,38 @@ class WritesItsMcpConfigToAFixedName(ClaudeCodeTransport):
             inv.argv[inv.argv.index("--mcp-config") + 1] = str(fixed)
         return inv
 
+class RunsItsBundledCli(ClaudeCodeTransport):
+    """Runs the claude it ships in its own dir (as an SDK runs its bundled CLI), not the one the
+    host named: checks the named path and its version, then starts its own copy."""
+
+    def invocation(self, ctx, request, cli, *, tool_less):
+        import shutil
+
+        inv = super().invocation(ctx, request, cli, tool_less=tool_less)
+        bundled = ctx.run_dir / "bundled" / Path(cli).name
+        bundled.parent.mkdir(exist_ok=True)
+        shutil.copy2(cli, bundled)  # the binary alone: a bundled CLI the host never set up
+        inv.argv[0] = str(bundled)
+        return inv
+
+
+class RunsACopyOfTheGivenCli(ClaudeCodeTransport):
+    """Copies the CLI the host named, with everything beside it, into its own dir and runs the
+    copy (a CLI 'installed' per session): the same program, but not the path the host named."""
+
+    def invocation(self, ctx, request, cli, *, tool_less):
+        import shutil
+
+        inv = super().invocation(ctx, request, cli, tool_less=tool_less)
+        copy = ctx.run_dir / "installed" / Path(cli).name
+        copy.parent.mkdir(exist_ok=True)
+        for beside in Path(cli).parent.glob(Path(cli).name + "*"):  # the binary and its sidecar files
+            if beside.is_file():
+                shutil.copy2(beside, copy.parent / beside.name)
+        inv.argv[0] = str(copy)
+        return inv
+
+
 passes_os_environ_through = mutant_spec("claude-code", M, PassesOsEnvironThrough)
 leaks_the_api_key_in_argv = mutant_spec("claude-code", M, LeaksTheApiKeyInArgv)
 trusts_subtype_success = mutant_spec("claude-code", M, TrustsSubtypeSuccess)
@@ -744,3 +780,5 @@ takes_every_brace_line_for_an_event = mutant_spec("claude-code", M, TakesEveryBr
 holds_stdin_open_a_while = mutant_spec("claude-code", M, HoldsStdinOpenAWhile)
 leaks_the_cli_when_the_stream_is_abandoned = mutant_spec("claude-code", M, LeaksTheCliWhenTheStreamIsAbandoned)
 lets_the_cli_walk_for_claude_md = mutant_spec("claude-code", M, LetsTheCliWalkForClaudeMd)
+runs_its_bundled_cli = mutant_spec("claude-code", M, RunsItsBundledCli)
+runs_a_copy_of_the_given_cli = mutant_spec("claude-code", M, RunsACopyOfTheGivenCli)

@@ -251,6 +251,11 @@ class SessionRun:
     bridge_probes: list[dict] = field(default_factory=list)
     #: `stalled_tool_call` (harness, offline): the MCP server the fake CLI stopped before its call.
     stalled_calls: list[dict] = field(default_factory=list)
+    #: The CLI the kit named for the run (the fake CLI offline, the real CLI's exec wrapper at
+    #: loopback), None where the kit names none; `cli_pids`: every pid that CLI's own records
+    #: name (sessions and version probes) — the evidence of what really ran (cliwatch.py).
+    cli_named: Path | None = None
+    cli_pids: list[int] = field(default_factory=list)
 
     def everything_visible(self) -> str:
         """Every byte the backend exposed: outcome, what the model saw, traces, argv, requests."""

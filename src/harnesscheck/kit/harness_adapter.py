@@ -725,7 +725,9 @@ class HarnessAdapter(BackendUnderTest):
         fake = setup.extra["fake"]
         setup.extra.pop("release", lambda: None)()  # the run is over: its wrapper may serve the next
         run.run_dir = request.run_dir
-        run.children = [r for r in fake.records() if not set(r["argv"][1:2]) & {"--version", "-v", "-V"}]
+        records = fake.records()
+        run.children = [r for r in records if not set(r["argv"][1:2]) & {"--version", "-v", "-V"}]
+        run.cli_named, run.cli_pids = fake.path, [r["pid"] for r in records]
         run.record_path = fake.record_path
         trace = []
         for name in ("session-trace.jsonl", "bridge-trace.jsonl"):

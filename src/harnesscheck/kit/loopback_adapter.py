@@ -189,7 +189,8 @@ class LoopbackAdapter(HarnessAdapter):
 
             transport.make_parser = tee_parser  # observe stdout only; behaviour unchanged
         watcher = DescendantWatcher(record).start()
-        extra = {"prepared_at": time.time(), "server": server, "record": record, "watcher": watcher, "lines": lines, "script": script,
+        extra = {"prepared_at": time.time(), "server": server, "record": record, "wrapper": wrapper, "watcher": watcher,
+                 "lines": lines, "script": script,
                  "opens": record.parent / "opens.log" if strace else None}
         return Setup(transport, Facts(requested_model=model), model=model, extra=extra)
 
@@ -215,7 +216,9 @@ class LoopbackAdapter(HarnessAdapter):
         for name in ("session-trace.jsonl", "bridge-trace.jsonl"):
             trace.extend(read_trace(Path(request.run_dir) / name) if request.run_dir else [])
         run.trace = trace
-        records = [r for r in read_records(setup.extra["record"]) if not set(r.get("argv", [])[1:2]) & _VERSION_FLAGS]
+        recorded = read_records(setup.extra["record"])
+        records = [r for r in recorded if not set(r.get("argv", [])[1:2]) & _VERSION_FLAGS]
+        run.cli_named, run.cli_pids = setup.extra["wrapper"], [int(r["pid"]) for r in recorded if "pid" in r]
         turns = server.turn_requests()
         # The wrapper cannot read stdin without taking it from the CLI; what the model was
         # given as the user's words is the loopback evidence of how the prompt arrived.
