@@ -44,9 +44,6 @@ SDK_DEFECTS: dict[str, str] = {
     "errors.model-unavailable": "subtype 'success' trusted over is_error: a 404 model error is ok",
     "errors.quota-not-retryable": "subtype 'success' trusted over is_error: a usage-limit error is ok",
     "errors.context-overflow": "the SDK's error vocabulary (AssistantMessage.error) has no context-overflow class: invalid_request",
-    "errors.auth-blocks": "a 401 is retried by the CLI (system/api_retry, error authentication_failed) and the SDK backend "
-                          "waits the ladder out: timeout, not auth (the same at loopback with the real CLI)",
-    "errors.overloaded-retryable": "a 529 retry ladder is waited out: timeout, not overloaded (the same at loopback)",
     "parse.noise-lines-skipped": "invalid UTF-8 on the CLI's stdout kills the SDK's reader (UnicodeDecodeError from its "
                                  "strict TextReceiveStream): the session is lost",
     "parse.brace-noise-skipped": "_parse_line() raises CLIJSONDecodeError for a stdout line that starts with '{' and is "
@@ -71,11 +68,7 @@ SDK_DEFECTS: dict[str, str] = {
 
 #: Cells of the offline column the kit judged falsely and has not fixed yet (they fail, and are
 #: not the backend's defects): check id -> why.
-KIT_FALSE: dict[str, str] = {
-    "concurrency.shared-worktree-isolated": "judges the contents of run_dir/bridge-trace.jsonl, a trace only harnesscheck's "
-                                            "own backends write (doc/AUTHORS.md: optional); the SDK backend's bridge writes "
-                                            "sdk-bridge.jsonl, so the check reads an empty trace",
-}
+KIT_FALSE: dict[str, str] = {}
 
 #: check id -> what the loopback column (real claude 2.1.197 against the scripted server, 2026-12-02,
 #: load average 10-35 on 2 cores) showed beyond the offline defects. Not run by this module:
