@@ -3,7 +3,7 @@
 tests/foreign/seed_binding.py, judged by the whole offline suite (issue 19).
 
 The seed is not published on a package registry, so this test runs only against a local
-checkout and is skipped otherwise. How it was run (2026-12-01, seed main@3e0739c):
+checkout and is skipped otherwise. How it was run (2026-12-01 and again 2026-12-02, seed main@3e0739c):
 
     git clone <the seed's repository> /tmp/seed          # or any mirror of it
     python3 -m venv /tmp/seed-venv                        # the seed's own dependencies, apart:
@@ -58,6 +58,24 @@ SEED_DEFECTS: dict[str, str] = {
     "time.timeout-truncates": "a timeout is truncated with no error_class and the partial text lost (json output)",
     "usage.cost-never-fabricated": "declares cost_reporting, but run_session's outcome carries no cost",
     "usage.vendor-cost-reported": "declares cost_reporting, but run_session's outcome carries no cost",
+    # found by the checks added since (issues 17 and 19), each read in the seed's code (2026-12-02, main@3e0739c):
+    "bridge.answers-every-request": "its bridge (the mcp 1.x stdio server) answers nothing to a line that is not JSON: "
+                                    "JSON-RPC 2.0 requires a parse error (-32700, id null); a client waits on it",
+    "bridge.slow-start-not-toolless": "no bridge readiness: with a bridge still pending the turn runs tool-less and the "
+                                      "session ends ok",
+    "env.planted-files-not-loaded": "runs claude in the worktree (cwd = scope.root) with the default setting sources: the "
+                                    "CLAUDE.md / CLAUDE.local.md planted there and in its parents are loaded",
+    "env.run-dir-outside-worktree": "nothing checks where the run dir is: one inside the worktree is accepted, so the "
+                                    "model can rewrite its own bridge trace",
+    "env.session-files-redacted": "its bridge traces each call's path argument verbatim, unredacted: a host secret the model "
+                                  "passes (GITHUB_TOKEN's value) lands in bridge_trace.jsonl",
+    "parse.brace-noise-skipped": "json output parsed as one document: a stdout line starting with '{' that is no event "
+                                 "makes the result {} and the outcome ok with empty text",
+    "scope.hardlink-read-contained": "read containment by realpath only: a hard link to an outside file is read through",
+    "scope.swap-race-contained": "its tools check the realpath, then open by name: a directory swapped for a symlink "
+                                 "between the two serves the outside file (23 of 200 raced reads here)",
+    "usage.mismatch-policy-applied": "the served model is never compared with the requested one: no mismatch verdict "
+                                     "under HARNESS_MODEL_MISMATCH=fail, no 'unverified' warning",
 }
 
 pytestmark = pytest.mark.skipif(not os.environ.get("HC_SEED_SRC"), reason="HC_SEED_SRC names no checkout of the seed project")

@@ -281,7 +281,10 @@ def test_ctrl_c_keeps_the_previous_report_whole_and_prints_no_teardown_noise(tmp
     proc = subprocess.Popen([str(Path(sys.executable).with_name("harnesscheck")), "verify", "--backend", "codex",
                              "--backend", "fake", "--level", "offline", "--report", str(report)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            stdin=subprocess.DEVNULL, env={**os.environ, "TMPDIR": str(private)})
+                            stdin=subprocess.DEVNULL, env={**os.environ, "TMPDIR": str(private)},
+                            # a terminal's foreground job starts with SIGINT at its default; a test
+                            # process that inherited it ignored (nohup, `&`) would pass that on
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
         events = [p for p in report.glob(".harnesscheck-partial-*/progress.jsonl") if '"e":"done"' in p.read_text()]
