@@ -7,7 +7,9 @@ checkout and is skipped otherwise. How it was run (2026-12-01 and again 2026-12-
 
     git clone <the seed's repository> /tmp/seed          # or any mirror of it
     python3 -m venv /tmp/seed-venv                        # the seed's own dependencies, apart:
-    /tmp/seed-venv/bin/pip install pydantic-settings pyyaml rich openai "mcp<2" -e <this checkout>
+    /tmp/seed-venv/bin/pip install pydantic-settings pyyaml rich openai "mcp<2" pytest pytest-xdist typer \
+        Jinja2 packaging httpx anthropic hypothesis respx syrupy   # harnesscheck's other dependencies
+    /tmp/seed-venv/bin/pip install --no-deps -e <this checkout>   # it asks for mcp 2, the seed for 1.x
     HC_SEED_SRC=/tmp/seed/src HC_SEED_PYTHON=/tmp/seed-venv/bin/python pytest tests/test_foreign_seed.py
 
 (`mcp<2`: the seed's tool bridge is written for the 1.x SDK; its MCP config starts the bridge
