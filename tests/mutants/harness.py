@@ -330,24 +330,27 @@ class AddsAnExtraMcpServer(ClaudeCodeTransport):
         return inv
 
 
+def _edit_mcp_servers(inv, edit) -> None:
+    """Rewrite each server of the claude invocation's --mcp-config file with `edit(server)`."""
+    if "--mcp-config" not in inv.argv:
+        return
+    path = inv.argv[inv.argv.index("--mcp-config") + 1]
+    with open(path, encoding="utf-8") as fh:
+        config = json.load(fh)
+    for server in config["mcpServers"].values():
+        edit(server)
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(config, fh)
+
+
 class ConfiguresASilentBridge(ClaudeCodeTransport):
     """Configures its CLI's bridge behind a relay that drops malformed requests without an
     answer (tests/mutants/_silent_bridge.py): a CLI waits on them until its own timeout."""
 
     def invocation(self, ctx, request, cli, *, tool_less):
-        import json
-        from pathlib import Path
-
         inv = super().invocation(ctx, request, cli, tool_less=tool_less)
-        if "--mcp-config" in inv.argv:
-            path = inv.argv[inv.argv.index("--mcp-config") + 1]
-            with open(path, encoding="utf-8") as fh:
-                config = json.load(fh)
-            relay = str(Path(__file__).with_name("_silent_bridge.py"))
-            for server in config["mcpServers"].values():
-                server["args"] = [relay, server["command"], *server.get("args", [])]
-            with open(path, "w", encoding="utf-8") as fh:
-                json.dump(config, fh)
+        relay = str(Path(__file__).with_name("_silent_bridge.py"))
+        _edit_mcp_servers(inv, lambda server: server.update(args=[relay, server["command"], *server.get("args", [])]))
         return inv
 
 
@@ -357,20 +360,13 @@ class ChecksThenOpensByName(ClaudeCodeTransport):
 
     def invocation(self, ctx, request, cli, *, tool_less):
         import sys
-        from pathlib import Path
 
         from harnesscheck.bridge.spec import bridge_env
 
         inv = super().invocation(ctx, request, cli, tool_less=tool_less)
-        if "--mcp-config" in inv.argv:
-            path = inv.argv[inv.argv.index("--mcp-config") + 1]
-            with open(path, encoding="utf-8") as fh:
-                config = json.load(fh)
-            racy = str(Path(__file__).with_name("_racy_bridge.py"))
-            for server in config["mcpServers"].values():
-                server.update(command=sys.executable, args=[racy, "--spec", str(ctx.spec_path)], env=bridge_env())
-            with open(path, "w", encoding="utf-8") as fh:
-                json.dump(config, fh)
+        racy = str(Path(__file__).with_name("_racy_bridge.py"))
+        _edit_mcp_servers(inv, lambda server: server.update(command=sys.executable, args=[racy, "--spec", str(ctx.spec_path)],
+                                                            env=bridge_env()))
         return inv
 
 
