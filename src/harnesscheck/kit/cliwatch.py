@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
+from harnesscheck.loopback.adapter import proc_table
 
 #: Programs that run a script named by a later argument (`python -IS /x/claude`, `node /x/gemini`).
 _INTERPRETERS = ("python", "node", "bun", "deno", "sh", "bash", "dash", "env")
@@ -41,24 +42,6 @@ def names_cli(argv: list[str], exe: str, name: str) -> bool:
         script = next((a for a in argv[1:4] if not a.startswith("-")), "")
         return os.path.basename(script) == name
     return False
-
-
-def _table() -> dict[int, int]:
-    """pid -> ppid for every process (Linux /proc: no per-task children lists on every kernel)."""
-    table: dict[int, int] = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return table
-    for entry in names:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                table[int(entry)] = int(fh.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-    return table
 
 
 def _command(pid: int) -> tuple[list[str], str, str] | None:
@@ -120,7 +103,7 @@ class NamedProcessWatcher:
             self._stop.wait(self.interval_s)
 
     def poll(self) -> None:
-        table = _table()
+        table = proc_table()
         children: dict[int, list[int]] = {}
         for pid, ppid in table.items():
             children.setdefault(ppid, []).append(pid)

@@ -154,7 +154,7 @@ def read_records(record: Path) -> list[dict]:
     return out
 
 
-def _proc_table() -> dict[int, int]:
+def proc_table() -> dict[int, int]:
     """pid -> ppid for every process (Linux /proc)."""
     table: dict[int, int] = {}
     try:
@@ -212,7 +212,7 @@ class DescendantWatcher:
                 if not set(rec.get("argv", [])[1:2]) & _VERSION_FLAGS:
                     self._roots.add(int(rec["pid"]))
             if self._roots:
-                table = _proc_table()
+                table = proc_table()
                 children: dict[int, list[int]] = {}
                 for pid, ppid in table.items():
                     children.setdefault(ppid, []).append(pid)
