@@ -1380,6 +1380,9 @@ class _Server:
                 while len(self.awaiting) > MAX_PENDING:
                     self._refuse_awaiting(next(iter(self.awaiting)), "timeout: too many relays waiting for a binding")
             elif refusal is not None:
+                peer.close()  # before the answer: once a relay reads it, nothing of it is held here
+                _close_fds(fds)
+                fds.clear()
                 conn.send(b"refused " + refusal.encode())
                 conn.close()
             else:
@@ -1394,13 +1397,13 @@ class _Server:
 
     def _refuse_awaiting(self, fd: int, reason: str) -> None:
         waiting = self.awaiting.pop(fd)
+        _close_fds(waiting.fds)  # before the answer: once a relay reads it, nothing of it is held here
+        waiting.peer.close()
         try:
             waiting.conn.send(b"refused " + reason.encode())
         except OSError:
             pass
         waiting.conn.close()
-        _close_fds(waiting.fds)
-        waiting.peer.close()
 
     def _expire_awaiting(self) -> None:
         now = time.monotonic()
