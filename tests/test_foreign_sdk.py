@@ -62,7 +62,8 @@ SDK_DEFECTS: dict[str, str] = {
                                           "CLI's children and the bridge outlive the session",
     # usage: what the SDK reports, translated as is
     "usage.served-model-mismatch-flagged": "the served model (AssistantMessage.model) is never compared with the requested one",
-    "usage.mismatch-policy-applied": "the served model is never compared: no 'unverified' warning",
+    "usage.mismatch-policy-applied": "the served model (AssistantMessage.model) is reported but never compared: another "
+                                     "model answers on under HARNESS_MODEL_MISMATCH=fail",
     "usage.helper-model-not-served": "usage is the result's total: the per-model split (ResultMessage.model_usage) is not reported",
 }
 

@@ -76,8 +76,6 @@ SEED_DEFECTS: dict[str, str] = {
     "scope.hardlink-read-contained": "read containment by realpath only: a hard link to an outside file is read through",
     "scope.swap-race-contained": "its tools check the realpath, then open by name: a directory swapped for a symlink "
                                  "between the two serves the outside file (23 of 200 raced reads here)",
-    "usage.mismatch-policy-applied": "the served model is never compared with the requested one: no mismatch verdict "
-                                     "under HARNESS_MODEL_MISMATCH=fail, no 'unverified' warning",
 }
 
 pytestmark = pytest.mark.skipif(not os.environ.get("HC_SEED_SRC"), reason="HC_SEED_SRC names no checkout of the seed project")

@@ -44,6 +44,7 @@ MUTANTS: dict[str, frozenset[str]] = {
         "usage.served-model-mismatch-flagged", "usage.mismatch-policy-applied",
     ),
     "tests.mutants.scripted:ignores_the_mismatch_policy": _ids("usage.mismatch-policy-applied"),
+    "tests.mutants.scripted:never_compares_the_served_model": _ids("usage.mismatch-policy-applied"),
     "tests.mutants.scripted:retries_a_401": _ids("errors.auth-not-retried"),
     "tests.mutants.scripted:rate_limit_is_final": _ids("errors.rate-limit-retryable"),
     "tests.mutants.scripted:overload_is_final": _ids("errors.overloaded-retryable"),

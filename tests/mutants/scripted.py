@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import time
 
-from harnesscheck.contracts import Cost, CostSource, ErrorClass, ModelVerdict, Usage
+from harnesscheck.contracts import Capability, Cost, CostSource, ErrorClass, ModelVerdict, Usage
+from harnesscheck.registry import get_spec
 from harnesscheck.providers.fake import FakeTransport
 from tests.mutants import mutant_spec
 
@@ -94,9 +95,8 @@ class FabricatesADollarCost(FakeTransport):
 class AlwaysSaysModelMatches(FakeTransport):
     """Reports every served model as a match for the requested one."""
 
-    def run_session(self, request, **kwargs):
-        outcome = super().run_session(request, **kwargs)
-        return outcome.model_copy(update={"model_verdict": ModelVerdict.match})
+    def verdict(self, requested, served):
+        return ModelVerdict.match
 
 
 class RetriesA401(FakeTransport):
@@ -263,6 +263,15 @@ class NeverReportsTheServedModel(FakeTransport):
         return None
 
 
+class NeverComparesTheServedModel(FakeTransport):
+    """Reports the served model but never compares it with the requested one (the seed's and the
+    Agent SDK binding's way), and does not claim served-model reporting: verdict `unverified`,
+    and a wrong model answers on under `fail`."""
+
+    def verdict(self, requested, served):
+        return ModelVerdict.unverified
+
+
 class IgnoresTheSystemPrompt(FakeTransport):
     """Claims a system-prompt channel but never passes the system prompt on."""
 
@@ -289,9 +298,11 @@ class ClaimsAlmostNothing(FakeTransport):
     model as the served one, a `match` it never saw."""
 
     def run_session(self, request, **kwargs):
-        outcome = super().run_session(request, **kwargs)
-        asked = request.model or self.settings.model or outcome.requested_model
-        return outcome.model_copy(update={"served_model": asked, "model_verdict": ModelVerdict.match})
+        self._asked = request.model or self.settings.model
+        return super().run_session(request, **kwargs)
+
+    def served_model(self, state):
+        return getattr(self, "_asked", None) or super().served_model(state)
 
 
 follows_symlinks = mutant_spec("fake", M, FollowsSymlinks)
@@ -320,6 +331,12 @@ network_errors_are_unknown = mutant_spec("fake", M, NetworkErrorsAreUnknown)
 returns_whole_files = mutant_spec("fake", M, ReturnsWholeFiles)
 refuses_every_write = mutant_spec("fake", M, RefusesEveryWrite)
 never_reports_the_served_model = mutant_spec("fake", M, NeverReportsTheServedModel)
+# it does not claim served_model_reporting (so the served-model checks that require it skip): only
+# the guard check, which every backend runs, can see that the model it names was never compared
+never_compares_the_served_model = mutant_spec(
+    "fake", M, NeverComparesTheServedModel,
+    capabilities=get_spec("fake").capabilities - {Capability.served_model_reporting},
+)
 lacks_complete = mutant_spec("fake", M, LacksComplete)
 ignores_the_system_prompt = mutant_spec("fake", M, IgnoresTheSystemPrompt)
 overload_is_final = mutant_spec("fake", M, OverloadIsFinal)

@@ -290,7 +290,9 @@ class ClaudeReasoningTransport(ApiTransport):
                  **cli_kwargs: Any):
         from harnesscheck.registry import get_spec
 
-        cli_settings = settings.model_copy(update={"backend": "claude-code"})
+        # The served-model guard is the host loop's (api.py, per reply, with the served model in the
+        # outcome); a guard inside each CLI turn would fail it first and lose which model answered.
+        cli_settings = settings.model_copy(update={"backend": "claude-code", "model_mismatch": "warn"})
         cli = cli_transport or self.cli_class(get_spec("claude-code"), cli_settings, **cli_kwargs)
         super().__init__(spec, settings, llm=self.llm_class(cli))
 

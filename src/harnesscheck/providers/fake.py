@@ -36,6 +36,7 @@ from harnesscheck.contracts import (
     CapabilityUnsupported,
     Cost,
     ErrorClass,
+    ModelVerdict,
     OutcomeStatus,
     ProviderSpec,
     Refusal,
@@ -171,7 +172,7 @@ class FakeTransport:
                 cost=self.cost(state),
                 requested_model=requested,
                 served_model=self.served_model(state),
-                model_verdict=model_verdict(requested, self.served_model(state)),
+                model_verdict=self.verdict(requested, self.served_model(state)),
                 session_id=session_id,
                 duration_s=time.monotonic() - started,
                 terminal_event_seen=status not in (OutcomeStatus.truncated, OutcomeStatus.cancelled),
@@ -288,6 +289,10 @@ class FakeTransport:
     def served_model(self, state: "_SessionState") -> str | None:
         """The main chain's model (the last one it reported); helpers never count."""
         return state.main_models[-1] if state.main_models else None
+
+    def verdict(self, requested: str | None, served: str | None) -> ModelVerdict:
+        """The served model judged against the requested one (contracts.model_verdict), before the guard."""
+        return model_verdict(requested, served)
 
     def cost(self, state: "_SessionState") -> Cost:
         """No vendor figure exists for a fake model: no dollars, ever."""
