@@ -206,6 +206,19 @@ def test_the_version_probe_is_bounded_by_the_backends_start_up_allowance(tmp_pat
         assert bounds[0] == 30.0
 
 
+def test_the_version_probe_sees_no_host_env_and_skips_geminis_relaunch(tmp_path, monkeypatch):
+    """The probe runs with PATH, a private HOME and the vendor switches only: no host key reaches a
+    CLI that is only asked its version, and gemini answers without starting node twice."""
+    cli = tmp_path / "gemini"
+    cli.write_text('#!/bin/sh\necho "v=${GEMINI_CLI_NO_RELAUNCH:-unset} key=${ANTHROPIC_API_KEY:-none} home=$HOME"\n')
+    cli.chmod(0o755)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-host-key")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    answer, why = registry._probe_version(cli, 10)
+    assert why == "" and answer.startswith("v=true key=none home=")
+    assert answer.split("home=")[1] != str(tmp_path)
+
+
 def test_a_hung_version_probe_still_ends(tmp_path):
     cli = tmp_path / "opencode"
     cli.write_text("#!/bin/sh\nexec sleep 600\n")
