@@ -146,9 +146,9 @@ def test_mismatch_policy_applied(but):
     Judged by effects, any wording: the upstream serves another model than the one asked for. A
     backend that reports a served model (the true one, or a guess), a `mismatch`, or names the
     served model in its message has seen, or claims to have seen, which model answered, so an ok
-    session means the guard was never applied, whatever verdict it gives. One that reports none must not fail the session for it; its outcome's
-    `model_verdict` (not `match`) is the host's warning. A session whose served model is the
-    requested one is never failed for it."""
+    session means the guard was never applied, whatever verdict it gives. One that reports none
+    must not fail the session for it; its outcome's `model_verdict` (not `match`) is the host's
+    warning. A session whose served model is the requested one is never failed for it."""
     fail = {"model_mismatch": "fail"}
     run = but.run("served_model_mismatch", model=GUARDED_MODEL, settings=fail)
     o, served = run.outcome, run.facts.served_model

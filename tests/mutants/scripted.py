@@ -6,8 +6,8 @@ import os
 import time
 
 from harnesscheck.contracts import Capability, Cost, CostSource, ErrorClass, ModelVerdict, Usage
-from harnesscheck.registry import get_spec
 from harnesscheck.providers.fake import FakeTransport
+from harnesscheck.registry import get_spec
 from tests.mutants import mutant_spec
 
 M = "tests.mutants.scripted"
@@ -297,12 +297,8 @@ class ClaimsAlmostNothing(FakeTransport):
     """Declares no capability at all (a thin claim hoping for a green column) and names the requested
     model as the served one, a `match` it never saw."""
 
-    def run_session(self, request, **kwargs):
-        self._asked = request.model or self.settings.model
-        return super().run_session(request, **kwargs)
-
     def served_model(self, state):
-        return getattr(self, "_asked", None) or super().served_model(state)
+        return state.requested or super().served_model(state)
 
 
 follows_symlinks = mutant_spec("fake", M, FollowsSymlinks)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
+
 from harnesscheck.loopback.adapter import proc_table
 
 #: Programs that run a script named by a later argument (`python -IS /x/claude`, `node /x/gemini`).
