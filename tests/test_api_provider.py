@@ -505,3 +505,24 @@ def test_harnesscheck_run_backend_api_against_a_local_endpoint(worktree, tmp_pat
     assert (run_dir / "RUN_REPORT.json").is_file()
     assert W.CANARY_KEY not in proc.stdout + proc.stderr
     assert W.CANARY_KEY not in (run_dir / "RUN_REPORT.json").read_text() + (run_dir / "RUN_REPORT.md").read_text()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_host_policy_is_obeyed_by_the_api_loop(router, monkeypatch, worktree, tmp_path, mode):
+    """doc/SPEC-policy.md: a denied call never runs and the model reads the refusal; a limit ends
+    the session truncated/budget with nothing past it sent."""
+    from harnesscheck.policy import Limits, Policy, Rule, Verdict
+
+    turns = [
+        W.Turn(tool_calls=[("c1", "read_file", {"path": "src/a.py"})]),
+        W.Turn(tool_calls=[("c2", "read_file", {"path": "src/a.py"})]),
+        W.Turn(text="never reached"),
+    ]
+    route = router.post(W.url(mode)).mock(side_effect=W.script(mode, turns))
+    deny_src = Policy(rules=(Rule(decision=Verdict.DENY, paths=("src/*",), reason="src is private"),), limits=Limits(tool_calls=1))
+    out = transport(monkeypatch, mode).run_session(request(worktree, tmp_path, policy=deny_src))
+    assert [(r.tool, r.code) for r in out.refusals] == [("read_file", "policy_denied"), ("read_file", "limit_reached")]
+    assert "hello from a" not in json.dumps(sent_bodies(route)), "a denied read must never reach the model"
+    assert "src is private" in json.dumps(sent_bodies(route)[1])
+    assert (out.status, out.error_class) == (OutcomeStatus.truncated, ErrorClass.budget)
+    assert route.call_count == 2, "the call past the tool_calls limit ends the session before another model turn"

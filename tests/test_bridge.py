@@ -128,6 +128,30 @@ def test_refusals_never_leak_outside_content(tree: Path) -> None:
         assert "sk-ant-outside-canary-0001" not in _text(result)
 
 
+def test_the_bridge_obeys_the_host_policy_of_its_spec(tree: Path, tmp_path: Path) -> None:
+    """doc/SPEC-policy.md: a denied call never runs; approval_required with no approver across
+    the process boundary is denied (no_approver), a pre-approved one runs."""
+    from harnesscheck.bridge.server import build_server
+    from harnesscheck.policy import Policy, PreApproval, Rule, ToolKind, Verdict
+
+    policy = Policy(
+        rules=(Rule(decision=Verdict.APPROVAL_REQUIRED, kinds=(ToolKind.WRITE,)),
+               Rule(decision=Verdict.DENY, tools=("grep",))),
+        preapprove=(PreApproval(tools=("write_file",), paths=("ok/*",)),),
+    )
+    scope = ToolScope(root=tree, read_only=False)
+    calls = [("write_file", {"path": "new.txt", "content": "x"}), ("grep", {"pattern": "a"}),
+             ("write_file", {"path": "ok/new.txt", "content": "x"})]
+    (tree / "ok").mkdir(exist_ok=True)
+    _, results = _run(build_server(scope, policy=policy, session_id="s"), calls)
+    texts = [_text(r) for r in results]
+    assert texts[0].startswith("refused: policy_denied:") and "approver" in texts[0]
+    assert texts[1].startswith("refused: policy_denied:")
+    assert not (tree / "new.txt").exists() and (tree / "ok" / "new.txt").read_text() == "x"
+    spec = _spec(tmp_path, policy=policy)
+    assert BridgeSpec.model_validate_json(spec.model_dump_json()).policy == policy
+
+
 def test_trace_per_session_and_summary(tree: Path, tmp_path: Path) -> None:
     from harnesscheck.bridge.server import build_server
 
@@ -210,7 +234,7 @@ def test_spec_round_trips_and_is_private(tmp_path: Path) -> None:
     assert (path.stat().st_mode & 0o777) == 0o600
     assert BridgeSpec.model_validate_json(spec.model_dump_json()) == spec
     assert set(json.loads(path.read_text())) == {
-        "version", "scope", "run_dir", "trace_path", "session_id", "parent_pid", "root_identity"
+        "version", "scope", "run_dir", "trace_path", "session_id", "parent_pid", "root_identity", "policy"
     }
 
 

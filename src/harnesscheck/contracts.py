@@ -13,7 +13,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Callable, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+from harnesscheck.policy import Policy, PolicyEngine
 
 from harnesscheck.scope import ToolScope
 
@@ -204,6 +206,24 @@ class AgentSessionRequest(BaseModel):
     run_dir: Path | None = Field(default=None, description="per-session scratch dir; created if None")
     bridge_spec_path: Path | None = Field(default=None, description="harness only")
     session_id: str | None = None
+    policy: Policy | None = Field(
+        default=None, description="the host's tool policy for this session (doc/SPEC-policy.md); None: the defaults"
+    )
+    approver: Callable[..., object] | None = Field(
+        default=None, exclude=True, description="answers approval_required calls (sync or async); none: they are denied"
+    )
+    _engines: dict = PrivateAttr(default_factory=dict)
+
+    def policy_engine(self, session_id: str) -> PolicyEngine | None:
+        """The session's policy engine (one per session id, kept), or None when the host set
+        neither a policy nor an approver: then the choke point runs as before, on the scope."""
+        if self.policy is None and self.approver is None:
+            return None
+        engine = self._engines.get(session_id)
+        if engine is None:
+            engine = PolicyEngine(self.policy, root=self.scope.root, session=session_id, approver=self.approver)
+            self._engines[session_id] = engine
+        return engine
 
 
 class AgentOutcome(BaseModel):

@@ -18,7 +18,7 @@ import signal
 import stat
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 from harnesscheck.scope import (
     ALL_TOOLS,
@@ -34,6 +34,9 @@ from harnesscheck.scope import (
     is_special_fd,
 )
 from harnesscheck.trace import Trace
+
+if TYPE_CHECKING:
+    from harnesscheck.policy import PolicyEngine
 
 MAX_WRITE_BYTES = 8 * 1024 * 1024
 MAX_EDIT_BYTES = 8 * 1024 * 1024
@@ -610,9 +613,16 @@ def dispatch(
     trace: Trace | None = None,
     *,
     session_id: str | None = None,
+    policy: "PolicyEngine | None" = None,
 ) -> ToolResult:
-    """Run one tool call under the scope. Never raises for tool-level problems."""
+    """Run one tool call under the scope. Never raises for tool-level problems.
+
+    With a `policy` (harnesscheck.policy), a call whose arguments are valid is authorized
+    before it runs: a deny (a rule, a default, an approval not given, a limit) is refused
+    `policy_denied` or `limit_reached` and nothing runs; the trace carries the decision's
+    code and the call's digest. An allowed call is charged to the session's limits."""
     extra = {"session": session_id} if session_id is not None else {}
+    call = None
     try:
         if not isinstance(name, str) or name not in _TOOLS:
             raise Refused("unknown_tool", f"no tool named {show(name, 80)}; tools: {', '.join(scope.tool_names())}")
@@ -621,8 +631,22 @@ def dispatch(
                 raise Refused("read_only", f"{name} is not available: the scope is read-only")
             raise Refused("not_allowed", f"{name} is not offered by this scope")
         clean = _check_args(name, args)
+        if policy is not None:
+            call = policy.host_call(name, clean)
+            decision = policy.authorize(call)
+            if not decision.allowed:
+                code = "limit_reached" if decision.code == "limit_reached" else "policy_denied"
+                extra.update(policy=decision.code, digest=decision.digest[:16])
+                if code == "policy_denied":
+                    policy.record(call, ran=False)
+                raise Refused(code, decision.detail)
+            extra.update(policy=decision.code, digest=decision.digest[:16])
         text, truncated, rel, nbytes = _TOOLS[name](scope, clean)
+        if call is not None:
+            policy.record(call, ran=True)
     except Refused as refusal:
+        if call is not None and refusal.code not in ("policy_denied", "limit_reached"):
+            policy.record(call, ran=False)
         if trace is not None:
             trace.record(
                 "tool", tool=str(name)[:80], decision="refuse", code=refusal.code, path=_trace_path(args),
@@ -630,6 +654,8 @@ def dispatch(
             )
         return ToolResult(ok=False, text=safe_text(f"refused: {refusal.code}: {refusal.detail}"), code=refusal.code)
     except OSError as err:
+        if call is not None:
+            policy.record(call, ran=False)
         code_name = _errno_name(err)
         if trace is not None:
             trace.record(

@@ -131,6 +131,8 @@ REASON_CODES: dict[str, str] = {
     "not_text": "edit_file: the file is not UTF-8 text",
     "io_error": "an unexpected operating-system error during the operation",
     "root_changed": "the scope root was renamed, replaced or removed since the session opened it",
+    "policy_denied": "the host's policy denied the call (a rule, a default, an approval not given; doc/SPEC-policy.md)",
+    "limit_reached": "the session reached one of its policy limits (tool calls, bytes written, files touched, turns)",
 }
 
 

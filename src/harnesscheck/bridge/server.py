@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from harnesscheck.bridge.spec import BridgeSpec
+    from harnesscheck.policy import Policy
     from harnesscheck.scope import ToolScope
     from harnesscheck.trace import Trace
 
@@ -508,6 +509,7 @@ def build_server(
     *,
     trace: "Trace | None" = None,
     session_id: str | None = None,
+    policy: "Policy | None" = None,
     inflight: Inflight | None = None,
 ):
     """The low-level MCP server named `bridge`, listing exactly the scope's tools, each
@@ -533,8 +535,14 @@ def build_server(
         for d in tool_definitions(scope)
     ]
 
+    engine = None
+    if policy is not None:
+        from harnesscheck.policy import PolicyEngine
+
+        engine = PolicyEngine(policy, root=scope.root, session=session_id or "bridge")
+
     def _call(name: str, args: dict[str, Any]):
-        return dispatch(name, args, scope, trace, session_id=session_id)
+        return dispatch(name, args, scope, trace, session_id=session_id, policy=engine)
 
     listed = []
 
@@ -894,6 +902,7 @@ def run_bridge(
     hangup_fd: int | None = None,
     mode: str | None = None,
     root_identity: tuple[int, int] | None = None,
+    policy: "Policy | None" = None,
 ) -> int:
     """Serve until stdin EOF (exit 0) or parent death (exit 0 from the watchdog).
 
@@ -924,7 +933,7 @@ def run_bridge(
     import anyio
 
     inflight = Inflight()
-    server = build_server(scope, trace=trace, session_id=session_id, inflight=inflight)
+    server = build_server(scope, trace=trace, session_id=session_id, inflight=inflight, policy=policy)
     if trace is not None:
         from harnesscheck.dispatch import tool_definitions
 
@@ -1036,6 +1045,7 @@ def serve_spec(
         hangup_fd=hangup_fd,
         mode=mode,
         root_identity=spec.root_identity,
+        policy=spec.policy,
     )
 
 

@@ -106,7 +106,7 @@ class SharedBridge:
             spec = sess.spec
             sess.trace = Trace(spec.trace_path, session_id=spec.session_id)
             spec.scope.open_root(expect=spec.root_identity)  # once per session, as the stdio bridge does
-            server = build_server(spec.scope, trace=sess.trace, session_id=spec.session_id)
+            server = build_server(spec.scope, trace=sess.trace, session_id=spec.session_id, policy=spec.policy)
             here = f"127.0.0.1:{self.port}"
             manager = StreamableHTTPSessionManager(
                 app=server,

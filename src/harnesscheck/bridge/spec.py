@@ -24,6 +24,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from harnesscheck.contracts import Refusal
+from harnesscheck.policy import Policy
 from harnesscheck.scope import ToolScope
 
 SPEC_VERSION = 1
@@ -42,6 +43,11 @@ class BridgeSpec(BaseModel):
     trace_path: Path = Field(description="this session's own JSONL trace; never shared")
     session_id: str = Field(min_length=1, max_length=200)
     parent_pid: int | None = Field(default=None, gt=0, description="host pid; the bridge exits when it dies")
+    policy: Policy | None = Field(
+        default=None,
+        description="the host's tool policy (doc/SPEC-policy.md); the bridge has no approver, so an "
+        "approval_required call is denied unless pre-approved",
+    )
     root_identity: tuple[int, int] | None = Field(
         default=None,
         description="(st_dev, st_ino) of the scope root as the host opened it; the bridge refuses every call "

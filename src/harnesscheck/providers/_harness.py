@@ -184,7 +184,7 @@ def new_session_context(
         scope = request.scope
         if result_cap is not None and result_cap < scope.max_result_bytes:
             scope = scope.model_copy(update={"max_result_bytes": int(result_cap)})
-        write_bridge_spec(scope, run_dir, bridge_trace, session_id, spec_path)
+        write_bridge_spec(scope, run_dir, bridge_trace, session_id, spec_path, policy=request.policy)
     return SessionContext(
         run_dir=run_dir,
         cwd=cwd,
@@ -197,14 +197,16 @@ def new_session_context(
     )
 
 
-def write_bridge_spec(scope: ToolScope, run_dir: Path, trace_path: Path, session_id: str, spec_path: Path) -> Path:
+def write_bridge_spec(
+    scope: ToolScope, run_dir: Path, trace_path: Path, session_id: str, spec_path: Path, *, policy=None
+) -> Path:
     from harnesscheck.bridge.spec import BridgeSpec, write_spec
 
     # The host opens the root once for the session; the bridge must find that same directory.
     identity = scope.open_root().identity
     spec = BridgeSpec(
         scope=scope, run_dir=run_dir, trace_path=trace_path, session_id=session_id, parent_pid=os.getpid(),
-        root_identity=identity,
+        root_identity=identity, policy=policy,
     )
     return write_spec(spec, spec_path)
 

@@ -261,6 +261,10 @@ class ApiTransport:
                     state, start, OutcomeStatus.truncated, ErrorClass.max_turns,
                     f"stopped after max_iters={request.max_iters} model turns; the model still wanted tools",
                 )
+            engine = request.policy_engine(state.session_id)
+            if engine is not None and not engine.count_turn():
+                return self._finish(state, start, OutcomeStatus.truncated, ErrorClass.budget,
+                                    "stopped at the policy's turns limit")
             try:
                 reply = self.llm.create(
                     messages=messages,
@@ -289,6 +293,9 @@ class ApiTransport:
                 results.append(self._run_tool(call, request, trace, state.session_id, state, dispatch))
             if abort.fired:
                 return self._aborted(abort, state, start)
+            if engine is not None and engine.limit_reached:
+                return self._finish(state, start, OutcomeStatus.truncated, ErrorClass.budget,
+                                    f"stopped at the policy's {engine.limit_reached} limit")
             messages.append({"role": "user", "content": results})
 
     def _run_tool(self, call: Any, request: AgentSessionRequest, trace: Any, session_id: str, state: "_SessionState", dispatch: Callable) -> dict:
@@ -301,7 +308,8 @@ class ApiTransport:
             text, is_error = "error: the tool arguments are not a valid JSON object", True
         else:
             try:
-                result = dispatch(call.name, call.arguments, request.scope, trace.get(), session_id=session_id)
+                result = dispatch(call.name, call.arguments, request.scope, trace.get(), session_id=session_id,
+                                  policy=request.policy_engine(session_id))
             except Exception as exc:  # a dispatch bug must not end the session or leak details
                 trace.get().record("api_tool_error", tool=call.name, error=type(exc).__name__)
                 return {"type": "tool_result", "tool_use_id": call.id, "content": f"error: internal: {type(exc).__name__}", "is_error": True}

@@ -198,6 +198,9 @@ class FakeTransport:
                 return finish(OutcomeStatus.cancelled, None, "cancelled by the host")
             if stalled == "deadline":
                 return finish(OutcomeStatus.truncated, ErrorClass.timeout, f"timed out after {request.timeout_s:g} s")
+            engine = request.policy_engine(session_id)
+            if engine is not None and not engine.count_turn():
+                return finish(OutcomeStatus.truncated, ErrorClass.budget, "stopped at the policy's turns limit")
             log.model_calls += 1
             state.iterations += 1
             if turn.error is not None:
@@ -222,6 +225,8 @@ class FakeTransport:
                 if not result.ok:
                     self.record_refusal(state, call, result)
                 log.model_saw.append(result.text)
+            if engine is not None and engine.limit_reached:
+                return finish(OutcomeStatus.truncated, ErrorClass.budget, f"stopped at the policy's {engine.limit_reached} limit")
             index += 1
 
     def complete(self, prompt, *, system=None, model=None, tools=None, timeout_s=None) -> AgentOutcome:
@@ -302,7 +307,8 @@ class FakeTransport:
         """Every tool call goes through the one choke point."""
         from harnesscheck.dispatch import dispatch
 
-        return dispatch(call.name, dict(call.args), request.scope, trace, session_id=session_id)
+        return dispatch(call.name, dict(call.args), request.scope, trace, session_id=session_id,
+                        policy=request.policy_engine(session_id))
 
     def record_refusal(self, state: "_SessionState", call: ToolCall, result) -> None:
         state.refusals.append(Refusal(tool=call.name, code=result.code or "refused", detail=_detail(result.text)))
