@@ -47,6 +47,8 @@ class Capability(StrEnum):
     early_auth_stop = "early_auth_stop"  # auth failures end the session at once, not after retries
     credential_exchange = "credential_exchange"  # a stored login is exchanged for short-lived tokens, cached until near expiry
     prompt_caching = "prompt_caching"  # prompt-cache breakpoints are placed on the wire (Anthropic Messages)
+    host_policy = "host_policy"  # the request's policy decides every tool call before it runs (doc/SPEC-policy.md)
+    host_approvals = "host_approvals"  # approval_required calls reach the request's approver before they run
 
 
 class OutcomeStatus(StrEnum):

@@ -45,6 +45,8 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             capabilities=frozenset(
                 {
                     C.host_tool_loop,
+                    C.host_policy,
+                    C.host_approvals,
                     C.builtin_tools_off,
                     C.max_turns,
                     C.system_prompt,
@@ -64,6 +66,8 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             capabilities=frozenset(
                 {
                     C.host_tool_loop,
+                    C.host_policy,
+                    C.host_approvals,
                     C.builtin_tools_off,
                     C.max_turns,
                     C.system_prompt,
@@ -84,6 +88,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             capabilities=frozenset(
                 {
                     C.mcp_tools,
+                    C.host_policy,
                     C.builtin_tools_off,
                     C.max_turns,
                     C.system_prompt,
@@ -111,6 +116,8 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             capabilities=frozenset(
                 {
                     C.host_tool_loop,
+                    C.host_policy,
+                    C.host_approvals,
                     C.builtin_tools_off,
                     C.max_turns,
                     C.system_prompt,
@@ -130,6 +137,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             capabilities=frozenset(
                 {
                     C.mcp_tools,
+                    C.host_policy,
                     C.native_tools_audited,
                     C.usage_reporting,
                     C.cancellation,
@@ -149,7 +157,8 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             kind=Kind.harness,
             label="Cursor (cursor-agent --print)",
             factory="harnesscheck.providers.cursor:CursorTransport",
-            capabilities=frozenset({C.mcp_tools, C.native_tools_audited, C.usage_reporting, C.cancellation}),
+            capabilities=frozenset({C.mcp_tools,
+                    C.host_policy, C.native_tools_audited, C.usage_reporting, C.cancellation}),
             cli_name="cursor-agent",
             description="Subscription CLI (not on the npm registry: offline level only).",
         ),
@@ -161,6 +170,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             capabilities=frozenset(
                 {
                     C.mcp_tools,
+                    C.host_policy,
                     C.builtin_tools_off,
                     C.max_turns,
                     C.system_prompt,
@@ -186,6 +196,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             capabilities=frozenset(
                 {
                     C.mcp_tools,
+                    C.host_policy,
                     C.builtin_tools_off,  # tools.core lists none of its built-ins (verified at the wire)
                     C.usage_reporting,
                     C.served_model_reporting,  # result.stats.models keys: the server's modelVersion
@@ -209,6 +220,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             capabilities=frozenset(
                 {
                     C.mcp_tools,
+                    C.host_policy,
                     C.builtin_tools_off,  # "tools": {name: false} + permission deny; checked at the wire
                     C.usage_reporting,
                     C.cost_reporting,
@@ -232,7 +244,8 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             label="zcode (Z.AI GLM coding plan, zcode --prompt)",
             factory="harnesscheck.providers.zcode:ZcodeTransport",
             capabilities=frozenset(
-                {C.mcp_tools, C.native_tools_audited, C.usage_reporting, C.served_model_reporting, C.cancellation,
+                {C.mcp_tools,
+                    C.host_policy, C.native_tools_audited, C.usage_reporting, C.served_model_reporting, C.cancellation,
                  C.config_isolation}
             ),
             cli_name="zcode",
@@ -250,6 +263,8 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             capabilities=frozenset(
                 {
                     C.host_tool_loop,
+                    C.host_policy,
+                    C.host_approvals,
                     C.builtin_tools_off,
                     C.max_turns,
                     C.system_prompt,

@@ -56,6 +56,7 @@ MUTANTS: dict[str, frozenset[str]] = {
         "scope.nul-byte-refused", "scope.long-path-refused", "scope.hardlink-write-refused", "scope.fifo-refused",
         "scope.refusal-visible-to-model", "parity.refusal-codes-match-dispatch",
         "concurrency.parallel-sessions-isolated",
+        "policy.denied-call-never-runs", "policy.unapproved-call-never-runs",
     ),
     "tests.mutants.scripted:tool_results_never_reach_the_model": _ids(
         "scope.loop-reaches-dispatch", "scope.in-tree-symlink-reads", "scope.refusal-visible-to-model",
@@ -65,6 +66,8 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.scripted:writes_without_dispatch": _ids(
         "scope.symlink-parent-write-refused", "scope.hardlink-write-refused", "scope.read-only-write-refused",
         "parity.refusal-codes-match-dispatch",
+        "policy.denied-call-never-runs", "policy.unapproved-call-never-runs", "policy.approval-bound-to-the-call",
+        "policy.limit-ends-session",
     ),
     "tests.mutants.scripted:reads_through_hard_links": _ids("scope.hardlink-read-contained"),
     "tests.mutants.scripted:offers_a_shell_tool": _ids("audit.only-scope-tools-offered"),
@@ -78,7 +81,16 @@ MUTANTS: dict[str, frozenset[str]] = {
     ),
     "tests.mutants.scripted:network_errors_are_unknown": _ids("errors.network-retryable"),
     "tests.mutants.scripted:returns_whole_files": _ids("scope.large-result-bounded"),
-    "tests.mutants.scripted:refuses_every_write": _ids("scope.writes-stay-inside", "concurrency.shared-worktree-isolated"),
+    "tests.mutants.scripted:ignores_the_host_policy": _ids(
+        "policy.denied-call-never-runs", "policy.unapproved-call-never-runs", "policy.approval-bound-to-the-call",
+        "policy.limit-ends-session",
+    ),
+    "tests.mutants.scripted:approval_covers_the_tool": _ids("policy.approval-bound-to-the-call"),
+    "tests.mutants.scripted:runs_past_the_policy_limit": _ids("policy.limit-ends-session"),
+    "tests.mutants.scripted:refuses_every_write": _ids(
+        "scope.writes-stay-inside", "concurrency.shared-worktree-isolated",
+        "policy.denied-call-never-runs", "policy.approval-bound-to-the-call", "policy.limit-ends-session",
+    ),
     "tests.mutants.scripted:never_reports_the_served_model": _ids(
         "usage.served-model-reported", "usage.served-model-mismatch-flagged", "usage.helper-model-not-served",
     ),

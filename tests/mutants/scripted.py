@@ -360,3 +360,47 @@ class ChecksTheRunDirLexically(FakeTransport):
 
 checks_the_run_dir_lexically = mutant_spec("fake", M, ChecksTheRunDirLexically)
 claims_almost_nothing = mutant_spec("fake", M, ClaimsAlmostNothing, capabilities=frozenset())
+
+
+class IgnoresTheHostPolicy(FakeTransport):
+    """Runs every tool call on the scope alone: the request's policy and approver are never
+    consulted (a backend written before the host had a policy)."""
+
+    def call_tool(self, call, request, trace, session_id):
+        from harnesscheck.dispatch import dispatch
+
+        return dispatch(call.name, dict(call.args), request.scope, trace, session_id=session_id)
+
+
+class ApprovalCoversTheTool(FakeTransport):
+    """Remembers an approval by tool name: once the approver said yes to one write_file, every
+    later write_file is approved without asking, whatever its arguments."""
+
+    def call_tool(self, call, request, trace, session_id):
+        engine = request.policy_engine(session_id)
+        if engine is not None and engine.approver is not None and not getattr(engine, "_by_tool", None):
+            ask, said_yes = engine.approver, set()
+
+            def by_tool(req):
+                if req.tool in said_yes:
+                    return True
+                answer = ask(req)
+                if answer is True or getattr(answer, "approve", False):
+                    said_yes.add(req.tool)
+                return answer
+
+            engine.approver, engine._by_tool = by_tool, True
+        return super().call_tool(call, request, trace, session_id)
+
+
+class RunsPastThePolicyLimit(FakeTransport):
+    """Never ends a session at a policy limit: the calls past it are refused, but the session
+    goes on and ends ok, so the host takes unfinished work for done."""
+
+    def policy_limit_reached(self, engine):
+        return None
+
+
+ignores_the_host_policy = mutant_spec("fake", M, IgnoresTheHostPolicy)
+approval_covers_the_tool = mutant_spec("fake", M, ApprovalCoversTheTool)
+runs_past_the_policy_limit = mutant_spec("fake", M, RunsPastThePolicyLimit)

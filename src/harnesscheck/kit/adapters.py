@@ -34,6 +34,7 @@ from _pytest.outcomes import Skipped as _Skipped
 
 from harnesscheck.config import Settings
 from harnesscheck.contracts import AgentOutcome, AgentSessionRequest, Kind, ProviderSpec, Transport, Usage
+from harnesscheck.policy import Policy
 from harnesscheck.scope import ToolScope
 
 #: Abstract scenario names checks may ask for (the fixture names, plus two kit-level ones).
@@ -411,8 +412,13 @@ class BackendUnderTest:
         run_dir: Path | None = None,
         allowance: bool = True,
         abandon_on_text: bool = False,
+        policy: "Policy | None" = None,
+        approver: Callable[..., object] | None = None,
     ) -> SessionRun:
         """Run one session of `scenario` (or of scripted `tool_calls`) and collect the evidence.
+
+        `policy`, `approver`: the host's tool policy and approver for this session, in the
+        request (AgentSessionRequest.policy / .approver; doc/SPEC-policy.md).
 
         `echo`: strings the upstream (vendor API / CLI) repeats in its error output, as real
         ones do with keys and tokens; the backend must not pass them on.
@@ -463,6 +469,8 @@ class BackendUnderTest:
                 timeout_s=timeout_s,
                 run_dir=run_dir if run_dir is not None else ws.base / "run",
                 session_id=uuid.uuid4().hex,
+                policy=policy,
+                approver=approver,
             )
             watch = None
             if cancel is not None:

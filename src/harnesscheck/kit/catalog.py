@@ -51,6 +51,7 @@ AREAS: dict[str, str] = {
     "audit": "Post-run audit",
     "concurrency": "Concurrency",
     "parity": "Parity ratchets",
+    "policy": "The host's tool policy",
     "live": "Live smokes",
 }
 

@@ -669,6 +669,11 @@ class HarnessTransport:
                 update["refusals"] = [
                     r.model_copy(update={"detail": trace_detail(redact_with(r.detail, secrets))}) for r in summary.refusals
                 ]
+                # A policy limit reached at the bridge ends the session's work there (every later
+                # call was refused): the host learns the work is incomplete (doc/SPEC-policy.md).
+                if outcome.status is OutcomeStatus.ok and any(r.code == "limit_reached" for r in summary.refusals):
+                    update.update(status=OutcomeStatus.truncated, error_class=ErrorClass.budget, retryable=False,
+                                  message="stopped at a policy limit: the bridge refused every call past it")
         return outcome.model_copy(update=update)
 
 

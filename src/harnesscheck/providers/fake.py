@@ -225,8 +225,9 @@ class FakeTransport:
                 if not result.ok:
                     self.record_refusal(state, call, result)
                 log.model_saw.append(result.text)
-            if engine is not None and engine.limit_reached:
-                return finish(OutcomeStatus.truncated, ErrorClass.budget, f"stopped at the policy's {engine.limit_reached} limit")
+            limit = self.policy_limit_reached(engine)
+            if limit:
+                return finish(OutcomeStatus.truncated, ErrorClass.budget, f"stopped at the policy's {limit} limit")
             index += 1
 
     def complete(self, prompt, *, system=None, model=None, tools=None, timeout_s=None) -> AgentOutcome:
@@ -309,6 +310,10 @@ class FakeTransport:
 
         return dispatch(call.name, dict(call.args), request.scope, trace, session_id=session_id,
                         policy=request.policy_engine(session_id))
+
+    def policy_limit_reached(self, engine) -> str | None:
+        """The policy limit the session reached (it then ends truncated/budget), or None."""
+        return engine.limit_reached if engine is not None else None
 
     def record_refusal(self, state: "_SessionState", call: ToolCall, result) -> None:
         state.refusals.append(Refusal(tool=call.name, code=result.code or "refused", detail=_detail(result.text)))
