@@ -15,6 +15,7 @@ from typing import Callable, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from harnesscheck.events import EventStream, SessionEvent
 from harnesscheck.policy import Policy, PolicyEngine
 
 from harnesscheck.scope import ToolScope
@@ -214,16 +215,32 @@ class AgentSessionRequest(BaseModel):
     approver: Callable[..., object] | None = Field(
         default=None, exclude=True, description="answers approval_required calls (sync or async); none: they are denied"
     )
+    on_event: Callable[[SessionEvent], object] | None = Field(
+        default=None, exclude=True, description="receives the session's typed events as they happen (doc/SPEC-events.md)"
+    )
     _engines: dict = PrivateAttr(default_factory=dict)
+    _streams: dict = PrivateAttr(default_factory=dict)
+
+    def events(self, session_id: str | None) -> EventStream:
+        """The session's event stream (one per session id, kept); it drops everything when the
+        host gave no `on_event`."""
+        key = session_id or ""
+        stream = self._streams.get(key)
+        if stream is None:
+            stream = self._streams[key] = EventStream(self.on_event, session_id)
+        return stream
 
     def policy_engine(self, session_id: str) -> PolicyEngine | None:
         """The session's policy engine (one per session id, kept), or None when the host set
-        neither a policy nor an approver: then the choke point runs as before, on the scope."""
-        if self.policy is None and self.approver is None:
+        no policy, approver or event sink: then the choke point runs as before, on the scope
+        (an engine with the default policy decides exactly what the scope alone would for
+        the host's five tools)."""
+        if self.policy is None and self.approver is None and self.on_event is None:
             return None
         engine = self._engines.get(session_id)
         if engine is None:
-            engine = PolicyEngine(self.policy, root=self.scope.root, session=session_id, approver=self.approver)
+            engine = PolicyEngine(self.policy, root=self.scope.root, session=session_id, approver=self.approver,
+                                  sink=self.events(session_id) if self.on_event is not None else None)
             self._engines[session_id] = engine
         return engine
 

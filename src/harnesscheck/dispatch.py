@@ -644,9 +644,11 @@ def dispatch(
         text, truncated, rel, nbytes = _TOOLS[name](scope, clean)
         if call is not None:
             policy.record(call, ran=True)
+            policy.finished(call, ok=True, code=None)
     except Refused as refusal:
         if call is not None and refusal.code not in ("policy_denied", "limit_reached"):
             policy.record(call, ran=False)
+            policy.finished(call, ok=False, code=refusal.code)
         if trace is not None:
             trace.record(
                 "tool", tool=str(name)[:80], decision="refuse", code=refusal.code, path=_trace_path(args),
@@ -656,6 +658,7 @@ def dispatch(
     except OSError as err:
         if call is not None:
             policy.record(call, ran=False)
+            policy.finished(call, ok=False, code="io_error")
         code_name = _errno_name(err)
         if trace is not None:
             trace.record(

@@ -25,10 +25,15 @@ import json
 import socket
 import threading
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from harnesscheck.contracts import ErrorClass, Usage
+
+#: The running session's retry notices: `(attempt, wait_s, error_class)` before each backoff
+#: wait (the api transport sets it for its session's thread; doc/SPEC-events.md).
+retry_notices: ContextVar[Callable[[int, float, str], None] | None] = ContextVar("hc_retry_notices", default=None)
 
 API_MODES: tuple[str, ...] = ("anthropic_messages", "chat_completions", "responses")
 
@@ -851,6 +856,9 @@ class LLM:
                 delay = min(MAX_BACKOFF_S, self.backoff_s * (2 ** (attempt - 1)))
                 if deadline is not None and time.monotonic() + delay >= deadline:
                     raise
+                notice = retry_notices.get()
+                if notice is not None:
+                    notice(attempt + 1, delay, err.error_class.value)
                 if self._sleep is not None:
                     self._sleep(delay)
                 elif abort is not None:

@@ -290,8 +290,11 @@ class PolicyEngine:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
         approval_ttl_s: float = 600.0,
+        sink: Callable[..., object] | None = None,
     ) -> None:
         self.policy = policy or Policy()
+        #: Receives `(kind, **fields)` for each call's events (harnesscheck.events.EventStream).
+        self.sink = sink
         self.root = os.path.abspath(os.fspath(root))
         self.session = session
         self.approver = approver
@@ -406,10 +409,27 @@ class PolicyEngine:
                 self._grants.append(_Grant(expires, digest))
 
     # -- the one entry point ---------------------------------------------------------------
+    def _emit(self, kind: str, call: ToolCall, digest: str, **fields: Any) -> None:
+        if self.sink is not None:
+            self.sink(kind, tool=call.tool, digest=digest[:16], **fields)
+
+    def finished(self, call: ToolCall, ok: bool, code: str | None) -> None:
+        """The call ran (or the scope refused it after an allow): its `tool_result` event."""
+        self._emit("tool_result", call, self.digest(call), ok=ok, code=code)
+
     def authorize(self, call: ToolCall) -> Decision:
-        """The decision a choke point acts on: allow or deny, never approval_required. The
-        approver (if any) is asked for an approval-required call with no live grant; no
-        approver, a no, a failure or no answer within `approval_timeout_s` is a deny."""
+        """The decision a choke point acts on: allow or deny, never approval_required; each
+        call's `tool_call` and `tool_decision` events (and the approval's) are emitted here."""
+        digest = self.digest(call)
+        self._emit("tool_call", call, digest, tool_kind=call.kind.value, path=call.path)
+        decision = self._authorize(call)
+        self._emit("tool_decision", call, digest, decision=decision.verdict.value, code=decision.code)
+        return decision
+
+    def _authorize(self, call: ToolCall) -> Decision:
+        """Rules and limits; the approver (if any) is asked for an approval-required call with
+        no live grant; no approver, a no, a failure or no answer within `approval_timeout_s`
+        is a deny."""
         ruled = self.decide(call)
         hit = self._limit_hit(call)  # before the rules: past a limit nothing more is judged
         if hit is not None:
@@ -427,7 +447,11 @@ class PolicyEngine:
                             f"{call.tool} needs an approval and this host has no approver")
         request = ApprovalRequest(call.tool, call.args, call.kind, call.path, ruled.digest, self.session,
                                   self.root, ruled.detail)
+        self._emit("approval_requested", call, ruled.digest, tool_kind=call.kind.value, path=call.path)
         code, answer = _ask(self.approver, request, self.policy.approval_timeout_s)
+        self._emit("approval_answered", call, ruled.digest,
+                   decision="allow" if answer is not None and answer.approve else "deny",
+                   code=code if answer is None else ("approved" if answer.approve else "approval_denied"))
         if answer is None:
             return Decision(Verdict.DENY, code, ruled.digest, f"{call.tool}: {code.replace('_', ' ')}")
         if not answer.approve:

@@ -528,6 +528,8 @@ class HarnessTransport:
             outcome = parser.outcome(result)
             parser_session_id = outcome.session_id
             outcome = self._finish(outcome, ctx, result, info, redact)
+            if request.on_event is not None and ctx.bridge_trace is not None:
+                _report_bridge_calls(request.events(ctx.session_id), ctx.bridge_trace, ctx.session_id)
             tracer.record(
                 "session_end",
                 cli_session_id=parser_session_id,
@@ -675,6 +677,25 @@ class HarnessTransport:
                     update.update(status=OutcomeStatus.truncated, error_class=ErrorClass.budget, retryable=False,
                                   message="stopped at a policy limit: the bridge refused every call past it")
         return outcome.model_copy(update=update)
+
+
+def _report_bridge_calls(events: Callable[..., object], trace_path: Path, session_id: str) -> None:
+    """The bridge's calls as `tool_result` events marked `late`: they ran in the bridge process,
+    where no event sink of this host reaches (doc/SPEC-events.md)."""
+    import json
+
+    try:
+        lines = Path(trace_path).read_bytes().splitlines()
+    except OSError:
+        return
+    for raw in lines:
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("event") == "tool" and rec.get("session") == session_id:
+            events("tool_result", tool=str(rec.get("tool"))[:80], ok=rec.get("decision") == "allow",
+                   code=rec.get("code"), digest=rec.get("digest"), late=True)
 
 
 class HarnessLLM:

@@ -240,6 +240,13 @@ class ApiTransport:
         messages: list[dict] = [{"role": "user", "content": request.prompt}]
         abort = Abort()
         trace = _SessionTrace(request.run_dir, session_id)
+        events = request.events(session_id)
+        from harnesscheck.llm import retry_notices
+
+        notices = retry_notices.set(
+            lambda attempt, wait_s, error_class: events("retry", attempt=attempt, wait_s=round(wait_s, 3),
+                                                        error_class=error_class)
+        )
         try:
             with _Watchdog(abort, deadline, cancel):
                 outcome = self._loop(request, state, messages, tools, trace, abort, deadline, on_text, dispatch)
@@ -250,6 +257,7 @@ class ApiTransport:
                     iterations=outcome.iterations, tool_calls=outcome.tool_calls,
                 )
         finally:
+            retry_notices.reset(notices)
             trace.close()
         return outcome
 
@@ -277,8 +285,11 @@ class ApiTransport:
                 )
             except LLMError as err:
                 state.add_partial(err.partial)
+                if err.partial is not None and err.partial.usage != Usage():
+                    request.events(state.session_id)("usage", usage=err.partial.usage.model_dump())
                 return self._failure(err, state, start)
             state.add_reply(reply)
+            request.events(state.session_id)("usage", usage=reply.usage.model_dump())
             if self._mismatch_fails(state.requested, reply):  # the client's own choice when none was named
                 return self._finish(state, start, OutcomeStatus.error, MISMATCH_ERROR_CLASS,
                                     self._mismatch_message(state.requested, reply))
