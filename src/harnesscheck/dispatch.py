@@ -5,6 +5,14 @@ arguments, resolves every path with `scope.resolve_path` (one function), does al
 the fds that resolution returned, bounds the result with an explicit marker, and traces
 the decision with a stable reason code. It never raises for a tool-level problem: a
 refusal is `ToolResult(ok=False, code=..., text="refused: <code>: <detail>")`.
+
+The gate seam (the start of issue 31's policy engine): a host may install a `ToolGate` for the
+current thread's context with `tool_gate(gate)`. Every call that passed the scope's own checks
+(known, offered, well-formed arguments) then gets a decision before it runs: `allow`, `deny`
+(refused `policy_denied`) or `ask`, when `gate.approve(call)` is asked and anything but True
+(a reject, a cancel, a timeout, an exception) refuses it `not_approved`; the tool has not run.
+A gate that raises in `decide` denies (fail closed). `gate.done(call, result)` hears every
+call the gate saw, refused or not. No gate installed: nothing changes.
 """
 
 from __future__ import annotations
@@ -17,8 +25,11 @@ import select
 import signal
 import stat
 import time
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping
+from enum import StrEnum
+from typing import Any, Callable, Iterator, Mapping, Protocol
 
 from harnesscheck.scope import (
     ALL_TOOLS,
@@ -603,6 +614,75 @@ def _trace_path(args: object) -> str | None:
     return None
 
 
+# ---------------------------------------------------------------------------------------
+# the gate: a decision for each tool call (allow | deny | ask the host's approver)
+
+
+class Decision(StrEnum):
+    allow = "allow"
+    deny = "deny"
+    ask = "ask"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallRequest:
+    """One tool call as a gate sees it: validated arguments, the scope, the session."""
+
+    tool: str
+    args: Mapping[str, str]
+    scope: ToolScope
+    session_id: str | None = None
+
+
+class ToolGate(Protocol):
+    def decide(self, call: ToolCallRequest) -> Decision: ...
+
+    def approve(self, call: ToolCallRequest) -> bool: ...
+
+    def done(self, call: ToolCallRequest, result: ToolResult) -> None: ...
+
+
+_GATE: ContextVar[ToolGate | None] = ContextVar("harnesscheck_tool_gate", default=None)
+
+
+@contextmanager
+def tool_gate(gate: ToolGate) -> Iterator[None]:
+    """Install `gate` for every dispatch call made in this context (thread) until the block ends."""
+    token = _GATE.set(gate)
+    try:
+        yield
+    finally:
+        _GATE.reset(token)
+
+
+def _consult(gate: ToolGate, call: ToolCallRequest) -> str:
+    """The gate's decision for `call`; raises Refused unless the call may run now."""
+    try:
+        decision = Decision(gate.decide(call))
+    except Exception:  # noqa: BLE001 - a failing policy denies, it never allows
+        raise Refused("policy_denied", f"{call.tool}: the host's policy failed to decide; denied") from None
+    if decision is Decision.deny:
+        raise Refused("policy_denied", f"{call.tool} is denied by the host's policy")
+    if decision is Decision.ask:
+        try:
+            approved = gate.approve(call) is True
+        except Exception:  # noqa: BLE001 - an approver that fails has not approved
+            approved = False
+        if not approved:
+            raise Refused("not_approved", f"{call.tool} was not approved (rejected, cancelled or unanswered); it did not run")
+        return "approved"
+    return "allowed"
+
+
+def _tell_done(gate: ToolGate | None, call: ToolCallRequest | None, result: ToolResult) -> ToolResult:
+    if gate is not None and call is not None:
+        try:
+            gate.done(call, result)
+        except Exception:  # noqa: BLE001 - an observer's failure never changes the result
+            pass
+    return result
+
+
 def dispatch(
     name: str,
     args: Mapping[str, Any] | None,
@@ -613,6 +693,8 @@ def dispatch(
 ) -> ToolResult:
     """Run one tool call under the scope. Never raises for tool-level problems."""
     extra = {"session": session_id} if session_id is not None else {}
+    gate = _GATE.get()
+    call: ToolCallRequest | None = None
     try:
         if not isinstance(name, str) or name not in _TOOLS:
             raise Refused("unknown_tool", f"no tool named {show(name, 80)}; tools: {', '.join(scope.tool_names())}")
@@ -621,6 +703,9 @@ def dispatch(
                 raise Refused("read_only", f"{name} is not available: the scope is read-only")
             raise Refused("not_allowed", f"{name} is not offered by this scope")
         clean = _check_args(name, args)
+        if gate is not None:
+            call = ToolCallRequest(name, dict(clean), scope, session_id)
+            extra["gate"] = _consult(gate, call)
         text, truncated, rel, nbytes = _TOOLS[name](scope, clean)
     except Refused as refusal:
         if trace is not None:
@@ -628,7 +713,8 @@ def dispatch(
                 "tool", tool=str(name)[:80], decision="refuse", code=refusal.code, path=_trace_path(args),
                 detail=trace_detail(refusal.detail), **extra
             )
-        return ToolResult(ok=False, text=safe_text(f"refused: {refusal.code}: {refusal.detail}"), code=refusal.code)
+        return _tell_done(gate, call, ToolResult(ok=False, text=safe_text(f"refused: {refusal.code}: {refusal.detail}"),
+                                                 code=refusal.code))
     except OSError as err:
         code_name = _errno_name(err)
         if trace is not None:
@@ -636,12 +722,12 @@ def dispatch(
                 "tool", tool=name, decision="refuse", code="io_error", path=_trace_path(args), errno=code_name,
                 detail=trace_detail(f"{name} failed ({code_name})"), **extra
             )
-        return ToolResult(ok=False, text=f"refused: io_error: {name} failed ({code_name})", code="io_error")
+        return _tell_done(gate, call, ToolResult(ok=False, text=f"refused: io_error: {name} failed ({code_name})", code="io_error"))
     if trace is not None:
         trace.record(
             "tool", tool=name, decision="allow", code=None, path=rel, bytes=nbytes, truncated=truncated, **extra
         )
-    return ToolResult(ok=True, text=safe_text(text), code=None, truncated=truncated)
+    return _tell_done(gate, call, ToolResult(ok=True, text=safe_text(text), code=None, truncated=truncated))
 
 
 def _errno_name(err: OSError) -> str:

@@ -131,6 +131,8 @@ REASON_CODES: dict[str, str] = {
     "not_text": "edit_file: the file is not UTF-8 text",
     "io_error": "an unexpected operating-system error during the operation",
     "root_changed": "the scope root was renamed, replaced or removed since the session opened it",
+    "policy_denied": "the host's policy (a dispatch gate) denied the call before it ran",
+    "not_approved": "the host's policy asked for approval and got a reject, a cancel or no answer: the call did not run",
 }
 
 
