@@ -355,3 +355,141 @@ def test_a_harness_backend_never_writes_unasked(tmp_path, root):
     finally:
         if client.proc.poll() is None:
             client.proc.kill()
+
+
+# ---------------------------------------------------------------------------------------
+# an api backend at loopback: the same gate, the refusal reaches the model
+
+
+def test_api_backend_asks_before_a_write_and_the_model_reads_the_refusal(tmp_path, root):
+    from harnesscheck.loopback.scenario import Scenario, ToolCall, Turn
+    from harnesscheck.loopback.server import ScriptedModelServer
+
+    key = f"sk-ant-loopback-{CANARY}"
+    scenario = Scenario("acp-write", (Turn(tool_calls=(ToolCall("write_file", {"path": "notes.txt", "content": "changed\n"}),)),
+                                      Turn(text="gave up")))
+    with ScriptedModelServer(scenario, expected_key=key) as srv:
+        client = serve(tmp_path, "api/anthropic_messages", env={
+            "ANTHROPIC_API_KEY": key, "ANTHROPIC_BASE_URL": srv.base_url, "HARNESS_BACKEND_MODEL": "claude-haiku-4-5"})
+        try:
+            sid = open_session(client, root)
+            asked: list[str] = []
+
+            def reject(req: dict) -> dict:
+                asked.append((root / "notes.txt").read_text())
+                return {"outcome": {"outcome": "selected", "optionId": "reject-once"}}
+
+            answer = prompt(client, sid, "change the notes", on_permission=reject)
+            assert answer["result"]["stopReason"] == "end_turn", answer
+            assert asked == ["original\n"] and (root / "notes.txt").read_text() == "original\n"
+            turns = [r for r in srv.requests if r.is_turn]
+            assert len(turns) == 2
+            assert "not_approved" in json.dumps(turns[1].tool_results)
+            assert "gave up" in "".join(u["content"]["text"] for u in client.updates(sid)
+                                        if u["sessionUpdate"] == "agent_message_chunk")
+            assert client.finish() == 0
+            assert key not in b"".join(client.lines).decode() and key not in client.stderr_text()
+        finally:
+            if client.proc.poll() is None:
+                client.proc.kill()
+
+
+def test_api_backend_401_is_authentication_required(tmp_path, root):
+    from harnesscheck.loopback.scenario import Scenario, status_turn
+    from harnesscheck.loopback.server import ScriptedModelServer
+
+    with ScriptedModelServer(Scenario("auth", (status_turn(401),))) as srv:
+        client = serve(tmp_path, "api/anthropic_messages", env={
+            "ANTHROPIC_API_KEY": "sk-ant-wrong", "ANTHROPIC_BASE_URL": srv.base_url, "HARNESS_BACKEND_MODEL": "claude-haiku-4-5"})
+        try:
+            sid = open_session(client, root)
+            answer = prompt(client, sid, "hi")
+            assert answer["error"]["code"] == -32000 and answer["error"]["data"]["errorClass"] == "auth"
+            assert client.finish() == 0
+        finally:
+            if client.proc.poll() is None:
+                client.proc.kill()
+
+
+# ---------------------------------------------------------------------------------------
+# in process: what a subprocess would not show better
+
+
+class _Pipe:
+    """An AcpServer on pipes, served in a thread; `send` lines, `read` answers."""
+
+    def __init__(self, transport_spec: str = "fake", **kwargs):
+        from harnesscheck.acpserve.agent import AcpServer
+        from harnesscheck.acpserve.wire import Writer
+        from harnesscheck.config import Settings
+        from harnesscheck.registry import build_transport, get_spec
+
+        spec = get_spec(transport_spec)
+        self.in_r, self.in_w = os.pipe()
+        self.out_r, self.out_w = os.pipe()
+        self.server = AcpServer(build_transport(spec, Settings()), spec, Writer(self.out_w), **kwargs)
+        import threading
+
+        self.thread = threading.Thread(target=self.server.serve, args=(self.in_r,), daemon=True)
+        self.thread.start()
+        self.reader = os.fdopen(self.out_r, "rb")
+
+    def send(self, data: bytes) -> None:
+        os.write(self.in_w, data)
+
+    def read(self) -> dict:
+        return json.loads(self.reader.readline())
+
+    def close(self) -> None:
+        os.close(self.in_w)
+        self.thread.join(30)
+        assert not self.thread.is_alive()
+        for fd in (self.in_r, self.out_w):
+            os.close(fd)
+        self.reader.close()
+
+
+def test_an_oversize_line_is_answered_and_the_next_line_served():
+    pipe = _Pipe(max_line_bytes=1000)
+    try:
+        pipe.send(b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"x":"' + b"a" * 5000 + b'"}}\n')
+        assert pipe.read() == {"jsonrpc": "2.0", "id": None, "error": {
+            "code": -32600, "message": "Invalid Request: a line longer than 1000 bytes was dropped"}}
+        pipe.send(b'{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":1}}\r\n')
+        assert pipe.read()["result"]["protocolVersion"] == 1
+    finally:
+        pipe.close()
+
+
+def test_a_second_prompt_in_a_running_session_is_refused(root):
+    from harnesscheck.providers.fake import FakeScript, FakeTurn
+
+    pipe = _Pipe()
+    try:
+        pipe.server.transport.script = FakeScript([FakeTurn(text="slow", delay_s=60)])
+        pipe.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "session/new",
+                              "params": {"cwd": str(root), "mcpServers": []}}).encode() + b"\n")
+        sid = pipe.read()["result"]["sessionId"]
+        for msg_id in (2, 3):
+            pipe.send(json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": "session/prompt",
+                                  "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "go"}]}}).encode() + b"\n")
+        second = pipe.read()
+        assert second["id"] == 3 and second["error"]["code"] == -32600
+        pipe.send(json.dumps({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}}).encode() + b"\n")
+        first = pipe.read()
+        assert first == {"jsonrpc": "2.0", "id": 2, "result": {"stopReason": "cancelled"}}
+    finally:
+        pipe.close()
+
+
+def test_root_fences_the_session_cwd(tmp_path, root):
+    pipe = _Pipe(fence=root.resolve())
+    try:
+        pipe.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "session/new",
+                              "params": {"cwd": str(tmp_path), "mcpServers": []}}).encode() + b"\n")
+        assert pipe.read()["error"]["code"] == -32602
+        pipe.send(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "session/new",
+                              "params": {"cwd": str(root), "mcpServers": []}}).encode() + b"\n")
+        assert "sessionId" in pipe.read()["result"]
+    finally:
+        pipe.close()

@@ -411,3 +411,74 @@ def test_undecodable_names_give_valid_utf8_results(undecodable: Path, tmp_path: 
         assert "\\xe9" in result.text or "\\xff" in result.text  # the on-disk bytes, escaped
     records = list(read_trace(trace_path, strict=True))
     assert len(records) == 1 and records[0]["tool"] == tool
+
+
+# -- the gate seam: a decision per call (allow | deny | ask), before the tool runs
+
+
+class _Gate:
+    def __init__(self, decision, approve=False):
+        self.decision, self._approve = decision, approve
+        self.seen: list[tuple[str, str]] = []  # (event, tool)
+
+    def decide(self, call):
+        self.seen.append(("decide", call.tool))
+        if isinstance(self.decision, Exception):
+            raise self.decision
+        return self.decision
+
+    def approve(self, call):
+        self.seen.append(("approve", call.tool))
+        if isinstance(self._approve, Exception):
+            raise self._approve
+        return self._approve
+
+    def done(self, call, result):
+        self.seen.append(("done", result.code or "ok"))
+
+
+@pytest.mark.parametrize("decision, approve, code", [
+    ("deny", False, "policy_denied"),
+    ("ask", False, "not_approved"),
+    ("ask", RuntimeError("approver broke"), "not_approved"),
+    ("ask", "yes", "not_approved"),  # only True approves
+    (RuntimeError("policy broke"), False, "policy_denied"),
+])
+def test_a_gate_that_does_not_allow_keeps_the_file(root, tmp_path, decision, approve, code):
+    from harnesscheck.dispatch import tool_gate
+
+    gate = _Gate(decision, approve)
+    trace = Trace(tmp_path / "t.jsonl")
+    with tool_gate(gate):
+        result = dispatch("write_file", {"path": "a.txt", "content": "x"}, rw(root), trace)
+    refused(result, code)
+    assert (root / "a.txt").read_text() == "alpha\nbeta\ngamma\n"
+    assert gate.seen[-1] == ("done", code)
+    assert list(read_trace(tmp_path / "t.jsonl"))[-1]["code"] == code
+
+
+def test_a_gate_allows_or_approves_and_is_gone_after_its_block(root, tmp_path):
+    from harnesscheck.dispatch import tool_gate
+
+    gate = _Gate("ask", True)
+    with tool_gate(gate):
+        assert dispatch("write_file", {"path": "new.txt", "content": "x"}, rw(root)).ok
+    assert (root / "new.txt").read_text() == "x"
+    assert gate.seen == [("decide", "write_file"), ("approve", "write_file"), ("done", "ok")]
+    with tool_gate(_Gate("allow")) as _:
+        assert dispatch("read_file", {"path": "a.txt"}, rw(root)).ok
+    gate.seen.clear()
+    assert dispatch("write_file", {"path": "new.txt", "content": "y"}, rw(root)).ok  # no gate: unchanged behaviour
+    assert gate.seen == []
+
+
+def test_the_scope_refuses_before_the_gate_is_asked(root):
+    from harnesscheck.dispatch import tool_gate
+
+    gate = _Gate("ask", True)
+    with tool_gate(gate):
+        refused(dispatch("write_file", {"path": "../x", "content": "x"}, rw(root)), "path_outside_scope")
+        refused(dispatch("write_file", {"path": "a.txt", "content": "x"}, ToolScope(root=root)), "read_only")
+    assert ("approve", "write_file") in gate.seen  # the path is resolved after the decision...
+    assert not (root.parent / "x").exists()  # ...and still refused
+    assert gate.seen.count(("decide", "write_file")) == 1  # the read-only scope refused before any decision
