@@ -493,3 +493,18 @@ def test_root_fences_the_session_cwd(tmp_path, root):
         assert "sessionId" in pipe.read()["result"]
     finally:
         pipe.close()
+
+
+def test_a_backend_that_cannot_be_built_is_reported_before_serving(tmp_path):
+    (tmp_path / ".env").write_text(f"HARNESS_BACKEND=fake\nHARNESS_BACKEND_CLI={tmp_path}/planted\n")  # never read
+    import subprocess
+
+    argv = [sys.executable, "-m", "harnesscheck.cli", "acp", "serve"]
+
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)}
+    proc = subprocess.run(argv, env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == b""  # the planted .env chose nothing
+    assert b"no backend selected" in proc.stderr
+    proc = subprocess.run(argv + ["--backend", "api/anthropic_messages"], env=env, cwd=tmp_path,
+                          stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
+    assert proc.returncode == 3 and proc.stdout == b"" and b"ANTHROPIC_API_KEY" in proc.stderr

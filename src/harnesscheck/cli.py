@@ -333,7 +333,7 @@ app.add_typer(acp_app, name="acp", help="Agent Client Protocol: serve a backend 
 
 @acp_app.command("serve")
 def acp_serve(
-    backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="Backend id; default: HARNESS_BACKEND (environment, then ./.env).")] = None,
+    backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="Backend id; default: HARNESS_BACKEND (the environment only, never ./.env).")] = None,
     root: Annotated[Optional[Path], typer.Option("--root", help="Sessions' cwd must be this directory or beneath it.")] = None,
     model: Annotated[Optional[str], typer.Option("--model", help="Model inside the backend.")] = None,
     timeout: Annotated[Optional[float], typer.Option("--timeout", help="Wall clock of each prompt, seconds.")] = None,

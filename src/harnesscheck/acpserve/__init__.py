@@ -10,6 +10,7 @@ import: `acp` (the typed schema models) only once the server runs.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from pathlib import Path
@@ -19,9 +20,9 @@ EXIT_OK, EXIT_USAGE, EXIT_ENVIRONMENT = 0, 2, 3
 
 def serve_command(*, backend: str | None, root: Path | None = None, model: str | None = None,
                   timeout: float | None = None, cli: Path | None = None) -> int:
-    """Resolve the backend (errors before serving: its message and fix on stderr, exit 2/3),
-    then serve stdin/stdout until EOF or a signal; exit 0."""
-    from harnesscheck.acpserve.agent import AcpServer, _Stop
+    """Resolve the backend from the options and HARNESS_* variables (errors before serving: its
+    message and fix on stderr, exit 2/3), then serve stdin/stdout until EOF or a signal; exit 0."""
+    from harnesscheck.acpserve.agent import AcpServer
     from harnesscheck.acpserve.wire import Writer, take_stdout
     from harnesscheck.config import Settings
     from harnesscheck.contracts import HarnessError, SelectionMissing
@@ -36,8 +37,9 @@ def serve_command(*, backend: str | None, root: Path | None = None, model: str |
             return EXIT_USAGE
         fence = fence.resolve()
     try:
-        dotenv = Path.cwd() / ".env"
-        settings = Settings.from_env(dotenv=dotenv if dotenv.is_file() else None)
+        # The environment and the command line only, never ./.env: an editor starts its agent
+        # in the project, and a planted .env would choose the backend or its binary.
+        settings = Settings.from_env(dotenv=None)
         update: dict = {"backend": backend or settings.backend}
         if not update["backend"]:
             raise SelectionMissing(list(known_specs()))
@@ -57,13 +59,20 @@ def serve_command(*, backend: str | None, root: Path | None = None, model: str |
     server = AcpServer(transport, spec, Writer(take_stdout()), model=settings.model, timeout_s=settings.timeout_s,
                        fence=fence)
 
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+
     def on_signal(signum: int, _frame: object) -> None:
-        raise _Stop(signal.Signals(signum).name)
+        server.stop_reason = signal.Signals(signum).name
+        try:
+            os.write(wake_w, b"x")  # wakes the reader; the loop then shuts down in order
+        except OSError:
+            pass
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
     server.log(f"serving backend {spec.id} over stdio (ACP v1)")
-    code = server.serve(0)
+    code = server.serve(0, stop_fd=wake_r)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)  # a second signal during the exit must not cut the cleanup short
     return code

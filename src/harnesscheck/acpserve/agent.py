@@ -124,18 +124,17 @@ class AcpServer:
         self.stopping = threading.Event()
         self._next = 0
         self._secrets = secret_values(os.environ)
+        self.stop_reason = "stdin closed"
 
     # -- the loop ---------------------------------------------------------------------
 
-    def serve(self, fd: int) -> int:
-        try:
-            for line in read_lines(fd, self.max_line_bytes):
-                self.handle_line(line)
-                if self.stopping.is_set() or self.writer.closed:
-                    break
-            self.shutdown("stdin closed")
-        except _Stop as stop:
-            self.shutdown(str(stop))
+    def serve(self, fd: int, stop_fd: int | None = None) -> int:
+        """Serve until EOF on `fd`, the client gone, or `stop_fd` readable; then shut down."""
+        for line in read_lines(fd, self.max_line_bytes, stop_fd):
+            self.handle_line(line)
+            if self.stopping.is_set() or self.writer.closed:
+                break
+        self.shutdown(self.stop_reason)
         return 0
 
     def shutdown(self, why: str) -> None:
@@ -385,7 +384,7 @@ class AcpServer:
         try:
             request = AgentSessionRequest(
                 prompt=text, scope=ToolScope(root=session.root, read_only=read_only), model=self.model,
-                timeout_s=self.timeout_s, run_dir=run_dir, session_id=f"{session.id}-{turn.msg_id}"[:120])
+                timeout_s=self.timeout_s, run_dir=run_dir, session_id=f"acp-{uuid.uuid4().hex}")
 
             def on_text(chunk: str) -> None:
                 if chunk:
@@ -567,9 +566,6 @@ class AcpServer:
             raise RpcError(INVALID_PARAMS, f"Invalid params: unknown sessionId {session_id[:80]!r}")
         return session
 
-    def stop(self, why: str) -> None:
-        raise _Stop(why)
-
 
 class _PermissionGate:
     """The dispatch gate of one turn (dispatch.ToolGate): reads run, writes ask in mode ask,
@@ -601,10 +597,6 @@ class _PermissionGate:
 class _TraceCall:
     tool: str
     args: dict
-
-
-class _Stop(Exception):
-    """Raised in the main thread by a signal handler: end the loop, then shut down."""
 
 
 _LATER = object()

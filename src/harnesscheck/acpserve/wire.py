@@ -8,7 +8,8 @@ Requirements (doc/SPEC-acp-serve.md, "Wire"):
 - stdin is read in bounded chunks and split on b"\\n" (a trailing "\\r" tolerated); a line
   longer than `max_line_bytes` is discarded up to its newline and reported as OVERSIZE (the
   server answers it with an error, never silently); bytes after the last newline at EOF count
-  as a last line.
+  as a last line. A stop fd (written by the signal handlers) ends the reading like EOF, so a
+  signal never interrupts a write half-way.
 - Nothing here knows ACP: the agent (acpserve/agent.py) gives meaning to the messages.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import sys
 import threading
 from typing import Any, Iterator
@@ -34,11 +36,19 @@ _CHUNK = 64 * 1024
 OVERSIZE = object()
 
 
-def read_lines(fd: int, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[bytes | object]:
-    """Lines of `fd` (without the newline), OVERSIZE for each line past the limit; ends at EOF."""
+def read_lines(fd: int, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, stop_fd: int | None = None) -> Iterator[bytes | object]:
+    """Lines of `fd` (without the newline), OVERSIZE for each line past the limit; ends at EOF,
+    or as soon as `stop_fd` is readable (a signal handler writes to it)."""
     buf = bytearray()
     dropping = False
     while True:
+        if stop_fd is not None:
+            try:
+                ready, _, _ = select.select([fd, stop_fd], [], [])
+            except InterruptedError:
+                continue
+            if stop_fd in ready:
+                return
         try:
             chunk = os.read(fd, _CHUNK)
         except InterruptedError:
