@@ -339,19 +339,28 @@ def test_no_canary_of_the_servers_env_reaches_the_backend_child(tmp_path, root):
 
 
 def test_a_harness_backend_never_writes_unasked(tmp_path, root):
-    """The bridge runs in another process and cannot ask yet: writes are refused, and the
-    session says so in its modes (doc/SPEC-acp-serve.md)."""
-    fake = install_fake_cli("claude", "success", tmp_path / "bin")
+    """The bridge runs in another process and cannot ask yet: writes are refused in every
+    mode, the session says so, and the bridge's calls are reported after the step."""
+    success = load_fixture("claude", "success")
+    calls = {"mcp_calls": [{"name": "read_file", "arguments": {"path": "notes.txt"}},
+                           {"name": "write_file", "arguments": {"path": "notes.txt", "content": "changed\n"}}]}
+    scenario = {**success, "steps": [success["steps"][0], calls, *success["steps"][1:]]}
+    fake = install_fake_cli("claude", scenario, tmp_path / "bin")
     client = serve(tmp_path, "claude-code", "--cli", str(fake.path))
     try:
         client.request("initialize", {"protocolVersion": 1})
         new = client.request("session/new", {"cwd": str(root), "mcpServers": []})["result"]
         assert "refused" in new["modes"]["availableModes"][0]["description"]
-        assert prompt(client, new["sessionId"], "hi")["result"]["stopReason"] == "end_turn"
+        sid = new["sessionId"]
+        assert prompt(client, sid, "hi")["result"]["stopReason"] == "end_turn"
         assert client.finish() == 0
-        assert "--allowedTools" in fake.last()["argv"]
-        allowed = fake.last()["argv"][fake.last()["argv"].index("--allowedTools") + 1]
-        assert "write_file" not in allowed and "read_file" in allowed
+        assert (root / "notes.txt").read_text() == "original\n"
+        updates = client.updates(sid)
+        titles = [u["title"] for u in updates if u["sessionUpdate"] == "tool_call"]
+        assert titles == ["read_file notes.txt", "write_file notes.txt"]
+        ends = [(u["status"], u["content"][0]["content"]["text"]) for u in updates if u["sessionUpdate"] == "tool_call_update"]
+        assert ends[0][0] == "completed" and ends[1][0] == "failed" and "read_only" in ends[1][1]
+        assert not any(m.get("method") == "session/request_permission" for m in client.messages)
     finally:
         if client.proc.poll() is None:
             client.proc.kill()
