@@ -106,7 +106,7 @@ class _Session:
 
 
 class AcpServer:
-    """The agent side of one stdio connection. `serve(fd)` reads until EOF or `stop()`."""
+    """The agent side of one stdio connection: `serve(fd, stop_fd)` until EOF or a stop."""
 
     def __init__(self, transport: Any, spec: Any, writer: Writer, *, model: str | None = None,
                  timeout_s: float = 1800.0, fence: Path | None = None,
@@ -367,11 +367,14 @@ class AcpServer:
         try:
             outcome = self._run_step(session, turn, text)
             self._answer(session, turn, outcome)
-        except RpcError as err:
-            self._finish(session, turn, error=err)
         except Exception as exc:  # noqa: BLE001 - the prompt is answered, whatever broke
-            self.log(f"session {session.id}: internal error: {type(exc).__name__}: {exc}")
-            self._finish(session, turn, error=RpcError(INTERNAL_ERROR, f"Internal error: {type(exc).__name__}"))
+            if turn.cancel.is_set():  # ACP: an abort after session/cancel still answers cancelled
+                self._finish(session, turn, result={"stopReason": "cancelled"})
+            elif isinstance(exc, RpcError):
+                self._finish(session, turn, error=exc)
+            else:
+                self.log(f"session {session.id}: internal error: {type(exc).__name__}: {exc}")
+                self._finish(session, turn, error=RpcError(INTERNAL_ERROR, f"Internal error: {type(exc).__name__}"))
 
     def _run_step(self, session: _Session, turn: _Turn, text: str):
         from harnesscheck.contracts import AgentSessionRequest, HarnessError
