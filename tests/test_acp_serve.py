@@ -204,6 +204,8 @@ def test_allow_once_runs_the_write_and_read_only_never_asks(tmp_path, root):
         assert client.request("session/set_mode", {"sessionId": sid, "modeId": "read-only"})["result"] == {}
         assert prompt(client, sid, WRITE, on_permission=allow)["result"]["stopReason"] == "end_turn"
         assert len(asked) == 1 and (root / "notes.txt").read_text() == "original\n"
+        last = [u for u in client.updates(sid) if u["sessionUpdate"] == "tool_call_update"][-1]
+        assert last["status"] == "failed" and "read_only" in last["content"][0]["content"]["text"]  # shown, refused
         # reads never ask
         read = script({"tool_calls": [["read_file", {"path": "notes.txt"}]]}, {"text": "read"})
         assert prompt(client, sid, read, on_permission=allow)["result"]["stopReason"] == "end_turn"

@@ -482,3 +482,4 @@ def test_the_scope_refuses_before_the_gate_is_asked(root):
     assert ("approve", "write_file") in gate.seen  # the path is resolved after the decision...
     assert not (root.parent / "x").exists()  # ...and still refused
     assert gate.seen.count(("decide", "write_file")) == 1  # the read-only scope refused before any decision
+    assert gate.seen[-1] == ("done", "read_only")  # and the gate still heard of it

@@ -12,7 +12,8 @@ current thread's context with `tool_gate(gate)`. Every call that passed the scop
 (refused `policy_denied`) or `ask`, when `gate.approve(call)` is asked and anything but True
 (a reject, a cancel, a timeout, an exception) refuses it `not_approved`; the tool has not run.
 A gate that raises in `decide` denies (fail closed). `gate.done(call, result)` hears every
-call the gate saw, refused or not. No gate installed: nothing changes.
+call, refused or not, also one the scope refused before any decision (then `decide` was never
+called and `call.args` are the raw arguments). No gate installed: nothing changes.
 """
 
 from __future__ import annotations
@@ -713,6 +714,8 @@ def dispatch(
                 "tool", tool=str(name)[:80], decision="refuse", code=refusal.code, path=_trace_path(args),
                 detail=trace_detail(refusal.detail), **extra
             )
+        if gate is not None and call is None:  # refused before any decision: the gate still hears of it
+            call = ToolCallRequest(str(name)[:80], dict(args) if isinstance(args, Mapping) else {}, scope, session_id)
         return _tell_done(gate, call, ToolResult(ok=False, text=safe_text(f"refused: {refusal.code}: {refusal.detail}"),
                                                  code=refusal.code))
     except OSError as err:

@@ -592,8 +592,9 @@ class _PermissionGate:
 
     def done(self, call: Any, result: Any) -> None:
         call_id = self._ids.pop(id(call), None)
-        if call_id is not None:
-            self.server.tool_ended(self.session, self.turn, call_id, result.ok, result.text)
+        if call_id is None:  # refused by the scope before any decision: still shown
+            call_id = self.server.tool_started(self.session, self.turn, call)
+        self.server.tool_ended(self.session, self.turn, call_id, result.ok, result.text)
 
 
 @dataclass
