@@ -334,6 +334,7 @@ def test_no_canary_of_the_servers_env_reaches_the_backend_child(tmp_path, root):
         assert rec["env"], "the fake recorded no environment"
         assert [k for k, v in rec["env"].items() if CANARY in v] == []
         assert CANARY not in " ".join(rec["argv"])
+        assert_only_jsonrpc(client)
         assert CANARY not in b"".join(client.lines).decode() and CANARY not in client.stderr_text()
     finally:
         if client.proc.poll() is None:

@@ -70,6 +70,7 @@ _KINDS = {"read_file": "read", "list_dir": "read", "grep": "search", "write_file
 
 class RpcError(Exception):
     def __init__(self, code: int, message: str, data: Any = None):
+        message = " ".join(str(message).split())  # one line, always
         super().__init__(message)
         self.code, self.message, self.data = code, message, data
 
