@@ -520,3 +520,32 @@ def test_a_backend_that_cannot_be_built_is_reported_before_serving(tmp_path):
     proc = subprocess.run(argv + ["--backend", "api/anthropic_messages"], env=env, cwd=tmp_path,
                           stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
     assert proc.returncode == 3 and proc.stdout == b"" and b"ANTHROPIC_API_KEY" in proc.stderr
+
+
+def test_read_lines_frames_any_chunking_and_bounds_each_line():
+    import threading
+
+    from harnesscheck.acpserve.wire import OVERSIZE, read_lines
+
+    data = b'{"a":1}\r\n\n' + b"x" * 50 + b"\n" + b"y" * 10 + b"\n" + b"tail-without-newline"
+    expected = [b'{"a":1}', b"", OVERSIZE, b"y" * 10, b"tail-without-newline"]
+    for step in (1, 3, 7, len(data)):
+        r, w = os.pipe()
+
+        def feed(w=w, step=step):
+            for i in range(0, len(data), step):
+                os.write(w, data[i:i + step])
+            os.close(w)
+
+        writer = threading.Thread(target=feed)
+        writer.start()
+        got = list(read_lines(r, max_line_bytes=20))
+        writer.join()
+        os.close(r)
+        assert got == expected, step
+    r, w = os.pipe()
+    stop_r, stop_w = os.pipe()
+    os.write(stop_w, b"x")  # a stop ends the reading even with the input still open
+    assert list(read_lines(r, stop_fd=stop_r)) == []
+    for fd in (r, w, stop_r, stop_w):
+        os.close(fd)
