@@ -549,3 +549,41 @@ def test_read_lines_frames_any_chunking_and_bounds_each_line():
     assert list(read_lines(r, stop_fd=stop_r)) == []
     for fd in (r, w, stop_r, stop_w):
         os.close(fd)
+
+
+def test_the_sdks_own_client_drives_the_server(tmp_path, root):
+    """Interop: agent-client-protocol's typed client (its own framing and router) runs a prompt
+    whose write it approves; every message we send must parse as its models expect."""
+    import asyncio
+
+    from acp import PROTOCOL_VERSION, RequestPermissionResponse, spawn_agent_process, text_block
+    from acp.schema import AllowedOutcome
+
+    seen: dict[str, list] = {"updates": [], "asked": []}
+
+    class Editor:
+        async def request_permission(self, session_id, tool_call, options, **kwargs):
+            seen["asked"].append((tool_call.title, [o.option_id for o in options], (root / "notes.txt").read_text()))
+            allow = next(o.option_id for o in options if o.kind == "allow_once")
+            return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=allow))
+
+        async def session_update(self, session_id, update, **kwargs):
+            seen["updates"].append(update.session_update)
+
+        def on_connect(self, conn):
+            pass
+
+    async def drive() -> str:
+        env = {"HOME": str(tmp_path), "PYTHONPATH": TESTS, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        async with spawn_agent_process(Editor(), sys.executable, "-m", "harnesscheck.cli", "acp", "serve",
+                                       "--backend", SCRIPTED, env=env, cwd=str(tmp_path)) as (conn, _proc):
+            init = await conn.initialize(protocol_version=PROTOCOL_VERSION)
+            assert init.protocol_version == 1
+            new = await asyncio.wait_for(conn.new_session(cwd=str(root), mcp_servers=[]), 60)
+            result = await asyncio.wait_for(conn.prompt(session_id=new.session_id, prompt=[text_block(WRITE)]), 60)
+            return result.stop_reason
+
+    assert asyncio.run(drive()) == "end_turn"
+    assert seen["asked"] == [("write_file notes.txt", ["allow-once", "reject-once"], "original\n")]
+    assert (root / "notes.txt").read_text() == "changed\n"
+    assert {"agent_message_chunk", "tool_call", "tool_call_update"} <= set(seen["updates"])
