@@ -108,6 +108,8 @@ def test_bad_input_is_answered_and_the_server_goes_on(tmp_path, root):
         assert bad["id"] == 7 and bad["error"]["code"] == -32600
         rel = client.request("session/new", {"cwd": "relative/dir", "mcpServers": []})
         assert rel["error"]["code"] == -32602 and "'relative/dir'" in rel["error"]["message"]
+        nul = client.request("session/new", {"cwd": "/tmp/a\u0000b", "mcpServers": []})
+        assert nul["error"]["code"] == -32602
         missing = client.request("session/new", {"mcpServers": []})
         assert missing["error"]["code"] == -32602 and "cwd" in missing["error"]["message"]
         assert client.request("session/load", {"sessionId": "x", "cwd": str(root), "mcpServers": []})["error"]["code"] == -32601
@@ -120,7 +122,7 @@ def test_bad_input_is_answered_and_the_server_goes_on(tmp_path, root):
         assert image["error"]["code"] == -32602
         assert client.finish() == 0
         assert_only_jsonrpc(client)
-        assert len([m for m in client.messages if "error" in m]) == 9  # exactly one answer each, none for notifications
+        assert len([m for m in client.messages if "error" in m]) == 10  # exactly one answer each, none for notifications
     finally:
         if client.proc.poll() is None:
             client.proc.kill()

@@ -292,11 +292,14 @@ class AcpServer:
         request = _validate(NewSessionRequest, params)
         cwd = request.cwd
         if not os.path.isabs(cwd):
-            raise RpcError(INVALID_PARAMS, f"Invalid params: cwd {cwd!r} must be an absolute path")
-        root = Path(cwd)
-        if not root.is_dir():
-            raise RpcError(INVALID_PARAMS, f"Invalid params: cwd {cwd!r} is not an existing directory")
-        root = root.resolve()
+            raise RpcError(INVALID_PARAMS, f"Invalid params: cwd {cwd[:300]!r} must be an absolute path")
+        try:
+            root = Path(cwd)
+            if not root.is_dir():
+                raise RpcError(INVALID_PARAMS, f"Invalid params: cwd {cwd[:300]!r} is not an existing directory")
+            root = root.resolve(strict=True)
+        except (OSError, ValueError):  # a NUL byte, a name too long, a loop
+            raise RpcError(INVALID_PARAMS, f"Invalid params: cwd {cwd[:300]!r} is not a usable directory path") from None
         if self.fence is not None and not root.is_relative_to(self.fence):
             raise RpcError(INVALID_PARAMS, f"Invalid params: cwd {cwd!r} is not inside this server's --root")
         if request.additional_directories:
