@@ -87,6 +87,8 @@ def test_initialize_new_prompt_streams_text_and_ends_turn(tmp_path, root):
         assert answer["result"]["usage"]["inputTokens"] == 10 and answer["result"]["usage"]["outputTokens"] == 5
         chunks = [u for u in client.updates(new["sessionId"]) if u["sessionUpdate"] == "agent_message_chunk"]
         assert "".join(c["content"]["text"] for c in chunks) == "ok"
+        link = {"type": "resource_link", "uri": f"file://{root}/notes.txt", "name": "notes.txt"}  # baseline content
+        assert client.request("session/prompt", {"sessionId": other, "prompt": [link]})["result"]["stopReason"] == "end_turn"
         assert client.finish() == 0
         assert_only_jsonrpc(client)
         assert not any(m.get("method", "").startswith(("fs/", "terminal/")) for m in client.messages)
