@@ -326,6 +326,28 @@ def drift(
     raise typer.Exit(drift_command(backends=backend or [], against=against, save=save, shapes_too=shapes))
 
 
+acp_app = typer.Typer(name="acp", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                      rich_markup_mode=None)
+app.add_typer(acp_app, name="acp", help="Agent Client Protocol: serve a backend as an ACP agent over stdio.")
+
+
+@acp_app.command("serve")
+def acp_serve(
+    backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="Backend id; default: HARNESS_BACKEND (the environment only, never ./.env).")] = None,
+    root: Annotated[Optional[Path], typer.Option("--root", help="Sessions' cwd must be this directory or beneath it.")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", help="Model inside the backend.")] = None,
+    timeout: Annotated[Optional[float], typer.Option("--timeout", help="Wall clock of each prompt, seconds.")] = None,
+    cli: Annotated[Optional[Path], typer.Option("--cli", help="Binary to run (fake or real).")] = None,
+) -> None:
+    """Serve one backend as an ACP (v1) agent on stdin/stdout (doc/SPEC-acp-serve.md)."""
+    timeout = check_seconds_option("--timeout", timeout)
+    if cli is not None:
+        cli = check_executable_option("--cli", cli)
+    from harnesscheck.acpserve import serve_command
+
+    raise typer.Exit(serve_command(backend=backend, root=root, model=model, timeout=timeout, cli=cli))
+
+
 @app.command()
 def schema() -> None:
     """Print the JSON Schema of AgentOutcome."""

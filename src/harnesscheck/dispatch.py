@@ -649,6 +649,8 @@ def dispatch(
         if call is not None and refusal.code not in ("policy_denied", "limit_reached"):
             policy.record(call, ran=False)
             policy.finished(call, ok=False, code=refusal.code)
+        elif call is None and policy is not None:  # the scope refused before any decision
+            policy.refused_before(str(name)[:80], args if isinstance(args, Mapping) else None, refusal.code)
         if trace is not None:
             trace.record(
                 "tool", tool=str(name)[:80], decision="refuse", code=refusal.code, path=_trace_path(args),

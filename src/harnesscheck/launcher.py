@@ -72,6 +72,9 @@ def commands_from_source(source: str, tree=None) -> tuple[str, list[tuple[str, s
             for kw in node.value.keywords:
                 if kw.arg == "help" and any(isinstance(t, ast.Name) and t.id == "app" for t in node.targets):
                     app_help = _literal(kw.value) or ""
+        group = _added_group(node)
+        if group is not None:
+            commands.append(group)
         if not isinstance(node, ast.FunctionDef):
             continue
         for deco in node.decorator_list:
@@ -98,6 +101,18 @@ def commands_from_source(source: str, tree=None) -> tuple[str, list[tuple[str, s
             doc = help_text or _docstring(node)
             commands.append((name or node.name.replace("_", "-"), doc.strip().split("\n")[0]))
     return app_help, commands
+
+
+def _added_group(node: object) -> tuple[str, str] | None:
+    """(name, help) of a module-level `app.add_typer(sub_app, name="...", help="...")`."""
+    call = node.value if isinstance(node, ast.Expr) else None
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "add_typer"
+            and isinstance(call.func.value, ast.Name) and call.func.value.id == "app"):
+        return None
+    found = {kw.arg: _literal(kw.value) for kw in call.keywords}
+    if not found.get("name"):
+        return None
+    return found["name"], (found.get("help") or "").strip().split("\n")[0]
 
 
 def _docstring(node: ast.FunctionDef) -> str:

@@ -413,6 +413,15 @@ class PolicyEngine:
         if self.sink is not None:
             self.sink(kind, tool=call.tool, digest=digest[:16], **fields)
 
+    def refused_before(self, tool: str, args: Mapping[str, Any] | None, code: str) -> None:
+        """A call the scope refused before the policy was asked (unknown tool, not offered,
+        read-only, bad arguments): it counts as a call, and its events say it was refused."""
+        call = self.host_call(tool, {str(k): v for k, v in (args or {}).items()})
+        digest = self.digest(call)
+        self._emit("tool_call", call, digest, tool_kind=call.kind.value, path=call.path)
+        self._emit("tool_decision", call, digest, decision=Verdict.DENY.value, code=code)
+        self.record(call, ran=False)
+
     def finished(self, call: ToolCall, ok: bool, code: str | None) -> None:
         """The call ran (or the scope refused it after an allow): its `tool_result` event."""
         self._emit("tool_result", call, self.digest(call), ok=ok, code=code)

@@ -1,0 +1,44 @@
+"""A fake backend scripted by its prompt, for driving `harnesscheck acp serve` as a subprocess.
+
+`--backend acp_fakes:spec` (with tests/ on PYTHONPATH): the registry's `module:factory` form.
+A prompt that is a JSON object `{"turns": [{"text", "tool_calls": [[name, args]], "delay_s",
+"error"}], "repeat_last"}` becomes the fake's script for that step; any other prompt runs the
+fake's default script (one "ok" turn). Everything else is the real FakeTransport: the tool
+loop through dispatch, cancellation, limits.
+"""
+
+from __future__ import annotations
+
+import json
+
+from harnesscheck.contracts import ErrorClass, Kind, ProviderSpec, Usage
+from harnesscheck.providers.fake import FakeScript, FakeTransport, FakeTurn, ToolCall
+from harnesscheck.registry import get_spec
+
+
+def spec() -> ProviderSpec:
+    return ProviderSpec(id="acp-prompt-fake", kind=Kind.api, label="fake scripted by its prompt (tests)",
+                        factory="acp_fakes:PromptScriptedFake", capabilities=get_spec("fake").capabilities)
+
+
+def script_from(prompt: str) -> FakeScript | None:
+    if not prompt.lstrip().startswith("{"):
+        return None
+    data = json.loads(prompt)
+    turns = [
+        FakeTurn(
+            text=t.get("text", ""),
+            tool_calls=[ToolCall(name, args) for name, args in t.get("tool_calls", [])],
+            delay_s=float(t.get("delay_s", 0.0)),
+            error=ErrorClass(t["error"]) if t.get("error") else None,
+            error_message=t.get("error_message", ""),
+            usage=Usage(input=int(t.get("input", 10)), output=int(t.get("output", 5))),
+        )
+        for t in data["turns"]
+    ]
+    return FakeScript(turns, repeat_last=bool(data.get("repeat_last")))
+
+
+class PromptScriptedFake(FakeTransport):
+    def run_session(self, request, *, cancel=None, on_text=None, script=None):
+        return super().run_session(request, cancel=cancel, on_text=on_text, script=script or script_from(request.prompt))
