@@ -22,21 +22,7 @@ def spec() -> ProviderSpec:
 
 
 def script_from(prompt: str) -> FakeScript | None:
-    if not prompt.lstrip().startswith("{"):
-        return None
-    data = json.loads(prompt)
-    turns = [
-        FakeTurn(
-            text=t.get("text", ""),
-            tool_calls=[ToolCall(name, args) for name, args in t.get("tool_calls", [])],
-            delay_s=float(t.get("delay_s", 0.0)),
-            error=ErrorClass(t["error"]) if t.get("error") else None,
-            error_message=t.get("error_message", ""),
-            usage=Usage(input=int(t.get("input", 10)), output=int(t.get("output", 5))),
-        )
-        for t in data["turns"]
-    ]
-    return FakeScript(turns, repeat_last=bool(data.get("repeat_last")))
+    return FakeScript.from_prompt(prompt)
 
 
 class PromptScriptedFake(FakeTransport):

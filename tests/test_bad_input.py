@@ -99,7 +99,20 @@ CASES = [
     ("cli-env-is-a-directory", lambda t: ["run", "--backend", "codex", "--root", str(t / "wt"), "--prompt", "hi"],
      {"HARNESS_BACKEND_CLI": "/"}, 3, "tried: / (a directory, not the binary)"),
     ("drift-unknown-backend", lambda t: ["drift", "--backend", "nope"], {}, 2, "unknown backend 'nope'"),
+    ("run-policy-missing", lambda t: ["run", "--backend", "fake", "--root", str(t / "wt"), "--prompt", "hi",
+                                      "--policy", str(t / "nope.toml")], {}, 2, "policy file nope.toml: cannot be read"),
+    ("run-policy-bad-field", lambda t: ["run", "--backend", "fake", "--root", str(t / "wt"), "--prompt", "hi",
+                                        "--policy", str(_policy(t, '[[rules]]\ndecision = "maybe"\n'))], {}, 2,
+     "policy file p.toml: rules.0.decision: Input should be 'allow', 'deny' or 'approval_required'"),
+    ("run-events-and-json", lambda t: ["run", "--backend", "fake", "--root", str(t / "wt"), "--prompt", "hi",
+                                       "--events", "--json"], {}, 2, "--events and --json both want stdout"),
 ]
+
+
+def _policy(tmp: Path, text: str) -> Path:
+    path = tmp / "p.toml"
+    path.write_text(text)
+    return path
 
 
 def run_case(tmp_path: Path, build, env_extra: dict) -> subprocess.CompletedProcess:

@@ -353,3 +353,52 @@ def test_the_approver_of_a_request_is_asked_before_the_write(root, tmp_path):
     out, _ = fake_session(root, tmp_path, turns, policy=ask_writes(), approver=approver)
     assert out.status.value == "ok" and out.refusals == [] and asked == [("write_file", "docs/n.md", False)]
     assert (root / "docs" / "n.md").read_text() == "x"
+
+
+# -- harnesscheck run: the policy file, the terminal approver, the events on stdout
+
+
+def test_the_terminal_approver_asks_on_the_tty_and_only_yes_approves(monkeypatch, root):
+    import os
+    import pty
+    import sys
+
+    from harnesscheck.policy import ApprovalRequest
+    from harnesscheck.runner import terminal_approver
+
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: False, raising=False)
+    assert terminal_approver() is None, "without a terminal there is no approver: approval_required is denied"
+    master, slave = pty.openpty()
+    try:
+        monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
+        monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+        approve = terminal_approver(os.ttyname(slave))
+        request = ApprovalRequest("write_file", {"path": "a", "content": "x"}, ToolKind.WRITE, "a", "f" * 64, "s", str(root), "")
+        for typed, expected in ((b"y\n", True), (b"yes\n", True), (b"n\n", False), (b"\n", False), (b"maybe\n", False)):
+            os.write(master, typed)
+            assert approve(request) is expected, typed
+        shown = os.read(master, 4096).decode()
+        assert "approve write_file a (write, call ffffffffffff)? [y/N]" in shown
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def test_run_prints_events_as_json_lines_and_obeys_the_policy_file(tmp_path, capsys, monkeypatch):
+    from harnesscheck.runner import run_command
+
+    monkeypatch.chdir(tmp_path)
+    wt = tmp_path / "wt"
+    (wt / ".github").mkdir(parents=True)
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[[rules]]\ndecision = "deny"\npaths = [".github/*"]\n')
+    script = json.dumps({"turns": [{"tool_calls": [["write_file", {"path": ".github/ci.yml", "content": "x"}],
+                                                   ["write_file", {"path": "ok.md", "content": "y"}]]},
+                                   {"text": "done"}]})
+    code = run_command(backend="fake", root=wt, prompt=script, write=True, policy_file=policy, events=True,
+                       run_dir=tmp_path / "run")
+    assert code == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    decisions = [(e["path"] if "path" in e else None, e.get("decision"), e.get("code")) for e in lines if e["kind"] == "tool_decision"]
+    assert [d[1:] for d in decisions] == [("deny", "rule"), ("allow", "default")]
+    assert lines[-1]["kind"] == "end" and not (wt / ".github" / "ci.yml").exists() and (wt / "ok.md").read_text() == "y"

@@ -229,6 +229,8 @@ def run(
     json_out: Annotated[bool, typer.Option("--json", help="Print the AgentOutcome as JSON.")] = False,
     retries: Annotated[int, typer.Option("--retries", help="Reruns after a transient error (429, 529, 5xx, network); 0 disables.")] = 2,
     retry_wait_max: Annotated[float, typer.Option("--retry-wait-max", help="Total seconds to wait between retries.")] = 120.0,
+    policy: Annotated[Optional[Path], typer.Option("--policy", help="A TOML policy file (doc/SPEC-policy.md); approval_required calls are asked on the terminal, denied without one.")] = None,
+    events: Annotated[bool, typer.Option("--events", help="Print the session's typed events as JSON lines on stdout as they happen (doc/SPEC-events.md).")] = False,
 ) -> None:
     """Run one session through the registry and write RUN_REPORT.md/.json."""
     prompt = check_text_option("--prompt", prompt)
@@ -247,6 +249,8 @@ def run(
             backend=backend, root=root, prompt=prompt, timeout=timeout, model=model, cli=cli,
             write=write, run_dir=run_dir, as_json=json_out,
             retry=RetryPolicy(retries=retries, max_wait_s=retry_wait_max),
+            policy_file=policy,
+            events=events,
         )
     )
 

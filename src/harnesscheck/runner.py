@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import random
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -91,6 +92,9 @@ def run_command(
     run_dir: Path | None = None,
     as_json: bool = False,
     retry: RetryPolicy | None = None,
+    policy_file: Path | None = None,
+    events: bool = False,
+    approver: Callable | None = None,
     sleep: Callable[[float], None] = time.sleep,
     rng: Callable[[], float] = random.random,
 ) -> int:
@@ -122,6 +126,20 @@ def run_command(
     if retry.retries < 0 or retry.max_wait_s < 0:
         _err("harnesscheck run: --retries and --retry-wait-max must not be negative\n  fix: pass 0 or more")
         return EXIT_USAGE
+    if events and as_json:
+        _err("harnesscheck run: --events and --json both want stdout\n  fix: pass one of them")
+        return EXIT_USAGE
+    policy = None
+    if policy_file is not None:
+        from harnesscheck.policy import Policy, PolicyError
+
+        try:
+            policy = Policy.load(policy_file)
+        except PolicyError as exc:
+            _err(f"harnesscheck run: --policy: {exc}\n  fix: correct the file (its schema: doc/policy.schema.json)")
+            return EXIT_USAGE
+    if approver is None and policy is not None:
+        approver = terminal_approver()
 
     try:
         dotenv = Path.cwd() / ".env"
@@ -178,9 +196,16 @@ def run_command(
             model=settings.model,
             timeout_s=settings.timeout_s,
             run_dir=attempt_dir,
+            policy=policy,
+            approver=approver,
         )
         try:
-            outcome = transport.run_session(request)
+            if events:
+                from harnesscheck.events import run_with_events
+
+                outcome = run_with_events(transport, request, lambda e: print(redact(e.json_line()), flush=True))
+            else:
+                outcome = transport.run_session(request)
         except HarnessError as exc:
             _err(f"harnesscheck run: {exc.message}" + (f"\n  fix: {exc.fix}" if exc.fix else ""))
             if made_run_dir:
@@ -231,6 +256,9 @@ def run_command(
     if as_json:
         print(redact(outcome.model_dump_json(indent=2)))
         _err(f"report: {md_path}")
+    elif events:
+        status = outcome.status.value + (f" ({outcome.error_class.value})" if outcome.error_class else "")
+        _err(f"{spec.id}: {status} in {outcome.duration_s:.1f} s\nreport: {md_path}")
     else:
         status = outcome.status.value + (f" ({outcome.error_class.value})" if outcome.error_class else "")
         print(f"{spec.id}: {status} in {outcome.duration_s:.1f} s")
@@ -248,6 +276,29 @@ def run_command(
         _err("audit: FLAGGED: " + ", ".join(sorted({f.code for f in outcome.audit.flags})))
         return EXIT_BACKEND_FAILED
     return EXIT_OK if outcome.ok else EXIT_BACKEND_FAILED
+
+
+def terminal_approver(tty_path: str = "/dev/tty") -> Callable | None:
+    """The approver `harnesscheck run` uses: a yes/no question on the controlling terminal
+    for each approval_required call (tool, path, the first 12 hex digits of its digest), or
+    None without a terminal: then such calls are denied (doc/SPEC-policy.md)."""
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return None
+    lock = threading.Lock()
+
+    def approve(request) -> bool:
+        where = f" {request.path}" if request.path else ""
+        question = f"approve {request.tool}{where} ({request.kind.value}, call {request.digest[:12]})? [y/N] "
+        with lock:  # one question at a time, whatever thread asks
+            try:
+                with open(tty_path, "rb", buffering=0) as tty_in, open(tty_path, "wb", buffering=0) as tty_out:
+                    tty_out.write(question.encode("utf-8", "replace"))
+                    answer = tty_in.readline(200).decode("utf-8", "replace")
+            except OSError:  # a terminal that went away answers no
+                return False
+            return answer.strip().lower() in ("y", "yes")
+
+    return approve
 
 
 def _remove_if_empty(run_dir: Path) -> None:

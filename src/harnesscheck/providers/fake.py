@@ -18,6 +18,7 @@ tests/mutants overrides to reproduce one defect.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -79,6 +80,34 @@ class FakeScript:
             return self.turns[index]
         return self.turns[-1] if self.repeat_last and self.turns else None
 
+    @classmethod
+    def from_prompt(cls, prompt: str) -> "FakeScript | None":
+        """A prompt that is a JSON script plays that script (doc/SPEC-fake.md), so a demo or a
+        test drives the fake from the command line: `{"turns": [{"text", "tool_calls": [[name,
+        args]], "delay_s", "error", "error_message", "input", "output"}], "repeat_last"}`.
+        Any other prompt (not a JSON object with "turns") is None: the default script."""
+        text = prompt.strip()
+        if not text.startswith("{"):
+            return None
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or not isinstance(data.get("turns"), list):
+            return None
+        turns = [
+            FakeTurn(
+                text=str(t.get("text", "")),
+                tool_calls=[ToolCall(str(name), dict(args)) for name, args in t.get("tool_calls", [])],
+                delay_s=float(t.get("delay_s", 0.0)),
+                error=ErrorClass(t["error"]) if t.get("error") else None,
+                error_message=str(t.get("error_message", "")),
+                usage=Usage(input=int(t.get("input", 10)), output=int(t.get("output", 5))),
+            )
+            for t in data["turns"] if isinstance(t, dict)
+        ]
+        return cls(turns, repeat_last=bool(data.get("repeat_last"))) if turns else None
+
 
 @dataclass
 class SessionLog:
@@ -121,14 +150,15 @@ class FakeTransport:
         on_text: Callable[[str], None] | None = None,
         script: FakeScript | None = None,
     ) -> AgentOutcome:
-        """One scripted session (`script` overrides `self.script` for this session only), in one
+        """One scripted session (`script`, else a JSON script given as the prompt, overrides
+        `self.script` for this session only), in one
         of the host's session slots (Settings.concurrency); the wait counts against timeout_s."""
         from harnesscheck.process import SlotBusy, session_slot
 
         started = time.monotonic()
         try:
             with session_slot(self.settings.concurrency, wait_s=request.timeout_s):
-                return self._session(request, cancel, on_text, script, started)
+                return self._session(request, cancel, on_text, script or FakeScript.from_prompt(request.prompt), started)
         except SlotBusy as exc:
             return AgentOutcome(status=OutcomeStatus.truncated, error_class=ErrorClass.timeout, retryable=True,
                                 message=f"the session never started: {exc}", session_id=request.session_id,
