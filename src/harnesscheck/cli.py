@@ -231,6 +231,7 @@ def run(
     retry_wait_max: Annotated[float, typer.Option("--retry-wait-max", help="Total seconds to wait between retries.")] = 120.0,
     policy: Annotated[Optional[Path], typer.Option("--policy", help="A TOML policy file (doc/SPEC-policy.md); approval_required calls are asked on the terminal, denied without one.")] = None,
     events: Annotated[bool, typer.Option("--events", help="Print the session's typed events as JSON lines on stdout as they happen (doc/SPEC-events.md).")] = False,
+    preflight: Annotated[bool, typer.Option("--preflight", help="Say what the backend will and will not do for this request (CLI, credential, declines, policy), then exit: 0 ok, 3 not; nothing is started.")] = False,
 ) -> None:
     """Run one session through the registry and write RUN_REPORT.md/.json."""
     prompt = check_text_option("--prompt", prompt)
@@ -251,6 +252,7 @@ def run(
             retry=RetryPolicy(retries=retries, max_wait_s=retry_wait_max),
             policy_file=policy,
             events=events,
+            preflight_only=preflight,
         )
     )
 

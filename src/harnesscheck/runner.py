@@ -95,6 +95,7 @@ def run_command(
     policy_file: Path | None = None,
     events: bool = False,
     approver: Callable | None = None,
+    preflight_only: bool = False,
     sleep: Callable[[float], None] = time.sleep,
     rng: Callable[[], float] = random.random,
 ) -> int:
@@ -161,6 +162,20 @@ def run_command(
     except HarnessError as exc:
         _err(f"harnesscheck run: {exc.message}" + (f"\n  fix: {exc.fix}" if exc.fix else ""))
         return int(getattr(exc, "exit_code", EXIT_ENVIRONMENT))
+
+    if preflight_only:
+        from harnesscheck.preflight import preflight
+
+        checked = preflight(spec, settings, AgentSessionRequest(
+            prompt=prompt, scope=ToolScope(root=root, read_only=not write), model=settings.model,
+            timeout_s=settings.timeout_s, policy=policy, approver=approver), transport=transport)
+        if as_json:
+            print(checked.model_dump_json(indent=2))
+        else:
+            for item in checked.items:
+                print(f"{item.status:4}  {item.topic}: {item.detail}" + (f"\n      fix: {item.fix}" if item.fix and item.status != "ok" else ""))
+            print(f"{spec.id}: preflight {'ok' if checked.ok else 'FAILED: the session would not be started'}")
+        return EXIT_OK if checked.ok else EXIT_ENVIRONMENT
 
     from harnesscheck.providers._harness import scratch_dir
     from harnesscheck.rundir import prepare_run_dir
