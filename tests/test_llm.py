@@ -391,7 +391,7 @@ def _modules_after(code: str) -> set[str]:
 
 
 def test_importing_the_provider_imports_neither_sdk():
-    assert _modules_after("import harnesscheck.providers.api, harnesscheck.llm, harnesscheck.pricing") == set()
+    assert _modules_after("import harnesscheck.providers.api, harnesscheck.llm, harnesscheck.models") == set()
 
 
 @pytest.mark.parametrize(

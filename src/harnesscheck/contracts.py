@@ -107,7 +107,7 @@ class ModelVerdict(StrEnum):
 
 
 class CostSource(StrEnum):
-    api = "api"  # computed from the shipped price table for an API call
+    api = "api"  # computed from the shipped model metadata's list prices for an API call (Cost.basis)
     subscription = "subscription"  # reported by the CLI under a subscription: not billed
     reported = "reported"  # reported by the vendor as billed
     none = "none"  # no dollar figure
@@ -167,6 +167,7 @@ class Cost(BaseModel):
     usd: float | None = None
     source: CostSource = CostSource.none
     partial: bool = Field(default=False, description="the session was truncated before a final figure")
+    basis: str | None = Field(default=None, description="where the rates came from, e.g. the model metadata snapshot and its version")
 
 
 class Refusal(BaseModel):

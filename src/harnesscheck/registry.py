@@ -331,8 +331,27 @@ def resolve_provider(settings: Settings | None = None) -> Transport:
     settings = settings or Settings.from_env()
     if not settings.backend:
         raise SelectionMissing(list(known_specs()))
+    settings = resolve_model_name(settings)
     spec = get_spec(settings.backend)
     return build_transport(spec, settings)
+
+
+def resolve_model_name(settings: Settings) -> Settings:
+    """`provider/model` (`anthropic/claude-sonnet-5-5`, `openai/gpt-5`, `copilot/gpt-5`) as the
+    backend: the provider's backend and wire, and the model (harnesscheck.models.resolve_name).
+    A different model named beside it (HARNESS_BACKEND_MODEL) is a ConfigError, never a guess."""
+    from harnesscheck.models import resolve_name
+
+    if settings.backend in known_specs():
+        return settings
+    named = resolve_name(settings.backend or "")
+    if named is None:
+        return settings
+    backend, model = named
+    if settings.model and settings.model != model:
+        raise ConfigError(f"{settings.backend} names the model {model!r} but HARNESS_BACKEND_MODEL is {settings.model!r}",
+                          f"name one model: --backend {settings.backend} alone, or --backend {backend} --model {settings.model}")
+    return settings.model_copy(update={"backend": backend, "model": model})
 
 
 def build_transport(spec: ProviderSpec, settings: Settings) -> Transport:

@@ -103,7 +103,7 @@ def run_command(
     from harnesscheck.config import Settings
     from harnesscheck.contracts import AgentSessionRequest, HarnessError, SelectionMissing
     from harnesscheck.envpolicy import redact
-    from harnesscheck.registry import get_spec, resolve_provider
+    from harnesscheck.registry import get_spec, resolve_model_name, resolve_provider
     from harnesscheck.report import ReportFacts, write_report
     from harnesscheck.scope import ToolScope
 
@@ -156,7 +156,7 @@ def run_command(
             update["timeout_s"] = float(timeout)
         if cli is not None:
             update["cli"] = Path(cli).expanduser().absolute()
-        settings = settings.model_copy(update=update)
+        settings = resolve_model_name(settings.model_copy(update=update))
         spec = get_spec(settings.backend)
         transport = resolve_provider(settings)
     except HarnessError as exc:

@@ -130,13 +130,17 @@ class ApiTransport:
     model_required = True
 
     def session_cost(self, model: str | None, usage: Usage, *, partial: bool) -> Cost:
-        """The session's dollar cost: its tokens priced by the price table (source api), or none.
-        The public seam for a backend billed otherwise (a subscription login: no per-token
-        figure) to override; the rest of the outcome stays `_finish`'s."""
-        from harnesscheck.pricing import cost_usd
+        """The session's dollar cost: its tokens at the model's list prices from the shipped
+        model metadata (harnesscheck.models; source api, `basis` naming the snapshot), or none
+        for a model the snapshot does not price. The public seam for a backend billed otherwise
+        (a subscription login: no per-token figure) to override."""
+        from harnesscheck.models import PROVIDER_OF_MODE, cost_from, model_info
 
-        usd = cost_usd(model, usage)
-        return Cost(usd=usd, source=CostSource.api if usd is not None else CostSource.none, partial=partial)
+        info = model_info(PROVIDER_OF_MODE.get(self.api_mode or ""), model)
+        usd = cost_from(info, usage) if info is not None else None
+        if usd is None:
+            return Cost(usd=None, source=CostSource.none, partial=partial)
+        return Cost(usd=usd, source=CostSource.api, partial=partial, basis=f"{info.source}: {info.provider}/{info.model}")
 
     def _model(self, model: str | None) -> str:
         """The model to request: the call's, else HARNESS_BACKEND_MODEL; none is a pre-session error."""
