@@ -34,6 +34,11 @@ from harnesscheck.contracts import (
 
 ENTRY_POINT_GROUP = "harnesscheck.backends"
 
+#: What every ACP agent declares: the host's bridge as its MCP server and a cancel that ends
+#: the tree (session/cancel, then the kill). Anything agent-specific (built-ins off, usage)
+#: is a profile's to claim, not the protocol's.
+ACP_CAPABILITIES = frozenset({C.mcp_tools, C.cancellation})
+
 BUILTIN_SPECS: dict[str, ProviderSpec] = {
     spec.id: spec
     for spec in (
@@ -243,6 +248,14 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             description="Subscription CLI (not obtainable here: offline level only, fixtures from references).",
         ),
         ProviderSpec(
+            id="acp-fake",
+            kind=Kind.harness,
+            label="ACP agent (harnesscheck's fake, offline)",
+            factory="harnesscheck.providers.acp:AcpTransport",
+            capabilities=ACP_CAPABILITIES,
+            description="The fake ACP agent (fake_clis/acp-agent) through the ACP backend: the offline ACP column.",
+        ),
+        ProviderSpec(
             id="fake",
             kind=Kind.api,
             label="Fake (in-process, scripted)",
@@ -302,6 +315,8 @@ def get_spec(backend_id: str) -> ProviderSpec:
     if MODE_SEP in backend_id and ":" not in backend_id:
         base_id, _, mode = backend_id.partition(MODE_SEP)
         return mode_variant(get_spec(base_id), mode)
+    if backend_id.startswith(ACP_PREFIX):
+        return acp_spec(backend_id)
     if ":" in backend_id:
         module, _, attr = backend_id.partition(":")
         obj = getattr(importlib.import_module(module), attr)
@@ -309,6 +324,23 @@ def get_spec(backend_id: str) -> ProviderSpec:
         if isinstance(spec, ProviderSpec):
             return spec
     raise UnknownBackend(backend_id, list(specs))
+
+
+#: `acp:<command line>` / `acp:<file>.toml`: any ACP agent, driven by the ACP backend (doc/SPEC-acp.md).
+ACP_PREFIX = "acp:"
+
+
+def acp_spec(backend_id: str) -> ProviderSpec:
+    """The spec of an ACP agent given by command line or profile file (`acp:...`): the profile
+    is read now, so a bad one fails before anything runs."""
+    from harnesscheck.providers.acp.profile import profile_for
+
+    profile = profile_for(backend_id)
+    return ProviderSpec(
+        id=backend_id, kind=Kind.harness, label=f"ACP agent {profile.name}",
+        factory="harnesscheck.providers.acp:AcpTransport", capabilities=ACP_CAPABILITIES,
+        description=profile.description or f"ACP agent: {' '.join(profile.command)}",
+    )
 
 
 def resolve_provider(settings: Settings | None = None) -> Transport:
