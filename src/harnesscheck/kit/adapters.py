@@ -629,6 +629,10 @@ class BackendUnderTest:
 
     # -- helpers for checks --------------------------------------------------------------
 
+    def acp_run(self, steps: list[dict], **kwargs):
+        """One ACP session of scripted agent steps (kit/acp_adapter.py); only ACP backends have one."""
+        raise SkipCell("unsupported-by-backend", f"{self.spec.id} is not an ACP agent: the acp.* checks judge ACP agents")
+
     def skip(self, reason: str, message: str):
         raise SkipCell(reason, message)
 
@@ -1079,6 +1083,10 @@ def adapter_for(spec: ProviderSpec, level: str, tmp_path: Path) -> BackendUnderT
         raise SkipCell("env-missing", level_available(spec, level)[1])
     if kind == "scripted":
         return ScriptedAdapter(spec, level, tmp_path)
+    if kind == "harness" and is_acp(spec):
+        from harnesscheck.kit.acp_adapter import AcpAdapter
+
+        return AcpAdapter(spec, level, tmp_path)
     if kind == "harness":
         from harnesscheck.kit.harness_adapter import HarnessAdapter
 
@@ -1105,6 +1113,13 @@ def _built_on(spec: ProviderSpec, base: type) -> bool:
     except (ImportError, AttributeError):
         return False
     return isinstance(factory, type) and issubclass(factory, base)
+
+
+def is_acp(spec: ProviderSpec) -> bool:
+    """A backend built on the ACP transport (an ACP agent, driven by kit/acp_adapter.py offline)."""
+    from harnesscheck.providers.acp.transport import AcpTransport
+
+    return _built_on(spec, AcpTransport)
 
 
 def is_copilot(spec: ProviderSpec) -> bool:

@@ -51,6 +51,7 @@ AREAS: dict[str, str] = {
     "audit": "Post-run audit",
     "concurrency": "Concurrency",
     "parity": "Parity ratchets",
+    "acp": "ACP agents, judged by effect",
     "live": "Live smokes",
 }
 

@@ -1,0 +1,220 @@
+"""AcpAdapter: an ACP backend at the offline level — its real transport driving the fake ACP agent.
+
+Each run writes a scenario for `fake_clis/acp-agent` (a fixture `fixtures/acp-agent/<scenario>.json`,
+or the steps of an acp.* check) and runs the backend's own transport with its profile's
+command extended by `--scenario FILE --record FILE`; a miniature's profile adds its `--defect`.
+Tool calls are real: the fake starts the bridge the transport named in `session/new` and calls
+it. Canonical scenarios the fake cannot stand for are skipped `adapter-not-implemented`, with the
+reason; nothing is guessed.
+
+The evidence of an ACP session (`AcpRun`): the outcome, what the host saw on the wire
+(providers/acp/session.py AcpEvidence), the fake's own record (its pid, its tool children and MCP
+servers with the env it gave them) and the effects on disk the check looks at itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from harnesscheck.kit.adapters import BackendUnderTest, Facts, SessionRun, Setup, SkipCell
+
+#: The canonical scenarios the fake ACP agent replays from fixtures/acp-agent/ as they are.
+FIXTURE_SCENARIOS = frozenset({"success", "timeout_mid_stream", "not_logged_in", "auth_401", "rate_limit_429",
+                               "overloaded_529", "context_overflow", "max_turns"})
+
+#: Why the rest of the canonical scenarios have no ACP form here (the skip's message).
+NO_ACP_FORM = (
+    "the fake ACP agent has no form of this scenario: ACP carries no such event (stream-format and CLI-exit "
+    "scenarios belong to the CLI fakes), or no ACP agent was observed doing it (shared/reference/observed-acp-agents.md)"
+)
+
+
+@dataclass
+class AcpRun:
+    """One ACP session as an acp.* check sees it."""
+
+    outcome: Any
+    evidence: Any  # providers.acp.session.AcpEvidence
+    records: list[dict]
+    duration_s: float
+    effects: Path  # a directory outside the worktree and the run dir for the scenario's marks
+    run_dir: Path
+    observed: dict = field(default_factory=dict)  # what the check's observer saw mid-session
+
+    def bridge_trace(self) -> list[dict]:
+        """The session's dispatch records (the bridge's, and the host's fs/* serving)."""
+        from harnesscheck.kit.adapters import read_trace
+
+        return read_trace(self.run_dir / "bridge-trace.jsonl")
+
+    def kinds(self, kind: str) -> list[dict]:
+        return [r for r in self.records if r.get("kind") == kind]
+
+
+def read_records(path: Path) -> list[dict]:
+    out = []
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return out
+    for line in text.split("\n"):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+class AcpAdapter(BackendUnderTest):
+    name = "fake-acp-agent"
+
+    def __init__(self, spec, level, tmp_path):
+        super().__init__(spec, level, tmp_path)
+        if level != "offline":
+            raise SkipCell("env-missing", f"no {level} adapter for the ACP backend {spec.id} is installed here")
+        self._runs = 0
+
+    @property
+    def cli_version(self) -> str | None:
+        return "fake acp-agent 0.1.0 (offline)"
+
+    def provenance(self) -> str:
+        return "the fake ACP agent (fake_clis/acp-agent) replaying fixtures/acp-agent/ or the check's own steps"
+
+    # -- building a run ---------------------------------------------------------------------
+
+    def _transport(self, scenario: dict, *, policy=None, settings: dict | None = None, session_key: str | None = None):
+        """The backend's transport, its profile's command extended to replay `scenario`."""
+        from harnesscheck.config import Settings
+        from harnesscheck.registry import build_transport
+
+        self._runs += 1
+        folder = self.tmp_path / f"acp{self._runs}"
+        folder.mkdir(parents=True, exist_ok=True)
+        scenario_path, record_path = folder / "scenario.json", folder / "record.jsonl"
+        scenario_path.write_text(json.dumps(scenario), encoding="utf-8")
+        transport = build_transport(self.spec, Settings(backend=self.spec.id, **self.run_settings(dict(settings or {}))))
+        profile = transport.profile
+        transport.profile = profile.model_copy(update={
+            "command": [*profile.command, "--scenario", str(scenario_path), "--record", str(record_path)]})
+        if policy is not None:
+            transport.policy = policy
+        if session_key is not None:
+            transport._key = session_key
+        return transport, record_path
+
+    def prepare(self, scenario, ws, *, tool_calls, model, timeout_s, echo) -> Setup:
+        from harnesscheck.fakes import fixture_path
+
+        if scenario == "tools":
+            steps = [{"mcp": c.name, "arguments": dict(c.args)} for c in tool_calls or []]
+            data = {"steps": [*steps, {"say": "done"}], "stop": "end_turn"}
+            facts = Facts()
+        elif scenario in FIXTURE_SCENARIOS:
+            path = fixture_path("acp-agent", scenario)
+            data = json.loads(path.read_text(encoding="utf-8"))
+            facts = Facts()
+            if scenario == "timeout_mid_stream":
+                facts.partial_text = next((s["say"] for s in data["steps"] if "say" in s), None)
+        else:
+            raise SkipCell("adapter-not-implemented", f"{scenario}: {NO_ACP_FORM}")
+        if echo:
+            data = {**data, "steps": [{"say": ""}, *data["steps"]]}
+        transport, record = self._transport(data)
+        return Setup(transport, facts, model=model, extra={"record": record})
+
+    def collect(self, run: SessionRun, setup: Setup, request) -> None:
+        from harnesscheck.kit.adapters import read_trace
+
+        records = read_records(setup.extra["record"])
+        run.run_dir = request.run_dir
+        run.children = self._children(records)
+        run.cli_pids = [c["pid"] for c in run.children]
+        trace = []
+        for name in ("session-trace.jsonl", "bridge-trace.jsonl"):
+            trace.extend(read_trace(Path(request.run_dir) / name) if request.run_dir else [])
+        run.trace = trace
+
+    @staticmethod
+    def _children(records: list[dict]) -> list[dict]:
+        """The fake's invocation records, each with its tool children and MCP servers (pids)."""
+        children = []
+        for rec in records:
+            if rec.get("kind") != "invocation":
+                continue
+            pid = rec.get("pid")
+            mine = [r for r in records if r.get("agent_pid") == pid]
+            children.append({
+                **rec,
+                "grandchildren": [{"pid": r["pid"]} for r in mine if r.get("kind") == "tool_child"],
+                "mcp_server_pids": [r["pid"] for r in mine if r.get("kind") == "mcp_server"],
+            })
+        return children
+
+    # -- ACP sessions for the acp.* checks ----------------------------------------------------
+
+    def acp_run(self, steps: list[dict], *, timeout_s: float = 30.0, read_only: bool = False,
+                policy: Callable | None = None, cancel_when: Callable | None = None,
+                observer: Callable | None = None, plant: Callable | None = None,
+                parent_env: dict[str, str] | None = None, linger_s: float | None = None,
+                session_key: str | None = None) -> AcpRun:
+        """One ACP session whose agent performs `steps` (fake_clis/acp-agent's step format;
+        `{effects}` in any string is the run's effects dir, outside the worktree and the run dir).
+
+        `policy(tool_call, session) -> allow?` replaces the host's permission policy (default:
+        bridge tools only); `cancel_when(evidence) -> bool`, polled, cancels the session as a
+        host would; `observer(direction, message, evidence, observed)` runs in the host's reading
+        thread for each agent message before the host acts on it; `plant(ws, run_dir)` writes
+        files before the session; `linger_s`: how long the host waits for the agent to exit by
+        itself after it closed stdin (Settings.linger_s); `session_key`: the session's own model
+        credential (`{key}` of the profile), as a host hands it over."""
+        from harnesscheck.contracts import AgentSessionRequest
+        from harnesscheck.kit.adapters import patched_environ
+        from harnesscheck.providers.acp.session import AcpEvidence
+
+        ws = self.workspace()
+        effects = ws.base / "effects"
+        effects.mkdir()
+        run_dir = ws.base / "run"
+        filled = json.loads(json.dumps(steps).replace("{effects}", str(effects)))
+        settings = {} if linger_s is None else {"linger_s": linger_s}
+        transport, record = self._transport({"steps": filled, "stop": "end_turn"}, policy=policy, settings=settings,
+                                            session_key=session_key)
+        if plant is not None:
+            plant(ws, run_dir)
+        evidence = AcpEvidence()
+        observed: dict = {"record": record}
+        cancel = threading.Event()
+        stop_poll = threading.Event()
+
+        def poll() -> None:
+            while not stop_poll.wait(0.02):
+                if cancel_when is not None and cancel_when(evidence, record):
+                    cancel.set()
+                    return
+
+        poller = threading.Thread(target=poll, daemon=True) if cancel_when is not None else None
+        watch = (lambda d, m, ev: observer(d, m, ev, observed)) if observer is not None else None
+        request = AgentSessionRequest(prompt="Do the task.", scope=ws.scope(read_only=read_only), timeout_s=timeout_s,
+                                      run_dir=run_dir, session_id=uuid.uuid4().hex)
+        env = {**self.host_isolation(ws), **(parent_env or {})}
+        with patched_environ(env):
+            transport.parent_env = dict(os.environ)
+            started = time.monotonic()
+            if poller is not None:
+                poller.start()
+            try:
+                outcome = transport.run_session(request, cancel=cancel, evidence=evidence, observer=watch)
+            finally:
+                stop_poll.set()
+        return AcpRun(outcome=outcome, evidence=evidence, records=read_records(record),
+                      duration_s=time.monotonic() - started, effects=effects, run_dir=run_dir, observed=observed)
