@@ -143,6 +143,25 @@ class AcpAdapter(BackendUnderTest):
         for name in ("session-trace.jsonl", "bridge-trace.jsonl"):
             trace.extend(read_trace(Path(request.run_dir) / name) if request.run_dir else [])
         run.trace = trace
+        results = [r for r in records if r.get("kind") == "tool_result"]
+        run.model_saw = [str(r.get("text", "")) for r in results]
+        run.extra_tool_results = results
+
+    def tool_errors(self, run: SessionRun) -> list[tuple[str, str]]:
+        """The MCP results the fake agent (standing in for the model's side) got back as errors."""
+        return [(r.get("name", ""), r.get("text", "")) for r in getattr(run, "extra_tool_results", []) if r.get("is_error")]
+
+    def mcp_servers(self, run: SessionRun) -> dict[str, dict]:
+        """The MCP servers the host named in `session/new` (its wire log)."""
+        servers: dict[str, dict] = {}
+        for rec in read_records(Path(run.run_dir) / "acp-wire.jsonl") if run.run_dir else []:
+            msg = rec.get("msg") if rec.get("dir") == "out" else None
+            if isinstance(msg, dict) and msg.get("method") == "session/new":
+                for entry in (msg.get("params") or {}).get("mcpServers") or []:
+                    servers[str(entry.get("name"))] = {
+                        "command": entry.get("command"), "args": entry.get("args") or [],
+                        "env": {e.get("name"): e.get("value") for e in entry.get("env") or [] if isinstance(e, dict)}}
+        return servers
 
     @staticmethod
     def _children(records: list[dict]) -> list[dict]:
@@ -153,8 +172,10 @@ class AcpAdapter(BackendUnderTest):
                 continue
             pid = rec.get("pid")
             mine = [r for r in records if r.get("agent_pid") == pid]
+            prompts = [r.get("text", "") for r in mine if r.get("kind") == "prompt"]
             children.append({
                 **rec,
+                "stdin": "\n".join(prompts),  # the prompt reaches an ACP agent in session/prompt, on stdin
                 "grandchildren": [{"pid": r["pid"]} for r in mine if r.get("kind") == "tool_child"],
                 "mcp_server_pids": [r["pid"] for r in mine if r.get("kind") == "mcp_server"],
             })

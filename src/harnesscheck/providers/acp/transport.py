@@ -81,10 +81,11 @@ class AcpTransport(HarnessTransport):
 
         with self._lock:
             if self._cli_info is None:
-                first = self._cli_path or self._resolve(self.profile.command[0])
+                given = self._cli_path or (Path(self.settings.cli) if getattr(self.settings, "cli", None) else None)
+                first = given or self._resolve(self.profile.command[0])
                 if first is None or not (first.is_file() and os.access(first, os.X_OK)):
-                    raise CliNotFound(self.spec.id, self.profile.command[0], [self.profile.command[0]],
-                                      self.profile.install.npm)
+                    tried = str(first) if first is not None else self.profile.command[0]
+                    raise CliNotFound(self.spec.id, self.profile.command[0], [tried], self.profile.install.npm)
                 self._cli_info = CliInfo(path=first, version=self.profile.version)
             return self._cli_info
 
