@@ -21,6 +21,9 @@ from harnesscheck.providers.acp.profile import ErrorRule
 #: JSON-RPC's code for "Authentication required" in ACP.
 AUTH_REQUIRED = -32000
 
+#: Auth words the shared text rules miss in agents' messages (opencode: "invalid x-api-key").
+_AUTH_TEXT = re.compile(r"invalid x-api-key|\bUNAUTHENTICATED\b", re.IGNORECASE)
+
 _CONTEXT = re.compile(r"context|too long|token count|too large|exceeds", re.IGNORECASE)
 
 #: stopReason -> (status, class); an unknown stopReason is a protocol error.
@@ -71,6 +74,8 @@ def classify_error(error: dict, rules: list[ErrorRule]) -> ErrorClass:
             return ErrorClass.overloaded
         if code >= 500:
             return ErrorClass.server_error
+    if _AUTH_TEXT.search(detail):
+        return ErrorClass.auth
     return classify_text(detail) or ErrorClass.unknown
 
 
