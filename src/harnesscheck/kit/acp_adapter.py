@@ -82,6 +82,13 @@ class AcpAdapter(BackendUnderTest):
         if level != "offline":
             raise SkipCell("env-missing", f"no {level} adapter for the ACP backend {spec.id} is installed here")
         self._runs = 0
+        from harnesscheck.registry import build_transport
+        from harnesscheck.config import Settings
+
+        if not getattr(build_transport(spec, Settings(backend=spec.id)), "profile").replays_scenarios:
+            raise SkipCell("env-missing", f"{spec.id} is a real ACP agent: it needs a model, and the offline level has "
+                           "none (it drives only an agent that replays scripted turns, `replays_scenarios` in its "
+                           "profile); its level is loopback, not built for ad-hoc agents yet")
 
     @property
     def cli_version(self) -> str | None:

@@ -104,6 +104,9 @@ class AcpProfile(BaseModel):
     bridge_tool_names: list[str] = Field(default_factory=lambda: ["mcp__bridge__{tool}", "mcp_bridge_{tool}",
                                                                   "bridge_{tool}", "{tool}"])
     install: Install = Field(default_factory=Install)
+    #: The agent replays a scripted turn given `--scenario FILE --record FILE` (the fake ACP
+    #: agent): the offline level can drive it. A real agent needs a model: the loopback level.
+    replays_scenarios: bool = False
     description: str = ""
 
     def argv(self, values: dict[str, str]) -> list[str]:
