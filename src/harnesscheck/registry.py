@@ -253,6 +253,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             label="ACP agent (harnesscheck's fake, offline)",
             factory="harnesscheck.providers.acp:AcpTransport",
             capabilities=ACP_CAPABILITIES,
+            cli_name="acp-agent",
             description="The fake ACP agent (fake_clis/acp-agent) through the ACP backend: the offline ACP column.",
         ),
         ProviderSpec(
@@ -339,6 +340,7 @@ def acp_spec(backend_id: str) -> ProviderSpec:
     return ProviderSpec(
         id=backend_id, kind=Kind.harness, label=f"ACP agent {profile.name}",
         factory="harnesscheck.providers.acp:AcpTransport", capabilities=ACP_CAPABILITIES,
+        cli_name=Path(profile.command[0]).name,
         description=profile.description or f"ACP agent: {' '.join(profile.command)}",
     )
 
