@@ -29,6 +29,28 @@ from harnesscheck.kit.adapters import BackendUnderTest, Facts, SessionRun, Setup
 FIXTURE_SCENARIOS = frozenset({"success", "timeout_mid_stream", "not_logged_in", "auth_401", "rate_limit_429",
                                "overloaded_529", "context_overflow", "max_turns"})
 
+def _between(lines: tuple[str, ...]):
+    """Steps with each of `lines` on stdout before the first step and after every step."""
+    noise = [{"noise": line} for line in lines]
+    return lambda steps: [*noise, *(x for step in steps for x in (step, *noise))]
+
+
+def _unknown(steps: list[dict]) -> list[dict]:
+    """An update kind and a vendor notification no host knows, before the steps."""
+    return [{"send": {"jsonrpc": "2.0", "method": "session/update",
+                      "params": {"sessionId": "sess_fake_1", "update": {"sessionUpdate": "future_update_kind", "x": 1}}}},
+            {"send": {"jsonrpc": "2.0", "method": "_vendor/notice", "params": {"text": "hello"}}}, *steps]
+
+
+#: `success` with lines that are no JSON-RPC message between the messages (the host counts and
+#: skips them; acp.stdout-only-jsonrpc judges the agent that prints them), or with unknown messages.
+SUCCESS_VARIANTS = {
+    "noise_lines": _between(("[SandboxDebug] seatbelt profile applied", "Warning: proxy settings ignored")),
+    "brace_noise": _between(("{ SandboxDebug: 'profile applied', pid: 4242 }", "{", '{"truncated debug print',
+                             '{"level":"debug","msg":"mcp: 1 server connecting {bridge}"}', "{}")),
+    "unknown_events": _unknown,
+}
+
 #: Why the rest of the canonical scenarios have no ACP form here (the skip's message).
 NO_ACP_FORM = (
     "the fake ACP agent has no form of this scenario: ACP carries no such event (stream-format and CLI-exit "
@@ -132,6 +154,19 @@ class AcpAdapter(BackendUnderTest):
             facts = Facts()
             if scenario == "timeout_mid_stream":
                 facts.partial_text = next((s["say"] for s in data["steps"] if "say" in s), None)
+        elif scenario in SUCCESS_VARIANTS:
+            data = json.loads(fixture_path("acp-agent", "success").read_text(encoding="utf-8"))
+            data["steps"] = SUCCESS_VARIANTS[scenario](data["steps"])
+            facts = Facts()
+        elif scenario == "timeout_tree":
+            # The stall with a tree under it: helpers of the agent's own in its group, one escaped by
+            # setsid, one by setsid with an empty environment, the bridge, and SIGTERM ignored from the hang on.
+            data = json.loads(fixture_path("acp-agent", "timeout_mid_stream").read_text(encoding="utf-8"))
+            data["steps"] = [{"spawn": "sleep 1000"}, {"spawn": "sleep 1000", "setsid": True},
+                             {"spawn": "env -i sleep 1000", "setsid": True},
+                             {"mcp": "list_dir", "arguments": {"path": "."}}, *data["steps"][:-1],
+                             {"ignore_sigterm": True}, data["steps"][-1]]
+            facts = Facts(partial_text=next((s["say"] for s in data["steps"] if "say" in s), None))
         else:
             raise SkipCell("adapter-not-implemented", f"{scenario}: {NO_ACP_FORM}")
         if echo:
@@ -183,7 +218,7 @@ class AcpAdapter(BackendUnderTest):
             children.append({
                 **rec,
                 "stdin": "\n".join(prompts),  # the prompt reaches an ACP agent in session/prompt, on stdin
-                "grandchildren": [{"pid": r["pid"]} for r in mine if r.get("kind") == "tool_child"],
+                "grandchildren": [{"pid": r["pid"]} for r in mine if r.get("kind") in ("tool_child", "spawn")],
                 "mcp_server_pids": [r["pid"] for r in mine if r.get("kind") == "mcp_server"],
             })
         return children
