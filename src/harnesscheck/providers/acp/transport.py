@@ -90,15 +90,19 @@ class AcpTransport(HarnessTransport):
             return self._cli_info
 
     def _resolve(self, word: str) -> Path | None:
-        word = self._values({})["python"] if word == "{python}" else word.replace("{fake_clis}", str(FAKE_CLIS))
+        from harnesscheck.providers.acp.profile import fill
+
+        word = fill(word, self._values({}))
         if "/" in word:
             return Path(word).expanduser().absolute()
         found = shutil.which(word, path=self.parent_env.get("PATH") or os.defpath)
         return Path(found) if found else None
 
     def _values(self, extra: dict[str, str]) -> dict[str, str]:
+        from harnesscheck.paths import cli_cache_dir
+
         return {"base_url": self._base_url, "key": self._key, "python": sys.executable,
-                "fake_clis": str(FAKE_CLIS), **extra}
+                "fake_clis": str(FAKE_CLIS), "clis": str(cli_cache_dir()), **extra}
 
     # -- one session ------------------------------------------------------------------------
 
