@@ -66,6 +66,15 @@ def test_acp_ids_resolve_in_the_registry():
     assert get_spec("acp-fake").factory.endswith(":AcpTransport")
     spec = get_spec("acp:some-agent --acp")
     assert spec.id == "acp:some-agent --acp" and spec.factory.endswith(":AcpTransport")
+    assert get_spec("acp-gemini").label == "ACP agent gemini", "a shipped profile is an id of its own"
+
+
+def test_complete_is_a_tool_less_session(tmp_path):
+    t = _transport(tmp_path, [{"say": "one-shot"}])
+    o = t.complete("hi", timeout_s=30)
+    assert o.status is OutcomeStatus.ok and o.text == "one-shot"
+    session = next(r for r in _records(tmp_path) if r["kind"] == "session")
+    assert session["mcp_servers"] == [], "a one-shot offers the agent no MCP server"
 
 
 # -- errors ----------------------------------------------------------------------------------------

@@ -316,7 +316,7 @@ def get_spec(backend_id: str) -> ProviderSpec:
     if MODE_SEP in backend_id and ":" not in backend_id:
         base_id, _, mode = backend_id.partition(MODE_SEP)
         return mode_variant(get_spec(base_id), mode)
-    if backend_id.startswith(ACP_PREFIX):
+    if backend_id.startswith(ACP_PREFIX) or _shipped_acp_profile(backend_id):
         return acp_spec(backend_id)
     if ":" in backend_id:
         module, _, attr = backend_id.partition(":")
@@ -329,6 +329,15 @@ def get_spec(backend_id: str) -> ProviderSpec:
 
 #: `acp:<command line>` / `acp:<file>.toml`: any ACP agent, driven by the ACP backend (doc/SPEC-acp.md).
 ACP_PREFIX = "acp:"
+
+
+def _shipped_acp_profile(backend_id: str) -> bool:
+    """`acp-<name>` naming a profile shipped in providers/acp/profiles/ (not a built-in column)."""
+    if not backend_id.startswith("acp-") or "/" in backend_id or "." in backend_id:
+        return False
+    from harnesscheck.providers.acp.profile import PROFILE_DIR
+
+    return (PROFILE_DIR / f"{backend_id[4:]}.toml").is_file()
 
 
 def acp_spec(backend_id: str) -> ProviderSpec:
