@@ -346,10 +346,13 @@ def acp_spec(backend_id: str) -> ProviderSpec:
     from harnesscheck.providers.acp.profile import profile_for
 
     profile = profile_for(backend_id)
+    package, _, version = (profile.install.npm or "").rpartition("@")
     return ProviderSpec(
         id=backend_id, kind=Kind.harness, label=f"ACP agent {profile.name}",
         factory="harnesscheck.providers.acp:AcpTransport", capabilities=ACP_CAPABILITIES,
-        cli_name=Path(profile.command[0]).name,
+        cli_name=Path(profile.install.bin or profile.command[0]).name,
+        # the npm pin the loopback level runs (the real agent against the scripted servers)
+        cli_package=package or None, pinned_version=version or None,
         description=profile.description or f"ACP agent: {' '.join(profile.command)}",
     )
 

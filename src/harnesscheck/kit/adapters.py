@@ -631,7 +631,8 @@ class BackendUnderTest:
 
     def acp_run(self, steps: list[dict], **kwargs):
         """One ACP session of scripted agent steps (kit/acp_adapter.py); only ACP backends have one."""
-        raise SkipCell("unsupported-by-backend", f"{self.spec.id} is not an ACP agent: the acp.* checks judge ACP agents")
+        raise SkipCell("unsupported-by-backend", f"no ACP session here: the acp.* checks judge ACP agents, and this "
+                       f"adapter ({self.name}) drives {self.spec.id} by other means")
 
     def skip(self, reason: str, message: str):
         raise SkipCell(reason, message)
