@@ -33,9 +33,6 @@ from harnesscheck.providers._harness import HarnessTransport, Invocation, Sessio
 from harnesscheck.providers.acp.profile import AcpProfile, profile_for
 from harnesscheck.providers.acp.session import AcpEvidence, AcpSession
 
-#: The fake agents and CLIs of this checkout (`{fake_clis}` in a profile's command).
-FAKE_CLIS = Path(__file__).resolve().parents[4] / "fake_clis"
-
 #: The wire log of a session in its run dir (redacted after the session like every session file).
 WIRE_LOG = "acp-wire.jsonl"
 
@@ -99,10 +96,10 @@ class AcpTransport(HarnessTransport):
         return Path(found) if found else None
 
     def _values(self, extra: dict[str, str]) -> dict[str, str]:
-        from harnesscheck.paths import cli_cache_dir
+        from harnesscheck.paths import cli_cache_dir, fake_clis_dir
 
         return {"base_url": self._base_url, "key": self._key, "python": sys.executable,
-                "fake_clis": str(FAKE_CLIS), "clis": str(cli_cache_dir()), **extra}
+                "fake_clis": str(fake_clis_dir()), "clis": str(cli_cache_dir()), **extra}
 
     # -- one session ------------------------------------------------------------------------
 
