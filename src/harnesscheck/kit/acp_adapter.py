@@ -96,6 +96,20 @@ def read_records(path: Path) -> list[dict]:
     return out
 
 
+def session_new_servers(run_dir) -> dict[str, dict]:
+    """The MCP servers an ACP host named in `session/new`, from its wire log in the run dir
+    (providers/acp/transport.py WIRE_LOG): {name: {command, args, env}}; {} when there is none."""
+    servers: dict[str, dict] = {}
+    for rec in read_records(Path(run_dir) / "acp-wire.jsonl") if run_dir else []:
+        msg = rec.get("msg") if rec.get("dir") == "out" else None
+        if isinstance(msg, dict) and msg.get("method") == "session/new":
+            for entry in (msg.get("params") or {}).get("mcpServers") or []:
+                servers[str(entry.get("name"))] = {
+                    "command": entry.get("command"), "args": entry.get("args") or [],
+                    "env": {e.get("name"): e.get("value") for e in entry.get("env") or [] if isinstance(e, dict)}}
+    return servers
+
+
 class AcpAdapter(BackendUnderTest):
     name = "fake-acp-agent"
 
@@ -195,15 +209,7 @@ class AcpAdapter(BackendUnderTest):
 
     def mcp_servers(self, run: SessionRun) -> dict[str, dict]:
         """The MCP servers the host named in `session/new` (its wire log)."""
-        servers: dict[str, dict] = {}
-        for rec in read_records(Path(run.run_dir) / "acp-wire.jsonl") if run.run_dir else []:
-            msg = rec.get("msg") if rec.get("dir") == "out" else None
-            if isinstance(msg, dict) and msg.get("method") == "session/new":
-                for entry in (msg.get("params") or {}).get("mcpServers") or []:
-                    servers[str(entry.get("name"))] = {
-                        "command": entry.get("command"), "args": entry.get("args") or [],
-                        "env": {e.get("name"): e.get("value") for e in entry.get("env") or [] if isinstance(e, dict)}}
-        return servers
+        return session_new_servers(run.run_dir)
 
     @staticmethod
     def _children(records: list[dict]) -> list[dict]:
