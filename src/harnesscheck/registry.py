@@ -349,7 +349,9 @@ def acp_spec(backend_id: str) -> ProviderSpec:
     package, _, version = (profile.install.npm or "").rpartition("@")
     return ProviderSpec(
         id=backend_id, kind=Kind.harness, label=f"ACP agent {profile.name}",
-        factory="harnesscheck.providers.acp:AcpTransport", capabilities=ACP_CAPABILITIES,
+        factory="harnesscheck.providers.acp:AcpTransport",
+        # a profile that switches the agent's built-ins off claims it (judged at the wire at loopback)
+        capabilities=ACP_CAPABILITIES | ({C.builtin_tools_off} if profile.builtins_off else set()),
         cli_name=Path(profile.install.bin or profile.command[0]).name,
         # the npm pin the loopback level runs (the real agent against the scripted servers)
         cli_package=package or None, pinned_version=version or None,
