@@ -102,7 +102,7 @@ def test_side_effects_asked(but):
         f"{len(bridge_calls)} bridge call(s) for {len(granted)} granted permission(s): an MCP call ran unasked")
 
 
-@check("acp.cancel-stops-tool", kinds=[Kind.harness], levels=["offline"], incident="C8", paced=True)
+@check("acp.cancel-stops-tool", kinds=[Kind.harness], levels=["offline"], incident="C8")
 def test_cancel_stops_tool(but):
     """`session/cancel` is answered `stopReason: cancelled` within a bound, and by then the
     running tool's process is gone.
@@ -134,7 +134,7 @@ def test_cancel_stops_tool(but):
         "running tool's process tree before answering session/cancel")
 
 
-@check("acp.exits-on-stdin-close", kinds=[Kind.harness], levels=["offline"], incident=["C6", "C9"], paced=True)
+@check("acp.exits-on-stdin-close", kinds=[Kind.harness], levels=["offline"], incident=["C6", "C9"])
 def test_exits_on_stdin_close(but):
     """After the prompt's answer the host closes the agent's stdin; the agent exits by itself within
     a bound (judged with the host's kill withheld that long), its MCP server child and all.
