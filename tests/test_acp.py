@@ -340,3 +340,16 @@ def test_a_missing_agent_is_cli_not_found(tmp_path):
                      parent_env={"PATH": str(tmp_path)})
     with pytest.raises(CliNotFound):
         t.run_session(_request(tmp_path))
+
+
+def test_the_key_and_endpoint_come_from_harness_settings_only(tmp_path):
+    from pydantic import SecretStr
+
+    t = _transport(tmp_path, [{"say": "x"}])
+    t.settings = Settings(acp_api_key=SecretStr("hc-acp-key-1"))
+    t.__init__(t.spec, t.settings, profile=t.profile, parent_env=t.parent_env)
+    o = t.run_session(_request(tmp_path))
+    env = next(r for r in _records(tmp_path) if r["kind"] == "invocation")["env"]
+    assert o.status is OutcomeStatus.ok and env["ANTHROPIC_API_KEY"] == "hc-acp-key-1"
+    assert "ANTHROPIC_BASE_URL" not in env, "no endpoint given: the agent keeps its own"
+    assert "hc-acp-key-1" not in o.model_dump_json()

@@ -59,14 +59,19 @@ class AcpTransport(HarnessTransport):
                  api_key: str | None = None, policy: Callable[[dict, AcpSession], bool] | None = None, **kwargs):
         """`profile`: the agent (default: the one the backend id names, profile.profile_for).
         `loopback`: a LoopbackEndpoint whose base URL and dummy key fill `{base_url}` / `{key}`;
-        else `api_key` (a key the host program hands over; never read from the environment).
+        else `api_key` (a key the host program hands over) or Settings.acp_api_key
+        (HARNESS_ACP_API_KEY) and Settings.acp_base_url (HARNESS_ACP_BASE_URL; without one the
+        profile's `{base_url}` entries are left out: the agent's own endpoint). Never a variable
+        of the host environment under the agent's own name.
         `policy(tool_call, session) -> allow?`: the permission policy (default: the host's, see
         AcpSession.decide: bridge tools only)."""
         super().__init__(spec, settings, **kwargs)
         self.profile = profile or profile_for(spec.id)
         self.loopback = loopback
-        self._key = loopback.api_key if loopback is not None else (api_key or "")
-        self._base_url = loopback.base_url if loopback is not None else "http://127.0.0.1:9"
+        settings_key = self.settings.acp_api_key.get_secret_value() if self.settings.acp_api_key else None
+        self._key = loopback.api_key if loopback is not None else (api_key or settings_key or "")
+        #: None: the agent keeps its own default endpoint (the profile's `{base_url}` entries are left out).
+        self._base_url: str | None = loopback.base_url if loopback is not None else self.settings.acp_base_url
         self._local = threading.local()  # .pending: this thread's session (concurrent sessions each have their own)
         self.policy = policy
 
@@ -98,7 +103,7 @@ class AcpTransport(HarnessTransport):
     def _values(self, extra: dict[str, str]) -> dict[str, str]:
         from harnesscheck.paths import cli_cache_dir, fake_clis_dir
 
-        return {"base_url": self._base_url, "key": self._key, "python": sys.executable,
+        return {"base_url": self._base_url or "", "key": self._key, "python": sys.executable,
                 "fake_clis": str(fake_clis_dir()), "clis": str(cli_cache_dir()), **extra}
 
     # -- one session ------------------------------------------------------------------------
@@ -198,7 +203,8 @@ class AcpTransport(HarnessTransport):
             "XDG_CACHE_HOME": str(Path(home) / ".cache"),
             "XDG_DATA_HOME": str(Path(home) / ".local" / "share"),
             "XDG_STATE_HOME": str(Path(home) / ".local" / "state"),
-            **self.profile.injected_env(values),
+            **{k: v for k, v in self.profile.injected_env(values).items()
+               if self._base_url is not None or "{base_url}" not in self.profile.env[k]},
         }
         feed = StdinFeed()
         bridge = None if tool_less or ctx.spec_path is None else bridge_command(ctx.spec_path)
