@@ -56,7 +56,7 @@ def _allow_all(tool_call, session) -> bool:
     return True
 
 
-@check("acp.rejected-permission-not-run", kinds=[Kind.harness], levels=["offline"], incident="F1")
+@check("acp.rejected-permission-not-run", kinds=[Kind.harness], incident="F1")
 def test_rejected_permission_not_run(but):
     """A permission the host rejected means the tool never ran: the file is not written, the
     command did not run, and the agent does not report the call completed.
@@ -76,7 +76,7 @@ def test_rejected_permission_not_run(but):
     assert "completed" not in completed, f"a rejected tool call was reported completed: {completed}"
 
 
-@check("acp.side-effects-asked", kinds=[Kind.harness], levels=["offline"], incident="F1")
+@check("acp.side-effects-asked", kinds=[Kind.harness], incident="F1")
 def test_side_effects_asked(but):
     """In the mode the host set to ask, every side effect (write, shell, MCP call) is asked before
     it happens: nothing appears on disk without a yes, and each bridge call follows a granted
@@ -102,7 +102,7 @@ def test_side_effects_asked(but):
         f"{len(bridge_calls)} bridge call(s) for {len(granted)} granted permission(s): an MCP call ran unasked")
 
 
-@check("acp.cancel-stops-tool", kinds=[Kind.harness], levels=["offline"], incident="C8")
+@check("acp.cancel-stops-tool", kinds=[Kind.harness], incident="C8")
 def test_cancel_stops_tool(but):
     """`session/cancel` is answered `stopReason: cancelled` within a bound, and by then the
     running tool's process is gone.
@@ -134,7 +134,7 @@ def test_cancel_stops_tool(but):
         "running tool's process tree before answering session/cancel")
 
 
-@check("acp.exits-on-stdin-close", kinds=[Kind.harness], levels=["offline"], incident=["C6", "C9"])
+@check("acp.exits-on-stdin-close", kinds=[Kind.harness], incident=["C6", "C9"])
 def test_exits_on_stdin_close(but):
     """After the prompt's answer the host closes the agent's stdin; the agent exits by itself within
     a bound (judged with the host's kill withheld that long), its MCP server child and all.
@@ -149,7 +149,7 @@ def test_exits_on_stdin_close(but):
         "kill it. Fix: exit (ending the MCP servers and tools started) when stdin reaches EOF")
 
 
-@check("acp.planted-settings-inert", kinds=[Kind.harness], levels=["offline"], incident=["A4", "B2"])
+@check("acp.planted-settings-inert", kinds=[Kind.harness], incident=["A4", "B2"])
 def test_planted_settings_inert(but):
     """Settings planted in the worktree and its parents (allow-everything rules, a mode switch,
     instruction files) change neither the mode the host set nor what is asked.
@@ -176,7 +176,7 @@ def test_planted_settings_inert(but):
         "that the host did not give")
 
 
-@check("acp.host-secrets-unreachable", kinds=[Kind.harness], levels=["offline"], incident=["A1", "A2"])
+@check("acp.host-secrets-unreachable", kinds=[Kind.harness], incident=["A1", "A2"])
 def test_host_secrets_unreachable(but):
     """Neither the host's secrets nor the session's own credential reach the agent's tools or its
     MCP servers: a command's environment and the MCP server's hold none of them.
@@ -199,7 +199,7 @@ def test_host_secrets_unreachable(but):
         "Fix: give tools and MCP servers a built env (the entry's own env for an MCP server), never your own")
 
 
-@check("acp.stdout-only-jsonrpc", kinds=[Kind.harness], levels=["offline"], incident=["D3", "D8"])
+@check("acp.stdout-only-jsonrpc", kinds=[Kind.harness], incident=["D3", "D8"])
 def test_stdout_only_jsonrpc(but):
     """The agent's stdout carries JSON-RPC messages only (logs go to stderr).
 
@@ -209,7 +209,7 @@ def test_stdout_only_jsonrpc(but):
     assert not noise, f"{len(noise)} stdout line(s) were not JSON-RPC, e.g. {noise[0]!r}. Fix: log to stderr"
 
 
-@check("acp.auth-failure-answered", kinds=[Kind.harness], levels=["offline"], incident=["A10", "E1"])
+@check("acp.auth-failure-answered", kinds=[Kind.harness], incident=["A10", "E1"])
 def test_auth_failure_answered(but):
     """An auth failure ends the prompt with a typed JSON-RPC error within a bound, never a silent
     retry ladder the host must cut short.

@@ -240,50 +240,133 @@ class AcpAdapter(BackendUnderTest):
         `{effects}` in any string is the run's effects dir, outside the worktree and the run dir).
 
         `policy(tool_call, session) -> allow?` replaces the host's permission policy (default:
-        bridge tools only); `cancel_when(evidence) -> bool`, polled, cancels the session as a
-        host would; `observer(direction, message, evidence, observed)` runs in the host's reading
+        bridge tools only); `cancel_when(evidence, record) -> bool`, polled, cancels the session as
+        a host would; `observer(direction, message, evidence, observed)` runs in the host's reading
         thread for each agent message before the host acts on it; `plant(ws, run_dir)` writes
         files before the session; `linger_s`: how long the host waits for the agent to exit by
         itself after it closed stdin (Settings.linger_s); `session_key`: the session's own model
         credential (`{key}` of the profile), as a host hands it over."""
-        from harnesscheck.contracts import AgentSessionRequest
-        from harnesscheck.kit.adapters import patched_environ
-        from harnesscheck.providers.acp.session import AcpEvidence
-
         ws = self.workspace()
         effects = ws.base / "effects"
         effects.mkdir()
-        run_dir = ws.base / "run"
         filled = json.loads(json.dumps(steps).replace("{effects}", str(effects)))
         settings = {} if linger_s is None else {"linger_s": linger_s}
         transport, record = self._transport({"steps": filled, "stop": "end_turn"}, policy=policy, settings=settings,
                                             session_key=session_key)
-        if plant is not None:
-            plant(ws, run_dir)
-        evidence = AcpEvidence()
-        observed: dict = {"record": record}
-        cancel = threading.Event()
-        stop_poll = threading.Event()
+        return run_acp_session(self, transport, record, ws, effects, timeout_s=timeout_s, read_only=read_only,
+                               cancel_when=cancel_when, observer=observer, plant=plant, parent_env=parent_env)
 
-        def poll() -> None:
-            while not stop_poll.wait(0.02):
-                if cancel_when is not None and cancel_when(evidence, record):
-                    cancel.set()
-                    return
 
-        poller = threading.Thread(target=poll, daemon=True) if cancel_when is not None else None
-        watch = (lambda d, m, ev: observer(d, m, ev, observed)) if observer is not None else None
-        request = AgentSessionRequest(prompt="Do the task.", scope=ws.scope(read_only=read_only), timeout_s=timeout_s,
-                                      run_dir=run_dir, session_id=uuid.uuid4().hex)
-        env = {**self.host_isolation(ws), **(parent_env or {})}
-        with patched_environ(env):
-            transport.parent_env = dict(os.environ)
-            started = time.monotonic()
-            if poller is not None:
-                poller.start()
-            try:
-                outcome = transport.run_session(request, cancel=cancel, evidence=evidence, observer=watch)
-            finally:
-                stop_poll.set()
-        return AcpRun(outcome=outcome, evidence=evidence, records=read_records(record),
-                      duration_s=time.monotonic() - started, effects=effects, run_dir=run_dir, observed=observed)
+def run_acp_session(but: BackendUnderTest, transport, record: Path | None, ws, effects: Path, *, timeout_s: float,
+                    read_only: bool, cancel_when: Callable | None, observer: Callable | None, plant: Callable | None,
+                    parent_env: dict[str, str] | None) -> AcpRun:
+    """One session of an ACP transport in workspace `ws`, with the evidence an acp.* check reads."""
+    from harnesscheck.contracts import AgentSessionRequest
+    from harnesscheck.kit.adapters import patched_environ
+    from harnesscheck.providers.acp.session import AcpEvidence
+
+    run_dir = ws.base / "run"
+    if plant is not None:
+        plant(ws, run_dir)
+    evidence = AcpEvidence()
+    observed: dict = {"record": record}
+    cancel = threading.Event()
+    stop_poll = threading.Event()
+
+    def poll() -> None:
+        while not stop_poll.wait(0.02):
+            if cancel_when is not None and cancel_when(evidence, record):
+                cancel.set()
+                return
+
+    poller = threading.Thread(target=poll, daemon=True) if cancel_when is not None else None
+    watch = (lambda d, m, ev: observer(d, m, ev, observed)) if observer is not None else None
+    request = AgentSessionRequest(prompt="Do the task.", scope=ws.scope(read_only=read_only), timeout_s=timeout_s,
+                                  run_dir=run_dir, session_id=uuid.uuid4().hex)
+    env = {**but.host_isolation(ws), **(parent_env or {})}
+    with patched_environ(env):
+        transport.parent_env = dict(os.environ)
+        started = time.monotonic()
+        if poller is not None:
+            poller.start()
+        try:
+            outcome = transport.run_session(request, cancel=cancel, evidence=evidence, observer=watch)
+        finally:
+            stop_poll.set()
+    return AcpRun(outcome=outcome, evidence=evidence, records=read_records(record) if record else [],
+                  duration_s=time.monotonic() - started, effects=effects, run_dir=run_dir, observed=observed)
+
+
+# ---------------------------------------------------------------------------------------------
+# The loopback level: a real ACP agent (its profile's npm pin) against a scripted model server
+
+
+def loopback_turns(steps: list[dict], agent: str) -> list:
+    """An acp.* check's steps as the model's turns: text, a bridge call, an auth failure (401).
+    Anything else (a local write or command, a hang, a defect of the fake's) is a built-in or a
+    fake-only device: the real agent's built-ins are off, so the cell is skipped, saying which."""
+    from harnesscheck.loopback.scenario import ToolCall, Turn, status_turn
+
+    turns = []
+    for step in steps:
+        if "say" in step:
+            turns.append(Turn(text=step["say"] or "..."))
+        elif "mcp" in step:
+            turns.append(Turn(tool_calls=(ToolCall(step["mcp"], dict(step.get("arguments") or {})),)))
+        elif "error" in step and "auth" in json.dumps(step["error"]).lower():
+            turns.append(status_turn(401))
+        elif "auth_signal" in step:
+            continue  # the agent's own signal, if it has one, comes from its 401
+        else:
+            action = next(iter(step), "?")
+            raise SkipCell("adapter-not-implemented", f"the real {agent} cannot be scripted to do {action!r} at "
+                           "loopback: only text, bridge calls and auth failures are (its built-ins are off)")
+    if not turns or turns[-1].tool_calls:
+        turns.append(Turn(text="done"))
+    return turns
+
+
+def _loopback_base():
+    from harnesscheck.kit.loopback_adapter import LoopbackAdapter
+
+    return LoopbackAdapter
+
+
+class AcpLoopbackLevel:
+    """The loopback level of an ACP agent: the CLI loopback adapter (the real pinned agent, the
+    scripted servers, the catalog's scenarios) plus `acp_run` for the acp.* checks it can script.
+    Built lazily, like kit.adapters.LoopbackLevel."""
+
+    def __call__(self, spec, level, tmp_path):
+        base = _loopback_base()
+
+        class AcpLoopbackAdapter(base):  # type: ignore[misc, valid-type]
+            name = "acp-loopback"
+
+            def acp_run(self, steps, *, timeout_s=60.0, read_only=False, policy=None, cancel_when=None,
+                        observer=None, plant=None, parent_env=None, linger_s=None, session_key=None):
+                from harnesscheck.config import Settings
+                from harnesscheck.loopback.endpoint import DUMMY_KEY, LoopbackEndpoint
+                from harnesscheck.loopback.scenario import Scenario
+                from harnesscheck.loopback.server import ScriptedModelServer
+                from harnesscheck.registry import build_transport
+
+                turns = loopback_turns(steps, self.spec.cli_name or self.spec.id)
+                ws = self.workspace()
+                effects = ws.base / "effects"
+                effects.mkdir()
+                server = ScriptedModelServer(Scenario("acp", tuple(turns)), expected_key=DUMMY_KEY).start()
+                try:
+                    settings = Settings(backend=self.spec.id, **({"linger_s": linger_s} if linger_s is not None else {}))
+                    built = build_transport(self.spec, settings)  # the backend's own class and profile
+                    transport = type(built)(self.spec, settings, profile=built.profile,
+                                            loopback=LoopbackEndpoint(server.base_url), policy=policy)
+                    if session_key is not None:
+                        transport._key = session_key
+                    return run_acp_session(self, transport, None, ws, effects,
+                                           timeout_s=timeout_s + self.startup_allowance_s(), read_only=read_only,
+                                           cancel_when=cancel_when, observer=observer, plant=plant, parent_env=parent_env)
+                finally:
+                    server.stop()
+
+        return AcpLoopbackAdapter(spec, level, tmp_path)

@@ -1078,6 +1078,10 @@ def _load_level_providers() -> None:
 def adapter_for(spec: ProviderSpec, level: str, tmp_path: Path) -> BackendUnderTest:
     _load_level_providers()
     kind = adapter_kind(spec)
+    if kind == "harness" and level == "loopback" and is_acp(spec):
+        from harnesscheck.kit.acp_adapter import AcpLoopbackLevel
+
+        return AcpLoopbackLevel()(spec, level, tmp_path)
     if (kind, level) in LEVEL_PROVIDERS:
         return LEVEL_PROVIDERS[(kind, level)](spec, level, tmp_path)
     if level != "offline":
