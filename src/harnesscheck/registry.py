@@ -252,7 +252,8 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             kind=Kind.harness,
             label="ACP agent (harnesscheck's fake, offline)",
             factory="harnesscheck.providers.acp:AcpTransport",
-            capabilities=ACP_CAPABILITIES,
+            # the fake reports usage in its prompt result, as claude-agent-acp and opencode do
+            capabilities=ACP_CAPABILITIES | {C.usage_reporting},
             cli_name="acp-agent",
             description="The fake ACP agent (fake_clis/acp-agent) through the ACP backend: the offline ACP column.",
         ),

@@ -42,6 +42,25 @@ def _unknown(steps: list[dict]) -> list[dict]:
             {"send": {"jsonrpc": "2.0", "method": "_vendor/notice", "params": {"text": "hello"}}}, *steps]
 
 
+def _repeated_usage(steps: list[dict]) -> list[dict]:
+    """`usage_update` (the context window's fill, not billing) after every step: reported again
+    and again; only the prompt result's usage counts, once."""
+    update = {"send": {"jsonrpc": "2.0", "method": "session/update", "params": {
+        "sessionId": "sess_fake_1", "update": {"sessionUpdate": "usage_update", "used": 17, "size": 1000000}}}}
+    return [x for step in steps for x in (step, update, update)]
+
+
+def _result_usage(data: dict):
+    """The usage a scenario's prompt result reports (Usage), None when it reports none."""
+    from harnesscheck.contracts import Usage
+
+    raw = data.get("usage")
+    if not isinstance(raw, dict):
+        return None
+    return Usage(input=int(raw.get("inputTokens", 0)), output=int(raw.get("outputTokens", 0)),
+                 cache_read=int(raw.get("cachedReadTokens", 0)), cache_write=int(raw.get("cachedWriteTokens", 0)))
+
+
 #: `success` with lines that are no JSON-RPC message between the messages (the host counts and
 #: skips them; acp.stdout-only-jsonrpc judges the agent that prints them), or with unknown messages.
 SUCCESS_VARIANTS = {
@@ -49,6 +68,7 @@ SUCCESS_VARIANTS = {
     "brace_noise": _between(("{ SandboxDebug: 'profile applied', pid: 4242 }", "{", '{"truncated debug print',
                              '{"level":"debug","msg":"mcp: 1 server connecting {bridge}"}', "{}")),
     "unknown_events": _unknown,
+    "repeated_usage": _repeated_usage,
 }
 
 #: Why the rest of the canonical scenarios have no ACP form here (the skip's message).
@@ -165,13 +185,13 @@ class AcpAdapter(BackendUnderTest):
         elif scenario in FIXTURE_SCENARIOS:
             path = fixture_path("acp-agent", scenario)
             data = json.loads(path.read_text(encoding="utf-8"))
-            facts = Facts()
+            facts = Facts(usage=_result_usage(data))
             if scenario == "timeout_mid_stream":
                 facts.partial_text = next((s["say"] for s in data["steps"] if "say" in s), None)
         elif scenario in SUCCESS_VARIANTS:
             data = json.loads(fixture_path("acp-agent", "success").read_text(encoding="utf-8"))
             data["steps"] = SUCCESS_VARIANTS[scenario](data["steps"])
-            facts = Facts()
+            facts = Facts(usage=_result_usage(data))
         elif scenario == "timeout_tree":
             # The stall with a tree under it: helpers of the agent's own in its group, one escaped by
             # setsid, one by setsid with an empty environment, the bridge, and SIGTERM ignored from the hang on.
