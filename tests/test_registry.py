@@ -22,7 +22,7 @@ from harnesscheck.contracts import (
     UnknownBackend,
 )
 
-BUILTINS = {"api", "claude-code", "claude-code-reasoning", "codex", "copilot", "cursor", "deepseek", "fake", "gemini", "opencode", "zcode"}
+BUILTINS = {"acp-fake", "api", "claude-code", "claude-code-reasoning", "codex", "copilot", "cursor", "deepseek", "fake", "gemini", "opencode", "zcode"}
 
 
 def test_builtin_ids() -> None:

@@ -57,6 +57,12 @@ class Settings(BaseModel):
     #: runtime's own DEEPSEEK_API_KEY fallback). A secret: never printed, never in argv.
     deepseek_api_key: SecretStr | None = Field(default=None, validation_alias="HARNESS_DEEPSEEK_API_KEY",
                                                description="the DeepSeek API key for the deepseek backend")
+    #: An ACP agent's model key and endpoint (`{key}`, `{base_url}` of its profile; doc/SPEC-acp.md):
+    #: the only source outside the loopback level. A secret: never printed, never in argv.
+    acp_api_key: SecretStr | None = Field(default=None, validation_alias="HARNESS_ACP_API_KEY",
+                                          description="the model API key handed to an ACP agent")
+    acp_base_url: str | None = Field(default=None, pattern=_URL_RULE, validation_alias="HARNESS_ACP_BASE_URL",
+                                     description="must be the model endpoint for an ACP agent, http(s)://host[:port][/path]")
     # GitHub Copilot (providers/copilot.py, doc/SPEC-copilot.md): every endpoint is a setting, so a
     # host (or a test) points them at an enterprise host or a mock on 127.0.0.1.
     copilot_url: str = Field(default="https://api.githubcopilot.com", pattern=_URL_RULE, validation_alias="HARNESS_COPILOT_URL",

@@ -981,6 +981,60 @@ class _Run:
         return data.decode("utf-8", "replace")
 
 
+class StdinFeed:
+    """A child's stdin kept open for a conversation (a JSON-RPC peer such as an ACP agent):
+    any thread may `write` bytes or `close` it; run_process moves them into the pipe from its
+    own loop (a wake pipe in its selector), never blocking on a full pipe. Once closed and
+    drained, the child's stdin is closed (EOF). Writes after `close` are dropped."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._chunks: list[bytes] = []
+        self._closed = False
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+
+    def write(self, data: bytes) -> bool:
+        """Queue `data`; False when the feed is closed (nothing queued)."""
+        with self._lock:
+            if self._closed:
+                return False
+            self._chunks.append(bytes(data))
+        self._wake()
+        return True
+
+    def close(self) -> None:
+        """No more bytes: the child gets EOF once what is queued is written."""
+        with self._lock:
+            self._closed = True
+        self._wake()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _wake(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.write(self._wake_w, b"w")
+
+    def fileno(self) -> int:
+        return self._wake_r
+
+    def take(self) -> tuple[bytes, bool]:
+        """(queued bytes, closed), emptying the queue and the wake pipe (run_process's side)."""
+        with contextlib.suppress(BlockingIOError, OSError):
+            while os.read(self._wake_r, 4096):
+                pass
+        with self._lock:
+            data, self._chunks = b"".join(self._chunks), []
+            return data, self._closed
+
+    def dispose(self) -> None:
+        _close_fds(self._wake_r, self._wake_w)
+        self._wake_r = self._wake_w = -1
+
+
 def run_process(
     argv: Sequence[str],
     *,
@@ -998,6 +1052,7 @@ def run_process(
     on_spawn: Callable[[int], None] | None = None,
     on_err_line: Callable[[str], LineAction | None] | None = None,
     stdout_spool: str | os.PathLike[str] | None = None,
+    stdin_feed: StdinFeed | None = None,
 ) -> ProcessResult:
     """Run `argv` to an ending and return how it ended; complete stdout lines go to on_line.
 
@@ -1013,6 +1068,10 @@ def run_process(
     regular file complete before the write call returns (node writes files synchronously).
     The trade-off: no back-pressure, the file grows with the output until the session ends.
 
+    `stdin_feed`: the child's stdin is a pipe kept open for a conversation (instead of
+    `stdin_bytes`): bytes written to the feed from any thread (on_line included) go into the
+    pipe, and its `close()` closes the pipe once they are written (StdinFeed).
+
     `on_spawn(pid)` is called once the child runs, before its output is read; the child leads
     its own session and process group (sid = pgid = pid), so whatever it starts without
     setsid can be recognised by its session.
@@ -1024,6 +1083,8 @@ def run_process(
         raise ValueError("argv must be a non-empty list of str (no shell)")
     if timeout_s <= 0:
         raise ValueError("timeout_s must be > 0")
+    if stdin_feed is not None and stdin_bytes is not None:
+        raise ValueError("give stdin_bytes or stdin_feed, not both")
     if max_line_bytes <= 0 or stderr_tail_bytes < 0:
         raise ValueError("max_line_bytes must be > 0 and stderr_tail_bytes >= 0")
     if run_marker is not None and (not run_marker or "\0" in run_marker):
@@ -1039,10 +1100,11 @@ def run_process(
     host_pid = os.getpid()
 
     spool_r, spool_w = _open_spool(stdout_spool) if stdout_spool is not None else (-1, -1)
+    stdin_piped = stdin_bytes is not None or stdin_feed is not None
 
     def spawn() -> Any:
         if _use_guard():
-            supervised = _guard.spawn(executable, list(argv), child_env, os.fspath(cwd), stdin_bytes is not None,
+            supervised = _guard.spawn(executable, list(argv), child_env, os.fspath(cwd), stdin_piped,
                                       stdout_fd=spool_w if spool_w >= 0 else None)
             if supervised is not None:
                 return supervised
@@ -1053,7 +1115,7 @@ def run_process(
                 executable=executable,
                 env=child_env,
                 cwd=cwd,
-                stdin=subprocess.PIPE if stdin_bytes is not None else subprocess.DEVNULL,
+                stdin=subprocess.PIPE if stdin_piped else subprocess.DEVNULL,
                 stdout=spool_w if spool_w >= 0 else subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
@@ -1085,7 +1147,11 @@ def run_process(
             os.set_blocking(stream.fileno(), False)
             sel.register(stream.fileno(), selectors.EVENT_READ, kind)
             open_fds[stream.fileno()] = kind
-        if proc.stdin is not None:
+        if proc.stdin is not None and stdin_feed is not None:
+            stdin_view = memoryview(b"")
+            os.set_blocking(proc.stdin.fileno(), False)
+            sel.register(stdin_feed.fileno(), selectors.EVENT_READ, "feed")
+        elif proc.stdin is not None:
             stdin_view = memoryview(stdin_bytes or b"")
             if len(stdin_view):
                 os.set_blocking(proc.stdin.fileno(), False)
@@ -1111,6 +1177,22 @@ def run_process(
         for key, _ in sel.select(timeout):
             kind = key.data
             fd = key.fd
+            if kind == "feed":
+                assert stdin_feed is not None and stdin_view is not None
+                data, closed = stdin_feed.take()
+                if proc.stdin is None or proc.stdin.closed:
+                    if closed:
+                        sel.unregister(fd)
+                    continue
+                if data:
+                    stdin_view = memoryview(bytes(stdin_view) + data)
+                    if proc.stdin.fileno() not in sel.get_map():
+                        sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE, "in")
+                if closed:
+                    sel.unregister(fd)
+                    if not len(stdin_view):
+                        _close_quietly(proc.stdin)
+                continue
             if kind == "in":
                 assert proc.stdin is not None and stdin_view is not None
                 try:
@@ -1122,7 +1204,8 @@ def run_process(
                     stdin_view = stdin_view[:0]
                 if not len(stdin_view):
                     sel.unregister(fd)
-                    _close_quietly(proc.stdin)
+                    if stdin_feed is None or stdin_feed.closed:
+                        _close_quietly(proc.stdin)
             elif kind == "exit":
                 sel.unregister(fd)
             elif kind == "sup":
@@ -1234,6 +1317,8 @@ def run_process(
         finally:
             sel.close()
             _close_fds(spool_r)
+            if stdin_feed is not None:
+                stdin_feed.close()  # writes after the ending are dropped
             if pidfd is not None:
                 with contextlib.suppress(OSError):
                     os.close(pidfd)

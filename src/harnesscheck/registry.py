@@ -34,6 +34,11 @@ from harnesscheck.contracts import (
 
 ENTRY_POINT_GROUP = "harnesscheck.backends"
 
+#: What every ACP agent declares: the host's bridge as its MCP server and a cancel that ends
+#: the tree (session/cancel, then the kill). Anything agent-specific (built-ins off, usage)
+#: is a profile's to claim, not the protocol's.
+ACP_CAPABILITIES = frozenset({C.mcp_tools, C.host_policy, C.cancellation})
+
 BUILTIN_SPECS: dict[str, ProviderSpec] = {
     spec.id: spec
     for spec in (
@@ -256,6 +261,16 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             description="Subscription CLI (not obtainable here: offline level only, fixtures from references).",
         ),
         ProviderSpec(
+            id="acp-fake",
+            kind=Kind.harness,
+            label="ACP agent (harnesscheck's fake, offline)",
+            factory="harnesscheck.providers.acp:AcpTransport",
+            # the fake reports usage in its prompt result, as claude-agent-acp and opencode do
+            capabilities=ACP_CAPABILITIES | {C.usage_reporting},
+            cli_name="acp-agent",
+            description="The fake ACP agent (fake_clis/acp-agent) through the ACP backend: the offline ACP column.",
+        ),
+        ProviderSpec(
             id="fake",
             kind=Kind.api,
             label="Fake (in-process, scripted)",
@@ -317,6 +332,8 @@ def get_spec(backend_id: str) -> ProviderSpec:
     if MODE_SEP in backend_id and ":" not in backend_id:
         base_id, _, mode = backend_id.partition(MODE_SEP)
         return mode_variant(get_spec(base_id), mode)
+    if backend_id.startswith(ACP_PREFIX) or _shipped_acp_profile(backend_id):
+        return acp_spec(backend_id)
     if ":" in backend_id:
         module, _, attr = backend_id.partition(":")
         obj = getattr(importlib.import_module(module), attr)
@@ -324,6 +341,38 @@ def get_spec(backend_id: str) -> ProviderSpec:
         if isinstance(spec, ProviderSpec):
             return spec
     raise UnknownBackend(backend_id, list(specs))
+
+
+#: `acp:<command line>` / `acp:<file>.toml`: any ACP agent, driven by the ACP backend (doc/SPEC-acp.md).
+ACP_PREFIX = "acp:"
+
+
+def _shipped_acp_profile(backend_id: str) -> bool:
+    """`acp-<name>` naming a profile shipped in providers/acp/profiles/ (not a built-in column)."""
+    if not backend_id.startswith("acp-") or "/" in backend_id or "." in backend_id:
+        return False
+    from harnesscheck.providers.acp.profile import PROFILE_DIR
+
+    return (PROFILE_DIR / f"{backend_id[4:]}.toml").is_file()
+
+
+def acp_spec(backend_id: str) -> ProviderSpec:
+    """The spec of an ACP agent given by command line or profile file (`acp:...`): the profile
+    is read now, so a bad one fails before anything runs."""
+    from harnesscheck.providers.acp.profile import profile_for
+
+    profile = profile_for(backend_id)
+    package, _, version = (profile.install.npm or "").rpartition("@")
+    return ProviderSpec(
+        id=backend_id, kind=Kind.harness, label=f"ACP agent {profile.name}",
+        factory="harnesscheck.providers.acp:AcpTransport",
+        # a profile that switches the agent's built-ins off claims it (judged at the wire at loopback)
+        capabilities=ACP_CAPABILITIES | ({C.builtin_tools_off} if profile.builtins_off else set()),
+        cli_name=Path(profile.install.bin or profile.command[0]).name,
+        # the npm pin the loopback level runs (the real agent against the scripted servers)
+        cli_package=package or None, pinned_version=version or None,
+        description=profile.description or f"ACP agent: {' '.join(profile.command)}",
+    )
 
 
 def resolve_provider(settings: Settings | None = None) -> Transport:

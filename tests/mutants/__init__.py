@@ -255,12 +255,29 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.claude_code_reasoning:drops_the_tool_results": _ids(
         "scope.loop-reaches-dispatch", "scope.in-tree-symlink-reads",
     ),
+    # ACP (the fake ACP agent with one defect switch, through the real ACP transport)
+    "tests.mutants.acp:ignores_a_rejected_permission": _ids("acp.rejected-permission-not-run"),
+    "tests.mutants.acp:never_asks": _ids("acp.side-effects-asked"),
+    "tests.mutants.acp:answers_cancel_but_leaves_the_tool": _ids("acp.cancel-stops-tool"),
+    "tests.mutants.acp:ignores_stdin_eof": _ids("acp.exits-on-stdin-close"),
+    "tests.mutants.acp:passes_its_env_to_tools": _ids("acp.host-secrets-unreachable"),
+    "tests.mutants.acp:prints_logs_on_stdout": _ids("acp.stdout-only-jsonrpc"),
+    "tests.mutants.acp:retries_auth_silently": _ids("acp.auth-failure-answered"),
+    "tests.mutants.acp:loads_project_settings": _ids("acp.planted-settings-inert"),
 }
 
 #: For the CLI-based mutants (a fake CLI per session is slow): the test file and the `-k`
 #: selection the self-test runs. The selection always holds checks the mutant must pass too,
 #: so "exactly these fail" still means something; the in-process mutants run the whole suite.
 AREAS: dict[str, tuple[str, str]] = {
+    "tests.mutants.acp:ignores_a_rejected_permission": ("test_acp.py", "rejected_permission_not_run or stdout_only"),
+    "tests.mutants.acp:never_asks": ("test_acp.py", "side_effects or stdout"),
+    "tests.mutants.acp:answers_cancel_but_leaves_the_tool": ("test_acp.py", "cancel_stops or stdout"),
+    "tests.mutants.acp:ignores_stdin_eof": ("test_acp.py", "exits_on or stdout"),
+    "tests.mutants.acp:passes_its_env_to_tools": ("test_acp.py", "host_secrets or stdout"),
+    "tests.mutants.acp:prints_logs_on_stdout": ("test_acp.py", "stdout_only or rejected_permission_not_run"),
+    "tests.mutants.acp:retries_auth_silently": ("test_acp.py", "auth_failure or stdout"),
+    "tests.mutants.acp:loads_project_settings": ("test_acp.py", "planted or stdout"),
     "tests.mutants.harness:passes_os_environ_through": ("test_env.py", "stripped or argv or worktree"),
     "tests.mutants.harness:leaks_the_api_key_in_argv": ("test_env.py", "argv or nesting"),
     "tests.mutants.harness:trusts_subtype_success": ("test_errors.py test_parse.py", "not secret and not network"),

@@ -637,6 +637,11 @@ class BackendUnderTest:
 
     # -- helpers for checks --------------------------------------------------------------
 
+    def acp_run(self, steps: list[dict], **kwargs):
+        """One ACP session of scripted agent steps (kit/acp_adapter.py); only ACP backends have one."""
+        raise SkipCell("unsupported-by-backend", f"no ACP session here: the acp.* checks judge ACP agents, and this "
+                       f"adapter ({self.name}) drives {self.spec.id} by other means")
+
     def skip(self, reason: str, message: str):
         raise SkipCell(reason, message)
 
@@ -1081,12 +1086,20 @@ def _load_level_providers() -> None:
 def adapter_for(spec: ProviderSpec, level: str, tmp_path: Path) -> BackendUnderTest:
     _load_level_providers()
     kind = adapter_kind(spec)
+    if kind == "harness" and level == "loopback" and is_acp(spec):
+        from harnesscheck.kit.acp_adapter import AcpLoopbackLevel
+
+        return AcpLoopbackLevel()(spec, level, tmp_path)
     if (kind, level) in LEVEL_PROVIDERS:
         return LEVEL_PROVIDERS[(kind, level)](spec, level, tmp_path)
     if level != "offline":
         raise SkipCell("env-missing", level_available(spec, level)[1])
     if kind == "scripted":
         return ScriptedAdapter(spec, level, tmp_path)
+    if kind == "harness" and is_acp(spec):
+        from harnesscheck.kit.acp_adapter import AcpAdapter
+
+        return AcpAdapter(spec, level, tmp_path)
     if kind == "harness":
         from harnesscheck.kit.harness_adapter import HarnessAdapter
 
@@ -1113,6 +1126,13 @@ def _built_on(spec: ProviderSpec, base: type) -> bool:
     except (ImportError, AttributeError):
         return False
     return isinstance(factory, type) and issubclass(factory, base)
+
+
+def is_acp(spec: ProviderSpec) -> bool:
+    """A backend built on the ACP transport (an ACP agent, driven by kit/acp_adapter.py offline)."""
+    from harnesscheck.providers.acp.transport import AcpTransport
+
+    return _built_on(spec, AcpTransport)
 
 
 def is_copilot(spec: ProviderSpec) -> bool:

@@ -837,6 +837,9 @@ class HarnessAdapter(BackendUnderTest):
                                        or (path.name == "config.json" and path.parent.name == ".zcode")
                                        or (path.name == "settings.json" and path.parent.name == ".gemini")):
                     servers.update(_servers_from_file(path))
+        from harnesscheck.kit.acp_adapter import session_new_servers
+
+        servers.update(session_new_servers(run_dir))  # an ACP agent gets its servers in session/new
         for config in _opencode_configs(run):
             for name, entry in (config.get("mcp") or {}).items():
                 if isinstance(entry, dict) and entry.get("type") == "local" and entry.get("command"):

@@ -85,6 +85,8 @@ class Invocation:
     argv: list[str]
     injections: dict[str, str] = field(default_factory=dict)
     stdin_bytes: bytes | None = None
+    #: A conversation on stdin (process.StdinFeed, e.g. an ACP agent's JSON-RPC) instead of bytes.
+    stdin_feed: Any = None
 
 
 class EventDecoder:
@@ -516,6 +518,7 @@ class HarnessTransport:
                     on_err_line=getattr(parser, "feed_err", None),  # a parser reading the CLI's stderr log
                     timeout_s=max(left, 0.001),
                     stdin_bytes=inv.stdin_bytes,
+                    stdin_feed=inv.stdin_feed,
                     cancel=cancel,
                     linger_s=self.linger_s,
                     term_grace_s=self.term_grace_s,

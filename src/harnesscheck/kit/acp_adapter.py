@@ -1,0 +1,392 @@
+"""AcpAdapter: an ACP backend at the offline level — its real transport driving the fake ACP agent.
+
+Each run writes a scenario for `fake_clis/acp-agent` (a fixture `fixtures/acp-agent/<scenario>.json`,
+or the steps of an acp.* check) and runs the backend's own transport with its profile's
+command extended by `--scenario FILE --record FILE`; a miniature's profile adds its `--defect`.
+Tool calls are real: the fake starts the bridge the transport named in `session/new` and calls
+it. Canonical scenarios the fake cannot stand for are skipped `adapter-not-implemented`, with the
+reason; nothing is guessed.
+
+The evidence of an ACP session (`AcpRun`): the outcome, what the host saw on the wire
+(providers/acp/session.py AcpEvidence), the fake's own record (its pid, its tool children and MCP
+servers with the env it gave them) and the effects on disk the check looks at itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from harnesscheck.kit.adapters import BackendUnderTest, Facts, SessionRun, Setup, SkipCell
+
+#: The canonical scenarios the fake ACP agent replays from fixtures/acp-agent/ as they are.
+FIXTURE_SCENARIOS = frozenset({"success", "timeout_mid_stream", "not_logged_in", "auth_401", "rate_limit_429",
+                               "overloaded_529", "context_overflow", "max_turns"})
+
+def _between(lines: tuple[str, ...]):
+    """Steps with each of `lines` on stdout before the first step and after every step."""
+    noise = [{"noise": line} for line in lines]
+    return lambda steps: [*noise, *(x for step in steps for x in (step, *noise))]
+
+
+def _unknown(steps: list[dict]) -> list[dict]:
+    """An update kind and a vendor notification no host knows, before the steps."""
+    return [{"send": {"jsonrpc": "2.0", "method": "session/update",
+                      "params": {"sessionId": "sess_fake_1", "update": {"sessionUpdate": "future_update_kind", "x": 1}}}},
+            {"send": {"jsonrpc": "2.0", "method": "_vendor/notice", "params": {"text": "hello"}}}, *steps]
+
+
+def _repeated_usage(steps: list[dict]) -> list[dict]:
+    """`usage_update` (the context window's fill, not billing) after every step: reported again
+    and again; only the prompt result's usage counts, once."""
+    update = {"send": {"jsonrpc": "2.0", "method": "session/update", "params": {
+        "sessionId": "sess_fake_1", "update": {"sessionUpdate": "usage_update", "used": 17, "size": 1000000}}}}
+    return [x for step in steps for x in (step, update, update)]
+
+
+def _result_usage(data: dict):
+    """The usage a scenario's prompt result reports (Usage), None when it reports none."""
+    from harnesscheck.contracts import Usage
+
+    raw = data.get("usage")
+    if not isinstance(raw, dict):
+        return None
+    return Usage(input=int(raw.get("inputTokens", 0)), output=int(raw.get("outputTokens", 0)),
+                 cache_read=int(raw.get("cachedReadTokens", 0)), cache_write=int(raw.get("cachedWriteTokens", 0)))
+
+
+#: `success` with lines that are no JSON-RPC message between the messages (the host counts and
+#: skips them; acp.stdout-only-jsonrpc judges the agent that prints them), or with unknown messages.
+SUCCESS_VARIANTS = {
+    "noise_lines": _between(("[SandboxDebug] seatbelt profile applied", "Warning: proxy settings ignored")),
+    "brace_noise": _between(("{ SandboxDebug: 'profile applied', pid: 4242 }", "{", '{"truncated debug print',
+                             '{"level":"debug","msg":"mcp: 1 server connecting {bridge}"}', "{}")),
+    "unknown_events": _unknown,
+    "repeated_usage": _repeated_usage,
+}
+
+#: Why the rest of the canonical scenarios have no ACP form here (the skip's message).
+NO_ACP_FORM = (
+    "the fake ACP agent has no form of this scenario: ACP carries no such event (stream-format and CLI-exit "
+    "scenarios belong to the CLI fakes), or no ACP agent was observed doing it (shared/reference/observed-acp-agents.md)"
+)
+
+
+@dataclass
+class AcpRun:
+    """One ACP session as an acp.* check sees it."""
+
+    outcome: Any
+    evidence: Any  # providers.acp.session.AcpEvidence
+    records: list[dict]
+    duration_s: float
+    effects: Path  # a directory outside the worktree and the run dir for the scenario's marks
+    run_dir: Path
+    observed: dict = field(default_factory=dict)  # what the check's observer saw mid-session
+
+    def bridge_trace(self) -> list[dict]:
+        """The session's dispatch records (the bridge's, and the host's fs/* serving)."""
+        from harnesscheck.kit.adapters import read_trace
+
+        return read_trace(self.run_dir / "bridge-trace.jsonl")
+
+    def kinds(self, kind: str) -> list[dict]:
+        return [r for r in self.records if r.get("kind") == kind]
+
+
+def read_records(path: Path) -> list[dict]:
+    out = []
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return out
+    for line in text.split("\n"):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+def session_new_servers(run_dir) -> dict[str, dict]:
+    """The MCP servers an ACP host named in `session/new`, from its wire log in the run dir
+    (providers/acp/transport.py WIRE_LOG): {name: {command, args, env}}; {} when there is none."""
+    servers: dict[str, dict] = {}
+    for rec in read_records(Path(run_dir) / "acp-wire.jsonl") if run_dir else []:
+        msg = rec.get("msg") if rec.get("dir") == "out" else None
+        if isinstance(msg, dict) and msg.get("method") == "session/new":
+            for entry in (msg.get("params") or {}).get("mcpServers") or []:
+                servers[str(entry.get("name"))] = {
+                    "command": entry.get("command"), "args": entry.get("args") or [],
+                    "env": {e.get("name"): e.get("value") for e in entry.get("env") or [] if isinstance(e, dict)}}
+    return servers
+
+
+class AcpAdapter(BackendUnderTest):
+    name = "fake-acp-agent"
+
+    def __init__(self, spec, level, tmp_path):
+        super().__init__(spec, level, tmp_path)
+        if level != "offline":
+            raise SkipCell("env-missing", f"no {level} adapter for the ACP backend {spec.id} is installed here")
+        self._runs = 0
+        from harnesscheck.registry import build_transport
+        from harnesscheck.config import Settings
+
+        if not getattr(build_transport(spec, Settings(backend=spec.id)), "profile").replays_scenarios:
+            raise SkipCell("env-missing", f"{spec.id} is a real ACP agent: it needs a model, and the offline level has "
+                           "none (it drives only an agent that replays scripted turns, `replays_scenarios` in its "
+                           "profile); its level is loopback, not built for ad-hoc agents yet")
+
+    @property
+    def cli_version(self) -> str | None:
+        return "fake acp-agent 0.1.0 (offline)"
+
+    def provenance(self) -> str:
+        return "the fake ACP agent (fake_clis/acp-agent) replaying fixtures/acp-agent/ or the check's own steps"
+
+    # -- building a run ---------------------------------------------------------------------
+
+    def _transport(self, scenario: dict, *, policy=None, settings: dict | None = None, session_key: str | None = None):
+        """The backend's transport, its profile's command extended to replay `scenario`."""
+        from harnesscheck.config import Settings
+        from harnesscheck.registry import build_transport
+
+        self._runs += 1
+        folder = self.tmp_path / f"acp{self._runs}"
+        folder.mkdir(parents=True, exist_ok=True)
+        scenario_path, record_path = folder / "scenario.json", folder / "record.jsonl"
+        scenario_path.write_text(json.dumps(scenario), encoding="utf-8")
+        transport = build_transport(self.spec, Settings(backend=self.spec.id, **self.run_settings(dict(settings or {}))))
+        profile = transport.profile
+        transport.profile = profile.model_copy(update={
+            "command": [*profile.command, "--scenario", str(scenario_path), "--record", str(record_path)]})
+        if policy is not None:
+            transport.policy = policy
+        if session_key is not None:
+            transport._key = session_key
+        return transport, record_path
+
+    def prepare(self, scenario, ws, *, tool_calls, model, timeout_s, echo) -> Setup:
+        from harnesscheck.fakes import fixture_path
+
+        if scenario == "tools":
+            steps = [{"mcp": c.name, "arguments": dict(c.args)} for c in tool_calls or []]
+            data = {"steps": [*steps, {"say": "done"}], "stop": "end_turn"}
+            facts = Facts()
+        elif scenario in FIXTURE_SCENARIOS:
+            path = fixture_path("acp-agent", scenario)
+            data = json.loads(path.read_text(encoding="utf-8"))
+            facts = Facts(usage=_result_usage(data))
+            if scenario == "timeout_mid_stream":
+                facts.partial_text = next((s["say"] for s in data["steps"] if "say" in s), None)
+        elif scenario in SUCCESS_VARIANTS:
+            data = json.loads(fixture_path("acp-agent", "success").read_text(encoding="utf-8"))
+            data["steps"] = SUCCESS_VARIANTS[scenario](data["steps"])
+            facts = Facts(usage=_result_usage(data))
+        elif scenario == "timeout_tree":
+            # The stall with a tree under it: helpers of the agent's own in its group, one escaped by
+            # setsid, one by setsid with an empty environment, the bridge, and SIGTERM ignored from the hang on.
+            data = json.loads(fixture_path("acp-agent", "timeout_mid_stream").read_text(encoding="utf-8"))
+            data["steps"] = [{"spawn": "sleep 1000"}, {"spawn": "sleep 1000", "setsid": True},
+                             {"spawn": "env -i sleep 1000", "setsid": True},
+                             {"mcp": "list_dir", "arguments": {"path": "."}}, *data["steps"][:-1],
+                             {"ignore_sigterm": True}, data["steps"][-1]]
+            facts = Facts(partial_text=next((s["say"] for s in data["steps"] if "say" in s), None))
+        else:
+            raise SkipCell("adapter-not-implemented", f"{scenario}: {NO_ACP_FORM}")
+        if echo:
+            data = {**data, "steps": [{"say": ""}, *data["steps"]]}
+        transport, record = self._transport(data)
+        return Setup(transport, facts, model=model, extra={"record": record})
+
+    def collect(self, run: SessionRun, setup: Setup, request) -> None:
+        from harnesscheck.kit.adapters import read_trace
+
+        records = read_records(setup.extra["record"])
+        run.run_dir = request.run_dir
+        run.children = self._children(records)
+        run.cli_pids = [c["pid"] for c in run.children]
+        trace = []
+        for name in ("session-trace.jsonl", "bridge-trace.jsonl"):
+            trace.extend(read_trace(Path(request.run_dir) / name) if request.run_dir else [])
+        run.trace = trace
+        results = [r for r in records if r.get("kind") == "tool_result"]
+        run.model_saw = [str(r.get("text", "")) for r in results]
+        run.extra_tool_results = results
+
+    def tool_errors(self, run: SessionRun) -> list[tuple[str, str]]:
+        """The MCP results the fake agent (standing in for the model's side) got back as errors."""
+        return [(r.get("name", ""), r.get("text", "")) for r in getattr(run, "extra_tool_results", []) if r.get("is_error")]
+
+    def mcp_servers(self, run: SessionRun) -> dict[str, dict]:
+        """The MCP servers the host named in `session/new` (its wire log)."""
+        return session_new_servers(run.run_dir)
+
+    @staticmethod
+    def _children(records: list[dict]) -> list[dict]:
+        """The fake's invocation records, each with its tool children and MCP servers (pids)."""
+        children = []
+        for rec in records:
+            if rec.get("kind") != "invocation":
+                continue
+            pid = rec.get("pid")
+            mine = [r for r in records if r.get("agent_pid") == pid]
+            prompts = [r.get("text", "") for r in mine if r.get("kind") == "prompt"]
+            children.append({
+                **rec,
+                "stdin": "\n".join(prompts),  # the prompt reaches an ACP agent in session/prompt, on stdin
+                "grandchildren": [{"pid": r["pid"]} for r in mine if r.get("kind") in ("tool_child", "spawn")],
+                "mcp_server_pids": [r["pid"] for r in mine if r.get("kind") == "mcp_server"],
+            })
+        return children
+
+    # -- ACP sessions for the acp.* checks ----------------------------------------------------
+
+    def acp_run(self, steps: list[dict], *, timeout_s: float = 30.0, read_only: bool = False,
+                policy: Callable | None = None, cancel_when: Callable | None = None,
+                observer: Callable | None = None, plant: Callable | None = None,
+                parent_env: dict[str, str] | None = None, linger_s: float | None = None,
+                session_key: str | None = None) -> AcpRun:
+        """One ACP session whose agent performs `steps` (fake_clis/acp-agent's step format;
+        `{effects}` in any string is the run's effects dir, outside the worktree and the run dir).
+
+        `policy(tool_call, session) -> allow?` replaces the host's permission policy (default:
+        bridge tools only); `cancel_when(evidence, record) -> bool`, polled, cancels the session as
+        a host would; `observer(direction, message, evidence, observed)` runs in the host's reading
+        thread for each agent message before the host acts on it; `plant(ws, run_dir)` writes
+        files before the session; `linger_s`: how long the host waits for the agent to exit by
+        itself after it closed stdin (Settings.linger_s); `session_key`: the session's own model
+        credential (`{key}` of the profile), as a host hands it over."""
+        ws = self.workspace()
+        effects = ws.base / "effects"
+        effects.mkdir()
+        filled = json.loads(json.dumps(steps).replace("{effects}", str(effects)))
+        settings = {} if linger_s is None else {"linger_s": linger_s}
+        transport, record = self._transport({"steps": filled, "stop": "end_turn"}, policy=policy, settings=settings,
+                                            session_key=session_key)
+        return run_acp_session(self, transport, record, ws, effects, timeout_s=timeout_s, read_only=read_only,
+                               cancel_when=cancel_when, observer=observer, plant=plant, parent_env=parent_env)
+
+
+def run_acp_session(but: BackendUnderTest, transport, record: Path | None, ws, effects: Path, *, timeout_s: float,
+                    read_only: bool, cancel_when: Callable | None, observer: Callable | None, plant: Callable | None,
+                    parent_env: dict[str, str] | None) -> AcpRun:
+    """One session of an ACP transport in workspace `ws`, with the evidence an acp.* check reads."""
+    from harnesscheck.contracts import AgentSessionRequest
+    from harnesscheck.kit.adapters import patched_environ
+    from harnesscheck.providers.acp.session import AcpEvidence
+
+    run_dir = ws.base / "run"
+    if plant is not None:
+        plant(ws, run_dir)
+    evidence = AcpEvidence()
+    observed: dict = {"record": record}
+    cancel = threading.Event()
+    stop_poll = threading.Event()
+
+    def poll() -> None:
+        while not stop_poll.wait(0.02):
+            if cancel_when is not None and cancel_when(evidence, record):
+                cancel.set()
+                return
+
+    poller = threading.Thread(target=poll, daemon=True) if cancel_when is not None else None
+    watch = (lambda d, m, ev: observer(d, m, ev, observed)) if observer is not None else None
+    request = AgentSessionRequest(prompt="Do the task.", scope=ws.scope(read_only=read_only), timeout_s=timeout_s,
+                                  run_dir=run_dir, session_id=uuid.uuid4().hex)
+    env = {**but.host_isolation(ws), **(parent_env or {})}
+    with patched_environ(env):
+        transport.parent_env = dict(os.environ)
+        started = time.monotonic()
+        if poller is not None:
+            poller.start()
+        try:
+            outcome = transport.run_session(request, cancel=cancel, evidence=evidence, observer=watch)
+        finally:
+            stop_poll.set()
+    return AcpRun(outcome=outcome, evidence=evidence, records=read_records(record) if record else [],
+                  duration_s=time.monotonic() - started, effects=effects, run_dir=run_dir, observed=observed)
+
+
+# ---------------------------------------------------------------------------------------------
+# The loopback level: a real ACP agent (its profile's npm pin) against a scripted model server
+
+
+def loopback_turns(steps: list[dict], agent: str) -> list:
+    """An acp.* check's steps as the model's turns: text, a bridge call, an auth failure (401).
+    Anything else (a local write or command, a hang, a defect of the fake's) is a built-in or a
+    fake-only device: the real agent's built-ins are off, so the cell is skipped, saying which."""
+    from harnesscheck.loopback.scenario import ToolCall, Turn, status_turn
+
+    turns = []
+    for step in steps:
+        if "say" in step:
+            turns.append(Turn(text=step["say"] or "..."))
+        elif "mcp" in step:
+            turns.append(Turn(tool_calls=(ToolCall(step["mcp"], dict(step.get("arguments") or {})),)))
+        elif "error" in step and "auth" in json.dumps(step["error"]).lower():
+            turns.append(status_turn(401))
+        elif "auth_signal" in step:
+            continue  # the agent's own signal, if it has one, comes from its 401
+        else:
+            action = next(iter(step), "?")
+            raise SkipCell("adapter-not-implemented", f"the real {agent} cannot be scripted to do {action!r} at "
+                           "loopback: only text, bridge calls and auth failures are (its built-ins are off)")
+    if not turns or turns[-1].tool_calls:
+        turns.append(Turn(text="done"))
+    return turns
+
+
+def _loopback_base():
+    from harnesscheck.kit.loopback_adapter import LoopbackAdapter
+
+    return LoopbackAdapter
+
+
+class AcpLoopbackLevel:
+    """The loopback level of an ACP agent: the CLI loopback adapter (the real pinned agent, the
+    scripted servers, the catalog's scenarios) plus `acp_run` for the acp.* checks it can script.
+    Built lazily, like kit.adapters.LoopbackLevel."""
+
+    def __call__(self, spec, level, tmp_path):
+        base = _loopback_base()
+
+        class AcpLoopbackAdapter(base):  # type: ignore[misc, valid-type]
+            name = "acp-loopback"
+
+            def acp_run(self, steps, *, timeout_s=60.0, read_only=False, policy=None, cancel_when=None,
+                        observer=None, plant=None, parent_env=None, linger_s=None, session_key=None):
+                from harnesscheck.config import Settings
+                from harnesscheck.loopback.endpoint import DUMMY_KEY, LoopbackEndpoint
+                from harnesscheck.loopback.scenario import Scenario
+                from harnesscheck.loopback.server import ScriptedModelServer
+                from harnesscheck.registry import build_transport
+
+                turns = loopback_turns(steps, self.spec.cli_name or self.spec.id)
+                ws = self.workspace()
+                effects = ws.base / "effects"
+                effects.mkdir()
+                server = ScriptedModelServer(Scenario("acp", tuple(turns)), expected_key=DUMMY_KEY).start()
+                try:
+                    settings = Settings(backend=self.spec.id, **({"linger_s": linger_s} if linger_s is not None else {}))
+                    built = build_transport(self.spec, settings)  # the backend's own class and profile
+                    transport = type(built)(self.spec, settings, profile=built.profile,
+                                            loopback=LoopbackEndpoint(server.base_url), policy=policy)
+                    if session_key is not None:
+                        transport._key = session_key
+                    return run_acp_session(self, transport, None, ws, effects,
+                                           timeout_s=timeout_s + self.startup_allowance_s(), read_only=read_only,
+                                           cancel_when=cancel_when, observer=observer, plant=plant, parent_env=parent_env)
+                finally:
+                    server.stop()
+
+        return AcpLoopbackAdapter(spec, level, tmp_path)

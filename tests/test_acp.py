@@ -1,0 +1,379 @@
+"""The ACP backend (providers/acp/): profiles as data, the error table, the session state machine
+without a process, and sessions through the fake ACP agent (fake_clis/acp-agent): the handshake,
+the permission answer, fs/* through dispatch, terminal/* refused, cancel and the deadline,
+the auth silence bound, the private env; and process.StdinFeed under run_process."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from harnesscheck.config import Settings
+from harnesscheck.contracts import AgentSessionRequest, ConfigError, ErrorClass, OutcomeStatus
+from harnesscheck.process import LineAction, StdinFeed, run_process
+from harnesscheck.providers.acp import AcpEvidence, AcpSession, AcpTransport, adhoc_profile, builtin_profile, load_profile
+from harnesscheck.providers.acp.errors import classify_error
+from harnesscheck.providers.acp.profile import ErrorRule, profile_for
+from harnesscheck.registry import get_spec
+from harnesscheck.scope import ToolScope
+
+PROFILES = Path(__file__).resolve().parents[1] / "src" / "harnesscheck" / "providers" / "acp" / "profiles"
+
+
+# -- profiles -----------------------------------------------------------------------------------
+
+def test_every_shipped_profile_loads():
+    names = sorted(p.stem for p in PROFILES.glob("*.toml"))
+    assert "fake" in names
+    for name in names:
+        assert builtin_profile(name).command
+
+
+def test_adhoc_profile_defaults_to_anthropic_messages_and_takes_a_wire_option():
+    p = adhoc_profile("my-agent --acp")
+    assert p.command == ["my-agent", "--acp"] and p.wire == "anthropic_messages"
+    assert p.env == {"ANTHROPIC_BASE_URL": "{base_url}", "ANTHROPIC_API_KEY": "{key}"}
+    p = adhoc_profile("--hc-wire=responses npx agent")
+    assert p.command == ["npx", "agent"] and p.env["OPENAI_API_KEY"] == "{key}" and p.env["OPENAI_BASE_URL"].endswith("/v1")
+    with pytest.raises(ConfigError):
+        adhoc_profile("--hc-wire=carrier-pigeon agent")
+    with pytest.raises(ConfigError):
+        adhoc_profile("")
+
+
+def test_a_profile_file_is_validated_and_named_in_errors(tmp_path):
+    good = tmp_path / "agent.toml"
+    good.write_text('name = "a"\ncommand = ["a", "--acp"]\n[mode]\nmode_id = "default"\n'
+                    '[[errors]]\nerror_class = "auth"\ndata_key = "errorName"\ndata_value = "AuthError"\n')
+    p = profile_for(f"acp:{good}")
+    assert p.mode.mode_id == "default" and p.errors[0].error_class is ErrorClass.auth
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "a"\ncommand = []\n')
+    with pytest.raises(ConfigError, match="command"):
+        load_profile(bad)
+    bad.write_text('name = "a"\ncommand = ["a"]\nunknown_key = 1\n')
+    with pytest.raises(ConfigError, match="unknown_key"):
+        load_profile(bad)
+
+
+def test_acp_ids_resolve_in_the_registry():
+    assert get_spec("acp-fake").factory.endswith(":AcpTransport")
+    spec = get_spec("acp:some-agent --acp")
+    assert spec.id == "acp:some-agent --acp" and spec.factory.endswith(":AcpTransport")
+    assert get_spec("acp-gemini").label == "ACP agent gemini", "a shipped profile is an id of its own"
+
+
+def test_complete_is_a_tool_less_session(tmp_path):
+    t = _transport(tmp_path, [{"say": "one-shot"}])
+    o = t.complete("hi", timeout_s=30)
+    assert o.status is OutcomeStatus.ok and o.text == "one-shot"
+    session = next(r for r in _records(tmp_path) if r["kind"] == "session")
+    assert session["mcp_servers"] == [], "a one-shot offers the agent no MCP server"
+
+
+# -- errors ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("error, expected", [
+    ({"code": -32000, "message": "Authentication required"}, ErrorClass.auth),
+    ({"code": 401, "message": '{"error":{"code":401}}'}, ErrorClass.auth),
+    ({"code": 403, "message": "forbidden"}, ErrorClass.auth),
+    ({"code": 429, "message": "slow down"}, ErrorClass.rate_limit),
+    ({"code": 400, "message": "input token count exceeds the maximum"}, ErrorClass.context_overflow),
+    ({"code": 529, "message": "overloaded"}, ErrorClass.overloaded),
+    ({"code": 500, "message": "boom"}, ErrorClass.server_error),
+    ({"code": -32603, "message": "Internal error: invalid x-api-key", "data": {"errorName": "APIError"}}, ErrorClass.auth),
+    ({"code": -32603, "message": "Internal error"}, ErrorClass.unknown),
+])
+def test_generic_error_rules(error, expected):
+    assert classify_error(error, []) is expected
+
+
+def test_the_profile_table_decides_first():
+    rules = [ErrorRule(error_class=ErrorClass.rate_limit, data_key="codex_error_info",
+                       data_value="response_too_many_failed_attempts"),
+             ErrorRule(error_class=ErrorClass.context_overflow, data_key="errorName", data_value="ContextOverflowError")]
+    codex = {"code": -32603, "message": "Internal error",
+             "data": {"codex_error_info": {"response_too_many_failed_attempts": {"http_status_code": 429}}}}
+    assert classify_error(codex, rules) is ErrorClass.rate_limit
+    opencode = {"code": -32603, "message": "Session too large", "data": {"errorName": "ContextOverflowError"}}
+    assert classify_error(opencode, rules) is ErrorClass.context_overflow
+
+
+# -- the session without a process --------------------------------------------------------------------
+
+class _Feed:
+    def __init__(self):
+        self.sent: list[dict] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> bool:
+        for line in data.decode().splitlines():
+            self.sent.append(json.loads(line))
+        return True
+
+    def close(self):
+        self.closed = True
+
+    def dispose(self):
+        pass
+
+
+def _session(tmp_path, **kw):
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "a.txt").write_text("one\ntwo\nthree\n")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    feed = _Feed()
+    session = AcpSession(profile=builtin_profile("fake"), feed=feed, cwd=cwd, prompt="hi",
+                         scope=ToolScope(name="t", root=root, read_only=False), bridge=(["/bin/bridge", "x"], {"A": "1"}),
+                         wire_log=None, **kw)
+    return session, feed, cwd, root
+
+
+def _agent(session, msg):
+    return session.feed(json.dumps({"jsonrpc": "2.0", **msg}))
+
+
+def test_handshake_order_and_what_the_host_offers(tmp_path):
+    session, feed, cwd, _ = _session(tmp_path)
+    session.start()
+    init = feed.sent[-1]
+    assert init["method"] == "initialize" and init["params"]["protocolVersion"] == 1
+    caps = init["params"]["clientCapabilities"]
+    assert caps["fs"] == {"readTextFile": True, "writeTextFile": True} and caps["terminal"] is False
+    _agent(session, {"id": init["id"], "result": {"protocolVersion": 1, "agentCapabilities": {}}})
+    new = feed.sent[-1]
+    assert new["method"] == "session/new" and new["params"]["cwd"] == str(cwd)
+    assert new["params"]["mcpServers"] == [{"name": "bridge", "command": "/bin/bridge", "args": ["x"],
+                                            "env": [{"name": "A", "value": "1"}]}]
+    _agent(session, {"id": new["id"], "result": {"sessionId": "s1", "modes": {"currentModeId": "auto", "availableModes": []}}})
+    mode = feed.sent[-1]
+    assert mode["method"] == "session/set_mode" and mode["params"] == {"sessionId": "s1", "modeId": "ask"}
+    _agent(session, {"id": mode["id"], "result": {}})
+    prompt = feed.sent[-1]
+    assert prompt["method"] == "session/prompt" and prompt["params"]["prompt"] == [{"type": "text", "text": "hi"}]
+    assert _agent(session, {"id": prompt["id"], "result": {"stopReason": "end_turn"}}) is LineAction.TERMINAL
+    assert feed.closed, "stdin is closed once the prompt is answered"
+
+
+def test_another_protocol_version_is_refused(tmp_path):
+    session, feed, _, _ = _session(tmp_path)
+    session.start()
+    assert _agent(session, {"id": feed.sent[-1]["id"], "result": {"protocolVersion": 2}}) is LineAction.TERMINAL
+    assert "protocolVersion" in session.ev.setup_error["message"] and feed.closed
+
+
+def test_permission_policy_bridge_allowed_everything_else_rejected(tmp_path):
+    session, feed, _, _ = _session(tmp_path)
+    opts = [{"optionId": "y", "name": "Yes", "kind": "allow_once"}, {"optionId": "ya", "name": "Always", "kind": "allow_always"},
+            {"optionId": "n", "name": "No", "kind": "reject_once"}]
+    ask = lambda title, options=opts: _agent(session, {"id": 7, "method": "session/request_permission", "params": {  # noqa: E731
+        "sessionId": "s1", "toolCall": {"toolCallId": "t", "title": title}, "options": options}})
+    ask("mcp__bridge__read_file")
+    assert feed.sent[-1]["result"]["outcome"] == {"outcome": "selected", "optionId": "y"}
+    ask("Bash")
+    assert feed.sent[-1]["result"]["outcome"] == {"outcome": "selected", "optionId": "n"}
+    ask("mcp__evil__read_file")
+    assert feed.sent[-1]["result"]["outcome"]["optionId"] == "n"
+    ask("mcp__bridge__read_file", [{"optionId": "x", "name": "?", "kind": "allow_always"}])
+    assert feed.sent[-1]["result"]["outcome"] == {"outcome": "cancelled"}, "no allow_once, no reject option: cancelled"
+    ask("Bash", [])
+    assert feed.sent[-1]["result"]["outcome"] == {"outcome": "cancelled"}
+
+
+def test_the_host_policy_answers_for_the_agents_own_tools_only_by_an_explicit_rule_or_approval(tmp_path):
+    """doc/SPEC-acp.md: an agent's own tool runs outside the choke point, so a kind's default
+    never allows it; an allow rule naming it does, and so does the host's approver for an
+    approval_required rule. The bridge's tools stay allowed (the bridge applies the policy)."""
+    from harnesscheck.policy import PolicyEngine, Policy, Rule, ToolKind, Verdict
+
+    asked = []
+    policy = Policy(rules=(Rule(decision=Verdict.ALLOW, tools=("Read",)),
+                           Rule(decision=Verdict.APPROVAL_REQUIRED, kinds=(ToolKind.EXECUTE,))))
+    engine = PolicyEngine(policy, root=tmp_path, session="s1", approver=lambda r: asked.append(r.tool) or r.tool == "Bash")
+    session, feed, _, _ = _session(tmp_path, engine=engine)
+    opts = [{"optionId": "y", "name": "Yes", "kind": "allow_once"}, {"optionId": "n", "name": "No", "kind": "reject_once"}]
+
+    def answer(title, kind):
+        _agent(session, {"id": 7, "method": "session/request_permission", "params": {
+            "sessionId": "s1", "toolCall": {"toolCallId": "t", "title": title, "kind": kind}, "options": opts}})
+        return feed.sent[-1]["result"]["outcome"]["optionId"]
+
+    assert answer("Read", "read") == "y", "an explicit allow rule allows the agent's own tool"
+    assert answer("Write", "edit") == "n", "the write kind's default (allow, for the host's scoped tools) never allows a built-in"
+    assert answer("Bash", "execute") == "y" and answer("Exec", "execute") == "n" and asked == ["Bash", "Exec"]
+    assert answer("mcp__bridge__write_file", "edit") == "y", "a bridge tool: the bridge decides"
+
+
+def test_fs_is_served_through_dispatch_under_the_cwd_only(tmp_path):
+    session, feed, cwd, root = _session(tmp_path)
+    _agent(session, {"id": 1, "method": "fs/read_text_file", "params": {"sessionId": "s", "path": str(cwd / "a.txt"),
+                                                                       "line": 2, "limit": 1}})
+    assert feed.sent[-1]["result"] == {"content": "two\n"}
+    _agent(session, {"id": 2, "method": "fs/read_text_file", "params": {"sessionId": "s", "path": "/etc/hostname"}})
+    assert "error" in feed.sent[-1]
+    _agent(session, {"id": 3, "method": "fs/read_text_file", "params": {"sessionId": "s", "path": str(cwd / "../root/a.txt")}})
+    assert "error" in feed.sent[-1], "a .. path under the cwd is refused by dispatch"
+    _agent(session, {"id": 4, "method": "fs/write_text_file", "params": {"sessionId": "s", "path": str(cwd / "b.txt"),
+                                                                        "content": "new"}})
+    assert feed.sent[-1]["result"] == {} and (root / "b.txt").read_text() == "new"
+    _agent(session, {"id": 5, "method": "fs/read_text_file", "params": {"sessionId": "s", "path": str(cwd / "missing.txt")}})
+    assert feed.sent[-1]["result"] == {"content": ""}, "a missing file reads empty (what writers pre-read)"
+
+
+def test_terminal_and_unknown_methods_get_errors(tmp_path):
+    session, feed, _, _ = _session(tmp_path)
+    _agent(session, {"id": 9, "method": "terminal/create", "params": {"sessionId": "s", "command": "ls"}})
+    assert feed.sent[-1]["error"]["code"] == -32601 and "terminal" in feed.sent[-1]["error"]["message"]
+    _agent(session, {"id": 10, "method": "_x/anything", "params": {}})
+    assert feed.sent[-1]["error"]["code"] == -32601
+    assert session.ev.refused_methods == ["terminal/create", "_x/anything"]
+
+
+def test_noise_is_counted_never_parsed(tmp_path):
+    session, _, _, _ = _session(tmp_path)
+    for line in ("[debug] hi", "{not json", '{"method": "x"}', "[]"):
+        assert session.feed(line) is None
+    assert len(session.ev.noise) == 4
+
+
+# -- StdinFeed under run_process -----------------------------------------------------------------------
+
+def test_stdin_feed_is_a_conversation(tmp_path):
+    echo = "import sys\nfor line in sys.stdin:\n    print('got ' + line.strip(), flush=True)\nprint('eof', flush=True)\n"
+    feed = StdinFeed()
+    seen: list[str] = []
+
+    def on_line(line):
+        seen.append(line)
+        if line == "got 1":
+            feed.write(b"2\n")
+        elif line == "got 2":
+            feed.close()
+        return LineAction.TERMINAL if line == "eof" else None
+
+    feed.write(b"1\n")
+    result = run_process([sys.executable, "-c", echo], env={"PATH": os.environ["PATH"]}, cwd=tmp_path, on_line=on_line,
+                         timeout_s=30, stdin_feed=feed)
+    feed.dispose()
+    assert seen == ["got 1", "got 2", "eof"] and result.exit_code == 0
+
+
+# -- sessions through the fake agent -----------------------------------------------------------------
+
+def _transport(tmp_path, steps, *defects, policy=None, **kw):
+    scenario = tmp_path / "scenario.json"
+    scenario.write_text(json.dumps({"steps": steps, "usage": {"inputTokens": 7, "outputTokens": 3}}))
+    profile = builtin_profile("fake")
+    extra = ["--scenario", str(scenario), "--record", str(tmp_path / "record.jsonl")]
+    for d in defects:
+        extra += ["--defect", d]
+    profile = profile.model_copy(update={"command": [*profile.command, *extra], **kw})
+    return AcpTransport(get_spec("acp-fake"), Settings(), profile=profile, policy=policy,
+                        parent_env={**os.environ, "HC_TEST_CANARY": "canary-acp-1", "ANTHROPIC_API_KEY": "canary-acp-2"})
+
+
+def _request(tmp_path, timeout_s=30.0, read_only=False):
+    root = tmp_path / "root"
+    root.mkdir(exist_ok=True)
+    (root / "hello.txt").write_text("hello from the root\n")
+    return AgentSessionRequest(prompt="go", scope=ToolScope(name="t", root=root, read_only=read_only),
+                               timeout_s=timeout_s, run_dir=tmp_path / "run")
+
+
+def _records(tmp_path):
+    return [json.loads(line) for line in (tmp_path / "record.jsonl").read_text().splitlines()]
+
+
+def test_a_session_with_fs_bridge_and_usage(tmp_path):
+    t = _transport(tmp_path, [{"say": "reading "}, {"read": "hello.txt", "via": "fs"},
+                              {"mcp": "list_dir", "arguments": {"path": "."}}, {"write": "out.txt", "content": "w", "via": "fs"},
+                              {"say": "done"}])
+    ev = AcpEvidence()
+    o = t.run_session(_request(tmp_path), evidence=ev)
+    assert o.status is OutcomeStatus.ok and o.text == "reading done" and o.terminal_event_seen
+    assert o.usage.input == 7 and o.usage.output == 3
+    assert ("fs/read_text_file", "hello.txt", True) in ev.fs_calls
+    assert not (tmp_path / "root" / "out.txt").exists(), "the fs write asked and was rejected (not a bridge tool)"
+    assert "list_dir" in o.tools_used and "read_file" in o.tools_used
+    env = next(r for r in _records(tmp_path) if r["kind"] == "invocation")["env"]
+    assert "HC_TEST_CANARY" not in env and env.get("ANTHROPIC_API_KEY") in ("", None), "only what the profile injects"
+    assert env["HOME"].startswith(str(tmp_path / "run")) and env["TMPDIR"].startswith(str(tmp_path / "run"))
+
+
+def test_host_cancel_sends_session_cancel_then_ends(tmp_path):
+    t = _transport(tmp_path, [{"say": "working"}, {"hang": True}])
+    cancel = threading.Event()
+    threading.Timer(0.5, cancel.set).start()
+    ev = AcpEvidence()
+    o = t.run_session(_request(tmp_path), cancel=cancel, evidence=ev)
+    assert o.status is OutcomeStatus.cancelled and ev.cancel_reason == "host" and ev.stop_reason == "cancelled"
+    assert o.text == "working"
+
+
+def test_the_deadline_cancels_then_truncates(tmp_path):
+    t = _transport(tmp_path, [{"say": "partial"}, {"hang": True}])
+    ev = AcpEvidence()
+    o = t.run_session(_request(tmp_path, timeout_s=1.0), evidence=ev)
+    assert (o.status, o.error_class) == (OutcomeStatus.truncated, ErrorClass.timeout)
+    assert ev.cancel_reason == "deadline" and o.text == "partial"
+
+
+def test_an_agent_that_ignores_cancel_is_ended_after_the_bound(tmp_path):
+    t = _transport(tmp_path, [{"say": "partial"}, {"hang": True}], "ignores-cancel", "ignores-eof", cancel_bound_s=0.5)
+    ev = AcpEvidence()
+    o = t.run_session(_request(tmp_path, timeout_s=1.0), evidence=ev)
+    assert (o.status, o.error_class) == (OutcomeStatus.truncated, ErrorClass.timeout)
+    assert ev.cancel_sent_at is not None and ev.stop_reason is None and o.text == "partial"
+    assert o.duration_s < 15
+
+
+def test_auth_silence_is_ended_typed(tmp_path):
+    t = _transport(tmp_path, [{"auth_signal": True}, {"error": {"code": -32000, "message": "Authentication required"}}],
+                   "auth-retry-forever", auth_stall_s=0.5)
+    ev = AcpEvidence()
+    o = t.run_session(_request(tmp_path, timeout_s=30), evidence=ev)
+    assert (o.status, o.error_class) == (OutcomeStatus.blocked, ErrorClass.auth) and ev.auth_stalled
+    assert o.duration_s < 15
+
+
+def test_errors_and_stop_reasons_map(tmp_path):
+    t = _transport(tmp_path, [{"error": {"code": -32603, "message": "Internal error: Prompt is too long",
+                                         "data": {"errorKind": "invalid_request"}}}])
+    o = t.run_session(_request(tmp_path))
+    assert (o.status, o.error_class) == (OutcomeStatus.error, ErrorClass.context_overflow)
+    t = _transport(tmp_path, [{"stop": "max_turn_requests"}])
+    o = t.run_session(_request(tmp_path))
+    assert (o.status, o.error_class) == (OutcomeStatus.truncated, ErrorClass.max_turns)
+    t = _transport(tmp_path, [{"stop": "refusal"}])
+    o = t.run_session(_request(tmp_path))
+    assert (o.status, o.error_class) == (OutcomeStatus.error, ErrorClass.policy_violation)
+
+
+def test_a_missing_agent_is_cli_not_found(tmp_path):
+    from harnesscheck.contracts import CliNotFound
+
+    t = AcpTransport(get_spec("acp-fake"), Settings(), profile=adhoc_profile("no-such-acp-agent-here --acp"),
+                     parent_env={"PATH": str(tmp_path)})
+    with pytest.raises(CliNotFound):
+        t.run_session(_request(tmp_path))
+
+
+def test_the_key_and_endpoint_come_from_harness_settings_only(tmp_path):
+    from pydantic import SecretStr
+
+    t = _transport(tmp_path, [{"say": "x"}])
+    t.settings = Settings(acp_api_key=SecretStr("hc-acp-key-1"))
+    t.__init__(t.spec, t.settings, profile=t.profile, parent_env=t.parent_env)
+    o = t.run_session(_request(tmp_path))
+    env = next(r for r in _records(tmp_path) if r["kind"] == "invocation")["env"]
+    assert o.status is OutcomeStatus.ok and env["ANTHROPIC_API_KEY"] == "hc-acp-key-1"
+    assert "ANTHROPIC_BASE_URL" not in env, "no endpoint given: the agent keeps its own"
+    assert "hc-acp-key-1" not in o.model_dump_json()
