@@ -194,3 +194,23 @@ def test_served_model_never_guessed(but):
         assert o.model_verdict != ModelVerdict.match, (
             f"model verdict `match` for {GUARDED_MODEL!r} with no served model seen (the upstream served {served!r})"
         )
+
+
+@check("usage.option-refused-before-request")
+def test_option_refused_before_request(but):
+    """A request option the model cannot take (a reasoning effort for a model that does not reason,
+    by the shipped model metadata) is refused with a typed error naming the option, before any
+    work: no request, no CLI. A backend that passes no options at all refuses every option so."""
+    from harnesscheck.contracts import CapabilityUnsupported, RequestOptions
+    from harnesscheck.models import PROVIDER_OF_MODE, example_model
+
+    provider = PROVIDER_OF_MODE.get(but.spec.api_mode or "", "openai")
+    model = example_model(provider, reasoning=False)
+    if model is None:
+        but.skip("env-missing", f"the model metadata snapshot names no non-reasoning {provider} model")
+    transport = but.transport()
+    request = but.request(model=model, options=RequestOptions(reasoning_effort="low"))
+    with pytest.raises(CapabilityUnsupported) as err:
+        transport.run_session(request)
+    assert "reasoning_effort" in str(err.value), f"the refusal must name the option: {err.value}"
+    assert but.spawned() == [], "the CLI was started before the option was refused"

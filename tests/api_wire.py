@@ -53,6 +53,8 @@ class Turn:
     usage: dict = field(default_factory=lambda: {"input": 10, "output": 5, "cache_read": 0, "cache_write": 0, "reasoning": 0})
     model: str | None = None
     stop: str | None = None  # override stop reason
+    thinking: str = ""  # the turn's reasoning: Anthropic thinking (with SIGNATURE), Responses reasoning summary
+    signature: str = "sig-EqQBCgIYAhIM-test"
 
 
 def _sse(event: str | None, data: dict | str) -> bytes:
@@ -93,12 +95,19 @@ def anthropic_events(turn: Turn, model: str) -> list[bytes]:
         _sse("ping", {"type": "ping"}),
     ]
     index = 0
-    if turn.text:
-        out.append(_sse("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}))
-        for part in _split(turn.text):
-            out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": part}}))
+    if turn.thinking:
+        out.append(_sse("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}))
+        for part in _split(turn.thinking):
+            out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": part}}))
+        out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": turn.signature}}))
         out.append(_sse("content_block_stop", {"type": "content_block_stop", "index": 0}))
         index = 1
+    if turn.text:
+        out.append(_sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}))
+        for part in _split(turn.text):
+            out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": part}}))
+        out.append(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
+        index += 1
     for call_id, name, args in turn.tool_calls:
         out.append(_sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": {"type": "tool_use", "id": call_id, "name": name, "input": {}}}))
         raw = _args(args)
@@ -153,15 +162,24 @@ def responses_events(turn: Turn, model: str) -> list[bytes]:
     out = [ev("response.created", response=response)]
     output = []
     index = 0
-    if turn.text:
-        item = {"id": "msg_1", "type": "message", "role": "assistant", "status": "in_progress", "content": []}
+    if turn.thinking:
+        item = {"id": "rs_1", "type": "reasoning", "summary": []}
         out.append(ev("response.output_item.added", output_index=0, item=item))
-        for part in _split(turn.text):
-            out.append(ev("response.output_text.delta", item_id="msg_1", output_index=0, content_index=0, delta=part, logprobs=[]))
-        done = {**item, "status": "completed", "content": [{"type": "output_text", "text": turn.text, "annotations": []}]}
+        for part in _split(turn.thinking):
+            out.append(ev("response.reasoning_summary_text.delta", item_id="rs_1", output_index=0, summary_index=0, delta=part))
+        done = {**item, "summary": [{"type": "summary_text", "text": turn.thinking}], "encrypted_content": turn.signature}
         out.append(ev("response.output_item.done", output_index=0, item=done))
         output.append(done)
         index = 1
+    if turn.text:
+        item = {"id": "msg_1", "type": "message", "role": "assistant", "status": "in_progress", "content": []}
+        out.append(ev("response.output_item.added", output_index=index, item=item))
+        for part in _split(turn.text):
+            out.append(ev("response.output_text.delta", item_id="msg_1", output_index=index, content_index=0, delta=part, logprobs=[]))
+        done = {**item, "status": "completed", "content": [{"type": "output_text", "text": turn.text, "annotations": []}]}
+        out.append(ev("response.output_item.done", output_index=index, item=done))
+        output.append(done)
+        index += 1
     for call_id, name, args in turn.tool_calls:
         item_id = f"fc_{call_id}"
         raw = _args(args)

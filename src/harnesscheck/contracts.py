@@ -11,7 +11,7 @@ import json
 import threading
 from enum import StrEnum
 from pathlib import Path
-from typing import Callable, Protocol, runtime_checkable
+from typing import Callable, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
@@ -196,6 +196,24 @@ class AuditVerdict(BaseModel):
     flags: list[AuditFlag] = Field(default_factory=list)
 
 
+class RequestOptions(BaseModel):
+    """How the model is asked to answer (doc/SPEC-api.md, "Request options"): passed on each wire
+    as that wire spells it, or refused before any request (OptionUnsupported) where the wire,
+    the model or the backend cannot honour it. None: the wire's default."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
+    reasoning_summary: Literal["auto", "concise", "detailed"] | None = None
+    thinking_budget: int | None = Field(default=None, ge=1024, description="Anthropic extended thinking, in tokens")
+    temperature: float | None = Field(default=None, ge=0, le=2, allow_inf_nan=False)
+    max_output_tokens: int | None = Field(default=None, gt=0)
+
+    def given(self) -> dict[str, object]:
+        """The options set, by name."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
 class AgentSessionRequest(BaseModel):
     """One agent step for a backend: prompt, tool scope, limits."""
 
@@ -210,6 +228,9 @@ class AgentSessionRequest(BaseModel):
     run_dir: Path | None = Field(default=None, description="per-session scratch dir; created if None")
     bridge_spec_path: Path | None = Field(default=None, description="harness only")
     session_id: str | None = None
+    options: RequestOptions | None = Field(
+        default=None, description="reasoning, thinking, sampling and output options (refused up front where not honoured)"
+    )
     policy: Policy | None = Field(
         default=None, description="the host's tool policy for this session (doc/SPEC-policy.md); None: the defaults"
     )
@@ -413,6 +434,18 @@ class CapabilityUnsupported(HarnessError):
     def __init__(self, backend: str, feature: str):
         self.backend, self.feature = backend, feature
         super().__init__(f"{backend} does not support {feature}", "choose a backend that declares it")
+
+
+class OptionUnsupported(CapabilityUnsupported):
+    """A request option the backend, its wire or the model cannot honour: raised before any request."""
+
+    def __init__(self, backend: str, option: str, model: str | None, why: str):
+        self.option, self.model, self.why = option, model, why
+        HarnessError.__init__(
+            self, f"{backend}: the request option {option} cannot be honoured" + (f" for model {model}" if model else "") + f": {why}",
+            f"leave {option} out of the request, or choose a model or backend that takes it",
+        )
+        self.backend, self.feature = backend, f"request option {option}"
 
 
 class ConfigError(HarnessError):

@@ -34,6 +34,9 @@ from harnesscheck.contracts import ErrorClass, Usage
 #: The running session's retry notices: `(attempt, wait_s, error_class)` before each backoff
 #: wait (the api transport sets it for its session's thread; doc/SPEC-events.md).
 retry_notices: ContextVar[Callable[[int, float, str], None] | None] = ContextVar("hc_retry_notices", default=None)
+#: The running session's thought stream: each reasoning text delta (Anthropic thinking,
+#: Responses reasoning summaries) as it arrives (doc/SPEC-events.md `thought`).
+thought_notices: ContextVar[Callable[[str], None] | None] = ContextVar("hc_thought_notices", default=None)
 
 API_MODES: tuple[str, ...] = ("anthropic_messages", "chat_completions", "responses")
 
@@ -79,10 +82,26 @@ class Reply:
     #: The model the client itself asked for, when the session named none (a CLI's default
     #: model, from its init event); None for an HTTP client, which always names one.
     requested_model: str | None = None
+    #: The turn's reasoning as the wire must get it back on the next request, in order:
+    #: Anthropic `thinking` (text + signature) and `redacted_thinking` blocks, or a Responses
+    #: `reasoning` item (`{"type": "openai_reasoning", "item": {...}}`, encrypted content kept).
+    thinking: list[dict] = field(default_factory=list)
+
+    @property
+    def thought(self) -> str:
+        """The readable part of the turn's reasoning (thinking text, reasoning summaries)."""
+        parts = []
+        for block in self.thinking:
+            if block.get("type") == "thinking":
+                parts.append(block.get("thinking", ""))
+            elif block.get("type") == "openai_reasoning":
+                parts += [s.get("text", "") for s in block["item"].get("summary") or [] if isinstance(s, dict)]
+        return "".join(parts)
 
     def assistant_message(self) -> dict:
-        """This turn as a canonical assistant message (Anthropic block shape)."""
-        blocks: list[dict] = []
+        """This turn as a canonical assistant message (Anthropic block shape), its reasoning
+        first, so the next request carries it back (signatures and encrypted content intact)."""
+        blocks: list[dict] = [dict(b) for b in self.thinking]
         if self.text:
             blocks.append({"type": "text", "text": self.text})
         for call in self.tool_calls:
@@ -385,6 +404,8 @@ def to_responses_input(messages: list[dict]) -> list[dict]:
                 )
             elif kind == "tool_result":
                 out.append({"type": "function_call_output", "call_id": block["tool_use_id"], "output": _result_text(block)})
+            elif kind == "openai_reasoning":  # back as it came: id, summary, encrypted content
+                out.append(dict(block["item"]))
         if texts:
             out.append({"role": role, "content": "".join(texts)})
     return out
@@ -451,7 +472,7 @@ def to_anthropic_messages(messages: list[dict]) -> list[dict]:
                 if block.get("is_error"):
                     item["is_error"] = True
                 blocks.append(item)
-            else:
+            elif block.get("type") != "openai_reasoning":  # another wire's reasoning never crosses
                 blocks.append(block)
         out.append({"role": message["role"], "content": blocks})
     return out
@@ -488,6 +509,8 @@ class _Turn:
         self.text_parts: list[str] = []
         self.calls: dict[Any, dict] = {}
         self.order: list[Any] = []
+        self.think_slots: dict[Any, dict] = {}
+        self.think_order: list[Any] = []
         self.streamed = False
         self.finished = False
 
@@ -515,6 +538,33 @@ class _Turn:
         if args:
             slot["args"].append(args)
 
+    def thinking(self, key: Any, *, kind: str = "thinking", text: str | None = None, signature: str | None = None,
+                 data: str | None = None) -> None:
+        """Anthropic reasoning blocks, by their index: text deltas (shown as thought), the
+        signature, or a redacted block's data."""
+        self.streamed = True
+        slot = self.think_slots.get(key)
+        if slot is None:
+            slot = self.think_slots[key] = {"type": kind, **({"thinking": "", "signature": ""} if kind == "thinking" else {"data": ""})}
+            self.think_order.append(key)
+        if text:
+            slot["thinking"] += text
+            self.thought(text)
+        if signature:
+            slot["signature"] += signature
+        if data:
+            slot["data"] += data
+
+    def thought(self, delta: str | None) -> None:
+        notice = thought_notices.get()
+        if delta and notice is not None:
+            notice(delta)
+
+    def reasoning_item(self, item: dict) -> None:
+        """A finished Responses reasoning item, kept whole to be sent back."""
+        self.think_order.append(object())
+        self.think_slots[self.think_order[-1]] = {"type": "openai_reasoning", "item": item}
+
     def set_args(self, key: Any, args: str) -> None:
         if key in self.calls:
             self.calls[key]["args"] = [args]
@@ -525,6 +575,7 @@ class _Turn:
 
     def build(self) -> Reply:
         self.reply.text = "".join(self.text_parts)
+        self.reply.thinking = [dict(self.think_slots[k]) for k in self.think_order]
         calls = []
         for key in self.order:
             slot = self.calls[key]
@@ -586,12 +637,20 @@ def _consume_anthropic(stream: Any, turn: _Turn) -> None:
                 turn.call(event.index, id=block.id, name=block.name)
             elif block.type == "text" and block.text:
                 turn.text(block.text)
+            elif block.type == "thinking":
+                turn.thinking(event.index, text=getattr(block, "thinking", None), signature=getattr(block, "signature", None))
+            elif block.type == "redacted_thinking":
+                turn.thinking(event.index, kind="redacted_thinking", data=getattr(block, "data", None))
         elif kind == "content_block_delta":
             delta = event.delta
             if delta.type == "text_delta":
                 turn.text(delta.text)
             elif delta.type == "input_json_delta":
                 turn.call(event.index, args=delta.partial_json)
+            elif delta.type == "thinking_delta":
+                turn.thinking(event.index, text=delta.thinking)
+            elif delta.type == "signature_delta":
+                turn.thinking(event.index, signature=delta.signature)
         elif kind == "message_delta":
             turn.reply.stop_reason = event.delta.stop_reason
             u = event.usage
@@ -637,6 +696,13 @@ def _consume_responses(stream: Any, turn: _Turn) -> None:
             turn.model(event.response.model)
         elif kind == "response.output_text.delta":
             turn.text(event.delta)
+        elif kind == "response.reasoning_summary_text.delta":
+            turn.streamed = True
+            turn.thought(event.delta)
+        elif kind == "response.output_item.done" and event.item.type == "reasoning":
+            item = event.item.model_dump(exclude_none=True) if hasattr(event.item, "model_dump") else dict(event.item)
+            item.pop("status", None)
+            turn.reasoning_item(item)
         elif kind == "response.output_item.added" and event.item.type == "function_call":
             turn.call(event.item.id or event.item.call_id, id=event.item.call_id, name=event.item.name, args=event.item.arguments)
         elif kind == "response.function_call_arguments.delta":
@@ -697,6 +763,75 @@ def tls_context() -> Any:
 
             _TLS_CONTEXT = httpx2.create_ssl_context()
         return _TLS_CONTEXT
+
+
+#: The request options each wire can carry (contracts.RequestOptions field names).
+WIRE_OPTIONS: dict[str, frozenset[str]] = {
+    # The Messages API of the pinned SDK takes no temperature; effort is `output_config.effort`.
+    "anthropic_messages": frozenset({"thinking_budget", "reasoning_effort", "max_output_tokens"}),
+    "chat_completions": frozenset({"reasoning_effort", "temperature", "max_output_tokens"}),
+    "responses": frozenset({"reasoning_effort", "reasoning_summary", "temperature", "max_output_tokens"}),
+}
+_REASONING_OPTIONS = frozenset({"reasoning_effort", "reasoning_summary", "thinking_budget"})
+
+
+def wire_options(api_mode: str, options: Any) -> dict[str, Any]:
+    """The request body fields for `options` on this wire (as the pinned SDKs spell them):
+    - anthropic_messages: `thinking: {type: enabled, budget_tokens}`, `output_config: {effort}`,
+      `max_tokens` (no temperature on this wire's SDK: refused);
+    - chat_completions: `reasoning_effort`, `temperature`, `max_completion_tokens`;
+    - responses: `reasoning: {effort, summary}` (+ `include: [reasoning.encrypted_content]`, so a
+      reasoning item can be sent back with store=false), `temperature`, `max_output_tokens`."""
+    given = options.given()
+    out: dict[str, Any] = {}
+    if "temperature" in given and api_mode != "anthropic_messages":
+        out["temperature"] = given["temperature"]
+    if api_mode == "anthropic_messages":
+        if "max_output_tokens" in given:
+            out["max_tokens"] = given["max_output_tokens"]
+        if "thinking_budget" in given:
+            out["thinking"] = {"type": "enabled", "budget_tokens": given["thinking_budget"]}
+        if "reasoning_effort" in given:
+            out["output_config"] = {"effort": given["reasoning_effort"]}
+    elif api_mode == "chat_completions":
+        if "max_output_tokens" in given:
+            out["max_completion_tokens"] = given["max_output_tokens"]
+        if "reasoning_effort" in given:
+            out["reasoning_effort"] = given["reasoning_effort"]
+    else:
+        if "max_output_tokens" in given:
+            out["max_output_tokens"] = given["max_output_tokens"]
+        reasoning = {k: given[f"reasoning_{k}"] for k in ("effort", "summary") if f"reasoning_{k}" in given}
+        if reasoning:
+            out["reasoning"] = reasoning
+            out["include"] = ["reasoning.encrypted_content"]
+    return out
+
+
+def check_options(api_mode: str, options: Any, info: Any, *, default_max_tokens: int) -> tuple[str, str] | None:
+    """The first option this wire or this model cannot honour, as (option, why); None when all
+    can. `info`: the model's metadata (harnesscheck.models.ModelInfo), None when unknown: then
+    only the wire is judged (the provider judges the model)."""
+    given = options.given()
+    for name in given:
+        if name not in WIRE_OPTIONS.get(api_mode, frozenset()):
+            return name, f"the {api_mode} wire has no such option"
+    if api_mode == "anthropic_messages" and given.get("reasoning_effort") == "minimal":
+        return "reasoning_effort", "the anthropic_messages wire's efforts are low, medium and high (no minimal)"
+    if info is not None:
+        for name in given:
+            if name in _REASONING_OPTIONS and not info.reasoning:
+                return name, f"{info.provider}/{info.model} is not a reasoning model ({info.source})"
+        if "temperature" in given and info.temperature is False:
+            return "temperature", f"{info.provider}/{info.model} takes no temperature ({info.source})"
+        limit = info.output
+        if "max_output_tokens" in given and limit and given["max_output_tokens"] > limit:
+            return "max_output_tokens", f"{given['max_output_tokens']} is above {info.provider}/{info.model}'s output limit {limit} ({info.source})"
+    budget = given.get("thinking_budget")
+    ceiling = given.get("max_output_tokens", default_max_tokens)
+    if budget is not None and budget >= ceiling:
+        return "thinking_budget", f"the budget ({budget}) must be below the request's max output tokens ({ceiling})"
+    return None
 
 
 class LLM:
@@ -763,11 +898,14 @@ class LLM:
     # -- requests ----------------------------------------------------------------------
 
     def request_kwargs(
-        self, model: str, system: str | list[str] | None, messages: list[dict], tools: list[dict] | None, max_tokens: int
+        self, model: str, system: str | list[str] | None, messages: list[dict], tools: list[dict] | None, max_tokens: int,
+        options: Any = None,
     ) -> dict[str, Any]:
         """The SDK call's arguments for this mode (the wire body, before the SDK adds `stream`).
 
-        anthropic_messages places the prompt-cache breakpoints (`anthropic_cache`)."""
+        anthropic_messages places the prompt-cache breakpoints (`anthropic_cache`). `options`
+        (contracts.RequestOptions, checked by `check_options` first) are spelled as the wire
+        spells them (`wire_options`)."""
         if self.api_mode == "anthropic_messages":
             kwargs: dict[str, Any] = {"model": model, "max_tokens": max_tokens,
                                       "messages": with_cache_breakpoints(to_anthropic_messages(messages))}
@@ -787,17 +925,19 @@ class LLM:
                 kwargs["instructions"] = "\n\n".join(system_blocks(system))
         if tools:
             kwargs["tools"] = [tool_param(self.api_mode, t) for t in tools]
+        if options is not None:
+            kwargs.update(wire_options(self.api_mode, options))
         return kwargs
 
     def _open_stream(
         self, model: str, system: str | list[str] | None, messages: list[dict], tools: list[dict] | None, max_tokens: int,
-        timeout: float | None, extra_headers: dict[str, str] | None = None,
+        timeout: float | None, extra_headers: dict[str, str] | None = None, options: Any = None,
     ) -> Any:
         client = self.client()
         extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
         if extra_headers:
             extra["extra_headers"] = dict(extra_headers)
-        kwargs = self.request_kwargs(model, system, messages, tools, max_tokens)
+        kwargs = self.request_kwargs(model, system, messages, tools, max_tokens, options)
         if self.api_mode == "anthropic_messages":
             return client.messages.create(stream=True, **kwargs, **extra)
         if self.api_mode == "chat_completions":
@@ -825,6 +965,7 @@ class LLM:
         abort: Abort | None = None,
         deadline: float | None = None,
         extra_headers: dict[str, str] | None = None,
+        options: Any = None,
     ) -> Reply:
         """One streamed turn, with bounded retries of overloaded/5xx. Raises LLMError.
 
@@ -845,7 +986,8 @@ class LLM:
                 timeout = left if timeout is None else min(timeout, left)
             turn = _Turn(on_text)
             try:
-                return self._attempt(turn, model, system, messages, tools, max_tokens, timeout, abort, attempt, extra_headers)
+                return self._attempt(turn, model, system, messages, tools, max_tokens, timeout, abort, attempt, extra_headers,
+                                     options)
             except LLMError as err:
                 err.attempts = attempt
                 if err.error_class is ErrorClass.timeout and deadline is not None and not isinstance(err, Aborted):
@@ -879,13 +1021,14 @@ class LLM:
         abort: Abort | None,
         attempt: int,
         extra_headers: dict[str, str] | None = None,
+        options: Any = None,
     ) -> Reply:
         secrets = (self._api_key,)
         if abort is not None and abort.fired:
             raise Aborted(abort.reason or "cancelled", partial=turn.build())
         stream = None
         try:
-            stream = self._open_stream(model, system, messages, tools, max_tokens, timeout, extra_headers)
+            stream = self._open_stream(model, system, messages, tools, max_tokens, timeout, extra_headers, options)
             if abort is not None:
                 abort.attach(stream.response)
             try:

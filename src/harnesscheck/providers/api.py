@@ -232,12 +232,40 @@ class ApiTransport:
                                 message=f"the session never started: {exc}", session_id=request.session_id,
                                 backend=self.spec.id, duration_s=time.monotonic() - start)
 
+    def option_names(self) -> frozenset[str]:
+        """The request options this backend passes on (llm.WIRE_OPTIONS for its wire, through
+        harnesscheck's own client); a backend on another client (Copilot's router, the claude
+        CLI) passes none: every option is refused up front."""
+        from harnesscheck.llm import LLM, WIRE_OPTIONS
+
+        return WIRE_OPTIONS.get(self.api_mode or "", frozenset()) if isinstance(self.llm, LLM) else frozenset()
+
+    def check_options(self, request: AgentSessionRequest, model: str | None) -> None:
+        """Refuse, before any request, an option the backend, its wire or the model cannot
+        honour (OptionUnsupported naming the option and the model; doc/SPEC-api.md)."""
+        options = request.options
+        if options is None or not options.given():
+            return
+        from harnesscheck.contracts import OptionUnsupported
+        from harnesscheck.llm import DEFAULT_MAX_TOKENS, check_options
+        from harnesscheck.models import PROVIDER_OF_MODE, model_info
+
+        for name in options.given():
+            if name not in self.option_names():
+                raise OptionUnsupported(self.spec.id, name, model, f"{self.spec.id} passes no {name} to its model")
+        info = model_info(PROVIDER_OF_MODE.get(self.api_mode or ""), model)
+        refused = check_options(self.api_mode, options, info,
+                                default_max_tokens=getattr(self.llm, "max_tokens", DEFAULT_MAX_TOKENS))
+        if refused is not None:
+            raise OptionUnsupported(self.spec.id, refused[0], model, refused[1])
+
     def _session(self, request, cancel, on_text, start) -> AgentOutcome:
         from harnesscheck.dispatch import dispatch
 
         deadline = start + request.timeout_s
         session_id = request.session_id or secrets.token_hex(16)
         requested = self._model(request.model)
+        self.check_options(request, requested)
         state = _SessionState(requested, session_id, start)
         tools = self._tool_specs(request.scope)
         request.scope.open_root()  # once per session: a later rename or swap of the root is refused (SPEC-scope)
@@ -245,12 +273,13 @@ class ApiTransport:
         abort = Abort()
         trace = _SessionTrace(request.run_dir, session_id)
         events = request.events(session_id)
-        from harnesscheck.llm import retry_notices
+        from harnesscheck.llm import retry_notices, thought_notices
 
         notices = retry_notices.set(
             lambda attempt, wait_s, error_class: events("retry", attempt=attempt, wait_s=round(wait_s, 3),
                                                         error_class=error_class)
         )
+        thoughts = thought_notices.set(lambda text: events("thought", text=text))
         try:
             with _Watchdog(abort, deadline, cancel):
                 outcome = self._loop(request, state, messages, tools, trace, abort, deadline, on_text, dispatch)
@@ -262,6 +291,7 @@ class ApiTransport:
                 )
         finally:
             retry_notices.reset(notices)
+            thought_notices.reset(thoughts)
             trace.close()
         return outcome
 
@@ -286,6 +316,7 @@ class ApiTransport:
                     on_text=on_text,
                     abort=abort,
                     deadline=deadline,
+                    **({"options": request.options} if request.options is not None and request.options.given() else {}),
                 )
             except LLMError as err:
                 state.add_partial(err.partial)

@@ -155,6 +155,11 @@ class FakeTransport:
         of the host's session slots (Settings.concurrency); the wait counts against timeout_s."""
         from harnesscheck.process import SlotBusy, session_slot
 
+        if request.options is not None and request.options.given():  # a script has no model to pass them to
+            from harnesscheck.contracts import OptionUnsupported
+
+            raise OptionUnsupported(self.spec.id, next(iter(request.options.given())), request.model,
+                                    "the fake backend's scripted model takes no request options")
         started = time.monotonic()
         try:
             with session_slot(self.settings.concurrency, wait_s=request.timeout_s):
