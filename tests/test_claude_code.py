@@ -116,7 +116,7 @@ def no_survivors(fake) -> list[int]:
     return [p for p in pids if alive(p)]
 
 
-VOLATILE = {"duration_s", "signal", "exit_code", "orphan_suspected", "stderr_tail"}
+VOLATILE = {"duration_s", "signal", "exit_code", "orphan_suspected", "stderr_tail", "containment", "containment_note"}
 
 
 # ---------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import json
 import threading
 from enum import StrEnum
 from pathlib import Path
-from typing import Callable, Protocol, runtime_checkable
+from typing import Callable, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -240,6 +240,12 @@ class AgentOutcome(BaseModel):
     duration_s: float = 0.0
     terminal_event_seen: bool = False
     orphan_suspected: bool = False
+    containment: Literal["bwrap", "guards", "none"] = Field(
+        default="none",
+        description="how the session's process was contained: bwrap (namespaces of its own, doc/SPEC-sandbox.md), "
+        "guards (the process guard and env policy alone: no sandbox here), none (no process: an api session)",
+    )
+    containment_note: str | None = Field(default=None, description="why a sandbox was not had, when it was not")
     audit: AuditVerdict | None = None
     backend: str = ""
     cli_version: str | None = None

@@ -620,6 +620,22 @@ def relay_command(spec_path: Path) -> tuple[list[str], dict[str, str]] | None:
     return server.relay_argv(spec_path, content), bridge_env()
 
 
+def relay_binds(spec_path: Path | None) -> list[str] | None:
+    """What a sandboxed CLI needs of this host's forkserver to reach `spec_path`'s bridge:
+    the listening socket and the compiled relay (doc/SPEC-sandbox.md); the relay's interpreter
+    is the host's (sandbox.python_paths). None when the spec is not registered with a running
+    forkserver: the full stdio bridge would then run inside the sandbox, where the worktree
+    is not mounted."""
+    if spec_path is None:
+        return None
+    key = str(Path(spec_path).absolute())
+    with _lock:
+        server = _registered.get(key)
+    if server is None or not server.running():
+        return None
+    return [server.socket_path, server.relay_script]
+
+
 def bind_session(spec_path: Path | None, cli_pid: int) -> bool:
     """Right after the CLI started: only the CLI and the processes it started may have this
     spec's bridge; relays that came first were held until now. False

@@ -367,6 +367,8 @@ class HarnessTransport:
     #: only for a CLI call made inside a session that already holds one (reasoning-only Claude
     #: Code's per-turn call, inside its api session): a second slot there deadlocks at the cap.
     takes_session_slot: bool = True
+    #: Run the CLI in a sandbox of its own where the machine allows it (doc/SPEC-sandbox.md).
+    sandboxed: bool = True
 
     def __init__(
         self,
@@ -403,6 +405,11 @@ class HarnessTransport:
         self, ctx: SessionContext, request: AgentSessionRequest, *, tool_less: bool, on_text: Callable[[str], None] | None
     ) -> StreamParser:
         raise NotImplementedError
+
+    def sandbox_paths(self, ctx: SessionContext, cli: Path) -> tuple[list[str], list[str]]:
+        """(read-only, writable) host paths this CLI needs in its sandbox beyond what every
+        session binds (session_sandbox); a subclass adds its own."""
+        return [], []
 
     def after_session(self, ctx: SessionContext, outcome: AgentOutcome) -> AgentOutcome | None:
         """Subclass clean-up after the process tree is gone (e.g. unlink a credential link).
@@ -506,6 +513,7 @@ class HarnessTransport:
                         duration_s=round(time.monotonic() - started, 3),
                     )
                 left = request.timeout_s - (time.monotonic() - started)
+                sandbox, sandbox_note = self.session_sandbox(ctx, Path(info.path), inv, host_entries, tool_less=tool_less)
                 result = run_process(
                     inv.argv,
                     env=env,
@@ -521,11 +529,15 @@ class HarnessTransport:
                     run_marker=f"{ctx.session_id}-{uuid.uuid4().hex[:8]}",
                     on_spawn=(lambda pid: bind_bridge(ctx.spec_path, pid)) if ctx.spec_path is not None else None,
                     stdout_spool=ctx.run_dir if self.stdout_spool else None,
+                    sandbox=sandbox,
                 )
             release_bridge(ctx.spec_path)  # before the trace is read; the bridge child is not in the CLI's group
             outcome = parser.outcome(result)
             parser_session_id = outcome.session_id
             outcome = self._finish(outcome, ctx, result, info, redact)
+            note = sandbox_note or result.containment_note
+            outcome = outcome.model_copy(update={"containment": result.containment,
+                                                 "containment_note": note or None})
             tracer.record(
                 "session_end",
                 cli_session_id=parser_session_id,
@@ -549,6 +561,55 @@ class HarnessTransport:
             self._redact_run_files(ctx, injections)
             for path in ctx.cleanup:
                 shutil.rmtree(path, ignore_errors=True)
+
+    def session_sandbox(self, ctx: SessionContext, cli: Path, inv: Invocation, host_entries: set[str] | None,
+                        *, tool_less: bool) -> tuple[Any, str]:
+        """The session's sandbox (harnesscheck.sandbox.Sandbox), or (None, why not).
+
+        Read-only: the run dir (the MCP config, system prompt, spec the CLI loads; its traces
+        cannot be rewritten), the CLI's install, the host's interpreter and harnesscheck's own
+        files (the relay, the fake CLIs), the bridge forkserver's socket and relay. Writable:
+        the CLI's state dirs in the run dir (private HOME, config homes, scratch cwd), its
+        temp and runtime dirs, and the targets of the credential links the host put there
+        (live level: the one credentials file a CLI refreshes). Not there: the worktree, the
+        user's HOME, the host's /tmp, every other process."""
+        from harnesscheck import sandbox as sb
+
+        mode = getattr(self.settings, "sandbox", "off")
+        if mode == "off":
+            return None, "no sandbox asked for (HARNESS_BACKEND_SANDBOX=off)"
+        if not self.sandboxed:
+            return None, "this transport runs unsandboxed"
+        if mode == "require" and not sb.status().available:
+            raise ConfigError(f"a sandbox is required (HARNESS_BACKEND_SANDBOX=require) and cannot be had here: "
+                              f"{sb.status().reason}", sb.INSTALL_FIX)
+        relay: list[str] = []
+        if not tool_less and ctx.spec_path is not None:
+            from harnesscheck.bridge.forkserver import relay_binds
+
+            found = relay_binds(ctx.spec_path)
+            if found is None:
+                if mode == "require":
+                    raise ConfigError("a sandbox is required but the bridge forkserver does not run: the stdio "
+                                      "bridge would need the worktree inside the sandbox",
+                                      "leave HARNESSCHECK_BRIDGE_FORKSERVER unset (the forkserver is on by default)")
+                return None, "no bridge forkserver: the stdio bridge would need the worktree inside the sandbox"
+            relay = found
+        from harnesscheck.fakes import sidecar_paths
+
+        fake_ro, fake_rw = sidecar_paths(cli)
+        extra_ro, extra_rw = self.sandbox_paths(ctx, cli)
+        read_only = [str(ctx.run_dir), *sb.install_root(cli), *sb.python_paths(), *sb.package_paths(), *relay,
+                     *fake_ro, *extra_ro]
+        writable = [str(ctx.run_dir / name) for name in (*self.cli_state_dirs, "tmp", "runtime")]
+        writable += [str(p) for p in ctx.cleanup] + [str(ctx.cwd)] + fake_rw + extra_rw
+        for rel in sorted(host_entries or ()):
+            path = ctx.run_dir / rel
+            if path.is_symlink():
+                target = os.path.realpath(path)
+                if os.path.isfile(target):
+                    writable.append(target)  # a credential link: the CLI reads (and refreshes) that one file
+        return sb.Sandbox(read_only=tuple(read_only), writable=tuple(writable)), ""
 
     def declined(self, request: AgentSessionRequest, *, one_shot: bool = False) -> tuple[Capability, ...]:
         """Preflight: what this request asks for that the backend will not do, as the capability
