@@ -316,12 +316,38 @@ def install_pip_runtime(dest: Path, backend: str, *, out=None, version: str | No
     return 0
 
 
+def ensure_bubblewrap(out=None) -> bool:
+    """bubblewrap for the sessions' sandbox (doc/SPEC-sandbox.md), as .ci/run installs it: with
+    apt-get where we are root, else a message with the fix. Never fails the install: without
+    it sessions run with the process guard alone and say so. True when bwrap is there after."""
+    from harnesscheck import sandbox
+
+    out = out or sys.stdout
+    if sandbox._find_bwrap() is not None or not sys.platform.startswith("linux"):
+        return sandbox._find_bwrap() is not None
+    apt = shutil.which("apt-get")
+    if apt is not None and hasattr(os, "geteuid") and os.geteuid() == 0:
+        print("install-clis: installing bubblewrap (the sessions' sandbox)", file=out)
+        env = {"PATH": sandbox.SYSTEM_PATH, "DEBIAN_FRONTEND": "noninteractive"}
+        ok = subprocess.run([apt, "update", "-qq"], stdin=subprocess.DEVNULL, env=env, check=False).returncode == 0
+        ok = ok and subprocess.run([apt, "install", "-y", "-qq", "bubblewrap"], stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.DEVNULL, env=env, check=False).returncode == 0
+        sandbox.reset()
+        if ok and sandbox._find_bwrap() is not None:
+            return True
+    print(f"install-clis: bubblewrap is not installed: sessions will run with the process guard alone\n"
+          f"  fix: {sandbox.INSTALL_FIX}", file=out)
+    return False
+
+
 def install(dest: Path | None = None, *, out=None, backend: str | None = None, version: str | None = None) -> int:
     """Install what is missing; 0 when every wanted release is present afterwards."""
     from harnesscheck.paths import cli_cache_dir
 
     out = out or sys.stdout
     dest = Path(dest).expanduser().absolute() if dest is not None else cli_cache_dir()
+    if backend is None:
+        ensure_bubblewrap(out)
     if backend in PIP_RUNTIMES:
         return install_pip_runtime(dest, backend, out=out, version=version)
     if backend is None:
