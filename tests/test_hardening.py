@@ -34,3 +34,69 @@ def test_a_kit_pytest_process_is_not_dumpable(tmp_path):
                            "--hc-backend", "fake", str(tmp_path / "test_probe.py")],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+# --- clean-up that cannot be refused ----------------------------------------------------------
+
+def test_a_private_dir_is_removed_whatever_modes_the_cli_left(tmp_path):
+    from harnesscheck.rundir import remove_private_tree
+
+    top = tmp_path / "tmp"
+    (top / "locked" / "deeper").mkdir(parents=True)
+    (top / "locked" / "deeper" / "f").write_text("x")
+    (top / "ro-file").write_text("x")
+    os.chmod(top / "ro-file", 0)
+    os.chmod(top / "locked" / "deeper", 0)
+    os.chmod(top / "locked", 0)
+    os.chmod(top, 0o777)
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "keep").write_text("keep")
+    os.symlink(tmp_path / "target", top / "link")  # unlinked, never followed
+    assert remove_private_tree(top) is None
+    assert not top.exists() and (tmp_path / "target" / "keep").read_text() == "keep"
+
+
+def test_recheck_restores_and_reports_what_the_cli_opened_up(tmp_path):
+    from harnesscheck.rundir import recheck_private
+
+    run = tmp_path / "run"
+    (run / "home").mkdir(parents=True)
+    os.chmod(run, 0o777)
+    os.chmod(run / "home", 0o777)
+    found = recheck_private(run)
+    assert any("run dir was mode 777" in f for f in found) and any(f.startswith("home was mode 777") for f in found)
+    assert (run.stat().st_mode & 0o777) == 0o700 and not (run / "home").stat().st_mode & 0o022
+    assert recheck_private(run) == []
+
+
+def _fake_session(tmp_path, scenario):
+    from harnesscheck.contracts import AgentSessionRequest
+    from harnesscheck.fakes import install_fake_cli
+    from harnesscheck.providers.claude_code import ClaudeCodeTransport
+    from harnesscheck.registry import get_spec
+    from harnesscheck.scope import ToolScope
+
+    root = tmp_path / "worktree"
+    root.mkdir()
+    fake = install_fake_cli("claude", scenario, tmp_path / "bin")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "no-home"), "LANG": "C.UTF-8"}
+    transport = ClaudeCodeTransport(get_spec("claude-code"), cli_path=fake.path, parent_env=env)
+    request = AgentSessionRequest(prompt="hi", scope=ToolScope(root=root), timeout_s=30, run_dir=tmp_path / "run")
+    return transport.run_session(request)
+
+
+def test_a_cli_that_opens_up_its_dirs_leaves_nothing_world_writable_and_the_outcome_says_so(tmp_path):
+    """A hostile CLI (guards only) chmods its TMPDIR and the run dir 0777 and leaves a mode-0
+    subdir: the temp dir still goes, the run dir is 0700 again, and the outcome is an error."""
+    from harnesscheck.fakes import load_fixture
+
+    scenario = load_fixture("claude", "success")
+    script = 'mkdir -p "$TMPDIR/x/y"; chmod 0 "$TMPDIR/x"; chmod 777 "$TMPDIR" "$TMPDIR/.."'
+    # the grandchild does it at once; the fake waits (an upper bound, generous for a loaded box)
+    scenario["steps"] = [{"spawn": f"/bin/sh -c '{script}'"}, {"delay": 5}] + scenario["steps"]
+    outcome = _fake_session(tmp_path, scenario)
+    run = tmp_path / "run"
+    assert not (run / "tmp").exists()
+    assert (run.stat().st_mode & 0o777) == 0o700
+    assert outcome.status == "error" and outcome.error_class == "policy_violation", outcome
+    assert "run dir was mode 777" in outcome.message

@@ -465,9 +465,18 @@ class HarnessTransport:
                 run_dir=scratch / "run",
             )
             (scratch / "empty").mkdir()
-            return self._run(request, cancel=None, on_text=None, tool_less=True)
+            outcome = self._run(request, cancel=None, on_text=None, tool_less=True)
         finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+            from harnesscheck.rundir import remove_private_tree
+
+            failed = remove_private_tree(scratch)
+        if failed:
+            why = f"the one-shot's private dir could not be removed ({failed})"
+            update: dict[str, Any] = {"message": "; ".join(p for p in (outcome.message, why) if p)}
+            if outcome.ok:
+                update.update(status=OutcomeStatus.error, error_class=ErrorClass.policy_violation, retryable=False)
+            outcome = outcome.model_copy(update=update)
+        return outcome
 
     def _run(
         self,
@@ -476,6 +485,28 @@ class HarnessTransport:
         cancel: threading.Event | None,
         on_text: Callable[[str], None] | None,
         tool_less: bool,
+    ) -> AgentOutcome:
+        """One session, then what its clean-up found: a private dir that could not be removed,
+        or a run dir (or anything in it) left writable by others, is an error of the outcome
+        (never silent); the modes are made private again either way."""
+        leftovers: list[str] = []
+        outcome = self._run_once(request, cancel=cancel, on_text=on_text, tool_less=tool_less, leftovers=leftovers)
+        if not leftovers:
+            return outcome
+        why = "the session's clean-up found: " + "; ".join(leftovers[:5])
+        update: dict[str, Any] = {"message": "; ".join(p for p in (outcome.message, why) if p)}
+        if outcome.ok:
+            update.update(status=OutcomeStatus.error, error_class=ErrorClass.policy_violation, retryable=False)
+        return outcome.model_copy(update=update)
+
+    def _run_once(
+        self,
+        request: AgentSessionRequest,
+        *,
+        cancel: threading.Event | None,
+        on_text: Callable[[str], None] | None,
+        tool_less: bool,
+        leftovers: list[str],
     ) -> AgentOutcome:
         from harnesscheck.envpolicy import build_child_env, private_temp_dirs, redact
         from harnesscheck.process import DEFAULT_MAX_LINE_BYTES, SlotBusy, run_process, session_slot
@@ -559,8 +590,14 @@ class HarnessTransport:
             if host_entries is not None:  # the CLI's transcripts and stores hold tool arguments verbatim
                 forget_cli_state(ctx.run_dir, host_entries, self.cli_state_dirs)
             self._redact_run_files(ctx, injections)
+            from harnesscheck.rundir import recheck_private, remove_private_tree
+
             for path in ctx.cleanup:
-                shutil.rmtree(path, ignore_errors=True)
+                failed = remove_private_tree(path)
+                if failed:
+                    role = path.name if path.parent == ctx.run_dir else "a private temp dir"
+                    leftovers.append(f"{role} could not be removed ({failed})")
+            leftovers.extend(recheck_private(ctx.run_dir))
 
     def session_sandbox(self, ctx: SessionContext, cli: Path, inv: Invocation, host_entries: set[str] | None,
                         *, tool_less: bool) -> tuple[Any, str]:
