@@ -100,3 +100,68 @@ def test_a_cli_that_opens_up_its_dirs_leaves_nothing_world_writable_and_the_outc
     assert (run.stat().st_mode & 0o777) == 0o700
     assert outcome.status == "error" and outcome.error_class == "policy_violation", outcome
     assert "run dir was mode 777" in outcome.message
+
+
+# --- the CLI cache's integrity ------------------------------------------------------------------
+
+def _cached_cli(monkeypatch, tmp_path):
+    from harnesscheck import climanifest
+
+    monkeypatch.setenv("HARNESSCHECK_CACHE", str(tmp_path / "cache"))
+    pkg = tmp_path / "cache" / "clis" / "tool@1.0"
+    (pkg / "node_modules" / "tool").mkdir(parents=True)
+    entry = pkg / "node_modules" / "tool" / "cli.sh"
+    entry.write_text("#!/bin/sh\necho 1.0\n")
+    entry.chmod(0o755)
+    (pkg / "node_modules" / ".bin").mkdir()
+    os.symlink("../tool/cli.sh", pkg / "node_modules" / ".bin" / "tool")
+    return climanifest, pkg, pkg / "node_modules" / ".bin" / "tool"
+
+
+def test_a_cached_cli_without_a_recorded_digest_is_refused_with_the_fix(monkeypatch, tmp_path):
+    climanifest, _pkg, cli = _cached_cli(monkeypatch, tmp_path)
+    with pytest.raises(climanifest.CliInstallChanged) as err:
+        climanifest.verify(cli)
+    assert "install-clis" in err.value.fix
+
+
+@pytest.mark.parametrize("attack", ["rewrite", "plant", "relink", "remove"])
+def test_a_cached_cli_changed_after_install_is_refused(monkeypatch, tmp_path, attack):
+    climanifest, pkg, cli = _cached_cli(monkeypatch, tmp_path)
+    climanifest.record(pkg)
+    climanifest.verify(cli)  # as installed: fine
+    entry = pkg / "node_modules" / "tool" / "cli.sh"
+    if attack == "rewrite":  # same size, content changed, mtime put back
+        st = entry.stat()
+        entry.write_text("#!/bin/sh\necho 6.6\n")
+        os.utime(entry, ns=(st.st_atime_ns, st.st_mtime_ns))
+    elif attack == "plant":
+        (pkg / "node_modules" / "tool" / "evil.js").write_text("x")
+    elif attack == "relink":
+        (pkg / "node_modules" / ".bin" / "tool").unlink()
+        os.symlink("/bin/sh", pkg / "node_modules" / ".bin" / "tool")
+    else:
+        entry.unlink()
+    with pytest.raises(climanifest.CliInstallChanged, match="not what install-clis installed"):
+        climanifest.verify(cli)
+
+
+def test_find_cli_refuses_a_changed_cached_cli_before_running_it(monkeypatch, tmp_path):
+    from harnesscheck.config import Settings
+    from harnesscheck.registry import find_cli, get_spec
+
+    climanifest, pkg, cli = _cached_cli(monkeypatch, tmp_path)
+    climanifest.record(pkg)
+    ran = tmp_path / "ran"
+    (pkg / "node_modules" / "tool" / "cli.sh").write_text(f"#!/bin/sh\ntouch {ran}\necho 1.0\n")
+    with pytest.raises(climanifest.CliInstallChanged):
+        find_cli(get_spec("claude-code"), Settings(cli=cli), check_version=False)
+    assert not ran.exists()
+
+
+def test_a_cli_outside_the_cache_is_not_judged(monkeypatch, tmp_path):
+    climanifest, _pkg, _cli = _cached_cli(monkeypatch, tmp_path)
+    elsewhere = tmp_path / "bin" / "tool"
+    elsewhere.parent.mkdir()
+    elsewhere.write_text("#!/bin/sh\n")
+    climanifest.verify(elsewhere)

@@ -514,6 +514,9 @@ class HarnessTransport:
         if not tool_less:
             start_bridge()
         info = self.cli()
+        from harnesscheck.climanifest import verify as verify_install
+
+        verify_install(info.path)  # every session: a cached CLI changed since install-clis is never run
         started = time.monotonic()  # the wait for a session slot counts against timeout_s
         ctx = new_session_context(request, self.spec.id, tool_less=tool_less, result_cap=self.result_cap)
         tracer = _Tracer(ctx.session_trace, ctx.session_id)
