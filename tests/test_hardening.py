@@ -165,3 +165,29 @@ def test_a_cli_outside_the_cache_is_not_judged(monkeypatch, tmp_path):
     elsewhere.parent.mkdir()
     elsewhere.write_text("#!/bin/sh\n")
     climanifest.verify(elsewhere)
+
+
+# --- the loopback model server serves its session's credential only ---------------------------
+
+@pytest.mark.parametrize("key", [None, "sk-loopback-dummy-0000", "sk-someone-else"])
+def test_the_model_server_refuses_every_other_credential_and_counts_it_as_foreign(key):
+    import json
+    import urllib.error
+    import urllib.request
+
+    from harnesscheck.loopback.endpoint import session_key
+    from harnesscheck.loopback.scenario import named_scenario
+    from harnesscheck.loopback.server import ScriptedModelServer
+
+    mine = session_key()
+    body = json.dumps({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}).encode()
+    with ScriptedModelServer(named_scenario("success"), expected_key=mine) as srv:
+        headers = {"content-type": "application/json", **({"x-api-key": key} if key else {})}
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(urllib.request.Request(srv.base_url + "/v1/messages", body, headers), timeout=30)
+        assert err.value.code == 401
+        ok = urllib.request.urlopen(urllib.request.Request(
+            srv.base_url + "/v1/messages", body, {"content-type": "application/json", "x-api-key": mine}), timeout=30)
+        assert ok.status == 200
+        assert len(srv.foreign_requests()) == 1 and srv.foreign_requests()[0].status == 401
+        assert len(srv.turn_requests()) == 1 and srv.turn_requests()[0].credential_matches

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
@@ -83,7 +82,11 @@ class SandboxStatus:
 
 
 def _find_bwrap() -> str | None:
-    return shutil.which("bwrap", path=SYSTEM_PATH)
+    for directory in SYSTEM_PATH.split(":"):
+        path = os.path.join(directory, "bwrap")
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
 
 
 def _disabled() -> bool:
