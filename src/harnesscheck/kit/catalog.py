@@ -52,6 +52,7 @@ AREAS: dict[str, str] = {
     "concurrency": "Concurrency",
     "parity": "Parity ratchets",
     "live": "Live smokes",
+    "contain": "Containment of the CLI (its sandbox)",
 }
 
 _ID_RE = re.compile(r"^[a-z]+\.[a-z0-9]+(?:-[a-z0-9]+)*$")

@@ -593,14 +593,7 @@ class HarnessTransport:
             if host_entries is not None:  # the CLI's transcripts and stores hold tool arguments verbatim
                 forget_cli_state(ctx.run_dir, host_entries, self.cli_state_dirs)
             self._redact_run_files(ctx, injections)
-            from harnesscheck.rundir import recheck_private, remove_private_tree
-
-            for path in ctx.cleanup:
-                failed = remove_private_tree(path)
-                if failed:
-                    role = path.name if path.parent == ctx.run_dir else "a private temp dir"
-                    leftovers.append(f"{role} could not be removed ({failed})")
-            leftovers.extend(recheck_private(ctx.run_dir))
+            leftovers.extend(self.clean_up(ctx))
 
     def session_sandbox(self, ctx: SessionContext, cli: Path, inv: Invocation, host_entries: set[str] | None,
                         *, tool_less: bool) -> tuple[Any, str]:
@@ -650,6 +643,21 @@ class HarnessTransport:
                 if os.path.isfile(target):
                     writable.append(target)  # a credential link: the CLI reads (and refreshes) that one file
         return sb.Sandbox(read_only=tuple(read_only), writable=tuple(writable)), ""
+
+    def clean_up(self, ctx: SessionContext) -> list[str]:
+        """After the tree is gone: remove the session's private dirs whatever modes its CLI
+        left, and make the run dir private again; what could not be removed or had been
+        opened up, for the outcome (never silent)."""
+        from harnesscheck.rundir import recheck_private, remove_private_tree
+
+        found: list[str] = []
+        for path in ctx.cleanup:
+            failed = remove_private_tree(path)
+            if failed:
+                role = path.name if path.parent == ctx.run_dir else "a private temp dir"
+                found.append(f"{role} could not be removed ({failed})")
+        found.extend(recheck_private(ctx.run_dir))
+        return found
 
     def declined(self, request: AgentSessionRequest, *, one_shot: bool = False) -> tuple[Capability, ...]:
         """Preflight: what this request asks for that the backend will not do, as the capability
