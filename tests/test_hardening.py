@@ -1,5 +1,7 @@
-"""What stays outside the sandbox hardens itself (issue 30): `verify` and the kit's pytest
-processes are non-dumpable hosts before their first CLI."""
+"""Hardening beside the sandbox (issue 30): `verify` and the kit's pytest processes are
+non-dumpable hosts; clean-up that a CLI cannot refuse; the CLI cache's integrity; the loopback
+model server serves its session's credential only; a 70 MiB line without a newline is
+answered at the bridge's bound (round-2 finding)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -191,3 +194,56 @@ def test_the_model_server_refuses_every_other_credential_and_counts_it_as_foreig
         assert ok.status == 200
         assert len(srv.foreign_requests()) == 1 and srv.foreign_requests()[0].status == 401
         assert len(srv.turn_requests()) == 1 and srv.turn_requests()[0].credential_matches
+
+
+# --- round-2 finding: a 70 MiB line with no newline -------------------------------------------
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the forkserver relay is Linux")
+def test_a_70_mib_line_without_newline_is_answered_at_the_bound_through_the_relay(tmp_path):
+    """The bridge a CLI reaches (relay -> forkserver child) answers a request line past its
+    memory bound (32 MiB) with a JSON-RPC error while the line is still open (no newline was
+    ever sent), and serves the next request once the line ends."""
+    import json
+    import select
+    import threading
+
+    from harnesscheck.bridge import forkserver
+    from harnesscheck.bridge.spec import BridgeSpec, write_spec
+    from harnesscheck.scope import ToolScope
+
+    if not forkserver.enabled():
+        pytest.skip("no forkserver here")
+    root, run = tmp_path / "wt", tmp_path / "run"
+    root.mkdir()
+    run.mkdir()
+    spec = write_spec(BridgeSpec(scope=ToolScope(root=root), run_dir=run, trace_path=run / "t.jsonl", session_id="s",
+                                 parent_pid=os.getpid()), run / "spec.json")
+    argv, env = forkserver.relay_command(spec)
+    assert forkserver.bind_session(spec, os.getpid())
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    try:
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+        proc.stdin.write((json.dumps(init) + "\n").encode())
+        proc.stdin.flush()
+        assert b'"id":1' in proc.stdout.readline()
+        lines: list[bytes] = []
+        reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, b"")), daemon=True)
+        reader.start()
+        chunk = b"a" * (1 << 20)
+        for _ in range(70):  # 70 MiB, never a newline
+            proc.stdin.write(chunk)
+        proc.stdin.flush()
+        end = time.monotonic() + 120  # an upper bound for a loaded machine, not a measure
+        while not lines and time.monotonic() < end:
+            select.select([], [], [], 0.05)
+        assert lines and b"longer than" in lines[0] and b'"id":null' in lines[0], lines[:1]
+        proc.stdin.write(b"\n" + (json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}) + "\n").encode())
+        proc.stdin.flush()
+        while len(lines) < 2 and time.monotonic() < end:
+            select.select([], [], [], 0.05)
+        assert len(lines) >= 2 and b'"id":2' in lines[1]
+    finally:
+        proc.kill()
+        proc.wait()
+        forkserver.release_session(spec)
