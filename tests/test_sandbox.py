@@ -198,3 +198,70 @@ def test_the_probe_runs_bwrap_from_the_system_path_only(monkeypatch, tmp_path):
     planted.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ.get('PATH', '')}")
     assert sandbox._find_bwrap() != str(planted)
+
+
+def test_a_cli_that_kills_what_it_sees_and_outlives_its_host_leaves_nothing(tmp_path):
+    """Round-2 finding: a CLI that SIGKILLs its host's process guard, then its supervisor when
+    it sees its host die, outlived both under the guards alone. In the sandbox it sees
+    neither (nor its host): it can signal only its own namespace, and the namespace ends with
+    the bwrap process its supervisor started."""
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    token = f"hc-sandbox-survivor-{os.getpid()}"
+    cli = tmp_path / "cli.sh"
+    cli.write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        for p in $(ls /proc | grep '^[0-9]*$'); do [ "$p" != "$$" ] && kill -9 "$p" 2>/dev/null; done
+        setsid sh -c 'sleep 300; echo {token}' </dev/null >/dev/null 2>&1 &
+        echo ready
+        exec sleep 301
+    """))
+    cli.chmod(0o755)
+    host = tmp_path / "host.py"
+    host.write_text(textwrap.dedent(f"""\
+        from harnesscheck.process import run_process
+        from harnesscheck.sandbox import Sandbox
+        run_process([{str(cli)!r}], env={{"PATH": "/usr/bin:/bin"}}, cwd={str(tmp_path)!r},
+                    on_line=lambda line: open({str(tmp_path / "ready")!r}, "w").close(), timeout_s=600,
+                    sandbox=Sandbox(read_only=({str(tmp_path)!r},), required=True))
+    """))
+    proc = subprocess.Popen([sys.executable, str(host)])
+    try:
+        end = time.monotonic() + 60
+        while not (tmp_path / "ready").exists() and time.monotonic() < end:
+            time.sleep(0.05)
+        assert (tmp_path / "ready").exists()
+        end = time.monotonic() + 30
+        while not _by_token(token) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert _by_token(token), "the CLI's setsid grandchild never ran"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+        end = time.monotonic() + 30
+        while _by_token(token) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert _by_token(token) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in _by_token(token):
+            os.kill(pid, 9)
+
+
+def _by_token(token: str) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    if token.encode() in fh.read():
+                        with open(f"/proc/{entry}/stat", "rb") as st:
+                            if st.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X"):
+                                out.append(int(entry))
+            except OSError:
+                continue
+    return out
