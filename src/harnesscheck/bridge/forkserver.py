@@ -495,7 +495,8 @@ class ForkServer:
         if os.getpid() == self.owner_pid:
             try:
                 self.proc.kill()
-            except OSError:
+                self.proc.wait(timeout=REAP_TIMEOUT_S)  # reaped: then closed (its directory goes) as a dead one is
+            except (OSError, subprocess_timeout()):
                 pass
 
     def relay_argv(self, spec_path: Path, content: bytes) -> list[str]:
@@ -1128,6 +1129,12 @@ def _status_text(status: int) -> bytes:
     if os.WIFSIGNALED(status):
         return b"signal %d" % os.WTERMSIG(status)
     return b"exit %d" % os.waitstatus_to_exitcode(status)
+
+
+def subprocess_timeout() -> type[BaseException]:
+    import subprocess
+
+    return subprocess.TimeoutExpired
 
 
 def _dumpable() -> int | None:
