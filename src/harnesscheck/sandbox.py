@@ -266,4 +266,18 @@ def install_root(cli_path: str | os.PathLike[str]) -> list[str]:
     return out
 
 
-__all__ = ["Sandbox", "SandboxStatus", "bwrap_argv", "install_root", "parse_child_pid", "status"]
+def for_session(*, run_dir: str | os.PathLike[str], cli: str | os.PathLike[str], writable: Iterable[str] = (),
+                read_only: Iterable[str] = (), bridge: Iterable[str] = (),
+                state_dirs: Sequence[str] = ("config-homes", "home", "cwd", "tmp", "runtime")) -> Sandbox:
+    """The sandbox of one agent session, for any transport (the harness base uses it; an ACP
+    transport passes the same to run_process): read-only the run dir, the agent's install
+    (`cli`), the host's interpreter and harnesscheck's files, and `bridge` (what
+    forkserver.relay_binds returned: the socket and the relay); writable the run dir's
+    `state_dirs` and `writable` (temp dirs outside it, a credential file); plus `read_only`."""
+    run = os.fspath(run_dir)
+    ro = [run, *install_root(cli), *python_paths(), *package_paths(), *bridge, *read_only]
+    rw = [os.path.join(run, name) for name in state_dirs] + [os.fspath(p) for p in writable]
+    return Sandbox(read_only=tuple(ro), writable=tuple(rw))
+
+
+__all__ = ["Sandbox", "for_session", "SandboxStatus", "bwrap_argv", "install_root", "parse_child_pid", "status"]

@@ -632,17 +632,16 @@ class HarnessTransport:
 
         fake_ro, fake_rw = sidecar_paths(cli)
         extra_ro, extra_rw = self.sandbox_paths(ctx, cli)
-        read_only = [str(ctx.run_dir), *sb.install_root(cli), *sb.python_paths(), *sb.package_paths(), *relay,
-                     *fake_ro, *extra_ro]
-        writable = [str(ctx.run_dir / name) for name in (*self.cli_state_dirs, "tmp", "runtime")]
-        writable += [str(p) for p in ctx.cleanup] + [str(ctx.cwd)] + fake_rw + extra_rw
+        writable = [str(p) for p in ctx.cleanup] + [str(ctx.cwd)] + fake_rw + extra_rw
         for rel in sorted(host_entries or ()):
             path = ctx.run_dir / rel
             if path.is_symlink():
                 target = os.path.realpath(path)
                 if os.path.isfile(target):
                     writable.append(target)  # a credential link: the CLI reads (and refreshes) that one file
-        return sb.Sandbox(read_only=tuple(read_only), writable=tuple(writable)), ""
+        box = sb.for_session(run_dir=ctx.run_dir, cli=cli, bridge=relay, read_only=[*fake_ro, *extra_ro],
+                             writable=writable, state_dirs=(*self.cli_state_dirs, "tmp", "runtime"))
+        return box, ""
 
     def clean_up(self, ctx: SessionContext) -> list[str]:
         """After the tree is gone: remove the session's private dirs whatever modes its CLI
