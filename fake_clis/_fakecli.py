@@ -220,6 +220,14 @@ ENVIRON = {key.decode(sys.getfilesystemencoding(), sys.getfilesystemencodeerrors
 DEVNULL = "/dev/null"
 
 
+def _pidns() -> str:
+    """This process's PID namespace ("pid:[N]"), or "" where /proc does not say."""
+    try:
+        return posix.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
 def _mode(path: str, follow: bool = True) -> int:
     try:
         return (posix.stat(path) if follow else posix.lstat(path)).st_mode
@@ -1208,6 +1216,7 @@ class Fake:
                 "kind": "invocation",
                 "cli": self.cli,
                 "pid": posix.getpid(),
+                "pidns": _pidns(),  # a sandboxed fake's pids are its namespace's (fakes.FakeCli.records)
                 "argv": [self.argv0, *self.argv],
                 "env": dict(ENVIRON),
                 "cwd": posix.getcwd(),

@@ -54,13 +54,29 @@ class FakeCli:
                 by_pid[rec["pid"]]["grandchildren"].append(
                     {"pid": rec["child_pid"], "setsid": rec.get("setsid", False)}
                 )
-        return invocations
+        return [_host_pids(rec) for rec in invocations]
 
     def last(self) -> dict:
         """The most recent invocation record (AssertionError if the fake never ran)."""
         recs = self.records()
         assert recs, f"fake {self.path.name} was never run (no records in {self.record_path})"
         return recs[-1]
+
+
+def _host_pids(rec: dict) -> dict:
+    """A sandboxed fake records the pids of its own PID namespace (`pidns`): they are given
+    as the host sees them (sandbox.host_pid), so a survivor check looks at the right process."""
+    pidns = rec.get("pidns") or ""
+    if not pidns:
+        return rec
+    from harnesscheck.sandbox import host_pid, own_pidns
+
+    if pidns == own_pidns():
+        return rec
+    rec["pid"] = host_pid(int(rec["pid"]), pidns)
+    rec["grandchildren"] = [{**g, "pid": host_pid(int(g["pid"]), pidns)} for g in rec["grandchildren"]]
+    rec["mcp_server_pids"] = [host_pid(int(p), pidns) for p in rec["mcp_server_pids"]]
+    return rec
 
 
 def sidecar_paths(cli_path: str | os.PathLike[str]) -> tuple[list[str], list[str]]:

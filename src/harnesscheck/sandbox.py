@@ -215,6 +215,48 @@ def parse_child_pid(info: bytes) -> int:
     return int(digits) if digits else 0
 
 
+# --- pids recorded inside a sandbox --------------------------------------------------------
+
+def own_pidns() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def host_pid(pid: int, pidns: str) -> int:
+    """The host's pid of the process that is `pid` in PID namespace `pidns` (as a sandboxed
+    process records itself), or, once that process or its namespace is gone, a number no
+    process can have (pid_max + pid: every process of a namespace dies with its init, so a
+    survivor check over it finds nothing, as it must). A pid of our own namespace is itself."""
+    if not pidns or pidns == own_pidns():
+        return pid
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        entries = []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            if os.readlink(f"/proc/{entry}/ns/pid") != pidns:
+                continue
+            with open(f"/proc/{entry}/status", encoding="ascii", errors="replace") as fh:
+                for line in fh:
+                    if line.startswith("NSpid:"):
+                        if int(line.split()[-1]) == pid:
+                            return int(entry)
+                        break
+        except (OSError, ValueError):
+            continue
+    try:
+        with open("/proc/sys/kernel/pid_max") as fh:
+            pid_max = int(fh.read())
+    except (OSError, ValueError):
+        pid_max = 1 << 22
+    return pid_max + pid
+
+
 # --- what a session binds in ------------------------------------------------------------
 
 def python_paths() -> list[str]:
