@@ -947,7 +947,7 @@ def dsh_offered(run: SessionRun) -> list[str] | None:
     offered = [f"builtin:{t}" for plugin, tools in DSH_PLUGIN_TOOLS.items() if plugin not in disabled for t in tools]
     record = getattr(run, "record_path", None)
     for rec in _record_lines(record):
-        if rec.get("kind") == "mcp_connected" and rec.get("pid") == children[-1].get("pid"):
+        if rec.get("kind") == "mcp_connected" and rec.get("pid") == children[-1].get("ns_pid", children[-1].get("pid")):
             name = rec.get("name")
             offered += [t if name == "bridge" else f"mcp__{name}__{t}" for t in rec.get("tools") or []]
     return offered
