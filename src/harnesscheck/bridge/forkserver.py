@@ -492,11 +492,13 @@ class ForkServer:
 
     def kill(self) -> None:
         """SIGKILL it (a stopped one cannot end by itself); its children die with it."""
+        import subprocess
+
         if os.getpid() == self.owner_pid:
             try:
                 self.proc.kill()
                 self.proc.wait(timeout=REAP_TIMEOUT_S)  # reaped: then closed (its directory goes) as a dead one is
-            except (OSError, subprocess_timeout()):
+            except (OSError, subprocess.TimeoutExpired):
                 pass
 
     def relay_argv(self, spec_path: Path, content: bytes) -> list[str]:
@@ -1129,12 +1131,6 @@ def _status_text(status: int) -> bytes:
     if os.WIFSIGNALED(status):
         return b"signal %d" % os.WTERMSIG(status)
     return b"exit %d" % os.waitstatus_to_exitcode(status)
-
-
-def subprocess_timeout() -> type[BaseException]:
-    import subprocess
-
-    return subprocess.TimeoutExpired
 
 
 def _dumpable() -> int | None:
