@@ -8,7 +8,16 @@ tried both ways: a timeout, and a host SIGKILLed once the escape is in place. Ev
 process an escape starts records its pid first; exec'd sleeps carry a per-session token on
 their command line. Bounded: each session has a 60 s budget, the whole run stops by itself.
 
-    .venv/bin/python bench/bench_containment.py [N]
+    .venv/bin/python bench/bench_containment.py [N]             the hostile sessions (guards)
+    .venv/bin/python bench/bench_containment.py --sandbox [N]   the same, each in a bwrap sandbox
+    .venv/bin/python bench/bench_containment.py --cost [N]      the sandbox's own cost per session
+
+In a sandbox the pids an escape records are its namespace's: what is left is counted by the
+per-session token on the command lines of the host's /proc (and the namespace's init).
+
+`--cost`: N spawns of a bare process (/bin/true) through run_process, and N sessions of the fake
+claude through the claude-code transport (tool call through the bridge relay), each sandboxed
+and not, interleaved; medians and the ratio. Figures from a loaded machine are not final.
 """
 
 from __future__ import annotations
@@ -34,10 +43,14 @@ HOST = textwrap.dedent(
     """
     import os, sys
     from harnesscheck.process import run_process
+    from harnesscheck import sandbox
     out, timeout, argv = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
+    box = None
+    if os.environ.get("BENCH_SANDBOX") == "1":
+        box = sandbox.Sandbox(read_only=(*sandbox.python_paths(), os.path.dirname(argv[1])), writable=(out,), required=True)
     run_process(argv, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, cwd=out,
                 on_line=lambda line: open(os.path.join(out, "ready"), "w").close(),
-                timeout_s=timeout, term_grace_s=0.2)
+                timeout_s=timeout, term_grace_s=0.2, sandbox=box)
     open(os.path.join(out, "done"), "w").close()
     """
 )
@@ -72,7 +85,7 @@ def wait_for(path: Path, seconds: float) -> bool:
     return True
 
 
-def session(base: Path, i: int) -> tuple[str, str, list[int]]:
+def session(base: Path, i: int, sandboxed: bool = False) -> tuple[str, str, list[int]]:
     mode = MODES[i % len(MODES)]
     ending = "timeout" if (i // len(MODES)) % 2 == 0 else "host-killed"  # each escape gets both
     out = base / f"s{i}"
@@ -81,8 +94,8 @@ def session(base: Path, i: int) -> tuple[str, str, list[int]]:
     tok = f"97.{i:06d}{os.getpid() % 1000:03d}"
     argv = [sys.executable, str(ESCAPE), mode, str(out / "pids"), tok]
     timeout = "2.0" if ending == "timeout" else "600"
-    host = subprocess.Popen([sys.executable, str(out / "host.py"), str(out), timeout, *argv],
-                            env=dict(os.environ, PYTHONPATH=str(ROOT / "src")), cwd=out,
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), BENCH_SANDBOX="1" if sandboxed else "0")
+    host = subprocess.Popen([sys.executable, str(out / "host.py"), str(out), timeout, *argv], env=env, cwd=out,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         if ending == "timeout":
@@ -97,6 +110,8 @@ def session(base: Path, i: int) -> tuple[str, str, list[int]]:
             host.kill()
             host.wait()
     pids = [int(x) for x in (out / "pids").read_text().split()] if (out / "pids").exists() else []
+    if sandboxed:
+        pids = []  # namespace pids: the token on the host's command lines tells what is left
     end = time.monotonic() + 10  # SIGKILL is asynchronous; a bound, not a measure
     left = [p for p in pids if alive(p)] + by_token(tok)
     while left and time.monotonic() < end:
@@ -110,14 +125,80 @@ def session(base: Path, i: int) -> tuple[str, str, list[int]]:
     return mode, ending, sorted(set(left))
 
 
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
+def cost(n: int) -> int:
+    """The sandbox's own cost per session, side by side with the unsandboxed path."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from harnesscheck import sandbox
+    from harnesscheck.config import Settings
+    from harnesscheck.contracts import AgentSessionRequest
+    from harnesscheck.fakes import install_fake_cli
+    from harnesscheck.process import run_process
+    from harnesscheck.providers._harness import warm_up
+    from harnesscheck.providers.claude_code import ClaudeCodeTransport
+    from harnesscheck.registry import get_spec
+    from harnesscheck.scope import ToolScope
+
+    state = sandbox.status()
+    if not state.available:
+        print(f"no sandbox here: {state.reason}")
+        return 2
+    warm_up()
+    base = Path(tempfile.mkdtemp(prefix="bench-sandbox-cost-"))
+    spawn: dict[str, list[float]] = {"guards": [], "bwrap": []}
+    sessions: dict[str, list[float]] = {"guards": [], "bwrap": []}
+    try:
+        box = sandbox.Sandbox(writable=(str(base),))
+        root = base / "wt"
+        root.mkdir()
+        (root / "README.md").write_text("hello\n")
+        fake = install_fake_cli("claude", "tool_calls", base / "bin")
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(base / "no-home"), "LANG": "C.UTF-8"}
+        transports = {mode: ClaudeCodeTransport(get_spec("claude-code"), Settings(sandbox="off" if mode == "guards" else "require"),
+                                                cli_path=fake.path, parent_env=env) for mode in sessions}
+        for i in range(n):
+            for mode in ("guards", "bwrap") if i % 2 == 0 else ("bwrap", "guards"):
+                t0 = time.perf_counter()
+                run_process(["/bin/true"], env={"PATH": "/usr/bin:/bin"}, cwd=base, on_line=lambda _l: None,
+                            timeout_s=60, sandbox=box if mode == "bwrap" else None)
+                spawn[mode].append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                out = transports[mode].run_session(AgentSessionRequest(
+                    prompt="hi", scope=ToolScope(root=root), timeout_s=60, run_dir=base / f"run-{mode}-{i}"))
+                sessions[mode].append(time.perf_counter() - t0)
+                assert out.ok and out.containment == mode, (out.status, out.message, out.containment)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    for name, data in (("bare spawn (/bin/true)", spawn), ("fake claude session (one bridge call)", sessions)):
+        g, b = _median(data["guards"]) * 1000, _median(data["bwrap"]) * 1000
+        print(f"{name}: guards {g:.1f} ms, bwrap {b:.1f} ms (median of {n}): +{b - g:.1f} ms, ratio {b / g:.2f}")
+    return 0
+
+
 def main() -> int:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 100
+    args = sys.argv[1:]
+    if args[:1] == ["--cost"]:
+        return cost(int(args[1]) if len(args) > 1 else 20)
+    sandboxed = args[:1] == ["--sandbox"]
+    if sandboxed:
+        args = args[1:]
+        sys.path.insert(0, str(ROOT / "src"))
+        from harnesscheck import sandbox
+
+        if not sandbox.status().available:
+            print(f"no sandbox here: {sandbox.status().reason}")
+            return 2
+    n = int(args[0]) if args else 100
     base = Path(tempfile.mkdtemp(prefix="bench-containment-"))
     started = time.monotonic()
     results = []
     try:
         for i in range(n):
-            results.append(session(base, i))
+            results.append(session(base, i, sandboxed))
     finally:
         shutil.rmtree(base, ignore_errors=True)
     left = sum(len(r[2]) for r in results)
@@ -125,7 +206,8 @@ def main() -> int:
     for mode, ending, pids in results:
         by_mode[f"{mode}/{ending}"] = by_mode.get(f"{mode}/{ending}", 0) + len(pids)
     print(json.dumps(by_mode, indent=1))
-    print(f"{n} hostile sessions in {time.monotonic() - started:.0f} s: {left} processes left behind (target 0)")
+    how = "sandboxed " if sandboxed else ""
+    print(f"{n} {how}hostile sessions in {time.monotonic() - started:.0f} s: {left} processes left behind (target 0)")
     return 0 if left == 0 else 1
 
 

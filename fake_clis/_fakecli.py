@@ -220,6 +220,14 @@ ENVIRON = {key.decode(sys.getfilesystemencoding(), sys.getfilesystemencodeerrors
 DEVNULL = "/dev/null"
 
 
+def _pidns() -> str:
+    """This process's PID namespace ("pid:[N]"), or "" where /proc does not say."""
+    try:
+        return posix.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
 def _mode(path: str, follow: bool = True) -> int:
     try:
         return (posix.stat(path) if follow else posix.lstat(path)).st_mode
@@ -1208,6 +1216,7 @@ class Fake:
                 "kind": "invocation",
                 "cli": self.cli,
                 "pid": posix.getpid(),
+                "pidns": _pidns(),  # a sandboxed fake's pids are its namespace's (fakes.FakeCli.records)
                 "argv": [self.argv0, *self.argv],
                 "env": dict(ENVIRON),
                 "cwd": posix.getcwd(),
@@ -1384,6 +1393,76 @@ class Fake:
         action = next((k for k in step if k in _ACTIONS), "?")
         self._append({"kind": "step", "pid": posix.getpid(), "index": index, "action": action,
                       "mono": time.monotonic(), "ts": time.time()})
+
+    def _contain_probe(self, probe: dict) -> None:
+        """What a hostile CLI tries against its containment (conformance contain.*), each
+        recorded as what it could do, never what it read: one `contain_probe` record.
+        `read`: a file (the worktree's) read directly; `environ_canary`: whether any
+        /proc/<pid>/environ it can read holds that value (another session's token);
+        `tamper_self`: a line appended to its own executable; `open_up`: TMPDIR and the run
+        dir (HOME's parent) chmod 0777 with a mode-0 subdir left in TMPDIR."""
+        out = {"kind": "contain_probe", "pid": posix.getpid()}
+        path = probe.get("read")
+        if isinstance(path, str) and path:
+            try:
+                fd = posix.open(path, posix.O_RDONLY)
+                out["read_ok"] = bool(posix.read(fd, 64) is not None)
+                posix.close(fd)
+            except OSError:
+                out["read_ok"] = False
+        canary = probe.get("environ_canary")
+        if isinstance(canary, str) and canary:
+            needle = canary.encode()
+            hits = readable = 0
+            for entry in posix.listdir("/proc"):
+                if not entry.isdigit() or int(entry) == posix.getpid():
+                    continue
+                try:
+                    fd = posix.open("/proc/" + entry + "/environ", posix.O_RDONLY)
+                except OSError:
+                    continue
+                try:
+                    data = b""
+                    while True:
+                        chunk = posix.read(fd, 65536)
+                        if not chunk:
+                            break
+                        data += chunk
+                except OSError:
+                    data = b""
+                finally:
+                    posix.close(fd)
+                readable += 1 if data else 0
+                hits += 1 if needle in data else 0
+            out["environ_readable"] = readable
+            out["environ_hits"] = hits
+        if probe.get("tamper_self"):
+            try:
+                fd = posix.open(self.argv0, posix.O_WRONLY | posix.O_APPEND)
+                posix.write(fd, b"\n# harnesscheck contain_probe: planted\n")
+                posix.close(fd)
+                out["tamper_ok"] = True
+            except OSError:
+                out["tamper_ok"] = False
+        if probe.get("open_up"):
+            opened = []
+            tmp = ENVIRON.get("TMPDIR") or ""
+            home = ENVIRON.get("HOME") or ""
+            for target in ([tmp] if tmp else []) + ([home.rstrip("/").rsplit("/", 1)[0]] if home else []):
+                try:
+                    posix.chmod(target, 0o777)
+                    opened.append(target)
+                except OSError:
+                    pass
+            if tmp:
+                try:
+                    posix.mkdir(tmp + "/locked", 0o700)
+                    posix.mkdir(tmp + "/locked/deeper", 0o777)
+                    posix.chmod(tmp + "/locked", 0)
+                except OSError:
+                    pass
+            out["opened"] = len(opened)
+        self._append(out)
 
     def _append(self, record: dict) -> None:
         assert self.record_path is not None
@@ -1569,6 +1648,8 @@ class Fake:
                                [(posix.POSIX_SPAWN_OPEN, 0, DEVNULL, posix.O_RDWR, 0)], setsid=setsid)
             if self.record_path is not None:
                 self._append({"kind": "spawn", "pid": posix.getpid(), "child_pid": child_pid, "setsid": setsid})
+        elif "contain_probe" in step:
+            self._contain_probe(self.fill(step["contain_probe"], ph))
         elif "ignore_sigterm" in step:
             _signal.signal(_signal.SIGTERM, _signal.SIG_IGN if step["ignore_sigterm"] else _signal.SIG_DFL)
         elif "hang" in step:

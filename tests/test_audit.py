@@ -536,3 +536,78 @@ def test_pathless_search_is_bound_from_the_session_cwd(root: Path, tmp_path: Pat
     z = jl({"type": "tool.updated", "payload": {"toolCallId": "g", "toolName": "Grep", "kind": "scheduled",
                                                 "input": {"pattern": "token", "path": str(root / "src")}}})
     assert audit_events(z, "zcode", RunFacts(scope_root=root, builtin_tools_off=False, session_cwd=scratch)).clean
+
+
+# ---- the audit judges what happened, not what was printed (issue 30) ------------------------
+
+
+REFUSAL = "<tool_use_error>Error: No such tool available: Bash. Bash is disabled for this session</tool_use_error>"
+
+
+@pytest.mark.parametrize("content", [
+    "Exit code 1\n" + REFUSAL,  # the command printed the phrase
+    [{"type": "text", "text": "out: No such tool available: Bash. Bash is disabled for this session"}],
+    "<tool_use_error>Error: No such tool available: Read. Read is disabled for this session</tool_use_error>",  # another tool's
+])
+def test_refusal_text_inside_a_tool_output_is_not_a_refusal(root: Path, content) -> None:
+    log = jl(
+        claude_init(),
+        claude_tool_use("Bash", {"command": "echo 'No such tool available'; exit 1"}, "toolu_1"),
+        claude_tool_result("toolu_1", content, is_error=True),
+        claude_result(),
+    )
+    verdict = audit_events(log, "claude", RunFacts(scope_root=root, bridge=BridgeSummary()))
+    assert "native_shell" in codes(verdict) and "native_tool_refused_by_cli" not in codes(verdict)
+    assert not verdict.clean
+
+
+def test_a_refusal_shaped_result_with_a_run_s_structured_output_is_not_a_refusal(root: Path) -> None:
+    result = claude_tool_result("toolu_1", REFUSAL, is_error=True)
+    result["tool_use_result"] = {"stdout": REFUSAL, "stderr": "", "interrupted": False}
+    log = jl(claude_init(), claude_tool_use("Bash", {"command": f"echo '{REFUSAL}'; exit 1"}, "toolu_1"), result,
+             claude_result())
+    verdict = audit_events(log, "claude", RunFacts(scope_root=root, bridge=BridgeSummary()))
+    assert "native_shell" in codes(verdict)
+
+
+def test_the_cli_s_own_refusal_is_still_one(root: Path) -> None:
+    log = jl(claude_init(), claude_tool_use("Bash", {"command": "ls"}, "toolu_1"),
+             claude_tool_result("toolu_1", REFUSAL, is_error=True), claude_result())
+    verdict = audit_events(log, "claude", RunFacts(scope_root=root, bridge=BridgeSummary()))
+    assert codes(verdict) == {"native_tool_refused_by_cli"} and verdict.clean
+
+
+def test_a_reused_call_id_cannot_hide_a_later_call(root: Path, tmp_path: Path) -> None:
+    """Ids come from the model server: a second, different call under an id already seen is
+    audited (claude: the bridge call first, then a native Bash under the same id)."""
+    log = jl(
+        claude_init(),
+        claude_tool_use("mcp__bridge__read_file", {"path": "src/a.py"}, "toolu_1"),
+        claude_tool_result("toolu_1", "print('a')"),
+        claude_tool_use("Bash", {"command": f"cat {tmp_path}/secret"}, "toolu_1"),
+        claude_tool_result("toolu_1", "s3cret"),
+        claude_result(),
+    )
+    verdict = audit_events(log, "claude", RunFacts(scope_root=root, bridge=BridgeSummary(tool_calls=1)))
+    assert {"native_shell", "native_tool_use"} <= codes(verdict)
+
+
+def test_a_reused_pending_id_judges_the_earlier_call_as_run(root: Path, tmp_path: Path) -> None:
+    log = jl(
+        claude_init(),
+        claude_tool_use("Read", {"file_path": f"{tmp_path}/outside.txt"}, "toolu_9"),
+        claude_tool_use("Bash", {"command": "true"}, "toolu_9"),
+        claude_tool_result("toolu_9", REFUSAL, is_error=True),
+        claude_result(),
+    )
+    verdict = audit_events(log, "claude", RunFacts(scope_root=root, bridge=BridgeSummary()))
+    assert "native_file_outside_scope" in codes(verdict)  # the Read was not overwritten unseen
+
+
+def test_codex_started_and_completed_of_one_call_count_once(root: Path) -> None:
+    item = {"id": "item_1", "type": "command_execution", "command": "ls", "status": "completed", "exit_code": 0}
+    log = jl({"type": "item.completed", "item": item}, {"type": "item.completed", "item": item},
+             {"type": "item.completed", "item": {**item, "command": f"cat {root.parent}/secret"}})
+    verdict = audit_events(log, "codex", RunFacts(scope_root=root, bridge=BridgeSummary()))
+    shells = [f for f in verdict.flags if f.code == "native_shell"]
+    assert len(shells) == 2  # the duplicate once, the different call under the same id too

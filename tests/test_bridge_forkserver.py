@@ -4,6 +4,7 @@ the process tree (relay killed, session released, host killed, no fd leaked)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -1091,3 +1092,99 @@ def test_the_exit_report_does_not_wait_for_the_relay_when_calls_outlived_the_ses
             os.waitpid(pid, 0)
         ours.close()
     assert reaped, "the child waited for the relay although calls outlived the session"
+
+
+# ---------------------------------------------------------------------------------------
+# Hardening (issue 30): non-dumpable, replaced when stopped, ends with its host while stopped,
+# and the relay checks its peer.
+
+
+def test_the_forkserver_is_not_dumpable(tmp_path: Path, relay_for) -> None:
+    spec, _ = _make_spec(tmp_path, "a")
+    relay_for(spec)
+    server = forkserver.get_forkserver()
+    assert server is not None and server.await_ready(BOUND_S)
+    assert server.dumpable() == 0  # PR_SET_DUMPABLE 0: no same-uid /proc read, ptrace or pidfd_getfd
+
+
+def test_a_stopped_forkserver_is_replaced_and_never_waited_for(tmp_path: Path, relay_for) -> None:
+    spec_a, _ = _make_spec(tmp_path, "a")
+    relay_for(spec_a)
+    old = forkserver.get_forkserver()
+    assert old is not None and old.await_ready(BOUND_S)
+    os.kill(old.pid, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + BOUND_S
+        while not old.stopped() and time.monotonic() < deadline:  # the stop is asynchronous
+            time.sleep(0.01)
+        assert old.stopped()
+        with pytest.raises(forkserver.ForkServerError, match="stopped"):
+            old.request({"op": "children"})  # fails at once: never the 30 s control timeout
+        spec_b, _ = _make_spec(tmp_path, "b")
+        argv, env = relay_for(spec_b)
+        new = forkserver.get_forkserver()
+        assert new is not old and _alive(new.pid)
+        listed, _ = anyio.run(_client_session, argv, env, tmp_path, [])
+        assert listed.tools
+        assert forkserver.release_session(spec_a) == []  # the stopped one is not asked
+        assert _wait_gone([old.pid]) == []  # killed: a stopped one holds the root and trace fds
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(old.pid, signal.SIGCONT)
+
+
+def test_a_stopped_forkserver_ends_with_its_host(tmp_path: Path) -> None:
+    spec_path, _ = _make_spec(tmp_path, "a", parent_pid=None)
+    script = tmp_path / "host.py"
+    script.write_text(HOST_SCRIPT)
+    host = subprocess.Popen([sys.executable, str(script), str(spec_path)], stdout=subprocess.PIPE, env=os.environ.copy())
+    try:
+        info = json.loads(host.stdout.readline())
+        pids = [info["forkserver"], *info["children"], info["relay"], info["spare"]]
+        os.kill(info["forkserver"], signal.SIGSTOP)
+        host.kill()
+        host.wait(timeout=BOUND_S)
+        assert _wait_gone(pids) == []  # SIGCONT on the control channel's hang-up, then its EOF
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait()
+
+
+def test_the_relay_refuses_a_server_of_another_user(tmp_path: Path) -> None:
+    if os.getuid() != 0:
+        pytest.skip("needs root to run a server as another uid")
+    import socket as socketmod
+
+    import shutil
+    import tempfile
+
+    sockdir = tempfile.mkdtemp(prefix="hc-peer-", dir="/tmp")
+    os.chmod(sockdir, 0o777)
+    path = os.path.join(sockdir, "fake.sock")
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a server of uid 65534 at the relay's path
+        try:
+            os.close(ready_r)
+            os.setgid(65534)
+            os.setuid(65534)
+            srv = socketmod.socket(socketmod.AF_UNIX, socketmod.SOCK_SEQPACKET)
+            srv.bind(path)
+            os.chmod(path, 0o777)
+            srv.listen(1)
+            os.write(ready_w, b"1")
+            conn, _ = srv.accept()
+            got = conn.recvmsg(4096, 256)
+            os._exit(7 if got[1] else 0)  # 7: the relay handed its fds over
+        except BaseException:
+            os._exit(3)
+    os.close(ready_w)
+    assert os.read(ready_r, 1) == b"1"
+    relay = [sys.executable, "-I", "-S", str(forkserver.RELAY_PATH), path, str(tmp_path / "spec.json")]
+    done = subprocess.run(relay, stdin=subprocess.DEVNULL, capture_output=True, timeout=BOUND_S)
+    os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    shutil.rmtree(sockdir, ignore_errors=True)
+    assert done.returncode == 2 and b"not this user's" in done.stderr, done
+    assert not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 7)

@@ -158,8 +158,9 @@ def test_session_argv_env_cwd_stdin(tmp_path):
     argv = rec["argv"][1:]
     assert argv[:7] == ["--print", "--output-format", "stream-json", "--trust", "--workspace", rec["cwd"], "--force"]
     assert "--approve-mcps" in argv and "--model=sonnet-4.5" in argv
-    assert argv[-2] == "--" and argv[-1].startswith("# Instructions\n\nCONTRACT-TEXT") and argv[-1].endswith("# Task\n\nhi")
-    assert rec["stdin_type"] == "devnull"
+    assert "--" not in argv and not any("CONTRACT-TEXT" in a for a in argv)  # the prompt is never on argv
+    assert rec["stdin_type"] == "pipe" and rec["stdin"].startswith("# Instructions\n\nCONTRACT-TEXT")
+    assert rec["stdin"].endswith("# Task\n\nhi")
     assert_no_canary(rec)
     assert not cwd.is_relative_to(wt.resolve())
     assert rec["env"]["HOME"] == str((tmp_path / "run" / "home").resolve())
@@ -169,8 +170,8 @@ def test_session_argv_env_cwd_stdin(tmp_path):
 def test_prompt_can_never_become_a_flag(tmp_path):
     evil = "--api-key=sk-injected --yolo"
     out, fake, _ = session(tmp_path, "success", prompt=evil)
-    argv = fake.last()["argv"]
-    assert argv[-2] == "--" and argv[-1].endswith(evil) and evil not in argv[:-1]
+    rec = fake.last()
+    assert not any(evil in a for a in rec["argv"]) and rec["stdin"].endswith(evil)  # stdin: never a flag
 
 
 def test_huge_prompt_goes_on_stdin(tmp_path):

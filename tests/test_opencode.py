@@ -168,8 +168,9 @@ def test_session_argv_env_stdin(tmp_path):
     assert argv[:5] == ["run", "--format", "json", "--title", f"harnesscheck {out.session_id}"]
     assert argv[5:8] == ["--print-logs", "--log-level", "ERROR"]  # the retried stream errors are only in its log
     assert argv[8:10] == ["-m", "anthropic/claude-sonnet-4-5"]
-    assert argv[-2] == "--" and argv[-1].startswith("# Instructions\n\nCONTRACT-TEXT") and argv[-1].endswith("# Task\n\nhi")
-    assert rec["stdin_type"] == "devnull"
+    assert "--" not in argv and not any("CONTRACT-TEXT" in a for a in argv)  # the prompt is never on argv
+    assert rec["stdin_type"] == "pipe" and rec["stdin"].startswith("# Instructions\n\nCONTRACT-TEXT")
+    assert rec["stdin"].endswith("# Task\n\nhi")
     assert_no_canary(rec)
     env = rec["env"]
     home = (tmp_path / "run" / "home").resolve()
@@ -184,8 +185,8 @@ def test_session_argv_env_stdin(tmp_path):
 def test_prompt_can_never_become_a_flag(tmp_path):
     evil = "--model=evil/x --print-logs"
     out, fake, _ = session(tmp_path, prompt=evil)
-    argv = fake.last()["argv"]
-    assert argv[-2] == "--" and argv[-1].endswith(evil) and evil not in argv[:-1]
+    rec = fake.last()
+    assert not any(evil in a for a in rec["argv"]) and rec["stdin"].endswith(evil)  # stdin: never a flag
 
 
 def test_huge_prompt_goes_on_stdin(tmp_path):

@@ -22,6 +22,7 @@ from harnesscheck.paths import fixtures_dir
 from harnesscheck.providers.zcode import (
     DEFAULT_MODEL,
     DISALLOWED_TOOLS,
+    ATTACHED_PROMPT,
     MAX_ARGV_PROMPT_BYTES,
     ZcodeParser,
     ZcodeTransport,
@@ -252,10 +253,12 @@ def test_session_argv_env_cwd_no_stdin(tmp_path):
     assert out.ok and out.text == "Hi. What would you like to work on?" and out.backend == "zcode"
     rec = fake.last()
     argv = rec["argv"][1:]
-    prompt = argv[0]
-    assert prompt.startswith("--prompt=# Instructions\n\nCONTRACT-TEXT") and prompt.endswith("# Task\n\nhi")
-    assert argv[1:7] == ["--output-format", "stream-json", "--mode", "plan", "--cwd", rec["cwd"]]
-    assert argv[7] == "--disallowed-tools=" + ",".join(DISALLOWED_TOOLS) and len(argv) == 8
+    assert argv[0] == f"--prompt={ATTACHED_PROMPT}" and argv[1] == "--attach"  # the prompt is never on argv
+    prompt = rec["attachments"][argv[2]]
+    assert prompt.startswith("# Instructions\n\nCONTRACT-TEXT") and prompt.endswith("# Task\n\nhi")
+    assert "CONTRACT-TEXT" not in " ".join(rec["argv"])
+    assert argv[3:9] == ["--output-format", "stream-json", "--mode", "plan", "--cwd", rec["cwd"]]
+    assert argv[9] == "--disallowed-tools=" + ",".join(DISALLOWED_TOOLS) and len(argv) == 10
     assert rec["stdin_type"] == "devnull"
     assert_no_canary(rec)
     run = (tmp_path / "run").resolve()

@@ -21,9 +21,13 @@ Protocol (fd 0 is an AF_UNIX SOCK_SEQPACKET socket whose other end only the host
   (stdin may be absent: /dev/null). Every spare blocks in recvmsg on fd 0, so exactly one
   takes it; it tells the guard through the `taken` pipe, and the guard forks a replacement.
 - host -> supervisor, on the session socket (SOCK_STREAM): 8 hex digits of length, then a
-  marshal of (executable, argv, env, cwd) (bytes and str only).
+  marshal of (executable, argv, env, cwd) or (executable, argv, env, cwd, info_fd) (bytes,
+  str and int only). `info_fd` > 0: a sandboxed CLI (bwrap, sandbox.py): the write end of a
+  pipe is its fd `info_fd` (`--info-fd`), and the supervisor reads from it the pid of the
+  namespace's init, whose process group holds the CLI.
 - supervisor -> host, lines on the session socket:
-      p PID SUP CGROUP the CLI runs (SUP: this supervisor; CGROUP: the session cgroup, or -)
+      p PID SUP CGROUP [INNER]  the CLI runs (SUP: this supervisor; CGROUP: the session
+                       cgroup, or -; INNER: a sandbox's init pid, its group the CLI's)
       e ERRNO          the spawn failed (nothing runs)
       x STATUS         the CLI (the direct child) exited; STATUS is the raw wait status
       d KILLED OUTSIDE LEFT    answer to `k`: KILLED processes were killed, OUTSIDE of them had
@@ -138,7 +142,7 @@ def reap() -> list:
         done.append((pid, status))
 
 
-def kill_tree(root: int, on_reaped=None, cli_pgid=0):
+def kill_tree(root: int, on_reaped=None, cli_pgid=0, inner_pgid=0):
     """SIGKILL every descendant of root (we are root, a subreaper), in rounds: a process killed
     in one round may have forked; its child is re-parented to us and is killed in the next.
     The end is decided by waitid (we have no child left at all), not by a /proc scan, which a
@@ -160,7 +164,8 @@ def kill_tree(root: int, on_reaped=None, cli_pgid=0):
                 seen.add(pid)
                 killed += 1
                 _state, _ppid, pgid = table[pid]
-                if pid != cli_pgid and pgid != cli_pgid:
+                inside = (cli_pgid, inner_pgid) if inner_pgid else (cli_pgid,)
+                if pid not in inside and pgid not in inside:
                     outside += 1  # it had left the CLI's process group (setsid, setpgid)
         time.sleep(0.001)
     table = _table()
@@ -224,6 +229,13 @@ def wake_on_hangup(fd: int) -> None:
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_ASYNC)
     except (ImportError, OSError, AttributeError):
         pass
+
+
+def fcntl_dupfd(fd: int) -> int:
+    """A close-on-exec copy of fd numbered 10 or above (never one of the stdio targets)."""
+    import fcntl
+
+    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
 
 
 def _write(path: str, data: bytes) -> bool:
@@ -318,9 +330,42 @@ def _send(fd: int, line: str) -> None:
         pass  # the host is gone: our tree dies at EOF anyway
 
 
-def end_tree(me: int, reaped, cli: int):
+def end_tree(me: int, reaped, cli: int, inner: int = 0):
     """Kill everything beneath us; (killed, outside, left)."""
-    return kill_tree(me, on_reaped=reaped, cli_pgid=cli)
+    return kill_tree(me, on_reaped=reaped, cli_pgid=cli, inner_pgid=inner)
+
+
+def _read_info(fd: int, bound_s: float = 10.0) -> int:
+    """The namespace init's pid from bwrap's --info-fd JSON (0: none came: bwrap failed and
+    says why on stderr)."""
+    data = b""
+    end = time.monotonic() + bound_s
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    while b"}" not in data:
+        left = end - time.monotonic()
+        if left <= 0:
+            break
+        try:
+            if not poller.poll(int(left * 1000) + 1):
+                break
+            chunk = os.read(fd, 4096)
+        except InterruptedError:
+            continue
+        except OSError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    key = b'"child-pid"'
+    at = data.find(key)
+    if at < 0:
+        return 0
+    digits = data[at + len(key):].lstrip(b" :\t\r\n")
+    n = 0
+    while n < len(digits) and 48 <= digits[n] <= 57:
+        n += 1
+    return int(digits[:n]) if n else 0
 
 
 def serve(sess: int, stdio: list, cgroup: str) -> bool:
@@ -330,24 +375,48 @@ def serve(sess: int, stdio: list, cgroup: str) -> bool:
     wake_on_hangup(sess)
     try:
         size = int(_read_exact(sess, 8), 16)
-        executable, argv, env, cwd = marshal.loads(_read_exact(sess, size))
-    except (EOFError, OSError, ValueError, TypeError):
+        request = marshal.loads(_read_exact(sess, size))
+        executable, argv, env, cwd = request[:4]
+        info_fd = int(request[4]) if len(request) > 4 else 0
+    except (EOFError, OSError, ValueError, TypeError, IndexError):
         return True
     if len(stdio) == 2:  # no stdin pipe: /dev/null
         stdio = [os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)] + stdio
     actions = [(os.POSIX_SPAWN_DUP2, fd, n) for n, fd in enumerate(stdio)]
+    info_r = info_w = -1
+    if info_fd > 2:
+        try:
+            r, w = os.pipe()
+            info_r = fcntl_dupfd(r)
+            info_w = fcntl_dupfd(w)
+            os.close(r)
+            os.close(w)
+            actions.append((os.POSIX_SPAWN_DUP2, info_w, info_fd))
+        except OSError:
+            info_fd = 0
     try:
         os.chdir(cwd)
         cli = os.posix_spawn(executable, argv, env, file_actions=actions, setsid=True,
                              setsigdef=_SIGDEF, setsigmask=())
     except OSError as exc:
         _send(sess, "e %d\n" % (exc.errno or 5))
+        for fd in (info_r, info_w):
+            if fd >= 0:
+                os.close(fd)
         return True
     finally:
         for fd in stdio:
             os.close(fd)
         os.chdir("/")
-    _send(sess, "p %d %d %s\n" % (cli, me, cgroup or "-"))
+    inner = 0
+    if info_r >= 0:
+        os.close(info_w)
+        inner = _read_info(info_r)
+        os.close(info_r)
+    if inner:
+        _send(sess, "p %d %d %s %d\n" % (cli, me, cgroup or "-", inner))
+    else:
+        _send(sess, "p %d %d %s\n" % (cli, me, cgroup or "-"))
     try:
         cli_fd = os.pidfd_open(cli)
     except OSError:
@@ -382,9 +451,9 @@ def serve(sess: int, stdio: list, cgroup: str) -> bool:
             except OSError:
                 cmd = b""
             if not cmd:  # the host is done with us, or dead
-                return end_tree(me, reaped, cli)[2] == 0
+                return end_tree(me, reaped, cli, inner)[2] == 0
             if b"k" in cmd:
-                killed, outside, left = end_tree(me, reaped, cli)
+                killed, outside, left = end_tree(me, reaped, cli, inner)
                 _send(sess, "d %d %d %d\n" % (killed, outside, left))
     finally:
         if cli_fd >= 0:

@@ -407,7 +407,7 @@ class Auditor:
         self.malformed_lines = 0
         self.bridge_tool_uses = 0
         self.native_calls: list[str] = []
-        self._seen_ids: set[str] = set()
+        self._seen_ids: dict[str, set[bytes]] = {}  # call id -> digests of the calls seen under it
         self._pending_native: dict[str, str] = {}  # claude tool_use id -> tool name
         self._pending_args: dict[str, tuple[Any, bool]] = {}  # claude tool_use id -> (input, known)
         self._codex_started: dict[str, str] = {}  # codex command items seen started, not completed
@@ -428,14 +428,23 @@ class Auditor:
         if len(self.native_calls) < 1000:
             self.native_calls.append(name)
 
-    def _new_id(self, call_id: str | None) -> bool:
-        """False when this call id was already handled (started + completed events)."""
+    def _new_id(self, call_id: str | None, *what: Any) -> bool:
+        """False when this call was already handled (its started and completed events): the
+        same id *and* the same call (`what`: the tool and, where every event of a call repeats
+        them, its arguments). Ids come from the model server: a reused id with another call
+        under it is a new call, audited, never hidden behind the first."""
         if not call_id:
             return True
-        if call_id in self._seen_ids:
+        digest = hashlib.blake2b(json.dumps(what, sort_keys=True, default=str).encode("utf-8", "replace"),
+                                 digest_size=16).digest()
+        seen = self._seen_ids.get(call_id)
+        if seen is not None and digest in seen:
             return False
-        if len(self._seen_ids) < MAX_TRACKED_IDS:
-            self._seen_ids.add(call_id)
+        if seen is None:
+            if len(self._seen_ids) < MAX_TRACKED_IDS:
+                self._seen_ids[call_id] = {digest}
+        elif len(seen) < 64:
+            seen.add(digest)
         return True
 
     def _paths(self, tool: str, args: Any) -> None:
@@ -521,11 +530,11 @@ class Auditor:
                 continue
             btype = str(block.get("type", ""))
             if kind == "assistant" and btype in ("tool_use", "server_tool_use"):
-                if not self._new_id(block.get("id")):
+                if not self._new_id(block.get("id"), block.get("name"), block.get("input")):
                     continue
                 self._claude_tool_use(str(block.get("name", "")), block.get("input"), block.get("id"), btype)
             elif kind == "user" and btype == "tool_result":
-                self._claude_tool_result(block)
+                self._claude_tool_result(block, ran=isinstance(ev.get("tool_use_result"), dict))
             elif "tool" in btype and btype not in ("tool_use", "tool_result", "server_tool_use"):
                 self.flag("unknown_tool_event", f"claude content block type {btype!r}")
 
@@ -542,6 +551,7 @@ class Auditor:
             return
         known = name in _CLAUDE_READ_TOOLS | _CLAUDE_WRITE_TOOLS | _CLAUDE_SHELL_TOOLS | _CLAUDE_OTHER_NATIVE
         if isinstance(call_id, str) and len(self._pending_native) < MAX_TRACKED_IDS:
+            self._settle_reused(call_id)
             self._pending_native[call_id] = name
             self._pending_args[call_id] = (args, known)
             return
@@ -549,13 +559,15 @@ class Auditor:
             name, args, shell=name in _CLAUDE_SHELL_TOOLS, write=name in _CLAUDE_WRITE_TOOLS, known=known
         )
 
-    def _claude_tool_result(self, block: dict) -> None:
+    def _claude_tool_result(self, block: dict, ran: bool = False) -> None:
+        """`ran`: the event carried the tool's structured result (claude's `tool_use_result`
+        object: stdout, stderr, ...): the tool ran, whatever its text says."""
         call_id = block.get("tool_use_id")
         name = self._pending_native.pop(call_id, None) if isinstance(call_id, str) else None
         if name is None:
             return
         args, known = self._pending_args.pop(call_id, (None, False))
-        if block.get("is_error") and _refused_text(block.get("content")):
+        if block.get("is_error") and _refused_by_claude(block.get("content"), name, ran):
             self.flag("native_tool_refused_by_cli", name)
             return
         self._native_used(
@@ -578,7 +590,7 @@ class Auditor:
             return
         status = item.get("status")
         if itype == "mcp_tool_call":
-            if not self._new_id(item.get("id")):
+            if not self._new_id(item.get("id"), itype, item.get("server"), item.get("tool")):
                 return
             if item.get("server") == BRIDGE_SERVER:
                 self.bridge_tool_uses += 1
@@ -591,7 +603,7 @@ class Auditor:
             if kind != "item.completed" and status != "declined":
                 self._codex_started.setdefault(str(item.get("id")), itype)
                 return
-            if not self._new_id(item.get("id")):
+            if not self._new_id(item.get("id"), itype, item.get("command")):
                 return
             self._codex_started.pop(str(item.get("id")), None)
             if status == "declined":
@@ -600,7 +612,7 @@ class Auditor:
             self._native_used("command_execution", {"command": item.get("command")}, shell=True, write=False, known=True)
             return
         if itype == "file_change":
-            if not self._new_id(item.get("id")):
+            if not self._new_id(item.get("id"), itype):
                 return
             changes = item.get("changes") if isinstance(item.get("changes"), list) else []
             self._native_used("file_change", None, shell=False, write=True, known=True)
@@ -609,11 +621,11 @@ class Auditor:
                     self._paths("file_change", {"path": ch["path"]})
             return
         if itype in ("web_search", "collab_tool_call", "image_view", "view_image"):
-            if not self._new_id(item.get("id")):
+            if not self._new_id(item.get("id"), itype):
                 return
             self._native_used(itype, None, shell=False, write=False, known=True)
             return
-        if not self._new_id(item.get("id")):
+        if not self._new_id(item.get("id"), itype):
             return
         self.flag("unknown_tool_event", f"codex item type {itype!r}")
 
@@ -629,9 +641,9 @@ class Auditor:
         if not isinstance(call, dict) or not call:
             self.flag("unknown_tool_event", "cursor tool_call without a tool")
             return
-        if not self._new_id(ev.get("call_id")):
-            return
         key, body = next(iter(call.items()))
+        if not self._new_id(ev.get("call_id"), key, body.get("name") if isinstance(body, dict) else None):
+            return
         body = body if isinstance(body, dict) else {}
         if key == "function":
             name = str(body.get("name", ""))
@@ -659,7 +671,7 @@ class Auditor:
         if not isinstance(event, dict) or event.get("type") != "tool/call":
             return
         data = event.get("data") if isinstance(event.get("data"), dict) else {}
-        if not self._new_id(data.get("callId")):
+        if not self._new_id(data.get("callId"), data.get("name"), data.get("arguments")):
             return
         name = str(data.get("name") or "")
         if name.startswith("mcp__"):
@@ -690,9 +702,9 @@ class Auditor:
         if not name:
             self.flag("unknown_tool_event", "opencode tool_use without a tool")
             return
-        if not self._new_id(str(part.get("callID") or part.get("id") or "") or None):
-            return
         state = part.get("state") if isinstance(part.get("state"), dict) else {}
+        if not self._new_id(str(part.get("callID") or part.get("id") or "") or None, name, state.get("input")):
+            return
         if name.startswith(BRIDGE_SERVER + "_"):
             self.bridge_tool_uses += 1
             return
@@ -711,7 +723,7 @@ class Auditor:
         kind = str(ev.get("type", ""))
         if kind == "tool_use":
             call_id = ev.get("tool_id")
-            if not self._new_id(call_id if isinstance(call_id, str) else None):
+            if not self._new_id(call_id if isinstance(call_id, str) else None, ev.get("tool_name"), ev.get("parameters")):
                 return
             name = str(ev.get("tool_name") or "")
             if not name:
@@ -726,6 +738,7 @@ class Auditor:
             args = ev.get("parameters")
             known = name in _GEMINI_READ_TOOLS | _GEMINI_WRITE_TOOLS | _GEMINI_SHELL_TOOLS | _GEMINI_OTHER_NATIVE
             if isinstance(call_id, str) and len(self._pending_native) < MAX_TRACKED_IDS:
+                self._settle_reused(call_id)
                 self._pending_native[call_id] = name
                 self._pending_args[call_id] = (args, known)
                 return
@@ -759,7 +772,7 @@ class Auditor:
             self.flag("unknown_tool_event", "zcode tool.updated without a toolName")
             return
         call_id = payload.get("toolCallId")
-        if not self._new_id(str(call_id) if call_id is not None else None):
+        if not self._new_id(str(call_id) if call_id is not None else None, payload["toolName"]):
             return
         name = payload["toolName"]
         args = payload.get("input")
@@ -776,6 +789,17 @@ class Auditor:
         self._native_used(name, args, shell=name in _ZCODE_SHELL_TOOLS, write=name in _ZCODE_WRITE_TOOLS, known=known)
 
     # -- shared -------------------------------------------------------------------------
+
+    def _settle_reused(self, call_id: str) -> None:
+        """A new call reuses the id of one still waiting for its result: the earlier one is
+        judged now as run (fail closed), never overwritten unseen."""
+        name = self._pending_native.pop(call_id, None)
+        if name is None:
+            return
+        args, known = self._pending_args.pop(call_id, (None, False))
+        shells = _CLAUDE_SHELL_TOOLS | _GEMINI_SHELL_TOOLS
+        writes = _CLAUDE_WRITE_TOOLS | _GEMINI_WRITE_TOOLS
+        self._native_used(name, args, shell=name in shells, write=name in writes, known=known)
 
     def _native_used(self, name: str, args: Any, *, shell: bool, write: bool, known: bool) -> None:
         self._native(name)
@@ -922,11 +946,29 @@ def _glob_joined(args: dict) -> dict:
     return args
 
 
-def _refused_text(content: Any) -> bool:
+def _refused_by_claude(content: Any, name: str, ran: bool) -> bool:
+    """claude's own refusal of a disabled built-in, and nothing else: the whole result is its
+    `<tool_use_error>` naming this very tool as unavailable, with one of its refusal phrases,
+    and the event carries no structured result of a run. Text inside a tool's output (a Bash
+    command that prints the phrase, a file that holds it) is never a refusal."""
+    if ran:
+        return False
     if isinstance(content, list):
-        content = " ".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
-    text = str(content or "")[:4000]
-    return any(m in text for m in _REFUSED_MARKERS)
+        texts = [c.get("text") for c in content if isinstance(c, dict) and c.get("type", "text") == "text"]
+        if len(texts) != 1 or not isinstance(texts[0], str):
+            return False
+        content = texts[0]
+    if not isinstance(content, str) or len(content) > 1000:
+        return False
+    text = content.strip()
+    if not (text.startswith("<tool_use_error>") and text.endswith("</tool_use_error>")):
+        return False
+    inner = text[len("<tool_use_error>"):-len("</tool_use_error>")].strip()
+    if inner.startswith("Error: "):
+        inner = inner[len("Error: "):]
+    if not inner.startswith(f"No such tool available: {name}"):
+        return False
+    return any(m in inner for m in _REFUSED_MARKERS)
 
 
 def _cursor_mcp_server(name: str, args: Any) -> str:

@@ -301,6 +301,12 @@ class AgentOutcome(BaseModel):
     duration_s: float = 0.0
     terminal_event_seen: bool = False
     orphan_suspected: bool = False
+    containment: Literal["bwrap", "guards", "none"] = Field(
+        default="none",
+        description="how the session's process was contained: bwrap (namespaces of its own, doc/SPEC-sandbox.md), "
+        "guards (the process guard and env policy alone: no sandbox here), none (no process: an api session)",
+    )
+    containment_note: str | None = Field(default=None, description="why a sandbox was not had, when it was not")
     audit: AuditVerdict | None = None
     backend: str = ""
     cli_version: str | None = None

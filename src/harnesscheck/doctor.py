@@ -454,9 +454,26 @@ def run_doctor(backends: list[str], probe: bool, environ: dict[str, str] | None 
                 checks.append(Check(spec.id, "probe", SKIP, "skipped: fix the failures above first"))
             else:
                 checks.append(probe_backend(spec, spec_settings))
+    checks.append(check_sandbox(settings.sandbox))
     checks.extend(bridge_self_test())
     failing = any(c.status == FAIL for c in checks)
     return checks, failing
+
+
+def check_sandbox(mode: str) -> Check:
+    """Whether sessions can run in a sandbox of their own (doc/SPEC-sandbox.md), and by which
+    means they will be contained. Fails only when a sandbox is required and cannot be had."""
+    from harnesscheck import sandbox
+
+    state = sandbox.status()
+    if state.available:
+        how = "every harness session runs in it" if mode != "off" else \
+            "available, not used: HARNESS_BACKEND_SANDBOX=off (sessions are contained by the process guard alone)"
+        detail = f"bubblewrap {state.version or ''} works here ({'with' if state.user_namespace else 'without'} a user namespace); {how}"
+        fix = "" if mode != "off" else "set HARNESS_BACKEND_SANDBOX=auto to sandbox every session"
+        return Check("*", "sandbox", OK, detail.replace("  ", " "), fix)
+    detail = f"no sandbox: {state.reason}; sessions run with the process guard alone (containment: guards)"
+    return Check("*", "sandbox", FAIL if mode == "require" else WARN, detail, sandbox.INSTALL_FIX)
 
 
 def render_table(checks: list[Check]) -> None:

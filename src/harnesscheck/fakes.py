@@ -54,13 +54,54 @@ class FakeCli:
                 by_pid[rec["pid"]]["grandchildren"].append(
                     {"pid": rec["child_pid"], "setsid": rec.get("setsid", False)}
                 )
-        return invocations
+        return [_host_pids(rec) for rec in invocations]
 
     def last(self) -> dict:
         """The most recent invocation record (AssertionError if the fake never ran)."""
         recs = self.records()
         assert recs, f"fake {self.path.name} was never run (no records in {self.record_path})"
         return recs[-1]
+
+
+def _host_pids(rec: dict) -> dict:
+    """A sandboxed fake records the pids of its own PID namespace (`pidns`): they are given
+    as the host sees them (sandbox.host_pid), so a survivor check looks at the right process."""
+    pidns = rec.get("pidns") or ""
+    if not pidns:
+        return rec
+    from harnesscheck.sandbox import host_pid, own_pidns
+
+    if pidns == own_pidns():
+        return rec
+    rec["ns_pid"] = rec["pid"]  # as the record file's other lines name it
+    rec["pid"] = host_pid(int(rec["pid"]), pidns)
+    rec["grandchildren"] = [{**g, "pid": host_pid(int(g["pid"]), pidns)} for g in rec["grandchildren"]]
+    rec["mcp_server_pids"] = [host_pid(int(p), pidns) for p in rec["mcp_server_pids"]]
+    return rec
+
+
+def sidecar_paths(cli_path: str | os.PathLike[str]) -> tuple[list[str], list[str]]:
+    """(read-only, writable) paths a sandboxed per-test fake needs beyond its own directory:
+    the scenario its sidecar names, and its record file (created empty here when absent, so
+    it can be bound in). Nothing for a path without a sidecar (a real CLI)."""
+    sidecar = Path(str(cli_path) + ".scenario.json")
+    try:
+        spec = json.loads(sidecar.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return [], []
+    if not isinstance(spec, dict):
+        return [], []
+    read = [str(spec["scenario"])] if isinstance(spec.get("scenario"), str) else []
+    write: list[str] = []
+    record = spec.get("record")
+    if isinstance(record, str) and record:
+        try:
+            fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            os.close(fd)
+            write.append(record)
+        except OSError:
+            pass
+    return read, write
 
 
 def fixture_path(cli_name: str, scenario: str) -> Path:

@@ -92,6 +92,11 @@ class ProcessResult:
     #: The session's supervisor was killed or stopped from inside (tampering): the tree was
     #: killed by the guard, the cgroup or, last, the marker sweep; orphan_suspected is set.
     supervisor_lost: bool = False
+    #: How the process was contained: "bwrap" (its own namespaces, sandbox.py) or "guards"
+    #: (the process guard and env policy alone: no sandbox asked for, or none to be had here).
+    containment: str = "guards"
+    #: Why a sandbox that was asked for was not had (empty otherwise).
+    containment_note: str = ""
 
     @property
     def line_too_long(self) -> LineTooLong | None:
@@ -244,13 +249,16 @@ class _Guard:
 
     def spawn(
         self, executable: str, argv: list[str], env: dict[str, str], cwd: str, stdin: bool,
-        stdout_fd: int | None = None,
+        stdout_fd: int | None = None, info_fd: int = 0,
     ) -> _Supervised | None:
         """Start argv under a session supervisor; None when no guard can run here (the caller
         falls back to a direct spawn). Raises OSError when the spawn itself failed.
         `stdout_fd`: the child's stdout (a spool file; the caller keeps it and reads it
         itself), else a pipe whose read end is the result's `stdout`."""
-        spec = marshal.dumps((executable, list(argv), dict(env), os.fspath(cwd)))
+        request: tuple = (executable, list(argv), dict(env), os.fspath(cwd))
+        if info_fd:
+            request += (int(info_fd),)  # a sandbox: the supervisor reads its init's pid
+        spec = marshal.dumps(request)
         pipes: list[int] = []
         out_r: int | None = None
         try:
@@ -298,7 +306,7 @@ class _Guard:
                     os.close(fd)
             code = int(words[1])
             raise OSError(code, os.strerror(code), argv[0])
-        if len(words) != 4 or words[0] != b"p":
+        if len(words) not in (4, 5) or words[0] != b"p":
             # No supervisor answered in time (the guard is stuck or gone): it is replaced, and
             # this session is spawned directly. Closing our end makes a late supervisor end
             # whatever it started.
@@ -321,6 +329,7 @@ class _Guard:
             stdout=os.fdopen(out_r, "rb", buffering=0) if out_r is not None else None,
             stderr=os.fdopen(err_r, "rb", buffering=0),
         )
+        supervised.inner = int(words[4]) if len(words) == 5 else 0
         supervised.feed(rest)
         return supervised
 
@@ -512,6 +521,7 @@ class _Supervised:
         self.returncode: int | None = None
         self.report: tuple[int, int, int] | None = None
         self.lost = False  # the supervisor went away (or was stopped) before its work was done
+        self.inner = 0  # a sandbox's init (host pid): its process group is the CLI's
         self._buf = b""
         self._eof = False
         self._child_created = True  # read by the at-fork hook, as on a Popen
@@ -1053,6 +1063,7 @@ def run_process(
     on_err_line: Callable[[str], LineAction | None] | None = None,
     stdout_spool: str | os.PathLike[str] | None = None,
     stdin_feed: StdinFeed | None = None,
+    sandbox: Any = None,
 ) -> ProcessResult:
     """Run `argv` to an ending and return how it ended; complete stdout lines go to on_line.
 
@@ -1071,6 +1082,13 @@ def run_process(
     `stdin_feed`: the child's stdin is a pipe kept open for a conversation (instead of
     `stdin_bytes`): bytes written to the feed from any thread (on_line included) go into the
     pipe, and its `close()` closes the pipe once they are written (StdinFeed).
+
+    `sandbox`: a `harnesscheck.sandbox.Sandbox`: run argv inside bubblewrap namespaces of its
+    own (doc/SPEC-sandbox.md) where the machine allows it; the group signalled on every
+    ending is then the namespace's (its init's pid, from bwrap's --info-fd), and bwrap's
+    `--die-with-parent` ends the namespace with the bwrap process the supervisor started.
+    Where no sandbox can be had it runs as without one (`containment` says "guards", with
+    the reason), unless the sandbox is `required` (then RuntimeError before anything runs).
 
     `on_spawn(pid)` is called once the child runs, before its output is read; the child leads
     its own session and process group (sid = pgid = pid), so whatever it starts without
@@ -1095,6 +1113,17 @@ def run_process(
     child_env[RUN_MARKER_VAR] = marker
 
     executable = _resolve_executable(argv[0], child_env, cwd)
+    containment, containment_note = "guards", ""
+    if sandbox is not None:
+        from harnesscheck import sandbox as _sandbox
+
+        state = _sandbox.status()
+        if state.available:
+            containment = "bwrap"
+        elif getattr(sandbox, "required", False):
+            raise RuntimeError(f"a sandbox is required and cannot be had here: {state.reason}; fix: {_sandbox.INSTALL_FIX}")
+        else:
+            containment_note = state.reason
     started = time.monotonic()
     deadline = started + timeout_s
     host_pid = os.getpid()
@@ -1102,26 +1131,49 @@ def run_process(
     spool_r, spool_w = _open_spool(stdout_spool) if stdout_spool is not None else (-1, -1)
     stdin_piped = stdin_bytes is not None or stdin_feed is not None
 
+    def command(fd: int | None) -> tuple[str, list[str]]:
+        if containment != "bwrap":
+            return executable, list(argv)
+        from harnesscheck import sandbox as _sandbox
+
+        wrapped = _sandbox.bwrap_argv(sandbox, [executable, *argv[1:]], cwd=os.fspath(cwd), info_fd=fd)
+        return wrapped[0], wrapped
+
     def spawn() -> Any:
         if _use_guard():
-            supervised = _guard.spawn(executable, list(argv), child_env, os.fspath(cwd), stdin_piped,
-                                      stdout_fd=spool_w if spool_w >= 0 else None)
+            exe, args = command(3 if containment == "bwrap" else None)
+            supervised = _guard.spawn(exe, args, child_env, os.fspath(cwd), stdin_piped,
+                                      stdout_fd=spool_w if spool_w >= 0 else None, info_fd=3 if containment == "bwrap" else 0)
             if supervised is not None:
                 return supervised
         # Fallback (no guard here): the CLI leads its group and gets a parent-death signal.
-        with _unblocked_signals():  # for the spawn only, not across when_not_busy's waits
-            return subprocess.Popen(
-                list(argv),
-                executable=executable,
-                env=child_env,
-                cwd=cwd,
-                stdin=subprocess.PIPE if stdin_piped else subprocess.DEVNULL,
-                stdout=spool_w if spool_w >= 0 else subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                close_fds=True,
-                preexec_fn=_child_preexec(host_pid, _load_prctl(), signal.SIGKILL),
-            )
+        info_r, info_w = os.pipe() if containment == "bwrap" else (-1, -1)
+        exe, args = command(info_w if info_w >= 0 else None)
+        try:
+            with _unblocked_signals():  # for the spawn only, not across when_not_busy's waits
+                popen = subprocess.Popen(
+                    args,
+                    executable=exe,
+                    env=child_env,
+                    cwd=cwd,
+                    stdin=subprocess.PIPE if stdin_piped else subprocess.DEVNULL,
+                    stdout=spool_w if spool_w >= 0 else subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                    close_fds=True,
+                    pass_fds=(info_w,) if info_w >= 0 else (),
+                    preexec_fn=_child_preexec(host_pid, _load_prctl(), signal.SIGKILL),
+                )
+        except BaseException:
+            _close_fds(info_r, info_w)
+            raise
+        if info_r >= 0:
+            from harnesscheck import sandbox as _sandbox
+
+            _close_fds(info_w)
+            popen.inner = _sandbox.parse_child_pid(_read_all(info_r, 10.0))  # type: ignore[attr-defined]
+            _close_fds(info_r)
+        return popen
 
     try:
         proc = when_not_busy(spawn)
@@ -1131,7 +1183,9 @@ def run_process(
     finally:
         _close_fds(spool_w)  # the child has its own copy; ours would only hold the file open
     _register(proc, marker)
-    pgid = proc.pid  # start_new_session: the child leads its own session and group
+    # start_new_session: the child leads its own session and group; in a sandbox, the CLI is
+    # in the group of the namespace's init (bwrap --new-session), signalled instead of bwrap.
+    pgid = getattr(proc, "inner", 0) or proc.pid
     state = _Run(on_line, max_line_bytes, stderr_tail_bytes, on_err_line)
     sel = selectors.DefaultSelector()
     open_fds: dict[int, str] = {}
@@ -1350,6 +1404,8 @@ def run_process(
         oversize_limit=max_line_bytes if ending is Ending.oversize else None,
         partial_tail=state.partial_tail(),
         supervisor_lost=bool(getattr(proc, "lost", False)),
+        containment=containment,
+        containment_note=containment_note,
     )
 
 
@@ -1384,6 +1440,24 @@ def _safe_wait(drain: Callable[[float], None]) -> Callable[[float], None]:
             time.sleep(seconds)
 
     return step
+
+
+def _read_all(fd: int, bound_s: float) -> bytes:
+    """What a pipe gives until EOF, a closing brace (bwrap's info JSON) or `bound_s`."""
+    data = b""
+    end = time.monotonic() + bound_s
+    while b"}" not in data:
+        left = end - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            break
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data
 
 
 def _pidfd_open(pid: int) -> int | None:

@@ -787,6 +787,9 @@ def find_cli(spec: ProviderSpec, settings: Settings, *, check_version: bool = Tr
         if cand.is_file() and os.access(cand, os.X_OK):
             if cand.suffix.lower() in (".cmd", ".bat"):
                 continue  # never run Windows batch shims (CVE-2024-24576 class)
+            from harnesscheck.climanifest import verify
+
+            verify(cand)  # a cached CLI is what install-clis installed, before it is ever run
             version = probe_version(cand, version_probe_timeout_s(spec))
             if check_version and (spec.min_version or spec.max_version):
                 if version is None or not version_supported(spec, version):

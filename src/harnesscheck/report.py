@@ -126,6 +126,7 @@ def render_markdown(facts: ReportFacts, outcome: AgentOutcome) -> str:
         ("iterations", str(o.iterations)),
         ("terminal event seen", "yes" if o.terminal_event_seen else "no"),
         ("exit", f"code {o.exit_code}, signal {o.signal}" + (", orphan suspected" if o.orphan_suspected else "")),
+        ("contained by", o.containment + (f" ({o.containment_note})" if o.containment_note else "")),
         ("duration", f"{o.duration_s:.2f} s" + (f" (budget {facts.timeout_s:g} s)" if facts.timeout_s else "")),
         ("session id", o.session_id or "—"),
         ("started", facts.started_at or "—"),

@@ -24,6 +24,7 @@ import mmap
 import os
 import secrets as _secrets
 import stat
+import sys
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -312,3 +313,78 @@ def forget_cli_state(run_dir: os.PathLike[str] | str, kept: set[str], dirs: tupl
                     except OSError:
                         pass
     return removed
+
+
+def remove_private_tree(path: os.PathLike[str] | str) -> str | None:
+    """Remove a session's private dir whatever modes its CLI left (a mode-0 subdir, a file
+    without write permission, a dir chmod'ed 0777): every directory beneath it is made
+    u+rwx first (never following a symlink: one is unlinked, not walked), then the tree is
+    removed. None when it is gone; else why not (the caller reports it: never silent)."""
+    import shutil
+
+    top = os.fspath(path)
+    if not os.path.lexists(top):
+        return None
+    if os.path.islink(top) or not os.path.isdir(top):
+        try:
+            os.unlink(top)
+            return None
+        except OSError as err:
+            return os.strerror(err.errno or 0)
+
+    def open_up(directory: str) -> None:
+        try:
+            st = os.lstat(directory)
+            if stat.S_ISDIR(st.st_mode) and (st.st_mode & 0o700) != 0o700:
+                os.chmod(directory, stat.S_IMODE(st.st_mode) | 0o700)
+        except OSError:
+            return
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            return
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                open_up(entry.path)
+
+    open_up(top)
+    errors: list[str] = []
+    shutil.rmtree(top, onexc=lambda _fn, p, exc: errors.append(f"{os.path.relpath(p, top)}: {exc.strerror or exc}")) \
+        if sys.version_info >= (3, 12) else \
+        shutil.rmtree(top, onerror=lambda _fn, p, info: errors.append(f"{os.path.relpath(p, top)}: {info[1]}"))
+    if os.path.lexists(top):
+        return "; ".join(errors[:3]) or "still present"
+    return None
+
+
+def recheck_private(run_dir: os.PathLike[str] | str) -> list[str]:
+    """After the session: the run dir is still 0700 and owned by us, and nothing beneath it is
+    writable by another user (a CLI under the guards alone can chmod what it can reach). What
+    was found is made private again and returned (relative paths and modes) for the outcome."""
+    base = os.fspath(run_dir)
+    found: list[str] = []
+    try:
+        st = os.lstat(base)
+    except OSError:
+        return found
+    if stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) != 0o700:
+        found.append(f"the run dir was mode {stat.S_IMODE(st.st_mode):o}")
+        try:
+            os.chmod(base, 0o700)
+        except OSError:
+            pass
+    for dirpath, dirnames, filenames in os.walk(base):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            try:
+                est = os.lstat(path)
+            except OSError:
+                continue
+            if stat.S_ISLNK(est.st_mode) or not est.st_mode & stat.S_IWOTH:
+                continue
+            found.append(f"{os.path.relpath(path, base)} was mode {stat.S_IMODE(est.st_mode):o}")
+            try:
+                os.chmod(path, stat.S_IMODE(est.st_mode) & ~0o022)
+            except OSError:
+                pass
+    return found

@@ -249,6 +249,14 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.api:drops_reasoning_tokens": _ids("usage.cache-and-reasoning-tokens-reported"),
     "tests.mutants.api:sends_the_host_auth_token": _ids("env.session-credential-at-wire"),
     "tests.mutants.harness:runs_its_bundled_cli": _ids("selection.runs-the-given-cli"),
+    # containment (conformance/test_contain.py): they skip where the machine has no sandbox
+    "tests.mutants.harness:runs_unsandboxed": _ids(
+        "contain.other-environ-unreadable", "contain.worktree-only-through-bridge", "contain.cli-install-unchangeable",
+    ),
+    "tests.mutants.harness:leaves_what_the_cli_opened_up": _ids(  # unsandboxed too, so the CLI can open them up
+        "contain.nothing-world-writable-left", "contain.other-environ-unreadable", "contain.worktree-only-through-bridge",
+        "contain.cli-install-unchangeable",
+    ),
     "tests.mutants.harness:runs_a_copy_of_the_given_cli": _ids("selection.runs-the-given-cli"),
     # reasoning-only Claude Code: the real claude at the loopback level (MUTANT_LEVELS)
     "tests.mutants.claude_code_reasoning:has_no_tripwire": _ids("audit.builtin-call-blocks-session"),
@@ -270,6 +278,12 @@ MUTANTS: dict[str, frozenset[str]] = {
 #: For the CLI-based mutants (a fake CLI per session is slow): the test file and the `-k`
 #: selection the self-test runs. The selection always holds checks the mutant must pass too,
 #: so "exactly these fail" still means something; the in-process mutants run the whole suite.
+#: Checks that skip where the machine gives no sandbox (conformance/test_contain.py): a
+#: mutant cannot fail them there.
+NEEDS_SANDBOX: frozenset[str] = _ids(
+    "contain.other-environ-unreadable", "contain.worktree-only-through-bridge", "contain.cli-install-unchangeable",
+)
+
 AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.acp:ignores_a_rejected_permission": ("test_acp.py", "rejected_permission_not_run or stdout_only"),
     "tests.mutants.acp:never_asks": ("test_acp.py", "side_effects or stdout"),
@@ -280,6 +294,8 @@ AREAS: dict[str, tuple[str, str]] = {
     "tests.mutants.acp:retries_auth_silently": ("test_acp.py", "auth_failure or stdout"),
     "tests.mutants.acp:loads_project_settings": ("test_acp.py", "planted or stdout"),
     "tests.mutants.harness:passes_os_environ_through": ("test_env.py", "stripped or argv or worktree"),
+    "tests.mutants.harness:runs_unsandboxed": ("test_contain.py", "environ or worktree_only or install_unchangeable or world_writable"),
+    "tests.mutants.harness:leaves_what_the_cli_opened_up": ("test_contain.py", "environ or worktree_only or install_unchangeable or world_writable"),
     "tests.mutants.harness:leaks_the_api_key_in_argv": ("test_env.py", "argv or nesting"),
     "tests.mutants.harness:trusts_subtype_success": ("test_errors.py test_parse.py", "not secret and not network"),
     "tests.mutants.harness:runs_on_when_the_bridge_failed": ("test_bridge.py", "failed_load or only_bridge or slow_start"),

@@ -778,3 +778,28 @@ leaks_the_cli_when_the_stream_is_abandoned = mutant_spec("claude-code", M, Leaks
 lets_the_cli_walk_for_claude_md = mutant_spec("claude-code", M, LetsTheCliWalkForClaudeMd)
 runs_its_bundled_cli = mutant_spec("claude-code", M, RunsItsBundledCli)
 runs_a_copy_of_the_given_cli = mutant_spec("claude-code", M, RunsACopyOfTheGivenCli)
+
+
+class RunsUnsandboxed(ClaudeCodeTransport):
+    """Runs its CLI without a sandbox even where the machine gives one: the CLI sees every
+    same-uid process's /proc, the worktree and its own install."""
+
+    sandboxed = False
+
+
+class LeavesWhatTheCliOpenedUp(ClaudeCodeTransport):
+    """Cleans up with a plain rmtree that ignores errors and never looks at the run dir's
+    modes again (and runs unsandboxed, so the CLI can reach them)."""
+
+    sandboxed = False
+
+    def clean_up(self, ctx):
+        import shutil
+
+        for path in ctx.cleanup:
+            shutil.rmtree(path, ignore_errors=True)
+        return []
+
+
+runs_unsandboxed = mutant_spec("claude-code", M, RunsUnsandboxed)
+leaves_what_the_cli_opened_up = mutant_spec("claude-code", M, LeavesWhatTheCliOpenedUp)

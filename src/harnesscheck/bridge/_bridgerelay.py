@@ -16,6 +16,7 @@ pointed at /dev/null once sent, so the CLI's pipes end exactly when the bridge c
   sha256 of the spec bytes it registered, so the fallback refuses a spec rewritten since
   (exit 2) instead of serving what the file says now. Without a fallback argv: exit 3.
 - The forkserver vanishing after the hand-over: stderr, exit 1.
+- A server whose uid (SO_PEERCRED) is not ours: stderr, exit 2; the CLI's fds are never sent.
 
 Killing the relay (the CLI's group teardown) closes the connection, which ends the bridge
 child. Nothing here is secret: the argv holds only paths. It imports only built-in modules
@@ -88,6 +89,15 @@ def main() -> None:
         sock.close()
         _fallback(fallback, exc.strerror or type(exc).__name__)
         return
+    # The server must be ours: a socket of another user at this path gets nothing.
+    try:
+        cred = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
+        peer_uid = int.from_bytes(cred[4:8], sys.byteorder)
+    except OSError:
+        peer_uid = -1
+    if peer_uid != posix.getuid():
+        _say("refused: the server at " + sock_path + " is not this user's bridge forkserver")
+        posix._exit(2)
     try:
         sock.sendmsg([payload], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
     except OSError as exc:

@@ -417,6 +417,8 @@ class ForkServer:
         """Send one request and return its reply. Requests carry an id, so a late reply to a
         request that timed out, or one sent without waiting (`post`), is skipped rather than
         taken for this one's (a refusal among them is noted on stderr)."""
+        if self.stopped():
+            raise ForkServerError("the bridge forkserver is stopped (SIGSTOP): it is replaced, not waited for")
         with self._lock:
             rid = self._send(message)
             deadline = time.monotonic() + (START_TIMEOUT_S if not self.ready else 0) + timeout_s
@@ -459,6 +461,10 @@ class ForkServer:
         """env_digest of the forkserver's os.environ (tests, diagnostics)."""
         return str(self.request({"op": "environ"}).get("env_sha256"))
 
+    def dumpable(self) -> int | None:
+        """The forkserver's PR_GET_DUMPABLE, as it reports it (tests, diagnostics): 0."""
+        return self.request({"op": "environ"}).get("dumpable")
+
     def spare(self) -> int | None:
         """The pid of the child forked ahead for the next relay, if one waits (tests,
         diagnostics). One still rehearsing is waited for (bounded): then it only waits."""
@@ -469,9 +475,31 @@ class ForkServer:
         return os.getpid() == self.owner_pid and self.proc.poll() is None
 
     def alive(self) -> bool:
-        """Running and reachable: its socket (and the compiled relay beside it) are still
-        there (a temp cleaner may remove them)."""
-        return self.running() and os.path.exists(self.socket_path) and os.path.exists(self.relay_script)
+        """Running, not stopped, and reachable: its socket (and the compiled relay beside it)
+        are still there (a temp cleaner may remove them)."""
+        return (self.running() and not self.stopped() and os.path.exists(self.socket_path)
+                and os.path.exists(self.relay_script))
+
+    def stopped(self) -> bool:
+        """Stopped or traced (state T/t: a same-uid process sent SIGSTOP): it serves nobody
+        until continued, so it is replaced, never waited for."""
+        try:
+            with open(f"/proc/{self.pid}/stat", "rb") as fh:
+                data = fh.read()
+        except OSError:
+            return False
+        return data[data.rfind(b")") + 2:][:1] in (b"T", b"t")
+
+    def kill(self) -> None:
+        """SIGKILL it (a stopped one cannot end by itself); its children die with it."""
+        import subprocess
+
+        if os.getpid() == self.owner_pid:
+            try:
+                self.proc.kill()
+                self.proc.wait(timeout=REAP_TIMEOUT_S)  # reaped: then closed (its directory goes) as a dead one is
+            except (OSError, subprocess.TimeoutExpired):
+                pass
 
     def relay_argv(self, spec_path: Path, content: bytes) -> list[str]:
         """The relay command; its fallback (the full stdio bridge) is pinned to the sha256 of
@@ -581,6 +609,8 @@ def get_forkserver() -> ForkServer | None:
     with _lock:
         if _server is not None and not _server.alive():
             old, _server = _server, None
+            if old.running() and old.stopped():
+                old.kill()  # a stopped forkserver would stall every session registered with it
             code = old.proc.poll()
             if not old.ready and code is not None and code > 0:  # it said it cannot start
                 _failed = f"the bridge forkserver ended at its start (exit {code}); see {old.dir}/forkserver.log"
@@ -618,6 +648,22 @@ def relay_command(spec_path: Path) -> tuple[list[str], dict[str, str]] | None:
     with _lock:
         _registered[str(spec_path)] = server
     return server.relay_argv(spec_path, content), bridge_env()
+
+
+def relay_binds(spec_path: Path | None) -> list[str] | None:
+    """What a sandboxed CLI needs of this host's forkserver to reach `spec_path`'s bridge:
+    the listening socket and the compiled relay (doc/SPEC-sandbox.md); the relay's interpreter
+    is the host's (sandbox.python_paths). None when the spec is not registered with a running
+    forkserver: the full stdio bridge would then run inside the sandbox, where the worktree
+    is not mounted."""
+    if spec_path is None:
+        return None
+    key = str(Path(spec_path).absolute())
+    with _lock:
+        server = _registered.get(key)
+    if server is None or not server.running():
+        return None
+    return [server.socket_path, server.relay_script]
 
 
 def bind_session(spec_path: Path | None, cli_pid: int) -> bool:
@@ -1087,6 +1133,35 @@ def _status_text(status: int) -> bytes:
     return b"exit %d" % os.waitstatus_to_exitcode(status)
 
 
+def _dumpable() -> int | None:
+    """PR_GET_DUMPABLE of this process (diagnostics: the `environ` op)."""
+    try:
+        import ctypes
+
+        return int(ctypes.CDLL(None, use_errno=True).prctl(3, 0, 0, 0, 0))
+    except (ImportError, OSError, AttributeError):
+        return None
+
+
+def _harden_self(control: socket.socket) -> None:
+    """A serving forkserver (fresh or forked by a template): non-dumpable (a same-uid process
+    cannot read its memory, ptrace it or take its listening socket with pidfd_getfd; the
+    bridge children it forks stay so), and woken by the kernel (SIGCONT) when its control
+    channel becomes readable or hangs up: stopped by a same-uid process, it still sees its
+    host's end close and ends with its bridges (the guard's wake_on_hangup, _procguard.py)."""
+    try:
+        import ctypes
+        import fcntl
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+        fd = control.fileno()
+        fcntl.fcntl(fd, fcntl.F_SETOWN, os.getpid())
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETSIG", 10), signal.SIGCONT)
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_ASYNC)
+    except (ImportError, OSError, AttributeError):
+        pass
+
+
 class _Server:
     """The forkserver's single-threaded loop: control requests, relay connections, reaping."""
 
@@ -1113,6 +1188,7 @@ class _Server:
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        _harden_self(self.control)
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.control, selectors.EVENT_READ, "control")
         self.selector.register(self.listener, selectors.EVENT_READ, "listener")
@@ -1270,7 +1346,7 @@ class _Server:
             return {"ok": True, "children": {p: sorted(r.children) for p, r in self.registrations.items()},
                     "spare": spare.pid if spare is not None and spare.waiting(WARM_UP_TIMEOUT_S) else None}
         if op == "environ":
-            return {"ok": True, "env_sha256": env_digest(os.environ)}
+            return {"ok": True, "env_sha256": env_digest(os.environ), "dumpable": _dumpable()}
         return {"ok": False, "error": f"unknown op {op!r}"}
 
     # -- relays -----------------------------------------------------------------------------

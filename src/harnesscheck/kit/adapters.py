@@ -49,6 +49,8 @@ SCENARIOS: tuple[str, ...] = (
     # what a hostile model tries with built-ins that are audited, not off (audit.hostile-builtins-flagged)
     "hostile_shell_secret", "hostile_home_read", "hostile_pathless_grep", "hostile_delete",
     "brace_noise",
+    # what a hostile CLI tries against its own containment (conformance/test_contain.py)
+    "contain_probe",
 )
 
 

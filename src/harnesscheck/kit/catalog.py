@@ -54,6 +54,7 @@ AREAS: dict[str, str] = {
     "policy": "The host's tool policy",
     "acp": "ACP agents, judged by effect",
     "live": "Live smokes",
+    "contain": "Containment of the CLI (its sandbox)",
 }
 
 _ID_RE = re.compile(r"^[a-z]+\.[a-z0-9]+(?:-[a-z0-9]+)*$")

@@ -679,6 +679,16 @@ class HarnessAdapter(BackendUnderTest):
                              {"mcp_stall": {"name": "list_dir", "arguments": {"path": "."}}}, {"hang": True}]
             fake = self.install_fake(data, echo=echo)
             facts = Facts()
+        elif scenario == "contain_probe":
+            # success, with the CLI's own attempts against its containment before the end
+            # (the fake records what each could do: conformance/test_contain.py)
+            data = self.load_fixture("success")
+            steps = data.get("steps", [])
+            last = max(i for i, st in enumerate(steps) if "emit" in st)
+            probe = {"read": "{{worktree}}/README.md", "environ_canary": ws.canary, "tamper_self": True, "open_up": True}
+            data["steps"] = steps[:last] + [{"contain_probe": probe}] + steps[last:]
+            fake = self.install_fake(data, echo=echo, worktree=ws.root)
+            facts = Facts()
         elif scenario.startswith("hostile_"):
             # success, with one built-in call of the kind a hostile model tries, before the end
             call = HOSTILE_CALLS.get(self.fake_name, {}).get(scenario)
@@ -940,7 +950,7 @@ def dsh_offered(run: SessionRun) -> list[str] | None:
     offered = [f"builtin:{t}" for plugin, tools in DSH_PLUGIN_TOOLS.items() if plugin not in disabled for t in tools]
     record = getattr(run, "record_path", None)
     for rec in _record_lines(record):
-        if rec.get("kind") == "mcp_connected" and rec.get("pid") == children[-1].get("pid"):
+        if rec.get("kind") == "mcp_connected" and rec.get("pid") == children[-1].get("ns_pid", children[-1].get("pid")):
             name = rec.get("name")
             offered += [t if name == "bridge" else f"mcp__{name}__{t}" for t in rec.get("tools") or []]
     return offered

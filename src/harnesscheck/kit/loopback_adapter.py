@@ -45,7 +45,7 @@ from harnesscheck.loopback.adapter import (
     wire_to_scope_name,
     write_wrapper,
 )
-from harnesscheck.loopback.endpoint import DUMMY_KEY, LoopbackEndpoint
+from harnesscheck.loopback.endpoint import LoopbackEndpoint, session_key
 from harnesscheck.loopback.server import ScriptedModelServer
 
 
@@ -157,7 +157,8 @@ class LoopbackAdapter(HarnessAdapter):
         with _as_skip():
             script = loopback_scenario(self.spec.cli_name or "", scenario, ws, tool_calls)
         watch = [ws.canary, *getattr(self._local, "watch", ())]  # the host's values the check passed (run(parent_env=))
-        server = ScriptedModelServer(script, expected_key=DUMMY_KEY, watch=watch).start()
+        key = session_key()  # this session's own: the server refuses every other credential
+        server = ScriptedModelServer(script, expected_key=key, watch=watch).start()
         self._servers.append(server)
         self._wrappers += 1
         strace = shutil.which("strace") if self.trace_opens else None
@@ -177,7 +178,7 @@ class LoopbackAdapter(HarnessAdapter):
         with _as_skip():
             transport = loopback_transport(
                 self.spec, Settings(backend=self.spec.id, **(getattr(self._local, "settings", None) or {})),  # run(settings=)
-                cli_path=wrapper, endpoint=LoopbackEndpoint(server.base_url),
+                cli_path=wrapper, endpoint=LoopbackEndpoint(server.base_url, api_key=key),
             )
         lines: list[str] | None = []
         make_parser = getattr(transport, "make_parser", None)

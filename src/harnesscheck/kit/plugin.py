@@ -115,6 +115,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if not _wants_kit(config):
         return  # another project's run: no marker, no fixture, nothing started
     state["kit"] = True
+    from harnesscheck.process import harden_host
+
+    harden_host()  # a kit run (controller and xdist workers) is a host: non-dumpable before its first CLI
     config.addinivalue_line("markers", "conformance: a harnesscheck conformance check (offline-safe; never live)")
     config.addinivalue_line("markers", "loopback: runs against the real CLI and a scripted model server on 127.0.0.1")
     config.addinivalue_line("markers", "live: needs a real CLI, a real login and budget; never run in CI")

@@ -15,6 +15,7 @@ outside OUTCOMES is refused with the file, the place and the rule, never half-re
 from __future__ import annotations
 
 import json
+import os
 import platform
 import sys
 from datetime import datetime, timezone
@@ -168,7 +169,20 @@ def platform_info() -> dict:
         "machine": platform.machine(),
         "python": platform.python_version(),
         "implementation": sys.implementation.name,
+        "sandbox": _sandbox_line(),
     }
+
+
+def _sandbox_line() -> str:
+    """How this machine's sessions are contained (doc/SPEC-sandbox.md): `bwrap <version>` or
+    `guards (<why no sandbox>)`, and the HARNESS_BACKEND_SANDBOX mode."""
+    from harnesscheck import sandbox
+
+    state = sandbox.status()
+    mode = os.environ.get("HARNESS_BACKEND_SANDBOX", "off")
+    return f"bwrap {state.version or ''} (HARNESS_BACKEND_SANDBOX={mode})".replace("  ", " ") if state.available \
+        else f"guards ({state.reason})"
+
 
 
 def write_json(report: Report, path: Path) -> None:

@@ -295,6 +295,9 @@ def verify_command(backends: list[str], levels: list[str], report_dir: Path, bas
     from harnesscheck.contracts import HarnessError
     from harnesscheck.kit.matrix import combine, to_markdown, write_matrix
     from harnesscheck.kit.results import ReportError, read_report
+    from harnesscheck.process import harden_host
+
+    harden_host()  # verify holds the user's whole environment: no CLI of a session may read it through /proc
 
     if cli is not None:
         # --cli is HARNESS_BACKEND_CLI for the one backend named (loopback/clis.py honours or refuses it)

@@ -27,6 +27,15 @@ CODEX_PROVIDER_ID = "harnesscheck_loopback"
 DUMMY_KEY = "sk-loopback-dummy-0000"
 
 
+def session_key() -> str:
+    """A credential of one session's scripted server (the kit's loopback sessions): the server
+    serves it only, so another session's CLI (or another local user) holding the common
+    DUMMY_KEY is refused and counted as foreign. Random, opens nothing."""
+    import secrets
+
+    return f"sk-loopback-{secrets.token_hex(12)}"
+
+
 @dataclass(frozen=True)
 class LoopbackEndpoint:
     """A scripted model server: its base URL (http://127.0.0.1:<port>) and the dummy key."""

@@ -300,6 +300,7 @@ def install_pip_runtime(dest: Path, backend: str, *, out=None, version: str | No
     module = import_module(spec.factory.partition(":")[0])
     if module.installed_sdk_version(target) == version:
         print(f"{backend} {version}: present in {target}", file=out)
+        record_digest(target, out, only_if_missing=True)
         return 0
     packages = [f"{p}=={version}" for p in PIP_RUNTIMES[backend][1]]
     print(f"install-clis: {' '.join(packages)} -> {target}", file=out)
@@ -312,8 +313,53 @@ def install_pip_runtime(dest: Path, backend: str, *, out=None, version: str | No
     launcher = getattr(module, "ensure_launcher", None)
     if launcher is not None:
         launcher(target)  # one program running the transport's driver on it (HARNESS_BACKEND_CLI, loopback)
+    import compileall
+
+    compileall.compile_dir(str(target), quiet=1)  # this interpreter's bytecode now, recorded with the rest
+    record_digest(target, out)
     print(f"{backend} {version}: installed in {target}", file=out)
     return 0
+
+
+def _package_of(dest: Path, c: PinnedCli) -> Path:
+    prefix = release_prefix(dest, c) or version_dir(dest, c.cli_name, c.version)
+    return prefix if prefix != Path(dest) else Path(dest) / "node_modules"
+
+
+def record_digest(pkg: Path, out=None, *, only_if_missing: bool = False) -> None:
+    """Record the install's digest (climanifest.record): find_cli refuses a CLI whose files
+    changed since. `only_if_missing`: a release found present keeps the digest it has."""
+    from harnesscheck import climanifest
+
+    pkg = Path(pkg)
+    if only_if_missing and climanifest.manifest_path(Path(os.path.realpath(pkg))).exists():
+        return
+    written = climanifest.record(pkg)
+    print(f"install-clis: digest of {pkg.name} recorded in {written}", file=out or sys.stdout)
+
+
+def ensure_bubblewrap(out=None) -> bool:
+    """bubblewrap for the sessions' sandbox (doc/SPEC-sandbox.md), as .ci/run installs it: with
+    apt-get where we are root, else a message with the fix. Never fails the install: without
+    it sessions run with the process guard alone and say so. True when bwrap is there after."""
+    from harnesscheck import sandbox
+
+    out = out or sys.stdout
+    if sandbox._find_bwrap() is not None or not sys.platform.startswith("linux"):
+        return sandbox._find_bwrap() is not None
+    apt = shutil.which("apt-get")
+    if apt is not None and hasattr(os, "geteuid") and os.geteuid() == 0:
+        print("install-clis: installing bubblewrap (the sessions' sandbox)", file=out)
+        env = {"PATH": sandbox.SYSTEM_PATH, "DEBIAN_FRONTEND": "noninteractive"}
+        ok = subprocess.run([apt, "update", "-qq"], stdin=subprocess.DEVNULL, env=env, check=False).returncode == 0
+        ok = ok and subprocess.run([apt, "install", "-y", "-qq", "bubblewrap"], stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.DEVNULL, env=env, check=False).returncode == 0
+        sandbox.reset()
+        if ok and sandbox._find_bwrap() is not None:
+            return True
+    print(f"install-clis: bubblewrap is not installed: sessions will run with the process guard alone\n"
+          f"  fix: {sandbox.INSTALL_FIX}", file=out)
+    return False
 
 
 def install(dest: Path | None = None, *, out=None, backend: str | None = None, version: str | None = None) -> int:
@@ -322,6 +368,8 @@ def install(dest: Path | None = None, *, out=None, backend: str | None = None, v
 
     out = out or sys.stdout
     dest = Path(dest).expanduser().absolute() if dest is not None else cli_cache_dir()
+    if backend is None:
+        ensure_bubblewrap(out)
     if backend in PIP_RUNTIMES:
         return install_pip_runtime(dest, backend, out=out, version=version)
     if backend is None:
@@ -350,6 +398,7 @@ def install(dest: Path | None = None, *, out=None, backend: str | None = None, v
     if not todo:
         for c in clis:
             print(f"{c.cli_name} {c.version}: present in {binary_path(release_prefix(dest, c) or dest, c.cli_name)}", file=out)
+            record_digest(_package_of(dest, c), out, only_if_missing=True)
         return 0
     npm = shutil.which("npm")
     if npm is None:
@@ -381,6 +430,7 @@ def install(dest: Path | None = None, *, out=None, backend: str | None = None, v
         print(f"install-clis: still missing after npm: {names}", file=sys.stderr)
         return 3
     for c in clis:
+        record_digest(_package_of(dest, c), out, only_if_missing=c not in todo)
         print(f"{c.cli_name} {c.version}: installed in {binary_path(release_prefix(dest, c) or dest, c.cli_name)}", file=out)
     return 0
 

@@ -15,6 +15,11 @@ The turn served is the number of model turns in the request's conversation (`tur
 A tool-less session-title side request (opencode's) is answered with a title and is not a
 turn: it never gets the script's turn and is left out of turn_requests() and the usage.
 Anything else: 404, recorded.
+
+With `expected_key` the server serves its session's credential only: a request without it
+(no credential, or another one: another session's CLI, another local user) is answered 401,
+recorded with `foreign=True`, and never counted as the session's (turn_requests(), the usage
+and the turn count leave it out; `foreign_requests()` lists it).
 """
 
 from __future__ import annotations
@@ -75,6 +80,8 @@ class RecordedRequest:
     body_text: str = ""
     #: A side request the server answered outside the script ("title"), else None.
     side_request: str | None = None
+    #: Refused (401): it did not carry the session's credential (see the module doc).
+    foreign: bool = False
 
     @property
     def is_turn(self) -> bool:
@@ -131,9 +138,21 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- entry points -------------------------------------------------------------------
 
+    def _refused(self, rec: RecordedRequest) -> bool:
+        """Answer 401 to a request without the session's credential; True when it was."""
+        if self.server.owner.expected_key is None or rec.credential_matches:
+            return False
+        rec.foreign = True
+        rec.status = 401
+        self._json(401, {"type": "error", "error": {"type": "authentication_error", "code": 401, "status": "UNAUTHENTICATED",
+                                                    "message": "this loopback server serves its own session's credential only"}})
+        return True
+
     def do_GET(self) -> None:  # noqa: N802 - stdlib name
         owner = self.server.owner
         rec = owner._record(self, {}, protocol=None)
+        if self._refused(rec):
+            return
         if urlsplit(self.path).path.rstrip("/").endswith("/models"):
             model = owner.scenario.served_model or "loopback-model"
             self._json(200, {"object": "list", "data": [{"id": model, "object": "model", "type": "model"}]})
@@ -154,6 +173,8 @@ class _Handler(BaseHTTPRequestHandler):
         path = urlsplit(self.path).path.rstrip("/")
         protocol = _protocol_for(path)
         rec = owner._record(self, body, protocol=protocol, raw=raw)
+        if self._refused(rec):
+            return
         if path.endswith("/count_tokens"):
             self._json(200, {"input_tokens": 42})
             return
@@ -351,7 +372,12 @@ class ScriptedModelServer:
     def turn_requests(self) -> list[RecordedRequest]:
         """Requests that asked for a model turn (what the model was offered and answered)."""
         with self._lock:
-            return [r for r in self.requests if r.is_turn]
+            return [r for r in self.requests if r.is_turn and not r.foreign]
+
+    def foreign_requests(self) -> list[RecordedRequest]:
+        """Requests refused for not carrying the session's credential (never the session's)."""
+        with self._lock:
+            return [r for r in self.requests if r.foreign]
 
     def served_usage_total(self) -> ServedUsage:
         """The sum of the usage the server reported over every answered turn."""

@@ -371,6 +371,8 @@ class HarnessTransport:
     #: only for a CLI call made inside a session that already holds one (reasoning-only Claude
     #: Code's per-turn call, inside its api session): a second slot there deadlocks at the cap.
     takes_session_slot: bool = True
+    #: Run the CLI in a sandbox of its own where the machine allows it (doc/SPEC-sandbox.md).
+    sandboxed: bool = True
 
     def __init__(
         self,
@@ -407,6 +409,11 @@ class HarnessTransport:
         self, ctx: SessionContext, request: AgentSessionRequest, *, tool_less: bool, on_text: Callable[[str], None] | None
     ) -> StreamParser:
         raise NotImplementedError
+
+    def sandbox_paths(self, ctx: SessionContext, cli: Path) -> tuple[list[str], list[str]]:
+        """(read-only, writable) host paths this CLI needs in its sandbox beyond what every
+        session binds (session_sandbox); a subclass adds its own."""
+        return [], []
 
     def after_session(self, ctx: SessionContext, outcome: AgentOutcome) -> AgentOutcome | None:
         """Subclass clean-up after the process tree is gone (e.g. unlink a credential link).
@@ -462,9 +469,18 @@ class HarnessTransport:
                 run_dir=scratch / "run",
             )
             (scratch / "empty").mkdir()
-            return self._run(request, cancel=None, on_text=None, tool_less=True)
+            outcome = self._run(request, cancel=None, on_text=None, tool_less=True)
         finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+            from harnesscheck.rundir import remove_private_tree
+
+            failed = remove_private_tree(scratch)
+        if failed:
+            why = f"the one-shot's private dir could not be removed ({failed})"
+            update: dict[str, Any] = {"message": "; ".join(p for p in (outcome.message, why) if p)}
+            if outcome.ok:
+                update.update(status=OutcomeStatus.error, error_class=ErrorClass.policy_violation, retryable=False)
+            outcome = outcome.model_copy(update=update)
+        return outcome
 
     def _run(
         self,
@@ -473,6 +489,28 @@ class HarnessTransport:
         cancel: threading.Event | None,
         on_text: Callable[[str], None] | None,
         tool_less: bool,
+    ) -> AgentOutcome:
+        """One session, then what its clean-up found: a private dir that could not be removed,
+        or a run dir (or anything in it) left writable by others, is an error of the outcome
+        (never silent); the modes are made private again either way."""
+        leftovers: list[str] = []
+        outcome = self._run_once(request, cancel=cancel, on_text=on_text, tool_less=tool_less, leftovers=leftovers)
+        if not leftovers:
+            return outcome
+        why = "the session's clean-up found: " + "; ".join(leftovers[:5])
+        update: dict[str, Any] = {"message": "; ".join(p for p in (outcome.message, why) if p)}
+        if outcome.ok:
+            update.update(status=OutcomeStatus.error, error_class=ErrorClass.policy_violation, retryable=False)
+        return outcome.model_copy(update=update)
+
+    def _run_once(
+        self,
+        request: AgentSessionRequest,
+        *,
+        cancel: threading.Event | None,
+        on_text: Callable[[str], None] | None,
+        tool_less: bool,
+        leftovers: list[str],
     ) -> AgentOutcome:
         from harnesscheck.envpolicy import build_child_env, private_temp_dirs, redact
         from harnesscheck.process import DEFAULT_MAX_LINE_BYTES, SlotBusy, run_process, session_slot
@@ -487,6 +525,9 @@ class HarnessTransport:
         if not tool_less:
             start_bridge()
         info = self.cli()
+        from harnesscheck.climanifest import verify as verify_install
+
+        verify_install(info.path)  # every session: a cached CLI changed since install-clis is never run
         started = time.monotonic()  # the wait for a session slot counts against timeout_s
         ctx = new_session_context(request, self.spec.id, tool_less=tool_less, result_cap=self.result_cap)
         tracer = _Tracer(ctx.session_trace, ctx.session_id)
@@ -517,6 +558,7 @@ class HarnessTransport:
                         duration_s=round(time.monotonic() - started, 3),
                     )
                 left = request.timeout_s - (time.monotonic() - started)
+                sandbox, sandbox_note = self.session_sandbox(ctx, Path(info.path), inv, host_entries, tool_less=tool_less)
                 result = run_process(
                     inv.argv,
                     env=env,
@@ -533,11 +575,15 @@ class HarnessTransport:
                     run_marker=f"{ctx.session_id}-{uuid.uuid4().hex[:8]}",
                     on_spawn=(lambda pid: bind_bridge(ctx.spec_path, pid)) if ctx.spec_path is not None else None,
                     stdout_spool=ctx.run_dir if self.stdout_spool else None,
+                    sandbox=sandbox,
                 )
             release_bridge(ctx.spec_path)  # before the trace is read; the bridge child is not in the CLI's group
             outcome = parser.outcome(result)
             parser_session_id = outcome.session_id
             outcome = self._finish(outcome, ctx, result, info, redact)
+            note = sandbox_note or result.containment_note
+            outcome = outcome.model_copy(update={"containment": result.containment,
+                                                 "containment_note": note or None})
             if request.on_event is not None and ctx.bridge_trace is not None:
                 _report_bridge_calls(request.events(ctx.session_id), ctx.bridge_trace, ctx.session_id)
             tracer.record(
@@ -561,8 +607,70 @@ class HarnessTransport:
             if host_entries is not None:  # the CLI's transcripts and stores hold tool arguments verbatim
                 forget_cli_state(ctx.run_dir, host_entries, self.cli_state_dirs)
             self._redact_run_files(ctx, injections)
-            for path in ctx.cleanup:
-                shutil.rmtree(path, ignore_errors=True)
+            leftovers.extend(self.clean_up(ctx))
+
+    def session_sandbox(self, ctx: SessionContext, cli: Path, inv: Invocation, host_entries: set[str] | None,
+                        *, tool_less: bool) -> tuple[Any, str]:
+        """The session's sandbox (harnesscheck.sandbox.Sandbox), or (None, why not).
+
+        Read-only: the run dir (the MCP config, system prompt, spec the CLI loads; its traces
+        cannot be rewritten), the CLI's install, the host's interpreter and harnesscheck's own
+        files (the relay, the fake CLIs), the bridge forkserver's socket and relay. Writable:
+        the CLI's state dirs in the run dir (private HOME, config homes, scratch cwd), its
+        temp and runtime dirs, and the targets of the credential links the host put there
+        (live level: the one credentials file a CLI refreshes). Not there: the worktree, the
+        user's HOME, the host's /tmp, every other process."""
+        from harnesscheck import sandbox as sb
+
+        mode = getattr(self.settings, "sandbox", "off")
+        if mode == "off":
+            return None, "no sandbox asked for (HARNESS_BACKEND_SANDBOX=off)"
+        if not self.sandboxed:
+            return None, "this transport runs unsandboxed"
+        if mode == "require" and not sb.status().available:
+            raise ConfigError(f"a sandbox is required (HARNESS_BACKEND_SANDBOX=require) and cannot be had here: "
+                              f"{sb.status().reason}", sb.INSTALL_FIX)
+        relay: list[str] = []
+        if not tool_less and ctx.spec_path is not None:
+            from harnesscheck.bridge.forkserver import relay_binds
+
+            found = relay_binds(ctx.spec_path)
+            if found is None:
+                if mode == "require":
+                    raise ConfigError("a sandbox is required but the bridge forkserver does not run: the stdio "
+                                      "bridge would need the worktree inside the sandbox",
+                                      "leave HARNESSCHECK_BRIDGE_FORKSERVER unset (the forkserver is on by default)")
+                return None, "no bridge forkserver: the stdio bridge would need the worktree inside the sandbox"
+            relay = found
+        from harnesscheck.fakes import sidecar_paths
+
+        fake_ro, fake_rw = sidecar_paths(cli)
+        extra_ro, extra_rw = self.sandbox_paths(ctx, cli)
+        writable = [str(p) for p in ctx.cleanup] + [str(ctx.cwd)] + fake_rw + extra_rw
+        for rel in sorted(host_entries or ()):
+            path = ctx.run_dir / rel
+            if path.is_symlink():
+                target = os.path.realpath(path)
+                if os.path.isfile(target):
+                    writable.append(target)  # a credential link: the CLI reads (and refreshes) that one file
+        box = sb.for_session(run_dir=ctx.run_dir, cli=cli, bridge=relay, read_only=[*fake_ro, *extra_ro],
+                             writable=writable, state_dirs=(*self.cli_state_dirs, "tmp", "runtime"))
+        return box, ""
+
+    def clean_up(self, ctx: SessionContext) -> list[str]:
+        """After the tree is gone: remove the session's private dirs whatever modes its CLI
+        left, and make the run dir private again; what could not be removed or had been
+        opened up, for the outcome (never silent)."""
+        from harnesscheck.rundir import recheck_private, remove_private_tree
+
+        found: list[str] = []
+        for path in ctx.cleanup:
+            failed = remove_private_tree(path)
+            if failed:
+                role = path.name if path.parent == ctx.run_dir else "a private temp dir"
+                found.append(f"{role} could not be removed ({failed})")
+        found.extend(recheck_private(ctx.run_dir))
+        return found
 
     def declined(self, request: AgentSessionRequest, *, one_shot: bool = False) -> tuple[Capability, ...]:
         """Preflight: what this request asks for that the backend will not do, as the capability

@@ -2,8 +2,9 @@
 
 Requirements kept here (doc/SPEC-cursor.md):
 - argv `cursor-agent --print --output-format stream-json --force --approve-mcps --trust
-  --workspace <scratch> [--model M] -- <prompt>`; stdin is /dev/null (an open stdin makes
-  `--print` wait forever); a prompt too large for one argument goes on stdin instead.
+  --workspace <scratch> [--model M]`; the prompt, whatever its size, goes on stdin, then
+  EOF (an open stdin makes `--print` wait forever; a closed one does not): never on argv,
+  which every local user can read in /proc/<pid>/cmdline (issue 30).
 - cwd and `--workspace` are a per-session scratch directory, never the worktree, so a
   worktree's `.cursor/mcp.json`, `.cursor/rules`, `AGENTS.md` or `.env` is never read.
 - The bridge is declared in `<per-run HOME>/.cursor/mcp.json` (and the scratch project's
@@ -403,9 +404,9 @@ class CursorTransport(HarnessTransport):
             "NO_OPEN_BROWSER": "1",
         }
         self._audit.before(ctx, request, worktree=self.audit_worktree)
-        if len(data) > MAX_ARGV_PROMPT_BYTES:
-            return Invocation(argv=argv, injections=injections, stdin_bytes=data)
-        return Invocation(argv=[*argv, "--", prompt], injections=injections)
+        # Always on stdin (then EOF), whatever its size: a command line is readable by every
+        # local user (/proc/<pid>/cmdline), a pipe is not (issue 30).
+        return Invocation(argv=argv, injections=injections, stdin_bytes=data)
 
     def make_parser(self, ctx: SessionContext, request, *, tool_less: bool, on_text=None):
         from harnesscheck.providers._eventlog import EVENT_LOG_NAME, LoggedParser

@@ -2,9 +2,9 @@
 
 Requirements kept here (doc/SPEC-opencode.md):
 - argv `opencode run --format json --title <session> --print-logs --log-level ERROR
-  [-m PROVIDER/MODEL] -- <prompt>`;
-  stdin is /dev/null (`opencode run` reads a piped stdin to EOF before anything else); a
-  prompt too large for one argument goes on stdin instead (then EOF). `--title` names the
+  [-m PROVIDER/MODEL]`; the prompt, whatever its size, goes on stdin, then EOF (`opencode
+  run` reads a piped stdin to EOF before anything else): never on argv, which every local
+  user can read in /proc/<pid>/cmdline (issue 30). `--title` names the
   session, so opencode makes no tool-less title request before the turn.
 - The config is one file in the run dir, named by `OPENCODE_CONFIG`: every built-in off
   (`"tools": {name: false}` for the ten 1.18 offers, backed by `"permission"` deny rules),
@@ -530,9 +530,9 @@ class OpencodeTransport(HarnessTransport):
         prompt = compose_prompt(request.system, request.prompt, tool_names)
         data = prompt.encode("utf-8")
         self._audit.before(ctx, request, worktree=self.audit_worktree)
-        if len(data) > MAX_ARGV_PROMPT_BYTES:
-            return Invocation(argv=argv, injections=injections, stdin_bytes=data)
-        return Invocation(argv=[*argv, "--", prompt], injections=injections)
+        # Always on stdin (then EOF), whatever its size: a command line is readable by every
+        # local user (/proc/<pid>/cmdline), a pipe is not (issue 30).
+        return Invocation(argv=argv, injections=injections, stdin_bytes=data)
 
     def session_config(self, *, bridge, provider, model) -> dict:
         """The session's opencode.json (render_config)."""

@@ -4,12 +4,12 @@ Requirements kept here (doc/SPEC-zcode.md). zcode is not obtainable here: everyt
 follows the shapes the seed implementation recorded from zcode 0.16.9
 (shared/reference/seed-implementation-review.md §1.5); nothing was observed from a binary.
 
-- argv `zcode --prompt=<prompt> --output-format stream-json --mode plan --cwd <scratch>
-  --disallowed-tools=<every known built-in>`; the prompt is one `--prompt=` argument (it can
-  never become a flag). zcode has no stdin channel (stdin is /dev/null). A prompt over
-  100 000 bytes goes into `<scratch>/PROMPT.md` (0600) passed with `--attach`, and the
-  argument carries only a fixed instruction to follow it (one argv string is capped at
-  128 KiB on Linux: execve fails with E2BIG).
+- argv `zcode --prompt=<fixed instruction> --attach <scratch>/PROMPT.md --output-format
+  stream-json --mode plan --cwd <scratch> --disallowed-tools=<every known built-in>`. zcode
+  has no stdin channel (stdin is /dev/null), and a command line is readable by every local
+  user (/proc/<pid>/cmdline): so every prompt, whatever its size (system prompt, tool list,
+  task), goes into PROMPT.md (0600, in the session's private scratch dir) and the argument
+  carries only a fixed instruction to follow it (issue 30). Never on argv.
 - cwd and `--cwd`: the session's empty scratch dir, never the worktree (a PR under review
   must not configure its reviewer); the worktree is reached only through the bridge.
 - The bridge is declared in `<scratch>/.zcode/config.json` under `mcp.servers` (memory
@@ -68,7 +68,8 @@ from harnesscheck.providers._harness import (
     ending_outcome,
 )
 
-#: A prompt longer than this goes into PROMPT.md + `--attach` (one argv string: 128 KiB cap).
+#: The largest argv string this transport passes is a fixed instruction; the prompt (of any
+#: size) is in PROMPT.md. (Linux caps one argv string at 128 KiB; the prompt never meets it.)
 MAX_ARGV_PROMPT_BYTES = 100_000
 PROMPT_FILE = "PROMPT.md"
 ATTACHED_PROMPT = "Your task is in the attached PROMPT.md. Read it and follow it exactly."
@@ -428,12 +429,8 @@ class ZcodeTransport(HarnessTransport):
         injections["ZCODE_PERSONAL_PROVIDER_CONFIG_FILE"] = str(pin)
         tool_names = () if tool_less else request.scope.tool_names()
         prompt = compose_prompt(request.system, request.prompt, tool_names)
-        argv = [str(cli)]
-        if len(prompt.encode("utf-8")) > MAX_ARGV_PROMPT_BYTES:
-            attached = _write_private(ctx.cwd / PROMPT_FILE, prompt)
-            argv += [f"--prompt={ATTACHED_PROMPT}", "--attach", str(attached)]
-        else:
-            argv.append(f"--prompt={prompt}")
+        attached = _write_private(ctx.cwd / PROMPT_FILE, prompt)  # never on argv: /proc/<pid>/cmdline is public
+        argv = [str(cli), f"--prompt={ATTACHED_PROMPT}", "--attach", str(attached)]
         argv += ["--output-format", "stream-json", "--mode", "plan", "--cwd", str(ctx.cwd),
                  "--disallowed-tools=" + ",".join(DISALLOWED_TOOLS)]
         self._audit.before(ctx, request, worktree=self.audit_worktree)

@@ -1,0 +1,267 @@
+"""The sandbox (sandbox.py, doc/SPEC-sandbox.md): what a sandboxed process can and cannot
+reach, that every ending still ends its whole tree, the fallback where no sandbox can be had,
+and the real CLIs at loopback still working inside one.
+
+Every test that needs bubblewrap skips with the reason when this machine cannot give a
+sandbox. Time is only ever an upper bound."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from harnesscheck import process, sandbox
+from harnesscheck.config import Settings
+from harnesscheck.contracts import AgentSessionRequest, ConfigError, OutcomeStatus
+from harnesscheck.process import Ending, run_process
+from harnesscheck.sandbox import Sandbox
+from harnesscheck.scope import ToolScope
+
+pytestmark = pytest.mark.skipif(not sandbox.status().available, reason=f"no sandbox here: {sandbox.status().reason}")
+
+ENV = {"PATH": "/usr/bin:/bin"}
+
+
+def _run(shell: str, tmp_path: Path, *, timeout_s: float = 20.0, box: Sandbox | None = None, **kwargs):
+    lines: list[str] = []
+    work = tmp_path / "w"
+    work.mkdir(exist_ok=True)
+    result = run_process(["/bin/sh", "-c", shell], env=ENV, cwd=work, on_line=lines.append, timeout_s=timeout_s,
+                         sandbox=box or Sandbox(writable=(str(work),)), **kwargs)
+    return result, lines
+
+
+def _pidns_alive(link: str) -> list[int]:
+    """Host pids of live processes in the pid namespace `link` ("pid:[N]")."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.readlink(f"/proc/{entry}/ns/pid") == link:
+                    out.append(int(entry))
+            except OSError:
+                continue
+    return out
+
+
+def test_the_sandbox_sees_no_host_process_no_home_and_writes_only_its_binds(tmp_path):
+    host_home = os.path.expanduser("~")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("host file\n")
+    result, lines = _run(
+        f"echo pid=$$; ls /proc | grep -c '^[0-9]'; ls {host_home} >/dev/null 2>&1 && echo home-visible;"
+        f" cat {outside} 2>/dev/null && echo outside-visible;"
+        f" cat /proc/{os.getpid()}/environ >/dev/null 2>&1 && echo host-environ;"
+        f" echo ok > written.txt && echo wrote; touch /usr/x 2>/dev/null && echo usr-writable;"
+        " grep -E '^(NoNewPrivs|CapEff)' /proc/self/status",
+        tmp_path,
+    )
+    assert result.containment == "bwrap" and result.exit_code == 0, result
+    assert lines[0] == "pid=2"  # the namespace's init is 1, the command 2
+    assert int(lines[1]) <= 4, lines  # bwrap's init, sh, ls, grep: nothing of the host
+    text = "\n".join(lines)
+    for leak in ("home-visible", "outside-visible", "host-environ", "usr-writable"):
+        assert leak not in text, text
+    assert "wrote" in text and (tmp_path / "w" / "written.txt").read_text() == "ok\n"
+    assert "NoNewPrivs:\t1" in text and "CapEff:\t0000000000000000" in text
+
+
+@pytest.mark.parametrize("guard", [True, False], ids=["supervisor", "direct"])
+def test_a_deadline_terms_the_cli_not_bwrap_and_leaves_no_process_of_the_namespace(tmp_path, monkeypatch, guard):
+    if not guard:
+        monkeypatch.setattr(process, "_use_guard", lambda: False)
+    result, lines = _run(
+        "trap 'echo got-term; exit 7' TERM; readlink /proc/self/ns/pid; (setsid sleep 300 &); sleep 300 & wait",
+        tmp_path, timeout_s=2.0, term_grace_s=5.0,
+    )
+    assert result.ending is Ending.deadline and result.containment == "bwrap"
+    assert "got-term" in lines, lines  # SIGTERM reached the CLI (bwrap forwards none: the group is the namespace's)
+    assert result.exit_code == 7
+    link = lines[0]
+    assert link.startswith("pid:[")
+    end = time.monotonic() + 10
+    while _pidns_alive(link) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert _pidns_alive(link) == []  # the setsid sleeper went with the namespace
+    assert not result.orphan_suspected or guard is False
+
+
+def test_an_unavailable_sandbox_runs_with_the_guards_and_says_why(tmp_path, monkeypatch):
+    monkeypatch.setattr(sandbox, "status", lambda: sandbox.SandboxStatus(False, None, False, "bubblewrap (bwrap) is not installed"))
+    result, lines = _run("echo pid=$$", tmp_path)
+    assert result.containment == "guards" and "not installed" in result.containment_note
+    assert lines[0] != "pid=2"
+    with pytest.raises(RuntimeError, match="required"):
+        _run("true", tmp_path, box=Sandbox(required=True))
+
+
+def test_bwrap_argv_binds_parents_before_children_and_hides_nothing_else(tmp_path):
+    ro, rw = tmp_path / "run", tmp_path / "run" / "home"
+    rw.mkdir(parents=True)
+    argv = sandbox.bwrap_argv(Sandbox(read_only=(str(ro),), writable=(str(rw), str(tmp_path / "absent"))),
+                              ["/bin/true"], cwd=str(rw), info_fd=3)
+    assert argv.index(str(ro)) < argv.index(str(rw))
+    assert str(tmp_path / "absent") not in argv  # a missing path is left out, never created
+    for flag in ("--unshare-pid", "--die-with-parent", "--new-session", "--proc", "--info-fd"):
+        assert flag in argv
+    assert "--unshare-net" not in argv  # the loopback model server is on the host's 127.0.0.1
+    assert os.path.expanduser("~") not in argv or os.path.expanduser("~") == "/"
+
+
+# --- a transport's session ----------------------------------------------------------------------
+
+def _fake_session(tmp_path: Path, mode: str, scenario: str = "tool_calls"):
+    from harnesscheck.fakes import install_fake_cli
+    from harnesscheck.providers.claude_code import ClaudeCodeTransport
+    from harnesscheck.registry import get_spec
+
+    root = tmp_path / "worktree"
+    root.mkdir()
+    (root / "README.md").write_text("hello\n")
+    fake = install_fake_cli("claude", scenario, tmp_path / "bin")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "no-home"), "LANG": "C.UTF-8"}
+    transport = ClaudeCodeTransport(get_spec("claude-code"), Settings(sandbox=mode), cli_path=fake.path, parent_env=env)
+    request = AgentSessionRequest(prompt="Summarize README.md", scope=ToolScope(root=root), timeout_s=30,
+                                  run_dir=tmp_path / "run")
+    return transport.run_session(request), fake
+
+
+def test_a_sandboxed_fake_session_reaches_the_worktree_only_through_the_bridge(tmp_path):
+    outcome, fake = _fake_session(tmp_path, "require")
+    assert outcome.status is OutcomeStatus.ok, outcome.message
+    assert outcome.containment == "bwrap" and outcome.containment_note is None
+    assert outcome.tools_used == ["read_file"] and outcome.tool_calls == 1
+    assert fake.last()["pidns"] != sandbox.own_pidns()  # it ran in its own pid namespace
+
+
+def test_sandbox_off_and_unavailable_say_guards(tmp_path, monkeypatch):
+    (tmp_path / "a").mkdir()
+    outcome, _ = _fake_session(tmp_path / "a", "off")
+    assert outcome.containment == "guards" and "HARNESS_BACKEND_SANDBOX=off" in (outcome.containment_note or "")
+    monkeypatch.setattr(sandbox, "status", lambda: sandbox.SandboxStatus(False, None, False, "not Linux"))
+    (tmp_path / "b").mkdir()
+    outcome, _ = _fake_session(tmp_path / "b", "auto")
+    assert outcome.containment == "guards" and "not Linux" in (outcome.containment_note or "")
+    (tmp_path / "c").mkdir()
+    with pytest.raises(ConfigError, match="required"):
+        _fake_session(tmp_path / "c", "require")
+
+
+# --- the real CLIs at loopback ------------------------------------------------------------------
+
+REAL = ["claude-code", "codex", "gemini", "opencode", "deepseek"]
+
+
+@pytest.mark.parametrize("backend", REAL)
+def test_the_real_cli_works_sandboxed_at_loopback(backend, tmp_path):
+    from harnesscheck.loopback.adapter import loopback_scenario, loopback_transport
+    from harnesscheck.loopback.clis import require_pinned_cli
+    from harnesscheck.loopback.endpoint import DUMMY_KEY, LoopbackEndpoint
+    from harnesscheck.loopback.server import ScriptedModelServer
+    from harnesscheck.registry import get_spec
+
+    binary, why = require_pinned_cli(backend)
+    if binary is None:
+        pytest.skip(why)
+    spec = get_spec(backend)
+
+    class Ws:
+        root = tmp_path / "work"
+        secret = tmp_path / "outside" / "secret.txt"
+        canary = "sentinel-outside-5c1d"
+
+    Ws.root.mkdir()
+    (Ws.root / "README.md").write_text("hello from the worktree\n")
+    Ws.secret.parent.mkdir()
+    Ws.secret.write_text(Ws.canary + "\n")
+    script = loopback_scenario(spec.cli_name, "tool_calls", Ws)
+    with ScriptedModelServer(script, expected_key=DUMMY_KEY) as srv:
+        transport = loopback_transport(spec, Settings(backend=backend, sandbox="require"), cli_path=binary.path,
+                                       endpoint=LoopbackEndpoint(srv.base_url))
+        outcome = transport.run_session(AgentSessionRequest(
+            prompt="Say hello.", scope=ToolScope(name="t", root=Ws.root, read_only=True), timeout_s=120, max_iters=8,
+            run_dir=tmp_path / "run"))
+        requests = srv.turn_requests()
+    assert outcome.status is OutcomeStatus.ok, (outcome.message, outcome.stderr_tail[-2000:])
+    assert outcome.containment == "bwrap"
+    assert outcome.tools_used == ["read_file"] and outcome.tool_calls == 1
+    assert any("hello from the worktree" in t["text"] for r in requests for t in r.tool_results)
+
+
+def test_the_probe_runs_bwrap_from_the_system_path_only(monkeypatch, tmp_path):
+    """A bwrap planted on the user's PATH is never the one run."""
+    planted = tmp_path / "bwrap"
+    planted.write_text("#!/bin/sh\nexit 0\n")
+    planted.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ.get('PATH', '')}")
+    assert sandbox._find_bwrap() != str(planted)
+
+
+def test_a_cli_that_kills_what_it_sees_and_outlives_its_host_leaves_nothing(tmp_path):
+    """Round-2 finding: a CLI that SIGKILLs its host's process guard, then its supervisor when
+    it sees its host die, outlived both under the guards alone. In the sandbox it sees
+    neither (nor its host): it can signal only its own namespace, and the namespace ends with
+    the bwrap process its supervisor started."""
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    token = f"hc-sandbox-survivor-{os.getpid()}"
+    cli = tmp_path / "cli.sh"
+    cli.write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        for p in $(ls /proc | grep '^[0-9]*$'); do [ "$p" != "$$" ] && kill -9 "$p" 2>/dev/null; done
+        setsid sh -c 'sleep 300; echo {token}' </dev/null >/dev/null 2>&1 &
+        echo ready
+        exec sleep 301
+    """))
+    cli.chmod(0o755)
+    host = tmp_path / "host.py"
+    host.write_text(textwrap.dedent(f"""\
+        from harnesscheck.process import run_process
+        from harnesscheck.sandbox import Sandbox
+        run_process([{str(cli)!r}], env={{"PATH": "/usr/bin:/bin"}}, cwd={str(tmp_path)!r},
+                    on_line=lambda line: open({str(tmp_path / "ready")!r}, "w").close(), timeout_s=600,
+                    sandbox=Sandbox(read_only=({str(tmp_path)!r},), required=True))
+    """))
+    proc = subprocess.Popen([sys.executable, str(host)])
+    try:
+        end = time.monotonic() + 60
+        while not (tmp_path / "ready").exists() and time.monotonic() < end:
+            time.sleep(0.05)
+        assert (tmp_path / "ready").exists()
+        end = time.monotonic() + 30
+        while not _by_token(token) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert _by_token(token), "the CLI's setsid grandchild never ran"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+        end = time.monotonic() + 30
+        while _by_token(token) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert _by_token(token) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in _by_token(token):
+            os.kill(pid, 9)
+
+
+def _by_token(token: str) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    if token.encode() in fh.read():
+                        with open(f"/proc/{entry}/stat", "rb") as st:
+                            if st.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X"):
+                                out.append(int(entry))
+            except OSError:
+                continue
+    return out
