@@ -29,7 +29,7 @@ def test_unlisted_failure_fails_the_run(tmp_path):
 
 
 def test_listed_failure_is_xfailed(tmp_path):
-    path = _baseline(tmp_path, [{"id": CHECK, "backend": "mutant-SumsUsagePerStreamedLine", "reason": "upstream-bug"}])
+    path = _baseline(tmp_path, [{"id": CHECK, "backend": "mutant-scripted-SumsUsagePerStreamedLine", "reason": "upstream-bug"}])
     code, report, out = run_suite(tmp_path, "--backend", MUTANT, "--hc-baseline", str(path), *SELECT)
     assert code == 0, out
     assert [(c["outcome"], c["reason"]) for c in report["cells"]] == [("xfailed", "upstream-bug")]
@@ -44,7 +44,7 @@ def test_listed_pass_fails_the_run(tmp_path):
 
 def test_expired_entry_fails_the_run(tmp_path):
     yesterday = (date.today() - timedelta(days=1)).isoformat()
-    path = _baseline(tmp_path, [{"id": CHECK, "backend": "mutant-SumsUsagePerStreamedLine", "reason": "upstream-bug", "expires": yesterday}])
+    path = _baseline(tmp_path, [{"id": CHECK, "backend": "mutant-scripted-SumsUsagePerStreamedLine", "reason": "upstream-bug", "expires": yesterday}])
     code, report, out = run_suite(tmp_path, "--backend", MUTANT, "--hc-baseline", str(path), *SELECT)
     assert code == 1, out
     assert any("expired" in p for p in report["problems"])
@@ -62,7 +62,7 @@ def test_write_baseline_round_trips(tmp_path):
     code, _, out = run_suite(tmp_path, "--backend", MUTANT, "--hc-write-baseline", str(written), *SELECT)
     assert code == 1, out
     baseline = load_baseline(written)
-    assert [(e.id, e.backend, e.level) for e in baseline.entries] == [(CHECK, "mutant-SumsUsagePerStreamedLine", "offline")]
+    assert [(e.id, e.backend, e.level) for e in baseline.entries] == [(CHECK, "mutant-scripted-SumsUsagePerStreamedLine", "offline")]
     code, report, out = run_suite(tmp_path, "--backend", MUTANT, "--hc-baseline", str(written), *SELECT)
     assert code == 0, out
 

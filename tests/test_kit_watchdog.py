@@ -106,7 +106,7 @@ def test_nothing_a_failing_backend_started_outlives_its_cells(tmp_path):
         tmp_path, "--backend", "tests.mutants.harness:kills_only_the_direct_child", "--basetemp", str(base),
         *(a for c in checks for a in ("--hc-check", c)), files=("conformance/test_time.py",), timeout=300)
     assert report is not None, out[-3000:]
-    got = cells(report, "mutant-KillsOnlyTheDirectChild")
+    got = cells(report, "mutant-harness-KillsOnlyTheDirectChild")
     assert {c: got[c]["outcome"] for c in checks} == {c: "failed" for c in checks}, out[-3000:]
     assert "survived" in got["time.no-survivors-after-timeout"]["message"]
     pids = _recorded_pids(base)
@@ -125,7 +125,7 @@ def test_a_session_that_overran_its_bound_fails_at_the_bound(tmp_path):
         tmp_path, "--backend", "tests.mutants.harness:kills_only_the_direct_child",
         "--hc-check", "time.abandoned-stream-no-survivors", files=("conformance/test_time.py",), timeout=300)
     assert report is not None, out[-3000:]
-    cell = cells(report, "mutant-KillsOnlyTheDirectChild")["time.abandoned-stream-no-survivors"]
+    cell = cells(report, "mutant-harness-KillsOnlyTheDirectChild")["time.abandoned-stream-no-survivors"]
     assert cell["outcome"] == "failed", cell
     assert re.search(r"did not end within \d+ s after the caller abandoned its stream", cell["message"]), cell["message"]
     assert cell["duration_s"] < 60, f"the cell took {cell['duration_s']} s: the watchdog did not bound it"
