@@ -398,7 +398,7 @@ def _cell_selection(config: pytest.Config) -> dict[str, set[str]] | None:
     from pathlib import Path
 
     path = config.getoption("hc_cells")
-    if path is None:
+    if not path:
         return None
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
