@@ -44,6 +44,9 @@ AFTER_CANCEL = Watchdog("cancel", GRACE_S)
 AFTER_RESULT = Watchdog("result", LINGER_BOUND_S)
 ENDS_AFTER_DEADLINE = Watchdog("deadline", SESSION_END_BOUND_S)
 ENDS_AFTER_ABANDON = Watchdog("abandon", SESSION_END_BOUND_S)
+#: A CLI still waiting on an open stdin pipe GRACE_S after its last byte (about five times
+#: STDIN_HELD_BOUND_S) was held past that bound already: the session need not run to its 60 s deadline.
+STDIN_LEFT_OPEN = Watchdog("stdin", GRACE_S)
 BLIND_CANCEL_AFTER_S = 1.0  # where the stall is not observable, the host cancels this long after the start
 
 
@@ -176,7 +179,7 @@ def test_stdin_not_left_open(but):
     past STDIN_HELD_BOUND_S after the prompt fails, though the CLI got EOF in the end. A pipe
     left open for good stalls the CLI into a timeout. (A CLI driven with `--input-format
     stream-json` reads messages until stdin closes: there only the session's end is judged.)"""
-    run = but.run("success", timeout_s=60)
+    run = but.run("success", timeout_s=60, watchdog=STDIN_LEFT_OPEN)
     assert run.children, "the fake CLI was never run"
     for child in run.children:
         assert child.get("stdin_type") in ("devnull", "pipe", "file", "closed"), f"stdin {child.get('stdin_type')}"

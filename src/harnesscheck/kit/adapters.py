@@ -525,12 +525,19 @@ class BackendUnderTest:
             return timeline.cancel_sent
         if after == "deadline":
             return timeline.started + timeline.timeout_s
+        if after == "stdin":
+            return self.stdin_held_since(setup)
         progress = self.stall_progress(setup)  # "result": the CLI printed its last line, then stalled
         return progress.last_output if progress is not None and progress.stalled is not None else None
 
     def _end_running_session(self, setup: "Setup", request: AgentSessionRequest) -> list[int]:
         """SIGKILL every process the running session is known to have started (the watchdog fired)."""
         return kill(self.running_pids(setup, request))
+
+    def stdin_held_since(self, setup: "Setup") -> float | None:
+        """When a CLI still waiting for its stdin's EOF last got data on it (monotonic), None
+        where no CLI waits or this adapter cannot see it."""
+        return None
 
     def running_pids(self, setup: "Setup", request: AgentSessionRequest) -> list[int]:
         """The processes a session still running is known to have started so far (what its

@@ -37,6 +37,7 @@ MOMENTS: dict[str, str] = {
     "cancel": "the kit cancelled it",
     "deadline": "its deadline",
     "result": "the CLI printed its last line and lingered",
+    "stdin": "the CLI last got data on its stdin pipe, which stayed open while it waited",
 }
 
 
