@@ -524,7 +524,13 @@ class BackendUnderTest:
         if after == "cancel":
             return timeline.cancel_sent
         if after == "deadline":
-            return timeline.started + timeline.timeout_s
+            deadline = timeline.started + timeline.timeout_s
+            if time.monotonic() < deadline or not self.observes_stalls():
+                return deadline
+            # a run whose upstream had not stalled by its deadline is not judged (run_stalled
+            # repeats it at a longer one): the watchdog leaves it to end as it does
+            progress = self.stall_progress(setup)
+            return deadline if progress is not None and progress.stalled is not None and progress.stalled < deadline else None
         if after == "stdin":
             return self.stdin_held_since(setup)
         progress = self.stall_progress(setup)  # "result": the CLI printed its last line, then stalled
