@@ -330,13 +330,15 @@ def test_hc_check_selects_the_cells_of_one_check_and_refuses_an_unknown_id(tmp_p
     assert code == 4 and "no such check: scope.no-such-check" in out, out
 
 
-def test_native_junitxml_carries_each_cells_check_id_backend_and_level(tmp_path):
+def test_native_junitxml_carries_each_cells_check_id_backend_and_level(tmp_path, pytester):
+    """Serial in this process; with xdist workers (the properties travel on their reports) a child pytest."""
     from xml.etree import ElementTree as ET
 
     for jobs in ("0", "2"):
         xml = tmp_path / f"junit-{jobs}.xml"
-        code, report, out = run_suite(tmp_path, "--hc-backend", "fake", "-k", "parity or vendor_cost", "-n", jobs,
-                                      "--junitxml", str(xml), "-o", "junit_family=xunit1")
+        args = ("--hc-backend", "fake", "-k", "parity or vendor_cost", "-n", jobs, "--junitxml", str(xml),
+                "-o", "junit_family=xunit1")
+        code, report, out = run_inline(pytester, *args) if jobs == "0" else run_suite(tmp_path, *args)
         assert code == 0, out
         root = ET.parse(xml).getroot()
         cases = {}
