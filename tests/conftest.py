@@ -38,6 +38,7 @@ LONG_FIRST = (
     "tests/test_kit_verify.py::test_verify_leaves_nothing_in_tmp",
     "tests/test_kit_verify.py::test_serial_and_parallel_runs_give_the_same_cells",
     "tests/test_loopback_real.py::test_drift_against_stored_recordings",
+    "tests/test_kit_watchdog.py::test_a_session_that_overran_its_bound_fails_at_the_bound",
 )
 
 
