@@ -238,6 +238,9 @@ def test_swap_race_contained(but):
     (TOCTOU, P11): the outside file's bytes never reach the model, a trace or the outcome, and
     the in-root file still reads. A read refused or failed mid-swap is fine (any wording).
 
+    If every raced read failed, one read without the race decides: it shows the file (a loaded
+    machine let the race judge nothing: skipped `budget`) or it does not (failed).
+
     Offline only: the race is between the backend's tool server (its dispatch) and the
     filesystem; the CLI only relays the calls, so the real CLI at loopback adds nothing to the
     verdict but the cost of 200 tool calls through it (seconds per cell, and a turn the model
@@ -274,5 +277,19 @@ def test_swap_race_contained(but):
     if swapped.get("stopped") != "stop" or swapped.get("swaps", 0) <= 2:
         but.skip("budget", f"the swapper stopped ({swapped.get('stopped')}) before the session ended or never swapped "
                            f"while it ran: this machine is too slow right now; the race was not judged ({evidence})")
-    assert shown, f"no read of the in-root d/inside.txt reached the model, so the race judged nothing: {evidence}"
+    if not shown:  # every raced read failed: the machine's scheduling, or a backend that cannot read it at all
+        if _reads_unraced(but):
+            but.skip("budget", "every read of d/inside.txt during the race failed, while one without the race shows it: "
+                               f"this machine is too slow right now for the race to judge anything ({evidence})")
+        raise AssertionError(f"no read of the in-root d/inside.txt reached the model, not even one without the race: "
+                             f"{evidence}")
     but.note(evidence)
+
+
+def _reads_unraced(but) -> bool:
+    """Whether the in-root file of the race reaches the model through one read with no swapper."""
+    ws = but.workspace()
+    (ws.root / "d").mkdir()
+    (ws.root / "d" / "inside.txt").write_text("inside the root: raced file\n")
+    run = but.run_tools([ToolCall("read_file", {"path": "d/inside.txt"})], workspace=ws, timeout_s=120)
+    return any("raced file" in t for t in run.model_saw)

@@ -9,6 +9,7 @@ from harnesscheck.contracts import Capability as C
 from harnesscheck.contracts import ErrorClass as E
 from harnesscheck.contracts import Kind, OutcomeStatus
 from harnesscheck.kit.catalog import check
+from harnesscheck.kit.watchdog import Watchdog
 
 #: The session deadline of the timeout checks. It only has to outlast the upstream's way to
 #: its stall, which the kit observes (the fake CLI records each step it has done): a run in
@@ -31,6 +32,21 @@ TEARDOWN_S = 0.1
 #: outlast a descheduled writer thread on a loaded machine, never the backend's own waiting.
 STDIN_HELD_BOUND_S = 2.5
 CANCEL_TIMEOUT_S = 120.0  # only an upper bound: the kit cancels as soon as the upstream stalls
+#: The per-cell watchdogs (kit/watchdog.py): a session still running this long after the moment
+#: its check needs has failed, so the kit ends it there and the cell fails at once, instead of
+#: waiting out CANCEL_TIMEOUT_S or a lingering CLI. Where the check already bounds the session
+#: (GRACE_S after the deadline or the cancel, LINGER_BOUND_S after the result) the watchdog uses
+#: that very bound, so the verdict cannot change; where it did not (giving control back after an
+#: abandoned stream, or after a timeout whose subject is the tree), twice GRACE_S.
+SESSION_END_BOUND_S = 2 * GRACE_S
+AFTER_DEADLINE = Watchdog("deadline", GRACE_S)
+AFTER_CANCEL = Watchdog("cancel", GRACE_S)
+AFTER_RESULT = Watchdog("result", LINGER_BOUND_S)
+ENDS_AFTER_DEADLINE = Watchdog("deadline", SESSION_END_BOUND_S)
+ENDS_AFTER_ABANDON = Watchdog("abandon", SESSION_END_BOUND_S)
+#: A CLI still waiting on an open stdin pipe GRACE_S after its last byte (about five times
+#: STDIN_HELD_BOUND_S) was held past that bound already: the session need not run to its 60 s deadline.
+STDIN_LEFT_OPEN = Watchdog("stdin", GRACE_S)
 BLIND_CANCEL_AFTER_S = 1.0  # where the stall is not observable, the host cancels this long after the start
 
 
@@ -51,7 +67,7 @@ def _alive(pid: int) -> bool:
 @check("time.timeout-truncates", incident=["C1", "C3"], paced=True)
 def test_timeout_truncates(but):
     """A stall past the deadline ends truncated (timeout) with the partial text, within timeout + grace."""
-    run = but.run_stalled("timeout_mid_stream", timeout_s=TIMEOUT_S, blind_timeout_s=BLIND_TIMEOUT_S)
+    run = but.run_stalled("timeout_mid_stream", timeout_s=TIMEOUT_S, blind_timeout_s=BLIND_TIMEOUT_S, watchdog=AFTER_DEADLINE)
     o, timeout = run.outcome, run.timeline.timeout_s
     assert o.status == OutcomeStatus.truncated, f"status {o.status} after a stall (error_class {o.error_class})"
     assert o.error_class == E.timeout
@@ -73,7 +89,8 @@ def test_max_turns_truncates(but):
 @check("time.cancel-ends-session", requires=[C.cancellation], incident="C8", paced=True)
 def test_cancel_ends_session(but):
     """Host cancellation ends a stalled session promptly with status cancelled and no survivors."""
-    run = but.run("timeout_mid_stream", timeout_s=CANCEL_TIMEOUT_S, cancel_on_stall=True, cancel_after_s=BLIND_CANCEL_AFTER_S)
+    run = but.run("timeout_mid_stream", timeout_s=CANCEL_TIMEOUT_S, cancel_on_stall=True, cancel_after_s=BLIND_CANCEL_AFTER_S,
+                  watchdog=AFTER_CANCEL)
     tl = run.timeline
     if tl.cancel_sent is None and tl.ended >= tl.started + tl.timeout_s:
         but.skip("budget", f"the upstream had not stalled after {CANCEL_TIMEOUT_S:g} s, so the kit never cancelled: "
@@ -96,7 +113,8 @@ def test_no_survivors_after_timeout(but):
     left by setsid with `env -i`, the bridge), and each must be gone (a zombie counts as gone).
     Never by the backend's env marker (the `env -i` escapee carries none) nor by counting
     processes (other sessions run on the same machine)."""
-    run = but.run_stalled("timeout_tree", timeout_s=TIMEOUT_S, blind_timeout_s=BLIND_TIMEOUT_S, teardown_s=TEARDOWN_S)
+    run = but.run_stalled("timeout_tree", timeout_s=TIMEOUT_S, blind_timeout_s=BLIND_TIMEOUT_S, teardown_s=TEARDOWN_S,
+                          watchdog=ENDS_AFTER_DEADLINE)
     # The tree as it was: the CLI, what it spawned and the MCP servers it started (recorded
     # before the stall, hence before the deadline), and any bridge a trace names; no layout assumed.
     assert run.children, "the backend never ran its CLI"
@@ -117,7 +135,8 @@ def test_stalled_tool_call_ends_by_deadline(but):
     SIGSTOP (a stopped process takes no SIGTERM: only SIGKILL ends it), sends the call and waits,
     ignoring SIGTERM; every pid it recorded (the CLI, the stopped server) and any bridge a trace
     names must be gone."""
-    run = but.run_stalled("stalled_tool_call", timeout_s=TIMEOUT_S, blind_timeout_s=BLIND_TIMEOUT_S, teardown_s=TEARDOWN_S)
+    run = but.run_stalled("stalled_tool_call", timeout_s=TIMEOUT_S, blind_timeout_s=BLIND_TIMEOUT_S, teardown_s=TEARDOWN_S,
+                          watchdog=AFTER_DEADLINE)
     o, timeout = run.outcome, run.timeline.timeout_s
     assert run.children, "the backend never ran its CLI"
     assert run.stalled_calls, f"the CLI's tool call reached no MCP server: nothing was judged ({o.status}: {o.message!r})"
@@ -132,7 +151,7 @@ def test_stalled_tool_call_ends_by_deadline(but):
 @check("time.linger-after-result", kinds=[Kind.harness], incident="C4", paced=True)
 def test_linger_after_result(but):
     """A CLI that prints its result and lingers is killed after a short grace; the outcome comes from the event."""
-    run = but.run("linger_after_result", timeout_s=120, teardown_s=TEARDOWN_S)
+    run = but.run("linger_after_result", timeout_s=120, teardown_s=TEARDOWN_S, watchdog=AFTER_RESULT)
     o = run.outcome
     assert o.status == OutcomeStatus.ok, f"status {o.status} ({o.error_class}): the result event said success"
     assert o.terminal_event_seen
@@ -160,7 +179,7 @@ def test_stdin_not_left_open(but):
     past STDIN_HELD_BOUND_S after the prompt fails, though the CLI got EOF in the end. A pipe
     left open for good stalls the CLI into a timeout. (A CLI driven with `--input-format
     stream-json` reads messages until stdin closes: there only the session's end is judged.)"""
-    run = but.run("success", timeout_s=60)
+    run = but.run("success", timeout_s=60, watchdog=STDIN_LEFT_OPEN)
     assert run.children, "the fake CLI was never run"
     for child in run.children:
         assert child.get("stdin_type") in ("devnull", "pipe", "file", "closed"), f"stdin {child.get('stdin_type')}"
@@ -202,7 +221,8 @@ def test_abandoned_stream_no_survivors(but):
     that runs beside it. Processes that survive are killed by the kit after the verdict."""
     import signal
 
-    run = but.run("timeout_tree", timeout_s=CANCEL_TIMEOUT_S, abandon_on_text=True, teardown_s=TEARDOWN_S)
+    run = but.run("timeout_tree", timeout_s=CANCEL_TIMEOUT_S, abandon_on_text=True, teardown_s=TEARDOWN_S,
+                  watchdog=ENDS_AFTER_ABANDON)
     if run.abandoned is None:
         but.skip("unsupported-by-backend", f"the backend streamed no text to its caller (the session ended "
                  f"{run.outcome.status}): there was no stream to abandon; {run.outcome.error_class}: {run.outcome.message[:200]}")

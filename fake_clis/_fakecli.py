@@ -180,6 +180,10 @@ server the fake started (the session's tree holds them as the real CLI's does), 
 ``mcp_calls`` step one ``{"kind": "mcp_connected", "pid", "name", "mono"}`` line per server
 that answered ``initialize`` (so a bridge slow to start tells apart from a call that hangs). ``harnesscheck.fakes.FakeCli.records()`` folds them into one dict per invocation.
 
+While it reads stdin to EOF: one ``{"kind": "stdin_wait", "pid", "mono", "bytes": 0}`` line as it
+begins and one ``{"kind": "stdin_data", "pid", "mono", "bytes": n}`` line per chunk read, so a pipe
+held open shows while the fake still waits on it (before its invocation line, written at EOF).
+
 Progress: one ``{"kind": "step", "pid": <fake pid>, "index": i, "action": "<step key>",
 "mono": <time.monotonic()>, "ts": <time.time()>}`` line per step the fake has performed, so a
 test asserts on what really happened instead of guessing from the clock. It is written
@@ -1386,6 +1390,12 @@ class Fake:
                 out[path] = f"<unreadable: {exc.__class__.__name__}>"
         return out
 
+    def _stdin_progress(self, kind: str, mono: float, nbytes: int) -> None:
+        """While reading stdin to EOF: began waiting (`stdin_wait`), a chunk came (`stdin_data`),
+        so the kit sees a pipe held open while the CLI still waits on it (kit/watchdog.py)."""
+        if self.record_path is not None:
+            self._append({"kind": kind, "pid": posix.getpid(), "mono": mono, "bytes": nbytes})
+
     def record_step(self, index: int, step: dict) -> None:
         """One progress line: this step is done (for hang/exit: about to happen)."""
         if self.record_path is None:
@@ -1529,6 +1539,7 @@ class Fake:
             # read to EOF as `claude -p` does, noting when the last prompt byte came and when EOF
             # did: a pipe held open after the prompt shows as the wait between the two
             read_mono = time.monotonic()
+            self._stdin_progress("stdin_wait", read_mono, 0)
             chunks = []
             while True:
                 chunk = posix.read(0, 65536)
@@ -1536,6 +1547,7 @@ class Fake:
                     break
                 chunks.append(chunk)
                 data_mono = time.monotonic()
+                self._stdin_progress("stdin_data", data_mono, len(chunk))
             raw = b"".join(chunks)
             self.stdin_bytes = len(raw)
             self.stdin_text = raw.decode("utf-8", "replace")

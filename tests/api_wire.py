@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 
 import httpx
@@ -243,9 +244,11 @@ class StallingStream:
         self.chunks = list(chunks)
         self.closed = threading.Event()
         self.max_stall_s = max_stall_s
+        self.stalled_at: float | None = None  # monotonic: every chunk was read, the stall began
 
     def __iter__(self):
         yield from self.chunks
+        self.stalled_at = time.monotonic()
         self.closed.wait(self.max_stall_s)
         if not self.closed.is_set():
             raise AssertionError("the stalled stream was never closed by the client")

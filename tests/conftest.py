@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 _PROVIDER_PREFIXES = (
     "ANTHROPIC_",
     "OPENAI_",
@@ -23,3 +25,32 @@ _PROVIDER_PREFIXES = (
 for _name in list(os.environ):
     if _name.startswith(_PROVIDER_PREFIXES) or _name in ("CLAUDECODE", "CLAUDE_CONFIG_DIR"):
         del os.environ[_name]
+
+
+#: The tests that take longest (each a child run of the suite, or minutes of waits on purpose),
+#: by node id prefix. They are started first: under `-n 2` (`--dist load` deals the first items
+#: out one per worker) neither worker is left running one alone at the end of the run. Only the
+#: order changes, never what runs (doc/performance.md).
+LONG_FIRST = (
+    "tests/test_kit_mutants.py::test_cli_mutants_fail_exactly_their_checks",
+    "tests/test_kit_mutants.py::test_in_process_mutants_fail_exactly_their_checks",
+    "tests/test_kit_mutants.py::test_loopback_cli_mutants_fail_exactly_their_checks",
+    "tests/test_kit_verify.py::test_verify_leaves_nothing_in_tmp",
+    "tests/test_kit_verify.py::test_serial_and_parallel_runs_give_the_same_cells",
+    "tests/test_loopback_real.py::test_drift_against_stored_recordings",
+    "tests/test_kit_watchdog.py::test_a_session_that_overran_its_bound_fails_at_the_bound",
+)
+
+
+def _long_rank(item) -> int:
+    for rank, prefix in enumerate(LONG_FIRST):
+        if item.nodeid.startswith(prefix):
+            return rank
+    return len(LONG_FIRST)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items) -> None:
+    """After every other reordering (the kit orders its cells): the LONG_FIRST tests first, in
+    that order; everything else keeps its place (a stable sort)."""
+    items.sort(key=_long_rank)

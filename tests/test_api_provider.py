@@ -187,15 +187,19 @@ def test_max_iters_truncates_with_max_turns(router, monkeypatch, worktree, tmp_p
 @pytest.mark.parametrize("mode", MODES)
 def test_timeout_mid_stream_truncates_keeps_text_and_cancels_the_request(router, monkeypatch, worktree, tmp_path, mode):
     chunks = W.events(mode, W.Turn(text="Partial thoughts about a.py and then more"))
-    stalled = W.StallingStream(chunks[: (5 if mode == "anthropic_messages" else 4)])
-    router.post(W.url(mode)).mock(side_effect=lambda req: W.sse_response(stalled))
-    seen: list[str] = []
-    timeout_s = 4.0  # lower bound for the streamed prefix to arrive on a loaded machine
     t = transport(monkeypatch, mode)
     t.llm.client()  # SDK import and client set-up happen before the clock starts
-    started = time.monotonic()
-    out = t.run_session(request(worktree, tmp_path, timeout_s=timeout_s), on_text=seen.append)
-    elapsed = time.monotonic() - started
+    # the deadline must fire after the streamed prefix arrived: a short one, repeated longer
+    # when the stream had not reached its stall by then (a loaded machine)
+    for timeout_s in (0.5, 2.0, 8.0):
+        stalled = W.StallingStream(chunks[: (5 if mode == "anthropic_messages" else 4)])
+        router.post(W.url(mode)).mock(side_effect=lambda req, stalled=stalled: W.sse_response(stalled))
+        seen: list[str] = []
+        started = time.monotonic()
+        out = t.run_session(request(worktree, tmp_path, timeout_s=timeout_s), on_text=seen.append)
+        elapsed = time.monotonic() - started
+        if stalled.stalled_at is not None and stalled.stalled_at < started + timeout_s:
+            break
     assert out.status is OutcomeStatus.truncated and out.error_class is ErrorClass.timeout
     assert seen and out.text == "".join(seen)
     assert stalled.closed.is_set(), "the in-flight HTTP response was not closed"

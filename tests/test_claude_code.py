@@ -744,23 +744,49 @@ def test_overloaded_ladder_is_cut_short_end_to_end(worktree, tmp_path):
     assert (outcome.status, outcome.error_class, outcome.retryable) == (OutcomeStatus.error, ErrorClass.overloaded, True)
     assert not outcome.terminal_event_seen and no_survivors(fake) == []
     # None lets the ladder run: the fixture goes on as the real CLI does (ten notices, then its
-    # is_error result, exit 1), and the result is classified the same way
-    fake = install_fake_cli("claude", "overloaded_529", tmp_path / "bin2")
+    # is_error result, exit 1), and the result is classified the same way; its 2 s wait after the
+    # first notice is shortened (only the order of the lines is under test)
+    data = json.loads((fixtures_dir() / "claude" / "overloaded_529.json").read_text())
+    fake = install_fake_cli("claude", _with_first_wait(data, 0.05), tmp_path / "bin2")
     transport = make_transport(fake, retry_stop_after=None)
     outcome = run(fake, worktree, tmp_path, transport=transport, timeout_s=120)
     assert outcome.terminal_event_seen and outcome.retryable
     assert (outcome.status, outcome.error_class) in ((OutcomeStatus.error, ErrorClass.overloaded), (OutcomeStatus.error, ErrorClass.server_error))
     # a deadline inside the ladder (the wait after the first notice made longer than the
     # deadline): the CLI is still retrying when it fires; the root cause, the 529 it was
-    # retrying, wins over the deadline that followed (doc/SPEC-claude-code.md, precedence)
-    data = json.loads((fixtures_dir() / "claude" / "overloaded_529.json").read_text())
-    data["steps"] = [{"delay": 600} if s.get("delay") == 2.0 else s for s in data["steps"]]
-    fake = install_fake_cli("claude", data, tmp_path / "bin3")
-    transport = make_transport(fake, retry_stop_after=None)
-    outcome = run(fake, worktree, tmp_path, transport=transport, timeout_s=10.0)
+    # retrying, wins over the deadline that followed (doc/SPEC-claude-code.md, precedence).
+    # The deadline is short; a run whose CLI had not reached that wait when it fired (a loaded
+    # machine) judged nothing and is repeated with a longer one.
+    for deadline in (1.0, 4.0, 16.0):
+        fake = install_fake_cli("claude", _with_first_wait(data, 600), tmp_path / f"bin3-{deadline:g}")
+        transport = make_transport(fake, retry_stop_after=None)
+        outcome = run(fake, worktree, tmp_path, transport=transport, timeout_s=deadline)
+        if _reached_a_wait(fake):
+            break
     assert (outcome.status, outcome.error_class, outcome.retryable) == (OutcomeStatus.error, ErrorClass.overloaded, True)
     assert "still retrying" in outcome.message and "deadline" in outcome.message and outcome.retry_after_s
     assert no_survivors(fake) == []
+
+
+def _with_first_wait(fixture: dict, seconds: float) -> dict:
+    """The overloaded_529 fixture with its wait after the first notice (2.0 s) set to `seconds`."""
+    steps = [{"delay": seconds} if s.get("delay") == 2.0 else s for s in fixture["steps"]]
+    assert steps != fixture["steps"], "the fixture no longer waits 2.0 s after its first notice"
+    return {**fixture, "steps": steps}
+
+
+def _reached_a_wait(fake) -> bool:
+    """Whether the fake CLI had written the line before its long wait (it records each step
+    once done): the deadline then fired inside the wait."""
+    wait = next(i for i, s in enumerate(json.loads(fake.scenario_path.read_text())["steps"]) if s.get("delay") == 600)
+    for line in (fake.record_path.read_text(encoding="utf-8").split("\n") if fake.record_path.is_file() else []):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if rec.get("kind") == "step" and rec.get("index") == wait - 1:
+            return True
+    return False
 
 
 def test_large_results_are_bounded_below_claudes_persist_threshold(worktree, tmp_path):

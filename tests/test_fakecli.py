@@ -917,7 +917,8 @@ def test_a_server_slow_to_start_is_told_apart_from_one_that_failed(tmp_path):
     """An MCP server still running, unanswered, when the `mcp_calls` wait runs out is recorded
     `starting` (a loaded machine; the kit retries, then skips `budget`), one that exits is not;
     an inline `--mcp-config` is recorded as given."""
-    slow = json.dumps({"mcpServers": {"slow": {"command": sys.executable, "args": ["-c", "import time; time.sleep(30)"]}}})
+    # silent until its stdin closes, then gone: the fake's close() need not wait out its 5 s for it
+    slow = json.dumps({"mcpServers": {"slow": {"command": sys.executable, "args": ["-c", "import sys; sys.stdin.read()"]}}})
     dead = json.dumps({"mcpServers": {"dead": {"command": sys.executable, "args": ["-c", "pass"]}}})
     step = {"steps": [{"mcp_calls": [{"name": "read_file", "arguments": {}}], "timeout": 1}]}
     for config, starting in ((slow, True), (dead, False)):

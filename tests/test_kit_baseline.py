@@ -9,7 +9,10 @@ from datetime import date, timedelta
 import pytest
 
 from harnesscheck.kit.baseline import BaselineError, load_baseline, write_baseline
-from kit_support import run_suite
+from kit_support import preload_the_kit, run_inline
+
+pytest_plugins = ["pytester"]
+preload_the_kit()
 
 MUTANT = "tests.mutants.scripted:sums_usage_per_streamed_line"
 CHECK = "usage.counted-once-per-message"
@@ -22,48 +25,48 @@ def _baseline(tmp_path, entries, name="baseline.json"):
     return path
 
 
-def test_unlisted_failure_fails_the_run(tmp_path):
-    code, report, out = run_suite(tmp_path, "--backend", MUTANT, *SELECT)
+def test_unlisted_failure_fails_the_run(tmp_path, pytester):
+    code, report, out = run_inline(pytester, "--backend", MUTANT, *SELECT)
     assert code == 1, out
     assert [c["outcome"] for c in report["cells"]] == ["failed"]
 
 
-def test_listed_failure_is_xfailed(tmp_path):
-    path = _baseline(tmp_path, [{"id": CHECK, "backend": "mutant-SumsUsagePerStreamedLine", "reason": "upstream-bug"}])
-    code, report, out = run_suite(tmp_path, "--backend", MUTANT, "--hc-baseline", str(path), *SELECT)
+def test_listed_failure_is_xfailed(tmp_path, pytester):
+    path = _baseline(tmp_path, [{"id": CHECK, "backend": "mutant-scripted-SumsUsagePerStreamedLine", "reason": "upstream-bug"}])
+    code, report, out = run_inline(pytester, "--backend", MUTANT, "--hc-baseline", str(path), *SELECT)
     assert code == 0, out
     assert [(c["outcome"], c["reason"]) for c in report["cells"]] == [("xfailed", "upstream-bug")]
 
 
-def test_listed_pass_fails_the_run(tmp_path):
+def test_listed_pass_fails_the_run(tmp_path, pytester):
     path = _baseline(tmp_path, [{"id": CHECK, "reason": "upstream-bug"}])
-    code, report, out = run_suite(tmp_path, "--backend", "fake", "--hc-baseline", str(path), *SELECT)
+    code, report, out = run_inline(pytester, "--backend", "fake", "--hc-baseline", str(path), *SELECT)
     assert code == 1, out
     assert report["cells"][0]["outcome"] == "failed" and "passed" in report["cells"][0]["message"]
 
 
-def test_expired_entry_fails_the_run(tmp_path):
+def test_expired_entry_fails_the_run(tmp_path, pytester):
     yesterday = (date.today() - timedelta(days=1)).isoformat()
-    path = _baseline(tmp_path, [{"id": CHECK, "backend": "mutant-SumsUsagePerStreamedLine", "reason": "upstream-bug", "expires": yesterday}])
-    code, report, out = run_suite(tmp_path, "--backend", MUTANT, "--hc-baseline", str(path), *SELECT)
+    path = _baseline(tmp_path, [{"id": CHECK, "backend": "mutant-scripted-SumsUsagePerStreamedLine", "reason": "upstream-bug", "expires": yesterday}])
+    code, report, out = run_inline(pytester, "--backend", MUTANT, "--hc-baseline", str(path), *SELECT)
     assert code == 1, out
     assert any("expired" in p for p in report["problems"])
 
 
-def test_unknown_id_is_a_usage_error(tmp_path):
+def test_unknown_id_is_a_usage_error(tmp_path, pytester):
     path = _baseline(tmp_path, [{"id": "usage.no-such-check", "reason": "upstream-bug"}])
-    code, _, out = run_suite(tmp_path, "--backend", "fake", "--hc-baseline", str(path), *SELECT)
+    code, _, out = run_inline(pytester, "--backend", "fake", "--hc-baseline", str(path), *SELECT)
     assert code == 4, out  # pytest's usage-error exit; `harnesscheck verify` maps it to 2
     assert "unknown check id" in out
 
 
-def test_write_baseline_round_trips(tmp_path):
+def test_write_baseline_round_trips(tmp_path, pytester):
     written = tmp_path / "new-baseline.toml"
-    code, _, out = run_suite(tmp_path, "--backend", MUTANT, "--hc-write-baseline", str(written), *SELECT)
+    code, _, out = run_inline(pytester, "--backend", MUTANT, "--hc-write-baseline", str(written), *SELECT)
     assert code == 1, out
     baseline = load_baseline(written)
-    assert [(e.id, e.backend, e.level) for e in baseline.entries] == [(CHECK, "mutant-SumsUsagePerStreamedLine", "offline")]
-    code, report, out = run_suite(tmp_path, "--backend", MUTANT, "--hc-baseline", str(written), *SELECT)
+    assert [(e.id, e.backend, e.level) for e in baseline.entries] == [(CHECK, "mutant-scripted-SumsUsagePerStreamedLine", "offline")]
+    code, report, out = run_inline(pytester, "--backend", MUTANT, "--hc-baseline", str(written), *SELECT)
     assert code == 0, out
 
 

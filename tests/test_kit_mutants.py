@@ -1,12 +1,14 @@
 """Known-bad backends are caught: each fails exactly the checks listed for it, and every
 offline check fails at least one of them (or tests/mutants says why not).
 
-The in-process mutants run the whole suite in one child pytest; each CLI-based mutant runs
-a narrow selection around its defect (tests/mutants AREAS)."""
+The in-process mutants run the whole suite in one child pytest; the CLI-based mutants share one
+child pytest too, each against only the checks around its defect (tests/mutants AREAS, passed as
+--hc-cells), as MCP conformance runs each broken client against only its scenario."""
 
 from __future__ import annotations
 
 import importlib
+import json
 
 import pytest
 
@@ -25,6 +27,8 @@ def _spec_id(ref: str) -> str:
 
 def test_there_are_enough_mutants_each_named_for_its_defect():
     assert len(MUTANTS) >= 12
+    ids = [_spec_id(ref) for ref in MUTANTS]
+    assert len(set(ids)) == len(ids), f"two mutants share a backend id (one run judges them by id): {sorted(i for i in ids if ids.count(i) > 1)}"
     for ref in MUTANTS:
         module, _, name = ref.partition(":")
         spec = getattr(importlib.import_module(module), name)
@@ -60,32 +64,80 @@ def test_in_process_mutants_fail_exactly_their_checks(tmp_path):
     assert code == 1
 
 
-@pytest.mark.parametrize("ref", CLI_BASED)
-def test_cli_mutant_fails_exactly_its_checks(ref, tmp_path):
-    names, selection = AREAS[ref]
-    files = tuple(f"conformance/{f}" for f in names.split())
-    in_reach = {c for c in MUTANTS[ref]}
+def _judge(refs: list[str], report: dict) -> dict[str, dict]:
+    """Per mutant whose verdict is not exactly its MUTANTS set: the checks it should have failed
+    and did not, those it failed besides (with their messages), and its selected checks that
+    have no cell in the report (not judged at all)."""
     from harnesscheck import sandbox
     from tests.mutants import NEEDS_SANDBOX
 
-    if not sandbox.status().available:
-        in_reach -= NEEDS_SANDBOX  # they skip with the reason there
-        if not in_reach:
-            pytest.skip(f"{ref}: its checks need a sandbox, and none can be had here ({sandbox.status().reason})")
-    level = MUTANT_LEVELS.get(ref, "offline")
-    if level == "loopback":
-        from harnesscheck.loopback.clis import require_pinned_cli
+    got = failing(report)
+    ran: dict[str, set[str]] = {}
+    for c in report["cells"]:
+        ran.setdefault(c["backend"], set()).add(c["check"])
+    # Where the machine gives no sandbox those checks skip with the reason: no mutant fails them.
+    unjudgeable = set() if sandbox.status().available else set(NEEDS_SANDBOX)
+    wrong = {}
+    for ref in refs:
+        spec_id = _spec_id(ref)
+        expected, actual = set(MUTANTS[ref]) - unjudgeable, got.get(spec_id, set())
+        unjudged = set(AREAS[ref]) - ran.get(spec_id, set())
+        if actual != expected or unjudged:
+            messages = {c["check"]: c["message"][:600] for c in report["cells"]
+                        if c["backend"] == spec_id and c["check"] in actual - expected}
+            wrong[ref] = {"not caught": sorted(expected - actual), "also failed": messages, "no cell": sorted(unjudged)}
+    return wrong
 
-        binary, why = require_pinned_cli("claude-code")
-        if binary is None:
-            pytest.skip(f"{ref} runs the real claude at loopback: {why}")
-    for _attempt in range(2):  # a cell the machine was too slow to judge (`budget`) is run once more
-        code, report, out = run_suite(tmp_path, "--backend", ref, "--level", level, "-k", selection, files=files,
-                                      timeout=900)
+
+def _run_cli_mutants(tmp_path, refs: list[str], level: str) -> tuple[dict, str]:
+    """One child run: every mutant of `refs` against only its own checks (AREAS, through
+    --hc-cells), at `level`. A mutant with a cell in its reach the machine was too slow to judge
+    (`budget`) is run once more, alone with the others that had one; its cells of that run count."""
+    refs_left, cells_seen, out = list(refs), {}, ""
+    for attempt in range(2):
+        selection = {_spec_id(ref): list(AREAS[ref]) for ref in refs_left}
+        cells_file = tmp_path / f"cells-{level}-{attempt}.json"
+        cells_file.write_text(json.dumps(selection), encoding="utf-8")
+        files = tuple(sorted({f"conformance/test_{c.partition('.')[0]}.py" for ref in refs_left for c in AREAS[ref]}))
+        backends = [a for ref in refs_left for a in ("--backend", ref)]
+        _code, report, out = run_suite(tmp_path, *backends, "--level", level, "--hc-cells", str(cells_file), "-n", "2",
+                                       files=files, timeout=1500)
         assert report is not None, out[-3000:]
-        unjudged = {c["check"] for c in report["cells"] if c["reason"] == "budget" and c["check"] in in_reach}
-        if not unjudged:
+        for c in report["cells"]:
+            cells_seen[(c["backend"], c["check"])] = c
+        refs_left = [ref for ref in refs_left
+                     if any(c["reason"] == "budget" and c["backend"] == _spec_id(ref) and c["check"] in MUTANTS[ref]
+                            for c in report["cells"])]
+        if not refs_left:
             break
-    actual = failing(report).get(_spec_id(ref), set())
-    messages = {c["check"]: c["message"][:600] for c in report["cells"] if c["check"] in actual - in_reach}
-    assert actual == in_reach, {"not caught": sorted(in_reach - actual), "also failed": messages}
+    return {"cells": list(cells_seen.values())}, out
+
+
+def test_cli_mutants_fail_exactly_their_checks(tmp_path):
+    """Every CLI-based mutant (offline) in one child run, each against only its own checks."""
+    refs = [ref for ref in CLI_BASED if MUTANT_LEVELS.get(ref, "offline") == "offline"]
+    report, _out = _run_cli_mutants(tmp_path, refs, "offline")
+    wrong = _judge(refs, report)
+    assert not wrong, wrong
+
+
+def test_loopback_cli_mutants_fail_exactly_their_checks(tmp_path):
+    """The mutants whose column exists only at loopback (the real claude: reasoning-only Claude Code)."""
+    refs = [ref for ref in CLI_BASED if MUTANT_LEVELS.get(ref, "offline") == "loopback"]
+    from harnesscheck.loopback.clis import require_pinned_cli
+
+    binary, why = require_pinned_cli("claude-code")
+    if binary is None:
+        pytest.skip(f"{', '.join(refs)} run the real claude at loopback: {why}")
+    report, _out = _run_cli_mutants(tmp_path, refs, "loopback")
+    wrong = _judge(refs, report)
+    assert not wrong, wrong
+
+
+def test_every_cli_mutant_runs_against_checks_of_the_catalog_that_include_its_own():
+    catalog = load_catalog()
+    assert set(AREAS) == set(CLI_BASED), "each CLI-based mutant needs its checks in AREAS, and only they"
+    for ref in CLI_BASED:
+        assert set(AREAS[ref]) <= set(catalog), f"{ref}: unknown checks {set(AREAS[ref]) - set(catalog)}"
+        assert MUTANTS[ref] <= set(AREAS[ref]), f"{ref}: checks it must fail but is not run against: {MUTANTS[ref] - set(AREAS[ref])}"
+        assert MUTANT_LEVELS.get(ref, "offline") in ("offline", "loopback"), ref

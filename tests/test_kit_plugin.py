@@ -1,12 +1,21 @@
-"""The pytest plugin: options, markers without warnings, the header, live gating, usage errors."""
+"""The pytest plugin: options, markers without warnings, the header, live gating, usage errors.
+
+Option handling is tested in this process (pytester, kit_support.run_inline); a child pytest only
+where the subject is a boundary: no path given (the package's suite, the project's own rootdir),
+xdist workers, a host project with its own options."""
 
 from __future__ import annotations
 
-from kit_support import cells, run_suite
+import json
+
+from kit_support import cells, preload_the_kit, run_inline, run_suite
+
+pytest_plugins = ["pytester"]
+preload_the_kit()
 
 
-def test_markers_registered_and_header_names_backends(tmp_path):
-    code, report, out = run_suite(tmp_path, "--backend", "fake", "--backend", "codex", "-m", "conformance",
+def test_markers_registered_and_header_names_backends(tmp_path, pytester):
+    code, report, out = run_inline(pytester, "--backend", "fake", "--backend", "codex", "-m", "conformance",
                                   "-k", "registry_builds", "-W", "error::pytest.PytestUnknownMarkWarning", "--strict-markers", "-v")
     assert code == 0, out
     assert "harnesscheck kit 0.1.0, catalog" in out and "levels: offline" in out
@@ -15,38 +24,38 @@ def test_markers_registered_and_header_names_backends(tmp_path):
     assert report["header"]["backends"][1]["cli_version"] == "0.171.0 (fixtures)"
 
 
-def test_unknown_backend_is_a_usage_error_listing_known_ids(tmp_path):
-    code, _, out = run_suite(tmp_path, "--backend", "nope", "-k", "registry_builds")
+def test_unknown_backend_is_a_usage_error_listing_known_ids(tmp_path, pytester):
+    code, _, out = run_inline(pytester, "--backend", "nope", "-k", "registry_builds")
     assert code == 4, out
     assert "unknown backend 'nope'" in out and "claude-code" in out
 
 
-def test_missing_capability_skips_with_reason_code(tmp_path):
-    code, report, out = run_suite(tmp_path, "--backend", "fake", "-k", "vendor_cost")
+def test_missing_capability_skips_with_reason_code(tmp_path, pytester):
+    code, report, out = run_inline(pytester, "--backend", "fake", "-k", "vendor_cost")
     assert code == 0, out
     cell = cells(report, "fake")["usage.vendor-cost-reported"]
     assert (cell["outcome"], cell["reason"]) == ("skipped", "unsupported-by-backend")
     assert "cost_reporting" in cell["message"]
 
 
-def test_kind_restricted_checks_have_no_cell_for_other_kinds(tmp_path):
-    code, report, out = run_suite(tmp_path, "--backend", "fake", "-k", "no_secret_in_argv or registry_builds")
+def test_kind_restricted_checks_have_no_cell_for_other_kinds(tmp_path, pytester):
+    code, report, out = run_inline(pytester, "--backend", "fake", "-k", "no_secret_in_argv or registry_builds")
     assert code == 0, out
     assert set(cells(report, "fake")) == {"selection.registry-builds-backend"}
 
 
-def test_live_level_never_runs_without_the_real_cli(tmp_path):
-    code, report, out = run_suite(tmp_path, "--backend", "fake", "-m", "live")
+def test_live_level_never_runs_without_the_real_cli(tmp_path, pytester):
+    code, report, out = run_inline(pytester, "--backend", "fake", "-m", "live")
     assert code in (0, 5), out  # nothing live for an in-process backend
     assert not report or all(c["level"] == "live" for c in report["cells"])
-    code, report, out = run_suite(tmp_path, "--backend", "fake", "--level", "loopback", "-k", "registry_builds")
+    code, report, out = run_inline(pytester, "--backend", "fake", "--level", "loopback", "-k", "registry_builds")
     assert code == 0, out
     cell = cells(report, "fake")["selection.registry-builds-backend"]
     assert (cell["outcome"], cell["reason"], cell["level"]) == ("skipped", "env-missing", "loopback")
 
 
-def test_conformance_marker_selects_only_checks(tmp_path):
-    code, report, out = run_suite(tmp_path, "--backend", "fake", "-m", "conformance and not live", "-k", "parity")
+def test_conformance_marker_selects_only_checks(tmp_path, pytester):
+    code, report, out = run_inline(pytester, "--backend", "fake", "-m", "conformance and not live", "-k", "parity")
     assert code == 0, out
     assert {c["check"] for c in report["cells"]} == {"parity.outcome-schema", "parity.refusal-codes-match-dispatch"}
 
@@ -310,24 +319,26 @@ def test_a_foreign_parameter_named_but_is_not_a_cell():
     assert plugin._cell_of(foreign) is None
 
 
-def test_hc_check_selects_the_cells_of_one_check_and_refuses_an_unknown_id(tmp_path):
-    code, report, out = run_suite(tmp_path, "--hc-backend", "fake", "--hc-backend", "codex",
+def test_hc_check_selects_the_cells_of_one_check_and_refuses_an_unknown_id(tmp_path, pytester):
+    code, report, out = run_inline(pytester, "--hc-backend", "fake", "--hc-backend", "codex",
                                   "--hc-check", "parity.outcome-schema", "--hc-check", "selection.registry-builds-backend")
     assert code == 0, out
     assert sorted((c["check"], c["backend"]) for c in report["cells"]) == [
         ("parity.outcome-schema", "codex"), ("parity.outcome-schema", "fake"),
         ("selection.registry-builds-backend", "codex"), ("selection.registry-builds-backend", "fake")]
-    code, _, out = run_suite(tmp_path, "--hc-backend", "fake", "--hc-check", "scope.no-such-check")
+    code, _, out = run_inline(pytester, "--hc-backend", "fake", "--hc-check", "scope.no-such-check")
     assert code == 4 and "no such check: scope.no-such-check" in out, out
 
 
-def test_native_junitxml_carries_each_cells_check_id_backend_and_level(tmp_path):
+def test_native_junitxml_carries_each_cells_check_id_backend_and_level(tmp_path, pytester):
+    """Serial in this process; with xdist workers (the properties travel on their reports) a child pytest."""
     from xml.etree import ElementTree as ET
 
     for jobs in ("0", "2"):
         xml = tmp_path / f"junit-{jobs}.xml"
-        code, report, out = run_suite(tmp_path, "--hc-backend", "fake", "-k", "parity or vendor_cost", "-n", jobs,
-                                      "--junitxml", str(xml), "-o", "junit_family=xunit1")
+        args = ("--hc-backend", "fake", "-k", "parity or vendor_cost", "-n", jobs, "--junitxml", str(xml),
+                "-o", "junit_family=xunit1")
+        code, report, out = run_inline(pytester, *args) if jobs == "0" else run_suite(tmp_path, *args)
         assert code == 0, out
         root = ET.parse(xml).getroot()
         cases = {}
@@ -342,17 +353,37 @@ def test_native_junitxml_carries_each_cells_check_id_backend_and_level(tmp_path)
         assert "harnesscheck_cell" not in xml.read_text(), "the cell record is not written as a property"
 
 
-def test_live_without_a_named_backend_says_nothing_was_verified_and_require_run_fails_it(tmp_path):
-    code, report, out = run_suite(tmp_path, "-m", "live")
+def test_live_without_a_named_backend_says_nothing_was_verified_and_require_run_fails_it(tmp_path, pytester):
+    code, report, out = run_inline(pytester, "-m", "live")
     assert code == 0, out
     assert report["cells"] and {(c["outcome"], c["reason"]) for c in report["cells"]} == {("skipped", "budget")}
     assert "harnesscheck: nothing was verified: all" in out and "--hc-backend" in out
-    code, _, out = run_suite(tmp_path, "-m", "live", "--hc-require-run")
+    code, _, out = run_inline(pytester, "-m", "live", "--hc-require-run")
     assert code == 1 and "--hc-require-run: a run that verified nothing fails" in out, out
     # every smoke skipped for a named backend (no live level for an in-process one): said, and failed on demand
-    code, report, out = run_suite(tmp_path, "-m", "live", "--hc-backend", "fake", "--hc-require-run")
+    code, report, out = run_inline(pytester, "-m", "live", "--hc-backend", "fake", "--hc-require-run")
     assert code == 1 and {c["reason"] for c in report["cells"]} == {"env-missing"}, out
     assert "nothing was verified" in out
     # a run that verified something is unaffected
-    code, _, out = run_suite(tmp_path, "--hc-backend", "fake", "-k", "registry_builds", "--hc-require-run")
+    code, _, out = run_inline(pytester, "--hc-backend", "fake", "-k", "registry_builds", "--hc-require-run")
     assert code == 0 and "nothing was verified" not in out, out
+
+
+def test_hc_cells_runs_only_the_named_checks_of_the_named_backends(tmp_path, pytester):
+    """--hc-cells FILE: backend id -> check ids (the one child run of the CLI mutants); a backend
+    the file does not name runs all its selected cells; a typo is a usage error, never a quiet full run."""
+    cells_file = tmp_path / "cells.json"
+    cells_file.write_text(json.dumps({"codex": ["parity.outcome-schema"]}))
+    code, report, out = run_inline(pytester, "--hc-backend", "fake", "--hc-backend", "codex", "--hc-cells", str(cells_file),
+                                   "-k", "parity or registry_builds")
+    assert code == 0, out
+    assert sorted((c["backend"], c["check"]) for c in report["cells"]) == [
+        ("codex", "parity.outcome-schema"), ("fake", "parity.outcome-schema"),
+        ("fake", "parity.refusal-codes-match-dispatch"), ("fake", "selection.registry-builds-backend")]
+    for content, why in (({"nope": ["parity.outcome-schema"]}, "backends this run does not select: nope"),
+                         ({"codex": ["parity.no-such-check"]}, "no such check: parity.no-such-check"),
+                         (["codex"], "not a JSON object")):
+        cells_file.write_text(json.dumps(content))
+        code, _, out = run_inline(pytester, "--hc-backend", "fake", "--hc-backend", "codex", "--hc-cells", str(cells_file),
+                                  "-k", "parity")
+        assert code == 4 and why in out, out

@@ -130,6 +130,6 @@ def test_the_real_codex_tree_is_judged_no_survivors_catches_a_backend_that_kills
                                "--hc-baseline", "none", "-k", "survivors", files=("conformance/test_time.py",))
     assert report is not None, out[-3000:]
     reference = cells(report, "codex")["time.no-survivors-after-timeout"]
-    broken = cells(report, "mutant-CodexKillsOnlyTheDirectChild")["time.no-survivors-after-timeout"]
+    broken = cells(report, "mutant-harness-CodexKillsOnlyTheDirectChild")["time.no-survivors-after-timeout"]
     assert reference["outcome"] == "passed", reference
     assert broken["outcome"] == "failed" and "survived" in broken["message"], broken

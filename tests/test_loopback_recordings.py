@@ -112,21 +112,27 @@ def test_replay_gives_the_live_outcome(path, tmp_path):
     prov = data["provenance"]
     live = prov["live_outcome"]
     setup = prov.get("transport") or {}
-    fake = install_fake_cli(cli, data, tmp_path / "bin")
-    transport = _transport(cli, prov, fake.path)
     root = tmp_path / "work"
     root.mkdir()
     (root / "README.md").write_text("hello from the worktree\n")
     hangs = "hang" in data["steps"][-1]
-    request = AgentSessionRequest(
-        prompt="Say hello.",
-        scope=ToolScope(name="replay", root=root, read_only=True),
-        max_iters=setup.get("max_iters", 8),
-        model=setup.get("model"),
-        timeout_s=3.0 if hangs else 60.0,
-        run_dir=tmp_path / "run",
-    )
-    o = transport.run_session(request)
+    # A recording that ends in a hang is ended by its deadline: a short one, repeated longer
+    # when the fake had not got to its hang by then (a loaded machine), so every line it
+    # replays before the hang was written first.
+    for deadline in (0.5, 2.0, 8.0) if hangs else (60.0,):
+        fake = install_fake_cli(cli, data, tmp_path / f"bin-{deadline:g}")
+        transport = _transport(cli, prov, fake.path)
+        request = AgentSessionRequest(
+            prompt="Say hello.",
+            scope=ToolScope(name="replay", root=root, read_only=True),
+            max_iters=setup.get("max_iters", 8),
+            model=setup.get("model"),
+            timeout_s=deadline,
+            run_dir=tmp_path / f"run-{deadline:g}",
+        )
+        o = transport.run_session(request)
+        if not hangs or _reached_its_hang(fake):
+            break
     got = {
         "status": o.status.value,
         "error_class": o.error_class.value if o.error_class else None,
@@ -138,6 +144,19 @@ def test_replay_gives_the_live_outcome(path, tmp_path):
     }
     want = {k: live[k] for k in got}
     assert got == want
+
+
+def _reached_its_hang(fake) -> bool:
+    """Whether the fake CLI got to its `hang` step (recorded as it begins)."""
+    text = fake.record_path.read_text(encoding="utf-8") if fake.record_path.is_file() else ""
+    for line in text.split("\n"):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if rec.get("kind") == "step" and rec.get("action") == "hang":
+            return True
+    return False
 
 
 def test_record_never_overwrites_a_hand_written_fixture():

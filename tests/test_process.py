@@ -70,16 +70,20 @@ class Lines:
 
 @pytest.mark.parametrize("setsid", [False, True], ids=["group", "setsid-escapee"])
 def test_deadline_kills_every_grandchild_and_keeps_partial_output(tmp_path: Path, setsid: bool) -> None:
-    pidfile = tmp_path / "pids"
-    lines = Lines()
-    timeout, grace = 2.0, 1.0
-    args = [str(pidfile)] + (["--setsid"] if setsid else [])
-    started = time.monotonic()
-    result = run_process(
-        script("spawn_tree.py", *args), env=ENV, cwd=tmp_path, on_line=lines,
-        timeout_s=timeout, term_grace_s=grace,
-    )
-    elapsed = time.monotonic() - started
+    # the deadline must come after the script's tree and partial output exist: a short one,
+    # repeated longer when the script had not written its cut line by then (a loaded machine)
+    for timeout, grace in ((0.5, 0.3), (2.0, 1.0), (8.0, 1.0)):
+        pidfile = tmp_path / f"pids-{timeout:g}"
+        lines = Lines()
+        args = [str(pidfile)] + (["--setsid"] if setsid else [])
+        started = time.monotonic()
+        result = run_process(
+            script("spawn_tree.py", *args), env=ENV, cwd=tmp_path, on_line=lines,
+            timeout_s=timeout, term_grace_s=grace,
+        )
+        elapsed = time.monotonic() - started
+        if result.partial_tail == '{"type":"cut':
+            break
     pids = read_pids(pidfile)
     assert len(pids) == (3 if setsid else 2)
     assert survivors(pids) == []
@@ -107,16 +111,23 @@ def test_leader_exit_does_not_leave_grandchildren_holding_the_pipes(tmp_path: Pa
 
 
 def test_process_ignoring_sigterm_is_killed(tmp_path: Path) -> None:
-    pidfile = tmp_path / "pid"
-    started = time.monotonic()
-    result = run_process(
-        script("ignore_term.py", str(pidfile)), env=ENV, cwd=tmp_path, on_line=Lines(),
-        timeout_s=1.5, term_grace_s=0.5,
-    )
+    # SIGTERM must come after the script ignores it ("ready"): a short deadline, repeated
+    # longer when the script had not got there by then (a loaded machine)
+    for timeout, grace in ((0.3, 0.2), (1.5, 0.5), (6.0, 0.5)):
+        pidfile = tmp_path / f"pid-{timeout:g}"
+        lines = Lines()
+        started = time.monotonic()
+        result = run_process(
+            script("ignore_term.py", str(pidfile)), env=ENV, cwd=tmp_path, on_line=lines,
+            timeout_s=timeout, term_grace_s=grace,
+        )
+        elapsed = time.monotonic() - started
+        if "ready" in lines.lines:
+            break
     assert result.ending is Ending.deadline
     assert result.signal == signal.SIGKILL and result.exit_code is None
     assert survivors(read_pids(pidfile)) == []
-    assert time.monotonic() - started < 1.5 + 0.5 + SLACK_S
+    assert elapsed < timeout + grace + SLACK_S
 
 
 def test_linger_after_terminal_line_is_killed_and_recorded(tmp_path: Path) -> None:

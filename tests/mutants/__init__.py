@@ -14,10 +14,11 @@ from harnesscheck.registry import get_spec
 
 def mutant_spec(base: str, module: str, cls: type, **changes) -> ProviderSpec:
     """A spec like the built-in `base` (an id or a column such as `api/responses`), built by
-    `cls` (a subclass of its transport)."""
+    `cls` (a subclass of its transport). Its id names the module too (`mutant-gemini-TrustsExitZero`):
+    two mutant modules may name the same defect, and one run judges all of them by id."""
     spec = get_spec(base)
     return spec.model_copy(update={
-        "id": f"mutant-{cls.__name__}", "label": f"mutant: {cls.__doc__.strip().splitlines()[0]}",
+        "id": f"mutant-{module.rpartition('.')[2]}-{cls.__name__}", "label": f"mutant: {cls.__doc__.strip().splitlines()[0]}",
         "factory": f"{module}:{cls.__name__}", **changes,
     })
 
@@ -275,114 +276,337 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.acp:loads_project_settings": _ids("acp.planted-settings-inert"),
 }
 
-#: For the CLI-based mutants (a fake CLI per session is slow): the test file and the `-k`
-#: selection the self-test runs. The selection always holds checks the mutant must pass too,
-#: so "exactly these fail" still means something; the in-process mutants run the whole suite.
 #: Checks that skip where the machine gives no sandbox (conformance/test_contain.py): a
 #: mutant cannot fail them there.
 NEEDS_SANDBOX: frozenset[str] = _ids(
     "contain.other-environ-unreadable", "contain.worktree-only-through-bridge", "contain.cli-install-unchangeable",
 )
 
-AREAS: dict[str, tuple[str, str]] = {
-    "tests.mutants.acp:ignores_a_rejected_permission": ("test_acp.py", "rejected_permission_not_run or stdout_only"),
-    "tests.mutants.acp:never_asks": ("test_acp.py", "side_effects or stdout"),
-    "tests.mutants.acp:answers_cancel_but_leaves_the_tool": ("test_acp.py", "cancel_stops or stdout"),
-    "tests.mutants.acp:ignores_stdin_eof": ("test_acp.py", "exits_on or stdout"),
-    "tests.mutants.acp:passes_its_env_to_tools": ("test_acp.py", "host_secrets or stdout"),
-    "tests.mutants.acp:prints_logs_on_stdout": ("test_acp.py", "stdout_only or rejected_permission_not_run"),
-    "tests.mutants.acp:retries_auth_silently": ("test_acp.py", "auth_failure or stdout"),
-    "tests.mutants.acp:loads_project_settings": ("test_acp.py", "planted or stdout"),
-    "tests.mutants.harness:passes_os_environ_through": ("test_env.py", "stripped or argv or worktree"),
-    "tests.mutants.harness:runs_unsandboxed": ("test_contain.py", "environ or worktree_only or install_unchangeable or world_writable"),
-    "tests.mutants.harness:leaves_what_the_cli_opened_up": ("test_contain.py", "environ or worktree_only or install_unchangeable or world_writable"),
-    "tests.mutants.harness:leaks_the_api_key_in_argv": ("test_env.py", "argv or nesting"),
-    "tests.mutants.harness:trusts_subtype_success": ("test_errors.py test_parse.py", "not secret and not network"),
-    "tests.mutants.harness:runs_on_when_the_bridge_failed": ("test_bridge.py", "failed_load or only_bridge or slow_start"),
-    "tests.mutants.cursor:runs_on_without_its_bridge": ("test_bridge.py", "failed_load or slow_start or only_bridge"),
-    "tests.mutants.harness:claims_almost_nothing_and_runs_on_without_tools": (
-        "test_bridge.py test_audit.py test_selection.py", "failed_load or slow_start or only_bridge or declines"),
-    "tests.mutants.cursor:ends_ok_on_an_unclean_audit": ("test_audit.py", "declines or native"),
-    "tests.mutants.harness:drops_bridge_refusals": ("test_scope.py test_parity.py", "dotdot or sibling or symlink_leaf or in_tree or refusal_visible or bridge_reaches or refusal_codes"),
-    "tests.mutants.cursor:declines_silently": ("test_selection.py", "declines_stated or prompt_never or huge_system"),
-    "tests.mutants.harness:kills_only_the_direct_child": ("test_time.py", "survivors"),
-    "tests.mutants.harness:codex_kills_only_the_direct_child": ("test_time.py", "survivors"),
-    "tests.mutants.harness:finds_escapees_by_env_marker": ("test_time.py", "survivors or cancel"),
-    "tests.mutants.harness:leaves_builtin_tools_on": ("test_audit.py", "only_scope"),
-    "tests.mutants.harness:ignores_the_cli_version": ("test_selection.py", "cli_version or cli_missing or batch"),
-    "tests.mutants.harness:puts_the_prompt_in_argv": ("test_selection.py", "prompt_never or huge_system"),
-    "tests.mutants.harness:puts_the_system_prompt_in_argv": ("test_selection.py", "prompt_never or huge_system"),
-    "tests.mutants.harness:uses_the_users_config_home": ("test_env.py", "config_home or stripped"),
-    "tests.mutants.harness:keeps_the_host_home": ("test_env.py", "credentials or config_home or stripped"),
-    "tests.mutants.foreign:seed_style_claude": (
-        "test_env.py test_errors.py test_selection.py test_parse.py test_bridge.py test_usage.py",
-        "worktree or credentials or stripped or not_logged_in or crash or exit0 or flag_values or huge_system "
-        "or only_bridge or vendor_cost",
+#: For the CLI-based mutants (a fake CLI per session is slow): the checks each is run against,
+#: all in one child run (tests/test_kit_mutants.py, `--hc-cells`). A selection always holds
+#: checks the mutant must pass too, so "exactly these fail" still means something; the
+#: in-process mutants run the whole suite. (These are the cells the earlier per-mutant
+#: `-k` selections collected, written out as check ids.)
+AREAS: dict[str, tuple[str, ...]] = {
+    "tests.mutants.acp:ignores_a_rejected_permission": ("acp.rejected-permission-not-run", "acp.stdout-only-jsonrpc"),
+    "tests.mutants.acp:never_asks": ("acp.side-effects-asked", "acp.stdout-only-jsonrpc"),
+    "tests.mutants.acp:answers_cancel_but_leaves_the_tool": ("acp.cancel-stops-tool", "acp.stdout-only-jsonrpc"),
+    "tests.mutants.acp:ignores_stdin_eof": ("acp.exits-on-stdin-close", "acp.stdout-only-jsonrpc"),
+    "tests.mutants.acp:passes_its_env_to_tools": ("acp.host-secrets-unreachable", "acp.stdout-only-jsonrpc"),
+    "tests.mutants.acp:prints_logs_on_stdout": ("acp.stdout-only-jsonrpc", "acp.rejected-permission-not-run"),
+    "tests.mutants.acp:retries_auth_silently": ("acp.auth-failure-answered", "acp.stdout-only-jsonrpc"),
+    "tests.mutants.acp:loads_project_settings": ("acp.planted-settings-inert", "acp.stdout-only-jsonrpc"),
+    "tests.mutants.harness:runs_unsandboxed": (
+        "contain.other-environ-unreadable", "contain.worktree-only-through-bridge", "contain.cli-install-unchangeable",
+        "contain.nothing-world-writable-left",
     ),
-    "tests.mutants.harness:adds_an_extra_mcp_server": ("test_bridge.py", "only_bridge or failed_load"),
-    "tests.mutants.harness:treats_noise_as_fatal": ("test_parse.py", "noise or unknown"),
-    "tests.mutants.harness:crash_counts_as_success": ("test_errors.py", "crash or auth_blocks"),
-    "tests.mutants.harness:writes_its_mcp_config_to_a_fixed_name": ("test_concurrency.py", "shared or parallel"),
-    "tests.mutants.harness:waits_for_the_clis_own_end": ("test_errors.py", "auth or overloaded or rate_limit or not_logged_in"),
-    "tests.mutants.harness:waits_out_the_auth_ladder": ("test_errors.py", "auth or overloaded or not_logged_in"),
-    "tests.mutants.harness:ignores_the_api_key_source": ("test_env.py", "auth_source or stripped"),
-    "tests.mutants.harness:trusts_any_cli_path": ("test_selection.py", "cli_version or cli_missing or batch or registry"),
-    "tests.mutants.opencode:leaves_its_builtins_on": ("test_audit.py", "only_scope or declines"),
-    "tests.mutants.opencode:keeps_the_host_home": ("test_env.py", "credentials or config_home or stripped"),
-    "tests.mutants.opencode:reads_success_from_exit_zero": ("test_parse.py test_errors.py", "truncated or exit0 or crash"),
-    "tests.mutants.opencode:waits_out_its_own_retries": ("test_errors.py", "rate_limit"),
-    "tests.mutants.harness:leaves_stdin_open": ("test_time.py", "not_left_open"),
-    "tests.mutants.harness:takes_every_brace_line_for_an_event": ("test_parse.py", "noise or unknown or split"),
-    "tests.mutants.harness:holds_stdin_open_a_while": ("test_time.py", "not_left_open"),
-    "tests.mutants.harness:lets_the_cli_walk_for_claude_md": ("test_env.py", "planted or worktree or stripped"),
-    "tests.mutants.harness:leaks_the_cli_when_the_stream_is_abandoned": ("test_time.py", "abandoned"),
-    "tests.mutants.harness:ignores_the_concurrency_cap": ("test_concurrency.py", "cap_holds or parallel"),
-    "tests.mutants.harness:keeps_session_files_unredacted": ("test_env.py", "session_files or argv or run_dir"),
-    "tests.mutants.harness:configures_a_silent_bridge": ("test_bridge.py", "answers_every or only_bridge or failed_load"),
-    "tests.mutants.harness:checks_then_opens_by_name": ("test_scope.py", "swap_race or dotdot or in_tree or bridge_reaches"),
-    "tests.mutants.harness:pauses_the_clock_for_tool_calls": ("test_time.py", "stalled_tool or timeout_truncates or survivors"),
-    "tests.mutants.harness:loads_the_worktree_dotenv": ("test_env.py", "worktree or argv"),
-    "tests.mutants.harness:forgets_bridge_calls": ("test_scope.py test_parity.py", "bridge_reaches or dotdot or sibling or symlink_leaf or in_tree or refusal_codes"),
-    "tests.mutants.harness:passes_any_model_name": ("test_selection.py", "flag_values or prompt_never"),
-    "tests.mutants.harness:waits_out_a_lingering_cli": ("test_time.py", "linger"),
-    "tests.mutants.harness:drops_the_vendor_cost": ("test_usage.py", "cost or served_model_reported"),
-    "tests.mutants.harness:chokes_on_unknown_events": ("test_parse.py", "unknown or noise"),
-    "tests.mutants.codex:hides_its_builtins": ("test_audit.py", "declines or native"),
-    "tests.mutants.codex:fails_an_unverified_model": ("test_usage.py", "mismatch_policy or served_model or cost"),
-    "tests.mutants.codex:forgets_native_tool_calls": ("test_audit.py", "declines or native"),
-    "tests.mutants.codex:audits_shells_by_the_paths_they_name": ("test_audit.py", "hostile or declines or native"),
-    "tests.mutants.codex:loads_the_project_docs": ("test_env.py", "planted or worktree or config_home"),
-    "tests.mutants.deepseek:inherits_the_host_env": ("test_env.py", "stripped or argv or worktree or credentials"),
-    "tests.mutants.deepseek:reads_the_key_from_anthropic_api_key": ("test_env.py", "stripped or argv or worktree or credentials"),
-    "tests.mutants.deepseek:empty_error_is_success": ("test_errors.py test_parse.py", "not secret and not network"),
-    "tests.mutants.deepseek:leaves_builtins_on": ("test_audit.py", "only_scope"),
-    "tests.mutants.deepseek:loads_workspace_instructions": ("test_env.py", "planted or worktree or config_home"),
-    "tests.mutants.deepseek:never_adds_the_bridge": ("test_bridge.py", "failed_load or only_bridge or slow_start"),
-    "tests.mutants.gemini:leaves_builtins_on": ("test_audit.py", "only_scope"),
-    "tests.mutants.gemini:forgets_skip_trust": ("test_parse.py", "unknown or noise"),
-    "tests.mutants.gemini:passes_the_host_env_through": ("test_env.py", "stripped or argv or worktree"),
-    "tests.mutants.gemini:trusts_exit_zero": ("test_parse.py test_errors.py", "truncated or crash or exit0"),
-    "tests.mutants.gemini:walks_up_for_gemini_md": ("test_env.py", "planted or worktree or config_home"),
-    "tests.mutants.zcode:leaves_a_huge_prompt_in_argv": ("test_selection.py", "huge_folded or huge_system or prompt_never"),
-    "tests.mutants.zcode:passes_the_host_env_through": ("test_env.py", "stripped or worktree or credentials or config_home"),
-    "tests.mutants.zcode:audits_globs_by_their_literal_prefix": ("test_audit.py", "declines or native"),
-    "tests.mutants.zcode:trusts_exit_zero": ("test_parse.py test_errors.py", "truncated or crash or exit0"),
-    "tests.mutants.zcode:rate_limit_is_auth": ("test_errors.py", "rate_limit or auth or quota"),
-    "tests.mutants.copilot:retries_every_401": ("test_errors.py", "auth or secret or credential"),
-    "tests.mutants.copilot:routes_every_model_to_chat_completions": ("test_usage.py", "served_model_reported or cost_never"),
-    "tests.mutants.copilot:exchanges_the_token_per_request": ("test_errors.py", "credential or auth"),
-    "tests.mutants.copilot:names_the_rejected_credential": ("test_errors.py", "secret or auth"),
-    "tests.mutants.api:drops_cache_breakpoints": ("test_usage.py test_selection.py", "cache or counted_once or system_prompt"),
-    "tests.mutants.api:marks_every_message_for_caching": ("test_usage.py test_selection.py", "cache or counted_once or system_prompt"),
-    "tests.mutants.api:drops_cache_tokens": ("test_usage.py", "cache or counted_once or cost or served_model"),
-    "tests.mutants.api:counts_cached_tokens_as_input": ("test_usage.py", "cache or counted_once or cost or served_model"),
-    "tests.mutants.api:drops_reasoning_tokens": ("test_usage.py", "cache or counted_once or cost or served_model"),
-    "tests.mutants.api:sends_the_host_auth_token": ("test_env.py", "credential or stripped or argv"),
-    "tests.mutants.harness:runs_its_bundled_cli": ("test_selection.py", "runs_the_given or registry or complete_declines or cli_missing"),
-    "tests.mutants.harness:runs_a_copy_of_the_given_cli": ("test_selection.py", "runs_the_given or registry or complete_declines or cli_missing"),
-    "tests.mutants.claude_code_reasoning:has_no_tripwire": ("test_audit.py", "builtin_call or only_scope"),
-    "tests.mutants.claude_code_reasoning:drops_the_host_system_prompt": ("test_selection.py", "system_prompt_delivered or registry"),
-    "tests.mutants.claude_code_reasoning:drops_the_tool_results": ("test_scope.py", "loop_reaches or in_tree or dotdot"),
+    "tests.mutants.harness:leaves_what_the_cli_opened_up": (
+        "contain.other-environ-unreadable", "contain.worktree-only-through-bridge", "contain.cli-install-unchangeable",
+        "contain.nothing-world-writable-left",
+    ),
+    "tests.mutants.harness:passes_os_environ_through": (
+        "env.nesting-vars-stripped", "env.no-secret-in-argv", "env.provider-keys-stripped",
+        "env.run-dir-outside-worktree", "env.worktree-not-cwd",
+    ),
+    "tests.mutants.harness:leaks_the_api_key_in_argv": (
+        "env.auth-source-fail-closed", "env.config-home-isolated", "env.host-credentials-unreachable",
+        "env.nesting-vars-stripped", "env.no-secret-in-argv", "env.planted-files-not-loaded",
+        "env.provider-keys-stripped", "env.run-dir-outside-worktree", "env.session-credential-at-wire",
+        "env.session-files-redacted", "env.worktree-not-cwd",
+    ),
+    "tests.mutants.harness:trusts_subtype_success": (
+        "errors.auth-blocks", "errors.auth-not-retried", "errors.context-overflow", "errors.crash-without-result",
+        "errors.credential-not-refetched", "errors.model-unavailable", "errors.not-logged-in-blocks",
+        "errors.overloaded-retryable", "errors.quota-not-retryable", "errors.rate-limit-retryable",
+        "parse.brace-noise-skipped", "parse.exit0-is-error", "parse.noise-lines-skipped",
+        "parse.oversize-line-bounded", "parse.split-lines-identical", "parse.truncated-last-line",
+        "parse.unknown-events-ignored",
+    ),
+    "tests.mutants.harness:runs_on_when_the_bridge_failed": (
+        "bridge.failed-load-ends-session", "bridge.only-bridge-configured", "bridge.slow-start-not-toolless",
+    ),
+    "tests.mutants.cursor:runs_on_without_its_bridge": (
+        "bridge.failed-load-ends-session", "bridge.only-bridge-configured", "bridge.slow-start-not-toolless",
+    ),
+    "tests.mutants.harness:claims_almost_nothing_and_runs_on_without_tools": (
+        "audit.declines-builtins-honestly", "bridge.failed-load-ends-session", "bridge.only-bridge-configured",
+        "bridge.slow-start-not-toolless", "selection.complete-declines-tools", "selection.declines-stated",
+    ),
+    "tests.mutants.cursor:ends_ok_on_an_unclean_audit": (
+        "audit.declines-builtins-honestly", "audit.native-tool-use-flagged",
+    ),
+    "tests.mutants.harness:drops_bridge_refusals": (
+        "parity.refusal-codes-match-dispatch", "scope.bridge-reaches-dispatch", "scope.dotdot-refused",
+        "scope.in-tree-symlink-reads", "scope.refusal-visible-to-model", "scope.sibling-prefix-refused",
+        "scope.symlink-leaf-refused",
+    ),
+    "tests.mutants.cursor:declines_silently": (
+        "selection.declines-stated", "selection.huge-system-prompt-not-in-argv", "selection.prompt-never-a-flag",
+    ),
+    "tests.mutants.harness:kills_only_the_direct_child": (
+        "time.abandoned-stream-no-survivors", "time.no-survivors-after-timeout",
+    ),
+    "tests.mutants.harness:codex_kills_only_the_direct_child": (
+        "time.abandoned-stream-no-survivors", "time.no-survivors-after-timeout",
+    ),
+    "tests.mutants.harness:finds_escapees_by_env_marker": (
+        "time.abandoned-stream-no-survivors", "time.cancel-ends-session", "time.no-survivors-after-timeout",
+    ),
+    "tests.mutants.harness:leaves_builtin_tools_on": ("audit.only-scope-tools-offered",),
+    "tests.mutants.harness:ignores_the_cli_version": (
+        "selection.batch-shim-refused", "selection.cli-missing-typed-error", "selection.cli-version-unsupported",
+    ),
+    "tests.mutants.harness:puts_the_prompt_in_argv": (
+        "selection.huge-system-prompt-not-in-argv", "selection.prompt-never-a-flag",
+    ),
+    "tests.mutants.harness:puts_the_system_prompt_in_argv": (
+        "selection.huge-system-prompt-not-in-argv", "selection.prompt-never-a-flag",
+    ),
+    "tests.mutants.harness:uses_the_users_config_home": (
+        "env.config-home-isolated", "env.nesting-vars-stripped", "env.provider-keys-stripped",
+    ),
+    "tests.mutants.harness:keeps_the_host_home": (
+        "env.config-home-isolated", "env.host-credentials-unreachable", "env.nesting-vars-stripped",
+        "env.provider-keys-stripped",
+    ),
+    "tests.mutants.foreign:seed_style_claude": (
+        "bridge.only-bridge-configured", "env.host-credentials-unreachable", "env.nesting-vars-stripped",
+        "env.provider-keys-stripped", "env.run-dir-outside-worktree", "env.worktree-not-cwd",
+        "errors.crash-without-result", "errors.not-logged-in-blocks", "parse.exit0-is-error",
+        "selection.flag-values-validated", "selection.huge-system-prompt-not-in-argv", "usage.vendor-cost-reported",
+    ),
+    "tests.mutants.harness:adds_an_extra_mcp_server": (
+        "bridge.failed-load-ends-session", "bridge.only-bridge-configured",
+    ),
+    "tests.mutants.harness:treats_noise_as_fatal": (
+        "parse.brace-noise-skipped", "parse.exit0-is-error", "parse.noise-lines-skipped",
+        "parse.oversize-line-bounded", "parse.split-lines-identical", "parse.truncated-last-line",
+        "parse.unknown-events-ignored",
+    ),
+    "tests.mutants.harness:crash_counts_as_success": (
+        "errors.auth-blocks", "errors.auth-not-retried", "errors.context-overflow", "errors.crash-without-result",
+        "errors.credential-not-refetched", "errors.model-unavailable", "errors.network-retryable",
+        "errors.not-logged-in-blocks", "errors.overloaded-retryable", "errors.quota-not-retryable",
+        "errors.rate-limit-retryable", "errors.secret-free-messages",
+    ),
+    "tests.mutants.harness:writes_its_mcp_config_to_a_fixed_name": (
+        "concurrency.parallel-sessions-isolated", "concurrency.shared-worktree-isolated",
+    ),
+    "tests.mutants.harness:waits_for_the_clis_own_end": (
+        "errors.auth-blocks", "errors.auth-not-retried", "errors.not-logged-in-blocks", "errors.overloaded-retryable",
+        "errors.rate-limit-retryable",
+    ),
+    "tests.mutants.harness:waits_out_the_auth_ladder": (
+        "errors.auth-blocks", "errors.auth-not-retried", "errors.context-overflow", "errors.crash-without-result",
+        "errors.credential-not-refetched", "errors.model-unavailable", "errors.network-retryable",
+        "errors.not-logged-in-blocks", "errors.overloaded-retryable", "errors.quota-not-retryable",
+        "errors.rate-limit-retryable", "errors.secret-free-messages",
+    ),
+    "tests.mutants.harness:ignores_the_api_key_source": (
+        "env.auth-source-fail-closed", "env.nesting-vars-stripped", "env.provider-keys-stripped",
+    ),
+    "tests.mutants.harness:trusts_any_cli_path": (
+        "selection.batch-shim-refused", "selection.cli-missing-typed-error", "selection.cli-version-unsupported",
+        "selection.registry-builds-backend",
+    ),
+    "tests.mutants.opencode:leaves_its_builtins_on": ("audit.only-scope-tools-offered",),
+    "tests.mutants.opencode:keeps_the_host_home": (
+        "env.config-home-isolated", "env.host-credentials-unreachable", "env.nesting-vars-stripped",
+        "env.provider-keys-stripped",
+    ),
+    "tests.mutants.opencode:reads_success_from_exit_zero": (
+        "errors.crash-without-result", "parse.exit0-is-error", "parse.truncated-last-line",
+    ),
+    "tests.mutants.opencode:waits_out_its_own_retries": ("errors.rate-limit-retryable",),
+    "tests.mutants.harness:leaves_stdin_open": ("time.stdin-not-left-open",),
+    "tests.mutants.harness:takes_every_brace_line_for_an_event": (
+        "parse.brace-noise-skipped", "parse.noise-lines-skipped", "parse.split-lines-identical",
+        "parse.unknown-events-ignored",
+    ),
+    "tests.mutants.harness:holds_stdin_open_a_while": ("time.stdin-not-left-open",),
+    "tests.mutants.harness:lets_the_cli_walk_for_claude_md": (
+        "env.nesting-vars-stripped", "env.planted-files-not-loaded", "env.provider-keys-stripped",
+        "env.run-dir-outside-worktree", "env.worktree-not-cwd",
+    ),
+    "tests.mutants.harness:leaks_the_cli_when_the_stream_is_abandoned": (
+        "time.abandoned-stream-no-survivors", "time.cancel-ends-session", "time.linger-after-result",
+        "time.max-turns-truncates", "time.no-survivors-after-timeout", "time.stalled-tool-call-ends-by-deadline",
+        "time.stdin-not-left-open", "time.timeout-truncates",
+    ),
+    "tests.mutants.harness:ignores_the_concurrency_cap": (
+        "concurrency.cap-holds", "concurrency.parallel-sessions-isolated",
+    ),
+    "tests.mutants.harness:keeps_session_files_unredacted": (
+        "env.no-secret-in-argv", "env.run-dir-outside-worktree", "env.session-files-redacted",
+    ),
+    "tests.mutants.harness:configures_a_silent_bridge": (
+        "bridge.answers-every-request", "bridge.failed-load-ends-session", "bridge.only-bridge-configured",
+    ),
+    "tests.mutants.harness:checks_then_opens_by_name": (
+        "scope.bridge-reaches-dispatch", "scope.dotdot-refused", "scope.in-tree-symlink-reads",
+        "scope.swap-race-contained",
+    ),
+    "tests.mutants.harness:pauses_the_clock_for_tool_calls": (
+        "time.abandoned-stream-no-survivors", "time.no-survivors-after-timeout",
+        "time.stalled-tool-call-ends-by-deadline", "time.timeout-truncates",
+    ),
+    "tests.mutants.harness:loads_the_worktree_dotenv": (
+        "env.auth-source-fail-closed", "env.config-home-isolated", "env.host-credentials-unreachable",
+        "env.nesting-vars-stripped", "env.no-secret-in-argv", "env.planted-files-not-loaded",
+        "env.provider-keys-stripped", "env.run-dir-outside-worktree", "env.session-credential-at-wire",
+        "env.session-files-redacted", "env.worktree-not-cwd",
+    ),
+    "tests.mutants.harness:forgets_bridge_calls": (
+        "parity.refusal-codes-match-dispatch", "scope.bridge-reaches-dispatch", "scope.dotdot-refused",
+        "scope.in-tree-symlink-reads", "scope.sibling-prefix-refused", "scope.symlink-leaf-refused",
+    ),
+    "tests.mutants.harness:passes_any_model_name": ("selection.flag-values-validated", "selection.prompt-never-a-flag"),
+    "tests.mutants.harness:waits_out_a_lingering_cli": (
+        "time.abandoned-stream-no-survivors", "time.cancel-ends-session", "time.linger-after-result",
+        "time.max-turns-truncates", "time.no-survivors-after-timeout", "time.stalled-tool-call-ends-by-deadline",
+        "time.stdin-not-left-open", "time.timeout-truncates",
+    ),
+    "tests.mutants.harness:drops_the_vendor_cost": (
+        "usage.cost-never-fabricated", "usage.counted-once-per-message", "usage.helper-model-not-served",
+        "usage.mismatch-policy-applied", "usage.served-model-mismatch-flagged", "usage.served-model-reported",
+        "usage.vendor-cost-reported",
+    ),
+    "tests.mutants.harness:chokes_on_unknown_events": (
+        "parse.brace-noise-skipped", "parse.exit0-is-error", "parse.noise-lines-skipped",
+        "parse.oversize-line-bounded", "parse.split-lines-identical", "parse.truncated-last-line",
+        "parse.unknown-events-ignored",
+    ),
+    "tests.mutants.codex:hides_its_builtins": ("audit.declines-builtins-honestly", "audit.native-tool-use-flagged"),
+    "tests.mutants.codex:fails_an_unverified_model": (
+        "usage.cost-never-fabricated", "usage.mismatch-policy-applied", "usage.served-model-mismatch-flagged",
+        "usage.served-model-never-guessed", "usage.served-model-reported", "usage.vendor-cost-reported",
+    ),
+    "tests.mutants.codex:forgets_native_tool_calls": (
+        "audit.declines-builtins-honestly", "audit.hostile-builtins-flagged", "audit.native-tool-use-flagged",
+        "audit.only-scope-tools-offered",
+    ),
+    "tests.mutants.codex:audits_shells_by_the_paths_they_name": (
+        "audit.declines-builtins-honestly", "audit.hostile-builtins-flagged", "audit.native-tool-use-flagged",
+    ),
+    "tests.mutants.codex:loads_the_project_docs": (
+        "env.config-home-isolated", "env.planted-files-not-loaded", "env.run-dir-outside-worktree",
+        "env.worktree-not-cwd",
+    ),
+    "tests.mutants.deepseek:inherits_the_host_env": (
+        "env.host-credentials-unreachable", "env.nesting-vars-stripped", "env.no-secret-in-argv",
+        "env.provider-keys-stripped", "env.run-dir-outside-worktree", "env.worktree-not-cwd",
+    ),
+    "tests.mutants.deepseek:reads_the_key_from_anthropic_api_key": (
+        "env.host-credentials-unreachable", "env.nesting-vars-stripped", "env.no-secret-in-argv",
+        "env.provider-keys-stripped", "env.run-dir-outside-worktree", "env.worktree-not-cwd",
+    ),
+    "tests.mutants.deepseek:empty_error_is_success": (
+        "errors.auth-blocks", "errors.auth-not-retried", "errors.context-overflow", "errors.crash-without-result",
+        "errors.credential-not-refetched", "errors.model-unavailable", "errors.not-logged-in-blocks",
+        "errors.overloaded-retryable", "errors.quota-not-retryable", "errors.rate-limit-retryable",
+        "parse.brace-noise-skipped", "parse.exit0-is-error", "parse.noise-lines-skipped",
+        "parse.oversize-line-bounded", "parse.split-lines-identical", "parse.truncated-last-line",
+        "parse.unknown-events-ignored",
+    ),
+    "tests.mutants.deepseek:leaves_builtins_on": ("audit.only-scope-tools-offered",),
+    "tests.mutants.deepseek:loads_workspace_instructions": (
+        "env.config-home-isolated", "env.planted-files-not-loaded", "env.run-dir-outside-worktree",
+        "env.worktree-not-cwd",
+    ),
+    "tests.mutants.deepseek:never_adds_the_bridge": (
+        "bridge.failed-load-ends-session", "bridge.only-bridge-configured", "bridge.slow-start-not-toolless",
+    ),
+    "tests.mutants.gemini:leaves_builtins_on": ("audit.only-scope-tools-offered",),
+    "tests.mutants.gemini:forgets_skip_trust": (
+        "parse.brace-noise-skipped", "parse.noise-lines-skipped", "parse.unknown-events-ignored",
+    ),
+    "tests.mutants.gemini:passes_the_host_env_through": (
+        "env.nesting-vars-stripped", "env.no-secret-in-argv", "env.provider-keys-stripped",
+        "env.run-dir-outside-worktree", "env.worktree-not-cwd",
+    ),
+    "tests.mutants.gemini:trusts_exit_zero": (
+        "errors.crash-without-result", "parse.exit0-is-error", "parse.truncated-last-line",
+    ),
+    "tests.mutants.gemini:walks_up_for_gemini_md": (
+        "env.config-home-isolated", "env.planted-files-not-loaded", "env.run-dir-outside-worktree",
+        "env.worktree-not-cwd",
+    ),
+    "tests.mutants.zcode:leaves_a_huge_prompt_in_argv": (
+        "selection.huge-folded-prompt-not-in-argv", "selection.huge-system-prompt-not-in-argv",
+        "selection.prompt-never-a-flag",
+    ),
+    "tests.mutants.zcode:passes_the_host_env_through": (
+        "env.config-home-isolated", "env.host-credentials-unreachable", "env.nesting-vars-stripped",
+        "env.provider-keys-stripped", "env.run-dir-outside-worktree", "env.worktree-not-cwd",
+    ),
+    "tests.mutants.zcode:audits_globs_by_their_literal_prefix": (
+        "audit.declines-builtins-honestly", "audit.native-tool-use-flagged",
+    ),
+    "tests.mutants.zcode:trusts_exit_zero": (
+        "errors.crash-without-result", "parse.exit0-is-error", "parse.truncated-last-line",
+    ),
+    "tests.mutants.zcode:rate_limit_is_auth": (
+        "errors.auth-blocks", "errors.auth-not-retried", "errors.context-overflow", "errors.crash-without-result",
+        "errors.credential-not-refetched", "errors.model-unavailable", "errors.network-retryable",
+        "errors.not-logged-in-blocks", "errors.overloaded-retryable", "errors.quota-not-retryable",
+        "errors.rate-limit-retryable", "errors.secret-free-messages",
+    ),
+    "tests.mutants.copilot:retries_every_401": (
+        "errors.auth-blocks", "errors.auth-not-retried", "errors.credential-not-refetched",
+        "errors.secret-free-messages",
+    ),
+    "tests.mutants.copilot:routes_every_model_to_chat_completions": (
+        "usage.cost-never-fabricated", "usage.served-model-reported",
+    ),
+    "tests.mutants.copilot:exchanges_the_token_per_request": (
+        "errors.auth-blocks", "errors.auth-not-retried", "errors.credential-not-refetched",
+    ),
+    "tests.mutants.copilot:names_the_rejected_credential": (
+        "errors.auth-blocks", "errors.auth-not-retried", "errors.secret-free-messages",
+    ),
+    "tests.mutants.api:drops_cache_breakpoints": (
+        "selection.complete-declines-tools", "selection.registry-builds-backend", "selection.system-prompt-delivered",
+        "usage.cache-and-reasoning-tokens-reported", "usage.cache-breakpoints-placed", "usage.cost-never-fabricated",
+        "usage.counted-once-per-message", "usage.helper-model-not-served", "usage.mismatch-policy-applied",
+        "usage.served-model-mismatch-flagged", "usage.served-model-reported", "usage.vendor-cost-reported",
+    ),
+    "tests.mutants.api:marks_every_message_for_caching": (
+        "selection.system-prompt-delivered", "usage.cache-and-reasoning-tokens-reported",
+        "usage.cache-breakpoints-placed", "usage.counted-once-per-message",
+    ),
+    "tests.mutants.api:drops_cache_tokens": (
+        "usage.cache-and-reasoning-tokens-reported", "usage.cache-breakpoints-placed", "usage.cost-never-fabricated",
+        "usage.counted-once-per-message", "usage.helper-model-not-served", "usage.mismatch-policy-applied",
+        "usage.served-model-mismatch-flagged", "usage.served-model-reported", "usage.vendor-cost-reported",
+    ),
+    "tests.mutants.api:counts_cached_tokens_as_input": (
+        "usage.cache-and-reasoning-tokens-reported", "usage.cache-breakpoints-placed", "usage.cost-never-fabricated",
+        "usage.counted-once-per-message", "usage.helper-model-not-served", "usage.mismatch-policy-applied",
+        "usage.served-model-mismatch-flagged", "usage.served-model-reported", "usage.vendor-cost-reported",
+    ),
+    "tests.mutants.api:drops_reasoning_tokens": (
+        "usage.cache-and-reasoning-tokens-reported", "usage.cache-breakpoints-placed", "usage.cost-never-fabricated",
+        "usage.counted-once-per-message", "usage.served-model-mismatch-flagged", "usage.served-model-reported",
+        "usage.vendor-cost-reported",
+    ),
+    "tests.mutants.api:sends_the_host_auth_token": ("env.session-credential-at-wire",),
+    "tests.mutants.harness:runs_its_bundled_cli": (
+        "selection.cli-missing-typed-error", "selection.complete-declines-tools", "selection.registry-builds-backend",
+        "selection.runs-the-given-cli",
+    ),
+    "tests.mutants.harness:runs_a_copy_of_the_given_cli": (
+        "selection.cli-missing-typed-error", "selection.complete-declines-tools", "selection.registry-builds-backend",
+        "selection.runs-the-given-cli",
+    ),
+    "tests.mutants.claude_code_reasoning:has_no_tripwire": (
+        "audit.builtin-call-blocks-session", "audit.only-scope-tools-offered",
+    ),
+    "tests.mutants.claude_code_reasoning:drops_the_host_system_prompt": (
+        "selection.registry-builds-backend", "selection.system-prompt-delivered",
+    ),
+    "tests.mutants.claude_code_reasoning:drops_the_tool_results": (
+        "scope.dotdot-refused", "scope.in-tree-symlink-reads", "scope.loop-reaches-dispatch",
+    ),
 }
 
 #: The level a CLI-based mutant runs at, where not offline: reasoning-only Claude Code has no

@@ -35,6 +35,7 @@ from _pytest.outcomes import Skipped as _Skipped
 from harnesscheck.config import Settings
 from harnesscheck.contracts import AgentOutcome, AgentSessionRequest, Kind, ProviderSpec, Transport, Usage
 from harnesscheck.policy import Policy
+from harnesscheck.kit.watchdog import SessionOverran, Watchdog, WatchdogThread, end_survivors, identities, kill
 from harnesscheck.scope import ToolScope
 
 #: Abstract scenario names checks may ask for (the fixture names, plus two kit-level ones).
@@ -416,6 +417,7 @@ class BackendUnderTest:
         abandon_on_text: bool = False,
         policy: "Policy | None" = None,
         approver: Callable[..., object] | None = None,
+        watchdog: "Watchdog | None" = None,
     ) -> SessionRun:
         """Run one session of `scenario` (or of scripted `tool_calls`) and collect the evidence.
 
@@ -444,6 +446,9 @@ class BackendUnderTest:
         to it: its `on_text` callback raises StreamAbandoned. If that exception comes out of
         run_session the run's outcome is a stand-in (cancelled) and `run.abandoned` is the
         moment it was raised; `run.abandoned` stays None when no text was ever streamed.
+        `watchdog`: the session must end within `watchdog.within_s` after the moment the check
+        needs (kit/watchdog.py); if it does not, the kit ends its processes and the run raises
+        SessionOverran (the cell fails) instead of waiting out the session's own deadline.
         """
         if scenario not in SCENARIOS and scenario != "tools":
             raise KitFault(f"unknown scenario {scenario!r}")
@@ -488,6 +493,11 @@ class BackendUnderTest:
             timeline.started = time.monotonic()
             if watch is not None:
                 watch.start()
+            guard = None
+            if watchdog is not None:
+                guard = WatchdogThread(watchdog, functools.partial(self._moment, watchdog.after, timeline, abandoned, setup),
+                                       functools.partial(self._end_running_session, setup, request))
+                guard.start()
             try:
                 if abandon_on_text:
                     try:
@@ -502,12 +512,58 @@ class BackendUnderTest:
                 timeline.ended = time.monotonic()
                 if watch is not None:
                     watch.stop()
+                if guard is not None:
+                    guard.stop()
         run = SessionRun(outcome=outcome, workspace=ws, duration_s=timeline.ended - timeline.started,
                          facts=setup.facts, parent_env=env, timeline=timeline)
         run.abandoned = abandoned[0] if abandoned else None
         self.collect(run, setup, request)
         timeline.progress = self.stall_progress(setup)
+        # what is still alive now is ended after the cell, whatever the verdict (end_survivors)
+        with contextlib.suppress(Exception):  # a record for the cleanup, never part of the verdict
+            self.__dict__.setdefault("_alive_after_runs", {}).update(identities(self.child_pids(run)))
+        if guard is not None and guard.fired is not None:
+            guard.ended = sorted(set(guard.ended) | set(kill(self.child_pids(run))))
+            raise SessionOverran(guard.message())
         return run
+
+    def _moment(self, after: str, timeline: Timeline, abandoned: list[float], setup: "Setup") -> float | None:
+        """When the moment a watchdog counts from happened (monotonic), None while it has not."""
+        if after == "abandon":
+            return abandoned[0] if abandoned else None
+        if after == "cancel":
+            return timeline.cancel_sent
+        if after == "deadline":
+            deadline = timeline.started + timeline.timeout_s
+            if time.monotonic() < deadline or not self.observes_stalls():
+                return deadline
+            # a run whose upstream had not stalled by its deadline is not judged (run_stalled
+            # repeats it at a longer one): the watchdog leaves it to end as it does
+            progress = self.stall_progress(setup)
+            return deadline if progress is not None and progress.stalled is not None and progress.stalled < deadline else None
+        if after == "stdin":
+            return self.stdin_held_since(setup)
+        progress = self.stall_progress(setup)  # "result": the CLI printed its last line, then stalled
+        return progress.last_output if progress is not None and progress.stalled is not None else None
+
+    def _end_running_session(self, setup: "Setup", request: AgentSessionRequest) -> list[int]:
+        """SIGKILL every process the running session is known to have started (the watchdog fired)."""
+        return kill(self.running_pids(setup, request))
+
+    def stdin_held_since(self, setup: "Setup") -> float | None:
+        """When a CLI still waiting for its stdin's EOF last got data on it (monotonic), None
+        where no CLI waits or this adapter cannot see it."""
+        return None
+
+    def running_pids(self, setup: "Setup", request: AgentSessionRequest) -> list[int]:
+        """The processes a session still running is known to have started so far (what its
+        upstream recorded, the bridges its traces name); none for an in-process backend."""
+        return []
+
+    def end_survivors(self) -> list[int]:
+        """After the cell: SIGKILL every process of this cell's sessions that was alive when its
+        session ended and still is (kit/watchdog.py); returns the pids ended."""
+        return end_survivors(self.__dict__.pop("_alive_after_runs", {}))
 
     #: The longest retry timeout run_stalled allows itself before it gives up (skip `budget`).
     MAX_RETRY_TIMEOUT_S = 60.0

@@ -8,7 +8,9 @@ import pytest
 
 @pytest.fixture
 def but(request: pytest.FixtureRequest, tmp_path):
-    """The backend under test for this cell (a kit adapter), or a skip with a reason code."""
+    """The backend under test for this cell (a kit adapter), or a skip with a reason code.
+    After the cell, whatever its verdict, every process its sessions started that is still
+    alive is ended (BackendUnderTest.end_survivors): a failing backend leaves nothing running."""
     from harnesscheck.kit.adapters import SkipCell, adapter_for, level_available
     from harnesscheck.kit.catalog import info_of
 
@@ -27,4 +29,6 @@ def but(request: pytest.FixtureRequest, tmp_path):
 
         why = "; ".join(w for w in (declined_because(spec, c) for c in missing) if w)
         raise SkipCell("unsupported-by-backend", f"{spec.id} does not declare {', '.join(missing)}" + (f": {why}" if why else ""))
-    return adapter_for(spec, level, tmp_path)
+    adapter = adapter_for(spec, level, tmp_path)
+    yield adapter
+    adapter.end_survivors()

@@ -731,6 +731,59 @@ class HarnessAdapter(BackendUnderTest):
             return None
         return fake_progress(fake.record_path)
 
+    def running_pids(self, setup: Setup, request) -> list[int]:
+        """Every pid the run's fake CLI has recorded so far (itself, its grandchildren, the MCP
+        servers it started) and every bridge the run's traces name; a record being written is skipped."""
+        fake = setup.extra.get("fake")
+        pids: list[int] = []
+        paths = [fake.record_path] if fake is not None else []
+        if request.run_dir:
+            paths += [Path(request.run_dir) / n for n in ("session-trace.jsonl", "bridge-trace.jsonl", "trace.jsonl")]
+        for path in paths:
+            try:
+                text = path.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            for line in text.split("\n"):  # JSONL: "\n" only
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if not isinstance(rec, dict):
+                    continue
+                probe = rec.get("kind") == "invocation" and set(rec.get("argv", [])[1:2]) & {"--version", "-v", "-V"}
+                if (rec.get("kind") == "invocation" and not probe) or rec.get("event") == "bridge_start":
+                    pids.append(rec.get("pid"))  # not a version probe's: it ended before the session
+                if rec.get("kind") in ("spawn", "mcp_server"):
+                    pids.append(rec.get("child_pid"))
+                if rec.get("kind") == "stdin_wait":  # a CLI still reading its stdin has no invocation line yet
+                    pids.append(rec.get("pid"))
+        return [p for p in dict.fromkeys(pids) if isinstance(p, int) and p > 1]
+
+    def stdin_held_since(self, setup: Setup) -> float | None:
+        """The fake CLI's stdin records: the latest data (or the start of the wait) of a fake
+        that has not reached EOF (no invocation line yet), the earliest such fake's."""
+        fake = setup.extra.get("fake")
+        try:
+            text = fake.record_path.read_text(encoding="utf-8", errors="replace") if fake is not None else ""
+        except OSError:
+            return None
+        waiting: dict[int, float] = {}
+        done: set[int] = set()
+        for line in text.split("\n"):
+            if '"stdin_' not in line and '"invocation"' not in line:
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get("kind") in ("stdin_wait", "stdin_data"):
+                waiting[rec["pid"]] = max(waiting.get(rec["pid"], 0.0), rec["mono"])
+            elif rec.get("kind") == "invocation":
+                done.add(rec.get("pid"))
+        held = [mono for pid, mono in waiting.items() if pid not in done]
+        return min(held) if held else None
+
     def collect(self, run: SessionRun, setup: Setup, request) -> None:
         fake = setup.extra["fake"]
         setup.extra.pop("release", lambda: None)()  # the run is over: its wrapper may serve the next

@@ -327,6 +327,20 @@ class LoopbackAdapter(HarnessAdapter):
             refused[name] = str(results[0].get("text", ""))[:200]
         return refused
 
+    def running_pids(self, setup: Setup, request) -> list[int]:
+        """The real CLI (its exec wrapper's records, version probes aside), every descendant the
+        watcher has seen so far, and each bridge the traces name: what the watchdog ends."""
+        pids = [int(r["pid"]) for r in read_records(setup.extra["record"])
+                if "pid" in r and not set(r.get("argv", [])[1:2]) & _VERSION_FLAGS]
+        watcher = setup.extra.get("watcher")
+        for _ in range(3):  # the watcher's thread adds to `seen` while this copies it
+            try:
+                pids.extend(list(watcher.seen) if watcher is not None else [])
+                break
+            except RuntimeError:
+                continue
+        return list(dict.fromkeys(pids + super().running_pids(setup, request)))
+
     def child_pids(self, run: SessionRun) -> list[int]:
         pids: list[int] = []
         for child in run.children:

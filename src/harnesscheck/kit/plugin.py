@@ -7,6 +7,8 @@ Options (all namespaced ``--hc-*``; see doc/SPEC-kit.md, "The plugin in another 
     --hc-level offline|loopback|live (repeatable; default: offline, plus loopback where a
                                     selected backend's real CLI is installed; live with -m live)
     --hc-check ID                   only the cells of this check (repeatable)
+    --hc-cells FILE.json            only these cells: {backend id: [check ids]}; a backend the
+                                    file does not name runs all its cells
     --hc-report FILE.json           versioned JSON report of every cell
     --hc-baseline FILE|none         known failures (JSON or TOML), strict both ways; default: the
                                     built-in backends' conformance/baseline.json
@@ -71,6 +73,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         group.addoption(name, **attrs, help=helps[name])
     group.addoption("--hc-check", action="append", default=[], metavar="ID", dest="hc_check",
                     help="run only the cells of this check id (repeatable)")
+    group.addoption("--hc-cells", default=None, metavar="FILE", dest="hc_cells",
+                    help="only these cells: a JSON object backend id -> [check ids] (a backend it does not name runs "
+                         "all its cells)")
     group.addoption("--hc-report", default=None, metavar="FILE", help="write the JSON conformance report here")
     group.addoption("--hc-ratchet", default=None, metavar="MATRIX", dest="hc_ratchet",
                     help="a committed matrix (backends.json): a cell that passed there and does not pass now fails the run")
@@ -364,12 +369,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     chosen = set(config.getoption("hc_check"))
     if chosen:
         _check_ids_known(chosen)
+    per_backend = _cell_selection(config)
     keep, drop = [], []
     for item in items:
         callspec = getattr(item, "callspec", None)
         if callspec is not None and _check_of(item) is not None and callspec.params.get("but", 0) is None:
             drop.append(item)
         elif chosen and (_check_of(item) is None or _check_of(item).id not in chosen):
+            drop.append(item)
+        elif per_backend and _not_selected(item, per_backend):
             drop.append(item)
         else:
             keep.append(item)
@@ -383,6 +391,36 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items.sort(key=_parallel_run_order)
     else:
         items.sort(key=_run_order)
+
+
+def _cell_selection(config: pytest.Config) -> dict[str, set[str]] | None:
+    """--hc-cells FILE: backend id -> the check ids whose cells run for it (None without the
+    option). A malformed file, an unknown check id or a backend the run does not select is a
+    usage error: a typo never quietly runs every cell, or none."""
+    import json
+    from pathlib import Path
+
+    path = config.getoption("hc_cells")
+    if not path:
+        return None
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
+            raise ValueError("not a JSON object of backend id -> [check ids]")
+    except (OSError, ValueError) as exc:
+        raise pytest.UsageError(f"--hc-cells {path}: {exc}") from None
+    _check_ids_known({c for checks in data.values() for c in checks})
+    selected = {spec.id for spec in _backends(config)}
+    unknown = sorted(set(data) - selected)
+    if unknown:
+        raise pytest.UsageError(f"--hc-cells {path}: backends this run does not select: {', '.join(unknown)}")
+    return {backend: set(checks) for backend, checks in data.items()}
+
+
+def _not_selected(item: pytest.Item, per_backend: dict[str, set[str]]) -> bool:
+    """A cell of a backend --hc-cells names, of a check not listed for it."""
+    cell = _cell_of(item)
+    return cell is not None and cell[0].id in per_backend and _check_of(item).id not in per_backend[cell[0].id]
 
 
 def _check_ids_known(chosen: set[str]) -> None:
