@@ -445,6 +445,27 @@ def _inherited_fds() -> list[int]:
     return out
 
 
+def _await_exec(pid: int, launcher: str, bound_s: float = 5.0) -> None:
+    """Wait (at most bound_s) until `pid` has exec'd past `launcher` (`env -i sleep` is `sleep`
+    with an empty environment only once env has exec'd): what a step after it observes is then
+    the same on an idle machine and a loaded one."""
+    import time as _time
+
+    deadline = _time.monotonic() + bound_s
+    while _time.monotonic() < deadline:
+        try:
+            fd = posix.open(f"/proc/{pid}/cmdline", posix.O_RDONLY)
+            try:
+                first = posix.read(fd, 4096).split(b"\0", 1)[0]
+            finally:
+                posix.close(fd)
+        except OSError:
+            return
+        if first and first.rsplit(b"/", 1)[-1] != launcher.encode():
+            return
+        _time.sleep(0.005)
+
+
 def _spawn(argv: list[str], env, file_actions: list, setsid: bool = False) -> int:
     """Start argv like subprocess.Popen(argv, env=env, close_fds=True, start_new_session=setsid):
     the executable searched on the PATH of `env`, every candidate tried in order (ENOENT and
@@ -1656,8 +1677,11 @@ class Fake:
             setsid = bool(step.get("setsid", False))
             # like subprocess.Popen(shlex.split(...), start_new_session=setsid, stdin=DEVNULL):
             # stdout and stderr are the fake's own (the grandchild holds the pipes open)
-            child_pid = _spawn(_split_command(step["spawn"]), ENVIRON,
+            argv = _split_command(step["spawn"])
+            child_pid = _spawn(argv, ENVIRON,
                                [(posix.POSIX_SPAWN_OPEN, 0, DEVNULL, posix.O_RDWR, 0)], setsid=setsid)
+            if argv and argv[0].rsplit("/", 1)[-1] == "env":
+                _await_exec(child_pid, "env")  # the escapee is what it claims before the next step, however loaded the machine
             if self.record_path is not None:
                 self._append({"kind": "spawn", "pid": posix.getpid(), "child_pid": child_pid, "setsid": setsid})
         elif "contain_probe" in step:
