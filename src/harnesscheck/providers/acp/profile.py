@@ -69,6 +69,9 @@ class Install(BaseModel):
 
     npm: str | None = None  # "pkg@version"
     bin: str | None = None  # path inside the install dir
+    #: The bin answers `--version` with its version (codex-acp 0.16.0 does not: then the
+    #: installed package's manifest says the version, and install-clis checks that).
+    prints_version: bool = True
 
 
 class AcpProfile(BaseModel):
