@@ -362,6 +362,7 @@ class AcpLoopbackLevel:
 
         class AcpLoopbackAdapter(base):  # type: ignore[misc, valid-type]
             name = "acp-loopback"
+            replays_fixtures = False  # the real agent only (claude-agent-acp has no fake CLI)
 
             def acp_run(self, steps, *, timeout_s=60.0, read_only=False, policy=None, cancel_when=None,
                         observer=None, plant=None, parent_env=None, linger_s=None, session_key=None):
