@@ -321,12 +321,14 @@ def run_acp_session(but: BackendUnderTest, transport, record: Path | None, ws, e
 # The loopback level: a real ACP agent (its profile's npm pin) against a scripted model server
 
 
-def loopback_turns(steps: list[dict], agent: str) -> list:
-    """An acp.* check's steps as the model's turns: text, a bridge call, an auth failure (401).
-    Anything else (a local write or command, a hang, a defect of the fake's) is a built-in or a
-    fake-only device: the real agent's built-ins are off, so the cell is skipped, saying which."""
+def loopback_turns(steps: list[dict], agent: str, builtin_calls: dict | None = None) -> list:
+    """An acp.* check's steps as the model's turns: text, a bridge call, an auth failure (401),
+    and a local write or command where the agent's profile names the built-in that does it
+    (`builtin_calls`: a profile with built-ins on). Anything else (a hang, a defect of the
+    fake's, a write or command with no such built-in) is skipped, saying which."""
     from harnesscheck.loopback.scenario import ToolCall, Turn, status_turn
 
+    builtin_calls = builtin_calls or {}
     turns = []
     for step in steps:
         if "say" in step:
@@ -337,10 +339,18 @@ def loopback_turns(steps: list[dict], agent: str) -> list:
             turns.append(status_turn(401))
         elif "auth_signal" in step:
             continue  # the agent's own signal, if it has one, comes from its 401
+        elif "write" in step and "write" in builtin_calls:
+            values = {"path": str(step["write"]), "content": str(step.get("content", ""))}
+            call = builtin_calls["write"]
+            turns.append(Turn(tool_calls=(ToolCall(call.name, call.filled(values), builtin=True),)))
+        elif "shell" in step and "shell" in builtin_calls:
+            call = builtin_calls["shell"]
+            turns.append(Turn(tool_calls=(ToolCall(call.name, call.filled({"command": str(step["shell"])}), builtin=True),)))
         else:
             action = next(iter(step), "?")
             raise SkipCell("adapter-not-implemented", f"the real {agent} cannot be scripted to do {action!r} at "
-                           "loopback: only text, bridge calls and auth failures are (its built-ins are off)")
+                           "loopback: only text, bridge calls, auth failures and the built-ins its profile names "
+                           f"(builtin_calls: {', '.join(builtin_calls) or 'none'}) are")
     if not turns or turns[-1].tool_calls:
         turns.append(Turn(text="done"))
     return turns
@@ -372,14 +382,19 @@ class AcpLoopbackLevel:
                 from harnesscheck.loopback.server import ScriptedModelServer
                 from harnesscheck.registry import build_transport
 
-                turns = loopback_turns(steps, self.spec.cli_name or self.spec.id)
+                if cancel_when is not None:
+                    raise SkipCell("adapter-not-implemented", "the loopback level keeps no record naming the pid of the "
+                                   "agent's running tool (the fake ACP agent's record, offline): when to cancel and "
+                                   "whether that process is gone cannot be told here")
+                built = build_transport(self.spec, Settings(backend=self.spec.id))  # the backend's own class and profile
                 ws = self.workspace()
                 effects = ws.base / "effects"
                 effects.mkdir()
+                filled = json.loads(json.dumps(steps).replace("{effects}", str(effects)))
+                turns = loopback_turns(filled, self.spec.cli_name or self.spec.id, built.profile.builtin_calls)
                 server = ScriptedModelServer(Scenario("acp", tuple(turns)), expected_key=DUMMY_KEY).start()
                 try:
                     settings = Settings(backend=self.spec.id, **({"linger_s": linger_s} if linger_s is not None else {}))
-                    built = build_transport(self.spec, settings)  # the backend's own class and profile
                     transport = type(built)(self.spec, settings, profile=built.profile,
                                             loopback=LoopbackEndpoint(server.base_url), policy=policy)
                     if session_key is not None:

@@ -62,6 +62,30 @@ class PermissionMode(BaseModel):
     config_option: dict[str, str] | None = None
 
 
+class BuiltinCall(BaseModel):
+    """How the scripted model calls one of the agent's own built-ins at loopback (a profile
+    with built-ins on): its wire name and arguments, `{path}` / `{content}` / `{command}` filled."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+    def filled(self, values: dict[str, str]) -> dict[str, Any]:
+        """The arguments with the placeholders filled."""
+
+        def filled(value):
+            if isinstance(value, str):
+                return fill(value, values)
+            if isinstance(value, dict):
+                return {k: filled(v) for k, v in value.items()}
+            if isinstance(value, list):
+                return [filled(v) for v in value]
+            return value
+
+        return filled(self.arguments)
+
+
 class Install(BaseModel):
     """Where `install-clis` gets the agent (an npm package at a version, the bin to run)."""
 
@@ -106,6 +130,9 @@ class AcpProfile(BaseModel):
     #: How the agent names the bridge's tools in tool_call titles/names (`{tool}` placeholder).
     bridge_tool_names: list[str] = Field(default_factory=lambda: ["mcp__bridge__{tool}", "mcp_bridge_{tool}",
                                                                   "bridge_{tool}", "{tool}"])
+    #: The agent's own built-ins the scripted model calls at loopback for an acp.* check's local
+    #: `write` and `shell` steps (a profile with built-ins on; none when they are off).
+    builtin_calls: dict[Literal["write", "shell"], BuiltinCall] = Field(default_factory=dict)
     install: Install = Field(default_factory=Install)
     #: The agent replays a scripted turn given `--scenario FILE --record FILE` (the fake ACP
     #: agent): the offline level can drive it. A real agent needs a model: the loopback level.
