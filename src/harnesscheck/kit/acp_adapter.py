@@ -130,6 +130,44 @@ def session_new_servers(run_dir) -> dict[str, dict]:
     return servers
 
 
+#: A step's auth / rate-limit / ... JSON-RPC error (the fixtures' forms) -> the FakeScript error class.
+_ERROR_WORDS = (("auth", "auth"), ("rate", "rate_limit"), ("overload", "overloaded"), ("too long", "context_overflow"),
+                ("context", "context_overflow"))
+
+
+def prompt_script(scenario: dict) -> str:
+    """A fake ACP agent scenario (steps) as the FakeScript JSON prompt `harnesscheck acp serve
+    --backend fake` plays (doc/SPEC-fake.md): text, MCP-named tool calls as its own scoped tools
+    (it starts no MCP server: SPEC-acp-serve.md), a local write as `write_file` of that path (its
+    scope refuses one outside the session's cwd), a command as a call of `shell` (it has no shell
+    tool: refused), a hang as a long delay, an error as that class. A step with no such form
+    (noise, spawns, defects of the fake's) is a SkipCell."""
+    turns: list[dict] = []
+    for step in scenario.get("steps") or []:
+        if "say" in step:
+            turns.append({"text": step["say"] or "..."})
+        elif "mcp" in step:
+            turns.append({"tool_calls": [[step["mcp"], dict(step.get("arguments") or {})]]})
+        elif "write" in step:
+            turns.append({"tool_calls": [["write_file", {"path": step["write"], "content": step.get("content", "")}]]})
+        elif "shell" in step:
+            turns.append({"tool_calls": [["shell", {"command": step["shell"]}]]})
+        elif "hang" in step:
+            turns.append({"text": "", "delay_s": 3600})
+        elif "error" in step:
+            text = json.dumps(step["error"]).lower()
+            error = next((cls for word, cls in _ERROR_WORDS if word in text), "server_error")
+            turns.append({"error": error, "error_message": str(step["error"].get("message", ""))})
+        elif "auth_signal" in step:
+            continue
+        else:
+            raise SkipCell("adapter-not-implemented", f"{next(iter(step), '?')!r}: a device of the fake ACP agent with "
+                           "no form in the prompt script of harnesscheck's own agent")
+    if scenario.get("stop") == "max_turn_requests" or not turns or turns[-1].get("tool_calls"):
+        turns.append({"text": "done"})
+    return json.dumps({"turns": turns})
+
+
 class AcpAdapter(BackendUnderTest):
     name = "fake-acp-agent"
 
@@ -141,7 +179,9 @@ class AcpAdapter(BackendUnderTest):
         from harnesscheck.registry import build_transport
         from harnesscheck.config import Settings
 
-        if not getattr(build_transport(spec, Settings(backend=spec.id)), "profile").replays_scenarios:
+        profile = getattr(build_transport(spec, Settings(backend=spec.id)), "profile")
+        self.by_prompt = profile.scripted_by_prompt
+        if not (profile.replays_scenarios or profile.scripted_by_prompt):
             raise SkipCell("env-missing", f"{spec.id} is a real ACP agent: it needs a model, and the offline level has "
                            "none (it drives only an agent that replays scripted turns, `replays_scenarios` in its "
                            "profile); its level is loopback, not built for ad-hoc agents yet")
@@ -167,8 +207,17 @@ class AcpAdapter(BackendUnderTest):
         scenario_path.write_text(json.dumps(scenario), encoding="utf-8")
         transport = build_transport(self.spec, Settings(backend=self.spec.id, **self.run_settings(dict(settings or {}))))
         profile = transport.profile
-        transport.profile = profile.model_copy(update={
-            "command": [*profile.command, "--scenario", str(scenario_path), "--record", str(record_path)]})
+        if self.by_prompt:
+            script = prompt_script(scenario)
+            played = transport.run_session
+
+            def run_session(request, **kwargs):  # the model's script is the prompt the agent gets
+                return played(request.model_copy(update={"prompt": script, "system": None}), **kwargs)
+
+            transport.run_session = run_session
+        else:
+            transport.profile = profile.model_copy(update={
+                "command": [*profile.command, "--scenario", str(scenario_path), "--record", str(record_path)]})
         if policy is not None:
             transport.policy = policy
         if session_key is not None:

@@ -137,6 +137,9 @@ class AcpProfile(BaseModel):
     #: The agent replays a scripted turn given `--scenario FILE --record FILE` (the fake ACP
     #: agent): the offline level can drive it. A real agent needs a model: the loopback level.
     replays_scenarios: bool = False
+    #: The agent plays a JSON script given as its prompt (harnesscheck's own `acp serve --backend
+    #: fake`: FakeScript, doc/SPEC-fake.md): the offline level drives it by the prompt it sends.
+    scripted_by_prompt: bool = False
     description: str = ""
 
     def argv(self, values: dict[str, str]) -> list[str]:
