@@ -143,28 +143,34 @@ def prompt_script(scenario: dict) -> str:
     tool: refused), a hang as a long delay, an error as that class. A step with no such form
     (noise, spawns, defects of the fake's) is a SkipCell."""
     turns: list[dict] = []
+    said: list[str] = []  # text before a call or an error goes with it (a text-only turn is the final answer)
+
+    def turn(**fields) -> None:
+        turns.append({"text": " ".join(said), **fields})
+        said.clear()
+
     for step in scenario.get("steps") or []:
         if "say" in step:
-            turns.append({"text": step["say"] or "..."})
+            said.append(step["say"] or "...")
         elif "mcp" in step:
-            turns.append({"tool_calls": [[step["mcp"], dict(step.get("arguments") or {})]]})
+            turn(tool_calls=[[step["mcp"], dict(step.get("arguments") or {})]])
         elif "write" in step:
-            turns.append({"tool_calls": [["write_file", {"path": step["write"], "content": step.get("content", "")}]]})
+            turn(tool_calls=[["write_file", {"path": step["write"], "content": step.get("content", "")}]])
         elif "shell" in step:
-            turns.append({"tool_calls": [["shell", {"command": step["shell"]}]]})
+            turn(tool_calls=[["shell", {"command": step["shell"]}]])
         elif "hang" in step:
-            turns.append({"text": "", "delay_s": 3600})
+            turn(delay_s=3600)
         elif "error" in step:
             text = json.dumps(step["error"]).lower()
             error = next((cls for word, cls in _ERROR_WORDS if word in text), "server_error")
-            turns.append({"error": error, "error_message": str(step["error"].get("message", ""))})
+            turn(error=error, error_message=str(step["error"].get("message", "")))
         elif "auth_signal" in step:
             continue
         else:
             raise SkipCell("adapter-not-implemented", f"{next(iter(step), '?')!r}: a device of the fake ACP agent with "
                            "no form in the prompt script of harnesscheck's own agent")
-    if scenario.get("stop") == "max_turn_requests" or not turns or turns[-1].get("tool_calls"):
-        turns.append({"text": "done"})
+    if said or not turns or turns[-1].get("tool_calls"):
+        turn() if said else turns.append({"text": "done"})
     return json.dumps({"turns": turns})
 
 
@@ -227,6 +233,11 @@ class AcpAdapter(BackendUnderTest):
     def prepare(self, scenario, ws, *, tool_calls, model, timeout_s, echo) -> Setup:
         from harnesscheck.fakes import fixture_path
 
+        if self.by_prompt and scenario not in FIXTURE_SCENARIOS:
+            raise SkipCell("adapter-not-implemented", f"{scenario}: harnesscheck's own ACP agent is scripted here only for "
+                           "the acp.* checks and the canonical fixtures (text, errors, a stall): its tools act in the "
+                           "session's cwd (the host's scratch dir, not the worktree) and it starts no bridge, so the "
+                           "bridge and worktree evidence those checks read does not exist (doc/SPEC-acp-serve.md)")
         if scenario == "tools":
             steps = [{"mcp": c.name, "arguments": dict(c.args)} for c in tool_calls or []]
             data = {"steps": [*steps, {"say": "done"}], "stop": "end_turn"}
