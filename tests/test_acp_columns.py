@@ -51,9 +51,10 @@ def test_prompt_script_is_a_fake_script():
                                     {"error": {"code": -32000, "message": "Authentication required"}}]})
     script = FakeScript.from_prompt(text)
     assert script is not None
-    assert [t.text for t in script.turns[:1]] == ["hi"]
+    # a text-only turn is the final answer: the text goes with the next call
+    assert script.turns[0].text == "hi" and [c.name for c in script.turns[0].tool_calls] == ["list_dir"]
     assert [c.name for t in script.turns for c in t.tool_calls] == ["list_dir", "write_file", "shell"]
-    assert script.turns[4].error is not None and script.turns[4].error.value == "auth"
+    assert script.turns[3].error is not None and script.turns[3].error.value == "auth"
     with pytest.raises(SkipCell):
         prompt_script({"steps": [{"spawn": "sleep 1"}]})
 
