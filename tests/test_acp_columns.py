@@ -77,3 +77,21 @@ def test_harnesscheck_acp_serve_is_a_column(tmp_path):
     assert outcome.status == OutcomeStatus.ok, outcome.message
     assert "scripted by the prompt" in outcome.text
     assert ev.mode_set == "ask" and ev.ending == "exited"
+
+
+def test_an_unknown_agents_shell_and_write_are_learned_from_the_wire():
+    from harnesscheck.kit.acp_adapter import learn_builtin_calls
+
+    anthropic = json.dumps({"tools": [
+        {"name": "Bash", "input_schema": {"properties": {"command": {}, "timeout": {}}, "required": ["command"]}},
+        {"name": "Write", "input_schema": {"properties": {"file_path": {}, "content": {}}, "required": ["file_path", "content"]}},
+        {"name": "mcp__bridge__write_file", "input_schema": {"properties": {"path": {}, "content": {}}, "required": ["path", "content"]}},
+        {"name": "Edit", "input_schema": {"properties": {"file_path": {}, "old_string": {}}, "required": ["file_path", "old_string"]}}]})
+    gemini = json.dumps({"tools": [{"functionDeclarations": [
+        {"name": "run_shell_command", "parametersJsonSchema": {"properties": {"command": {}}, "required": ["command"]}}]}]})
+    scope = {"read_file", "write_file", "list_dir", "grep", "edit_file"}
+    learned = learn_builtin_calls([anthropic], scope)
+    assert (learned["shell"].name, learned["write"].name) == ("Bash", "Write")  # never the bridge's write_file
+    assert learned["write"].arguments == {"file_path": "{path}", "content": "{content}"}
+    assert learn_builtin_calls([gemini], scope)["shell"].name == "run_shell_command"
+    assert learn_builtin_calls(["not json", json.dumps({"tools": []})], scope) == {}

@@ -416,6 +416,64 @@ def loopback_turns(steps: list[dict], agent: str, builtin_calls: dict | None = N
     return turns
 
 
+def own_command(spec) -> Path | None:
+    """The executable an ACP profile with no npm pin starts (its command's first word: a path, or
+    found on PATH), or None."""
+    import shutil
+
+    from harnesscheck.providers.acp.profile import profile_for
+
+    word = profile_for(spec.id).command[0]
+    if "/" in word:
+        path = Path(word).expanduser().absolute()
+        return path if path.is_file() and os.access(path, os.X_OK) else None
+    found = shutil.which(word)
+    return Path(found) if found else None
+
+
+#: The arguments that make a tool the agent's shell, or its file write, whatever its name: learned
+#: from its input schema at the wire (an agent with no profile).
+SHELL_ARGS = ("command", "cmd")
+PATH_ARGS = ("file_path", "path", "filePath", "absolute_path")
+
+
+def learn_builtin_calls(bodies: list[str], scope_tools: set[str]) -> dict:
+    """The agent's own shell and write tools, from the tools it offered the model (request bodies
+    of any wire: `tools[]` with `input_schema`, `parameters` or `function.parameters`, gemini's
+    `functionDeclarations`): a tool whose required arguments are a command (SHELL_ARGS) is its
+    shell; one taking a path (PATH_ARGS) and `content` and nothing else required is its write.
+    The bridge's own tools (the scope's names, however the agent prefixes them) are never taken."""
+    from harnesscheck.loopback.adapter import wire_to_scope_name
+    from harnesscheck.providers.acp.profile import BuiltinCall
+
+    schemas: dict[str, dict] = {}
+    for text in bodies:
+        try:
+            body = json.loads(text or "")
+        except ValueError:
+            continue
+        for tool in (body.get("tools") or []) if isinstance(body, dict) else []:
+            if not isinstance(tool, dict):
+                continue
+            for decl in tool.get("functionDeclarations") or [tool.get("function") or tool]:
+                if isinstance(decl, dict) and isinstance(decl.get("name"), str):
+                    schema = decl.get("input_schema") or decl.get("parameters") or decl.get("parametersJsonSchema") or {}
+                    schemas.setdefault(decl["name"], schema if isinstance(schema, dict) else {})
+    learned: dict = {}
+    for name, schema in schemas.items():
+        if wire_to_scope_name(name) in scope_tools:
+            continue
+        props = set((schema.get("properties") or {}))
+        required = set(schema.get("required") or [])
+        command = next((a for a in SHELL_ARGS if a in required), None)
+        path = next((a for a in PATH_ARGS if a in props), None)
+        if command and "shell" not in learned:
+            learned["shell"] = BuiltinCall(name=name, arguments={command: "{command}"})
+        elif path and "content" in props and required <= {path, "content"} and "write" not in learned:
+            learned["write"] = BuiltinCall(name=name, arguments={path: "{path}", "content": "{content}"})
+    return learned
+
+
 def _loopback_base():
     from harnesscheck.kit.loopback_adapter import LoopbackAdapter
 
@@ -427,11 +485,65 @@ class AcpLoopbackLevel:
     scripted servers, the catalog's scenarios) plus `acp_run` for the acp.* checks it can script.
     Built lazily, like kit.adapters.LoopbackLevel."""
 
+    @staticmethod
+    def available(spec) -> tuple[bool, str]:
+        """A profile with an npm pin: that release in the CLI cache (as a CLI's); an agent given
+        by its command line (or a profile file with no pin): its command, found."""
+        if spec.cli_package:
+            return _loopback_base().available(spec)
+        found = own_command(spec)
+        return (True, "") if found else (False, f"{spec.id}: its command is not found (not a file, not on PATH)")
+
     def __call__(self, spec, level, tmp_path):
         base = _loopback_base()
 
         class AcpLoopbackAdapter(base):  # type: ignore[misc, valid-type]
             name = "acp-loopback"
+
+            def __init__(self, spec, level, tmp_path):
+                if spec.cli_package:  # a pinned release from the CLI cache
+                    super().__init__(spec, level, tmp_path)
+                    return
+                # no pin (acp:<command line>, a profile file): the agent's own command, as given
+                super(base, self).__init__(spec, level, tmp_path)
+                from harnesscheck.loopback.clis import PinnedBinary
+
+                path = own_command(spec)
+                if path is None:
+                    raise SkipCell("env-missing", f"{spec.id}: its command is not found (not a file, not on PATH)")
+                self.binary = PinnedBinary(spec.id, path, "", "command line")
+                self._servers, self._wrappers, self.trace_opens = [], 0, False
+                self._learned: dict | None = None
+
+            def builtin_calls(self, profile) -> dict:
+                """The profile's built-ins, else (an agent with no profile) those learned from what it
+                offered the model in a first session at the wire (learn_builtin_calls)."""
+                if profile.builtin_calls or self.spec.cli_package:
+                    return dict(profile.builtin_calls)
+                if getattr(self, "_learned", None) is None:
+                    self._learned = self.learn_tools()
+                return self._learned
+
+            def learn_tools(self) -> dict:
+                from harnesscheck.config import Settings
+                from harnesscheck.loopback.endpoint import DUMMY_KEY, LoopbackEndpoint
+                from harnesscheck.loopback.scenario import Scenario, Turn
+                from harnesscheck.loopback.server import ScriptedModelServer
+                from harnesscheck.registry import build_transport
+
+                server = ScriptedModelServer(Scenario("learn", (Turn(text="done"),)), expected_key=DUMMY_KEY).start()
+                try:
+                    settings = Settings(backend=self.spec.id)
+                    built = build_transport(self.spec, settings)
+                    transport = type(built)(self.spec, settings, profile=built.profile,
+                                            loopback=LoopbackEndpoint(server.base_url))
+                    ws = self.workspace()
+                    run_acp_session(self, transport, None, ws, ws.base, timeout_s=60 + self.startup_allowance_s(),
+                                    read_only=False, cancel_when=None, observer=None, plant=None, parent_env=None)
+                    scope_tools = set(ws.scope(read_only=False).tool_names())
+                    return learn_builtin_calls([r.body_text for r in server.requests], scope_tools)
+                finally:
+                    server.stop()
             replays_fixtures = False  # the real agent only (claude-agent-acp has no fake CLI)
 
             def acp_run(self, steps, *, timeout_s=60.0, read_only=False, policy=None, cancel_when=None,
@@ -451,7 +563,7 @@ class AcpLoopbackLevel:
                 effects = ws.base / "effects"
                 effects.mkdir()
                 filled = json.loads(json.dumps(steps).replace("{effects}", str(effects)))
-                turns = loopback_turns(filled, self.spec.cli_name or self.spec.id, built.profile.builtin_calls)
+                turns = loopback_turns(filled, self.spec.cli_name or self.spec.id, self.builtin_calls(built.profile))
                 server = ScriptedModelServer(Scenario("acp", tuple(turns)), expected_key=DUMMY_KEY).start()
                 try:
                     settings = Settings(backend=self.spec.id, **({"linger_s": linger_s} if linger_s is not None else {}))
