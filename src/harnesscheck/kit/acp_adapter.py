@@ -214,13 +214,27 @@ class AcpAdapter(BackendUnderTest):
         transport = build_transport(self.spec, Settings(backend=self.spec.id, **self.run_settings(dict(settings or {}))))
         profile = transport.profile
         if self.by_prompt:
+            import sys
+
+            from harnesscheck.loopback.adapter import write_wrapper
+
             script = prompt_script(scenario)
             played = transport.run_session
 
             def run_session(request, **kwargs):  # the model's script is the prompt the agent gets
-                return played(request.model_copy(update={"prompt": script, "system": None}), **kwargs)
+                if request.system:
+                    raise SkipCell("adapter-not-implemented", "harnesscheck's own ACP agent is scripted by its prompt; "
+                                   "a system text (sent before the task: ACP v1 has no system channel) would break the script")
+                # the check's own task rides along in the script (FakeScript reads only "turns")
+                given = json.dumps({**json.loads(script), "task": request.prompt})
+                self._script = given
+                return played(request.model_copy(update={"prompt": given}), **kwargs)
 
             transport.run_session = run_session
+            # its invocation (argv, env, pid) recorded by an exec wrapper around the interpreter, as at loopback
+            wrapper, record_path = write_wrapper(folder / "bin", Path(sys.executable), "python")
+            transport.profile = profile.model_copy(update={"command": [str(wrapper), *profile.command[1:]]})
+            self._script = script
         else:
             transport.profile = profile.model_copy(update={
                 "command": [*profile.command, "--scenario", str(scenario_path), "--record", str(record_path)]})
@@ -246,7 +260,7 @@ class AcpAdapter(BackendUnderTest):
             path = fixture_path("acp-agent", scenario)
             data = json.loads(path.read_text(encoding="utf-8"))
             facts = Facts(usage=_result_usage(data))
-            if scenario == "timeout_mid_stream":
+            if scenario == "timeout_mid_stream" and not self.by_prompt:  # a FakeScript turn stalls before its text
                 facts.partial_text = next((s["say"] for s in data["steps"] if "say" in s), None)
         elif scenario in SUCCESS_VARIANTS:
             data = json.loads(fixture_path("acp-agent", "success").read_text(encoding="utf-8"))
@@ -274,6 +288,9 @@ class AcpAdapter(BackendUnderTest):
         records = read_records(setup.extra["record"])
         run.run_dir = request.run_dir
         run.children = self._children(records)
+        if self.by_prompt:  # the exec wrapper's records; the prompt reaches an ACP agent on stdin
+            run.children = [{**rec, "stdin": getattr(self, "_script", ""), "grandchildren": [], "mcp_server_pids": []}
+                            for rec in records if "pid" in rec]
         run.cli_pids = [c["pid"] for c in run.children]
         trace = []
         for name in ("session-trace.jsonl", "bridge-trace.jsonl"):
