@@ -95,3 +95,13 @@ def test_an_unknown_agents_shell_and_write_are_learned_from_the_wire():
     assert learned["write"].arguments == {"file_path": "{path}", "content": "{content}"}
     assert learn_builtin_calls([gemini], scope)["shell"].name == "run_shell_command"
     assert learn_builtin_calls(["not json", json.dumps({"tools": []})], scope) == {}
+
+
+def test_an_agent_by_command_line_can_say_it_has_no_tools_of_its_own():
+    from harnesscheck.providers.acp.profile import adhoc_profile
+    from harnesscheck.registry import get_spec
+
+    profile = adhoc_profile("--hc-builtins-off --hc-wire=responses my-agent --acp")
+    assert profile.builtins_off and profile.wire == "responses" and profile.command == ["my-agent", "--acp"]
+    assert not adhoc_profile("my-agent").builtins_off
+    assert get_spec("acp:--hc-builtins-off my-agent").supports("builtin_tools_off")

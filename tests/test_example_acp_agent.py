@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "acp-agent-ts"
-CHECKS = ["acp.stdout-only-jsonrpc", "acp.exits-on-stdin-close", "acp.auth-failure-answered"]
+CHECKS = ["acp.stdout-only-jsonrpc", "acp.exits-on-stdin-close", "acp.auth-failure-answered", "audit.builtins-off-at-wire"]
 
 pytestmark = pytest.mark.loopback
 
@@ -24,7 +24,7 @@ def test_the_example_agent_passes_its_acp_cells(tmp_path):
         pytest.skip("node is not installed")
     if not (EXAMPLE / "node_modules" / "@agentclientprotocol" / "sdk").is_dir():
         pytest.skip("the example's packages are not installed: npm ci --ignore-scripts --prefix examples/acp-agent-ts")
-    argv = [sys.executable, "-m", "harnesscheck", "verify", "--backend", f"acp:node {EXAMPLE / 'agent.js'}",
+    argv = [sys.executable, "-m", "harnesscheck", "verify", "--backend", f"acp:--hc-builtins-off node {EXAMPLE / 'agent.js'}",
             "--level", "loopback", "-n", "0", "--report", str(tmp_path / "report"), "--ratchet", "none"]
     for check in CHECKS:
         argv += ["--check", check]

@@ -189,6 +189,9 @@ def builtin_profile(name: str) -> AcpProfile:
 
 #: `acp:<command line>` options the host reads (and removes) before the command: `--wire=<wire>`.
 WIRE_OPTION = "--hc-wire="
+#: `acp:--hc-builtins-off <command>`: the agent has no tools of its own (only the host's MCP
+#: servers): it claims builtin_tools_off, which the audit checks verify at the model wire.
+BUILTINS_OFF_OPTION = "--hc-builtins-off"
 
 
 def adhoc_profile(command_line: str) -> AcpProfile:
@@ -197,13 +200,19 @@ def adhoc_profile(command_line: str) -> AcpProfile:
     ANTHROPIC_API_KEY; responses / chat_completions: OPENAI_BASE_URL and OPENAI_API_KEY)."""
     words = shlex.split(command_line)
     wire = "anthropic_messages"
-    while words and words[0].startswith(WIRE_OPTION):
-        wire = words.pop(0)[len(WIRE_OPTION):]
+    builtins_off = False
+    while words and (words[0].startswith(WIRE_OPTION) or words[0] == BUILTINS_OFF_OPTION):
+        word = words.pop(0)
+        if word == BUILTINS_OFF_OPTION:
+            builtins_off = True
+        else:
+            wire = word[len(WIRE_OPTION):]
     if not words:
         raise ConfigError("acp: names no command", "e.g. --backend 'acp:npx my-agent --acp'")
     if wire not in WIRE_ENV:
         raise ConfigError(f"unknown model wire {wire!r}", f"use one of: {', '.join(WIRE_ENV)}")
     return AcpProfile(name=Path(words[0]).name, command=words, wire=wire, env=dict(WIRE_ENV[wire]),  # type: ignore[arg-type]
+                      builtins_off=builtins_off,
                       description=f"ad-hoc ACP agent: {command_line}")
 
 
