@@ -89,7 +89,9 @@ def test_side_effects_asked(but):
                        {"mcp": "list_dir", "arguments": {"path": "."}}])
     ev = run.evidence
     asked = {str(p.tool_call_id) for p in ev.permissions}
-    side = [tid for tid, call in ev.tool_calls.items() if call.get("kind") != "read"]
+    # a call the agent refused itself before it ran (reported failed: an unknown tool, a path out of
+    # its scope) is no side effect; a write or command it did run shows on disk, an MCP call in the trace
+    side = [tid for tid, call in ev.tool_calls.items() if call.get("kind") != "read" and call.get("status") != "failed"]
     unasked = [ev.tool_calls[t].get("title") for t in side if t not in asked]
     appeared = sorted(p.name for p in run.effects.iterdir())
     assert not appeared and not unasked, (
@@ -112,19 +114,21 @@ def test_cancel_stops_tool(but):
     host ends anything itself, the command's pid is looked up in the process table."""
 
     def started(ev, record) -> bool:
-        return '"tool_child"' in (record.read_text(encoding="utf-8") if record.exists() else "")
+        return record is not None and '"tool_child"' in (record.read_text(encoding="utf-8") if record.exists() else "")
 
     def at_answer(direction, msg, ev, observed):
         if direction == "in" and isinstance(msg.get("result"), dict) and "stopReason" in msg["result"]:
-            children = [json.loads(line)["pid"] for line in observed["record"].read_text().splitlines()
-                        if '"tool_child"' in line]
+            record = observed["record"]
+            text = record.read_text(encoding="utf-8") if record is not None and record.exists() else ""
+            children = [json.loads(line)["pid"] for line in text.splitlines() if '"tool_child"' in line]
             observed["alive"] = [pid for pid in children if _alive(pid)]
             observed["children"] = children
 
     run = but.acp_run([{"shell": "sleep 300", "wait": True}], timeout_s=60, policy=_allow_all,
                       cancel_when=started, observer=at_answer)
     ev = run.evidence
-    assert ev.cancel_sent_at is not None, f"the command never started: nothing was cancelled ({run.outcome.message!r})"
+    if ev.cancel_sent_at is None:  # refused or not offered (an agent with no shell tool): nothing to cancel
+        but.skip("unsupported-by-backend", f"the agent never started the command: nothing to cancel ({run.outcome.message!r})")
     assert ev.stop_reason == "cancelled", f"after session/cancel the prompt ended {ev.stop_reason!r} / {ev.prompt_error}"
     took = ev.answered_at - ev.cancel_sent_at
     assert took < CANCEL_BOUND_S, f"the cancel was answered {took:.1f} s after session/cancel"
@@ -189,7 +193,8 @@ def test_host_secrets_unreachable(but):
     run = but.acp_run([{"shell": "env > {effects}/tool-env.txt"}, {"mcp": "list_dir", "arguments": {"path": "."}}],
                       policy=_allow_all, parent_env=canaries, session_key=key)
     tool_env = (run.effects / "tool-env.txt").read_text(encoding="utf-8") if (run.effects / "tool-env.txt").exists() else None
-    assert tool_env is not None, f"the command never ran: nothing to judge ({run.outcome.message!r})"
+    if tool_env is None:  # refused, sandboxed away from the effects dir, or not run: no env to judge
+        but.skip("unsupported-by-backend", f"the agent's command left no env file: nothing to judge ({run.outcome.message!r})")
     secrets = {**{n: v for n, v in canaries.items()}, "the session key": key}
     in_tool = sorted(n for n, v in secrets.items() if v in tool_env)
     servers = run.kinds("mcp_server")

@@ -130,6 +130,50 @@ def session_new_servers(run_dir) -> dict[str, dict]:
     return servers
 
 
+#: A step's auth / rate-limit / ... JSON-RPC error (the fixtures' forms) -> the FakeScript error class.
+_ERROR_WORDS = (("auth", "auth"), ("rate", "rate_limit"), ("overload", "overloaded"), ("too long", "context_overflow"),
+                ("context", "context_overflow"))
+
+
+def prompt_script(scenario: dict) -> str:
+    """A fake ACP agent scenario (steps) as the FakeScript JSON prompt `harnesscheck acp serve
+    --backend fake` plays (doc/SPEC-fake.md): text, MCP-named tool calls as its own scoped tools
+    (it starts no MCP server: SPEC-acp-serve.md), a local write as `write_file` of that path (its
+    scope refuses one outside the session's cwd), a command as a call of `shell` (it has no shell
+    tool: refused), a hang as a long delay, an error as that class. A step with no such form
+    (noise, spawns, defects of the fake's) is a SkipCell."""
+    turns: list[dict] = []
+    said: list[str] = []  # text before a call or an error goes with it (a text-only turn is the final answer)
+
+    def turn(**fields) -> None:
+        turns.append({"text": " ".join(said), **fields})
+        said.clear()
+
+    for step in scenario.get("steps") or []:
+        if "say" in step:
+            said.append(step["say"] or "...")
+        elif "mcp" in step:
+            turn(tool_calls=[[step["mcp"], dict(step.get("arguments") or {})]])
+        elif "write" in step:
+            turn(tool_calls=[["write_file", {"path": step["write"], "content": step.get("content", "")}]])
+        elif "shell" in step:
+            turn(tool_calls=[["shell", {"command": step["shell"]}]])
+        elif "hang" in step:
+            turn(delay_s=3600)
+        elif "error" in step:
+            text = json.dumps(step["error"]).lower()
+            error = next((cls for word, cls in _ERROR_WORDS if word in text), "server_error")
+            turn(error=error, error_message=str(step["error"].get("message", "")))
+        elif "auth_signal" in step:
+            continue
+        else:
+            raise SkipCell("adapter-not-implemented", f"{next(iter(step), '?')!r}: a device of the fake ACP agent with "
+                           "no form in the prompt script of harnesscheck's own agent")
+    if said or not turns or turns[-1].get("tool_calls"):
+        turn() if said else turns.append({"text": "done"})
+    return json.dumps({"turns": turns})
+
+
 class AcpAdapter(BackendUnderTest):
     name = "fake-acp-agent"
 
@@ -141,7 +185,9 @@ class AcpAdapter(BackendUnderTest):
         from harnesscheck.registry import build_transport
         from harnesscheck.config import Settings
 
-        if not getattr(build_transport(spec, Settings(backend=spec.id)), "profile").replays_scenarios:
+        profile = getattr(build_transport(spec, Settings(backend=spec.id)), "profile")
+        self.by_prompt = profile.scripted_by_prompt
+        if not (profile.replays_scenarios or profile.scripted_by_prompt):
             raise SkipCell("env-missing", f"{spec.id} is a real ACP agent: it needs a model, and the offline level has "
                            "none (it drives only an agent that replays scripted turns, `replays_scenarios` in its "
                            "profile); its level is loopback, not built for ad-hoc agents yet")
@@ -167,8 +213,31 @@ class AcpAdapter(BackendUnderTest):
         scenario_path.write_text(json.dumps(scenario), encoding="utf-8")
         transport = build_transport(self.spec, Settings(backend=self.spec.id, **self.run_settings(dict(settings or {}))))
         profile = transport.profile
-        transport.profile = profile.model_copy(update={
-            "command": [*profile.command, "--scenario", str(scenario_path), "--record", str(record_path)]})
+        if self.by_prompt:
+            import sys
+
+            from harnesscheck.loopback.adapter import write_wrapper
+
+            script = prompt_script(scenario)
+            played = transport.run_session
+
+            def run_session(request, **kwargs):  # the model's script is the prompt the agent gets
+                if request.system:
+                    raise SkipCell("adapter-not-implemented", "harnesscheck's own ACP agent is scripted by its prompt; "
+                                   "a system text (sent before the task: ACP v1 has no system channel) would break the script")
+                # the check's own task rides along in the script (FakeScript reads only "turns")
+                given = json.dumps({**json.loads(script), "task": request.prompt})
+                self._script = given
+                return played(request.model_copy(update={"prompt": given}), **kwargs)
+
+            transport.run_session = run_session
+            # its invocation (argv, env, pid) recorded by an exec wrapper around the interpreter, as at loopback
+            wrapper, record_path = write_wrapper(folder / "bin", Path(sys.executable), "python")
+            transport.profile = profile.model_copy(update={"command": [str(wrapper), *profile.command[1:]]})
+            self._script = script
+        else:
+            transport.profile = profile.model_copy(update={
+                "command": [*profile.command, "--scenario", str(scenario_path), "--record", str(record_path)]})
         if policy is not None:
             transport.policy = policy
         if session_key is not None:
@@ -178,6 +247,11 @@ class AcpAdapter(BackendUnderTest):
     def prepare(self, scenario, ws, *, tool_calls, model, timeout_s, echo) -> Setup:
         from harnesscheck.fakes import fixture_path
 
+        if self.by_prompt and scenario not in FIXTURE_SCENARIOS:
+            raise SkipCell("adapter-not-implemented", f"{scenario}: harnesscheck's own ACP agent is scripted here only for "
+                           "the acp.* checks and the canonical fixtures (text, errors, a stall): its tools act in the "
+                           "session's cwd (the host's scratch dir, not the worktree) and it starts no bridge, so the "
+                           "bridge and worktree evidence those checks read does not exist (doc/SPEC-acp-serve.md)")
         if scenario == "tools":
             steps = [{"mcp": c.name, "arguments": dict(c.args)} for c in tool_calls or []]
             data = {"steps": [*steps, {"say": "done"}], "stop": "end_turn"}
@@ -186,7 +260,7 @@ class AcpAdapter(BackendUnderTest):
             path = fixture_path("acp-agent", scenario)
             data = json.loads(path.read_text(encoding="utf-8"))
             facts = Facts(usage=_result_usage(data))
-            if scenario == "timeout_mid_stream":
+            if scenario == "timeout_mid_stream" and not self.by_prompt:  # a FakeScript turn stalls before its text
                 facts.partial_text = next((s["say"] for s in data["steps"] if "say" in s), None)
         elif scenario in SUCCESS_VARIANTS:
             data = json.loads(fixture_path("acp-agent", "success").read_text(encoding="utf-8"))
@@ -214,6 +288,9 @@ class AcpAdapter(BackendUnderTest):
         records = read_records(setup.extra["record"])
         run.run_dir = request.run_dir
         run.children = self._children(records)
+        if self.by_prompt:  # the exec wrapper's records; the prompt reaches an ACP agent on stdin
+            run.children = [{**rec, "stdin": getattr(self, "_script", ""), "grandchildren": [], "mcp_server_pids": []}
+                            for rec in records if "pid" in rec]
         run.cli_pids = [c["pid"] for c in run.children]
         trace = []
         for name in ("session-trace.jsonl", "bridge-trace.jsonl"):
@@ -321,12 +398,14 @@ def run_acp_session(but: BackendUnderTest, transport, record: Path | None, ws, e
 # The loopback level: a real ACP agent (its profile's npm pin) against a scripted model server
 
 
-def loopback_turns(steps: list[dict], agent: str) -> list:
-    """An acp.* check's steps as the model's turns: text, a bridge call, an auth failure (401).
-    Anything else (a local write or command, a hang, a defect of the fake's) is a built-in or a
-    fake-only device: the real agent's built-ins are off, so the cell is skipped, saying which."""
+def loopback_turns(steps: list[dict], agent: str, builtin_calls: dict | None = None) -> list:
+    """An acp.* check's steps as the model's turns: text, a bridge call, an auth failure (401),
+    and a local write or command where the agent's profile names the built-in that does it
+    (`builtin_calls`: a profile with built-ins on). Anything else (a hang, a defect of the
+    fake's, a write or command with no such built-in) is skipped, saying which."""
     from harnesscheck.loopback.scenario import ToolCall, Turn, status_turn
 
+    builtin_calls = builtin_calls or {}
     turns = []
     for step in steps:
         if "say" in step:
@@ -337,13 +416,79 @@ def loopback_turns(steps: list[dict], agent: str) -> list:
             turns.append(status_turn(401))
         elif "auth_signal" in step:
             continue  # the agent's own signal, if it has one, comes from its 401
+        elif "write" in step and "write" in builtin_calls:
+            values = {"path": str(step["write"]), "content": str(step.get("content", ""))}
+            call = builtin_calls["write"]
+            turns.append(Turn(tool_calls=(ToolCall(call.name, call.filled(values), builtin=True),)))
+        elif "shell" in step and "shell" in builtin_calls:
+            call = builtin_calls["shell"]
+            turns.append(Turn(tool_calls=(ToolCall(call.name, call.filled({"command": str(step["shell"])}), builtin=True),)))
         else:
             action = next(iter(step), "?")
             raise SkipCell("adapter-not-implemented", f"the real {agent} cannot be scripted to do {action!r} at "
-                           "loopback: only text, bridge calls and auth failures are (its built-ins are off)")
+                           "loopback: only text, bridge calls, auth failures and the built-ins its profile names "
+                           f"(builtin_calls: {', '.join(builtin_calls) or 'none'}) are")
     if not turns or turns[-1].tool_calls:
         turns.append(Turn(text="done"))
     return turns
+
+
+def own_command(spec) -> Path | None:
+    """The executable an ACP profile with no npm pin starts (its command's first word: a path, or
+    found on PATH), or None."""
+    import shutil
+
+    from harnesscheck.providers.acp.profile import profile_for
+
+    word = profile_for(spec.id).command[0]
+    if "/" in word:
+        path = Path(word).expanduser().absolute()
+        return path if path.is_file() and os.access(path, os.X_OK) else None
+    found = shutil.which(word)
+    return Path(found) if found else None
+
+
+#: The arguments that make a tool the agent's shell, or its file write, whatever its name: learned
+#: from its input schema at the wire (an agent with no profile).
+SHELL_ARGS = ("command", "cmd")
+PATH_ARGS = ("file_path", "path", "filePath", "absolute_path")
+
+
+def learn_builtin_calls(bodies: list[str], scope_tools: set[str]) -> dict:
+    """The agent's own shell and write tools, from the tools it offered the model (request bodies
+    of any wire: `tools[]` with `input_schema`, `parameters` or `function.parameters`, gemini's
+    `functionDeclarations`): a tool whose required arguments are a command (SHELL_ARGS) is its
+    shell; one taking a path (PATH_ARGS) and `content` and nothing else required is its write.
+    The bridge's own tools (the scope's names, however the agent prefixes them) are never taken."""
+    from harnesscheck.loopback.adapter import wire_to_scope_name
+    from harnesscheck.providers.acp.profile import BuiltinCall
+
+    schemas: dict[str, dict] = {}
+    for text in bodies:
+        try:
+            body = json.loads(text or "")
+        except ValueError:
+            continue
+        for tool in (body.get("tools") or []) if isinstance(body, dict) else []:
+            if not isinstance(tool, dict):
+                continue
+            for decl in tool.get("functionDeclarations") or [tool.get("function") or tool]:
+                if isinstance(decl, dict) and isinstance(decl.get("name"), str):
+                    schema = decl.get("input_schema") or decl.get("parameters") or decl.get("parametersJsonSchema") or {}
+                    schemas.setdefault(decl["name"], schema if isinstance(schema, dict) else {})
+    learned: dict = {}
+    for name, schema in schemas.items():
+        if wire_to_scope_name(name) in scope_tools:
+            continue
+        props = set((schema.get("properties") or {}))
+        required = set(schema.get("required") or [])
+        command = next((a for a in SHELL_ARGS if a in required), None)
+        path = next((a for a in PATH_ARGS if a in props), None)
+        if command and "shell" not in learned:
+            learned["shell"] = BuiltinCall(name=name, arguments={command: "{command}"})
+        elif path and "content" in props and required <= {path, "content"} and "write" not in learned:
+            learned["write"] = BuiltinCall(name=name, arguments={path: "{path}", "content": "{content}"})
+    return learned
 
 
 def _loopback_base():
@@ -357,11 +502,66 @@ class AcpLoopbackLevel:
     scripted servers, the catalog's scenarios) plus `acp_run` for the acp.* checks it can script.
     Built lazily, like kit.adapters.LoopbackLevel."""
 
+    @staticmethod
+    def available(spec) -> tuple[bool, str]:
+        """A profile with an npm pin: that release in the CLI cache (as a CLI's); an agent given
+        by its command line (or a profile file with no pin): its command, found."""
+        if spec.cli_package:
+            return _loopback_base().available(spec)
+        found = own_command(spec)
+        return (True, "") if found else (False, f"{spec.id}: its command is not found (not a file, not on PATH)")
+
     def __call__(self, spec, level, tmp_path):
         base = _loopback_base()
 
         class AcpLoopbackAdapter(base):  # type: ignore[misc, valid-type]
             name = "acp-loopback"
+
+            def __init__(self, spec, level, tmp_path):
+                if spec.cli_package:  # a pinned release from the CLI cache
+                    super().__init__(spec, level, tmp_path)
+                    return
+                # no pin (acp:<command line>, a profile file): the agent's own command, as given
+                super(base, self).__init__(spec, level, tmp_path)
+                from harnesscheck.loopback.clis import PinnedBinary
+
+                path = own_command(spec)
+                if path is None:
+                    raise SkipCell("env-missing", f"{spec.id}: its command is not found (not a file, not on PATH)")
+                self.binary = PinnedBinary(spec.id, path, "", "command line")
+                self._servers, self._wrappers, self.trace_opens = [], 0, False
+                self._learned: dict | None = None
+
+            def builtin_calls(self, profile) -> dict:
+                """The profile's built-ins, else (an agent with no profile) those learned from what it
+                offered the model in a first session at the wire (learn_builtin_calls)."""
+                if profile.builtin_calls or self.spec.cli_package:
+                    return dict(profile.builtin_calls)
+                if getattr(self, "_learned", None) is None:
+                    self._learned = self.learn_tools()
+                return self._learned
+
+            def learn_tools(self) -> dict:
+                from harnesscheck.config import Settings
+                from harnesscheck.loopback.endpoint import DUMMY_KEY, LoopbackEndpoint
+                from harnesscheck.loopback.scenario import Scenario, Turn
+                from harnesscheck.loopback.server import ScriptedModelServer
+                from harnesscheck.registry import build_transport
+
+                server = ScriptedModelServer(Scenario("learn", (Turn(text="done"),)), expected_key=DUMMY_KEY).start()
+                try:
+                    settings = Settings(backend=self.spec.id)
+                    built = build_transport(self.spec, settings)
+                    transport = type(built)(self.spec, settings, profile=built.profile,
+                                            loopback=LoopbackEndpoint(server.base_url))
+                    ws = self.workspace()
+                    run_acp_session(self, transport, None, ws, ws.base, timeout_s=60 + self.startup_allowance_s(),
+                                    read_only=False, cancel_when=None, observer=None, plant=None, parent_env=None)
+                    scope_tools = set(ws.scope(read_only=False).tool_names())
+                    return learn_builtin_calls([r.body_text for r in server.requests], scope_tools)
+                finally:
+                    server.stop()
+            replays_fixtures = False  # the real agent only (claude-agent-acp has no fake CLI)
 
             def acp_run(self, steps, *, timeout_s=60.0, read_only=False, policy=None, cancel_when=None,
                         observer=None, plant=None, parent_env=None, linger_s=None, session_key=None):
@@ -371,14 +571,19 @@ class AcpLoopbackLevel:
                 from harnesscheck.loopback.server import ScriptedModelServer
                 from harnesscheck.registry import build_transport
 
-                turns = loopback_turns(steps, self.spec.cli_name or self.spec.id)
+                if cancel_when is not None:
+                    raise SkipCell("adapter-not-implemented", "the loopback level keeps no record naming the pid of the "
+                                   "agent's running tool (the fake ACP agent's record, offline): when to cancel and "
+                                   "whether that process is gone cannot be told here")
+                built = build_transport(self.spec, Settings(backend=self.spec.id))  # the backend's own class and profile
                 ws = self.workspace()
                 effects = ws.base / "effects"
                 effects.mkdir()
+                filled = json.loads(json.dumps(steps).replace("{effects}", str(effects)))
+                turns = loopback_turns(filled, self.spec.cli_name or self.spec.id, self.builtin_calls(built.profile))
                 server = ScriptedModelServer(Scenario("acp", tuple(turns)), expected_key=DUMMY_KEY).start()
                 try:
                     settings = Settings(backend=self.spec.id, **({"linger_s": linger_s} if linger_s is not None else {}))
-                    built = build_transport(self.spec, settings)  # the backend's own class and profile
                     transport = type(built)(self.spec, settings, profile=built.profile,
                                             loopback=LoopbackEndpoint(server.base_url), policy=policy)
                     if session_key is not None:

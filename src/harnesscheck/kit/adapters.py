@@ -1126,6 +1126,10 @@ def level_available(spec: ProviderSpec, level: str) -> tuple[bool, str]:
     kind = adapter_kind(spec)
     if level == "offline":
         return True, ""
+    if kind == "harness" and level == "loopback" and is_acp(spec):
+        from harnesscheck.kit.acp_adapter import AcpLoopbackLevel
+
+        return AcpLoopbackLevel.available(spec)
     if (kind, level) in LEVEL_PROVIDERS:
         probe = getattr(LEVEL_PROVIDERS[(kind, level)], "available", None)
         if probe is not None:

@@ -498,12 +498,15 @@ BRIDGE_PROBES: list[dict] = [
 
 class HarnessAdapter(BackendUnderTest):
     name = "fake-cli"
+    #: Whether this adapter replays a fake CLI's fixtures (an ACP agent at loopback runs the
+    #: real agent only: it needs no fake standing in for it).
+    replays_fixtures = True
 
     def __init__(self, spec, level, tmp_path):
         super().__init__(spec, level, tmp_path)
-        if spec.cli_name not in FAKE_NAMES:
+        if spec.cli_name not in FAKE_NAMES and self.replays_fixtures:
             raise SkipCell("adapter-not-implemented", f"no fake CLI stands in for {spec.cli_name!r}")
-        self.fake_name = FAKE_NAMES[spec.cli_name]
+        self.fake_name = FAKE_NAMES.get(spec.cli_name or "", spec.cli_name or "")
         self.hold_s = 0.3  # how long a `held_success` CLI stays alive before its first line
         self._fakes: list = []
         self._installs = 0

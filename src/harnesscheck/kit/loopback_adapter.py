@@ -171,7 +171,10 @@ class LoopbackAdapter(HarnessAdapter):
                                         strace=strace)
         from harnesscheck.registry import probe_version, remember_version, version_probe_timeout_s
 
-        printed = (f"{self.spec.id} {self.binary.version}" if self.binary.path.is_dir()  # an SDK dir prints nothing
+        from harnesscheck.loopback.install import manifest_versioned
+
+        # an SDK dir prints nothing; a CLI with no --version (codex-acp) is not started to ask it
+        printed = (f"{self.spec.id} {self.binary.version}" if self.binary.path.is_dir() or self.spec.cli_name in manifest_versioned()
                    else probe_version(self.binary.path, version_probe_timeout_s(self.spec)))  # probed already (require_pinned_cli): cached
         if printed:  # the wrapper execs that binary: its answer, without starting it again per cell
             remember_version(wrapper, printed)

@@ -42,14 +42,34 @@ class PinnedCli:
 
 
 def pinned_clis() -> list[PinnedCli]:
-    """Every registered harness backend with an npm package and a pinned version."""
-    from harnesscheck.registry import known_specs
+    """Every registered harness backend with an npm package and a pinned version, then every
+    shipped ACP profile (`acp-<name>`) whose npm pin is not one of those already (acp-gemini
+    runs the gemini pin; claude-agent-acp and codex-acp are packages of their own)."""
+    from harnesscheck.registry import acp_spec, known_specs
+    from harnesscheck.providers.acp.profile import PROFILE_DIR
 
     out = []
-    for spec in known_specs().values():
-        if spec.cli_package and spec.pinned_version and spec.cli_name:
+    specs = list(known_specs().values())
+    specs += [acp_spec(f"acp-{path.stem}") for path in sorted(PROFILE_DIR.glob("*.toml"))]
+    seen: set[tuple[str, str]] = set()
+    for spec in specs:
+        if spec.cli_package and spec.pinned_version and spec.cli_name and (spec.cli_package, spec.pinned_version) not in seen:
+            seen.add((spec.cli_package, spec.pinned_version))
             out.append(PinnedCli(spec.id, spec.cli_name, spec.cli_package, spec.pinned_version))
     return out
+
+
+def manifest_versioned() -> frozenset[str]:
+    """The CLIs (by cli_name) whose bin has no `--version` (an ACP profile's
+    `install.prints_version = false`): their version is the installed package manifest's."""
+    from harnesscheck.providers.acp.profile import PROFILE_DIR, load_profile
+
+    names = set()
+    for path in PROFILE_DIR.glob("*.toml"):
+        profile = load_profile(path)
+        if profile.install.bin and not profile.install.prints_version:
+            names.add(Path(profile.install.bin).name)
+    return frozenset(names)
 
 
 def wanted_clis(backend: str | None = None, version: str | None = None) -> list[PinnedCli]:
@@ -109,6 +129,8 @@ def runs_at_version(dest: Path, c: PinnedCli) -> bool:
     path = binary_path(dest, c.cli_name)
     if not path.exists():
         return False
+    if c.cli_name in manifest_versioned():
+        return installed_version(dest, c.package) == c.version
     printed = probe_version(path)
     return printed is not None and parse_version(printed) == parse_version(c.version)
 

@@ -62,6 +62,30 @@ class PermissionMode(BaseModel):
     config_option: dict[str, str] | None = None
 
 
+class BuiltinCall(BaseModel):
+    """How the scripted model calls one of the agent's own built-ins at loopback (a profile
+    with built-ins on): its wire name and arguments, `{path}` / `{content}` / `{command}` filled."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+    def filled(self, values: dict[str, str]) -> dict[str, Any]:
+        """The arguments with the placeholders filled."""
+
+        def filled(value):
+            if isinstance(value, str):
+                return fill(value, values)
+            if isinstance(value, dict):
+                return {k: filled(v) for k, v in value.items()}
+            if isinstance(value, list):
+                return [filled(v) for v in value]
+            return value
+
+        return filled(self.arguments)
+
+
 class Install(BaseModel):
     """Where `install-clis` gets the agent (an npm package at a version, the bin to run)."""
 
@@ -69,6 +93,9 @@ class Install(BaseModel):
 
     npm: str | None = None  # "pkg@version"
     bin: str | None = None  # path inside the install dir
+    #: The bin answers `--version` with its version (codex-acp 0.16.0 does not: then the
+    #: installed package's manifest says the version, and install-clis checks that).
+    prints_version: bool = True
 
 
 class AcpProfile(BaseModel):
@@ -103,10 +130,16 @@ class AcpProfile(BaseModel):
     #: How the agent names the bridge's tools in tool_call titles/names (`{tool}` placeholder).
     bridge_tool_names: list[str] = Field(default_factory=lambda: ["mcp__bridge__{tool}", "mcp_bridge_{tool}",
                                                                   "bridge_{tool}", "{tool}"])
+    #: The agent's own built-ins the scripted model calls at loopback for an acp.* check's local
+    #: `write` and `shell` steps (a profile with built-ins on; none when they are off).
+    builtin_calls: dict[Literal["write", "shell"], BuiltinCall] = Field(default_factory=dict)
     install: Install = Field(default_factory=Install)
     #: The agent replays a scripted turn given `--scenario FILE --record FILE` (the fake ACP
     #: agent): the offline level can drive it. A real agent needs a model: the loopback level.
     replays_scenarios: bool = False
+    #: The agent plays a JSON script given as its prompt (harnesscheck's own `acp serve --backend
+    #: fake`: FakeScript, doc/SPEC-fake.md): the offline level drives it by the prompt it sends.
+    scripted_by_prompt: bool = False
     description: str = ""
 
     def argv(self, values: dict[str, str]) -> list[str]:
@@ -156,6 +189,9 @@ def builtin_profile(name: str) -> AcpProfile:
 
 #: `acp:<command line>` options the host reads (and removes) before the command: `--wire=<wire>`.
 WIRE_OPTION = "--hc-wire="
+#: `acp:--hc-builtins-off <command>`: the agent has no tools of its own (only the host's MCP
+#: servers): it claims builtin_tools_off, which the audit checks verify at the model wire.
+BUILTINS_OFF_OPTION = "--hc-builtins-off"
 
 
 def adhoc_profile(command_line: str) -> AcpProfile:
@@ -164,13 +200,19 @@ def adhoc_profile(command_line: str) -> AcpProfile:
     ANTHROPIC_API_KEY; responses / chat_completions: OPENAI_BASE_URL and OPENAI_API_KEY)."""
     words = shlex.split(command_line)
     wire = "anthropic_messages"
-    while words and words[0].startswith(WIRE_OPTION):
-        wire = words.pop(0)[len(WIRE_OPTION):]
+    builtins_off = False
+    while words and (words[0].startswith(WIRE_OPTION) or words[0] == BUILTINS_OFF_OPTION):
+        word = words.pop(0)
+        if word == BUILTINS_OFF_OPTION:
+            builtins_off = True
+        else:
+            wire = word[len(WIRE_OPTION):]
     if not words:
         raise ConfigError("acp: names no command", "e.g. --backend 'acp:npx my-agent --acp'")
     if wire not in WIRE_ENV:
         raise ConfigError(f"unknown model wire {wire!r}", f"use one of: {', '.join(WIRE_ENV)}")
     return AcpProfile(name=Path(words[0]).name, command=words, wire=wire, env=dict(WIRE_ENV[wire]),  # type: ignore[arg-type]
+                      builtins_off=builtins_off,
                       description=f"ad-hoc ACP agent: {command_line}")
 
 

@@ -331,6 +331,7 @@ class AcpSession:
             self._set_mode_or_prompt()
         elif method in ("session/set_mode", "session/set_config_option"):
             self.ev.mode_set = self.profile.mode.mode_id or json.dumps(self.profile.mode.config_option)
+            self.ev.modes.append(self.ev.mode_set)  # accepted: the current mode from here on, until the agent reports another
             self._prompt()
         return None
 
@@ -379,6 +380,11 @@ class AcpSession:
         elif kind == "current_mode_update":
             if isinstance(update.get("currentModeId"), str):
                 self.ev.modes.append(update["currentModeId"])
+        elif kind == "config_option_update" and self.profile.mode.mode_id is not None:
+            # claude-agent-acp reports a mode change as its `mode` config option, not current_mode_update
+            for option in update.get("configOptions") or []:
+                if isinstance(option, dict) and option.get("category") == "mode" and isinstance(option.get("currentValue"), str):
+                    self.ev.modes.append(option["currentValue"])
 
     def _tool_update(self, update: dict) -> None:
         tid = update.get("toolCallId")
