@@ -318,12 +318,55 @@ def get_spec(backend_id: str) -> ProviderSpec:
         base_id, _, mode = backend_id.partition(MODE_SEP)
         return mode_variant(get_spec(base_id), mode)
     if ":" in backend_id:
-        module, _, attr = backend_id.partition(":")
-        obj = getattr(importlib.import_module(module), attr)
-        spec = obj() if callable(obj) and not isinstance(obj, ProviderSpec) else obj
-        if isinstance(spec, ProviderSpec):
-            return spec
+        return spec_from_reference(backend_id)
     raise UnknownBackend(backend_id, list(specs))
+
+
+#: A third-party backend's id: a lower-case slug (it names report columns and rerun commands).
+SPEC_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+
+
+def spec_from_reference(reference: str) -> ProviderSpec:
+    """The ProviderSpec a 'module:attr' reference names (a ProviderSpec, or a function
+    returning one), checked up front: every way it can be wrong is a ConfigError (a usage
+    error, exit 2) naming the module or attribute and the fix, never a traceback, and a
+    factory that does not import is caught here, once, not in every cell."""
+    module, _, attr = reference.partition(":")
+    example = f"e.g. `def spec() -> ProviderSpec` in {module or 'mybackend'}.py and --backend {module or 'mybackend'}:spec"
+    if not module or not attr:
+        raise ConfigError(f"backend {reference!r}: a reference is 'module:attr'", example)
+    try:
+        loaded = importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - any import failure is the user's module's
+        raise ConfigError(f"backend {reference!r}: importing module {module!r} failed: {type(exc).__name__}: {exc}",
+                          f"make `python -c 'import {module}'` work in this environment (install its dependencies, "
+                          "or run from the directory that holds it)") from None
+    if not hasattr(loaded, attr):
+        names = sorted(n for n in vars(loaded) if not n.startswith("_") and callable(getattr(loaded, n)))[:8]
+        raise ConfigError(f"backend {reference!r}: module {module!r} has no attribute {attr!r}"
+                          + (f" (it has: {', '.join(names)})" if names else ""), example)
+    obj = getattr(loaded, attr)
+    try:
+        spec = obj() if callable(obj) and not isinstance(obj, ProviderSpec) else obj
+    except Exception as exc:  # noqa: BLE001 - the user's spec function failed
+        raise ConfigError(f"backend {reference!r}: calling {module}.{attr}() failed: {type(exc).__name__}: {exc}",
+                          f"{module}.{attr} must return a harnesscheck.contracts.ProviderSpec") from None
+    if not isinstance(spec, ProviderSpec):
+        raise ConfigError(f"backend {reference!r}: {module}.{attr} gives a {type(spec).__name__}, not a ProviderSpec",
+                          f"{module}.{attr} must be (or return) a harnesscheck.contracts.ProviderSpec; {example}")
+    if not SPEC_ID_RE.match(spec.id):
+        raise ConfigError(f"backend {reference!r}: its ProviderSpec id {spec.id!r} is not a lower-case slug",
+                          "use an id like 'my-backend' (letters, digits, '.', '_', '-'; it names report columns)")
+    factory_module, _, factory_attr = spec.factory.partition(":")
+    try:
+        factory = getattr(importlib.import_module(factory_module), factory_attr) if factory_attr else None
+    except Exception as exc:  # noqa: BLE001 - the user's factory module
+        raise ConfigError(f"backend {reference!r}: its factory {spec.factory!r} does not import: {type(exc).__name__}: {exc}",
+                          f"set ProviderSpec.factory to an importable 'module:Class' (the Transport class)") from None
+    if not callable(factory):
+        raise ConfigError(f"backend {reference!r}: its factory {spec.factory!r} names nothing callable",
+                          "set ProviderSpec.factory to 'module:Class', the class whose instances run sessions")
+    return spec
 
 
 def resolve_provider(settings: Settings | None = None) -> Transport:
