@@ -86,10 +86,22 @@ def check_dir_option(option: str, path: Path) -> Path:
     if not base.is_dir():
         raise UsageError(f"{option} {path}: {base} is a file, so the directory cannot be created",
                          f"pass a path under a directory, not under a file, for {option}")
-    if not os.access(base, os.W_OK | os.X_OK):
+    if not os.access(base, os.W_OK | os.X_OK) or not _can_make_dir_in(base):
         what = "is not writable" if base == path.absolute() else f"cannot be created ({base} is not writable)"
         raise UsageError(f"{option} {path}: {what}", f"pass a directory you can write to for {option}")
     return path
+
+
+def _can_make_dir_in(base: Path) -> bool:
+    """Whether a directory can really be made in `base` (access() says yes to root for /proc
+    and /sys, where mkdir fails): a probe directory, made and removed at once."""
+    import tempfile
+
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".harnesscheck-probe-", dir=base))
+    except OSError:
+        return False
+    return True
 
 
 def check_file_option(option: str, path: Path, example: str = "out.json") -> Path:

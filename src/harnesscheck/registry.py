@@ -332,7 +332,8 @@ def spec_from_reference(reference: str) -> ProviderSpec:
     error, exit 2) naming the module or attribute and the fix, never a traceback, and a
     factory that does not import is caught here, once, not in every cell."""
     module, _, attr = reference.partition(":")
-    example = f"e.g. `def spec() -> ProviderSpec` in {module or 'mybackend'}.py and --backend {module or 'mybackend'}:spec"
+    example = (f"e.g. `def spec() -> ProviderSpec` in {(module or 'mybackend').replace('.', '/')}.py "
+               f"and --backend {module or 'mybackend'}:spec")
     if not module or not attr:
         raise ConfigError(f"backend {reference!r}: a reference is 'module:attr'", example)
     try:
@@ -342,7 +343,8 @@ def spec_from_reference(reference: str) -> ProviderSpec:
                           f"make `python -c 'import {module}'` work in this environment (install its dependencies, "
                           "or run from the directory that holds it)") from None
     if not hasattr(loaded, attr):
-        names = sorted(n for n in vars(loaded) if not n.startswith("_") and callable(getattr(loaded, n)))[:8]
+        names = sorted(n for n, v in vars(loaded).items() if not n.startswith("_") and callable(v)
+                       and getattr(v, "__module__", None) == module)[:8]
         raise ConfigError(f"backend {reference!r}: module {module!r} has no attribute {attr!r}"
                           + (f" (it has: {', '.join(names)})" if names else ""), example)
     obj = getattr(loaded, attr)

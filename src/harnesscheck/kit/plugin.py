@@ -116,6 +116,12 @@ def pytest_configure(config: pytest.Config) -> None:
         _no_backend_named(config)
         return  # another project's run: no marker, no fixture, nothing started
     state["kit"] = True
+    if config.getoption("hc_check") and not hasattr(config, "workerinput"):
+        # an unknown id is a usage error before any xdist worker starts (raised in a worker's
+        # collection it crashed the controller: INTERNALERROR, exit 3)
+        with _plain_imports(_xdist_controller(config)):
+            _catalog()
+        _check_ids_known(set(config.getoption("hc_check")))
     config.addinivalue_line("markers", "conformance: a harnesscheck conformance check (offline-safe; never live)")
     config.addinivalue_line("markers", "loopback: runs against the real CLI and a scripted model server on 127.0.0.1")
     config.addinivalue_line("markers", "live: needs a real CLI, a real login and budget; never run in CI")

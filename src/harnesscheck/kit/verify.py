@@ -55,6 +55,8 @@ def plan(backends: list[str], levels: list[str]) -> tuple[list[str], list[str], 
     from harnesscheck.kit.adapters import level_available
     from harnesscheck.registry import column_ids, default_backend_ids, get_spec
 
+    if any(":" in b for b in backends) and os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())  # `module:attr` resolves from the current directory, as in the suite's run
     ids = list(dict.fromkeys([c for b in backends for c in column_ids(b)] or default_backend_ids()))
     specs = [get_spec(i) for i in ids]
     notes: list[str] = []
@@ -305,12 +307,23 @@ def verify_command(backends: list[str], levels: list[str], report_dir: Path, bas
         os.environ["HARNESS_BACKEND"] = backends[0]
 
     try:
+        from harnesscheck.config import Settings
+
+        Settings.from_env()  # a bad HARNESS_* value is refused here too, as `run` refuses it
+        unknown = unknown_checks(list(checks))
+        if unknown:
+            _err(unknown)
+            return EXIT_USAGE
         ids, chosen, notes = plan(backends, levels)
     except LevelUnavailable as exc:
         _err(str(exc))
         return EXIT_KIT_FAULT
     except (HarnessError, ValueError, ImportError) as exc:
         _err(str(exc))
+        return EXIT_USAGE
+    if cli is not None and not set(chosen) & {"loopback", "live"}:
+        _err(f"--cli {cli}: the {', '.join(chosen)} level runs the kit's fake CLIs, never a given binary\n"
+             f"  fix: add --level loopback to run {cli} against the scripted model server, or drop --cli")
         return EXIT_USAGE
     if baseline is not None and not Path(baseline).is_file():
         _err(f"baseline {baseline} not found")
@@ -380,6 +393,32 @@ def verify_command(backends: list[str], levels: list[str], report_dir: Path, bas
     if returncode not in (0, 1) and code == EXIT_OK:
         return EXIT_KIT_FAULT
     return code if code in (EXIT_OK, EXIT_BACKEND_FAILED, EXIT_KIT_FAULT) else EXIT_KIT_FAULT
+
+
+def unknown_checks(checks: list[str]) -> str:
+    """"" when every --check names a check of the catalog; else the usage error (the ids,
+    the nearest known ones, where the ids are listed): checked here, before any worker starts
+    (an unknown id inside an xdist run crashed the controller)."""
+    if not checks:
+        return ""
+    import difflib
+
+    from harnesscheck.kit.catalog import issued_ids, load_catalog
+
+    known = load_catalog()
+    unknown = [c for c in dict.fromkeys(checks) if c not in known]
+    if not unknown:
+        return ""
+    retired = issued_ids()
+    parts = []
+    for check_id in unknown:
+        if retired.get(check_id):
+            parts.append(f"{check_id} (retired: {retired[check_id]})")
+            continue
+        near = difflib.get_close_matches(check_id, list(known), n=2, cutoff=0.6)
+        parts.append(f"{check_id}" + (f" (did you mean {' or '.join(near)}?)" if near else ""))
+    return (f"--check: no such check: {', '.join(parts)}\n"
+            "  fix: use a check id of doc/catalog.md (e.g. env.provider-keys-stripped); `harnesscheck verify --help`")
 
 
 def _why_nothing(report) -> str:
