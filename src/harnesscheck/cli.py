@@ -208,12 +208,13 @@ def verify(
 def matrix(
     reports: Annotated[list[Path], typer.Argument(help="Conformance report JSON files.")],
     out: Annotated[Path, typer.Option("--out", help="Directory for backends.md/.json/.html (created if missing).")] = Path("harnesscheck-matrix"),
+    previous: Annotated[Optional[Path], typer.Option("--previous", help="The previous backends.json, for each cell's history (since when it holds, what changed); default: the one already in --out.")] = None,
 ) -> None:
     """Combine reports into the verification matrix (Markdown, JSON, HTML)."""
     out = check_dir_option("--out", out)
     from harnesscheck.kit.matrix import matrix_command
 
-    raise typer.Exit(matrix_command(reports, out))
+    raise typer.Exit(matrix_command(reports, out, previous))
 
 
 @app.command()

@@ -381,7 +381,9 @@ def verify_command(backends: list[str], levels: list[str], report_dir: Path, bas
         shutil.rmtree(staging, ignore_errors=True)
         _err(_why_nothing(report))
         return EXIT_KIT_FAULT
-    matrix = combine([report])
+    from harnesscheck.kit.publish import read_previous
+
+    matrix = combine([report], previous=read_previous(report_dir / "backends.json"))
     write_matrix(matrix, staging)
     publish(staging, report_dir)
     print()
