@@ -192,8 +192,10 @@ def verify(
     check: Annotated[Optional[list[str]], typer.Option("--check", help="Only the cells of this check id (repeatable).")] = None,
     keep: Annotated[bool, typer.Option("--keep", help="Keep the run's temporary files (session run dirs, pytest's tmp) and print where.")] = False,
     ratchet: Annotated[Optional[str], typer.Option("--ratchet", help="Committed matrix whose passing cells must still pass; default doc/backends.json when present; 'none' disables.")] = "default",
+    json_out: Annotated[bool, typer.Option("--json", help="Print the conformance report (JSON) on stdout for CI; progress and summary go to stderr.")] = False,
+    last_failed: Annotated[bool, typer.Option("--last-failed", "--lf", help="Rerun only the checks that failed in the report already in --report (all when none failed).")] = False,
 ) -> None:
-    """Run the conformance suite over every registered backend and print the matrix."""
+    """Run the conformance suite over every registered backend and print the verdict."""
     jobs = check_jobs_option(jobs)
     report = check_dir_option("--report", report)
     if baseline is not None and not Path(baseline).is_file():
@@ -201,7 +203,7 @@ def verify(
     from harnesscheck.kit.verify import verify_command
 
     raise typer.Exit(verify_command(backends=backend or [], levels=level or [], report_dir=report, baseline=baseline, jobs=jobs, cli=cli,
-                                    checks=check or [], keep=keep, ratchet=ratchet))
+                                    checks=check or [], keep=keep, ratchet=ratchet, as_json=json_out, last_failed=last_failed))
 
 
 @app.command()

@@ -166,12 +166,12 @@ class PlainView:
 class LiveView:
     """A terminal: rich's Live display, a line per column, redrawn in place."""
 
-    def __init__(self, progress: Progress) -> None:
+    def __init__(self, progress: Progress, stream=None) -> None:
         from rich.console import Console
         from rich.live import Live
 
         self.progress = progress
-        self.console = Console()
+        self.console = Console(file=stream) if stream is not None else Console()
         self.live = Live(self._render(), console=self.console, refresh_per_second=4, transient=False)
 
     def __enter__(self) -> LiveView:
@@ -219,5 +219,7 @@ class LiveView:
         self.live.update(self._render())
 
 
-def view(progress: Progress):
-    return LiveView(progress) if interactive() else PlainView(progress)
+def view(progress: Progress, stream=None):
+    """The progress view on `stream` (stdout; stderr when stdout carries --json)."""
+    stream = stream or sys.stdout
+    return LiveView(progress, stream) if interactive(stream) else PlainView(progress, stream)
