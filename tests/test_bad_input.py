@@ -118,7 +118,7 @@ CASES = [
                                                           "--report", str(t / "r")],
      {}, 2, "its factory 'nowhere_at_all:Nothing' does not import: ModuleNotFoundError"),
     ("verify-backend-bad-id", lambda t: ["verify", "--backend", f"{_spec_module(t)}:bad_id", "--report", str(t / "r")],
-     {}, 2, "its ProviderSpec id 'Bad ID!' is not a lower-case slug"),
+     {}, 2, "its ProviderSpec id 'Bad ID!' is not an id (letters, digits"),
     ("verify-report-under-proc", lambda t: ["verify", "--backend", "fake", "--report", "/proc/hc-report"], {}, 2,
      "--report /proc/hc-report: cannot be created (/proc is not writable)"),
     ("verify-check-unknown", lambda t: ["verify", "--backend", "fake", "--level", "offline", "--check", "no.such-check",

@@ -88,3 +88,14 @@ def test_a_broken_spec_is_one_usage_error_not_a_failed_cell_per_check(tmp_path, 
     assert code == 4, out  # pytest's usage error
     assert says in out and "fix: " in out, out
     assert report is None and "FAILED" not in out
+
+
+def test_a_backend_that_keeps_no_trace_is_skipped_not_failed_by_the_redaction_check(tmp_path) -> None:
+    """doc/AUTHORS.md calls traces optional: env.session-files-redacted judges the files a
+    session leaves, and skips (saying why) a backend that leaves no record of the call."""
+    code, report, out = run_suite(tmp_path, "-p", "no:xdist", "-m", "conformance", "--hc-backend", "tests.foreign.hurried:traceless",
+                                  "--hc-backend", "tests.foreign.hurried:spec", "--hc-check", "env.session-files-redacted", timeout=300)
+    cells = {c["backend"]: c for c in report["cells"]}
+    assert cells["traceless"]["outcome"] == "skipped" and cells["traceless"]["reason"] == "unsupported-by-backend", out
+    assert "traces are optional (doc/AUTHORS.md)" in cells["traceless"]["message"]
+    assert cells["hurried"]["outcome"] in ("passed", "failed"), "a backend with a trace in its run dir is judged"

@@ -322,8 +322,9 @@ def get_spec(backend_id: str) -> ProviderSpec:
     raise UnknownBackend(backend_id, list(specs))
 
 
-#: A third-party backend's id: a lower-case slug (it names report columns and rerun commands).
-SPEC_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+#: A third-party backend's id: letters, digits, '.', '_', '-' (it names report columns, file
+#: names and rerun commands: no space, quote or shell character).
+SPEC_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
 def spec_from_reference(reference: str) -> ProviderSpec:
@@ -357,7 +358,7 @@ def spec_from_reference(reference: str) -> ProviderSpec:
         raise ConfigError(f"backend {reference!r}: {module}.{attr} gives a {type(spec).__name__}, not a ProviderSpec",
                           f"{module}.{attr} must be (or return) a harnesscheck.contracts.ProviderSpec; {example}")
     if not SPEC_ID_RE.match(spec.id):
-        raise ConfigError(f"backend {reference!r}: its ProviderSpec id {spec.id!r} is not a lower-case slug",
+        raise ConfigError(f"backend {reference!r}: its ProviderSpec id {spec.id!r} is not an id (letters, digits, '.', '_', '-')",
                           "use an id like 'my-backend' (letters, digits, '.', '_', '-'; it names report columns)")
     factory_module, _, factory_attr = spec.factory.partition(":")
     try:

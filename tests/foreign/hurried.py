@@ -26,6 +26,10 @@ from harnesscheck.contracts import Capability as C
 
 
 class HurriedClaude:
+    #: False: the bridge's trace goes to a temp dir outside the run dir (a backend that keeps
+    #: no trace, which doc/AUTHORS.md calls optional)
+    trace_in_run_dir = True
+
     def __init__(self, spec: ProviderSpec, settings):
         self.spec, self.settings = spec, settings
 
@@ -34,7 +38,8 @@ class HurriedClaude:
 
         run_dir = Path(request.run_dir or tempfile.mkdtemp())
         run_dir.mkdir(parents=True, exist_ok=True)
-        bridge = BridgeSpec(scope=request.scope, run_dir=run_dir, trace_path=run_dir / "bridge.jsonl",
+        trace = run_dir / "bridge.jsonl" if self.trace_in_run_dir else Path(tempfile.mkdtemp()) / "bridge.jsonl"
+        bridge = BridgeSpec(scope=request.scope, run_dir=run_dir, trace_path=trace,
                             session_id=request.session_id or "hurried")
         argv = bridge_argv(write_spec(bridge, run_dir / "bridge-spec.json"))
         mcp = json.dumps({"mcpServers": {"ws": {"command": argv[0], "args": argv[1:], "env": bridge_env()}}})
@@ -61,6 +66,15 @@ def spec() -> ProviderSpec:
     return ProviderSpec(id="hurried", kind=Kind.harness, label="a backend written the hurried way",
                         factory="tests.foreign.hurried:HurriedClaude", cli_name="claude",
                         capabilities=frozenset({C.mcp_tools, C.cancellation, C.max_turns}))
+
+
+class TracelessClaude(HurriedClaude):
+    trace_in_run_dir = False
+
+
+def traceless() -> ProviderSpec:
+    """The hurried backend keeping no trace in its run dir."""
+    return spec().model_copy(update={"id": "traceless", "factory": "tests.foreign.hurried:TracelessClaude"})
 
 
 def helper() -> int:
