@@ -73,3 +73,40 @@ def test_verify_json_puts_the_report_on_stdout_and_last_failed_reruns_only_the_f
     assert again.returncode == 1, again.stderr
     assert [c["check"] for c in json.loads(again.stdout)["cells"]] == ["env.provider-keys-stripped"]
     assert "--last-failed: rerunning 1 check(s) that failed on hurried" in again.stderr
+
+
+def test_help_texts_name_every_pinned_cli_and_show_no_python_types() -> None:
+    from harnesscheck.loopback.install import pinned_clis
+    from harnesscheck.loopback.record import _recordable_backends
+
+    env = {**os.environ, "COLUMNS": "200"}
+    helps = {c: subprocess.run([EXE, c, "--help"], capture_output=True, text=True, env=env, timeout=60).stdout
+             for c in ("verify", "run", "install-clis", "record", "drift", "doctor", "matrix")}
+    for name, text in helps.items():
+        options = [line for line in text.splitlines() if line.lstrip().startswith("-")]
+        assert not [line for line in options if "<" in line.split("  ")[0]], f"{name} --help shows a Python type: {options}"
+    for cli in pinned_clis():
+        assert cli.backend in helps["install-clis"] and cli.backend in helps["drift"], cli.backend
+    for cli in _recordable_backends():
+        assert cli.backend in helps["record"], cli.backend
+
+
+def test_the_ci_workflow_shards_every_column_and_merges_with_harnesscheck_matrix() -> None:
+    """.github/workflows/harnesscheck.yml (not run here): one job per backend and level for
+    every default column that can run (offline: all; loopback: those with a pinned CLI), the
+    CLIs cached by their pins, the reports merged by `harnesscheck matrix`."""
+    import re
+
+    from harnesscheck.kit.adapters import level_available
+    from harnesscheck.registry import default_backend_ids, get_spec
+
+    text = (REPO / ".github" / "workflows" / "harnesscheck.yml").read_text(encoding="utf-8")
+    jobs = set(re.findall(r'- \{ backend: "?([^",]+)"?, level: (\w+)', text))
+    wanted = {("api" if b.startswith("api/") else b, "offline") for b in default_backend_ids() if "==" not in b}
+    wanted |= {(b, "loopback") for b in default_backend_ids() if level_available(get_spec(b), "loopback")[0]}
+    assert wanted <= jobs, sorted(wanted - jobs)
+    for cli in set(re.findall(r'cli: "?([^",}\s]+)"?', text)) - {"${{"}:
+        assert get_spec(cli).pinned_version, f"{cli}: a cached CLI has a pin"
+    assert "actions/cache@v4" in text and "steps.pin.outputs.key" in text
+    assert "harnesscheck matrix reports/*/conformance-report.json" in text and "--json" in text
+    assert "secrets." not in text, "no job needs a secret"
