@@ -650,8 +650,21 @@ def probe_version(path: Path, timeout_s: float = VERSION_PROBE_S) -> str | None:
                 _PROBE_FAILURES[str(path)] = why
                 return None  # a failed probe is not remembered: the next call tries again
             _VERSION_CACHE[key] = version
-            _remember_probe(file_key, version)
+            if not _temporary(path):
+                _remember_probe(file_key, version)
         return _VERSION_CACHE[key]
+
+
+def _temporary(path: Path) -> bool:
+    """A binary under the temp dir (a fake CLI, an exec wrapper of one run): never probed again
+    once its folder is gone, so it is kept in this process only; written to the probe file it
+    only pushed the installed CLIs' answers out (one entry per temporary path)."""
+    try:
+        real = os.path.realpath(path)
+        tmp = os.path.realpath(tempfile.gettempdir())
+    except OSError:
+        return False
+    return real.startswith(tmp.rstrip("/") + "/") or real.startswith("/tmp/")
 
 
 #: The file of version answers, in harnesscheck's cache dir; at most this many entries.
