@@ -196,7 +196,8 @@ def test_session_files_redacted(but):
     not only the outcome.
 
     Evidence: every regular file beneath the run dir after the session, searched for the
-    value; the bridge trace must show the call ran (else nothing was judged)."""
+    value. A backend that leaves no record of the call in its run dir (traces are optional,
+    doc/AUTHORS.md) has nothing to redact: the cell is skipped, saying so."""
     from harnesscheck.kit.adapters import ToolCall
 
     ws = but.workspace()
@@ -205,11 +206,11 @@ def test_session_files_redacted(but):
     run = but.run_tools([ToolCall("read_file", {"path": f"notes/{token}.txt"})], workspace=ws,
                         parent_env={"GITHUB_TOKEN": token})
     files = _files_under(ws.base / "run")
-    assert any(name.endswith(".jsonl") for name in files), f"the session left no trace in its run dir ({sorted(files)})"
-    assert any(b"read_file" in data or b"notes/" in data for data in files.values()), (
-        "no file in the run dir records the read_file call: nothing was judged")
     holding = sorted(name for name, data in files.items() if token.encode() in data)
     assert not holding, f"the host's GITHUB_TOKEN value is stored verbatim in {holding}"
+    if not any(b"read_file" in data or b"notes/" in data for data in files.values()):
+        but.skip("unsupported-by-backend", f"the session left no record of its tool call in its run dir "
+                 f"({len(files)} files): traces are optional (doc/AUTHORS.md), so there was nothing to redact or judge")
 
 
 @check("env.session-credential-at-wire", incident=["A1", "A6"])

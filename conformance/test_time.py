@@ -4,6 +4,7 @@ inside timeout + grace, and nothing the backend started survives it."""
 from __future__ import annotations
 
 import os
+import signal
 
 from harnesscheck.contracts import Capability as C
 from harnesscheck.contracts import ErrorClass as E
@@ -48,6 +49,19 @@ ENDS_AFTER_ABANDON = Watchdog("abandon", SESSION_END_BOUND_S)
 #: STDIN_HELD_BOUND_S) was held past that bound already: the session need not run to its 60 s deadline.
 STDIN_LEFT_OPEN = Watchdog("stdin", GRACE_S)
 BLIND_CANCEL_AFTER_S = 1.0  # where the stall is not observable, the host cancels this long after the start
+
+
+def _reaped(survivors: list[int]) -> list[int]:
+    """`survivors`, after killing them: the verdict is taken, and a failing backend's leaked
+    processes are not left running on the machine (a stopped one is thawed first, or SIGKILL
+    would wait for it)."""
+    for pid in survivors:
+        for sig in (signal.SIGCONT, signal.SIGKILL):
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+    return survivors
 
 
 def _alive(pid: int) -> bool:
@@ -99,7 +113,7 @@ def test_cancel_ends_session(but):
     assert run.outcome.status == OutcomeStatus.cancelled, f"status {run.outcome.status} after cancel"
     took = tl.ended - tl.cancel_sent
     assert took < GRACE_S, f"cancel took {took:.1f} s"
-    survivors = [p for p in but.child_pids(run) if _alive(p)]
+    survivors = _reaped([p for p in but.child_pids(run) if _alive(p)])
     assert not survivors, f"processes survived cancellation: {survivors}"
 
 
@@ -119,7 +133,7 @@ def test_no_survivors_after_timeout(but):
     # before the stall, hence before the deadline), and any bridge a trace names; no layout assumed.
     assert run.children, "the backend never ran its CLI"
     pids = but.child_pids(run)
-    survivors = [p for p in pids if _alive(p)]
+    survivors = _reaped([p for p in pids if _alive(p)])
     assert not survivors, f"processes survived the timeout: {survivors}"
 
 
@@ -144,7 +158,7 @@ def test_stalled_tool_call_ends_by_deadline(but):
         f"{o.status}/{o.error_class} after a tool call that was never answered: {o.message!r}")
     assert run.duration_s < timeout + GRACE_S, (
         f"returned after {run.duration_s:.1f} s for a {timeout:g} s timeout: the clock stopped while a tool call was pending")
-    survivors = [p for p in but.child_pids(run) if _alive(p)]
+    survivors = _reaped([p for p in but.child_pids(run) if _alive(p)])
     assert not survivors, f"processes survived the timeout: {survivors}"
 
 
@@ -165,7 +179,7 @@ def test_linger_after_result(but):
         assert run.duration_s < LINGER_BLIND_BOUND_S + tl.allowance_s, (
             f"took {run.duration_s:.1f} s: a lingering CLI must be killed after a short grace"
         )
-    survivors = [p for p in but.child_pids(run) if _alive(p)]
+    survivors = _reaped([p for p in but.child_pids(run) if _alive(p)])
     assert not survivors, f"processes survived: {survivors}"
 
 
@@ -219,7 +233,6 @@ def test_abandoned_stream_no_survivors(but):
     grandchild in its group, one escaped by setsid, one by setsid with `env -i`, the bridge),
     each checked alive or not after the backend gave control back, with GRACE_S for a cleanup
     that runs beside it. Processes that survive are killed by the kit after the verdict."""
-    import signal
 
     run = but.run("timeout_tree", timeout_s=CANCEL_TIMEOUT_S, abandon_on_text=True, teardown_s=TEARDOWN_S,
                   watchdog=ENDS_AFTER_ABANDON)

@@ -96,7 +96,7 @@ and ``{{mcp_tools}}`` the ``mcp__<server>__<tool>`` names actually listed.
     any name and any number (claude ``--mcp-config`` files or inline JSON; codex
     ``$CODEX_HOME/config.toml``, else ``~/.codex/config.toml``, with every ``-c``/``--config``
     ``mcp_servers.<name>.<key>=<TOML value>`` override on top; cursor ``$HOME/.cursor/mcp.json``
-    and ``./.cursor/mcp.json``; gemini ``mcpServers`` of ``$HOME/.gemini/settings.json`` and
+    and the project's ``.cursor/mcp.json`` (``--workspace``, else the cwd; the project's wins); gemini ``mcpServers`` of ``$HOME/.gemini/settings.json`` and
     ``./.gemini/settings.json``, both also copied into the record's ``mcp_configs``; opencode the ``mcp``
     entries of ``$OPENCODE_CONFIG`` or ``$OPENCODE_CONFIG_CONTENT``) with the fake's own env plus the config's ``env`` (as the real
     CLIs do), speak MCP over stdio (initialize, tools/call each; a call goes to the server
@@ -1045,12 +1045,16 @@ class Fake:
             servers.update(self._opencode_servers())
         if self.cli == "zcode":
             servers.update(self._zcode_servers())
-        for base in (ENVIRON.get("HOME", "/nonexistent"), posix.getcwd()) if self.cli == "cursor-agent" else ():
+        # cursor: the user's `~/.cursor/mcp.json`, then the project's (the `--workspace` dir, else
+        # the cwd), which wins for a server of the same name: a worktree's own file that names
+        # a server like the bridge replaces it, and the checks see the replacement
+        project = (_flag_values(self.argv, "--workspace") or [posix.getcwd()])[-1]
+        for base, wins in ((ENVIRON.get("HOME", "/nonexistent"), False), (project, True)) if self.cli == "cursor-agent" else ():
             path = _join(_join(base, ".cursor"), "mcp.json")
             if _isfile(path):
                 try:
                     cfg = json_loads(_read_text(path))
-                    servers.update({k: v for k, v in (cfg.get("mcpServers") or {}).items() if k not in servers})
+                    servers.update({k: v for k, v in (cfg.get("mcpServers") or {}).items() if wins or k not in servers})
                 except (OSError, ValueError, AttributeError):
                     pass
         return servers

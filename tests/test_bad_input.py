@@ -106,7 +106,57 @@ CASES = [
      "policy file p.toml: rules.0.decision: Input should be 'allow', 'deny' or 'approval_required'"),
     ("run-events-and-json", lambda t: ["run", "--backend", "fake", "--root", str(t / "wt"), "--prompt", "hi",
                                        "--events", "--json"], {}, 2, "--events and --json both want stdout"),
+    # issue 32: a third-party backend's author's mistakes are usage errors naming the value, never "a bug"
+    ("verify-backend-attr-not-a-spec", lambda t: ["verify", "--backend", f"{_spec_module(t)}:helper", "--report", str(t / "r")],
+     {}, 2, "mine.helper gives a int, not a ProviderSpec"),
+    ("verify-backend-attr-missing", lambda t: ["verify", "--backend", f"{_spec_module(t)}:nospec", "--report", str(t / "r")],
+     {}, 2, "module 'mine' has no attribute 'nospec' (it has: Mine, bad_id, broken_factory, helper, spec)"),
+    ("verify-backend-module-import-fails", lambda t: ["verify", "--backend", f"{_spec_module(t, 'import not_installed_dep')}:spec",
+                                                      "--report", str(t / "r")],
+     {}, 2, "importing module 'mine' failed: ModuleNotFoundError: No module named 'not_installed_dep'"),
+    ("verify-backend-factory-does-not-import", lambda t: ["verify", "--backend", f"{_spec_module(t)}:broken_factory",
+                                                          "--report", str(t / "r")],
+     {}, 2, "its factory 'nowhere_at_all:Nothing' does not import: ModuleNotFoundError"),
+    ("verify-backend-bad-id", lambda t: ["verify", "--backend", f"{_spec_module(t)}:bad_id", "--report", str(t / "r")],
+     {}, 2, "its ProviderSpec id 'Bad ID!' is not an id (letters, digits"),
+    ("verify-report-under-proc", lambda t: ["verify", "--backend", "fake", "--report", "/proc/hc-report"], {}, 2,
+     "--report /proc/hc-report: cannot be created (/proc is not writable)"),
+    ("verify-check-unknown", lambda t: ["verify", "--backend", "fake", "--level", "offline", "--check", "no.such-check",
+                                        "--report", str(t / "r")], {}, 2, "--check: no such check: no.such-check"),
+    ("verify-check-typo", lambda t: ["verify", "--backend", "fake", "--check", "env.provider-keys-strippd", "--report", str(t / "r")],
+     {}, 2, "(did you mean env.provider-keys-stripped"),
+    ("verify-cli-at-offline", lambda t: ["verify", "--backend", "claude-code", "--level", "offline", "--cli", "/bin/true",
+                                         "--report", str(t / "r")], {}, 2,
+     "--cli /bin/true: the offline level runs the kit's fake CLIs, never a given binary"),
+    ("verify-timeout-env-abc", lambda t: ["verify", "--backend", "fake", "--level", "offline", "--report", str(t / "r")],
+     {"HARNESS_BACKEND_TIMEOUT_S": "abc"}, 2, "HARNESS_BACKEND_TIMEOUT_S='abc': must be a positive, finite number of seconds"),
 ]
+
+SPEC_MODULE = """
+from harnesscheck.contracts import Kind, ProviderSpec
+
+def spec():
+    return ProviderSpec(id="mine", kind=Kind.harness, label="mine", factory="mine:Mine", cli_name="claude")
+
+def helper():
+    return 1
+
+def broken_factory():
+    return ProviderSpec(id="mine", kind=Kind.harness, label="mine", factory="nowhere_at_all:Nothing", cli_name="claude")
+
+def bad_id():
+    return ProviderSpec(id="Bad ID!", kind=Kind.harness, label="mine", factory="mine:Mine", cli_name="claude")
+
+class Mine:
+    def __init__(self, spec, settings):
+        self.spec = spec
+"""
+
+
+def _spec_module(tmp: Path, first_line: str = "") -> str:
+    """A third-party backend module `mine` in the command's cwd."""
+    (tmp / "mine.py").write_text(first_line + "\n" + SPEC_MODULE)
+    return "mine"
 
 
 def _policy(tmp: Path, text: str) -> Path:
@@ -162,3 +212,30 @@ def test_internal_error_is_one_line_and_exit_4_and_the_traceback_needs_debug(mon
     monkeypatch.setattr(sys, "argv", ["harnesscheck", "--debug", "schema"])
     with pytest.raises(RuntimeError, match="a bug"):
         cli.main()
+
+
+def test_pytest_m_conformance_without_a_backend_says_how_to_name_one(tmp_path: Path) -> None:
+    """In a backend's own project, `pytest -m conformance` with no backend is pytest's usage
+    error (its exit code 4) naming --hc-backend, not "collected 0 items"."""
+    (tmp_path / "test_nothing.py").write_text("def test_x():\n    pass\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HARNESS_", "PYTEST_"))}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "conformance", "-p", "no:cacheprovider", "-c", os.devnull,
+                           "--rootdir", str(tmp_path), str(tmp_path)],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "-m conformance: no backend named" in proc.stderr and "--hc-backend mymodule:spec" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_library_scope_whose_root_does_not_exist_is_refused_before_the_session(tmp_path: Path) -> None:
+    from harnesscheck import AgentSessionRequest, ToolScope, resolve_provider
+    from harnesscheck.config import Settings
+    from harnesscheck.contracts import ConfigError
+    from harnesscheck.paths import fake_clis_dir
+
+    provider = resolve_provider(Settings(backend="claude-code", cli=str(fake_clis_dir() / "claude")))
+    request = AgentSessionRequest(prompt="hi", scope=ToolScope(name="ws", root=tmp_path / "no-such-worktree"), timeout_s=30)
+    with pytest.raises(ConfigError) as info:
+        provider.run_session(request)
+    assert info.value.message == f"scope root {tmp_path / 'no-such-worktree'}: does not exist"
+    assert "ToolScope(root=...)" in info.value.fix and info.value.exit_code == 2

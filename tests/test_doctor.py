@@ -221,3 +221,16 @@ def test_run_doctor_in_process_bridge_failure_is_failing(monkeypatch, tmp_path: 
     monkeypatch.setattr(doctor, "bridge_self_test", lambda: [doctor.Check("bridge", "self-test", doctor.FAIL, "x", "y")])
     checks, failing = run_doctor(["fake"], probe=False, environ=_env(tmp_path))
     assert failing and checks[-1].check == "self-test"
+
+
+def test_doctor_piped_or_narrow_prints_one_line_per_check_with_its_fix():
+    """Issue 32 item 7: an 80-column table folded every detail into a narrow column; piped
+    (or below TABLE_MIN_COLUMNS) each check is one line, its fix indented below."""
+    from harnesscheck.doctor import FAIL, OK, Check, render_lines
+
+    text = render_lines([Check("codex", "binary", FAIL, "codex not found in the cache", "harnesscheck install-clis"),
+                         Check("bridge", "self-test", OK, "spawn to tools/list in 0.6 s", "")])
+    lines = text.splitlines()
+    assert lines[1] == "fail  codex   binary: codex not found in the cache"
+    assert lines[2] == "              fix: harnesscheck install-clis"
+    assert lines[3] == "ok    bridge  self-test: spawn to tools/list in 0.6 s" and len(lines) == 4

@@ -997,3 +997,25 @@ def test_gemini_loads_gemini_md_up_to_the_git_root_unless_the_markers_are_empty(
     (home / ".gemini" / "settings.json").write_text(json.dumps({"context": {"memoryBoundaryMarkers": []}}))
     (home / ".gemini" / "GEMINI.md").write_text("global\n")
     assert _loaded(fake, cwd, *args, env=env) == ["h/.gemini/GEMINI.md", "repo/run/cwd/GEMINI.md"]
+
+
+def test_cursor_reads_the_projects_mcp_json_which_wins_over_the_users(tmp_path):
+    """cursor-agent: `~/.cursor/mcp.json`, then the project's `.cursor/mcp.json` (`--workspace`,
+    else the cwd), which wins for a same-named server (issue 32 item 6): a backend that runs the
+    CLI in a worktree whose own file names a server like the bridge has it replaced, and the
+    fake starts (and records) the replacement the real CLI would."""
+    server = tmp_path / "probe_server.py"
+    server.write_text(PROBE_SERVER)
+    home, project = tmp_path / "home", tmp_path / "project"
+    for base, extra in ((home, "from-home"), (project, "from-project")):
+        (base / ".cursor").mkdir(parents=True)
+        (base / ".cursor" / "mcp.json").write_text(json.dumps({"mcpServers": {"bridge": {
+            "command": sys.executable, "args": [str(server)], "env": {"EXTRA": extra}}}}))
+    fake = install_fake_cli("cursor-agent", {"steps": [{"mcp_calls": [{"name": "probe", "arguments": {}}]}]}, tmp_path / "bin")
+    env = {"PATH": os.environ["PATH"], "HOME": str(home)}
+    for cwd, argv in ((project, []), (tmp_path, ["--workspace", str(project)])):
+        proc = subprocess.run([str(fake.path), "--print", "--output-format", "stream-json", *argv], env=env, cwd=cwd,
+                              stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        result = [r for r in _records(fake) if r["kind"] == "mcp_result"][-1]
+        assert result["server"] == "bridge" and json.loads(result["text"])["extra"] == "from-project", argv

@@ -55,9 +55,15 @@ def _verify(tmp_path: Path, *extra: str) -> set[tuple[str, str, str]]:
 
 
 def test_serial_and_parallel_runs_give_the_same_cells(tmp_path):
-    serial = _verify(tmp_path, "-n", "0")
-    assert ("parity.outcome-schema", "passed", "") in serial
-    assert serial == _verify(tmp_path, "-n", "2") == _verify(tmp_path)
+    """The same verdicts whatever the workers. A cell the machine was too slow to judge in one
+    of the runs (skipped `budget`: a race that judged nothing under load) is a fact about the
+    machine, not a verdict, and is left out of the comparison on both sides."""
+    runs = [_verify(tmp_path, "-n", "0"), _verify(tmp_path, "-n", "2"), _verify(tmp_path)]
+    assert ("parity.outcome-schema", "passed", "") in runs[0]
+    unjudged = {check for run in runs for check, outcome, reason in run if reason == "budget"}
+    judged = [{cell for cell in run if cell[0] not in unjudged} for run in runs]
+    assert judged[0] == judged[1] == judged[2]
+    assert len(unjudged) <= 2, f"most cells must be judged: {sorted(unjudged)}"
 
 
 FAST_EXIT_TESTS = """

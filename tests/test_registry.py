@@ -160,6 +160,7 @@ def test_version_probe_is_kept_across_processes_per_binary(tmp_path: Path, monke
     """A `harnesscheck run` is a process of its own: the binary's answer is kept in the cache
     dir, keyed by path, size, mtime, ctime and inode; a changed binary is probed again."""
     monkeypatch.setenv("HARNESSCHECK_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(registry, "_temporary", lambda path: False)  # as an installed CLI is
     runs = tmp_path / "runs"
     cli = tmp_path / "claude"
 
@@ -185,6 +186,20 @@ def test_version_probe_is_kept_across_processes_per_binary(tmp_path: Path, monke
     (tmp_path / "cache" / registry.PROBE_CACHE_NAME).write_text("{not json")
     monkeypatch.setattr(registry, "_VERSION_CACHE", {})
     assert registry.probe_version(cli) == "2.1.198 (Claude Code)"  # a torn cache is only a miss
+
+
+def test_a_temporary_binary_is_not_written_to_the_probe_file(tmp_path, monkeypatch):
+    """A fake CLI or exec wrapper under the temp dir is probed once per process and never
+    written to version-probes.json (issue 32: one entry per temporary path pushed the
+    installed CLIs' answers out)."""
+    monkeypatch.setenv("HARNESSCHECK_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(registry, "_VERSION_CACHE", {})
+    cli = tmp_path / "claude"
+    cli.write_text("#!/bin/sh\necho '2.1.332 (Claude Code)'\n")
+    cli.chmod(0o755)
+    assert registry._temporary(cli) and not registry._temporary(Path("/usr/bin/env"))
+    assert registry.probe_version(cli) == "2.1.332 (Claude Code)"
+    assert not (tmp_path / "cache" / registry.PROBE_CACHE_NAME).exists()
 
 
 @pytest.mark.parametrize("backend", ["opencode", "claude-code", "gemini"])

@@ -208,3 +208,27 @@ def test_a_crash_tail_names_the_root(backend):
     out = parser.outcome(_ended(AUTH_THEN_BRIDGE))
     assert (out.status, out.error_class) == (OutcomeStatus.blocked, C.auth), out.message
     assert "401" in out.message
+
+
+@pytest.mark.parametrize("bridge", ["pending", "failed", "absent"])
+def test_claude_never_logged_in_is_auth_whatever_the_bridge_state_at_init(bridge):
+    """Issue 32 item 6, on the real not_logged_in recording (2.1.332, loopback) with the bridge
+    reported pending, failed or not at all at system/init: the CLI gives up with "Not logged
+    in" before any model request, so the root is auth (blocked), not the bridge. The same
+    bridge states in a session that goes on with the model end mcp_unavailable (the control)."""
+    def with_bridge(name: str) -> list[str]:
+        lines = []
+        for step in load_fixture("claude", name)["steps"]:
+            if "emit" not in step:
+                continue
+            event = dict(step["emit"])
+            if event.get("type") == "system" and event.get("subtype") == "init":
+                event["mcp_servers"] = [] if bridge == "absent" else [{"name": "bridge", "status": bridge}]
+                event["tools"] = []
+            lines.append(json.dumps(event))
+        return lines
+
+    out = _claude(with_bridge("not_logged_in"), _ended(code=1))
+    assert (out.status, out.error_class) == (OutcomeStatus.blocked, C.auth), out.message
+    control = _claude(with_bridge("success"), _ended(ending=Ending.early_stop, code=None))
+    assert (control.status, control.error_class) == (OutcomeStatus.blocked, C.mcp_unavailable), control.message

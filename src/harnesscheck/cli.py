@@ -86,10 +86,22 @@ def check_dir_option(option: str, path: Path) -> Path:
     if not base.is_dir():
         raise UsageError(f"{option} {path}: {base} is a file, so the directory cannot be created",
                          f"pass a path under a directory, not under a file, for {option}")
-    if not os.access(base, os.W_OK | os.X_OK):
+    if not os.access(base, os.W_OK | os.X_OK) or not _can_make_dir_in(base):
         what = "is not writable" if base == path.absolute() else f"cannot be created ({base} is not writable)"
         raise UsageError(f"{option} {path}: {what}", f"pass a directory you can write to for {option}")
     return path
+
+
+def _can_make_dir_in(base: Path) -> bool:
+    """Whether a directory can really be made in `base` (access() says yes to root for /proc
+    and /sys, where mkdir fails): a probe directory, made and removed at once."""
+    import tempfile
+
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".harnesscheck-probe-", dir=base))
+    except OSError:
+        return False
+    return True
 
 
 def check_file_option(option: str, path: Path, example: str = "out.json") -> Path:
@@ -180,8 +192,10 @@ def verify(
     check: Annotated[Optional[list[str]], typer.Option("--check", help="Only the cells of this check id (repeatable).")] = None,
     keep: Annotated[bool, typer.Option("--keep", help="Keep the run's temporary files (session run dirs, pytest's tmp) and print where.")] = False,
     ratchet: Annotated[Optional[str], typer.Option("--ratchet", help="Committed matrix whose passing cells must still pass; default doc/backends.json when present; 'none' disables.")] = "default",
+    json_out: Annotated[bool, typer.Option("--json", help="Print the conformance report (JSON) on stdout for CI; progress and summary go to stderr.")] = False,
+    last_failed: Annotated[bool, typer.Option("--last-failed", "--lf", help="Rerun only the checks that failed in the report already in --report (all when none failed).")] = False,
 ) -> None:
-    """Run the conformance suite over every registered backend and print the matrix."""
+    """Run the conformance suite over every registered backend and print the verdict."""
     jobs = check_jobs_option(jobs)
     report = check_dir_option("--report", report)
     if baseline is not None and not Path(baseline).is_file():
@@ -189,19 +203,20 @@ def verify(
     from harnesscheck.kit.verify import verify_command
 
     raise typer.Exit(verify_command(backends=backend or [], levels=level or [], report_dir=report, baseline=baseline, jobs=jobs, cli=cli,
-                                    checks=check or [], keep=keep, ratchet=ratchet))
+                                    checks=check or [], keep=keep, ratchet=ratchet, as_json=json_out, last_failed=last_failed))
 
 
 @app.command()
 def matrix(
     reports: Annotated[list[Path], typer.Argument(help="Conformance report JSON files.")],
     out: Annotated[Path, typer.Option("--out", help="Directory for backends.md/.json/.html (created if missing).")] = Path("harnesscheck-matrix"),
+    previous: Annotated[Optional[Path], typer.Option("--previous", help="The previous backends.json, for each cell's history (since when it holds, what changed); default: the one already in --out.")] = None,
 ) -> None:
     """Combine reports into the verification matrix (Markdown, JSON, HTML)."""
     out = check_dir_option("--out", out)
     from harnesscheck.kit.matrix import matrix_command
 
-    raise typer.Exit(matrix_command(reports, out))
+    raise typer.Exit(matrix_command(reports, out, previous))
 
 
 @app.command()
@@ -289,11 +304,11 @@ def bridge(
 @app.command("install-clis")
 def install_clis(
     dest: Annotated[Optional[Path], typer.Option("--dest", help="Cache dir (default: the loopback cache).")] = None,
-    backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="Only this backend's CLI (claude-code | codex).")] = None,
+    backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="Only this backend's CLI: claude-code, codex, gemini, opencode (npm) or deepseek (pip).")] = None,
     version: Annotated[Optional[str], typer.Option("--version", help="Install this release (X.Y.Z or latest) beside the others; needs --backend.")] = None,
     check: Annotated[bool, typer.Option("--check", help="Say whether each pin is behind npm's latest and whether this Node meets its engines.")] = False,
 ) -> None:
-    """Install the pinned real CLIs (claude, codex) with npm for the loopback level."""
+    """Install the pinned real CLIs for the loopback level: claude-code, codex, gemini, opencode (npm), deepseek (pip)."""
     if dest is not None:
         dest = check_dir_option("--dest", dest)
     if version is not None and version != "latest" and not _RELEASE_RE.fullmatch(version):
@@ -306,7 +321,7 @@ def install_clis(
 
 @app.command()
 def record(
-    backend: Annotated[str, typer.Option("--backend", "-b", help="claude-code | codex")],
+    backend: Annotated[str, typer.Option("--backend", "-b", help="A backend with loopback scenarios: claude-code, codex or gemini.")],
     scenario: Annotated[str, typer.Option("--scenario", help="Loopback scenario name, or all.")],
     out: Annotated[Optional[Path], typer.Option("--out", help="Fixture file to write (default: the shipped fixture, which needs --force).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Allow overwriting an existing fixture file (a shipped one included).")] = False,
@@ -321,7 +336,7 @@ def record(
 
 @app.command()
 def drift(
-    backend: Annotated[Optional[list[str]], typer.Option("--backend", "-b", help="claude-code | codex, or ID==VERSION")] = None,
+    backend: Annotated[Optional[list[str]], typer.Option("--backend", "-b", help="A backend with a pinned npm CLI (claude-code, codex, gemini, opencode), or ID==VERSION; default: all of them.")] = None,
     against: Annotated[Optional[str], typer.Option("--against", help="Compare with the stored baseline of this release (default: the same release).")] = None,
     save: Annotated[bool, typer.Option("--save", help="Store the fresh facts as this release's baseline first.")] = False,
     shapes: Annotated[bool, typer.Option("--shapes", help="Also compare the stored recordings' event shapes.")] = False,
@@ -370,6 +385,23 @@ def _command_name(argv: list[str]) -> str:
     return next((a for a in argv if a in names), "")
 
 
+#: What each option's value is, shown in --help instead of a Python type (`<list[str]>`).
+METAVARS = {"backend": "ID", "level": "LEVEL", "check": "CHECK-ID", "jobs": "N", "ratchet": "MATRIX|none",
+            "report": "DIR", "out": "PATH", "dest": "DIR", "root": "DIR", "run_dir": "DIR", "baseline": "FILE",
+            "policy": "FILE", "trace": "FILE", "previous": "FILE", "cli": "PATH", "prompt": "TEXT", "model": "MODEL",
+            "version": "X.Y.Z|latest", "scenario": "NAME|all", "against": "VERSION", "timeout": "SECONDS",
+            "retries": "N", "retry_wait_max": "SECONDS"}
+
+
+def _name_metavars(command) -> None:
+    """Every option that takes a value shows what it is (METAVARS, else its name in capitals)."""
+    for param in getattr(command, "params", []):
+        if getattr(param, "param_type_name", "") == "option" and not getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = METAVARS.get(param.name or "", (param.name or "value").upper().replace("_", "-"))
+    for sub in getattr(command, "commands", {}).values():
+        _name_metavars(sub)
+
+
 def main() -> None:
     """Run the app; a HarnessError (bad input, missing CLI...) becomes its message and fix and
     its exit code; any other exception is an internal error (exit 4), with the traceback only
@@ -381,7 +413,9 @@ def main() -> None:
         sys.stdout.write(fast_help())
         raise SystemExit(EXIT_OK if argv else EXIT_USAGE)
     try:
-        app()
+        command = typer.main.get_command(app)
+        _name_metavars(command)
+        command(prog_name="harnesscheck")
     except HarnessError as exc:
         name = _command_name(argv)
         print(f"harnesscheck{' ' + name if name else ''}: {exc.message}" + (f"\n  fix: {exc.fix}" if exc.fix else ""),

@@ -475,8 +475,34 @@ def check_sandbox(mode: str) -> Check:
     detail = f"no sandbox: {state.reason}; sessions run with the process guard alone (containment: guards)"
     return Check("*", "sandbox", FAIL if mode == "require" else WARN, detail, sandbox.INSTALL_FIX)
 
+#: Below this many columns (or piped), doctor prints one line per check, not a table: an
+#: 80-column table folded every detail into a narrow column (198 lines for the default run).
+TABLE_MIN_COLUMNS = 110
+
 
 def render_table(checks: list[Check]) -> None:
+    import shutil
+    import sys
+
+    if not sys.stdout.isatty() or shutil.get_terminal_size((80, 24)).columns < TABLE_MIN_COLUMNS:
+        sys.stdout.write(render_lines(checks))
+        return
+    _render_rich_table(checks)
+
+
+def render_lines(checks: list[Check]) -> str:
+    """One line per check (`status  backend  check: detail`), its fix indented below: readable
+    piped, in a log and at 80 columns, without folding."""
+    width = max((len(c.backend) for c in checks), default=8)
+    out = ["harnesscheck doctor"]
+    for c in checks:
+        out.append(f"{c.status:<5} {c.backend:<{width}}  {c.check}: {' '.join(c.detail.split())}")
+        if c.fix and c.status in (FAIL, WARN, SKIP):
+            out.append(f"{'':<5} {'':<{width}}  fix: {' '.join(c.fix.split())}")
+    return "\n".join(out) + "\n"
+
+
+def _render_rich_table(checks: list[Check]) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table

@@ -335,11 +335,7 @@ def get_spec(backend_id: str) -> ProviderSpec:
     if backend_id.startswith(ACP_PREFIX) or _shipped_acp_profile(backend_id):
         return acp_spec(backend_id)
     if ":" in backend_id:
-        module, _, attr = backend_id.partition(":")
-        obj = getattr(importlib.import_module(module), attr)
-        spec = obj() if callable(obj) and not isinstance(obj, ProviderSpec) else obj
-        if isinstance(spec, ProviderSpec):
-            return spec
+        return spec_from_reference(backend_id)
     raise UnknownBackend(backend_id, list(specs))
 
 
@@ -373,6 +369,55 @@ def acp_spec(backend_id: str) -> ProviderSpec:
         cli_package=package or None, pinned_version=version or None,
         description=profile.description or f"ACP agent: {' '.join(profile.command)}",
     )
+
+#: A third-party backend's id: letters, digits, '.', '_', '-' (it names report columns, file
+#: names and rerun commands: no space, quote or shell character).
+SPEC_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+def spec_from_reference(reference: str) -> ProviderSpec:
+    """The ProviderSpec a 'module:attr' reference names (a ProviderSpec, or a function
+    returning one), checked up front: every way it can be wrong is a ConfigError (a usage
+    error, exit 2) naming the module or attribute and the fix, never a traceback, and a
+    factory that does not import is caught here, once, not in every cell."""
+    module, _, attr = reference.partition(":")
+    example = (f"e.g. `def spec() -> ProviderSpec` in {(module or 'mybackend').replace('.', '/')}.py "
+               f"and --backend {module or 'mybackend'}:spec")
+    if not module or not attr:
+        raise ConfigError(f"backend {reference!r}: a reference is 'module:attr'", example)
+    try:
+        loaded = importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - any import failure is the user's module's
+        raise ConfigError(f"backend {reference!r}: importing module {module!r} failed: {type(exc).__name__}: {exc}",
+                          f"make `python -c 'import {module}'` work in this environment (install its dependencies, "
+                          "or run from the directory that holds it)") from None
+    if not hasattr(loaded, attr):
+        names = sorted(n for n, v in vars(loaded).items() if not n.startswith("_") and callable(v)
+                       and getattr(v, "__module__", None) == module)[:8]
+        raise ConfigError(f"backend {reference!r}: module {module!r} has no attribute {attr!r}"
+                          + (f" (it has: {', '.join(names)})" if names else ""), example)
+    obj = getattr(loaded, attr)
+    try:
+        spec = obj() if callable(obj) and not isinstance(obj, ProviderSpec) else obj
+    except Exception as exc:  # noqa: BLE001 - the user's spec function failed
+        raise ConfigError(f"backend {reference!r}: calling {module}.{attr}() failed: {type(exc).__name__}: {exc}",
+                          f"{module}.{attr} must return a harnesscheck.contracts.ProviderSpec") from None
+    if not isinstance(spec, ProviderSpec):
+        raise ConfigError(f"backend {reference!r}: {module}.{attr} gives a {type(spec).__name__}, not a ProviderSpec",
+                          f"{module}.{attr} must be (or return) a harnesscheck.contracts.ProviderSpec; {example}")
+    if not SPEC_ID_RE.match(spec.id):
+        raise ConfigError(f"backend {reference!r}: its ProviderSpec id {spec.id!r} is not an id (letters, digits, '.', '_', '-')",
+                          "use an id like 'my-backend' (letters, digits, '.', '_', '-'; it names report columns)")
+    factory_module, _, factory_attr = spec.factory.partition(":")
+    try:
+        factory = getattr(importlib.import_module(factory_module), factory_attr) if factory_attr else None
+    except Exception as exc:  # noqa: BLE001 - the user's factory module
+        raise ConfigError(f"backend {reference!r}: its factory {spec.factory!r} does not import: {type(exc).__name__}: {exc}",
+                          f"set ProviderSpec.factory to an importable 'module:Class' (the Transport class)") from None
+    if not callable(factory):
+        raise ConfigError(f"backend {reference!r}: its factory {spec.factory!r} names nothing callable",
+                          "set ProviderSpec.factory to 'module:Class', the class whose instances run sessions")
+    return spec
 
 
 def resolve_provider(settings: Settings | None = None) -> Transport:
@@ -672,8 +717,21 @@ def probe_version(path: Path, timeout_s: float = VERSION_PROBE_S) -> str | None:
                 _PROBE_FAILURES[str(path)] = why
                 return None  # a failed probe is not remembered: the next call tries again
             _VERSION_CACHE[key] = version
-            _remember_probe(file_key, version)
+            if not _temporary(path):
+                _remember_probe(file_key, version)
         return _VERSION_CACHE[key]
+
+
+def _temporary(path: Path) -> bool:
+    """A binary under the temp dir (a fake CLI, an exec wrapper of one run): never probed again
+    once its folder is gone, so it is kept in this process only; written to the probe file it
+    only pushed the installed CLIs' answers out (one entry per temporary path)."""
+    try:
+        real = os.path.realpath(path)
+        tmp = os.path.realpath(tempfile.gettempdir())
+    except OSError:
+        return False
+    return real.startswith(tmp.rstrip("/") + "/") or real.startswith("/tmp/")
 
 
 #: The file of version answers, in harnesscheck's cache dir; at most this many entries.

@@ -93,6 +93,19 @@ class ToolScope(BaseModel):
         return names
 
 
+def require_root(scope: ToolScope) -> None:
+    """A session's scope root must be an existing directory (the library's README snippet
+    with a placeholder root used to run toolless and report ok): a ConfigError naming the
+    root and the fix, before anything starts. Checked where a session starts, not when a
+    scope is made (a host may build the scope before it creates the worktree)."""
+    from harnesscheck.contracts import ConfigError
+
+    if not scope.root.is_dir():
+        what = "does not exist" if not scope.root.exists() else "is not a directory"
+        raise ConfigError(f"scope root {scope.root}: {what}",
+                          "pass ToolScope(root=...) the worktree the tools are scoped to (an existing directory)")
+
+
 # ---------------------------------------------------------------------------------------
 # Path resolution: the one function every path-taking tool goes through.
 

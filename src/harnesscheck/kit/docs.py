@@ -77,20 +77,26 @@ def catalog_markdown(catalog: dict[str, CheckInfo]) -> str:
         "skipped `unsupported-by-backend`); one marked *required* is judged whatever the backend declares "
         "(kit/requirements.py, doc/AUTHORS.md \"The minimum\"); *declines* — the check runs only for backends that do "
         "not declare the capability and judges that they decline honestly; **kinds** — backend kinds it applies to; "
-        "**cases** — harness-anchors.md cases it covers.",
+        "**cases** — harness-anchors.md cases it covers; **severity** and **fix** — how much a failure matters and "
+        "what the backend must do (conformance/guidance.toml; a failing cell prints its fix).",
     ]
+    from harnesscheck.kit.guidance import guidance_for
     for area, title in AREAS.items():
         checks = [c for c in catalog.values() if c.area == area]
         if not checks:
             continue
-        lines += ["", f"## {title} (`{area}`)", "", "| id | requirement | requires | kinds | levels | cases |", "|---|---|---|---|---|---|"]
+        lines += ["", f"## {title} (`{area}`)", "", "| id | requirement | requires | kinds | levels | cases | severity | fix |",
+                  "|---|---|---|---|---|---|---|---|"]
         for c in sorted(checks, key=lambda c: c.id):
             requires = ", ".join(_requirement(cap, c.kinds) for cap in sorted(c.requires)) or "—"
             if c.declines:
                 requires = f"declines `{c.declines}`"
             kinds = ", ".join(sorted(c.kinds)) if len(c.kinds) == 1 else "all"
+            guide = guidance_for(c.id)
+            severity, fix = (guide.severity, guide.fix.replace("|", "\\|")) if guide else ("—", "—")
             lines.append(
-                f"| `{c.id}` | {c.requirement} | {requires} | {kinds} | {', '.join(c.levels)} | {', '.join(c.incidents) or '—'} |"
+                f"| `{c.id}` | {c.requirement} | {requires} | {kinds} | {', '.join(c.levels)} | {', '.join(c.incidents) or '—'} "
+                f"| {severity} | {fix} |"
             )
     tables = _mutant_tables()
     if tables is not None:  # a checkout (the mutants are not in the wheel)

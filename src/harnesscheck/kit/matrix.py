@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -31,6 +31,7 @@ from typing import Iterable, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harnesscheck.kit.catalog import AREAS, REASON_CODES
+from harnesscheck.kit.publish import severity_of
 from harnesscheck.kit.results import CellResult, Outcome, Report, ReportError, read_report, validation_problem
 
 MATRIX_SCHEMA = "harnesscheck-matrix"
@@ -63,6 +64,21 @@ class MatrixCell(BaseModel):
     #: scripted server's protocol, the real CLI's version): per cell, since the cells of one
     #: column replay different fixtures. Absent in matrices written before it was recorded.
     provenance: str | None = None
+    #: "KIT-VERSION DATE": the first matrix (in the chain of previous ones) with this outcome
+    #: (kit/publish.py history). Absent in matrices written before it was recorded.
+    since: str | None = None
+
+
+class MatrixChange(BaseModel):
+    """A cell whose outcome differs from the previous matrix (`before` None: a new cell)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: str
+    level: str
+    check: str
+    before: str | None = None
+    now: str
 
 
 class MatrixCoverage(BaseModel):
@@ -91,6 +107,10 @@ class MatrixFile(BaseModel):
     cells: dict[str, dict[str, dict[str, MatrixCell]]]  # backend -> level -> check -> cell
     #: backend -> level -> coverage. Absent in matrices written before it was recorded.
     coverage: dict[str, dict[str, MatrixCoverage]] = Field(default_factory=dict)
+    #: check -> critical | high | medium | low (conformance/guidance.toml). Absent before it was recorded.
+    severity: dict[str, str] = Field(default_factory=dict)
+    #: What changed since the previous matrix (empty when there was none to compare with).
+    changes: list[MatrixChange] = Field(default_factory=list)
 
 
 def read_matrix(path: Path) -> dict:
@@ -121,6 +141,10 @@ class Combined:
     areas: dict[str, str]  # check -> area
     #: (backend, level) -> the check ids applicable to that column (see `applicable_checks`)
     applicable: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
+    #: (backend, level, check) -> "KIT DATE" since when its outcome holds (kit/publish.py history)
+    since: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    #: cells whose outcome changed since the previous matrix; None: there was none to compare with
+    changes: list[dict] | None = None
 
 
 def applicable_checks(catalog: dict, kind: str, capabilities: Iterable[str], level: str) -> frozenset[str]:
@@ -145,10 +169,14 @@ def _installed_catalog(digest: str) -> dict | None:
     return catalog if catalog_hash(catalog) == digest else None
 
 
-def combine(reports: list[Report], catalog: dict | None = None) -> Combined:
+def combine(reports: list[Report], catalog: dict | None = None, previous: dict | None = None) -> Combined:
     """The reports as one matrix. `catalog` (id -> CheckInfo) decides what is applicable to
     each column; by default the installed catalog when the reports ran it (same hash), else
-    the reports' own cells (then a check a run did not select is not counted)."""
+    the reports' own cells (then a check a run did not select is not counted). `previous`: the
+    previous matrix (a backends.json), for each cell's history. Every message, provenance and
+    label is scrubbed of machine paths here (kit/publish.py), so no generated file holds one."""
+    from harnesscheck.kit.publish import history, scrub
+
     if not reports:
         raise InconsistentReports("no reports given")
     hashes = {r.catalog_hash for r in reports}
@@ -161,12 +189,13 @@ def combine(reports: list[Report], catalog: dict | None = None) -> Combined:
     areas: dict[str, str] = {}
     for report in sorted(reports, key=lambda r: r.finished_at or r.started_at):
         for b in report.backends:
-            entry = backends.setdefault(b.id, {"label": b.label, "kind": b.kind, "cli_version": {}, "run_at": {}})
+            entry = backends.setdefault(b.id, {"label": scrub(b.label), "kind": b.kind, "cli_version": {}, "run_at": {}})
             for level in report.levels:
                 if any(c.backend == b.id and c.level == level for c in report.cells):
                     entry["cli_version"][level] = b.cli_versions.get(level, b.cli_version) if b.cli_versions else b.cli_version
                     entry["run_at"][level] = report.finished_at or report.started_at
         for cell in report.cells:
+            cell = cell.model_copy(update={"message": scrub(cell.message), "provenance": scrub(cell.provenance)})
             cells[(cell.backend, cell.level, cell.check)] = cell
             areas[cell.check] = cell.area or cell.check.split(".", 1)[0]
     if catalog is None:
@@ -182,7 +211,9 @@ def combine(reports: list[Report], catalog: dict | None = None) -> Combined:
     if catalog is not None:
         for check in set().union(*applicable.values()) - set(areas):
             areas[check] = catalog[check].area if check in catalog else check.split(".", 1)[0]
-    return Combined(reports[0].kit_version, reports[0].catalog_hash, backends, cells, areas, applicable)
+    since, changes = history(cells, backends, reports[0].kit_version, previous)
+    return Combined(reports[0].kit_version, reports[0].catalog_hash, backends, cells, areas, applicable, since,
+                    changes if previous is not None else None)
 
 
 RAN = ("passed", "failed", "xfailed")
@@ -225,12 +256,14 @@ def area_status(cells: list[CellResult]) -> str:
 
 
 def columns(m: Combined) -> list[tuple[str, str]]:
-    """(backend, level) columns; a level this machine could not run for a backend at all (every
-    cell skipped env-missing) is left out rather than shown as a column of skips."""
+    """(backend, level) columns that reached a verdict. A column where no check ran (every cell
+    skipped: a level that cannot apply to the backend, "fake is in-process: only the offline
+    level exists", a CLI not pinned, an adapter not written, or a binary not installed here) is
+    left out, not shown as a 0 % column: the page and backends.md name it once, with why."""
     cols = {(b, lv) for (b, lv, _) in m.cells}
     for b, lv in list(cols):
         cells = [c for (cb, clv, _), c in m.cells.items() if (cb, clv) == (b, lv)]
-        if lv != "offline" and cells and all(c.outcome == "skipped" for c in cells) and any(c.reason == "env-missing" for c in cells):
+        if cells and all(c.outcome == "skipped" for c in cells):
             cols.discard((b, lv))
     return sorted(cols, key=lambda bl: (bl[0], ["offline", "loopback", "live"].index(bl[1]) if bl[1] in ("offline", "loopback", "live") else 9))
 
@@ -240,7 +273,8 @@ def to_json(m: Combined) -> dict:
     out_areas: dict = defaultdict(lambda: defaultdict(dict))
     by_area: dict = defaultdict(list)
     for (backend, level, check), cell in sorted(m.cells.items()):
-        out_cells[backend][level][check] = {"outcome": cell.outcome, "reason": cell.reason, "provenance": cell.provenance or None}
+        out_cells[backend][level][check] = {"outcome": cell.outcome, "reason": cell.reason, "provenance": cell.provenance or None,
+                                            "since": m.since.get((backend, level, check))}
         by_area[(backend, level, m.areas[check])].append(cell)
     for (backend, level, area), cells in sorted(by_area.items()):
         out_areas[backend][level][area] = area_status(cells)
@@ -253,6 +287,8 @@ def to_json(m: Combined) -> dict:
         "areas": {k: dict(v) for k, v in out_areas.items()},
         "cells": {k: {lv: dict(c) for lv, c in v.items()} for k, v in out_cells.items()},
         "coverage": _coverage_json(m),
+        "severity": {check: severity_of(check) for check in sorted(m.areas)},
+        "changes": m.changes or [],
     }
     return MatrixFile.model_validate(data).model_dump(mode="json", by_alias=True)  # what is written, validated
 
@@ -279,11 +315,11 @@ def verdict(m: Combined) -> tuple[str, str, list[CellResult]]:
     failing = [c for c in cells if c.outcome in ("failed", "error")]
     known = [c for c in cells if c.outcome == "xfailed"]
     skipped = sum(c.outcome == "skipped" for c in cells)
-    security = [c for c in known if m.areas.get(c.check, "") in SECURITY_AREAS]
+    security = [c for c in known if m.areas.get(c.check, "") in SECURITY_AREAS or severity_of(c.check) in ("critical", "high")]
 
     def named(c: CellResult) -> str:
         first = _first_line(c.message, 200)
-        return f"{c.check} on {c.backend} ({c.level})" + (f": {first}" if first else "")
+        return f"{c.check} ({severity_of(c.check)}) on {c.backend} ({c.level})" + (f": {first}" if first else "")
 
     parts: list[str] = []
     if failing:
@@ -320,7 +356,7 @@ def _footnotes(m: Combined) -> tuple[dict[tuple, list[int]], list[str]]:
             text = f"⏭ `{cell.reason}` — {cell.message or REASON_CODES.get(cell.reason or '', '')}"
         else:
             first = (cell.message or "").strip().splitlines()[0][:240] if cell.message else ""
-            text = f"{SYMBOL['warn' if cell.outcome == 'xfailed' else 'fail']} `{check}` on {backend} ({level}): {cell.outcome}" + (
+            text = f"{SYMBOL['warn' if cell.outcome == 'xfailed' else 'fail']} `{check}` ({severity_of(check)}) on {backend} ({level}): {cell.outcome}" + (
                 f" [{cell.reason}]" if cell.reason else "") + (f" — {first}" if first else "")
         if text not in index:
             notes.append(text)
@@ -329,6 +365,36 @@ def _footnotes(m: Combined) -> tuple[dict[tuple, list[int]], list[str]]:
         if index[text] not in refs[key]:
             refs[key].append(index[text])
     return refs, notes
+
+
+def hidden_columns(m: Combined) -> list[tuple[str, str, str]]:
+    """(backend, level, why) of the columns left out because no check reached a verdict there."""
+    shown = set(columns(m))
+    out = []
+    for b, lv in sorted({(b, lv) for (b, lv, _) in m.cells} - shown, key=lambda bl: (bl[0], _level_rank(bl[1]))):
+        whys = Counter(_first_line(c.message or REASON_CODES.get(c.reason or "", ""), 160)
+                          for (cb, clv, _), c in m.cells.items() if (cb, clv) == (b, lv))
+        out.append((b, lv, whys.most_common(1)[0][0] if whys else ""))
+    return out
+
+
+#: at most this many changes are listed one by one (the rest are counted): the page stays bounded
+CHANGES_LISTED = 60
+
+
+def change_lines(m: Combined) -> list[str]:
+    """Markdown lines: what changed since the previous matrix, worst first."""
+    if m.changes is None:
+        return ["No previous matrix was given to compare with: every cell's history starts here."]
+    if not m.changes:
+        return ["No cell changed its outcome."]
+    rank = {"failed": 0, "error": 0, "xfailed": 1, "skipped": 2, "passed": 3}
+    ordered = sorted(m.changes, key=lambda c: (rank.get(c["now"], 4), c["check"], c["backend"], c["level"]))
+    out = [f"- `{c['check']}` ({severity_of(c['check'])}) on {c['backend']} ({c['level']}): "
+           f"{c['before'] or 'new'} → {c['now']}" for c in ordered[:CHANGES_LISTED]]
+    if len(ordered) > CHANGES_LISTED:
+        out.append(f"- … and {len(ordered) - CHANGES_LISTED} more (backends.json `changes` lists them all)")
+    return out
 
 
 def to_markdown(m: Combined) -> str:
@@ -371,6 +437,10 @@ def to_markdown(m: Combined) -> str:
             row.append(mark)
         if any(r != SYMBOL["none"] for r in row):
             lines.append(f"| {title} | " + " | ".join(row) + " |")
+    hidden = hidden_columns(m)
+    if hidden:
+        lines += ["", "No check reached a verdict in these columns (each left out above): "
+                  + "; ".join(f"{b} ({lv}): {why}" for b, lv, why in hidden) + "."]
     lines += ["", "## Backends", ""]
     for backend, info in sorted(m.backends.items()):
         lines.append(f"- **{backend}** — {info.get('label', '')} ({info.get('kind', '')})")
@@ -380,6 +450,8 @@ def to_markdown(m: Combined) -> str:
     if notes:
         lines += ["", "## Notes", ""]
         lines += [f"{n}. {text}" for n, text in enumerate(notes, 1)]
+    lines += ["", "## Changes since the previous matrix", ""]
+    lines += change_lines(m)
     lines += ["", "## Reason codes", ""]
     lines += [f"- `{code}` — {text}" for code, text in REASON_CODES.items()]
     return "\n".join(lines) + "\n"
@@ -429,13 +501,21 @@ def _why(c: CellResult) -> str:
     return c.message or REASON_CODES.get(c.reason or "", "")
 
 
+def _by_message(cells: list[CellResult]) -> list[dict]:
+    """Skipped cells of one reason, grouped by their message: each message is written once,
+    followed by the checks it explains (the page's size stays bounded)."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for c in sorted(cells, key=lambda c: c.check):
+        groups[_first_line(c.message)].append(c.check)
+    return [{"first": first, "checks": checks} for first, checks in sorted(groups.items(), key=lambda fc: fc[1][0])]
+
+
 def to_html(m: Combined) -> str:
     """backends.html from templates/backends.html.j2 (Jinja2, autoescaping on: every report
     value is escaped by the template engine, none is pasted into markup here). This function
     builds the view model: which columns, cards, rows and sections, and their plain texts."""
     shown_cols = columns(m)
     all_cols = sorted({(b, lv) for (b, lv, _) in m.cells}, key=lambda bl: (bl[0], _level_rank(bl[1])))
-    hidden_cols = [col for col in all_cols if col not in shown_cols]
     by_col: dict[tuple[str, str], list[CellResult]] = defaultdict(list)
     for (b, lv, _), cell in sorted(m.cells.items()):
         by_col[(b, lv)].append(cell)
@@ -466,6 +546,7 @@ def to_html(m: Combined) -> str:
             "bar": [(k, f"{100 * t[k] / total:.1f}") for k in ("pass", "warn", "fail", "skip") if t[k]], "counts": counts_of(t),
             "coverage": coverage_text(coverage(m, b, lv)), "coverage_why": coverage_why(coverage(m, b, lv)),
         })
+    hidden_why = [{**col(b, lv), "why": why} for b, lv, why in hidden_columns(m)]
 
     groups: list[dict] = []
     for b, _ in shown_cols:
@@ -474,13 +555,15 @@ def to_html(m: Combined) -> str:
         else:
             groups.append({"backend": b, "span": 1, "kind": str(info(b).get("kind") or "")})
 
+    # By area, one row per backend and level and one column per area: 13 narrow columns fit
+    # 1400 px whatever the number of backends (the other way round it scrolled sideways).
+    area_keys = [a for a in AREAS if any(_cells_in(m, b, lv, a) for b, lv in shown_cols)]
+    area_heads = [{"key": a, "title": AREAS[a]} for a in area_keys]
     area_rows = []
-    for area, title in AREAS.items():
-        cells_by_col = [_cells_in(m, b, lv, area) for b, lv in shown_cols]
-        if not any(cells_by_col):
-            continue
+    for b, lv in shown_cols:
         row = []
-        for (b, lv), cells in zip(shown_cols, cells_by_col):
+        for area in area_keys:
+            cells = _cells_in(m, b, lv, area)
             if not cells:
                 row.append({"empty": True})
                 continue
@@ -490,12 +573,11 @@ def to_html(m: Combined) -> str:
             row.append({
                 "empty": False, "status": st, "word": WORD[st], "slug": _slug(b, lv), "main": f"{t['pass']}/{ran}" if ran else "skipped",
                 "subs": [f"{t[k]} {w}" for k, w in (("fail", "failing"), ("warn", "known"), ("skip", "skipped")) if t[k] and (ran or k != "skip")],
-                "tip": "\n".join(f"{c.check}: {_OUTCOME_WORD.get(c.outcome, c.outcome)}" + (f" [{c.reason}]" if c.reason else "") for c in cells),
             })
-        area_rows.append({"title": title, "cells": row})
+        area_rows.append({**col(b, lv), "cells": row})
 
     sections = []
-    for b, lv in shown_cols + hidden_cols:
+    for b, lv in shown_cols:
         cells = by_col[(b, lv)]
         t = _tally(cells)
         ran_here = (b, lv) in shown_cols
@@ -506,7 +588,8 @@ def to_html(m: Combined) -> str:
         problems = []
         for c in bad:
             first, rest = _split_message(_why(c))
-            problems.append({"cell": c, "status": _OUTCOME_STATUS.get(c.outcome, "fail"),
+            problems.append({"cell": c, "status": _OUTCOME_STATUS.get(c.outcome, "fail"), "severity": severity_of(c.check),
+                             "since": m.since.get((b, lv, c.check), ""),
                              "word": _OUTCOME_WORD.get(c.outcome, c.outcome), "first": first, "rest": rest})
         skips = [c for c in cells if c.outcome == "skipped"]
         skip_view = None
@@ -518,7 +601,7 @@ def to_html(m: Combined) -> str:
             skip_view = {
                 "n": len(skips), "tally": ", ".join(f"{len(v)} {r}" for r, v in ordered),
                 "groups": [{"reason": r, "text": REASON_CODES.get(r, ""),
-                            "entries": [{"cell": c, "first": _first_line(c.message)} for c in sorted(group, key=lambda c: c.check)]}
+                            "entries": _by_message(group)}
                            for r, group in ordered],
             }
         sections.append({
@@ -526,22 +609,25 @@ def to_html(m: Combined) -> str:
             "when": when_of(b, lv)[:16].replace("T", " "), "counts": counts_of(t), "ran_here": ran_here,
             "whys": whys[:3], "more_whys": len(whys) > 3, "bad": problems, "all_passed": not t["skip"], "skips": skip_view,
             "coverage_why": coverage_why(coverage(m, b, lv)),
+            "provenances": sorted({_first_lines(c.provenance, 300) for c in cells if c.provenance}),
         })
 
     def check_cell(cell: CellResult | None) -> dict:
+        """A mark, its outcome word for screen readers, and a link to the column's section,
+        where a failure's or skip's message is written out (nothing is reached by hover alone,
+        and each message is on the page once: its size stays bounded)."""
         if cell is None:
             return {"cell": None, "status": "none"}
-        tip = _OUTCOME_WORD.get(cell.outcome, cell.outcome) + (f" [{cell.reason}]" if cell.reason else "") + (
-            f": {_first_lines(cell.message, 600)}" if cell.message else "") + (
-            f"\nfrom: {_first_lines(cell.provenance, 300)}" if cell.provenance else "")
-        return {"cell": cell, "status": _OUTCOME_STATUS.get(cell.outcome, "fail"), "tip": tip}
+        word = _OUTCOME_WORD.get(cell.outcome, cell.outcome) + (f" [{cell.reason}]" if cell.reason else "")
+        return {"cell": cell, "status": _OUTCOME_STATUS.get(cell.outcome, "fail"), "word": word,
+                "slug": _slug(cell.backend, cell.level)}
 
     check_groups = []
     for area, title in AREAS.items():
         checks = sorted(chk for chk, a in m.areas.items() if a == area)
         if checks:
             check_groups.append({"title": title, "rows": [
-                {"area": chk.partition(".")[0], "rest": chk.partition(".")[2],
+                {"area": chk.partition(".")[0], "rest": chk.partition(".")[2], "severity": severity_of(chk),
                  "cells": [check_cell(m.cells.get((b, lv, chk))) for b, lv in shown_cols]} for chk in checks]})
     leftovers = [{"check": chk, "cells": [check_cell(m.cells.get((b, lv, chk))) for b, lv in shown_cols]}
                  for chk in sorted(chk for chk, a in m.areas.items() if a not in AREAS)]  # an area the catalog does not name still shows
@@ -550,11 +636,16 @@ def to_html(m: Combined) -> str:
         kit_version=m.kit_version, catalog_hash=m.catalog_hash, n_backends=len(m.backends), n_checks=len(m.areas),
         verified=dates[-1][:10] if dates else "unknown date",
         verdict={"status": status, "sentence": sentence, "links": [col(b, lv) for b, lv in names]},
-        legend=LEGEND, cards=cards, hidden=[col(b, lv) for b, lv in hidden_cols], groups=groups,
+        legend=LEGEND, cards=cards, hidden=hidden_why, groups=groups, area_heads=area_heads,
         shown=[col(b, lv) for b, lv in shown_cols], area_rows=area_rows, sections=sections,
+        changes=change_lines(m), severities=SEVERITY_TEXT,
         check_groups=check_groups, leftovers=leftovers, reason_codes=list(REASON_CODES.items()),
     )
 
+
+SEVERITY_TEXT = (("critical", "a secret, a credential or a file outside the scope can leak, or a denied action can run"),
+                 ("high", "the host loses control of the session (survivors, deadlines, a failure read as success)"),
+                 ("medium", "the outcome is misreported (error class, lost text, usage)"), ("low", "bookkeeping"))
 
 LEGEND = (("pass", "every check that ran passes"), ("fail", "a check fails"), ("warn", "known failure (baseline entry)"),
           ("skip", "skipped, with a reason code"), ("none", "no check applies"))
@@ -639,12 +730,17 @@ def _columns_that_could_not_run(report: Report) -> set[tuple[str, str]]:
     return {key for key, all_missing in seen.items() if all_missing}
 
 
-def matrix_command(reports: list[Path], out: Path) -> int:
-    """`harnesscheck matrix REPORT...`: 0 written, 2 unusable input (nothing written)."""
+def matrix_command(reports: list[Path], out: Path, previous: Path | None = None) -> int:
+    """`harnesscheck matrix REPORT...`: 0 written, 2 unusable input (nothing written).
+    `previous`: the matrix to take history from; by default the backends.json already in
+    `out` (regenerating doc/ compares with the committed doc/backends.json)."""
     import sys
 
+    from harnesscheck.kit.publish import read_previous
+
     try:
-        combined = combine([read_report(Path(p)) for p in reports])
+        before = read_previous(previous if previous is not None else Path(out) / "backends.json")
+        combined = combine([read_report(Path(p)) for p in reports], previous=before)
     except ReportError as exc:
         print(f"harnesscheck matrix: {exc}\n  fix: pass conformance-report.json files written by "
               "`harnesscheck verify` (or `pytest --hc-report FILE`)", file=sys.stderr)

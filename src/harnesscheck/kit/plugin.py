@@ -118,11 +118,19 @@ def pytest_configure(config: pytest.Config) -> None:
 
             config.args = [str(conformance_dir())]
     if not _wants_kit(config):
+        _no_backend_named(config)
         return  # another project's run: no marker, no fixture, nothing started
     state["kit"] = True
     from harnesscheck.process import harden_host
 
     harden_host()  # a kit run (controller and xdist workers) is a host: non-dumpable before its first CLI
+
+    if config.getoption("hc_check") and not hasattr(config, "workerinput"):
+        # an unknown id is a usage error before any xdist worker starts (raised in a worker's
+        # collection it crashed the controller: INTERNALERROR, exit 3)
+        with _plain_imports(_xdist_controller(config)):
+            _catalog()
+        _check_ids_known(set(config.getoption("hc_check")))
     config.addinivalue_line("markers", "conformance: a harnesscheck conformance check (offline-safe; never live)")
     config.addinivalue_line("markers", "loopback: runs against the real CLI and a scripted model server on 127.0.0.1")
     config.addinivalue_line("markers", "live: needs a real CLI, a real login and budget; never run in CI")
@@ -131,6 +139,21 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(fixtures, "harnesscheck-fixtures")
     _open_progress(config)
     _share_one_bridge_template(config)
+
+
+def _no_backend_named(config: pytest.Config) -> None:
+    """`pytest -m conformance` in a backend's own project, with no backend named: a usage
+    error saying how to name it (pytest alone would collect 0 items and say nothing). A
+    project that declares its own `conformance` marker keeps it."""
+    markexpr = config.getoption("markexpr", "") or ""
+    if "conformance" not in markexpr or "not conformance" in markexpr:
+        return
+    if any(str(line).split(":", 1)[0].strip() == "conformance" for line in config.getini("markers")):
+        return
+    raise pytest.UsageError(
+        "-m conformance: no backend named, so the conformance suite was not collected\n"
+        "  fix: name the backend under test: pytest -m conformance --hc-backend ID (a registered id) "
+        "or --hc-backend mymodule:spec (your ProviderSpec); doc/AUTHORS.md, Adopting the suite")
 
 
 def _kit(config: pytest.Config) -> bool:
@@ -222,11 +245,14 @@ def _backends(config: pytest.Config) -> list:
             if root not in sys.path:
                 sys.path.append(root)  # so `module:factory` resolves from the project under test
         specs = []
+        selectors = state.setdefault("selectors", {})
         for backend_id in dict.fromkeys(ids):
             try:
-                specs.append(get_spec(backend_id))
-            except Exception as exc:  # UnknownBackend, ImportError: a usage error
+                spec = get_spec(backend_id)
+            except Exception as exc:  # UnknownBackend, ConfigError (a module:attr that is no spec): a usage error
                 raise pytest.UsageError(f"--backend {backend_id}: {exc}") from None
+            specs.append(spec)
+            selectors[spec.id] = backend_id  # what reruns it: `mine:spec`, not the spec id `mine`
         state["backends"] = specs
     return state["backends"]
 
@@ -504,6 +530,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             message = f"baseline lists {entry.label()} as failing ({entry.reason}) but it passed: remove the entry"
             report.outcome = "failed"
             report.longrepr = message
+        if outcome == "failed" and reason is None:
+            _for_the_author(item, report, info, spec, level, message)
+            from harnesscheck.kit.guidance import author_message
+
+            message = author_message(message, info.requirement)
         record = {
             "check": info.id, "backend": spec.id, "level": level, "outcome": outcome, "reason": reason,
             "duration_s": round(report.duration, 4), "message": message[:2000], "area": info.area,
@@ -511,6 +542,23 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         }
         setattr(report, CELL_ATTR, record)
     return report
+
+
+def _for_the_author(item: pytest.Item, report: pytest.TestReport, info, spec, level: str, message: str) -> None:
+    """A failing cell's pytest output, for the backend's author: its section is headed by the
+    check id (not the test function), and holds the requirement, the evidence, the fix and
+    the rerun command (kit/guidance.py), not a traceback through the kit's own code: a run's
+    output stays bounded whatever the number of failures. The full traceback stays one
+    `--tb=long` rerun away (`pytest ... --hc-check ID --tb=long`)."""
+    from harnesscheck.kit.guidance import failure_text
+
+    selector = item.config.stash[_STATE].get("selectors", {}).get(spec.id, spec.id)
+    if item.config.getoption("tbstyle", "auto") in ("long", "native"):
+        return  # asked for the traceback: keep pytest's own
+    where = report.location
+    report.location = (where[0], where[1], f"{info.id} [{spec.id}@{level}]")
+    report.longrepr = "\n".join(failure_text(check_id=info.id, backend=spec.id, selector=selector, level=level,
+                                             requirement=info.requirement, message=message, max_lines=8))
 
 
 def _provenance(but) -> str:
@@ -757,8 +805,10 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         return
     record = getattr(report, CELL_ATTR, None)
     if record is not None:
-        _config_ref[0].stash[_CELLS].append(record)
-        _progress(_config_ref[0], {"e": "done", "id": report.nodeid, **record})
+        config = _config_ref[0]
+        config.stash[_CELLS].append(record)
+        selector = config.stash[_STATE].get("selectors", {}).get(record["backend"], record["backend"])
+        _progress(config, {"e": "done", "id": report.nodeid, **record, "selector": selector})
 
 
 # ---------------------------------------------------------------------------------------
@@ -881,8 +931,40 @@ def _ratchet(config: pytest.Config, path, report) -> list[str]:
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     if _kit(config):
+        _failing_checks_summary(terminalreporter, config)
         for note in config.stash[_STATE].get("notes", ()):
             terminalreporter.write_line(note, yellow=exitstatus == 0, red=exitstatus != 0)
+
+
+def _failing_checks_summary(terminalreporter, config: pytest.Config) -> None:
+    """The failing cells by check id (what doc/catalog.md lists), each with its severity and
+    fix (one line each: the details are in the failure sections above), then the slowest cells."""
+    from harnesscheck.kit.guidance import SEVERITIES, guidance_for, rerun_command
+
+    cells = config.stash[_CELLS]
+    failing = [c for c in cells if c["outcome"] == "failed"]
+    selectors = config.stash[_STATE].get("selectors", {})
+    if failing:
+        terminalreporter.section("harnesscheck: failing checks", sep="=", red=True)
+        rank = {s: n for n, s in enumerate(SEVERITIES)}
+
+        def order(cell: dict) -> tuple:
+            guide = guidance_for(cell["check"])
+            return (rank.get(guide.severity if guide else "", len(SEVERITIES)), cell["check"], cell["backend"])
+
+        for cell in sorted(failing, key=order):
+            guide = guidance_for(cell["check"])
+            severity = guide.severity if guide else "?"
+            terminalreporter.write_line(f"{severity:8} {cell['check']} on {cell['backend']} ({cell['level']})")
+            if guide is not None:
+                terminalreporter.write_line(f"         fix: {guide.fix}")
+        first = failing[0]
+        terminalreporter.write_line(f"rerun one: {rerun_command(selectors.get(first['backend'], first['backend']), first['level'], first['check'])}")
+        terminalreporter.write_line("rerun every failed cell: add --lf (pytest's last-failed) or `harnesscheck verify --last-failed`")
+    slow = sorted((c for c in cells if c.get("duration_s", 0) >= 5), key=lambda c: -c["duration_s"])[:5]
+    if slow:
+        terminalreporter.write_line("slowest cells: " + ", ".join(
+            f"{c['check']} on {c['backend']}@{c['level']} {c['duration_s']:.0f} s" for c in slow))
 
 
 def build_report(config: pytest.Config, cells: list[dict]):

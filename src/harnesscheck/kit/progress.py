@@ -10,15 +10,14 @@ begun, a `done` per cell ended (its record). `Progress` folds them; a view shows
 - `PlainView` (not a terminal, or CI=true): no redraw and no colour; a failing cell as it
   happens and one line per column when its last cell is done, nothing else.
 
-A failing cell prints its check id, its requirement, the first lines of its message and the
-exact command that reruns just that cell.
+A failing cell prints its check id, its requirement, the first lines of its message, its fix
+(kit/guidance.py) and the exact command that reruns just that cell.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,19 +110,24 @@ class EventReader:
 
 
 def rerun_command(record: dict) -> str:
-    """The command that reruns just this cell, as `harnesscheck verify` runs it."""
-    return shlex.join(["harnesscheck", "verify", "--backend", record["backend"], "--level", record["level"],
-                       "--check", record["check"]])
+    """The command that reruns just this cell, as `harnesscheck verify` runs it: with the
+    backend as the run was given it (`selector`: a `module:attr` reference for a third-party
+    backend, whose spec id alone is no registered backend)."""
+    from harnesscheck.kit.guidance import rerun_command as command
+
+    return command(record.get("selector") or record["backend"], record["level"], record["check"])
 
 
 def failure_lines(record: dict, requirement: str) -> list[str]:
-    message = [line for line in (record.get("message") or "").strip().splitlines() if line.strip()][:3]
-    what = "ERROR (kit)" if record.get("outcome") == "error" else "FAILED"
-    lines = [f"{what} {record['check']} on {record['backend']} ({record['level']})"]
-    if requirement:
-        lines.append(f"  requirement: {requirement}")
-    lines += [f"  {line[:300]}" for line in message]
-    lines.append(f"  rerun: {rerun_command(record)}")
+    """What failed, the requirement, the evidence (bounded), the fix and its severity
+    (conformance/guidance.toml), and the rerun command."""
+    from harnesscheck.kit.guidance import failure_text
+
+    lines = failure_text(check_id=record["check"], backend=record["backend"], selector=record.get("selector") or "",
+                         level=record["level"], requirement=requirement, message=record.get("message") or "",
+                         max_lines=3)
+    if record.get("outcome") == "error":
+        lines[0] = "ERROR (kit)" + lines[0][len("FAILED"):]
     return lines
 
 
@@ -162,12 +166,12 @@ class PlainView:
 class LiveView:
     """A terminal: rich's Live display, a line per column, redrawn in place."""
 
-    def __init__(self, progress: Progress) -> None:
+    def __init__(self, progress: Progress, stream=None) -> None:
         from rich.console import Console
         from rich.live import Live
 
         self.progress = progress
-        self.console = Console()
+        self.console = Console(file=stream) if stream is not None else Console()
         self.live = Live(self._render(), console=self.console, refresh_per_second=4, transient=False)
 
     def __enter__(self) -> LiveView:
@@ -215,5 +219,7 @@ class LiveView:
         self.live.update(self._render())
 
 
-def view(progress: Progress):
-    return LiveView(progress) if interactive() else PlainView(progress)
+def view(progress: Progress, stream=None):
+    """The progress view on `stream` (stdout; stderr when stdout carries --json)."""
+    stream = stream or sys.stdout
+    return LiveView(progress, stream) if interactive(stream) else PlainView(progress, stream)

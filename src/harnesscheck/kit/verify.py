@@ -55,6 +55,8 @@ def plan(backends: list[str], levels: list[str]) -> tuple[list[str], list[str], 
     from harnesscheck.kit.adapters import level_available
     from harnesscheck.registry import column_ids, default_backend_ids, get_spec
 
+    if any(":" in b for b in backends) and os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())  # `module:attr` resolves from the current directory, as in the suite's run
     ids = list(dict.fromkeys([c for b in backends for c in column_ids(b)] or default_backend_ids()))
     specs = [get_spec(i) for i in ids]
     notes: list[str] = []
@@ -233,7 +235,7 @@ def publish(staging: Path, report_dir: Path) -> None:
     shutil.rmtree(staging, ignore_errors=True)
 
 
-def _run_child(args: list[str], env: dict[str, str], staging: Path) -> int:
+def _run_child(args: list[str], env: dict[str, str], staging: Path, stream=None) -> int:
     """The child pytest in its own session (so Ctrl-C reaches only this process, which ends
     the child's whole group itself, quietly), its output in pytest-output.txt, the progress
     shown as its events arrive."""
@@ -244,7 +246,7 @@ def _run_child(args: list[str], env: dict[str, str], staging: Path) -> int:
         proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         try:
-            with view(progress) as shown:
+            with view(progress, stream) as shown:
                 while True:
                     code = proc.poll()
                     for event in reader.read():
@@ -289,15 +291,26 @@ def _nothing_to_run(ids: list[str], levels: list[str]) -> str | None:
 
 def verify_command(backends: list[str], levels: list[str], report_dir: Path, baseline: Path | None, jobs: str | None,
                    cli: Path | None = None, *, checks: list[str] = (), keep: bool = False,
-                   ratchet: Path | None | str = "default") -> int:
+                   ratchet: Path | None | str = "default", as_json: bool = False, last_failed: bool = False) -> int:
     """`ratchet`: the committed matrix to compare against ("default": doc/backends.json of the
-    current directory when it is a harnesscheck matrix; None or "none": no ratchet)."""
+    current directory when it is a harnesscheck matrix; None or "none": no ratchet).
+    `as_json`: the conformance report on stdout (for CI), everything else on stderr.
+    `last_failed`: only the checks that failed in the report already in `report_dir`."""
     from harnesscheck.contracts import HarnessError
-    from harnesscheck.kit.matrix import combine, to_markdown, write_matrix
+    from harnesscheck.kit.matrix import combine, write_matrix
     from harnesscheck.kit.results import ReportError, read_report
     from harnesscheck.process import harden_host
 
     harden_host()  # verify holds the user's whole environment: no CLI of a session may read it through /proc
+
+    out = sys.stderr if as_json else sys.stdout
+    if last_failed:
+        from harnesscheck.kit.summary import last_failed as previous_failures
+
+        failed_backends, failed_checks, note = previous_failures(Path(report_dir))
+        print(note, file=out, flush=True)
+        checks = list(dict.fromkeys([*checks, *failed_checks]))
+        backends = backends or failed_backends
 
     if cli is not None:
         # --cli is HARNESS_BACKEND_CLI for the one backend named (loopback/clis.py honours or refuses it)
@@ -308,12 +321,23 @@ def verify_command(backends: list[str], levels: list[str], report_dir: Path, bas
         os.environ["HARNESS_BACKEND"] = backends[0]
 
     try:
+        from harnesscheck.config import Settings
+
+        Settings.from_env()  # a bad HARNESS_* value is refused here too, as `run` refuses it
+        unknown = unknown_checks(list(checks))
+        if unknown:
+            _err(unknown)
+            return EXIT_USAGE
         ids, chosen, notes = plan(backends, levels)
     except LevelUnavailable as exc:
         _err(str(exc))
         return EXIT_KIT_FAULT
     except (HarnessError, ValueError, ImportError) as exc:
         _err(str(exc))
+        return EXIT_USAGE
+    if cli is not None and not set(chosen) & {"loopback", "live"}:
+        _err(f"--cli {cli}: the {', '.join(chosen)} level runs the kit's fake CLIs, never a given binary\n"
+             f"  fix: add --level loopback to run {cli} against the scripted model server, or drop --cli")
         return EXIT_USAGE
     if baseline is not None and not Path(baseline).is_file():
         _err(f"baseline {baseline} not found")
@@ -339,17 +363,17 @@ def verify_command(backends: list[str], levels: list[str], report_dir: Path, bas
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     workers = f"{jobs} workers" if jobs and jobs != "0" else "serial"
-    print(f"harnesscheck verify: backends {', '.join(ids)}; levels {', '.join(chosen)}; {workers}", flush=True)
+    print(f"harnesscheck verify: backends {', '.join(ids)}; levels {', '.join(chosen)}; {workers}", file=out, flush=True)
     for note in notes:
-        print(f"  (skipping {note})", flush=True)
+        print(f"  (skipping {note})", file=out, flush=True)
     if ratchet_path is not None:
-        print(f"  (ratchet: every cell that passed in {ratchet_path} must pass)", flush=True)
+        print(f"  (ratchet: every cell that passed in {ratchet_path} must pass)", file=out, flush=True)
     staging = Path(tempfile.mkdtemp(prefix=".harnesscheck-partial-", dir=report_dir))
     try:
         with scratch_folder(keep) as scratch, bridge_template(ids) as template:
             args = pytest_args(ids, chosen, staging, baseline, jobs, template, checks=list(checks),
                                ratchet=ratchet_path, scratch=scratch)
-            returncode = _run_child(args, child_env(scratch), staging)
+            returncode = _run_child(args, child_env(scratch), staging, out)
     except KeyboardInterrupt:
         shutil.rmtree(staging, ignore_errors=True)
         _err(f"interrupted: {report_dir} still holds the previous run's files")
@@ -371,18 +395,62 @@ def verify_command(backends: list[str], levels: list[str], report_dir: Path, bas
         shutil.rmtree(staging, ignore_errors=True)
         _err(_why_nothing(report))
         return EXIT_KIT_FAULT
-    matrix = combine([report])
+    from harnesscheck.kit.publish import read_previous
+
+    matrix = combine([report], previous=read_previous(report_dir / "backends.json"))
     write_matrix(matrix, staging)
     publish(staging, report_dir)
-    print()
-    print(to_markdown(matrix).split("\n## Notes")[0].split("\n## Backends")[0])
-    print(", ".join(f"{n} {k}" for k, n in counts.items() if n) + f" — report: {report_path}")
+    from harnesscheck.kit.summary import console_for, print_summary
+
+    print_summary(console_for(out), matrix, report, report_path, _selectors(ids))
+    if as_json:
+        sys.stdout.write(report_path.read_text(encoding="utf-8"))
+        sys.stdout.flush()
     for problem in report.problems:
         _err(problem)
     code = report.exit_code()
     if returncode not in (0, 1) and code == EXIT_OK:
         return EXIT_KIT_FAULT
     return code if code in (EXIT_OK, EXIT_BACKEND_FAILED, EXIT_KIT_FAULT) else EXIT_KIT_FAULT
+
+
+def unknown_checks(checks: list[str]) -> str:
+    """"" when every --check names a check of the catalog; else the usage error (the ids,
+    the nearest known ones, where the ids are listed): checked here, before any worker starts
+    (an unknown id inside an xdist run crashed the controller)."""
+    if not checks:
+        return ""
+    import difflib
+
+    from harnesscheck.kit.catalog import issued_ids, load_catalog
+
+    known = load_catalog()
+    unknown = [c for c in dict.fromkeys(checks) if c not in known]
+    if not unknown:
+        return ""
+    retired = issued_ids()
+    parts = []
+    for check_id in unknown:
+        if retired.get(check_id):
+            parts.append(f"{check_id} (retired: {retired[check_id]})")
+            continue
+        near = difflib.get_close_matches(check_id, list(known), n=2, cutoff=0.6)
+        parts.append(f"{check_id}" + (f" (did you mean {' or '.join(near)}?)" if near else ""))
+    return (f"--check: no such check: {', '.join(parts)}\n"
+            "  fix: use a check id of doc/catalog.md (e.g. env.provider-keys-stripped); `harnesscheck verify --help`")
+
+
+def _selectors(ids: list[str]) -> dict[str, str]:
+    """spec id -> the --backend value that named it (`mine:spec` reruns `mine`)."""
+    from harnesscheck.registry import get_spec
+
+    out = {}
+    for backend in ids:
+        try:
+            out[get_spec(backend).id] = backend
+        except Exception:  # noqa: BLE001 - resolved once already (plan); a rerun hint is not worth a crash
+            out[backend] = backend
+    return out
 
 
 def _why_nothing(report) -> str:

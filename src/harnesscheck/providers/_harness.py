@@ -51,7 +51,7 @@ from harnesscheck.contracts import (
     OutcomeStatus,
     ProviderSpec,
 )
-from harnesscheck.scope import ToolScope
+from harnesscheck.scope import ToolScope, require_root
 from harnesscheck.rundir import CLI_STATE_DIRS, config_home_entries, forget_cli_state
 
 #: Bridge server name in every CLI's MCP config (claude sees mcp__bridge__read_file).
@@ -442,7 +442,9 @@ class HarnessTransport:
         cancel: threading.Event | None = None,
         on_text: Callable[[str], None] | None = None,
     ) -> AgentOutcome:
-        """One agent session through the CLI. In-session failures become the outcome."""
+        """One agent session through the CLI. In-session failures become the outcome; a
+        scope whose root is no directory is refused before anything starts (ConfigError)."""
+        require_root(request.scope)
         return self._run(request, cancel=cancel, on_text=on_text, tool_less=False)
 
     def complete(

@@ -324,6 +324,17 @@ def _short(text: str, limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _cli_own(event: dict) -> bool:
+    """An event the CLI emits on its own, before or without a model request: system/init and
+    the `<synthetic>` assistant message that repeats the CLI's own error ("Not logged in")."""
+    if event.get("type") == "system":
+        return event.get("subtype") == "init"
+    if event.get("type") == "assistant":
+        message = event.get("message")
+        return isinstance(message, dict) and message.get("model") == "<synthetic>"
+    return False
+
+
 class ClaudeStreamParser:
     """Lines of `claude -p --output-format stream-json --verbose` -> one AgentOutcome.
 
@@ -379,6 +390,11 @@ class ClaudeStreamParser:
         # endings
         self.result: dict | None = None
         self.early: tuple[OutcomeStatus, ErrorClass, str] | None = None
+        #: the bridge was not connected at system/init (pending, failed, absent, tools missing):
+        #: the session ends mcp_unavailable after the linger grace or at the first sign of it
+        #: going on with the model, unless the CLI gives up first for a root cause (never
+        #: logged in: auth) (_classify)
+        self.bridge_problem: tuple[OutcomeStatus, ErrorClass, str] | None = None
 
     # -- feeding ------------------------------------------------------------------------
 
@@ -404,6 +420,8 @@ class ClaudeStreamParser:
         if not isinstance(event, dict):
             return None
         kind = event.get("type")
+        if self.bridge_problem is not None and kind != "result" and not _cli_own(event):
+            return self._stop(*self.bridge_problem)  # the session goes on with the model: never toolless
         if kind == "system":
             return self._system(event)
         if kind == "assistant":
@@ -487,20 +505,18 @@ class ClaudeStreamParser:
             )
         if self.expected_tools:
             status = self.mcp_status.get(BRIDGE_SERVER)
-            if status != "connected":
-                return self._stop(
-                    OutcomeStatus.blocked,
-                    ErrorClass.mcp_unavailable,
-                    f"the tool bridge is {status or 'absent'} at system/init; the session would run without "
-                    "the host's tools",
-                )
             missing = [t for t in self.expected_tools if t not in self.init_tools]
-            if missing:
-                return self._stop(
-                    OutcomeStatus.blocked,
-                    ErrorClass.mcp_unavailable,
-                    f"bridge tools missing at system/init: {', '.join(missing)}",
-                )
+            if status != "connected":
+                self.bridge_problem = (OutcomeStatus.blocked, ErrorClass.mcp_unavailable,
+                                       f"the tool bridge is {status or 'absent'} at system/init; the session would run "
+                                       "without the host's tools")
+            elif missing:
+                self.bridge_problem = (OutcomeStatus.blocked, ErrorClass.mcp_unavailable,
+                                       f"bridge tools missing at system/init: {', '.join(missing)}")
+            if self.bridge_problem is not None:
+                # a short grace (the linger) for the CLI's own verdict ("Not logged in" comes
+                # right after init), then the tree is killed; a model event ends it at once (feed)
+                return LineAction.TERMINAL
         return None
 
     def _assistant(self, event: dict) -> None:
@@ -600,9 +616,17 @@ class ClaudeStreamParser:
     def _classify(self, result: Any) -> tuple[OutcomeStatus, ErrorClass | None, str]:
         if self.early is not None:
             return self.early  # the parser asked to stop: whatever ending followed is our own kill
-        if self.result is None:
-            return self._classify_no_result(result)
-        return self._classify_result(self.result)
+        ended = self._classify_no_result(result) if self.result is None else self._classify_result(self.result)
+        if self.bridge_problem is not None:
+            # the CLI ended before going on with the model: its own failure wins when it is a
+            # root cause of the bridge's (a session never logged in is auth whatever the
+            # bridge's state); anything else is the bridge's failure, never an ok session
+            from harnesscheck.providers._rootcause import tier
+
+            if ended[1] is not None and tier(ended[1]) < tier(ErrorClass.mcp_unavailable):
+                return ended
+            return self.bridge_problem
+        return ended
 
     def _classify_no_result(self, result: Any) -> tuple[OutcomeStatus, ErrorClass | None, str]:
         """No result event: the root cause (providers/_rootcause.py) among the transient

@@ -3,7 +3,7 @@ built-in tools off, the host's scoped tools served through harnesscheck's MCP br
 
 Written as a backend author outside harnesscheck writes one (doc/AUTHORS.md): a ProviderSpec
 and a transport class the kit builds as ``factory(spec, settings)``. The transport builds on
-harnesscheck's harness base (``HarnessTransport``: session dirs, the child environment, the
+harnesscheck's public harness base (``harnesscheck.authoring.HarnessTransport``: session dirs, the child environment, the
 process tree, deadlines and cancellation, the bridge, the post-run audit) and supplies the two
 things that are this CLI's own:
 
@@ -31,12 +31,22 @@ import json
 import re
 from pathlib import Path
 
-from harnesscheck.contracts import AgentSessionRequest, ConfigError, Kind, ProviderSpec
-from harnesscheck.contracts import Capability as C
-from harnesscheck.envpolicy import config_home
-from harnesscheck.providers._harness import BRIDGE_SERVER, HarnessTransport, Invocation, SessionContext, bridge_command
-from harnesscheck.providers.claude_code import CLAUDE_INJECTIONS, ClaudeStreamParser
-from harnesscheck.rundir import write_private
+from harnesscheck.authoring import (
+    BRIDGE_SERVER,
+    CLAUDE_INJECTIONS,
+    AgentSessionRequest,
+    ClaudeStreamParser,
+    ConfigError,
+    HarnessTransport,
+    Invocation,
+    Kind,
+    ProviderSpec,
+    SessionContext,
+    bridge_command,
+    config_home,
+    write_private,
+)
+from harnesscheck.authoring import Capability as C
 
 #: A model id is one plain argv word: it can neither be read as a flag nor split a list.
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@\[\]-]*$")

@@ -1,0 +1,84 @@
+"""The public, typed base for backend authors: what a backend subclasses or calls to meet the
+conformance suite without rebuilding it (doc/AUTHORS.md, "The public base").
+
+Requirement (issue 32, item 4): everything an author needs to pass the checks is importable
+from here under a public name, typed (the package ships `py.typed`), and stays stable; the
+modules these names live in (`providers._harness`, ...) are private and may move. A name is
+added here only when a check's fix (conformance/guidance.toml) points an author at it.
+
+- The harness base: subclass `HarnessTransport`, supply `invocation()` (argv, added env,
+  stdin: an `Invocation`) and `make_parser()` (a `StreamParser`); it provides the session and
+  run dirs, the child environment, the process tree, deadlines, cancellation, the bridge and the
+  post-run audit. `bridge_command()` is the bridge's argv and env for the CLI's MCP config.
+- The environment policy: `build_child_env` (an allowlist, never os.environ), `config_home`
+  (a private HOME / config dir per run), `private_temp_dirs`, `redact`.
+- The process layer: `run_process` (own process group, deadline, cancel, linger, bounded
+  lines, whole-tree kill), `terminate_tree`, `session_slot` (the host's concurrency cap).
+- Stream parsing and error classes: `EventDecoder` (noise-tolerant JSON lines),
+  `ending_outcome` (exit code and terminal event to a status), `classify_text` (error text to
+  an `ErrorClass`), `ClaudeStreamParser` and `CLAUDE_INJECTIONS` for a claude-driven backend.
+- Run dirs: `prepare_run_dir` (refuses a run dir inside the worktree), `write_private`,
+  `redact_files`.
+- The contract: `ProviderSpec`, `Kind`, `Capability`, `AgentSessionRequest`, `AgentOutcome`,
+  `OutcomeStatus`, `ErrorClass`, `Usage`, `Cost`, `Settings`, `ToolScope`, and the typed
+  pre-session errors (`HarnessError` and its subclasses).
+"""
+
+from __future__ import annotations
+
+from harnesscheck.config import Settings
+from harnesscheck.contracts import (
+    AgentOutcome,
+    AgentSessionRequest,
+    AuthUnavailable,
+    Capability,
+    CapabilityUnsupported,
+    CliNotFound,
+    CliVersionUnsupported,
+    ConfigError,
+    Cost,
+    ErrorClass,
+    HarnessError,
+    Kind,
+    OutcomeStatus,
+    ProviderSpec,
+    Transport,
+    Usage,
+)
+from harnesscheck.envpolicy import build_child_env, config_home, private_temp_dirs, redact
+from harnesscheck.process import LineAction, ProcessResult, run_process, session_slot, terminate_tree
+from harnesscheck.providers._args import safe_model
+from harnesscheck.providers._errortext import classify_text
+from harnesscheck.providers._harness import (
+    BRIDGE_SERVER,
+    EventDecoder,
+    HarnessTransport,
+    Invocation,
+    SessionContext,
+    StreamParser,
+    bridge_command,
+    ending_outcome,
+    new_session_context,
+    scratch_dir,
+)
+from harnesscheck.providers.claude_code import CLAUDE_INJECTIONS, ClaudeStreamParser
+from harnesscheck.rundir import RunDirError, prepare_run_dir, redact_files, write_private
+from harnesscheck.scope import ToolScope
+
+__all__ = [
+    # the harness base
+    "HarnessTransport", "Invocation", "SessionContext", "StreamParser", "BRIDGE_SERVER", "bridge_command",
+    "new_session_context", "scratch_dir",
+    # environment policy
+    "build_child_env", "config_home", "private_temp_dirs", "redact",
+    # process layer
+    "run_process", "ProcessResult", "LineAction", "terminate_tree", "session_slot",
+    # stream parsing and error classes
+    "EventDecoder", "ending_outcome", "classify_text", "safe_model", "ClaudeStreamParser", "CLAUDE_INJECTIONS",
+    # run dirs
+    "prepare_run_dir", "write_private", "redact_files", "RunDirError",
+    # the contract
+    "ProviderSpec", "Kind", "Capability", "AgentSessionRequest", "AgentOutcome", "OutcomeStatus", "ErrorClass",
+    "Usage", "Cost", "Settings", "ToolScope", "Transport",
+    "HarnessError", "ConfigError", "CliNotFound", "CliVersionUnsupported", "AuthUnavailable", "CapabilityUnsupported",
+]
