@@ -86,7 +86,9 @@ def test_help_texts_name_every_pinned_cli_and_show_no_python_types() -> None:
         options = [line for line in text.splitlines() if line.lstrip().startswith("-")]
         assert not [line for line in options if "<" in line.split("  ")[0]], f"{name} --help shows a Python type: {options}"
     for cli in pinned_clis():
-        assert cli.backend in helps["install-clis"] and cli.backend in helps["drift"], cli.backend
+        assert cli.backend in helps["install-clis"], cli.backend
+        if not cli.backend.startswith("acp-"):  # drift compares a CLI's recordings; ACP agents have none
+            assert cli.backend in helps["drift"], cli.backend
     for cli in _recordable_backends():
         assert cli.backend in helps["record"], cli.backend
 

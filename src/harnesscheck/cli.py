@@ -304,11 +304,11 @@ def bridge(
 @app.command("install-clis")
 def install_clis(
     dest: Annotated[Optional[Path], typer.Option("--dest", help="Cache dir (default: the loopback cache).")] = None,
-    backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="Only this backend's CLI: claude-code, codex, gemini, opencode (npm) or deepseek (pip).")] = None,
+    backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="Only this backend's CLI: claude-code, codex, gemini, opencode, the ACP agents acp-claude-agent-acp and acp-codex-acp (npm) or deepseek (pip).")] = None,
     version: Annotated[Optional[str], typer.Option("--version", help="Install this release (X.Y.Z or latest) beside the others; needs --backend.")] = None,
     check: Annotated[bool, typer.Option("--check", help="Say whether each pin is behind npm's latest and whether this Node meets its engines.")] = False,
 ) -> None:
-    """Install the pinned real CLIs for the loopback level: claude-code, codex, gemini, opencode (npm), deepseek (pip)."""
+    """Install the pinned real CLIs for the loopback level: claude-code, codex, gemini, opencode and the ACP agents acp-claude-agent-acp, acp-codex-acp (npm), deepseek (pip)."""
     if dest is not None:
         dest = check_dir_option("--dest", dest)
     if version is not None and version != "latest" and not _RELEASE_RE.fullmatch(version):

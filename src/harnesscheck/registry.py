@@ -583,13 +583,23 @@ def nearest_release(version: str, releases: list[str]) -> str | None:
     return min(releases, key=lambda r: tuple(abs(a - b) for a, b in zip(parse_version(r) or (0, 0, 0), v)))
 
 
+#: The shipped ACP profiles that are matrix columns (providers/acp/profiles/): the four real
+#: agents (pinned, installed by install-clis), claude-agent-acp with its built-ins on (where its
+#: acp.* defects show), and harnesscheck's own agent (`acp serve`), the correct one.
+ACP_COLUMNS: tuple[str, ...] = (
+    "acp-claude-agent-acp", "acp-claude-agent-acp-builtins", "acp-codex-acp", "acp-gemini", "acp-opencode",
+    "acp-harnesscheck",
+)
+
+
 def default_backend_ids() -> list[str]:
-    """Every registered backend (an api backend as its mode columns, `column_ids`), then each
-    second column (`ID==VERSION`, SECOND_COLUMNS)."""
+    """Every registered backend (an api backend as its mode columns, `column_ids`), each second
+    column (`ID==VERSION`, SECOND_COLUMNS), then the shipped ACP profiles' columns (ACP_COLUMNS)."""
     specs = known_specs()
     extra = [f"{b}{VARIANT_SEP}{v}" for b, versions in SECOND_COLUMNS.items() if b in specs for v in versions
              if v != specs[b].pinned_version]  # a second column equal to the pin is the base column
-    return [column for b in specs for column in column_ids(b)] + extra
+    acp = [c for c in ACP_COLUMNS if c not in specs and _shipped_acp_profile(c)]
+    return [column for b in specs for column in column_ids(b)] + extra + acp
 
 
 @dataclass(frozen=True)

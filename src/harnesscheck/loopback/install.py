@@ -50,7 +50,7 @@ def pinned_clis() -> list[PinnedCli]:
 
     out = []
     specs = list(known_specs().values())
-    specs += [acp_spec(f"acp-{path.stem}") for path in sorted(PROFILE_DIR.glob("*.toml"))]
+    specs += [acp_spec(f"acp-{stem}") for stem in sorted(path.stem for path in PROFILE_DIR.glob("*.toml"))]
     seen: set[tuple[str, str]] = set()
     for spec in specs:
         if spec.cli_package and spec.pinned_version and spec.cli_name and (spec.cli_package, spec.pinned_version) not in seen:
