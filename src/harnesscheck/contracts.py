@@ -50,6 +50,8 @@ class Capability(StrEnum):
     prompt_caching = "prompt_caching"  # prompt-cache breakpoints are placed on the wire (Anthropic Messages)
     host_policy = "host_policy"  # the request's policy decides every tool call before it runs (doc/SPEC-policy.md)
     host_approvals = "host_approvals"  # approval_required calls reach the request's approver before they run
+    event_stream = "event_stream"  # the request's on_event sees each tool call requested, decided, completed (doc/SPEC-events.md)
+    retry_events = "retry_events"  # a retry wait is announced as a retry event before it is waited out
 
 
 class OutcomeStatus(StrEnum):

@@ -37,7 +37,7 @@ ENTRY_POINT_GROUP = "harnesscheck.backends"
 #: What every ACP agent declares: the host's bridge as its MCP server and a cancel that ends
 #: the tree (session/cancel, then the kill). Anything agent-specific (built-ins off, usage)
 #: is a profile's to claim, not the protocol's.
-ACP_CAPABILITIES = frozenset({C.mcp_tools, C.host_policy, C.cancellation})
+ACP_CAPABILITIES = frozenset({C.mcp_tools, C.host_policy, C.event_stream, C.cancellation})
 
 BUILTIN_SPECS: dict[str, ProviderSpec] = {
     spec.id: spec
@@ -51,6 +51,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
                 {
                     C.host_tool_loop,
                     C.host_policy,
+                    C.event_stream,
                     C.host_approvals,
                     C.builtin_tools_off,
                     C.max_turns,
@@ -59,6 +60,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
                     C.served_model_reporting,
                     C.cancellation,
                     C.early_auth_stop,
+                    C.retry_events,
                 }
             ),
             description="Raw model API; the host owns the tool loop through dispatch.",
@@ -72,6 +74,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
                 {
                     C.host_tool_loop,
                     C.host_policy,
+                    C.event_stream,
                     C.host_approvals,
                     C.builtin_tools_off,
                     C.max_turns,
@@ -94,6 +97,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
                 {
                     C.mcp_tools,
                     C.host_policy,
+                    C.event_stream,
                     C.builtin_tools_off,
                     C.max_turns,
                     C.system_prompt,
@@ -122,6 +126,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
                 {
                     C.host_tool_loop,
                     C.host_policy,
+                    C.event_stream,
                     C.host_approvals,
                     C.builtin_tools_off,
                     C.max_turns,
@@ -143,6 +148,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
                 {
                     C.mcp_tools,
                     C.host_policy,
+                    C.event_stream,
                     C.native_tools_audited,
                     C.usage_reporting,
                     C.cancellation,
@@ -163,7 +169,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             label="Cursor (cursor-agent --print)",
             factory="harnesscheck.providers.cursor:CursorTransport",
             capabilities=frozenset({C.mcp_tools,
-                    C.host_policy, C.native_tools_audited, C.usage_reporting, C.cancellation}),
+                    C.host_policy, C.event_stream, C.native_tools_audited, C.usage_reporting, C.cancellation}),
             cli_name="cursor-agent",
             description="Subscription CLI (not on the npm registry: offline level only).",
         ),
@@ -176,6 +182,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
                 {
                     C.mcp_tools,
                     C.host_policy,
+                    C.event_stream,
                     C.builtin_tools_off,
                     C.max_turns,
                     C.system_prompt,
@@ -202,6 +209,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
                 {
                     C.mcp_tools,
                     C.host_policy,
+                    C.event_stream,
                     C.builtin_tools_off,  # tools.core lists none of its built-ins (verified at the wire)
                     C.usage_reporting,
                     C.served_model_reporting,  # result.stats.models keys: the server's modelVersion
@@ -226,6 +234,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
                 {
                     C.mcp_tools,
                     C.host_policy,
+                    C.event_stream,
                     C.builtin_tools_off,  # "tools": {name: false} + permission deny; checked at the wire
                     C.usage_reporting,
                     C.cost_reporting,
@@ -250,7 +259,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             factory="harnesscheck.providers.zcode:ZcodeTransport",
             capabilities=frozenset(
                 {C.mcp_tools,
-                    C.host_policy, C.native_tools_audited, C.usage_reporting, C.served_model_reporting, C.cancellation,
+                    C.host_policy, C.event_stream, C.native_tools_audited, C.usage_reporting, C.served_model_reporting, C.cancellation,
                  C.config_isolation}
             ),
             cli_name="zcode",
@@ -279,6 +288,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
                 {
                     C.host_tool_loop,
                     C.host_policy,
+                    C.event_stream,
                     C.host_approvals,
                     C.builtin_tools_off,
                     C.max_turns,

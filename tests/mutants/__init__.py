@@ -33,6 +33,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.scripted:follows_symlinks": _ids(
         "scope.symlink-leaf-refused", "parity.refusal-codes-match-dispatch", "scope.loop-reaches-dispatch",
         "scope.large-result-bounded", "scope.hardlink-read-contained", "scope.swap-race-contained",
+        "events.tool-calls-streamed",
     ),
     "tests.mutants.scripted:prefix_check_without_separator": _ids("scope.sibling-prefix-refused"),
     "tests.mutants.scripted:ignores_the_timeout": _ids("time.timeout-truncates"),
@@ -84,11 +85,13 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.scripted:returns_whole_files": _ids("scope.large-result-bounded"),
     "tests.mutants.scripted:ignores_the_host_policy": _ids(
         "policy.denied-call-never-runs", "policy.unapproved-call-never-runs", "policy.approval-bound-to-the-call",
-        "policy.limit-ends-session",
+        "policy.limit-ends-session", "events.tool-calls-streamed",
     ),
     "tests.mutants.scripted:approval_covers_the_tool": _ids("policy.approval-bound-to-the-call"),
     "tests.mutants.scripted:runs_past_the_policy_limit": _ids("policy.limit-ends-session"),
     "tests.mutants.scripted:ignores_request_options": _ids("usage.option-refused-before-request"),
+    "tests.mutants.scripted:reports_usage_per_chunk": _ids("events.usage-adds-up"),
+    "tests.mutants.api:retries_silently": _ids("events.retry-announced"),
     "tests.mutants.scripted:refuses_every_write": _ids(
         "scope.writes-stay-inside", "concurrency.shared-worktree-isolated",
         "policy.denied-call-never-runs", "policy.approval-bound-to-the-call", "policy.limit-ends-session",
@@ -288,6 +291,7 @@ NEEDS_SANDBOX: frozenset[str] = _ids(
 #: in-process mutants run the whole suite. (These are the cells the earlier per-mutant
 #: `-k` selections collected, written out as check ids.)
 AREAS: dict[str, tuple[str, ...]] = {
+    "tests.mutants.api:retries_silently": ("events.retry-announced", "events.tool-calls-streamed", "events.usage-adds-up"),
     "tests.mutants.acp:ignores_a_rejected_permission": ("acp.rejected-permission-not-run", "acp.stdout-only-jsonrpc"),
     "tests.mutants.acp:never_asks": ("acp.side-effects-asked", "acp.stdout-only-jsonrpc"),
     "tests.mutants.acp:answers_cancel_but_leaves_the_tool": ("acp.cancel-stops-tool", "acp.stdout-only-jsonrpc"),

@@ -65,6 +65,17 @@ class _TakesTheHostAuthToken(LLM):
         return super().client()
 
 
+class _WaitsSilently(LLM):
+    def create(self, **kwargs):
+        from harnesscheck.llm import retry_notices
+
+        token = retry_notices.set(None)  # the backoff still waits, it just says nothing
+        try:
+            return super().create(**kwargs)
+        finally:
+            retry_notices.reset(token)
+
+
 def _with_llm(llm_class):
     def __init__(self, *args, **kwargs):
         ApiTransport.__init__(self, *args, **kwargs)
@@ -109,9 +120,16 @@ class SendsTheHostAuthToken(ApiTransport):
     __init__ = _with_llm(_TakesTheHostAuthToken)
 
 
+class RetriesSilently(ApiTransport):
+    """Waits out its backoff before each retry of an overloaded upstream without a word: the host sees silence, not "retrying in N s"."""
+
+    __init__ = _with_llm(_WaitsSilently)
+
+
 drops_cache_breakpoints = mutant_spec("api/anthropic_messages", M, DropsCacheBreakpoints)
 marks_every_message_for_caching = mutant_spec("api/anthropic_messages", M, MarksEveryMessageForCaching)
 drops_cache_tokens = mutant_spec("api/anthropic_messages", M, DropsCacheTokens)
 counts_cached_tokens_as_input = mutant_spec("api/chat_completions", M, CountsCachedTokensAsInput)
 drops_reasoning_tokens = mutant_spec("api/responses", M, DropsReasoningTokens)
 sends_the_host_auth_token = mutant_spec("api/anthropic_messages", M, SendsTheHostAuthToken)
+retries_silently = mutant_spec("api/responses", M, RetriesSilently)

@@ -414,3 +414,25 @@ class IgnoresRequestOptions(FakeTransport):
 
 
 ignores_request_options = mutant_spec("fake", M, IgnoresRequestOptions)
+
+
+class ReportsUsagePerChunk(FakeTransport):
+    """Emits a usage event for every streamed chunk that repeats its message's usage: the host's
+    running total counts a message as often as its stream repeated it."""
+
+    def consume(self, event, state, on_text):
+        super().consume(event, state, on_text)
+        request = getattr(self._current, "request", None)
+        if event.kind == "usage" and event.usage is not None and request is not None:
+            request.events(request.session_id)("usage", usage=event.usage.model_dump())
+
+    def run_session(self, request, **kwargs):
+        import threading
+
+        if not hasattr(self, "_current"):
+            self._current = threading.local()
+        self._current.request = request
+        return super().run_session(request, **kwargs)
+
+
+reports_usage_per_chunk = mutant_spec("fake", M, ReportsUsagePerChunk)

@@ -417,12 +417,15 @@ class BackendUnderTest:
         abandon_on_text: bool = False,
         policy: "Policy | None" = None,
         approver: Callable[..., object] | None = None,
+        events: list | None = None,
         watchdog: "Watchdog | None" = None,
     ) -> SessionRun:
         """Run one session of `scenario` (or of scripted `tool_calls`) and collect the evidence.
 
         `policy`, `approver`: the host's tool policy and approver for this session, in the
         request (AgentSessionRequest.policy / .approver; doc/SPEC-policy.md).
+        `events`: a list the session's typed events are appended to as they happen (the host
+        runs it through harnesscheck.events.run_with_events; doc/SPEC-events.md).
 
         `echo`: strings the upstream (vendor API / CLI) repeats in its error output, as real
         ones do with keys and tokens; the backend must not pass them on.
@@ -506,6 +509,10 @@ class BackendUnderTest:
                         from harnesscheck.contracts import OutcomeStatus
 
                         outcome = AgentOutcome(status=OutcomeStatus.cancelled, message="(abandoned by the caller)")
+                elif events is not None:  # the host reads the typed event stream (doc/SPEC-events.md)
+                    from harnesscheck.events import run_with_events
+
+                    outcome = run_with_events(setup.transport, request, events.append, cancel=cancel)
                 else:
                     outcome = setup.transport.run_session(request, cancel=cancel)
             finally:

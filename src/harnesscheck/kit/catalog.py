@@ -52,6 +52,7 @@ AREAS: dict[str, str] = {
     "concurrency": "Concurrency",
     "parity": "Parity ratchets",
     "policy": "The host's tool policy",
+    "events": "The typed event stream",
     "acp": "ACP agents, judged by effect",
     "live": "Live smokes",
     "contain": "Containment of the CLI (its sandbox)",
