@@ -227,13 +227,20 @@ def test_pytest_m_conformance_without_a_backend_says_how_to_name_one(tmp_path: P
     assert "Traceback" not in proc.stderr
 
 
-def test_a_library_scope_whose_root_does_not_exist_is_refused_before_the_session(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["claude-code", "api/anthropic_messages", "fake"])
+def test_a_library_scope_whose_root_does_not_exist_is_refused_before_the_session(tmp_path: Path, monkeypatch, backend) -> None:
+    """Every kind of backend: a harness CLI, the api host loop, the fake."""
     from harnesscheck import AgentSessionRequest, ToolScope, resolve_provider
     from harnesscheck.config import Settings
     from harnesscheck.contracts import ConfigError
     from harnesscheck.paths import fake_clis_dir
 
-    provider = resolve_provider(Settings(backend="claude-code", cli=str(fake_clis_dir() / "claude")))
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-never-sent")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")  # nothing may be sent: refused first
+    settings = {"claude-code": Settings(backend="claude-code", cli=str(fake_clis_dir() / "claude")),
+                "api/anthropic_messages": Settings(backend="api/anthropic_messages", model="claude-haiku-4-5"),
+                "fake": Settings(backend="fake")}[backend]
+    provider = resolve_provider(settings)
     request = AgentSessionRequest(prompt="hi", scope=ToolScope(name="ws", root=tmp_path / "no-such-worktree"), timeout_s=30)
     with pytest.raises(ConfigError) as info:
         provider.run_session(request)

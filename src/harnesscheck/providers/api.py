@@ -216,7 +216,9 @@ class ApiTransport:
         """model → tool calls → dispatch → results → model, until a final answer or a limit; in
         one of the host's session slots (Settings.concurrency), the wait counted in timeout_s."""
         from harnesscheck.process import SlotBusy, session_slot
+        from harnesscheck.scope import require_root
 
+        require_root(request.scope)  # a placeholder root is a usage error, never a session of refusals
         start = time.monotonic()
         if request.run_dir is not None:
             # The trace there records every tool call: never where the model's write_file reaches

@@ -154,7 +154,9 @@ class FakeTransport:
         `self.script` for this session only), in one
         of the host's session slots (Settings.concurrency); the wait counts against timeout_s."""
         from harnesscheck.process import SlotBusy, session_slot
+        from harnesscheck.scope import require_root
 
+        require_root(request.scope)  # as every backend: a placeholder root never runs a session
         if request.options is not None and request.options.given():  # a script has no model to pass them to
             from harnesscheck.contracts import OptionUnsupported
 
