@@ -356,6 +356,23 @@ class PolicyEngine:
                 return "files_touched"
         return None
 
+    def resume(self, records) -> None:
+        """Take up the counts of calls this session already made in another process (a CLI
+        that restarts its MCP server, or opens a second connection, gets a second bridge with
+        a fresh engine): `records` are the session's trace records; each `tool` record is a
+        call (a denied one too), an allowed write counts its bytes and its file. The limits
+        then hold for the session, not for one bridge process."""
+        used = LimitState()
+        for rec in records:
+            if rec.get("event") != "tool":
+                continue
+            used.tool_calls += 1
+            if rec.get("decision") == "allow" and HOST_TOOL_KINDS.get(str(rec.get("tool"))) is ToolKind.WRITE:
+                used.bytes_written += int(rec.get("bytes") or 0)
+                used.files_touched.add(str(rec.get("path") or rec.get("tool")))
+        with self._lock:
+            self.used = used
+
     def count_turn(self) -> bool:
         """Charge one model turn; False (and `limit_reached = "turns"`) once past the cap."""
         with self._lock:

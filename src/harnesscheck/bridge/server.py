@@ -541,8 +541,25 @@ def build_server(
 
         engine = PolicyEngine(policy, root=scope.root, session=session_id or "bridge")
 
+    limits = engine is not None and any(v is not None for v in policy.limits.model_dump().values())
+    trace_path = getattr(trace, "path", None)
+
     def _call(name: str, args: dict[str, Any]):
-        return dispatch(name, args, scope, trace, session_id=session_id, policy=engine)
+        if not (limits and trace_path is not None):
+            return dispatch(name, args, scope, trace, session_id=session_id, policy=engine)
+        # The session's limits span every bridge process the CLI starts: under a lock beside the
+        # session's trace, the engine takes up the calls already traced, then this call runs.
+        import fcntl
+
+        from harnesscheck.trace import read_trace
+
+        fd = os.open(f"{trace_path}.policy-lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            engine.resume(r for r in read_trace(trace_path) if r.get("session") == session_id)
+            return dispatch(name, args, scope, trace, session_id=session_id, policy=engine)
+        finally:
+            os.close(fd)
 
     listed = []
 
