@@ -45,6 +45,18 @@ def test_listed_pass_fails_the_run(tmp_path, pytester):
     assert report["cells"][0]["outcome"] == "failed" and "passed" in report["cells"][0]["message"]
 
 
+def test_a_flaky_upstream_entry_takes_a_pass_and_a_failure(tmp_path, pytester):
+    """`upstream-flaky`: a vendor defect seen in some runs only. Its failure is xfailed, its pass
+    stands (never a stale entry); any other reason stays strict both ways."""
+    path = _baseline(tmp_path, [{"id": CHECK, "reason": "upstream-flaky"}])
+    code, report, out = run_inline(pytester, "--backend", "fake", "--hc-baseline", str(path), *SELECT)
+    assert code == 0, out
+    assert [(c["outcome"], c["reason"]) for c in report["cells"]] == [("passed", None)]
+    code, report, out = run_inline(pytester, "--backend", MUTANT, "--hc-baseline", str(path), *SELECT)
+    assert code == 0, out
+    assert [(c["outcome"], c["reason"]) for c in report["cells"]] == [("xfailed", "upstream-flaky")]
+
+
 def test_expired_entry_fails_the_run(tmp_path, pytester):
     yesterday = (date.today() - timedelta(days=1)).isoformat()
     path = _baseline(tmp_path, [{"id": CHECK, "backend": "mutant-scripted-SumsUsagePerStreamedLine", "reason": "upstream-bug", "expires": yesterday}])
