@@ -17,6 +17,7 @@ import respx
 from typer.testing import CliRunner
 
 import api_wire as W
+import harnesscheck
 import respx_httpx2  # noqa: F401  (registers the "httpx2" respx mocker)
 from harnesscheck.authstore import AuthStore
 from harnesscheck.config import Settings
@@ -337,9 +338,26 @@ def test_each_model_goes_to_its_endpoint_with_the_copilot_headers(gh, wire, sett
         assert h["authorization"] == f"Bearer {exchange.minted[0]}" and "x-api-key" not in h
         assert h["openai-intent"] == "conversation-edits" and h["x-github-api-version"] == C.GITHUB_API_VERSION
         assert h["user-agent"] == C.USER_AGENT and "copilot-vision-request" not in h
+        assert h["editor-version"] == settings.copilot_editor_version == f"harnesscheck/{harnesscheck.__version__}"
+        assert h["copilot-integration-id"] == "vscode-chat" and h["editor-plugin-version"].startswith("harnesscheck/")
         assert (h.get("anthropic-beta") == C.ANTHROPIC_BETA) is (mode == "anthropic_messages")
     assert outcome.cost.usd is None, "a subscription: tokens are never priced"
     assert exchange.calls == 1, "one exchange for the whole session"
+
+
+def test_the_editor_headers_are_settings_and_go_on_models_and_turns(gh, wire, settings, tmp_path):
+    """A host registered as another integration says so by setting, on every request."""
+    store_login(settings)
+    gh.get(TOKEN_URL).mock(side_effect=Exchange())
+    listing = gh.get(ROOT + "/models").mock(return_value=models({"id": "gpt-c", "supported_endpoints": ["/chat/completions"]}))
+    codec = wire.post(ROOT + "/chat/completions").mock(side_effect=W.script("chat_completions", [W.Turn(text="ok", model="gpt-c")]))
+    custom = settings.model_copy(update={"model": "gpt-c", "copilot_editor_version": "myeditor/2.0",
+                                         "copilot_integration_id": "my-integration"})
+    outcome = session(resolve_provider(custom), tmp_path)
+    assert outcome.status is OutcomeStatus.ok, outcome.message
+    for request in (listing.calls[0].request, codec.calls[0].request):
+        assert request.headers["editor-version"] == "myeditor/2.0"
+        assert request.headers["copilot-integration-id"] == "my-integration"
 
 
 def test_the_vision_header_goes_with_images(gh, wire, settings):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
+from harnesscheck import __version__
 from harnesscheck.contracts import ConfigError
 
 _SECONDS_0_60 = "must be a number of seconds from 0 to 60"
@@ -79,6 +80,15 @@ class Settings(BaseModel):
     copilot_client_id: str = Field(default="Ov23li8tweQw6odWQebz", pattern=r"^[A-Za-z0-9._-]{1,100}$",
                                    validation_alias="HARNESS_COPILOT_CLIENT_ID",
                                    description="must be a GitHub OAuth app client id (letters, digits, . _ -)")
+    #: Copilot's editor headers: who is calling. Defaults name harnesscheck itself for the editor
+    #: and the integration id the public chat endpoint is reported to accept from third-party
+    #: clients; neither has been verified against the live API here (doc/SPEC-copilot.md, Limits).
+    copilot_editor_version: str = Field(default=f"harnesscheck/{__version__}", pattern=r"^[A-Za-z0-9._/+-]{1,100}$",
+                                        validation_alias="HARNESS_COPILOT_EDITOR_VERSION",
+                                        description="must be an Editor-Version value, e.g. name/1.2.3")
+    copilot_integration_id: str = Field(default="vscode-chat", pattern=r"^[A-Za-z0-9._-]{1,100}$",
+                                        validation_alias="HARNESS_COPILOT_INTEGRATION_ID",
+                                        description="must be a Copilot-Integration-Id (letters, digits, . _ -)")
     auth_dir: Path | None = Field(default=None, validation_alias="HARNESS_AUTH_DIR",
                                   description="must be the directory of harnesscheck's own auth.json")
 

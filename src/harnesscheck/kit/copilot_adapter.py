@@ -116,6 +116,12 @@ class CopilotAdapter(ApiAdapter):
     def _env(self, url: str = "http://127.0.0.1:9") -> dict[str, str]:
         return {}
 
+    def provenance(self) -> str:
+        """The mock's provenance, and what it cannot vouch for: no real Copilot endpoint has
+        answered these headers (doc/SPEC-copilot.md, Limits)."""
+        return (super().provenance() + "; mocked Copilot: the editor headers (Editor-Version, "
+                "Copilot-Integration-Id) and the API version and intent headers are unverified against the live API")
+
     def transport(self, url: str | None = None, **settings):
         from harnesscheck.registry import build_transport
 

@@ -14,7 +14,8 @@ differs is the credential and the wire:
   Anthropic Messages codec (`/v1/messages`), else Responses (`/responses`), else Chat
   Completions (`/chat/completions`) of harnesscheck.llm. A model not listed, or listed only on
   endpoints harnesscheck does not speak, is model_unavailable before any request.
-- Headers: `X-GitHub-Api-Version`, `Openai-Intent`, `x-initiator` (`user` for the first
+- Headers: `Editor-Version`, `Editor-Plugin-Version`, `Copilot-Integration-Id` (settings),
+  `X-GitHub-Api-Version`, `Openai-Intent`, `x-initiator` (`user` for the first
   request of a user turn, `agent` for the tool loop's follow-ups), `Copilot-Vision-Request`
   when a message holds an image, `anthropic-beta` on the messages route.
 
@@ -358,6 +359,14 @@ def turn_headers(messages: list[dict], mode: str) -> dict[str, str]:
 BASE_HEADERS = {"User-Agent": USER_AGENT, "X-GitHub-Api-Version": GITHUB_API_VERSION, "Openai-Intent": OPENAI_INTENT}
 
 
+def base_headers(settings: Settings) -> dict[str, str]:
+    """Every Copilot request's headers: BASE_HEADERS and the editor identity of the settings
+    (`Editor-Version`, `Editor-Plugin-Version`, `Copilot-Integration-Id`)."""
+    return {**BASE_HEADERS, "Editor-Version": settings.copilot_editor_version,
+            "Editor-Plugin-Version": f"harnesscheck/{__version__}",
+            "Copilot-Integration-Id": settings.copilot_integration_id}
+
+
 class CopilotLLM:
     """LLM-shaped (`create`, `close`, `model`, `backoff_s`): one Copilot account, each model
     routed to its codec, the Copilot headers, and the one refresh on 401."""
@@ -407,7 +416,7 @@ class CopilotLLM:
             if held is not None and held[0] == cred.token:
                 return held[1]
             codec = LLM(mode, api_key=cred.token, base_url=self.base_url, model=self.model, bearer=True,
-                        default_headers=BASE_HEADERS, **self._codec_kwargs)
+                        default_headers=base_headers(self.settings), **self._codec_kwargs)
             if self._backoff_s is not None:
                 codec.backoff_s = self._backoff_s
             self._codecs[mode] = (cred.token, codec)
@@ -431,7 +440,7 @@ class CopilotLLM:
         timeout = HTTP_TIMEOUT_S if deadline is None else max(0.1, min(HTTP_TIMEOUT_S, deadline - time.monotonic()))
         try:
             with _http(timeout) as http:
-                response = http.get(self.base_url + "/models", headers={**BASE_HEADERS, "Authorization": f"Bearer {cred.token}"})
+                response = http.get(self.base_url + "/models", headers={**base_headers(self.settings), "Authorization": f"Bearer {cred.token}"})
         except Exception as exc:
             raise LLMError(ErrorClass.network, f"copilot GET /models: connection error ({type(exc).__name__})") from None
         data = _json(response)
