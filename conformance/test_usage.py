@@ -214,3 +214,51 @@ def test_option_refused_before_request(but):
         transport.run_session(request)
     assert "reasoning_effort" in str(err.value), f"the refusal must name the option: {err.value}"
     assert but.spawned() == [], "the CLI was started before the option was refused"
+
+
+@check("usage.over-context-never-sent", kinds=[Kind.api])
+def test_over_context_never_sent(but):
+    """A request the model's context window cannot hold (by the shipped model metadata: the
+    smallest window among the provider's tool-calling models, and a prompt of more than twice
+    that many words) ends the session `context_overflow` before it is sent: the model server
+    never sees it, so no tokens are billed for a request that can only fail."""
+    from harnesscheck.models import metadata_provider, smallest_context_model
+
+    provider = metadata_provider(but.spec.id, but.spec.api_mode)
+    smallest = smallest_context_model(provider) if provider else None
+    if smallest is None:
+        but.skip("env-missing", f"the model metadata snapshot lists no context window for {but.spec.id}'s models")
+    model, window = smallest
+    run = but.run("success", prompt="word " * (2 * window + 64), model=model)
+    assert run.model_calls == 0, (
+        f"the request reached the model server ({run.model_calls} requests) although {provider}/{model}'s "
+        f"context window is {window} tokens and the prompt is at least {window + 32}"
+    )
+    assert run.outcome.error_class is ErrorClass.context_overflow, (
+        f"the over-long request ended {run.outcome.status.value}/{run.outcome.error_class}: {run.outcome.message[:200]}"
+    )
+
+
+@check("usage.thinking-carried-back", kinds=[Kind.api])
+def test_thinking_carried_back(but):
+    """A reasoning model's thought survives a tool turn: the turn's thinking (an Anthropic
+    thinking block with its signature, a Responses reasoning item with its encrypted content) is
+    streamed to the host as `thought` events, and the next request carries it back unchanged.
+    Dropped or altered, the provider refuses the next turn or the
+    model loses its reasoning (doc/SPEC-api.md, Thinking)."""
+    from harnesscheck.kit.api_adapter import THOUGHT
+
+    events: list = []
+    run = but.run("thinking_tool_turn", events=events)
+    carried = but.thinking_carried_back(run)
+    if carried is None:
+        but.skip("unsupported-by-backend", f"{but.spec.id}'s wire carries no reasoning content back")
+    assert run.outcome.status is OutcomeStatus.ok, f"the session ended {run.outcome.status.value}: {run.outcome.message[:200]}"
+    thought = "".join(getattr(e, "text", "") or "" for e in events if getattr(e, "kind", None) == "thought")
+    assert thought == THOUGHT, f"the thought streamed to the host was {thought!r}, the model thought {THOUGHT!r}"
+    assert len(carried) == 1, f"the request after the tool turn carried {len(carried)} reasoning items back, not the one given"
+    item = carried[0]
+    sealed = item.get("signature") or item.get("encrypted_content")
+    assert sealed == "sig-hc-scripted-thinking", (
+        f"the reasoning went back without its signature/encrypted content intact ({sealed!r}): the provider would refuse it"
+    )

@@ -107,3 +107,40 @@ def test_thinking_is_decoded_shown_as_thought_and_carried_back_after_a_tool_turn
         assert len(reasoning) == 1 and reasoning[0]["id"] == "rs_1" and reasoning[0]["encrypted_content"] == W.Turn().signature
         kinds = [i.get("type") for i in second["input"]]
         assert kinds.index("reasoning") < kinds.index("function_call"), "the reasoning item precedes its call"
+
+
+def test_token_floor_counts_half_the_letter_runs_of_every_string():
+    from harnesscheck.llm import token_floor
+
+    assert token_floor("") == 0
+    assert token_floor("one two three four") == 2
+    assert token_floor("one", [{"content": "two three"}], {"tools": ({"name": "four"},)}) == 2
+    assert token_floor("a,b;c d") == 2 and token_floor("1234 5678") == 0  # digits and punctuation add no floor
+    assert token_floor("日本語のテキスト") == 0  # one run of letters: a floor, never an estimate
+
+
+def test_a_tool_result_that_overflows_the_window_ends_the_session_before_the_next_request(monkeypatch, tmp_path):
+    """The second request (the transcript with a huge tool result) is refused, never sent; the
+    first went out because it fit."""
+    from harnesscheck.contracts import ErrorClass, OutcomeStatus
+    from harnesscheck.models import model_info
+
+    window = model_info("openai", "gpt-4").context
+    req = request(tmp_path)
+    (req.scope.root / "big.txt").write_text("word " * (2 * window + 64))
+    turns = [W.Turn(tool_calls=[("c1", "read_file", {"path": "big.txt"})]), W.Turn(text="never")]
+    with respx.mock(using="httpx2", assert_all_mocked=True) as router:
+        route = router.post(W.url("chat_completions")).mock(side_effect=W.script("chat_completions", turns))
+        t = transport(monkeypatch, "chat_completions", "gpt-4")
+        out = t.run_session(req)
+    assert out.error_class is ErrorClass.context_overflow, f"{out.status.value}: {out.message[:200]}"
+    assert route.call_count == 1, "the over-long second request reached the wire"
+    assert out.status is OutcomeStatus.error and "context window of 8192" in out.message
+
+
+def test_a_model_the_snapshot_does_not_know_is_never_refused_for_length(monkeypatch, tmp_path):
+    with respx.mock(using="httpx2", assert_all_mocked=True) as router:
+        route = router.post(W.url("chat_completions")).mock(side_effect=W.script("chat_completions", [W.Turn(text="ok")]))
+        out = transport(monkeypatch, "chat_completions", "no-such-model-x").run_session(
+            request(tmp_path).model_copy(update={"prompt": "word " * 100_000}))
+    assert out.ok and route.call_count == 1

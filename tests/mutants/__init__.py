@@ -92,6 +92,8 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.scripted:ignores_request_options": _ids("usage.option-refused-before-request"),
     "tests.mutants.scripted:reports_usage_per_chunk": _ids("events.usage-adds-up"),
     "tests.mutants.api:retries_silently": _ids("events.retry-announced"),
+    "tests.mutants.api:sends_over_long_requests": _ids("usage.over-context-never-sent"),
+    "tests.mutants.api:drops_thinking": _ids("usage.thinking-carried-back"),
     "tests.mutants.scripted:refuses_every_write": _ids(
         "scope.writes-stay-inside", "concurrency.shared-worktree-isolated",
         "policy.denied-call-never-runs", "policy.approval-bound-to-the-call", "policy.limit-ends-session",

@@ -126,6 +126,26 @@ class RetriesSilently(ApiTransport):
     __init__ = _with_llm(_WaitsSilently)
 
 
+class _ForgetsThinking(LLM):
+    def _consume(self, stream, turn):
+        super()._consume(stream, turn)
+        turn.think_order.clear()  # the thought was streamed; the reply keeps none of it
+
+
+class DropsThinking(ApiTransport):
+    """Streams the model's thought but drops it from the transcript: the next request after a
+    tool turn goes without the signed thinking block."""
+
+    __init__ = _with_llm(_ForgetsThinking)
+
+
+class SendsOverLongRequests(ApiTransport):
+    """Sends a request its model's context window cannot hold: it never checks the window."""
+
+    def over_context(self, *args, **kwargs):
+        return None
+
+
 drops_cache_breakpoints = mutant_spec("api/anthropic_messages", M, DropsCacheBreakpoints)
 marks_every_message_for_caching = mutant_spec("api/anthropic_messages", M, MarksEveryMessageForCaching)
 drops_cache_tokens = mutant_spec("api/anthropic_messages", M, DropsCacheTokens)
@@ -133,3 +153,5 @@ counts_cached_tokens_as_input = mutant_spec("api/chat_completions", M, CountsCac
 drops_reasoning_tokens = mutant_spec("api/responses", M, DropsReasoningTokens)
 sends_the_host_auth_token = mutant_spec("api/anthropic_messages", M, SendsTheHostAuthToken)
 retries_silently = mutant_spec("api/responses", M, RetriesSilently)
+sends_over_long_requests = mutant_spec("api/chat_completions", M, SendsOverLongRequests)
+drops_thinking = mutant_spec("api/anthropic_messages", M, DropsThinking)

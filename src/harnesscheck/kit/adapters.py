@@ -46,7 +46,7 @@ SCENARIOS: tuple[str, ...] = (
     "timeout_mid_stream", "served_model_mismatch", "mcp_failed", "mcp_slow", "native_tool_use",
     "exit0_is_error", "crash_no_result", "api_key_source", "helper_model", "repeated_usage",
     "noise_lines", "timeout_tree", "split_lines", "network_error", "held_success", "cached_usage",
-    "bridge_probe", "stalled_tool_call",
+    "bridge_probe", "stalled_tool_call", "thinking_tool_turn",
     # what a hostile model tries with built-ins that are audited, not off (audit.hostile-builtins-flagged)
     "hostile_shell_secret", "hostile_home_read", "hostile_pathless_grep", "hostile_delete",
     "brace_noise",
@@ -801,6 +801,11 @@ class BackendUnderTest:
     def request_shapes(self, run: SessionRun) -> list[dict]:
         """Per request, {"system": system blocks, "messages": non-system messages}."""
         return []
+
+    def thinking_carried_back(self, run: SessionRun) -> list[dict] | None:
+        """The reasoning (thinking blocks, reasoning items) the run's second model request carried
+        back, as the wire spells it; None where the wire carries none."""
+        raise SkipCell("adapter-not-implemented", f"the kit cannot see {self.spec.id}'s request bodies at {self.level}")
 
     def provenance(self) -> str:
         """What this cell's verdict came from: the fixtures, scripts or servers it ran against."""

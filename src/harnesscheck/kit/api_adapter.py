@@ -46,6 +46,8 @@ class Turn:
     usage: Usage = field(default_factory=lambda: Usage(input=10, output=5))
     usage_repeats: int = 1
     model: str = SERVED
+    thinking: str = ""  # the turn's reasoning: an Anthropic thinking block, a Responses reasoning item
+    signature: str = "sig-hc-scripted-thinking"  # its signature (Anthropic) / encrypted content (Responses)
 
 
 @dataclass
@@ -74,14 +76,24 @@ def turn_events(turn: Turn, n: int) -> list[bytes]:
         "usage": {"input_tokens": u.input, "output_tokens": 1, "cache_read_input_tokens": u.cache_read,
                   "cache_creation_input_tokens": u.cache_write}}})]
     index = 0
-    if turn.text:
-        out.append(_sse("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}))
-        words = turn.text.split(" ")
-        for i, word in enumerate(words):
+    if turn.thinking:
+        out.append(_sse("content_block_start", {"type": "content_block_start", "index": 0,
+                                                "content_block": {"type": "thinking", "thinking": "", "signature": ""}}))
+        for i, word in enumerate(turn.thinking.split(" ")):
             out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                                    "delta": {"type": "text_delta", "text": (" " if i else "") + word}}))
+                                                    "delta": {"type": "thinking_delta", "thinking": (" " if i else "") + word}}))
+        out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                "delta": {"type": "signature_delta", "signature": turn.signature}}))
         out.append(_sse("content_block_stop", {"type": "content_block_stop", "index": 0}))
         index = 1
+    if turn.text:
+        out.append(_sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}))
+        words = turn.text.split(" ")
+        for i, word in enumerate(words):
+            out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": index,
+                                                    "delta": {"type": "text_delta", "text": (" " if i else "") + word}}))
+        out.append(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
+        index += 1
     for k, (name, args) in enumerate(turn.tool_calls):
         out.append(_sse("content_block_start", {"type": "content_block_start", "index": index,
                                                 "content_block": {"type": "tool_use", "id": f"toolu_{n}_{k}", "name": name, "input": {}}}))
@@ -139,16 +151,26 @@ def responses_events(turn: Turn, n: int) -> list[bytes]:
         return _sse(kind, {"type": kind, "sequence_number": next(seq), **data})
 
     out, output, index = [ev("response.created", response=response)], [], 0
-    if turn.text:
-        item = {"id": f"msg_{n}", "type": "message", "role": "assistant", "status": "in_progress", "content": []}
+    if turn.thinking:
+        item = {"id": f"rs_{n}", "type": "reasoning", "summary": []}
         out.append(ev("response.output_item.added", output_index=0, item=item))
-        for i, word in enumerate(turn.text.split(" ")):
-            out.append(ev("response.output_text.delta", item_id=item["id"], output_index=0, content_index=0,
-                          delta=(" " if i else "") + word, logprobs=[]))
-        done = {**item, "status": "completed", "content": [{"type": "output_text", "text": turn.text, "annotations": []}]}
+        for i, word in enumerate(turn.thinking.split(" ")):
+            out.append(ev("response.reasoning_summary_text.delta", item_id=item["id"], output_index=0, summary_index=0,
+                          delta=(" " if i else "") + word))
+        done = {**item, "summary": [{"type": "summary_text", "text": turn.thinking}], "encrypted_content": turn.signature}
         out.append(ev("response.output_item.done", output_index=0, item=done))
         output.append(done)
         index = 1
+    if turn.text:
+        item = {"id": f"msg_{n}", "type": "message", "role": "assistant", "status": "in_progress", "content": []}
+        out.append(ev("response.output_item.added", output_index=index, item=item))
+        for i, word in enumerate(turn.text.split(" ")):
+            out.append(ev("response.output_text.delta", item_id=item["id"], output_index=index, content_index=0,
+                          delta=(" " if i else "") + word, logprobs=[]))
+        done = {**item, "status": "completed", "content": [{"type": "output_text", "text": turn.text, "annotations": []}]}
+        out.append(ev("response.output_item.done", output_index=index, item=done))
+        output.append(done)
+        index += 1
     for k, (name, args) in enumerate(turn.tool_calls):
         item = {"id": f"fc_{n}_{k}", "type": "function_call", "call_id": f"call_{n}_{k}", "name": name, "arguments": "",
                 "status": "in_progress"}
@@ -325,6 +347,10 @@ PROVENANCE = {
 }
 
 
+#: The reasoning of the `thinking_tool_turn` scenario's first turn (streamed, then carried back).
+THOUGHT = "I should list the directory before I answer."
+
+
 def api_scenarios(echo: list[str], mode: str = "anthropic_messages") -> dict[str, tuple[list, bool, Facts]]:
     """Scenario -> (replies, repeat_last, facts), in `mode`'s wire protocol. Facts.usage is
     what the mock served (`served`: the fields the wire can carry)."""
@@ -346,6 +372,8 @@ def api_scenarios(echo: list[str], mode: str = "anthropic_messages") -> dict[str
             False, Facts(usage=served(mode, first) + served(mode, second), served_model=SERVED),
         ),
         "tool_calls": ([Turn(tool_calls=[("read_file", {"path": "README.md"})]), Turn(text="README greets you.")], False, model),
+        "thinking_tool_turn": ([Turn(thinking=THOUGHT, tool_calls=[("list_dir", {"path": "."})]), Turn(text="Listed.")],
+                               False, model),
         "max_turns": ([Turn(text="looking", tool_calls=[("list_dir", {"path": "."})])], True, Facts()),
         "timeout_mid_stream": (
             [Turn(text="partial answer", tool_calls=[("list_dir", {"path": "."})]), Stall(text="")],
@@ -500,6 +528,22 @@ class ApiAdapter(BackendUnderTest):
                     return [(t.get("function") or {}).get("name") for t in tools]
                 return [t.get("name") for t in tools]
         return None
+
+    def thinking_carried_back(self, run: SessionRun) -> list[dict] | None:
+        """The reasoning the second request carried back to the model: Anthropic `thinking`
+        blocks of its last assistant message, or Responses `reasoning` input items; None where
+        the wire carries no reasoning (Chat Completions); [] when the second request has none."""
+        if self.api_mode not in ("anthropic_messages", "responses"):
+            return None
+        bodies = self._bodies(run)
+        if len(bodies) < 2:
+            return []
+        second = bodies[1]
+        if self.api_mode == "responses":
+            return [i for i in second.get("input") or [] if isinstance(i, dict) and i.get("type") == "reasoning"]
+        assistants = [m for m in second.get("messages") or [] if isinstance(m, dict) and m.get("role") == "assistant"]
+        content = assistants[-1].get("content") if assistants else None
+        return [b for b in content or [] if isinstance(b, dict) and b.get("type") in ("thinking", "redacted_thinking")]
 
     def cache_breakpoints(self, run: SessionRun) -> list[list[str]] | None:
         """Per request, where its prompt-cache breakpoints sit (`system[i]`, `messages[i]`, and

@@ -134,9 +134,9 @@ class ApiTransport:
         model metadata (harnesscheck.models; source api, `basis` naming the snapshot), or none
         for a model the snapshot does not price. The public seam for a backend billed otherwise
         (a subscription login: no per-token figure) to override."""
-        from harnesscheck.models import PROVIDER_OF_MODE, cost_from, model_info
+        from harnesscheck.models import cost_from
 
-        info = model_info(PROVIDER_OF_MODE.get(self.api_mode or ""), model)
+        info = self.model_metadata(model)
         usd = cost_from(info, usage) if info is not None else None
         if usd is None:
             return Cost(usd=None, source=CostSource.none, partial=partial)
@@ -234,6 +234,29 @@ class ApiTransport:
                                 message=f"the session never started: {exc}", session_id=request.session_id,
                                 backend=self.spec.id, duration_s=time.monotonic() - start)
 
+    def model_metadata(self, model: str | None):
+        """The shipped metadata of `model` as this backend's provider lists it
+        (harnesscheck.models.model_info), None when the snapshot does not know it."""
+        from harnesscheck.models import PROVIDER_OF_MODE, model_info
+
+        return model_info(PROVIDER_OF_MODE.get(self.api_mode or ""), model)
+
+    def over_context(self, model: str | None, system, messages, tools) -> str | None:
+        """Why this request cannot fit the model's context window, or None: a floor of its tokens
+        (llm.token_floor) above the context limit of the model's metadata. Checked before every
+        request of the loop, so an over-long request (a huge prompt, or a tool result that
+        pushed the transcript past the window) never reaches the wire."""
+        from harnesscheck.llm import token_floor
+
+        info = self.model_metadata(model)
+        if info is None or not info.context:
+            return None
+        floor = token_floor(system, messages, tools)
+        if floor <= info.context:
+            return None
+        return (f"the request is at least {floor} tokens, over {info.provider}/{info.model}'s context window of "
+                f"{info.context} ({info.source}); it was not sent")
+
     def option_names(self) -> frozenset[str]:
         """The request options this backend passes on (llm.WIRE_OPTIONS for its wire, through
         harnesscheck's own client); a backend on another client (Copilot's router, the claude
@@ -250,12 +273,11 @@ class ApiTransport:
             return
         from harnesscheck.contracts import OptionUnsupported
         from harnesscheck.llm import DEFAULT_MAX_TOKENS, check_options
-        from harnesscheck.models import PROVIDER_OF_MODE, model_info
 
         for name in options.given():
             if name not in self.option_names():
                 raise OptionUnsupported(self.spec.id, name, model, f"{self.spec.id} passes no {name} to its model")
-        info = model_info(PROVIDER_OF_MODE.get(self.api_mode or ""), model)
+        info = self.model_metadata(model)
         refused = check_options(self.api_mode, options, info,
                                 default_max_tokens=getattr(self.llm, "max_tokens", DEFAULT_MAX_TOKENS))
         if refused is not None:
@@ -309,6 +331,9 @@ class ApiTransport:
             if engine is not None and not engine.count_turn():
                 return self._finish(state, start, OutcomeStatus.truncated, ErrorClass.budget,
                                     "stopped at the policy's turns limit")
+            too_long = self.over_context(requested, request.system, messages, tools)
+            if too_long is not None:
+                return self._finish(state, start, OutcomeStatus.error, ErrorClass.context_overflow, too_long)
             try:
                 reply = self.llm.create(
                     messages=messages,

@@ -519,6 +519,13 @@ class CopilotTransport(ApiTransport):
     def __repr__(self) -> str:
         return f"CopilotTransport(base_url={self.base_url!r}, model={self.settings.model!r})"
 
+    def model_metadata(self, model: str | None):
+        """The model as the metadata snapshot lists it under Copilot (`github-copilot`): its
+        context window bounds a request here; its prices are never applied (a subscription)."""
+        from harnesscheck.models import metadata_provider, model_info
+
+        return model_info(metadata_provider(PROVIDER_ID, None), model)
+
     def _finish(self, state, start, status, error_class=None, message=""):
         """As the api backend's, but Copilot is a subscription: no token is priced (cost stays
         unknown, never a figure from the API price table)."""
