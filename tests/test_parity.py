@@ -257,3 +257,35 @@ def test_openai_requests_carry_no_cache_markers(mode, env, worktree, tmp_path):
         assert body["messages"][:2] == [{"role": "system", "content": "a"}, {"role": "system", "content": "b"}]
     else:
         assert body["instructions"] == "a\n\nb"
+
+
+#: Per wire, every request option it takes, at a value the SDK accepts: the spelling on the wire
+#: is pinned by the snapshot (doc/SPEC-api.md, Request options).
+OPTION_CASES = {
+    "anthropic_messages": {"thinking_budget": 2048, "max_output_tokens": 8000, "reasoning_effort": "high"},
+    "chat_completions": {"reasoning_effort": "low", "max_output_tokens": 900, "temperature": 0.5},
+    "responses": {"reasoning_effort": "medium", "reasoning_summary": "auto", "max_output_tokens": 900, "temperature": 0.5},
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_request_options_are_byte_identical_and_pinned(mode, env, snapshot):
+    """Each option of a wire, through the provider's complete() and through LLM directly: the
+    same bytes, and the snapshot pins how the wire spells each one."""
+    from harnesscheck.contracts import RequestOptions
+
+    env(mode)
+    options = RequestOptions(**OPTION_CASES[mode])
+    assert set(options.given()) == set(__import__("harnesscheck.llm", fromlist=["WIRE_OPTIONS"]).WIRE_OPTIONS[mode]), (
+        "every option the wire takes is in the case"
+    )
+    turns = [W.Turn(text="It prints hello.")]
+    # a reasoning model that also takes a temperature, by the snapshot (so no option is refused)
+    model = {"anthropic_messages": "claude-sonnet-4-5", "chat_completions": "gpt-5-chat-latest", "responses": "gpt-5-chat-latest"}[mode]
+    via_provider = capture(mode, turns, lambda: resolve_provider(
+        Settings(backend="api", api_mode=mode, model=model)).complete(PROMPT, options=options))
+    llm = LLM(mode, api_key=W.CANARY_KEY, base_url=W.base_url(mode), model=model)
+    via_llm = capture(mode, turns, lambda: llm.create(messages=[{"role": "user", "content": PROMPT}], options=options))
+    assert len(via_provider) == len(via_llm) == 1
+    assert wire(via_provider[0]) == wire(via_llm[0])
+    assert pinned(via_provider[0]) == snapshot

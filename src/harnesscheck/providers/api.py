@@ -35,6 +35,7 @@ from harnesscheck.contracts import (
     OutcomeStatus,
     ProviderSpec,
     Refusal,
+    RequestOptions,
     Usage,
     model_verdict,
 )
@@ -166,25 +167,33 @@ class ApiTransport:
         timeout_s: float | None = None,
         max_tokens: int | None = None,
         on_text: Callable[[str], None] | None = None,
+        options: RequestOptions | None = None,
     ) -> AgentOutcome:
-        """A tool-less one-shot completion. Raises CapabilityUnsupported if given tools."""
+        """A tool-less one-shot completion. Raises CapabilityUnsupported if given tools, and
+        OptionUnsupported, before any request, for an option it cannot honour."""
         if tools:
             raise CapabilityUnsupported(self.spec.id, "tools in complete(); use run_session")
         start = time.monotonic()
         requested = self._model(model)
+        self.refuse_options(options, requested)
         deadline = start + (timeout_s or self.settings.timeout_s)
         state = _SessionState(requested, None, start)
+        messages = [{"role": "user", "content": prompt}]
+        too_long = self.over_context(requested, system, messages, None)
+        if too_long is not None:
+            return self._finish(state, start, OutcomeStatus.error, ErrorClass.context_overflow, too_long)
         abort = Abort()
         with _Watchdog(abort, deadline, None):
             try:
                 reply = self.llm.create(
-                    messages=[{"role": "user", "content": prompt}],
+                    messages=messages,
                     system=system,
                     model=requested,
                     max_tokens=max_tokens,
                     on_text=on_text,
                     abort=abort,
                     deadline=deadline,
+                    **({"options": options} if options is not None and options.given() else {}),
                 )
             except LLMError as err:
                 return self._failure(err, state, start)
@@ -268,7 +277,10 @@ class ApiTransport:
     def check_options(self, request: AgentSessionRequest, model: str | None) -> None:
         """Refuse, before any request, an option the backend, its wire or the model cannot
         honour (OptionUnsupported naming the option and the model; doc/SPEC-api.md)."""
-        options = request.options
+        self.refuse_options(request.options, model)
+
+    def refuse_options(self, options: RequestOptions | None, model: str | None) -> None:
+        """check_options for a bare set of options (complete() has no request)."""
         if options is None or not options.given():
             return
         from harnesscheck.contracts import OptionUnsupported
