@@ -262,3 +262,33 @@ def test_thinking_carried_back(but):
     assert sealed == "sig-hc-scripted-thinking", (
         f"the reasoning went back without its signature/encrypted content intact ({sealed!r}): the provider would refuse it"
     )
+
+
+@check("usage.cost-from-metadata-rates", kinds=[Kind.api])
+def test_cost_from_metadata_rates(but):
+    """A session on a model the shipped metadata prices reports exactly the metadata's rates times
+    the usage the provider served (input, output, cache reads and writes, each at its own
+    rate), with the snapshot named as the figure's basis: never a cache read billed as input,
+    never a figure from another table."""
+    from harnesscheck.models import PROVIDER_OF_MODE, example_priced_model
+
+    provider = PROVIDER_OF_MODE.get(but.spec.api_mode or "")
+    info = example_priced_model(provider) if provider else None
+    if info is None:
+        but.skip("unsupported-by-backend", f"{but.spec.id} bills no wire at the list prices of the model metadata")
+    run = but.run("priced_success", model=info.model)
+    served = run.facts.usage
+    rates = ((served.input, info.input_per_m), (served.output, info.output_per_m),
+             (served.cache_read, info.cache_read_per_m), (served.cache_write, info.cache_write_per_m or 0.0))
+    expected = sum(tokens * rate for tokens, rate in rates) / 1_000_000
+    cost = run.outcome.cost
+    assert run.outcome.status is OutcomeStatus.ok, f"the session ended {run.outcome.status.value}: {run.outcome.message[:200]}"
+    assert cost.usd is not None, f"no cost for {info.provider}/{info.model}, which the metadata prices ({info.source})"
+    assert cost.usd == pytest.approx(expected, rel=1e-6), (
+        f"cost {cost.usd} USD for {served} on {info.provider}/{info.model}; the metadata's rates give {expected:.8f} "
+        f"(per million: input {info.input_per_m}, output {info.output_per_m}, cache read {info.cache_read_per_m}, "
+        f"cache write {info.cache_write_per_m})"
+    )
+    assert cost.source == CostSource.api and cost.basis and info.model in cost.basis, (
+        f"the figure's source/basis ({cost.source}, {cost.basis!r}) must name the snapshot and the model"
+    )

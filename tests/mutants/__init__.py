@@ -94,6 +94,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.api:retries_silently": _ids("events.retry-announced"),
     "tests.mutants.api:sends_over_long_requests": _ids("usage.over-context-never-sent"),
     "tests.mutants.api:drops_thinking": _ids("usage.thinking-carried-back"),
+    "tests.mutants.api:bills_cache_reads_as_input": _ids("usage.cost-from-metadata-rates"),
     "tests.mutants.scripted:refuses_every_write": _ids(
         "scope.writes-stay-inside", "concurrency.shared-worktree-isolated",
         "policy.denied-call-never-runs", "policy.approval-bound-to-the-call", "policy.limit-ends-session",

@@ -139,6 +139,14 @@ class DropsThinking(ApiTransport):
     __init__ = _with_llm(_ForgetsThinking)
 
 
+class BillsCacheReadsAsInput(ApiTransport):
+    """Prices cache reads at the input rate: a cached session is billed several times over."""
+
+    def session_cost(self, model, usage, *, partial):
+        return super().session_cost(model, usage.model_copy(update={"input": usage.input + usage.cache_read,
+                                                                    "cache_read": 0}), partial=partial)
+
+
 class SendsOverLongRequests(ApiTransport):
     """Sends a request its model's context window cannot hold: it never checks the window."""
 
@@ -155,3 +163,4 @@ sends_the_host_auth_token = mutant_spec("api/anthropic_messages", M, SendsTheHos
 retries_silently = mutant_spec("api/responses", M, RetriesSilently)
 sends_over_long_requests = mutant_spec("api/chat_completions", M, SendsOverLongRequests)
 drops_thinking = mutant_spec("api/anthropic_messages", M, DropsThinking)
+bills_cache_reads_as_input = mutant_spec("api/anthropic_messages", M, BillsCacheReadsAsInput)

@@ -46,7 +46,7 @@ SCENARIOS: tuple[str, ...] = (
     "timeout_mid_stream", "served_model_mismatch", "mcp_failed", "mcp_slow", "native_tool_use",
     "exit0_is_error", "crash_no_result", "api_key_source", "helper_model", "repeated_usage",
     "noise_lines", "timeout_tree", "split_lines", "network_error", "held_success", "cached_usage",
-    "bridge_probe", "stalled_tool_call", "thinking_tool_turn",
+    "bridge_probe", "stalled_tool_call", "thinking_tool_turn", "priced_success",
     # what a hostile model tries with built-ins that are audited, not off (audit.hostile-builtins-flagged)
     "hostile_shell_secret", "hostile_home_read", "hostile_pathless_grep", "hostile_delete",
     "brace_noise",

@@ -347,6 +347,12 @@ PROVENANCE = {
 }
 
 
+def _metadata(api_mode: str, model: str | None):
+    from harnesscheck.models import PROVIDER_OF_MODE, model_info
+
+    return model_info(PROVIDER_OF_MODE.get(api_mode), model)
+
+
 #: The reasoning of the `thinking_tool_turn` scenario's first turn (streamed, then carried back).
 THOUGHT = "I should list the directory before I answer."
 
@@ -445,6 +451,14 @@ class ApiAdapter(BackendUnderTest):
         if scenario == "tools":
             replies = [Turn(tool_calls=[(c.name, dict(c.args)) for c in tool_calls or []]), Turn(text="done")]
             repeat, facts = False, Facts(served_model=SERVED)
+        elif scenario == "priced_success":
+            # The requested model, served as itself, with every usage field the wire carries
+            # (a cache write only for a model priced for one: otherwise no figure is right).
+            info = _metadata(self.api_mode, model)
+            usage = served(self.api_mode, Usage(input=1200, output=300, cache_read=5000,
+                                                cache_write=800 if info and info.cache_write_per_m is not None else 0))
+            replies = [Turn(text="The answer is 42.", usage=usage, model=model)]
+            repeat, facts = False, Facts(usage=usage, served_model=model, requested_model=model)
         else:
             table = api_scenarios(echo, self.api_mode)
             if scenario not in table:
