@@ -234,7 +234,8 @@ def test_spec_round_trips_and_is_private(tmp_path: Path) -> None:
     assert (path.stat().st_mode & 0o777) == 0o600
     assert BridgeSpec.model_validate_json(spec.model_dump_json()) == spec
     assert set(json.loads(path.read_text())) == {
-        "version", "scope", "run_dir", "trace_path", "session_id", "parent_pid", "root_identity", "policy"
+        "version", "scope", "run_dir", "trace_path", "session_id", "parent_pid", "root_identity", "policy",
+        "host_link", "host_approver",
     }
 
 

@@ -37,7 +37,7 @@ ENTRY_POINT_GROUP = "harnesscheck.backends"
 #: What every ACP agent declares: the host's bridge as its MCP server and a cancel that ends
 #: the tree (session/cancel, then the kill). Anything agent-specific (built-ins off, usage)
 #: is a profile's to claim, not the protocol's.
-ACP_CAPABILITIES = frozenset({C.mcp_tools, C.host_policy, C.event_stream, C.cancellation})
+ACP_CAPABILITIES = frozenset({C.mcp_tools, C.host_policy, C.event_stream, C.host_approvals, C.cancellation})
 
 BUILTIN_SPECS: dict[str, ProviderSpec] = {
     spec.id: spec
@@ -98,6 +98,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
                     C.mcp_tools,
                     C.host_policy,
                     C.event_stream,
+                    C.host_approvals,
                     C.builtin_tools_off,
                     C.max_turns,
                     C.system_prompt,
@@ -149,6 +150,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
                     C.mcp_tools,
                     C.host_policy,
                     C.event_stream,
+                    C.host_approvals,
                     C.native_tools_audited,
                     C.usage_reporting,
                     C.cancellation,
@@ -169,7 +171,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             label="Cursor (cursor-agent --print)",
             factory="harnesscheck.providers.cursor:CursorTransport",
             capabilities=frozenset({C.mcp_tools,
-                    C.host_policy, C.event_stream, C.native_tools_audited, C.usage_reporting, C.cancellation}),
+                    C.host_policy, C.event_stream, C.host_approvals, C.native_tools_audited, C.usage_reporting, C.cancellation}),
             cli_name="cursor-agent",
             description="Subscription CLI (not on the npm registry: offline level only).",
         ),
@@ -183,6 +185,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
                     C.mcp_tools,
                     C.host_policy,
                     C.event_stream,
+                    C.host_approvals,
                     C.builtin_tools_off,
                     C.max_turns,
                     C.system_prompt,
@@ -210,6 +213,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
                     C.mcp_tools,
                     C.host_policy,
                     C.event_stream,
+                    C.host_approvals,
                     C.builtin_tools_off,  # tools.core lists none of its built-ins (verified at the wire)
                     C.usage_reporting,
                     C.served_model_reporting,  # result.stats.models keys: the server's modelVersion
@@ -235,6 +239,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
                     C.mcp_tools,
                     C.host_policy,
                     C.event_stream,
+                    C.host_approvals,
                     C.builtin_tools_off,  # "tools": {name: false} + permission deny; checked at the wire
                     C.usage_reporting,
                     C.cost_reporting,
@@ -259,7 +264,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             factory="harnesscheck.providers.zcode:ZcodeTransport",
             capabilities=frozenset(
                 {C.mcp_tools,
-                    C.host_policy, C.event_stream, C.native_tools_audited, C.usage_reporting, C.served_model_reporting, C.cancellation,
+                    C.host_policy, C.event_stream, C.host_approvals, C.native_tools_audited, C.usage_reporting, C.served_model_reporting, C.cancellation,
                  C.config_isolation}
             ),
             cli_name="zcode",

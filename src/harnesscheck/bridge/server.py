@@ -511,9 +511,13 @@ def build_server(
     session_id: str | None = None,
     policy: "Policy | None" = None,
     inflight: Inflight | None = None,
+    link_dir: Path | None = None,
+    link_approvals: bool = False,
 ):
     """The low-level MCP server named `bridge`, listing exactly the scope's tools, each
-    call a thin shim over `dispatch`."""
+    call a thin shim over `dispatch`. With `link_dir`, the policy engine's events go to the
+    host as they happen and (`link_approvals`) its approval requests to the host's approver
+    (bridge/hostlink.py)."""
     import mcp_types as types
     from mcp.server.lowlevel import Server
 
@@ -536,12 +540,19 @@ def build_server(
     ]
 
     engine = None
-    if policy is not None:
-        from harnesscheck.policy import PolicyEngine
+    if policy is not None or link_dir is not None:
+        from harnesscheck.policy import Policy, PolicyEngine
 
-        engine = PolicyEngine(policy, root=scope.root, session=session_id or "bridge")
+        link = None
+        if link_dir is not None:
+            from harnesscheck.bridge.hostlink import LinkClient
 
-    limits = engine is not None and any(v is not None for v in policy.limits.model_dump().values())
+            link = LinkClient(link_dir, timeout_s=(policy or Policy()).approval_timeout_s)
+        engine = PolicyEngine(policy, root=scope.root, session=session_id or "bridge",
+                              approver=link.approve if link is not None and link_approvals else None,
+                              sink=link.event if link is not None else None)
+
+    limits = engine is not None and any(v is not None for v in engine.policy.limits.model_dump().values())
     trace_path = getattr(trace, "path", None)
 
     def _call(name: str, args: dict[str, Any]):
@@ -920,6 +931,8 @@ def run_bridge(
     mode: str | None = None,
     root_identity: tuple[int, int] | None = None,
     policy: "Policy | None" = None,
+    link_dir: Path | None = None,
+    link_approvals: bool = False,
 ) -> int:
     """Serve until stdin EOF (exit 0) or parent death (exit 0 from the watchdog).
 
@@ -950,7 +963,8 @@ def run_bridge(
     import anyio
 
     inflight = Inflight()
-    server = build_server(scope, trace=trace, session_id=session_id, inflight=inflight, policy=policy)
+    server = build_server(scope, trace=trace, session_id=session_id, inflight=inflight, policy=policy,
+                          link_dir=link_dir, link_approvals=link_approvals)
     if trace is not None:
         from harnesscheck.dispatch import tool_definitions
 
@@ -1063,6 +1077,8 @@ def serve_spec(
         mode=mode,
         root_identity=spec.root_identity,
         policy=spec.policy,
+        link_dir=spec.run_dir if spec.host_link else None,
+        link_approvals=spec.host_approver,
     )
 
 

@@ -45,8 +45,16 @@ class BridgeSpec(BaseModel):
     parent_pid: int | None = Field(default=None, gt=0, description="host pid; the bridge exits when it dies")
     policy: Policy | None = Field(
         default=None,
-        description="the host's tool policy (doc/SPEC-policy.md); the bridge has no approver, so an "
-        "approval_required call is denied unless pre-approved",
+        description="the host's tool policy (doc/SPEC-policy.md); an approval_required call is asked of the "
+        "host's approver through the host link (host_approver), else denied unless pre-approved",
+    )
+    host_link: bool = Field(
+        default=False,
+        description="the host listens on <run_dir>/hostlink.sock for this session's live events (bridge/hostlink.py)",
+    )
+    host_approver: bool = Field(
+        default=False,
+        description="the host has an approver: an approval_required call is asked through the host link",
     )
     root_identity: tuple[int, int] | None = Field(
         default=None,

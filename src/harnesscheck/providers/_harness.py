@@ -76,6 +76,8 @@ class SessionContext:
     session_trace: Path
     scope: ToolScope | None
     cleanup: list[Path] = field(default_factory=list)  # temp dirs we made outside run_dir
+    #: the bridge's live line to this host (bridge/hostlink.py): events and approvals
+    link: Any = None
 
 
 @dataclass
@@ -186,7 +188,16 @@ def new_session_context(
         scope = request.scope
         if result_cap is not None and result_cap < scope.max_result_bytes:
             scope = scope.model_copy(update={"max_result_bytes": int(result_cap)})
-        write_bridge_spec(scope, run_dir, bridge_trace, session_id, spec_path, policy=request.policy)
+        link = None
+        if request.on_event is not None or request.approver is not None:
+            from harnesscheck.bridge.hostlink import HostLink
+            from harnesscheck.policy import Policy
+
+            link = HostLink.start(run_dir, events=request.events(session_id) if request.on_event is not None else None,
+                                  approver=request.approver,
+                                  timeout_s=(request.policy or Policy()).approval_timeout_s)
+        write_bridge_spec(scope, run_dir, bridge_trace, session_id, spec_path, policy=request.policy,
+                          host_link=link is not None, host_approver=link is not None and request.approver is not None)
     return SessionContext(
         run_dir=run_dir,
         cwd=cwd,
@@ -196,11 +207,13 @@ def new_session_context(
         session_trace=run_dir / "session-trace.jsonl",
         scope=None if tool_less else request.scope,
         cleanup=cleanup,
+        link=None if tool_less else link,
     )
 
 
 def write_bridge_spec(
-    scope: ToolScope, run_dir: Path, trace_path: Path, session_id: str, spec_path: Path, *, policy=None
+    scope: ToolScope, run_dir: Path, trace_path: Path, session_id: str, spec_path: Path, *, policy=None,
+    host_link: bool = False, host_approver: bool = False,
 ) -> Path:
     from harnesscheck.bridge.spec import BridgeSpec, write_spec
 
@@ -208,7 +221,7 @@ def write_bridge_spec(
     identity = scope.open_root().identity
     spec = BridgeSpec(
         scope=scope, run_dir=run_dir, trace_path=trace_path, session_id=session_id, parent_pid=os.getpid(),
-        root_identity=identity, policy=policy,
+        root_identity=identity, policy=policy, host_link=host_link, host_approver=host_approver,
     )
     return write_spec(spec, spec_path)
 
@@ -587,7 +600,8 @@ class HarnessTransport:
             outcome = outcome.model_copy(update={"containment": result.containment,
                                                  "containment_note": note or None})
             if request.on_event is not None and ctx.bridge_trace is not None:
-                _report_bridge_calls(request.events(ctx.session_id), ctx.bridge_trace, ctx.session_id)
+                _report_bridge_calls(request.events(ctx.session_id), ctx.bridge_trace, ctx.session_id,
+                                     reported=ctx.link.reported if ctx.link is not None else ())
             tracer.record(
                 "session_end",
                 cli_session_id=parser_session_id,
@@ -605,6 +619,8 @@ class HarnessTransport:
             return self._redacted(self.judge(outcome, ctx, tool_less=tool_less), injections)
         finally:
             release_bridge(ctx.spec_path)  # also when the CLI never started
+            if ctx.link is not None:
+                ctx.link.close()
             tracer.close()
             if host_entries is not None:  # the CLI's transcripts and stores hold tool arguments verbatim
                 forget_cli_state(ctx.run_dir, host_entries, self.cli_state_dirs)
@@ -799,9 +815,10 @@ class HarnessTransport:
         return outcome.model_copy(update=update)
 
 
-def _report_bridge_calls(events: Callable[..., object], trace_path: Path, session_id: str) -> None:
-    """The bridge's calls as `tool_result` events marked `late`: they ran in the bridge process,
-    where no event sink of this host reaches (doc/SPEC-events.md)."""
+def _report_bridge_calls(events: Callable[..., object], trace_path: Path, session_id: str,
+                        reported=()) -> None:
+    """The bridge's calls the host link did not deliver as they happened (`reported`: their
+    digests), as `tool_result` events marked `late`, from the bridge trace (doc/SPEC-events.md)."""
     import json
 
     try:
@@ -814,6 +831,8 @@ def _report_bridge_calls(events: Callable[..., object], trace_path: Path, sessio
         except ValueError:
             continue
         if isinstance(rec, dict) and rec.get("event") == "tool" and rec.get("session") == session_id:
+            if str(rec.get("digest") or "")[:16] in reported and rec.get("digest"):
+                continue
             events("tool_result", tool=str(rec.get("tool"))[:80], ok=rec.get("decision") == "allow",
                    code=rec.get("code"), digest=rec.get("digest"), late=True)
 
