@@ -816,3 +816,33 @@ def test_large_results_are_bounded_below_claudes_persist_threshold(worktree, tmp
     outcome = make_transport(fake, result_cap=None).run_session(request)
     assert load_spec(tmp_path / "run" / "bridge-spec.json").scope.max_result_bytes == 1000
     assert outcome.status is OutcomeStatus.ok
+
+
+def test_each_transient_api_retry_is_announced_as_a_retry_event():
+    """The CLI's own ladder, as the host sees it: one notice per api_retry, for the request about
+    to be made (attempt + 1), with the CLI's wait; an auth retry is no retry (it stops at once)."""
+    notices = []
+    parser = ClaudeStreamParser(retry_stop_after=None)
+    parser.retry_notice = lambda **fields: notices.append(fields)
+    for n in (1, 2):
+        parser.feed(json.dumps(_retry(529, "overloaded", attempt=n, delay_ms=500 * n)))
+    assert notices == [{"attempt": 2, "wait_s": 0.5, "error_class": "overloaded"},
+                       {"attempt": 3, "wait_s": 1.0, "error_class": "overloaded"}]
+    parser = ClaudeStreamParser()
+    parser.retry_notice = lambda **fields: notices.append(fields)
+    parser.feed(json.dumps(_retry(401, "authentication_failed")))
+    assert len(notices) == 2
+
+
+def test_the_hosts_event_stream_shows_the_clis_retry_before_the_session_ends(worktree, tmp_path):
+    from harnesscheck.events import run_with_events
+
+    fake = install_fake_cli("claude", "overloaded_529", tmp_path / "bin")
+    events = []
+    request = AgentSessionRequest(prompt="hi", scope=ToolScope(root=worktree), timeout_s=120, run_dir=tmp_path / "run")
+    outcome = run_with_events(make_transport(fake), request, events.append)
+    assert outcome.error_class is ErrorClass.overloaded
+    kinds = [e.kind for e in events]
+    assert "retry" in kinds and kinds.index("retry") < kinds.index("error") < kinds.index("end")
+    retry = events[kinds.index("retry")]
+    assert (retry.attempt, retry.error_class) == (2, "overloaded") and retry.wait_s and retry.wait_s > 0

@@ -624,3 +624,15 @@ def test_toml_string_round_trips_any_text(value):
 
     assert tomllib.loads(f"k = {toml_string(value)}\n")["k"] == value
     assert tomllib.loads(f"k = {toml_string(value + chr(0x7F))}\n")["k"] == value + "\x7f"
+
+
+def test_each_transient_reconnect_notice_is_announced_as_a_retry_event():
+    notices = []
+    parser = CodexParser(retry_stop_after=None)
+    parser.retry_notice = lambda **fields: notices.append(fields)
+    for line in ({"type": "thread.started", "thread_id": "t"}, {"type": "turn.started"},
+                 {"type": "error", "message": "Reconnecting... 1/5 (unexpected status 429 Too Many Requests: retry-after: 7)"},
+                 {"type": "error", "message": "Reconnecting... 2/5 (unexpected status 529 <unknown status code>: Overloaded)"}):
+        parser.feed(json.dumps(line))
+    assert notices == [{"attempt": 2, "wait_s": 7.0, "error_class": "rate_limit"},
+                       {"attempt": 3, "wait_s": None, "error_class": "overloaded"}]

@@ -557,6 +557,9 @@ class HarnessTransport:
             injections = {**private, **self.base_injections, **self.injections, **inv.injections}
             env = build_child_env(self.parent_env, injections=injections, trace=tracer)
             parser = self.make_parser(ctx, request, tool_less=tool_less, on_text=on_text)
+            if request.on_event is not None and hasattr(parser, "retry_notice"):
+                session_events = request.events(ctx.session_id)
+                parser.retry_notice = lambda **fields: session_events("retry", **fields)
             host_entries = config_home_entries(ctx.run_dir, self.cli_state_dirs)  # what the host put there
             tracer.record("session_start", backend=self.spec.id, cli_version=info.version, tool_less=tool_less)
             with contextlib.ExitStack() as held:

@@ -385,6 +385,9 @@ class ClaudeStreamParser:
         self.assistant_error: str | None = None
         self.last_retry: dict | None = None
         self.transient_retries = 0  # api_retry events for 429 / 529 / 5xx
+        #: `retry` events for the host (set by the harness base): each transient api_retry, as the
+        #: CLI announces it, before its wait (doc/SPEC-events.md)
+        self.retry_notice: Callable[..., object] = lambda **fields: None
         self.retrying: ErrorClass | None = None  # a transient failure the CLI was still retrying (no answer since)
         self.rate_limit_rejected: dict | None = None
         # endings
@@ -471,6 +474,11 @@ class ClaudeStreamParser:
                     )
                 self.transient_retries += 1
                 self.retrying = cls
+                delay = event.get("retry_delay_ms")
+                attempt = event.get("attempt")
+                self.retry_notice(attempt=attempt + 1 if isinstance(attempt, int) else None,
+                                  wait_s=delay / 1000 if isinstance(delay, (int, float)) else None,
+                                  error_class=cls.value)
                 if self.retry_stop_after is not None and self.transient_retries >= self.retry_stop_after:
                     return self._stop(
                         OutcomeStatus.error,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from harnesscheck.contracts import (
@@ -79,6 +80,8 @@ _RECONNECT = re.compile(r"^Reconnecting\.\.\.\s*(\d+)\s*/\s*(\d+)")
 #: A retry notice of codex's reconnect ladder (or its end): "Reconnecting... 1/5 (...)",
 #: "exceeded retry limit, last status: 429 Too Many Requests".
 _RETRY_NOTICE = re.compile(r"^Reconnecting\.\.\.|exceeded retry limit", re.IGNORECASE)
+#: "Reconnecting... 2/5": the retry codex is about to make is its Nth, i.e. request N+1.
+_RECONNECT_COUNT = re.compile(r"^Reconnecting\.\.\.\s*(\d+)/\d+")
 #: The HTTP status a retry notice names (structured enough to win over the prose).
 _NOTICE_STATUS = re.compile(r"(?:last status|unexpected status|status code|status)[:\s]+(\d{3})\b", re.IGNORECASE)
 _RETRY_AFTER = re.compile(
@@ -113,6 +116,8 @@ class CodexParser:
         self.transient_notices = 0
         self.retrying: tuple[ErrorClass, str] | None = None  # a transient failure codex was still retrying
         self.retry_after_s: float | None = None
+        #: `retry` events for the host (set by the harness base): each transient retry notice
+        self.retry_notice: Callable[..., object] = lambda **fields: None
         self.bridge_server = bridge_server
         self.thread_id: str | None = None
         self.turns = 0
@@ -223,6 +228,9 @@ class CodexParser:
                 self.transient_notices += 1
                 self.retrying = (notice, message)
                 self.retry_after_s = notice_retry_after(message) or self.retry_after_s
+                counted = _RECONNECT_COUNT.match(message)
+                self.retry_notice(attempt=int(counted[1]) + 1 if counted else None,
+                                  wait_s=notice_retry_after(message), error_class=notice.value)
                 if self.retry_stop_after is not None and self.transient_notices >= self.retry_stop_after:
                     # Codex's ladder would take ~26-36 s: report it now, the host decides.
                     return self._stop(notice, message)
