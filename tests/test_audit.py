@@ -611,3 +611,26 @@ def test_codex_started_and_completed_of_one_call_count_once(root: Path) -> None:
     verdict = audit_events(log, "codex", RunFacts(scope_root=root, bridge=BridgeSummary()))
     shells = [f for f in verdict.flags if f.code == "native_shell"]
     assert len(shells) == 2  # the duplicate once, the different call under the same id too
+
+
+def test_built_ins_are_judged_by_the_hosts_policy_after_the_fact(root: Path) -> None:
+    """A built-in that ran is decided by the request's policy after the fact: denied (or needing
+    an approval nobody could give) is `builtin_denied_by_policy`; allowed or pre-approved is not."""
+    from harnesscheck.policy import Policy, PolicyEngine, PreApproval, Rule, ToolKind, Verdict
+
+    log = jl(claude_init(), claude_tool_use("Bash", {"command": "ls"}, "t1"),
+             claude_tool_use("Write", {"file_path": str(root / "docs" / "a.md"), "content": "x"}, "t2"),
+             claude_tool_use("Read", {"file_path": str(root / "README.md")}, "t3"))
+
+    def judged(policy):
+        engine = PolicyEngine(policy, root=root, session="s1")
+        verdict = audit_events(log, "claude", RunFacts(scope_root=root, builtin_tools_off=False, read_only=False,
+                                                       session_cwd=root, policy=engine))
+        return sorted(f.detail.split(" ")[0] for f in verdict.flags if f.code == "builtin_denied_by_policy")
+
+    asks = Rule(decision=Verdict.APPROVAL_REQUIRED, kinds=(ToolKind.WRITE,))
+    assert judged(Policy(rules=(Rule(decision=Verdict.DENY, tools=("Bash",)), asks))) == ["Bash", "Write"]
+    assert judged(Policy(rules=(Rule(decision=Verdict.ALLOW, kinds=(ToolKind.EXECUTE,)), asks),
+                         preapprove=(PreApproval(tools=("Write",), paths=("docs/*",)),))) == []
+    no_policy = audit_events(log, "claude", RunFacts(scope_root=root, builtin_tools_off=False, session_cwd=root))
+    assert "builtin_denied_by_policy" not in codes(no_policy)

@@ -260,6 +260,9 @@ class RunFacts:
     sentinels_before: dict[str, FileState | None] | None = None
     sentinels_after: dict[str, FileState | None] | None = None
     instruction_files: list[tuple[str, str]] = field(default_factory=list)
+    #: The host's policy engine for the session (harnesscheck.policy.PolicyEngine), when the
+    #: request set a policy: each built-in call the audit sees is decided by it after the fact.
+    policy: Any = None
 
 
 # ---------------------------------------------------------------------------------------
@@ -817,6 +820,23 @@ class Auditor:
         if write and self.facts.read_only:
             self.flag("write_in_read_only", name)
         self._paths(name, args)
+        if self.facts.policy is not None:
+            self._judge_by_policy(name, args, shell=shell, write=write, known=known)
+
+    def _judge_by_policy(self, name: str, args: Any, *, shell: bool, write: bool, known: bool) -> None:
+        """The host's policy on a built-in that already ran (it could not be asked before): a
+        call the policy would not allow (denied, or needing an approval nobody could give) is a
+        violation. Its kind comes from the audit's own classification of the CLI's tools."""
+        from harnesscheck.policy import ToolCall, ToolKind, Verdict, _rel_path
+
+        engine = self.facts.policy
+        kind = (ToolKind.EXECUTE if shell else ToolKind.WRITE if write else ToolKind.READ if known else ToolKind.OTHER)
+        arguments = dict(args) if isinstance(args, dict) else {}
+        path = next((arguments[k] for k in _PATH_KEYS if isinstance(arguments.get(k), str) and arguments[k]), None)
+        call = ToolCall(tool=name, args=arguments, kind=kind, path=_rel_path(path, engine.root) if path else None)
+        decision = engine.judge_ran(call)
+        if decision.verdict is not Verdict.ALLOW:
+            self.flag("builtin_denied_by_policy", f"{name} ({kind.value}): {decision.verdict.value}, {decision.code}")
 
     # -- facts --------------------------------------------------------------------------
 

@@ -394,6 +394,17 @@ class PolicyEngine:
                 self.used.files_touched.add(call.path or call.tool)
 
     # -- grants ----------------------------------------------------------------------------
+    def judge_ran(self, call: ToolCall) -> Decision:
+        """A call that already ran, judged after the fact (a CLI's built-in the audit saw): the
+        rules and the pre-approvals; never the approver and never a limit (nothing can be
+        refused any more). Anything but allow means the call should not have run."""
+        ruled = self.decide(call)
+        if ruled.verdict is Verdict.APPROVAL_REQUIRED:
+            granted = self._granted(call, ruled.digest)
+            if granted is not None:
+                return Decision(Verdict.ALLOW, granted, ruled.digest, f"{call.tool} was {granted}")
+        return ruled
+
     def _granted(self, call: ToolCall, digest: str) -> str | None:
         now = self._clock()
         with self._lock:

@@ -82,6 +82,7 @@ class SessionAudit:
                 worktree_before=snap,
                 worktree_after=snapshot_tree(request.scope.root) if snap is not None else None,
                 instruction_files=instruction_files,
+                policy=request.policy_engine(ctx.session_id) if request.policy is not None else None,
             )
             verdict = audit_events(ctx.run_dir / EVENT_LOG_NAME, self.cli, facts, auditor=self.auditor)
         except Exception as exc:  # noqa: BLE001 - an audit that cannot run must say so, not pass
