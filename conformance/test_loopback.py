@@ -11,9 +11,14 @@ from harnesscheck.contracts import ErrorClass as E
 from harnesscheck.contracts import Kind, ModelVerdict, OutcomeStatus
 from harnesscheck.kit.adapters import ToolCall
 from harnesscheck.kit.catalog import check
+from harnesscheck.kit.watchdog import Watchdog
 
 LOOPBACK = ("loopback",)
 AUTH_STOP_S = 5.0
+#: errors.auth-stops-within-5s: a session still running AUTH_STOP_S after the first 401 has
+#: failed that very bound, so the kit ends it there (kit/watchdog.py) instead of waiting out the
+#: 120 s deadline of a CLI that retries the 401 silently.
+AFTER_FIRST_401 = Watchdog("auth_refused", AUTH_STOP_S)
 #: time.runaway-ends-by-wall-clock: a deadline, judged once it fell while the tool loop ran
 #: (the model server answered at least one tool result). The first that does is judged; a
 #: machine too slow for it gets the next (before: one 10 s deadline, waited out every time).
@@ -83,7 +88,7 @@ def test_canaries_never_reach_model(but):
 @check("errors.auth-stops-within-5s", kinds=[Kind.harness], levels=LOOPBACK, incident=["E1", "A10"])
 def test_auth_stops_within_5s(but):
     """A 401 from the model ends the session blocked/auth within 5 s of the first 401 (not after the CLI's retry ladder)."""
-    run = but.run("auth_401", timeout_s=120)
+    run = but.run("auth_401", timeout_s=120, watchdog=AFTER_FIRST_401)
     o = run.outcome
     assert o.status == OutcomeStatus.blocked and o.error_class == E.auth, f"{o.status}/{o.error_class}: {o.message!r}"
     first_401 = min(r.ts for r in run.loopback_requests if r.status == 401)

@@ -550,12 +550,19 @@ class BackendUnderTest:
             return deadline if progress is not None and progress.stalled is not None and progress.stalled < deadline else None
         if after == "stdin":
             return self.stdin_held_since(setup)
+        if after == "auth_refused":
+            return self.auth_refused_at(setup)
         progress = self.stall_progress(setup)  # "result": the CLI printed its last line, then stalled
         return progress.last_output if progress is not None and progress.stalled is not None else None
 
     def _end_running_session(self, setup: "Setup", request: AgentSessionRequest) -> list[int]:
         """SIGKILL every process the running session is known to have started (the watchdog fired)."""
         return kill(self.running_pids(setup, request))
+
+    def auth_refused_at(self, setup: "Setup") -> float | None:
+        """When the upstream first answered the session's model request with 401 (monotonic),
+        None while it has not or where this adapter cannot see it (only a model server can)."""
+        return None
 
     def stdin_held_since(self, setup: "Setup") -> float | None:
         """When a CLI still waiting for its stdin's EOF last got data on it (monotonic), None

@@ -330,6 +330,15 @@ class LoopbackAdapter(HarnessAdapter):
             refused[name] = str(results[0].get("text", ""))[:200]
         return refused
 
+    def auth_refused_at(self, setup: Setup) -> float | None:
+        """The scripted model server's first 401 to one of the session's model turns, on the
+        monotonic clock (the server records wall-clock times, which the checks compare)."""
+        server = setup.extra.get("server")
+        refused = [r.ts for r in (server.turn_requests() if server is not None else []) if r.status == 401]
+        if not refused:
+            return None
+        return time.monotonic() - (time.time() - min(refused))
+
     def running_pids(self, setup: Setup, request) -> list[int]:
         """The real CLI (its exec wrapper's records, version probes aside), every descendant the
         watcher has seen so far, and each bridge the traces name: what the watchdog ends."""
