@@ -22,8 +22,8 @@ AFTER_FIRST_401 = Watchdog("auth_refused", AUTH_STOP_S)
 #: time.runaway-ends-by-wall-clock: a deadline, judged once it fell while the tool loop ran
 #: (the model server answered at least one tool result). The first that does is judged; a
 #: machine too slow for it gets the next (before: one 10 s deadline, waited out every time).
-#: Each gets the runtime's start-up allowance (BackendUnderTest.run), so the deadline falls in the
-#: loop rather than in start-up.
+#: Each gets the runtime's start-up as measured (BackendUnderTest.measured_allowance_s), so the
+#: deadline falls in the loop rather than in start-up; one that fell in start-up is seen and lengthened.
 RUNAWAY_DEADLINES_S = (2.0, 8.0, 30.0)
 
 
@@ -101,8 +101,9 @@ def test_runaway_ends(but):
     """A model that always calls a tool is ended (turn cap or wall clock) as truncated, and nothing survives."""
     import os
 
+    allowance_s = but.measured_allowance_s()  # a deadline that falls in start-up is seen (below) and lengthened
     for timeout_s in RUNAWAY_DEADLINES_S:
-        run = but.run("max_turns", max_iters=200, timeout_s=timeout_s)
+        run = but.run("max_turns", max_iters=200, timeout_s=timeout_s + allowance_s, allowance=False)
         if (run.model_calls or 0) >= 2:  # a tool result went back: the loop ran when the clock ended it
             break
     o = run.outcome
