@@ -135,7 +135,7 @@ def test_usage_matches_wire(but):
 @check("usage.served-model-mismatch-at-wire", kinds=[Kind.harness], levels=LOOPBACK, incident="I5")
 def test_served_model_mismatch_at_wire(but):
     """When the server answers with another model than the one asked for, the outcome says mismatch and names it."""
-    run = but.run("served_model_mismatch")
+    run = but.shared_run("served_model_mismatch")
     o = run.outcome
     if o.served_model is None and not but.spec.supports(C.served_model_reporting):
         # e.g. an ACP agent: ACP v1 has no served-model field, and gemini --acp's `_meta` names the requested one

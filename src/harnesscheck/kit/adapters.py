@@ -372,6 +372,11 @@ class BackendUnderTest:
     """A backend at a level, ready to run abstract scenarios in fresh workspaces."""
 
     name = "base"
+    #: Whether checks that only read a session's evidence share one session of a scenario
+    #: (shared_run): where a session costs seconds (a real runtime at loopback).
+    SHARES_SESSIONS = False
+    #: The shared runs of this pytest run (set by the `but` fixture; None: nothing is shared).
+    shared_runs: dict | None = None
 
     def __init__(self, spec: ProviderSpec, level: str, tmp_path: Path):
         self.spec = spec
@@ -532,6 +537,25 @@ class BackendUnderTest:
         if guard is not None and guard.fired is not None:
             guard.ended = sorted(set(guard.ended) | set(kill(self.child_pids(run))))
             raise SessionOverran(guard.message())
+        return run
+
+    def shared_run(self, scenario: str) -> SessionRun:
+        """What `run(scenario)` gives, for a check that only reads the evidence of that session
+        (its outcome, records and wire): where sessions are shared (SHARES_SESSIONS), the first
+        such session of this backend and level in this process, if it ended ok; else a session of
+        the check's own, kept for the next check if it ended ok. A session that did not end ok
+        (crashed, timed out, raised) is never shared, so one check's crash never decides another's
+        verdict; a check that watches the machine while its session runs calls run() instead."""
+        if not self.SHARES_SESSIONS or self.shared_runs is None:
+            return self.run(scenario)
+        from harnesscheck.contracts import OutcomeStatus
+
+        key = (self.spec.id, self.level, type(self).__name__, scenario)
+        run = self.shared_runs.get(key)
+        if run is None:
+            run = self.run(scenario)
+            if run.outcome.status == OutcomeStatus.ok:
+                self.shared_runs[key] = run
         return run
 
     def _moment(self, after: str, timeline: Timeline, abandoned: list[float], setup: "Setup") -> float | None:

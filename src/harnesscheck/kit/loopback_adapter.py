@@ -85,6 +85,7 @@ class LoopbackAdapter(HarnessAdapter):
     """A harness backend at the loopback level (see the module docstring)."""
 
     name = "loopback"
+    SHARES_SESSIONS = True  # a real runtime's session costs seconds (BackendUnderTest.shared_run)
 
     def __init__(self, spec, level, tmp_path):
         super().__init__(spec, level, tmp_path)
