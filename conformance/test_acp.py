@@ -223,8 +223,12 @@ def test_auth_failure_answered(but):
     the host classifies as auth) and the time it took. A host that ends a silent agent itself
     (the reference does, after `auth_stall_s`) does not make the agent pass."""
     started = time.monotonic()
+
+    def unanswered_past_bound(ev) -> bool:  # the verdict is in: the host need not wait for the deadline
+        return ev.answered_at is None and ev.prompt_sent_at is not None and time.monotonic() - ev.prompt_sent_at >= AUTH_BOUND_S
+
     run = but.acp_run([{"auth_signal": True}, {"error": {"code": -32000, "message": "Authentication required"}}],
-                      timeout_s=AUTH_BOUND_S + 15)
+                      timeout_s=AUTH_BOUND_S + 15, decided=unanswered_past_bound)
     ev = run.evidence
     assert ev.prompt_error is not None, (
         f"the agent never answered the prompt (it retried silently); the host ended it after {time.monotonic() - started:.1f} s "

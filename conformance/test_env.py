@@ -72,7 +72,7 @@ def test_config_home_isolated(but):
     """The CLI's config home is per run (never the user's), so a failed login cannot touch real credentials.
     A CLI given no config-home variable (gemini reads `$HOME/.gemini`) needs a HOME that is
     neither the user's nor inside it."""
-    run = but.run("success")
+    run = but.shared_run("success")
     # the host's HOME as the backend found it (planted offline), not the kit's own
     home = os.path.realpath(run.parent_env.get("HOME") or os.path.expanduser("~"))
     for child in run.children:
@@ -110,7 +110,7 @@ def test_host_credentials_unreachable(but):
     another vendor's login, the user's CLI settings): its HOME and config homes are not the
     user's, and the only host file linked into them is the CLI's own login file; no planted
     credential reaches its environment or argv."""
-    run = but.run("success")
+    run = but.shared_run("success")
     host = but.host_home(run)
     if host is None:
         but.skip("adapter-not-implemented", f"the kit plants no host HOME for {but.spec.id} at {but.level}")

@@ -11,14 +11,19 @@ from harnesscheck.contracts import ErrorClass as E
 from harnesscheck.contracts import Kind, ModelVerdict, OutcomeStatus
 from harnesscheck.kit.adapters import ToolCall
 from harnesscheck.kit.catalog import check
+from harnesscheck.kit.watchdog import Watchdog
 
 LOOPBACK = ("loopback",)
 AUTH_STOP_S = 5.0
+#: errors.auth-stops-within-5s: a session still running AUTH_STOP_S after the first 401 has
+#: failed that very bound, so the kit ends it there (kit/watchdog.py) instead of waiting out the
+#: 120 s deadline of a CLI that retries the 401 silently.
+AFTER_FIRST_401 = Watchdog("auth_refused", AUTH_STOP_S)
 #: time.runaway-ends-by-wall-clock: a deadline, judged once it fell while the tool loop ran
 #: (the model server answered at least one tool result). The first that does is judged; a
 #: machine too slow for it gets the next (before: one 10 s deadline, waited out every time).
-#: Each gets the runtime's start-up allowance (BackendUnderTest.run), so the deadline falls in the
-#: loop rather than in start-up.
+#: Each gets the runtime's start-up as measured (BackendUnderTest.measured_allowance_s), so the
+#: deadline falls in the loop rather than in start-up; one that fell in start-up is seen and lengthened.
 RUNAWAY_DEADLINES_S = (2.0, 8.0, 30.0)
 
 
@@ -83,7 +88,7 @@ def test_canaries_never_reach_model(but):
 @check("errors.auth-stops-within-5s", kinds=[Kind.harness], levels=LOOPBACK, incident=["E1", "A10"])
 def test_auth_stops_within_5s(but):
     """A 401 from the model ends the session blocked/auth within 5 s of the first 401 (not after the CLI's retry ladder)."""
-    run = but.run("auth_401", timeout_s=120)
+    run = but.run("auth_401", timeout_s=120, watchdog=AFTER_FIRST_401)
     o = run.outcome
     assert o.status == OutcomeStatus.blocked and o.error_class == E.auth, f"{o.status}/{o.error_class}: {o.message!r}"
     first_401 = min(r.ts for r in run.loopback_requests if r.status == 401)
@@ -96,8 +101,9 @@ def test_runaway_ends(but):
     """A model that always calls a tool is ended (turn cap or wall clock) as truncated, and nothing survives."""
     import os
 
+    allowance_s = but.measured_allowance_s()  # a deadline that falls in start-up is seen (below) and lengthened
     for timeout_s in RUNAWAY_DEADLINES_S:
-        run = but.run("max_turns", max_iters=200, timeout_s=timeout_s)
+        run = but.run("max_turns", max_iters=200, timeout_s=timeout_s + allowance_s, allowance=False)
         if (run.model_calls or 0) >= 2:  # a tool result went back: the loop ran when the clock ended it
             break
     o = run.outcome
@@ -129,7 +135,7 @@ def test_usage_matches_wire(but):
 @check("usage.served-model-mismatch-at-wire", kinds=[Kind.harness], levels=LOOPBACK, incident="I5")
 def test_served_model_mismatch_at_wire(but):
     """When the server answers with another model than the one asked for, the outcome says mismatch and names it."""
-    run = but.run("served_model_mismatch")
+    run = but.shared_run("served_model_mismatch")
     o = run.outcome
     if o.served_model is None and not but.spec.supports(C.served_model_reporting):
         # e.g. an ACP agent: ACP v1 has no served-model field, and gemini --acp's `_meta` names the requested one

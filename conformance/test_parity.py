@@ -19,7 +19,7 @@ HOSTILE = [
 @check("parity.outcome-schema")
 def test_outcome_schema(but):
     """The outcome is an AgentOutcome that round-trips through JSON and names its backend."""
-    run = but.run("success")
+    run = but.shared_run("success")
     again = AgentOutcome.model_validate_json(run.outcome.model_dump_json())
     assert again == run.outcome
     assert run.outcome.backend == but.spec.id, f"backend label {run.outcome.backend!r} != {but.spec.id!r}"

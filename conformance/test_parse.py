@@ -59,7 +59,7 @@ def test_exit0_is_error(but):
 @check("parse.split-lines-identical", kinds=[Kind.harness], incident=["D2", "D3"])
 def test_split_lines_identical(but):
     """A stream whose lines arrive cut at arbitrary byte offsets parses exactly like the uncut one."""
-    whole = but.run("success").outcome
+    whole = but.shared_run("success").outcome
     cut = but.run("split_lines").outcome
     for field in ("status", "error_class", "text", "usage", "served_model", "cost", "terminal_event_seen"):
         assert getattr(cut, field) == getattr(whole, field), f"{field}: {getattr(cut, field)!r} != {getattr(whole, field)!r}"
@@ -74,7 +74,7 @@ def test_brace_noise_skipped(but):
 
     Evidence: the outcome of `success` and of the same fixture with those lines added (status,
     error class, text, usage, served model, terminal event)."""
-    whole = but.run("success").outcome
+    whole = but.shared_run("success").outcome
     noisy = but.run("brace_noise").outcome
     assert noisy.status == OutcomeStatus.ok, (
         f"{noisy.status}/{noisy.error_class} with non-event lines starting with '{{' in the stream: {noisy.message!r}")

@@ -78,7 +78,7 @@ def _vendor_figure_seen(but, run) -> None:
 @check("usage.cost-never-fabricated", incident=["I5", "C3"])
 def test_cost_never_fabricated(but):
     """A dollar figure appears only with its true source; with no vendor or price-table figure it is None."""
-    run = but.run("success")
+    run = but.shared_run("success")
     cost = run.outcome.cost
     _vendor_figure_seen(but, run)
     if run.facts.cost_usd is None:
@@ -94,7 +94,7 @@ def test_cost_never_fabricated(but):
 @check("usage.vendor-cost-reported", requires=[C.cost_reporting], incident="I5")
 def test_vendor_cost_reported(but):
     """A backend claiming cost_reporting passes the vendor's figure through with a non-api source."""
-    run = but.run("success")
+    run = but.shared_run("success")
     _vendor_figure_seen(but, run)
     assert run.facts.cost_usd is not None, "the scenario carries a vendor cost"
     assert run.outcome.cost.usd == pytest.approx(run.facts.cost_usd, rel=1e-6)
@@ -104,7 +104,7 @@ def test_vendor_cost_reported(but):
 @check("usage.served-model-reported", requires=[C.served_model_reporting], incident="I5")
 def test_served_model_reported(but):
     """The served model is read from the backend's own report, and matches the request."""
-    run = but.run("success")
+    run = but.shared_run("success")
     assert run.outcome.served_model == run.facts.served_model, (
         f"served {run.outcome.served_model!r}, the backend reported {run.facts.served_model!r}"
     )
@@ -115,7 +115,7 @@ def test_served_model_reported(but):
 @check("usage.served-model-mismatch-flagged", requires=[C.served_model_reporting], incident="I5")
 def test_served_model_mismatch_flagged(but):
     """A served model different from the requested one is flagged mismatch, never reported as a match."""
-    run = but.run("served_model_mismatch")
+    run = but.shared_run("served_model_mismatch")
     assert run.outcome.served_model == run.facts.served_model
     assert run.outcome.model_verdict == ModelVerdict.mismatch, f"verdict {run.outcome.model_verdict}"
 

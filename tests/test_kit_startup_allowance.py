@@ -84,3 +84,51 @@ def test_loopback_allowance_is_the_declared_cold_start_or_twice_the_measured_sta
     but.spec = BUILTIN_SPECS["claude-code"]
     assert but.startup_allowance_s() == loopback.STARTUP_HEADROOM * 1.0  # nothing declared: twice the measured
     assert warmed == ["opencode", "claude-code"]
+
+
+def test_a_deadline_the_kit_repeats_when_too_early_gets_only_the_measured_start_up(tmp_path, monkeypatch):
+    """run_stalled's first deadline and the runaway check's: twice the start-up measured in this
+    process, not the declared worst case (a deadline that came first is seen and lengthened);
+    the declared figure only while nothing was measured."""
+    from harnesscheck.kit import loopback_adapter as loopback
+
+    monkeypatch.setattr(loopback, "_STARTUP_SEEN", {})
+    monkeypatch.setattr(loopback.LoopbackAdapter, "measure_startup",
+                        lambda self: loopback._STARTUP_SEEN.setdefault(self.spec.id, 1.5))
+    but = object.__new__(loopback.LoopbackAdapter)
+    but.spec = BUILTIN_SPECS["opencode"]
+    assert but.measured_allowance_s() == loopback.STARTUP_HEADROOM * 1.5 < but.startup_allowance_s() == but.spec.cold_start_s
+    loopback._STARTUP_SEEN["opencode"] = 0.0  # the warm-up session failed: nothing measured
+    assert but.measured_allowance_s() == but.spec.cold_start_s
+    slow = SlowStart(BUILTIN_SPECS["claude-code"], "offline", tmp_path)
+    slow.allowance = 3.0
+    assert slow.measured_allowance_s() == 3.0  # an adapter that measures nothing: its allowance
+
+
+def test_the_first_401_is_the_model_servers_record_on_the_monotonic_clock(tmp_path):
+    """The watchdog moment `auth_refused` (errors.auth-stops-within-5s): None until the scripted
+    server answered a model turn 401, then the time it did."""
+    import json
+    import time
+    import urllib.error
+    import urllib.request
+
+    from harnesscheck.kit.adapters import Setup
+    from harnesscheck.kit.loopback_adapter import LoopbackAdapter
+    from harnesscheck.loopback.scenario import Scenario, status_turn
+    from harnesscheck.loopback.server import ScriptedModelServer
+
+    but = object.__new__(LoopbackAdapter)
+    with ScriptedModelServer(Scenario("auth", (status_turn(401),)), expected_key="k") as server:
+        setup = Setup(transport=None, extra={"server": server})  # type: ignore[arg-type]
+        assert but.auth_refused_at(setup) is None
+        before = time.monotonic()
+        body = json.dumps({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}).encode()
+        request = urllib.request.Request(server.base_url + "/v1/messages", data=body,
+                                         headers={"x-api-key": "k", "content-type": "application/json"})
+        try:
+            urllib.request.urlopen(request, timeout=10)
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 401
+        refused = but.auth_refused_at(setup)
+    assert refused is not None and before - 0.5 <= refused <= time.monotonic()

@@ -23,7 +23,7 @@ def _sleeper() -> subprocess.Popen:
 
 
 def test_a_watchdog_names_a_known_moment():
-    assert set(MOMENTS) == {"abandon", "cancel", "deadline", "result", "stdin"}
+    assert set(MOMENTS) == {"abandon", "cancel", "deadline", "result", "stdin", "auth_refused"}
     with pytest.raises(ValueError, match="unknown moment"):
         Watchdog("later", 1.0)
     assert issubclass(SessionOverran, AssertionError)  # the cell fails, it is not an error of the kit

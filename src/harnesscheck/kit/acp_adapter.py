@@ -332,7 +332,7 @@ class AcpAdapter(BackendUnderTest):
                 policy: Callable | None = None, cancel_when: Callable | None = None,
                 observer: Callable | None = None, plant: Callable | None = None,
                 parent_env: dict[str, str] | None = None, linger_s: float | None = None,
-                session_key: str | None = None) -> AcpRun:
+                session_key: str | None = None, decided: Callable | None = None) -> AcpRun:
         """One ACP session whose agent performs `steps` (fake_clis/acp-agent's step format;
         `{effects}` in any string is the run's effects dir, outside the worktree and the run dir).
 
@@ -342,7 +342,9 @@ class AcpAdapter(BackendUnderTest):
         thread for each agent message before the host acts on it; `plant(ws, run_dir)` writes
         files before the session; `linger_s`: how long the host waits for the agent to exit by
         itself after it closed stdin (Settings.linger_s); `session_key`: the session's own model
-        credential (`{key}` of the profile), as a host hands it over."""
+        credential (`{key}` of the profile), as a host hands it over; `decided(evidence) -> bool`,
+        polled: the check's verdict can no longer change (its evidence is in), so the host cancels
+        the session then instead of letting it run to its deadline."""
         ws = self.workspace()
         effects = ws.base / "effects"
         effects.mkdir()
@@ -351,13 +353,15 @@ class AcpAdapter(BackendUnderTest):
         transport, record = self._transport({"steps": filled, "stop": "end_turn"}, policy=policy, settings=settings,
                                             session_key=session_key)
         return run_acp_session(self, transport, record, ws, effects, timeout_s=timeout_s, read_only=read_only,
-                               cancel_when=cancel_when, observer=observer, plant=plant, parent_env=parent_env)
+                               cancel_when=cancel_when, observer=observer, plant=plant, parent_env=parent_env,
+                               decided=decided)
 
 
 def run_acp_session(but: BackendUnderTest, transport, record: Path | None, ws, effects: Path, *, timeout_s: float,
                     read_only: bool, cancel_when: Callable | None, observer: Callable | None, plant: Callable | None,
-                    parent_env: dict[str, str] | None) -> AcpRun:
-    """One session of an ACP transport in workspace `ws`, with the evidence an acp.* check reads."""
+                    parent_env: dict[str, str] | None, decided: Callable | None = None) -> AcpRun:
+    """One session of an ACP transport in workspace `ws`, with the evidence an acp.* check reads.
+    `cancel_when(evidence, record)` and `decided(evidence)` (AcpAdapter.acp_run), polled, cancel it."""
     from harnesscheck.contracts import AgentSessionRequest
     from harnesscheck.kit.adapters import patched_environ
     from harnesscheck.providers.acp.session import AcpEvidence
@@ -372,11 +376,11 @@ def run_acp_session(but: BackendUnderTest, transport, record: Path | None, ws, e
 
     def poll() -> None:
         while not stop_poll.wait(0.02):
-            if cancel_when is not None and cancel_when(evidence, record):
+            if (cancel_when is not None and cancel_when(evidence, record)) or (decided is not None and decided(evidence)):
                 cancel.set()
                 return
 
-    poller = threading.Thread(target=poll, daemon=True) if cancel_when is not None else None
+    poller = threading.Thread(target=poll, daemon=True) if cancel_when is not None or decided is not None else None
     watch = (lambda d, m, ev: observer(d, m, ev, observed)) if observer is not None else None
     request = AgentSessionRequest(prompt="Do the task.", scope=ws.scope(read_only=read_only), timeout_s=timeout_s,
                                   run_dir=run_dir, session_id=uuid.uuid4().hex)
@@ -564,7 +568,7 @@ class AcpLoopbackLevel:
             replays_fixtures = False  # the real agent only (claude-agent-acp has no fake CLI)
 
             def acp_run(self, steps, *, timeout_s=60.0, read_only=False, policy=None, cancel_when=None,
-                        observer=None, plant=None, parent_env=None, linger_s=None, session_key=None):
+                        observer=None, plant=None, parent_env=None, linger_s=None, session_key=None, decided=None):
                 from harnesscheck.config import Settings
                 from harnesscheck.loopback.endpoint import DUMMY_KEY, LoopbackEndpoint
                 from harnesscheck.loopback.scenario import Scenario
@@ -581,16 +585,17 @@ class AcpLoopbackLevel:
                 effects.mkdir()
                 filled = json.loads(json.dumps(steps).replace("{effects}", str(effects)))
                 turns = loopback_turns(filled, self.spec.cli_name or self.spec.id, self.builtin_calls(built.profile))
-                server = ScriptedModelServer(Scenario("acp", tuple(turns)), expected_key=DUMMY_KEY).start()
+                # the session's own credential (the check's, as a host hands it over) is the one the server serves
+                key = session_key if session_key is not None else DUMMY_KEY
+                server = ScriptedModelServer(Scenario("acp", tuple(turns)), expected_key=key).start()
                 try:
                     settings = Settings(backend=self.spec.id, **({"linger_s": linger_s} if linger_s is not None else {}))
                     transport = type(built)(self.spec, settings, profile=built.profile,
-                                            loopback=LoopbackEndpoint(server.base_url), policy=policy)
-                    if session_key is not None:
-                        transport._key = session_key
+                                            loopback=LoopbackEndpoint(server.base_url, api_key=key), policy=policy)
                     return run_acp_session(self, transport, None, ws, effects,
                                            timeout_s=timeout_s + self.startup_allowance_s(), read_only=read_only,
-                                           cancel_when=cancel_when, observer=observer, plant=plant, parent_env=parent_env)
+                                           cancel_when=cancel_when, observer=observer, plant=plant, parent_env=parent_env,
+                                           decided=decided)
                 finally:
                     server.stop()
 

@@ -372,6 +372,11 @@ class BackendUnderTest:
     """A backend at a level, ready to run abstract scenarios in fresh workspaces."""
 
     name = "base"
+    #: Whether checks that only read a session's evidence share one session of a scenario
+    #: (shared_run): where a session costs seconds (a real runtime at loopback).
+    SHARES_SESSIONS = False
+    #: The shared runs of this pytest run (set by the `but` fixture; None: nothing is shared).
+    shared_runs: dict | None = None
 
     def __init__(self, spec: ProviderSpec, level: str, tmp_path: Path):
         self.spec = spec
@@ -534,6 +539,25 @@ class BackendUnderTest:
             raise SessionOverran(guard.message())
         return run
 
+    def shared_run(self, scenario: str) -> SessionRun:
+        """What `run(scenario)` gives, for a check that only reads the evidence of that session
+        (its outcome, records and wire): where sessions are shared (SHARES_SESSIONS), the first
+        such session of this backend and level in this process, if it ended ok; else a session of
+        the check's own, kept for the next check if it ended ok. A session that did not end ok
+        (crashed, timed out, raised) is never shared, so one check's crash never decides another's
+        verdict; a check that watches the machine while its session runs calls run() instead."""
+        if not self.SHARES_SESSIONS or self.shared_runs is None:
+            return self.run(scenario)
+        from harnesscheck.contracts import OutcomeStatus
+
+        key = (self.spec.id, self.level, type(self).__name__, scenario)
+        run = self.shared_runs.get(key)
+        if run is None:
+            run = self.run(scenario)
+            if run.outcome.status == OutcomeStatus.ok:
+                self.shared_runs[key] = run
+        return run
+
     def _moment(self, after: str, timeline: Timeline, abandoned: list[float], setup: "Setup") -> float | None:
         """When the moment a watchdog counts from happened (monotonic), None while it has not."""
         if after == "abandon":
@@ -550,12 +574,19 @@ class BackendUnderTest:
             return deadline if progress is not None and progress.stalled is not None and progress.stalled < deadline else None
         if after == "stdin":
             return self.stdin_held_since(setup)
+        if after == "auth_refused":
+            return self.auth_refused_at(setup)
         progress = self.stall_progress(setup)  # "result": the CLI printed its last line, then stalled
         return progress.last_output if progress is not None and progress.stalled is not None else None
 
     def _end_running_session(self, setup: "Setup", request: AgentSessionRequest) -> list[int]:
         """SIGKILL every process the running session is known to have started (the watchdog fired)."""
         return kill(self.running_pids(setup, request))
+
+    def auth_refused_at(self, setup: "Setup") -> float | None:
+        """When the upstream first answered the session's model request with 401 (monotonic),
+        None while it has not or where this adapter cannot see it (only a model server can)."""
+        return None
 
     def stdin_held_since(self, setup: "Setup") -> float | None:
         """When a CLI still waiting for its stdin's EOF last got data on it (monotonic), None
@@ -600,9 +631,10 @@ class BackendUnderTest:
         self.warm_up()
         tried: list[float] = []
         # A deadline that fires before the runtime can have started judges nothing: the first
-        # run waits at least the start-up allowance, the retries at most that much longer.
+        # run waits at least the start-up measured here (measured_allowance_s: a deadline that came
+        # before the stall is seen and repeated), the retries at most the declared allowance longer.
         allowance_s = self.startup_allowance_s()
-        t = max(timeout_s, self.MIN_STALL_TIMEOUT_S, allowance_s)
+        t = max(timeout_s, self.MIN_STALL_TIMEOUT_S, self.measured_allowance_s())
         while True:
             run = self.run(scenario, timeout_s=t, allowance=False, **kwargs)
             tried.append(t)
@@ -627,6 +659,12 @@ class BackendUnderTest:
         anything. 0 for in-process backends and fake CLIs; the loopback level's real runtimes
         declare and measure theirs (LoopbackAdapter)."""
         return 0.0
+
+    def measured_allowance_s(self) -> float:
+        """The start-up allowance of a session whose deadline, if it came too early, the kit sees
+        and repeats at a longer one (run_stalled, time.runaway-ends-by-wall-clock): only what this
+        adapter measured, never a declared worst case (startup_allowance_s by default)."""
+        return self.startup_allowance_s()
 
     def warm_up(self) -> None:
         """Offline, once per process and backend: one untimed `success` session, so one-time

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+#: The sessions checks share in this pytest run (BackendUnderTest.shared_run), one dict per run.
+SHARED_RUNS = pytest.StashKey[dict]()
+
 
 @pytest.fixture
 def but(request: pytest.FixtureRequest, tmp_path):
@@ -30,5 +33,6 @@ def but(request: pytest.FixtureRequest, tmp_path):
         why = "; ".join(w for w in (declined_because(spec, c) for c in missing) if w)
         raise SkipCell("unsupported-by-backend", f"{spec.id} does not declare {', '.join(missing)}" + (f": {why}" if why else ""))
     adapter = adapter_for(spec, level, tmp_path)
+    adapter.shared_runs = request.config.stash.setdefault(SHARED_RUNS, {})
     yield adapter
     adapter.end_survivors()

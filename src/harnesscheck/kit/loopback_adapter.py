@@ -85,6 +85,7 @@ class LoopbackAdapter(HarnessAdapter):
     """A harness backend at the loopback level (see the module docstring)."""
 
     name = "loopback"
+    SHARES_SESSIONS = True  # a real runtime's session costs seconds (BackendUnderTest.shared_run)
 
     def __init__(self, spec, level, tmp_path):
         super().__init__(spec, level, tmp_path)
@@ -125,6 +126,13 @@ class LoopbackAdapter(HarnessAdapter):
             if self.spec.id not in _STARTUP_SEEN:
                 self.measure_startup()
         return max(self.spec.cold_start_s, STARTUP_HEADROOM * _STARTUP_SEEN.get(self.spec.id, 0.0))
+
+    def measured_allowance_s(self) -> float:
+        """STARTUP_HEADROOM times the longest start-up measured in this process, without the
+        declared cold start (the declared figure where nothing was measured): a session whose
+        deadline came before the runtime got going is seen and repeated, so it needs no worst case."""
+        declared = self.startup_allowance_s()  # measures once per process and backend
+        return STARTUP_HEADROOM * _STARTUP_SEEN.get(self.spec.id, 0.0) or declared
 
     #: The warm-up session's deadline: long enough for any start-up, never judged.
     WARM_UP_TIMEOUT_S = 600.0
@@ -329,6 +337,15 @@ class LoopbackAdapter(HarnessAdapter):
                 break  # executed (or answered otherwise): the check fails on it, the rest need no session
             refused[name] = str(results[0].get("text", ""))[:200]
         return refused
+
+    def auth_refused_at(self, setup: Setup) -> float | None:
+        """The scripted model server's first 401 to one of the session's model turns, on the
+        monotonic clock (the server records wall-clock times, which the checks compare)."""
+        server = setup.extra.get("server")
+        refused = [r.ts for r in (server.turn_requests() if server is not None else []) if r.status == 401]
+        if not refused:
+            return None
+        return time.monotonic() - (time.time() - min(refused))
 
     def running_pids(self, setup: Setup, request) -> list[int]:
         """The real CLI (its exec wrapper's records, version probes aside), every descendant the

@@ -38,6 +38,7 @@ MOMENTS: dict[str, str] = {
     "deadline": "its deadline",
     "result": "the CLI printed its last line and lingered",
     "stdin": "the CLI last got data on its stdin pipe, which stayed open while it waited",
+    "auth_refused": "the model answered its first 401 (the loopback model server's record)",
 }
 
 

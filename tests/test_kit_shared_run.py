@@ -1,0 +1,48 @@
+"""Checks that read different evidence from the same session share it where sessions cost
+seconds (kit/adapters.py BackendUnderTest.shared_run): one session per scenario, backend and
+level in a pytest run, and only one that ended ok, so one check's crash never decides another's
+verdict."""
+
+from __future__ import annotations
+
+from harnesscheck.contracts import OutcomeStatus
+from harnesscheck.kit.adapters import ScriptedAdapter
+from harnesscheck.registry import BUILTIN_SPECS
+
+
+class Sharing(ScriptedAdapter):
+    """The in-process fake, sharing as a loopback adapter does, counting its sessions."""
+
+    SHARES_SESSIONS = True
+
+    def run(self, scenario, **kwargs):
+        self.sessions = getattr(self, "sessions", 0) + 1
+        return super().run(scenario, **kwargs)
+
+
+def test_a_session_that_ended_ok_is_shared_by_the_next_check(tmp_path):
+    shared: dict = {}
+    first, second = (Sharing(BUILTIN_SPECS["fake"], "offline", tmp_path / n) for n in ("a", "b"))
+    first.shared_runs = second.shared_runs = shared
+    run = first.shared_run("success")
+    assert run.outcome.status == OutcomeStatus.ok and first.sessions == 1
+    assert second.shared_run("success") is run and getattr(second, "sessions", 0) == 0
+    assert second.shared_run("served_model_mismatch") is not run  # another scenario: its own session
+    assert second.sessions == 1
+
+
+def test_a_session_that_did_not_end_ok_is_never_shared(tmp_path):
+    shared: dict = {}
+    first, second = (Sharing(BUILTIN_SPECS["fake"], "offline", tmp_path / n) for n in ("a", "b"))
+    first.shared_runs = second.shared_runs = shared
+    failed = first.shared_run("auth_401")
+    assert failed.outcome.status != OutcomeStatus.ok and not shared
+    assert second.shared_run("auth_401") is not failed and second.sessions == 1
+
+
+def test_nothing_is_shared_outside_a_run_of_the_suite_or_where_sessions_are_cheap(tmp_path):
+    alone = Sharing(BUILTIN_SPECS["fake"], "offline", tmp_path / "a")  # no `but` fixture: shared_runs None
+    assert alone.shared_run("success") is not alone.shared_run("success") and alone.sessions == 2
+    cheap = ScriptedAdapter(BUILTIN_SPECS["fake"], "offline", tmp_path / "b")
+    cheap.shared_runs = {}
+    assert cheap.shared_run("success") is not cheap.shared_run("success") and not cheap.shared_runs
