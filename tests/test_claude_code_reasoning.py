@@ -1,4 +1,4 @@
-"""Reasoning-only Claude Code (providers/claude_code_reasoning.py): the text-protocol parser
+"""Reasoning-only Claude Code (providers/claude_code_reasoning/__init__.py): the text-protocol parser
 (Hypothesis: malformed JSON never dispatches, a name outside the advertised set never
 dispatches), the tripwire and the error mapping on the CLI's outcome, and, with the pinned
 real claude (2.1.332) against the scripted Anthropic server on 127.0.0.1, whole host-loop

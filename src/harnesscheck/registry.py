@@ -811,7 +811,7 @@ _VERSION_LOCK = threading.Lock()
 
 #: Vendor switches in every probe's environment, each read by its own CLI only: gemini
 #: otherwise starts node a second time with a larger heap before it answers (2.4-3.6 s instead
-#: of 4.0-5.9 s under load here), as its sessions never do (providers/gemini.py).
+#: of 4.0-5.9 s under load here), as its sessions never do (providers/gemini/__init__.py).
 PROBE_ENV = {"GEMINI_CLI_NO_RELAUNCH": "true"}
 
 

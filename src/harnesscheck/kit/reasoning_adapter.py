@@ -1,5 +1,5 @@
 """The loopback level of reasoning-only Claude Code (`claude-code-reasoning`,
-providers/claude_code_reasoning.py): the backend's own transport (the api kind's host loop,
+providers/claude_code_reasoning/__init__.py): the backend's own transport (the api kind's host loop,
 one tool-less `claude -p` per host turn) running the pinned real claude of the claude-code
 spec, whose model is the scripted server on 127.0.0.1 (harnesscheck.loopback.server).
 

@@ -65,7 +65,7 @@ from harnesscheck.providers._harness import (
 SDK_PACKAGE = "deepseek-harness-sdk"
 RUNTIME_PACKAGE = "deepseek-harness-runtime-bin"
 PINNED_VERSION = "0.2.1rc2"
-DRIVER = Path(__file__).with_name("_dsh_driver.py")
+DRIVER = Path(__file__).parent.parent / "_dsh_driver.py"  # providers/_dsh_driver.py
 
 #: The sdk profile's tool plugins (Cordis entry ids, 0.2.1rc2 `--dump-config`): each is
 #: disabled by the patch. Together they offer the 25 built-ins (bash, edit, write, read,
