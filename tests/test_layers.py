@@ -109,7 +109,7 @@ def _registered_cli_and_agent_names() -> set[str]:
 
     names: set[str] = set()
     for spec in BUILTIN_SPECS.values():
-        if spec.kind.value == "harness" or spec.kit_profile:
+        if spec.kind.value == "harness" or getattr(spec, "kit_profile", None):
             names.update(n for n in (spec.id, spec.cli_name) if n)
     names.update(load_profile(path).name for path in PROFILE_DIR.glob("*.toml"))
     return {n.lower() for n in names} - OWN_STAND_INS

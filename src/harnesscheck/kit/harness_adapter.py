@@ -365,7 +365,7 @@ class HarnessAdapter(BackendUnderTest):
         """Offline, the backend runs in a hostile, realistic host: a HOME with the user's
         credential stores planted (HOST_CREDENTIALS, holding the workspace canary), provider
         keys, overrides, a credentialed proxy and NODE_OPTIONS in the environment, and none of
-        the kit's own isolation (no CLAUDE_CONFIG_DIR, CODEX_HOME or XDG_CONFIG_HOME is set
+        the kit's own isolation (no CLI's config-home variable, nor XDG_CONFIG_HOME, is set
         for it): what the CLI gets is what the backend gave it. The real user's HOME is still
         never visible (the planted one replaces it)."""
         if self.level != "offline":

@@ -84,6 +84,9 @@ class KitProfile:
     #: The CLI's config-home variables, pointed into the scratch HOME below the live level
     #: (variable -> directory under HOME).
     config_home_env: Mapping[str, str] = field(default_factory=_frozen)
+    #: Variables that carry this CLI's credential or switch its provider: a parent environment
+    #: holds a canary in each, and none may reach a session it did not choose to hand them to.
+    credential_env: tuple[str, ...] = ()
     #: Provider variables the backend hands its CLI as a traced injection by design.
     permitted_injections: frozenset[str] = frozenset()
 

@@ -100,6 +100,7 @@ PROFILE = KitProfile(
         ".claude/settings.json": '{{"env": {{"ANTHROPIC_BASE_URL": "http://127.0.0.1:9/{c}-settings"}}}}\n',
     },
     config_home_env={"CLAUDE_CONFIG_DIR": ".claude"},
+    credential_env=("CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_OAUTH_TOKEN"),
     # the subscription token the `claude` CLI reads: handed over as an explicit, traced injection
     permitted_injections=frozenset({"CLAUDE_CODE_OAUTH_TOKEN"}),
     mcp_config_file=mcp_json,

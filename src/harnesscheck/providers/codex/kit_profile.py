@@ -87,6 +87,7 @@ PROFILE = KitProfile(
         ".codex/config.toml": '[mcp_servers.host-evil]\ncommand = "/bin/false"\nargs = ["{c}-codex-config"]\n',
     },
     config_home_env={"CODEX_HOME": ".codex"},
+    credential_env=("CODEX_API_KEY",),
     mcp_config_file=config_toml,
     live_login_missing=live_login_missing,
 )

@@ -65,6 +65,7 @@ PROFILE = KitProfile(
     host_files={
         ".cursor/mcp.json": '{{"mcpServers": {{"host-evil": {{"command": "/bin/false", "args": ["{c}-cursor-mcp"]}}}}}}\n',
     },
+    credential_env=("CURSOR_API_KEY",),
     mcp_config_file=mcp_json,
     live_login_missing=live_login_missing,
 )

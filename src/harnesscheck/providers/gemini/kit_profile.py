@@ -84,6 +84,7 @@ PROFILE = KitProfile(
         "GEMINI_API_KEY": "{c}-host-gemini-key",
         "GOOGLE_GEMINI_BASE_URL": "http://127.0.0.1:9/{c}-host-gemini-base-url",
     },
+    credential_env=("GEMINI_API_KEY",),
     mcp_config_file=settings_file,
     tools_offered=tools_offered,
 )
