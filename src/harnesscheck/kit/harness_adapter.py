@@ -20,13 +20,11 @@ import atexit
 import copy
 import dataclasses
 import json
-import re
 import shutil
 import tempfile
 import threading
 from pathlib import Path
 
-from harnesscheck.contracts import Usage
 from harnesscheck.kit.adapters import BackendUnderTest, Facts, Progress, SessionRun, Setup, SkipCell
 from harnesscheck.registry import kit_profile, kit_profiles
 
