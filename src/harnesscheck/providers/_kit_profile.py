@@ -130,6 +130,15 @@ def first_text_before_hang(scenario: dict, text_of: Callable[[dict], str | None]
     return None
 
 
+def assistant_text(event: dict) -> str | None:
+    """The text blocks of a main-chain `assistant` event in the stream-json form (an Anthropic
+    Messages `message` inside; more than one CLI prints it), None for any other event."""
+    if event.get("type") != "assistant" or event.get("parent_tool_use_id"):
+        return None
+    content = (event.get("message") or {}).get("content") or []
+    return "".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+
+
 def mcp_servers_json(path: Path) -> dict:
     """`mcpServers` of a JSON config file ({} when it does not read)."""
     try:

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from harnesscheck.contracts import Usage
-from harnesscheck.providers._kit_profile import KitProfile, first_text_before_hang, mcp_servers_json
+from harnesscheck.providers._kit_profile import KitProfile, assistant_text, first_text_before_hang, mcp_servers_json
 
 
 def fixture_facts(events: list[dict], values, facts) -> None:
@@ -36,14 +36,6 @@ def fixture_facts(events: list[dict], values, facts) -> None:
             served = (event.get("message") or {}).get("model")
             if isinstance(served, str):
                 facts.served_model = values.get(served, served)
-
-
-def assistant_text(event: dict) -> str | None:
-    """The text blocks of a main-chain `assistant` event (claude's and cursor-agent's form)."""
-    if event.get("type") != "assistant" or event.get("parent_tool_use_id"):
-        return None
-    content = (event.get("message") or {}).get("content") or []
-    return "".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
 
 
 def stall_text(scenario: dict) -> str | None:

@@ -12,8 +12,7 @@ import os
 from pathlib import Path
 
 from harnesscheck.contracts import Usage
-from harnesscheck.providers._kit_profile import KitProfile, first_text_before_hang, mcp_servers_json
-from harnesscheck.providers.claude_code.kit_profile import assistant_text
+from harnesscheck.providers._kit_profile import KitProfile, assistant_text, first_text_before_hang, mcp_servers_json
 
 
 def fixture_facts(events: list[dict], values, facts) -> None:
