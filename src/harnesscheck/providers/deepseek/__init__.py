@@ -1,7 +1,7 @@
 """DeepSeek Harness transport: the `deepseek-harness-sdk` driving its bundled `dsh` runtime.
 
 Requirements kept here (doc/SPEC-deepseek.md):
-- The SDK runs in a child Python (providers/_dsh_driver.py) spawned through run_process like
+- The SDK runs in a child Python (providers/deepseek/_dsh_driver.py) spawned through run_process like
   any CLI, so the tree driver -> runtime -> bridge is one contained process group: killed
   whole at the deadline, on cancel, after the terminal line's linger. Nothing of the SDK runs
   in the host's process. The SDK and runtime come from install-clis's pip cache
@@ -65,7 +65,7 @@ from harnesscheck.providers._harness import (
 SDK_PACKAGE = "deepseek-harness-sdk"
 RUNTIME_PACKAGE = "deepseek-harness-runtime-bin"
 PINNED_VERSION = "0.2.1rc2"
-DRIVER = Path(__file__).parent.parent / "_dsh_driver.py"  # providers/_dsh_driver.py
+DRIVER = Path(__file__).with_name("_dsh_driver.py")
 
 #: The sdk profile's tool plugins (Cordis entry ids, 0.2.1rc2 `--dump-config`): each is
 #: disabled by the patch. Together they offer the 25 built-ins (bash, edit, write, read,
