@@ -70,3 +70,16 @@ def test_each_profile_reads_its_own_success_fixture(backend):
     assert not profile.hostile_calls or profile.hostile_steps is not None
     for tool, args in profile.hostile_calls.values():
         assert profile.hostile_steps(tool, args), backend
+
+
+def test_repeated_usage_events_follow_the_profile():
+    """A CLI that prints a message once per content block gets its main-chain events repeated;
+    one that reports usage once per turn keeps its scenario as it is."""
+    from harnesscheck.kit.harness_adapter import repeat_usage_events
+
+    scenario = {"steps": [{"emit": {"type": "assistant", "parent_tool_use_id": None, "message": {"id": "m1"}}},
+                          {"emit": {"type": "assistant", "parent_tool_use_id": "t1", "message": {"id": "m2"}}},
+                          {"emit": {"type": "result"}}]}
+    repeated = repeat_usage_events(kit_profile(get_spec("claude-code")), scenario)
+    assert [s["emit"]["message"]["id"] for s in repeated["steps"] if "message" in s["emit"]] == ["m1", "m1", "m1", "m2"]
+    assert repeat_usage_events(kit_profile(get_spec("codex")), scenario) is scenario

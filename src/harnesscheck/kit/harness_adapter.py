@@ -17,7 +17,6 @@ skipped ``adapter-not-implemented`` rather than guessed.
 from __future__ import annotations
 
 import atexit
-import copy
 import dataclasses
 import json
 import shutil
@@ -66,19 +65,12 @@ def fixture_provenance(data: dict) -> str:
 
 def repeat_usage_events(profile, scenario: dict) -> dict:
     """The scenario with every main-chain message event repeated (same id, same usage), as
-    streaming CLIs do once per content block. Only a CLI whose profile says it repeats events
-    per message (`repeats_usage_events`) gets them; the others report usage once per turn, so
-    their scenario is left as it is."""
-    if not profile.repeats_usage_events:
+    streaming CLIs do once per content block: as the backend's kit profile repeats them
+    (`repeat_usage_events`). A CLI that reports usage once per turn has no such reader, and its
+    scenario is left as it is."""
+    if profile.repeat_usage_events is None:
         return scenario
-    steps = []
-    for step in scenario.get("steps", []):
-        steps.append(step)
-        event = step.get("emit")
-        if isinstance(event, dict) and event.get("type") == "assistant" and event.get("parent_tool_use_id") is None:
-            steps.append(copy.deepcopy(step))
-            steps.append(copy.deepcopy(step))
-    return {**scenario, "steps": steps}
+    return profile.repeat_usage_events(scenario)
 
 
 def _emitted(scenario: dict) -> list[dict]:

@@ -19,6 +19,7 @@ Requirements kept here:
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -57,9 +58,10 @@ class KitProfile:
     #: The fake executable (fake_clis/<name>) and fixture directory standing in for the CLI;
     #: None: no fake stands in for it (its offline cells skip `adapter-not-implemented`).
     fake_name: str | None = None
-    #: The CLI repeats each main-chain message event once per content block (same id, same
-    #: usage): the `repeated_usage` scenario repeats them so a parser that sums per line is caught.
-    repeats_usage_events: bool = False
+    #: The CLI repeats each main-chain message event once per content block (same id, same usage):
+    #: the scenario with them repeated so, for `repeated_usage` (a parser that sums per line is
+    #: caught). None: the CLI reports usage once per turn.
+    repeat_usage_events: Callable[[dict], dict] | None = None
     #: Reads usage, vendor cost, served and helper models from a fixture's events (FactsReader).
     fixture_facts: FactsReader | None = None
     #: The assistant text a scenario shows before it hangs (its steps -> text or None).
@@ -137,6 +139,19 @@ def assistant_text(event: dict) -> str | None:
         return None
     content = (event.get("message") or {}).get("content") or []
     return "".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+
+
+def repeat_assistant_events(scenario: dict) -> dict:
+    """The scenario with each main-chain stream-json `assistant` event emitted three times (same
+    id, same usage), as a CLI that prints a message once per content block does."""
+    steps = []
+    for step in scenario.get("steps", []):
+        steps.append(step)
+        event = step.get("emit")
+        if isinstance(event, dict) and event.get("type") == "assistant" and event.get("parent_tool_use_id") is None:
+            steps.append(copy.deepcopy(step))
+            steps.append(copy.deepcopy(step))
+    return {**scenario, "steps": steps}
 
 
 def mcp_servers_json(path: Path) -> dict:

@@ -12,7 +12,13 @@ import os
 from pathlib import Path
 
 from harnesscheck.contracts import Usage
-from harnesscheck.providers._kit_profile import KitProfile, assistant_text, first_text_before_hang, mcp_servers_json
+from harnesscheck.providers._kit_profile import (
+    KitProfile,
+    assistant_text,
+    first_text_before_hang,
+    mcp_servers_json,
+    repeat_assistant_events,
+)
 
 
 def fixture_facts(events: list[dict], values, facts) -> None:
@@ -82,7 +88,7 @@ def live_login_missing(home: Path) -> str | None:
 
 PROFILE = KitProfile(
     fake_name="claude",
-    repeats_usage_events=True,  # stream-json prints a message's event once per content block
+    repeat_usage_events=repeat_assistant_events,  # stream-json prints a message's event once per content block
     fixture_facts=fixture_facts,
     stall_text=stall_text,
     login_files=(".claude/.credentials.json",),
