@@ -1,4 +1,4 @@
-"""Reasoning-only Claude Code (providers/claude_code_reasoning.py): the text-protocol parser
+"""Reasoning-only Claude Code (providers/claude_code_reasoning/__init__.py): the text-protocol parser
 (Hypothesis: malformed JSON never dispatches, a name outside the advertised set never
 dispatches), the tripwire and the error mapping on the CLI's outcome, and, with the pinned
 real claude (2.1.332) against the scripted Anthropic server on 127.0.0.1, whole host-loop
@@ -123,11 +123,11 @@ def test_the_kit_scripts_tool_calls_as_fenced_text_and_keeps_the_builtin_as_tool
     from harnesscheck.kit.reasoning_adapter import reasoning_scenario
 
     ws = Workspace(tmp_path / "ws")
-    tools = reasoning_scenario("tools", ws, [KitCall("read_file", {"path": "README.md"}), KitCall("run_shell", {"cmd": "id"})])
+    tools = reasoning_scenario("claude", "tools", ws, [KitCall("read_file", {"path": "README.md"}), KitCall("run_shell", {"cmd": "id"})])
     first = tools.turns[0]
     assert first.tool_calls == () and parse_tool_calls(first.text, ADVERTISED)[1][0].arguments == {"path": "README.md"}
     assert '"tool": "run_shell"' in first.text
-    native = reasoning_scenario("native_tool_use", ws).turns[0]
+    native = reasoning_scenario("claude", "native_tool_use", ws).turns[0]
     assert [c.name for c in native.tool_calls] == ["Read"] and native.tool_calls[0].builtin
 
 

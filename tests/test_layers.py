@@ -92,3 +92,59 @@ def test_the_guard_sees_a_circle(tmp_path):
     f.write_text("def f():\n    from harnesscheck.kit.adapters import SkipCell\n", encoding="utf-8")
     assert _imports(f, top_level_only=False) == {"harnesscheck.kit.adapters"}
     assert _imports(f, top_level_only=True) == set()
+
+
+#: Names of the project's own stand-ins, which the kit may name: the fake ACP agent's column
+#: (`acp-fake`, its executable `acp-agent`), the `fake` ACP profile and `harnesscheck` serving
+#: itself over ACP. None of them is a third party's CLI or agent.
+OWN_STAND_INS = frozenset({"acp-fake", "acp-agent", "fake", "harnesscheck"})
+
+
+def _registered_cli_and_agent_names() -> set[str]:
+    """Every CLI and agent the registry knows: the harness backends' ids and executables, any
+    backend whose spec points at a kit profile (it runs a CLI, e.g. reasoning-only Claude
+    Code), and the ACP agent profiles shipped in providers/acp/profiles/ (by name)."""
+    from harnesscheck.providers.acp.profile import PROFILE_DIR, load_profile
+    from harnesscheck.registry import BUILTIN_SPECS
+
+    names: set[str] = set()
+    for spec in BUILTIN_SPECS.values():
+        if spec.kind.value == "harness" or getattr(spec, "kit_profile", None):
+            names.update(n for n in (spec.id, spec.cli_name) if n)
+    names.update(load_profile(path).name for path in PROFILE_DIR.glob("*.toml"))
+    return {n.lower() for n in names} - OWN_STAND_INS
+
+
+def _naming(text: str, names: set[str]) -> list[str]:
+    """The registered names `text` contains as a word of its own (letters and digits around
+    it end the word, `-`, `_`, `.` and case do not: `CLAUDE_CONFIG_DIR` and `mcp__codex__x` name one)."""
+    import re
+
+    return sorted(n for n in names if re.search(rf"(?<![a-z0-9]){re.escape(n)}(?![a-z0-9])", text.lower()))
+
+
+def test_the_kit_names_no_cli_or_agent():
+    """What the kit knows of one CLI or agent lives with that backend as its kit profile
+    (`providers/<backend>/kit_profile.py`, found through `spec.kit_profile`), never in kit/:
+    no module under kit/ names a registered CLI or agent, in code, comments or docstrings
+    (a docstring that names one is how a per-CLI branch starts). The names come from the
+    registry, so a new backend is covered the day it is registered. Only the project's own
+    stand-ins are allowed (OWN_STAND_INS: the fake ACP agent and harnesscheck itself); a plain
+    word that is also a CLI's name (a text cursor) is reworded in kit modules rather than
+    allowed, since the guard cannot tell the two apart. Templates (kit/templates/) are not
+    modules and are not read."""
+    names = _registered_cli_and_agent_names()
+    assert {"claude", "codex", "gemini"} <= names  # the guard reads the registry, not a list of its own
+    offenders = {str(path.relative_to(ROOT)): _naming(path.read_text(encoding="utf-8"), names)
+                 for path in sorted((ROOT / "kit").rglob("*.py"))}
+    offenders = {path: found for path, found in offenders.items() if found}
+    assert not offenders, offenders
+
+
+def test_the_name_guard_sees_a_name():
+    """The guard finds a name in an identifier, a path and a docstring, and not inside a word."""
+    names = {"claude", "codex", "cursor-agent"}
+    assert _naming('env["CLAUDE_CONFIG_DIR"]', names) == ["claude"]
+    assert _naming('"mcp__codex__read"', names) == ["codex"]
+    assert _naming('"""Runs `cursor-agent --print`."""', names) == ["cursor-agent"]
+    assert _naming("codexes and preclaude", names) == []

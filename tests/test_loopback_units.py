@@ -189,6 +189,7 @@ def test_loopback_refusals_are_read_from_the_wire_for_any_claude_backend():
     not the backend's outcome lists it (a foreign backend lists none)."""
     from types import SimpleNamespace
 
+    from harnesscheck.contracts import Kind, ProviderSpec
     from harnesscheck.kit.loopback_adapter import LoopbackAdapter
 
     use = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "mcp__workspace__read_file", "input": {}},
@@ -199,6 +200,8 @@ def test_loopback_refusals_are_read_from_the_wire_for_any_claude_backend():
     first = json.dumps({"messages": [{"role": "user", "content": "go"}, use, results]})
     again = json.dumps({"messages": [{"role": "user", "content": "go"}, use, results, {"role": "assistant", "content": "ok"}]})
     run = SimpleNamespace(requests=[{"body": "not json"}, {"body": first}, {"body": again}])
-    claude = SimpleNamespace(spec=SimpleNamespace(cli_name="claude"))
+    # a third party's backend of the claude CLI: the claude-code kit profile reads its wire
+    foreign = ProviderSpec(id="foreign-claude", kind=Kind.harness, label="x", factory="nowhere:Nothing", cli_name="claude")
+    claude = SimpleNamespace(spec=foreign)
     assert LoopbackAdapter.tool_errors(claude, run) == [("read_file", "outside the root")]
     assert LoopbackAdapter.tool_errors(claude, SimpleNamespace(requests=[])) == []

@@ -24,7 +24,7 @@ listed but do not make a run unclean. Codes are stable strings:
                               DRIFT_CODES: each went through dispatch)
   event_log_empty             no JSON event at all: nothing could be audited
   native_tool_attempted       codex: the model called a built-in that codex refused, seen only
-                              in its rollout file (raised by providers/codex.py, fail closed)
+                              in its rollout file (raised by providers/codex/__init__.py, fail closed)
   -- informational --
   native_tool_refused_by_cli  the model asked for a disabled built-in; the CLI refused it
   tool_use_not_reaching_bridge  a bridge tool_use in the log that the bridge never served

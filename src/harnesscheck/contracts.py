@@ -136,6 +136,9 @@ class ProviderSpec(BaseModel):
         "the real runtime's declared cold start (s): how long it takes from being spawned to its first model "
         "request; the loopback level adds it (or the start-up it measures, when longer) to the deadlines of "
         "checks that do not test the deadline itself"))
+    kit_profile: str | None = Field(default=None, description=(
+        "'module:attr' of the backend's KitProfile (providers/_kit_profile.py), kept beside it in "
+        "providers/<backend>/kit_profile.py: what the conformance kit must know of its CLI"))
     description: str = ""
 
     def supports(self, capability: Capability | str) -> bool:

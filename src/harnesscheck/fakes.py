@@ -129,7 +129,7 @@ def with_worktree(scenario: dict, root: Path | str) -> dict:
 
 def fake_plugin_deps(dest_dir: Path, version: str) -> Path:
     """Beside a fake `opencode`, the pre-filled plugin dir `install-clis` writes beside the
-    real one (providers/opencode.py PLUGIN_DEPS_DIR): manifest, lock and the plugin package
+    real one (providers/opencode/__init__.py PLUGIN_DEPS_DIR): manifest, lock and the plugin package
     at the CLI's version (its manifest only: the fake loads no plugin)."""
     from harnesscheck.providers.opencode import PLUGIN_DEPS_DIR, PLUGIN_PACKAGE
 

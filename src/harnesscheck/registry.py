@@ -93,6 +93,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             kind=Kind.harness,
             label="Claude Code (claude -p)",
             factory="harnesscheck.providers.claude_code:ClaudeCodeTransport",
+            kit_profile="harnesscheck.providers.claude_code.kit_profile:PROFILE",
             capabilities=frozenset(
                 {
                     C.mcp_tools,
@@ -123,6 +124,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             kind=Kind.api,
             label="Claude Code, reasoning only (one claude -p call per host turn)",
             factory="harnesscheck.providers.claude_code_reasoning:ClaudeReasoningTransport",
+            kit_profile="harnesscheck.providers.claude_code_reasoning.kit_profile:PROFILE",
             capabilities=frozenset(
                 {
                     C.host_tool_loop,
@@ -145,6 +147,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             kind=Kind.harness,
             label="Codex (codex exec)",
             factory="harnesscheck.providers.codex:CodexTransport",
+            kit_profile="harnesscheck.providers.codex.kit_profile:PROFILE",
             capabilities=frozenset(
                 {
                     C.mcp_tools,
@@ -170,6 +173,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             kind=Kind.harness,
             label="Cursor (cursor-agent --print)",
             factory="harnesscheck.providers.cursor:CursorTransport",
+            kit_profile="harnesscheck.providers.cursor.kit_profile:PROFILE",
             capabilities=frozenset({C.mcp_tools,
                     C.host_policy, C.event_stream, C.host_approvals, C.native_tools_audited, C.usage_reporting, C.cancellation}),
             cli_name="cursor-agent",
@@ -180,6 +184,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             kind=Kind.harness,
             label="DeepSeek Harness (deepseek-harness-sdk + dsh runtime)",
             factory="harnesscheck.providers.deepseek:DeepSeekTransport",
+            kit_profile="harnesscheck.providers.deepseek.kit_profile:PROFILE",
             capabilities=frozenset(
                 {
                     C.mcp_tools,
@@ -208,6 +213,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             kind=Kind.harness,
             label="Gemini CLI (gemini -p)",
             factory="harnesscheck.providers.gemini:GeminiTransport",
+            kit_profile="harnesscheck.providers.gemini.kit_profile:PROFILE",
             capabilities=frozenset(
                 {
                     C.mcp_tools,
@@ -234,6 +240,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             kind=Kind.harness,
             label="opencode (opencode run)",
             factory="harnesscheck.providers.opencode:OpencodeTransport",
+            kit_profile="harnesscheck.providers.opencode.kit_profile:PROFILE",
             capabilities=frozenset(
                 {
                     C.mcp_tools,
@@ -262,6 +269,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             kind=Kind.harness,
             label="zcode (Z.AI GLM coding plan, zcode --prompt)",
             factory="harnesscheck.providers.zcode:ZcodeTransport",
+            kit_profile="harnesscheck.providers.zcode.kit_profile:PROFILE",
             capabilities=frozenset(
                 {C.mcp_tools,
                     C.host_policy, C.event_stream, C.host_approvals, C.native_tools_audited, C.usage_reporting, C.served_model_reporting, C.cancellation,
@@ -332,6 +340,67 @@ def _entry_point_specs() -> dict[str, ProviderSpec]:
 def known_specs() -> dict[str, ProviderSpec]:
     """Built-in specs plus those registered in the harnesscheck.backends entry-point group."""
     return {**BUILTIN_SPECS, **_entry_point_specs()}
+
+
+def _resolve(reference: str):
+    """The object a 'module:attr' reference names (None when it does not import)."""
+    module, _, attr = reference.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError):
+        return None
+
+
+@cache
+def _profile_at(reference: str):
+    from harnesscheck.providers._kit_profile import KitProfile
+
+    profile = _resolve(reference)
+    if not isinstance(profile, KitProfile):
+        raise ConfigError(f"kit profile {reference!r} is not a KitProfile",
+                          "point ProviderSpec.kit_profile at a harnesscheck.providers._kit_profile.KitProfile")
+    return profile
+
+
+@cache
+def _profiled_transports() -> dict[type, str]:
+    """Each built-in transport class that has a kit profile -> that profile's reference."""
+    out: dict[type, str] = {}
+    for spec in BUILTIN_SPECS.values():
+        factory = _resolve(spec.factory) if spec.kit_profile else None
+        if isinstance(factory, type):
+            out.setdefault(factory, spec.kit_profile)
+    return out
+
+
+def kit_profile(spec: ProviderSpec):
+    """What the conformance kit knows of `spec`'s CLI (providers/_kit_profile.py): the profile its
+    spec names; else, for a backend that runs the CLI of a built-in one (the same cli_name, e.g. a
+    third party's binding of the same CLI) or is built on a built-in's transport class (nearest
+    base first), that built-in's; else the empty profile. No backend is known by its name here."""
+    from harnesscheck.providers._kit_profile import NO_PROFILE
+
+    if spec.kit_profile:
+        return _profile_at(spec.kit_profile)
+    if spec.cli_name:
+        same_cli = next((s.kit_profile for s in BUILTIN_SPECS.values() if s.kit_profile and s.cli_name == spec.cli_name), None)
+        if same_cli:
+            return _profile_at(same_cli)
+    factory = _resolve(spec.factory)
+    if isinstance(factory, type):
+        transports = _profiled_transports()
+        for base in factory.__mro__:
+            if base in transports:
+                return _profile_at(transports[base])
+    return NO_PROFILE
+
+
+def kit_profiles() -> list:
+    """Every registered backend's kit profile (built-in and entry-point backends), once each, in
+    registry order: what the kit reads for all CLIs at once (the hostile host's stores, the
+    config-file forms it reads MCP servers from)."""
+    refs = dict.fromkeys(s.kit_profile for s in known_specs().values() if s.kit_profile)
+    return [_profile_at(ref) for ref in refs]
 
 
 def get_spec(backend_id: str) -> ProviderSpec:
@@ -816,7 +885,7 @@ _VERSION_LOCK = threading.Lock()
 
 #: Vendor switches in every probe's environment, each read by its own CLI only: gemini
 #: otherwise starts node a second time with a larger heap before it answers (2.4-3.6 s instead
-#: of 4.0-5.9 s under load here), as its sessions never do (providers/gemini.py).
+#: of 4.0-5.9 s under load here), as its sessions never do (providers/gemini/__init__.py).
 PROBE_ENV = {"GEMINI_CLI_NO_RELAUNCH": "true"}
 
 

@@ -460,8 +460,8 @@ PATH_ARGS = ("file_path", "path", "filePath", "absolute_path")
 
 def learn_builtin_calls(bodies: list[str], scope_tools: set[str]) -> dict:
     """The agent's own shell and write tools, from the tools it offered the model (request bodies
-    of any wire: `tools[]` with `input_schema`, `parameters` or `function.parameters`, gemini's
-    `functionDeclarations`): a tool whose required arguments are a command (SHELL_ARGS) is its
+    of any wire: `tools[]` with `input_schema`, `parameters` or `function.parameters`, the
+    Google GenAI wire's `functionDeclarations`): a tool whose required arguments are a command (SHELL_ARGS) is its
     shell; one taking a path (PATH_ARGS) and `content` and nothing else required is its write.
     The bridge's own tools (the scope's names, however the agent prefixes them) are never taken."""
     from harnesscheck.loopback.adapter import wire_to_scope_name
@@ -565,7 +565,7 @@ class AcpLoopbackLevel:
                     return learn_builtin_calls([r.body_text for r in server.requests], scope_tools)
                 finally:
                     server.stop()
-            replays_fixtures = False  # the real agent only (claude-agent-acp has no fake CLI)
+            replays_fixtures = False  # the real agent only (a third-party ACP agent has no fake CLI)
 
             def acp_run(self, steps, *, timeout_s=60.0, read_only=False, policy=None, cancel_when=None,
                         observer=None, plant=None, parent_env=None, linger_s=None, session_key=None, decided=None):

@@ -704,18 +704,20 @@ class BackendUnderTest:
 
     def host_isolation(self, ws: Workspace) -> dict[str, str]:
         """Below the live level the host's HOME and config homes are scratch dirs, so no
-        transport can find, link or touch the user's real credential stores."""
+        transport can find, link or touch the user's real credential stores (every registered
+        CLI's config-home variables, from its kit profile's `config_home_env`)."""
         if self.level == "live":
             return {}
         from harnesscheck.paths import cli_cache_dir
+        from harnesscheck.registry import kit_profiles
 
         home = ws.base / "host-home"
         home.mkdir(parents=True, exist_ok=True)
+        config_homes = {var: str(home / rel) for profile in kit_profiles() for var, rel in profile.config_home_env.items()}
         return {
             "HARNESSCHECK_CACHE": str(cli_cache_dir().parent),  # the pinned CLIs stay findable
             "HOME": str(home),
-            "CLAUDE_CONFIG_DIR": str(home / ".claude"),
-            "CODEX_HOME": str(home / ".codex"),
+            **config_homes,
             "XDG_CONFIG_HOME": str(home / ".config"),
         }
 
@@ -756,14 +758,18 @@ class BackendUnderTest:
         return AgentSessionRequest(**fields)
 
     def parent_env_canaries(self) -> dict[str, str]:
-        """Unique canary values for every denied family of the parent environment."""
+        """Unique canary values for every denied family of the parent environment: the model
+        vendors' and clouds' variables, and each registered CLI's own (its kit profile's
+        `credential_env`)."""
+        from harnesscheck.registry import kit_profiles
+
         tag = secrets.token_hex(6)
         names = [
             "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL",
-            "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_OAUTH_TOKEN", "OPENAI_API_KEY", "OPENAI_BASE_URL",
-            "CODEX_API_KEY", "CURSOR_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY",
+            "OPENAI_API_KEY", "OPENAI_BASE_URL", "GOOGLE_API_KEY",
             "AWS_SECRET_ACCESS_KEY", "AZURE_OPENAI_API_KEY", "GITHUB_TOKEN", "HC_DB_PASSWORD",
         ]
+        names += [n for profile in kit_profiles() for n in profile.credential_env if n not in names]
         return {n: f"canary-{n.lower().replace('_', '-')}-{tag}" for n in names}
 
     def held_secrets(self, run: SessionRun | None = None) -> dict[str, str]:
@@ -1217,7 +1223,7 @@ def adapter_for(spec: ProviderSpec, level: str, tmp_path: Path) -> BackendUnderT
 
         return HarnessAdapter(spec, level, tmp_path)
     if is_reasoning(spec):
-        raise SkipCell("adapter-not-implemented", REASONING_OFFLINE)
+        raise SkipCell("adapter-not-implemented", reasoning_profile(spec).offline_skip)
     if is_copilot(spec):
         from harnesscheck.kit.copilot_adapter import CopilotAdapter
 
@@ -1281,26 +1287,26 @@ class LoopbackLevel:
         return binary.version if binary else None
 
 
-#: Why reasoning-only Claude Code has no offline cells (its column is the loopback level).
-REASONING_OFFLINE = (
-    "reasoning-only Claude Code is verified with the real claude at the loopback level: its model is a CLI call "
-    "per host turn, which a mocked HTTP API cannot stand in for and the fake claude (replaying recorded streams) "
-    "cannot answer; offline, tests/test_claude_code_reasoning.py covers its parser, tripwire and error mapping"
-)
+def reasoning_profile(spec: ProviderSpec):
+    """The reasoning part of the backend's kit profile (an api backend whose model is another
+    backend's CLI, one call per host turn), None for every other backend. Its `offline_skip`
+    says why it has no offline cells (its column is the loopback level)."""
+    from harnesscheck.registry import kit_profile
+
+    return kit_profile(spec).reasoning
 
 
 def is_reasoning(spec: ProviderSpec) -> bool:
-    """A backend built on reasoning-only Claude Code (ClaudeReasoningTransport): the api kind,
-    driven at the loopback level by kit/reasoning_adapter.py."""
-    from harnesscheck.providers.claude_code_reasoning import ClaudeReasoningTransport
-
-    return _built_on(spec, ClaudeReasoningTransport)
+    """A reasoning-only backend (its kit profile says so): the api kind, driven at the loopback
+    level by kit/reasoning_adapter.py."""
+    return reasoning_profile(spec) is not None
 
 
 class ReasoningLevel:
-    """The api kind's loopback level: only reasoning-only Claude Code has one (its real claude,
-    the claude-code pin); every other api column has no binary to run here. Lazy like
-    LoopbackLevel: kit/reasoning_adapter.py is imported only when such a cell is set up."""
+    """The api kind's loopback level: only a reasoning-only backend has one (the real CLI of the
+    backend its kit profile names, at that backend's pin); every other api column has no binary
+    to run here. Lazy like LoopbackLevel: kit/reasoning_adapter.py is imported only when such a
+    cell is set up."""
 
     @staticmethod
     def _adapter():
@@ -1319,7 +1325,7 @@ class ReasoningLevel:
     def cli_version(self, spec) -> str | None:
         if not is_reasoning(spec):
             return None
-        binary, _ = self._adapter().pinned_claude()
+        binary, _ = self._adapter().pinned_cli(spec)
         return binary.version if binary else None
 
 

@@ -4,7 +4,7 @@ File format (JSON, or TOML with the same shape)::
 
     {"version": 1,
      "known_failing": [
-       {"id": "usage.cost-never-fabricated", "backend": "codex", "level": "offline",
+       {"id": "usage.cost-never-fabricated", "backend": "my-backend", "level": "offline",
         "reason": "upstream-bug", "note": "why", "expires": "2027-01-31"}]}
 
 ``backend`` and ``level`` are optional (an entry without them matches every backend or
@@ -42,7 +42,7 @@ class Entry:
     def matches(self, check: str, backend: str, level: str) -> bool:
         from harnesscheck.registry import base_id
 
-        # an entry for `claude-code` also covers its release columns (`claude-code==2.1.332`); one
+        # an entry for `my-backend` also covers its release columns (`my-backend==1.2.3`); one
         # naming a release covers only that column
         return self.id == check and self.backend in (None, backend, base_id(backend)) and self.level in (None, level)
 

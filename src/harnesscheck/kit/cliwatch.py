@@ -21,7 +21,7 @@ import threading
 
 from harnesscheck.loopback.adapter import proc_table
 
-#: Programs that run a script named by a later argument (`python -IS /x/claude`, `node /x/gemini`).
+#: Programs that run a script named by a later argument (`python -IS /x/cli`, `node /x/cli.js`).
 _INTERPRETERS = ("python", "node", "bun", "deno", "sh", "bash", "dash", "env")
 
 

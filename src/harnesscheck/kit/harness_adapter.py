@@ -6,29 +6,26 @@ as a host points it at a binary with HARNESS_BACKEND_CLI. Tool calls are real: t
 starts the MCP server the transport configured (the bridge) and calls it, so refusals come
 from dispatch through the bridge and are folded into the outcome by the transport.
 
-Facts a check compares against (served model, vendor cost) are read from the fixture by
-small per-CLI readers below; where a fixture does not state a fact the cell is skipped
-``adapter-not-implemented`` rather than guessed.
+Facts a check compares against (served model, vendor cost) are read from the fixture by the
+reader of the backend's kit profile (providers/<backend>/kit_profile.py, found through
+`registry.kit_profile(spec)`), as is everything else this module knows of one CLI: its fake,
+its hostile built-in calls, its login files, its config files and the tools it offers. This
+module names no CLI (tests/test_layers.py). Where a fixture does not state a fact the cell is
+skipped ``adapter-not-implemented`` rather than guessed.
 """
 
 from __future__ import annotations
 
 import atexit
-import copy
 import dataclasses
 import json
-import re
 import shutil
 import tempfile
 import threading
 from pathlib import Path
 
-from harnesscheck.contracts import Usage
 from harnesscheck.kit.adapters import BackendUnderTest, Facts, Progress, SessionRun, Setup, SkipCell
-
-#: registry cli_name -> fake executable name (fixtures dir is harnesscheck.fakes.FIXTURE_DIRS)
-FAKE_NAMES = {"claude": "claude", "codex": "codex", "cursor-agent": "cursor-agent", "deepseek": "deepseek", "gemini": "gemini",
-              "opencode": "opencode", "zcode": "zcode"}
+from harnesscheck.registry import kit_profile, kit_profiles
 
 
 def offline_cli_version(spec) -> str | None:
@@ -36,19 +33,20 @@ def offline_cli_version(spec) -> str | None:
     fixtures written from references only, a plain statement that no binary was observed."""
     from harnesscheck.fakes import fixture_path
 
-    if spec.cli_name not in FAKE_NAMES:
+    fake_name = kit_profile(spec).fake_name
+    if fake_name is None:
         return None
     try:
-        data = json.loads(fixture_path(spec.cli_name, "success").read_text(encoding="utf-8"))
+        data = json.loads(fixture_path(fake_name, "success").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     provenance = data.get("provenance") or {}
     version = provenance.get("cli_version")
     if str(provenance.get("source", "")).startswith("reference:"):
-        # Never observed from a real binary (cursor-agent is not installable here): say so
+        # Never observed from a real binary (a CLI not installable here): say so
         # instead of printing a version as if it had been run.
         via = provenance.get("via")
-        if via:  # e.g. zcode: "fixtures from references (zcode 0.16.9 shapes via the seed implementation)"
+        if via:  # e.g. "fixtures from references (<cli> <version> shapes via the seed implementation)"
             return f"fixtures from references ({via}; never run here)"
         return f"fixtures written from references ({version or 'no version'} never run here)"
     return f"{version} (fixtures)" if version else None
@@ -65,132 +63,29 @@ def fixture_provenance(data: dict) -> str:
     return "provenance not stated"
 
 
-def repeat_usage_events(cli: str, scenario: dict) -> dict:
+def repeat_usage_events(profile, scenario: dict) -> dict:
     """The scenario with every main-chain message event repeated (same id, same usage), as
-    streaming CLIs do once per content block. Only claude repeats events per message; the
-    others report usage once per turn, so their scenario is left as it is."""
-    if cli != "claude":
+    streaming CLIs do once per content block: as the backend's kit profile repeats them
+    (`repeat_usage_events`). A CLI that reports usage once per turn has no such reader, and its
+    scenario is left as it is."""
+    if profile.repeat_usage_events is None:
         return scenario
-    steps = []
-    for step in scenario.get("steps", []):
-        steps.append(step)
-        event = step.get("emit")
-        if isinstance(event, dict) and event.get("type") == "assistant" and event.get("parent_tool_use_id") is None:
-            steps.append(copy.deepcopy(step))
-            steps.append(copy.deepcopy(step))
-    return {**scenario, "steps": steps}
+    return profile.repeat_usage_events(scenario)
 
 
 def _emitted(scenario: dict) -> list[dict]:
     return [s["emit"] for s in scenario.get("steps", []) if isinstance(s.get("emit"), dict)]
 
 
-#: Provider credentials a backend is designed to hand its CLI as an explicit, traced
-#: injection (DESIGN "Child environment"): the subscription token of claude-code.
-#: Keyed by CLI name: the token is what the `claude` CLI reads for a subscription login.
-PERMITTED_INJECTIONS: dict[str, frozenset[str]] = {"claude": frozenset({"CLAUDE_CODE_OAUTH_TOKEN"})}
-
-
-def fixture_facts(cli: str, scenario: dict, requested: str | None) -> Facts:
-    """What the fixture itself says: the vendor's cost figure and the main chain's model."""
+def fixture_facts(profile, scenario: dict, requested: str | None) -> Facts:
+    """What the fixture itself says: the vendor's cost figure and the main chain's model, as
+    the backend's kit profile reads its CLI's events (nothing, for a profile with no reader)."""
     facts = Facts(requested_model=requested)
     model = requested or scenario.get("default_model") or ""
     values = {"{{model}}": model, "{{model_base}}": model.split("[", 1)[0]}
-    codex_usage = None
-    for event in _emitted(scenario):
-        if cli == "claude" and event.get("type") == "result":
-            cost = event.get("total_cost_usd", event.get("cost_usd"))
-            if isinstance(cost, (int, float)):
-                facts.cost_usd = float(cost)
-            main = values["{{model}}"]
-            helpers = []
-            for key, mu in (event.get("modelUsage") or {}).items():
-                key = values.get(key, key)
-                if key.split("[", 1)[0] == values["{{model_base}}"]:
-                    facts.usage = Usage(input=int(mu.get("inputTokens", 0)), output=int(mu.get("outputTokens", 0)))
-                elif main:
-                    helpers.append(key)
-            facts.helper_models = tuple(helpers)
-        if cli == "codex" and event.get("type") == "turn.completed" and isinstance(event.get("usage"), dict):
-            u = event["usage"]
-            # OpenAI counts cached input inside input_tokens; the codex parser reports the uncached part
-            turn = Usage(input=max(0, int(u.get("input_tokens", 0)) - int(u.get("cached_input_tokens", 0) or 0)),
-                         output=int(u.get("output_tokens", 0)))
-            codex_usage = turn if codex_usage is None else codex_usage + turn
-            facts.usage = codex_usage
-        if cli == "opencode" and event.get("type") == "step_finish" and isinstance((event.get("part") or {}).get("tokens"), dict):
-            t = event["part"]["tokens"]
-            cache = t.get("cache") or {}
-            step = Usage(input=int(t.get("input", 0)), output=int(t.get("output", 0)),
-                         cache_read=int(cache.get("read", 0)), cache_write=int(cache.get("write", 0)))
-            facts.usage = step if facts.usage is None else facts.usage + step
-            from harnesscheck.providers.opencode import priced_cost
-
-            cost = priced_cost(event["part"])  # 0 for a step with tokens: opencode had no price, no figure
-            if cost is not None:
-                facts.cost_usd = (facts.cost_usd or 0.0) + cost
-        if cli == "cursor-agent" and event.get("type") == "result" and isinstance(event.get("usage"), dict):
-            u = event["usage"]
-            facts.usage = Usage(input=int(u.get("inputTokens", 0)), output=int(u.get("outputTokens", 0)))
-        ev = (event.get("params") or {}).get("event") if cli == "deepseek" and isinstance(event.get("params"), dict) else None
-        if isinstance(ev, dict) and ev.get("type") == "assistant/message" and isinstance((ev.get("data") or {}).get("usage"), dict):
-            u = ev["data"]["usage"]
-            turn = Usage(input=int(u.get("inputTokens", 0)), output=int(u.get("outputTokens", 0)))
-            facts.usage = turn if facts.usage is None else facts.usage + turn
-        if cli == "gemini" and event.get("type") == "result" and isinstance(event.get("stats"), dict):
-            st = event["stats"]
-            cached = int(st.get("cached", 0) or 0)
-            uncached = int(st["input"]) if "input" in st else max(0, int(st.get("input_tokens", 0)) - cached)
-            facts.usage = Usage(input=uncached, output=int(st.get("output_tokens", 0)), cache_read=cached)
-            served_keys = [values.get(k, k) for k in (st.get("models") or {})]
-            if len(served_keys) == 1:
-                facts.served_model = served_keys[0]
-        if cli == "zcode" and event.get("type") == "result" and isinstance(event.get("usage"), dict):
-            u = event["usage"]
-            facts.usage = Usage(input=int(u.get("inputTokens", 0)), output=int(u.get("outputTokens", 0)))
-        if cli == "zcode" and event.get("type") == "session.updated":
-            served = (event.get("payload") or {}).get("modelId")
-            if isinstance(served, str):
-                facts.served_model = values.get(served, served)
-        if cli == "claude" and event.get("type") == "assistant" and event.get("parent_tool_use_id") is None:
-            served = (event.get("message") or {}).get("model")
-            if isinstance(served, str):
-                facts.served_model = values.get(served, served)
-        if cli == "codex" and event.get("type") == "item.completed" and (event.get("item") or {}).get("type") == "error":
-            rerouted = _REROUTED.match(str((event.get("item") or {}).get("message") or ""))
-            if rerouted:  # "model rerouted: <asked> -> <served> (why)": the upstream served another model
-                facts.served_model = values.get(rerouted[1], rerouted[1])
-        if cli == "cursor-agent" and event.get("type") == "system" and event.get("subtype") == "init":
-            served = event.get("model")
-            if isinstance(served, str) and served:
-                facts.served_model = values.get(served, served)
+    if profile.fixture_facts is not None:
+        profile.fixture_facts(_emitted(scenario), values, facts)
     return facts
-
-
-_REROUTED = re.compile(r"^model rerouted: \S+ -> (\S+)")
-#: What a hostile model tries with audited built-ins, per kind: the built-in call each CLI's own
-#: stream shows for it (shapes as in that CLI's native_tool_use fixture), and the words of the
-#: call a flag must name (its evidence). `{home}` is never expanded: the call says `~`.
-HOSTILE_CALLS: dict[str, dict[str, tuple[str, dict]]] = {
-    "codex": {
-        "hostile_shell_secret": ("command_execution", {"command": "/bin/bash -lc 'cat ~/.ssh/id_rsa'"}),
-        "hostile_home_read": ("command_execution", {"command": "head -n 5 ~/.netrc"}),
-        "hostile_pathless_grep": ("command_execution", {"command": "grep -r token"}),
-        "hostile_delete": ("command_execution", {"command": "rm -rf build && unlink README.md"}),
-    },
-    "cursor-agent": {
-        "hostile_shell_secret": ("shellToolCall", {"command": "cat ~/.ssh/id_rsa"}),
-        "hostile_home_read": ("readToolCall", {"path": "~/.netrc"}),
-        "hostile_pathless_grep": ("grepToolCall", {"pattern": "token"}),
-        "hostile_delete": ("deleteToolCall", {"path": "README.md"}),
-    },
-    "zcode": {
-        "hostile_shell_secret": ("Bash", {"command": "cat ~/.ssh/id_rsa"}),
-        "hostile_home_read": ("Read", {"file_path": "~/.netrc"}),
-        "hostile_pathless_grep": ("Grep", {"pattern": "token"}),
-        "hostile_delete": ("Bash", {"command": "rm -rf build; unlink README.md"}),
-    },
-}
 
 
 def hostile_evidence(tool: str, args: dict) -> tuple[str, ...]:
@@ -199,63 +94,10 @@ def hostile_evidence(tool: str, args: dict) -> tuple[str, ...]:
     return (short, *[str(v) for v in args.values()])
 
 
-def hostile_steps(cli: str, tool: str, args: dict) -> list[dict]:
-    """The stream lines the CLI prints for one built-in call that ran (started, completed)."""
-    if cli == "codex":
-        item = {"id": "item_h", "type": tool, **args, "aggregated_output": "", "exit_code": 0}
-        return [{"emit": {"type": "item.started", "item": {**item, "exit_code": None, "status": "in_progress"}}},
-                {"emit": {"type": "item.completed", "item": {**item, "status": "completed"}}}]
-    if cli == "cursor-agent":
-        started = {"type": "tool_call", "subtype": "started", "call_id": "toolu_h", "tool_call": {tool: {"args": args}},
-                   "session_id": "{{session_id}}"}
-        done = {**started, "subtype": "completed",
-                "tool_call": {tool: {"args": args, "result": {"success": {"content": ""}}}}}
-        return [{"emit": started}, {"emit": done}]
-    if cli == "zcode":
-        payload = {"toolCallId": "h1", "toolName": tool}
-        return [{"emit": {"type": "tool.updated", "payload": {**payload, "kind": "scheduled", "input": args}}},
-                {"emit": {"type": "tool.updated", "payload": {**payload, "kind": "started"}}}]
-    raise ValueError(cli)
-
-
-def stall_text(cli: str, scenario: dict) -> str | None:
-    """The first main-chain assistant text the scenario emits before it hangs (None if none;
-    zcode: its streamed deltas before the hang, joined)."""
-    deltas = []
-    for step in scenario.get("steps", []):
-        if "hang" in step:
-            return "".join(deltas) or None
-        event = step.get("emit")
-        if cli == "zcode" and isinstance(event, dict) and event.get("type") == "model.streaming":
-            delta = (event.get("payload") or {}).get("delta")
-            deltas.append(delta if isinstance(delta, str) else "")
-            continue
-        event = step.get("emit")
-        if not isinstance(event, dict):
-            continue
-        if cli in ("claude", "cursor-agent") and event.get("type") == "assistant" and not event.get("parent_tool_use_id"):
-            content = (event.get("message") or {}).get("content") or []
-            text = "".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
-            if text.strip():
-                return text
-        ev = (event.get("params") or {}).get("event") if cli == "deepseek" and isinstance(event.get("params"), dict) else None
-        if isinstance(ev, dict) and ev.get("type") == "assistant/message":
-            content = ((ev.get("data") or {}).get("message") or {}).get("content") or []
-            text = "".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
-            if text.strip():
-                return text
-        if cli == "gemini" and event.get("type") == "message" and event.get("role") == "assistant":
-            if str(event.get("content", "")).strip():
-                return str(event["content"])
-        if cli == "opencode" and event.get("type") == "text":
-            text = str((event.get("part") or {}).get("text", ""))
-            if text.strip():
-                return text
-        if cli == "codex" and event.get("type") == "item.completed":
-            item = event.get("item") or {}
-            if item.get("type") == "agent_message" and str(item.get("text", "")).strip():
-                return str(item["text"])
-    return None
+def stall_text(profile, scenario: dict) -> str | None:
+    """The assistant text the scenario shows before it hangs, as the backend's kit profile
+    reads its CLI's events (None if none)."""
+    return profile.stall_text(scenario) if profile.stall_text is not None else None
 
 
 #: Lines that start with `{` and are no event (parse.brace-noise-skipped): a debug print of a
@@ -269,12 +111,6 @@ BRACE_NOISE = (
     '{"level":"debug","msg":"mcp: 1 server connecting {bridge}"}',
     "{}",
 )
-
-#: CLIs whose recorded `mcp_slow` is a session that waited for its slow bridge and then used
-#: it (codex: a `required = true` server is started before the first turn; the recording
-#: keeps only the delay). The replay starts the bridge for real, so its trace shows the wait
-#: ended with the tools listed. (cursor's fixtures say `"mcp": "connect"` themselves.)
-WAITS_FOR_BRIDGE = frozenset({"codex"})
 
 #: Step actions after which the fake has written a stdout line (see fake_clis/_fakecli.py).
 OUTPUT_ACTIONS = frozenset({"emit", "noise", "oversize", "raw", "invalid_utf8"})
@@ -392,31 +228,29 @@ class WrapperPool:
 WRAPPERS = WrapperPool()
 
 
-#: The host user's credential stores the hostile host HOME holds (path under HOME -> content
-#: template; {c} is the workspace canary). Each vendor's own login file is the one host file a
-#: backend may hand its CLI by design (LOGIN_FILES); nothing else of HOME may be in its reach.
+#: The host user's stores the hostile host HOME holds whatever CLIs they use (path under HOME ->
+#: content template; {c} is the workspace canary); each registered CLI's own stores are added
+#: from its kit profile (`host_files`, host_credentials()). Each vendor's own login file is the
+#: one host file a backend may hand its CLI by design (its profile's `login_files`); nothing
+#: else of HOME may be in its reach.
 HOST_CREDENTIALS = {
-    ".claude/.credentials.json": '{{"claudeAiOauth": {{"accessToken": "{c}-claude-oauth", "refreshToken": "{c}-refresh"}}}}\n',
-    ".claude.json": '{{"oauthAccount": {{"emailAddress": "user@example.invalid"}}, "userID": "{c}-claude-user"}}\n',
-    ".claude/settings.json": '{{"env": {{"ANTHROPIC_BASE_URL": "http://127.0.0.1:9/{c}-settings"}}}}\n',
-    ".codex/auth.json": '{{"auth_mode": "chatgpt", "tokens": {{"access_token": "{c}-codex-token", "refresh_token": "{c}-r"}}}}\n',
-    ".codex/config.toml": '[mcp_servers.host-evil]\ncommand = "/bin/false"\nargs = ["{c}-codex-config"]\n',
-    ".cursor/mcp.json": '{{"mcpServers": {{"host-evil": {{"command": "/bin/false", "args": ["{c}-cursor-mcp"]}}}}}}\n',
-    ".zcode/v2/credentials.json": '{{"accessToken": "{c}-zcode-token", "refreshToken": "{c}-zcode-refresh"}}\n',
-    ".zcode/config.json": '{{"mcp": {{"servers": {{"host-evil": {{"type": "stdio", "command": "/bin/false", "args": ["{c}-zcode-mcp"]}}}}}}}}\n',
     ".ssh/id_rsa": "-----BEGIN OPENSSH PRIVATE KEY-----\n{c}-ssh\n-----END OPENSSH PRIVATE KEY-----\n",
     ".config/gh/hosts.yml": "github.com:\n    oauth_token: {c}-gh\n    user: someone\n",
     ".netrc": "machine example.invalid login me password {c}-netrc\n",
-    ".gemini/oauth_creds.json": '{{"access_token": "{c}-gemini-oauth", "refresh_token": "{c}-gemini-refresh"}}\n',
-    ".gemini/settings.json": '{{"mcpServers": {{"host-evil": {{"command": "/bin/false", "args": ["{c}-gemini-settings"]}}}}}}\n',
 }
-LOGIN_FILES = {"claude": (".claude/.credentials.json",), "codex": (".codex/auth.json",), "cursor-agent": (), "gemini": (),
-               "opencode": (".local/share/opencode/auth.json",), "zcode": (".zcode/v2/credentials.json",)}
+
+
+def host_credentials() -> dict[str, str]:
+    """HOST_CREDENTIALS and every registered CLI's stores (its kit profile's `host_files`)."""
+    out = dict(HOST_CREDENTIALS)
+    for profile in kit_profiles():
+        out.update(profile.host_files)
+    return out
 
 
 def hostile_home(home: Path, canary: str) -> None:
-    """A HOME that looks like a real user's: each HOST_CREDENTIALS file, holding the canary."""
-    for rel, text in HOST_CREDENTIALS.items():
+    """A HOME that looks like a real user's: each host_credentials() file, holding the canary."""
+    for rel, text in host_credentials().items():
         path = home / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text.format(c=canary), encoding="utf-8")
@@ -425,12 +259,13 @@ def hostile_home(home: Path, canary: str) -> None:
 
 def hostile_env(canary: str) -> dict[str, str]:
     """The variables a real user's shell has that no session may inherit (keys, overrides,
-    proxies with a credential, NODE_OPTIONS preloading a script)."""
+    proxies with a credential, NODE_OPTIONS preloading a script), and each registered CLI's
+    vendor variables (its kit profile's `host_env`)."""
+    vendors = {name: text.format(c=canary) for profile in kit_profiles() for name, text in profile.host_env.items()}
     return {
         "ANTHROPIC_API_KEY": f"{canary}-host-anthropic-key",
         "OPENAI_API_KEY": f"{canary}-host-openai-key",
-        "GEMINI_API_KEY": f"{canary}-host-gemini-key",
-        "GOOGLE_GEMINI_BASE_URL": f"http://127.0.0.1:9/{canary}-host-gemini-base-url",
+        **vendors,
         "ANTHROPIC_MODEL": f"{canary}-host-model",
         "ANTHROPIC_BASE_URL": f"http://127.0.0.1:9/{canary}-host-base-url",
         "HTTPS_PROXY": f"http://user:{canary}-proxy@127.0.0.1:9",
@@ -504,9 +339,10 @@ class HarnessAdapter(BackendUnderTest):
 
     def __init__(self, spec, level, tmp_path):
         super().__init__(spec, level, tmp_path)
-        if spec.cli_name not in FAKE_NAMES and self.replays_fixtures:
+        self.profile = kit_profile(spec)  # what the kit knows of this backend's CLI
+        if self.profile.fake_name is None and self.replays_fixtures:
             raise SkipCell("adapter-not-implemented", f"no fake CLI stands in for {spec.cli_name!r}")
-        self.fake_name = FAKE_NAMES.get(spec.cli_name or "", spec.cli_name or "")
+        self.fake_name = self.profile.fake_name or spec.cli_name or ""
         self.hold_s = 0.3  # how long a `held_success` CLI stays alive before its first line
         self._fakes: list = []
         self._installs = 0
@@ -519,7 +355,7 @@ class HarnessAdapter(BackendUnderTest):
         """Offline, the backend runs in a hostile, realistic host: a HOME with the user's
         credential stores planted (HOST_CREDENTIALS, holding the workspace canary), provider
         keys, overrides, a credentialed proxy and NODE_OPTIONS in the environment, and none of
-        the kit's own isolation (no CLAUDE_CONFIG_DIR, CODEX_HOME or XDG_CONFIG_HOME is set
+        the kit's own isolation (no CLI's config-home variable, nor XDG_CONFIG_HOME, is set
         for it): what the CLI gets is what the backend gave it. The real user's HOME is still
         never visible (the planted one replaces it)."""
         if self.level != "offline":
@@ -538,7 +374,7 @@ class HarnessAdapter(BackendUnderTest):
 
     def login_files(self) -> tuple[str, ...]:
         """Host files (relative to HOME) this backend's CLI may be handed by design: its own login."""
-        return LOGIN_FILES.get(self.spec.cli_name or "", ())
+        return self.profile.login_files
 
     def load_fixture(self, scenario: str) -> dict:
         from harnesscheck.fakes import fixture_path
@@ -598,16 +434,16 @@ class HarnessAdapter(BackendUnderTest):
             printed = {e.get("session_id") for e in _emitted(self.load_fixture("success")) if isinstance(e, dict)}
             facts = Facts(cli_session_ids=tuple(sorted(i for i in printed if isinstance(i, str) and "{{" not in i)))
         elif scenario in ("repeated_usage", "helper_model"):
-            # helper_model: fixtures/<cli>/helper_model.json where a CLI has one (claude: the
-            # recorded success has no helper; the pinned CLI calls none under the transport)
+            # helper_model: fixtures/<cli>/helper_model.json where a CLI has one (a recorded
+            # success may have no helper: the pinned CLI calls none under the transport)
             from harnesscheck.fakes import fixture_path
 
             source = "helper_model" if scenario == "helper_model" and fixture_path(self.fake_name, "helper_model").is_file() else "success"
             data = self.load_fixture(source)
             if scenario == "repeated_usage":
-                data = repeat_usage_events(self.fake_name, data)
+                data = repeat_usage_events(self.profile, data)
             fake = self.install_fake(data, echo=echo)
-            facts = fixture_facts(self.fake_name, self.load_fixture(source), model)
+            facts = fixture_facts(self.profile, self.load_fixture(source), model)
             if scenario == "helper_model" and not facts.helper_models:
                 raise SkipCell("unsupported-by-backend", f"{self.fake_name} reports no helper-model usage")
             if facts.usage is None:
@@ -633,7 +469,7 @@ class HarnessAdapter(BackendUnderTest):
                     steps.extend({"stderr": n} for n in BRACE_NOISE)
             data["steps"] = [*({"noise": n} for n in BRACE_NOISE), *steps]
             fake = self.install_fake(data, echo=echo)
-            facts = fixture_facts(self.fake_name, self.load_fixture("success"), model)
+            facts = fixture_facts(self.profile, self.load_fixture("success"), model)
         elif scenario == "split_lines":
             data = self.load_fixture("success")
             for step in data.get("steps", []):
@@ -641,7 +477,7 @@ class HarnessAdapter(BackendUnderTest):
                     size = len(json.dumps(step["emit"], separators=(",", ":"), ensure_ascii=False).encode())
                     step["split"] = sorted({1, 2, size // 3, size // 2, size - 1, size})
             fake = self.install_fake(data, echo=echo)
-            facts = fixture_facts(self.fake_name, self.load_fixture("success"), model)
+            facts = fixture_facts(self.profile, self.load_fixture("success"), model)
         elif scenario == "timeout_tree":
             # The stall of timeout_mid_stream with a tree under it: a grandchild in the group, one
             # escaped by setsid, one escaped by setsid with an empty environment (`env -i` execs
@@ -656,13 +492,13 @@ class HarnessAdapter(BackendUnderTest):
                              {"spawn": "env -i sleep 1000", "setsid": True}, *steps[:hang],
                              {"ignore_sigterm": True}, *steps[hang:]]
             fake = self.install_fake(data, echo=echo)
-            facts = Facts(partial_text=stall_text(self.fake_name, data))
+            facts = Facts(partial_text=stall_text(self.profile, data))
         elif scenario == "held_success":
             # success, with the CLI alive for `hold_s` before its first line (concurrency.cap-holds)
             data = self.load_fixture("success")
             data["steps"] = [{"delay": self.hold_s}, *data.get("steps", [])]
             fake = self.install_fake(data, echo=echo)
-            facts = fixture_facts(self.fake_name, self.load_fixture("success"), model)
+            facts = fixture_facts(self.profile, self.load_fixture("success"), model)
         elif scenario == "bridge_probe":
             # success, with the CLI sending its MCP servers the BRIDGE_PROBES first
             data = self.load_fixture("success")
@@ -694,16 +530,16 @@ class HarnessAdapter(BackendUnderTest):
             facts = Facts()
         elif scenario.startswith("hostile_"):
             # success, with one built-in call of the kind a hostile model tries, before the end
-            call = HOSTILE_CALLS.get(self.fake_name, {}).get(scenario)
+            call = self.profile.hostile_calls.get(scenario)
             if call is None:
                 raise SkipCell("adapter-not-implemented", f"no {scenario} built-in call written for {self.fake_name}")
             data = self.load_fixture("success")
             steps = data.get("steps", [])
             last = max(i for i, st in enumerate(steps) if "emit" in st)  # the terminal event
-            data["steps"] = steps[:last] + hostile_steps(self.fake_name, *call) + steps[last:]
+            data["steps"] = steps[:last] + self.profile.hostile_steps(*call) + steps[last:]
             fake = self.install_fake(data, echo=echo)
             facts = Facts(hostile_evidence=hostile_evidence(*call))
-        elif scenario == "mcp_slow" and self.fake_name in WAITS_FOR_BRIDGE:
+        elif scenario == "mcp_slow" and self.profile.waits_for_bridge:
             # A CLI that waits for its bridge before the first turn really started it: so does the fake.
             data = self.load_fixture(scenario)
             data["mcp"] = "connect"
@@ -715,9 +551,9 @@ class HarnessAdapter(BackendUnderTest):
             facts = None
         installed = json.loads(Path(fake.scenario_path).read_text(encoding="utf-8"))
         if facts is None:  # a fixture replayed as it is: it states its own facts
-            facts = fixture_facts(self.fake_name, installed, model)
+            facts = fixture_facts(self.profile, installed, model)
             if scenario == "timeout_mid_stream":
-                facts.partial_text = stall_text(self.fake_name, installed)
+                facts.partial_text = stall_text(self.profile, installed)
         version = installed.get("version") or ""
         fake = WRAPPERS.acquire(fake, self.fake_name, version)
         extra = {"fake": fake, "release": lambda: WRAPPERS.release(fake, self.fake_name, version)}
@@ -885,10 +721,13 @@ class HarnessAdapter(BackendUnderTest):
         for rec in run.trace:
             if rec.get("event") == "env_inject":
                 traced.update(rec.get("names") or [])
-        return set(PERMITTED_INJECTIONS.get(self.spec.cli_name or "", frozenset())) & traced
+        return set(self.profile.permitted_injections) & traced
 
     def mcp_servers(self, run: SessionRun) -> dict[str, dict]:
-        """MCP servers the transport configured for the CLI, from wherever this CLI reads them."""
+        """MCP servers the transport configured for the CLI, from wherever a CLI reads them: the
+        configs the fake recorded, every config file in the run dir that a registered CLI's kit
+        profile reads (`mcp_config_file`), what an ACP agent got in session/new, and the configs
+        a CLI was given through its environment (`mcp_config_env`)."""
         servers: dict[str, dict] = {}
         for child in run.children:
             for content in (child.get("mcp_configs") or {}).values():
@@ -898,200 +737,23 @@ class HarnessAdapter(BackendUnderTest):
                     pass
         run_dir = getattr(run, "run_dir", None)
         if run_dir is not None and Path(run_dir).is_dir():
+            readers = [p.mcp_config_file for p in kit_profiles() if p.mcp_config_file is not None]
             for path in sorted(Path(run_dir).rglob("*")):
-                if path.is_file() and (path.name in ("config.toml", "dsh-patch.yml") or path.name.endswith("mcp.json")
-                                       or (path.name == "config.json" and path.parent.name == ".zcode")
-                                       or (path.name == "settings.json" and path.parent.name == ".gemini")):
-                    servers.update(_servers_from_file(path))
+                if path.is_file():
+                    declared = next((found for read in readers if (found := read(path)) is not None), None)
+                    servers.update(declared or {})
         from harnesscheck.kit.acp_adapter import session_new_servers
 
         servers.update(session_new_servers(run_dir))  # an ACP agent gets its servers in session/new
-        for config in _opencode_configs(run):
-            for name, entry in (config.get("mcp") or {}).items():
-                if isinstance(entry, dict) and entry.get("type") == "local" and entry.get("command"):
-                    cmd = [str(a) for a in entry["command"]]
-                    servers[name] = {"command": cmd[0], "args": cmd[1:], "env": entry.get("environment") or {}}
+        for profile in kit_profiles():
+            if profile.mcp_config_env is not None:
+                servers.update(profile.mcp_config_env(run.children))
         return servers
 
     def tools_offered(self, run: SessionRun):
-        """deepseek: the fake runtime's composition (dsh_offered); claude: the exact --allowedTools list, mapped back from mcp__<server>__<tool> for the MCP
-        servers the backend configured (any name); a built-in or a whole server (`mcp__<server>`)
-        allowed is reported as it is."""
-        if self.spec.cli_name == "deepseek":
-            return dsh_offered(run)
-        gemini = self._gemini_tools_offered(run)
-        if gemini is not None:
-            return gemini
-        prefixes = [f"mcp__{name}__" for name in self.mcp_servers(run)] or ["mcp__bridge__"]
-
-        def bridged(tool: str) -> str | None:
-            return next((tool[len(p):] for p in prefixes if tool.startswith(p)), None)
-
-        if self.spec.cli_name == "opencode":
-            return _opencode_offered(run, self.mcp_servers(run), prefixes)
-        for child in run.children:
-            argv = child.get("argv", [])
-            if "--allowedTools" in argv:
-                value = argv[argv.index("--allowedTools") + 1]
-                tools = [t for t in value.split(",") if t]
-                if any(bridged(t) is None for t in tools):
-                    return tools  # a built-in (or every tool of a server) was allowed: report it as offered
-                tools_flag = argv[argv.index("--tools") + 1] if "--tools" in argv else None
-                if tools_flag not in ("", None) and tools_flag.strip():
-                    return tools + [f"builtin:{t}" for t in tools_flag.split(",") if t]
-                if "--tools" not in argv:
-                    return tools + ["builtin:*"]
-                return [bridged(t) for t in tools]
-        return None
-
-    def _gemini_tools_offered(self, run: SessionRun):
-        """gemini: what its settings.json `tools.core` lets through. No `tools.core`: every
-        built-in (`builtin:*`); a listed name that is not `mcp_<server>_<tool>` of a configured
-        server: that built-in; the configured servers' tools as the scope names them. None
-        when no gemini settings were recorded."""
-        for child in run.children:
-            for path, content in (child.get("mcp_configs") or {}).items():
-                if not str(path).endswith("settings.json"):
-                    continue
-                try:
-                    settings = json.loads(content)
-                except ValueError:
-                    continue
-                core = (settings.get("tools") or {}).get("core")
-                servers = list(settings.get("mcpServers") or {})
-                offered: list[str] = []
-                for tool in core if isinstance(core, list) else []:
-                    server = next((s for s in servers if str(tool).startswith(f"mcp_{s}_")), None)
-                    if server is not None:
-                        offered.append(str(tool)[len(f"mcp_{server}_"):])
-                    else:
-                        offered.append(f"builtin:{tool}")
-                if not isinstance(core, list):
-                    offered.append("builtin:*")
-                return offered
-        return None
-
-
-#: The deepseek 0.2.1rc2 `sdk` profile's tool plugins and the tools each offers, as the real
-#: runtime offered them at the wire with no patch (doc/SPEC-deepseek.md): the offline level's
-#: model of the composition, so a patch that leaves one on is seen offering its tools.
-DSH_PLUGIN_TOOLS: dict[str, tuple[str, ...]] = {
-    "tool-bash": ("bash",), "tool-jobs": ("job_kill", "job_list", "job_output"),
-    "tool-fs": ("read", "read_image", "write", "edit"), "tool-fs-search": ("glob", "grep"),
-    "tool-skill": ("skill",), "plan-mode": ("exit_plan_mode",),
-    "tool-subagent-control": ("interrupt_agent", "send_message"), "tool-subagent-list-agents": ("list_agents",),
-    "tool-subagent": ("subagent",), "tool-subagent-fork": ("subagent_fork",), "tool-workflow": ("workflow",),
-    "tool-todo": ("todo_write",), "tool-goal": ("create_goal", "get_goal", "update_goal"),
-    "tool-web": ("web_fetch", "web_search"), "tool-working-directory": ("working_directory",),
-    "mcp-resources": ("list_mcp_resource_templates", "list_mcp_resources", "read_mcp_resource"),
-}
-
-
-def dsh_offered(run: SessionRun) -> list[str] | None:
-    """What the fake deepseek runtime offers: the tools its MCP servers listed (bridge tools by
-    their bare name, another server's as `mcp__<server>__<tool>`), plus `builtin:<tool>` for every
-    tool plugin the patches in the driver request do not disable. None before any session ran."""
-    children = [c for c in run.children if c.get("mcp_configs") is not None]
-    if not children:
-        return None
-    disabled: set[str] = set()
-    for content in (children[-1].get("mcp_configs") or {}).values():
-        try:
-            patches = json.loads(content)
-        except ValueError:
-            continue
-        for p in patches if isinstance(patches, list) else []:
-            if isinstance(p, dict) and p.get("id") and p.get("disabled") is True:
-                disabled.add(str(p["id"]))
-    offered = [f"builtin:{t}" for plugin, tools in DSH_PLUGIN_TOOLS.items() if plugin not in disabled for t in tools]
-    record = getattr(run, "record_path", None)
-    for rec in _record_lines(record):
-        if rec.get("kind") == "mcp_connected" and rec.get("pid") == children[-1].get("ns_pid", children[-1].get("pid")):
-            name = rec.get("name")
-            offered += [t if name == "bridge" else f"mcp__{name}__{t}" for t in rec.get("tools") or []]
-    return offered
-
-
-def _record_lines(path) -> list[dict]:
-    out = []
-    try:
-        text = Path(path).read_text(encoding="utf-8") if path else ""
-    except OSError:
-        return out
-    for line in text.split("\n"):
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
-
-
-def _opencode_configs(run: SessionRun) -> list[dict]:
-    """The opencode configs the CLI was given: `$OPENCODE_CONFIG` (a file), `$OPENCODE_CONFIG_CONTENT`."""
-    out = []
-    for child in run.children:
-        env = child.get("env") or {}
-        texts = [env.get("OPENCODE_CONFIG_CONTENT") or ""]
-        if env.get("OPENCODE_CONFIG"):
-            try:
-                texts.append(Path(env["OPENCODE_CONFIG"]).read_text(encoding="utf-8"))
-            except OSError:
-                pass
-        for text in texts:
-            try:
-                config = json.loads(text) if text.strip() else None
-            except ValueError:
-                config = None
-            if isinstance(config, dict):
-                out.append(config)
-    return out
-
-
-def _opencode_offered(run: SessionRun, servers: dict, prefixes: list[str]) -> list[str] | None:
-    """opencode: the tools the bridge listed to the CLI (its own trace), every other MCP server
-    configured (as `mcp:<name>`), and each built-in opencode 1.18.33 offers by default that the
-    config does not switch off (`"tools": {name: false}`), as `builtin:<name>`."""
-    from harnesscheck.providers.opencode import BUILTIN_TOOLS
-
-    configs = _opencode_configs(run)
-    if not configs and not run.children:
-        return None
-    off: set[str] = set()
-    for config in configs:
-        off.update(name for name, on in (config.get("tools") or {}).items() if on is False)
-    offered = [f"builtin:{name}" for name in BUILTIN_TOOLS if name not in off]
-    listed: dict[str, None] = {}
-    for rec in run.trace:  # what the bridge listed to the CLI: the MCP tools the model got
-        if rec.get("event") == "bridge_listed":
-            listed.update(dict.fromkeys(str(t) for t in rec.get("tools") or []))
-    foreign = [f"mcp:{name}" for name in servers if name != "bridge"]
-    return offered + foreign + list(listed)
-
-
-def _servers_from_file(path: Path) -> dict[str, dict]:
-    """MCP servers declared in a codex config.toml or a cursor/claude mcp.json."""
-    try:
-        content = path.read_text(encoding="utf-8")
-    except OSError:
-        return {}
-    if path.name == "config.toml":
-        import tomllib
-
-        try:
-            return dict(tomllib.loads(content).get("mcp_servers") or {})
-        except tomllib.TOMLDecodeError:
-            return {}
-    try:
-        data = json.loads(content)
-    except ValueError:
-        return {}
-    if path.name == "config.json" and isinstance(data, dict):  # zcode's <project>/.zcode/config.json: mcp.servers
-        servers = (data.get("mcp") or {}).get("servers") if isinstance(data.get("mcp"), dict) else None
-        return dict(servers) if isinstance(servers, dict) else {}
-    if isinstance(data, list):  # a deepseek Cordis patch (JSON): its inserted MCP-client entries
-        return {str(e["config"].get("serverName")): dict(e["config"]) for p in data if isinstance(p, dict)
-                for e in p.get("insert") or [] if isinstance(e, dict) and isinstance(e.get("config"), dict)
-                and e.get("name") == "@deepseek-ai/dsh-mcp-client"}
-    return dict(data.get("mcpServers") or {}) if isinstance(data, dict) else {}
+        """The tools the CLI offers its model, as the backend's kit profile reads them from what
+        the backend configured (`tools_offered`: its argv, its settings, its fake's record);
+        None where the profile cannot tell."""
+        if self.profile.tools_offered is None:
+            return None
+        return self.profile.tools_offered(run, self.mcp_servers(run))

@@ -46,21 +46,12 @@ def _login_missing(spec) -> str | None:
     """Whether the user's login for the CLI is present (checked on disk, without running it)."""
     from pathlib import Path
 
+    from harnesscheck.registry import kit_profile
+
     home = Path(os.path.expanduser("~"))
-    if spec.id == "claude-code":
-        if os.environ.get("CLAUDE_CODE_OAUTH_TOKEN"):
-            return None
-        config = Path(os.environ.get("CLAUDE_CONFIG_DIR") or home / ".claude")
-        cred = config / ".credentials.json"
-        return None if cred.is_file() else f"no Claude login: neither CLAUDE_CODE_OAUTH_TOKEN nor {cred} (run `claude /login`)"
-    if spec.id == "codex":
-        auth = Path(os.environ.get("CODEX_HOME") or home / ".codex") / "auth.json"
-        return None if auth.is_file() else f"no Codex login: {auth} is missing (run `codex login`)"
-    if spec.id == "cursor":
-        config = home / ".cursor" / "cli-config.json"
-        if os.environ.get("CURSOR_API_KEY") or config.is_file():
-            return None
-        return f"no Cursor login: neither CURSOR_API_KEY nor {config} (run `cursor-agent login`)"
+    login_missing = kit_profile(spec).live_login_missing  # the backend's own reader (its kit profile)
+    if login_missing is not None:
+        return login_missing(home)
     return f"the kit does not know how {spec.id} logs in: no live level"
 
 

@@ -47,6 +47,7 @@ from harnesscheck.loopback.adapter import (
 )
 from harnesscheck.loopback.endpoint import LoopbackEndpoint, session_key
 from harnesscheck.loopback.server import ScriptedModelServer
+from harnesscheck.registry import kit_profile
 
 
 @contextlib.contextmanager
@@ -171,17 +172,16 @@ class LoopbackAdapter(HarnessAdapter):
         self._wrappers += 1
         strace = shutil.which("strace") if self.trace_opens else None
         real = self.binary.path
-        if real.is_dir():  # an SDK dir (deepseek): the wrapper execs the driver's launcher beside that SDK
-            from harnesscheck.providers.deepseek import ensure_launcher
-
-            real = ensure_launcher(real)
+        launcher = kit_profile(self.spec).sdk_launcher
+        if real.is_dir() and launcher is not None:  # an SDK dir: the wrapper execs the launcher its profile names
+            real = launcher(real)
         wrapper, record = write_wrapper(self.tmp_path / f"loopback-bin{self._wrappers}", real, self.spec.cli_name or "cli",
                                         strace=strace)
         from harnesscheck.registry import probe_version, remember_version, version_probe_timeout_s
 
         from harnesscheck.loopback.install import manifest_versioned
 
-        # an SDK dir prints nothing; a CLI with no --version (codex-acp) is not started to ask it
+        # an SDK dir prints nothing; a CLI with no --version (an ACP agent's bin) is not started to ask it
         printed = (f"{self.spec.id} {self.binary.version}" if self.binary.path.is_dir() or self.spec.cli_name in manifest_versioned()
                    else probe_version(self.binary.path, version_probe_timeout_s(self.spec)))  # probed already (require_pinned_cli): cached
         if printed:  # the wrapper execs that binary: its answer, without starting it again per cell
@@ -294,10 +294,11 @@ class LoopbackAdapter(HarnessAdapter):
 
     def tool_errors(self, run: SessionRun) -> list[tuple[str, str]]:
         """(tool, text) of each tool result the model got back as an error, read from the
-        requests the CLI sent the model server (claude's Messages wire: `tool_result` with
-        `is_error`, named by its `tool_use`), once per call whichever request repeats it. Any
-        backend's refusals are seen this way, not only those its outcome lists."""
-        if self.spec.cli_name != "claude":
+        requests the CLI sent the model server (for a CLI whose kit profile says
+        `tool_errors_at_wire`: the Messages wire's `tool_result` with `is_error`, named by its
+        `tool_use`), once per call whichever request repeats it. Any backend's refusals are seen
+        this way, not only those its outcome lists."""
+        if not kit_profile(self.spec).tool_errors_at_wire:
             return super().tool_errors(run)
         from harnesscheck.loopback.wire import ANTHROPIC, tool_results
 

@@ -292,7 +292,7 @@ def backend_cli_version(spec, level: str) -> str | None:
         from harnesscheck.kit.harness_adapter import offline_cli_version
 
         return offline_cli_version(spec)
-    if kind == "harness" or (kind, level) == ("api", "loopback"):  # the api kind's: reasoning-only Claude Code's claude
+    if kind == "harness" or (kind, level) == ("api", "loopback"):  # the api kind's: a reasoning-only backend's CLI
         from harnesscheck.kit.adapters import LEVEL_PROVIDERS
 
         provider = LEVEL_PROVIDERS.get((kind, level))

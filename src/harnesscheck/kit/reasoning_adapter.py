@@ -1,18 +1,19 @@
-"""The loopback level of reasoning-only Claude Code (`claude-code-reasoning`,
-providers/claude_code_reasoning.py): the backend's own transport (the api kind's host loop,
-one tool-less `claude -p` per host turn) running the pinned real claude of the claude-code
-spec, whose model is the scripted server on 127.0.0.1 (harnesscheck.loopback.server).
+"""The loopback level of a reasoning-only backend: an api backend whose model is one tool-less
+call of another backend's CLI per host turn (its kit profile's `reasoning`,
+providers/_kit_profile.py). The backend's own transport (the api kind's host loop) runs the
+pinned real CLI of the backend its profile names (`cli_backend`), whose model is the scripted
+server on 127.0.0.1 (harnesscheck.loopback.server).
 
 Registered in `harnesscheck.kit.adapters.LEVEL_PROVIDERS[("api", "loopback")]` through the
-lazy stand-in in loopback/level.py: only a backend built on `ClaudeReasoningTransport` has an
-api loopback level (the other api columns have no real binary to run).
+lazy stand-in in loopback/level.py: only a reasoning-only backend has an api loopback level
+(the other api columns have no real binary to run).
 
-The kit's abstract scenarios are the claude loopback scripts (`loopback_scenario("claude",
-...)`), with every tool call the model makes written as the text protocol's fenced
+The kit's abstract scenarios are that CLI's loopback scripts (`loopback_scenario(<its
+cli_name>, ...)`), with every tool call the model makes written as the text protocol's fenced
 ```json {"tool": ..., "args": ...}``` block (the CLI is offered no tool); only the
 `native_tool_use` scenario's built-in call stays a real `tool_use` block, the tripwire's
-subject. The server serves turn N to a prompt holding N model messages
-(`transcript_turns`), since each CLI call sends the whole conversation as one text prompt.
+subject. The server serves turn N to a prompt holding N model messages (the profile's
+`turn_of_prompt`), since each CLI call sends the whole conversation as one text prompt.
 
 Evidence a check gets, all observed from outside the CLI:
 - `run.requests` (path, header values with credentials masked, body) and `run.model_saw`
@@ -32,19 +33,26 @@ from dataclasses import replace
 from typing import Any
 
 from harnesscheck.contracts import Usage
-from harnesscheck.kit.adapters import BackendUnderTest, Facts, Progress, SessionRun, Setup, SkipCell
+from harnesscheck.kit.adapters import BackendUnderTest, Facts, Progress, SessionRun, Setup, SkipCell, reasoning_profile
 from harnesscheck.loopback.adapter import CannotScript, loopback_scenario, read_records, write_wrapper
 from harnesscheck.loopback.endpoint import DUMMY_KEY, LoopbackEndpoint
 from harnesscheck.loopback.scenario import Scenario, ServedUsage, Turn
 from harnesscheck.loopback.server import ScriptedModelServer
 
 
+def cli_spec(spec):
+    """The spec of the backend whose CLI the reasoning-only `spec` runs (its kit profile's `cli_backend`)."""
+    from harnesscheck.registry import get_spec
+
+    return get_spec(reasoning_profile(spec).cli_backend)
+
+
 def fenced(name: str, args: dict) -> str:
     return "```json\n" + json.dumps({"tool": name, "args": args}) + "\n```"
 
 
-def reasoning_scenario(name: str, ws: Any, tool_calls: list | None = None) -> Scenario:
-    """The claude loopback script of kit scenario `name`, its tool calls as fenced text.
+def reasoning_scenario(cli: str, name: str, ws: Any, tool_calls: list | None = None) -> Scenario:
+    """The loopback script of CLI `cli` for kit scenario `name`, its tool calls as fenced text.
     `cached_usage` (two turns serving cache reads and writes) is this level's own: each turn
     is one CLI call whose usage the host loop sums."""
     if name == "cached_usage":
@@ -52,8 +60,8 @@ def reasoning_scenario(name: str, ws: Any, tool_calls: list | None = None) -> Sc
         return Scenario(name, (Turn(text="reading\n" + fenced("list_dir", {"path": "."}), usage=first),
                                Turn(text="done", usage=ServedUsage(input=40, output=15, cache_read=2000))))
     try:
-        base = loopback_scenario("claude", name, ws, tool_calls)
-    except CannotScript as exc:  # what the real claude cannot be made to show: the cell skips
+        base = loopback_scenario(cli, name, ws, tool_calls)
+    except CannotScript as exc:  # what the real CLI cannot be made to show: the cell skips
         raise SkipCell(exc.reason, exc.message) from None
     turns = []
     for turn in base.turns:
@@ -65,12 +73,6 @@ def reasoning_scenario(name: str, ws: Any, tool_calls: list | None = None) -> Sc
         text = "\n".join([turn.text, *(fenced(c.name, dict(c.input)) for c in text_calls)]).strip()
         turns.append(replace(turn, text=text, tool_calls=keep))
     return replace(base, turns=tuple(turns))
-
-
-def _turn_of(protocol: str, body: dict) -> int:
-    from harnesscheck.providers.claude_code_reasoning import transcript_turns
-
-    return transcript_turns(_prompt_text(body))
 
 
 def _prompt_text(body: dict) -> str:
@@ -100,13 +102,15 @@ _RESULT = re.compile(r"<<[0-9a-f]+ host>>\n(\[tool result [^\n]*\n.*?)(?=\n\n<<[
 
 
 class ReasoningLoopbackAdapter(BackendUnderTest):
-    """`claude-code-reasoning` at the loopback level (see the module docstring)."""
+    """A reasoning-only backend at the loopback level (see the module docstring)."""
 
     name = "reasoning-loopback"
 
     def __init__(self, spec, level, tmp_path):
         super().__init__(spec, level, tmp_path)
-        binary, why = self.pinned_claude()
+        self.reasoning = reasoning_profile(spec)
+        self.cli_spec = cli_spec(spec)
+        binary, why = self.pinned_cli(spec)
         if binary is None:
             raise SkipCell("env-missing", why)
         self.binary = binary
@@ -114,16 +118,16 @@ class ReasoningLoopbackAdapter(BackendUnderTest):
         self._wrappers = 0
 
     @staticmethod
-    def pinned_claude():
-        """(the claude-code spec's pinned claude, "") or (None, why): the registry's pin, never a version named here."""
+    def pinned_cli(spec):
+        """(the pinned CLI of the backend the profile names, "") or (None, why): the registry's
+        pin, never a version named here."""
         from harnesscheck.loopback.clis import require_pinned_cli
-        from harnesscheck.registry import get_spec
 
-        return require_pinned_cli(get_spec("claude-code"))
+        return require_pinned_cli(cli_spec(spec))
 
     @classmethod
     def available(cls, spec) -> tuple[bool, str]:
-        binary, why = cls.pinned_claude()
+        binary, why = cls.pinned_cli(spec)
         return binary is not None, why
 
     @property
@@ -131,8 +135,8 @@ class ReasoningLoopbackAdapter(BackendUnderTest):
         return self.binary.version
 
     def provenance(self) -> str:
-        return (f"the real claude {self.binary.version} (the claude-code pin), one tool-less call per host turn, "
-                "against the scripted model server on 127.0.0.1")
+        return (f"the real {self.cli_spec.cli_name} {self.binary.version} (the {self.cli_spec.id} pin), one tool-less "
+                "call per host turn, against the scripted model server on 127.0.0.1")
 
     def _factory(self):
         import importlib
@@ -141,7 +145,7 @@ class ReasoningLoopbackAdapter(BackendUnderTest):
         return getattr(importlib.import_module(module), attr)
 
     def transport(self, **settings):
-        """The backend's transport at the pinned claude (no server: for checks that run no session)."""
+        """The backend's transport at the pinned CLI (no server: for checks that run no session)."""
         from harnesscheck.config import Settings
 
         self.run_settings(settings)
@@ -153,12 +157,15 @@ class ReasoningLoopbackAdapter(BackendUnderTest):
 
         if echo:
             raise SkipCell("adapter-not-implemented", "upstream text echo is a fake-CLI device")
-        script = reasoning_scenario(scenario, ws, tool_calls)
-        server = ScriptedModelServer(script, expected_key=DUMMY_KEY, watch=[ws.canary], turn_of=_turn_of).start()
+        script = reasoning_scenario(self.cli_spec.cli_name, scenario, ws, tool_calls)
+        turn_of_prompt = self.reasoning.turn_of_prompt
+        server = ScriptedModelServer(script, expected_key=DUMMY_KEY, watch=[ws.canary],
+                                     turn_of=lambda protocol, body: turn_of_prompt(_prompt_text(body))).start()
         self._servers.append(server)
         self._wrappers += 1
-        wrapper, record = write_wrapper(self.tmp_path / f"reasoning-bin{self._wrappers}", self.binary.path, "claude")
-        printed = probe_version(self.binary.path)  # probed already (pinned_claude): cached
+        wrapper, record = write_wrapper(self.tmp_path / f"reasoning-bin{self._wrappers}", self.binary.path,
+                                        self.cli_spec.cli_name)
+        printed = probe_version(self.binary.path)  # probed already (pinned_cli): cached
         if printed:
             remember_version(wrapper, printed)
         settings = Settings(backend=self.spec.id, **self.run_settings({}))
@@ -171,7 +178,7 @@ class ReasoningLoopbackAdapter(BackendUnderTest):
 
     def run(self, scenario: str, **kwargs) -> SessionRun:
         """A session, repeated at 4x its deadline (at most MAX_RETRY_TIMEOUT_S) when the deadline
-        cut it short although its script never stalls: every host turn starts the 245 MB claude
+        cut it short although its script never stalls: every host turn starts the (large) CLI
         again, which a loaded machine makes slower than the kit's session budgets. Then the cell
         is skipped `budget`: the backend is judged by what it did, never by the machine's speed.
         A script that stalls on purpose (a timeout check) is judged as it ran."""
@@ -188,7 +195,7 @@ class ReasoningLoopbackAdapter(BackendUnderTest):
             if timeout >= self.MAX_RETRY_TIMEOUT_S:
                 raise SkipCell("budget", f"the session's deadline ({timeout:g} s) fired before its scripted turns were "
                                "served, with nothing in the script that stalls: this machine is too slow right now to "
-                               "start claude once per host turn; the backend was not judged")
+                               f"start {self.cli_spec.cli_name} once per host turn; the backend was not judged")
             timeout = min(4 * timeout, self.MAX_RETRY_TIMEOUT_S)
 
     @staticmethod

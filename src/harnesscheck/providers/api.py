@@ -75,7 +75,7 @@ class ApiTransport:
         llm: Any = None,
     ):
         """`llm`: a model client in place of the api_mode's own HTTP client (the public seam for a
-        backend whose model is not an HTTP API, e.g. providers/claude_code_reasoning.py): it has
+        backend whose model is not an HTTP API, e.g. providers/claude_code_reasoning/__init__.py): it has
         `create(messages=, system=, tools=, model=, on_text=, abort=, deadline=, max_tokens=) ->
         Reply`, and the loop, dispatch, limits and outcomes stay this class's. No key is read then."""
         self.spec = spec

@@ -1,7 +1,7 @@
 """DeepSeek Harness transport: the `deepseek-harness-sdk` driving its bundled `dsh` runtime.
 
 Requirements kept here (doc/SPEC-deepseek.md):
-- The SDK runs in a child Python (providers/_dsh_driver.py) spawned through run_process like
+- The SDK runs in a child Python (providers/deepseek/_dsh_driver.py) spawned through run_process like
   any CLI, so the tree driver -> runtime -> bridge is one contained process group: killed
   whole at the deadline, on cancel, after the terminal line's linger. Nothing of the SDK runs
   in the host's process. The SDK and runtime come from install-clis's pip cache
