@@ -150,6 +150,59 @@ def test_sandbox_off_and_unavailable_say_guards(tmp_path, monkeypatch):
         _fake_session(tmp_path / "c", "require")
 
 
+# --- the kit's loopback exec wrapper inside a sandbox ----------------------------------------------
+
+def test_the_kits_exec_wrapper_records_inside_a_sandbox_and_the_kit_sees_host_pids(tmp_path):
+    """The wrapper's directory is read-only in the session's sandbox and the real CLI lies
+    outside it: wrapper_binds gives the sandbox the real install (read-only) and the record
+    (writable). The record names the namespace's pid; the DescendantWatcher finds the host's
+    pid of it while it runs and sees its child, and host_records gives the host's pid (the
+    namespace's kept as ns_pid). Off, the same record is the host's own pid."""
+    from harnesscheck.loopback.adapter import DescendantWatcher, host_records, read_records, wrapper_binds, write_wrapper
+    from harnesscheck.process import LineAction
+
+    real_dir = tmp_path / "real"
+    real_dir.mkdir()
+    real = real_dir / "cli"
+    real.write_text("#!/bin/sh\nsleep 60 &\necho ready\nwait\n")
+    real.chmod(0o755)
+    work = tmp_path / "w"
+    work.mkdir()
+    for mode in ("bwrap", "guards"):
+        wrapper, record = write_wrapper(tmp_path / f"bin-{mode}", real, "cli")
+        read_only, writable = wrapper_binds(wrapper, real)
+        box = Sandbox(read_only=(str(wrapper.parent), *read_only, *sandbox.python_paths()), writable=(str(work), *writable))
+        watcher = DescendantWatcher(record, interval_s=0.05).start()
+        seen: dict = {}
+
+        def on_line(line: str, watcher=watcher, seen=seen, record=record):
+            if line != "ready":
+                return None
+            end = time.monotonic() + 30
+            while time.monotonic() < end and not watcher.seen:  # an upper bound: it is seen at its next poll
+                time.sleep(0.05)
+            seen["records"] = host_records(read_records(record), dict(watcher.host_pids))
+            seen["children"] = dict(watcher.seen)
+            return LineAction.STOP
+
+        try:
+            result = run_process([str(wrapper), "--task"], env=ENV, cwd=work, on_line=on_line, timeout_s=60,
+                                 sandbox=box if mode == "bwrap" else None)
+        finally:
+            watcher.stop()
+        assert result.ending is Ending.early_stop and result.containment == mode, (result, result.stderr_tail)
+        [rec] = seen["records"]
+        assert rec["argv"][1:] == ["--task"]
+        if mode == "bwrap":
+            assert rec["pidns"] != sandbox.own_pidns() and rec["ns_pid"] != rec["pid"]
+        else:
+            assert "ns_pid" not in rec
+        assert rec["pid"] in watcher.host_pids.values() or mode == "guards"
+        [child] = [c for c in seen["children"].values() if c["argv"][:1] == ["sleep"]]
+        assert child["pid"] != rec["pid"]  # the host's pids: the sleep is a descendant of the wrapper's host pid
+        assert not os.path.exists(f"/proc/{child['pid']}") or open(f"/proc/{child['pid']}/stat").read().split(") ")[1][:1] == "Z"
+
+
 # --- the real CLIs at loopback ------------------------------------------------------------------
 
 REAL = ["claude-code", "codex", "gemini", "opencode", "deepseek"]

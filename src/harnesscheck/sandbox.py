@@ -229,6 +229,21 @@ def host_pid(pid: int, pidns: str) -> int:
     process records itself), or, once that process or its namespace is gone, a number no
     process can have (pid_max + pid: every process of a namespace dies with its init, so a
     survivor check over it finds nothing, as it must). A pid of our own namespace is itself."""
+    found = find_host_pid(pid, pidns)
+    if found is not None:
+        return found
+    try:
+        with open("/proc/sys/kernel/pid_max") as fh:
+            pid_max = int(fh.read())
+    except (OSError, ValueError):
+        pid_max = 1 << 22
+    return pid_max + pid
+
+
+def find_host_pid(pid: int, pidns: str) -> int | None:
+    """The host's pid of the live process that is `pid` in PID namespace `pidns` (its
+    `/proc/<host pid>/status` NSpid ends with `pid`), None when there is none (gone, or its
+    namespace is). A pid of our own namespace (or of none named) is itself."""
     if not pidns or pidns == own_pidns():
         return pid
     try:
@@ -249,12 +264,7 @@ def host_pid(pid: int, pidns: str) -> int:
                         break
         except (OSError, ValueError):
             continue
-    try:
-        with open("/proc/sys/kernel/pid_max") as fh:
-            pid_max = int(fh.read())
-    except (OSError, ValueError):
-        pid_max = 1 << 22
-    return pid_max + pid
+    return None
 
 
 # --- what a session binds in ------------------------------------------------------------

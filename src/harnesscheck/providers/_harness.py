@@ -35,7 +35,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -399,6 +399,18 @@ class HarnessTransport:
         self.check_version = check_version
         self._cli_info: Any = None
         self._lock = threading.Lock()
+        #: Host paths every session of this transport binds into its sandbox besides its own
+        #: (bind_in_sandbox): (read-only, writable).
+        self._extra_binds: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+
+    def bind_in_sandbox(self, *, read_only: Sequence[str | os.PathLike[str]] = (),
+                        writable: Sequence[str | os.PathLike[str]] = ()) -> None:
+        """Have every later session's sandbox bind these host paths too, at their own path (a
+        host that runs the CLI through an executable of its own, as the kit's exec wrapper
+        does: the real CLI's install read-only, the wrapper's record file writable). A path
+        that does not exist when the session starts is left out."""
+        ro, rw = self._extra_binds
+        self._extra_binds = ((*ro, *map(os.fspath, read_only)), (*rw, *map(os.fspath, writable)))
 
     # -- hooks --------------------------------------------------------------------------
 
@@ -412,8 +424,10 @@ class HarnessTransport:
 
     def sandbox_paths(self, ctx: SessionContext, cli: Path) -> tuple[list[str], list[str]]:
         """(read-only, writable) host paths this CLI needs in its sandbox beyond what every
-        session binds (session_sandbox); a subclass adds its own."""
-        return [], []
+        session binds (session_sandbox): those the host gave bind_in_sandbox; a subclass adds
+        its own to them."""
+        ro, rw = self._extra_binds
+        return list(ro), list(rw)
 
     def after_session(self, ctx: SessionContext, outcome: AgentOutcome) -> AgentOutcome | None:
         """Subclass clean-up after the process tree is gone (e.g. unlink a credential link).
@@ -624,7 +638,7 @@ class HarnessTransport:
         user's HOME, the host's /tmp, every other process."""
         from harnesscheck import sandbox as sb
 
-        mode = getattr(self.settings, "sandbox", "off")
+        mode = getattr(self.settings, "sandbox", "auto")
         if mode == "off":
             return None, "no sandbox asked for (HARNESS_BACKEND_SANDBOX=off)"
         if not self.sandboxed:
