@@ -299,6 +299,8 @@ def ending_outcome(result: Any, *, terminal_seen: bool) -> tuple[OutcomeStatus, 
         )
     if result.ending is Ending.deadline and not terminal_seen:
         return OutcomeStatus.truncated, ErrorClass.timeout, "the session deadline passed; partial output kept"
+    if result.ending is Ending.process_limit:
+        return OutcomeStatus.truncated, ErrorClass.budget, process_limit_message(result)
     if terminal_seen or result.ending is Ending.early_stop:
         return None
     if getattr(result, "supervisor_lost", False):
@@ -311,6 +313,16 @@ def ending_outcome(result: Any, *, terminal_seen: bool) -> tuple[OutcomeStatus, 
         how = f"signal {result.signal}" if result.signal is not None else f"exit code {result.exit_code}"
         return OutcomeStatus.error, ErrorClass.cli_crash, f"the CLI ended with {how} and no terminal event"
     return OutcomeStatus.error, ErrorClass.protocol, "the CLI exited 0 without a terminal event"
+
+
+def process_limit_message(result: Any) -> str:
+    return (f"stopped at the policy's processes limit: the CLI's tree held {result.processes_seen} processes at once; "
+            "the tree was ended")
+
+
+def _process_limit(request: AgentSessionRequest) -> int | None:
+    policy = getattr(request, "policy", None)
+    return policy.limits.processes if policy is not None else None
 
 
 class _Tracer:
@@ -529,7 +541,7 @@ class HarnessTransport:
         leftovers: list[str],
     ) -> AgentOutcome:
         from harnesscheck.envpolicy import build_child_env, private_temp_dirs, redact
-        from harnesscheck.process import DEFAULT_MAX_LINE_BYTES, SlotBusy, run_process, session_slot
+        from harnesscheck.process import DEFAULT_MAX_LINE_BYTES, Ending, SlotBusy, run_process, session_slot
 
         if request.options is not None and request.options.given():  # before anything starts
             from harnesscheck.contracts import OptionUnsupported
@@ -592,9 +604,16 @@ class HarnessTransport:
                     on_spawn=(lambda pid: bind_bridge(ctx.spec_path, pid)) if ctx.spec_path is not None else None,
                     stdout_spool=ctx.run_dir if self.stdout_spool else None,
                     sandbox=sandbox,
+                    max_processes=_process_limit(request),
                 )
             release_bridge(ctx.spec_path)  # before the trace is read; the bridge child is not in the CLI's group
             outcome = parser.outcome(result)
+            if result.ending is Ending.process_limit:  # whatever the stream said last: the limit ended it
+                outcome = outcome.model_copy(update={"status": OutcomeStatus.truncated, "error_class": ErrorClass.budget,
+                                                     "retryable": False, "message": process_limit_message(result)})
+            elif result.process_count_note:  # a limit asked for and not enforced: said, never silent
+                outcome = outcome.model_copy(update={
+                    "message": "; ".join(p for p in (outcome.message, result.process_count_note) if p)})
             parser_session_id = outcome.session_id
             outcome = self._finish(outcome, ctx, result, info, redact)
             note = sandbox_note or result.containment_note
