@@ -244,6 +244,56 @@ def test_the_real_cli_works_sandboxed_at_loopback(backend, tmp_path):
     assert any("hello from the worktree" in t["text"] for r in requests for t in r.tool_results)
 
 
+ACP_AGENTS = ["claude-agent-acp", "codex-acp", "gemini", "opencode"]
+
+
+@pytest.mark.parametrize("agent", ACP_AGENTS)
+def test_the_real_acp_agent_works_sandboxed_at_loopback(agent, tmp_path):
+    """An ACP agent run through an interpreter (`node <cache>/.../index.js`) and pointed at
+    another cached CLI by its environment (claude-agent-acp's CLAUDE_CODE_EXECUTABLE) gets those
+    installs bound read-only (sandbox.cache_installs); a bridge read reaches the model."""
+    from harnesscheck.contracts import CliNotFound
+    from harnesscheck.loopback.endpoint import LoopbackEndpoint
+    from harnesscheck.loopback.scenario import Scenario, ToolCall, Turn
+    from harnesscheck.loopback.server import ScriptedModelServer
+    from harnesscheck.providers.acp import AcpTransport
+    from harnesscheck.providers.acp.profile import profile_for
+    from harnesscheck.registry import get_spec
+
+    spec = get_spec(f"acp-{agent}")
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "hello.txt").write_text("hello from the acp worktree\n")
+    turns = (Turn(tool_calls=(ToolCall("read_file", {"path": "hello.txt"}),)), Turn(text="the file says hello"))
+    with ScriptedModelServer(Scenario("acp", turns)) as srv:
+        transport = AcpTransport(spec, Settings(sandbox="require"), profile=profile_for(spec.id),
+                                 loopback=LoopbackEndpoint(base_url=srv.base_url))
+        try:
+            transport.cli()
+            for word in transport.profile.command[1:2]:
+                if "{clis}" in word and not Path(transport._fill(word, transport._values({}))).exists():
+                    raise CliNotFound(spec.id, word, [word], None)
+        except CliNotFound as exc:
+            pytest.skip(f"the pinned {agent} is not installed: {exc}")
+        outcome = transport.run_session(AgentSessionRequest(
+            prompt="Read hello.txt.", scope=ToolScope(name="t", root=root), timeout_s=120, run_dir=tmp_path / "run"))
+        bodies = [r.body_text for r in srv.requests]
+    assert outcome.status is OutcomeStatus.ok, (outcome.message, outcome.stderr_tail[-2000:])
+    assert outcome.containment == "bwrap" and "read_file" in outcome.tools_used
+    assert any("hello from the acp worktree" in b for b in bodies)
+
+
+def test_cache_installs_names_only_the_cli_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("HARNESSCHECK_CACHE", str(tmp_path / "cache"))
+    script = tmp_path / "cache" / "clis" / "agent@1.0" / "node_modules" / "agent" / "index.js"
+    script.parent.mkdir(parents=True)
+    script.write_text("")
+    outside = tmp_path / "elsewhere.js"
+    outside.write_text("")
+    found = sandbox.cache_installs([str(script), str(outside), "--flag", "relative/x.js", str(tmp_path / "none")])
+    assert found == [str(tmp_path / "cache" / "clis" / "agent@1.0")]
+
+
 def test_the_probe_runs_bwrap_from_the_system_path_only(monkeypatch, tmp_path):
     """A bwrap planted on the user's PATH is never the one run."""
     planted = tmp_path / "bwrap"

@@ -318,6 +318,25 @@ def install_root(cli_path: str | os.PathLike[str]) -> list[str]:
     return out
 
 
+def cache_installs(words: Iterable[str]) -> list[str]:
+    """The CLI-cache installs that `words` (a command's arguments, env values) name by absolute
+    path, each as install_root gives it: an agent run through an interpreter (`node
+    <cache>/<pkg>/.../index.js`) or pointed at another cached CLI by its environment
+    (`CLAUDE_CODE_EXECUTABLE=<cache>/claude@.../claude`). Paths outside the cache are not taken:
+    what a profile names there is the host's, never bound on its word."""
+    from harnesscheck.paths import cli_cache_dir
+
+    cache = os.path.realpath(str(cli_cache_dir()))
+    out: list[str] = []
+    for word in words:
+        if not isinstance(word, str) or not os.path.isabs(word) or not os.path.exists(word):
+            continue
+        real = os.path.realpath(word)
+        if real != cache and real.startswith(cache + "/"):
+            out.extend(r for r in install_root(word) if r not in out)
+    return out
+
+
 def for_session(*, run_dir: str | os.PathLike[str], cli: str | os.PathLike[str], writable: Iterable[str] = (),
                 read_only: Iterable[str] = (), bridge: Iterable[str] = (),
                 state_dirs: Sequence[str] = ("config-homes", "home", "cwd", "tmp", "runtime")) -> Sandbox:
