@@ -181,8 +181,10 @@ def _sandbox_line() -> str:
     `guards (<why no sandbox>)`, and the HARNESS_BACKEND_SANDBOX mode."""
     from harnesscheck import sandbox
 
+    from harnesscheck.config import Settings
+
     state = sandbox.status()
-    mode = os.environ.get("HARNESS_BACKEND_SANDBOX", "auto")
+    mode = Settings().sandbox  # the kit's own sessions build their settings, never from the host's environment
     return f"bwrap {state.version or ''} (HARNESS_BACKEND_SANDBOX={mode})".replace("  ", " ") if state.available \
         else f"guards ({state.reason})"
 
