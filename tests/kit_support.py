@@ -11,10 +11,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def run_suite(tmp_path: Path, *args: str, files: tuple[str, ...] = ("conformance",), timeout: float = 900,
-              extra_env: dict[str, str] | None = None) -> tuple[int, dict | None, str]:
-    """(exit code, JSON report or None, combined output) of `pytest <files> <args>` with the kit
-    plugin (`extra_env` added to the child's environment)."""
+def run_suite(tmp_path: Path, *args: str, files: tuple[str, ...] = ("conformance",), timeout: float = 900) -> tuple[int, dict | None, str]:
+    """(exit code, JSON report or None, combined output) of `pytest <files> <args>` with the kit plugin."""
     report = tmp_path / f"report-{len(list(tmp_path.glob('report-*.json')))}.json"
     # The kit's self-tests pin offline semantics unless a test names its level: the default
     # levels also include loopback wherever the pinned real CLIs are installed.
@@ -23,7 +21,6 @@ def run_suite(tmp_path: Path, *args: str, files: tuple[str, ...] = ("conformance
     cmd = [sys.executable, "-m", "pytest", *files, "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
            "--hc-report", str(report), *level, *args]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT"))}
-    env.update(extra_env or {})
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     data = json.loads(report.read_text()) if report.is_file() else None
     return proc.returncode, data, proc.stdout + proc.stderr

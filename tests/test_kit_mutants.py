@@ -117,11 +117,8 @@ def _run_cli_mutants(tmp_path, refs: list[str], level: str) -> tuple[dict, str]:
         cells_file.write_text(json.dumps(selection), encoding="utf-8")
         files = tuple(sorted({f"conformance/test_{c.partition('.')[0]}.py" for ref in refs_left for c in AREAS[ref]}))
         backends = [a for ref in refs_left for a in ("--backend", ref)]
-        # Without the reference's sandbox (a foreign backend may have none): a check must catch the
-        # defect itself, not the sandbox that makes it harmless (a fake that reads the worktree's
-        # AGENTS.md directly finds no worktree in its sandbox). The contain.* checks ask for it.
         _code, report, out = run_suite(tmp_path, *backends, "--level", level, "--hc-cells", str(cells_file), "-n", "2",
-                                       files=files, timeout=1500, extra_env={"HARNESS_BACKEND_SANDBOX": "off"})
+                                       files=files, timeout=1500)
         assert report is not None, out[-3000:]
         for c in report["cells"]:
             cells_seen[(c["backend"], c["check"])] = c
