@@ -111,6 +111,15 @@ def test_bwrap_argv_binds_parents_before_children_and_hides_nothing_else(tmp_pat
     assert os.path.expanduser("~") not in argv or os.path.expanduser("~") == "/"
 
 
+def test_etc_links_into_the_system_stay_links(tmp_path):
+    """/etc/localtime -> /usr/share/zoneinfo/<zone> names the zone by its link: a bound copy
+    would not (codex then read /etc/timezone, a path its strace check does not allow)."""
+    if not (os.path.islink("/etc/localtime") and os.path.realpath("/etc/localtime").startswith("/usr/")):
+        pytest.skip("this host's /etc/localtime is no link into /usr")
+    result, lines = _run("readlink /etc/localtime", tmp_path)
+    assert result.exit_code == 0 and lines == [os.readlink("/etc/localtime")], (lines, result.stderr_tail)
+
+
 # --- a transport's session ----------------------------------------------------------------------
 
 def _fake_session(tmp_path: Path, mode: str, scenario: str = "tool_calls"):

@@ -113,10 +113,21 @@ def _system_binds() -> list[str]:
     args += ["--dir", "/etc"]
     for name in ETC_ALLOWLIST:
         path = "/etc/" + name
-        if os.path.lexists(path) and os.path.exists(path):
+        if not (os.path.lexists(path) and os.path.exists(path)):
+            continue
+        if os.path.islink(path) and _inside_system(os.path.realpath(path)):
+            # kept a link, as on the host: /etc/localtime -> /usr/share/zoneinfo/<zone> names the
+            # zone (a bound copy would not, and a CLI would read /etc/timezone instead)
+            args += ["--symlink", os.readlink(path), path]
+        else:
             args += ["--ro-bind", path, path]
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/var/tmp", "--dir", "/run"]
     return args
+
+
+def _inside_system(real: str) -> bool:
+    """Whether a resolved path lies in the system directories bound read-only (SYSTEM_DIRS)."""
+    return any(real.startswith(os.path.realpath(d) + "/") for d in SYSTEM_DIRS if os.path.isdir(d))
 
 
 def _trial(bwrap: str, user_namespace: bool) -> tuple[bool, str]:
