@@ -276,7 +276,9 @@ def _transport(tmp_path, steps, *defects, policy=None, **kw):
     for d in defects:
         extra += ["--defect", d]
     profile = profile.model_copy(update={"command": [*profile.command, *extra], **kw})
-    return AcpTransport(get_spec("acp-fake"), Settings(), profile=profile, policy=policy,
+    # the fake agent reads and writes host paths named on its command line and records host-judged
+    # pids: it runs with the guards, as at the kit's offline level (doc/SPEC-sandbox.md)
+    return AcpTransport(get_spec("acp-fake"), Settings(sandbox="off"), profile=profile, policy=policy,
                         parent_env={**os.environ, "HC_TEST_CANARY": "canary-acp-1", "ANTHROPIC_API_KEY": "canary-acp-2"})
 
 
@@ -370,7 +372,7 @@ def test_the_key_and_endpoint_come_from_harness_settings_only(tmp_path):
     from pydantic import SecretStr
 
     t = _transport(tmp_path, [{"say": "x"}])
-    t.settings = Settings(acp_api_key=SecretStr("hc-acp-key-1"))
+    t.settings = Settings(acp_api_key=SecretStr("hc-acp-key-1"), sandbox="off")  # the fake agent, as in _transport
     t.__init__(t.spec, t.settings, profile=t.profile, parent_env=t.parent_env)
     o = t.run_session(_request(tmp_path))
     env = next(r for r in _records(tmp_path) if r["kind"] == "invocation")["env"]

@@ -234,3 +234,26 @@ def test_doctor_piped_or_narrow_prints_one_line_per_check_with_its_fix():
     assert lines[1] == "fail  codex   binary: codex not found in the cache"
     assert lines[2] == "              fix: harnesscheck install-clis"
     assert lines[3] == "ok    bridge  self-test: spawn to tools/list in 0.6 s" and len(lines) == 4
+
+
+def test_install_clis_checks_that_the_installed_bubblewrap_can_sandbox_a_session(monkeypatch):
+    """`install-clis` (as .ci/run) installs bubblewrap and then runs the sandbox's trial: a
+    machine with bwrap that refuses user or PID namespaces is told so, with the fix."""
+    import io
+    import sys
+
+    from harnesscheck import sandbox
+    from harnesscheck.loopback import install
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("bubblewrap is Linux")
+    monkeypatch.setattr(sandbox, "_find_bwrap", lambda: "/usr/bin/bwrap")
+    monkeypatch.setattr(sandbox, "status", lambda: sandbox.SandboxStatus(False, "/usr/bin/bwrap", False,
+                                                                      "bwrap cannot create the namespaces here (EPERM)"))
+    out = io.StringIO()
+    assert install.ensure_bubblewrap(out) is False
+    assert "cannot sandbox a session here" in out.getvalue() and "EPERM" in out.getvalue()
+    assert sandbox.INSTALL_FIX in out.getvalue()
+    monkeypatch.setattr(sandbox, "status", lambda: sandbox.SandboxStatus(True, "/usr/bin/bwrap", True, "", "0.8.0"))
+    out = io.StringIO()
+    assert install.ensure_bubblewrap(out) is True and out.getvalue() == ""

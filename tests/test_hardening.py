@@ -72,7 +72,8 @@ def test_recheck_restores_and_reports_what_the_cli_opened_up(tmp_path):
     assert recheck_private(run) == []
 
 
-def _fake_session(tmp_path, scenario):
+def _fake_session(tmp_path, scenario, sandbox="auto"):
+    from harnesscheck.config import Settings
     from harnesscheck.contracts import AgentSessionRequest
     from harnesscheck.fakes import install_fake_cli
     from harnesscheck.providers.claude_code import ClaudeCodeTransport
@@ -83,7 +84,7 @@ def _fake_session(tmp_path, scenario):
     root.mkdir()
     fake = install_fake_cli("claude", scenario, tmp_path / "bin")
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "no-home"), "LANG": "C.UTF-8"}
-    transport = ClaudeCodeTransport(get_spec("claude-code"), cli_path=fake.path, parent_env=env)
+    transport = ClaudeCodeTransport(get_spec("claude-code"), Settings(sandbox=sandbox), cli_path=fake.path, parent_env=env)
     request = AgentSessionRequest(prompt="hi", scope=ToolScope(root=root), timeout_s=30, run_dir=tmp_path / "run")
     return transport.run_session(request)
 
@@ -97,12 +98,31 @@ def test_a_cli_that_opens_up_its_dirs_leaves_nothing_world_writable_and_the_outc
     script = 'mkdir -p "$TMPDIR/x/y"; chmod 0 "$TMPDIR/x"; chmod 777 "$TMPDIR" "$TMPDIR/.."'
     # the grandchild does it at once; the fake waits (an upper bound, generous for a loaded box)
     scenario["steps"] = [{"spawn": f"/bin/sh -c '{script}'"}, {"delay": 5}] + scenario["steps"]
-    outcome = _fake_session(tmp_path, scenario)
+    outcome = _fake_session(tmp_path, scenario, sandbox="off")
     run = tmp_path / "run"
     assert not (run / "tmp").exists()
     assert (run.stat().st_mode & 0o777) == 0o700
     assert outcome.status == "error" and outcome.error_class == "policy_violation", outcome
     assert "run dir was mode 777" in outcome.message
+
+
+def test_in_its_sandbox_a_cli_cannot_open_up_the_run_dir_and_its_temp_dir_still_goes(tmp_path):
+    """The same hostile CLI sandboxed: the run dir is read-only in its namespace (the chmod
+    fails), its TMPDIR (writable, opened up, a mode-0 subdir left) is removed all the same."""
+    from harnesscheck import sandbox
+    from harnesscheck.fakes import load_fixture
+
+    if not sandbox.status().available:
+        pytest.skip(f"no sandbox here: {sandbox.status().reason}")
+    scenario = load_fixture("claude", "success")
+    script = 'mkdir -p "$TMPDIR/x/y"; chmod 0 "$TMPDIR/x"; chmod 777 "$TMPDIR" "$TMPDIR/.."'
+    scenario["steps"] = [{"spawn": f"/bin/sh -c '{script}'"}, {"delay": 5}] + scenario["steps"]
+    outcome = _fake_session(tmp_path, scenario, sandbox="require")
+    run = tmp_path / "run"
+    assert outcome.containment == "bwrap"
+    assert not (run / "tmp").exists()
+    assert (run.stat().st_mode & 0o777) == 0o700
+    assert "run dir was mode 777" not in (outcome.message or ""), "the run dir was opened up from inside the sandbox"
 
 
 # --- the CLI cache's integrity ------------------------------------------------------------------

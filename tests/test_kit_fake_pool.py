@@ -25,7 +25,7 @@ def test_sequential_runs_share_a_wrapper_and_probe_its_version_once(tmp_path, mo
     assert probes.count(Path(next(iter(paths)))) <= 1
     # each run's evidence is its own: one invocation in each record, the scenario it asked for
     assert len(first.children) == len(second.children) == 1
-    assert first.children[0]["pid"] != second.children[0]["pid"]
+    assert _process(first.children[0]) != _process(second.children[0])
     assert second.timeline.stalled is not None and first.timeline.stalled is None
 
 
@@ -38,4 +38,13 @@ def test_concurrent_runs_keep_their_records_apart(tmp_path):
         runs = list(pool.map(one, range(3)))
     assert all(r.outcome.status == OutcomeStatus.ok for r in runs)
     assert all(len(r.children) == 1 for r in runs), "a record holds another run's invocation"
-    assert len({r.children[0]["pid"] for r in runs}) == 3
+    assert len({_process(r.children[0]) for r in runs}) == 3
+
+
+def _process(child: dict) -> tuple:
+    """Which session's process a record is: the run marker of its environment (one per
+    session) and its pid (a sandboxed fake's pid is its namespace's, and a namespace's id can
+    be used again once it is gone, so neither tells ended sessions apart alone)."""
+    from harnesscheck.envpolicy import RUN_MARKER_VAR
+
+    return (child["env"][RUN_MARKER_VAR], child["pid"])

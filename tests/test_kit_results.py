@@ -39,7 +39,8 @@ def test_json_report_round_trips_with_header(tmp_path):
     assert data["schema"] == "harnesscheck-conformance-report" and data["version"] == 1
     head = data["header"]
     assert {"kit_version", "catalog_hash", "backends", "levels", "platform", "started_at", "finished_at"} <= set(head)
-    assert set(data["cells"][0]) == {"check", "backend", "level", "outcome", "reason", "duration_s", "message", "area", "provenance"}
+    assert set(data["cells"][0]) == {"check", "backend", "level", "outcome", "reason", "duration_s", "message", "area", "provenance",
+                                     "containment"}
     again = read_report(tmp_path / "r.json")
     assert again.cells == sorted(report.cells, key=lambda c: (c.backend, c.level, c.check))
 

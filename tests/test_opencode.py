@@ -344,7 +344,7 @@ def test_real_opencode_at_loopback_reaches_no_registry(tmp_path):
     server, built-ins off at the wire, and no registry contact: no npm process among its
     descendants, no npm cache in the session HOME (1.18.33 leaves `~/.npm/_cacache` when it
     installs its plugin), the plugin link intact."""
-    from harnesscheck.loopback.adapter import DescendantWatcher, loopback_scenario, write_wrapper
+    from harnesscheck.loopback.adapter import DescendantWatcher, loopback_scenario, wrapper_binds, write_wrapper
     from harnesscheck.loopback.clis import require_pinned_cli
     from harnesscheck.loopback.endpoint import DUMMY_KEY
     from harnesscheck.loopback.server import ScriptedModelServer
@@ -365,6 +365,8 @@ def test_real_opencode_at_loopback_reaches_no_registry(tmp_path):
         watcher = DescendantWatcher(record).start()
         transport = OpencodeTransport(get_spec("opencode"), Settings(), cli_path=wrapper,
                                       loopback=LoopbackEndpoint(srv.base_url))
+        read_only, writable = wrapper_binds(wrapper, binary.path)  # sandboxed (the default): the real CLI, the record
+        transport.bind_in_sandbox(read_only=read_only, writable=writable)
         request = AgentSessionRequest(prompt="Say the answer.", scope=_Ws().scope(), timeout_s=240, run_dir=tmp_path / "run")
         out = transport.run_session(request)
         seen = watcher.stop()

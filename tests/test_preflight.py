@@ -54,3 +54,18 @@ def test_run_preflight_starts_nothing_and_exits_by_the_verdict(tmp_path, capsys,
     code = run_command(backend="codex", root=tmp_path / "wt", prompt="hi", preflight_only=True, cli=tmp_path / "none")
     assert code == 3 and "preflight FAILED" in capsys.readouterr().out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["wt"], "a preflight writes nothing"
+
+
+def test_the_processes_limit_is_said_enforced_only_where_the_tree_can_be_counted(tmp_path, monkeypatch):
+    from harnesscheck import process, sandbox
+
+    limited = Policy(limits=Limits(processes=8))
+    details = lambda pf: [i for i in pf.items if i.topic == "limits" and ("processes:" in i.detail or "processes limit" in i.detail)]  # noqa: E731
+    [item] = details(preflight(get_spec("codex"), Settings(cli=tmp_path / "no-codex"), request(tmp_path, policy=limited)))
+    assert item.status == ("ok" if process._use_guard() or sandbox.status().available else "warn")
+    monkeypatch.setattr(process, "_use_guard", lambda: False)
+    monkeypatch.setattr(sandbox, "status", lambda: sandbox.SandboxStatus(False, None, False, "not Linux"))
+    [item] = details(preflight(get_spec("codex"), Settings(cli=tmp_path / "no-codex"), request(tmp_path, policy=limited)))
+    assert item.status == "warn" and "not enforced" in item.detail and item.fix
+    [item] = details(preflight(get_spec("fake"), Settings(), request(tmp_path, policy=limited)))
+    assert item.status == "warn" and "not enforced" in item.detail

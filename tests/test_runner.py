@@ -270,6 +270,13 @@ def _flaky_cli(tmp_path, cli: str, first: list[str], then: str):
 
 
 @pytest.fixture
+def guards_only(monkeypatch):
+    """For _flaky_cli: it counts in a file beside itself and execs fakes elsewhere, host paths a
+    session's sandbox does not bind; these sessions run with the guards (retries are judged)."""
+    monkeypatch.setenv("HARNESS_BACKEND_SANDBOX", "off")
+
+
+@pytest.fixture
 def clean_env(tmp_path, monkeypatch):
     for key in [k for k in os.environ if k.startswith("HARNESS_")]:
         monkeypatch.delenv(key)
@@ -285,7 +292,7 @@ def _run_in_process(tmp_path, cli, wrapper, policy, **kw):
     return code, sleeps, json.loads((tmp_path / "run" / "RUN_REPORT.json").read_text())
 
 
-def test_run_retries_a_transient_529_and_records_every_attempt(tmp_path, clean_env, capsys):
+def test_run_retries_a_transient_529_and_records_every_attempt(tmp_path, clean_env, guards_only, capsys):
     wrapper, calls = _flaky_cli(tmp_path, "codex", ["overloaded_529"], "success")
     code, sleeps, report = _run_in_process(tmp_path, "codex", wrapper, RetryPolicy(retries=2))
     assert code == 0, capsys.readouterr().err
@@ -299,7 +306,7 @@ def test_run_retries_a_transient_529_and_records_every_attempt(tmp_path, clean_e
     assert "## Attempts" in md and "- 1: error (overloaded), retried after 1.5 s — overloaded is transient" in md
 
 
-def test_run_gives_up_after_the_bounded_attempts(tmp_path, clean_env):
+def test_run_gives_up_after_the_bounded_attempts(tmp_path, clean_env, guards_only):
     wrapper, calls = _flaky_cli(tmp_path, "codex", [], "rate_limit_429")
     code, sleeps, report = _run_in_process(tmp_path, "codex", wrapper, RetryPolicy(retries=2, max_wait_s=100))
     assert code == 1 and calls() == 3 and sleeps == [1.5, 3.0]
@@ -307,7 +314,7 @@ def test_run_gives_up_after_the_bounded_attempts(tmp_path, clean_env):
     assert report["facts"]["attempts"][-1]["why"] == "no retries left (2 allowed)"
 
 
-def test_run_never_retries_auth(tmp_path, clean_env):
+def test_run_never_retries_auth(tmp_path, clean_env, guards_only):
     wrapper, calls = _flaky_cli(tmp_path, "codex", [], "auth_401")
     code, sleeps, report = _run_in_process(tmp_path, "codex", wrapper, RetryPolicy(retries=5))
     assert code == 1 and calls() == 1 and sleeps == []

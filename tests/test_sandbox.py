@@ -111,6 +111,15 @@ def test_bwrap_argv_binds_parents_before_children_and_hides_nothing_else(tmp_pat
     assert os.path.expanduser("~") not in argv or os.path.expanduser("~") == "/"
 
 
+def test_etc_links_into_the_system_stay_links(tmp_path):
+    """/etc/localtime -> /usr/share/zoneinfo/<zone> names the zone by its link: a bound copy
+    would not (codex then read /etc/timezone, a path its strace check does not allow)."""
+    if not (os.path.islink("/etc/localtime") and os.path.realpath("/etc/localtime").startswith("/usr/")):
+        pytest.skip("this host's /etc/localtime is no link into /usr")
+    result, lines = _run("readlink /etc/localtime", tmp_path)
+    assert result.exit_code == 0 and lines == [os.readlink("/etc/localtime")], (lines, result.stderr_tail)
+
+
 # --- a transport's session ----------------------------------------------------------------------
 
 def _fake_session(tmp_path: Path, mode: str, scenario: str = "tool_calls"):
@@ -148,6 +157,59 @@ def test_sandbox_off_and_unavailable_say_guards(tmp_path, monkeypatch):
     (tmp_path / "c").mkdir()
     with pytest.raises(ConfigError, match="required"):
         _fake_session(tmp_path / "c", "require")
+
+
+# --- the kit's loopback exec wrapper inside a sandbox ----------------------------------------------
+
+def test_the_kits_exec_wrapper_records_inside_a_sandbox_and_the_kit_sees_host_pids(tmp_path):
+    """The wrapper's directory is read-only in the session's sandbox and the real CLI lies
+    outside it: wrapper_binds gives the sandbox the real install (read-only) and the record
+    (writable). The record names the namespace's pid; the DescendantWatcher finds the host's
+    pid of it while it runs and sees its child, and host_records gives the host's pid (the
+    namespace's kept as ns_pid). Off, the same record is the host's own pid."""
+    from harnesscheck.loopback.adapter import DescendantWatcher, host_records, read_records, wrapper_binds, write_wrapper
+    from harnesscheck.process import LineAction
+
+    real_dir = tmp_path / "real"
+    real_dir.mkdir()
+    real = real_dir / "cli"
+    real.write_text("#!/bin/sh\nsleep 60 &\necho ready\nwait\n")
+    real.chmod(0o755)
+    work = tmp_path / "w"
+    work.mkdir()
+    for mode in ("bwrap", "guards"):
+        wrapper, record = write_wrapper(tmp_path / f"bin-{mode}", real, "cli")
+        read_only, writable = wrapper_binds(wrapper, real)
+        box = Sandbox(read_only=(str(wrapper.parent), *read_only, *sandbox.python_paths()), writable=(str(work), *writable))
+        watcher = DescendantWatcher(record, interval_s=0.05).start()
+        seen: dict = {}
+
+        def on_line(line: str, watcher=watcher, seen=seen, record=record):
+            if line != "ready":
+                return None
+            end = time.monotonic() + 30
+            while time.monotonic() < end and not watcher.seen:  # an upper bound: it is seen at its next poll
+                time.sleep(0.05)
+            seen["records"] = host_records(read_records(record), dict(watcher.host_pids))
+            seen["children"] = dict(watcher.seen)
+            return LineAction.STOP
+
+        try:
+            result = run_process([str(wrapper), "--task"], env=ENV, cwd=work, on_line=on_line, timeout_s=60,
+                                 sandbox=box if mode == "bwrap" else None)
+        finally:
+            watcher.stop()
+        assert result.ending is Ending.early_stop and result.containment == mode, (result, result.stderr_tail)
+        [rec] = seen["records"]
+        assert rec["argv"][1:] == ["--task"]
+        if mode == "bwrap":
+            assert rec["pidns"] != sandbox.own_pidns() and rec["ns_pid"] != rec["pid"]
+        else:
+            assert "ns_pid" not in rec
+        assert rec["pid"] in watcher.host_pids.values() or mode == "guards"
+        [child] = [c for c in seen["children"].values() if c["argv"][:1] == ["sleep"]]
+        assert child["pid"] != rec["pid"]  # the host's pids: the sleep is a descendant of the wrapper's host pid
+        assert not os.path.exists(f"/proc/{child['pid']}") or open(f"/proc/{child['pid']}/stat").read().split(") ")[1][:1] == "Z"
 
 
 # --- the real CLIs at loopback ------------------------------------------------------------------
@@ -189,6 +251,56 @@ def test_the_real_cli_works_sandboxed_at_loopback(backend, tmp_path):
     assert outcome.containment == "bwrap"
     assert outcome.tools_used == ["read_file"] and outcome.tool_calls == 1
     assert any("hello from the worktree" in t["text"] for r in requests for t in r.tool_results)
+
+
+ACP_AGENTS = ["claude-agent-acp", "codex-acp", "gemini", "opencode"]
+
+
+@pytest.mark.parametrize("agent", ACP_AGENTS)
+def test_the_real_acp_agent_works_sandboxed_at_loopback(agent, tmp_path):
+    """An ACP agent run through an interpreter (`node <cache>/.../index.js`) and pointed at
+    another cached CLI by its environment (claude-agent-acp's CLAUDE_CODE_EXECUTABLE) gets those
+    installs bound read-only (sandbox.cache_installs); a bridge read reaches the model."""
+    from harnesscheck.contracts import CliNotFound
+    from harnesscheck.loopback.endpoint import LoopbackEndpoint
+    from harnesscheck.loopback.scenario import Scenario, ToolCall, Turn
+    from harnesscheck.loopback.server import ScriptedModelServer
+    from harnesscheck.providers.acp import AcpTransport
+    from harnesscheck.providers.acp.profile import profile_for
+    from harnesscheck.registry import get_spec
+
+    spec = get_spec(f"acp-{agent}")
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "hello.txt").write_text("hello from the acp worktree\n")
+    turns = (Turn(tool_calls=(ToolCall("read_file", {"path": "hello.txt"}),)), Turn(text="the file says hello"))
+    with ScriptedModelServer(Scenario("acp", turns)) as srv:
+        transport = AcpTransport(spec, Settings(sandbox="require"), profile=profile_for(spec.id),
+                                 loopback=LoopbackEndpoint(base_url=srv.base_url))
+        try:
+            transport.cli()
+            for word in transport.profile.command[1:2]:
+                if "{clis}" in word and not Path(transport._fill(word, transport._values({}))).exists():
+                    raise CliNotFound(spec.id, word, [word], None)
+        except CliNotFound as exc:
+            pytest.skip(f"the pinned {agent} is not installed: {exc}")
+        outcome = transport.run_session(AgentSessionRequest(
+            prompt="Read hello.txt.", scope=ToolScope(name="t", root=root), timeout_s=120, run_dir=tmp_path / "run"))
+        bodies = [r.body_text for r in srv.requests]
+    assert outcome.status is OutcomeStatus.ok, (outcome.message, outcome.stderr_tail[-2000:])
+    assert outcome.containment == "bwrap" and "read_file" in outcome.tools_used
+    assert any("hello from the acp worktree" in b for b in bodies)
+
+
+def test_cache_installs_names_only_the_cli_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("HARNESSCHECK_CACHE", str(tmp_path / "cache"))
+    script = tmp_path / "cache" / "clis" / "agent@1.0" / "node_modules" / "agent" / "index.js"
+    script.parent.mkdir(parents=True)
+    script.write_text("")
+    outside = tmp_path / "elsewhere.js"
+    outside.write_text("")
+    found = sandbox.cache_installs([str(script), str(outside), "--flag", "relative/x.js", str(tmp_path / "none")])
+    assert found == [str(tmp_path / "cache" / "clis" / "agent@1.0")]
 
 
 def test_the_probe_runs_bwrap_from_the_system_path_only(monkeypatch, tmp_path):

@@ -49,10 +49,11 @@ class Settings(BaseModel):
     #: Between SIGTERM and SIGKILL when a CLI's tree is ended (deadline, linger, cancel).
     term_grace_s: float = Field(default=2.0, ge=0, le=60, allow_inf_nan=False,
                                 validation_alias="HARNESS_BACKEND_TERM_GRACE_S", description=_SECONDS_0_60)
-    #: Whether each harness CLI runs in a sandbox of its own (doc/SPEC-sandbox.md): auto (where
-    #: the machine allows it, else the process guard alone, said on the outcome), require (a
-    #: session that cannot be sandboxed does not start), off (the process guard alone).
-    sandbox: str = Field(default="off", pattern="^(auto|off|require)$", validation_alias="HARNESS_BACKEND_SANDBOX",
+    #: Whether each harness CLI and ACP agent runs in a sandbox of its own (doc/SPEC-sandbox.md):
+    #: auto (the default: where the machine allows it, else the process guard alone, said on the
+    #: outcome), require (a session that cannot be sandboxed does not start), off (the process
+    #: guard alone).
+    sandbox: str = Field(default="auto", pattern="^(auto|off|require)$", validation_alias="HARNESS_BACKEND_SANDBOX",
                          description="must be auto, off or require")
     model_mismatch: str = Field(default="warn", pattern="^(fail|warn)$", validation_alias="HARNESS_MODEL_MISMATCH",
                                 description="must be fail or warn")

@@ -17,7 +17,9 @@ api host loop and an ACP agent's `session/request_permission`.
   call nobody answers is denied at the approver's timeout; an approver that fails is a deny.
 - Limits (tool calls, bytes written, files touched, turns) are charged at the same place; the
   call that would pass a limit is denied with `limit_reached`, and `limit_reached` stays set so
-  the session ends typed (status `truncated`, error class `budget`).
+  the session ends typed (status `truncated`, error class `budget`). `processes` is not a
+  call's: the process layer counts a CLI's tree against it (providers/_harness.py), and a
+  session whose tree cannot be counted says so.
 
 The engine holds no I/O and no clock of its own (the clock is an argument), so every rule,
 approval and expiry is tested deterministically.
@@ -131,6 +133,10 @@ class Limits(BaseModel):
     bytes_written: int | None = Field(default=None, ge=0)
     files_touched: int | None = Field(default=None, ge=0)
     turns: int | None = Field(default=None, ge=0)
+    #: The most processes a harness CLI's or ACP agent's tree (itself included) may hold at
+    #: once, counted by the host where the sandbox or the process guard holds the whole tree
+    #: (process.run_process max_processes); past it the session ends truncated / budget.
+    processes: int | None = Field(default=None, ge=1)
 
 
 class Policy(BaseModel):

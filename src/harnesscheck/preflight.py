@@ -91,7 +91,29 @@ def _policy_items(spec: Any, request: Any) -> list[PreflightItem]:
             items.append(PreflightItem(topic="limits", status="warn",
                                        detail=f"{spec.id} has no turn cap of its own: the turns limit is not enforced",
                                        fix="bound the session with tool_calls or its timeout instead"))
+        if policy.limits.processes is not None:
+            items.append(_processes_item(spec))
     return items
+
+
+def _processes_item(spec: Any) -> PreflightItem:
+    """Whether the processes limit can be enforced: a CLI's or agent's tree is counted whole in
+    its sandbox or under the process guard (process.run_process max_processes); without
+    either, or for a backend that starts no CLI, it is not."""
+    from harnesscheck import process, sandbox
+    from harnesscheck.contracts import Kind
+
+    if spec.kind is not Kind.harness:
+        return PreflightItem(topic="limits", status="warn",
+                             detail=f"{spec.id} runs no CLI process tree of its own that the host counts: the processes "
+                                    "limit is not enforced", fix="bound the session with tool_calls or its timeout")
+    if process._use_guard() or sandbox.status().available:
+        return PreflightItem(topic="limits", status="ok",
+                             detail="processes: the CLI's tree is counted whole (in its sandbox, or under the process "
+                                    "guard) and ended past the limit")
+    return PreflightItem(topic="limits", status="warn",
+                         detail="no process guard and no sandbox here: the CLI's tree cannot be counted whole, the "
+                                "processes limit is not enforced", fix=sandbox.INSTALL_FIX)
 
 
 def preflight(spec: Any, settings: Any, request: Any, *, transport: Any = None,

@@ -62,6 +62,7 @@ class Ending(StrEnum):
     early_stop = "early_stop"  # on_line returned LineAction.STOP
     cancelled = "cancelled"  # the cancel event was set
     oversize = "oversize"  # a stdout line exceeded max_line_bytes
+    process_limit = "process_limit"  # the tree held more processes at once than max_processes
 
 
 class LineAction(Enum):
@@ -97,6 +98,10 @@ class ProcessResult:
     containment: str = "guards"
     #: Why a sandbox that was asked for was not had (empty otherwise).
     containment_note: str = ""
+    #: With max_processes: the most processes of the tree counted at once (None: not counted),
+    #: and why they could not be counted (empty when they were, or when no limit was asked).
+    processes_seen: int | None = None
+    process_count_note: str = ""
 
     @property
     def line_too_long(self) -> LineTooLong | None:
@@ -1064,6 +1069,7 @@ def run_process(
     stdout_spool: str | os.PathLike[str] | None = None,
     stdin_feed: StdinFeed | None = None,
     sandbox: Any = None,
+    max_processes: int | None = None,
 ) -> ProcessResult:
     """Run `argv` to an ending and return how it ended; complete stdout lines go to on_line.
 
@@ -1090,6 +1096,16 @@ def run_process(
     Where no sandbox can be had it runs as without one (`containment` says "guards", with
     the reason), unless the sandbox is `required` (then RuntimeError before anything runs).
 
+    `max_processes`: the most processes the CLI's tree (the CLI included) may hold at once.
+    The tree is counted every _COUNT_S where it can be counted whole: under a session
+    supervisor (a subreaper: every descendant stays below it, setsid or double fork alike) or
+    in a sandbox (the namespace's init reaps every orphan); bwrap's own two processes are not
+    counted. Past the limit the tree is ended at once (`Ending.process_limit`). Where it
+    cannot be counted whole (no supervisor and no sandbox: an escapee is re-parented to init)
+    it is not enforced and `process_count_note` says why. A process that lives less than
+    _COUNT_S between two counts can be missed: the limit bounds what the tree holds, not
+    every fork.
+
     `on_spawn(pid)` is called once the child runs, before its output is read; the child leads
     its own session and process group (sid = pgid = pid), so whatever it starts without
     setsid can be recognised by its session.
@@ -1105,6 +1121,8 @@ def run_process(
         raise ValueError("give stdin_bytes or stdin_feed, not both")
     if max_line_bytes <= 0 or stderr_tail_bytes < 0:
         raise ValueError("max_line_bytes must be > 0 and stderr_tail_bytes >= 0")
+    if max_processes is not None and max_processes < 1:
+        raise ValueError("max_processes must be >= 1 (the CLI itself is one)")
     if run_marker is not None and (not run_marker or "\0" in run_marker):
         raise ValueError("run_marker must be a non-empty string without NUL")
     marker = run_marker or secrets.token_hex(12)
@@ -1312,6 +1330,9 @@ def run_process(
     orphans = False
     exit_seen_at: float | None = None
     next_watch = 0.0
+    count_root, count_own, count_note = _count_root(proc, containment) if max_processes is not None else (0, 0, "")
+    processes_seen: int | None = 0 if count_root else None
+    next_count = 0.0
     try:
         setup()
         while ending is None:
@@ -1320,6 +1341,13 @@ def run_process(
                 next_watch = now + _WATCH_S
                 if proc.tampered():
                     proc.lost = True  # ended below as a lost leader; the teardown kills the tree
+            if count_root and now >= next_count and max_processes is not None:
+                next_count = now + _COUNT_S
+                counted = count_tree(count_root, count_own)
+                processes_seen = max(processes_seen or 0, counted)
+                if counted > max_processes:
+                    ending = Ending.process_limit
+                    break
             if cancel is not None and cancel.is_set():
                 ending = Ending.cancelled
                 break
@@ -1406,7 +1434,57 @@ def run_process(
         supervisor_lost=bool(getattr(proc, "lost", False)),
         containment=containment,
         containment_note=containment_note,
+        processes_seen=processes_seen,
+        process_count_note=count_note,
     )
+
+
+#: How often a tree with a process limit is counted (s).
+_COUNT_S = 0.1
+
+
+def _count_root(proc: Any, containment: str) -> tuple[int, int, str]:
+    """(the pid whose descendants are the whole tree, how many of them are bwrap's own, "")
+    where the tree can be counted whole: the session supervisor (a subreaper; below it a
+    sandbox's bwrap and its namespace's init), else a sandbox's bwrap (its namespace's init
+    reaps every orphan; below it the init); (0, 0, why not) otherwise."""
+    sandboxed = containment == "bwrap"
+    if isinstance(proc, _Supervised) and proc.supervisor:
+        return proc.supervisor, 2 if sandboxed else 0, ""
+    if sandboxed:
+        return proc.pid, 1, ""
+    return 0, 0, ("the session's processes cannot be counted whole here (no process guard and no sandbox: a process "
+               "that leaves the tree is re-parented outside it), so the processes limit is not enforced")
+
+
+def count_tree(root: int, own: int = 0) -> int:
+    """Live processes below `root` (zombies not counted), less `own` of them that are not the
+    CLI's (a sandbox's bwrap processes)."""
+    table: dict[int, tuple[int, bytes]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return 0
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                data = fh.read()
+            fields = data[data.rfind(b")") + 2:].split()
+            table[int(entry)] = (int(fields[1]), fields[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _state) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    count, todo = 0, [root]
+    while todo:
+        for kid in children.get(todo.pop(), ()):
+            todo.append(kid)
+            if table[kid][1] not in (b"Z", b"X"):
+                count += 1
+    return max(0, count - own)
 
 
 #: Waits between attempts to start an executable that is busy (ETXTBSY): ~0.4 s in all.

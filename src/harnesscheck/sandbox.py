@@ -113,10 +113,21 @@ def _system_binds() -> list[str]:
     args += ["--dir", "/etc"]
     for name in ETC_ALLOWLIST:
         path = "/etc/" + name
-        if os.path.lexists(path) and os.path.exists(path):
+        if not (os.path.lexists(path) and os.path.exists(path)):
+            continue
+        if os.path.islink(path) and _inside_system(os.path.realpath(path)):
+            # kept a link, as on the host: /etc/localtime -> /usr/share/zoneinfo/<zone> names the
+            # zone (a bound copy would not, and a CLI would read /etc/timezone instead)
+            args += ["--symlink", os.readlink(path), path]
+        else:
             args += ["--ro-bind", path, path]
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/var/tmp", "--dir", "/run"]
     return args
+
+
+def _inside_system(real: str) -> bool:
+    """Whether a resolved path lies in the system directories bound read-only (SYSTEM_DIRS)."""
+    return any(real.startswith(os.path.realpath(d) + "/") for d in SYSTEM_DIRS if os.path.isdir(d))
 
 
 def _trial(bwrap: str, user_namespace: bool) -> tuple[bool, str]:
@@ -229,6 +240,21 @@ def host_pid(pid: int, pidns: str) -> int:
     process records itself), or, once that process or its namespace is gone, a number no
     process can have (pid_max + pid: every process of a namespace dies with its init, so a
     survivor check over it finds nothing, as it must). A pid of our own namespace is itself."""
+    found = find_host_pid(pid, pidns)
+    if found is not None:
+        return found
+    try:
+        with open("/proc/sys/kernel/pid_max") as fh:
+            pid_max = int(fh.read())
+    except (OSError, ValueError):
+        pid_max = 1 << 22
+    return pid_max + pid
+
+
+def find_host_pid(pid: int, pidns: str) -> int | None:
+    """The host's pid of the live process that is `pid` in PID namespace `pidns` (its
+    `/proc/<host pid>/status` NSpid ends with `pid`), None when there is none (gone, or its
+    namespace is). A pid of our own namespace (or of none named) is itself."""
     if not pidns or pidns == own_pidns():
         return pid
     try:
@@ -249,12 +275,7 @@ def host_pid(pid: int, pidns: str) -> int:
                         break
         except (OSError, ValueError):
             continue
-    try:
-        with open("/proc/sys/kernel/pid_max") as fh:
-            pid_max = int(fh.read())
-    except (OSError, ValueError):
-        pid_max = 1 << 22
-    return pid_max + pid
+    return None
 
 
 # --- what a session binds in ------------------------------------------------------------
@@ -305,6 +326,25 @@ def install_root(cli_path: str | os.PathLike[str]) -> list[str]:
         root = root or real
         if root not in out:
             out.append(root)
+    return out
+
+
+def cache_installs(words: Iterable[str]) -> list[str]:
+    """The CLI-cache installs that `words` (a command's arguments, env values) name by absolute
+    path, each as install_root gives it: an agent run through an interpreter (`node
+    <cache>/<pkg>/.../index.js`) or pointed at another cached CLI by its environment
+    (`CLAUDE_CODE_EXECUTABLE=<cache>/claude@.../claude`). Paths outside the cache are not taken:
+    what a profile names there is the host's, never bound on its word."""
+    from harnesscheck.paths import cli_cache_dir
+
+    cache = os.path.realpath(str(cli_cache_dir()))
+    out: list[str] = []
+    for word in words:
+        if not isinstance(word, str) or not os.path.isabs(word) or not os.path.exists(word):
+            continue
+        real = os.path.realpath(word)
+        if real != cache and real.startswith(cache + "/"):
+            out.extend(r for r in install_root(word) if r not in out)
     return out
 
 

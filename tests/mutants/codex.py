@@ -67,6 +67,10 @@ class LoadsTheProjectDocs(CodexTransport):
     """Leaves `project_doc_max_bytes = 0` out of its config.toml: codex reads every AGENTS.md from
     the nearest git root above its scratch cwd down to it (a run dir inside a checkout)."""
 
+    #: Judged without the reference's sandbox: in one, the CLI finds no worktree or checkout above its cwd to read (the defect is
+    #: harmless there); the check must catch the defect itself, as in a backend with no sandbox.
+    sandboxed = False
+
     def invocation(self, ctx, request, cli, *, tool_less):
         from harnesscheck.providers import codex
 

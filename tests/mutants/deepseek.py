@@ -66,6 +66,10 @@ class LoadsWorkspaceInstructions(DeepSeekTransport):
     """Leaves the runtime's agent-instructions plugin on: every AGENTS.md / CLAUDE.md from the
     nearest git root above its scratch cwd reaches the model (a run dir inside a checkout)."""
 
+    #: Judged without the reference's sandbox: in one, the CLI finds no worktree or checkout above its cwd to read (the defect is
+    #: harmless there); the check must catch the defect itself, as in a backend with no sandbox.
+    sandboxed = False
+
     def invocation(self, ctx, request, cli, *, tool_less):
         saved = ds.INSTRUCTION_PLUGINS
         ds.INSTRUCTION_PLUGINS = ()

@@ -29,6 +29,10 @@ class WalksUpForGeminiMd(GeminiTransport):
     """Writes no `context.memoryBoundaryMarkers: []`: gemini loads every GEMINI.md from its scratch
     cwd up to the nearest git root (a run dir inside a checkout)."""
 
+    #: Judged without the reference's sandbox: in one, the CLI finds no worktree or checkout above its cwd to read (the defect is
+    #: harmless there); the check must catch the defect itself, as in a backend with no sandbox.
+    sandboxed = False
+
     def invocation(self, ctx, request, cli, *, tool_less):
         import json
 

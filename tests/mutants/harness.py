@@ -163,6 +163,10 @@ class FindsEscapeesByEnvMarker(ClaudeCodeTransport):
     escapees hunted by the HARNESSCHECK_RUN marker in /proc/<pid>/environ; blind to a setsid'd
     descendant with an empty environment (`setsid env -i sleep`)."""
 
+    #: Judged without the reference's sandbox: in one, its PID namespace ends every escapee with it (the defect is
+    #: harmless there, or shows otherwise); the check must catch the defect itself.
+    sandboxed = False
+
     def _run(self, request, **kwargs):
         import harnesscheck.process as process
 
@@ -357,6 +361,10 @@ class ConfiguresASilentBridge(ClaudeCodeTransport):
 class ChecksThenOpensByName(ClaudeCodeTransport):
     """Its bridge's read_file checks a path by name, then opens it by name (tests/mutants/_racy_bridge.py):
     a directory swapped for an outside symlink in between is read."""
+
+    #: Judged without the reference's sandbox: in one, the bridge it starts by its own command line has no worktree to read (the defect is
+    #: harmless there, or shows otherwise); the check must catch the defect itself.
+    sandboxed = False
 
     def invocation(self, ctx, request, cli, *, tool_less):
         import sys
@@ -693,6 +701,10 @@ class WaitsOutTheAuthLadder(ClaudeCodeTransport):
 class WritesItsMcpConfigToAFixedName(ClaudeCodeTransport):
     """Writes the CLI's MCP config to one fixed name beside the run dir (`<parent>/claude-mcp.json`),
     as a backend with a fixed run-file name does: sessions that share the parent get each other's bridge."""
+
+    #: Judged without the reference's sandbox: in one, a config outside its run dir is not bound, so the CLI has no bridge at all (the defect is
+    #: harmless there, or shows otherwise); the check must catch the defect itself.
+    sandboxed = False
 
     def invocation(self, ctx, request, cli, *, tool_less):
         from harnesscheck.providers.claude_code import mcp_config

@@ -211,7 +211,14 @@ class AcpAdapter(BackendUnderTest):
         folder.mkdir(parents=True, exist_ok=True)
         scenario_path, record_path = folder / "scenario.json", folder / "record.jsonl"
         scenario_path.write_text(json.dumps(scenario), encoding="utf-8")
-        transport = build_transport(self.spec, Settings(backend=self.spec.id, **self.run_settings(dict(settings or {}))))
+        # Offline, the fake agent runs with the process guard alone (containment: guards, on every
+        # outcome): the acp.* checks read pids the fake records of itself and its tool children
+        # while it runs, and effects it leaves on host paths it is told of on its command line;
+        # inside a PID namespace those pids are the namespace's. The real agents at loopback are
+        # sandboxed (AcpLoopbackLevel); a check asks for a sandbox itself with settings={"sandbox": ...}.
+        run = self.run_settings(dict(settings or {}))
+        run.setdefault("sandbox", "off")
+        transport = build_transport(self.spec, Settings(backend=self.spec.id, **run))
         profile = transport.profile
         if self.by_prompt:
             import sys
@@ -352,6 +359,7 @@ class AcpAdapter(BackendUnderTest):
         settings = {} if linger_s is None else {"linger_s": linger_s}
         transport, record = self._transport({"steps": filled, "stop": "end_turn"}, policy=policy, settings=settings,
                                             session_key=session_key)
+        transport.bind_in_sandbox(writable=[effects])  # where a step's side effects land, sandboxed or not
         return run_acp_session(self, transport, record, ws, effects, timeout_s=timeout_s, read_only=read_only,
                                cancel_when=cancel_when, observer=observer, plant=plant, parent_env=parent_env,
                                decided=decided)
@@ -394,6 +402,8 @@ def run_acp_session(but: BackendUnderTest, transport, record: Path | None, ws, e
             outcome = transport.run_session(request, cancel=cancel, evidence=evidence, observer=watch)
         finally:
             stop_poll.set()
+    if getattr(outcome, "containment", None):  # the cell says how its sessions were contained
+        but.__dict__.setdefault("containments", set()).add(str(outcome.containment))
     return AcpRun(outcome=outcome, evidence=evidence, records=read_records(record) if record else [],
                   duration_s=time.monotonic() - started, effects=effects, run_dir=run_dir, observed=observed)
 
@@ -592,6 +602,9 @@ class AcpLoopbackLevel:
                     settings = Settings(backend=self.spec.id, **({"linger_s": linger_s} if linger_s is not None else {}))
                     transport = type(built)(self.spec, settings, profile=built.profile,
                                             loopback=LoopbackEndpoint(server.base_url, api_key=key), policy=policy)
+                    # the check's effects dir (outside the worktree): a built-in's write lands there in
+                    # the agent's sandbox as it would without one, so the host's refusal is what stops it
+                    transport.bind_in_sandbox(writable=[effects])
                     return run_acp_session(self, transport, None, ws, effects,
                                            timeout_s=timeout_s + self.startup_allowance_s(), read_only=read_only,
                                            cancel_when=cancel_when, observer=observer, plant=plant, parent_env=parent_env,

@@ -528,6 +528,8 @@ class BackendUnderTest:
                     guard.stop()
         run = SessionRun(outcome=outcome, workspace=ws, duration_s=timeline.ended - timeline.started,
                          facts=setup.facts, parent_env=env, timeline=timeline)
+        if getattr(outcome, "containment", None):  # the cell says how its sessions were contained
+            self.__dict__.setdefault("containments", set()).add(str(outcome.containment))
         run.abandoned = abandoned[0] if abandoned else None
         self.collect(run, setup, request)
         timeline.progress = self.stall_progress(setup)

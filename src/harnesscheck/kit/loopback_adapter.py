@@ -38,11 +38,13 @@ from harnesscheck.loopback.adapter import (
     DescendantWatcher,
     _TeeParser,
     facts_from_stdout,
+    host_records,
     loopback_scenario,
     loopback_transport,
     read_opens,
     read_records,
     wire_to_scope_name,
+    wrapper_binds,
     write_wrapper,
 )
 from harnesscheck.loopback.endpoint import LoopbackEndpoint, session_key
@@ -191,6 +193,10 @@ class LoopbackAdapter(HarnessAdapter):
                 self.spec, Settings(backend=self.spec.id, **(getattr(self._local, "settings", None) or {})),  # run(settings=)
                 cli_path=wrapper, endpoint=LoopbackEndpoint(server.base_url, api_key=key),
             )
+        bind = getattr(transport, "bind_in_sandbox", None)
+        if bind is not None:  # a sandboxed session sees the real CLI and writes the wrapper's record
+            read_only, writable = wrapper_binds(wrapper, real)
+            bind(read_only=read_only, writable=writable)
         lines: list[str] | None = []
         make_parser = getattr(transport, "make_parser", None)
         if make_parser is None:  # a backend not built on our providers: its CLI's stdout is not seen
@@ -228,7 +234,7 @@ class LoopbackAdapter(HarnessAdapter):
         for name in ("session-trace.jsonl", "bridge-trace.jsonl"):
             trace.extend(read_trace(Path(request.run_dir) / name) if request.run_dir else [])
         run.trace = trace
-        recorded = read_records(setup.extra["record"])
+        recorded = host_records(read_records(setup.extra["record"]), watcher.host_pids)  # a sandbox's pids as the host's
         records = [r for r in recorded if not set(r.get("argv", [])[1:2]) & _VERSION_FLAGS]
         run.cli_named, run.cli_pids = setup.extra["wrapper"], [int(r["pid"]) for r in recorded if "pid" in r]
         turns = server.turn_requests()
@@ -351,9 +357,10 @@ class LoopbackAdapter(HarnessAdapter):
     def running_pids(self, setup: Setup, request) -> list[int]:
         """The real CLI (its exec wrapper's records, version probes aside), every descendant the
         watcher has seen so far, and each bridge the traces name: what the watchdog ends."""
-        pids = [int(r["pid"]) for r in read_records(setup.extra["record"])
-                if "pid" in r and not set(r.get("argv", [])[1:2]) & _VERSION_FLAGS]
         watcher = setup.extra.get("watcher")
+        known = dict(watcher.host_pids) if watcher is not None else {}
+        pids = [int(r["pid"]) for r in host_records(read_records(setup.extra["record"]), known)
+                if "pid" in r and not set(r.get("argv", [])[1:2]) & _VERSION_FLAGS]
         for _ in range(3):  # the watcher's thread adds to `seen` while this copies it
             try:
                 pids.extend(list(watcher.seen) if watcher is not None else [])

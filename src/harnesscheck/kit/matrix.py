@@ -64,6 +64,9 @@ class MatrixCell(BaseModel):
     #: scripted server's protocol, the real CLI's version): per cell, since the cells of one
     #: column replay different fixtures. Absent in matrices written before it was recorded.
     provenance: str | None = None
+    #: How the cell's sessions were contained (bwrap, guards, none; '+'-joined when they differ),
+    #: None where the kit ran none itself or in matrices written before it was recorded.
+    containment: str | None = None
     #: "KIT-VERSION DATE": the first matrix (in the chain of previous ones) with this outcome
     #: (kit/publish.py history). Absent in matrices written before it was recorded.
     since: str | None = None
@@ -274,7 +277,7 @@ def to_json(m: Combined) -> dict:
     by_area: dict = defaultdict(list)
     for (backend, level, check), cell in sorted(m.cells.items()):
         out_cells[backend][level][check] = {"outcome": cell.outcome, "reason": cell.reason, "provenance": cell.provenance or None,
-                                            "since": m.since.get((backend, level, check))}
+                                            "containment": cell.containment, "since": m.since.get((backend, level, check))}
         by_area[(backend, level, m.areas[check])].append(cell)
     for (backend, level, area), cells in sorted(by_area.items()):
         out_areas[backend][level][area] = area_status(cells)

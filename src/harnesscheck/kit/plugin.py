@@ -538,7 +538,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         record = {
             "check": info.id, "backend": spec.id, "level": level, "outcome": outcome, "reason": reason,
             "duration_s": round(report.duration, 4), "message": message[:2000], "area": info.area,
-            "provenance": provenance,
+            "provenance": provenance, "containment": _containment(but),
         }
         setattr(report, CELL_ATTR, record)
     return report
@@ -568,6 +568,13 @@ def _provenance(but) -> str:
         return str(but.provenance())[:500] if but is not None and hasattr(but, "provenance") else ""
     except Exception as exc:  # noqa: BLE001 - provenance is a record, not a verdict
         return f"provenance unavailable ({type(exc).__name__})"
+
+
+def _containment(but) -> str | None:
+    """How the sessions the cell's adapter ran were contained (BackendUnderTest.containments):
+    bwrap, guards, none, '+'-joined when they differ; None where it ran none."""
+    seen = sorted(getattr(but, "containments", None) or ())
+    return "+".join(seen) if seen else None
 
 
 def _cell_of(item: pytest.Item):

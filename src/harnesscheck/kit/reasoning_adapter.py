@@ -34,7 +34,8 @@ from typing import Any
 
 from harnesscheck.contracts import Usage
 from harnesscheck.kit.adapters import BackendUnderTest, Facts, Progress, SessionRun, Setup, SkipCell, reasoning_profile
-from harnesscheck.loopback.adapter import CannotScript, loopback_scenario, read_records, write_wrapper
+from harnesscheck.loopback.adapter import (CannotScript, host_records, loopback_scenario, read_records, wrapper_binds,
+                                           write_wrapper)
 from harnesscheck.loopback.endpoint import DUMMY_KEY, LoopbackEndpoint
 from harnesscheck.loopback.scenario import Scenario, ServedUsage, Turn
 from harnesscheck.loopback.server import ScriptedModelServer
@@ -170,6 +171,10 @@ class ReasoningLoopbackAdapter(BackendUnderTest):
             remember_version(wrapper, printed)
         settings = Settings(backend=self.spec.id, **self.run_settings({}))
         transport = self._factory()(self.spec, settings, cli_path=wrapper, loopback=LoopbackEndpoint(server.base_url))
+        bind = getattr(transport, "bind_in_sandbox", None)
+        if bind is not None:  # each turn's sandbox sees the real CLI and writes the wrapper's record
+            read_only, writable = wrapper_binds(wrapper, self.binary.path)
+            bind(read_only=read_only, writable=writable)
         return Setup(transport, Facts(requested_model=model), model=model,
                      extra={"server": server, "record": record, "script": script})
 
@@ -218,7 +223,8 @@ class ReasoningLoopbackAdapter(BackendUnderTest):
         server: ScriptedModelServer = setup.extra["server"]
         server.stop()
         run.run_dir = request.run_dir
-        run.children = [r for r in read_records(setup.extra["record"]) if r.get("argv", [])[1:2] != ["--version"]]
+        run.children = [r for r in host_records(read_records(setup.extra["record"]))  # a sandbox's pids as the host's
+                        if r.get("argv", [])[1:2] != ["--version"]]
         run.requests = [
             {"url": r.path + (f"?{r.query}" if r.query else ""), "status": r.status, "headers": r.headers,
              "visible_headers": r.headers, "body": r.body_text}

@@ -54,6 +54,9 @@ class CellResult(BaseModel):
     area: str = ""
     provenance: str = Field(default="", description="what the verdict came from: the fixtures, scripted servers "
                             "or CLI release this cell ran against (empty where nothing ran)")
+    containment: str | None = Field(default=None, description="how the sessions the kit ran for this cell were "
+                                    "contained: bwrap, guards or none (an api session), '+'-joined when they differ; "
+                                    "None where the kit ran no session itself (doc/SPEC-sandbox.md)")
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -178,8 +181,10 @@ def _sandbox_line() -> str:
     `guards (<why no sandbox>)`, and the HARNESS_BACKEND_SANDBOX mode."""
     from harnesscheck import sandbox
 
+    from harnesscheck.config import Settings
+
     state = sandbox.status()
-    mode = os.environ.get("HARNESS_BACKEND_SANDBOX", "off")
+    mode = Settings().sandbox  # the kit's own sessions build their settings, never from the host's environment
     return f"bwrap {state.version or ''} (HARNESS_BACKEND_SANDBOX={mode})".replace("  ", " ") if state.available \
         else f"guards ({state.reason})"
 

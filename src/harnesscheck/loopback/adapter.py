@@ -112,8 +112,12 @@ def stdin_type():
     if stat.S_ISREG(st.st_mode):
         return "file"
     return "socket" if stat.S_ISSOCK(st.st_mode) else "other"
+try:
+    pidns = os.readlink("/proc/self/ns/pid")  # in a sandbox, pid and ppid are its namespace's
+except OSError:
+    pidns = ""
 rec = {{"kind": "invocation", "argv": sys.argv, "env": dict(os.environ), "cwd": os.getcwd(), "pid": os.getpid(),
-        "ppid": os.getppid(), "stdin_type": stdin_type(), "ts": time.time(), "mcp_configs": {{}}}}
+        "ppid": os.getppid(), "pidns": pidns, "stdin_type": stdin_type(), "ts": time.time(), "mcp_configs": {{}}}}
 for i, arg in enumerate(sys.argv[:-1]):
     if arg == "--mcp-config" and sys.argv[i + 1].lstrip().startswith("{{"):  # the JSON itself
         rec["mcp_configs"][f"--mcp-config #{{i + 1}} (inline JSON)"] = sys.argv[i + 1]
@@ -130,14 +134,30 @@ os.execv({real!r}, [{real!r}] + sys.argv[1:])
 
 def write_wrapper(directory: Path, real: Path, name: str, strace: str | None = None) -> tuple[Path, Path]:
     """An executable `directory/name` that records its invocation and execs `real` (under
-    `strace -f` writing the files it opens to `directory/opens.log`, when `strace` is given)."""
+    `strace -f` writing the files it opens to `directory/opens.log`, when `strace` is given).
+    The record and the log are made here, empty, so a session's sandbox can bind them in
+    writable (`wrapper_binds`): inside one, the wrapper's directory is read-only."""
     directory.mkdir(parents=True, exist_ok=True)
     record = directory / f"{name}.record.jsonl"
     path = directory / name
     path.write_text(_WRAPPER.format(python=sys.executable, record=str(record), real=str(real), strace=strace or "",
                                     opens=str(directory / "opens.log")), encoding="utf-8")
     path.chmod(0o755)
+    for made in (record, directory / "opens.log"):
+        made.touch(mode=0o600, exist_ok=True)
     return path, record
+
+
+def wrapper_binds(wrapper: Path, real: Path) -> tuple[list[str], list[str]]:
+    """(read-only, writable) host paths a sandboxed session run through `wrapper` needs beyond
+    the wrapper's own directory (bound read-only as its install): the real CLI's install, which
+    the wrapper execs, and the wrapper's record and strace log, which it writes
+    (HarnessTransport.bind_in_sandbox)."""
+    from harnesscheck.sandbox import install_root
+
+    directory = Path(wrapper).parent
+    written = [str(p) for p in directory.iterdir() if p.name.endswith(".record.jsonl") or p.name == "opens.log"]
+    return install_root(real), written
 
 
 def read_records(record: Path) -> list[dict]:
@@ -185,14 +205,39 @@ def _read_proc(pid: int) -> dict | None:
     return {"pid": pid, "argv": argv, "env": env}
 
 
+def host_records(records: list[dict], known: dict[tuple[str, int], int] | None = None) -> list[dict]:
+    """The wrapper's records with their pids as the host sees them: a record made inside a
+    sandbox names a pid of its PID namespace (`pidns`); it becomes the host's pid (from
+    `known`, what a DescendantWatcher resolved while the process ran, else looked up now:
+    sandbox.host_pid, a number no process has once it is gone) and keeps the namespace's as
+    `ns_pid`. A record of the host's own namespace is returned as it is."""
+    from harnesscheck.sandbox import host_pid, own_pidns
+
+    mine = own_pidns()
+    out = []
+    for rec in records:
+        pidns = rec.get("pidns") or ""
+        if not pidns or pidns == mine or "pid" not in rec:
+            out.append(rec)
+            continue
+        ns_pid = int(rec["pid"])
+        found = (known or {}).get((pidns, ns_pid))
+        out.append({**rec, "ns_pid": ns_pid, "pid": found if found is not None else host_pid(ns_pid, pidns)})
+    return out
+
+
 class DescendantWatcher:
     """Polls /proc while a session runs and remembers every descendant of the CLI it sees
-    (pid, argv, exec-time env), so checks can ask who survived and what env they got."""
+    (pid, argv, exec-time env), so checks can ask who survived and what env they got. A CLI
+    that records itself inside a sandbox names a pid of its namespace: the watcher finds its
+    host pid while it runs (`host_pids`) and watches from there, outside the namespace."""
 
     def __init__(self, record: Path, interval_s: float = 0.2):
         self.record = record
         self.interval_s = interval_s
         self.seen: dict[int, dict] = {}
+        #: (pid namespace, pid in it) -> the host's pid, for each sandboxed record resolved.
+        self.host_pids: dict[tuple[str, int], int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="loopback-watcher")
         self._roots: set[int] = set()
@@ -206,11 +251,26 @@ class DescendantWatcher:
         self._thread.join(timeout=5)
         return list(self.seen.values())
 
+    def _host_pid(self, rec: dict) -> int:
+        """The record's pid on the host (resolved once, while the process lives)."""
+        from harnesscheck.sandbox import find_host_pid, own_pidns
+
+        pid, pidns = int(rec["pid"]), rec.get("pidns") or ""
+        if not pidns or pidns == own_pidns():
+            return pid
+        key = (pidns, pid)
+        if key not in self.host_pids:
+            found = find_host_pid(pid, pidns)
+            if found is None:
+                return -1  # not (or no longer) running: nothing below it to watch
+            self.host_pids[key] = found
+        return self.host_pids[key]
+
     def _loop(self) -> None:
         while not self._stop.is_set():
             for rec in read_records(self.record):
-                if not set(rec.get("argv", [])[1:2]) & _VERSION_FLAGS:
-                    self._roots.add(int(rec["pid"]))
+                if "pid" in rec and not set(rec.get("argv", [])[1:2]) & _VERSION_FLAGS:
+                    self._roots.add(self._host_pid(rec))
             if self._roots:
                 table = proc_table()
                 children: dict[int, list[int]] = {}

@@ -363,12 +363,16 @@ def record_digest(pkg: Path, out=None, *, only_if_missing: bool = False) -> None
 def ensure_bubblewrap(out=None) -> bool:
     """bubblewrap for the sessions' sandbox (doc/SPEC-sandbox.md), as .ci/run installs it: with
     apt-get where we are root, else a message with the fix. Never fails the install: without
-    it sessions run with the process guard alone and say so. True when bwrap is there after."""
+    it sessions run with the process guard alone and say so. Once bwrap is there, the trial a
+    session's sandbox needs (sandbox.status(): user and PID namespaces allowed) is run, and a
+    machine that refuses it is told so with the fix. True when sessions can be sandboxed."""
     from harnesscheck import sandbox
 
     out = out or sys.stdout
-    if sandbox._find_bwrap() is not None or not sys.platform.startswith("linux"):
-        return sandbox._find_bwrap() is not None
+    if not sys.platform.startswith("linux"):
+        return False
+    if sandbox._find_bwrap() is not None:
+        return _sandbox_usable(out)
     apt = shutil.which("apt-get")
     if apt is not None and hasattr(os, "geteuid") and os.geteuid() == 0:
         print("install-clis: installing bubblewrap (the sessions' sandbox)", file=out)
@@ -378,10 +382,20 @@ def ensure_bubblewrap(out=None) -> bool:
                                    stdout=subprocess.DEVNULL, env=env, check=False).returncode == 0
         sandbox.reset()
         if ok and sandbox._find_bwrap() is not None:
-            return True
+            return _sandbox_usable(out)
     print(f"install-clis: bubblewrap is not installed: sessions will run with the process guard alone\n"
           f"  fix: {sandbox.INSTALL_FIX}", file=out)
     return False
+
+
+def _sandbox_usable(out) -> bool:
+    from harnesscheck import sandbox
+
+    state = sandbox.status()
+    if not state.available:
+        print(f"install-clis: bubblewrap is installed but cannot sandbox a session here ({state.reason}): sessions "
+              f"will run with the process guard alone\n  fix: {sandbox.INSTALL_FIX}", file=out)
+    return state.available
 
 
 def install(dest: Path | None = None, *, out=None, backend: str | None = None, version: str | None = None) -> int:

@@ -35,7 +35,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -312,6 +312,8 @@ def ending_outcome(result: Any, *, terminal_seen: bool) -> tuple[OutcomeStatus, 
         )
     if result.ending is Ending.deadline and not terminal_seen:
         return OutcomeStatus.truncated, ErrorClass.timeout, "the session deadline passed; partial output kept"
+    if result.ending is Ending.process_limit:
+        return OutcomeStatus.truncated, ErrorClass.budget, process_limit_message(result)
     if terminal_seen or result.ending is Ending.early_stop:
         return None
     if getattr(result, "supervisor_lost", False):
@@ -324,6 +326,16 @@ def ending_outcome(result: Any, *, terminal_seen: bool) -> tuple[OutcomeStatus, 
         how = f"signal {result.signal}" if result.signal is not None else f"exit code {result.exit_code}"
         return OutcomeStatus.error, ErrorClass.cli_crash, f"the CLI ended with {how} and no terminal event"
     return OutcomeStatus.error, ErrorClass.protocol, "the CLI exited 0 without a terminal event"
+
+
+def process_limit_message(result: Any) -> str:
+    return (f"stopped at the policy's processes limit: the CLI's tree held {result.processes_seen} processes at once; "
+            "the tree was ended")
+
+
+def _process_limit(request: AgentSessionRequest) -> int | None:
+    policy = getattr(request, "policy", None)
+    return policy.limits.processes if policy is not None else None
 
 
 class _Tracer:
@@ -412,6 +424,18 @@ class HarnessTransport:
         self.check_version = check_version
         self._cli_info: Any = None
         self._lock = threading.Lock()
+        #: Host paths every session of this transport binds into its sandbox besides its own
+        #: (bind_in_sandbox): (read-only, writable).
+        self._extra_binds: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+
+    def bind_in_sandbox(self, *, read_only: Sequence[str | os.PathLike[str]] = (),
+                        writable: Sequence[str | os.PathLike[str]] = ()) -> None:
+        """Have every later session's sandbox bind these host paths too, at their own path (a
+        host that runs the CLI through an executable of its own, as the kit's exec wrapper
+        does: the real CLI's install read-only, the wrapper's record file writable). A path
+        that does not exist when the session starts is left out."""
+        ro, rw = self._extra_binds
+        self._extra_binds = ((*ro, *map(os.fspath, read_only)), (*rw, *map(os.fspath, writable)))
 
     # -- hooks --------------------------------------------------------------------------
 
@@ -425,8 +449,10 @@ class HarnessTransport:
 
     def sandbox_paths(self, ctx: SessionContext, cli: Path) -> tuple[list[str], list[str]]:
         """(read-only, writable) host paths this CLI needs in its sandbox beyond what every
-        session binds (session_sandbox); a subclass adds its own."""
-        return [], []
+        session binds (session_sandbox): those the host gave bind_in_sandbox; a subclass adds
+        its own to them."""
+        ro, rw = self._extra_binds
+        return list(ro), list(rw)
 
     def after_session(self, ctx: SessionContext, outcome: AgentOutcome) -> AgentOutcome | None:
         """Subclass clean-up after the process tree is gone (e.g. unlink a credential link).
@@ -528,7 +554,7 @@ class HarnessTransport:
         leftovers: list[str],
     ) -> AgentOutcome:
         from harnesscheck.envpolicy import build_child_env, private_temp_dirs, redact
-        from harnesscheck.process import DEFAULT_MAX_LINE_BYTES, SlotBusy, run_process, session_slot
+        from harnesscheck.process import DEFAULT_MAX_LINE_BYTES, Ending, SlotBusy, run_process, session_slot
 
         if request.options is not None and request.options.given():  # before anything starts
             from harnesscheck.contracts import OptionUnsupported
@@ -594,9 +620,16 @@ class HarnessTransport:
                     on_spawn=(lambda pid: bind_bridge(ctx.spec_path, pid)) if ctx.spec_path is not None else None,
                     stdout_spool=ctx.run_dir if self.stdout_spool else None,
                     sandbox=sandbox,
+                    max_processes=_process_limit(request),
                 )
             release_bridge(ctx.spec_path)  # before the trace is read; the bridge child is not in the CLI's group
             outcome = parser.outcome(result)
+            if result.ending is Ending.process_limit:  # whatever the stream said last: the limit ended it
+                outcome = outcome.model_copy(update={"status": OutcomeStatus.truncated, "error_class": ErrorClass.budget,
+                                                     "retryable": False, "message": process_limit_message(result)})
+            elif result.process_count_note:  # a limit asked for and not enforced: said, never silent
+                outcome = outcome.model_copy(update={
+                    "message": "; ".join(p for p in (outcome.message, result.process_count_note) if p)})
             parser_session_id = outcome.session_id
             outcome = self._finish(outcome, ctx, result, info, redact)
             note = sandbox_note or result.containment_note
@@ -643,7 +676,7 @@ class HarnessTransport:
         user's HOME, the host's /tmp, every other process."""
         from harnesscheck import sandbox as sb
 
-        mode = getattr(self.settings, "sandbox", "off")
+        mode = getattr(self.settings, "sandbox", "auto")
         if mode == "off":
             return None, "no sandbox asked for (HARNESS_BACKEND_SANDBOX=off)"
         if not self.sandboxed:

@@ -48,6 +48,7 @@ class _Pending:
         self.session: AcpSession | None = None
         self.evidence = evidence
         self.observer = observer
+        self.installs: list[str] = []  # CLI-cache installs the command names (sandbox_paths)
 
 
 class AcpTransport(HarnessTransport):
@@ -222,7 +223,18 @@ class AcpTransport(HarnessTransport):
         )
         session.start()  # `initialize` is queued: the agent reads it as soon as it runs
         self._local.pending.session = session
+        from harnesscheck.sandbox import cache_installs
+
+        # what the profile runs beyond its first word (node's script, a CLI it points the agent at)
+        self._local.pending.installs = cache_installs([*argv[1:], *injections.values()])
         return Invocation(argv=argv, injections=injections, stdin_feed=feed)
+
+    def sandbox_paths(self, ctx: SessionContext, cli: Path) -> tuple[list[str], list[str]]:
+        """Beyond the base's: the CLI-cache installs the agent's command and environment name
+        (sandbox.cache_installs), read-only."""
+        read_only, writable = super().sandbox_paths(ctx, cli)
+        pending = getattr(self._local, "pending", None)
+        return [*read_only, *getattr(pending, "installs", ())], writable
 
     @staticmethod
     def _fill(text: str, values: dict[str, str]) -> str:

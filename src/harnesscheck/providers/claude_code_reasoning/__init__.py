@@ -294,7 +294,12 @@ class ClaudeReasoningTransport(ApiTransport):
         # outcome); a guard inside each CLI turn would fail it first and lose which model answered.
         cli_settings = settings.model_copy(update={"backend": "claude-code", "model_mismatch": "warn"})
         cli = cli_transport or self.cli_class(get_spec("claude-code"), cli_settings, **cli_kwargs)
+        self._cli_transport = cli
         super().__init__(spec, settings, llm=self.llm_class(cli))
+
+    def bind_in_sandbox(self, **paths: Any) -> None:
+        """Every turn's CLI sandbox binds these too (HarnessTransport.bind_in_sandbox)."""
+        self._cli_transport.bind_in_sandbox(**paths)
 
     #: The one-turn CLI transport and the model client (a known-bad variant swaps one).
     cli_class: type[ClaudeCodeTransport] = OneTurnClaude
