@@ -32,10 +32,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-import respx  # noqa: E402
-
 import api_wire as W  # noqa: E402
+import respx  # noqa: E402
 import respx_httpx2  # noqa: E402,F401
+
 from harnesscheck.config import Settings  # noqa: E402
 from harnesscheck.contracts import AgentSessionRequest  # noqa: E402
 from harnesscheck.dispatch import dispatch  # noqa: E402

@@ -33,7 +33,6 @@ the kit use them.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys

@@ -86,10 +86,9 @@ def _transport(backend: str, cli: str, base_url: str, settings=None):
 
 
 def worker_lib(ns: argparse.Namespace) -> None:
+    import harnesscheck.providers._harness  # noqa: F401 - what a host has imported before its first session
     from harnesscheck.contracts import AgentSessionRequest
     from harnesscheck.scope import ToolScope
-
-    import harnesscheck.providers._harness  # noqa: F401 - what a host has imported before its first session
     if ns.backend == "claude-code":
         import harnesscheck.providers.claude_code  # noqa: F401
     else:
@@ -354,8 +353,7 @@ def run_backend(backend: str, cli: str, base_url: str, rounds: int, tenth_rounds
 def cell_account(bench: Bench, rounds: int) -> None:
     """Where a loopback cell's time goes beyond the bare turn: the kit's LoopbackAdapter runs
     the `tool_calls` cell as the suite does, each stage stamped, beside a floor turn per round."""
-    from harnesscheck import process
-    from harnesscheck import registry
+    from harnesscheck import process, registry
     from harnesscheck.kit import loopback_adapter as la
     from harnesscheck.providers import _harness
     from harnesscheck.registry import get_spec
@@ -419,6 +417,7 @@ def verify_vs_floor(benches: dict[str, Bench], jobs: str) -> list[str]:
     MCP server, 2 at a time on the 2 cores, plus the waits the checks require."""
     sys.path.insert(0, str(HERE))
     import bench_suite
+
     from harnesscheck.kit.verify import bridge_template, child_env, pytest_args
 
     backends = list(benches)

@@ -203,7 +203,7 @@ def test_session_files_redacted(but):
     ws = but.workspace()
     token = "ghp_" + ws.canary.replace("-", "") + "Zq9"
     # as a path: every trace records the path a call named (a grep pattern is not recorded)
-    run = but.run_tools([ToolCall("read_file", {"path": f"notes/{token}.txt"})], workspace=ws,
+    but.run_tools([ToolCall("read_file", {"path": f"notes/{token}.txt"})], workspace=ws,
                         parent_env={"GITHUB_TOKEN": token})
     files = _files_under(ws.base / "run")
     holding = sorted(name for name, data in files.items() if token.encode() in data)

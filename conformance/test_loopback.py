@@ -209,12 +209,11 @@ def test_messaging_socket_private(but):
     """No local process outside the session can reach the CLI, nor the CLI them: with a
     listener planted where a CLI's messaging sockets live in the host's temp and runtime dirs
     (`cc-socks/`), the session binds no socket there and never connects to the planted one."""
-    import socket
-    import threading
-
     import os
     import shutil
+    import socket
     import tempfile
+    import threading
     from pathlib import Path
 
     ws = but.workspace()

@@ -14,6 +14,7 @@ from harnesscheck.kit.adapters import ToolCall
 from harnesscheck.kit.catalog import check
 from harnesscheck.kit.swapper import SwapRace
 
+
 def _refused(but, run, tool: str, n: int = 1):
     """The session survived, n calls of `tool` were refused, and nothing leaked. A refusal is
     judged by its effect: the model saw an error result for the call (any wording, any code),

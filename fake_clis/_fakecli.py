@@ -178,7 +178,8 @@ one ``{"kind": "spawn", "pid": <fake pid>, "child_pid": n, "setsid": bool}`` lin
 grandchild, one ``{"kind": "mcp_server", "pid", "child_pid", "name"}`` line per MCP
 server the fake started (the session's tree holds them as the real CLI's does), and for an
 ``mcp_calls`` step one ``{"kind": "mcp_connected", "pid", "name", "mono"}`` line per server
-that answered ``initialize`` (so a bridge slow to start tells apart from a call that hangs). ``harnesscheck.fakes.FakeCli.records()`` folds them into one dict per invocation.
+that answered ``initialize`` (so a bridge slow to start tells apart from a call that hangs).
+``harnesscheck.fakes.FakeCli.records()`` folds them into one dict per invocation.
 
 While it reads stdin to EOF: one ``{"kind": "stdin_wait", "pid", "mono", "bytes": 0}`` line as it
 begins and one ``{"kind": "stdin_data", "pid", "mono", "bytes": n}`` line per chunk read, so a pipe
@@ -203,13 +204,11 @@ model_requests`` sums them (a run's ``model_calls``; None when the scenario stat
 delete its run dir afterwards.
 """
 
+import _signal  # `signal` wraps these same functions in enums, and enum costs ms to import
+import _stat as stat
 import posix  # the C half of os: `import os` costs ~1.2 ms (_collections_abc, posixpath, ...)
 import sys
 import time
-
-import _stat as stat
-
-import _signal  # `signal` wraps these same functions in enums, and enum costs ms to import
 
 try:
     import _json  # the C half of the json module, without its pure-Python half (re, enum, ...)

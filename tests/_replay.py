@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from harnesscheck.fakes import load_fixture
 from harnesscheck.process import DEFAULT_MAX_LINE_BYTES, Ending, LineAction, ProcessResult, _Run
@@ -119,7 +120,7 @@ CANARIES = {
 }
 
 
-def hostile_worktree(base) -> "Path":
+def hostile_worktree(base) -> Path:
     """A worktree shipping vendor config, instructions and a .env, and a fake HOME with the
     user's own codex/cursor/claude config. None of it may reach a session."""
     from pathlib import Path

@@ -9,10 +9,8 @@ loop through dispatch, cancellation, limits.
 
 from __future__ import annotations
 
-import json
-
-from harnesscheck.contracts import ErrorClass, Kind, ProviderSpec, Usage
-from harnesscheck.providers.fake import FakeScript, FakeTransport, FakeTurn, ToolCall
+from harnesscheck.contracts import Kind, ProviderSpec
+from harnesscheck.providers.fake import FakeScript, FakeTransport
 from harnesscheck.registry import get_spec
 
 

@@ -9,7 +9,6 @@ import json
 import os
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,14 @@ import pytest
 from harnesscheck.config import Settings
 from harnesscheck.contracts import AgentSessionRequest, ConfigError, ErrorClass, OutcomeStatus
 from harnesscheck.process import LineAction, StdinFeed, run_process
-from harnesscheck.providers.acp import AcpEvidence, AcpSession, AcpTransport, adhoc_profile, builtin_profile, load_profile
+from harnesscheck.providers.acp import (
+    AcpEvidence,
+    AcpSession,
+    AcpTransport,
+    adhoc_profile,
+    builtin_profile,
+    load_profile,
+)
 from harnesscheck.providers.acp.errors import classify_error
 from harnesscheck.providers.acp.profile import ErrorRule, profile_for
 from harnesscheck.registry import get_spec
@@ -192,7 +198,7 @@ def test_the_host_policy_answers_for_the_agents_own_tools_only_by_an_explicit_ru
     """doc/SPEC-acp.md: an agent's own tool runs outside the choke point, so a kind's default
     never allows it; an allow rule naming it does, and so does the host's approver for an
     approval_required rule. The bridge's tools stay allowed (the bridge applies the policy)."""
-    from harnesscheck.policy import PolicyEngine, Policy, Rule, ToolKind, Verdict
+    from harnesscheck.policy import Policy, PolicyEngine, Rule, ToolKind, Verdict
 
     asked = []
     policy = Policy(rules=(Rule(decision=Verdict.ALLOW, tools=("Read",)),

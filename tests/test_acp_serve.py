@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 from acp_client import AcpClient
-from harnesscheck.fakes import install_fake_cli, load_fixture
 from proc_support import alive, survivors
+
+from harnesscheck.fakes import install_fake_cli, load_fixture
 
 TESTS = str(Path(__file__).resolve().parent)
 SCRIPTED = "acp_fakes:spec"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -17,12 +16,12 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import api_wire as W
 import httpx
 import pytest
 import respx
-
-import api_wire as W
 import respx_httpx2  # noqa: F401  (registers the "httpx2" respx mocker)
+
 from harnesscheck.config import Settings
 from harnesscheck.contracts import (
     AgentSessionRequest,

@@ -1154,9 +1154,8 @@ def test_a_stopped_forkserver_ends_with_its_host(tmp_path: Path) -> None:
 def test_the_relay_refuses_a_server_of_another_user(tmp_path: Path) -> None:
     if os.getuid() != 0:
         pytest.skip("needs root to run a server as another uid")
-    import socket as socketmod
-
     import shutil
+    import socket as socketmod
     import tempfile
 
     sockdir = tempfile.mkdtemp(prefix="hc-peer-", dir="/tmp")

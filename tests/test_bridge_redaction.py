@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 import pytest
+from claude_steps import SID, claude_bridge_scenario
 
 from harnesscheck.contracts import AgentSessionRequest, OutcomeStatus
 from harnesscheck.fakes import install_fake_cli
@@ -22,7 +23,6 @@ from harnesscheck.providers.claude_code import ClaudeCodeTransport
 from harnesscheck.registry import get_spec
 from harnesscheck.report import ReportFacts, write_report
 from harnesscheck.scope import ToolScope
-from claude_steps import SID, claude_bridge_scenario
 
 #: Plain values (no token format): only redaction by the host's own values catches them.
 GITHUB = "plain-github-value-0123456789"

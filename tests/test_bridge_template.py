@@ -11,18 +11,17 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
 
 import anyio
 import pytest
+from test_bridge_forkserver import BOUND_S, _alive, _client_session, _fd_targets, _make_spec, _text, _wait_gone
 
 from harnesscheck.bridge import forkserver
 from harnesscheck.bridge.spec import bridge_env
 from harnesscheck.envpolicy import build_child_env
-from test_bridge_forkserver import BOUND_S, _alive, _client_session, _fd_targets, _make_spec, _text, _wait_gone
 
 pytestmark = pytest.mark.skipif(
     not forkserver.enabled() or not hasattr(os, "pidfd_open"), reason="the template needs Linux (SCM_RIGHTS, pidfds)"

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from claude_steps import SID, claude_bridge_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -32,7 +33,6 @@ from harnesscheck.providers.claude_code import (
 )
 from harnesscheck.registry import get_spec
 from harnesscheck.scope import ToolScope
-from claude_steps import SID, claude_bridge_scenario
 
 sys.path.insert(0, str(fake_clis_dir()))
 import _fakecli  # noqa: E402

@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings, strategies as st
-
 import tests_mutants_import  # noqa: F401  (puts the checkout on sys.path: tests.mutants)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from harnesscheck.contracts import AgentOutcome, ErrorClass, OutcomeStatus, Usage
 from harnesscheck.llm import LLMError
 from harnesscheck.providers.claude_code_reasoning import (
@@ -119,7 +120,8 @@ def test_the_server_counts_the_turns_a_transcript_holds():
 
 
 def test_the_kit_scripts_tool_calls_as_fenced_text_and_keeps_the_builtin_as_tool_use(tmp_path):
-    from harnesscheck.kit.adapters import ToolCall as KitCall, Workspace
+    from harnesscheck.kit.adapters import ToolCall as KitCall
+    from harnesscheck.kit.adapters import Workspace
     from harnesscheck.kit.reasoning_adapter import reasoning_scenario
 
     ws = Workspace(tmp_path / "ws")

@@ -8,14 +8,14 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from _replay import build, run_parser
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from harnesscheck.contracts import ErrorClass, ModelVerdict, OutcomeStatus
 from harnesscheck.paths import fixtures_dir
-from harnesscheck.providers.codex import CodexParser
 from harnesscheck.providers._errortext import classify_text
-
-from _replay import build, run_parser
+from harnesscheck.providers.codex import CodexParser
 
 SCENARIOS = sorted(p.stem for p in (fixtures_dir() / "codex").glob("*.json"))
 SMALL = [s for s in SCENARIOS if s != "oversize_line"]
@@ -150,7 +150,7 @@ def test_bridge_mcp_warning_stops():
     from harnesscheck.process import LineAction
 
     parser = CodexParser()
-    action = parser.feed('{"type":"item.completed","item":{"id":"item_0","type":"error","message":"MCP client for `bridge` failed to start: program not found"}}')
+    action = parser.feed('{"type":"item.completed","item":{"id":"item_0","type":"error","message":"MCP client for `bridge` failed to start: program not found"}}')  # noqa: E501
     assert action is LineAction.STOP and parser.early is ErrorClass.mcp_unavailable
     other = CodexParser()
     assert other.feed('{"type":"item.completed","item":{"id":"item_0","type":"error","message":"MCP client for `docs` failed to start"}}') is None
@@ -192,14 +192,14 @@ def test_message_classes(text, cls):
 
 import tomllib  # noqa: E402
 
+from _replay import assert_no_canary, hostile_worktree, parent_env, pids_alive  # noqa: E402
+
 from harnesscheck.config import Settings  # noqa: E402
 from harnesscheck.contracts import AgentSessionRequest  # noqa: E402
 from harnesscheck.fakes import install_fake_cli  # noqa: E402
-from harnesscheck.registry import get_spec  # noqa: E402
 from harnesscheck.providers.codex import CodexTransport, render_config, subscription_auth_file  # noqa: E402
+from harnesscheck.registry import get_spec  # noqa: E402
 from harnesscheck.scope import ToolScope  # noqa: E402
-
-from _replay import assert_no_canary, hostile_worktree, parent_env, pids_alive  # noqa: E402
 
 
 def session(tmp_path, scenario, *, prompt="hi", timeout_s=30.0, model=None, system=None, **kw):

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from harnesscheck.contracts import (
     AgentOutcome,

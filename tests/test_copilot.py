@@ -9,16 +9,15 @@ import os
 import stat
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
+import api_wire as W
 import httpx
 import pytest
 import respx
+import respx_httpx2  # noqa: F401  (registers the "httpx2" respx mocker)
 from typer.testing import CliRunner
 
-import api_wire as W
 import harnesscheck
-import respx_httpx2  # noqa: F401  (registers the "httpx2" respx mocker)
 from harnesscheck.authstore import AuthStore
 from harnesscheck.config import Settings
 from harnesscheck.contracts import AgentSessionRequest, AuthUnavailable, ErrorClass, OutcomeStatus

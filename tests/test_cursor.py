@@ -7,14 +7,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from _replay import build, run_parser
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from harnesscheck.contracts import CostSource, ErrorClass, ModelVerdict, OutcomeStatus
 from harnesscheck.paths import fixtures_dir
 from harnesscheck.process import LineAction
 from harnesscheck.providers.cursor import CursorParser
-
-from _replay import build, run_parser
 
 SCENARIOS = sorted(p.stem for p in (fixtures_dir() / "cursor").glob("*.json"))
 SMALL = [s for s in SCENARIOS if s != "oversize_line"]
@@ -108,7 +108,7 @@ def test_partial_output_is_not_double_counted():
 
 def test_reported_cost_is_subscription_not_billed():
     parser = CursorParser()
-    assert parser.feed(json.dumps({"type": "result", "subtype": "success", "is_error": False, "result": "x", "usage": {"inputTokens": 1, "totalCost": 0.25}})) is LineAction.TERMINAL
+    assert parser.feed(json.dumps({"type": "result", "subtype": "success", "is_error": False, "result": "x", "usage": {"inputTokens": 1, "totalCost": 0.25}})) is LineAction.TERMINAL  # noqa: E501
     from harnesscheck.process import Ending, ProcessResult
 
     out = parser.outcome(ProcessResult(Ending.exited, 0, None, "", 0.0))
@@ -126,14 +126,14 @@ def test_api_key_source_stops_at_init():
 
 from pathlib import Path  # noqa: E402
 
+from _replay import assert_no_canary, hostile_worktree, parent_env, pids_alive  # noqa: E402
+
 from harnesscheck.config import Settings  # noqa: E402
 from harnesscheck.contracts import AgentSessionRequest  # noqa: E402
 from harnesscheck.fakes import install_fake_cli  # noqa: E402
-from harnesscheck.registry import get_spec  # noqa: E402
 from harnesscheck.providers.cursor import MAX_ARGV_PROMPT_BYTES, CursorTransport  # noqa: E402
+from harnesscheck.registry import get_spec  # noqa: E402
 from harnesscheck.scope import ToolScope  # noqa: E402
-
-from _replay import assert_no_canary, hostile_worktree, parent_env, pids_alive  # noqa: E402
 
 
 def session(tmp_path, scenario, *, prompt="hi", timeout_s=30.0, model=None, system=None, env=None):

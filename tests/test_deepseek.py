@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _replay import assert_no_canary, build, hostile_worktree, parent_env, run_parser
 
 from harnesscheck.config import Settings
 from harnesscheck.contracts import AgentSessionRequest, CliNotFound, ErrorClass, OutcomeStatus
@@ -20,8 +21,6 @@ from harnesscheck.providers import deepseek as ds
 from harnesscheck.providers.deepseek import DeepSeekParser, DeepSeekTransport, composition_patch
 from harnesscheck.registry import get_spec
 from harnesscheck.scope import ToolScope
-
-from _replay import assert_no_canary, build, hostile_worktree, parent_env, run_parser
 
 SCENARIOS = sorted(p.stem for p in (fixtures_dir() / "deepseek").glob("*.json"))
 KEY = "sk-deepseek-test-key-0123456789"

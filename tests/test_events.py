@@ -109,9 +109,8 @@ def test_iter_events_yields_as_it_runs_and_keeps_the_outcome(root, tmp_path):
 
 
 def test_the_api_loop_emits_retry_notices_and_per_request_usage(monkeypatch, tmp_path, root):
-    import respx
-
     import api_wire as W
+    import respx
     import respx_httpx2  # noqa: F401
 
     mode = "anthropic_messages"

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import os
 
-from harnesscheck.kit.catalog import load_catalog
 from kit_support import REPO, run_suite
+
+from harnesscheck.kit.catalog import load_catalog
 
 SRC = REPO / "examples" / "claude_cli_backend" / "src"
 

@@ -10,7 +10,8 @@ import sys
 import time
 
 import pytest
-from hypothesis import example, given, settings, strategies as st
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from harnesscheck.fakes import install_fake_cli
 from harnesscheck.paths import fake_clis_dir

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SEED_DEFECTS: dict[str, str] = {
     "env.worktree-not-cwd": "runs claude in the PR worktree (cwd = scope.root): its CLAUDE.md/.mcp.json/.env configure the CLI",
     "env.host-credentials-unreachable": "sanitized_env keeps the host HOME: ~/.ssh, ~/.config/gh, ~/.codex are in the CLI's reach",
-    "audit.only-scope-tools-offered": "--allowedTools mcp__infermatrix-tools allows every tool of its bridge, which registers doc, repo-map and history tools beyond the scope",
+    "audit.only-scope-tools-offered": "--allowedTools mcp__infermatrix-tools allows every tool of its bridge, which registers doc, repo-map and history tools beyond the scope",  # noqa: E501
     "bridge.failed-load-ends-session": "no bridge readiness: a failed MCP server is never noticed (json output hides system/init)",
     "errors.auth-blocks": "no error taxonomy: a 401 is not classified (the session waits out the CLI)",
     "errors.context-overflow": "no error taxonomy: is_error results are returned as ok text",

@@ -8,7 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from _replay import assert_no_canary, build, hostile_worktree, parent_env, pids_alive, run_parser
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from harnesscheck.config import Settings
 from harnesscheck.contracts import AgentSessionRequest, ConfigError, ErrorClass, ModelVerdict, OutcomeStatus
@@ -26,8 +28,6 @@ from harnesscheck.providers.gemini import (
 )
 from harnesscheck.registry import get_spec
 from harnesscheck.scope import ToolScope
-
-from _replay import assert_no_canary, build, hostile_worktree, parent_env, pids_alive, run_parser
 
 SCENARIOS = sorted(p.stem for p in (fixtures_dir() / "gemini").glob("*.json"))
 SMALL = [s for s in SCENARIOS if s != "oversize_line"]
@@ -245,6 +245,7 @@ def test_the_api_key_is_injected_only_when_handed_over(tmp_path):
 
 def test_without_skip_trust_the_fake_says_so_and_the_session_is_not_ok(tmp_path):
     import tests_mutants_import  # noqa: F401  (puts the checkout on sys.path for `tests.mutants`)
+
     from tests.mutants.gemini import ForgetsSkipTrust
 
     fake = install_fake_cli("gemini", "success", tmp_path / "bin")

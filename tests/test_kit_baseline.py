@@ -7,9 +7,9 @@ import json
 from datetime import date, timedelta
 
 import pytest
+from kit_support import preload_the_kit, run_inline
 
 from harnesscheck.kit.baseline import BaselineError, load_baseline, write_baseline
-from kit_support import preload_the_kit, run_inline
 
 pytest_plugins = ["pytester"]
 preload_the_kit()

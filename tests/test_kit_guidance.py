@@ -8,10 +8,10 @@ from __future__ import annotations
 import re
 
 import pytest
+from kit_support import run_suite
 
 from harnesscheck.kit.catalog import load_catalog
 from harnesscheck.kit.guidance import SEVERITIES, author_message, failure_text, load_guidance, rerun_command
-from kit_support import run_suite
 
 #: Benign controls and bounds among the security areas: they may be medium or low.
 NOT_SECURITY = {"env.no-leftovers-outside-run-dir", "scope.in-tree-symlink-reads", "scope.writes-stay-inside",

@@ -11,10 +11,10 @@ import importlib
 import json
 
 import pytest
-
-from harnesscheck.kit.catalog import load_catalog
 from kit_support import failing, run_suite
 from tests_mutants_import import AREAS, MUTANT_LEVELS, MUTANTS, UNCAUGHT
+
+from harnesscheck.kit.catalog import load_catalog
 
 SCRIPTED = sorted(r for r in MUTANTS if r.startswith("tests.mutants.scripted:"))
 CLI_BASED = sorted(r for r in MUTANTS if r not in SCRIPTED)

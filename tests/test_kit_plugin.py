@@ -72,14 +72,14 @@ def test_a_run_of_the_suite_alone_starts_its_one_time_start_ups_when_collection_
     from types import SimpleNamespace
 
     from harnesscheck.kit import adapters, plugin
-    from harnesscheck.paths import conformance_dir
     from harnesscheck.kit.scheduling import API_SDK_HERE
+    from harnesscheck.paths import conformance_dir
     from harnesscheck.registry import BUILTIN_SPECS
 
     started: list[list] = []
     done = threading.Semaphore(0)
     monkeypatch.setattr(adapters, "background_warm_ups",
-                        lambda cells, api_sdk: [adapters.WarmUp("forkserver", lambda: (started.append((sorted(s.id for s, _ in cells), api_sdk)), done.release()))])
+                        lambda cells, api_sdk: [adapters.WarmUp("forkserver", lambda: (started.append((sorted(s.id for s, _ in cells), api_sdk)), done.release()))])  # noqa: E501
     monkeypatch.setattr(plugin, "_backends", lambda config: [BUILTIN_SPECS["api"], BUILTIN_SPECS["codex"]])
     monkeypatch.setattr(plugin, "_levels", lambda config: ["offline"])
     suite = conformance_dir()
@@ -153,9 +153,8 @@ def test_cells_run_scripted_then_harness_then_api_and_nothing_else_moves():
     from types import SimpleNamespace
 
     from harnesscheck.kit import plugin
-    from harnesscheck.registry import BUILTIN_SPECS
-
     from harnesscheck.kit.catalog import ATTR, CheckInfo
+    from harnesscheck.registry import BUILTIN_SPECS
 
     def fn():
         f = lambda: None  # noqa: E731

@@ -23,7 +23,7 @@ import pytest
 from harnesscheck.kit.baseline import Baseline, Entry
 from harnesscheck.kit.catalog import load_catalog
 from harnesscheck.kit.matrix import committed_cells, regressions
-from harnesscheck.kit.results import BackendInfo, CellResult, Report, read_report
+from harnesscheck.kit.results import BackendInfo, CellResult, Report
 from harnesscheck.registry import BUILTIN_SPECS, column_ids, get_spec
 
 #: Every built-in backend's matrix columns (`api` is one column per api_mode).

@@ -8,7 +8,16 @@ from pathlib import Path
 import pytest
 
 from harnesscheck.kit.baseline import Baseline, Entry
-from harnesscheck.kit.matrix import InconsistentReports, combine, hidden_columns, matrix_command, regressions, to_html, to_json, to_markdown
+from harnesscheck.kit.matrix import (
+    InconsistentReports,
+    combine,
+    hidden_columns,
+    matrix_command,
+    regressions,
+    to_html,
+    to_json,
+    to_markdown,
+)
 from harnesscheck.kit.results import BackendInfo, CellResult, Report, read_report, write_json
 
 DOC = Path(__file__).resolve().parent.parent / "doc"

@@ -167,7 +167,8 @@ def test_a_run_of_mostly_api_cells_is_not_pinned_to_one_worker():
 
 # --- paced cells spread over the run -----------------------------------------------------
 
-from hypothesis import given, strategies as st  # noqa: E402
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st
 
 from harnesscheck.kit.scheduling import spread_paced  # noqa: E402
 

@@ -13,9 +13,9 @@ import sys
 import time
 
 import pytest
+from kit_support import cells, run_suite
 
 from harnesscheck.kit.watchdog import MOMENTS, SessionOverran, Watchdog, WatchdogThread, end_survivors, identities, kill
-from kit_support import cells, run_suite
 
 
 def _sleeper() -> subprocess.Popen:

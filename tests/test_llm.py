@@ -13,18 +13,19 @@ import sys
 import threading
 import time
 
+import api_wire as W
 import httpx
 import pytest
 import respx
-from hypothesis import HealthCheck, given, settings, strategies as st
-
-import api_wire as W
 import respx_httpx2  # noqa: F401  (registers the "httpx2" respx mocker)
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from harnesscheck.contracts import ErrorClass, Usage
 from harnesscheck.llm import (
+    LLM,
     Abort,
     Aborted,
-    LLM,
     LLMError,
     classify,
     parse_retry_after,

@@ -12,10 +12,10 @@ import urllib.request
 
 import pytest
 
+from harnesscheck.loopback import wire
 from harnesscheck.loopback.pytest_fixtures import loopback_server  # noqa: F401 - fixture
 from harnesscheck.loopback.scenario import Scenario, ServedUsage, ToolCall, Turn, named_scenario, status_turn
 from harnesscheck.loopback.server import ScriptedModelServer
-from harnesscheck.loopback import wire
 
 KEY = "sk-loopback-test-key-123456"
 
@@ -94,7 +94,7 @@ def test_openai_sdk_reads_responses_stream_and_namespace_calls(loopback_server):
     scen = Scenario("t", (Turn(text="hi there", tool_calls=(ToolCall("read_file", {"path": "b"}),), usage=ServedUsage(50, 9, cache_read=20)),))
     srv = loopback_server(scen)
     client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key=KEY, max_retries=0)
-    tools = [{"type": "namespace", "name": "mcp__bridge", "description": "", "tools": [{"type": "function", "name": "read_file", "parameters": {"type": "object"}}]}]
+    tools = [{"type": "namespace", "name": "mcp__bridge", "description": "", "tools": [{"type": "function", "name": "read_file", "parameters": {"type": "object"}}]}]  # noqa: E501
     with client.responses.stream(model="gpt-x", input="hi", extra_body={"tools": tools}) as s:
         final = s.get_final_response()
     assert final.model == "gpt-x"
@@ -243,7 +243,7 @@ def test_responses_history_turns_count_model_runs():
 def test_additional_tools_items_count_as_offered():
     body = {
         "input": [
-            {"type": "additional_tools", "role": "developer", "tools": [{"type": "namespace", "name": "functions", "tools": [{"type": "custom", "name": "exec"}]}]},
+            {"type": "additional_tools", "role": "developer", "tools": [{"type": "namespace", "name": "functions", "tools": [{"type": "custom", "name": "exec"}]}]},  # noqa: E501
         ],
         "tools": [{"type": "web_search"}],
     }

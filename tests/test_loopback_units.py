@@ -14,7 +14,6 @@ from harnesscheck.loopback.drift import compare, field_paths
 from harnesscheck.loopback.endpoint import CODEX_KEY_VAR, LoopbackEndpoint, claude_env, codex_env
 from harnesscheck.loopback.record import scrub_line
 
-
 # -- install-clis ------------------------------------------------------------------------
 
 

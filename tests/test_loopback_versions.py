@@ -12,7 +12,13 @@ import pytest
 from harnesscheck.contracts import CliVersionUnsupported, ConfigError
 from harnesscheck.loopback import clis, install
 from harnesscheck.registry import (
-    SECOND_COLUMNS, base_id, default_backend_ids, get_spec, is_version_variant, nearest_release, verified_releases,
+    SECOND_COLUMNS,
+    base_id,
+    default_backend_ids,
+    get_spec,
+    is_version_variant,
+    nearest_release,
+    verified_releases,
 )
 
 

@@ -15,6 +15,7 @@ from harnesscheck.registry import resolve_model_name, resolve_provider
 
 def test_the_snapshot_knows_the_models_the_api_columns_use_and_names_itself():
     import api_wire as W
+
     from harnesscheck.models import PROVIDER_OF_MODE
 
     for mode, model in W.MODELS.items():

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from _replay import assert_no_canary, build, hostile_worktree, parent_env, run_parser
 
 from harnesscheck.config import Settings
 from harnesscheck.contracts import AgentSessionRequest, ConfigError, CostSource, ErrorClass, ModelVerdict, OutcomeStatus
@@ -28,8 +29,6 @@ from harnesscheck.providers.opencode import (
 )
 from harnesscheck.registry import get_spec
 from harnesscheck.scope import ToolScope
-
-from _replay import assert_no_canary, build, hostile_worktree, parent_env, run_parser
 
 SCENARIOS = sorted(p.stem for p in (fixtures_dir() / "opencode").glob("*.json"))
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 import json
 import re
 
+import api_wire as W
 import pytest
 import respx
-
-import api_wire as W
 import respx_httpx2  # noqa: F401  (registers the "httpx2" respx mocker)
+
 from harnesscheck.config import Settings
 from harnesscheck.contracts import AgentSessionRequest
 from harnesscheck.llm import LLM

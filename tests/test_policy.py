@@ -305,10 +305,10 @@ def test_the_published_schema_is_the_models():
 
 
 def fake_session(root: Path, tmp_path: Path, turns, **request_kw):
+    from harnesscheck.config import Settings
     from harnesscheck.contracts import AgentSessionRequest
     from harnesscheck.providers.fake import FakeScript
     from harnesscheck.registry import resolve_provider
-    from harnesscheck.config import Settings
 
     transport = resolve_provider(Settings(backend="fake"))
     transport.script = FakeScript(turns=turns)
@@ -319,7 +319,8 @@ def fake_session(root: Path, tmp_path: Path, turns, **request_kw):
 
 
 def test_the_fake_backend_denies_runs_nothing_and_the_model_reads_the_refusal(root, tmp_path):
-    from harnesscheck.providers.fake import FakeTurn, ToolCall as FakeCall
+    from harnesscheck.providers.fake import FakeTurn
+    from harnesscheck.providers.fake import ToolCall as FakeCall
 
     turns = [FakeTurn(tool_calls=[FakeCall("write_file", {"path": "src/a.py", "content": "pwned"})]), FakeTurn(text="ok")]
     policy = Policy(rules=(Rule(decision=Verdict.DENY, kinds=(ToolKind.WRITE,)),))
@@ -330,7 +331,8 @@ def test_the_fake_backend_denies_runs_nothing_and_the_model_reads_the_refusal(ro
 
 
 def test_the_fake_backend_ends_typed_at_a_limit(root, tmp_path):
-    from harnesscheck.providers.fake import FakeTurn, ToolCall as FakeCall
+    from harnesscheck.providers.fake import FakeTurn
+    from harnesscheck.providers.fake import ToolCall as FakeCall
 
     many = [FakeTurn(tool_calls=[FakeCall("write_file", {"path": f"docs/{i}.md", "content": "x"})]) for i in range(5)]
     out, _ = fake_session(root, tmp_path, many + [FakeTurn(text="done")], policy=Policy(limits=Limits(tool_calls=2)))
@@ -341,7 +343,8 @@ def test_the_fake_backend_ends_typed_at_a_limit(root, tmp_path):
 
 
 def test_the_approver_of_a_request_is_asked_before_the_write(root, tmp_path):
-    from harnesscheck.providers.fake import FakeTurn, ToolCall as FakeCall
+    from harnesscheck.providers.fake import FakeTurn
+    from harnesscheck.providers.fake import ToolCall as FakeCall
 
     asked = []
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import errno
 import json
-import shutil
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from proc_support import alive, survivors
 
 from harnesscheck.process import (
     Ending,
@@ -29,7 +30,6 @@ from harnesscheck.process import (
     session_slot,
     terminate_tree,
 )
-from proc_support import alive, survivors
 
 SCRIPTS = Path(__file__).parent / "proc_scripts"
 PY = sys.executable

@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 
 import pytest
+from proc_support import alive, survivors
 
 from harnesscheck import process
 from harnesscheck.process import LineAction, run_process
-from proc_support import alive, survivors
 
 SCRIPTS = Path(__file__).parent / "proc_scripts"
 SRC = str(Path(__file__).resolve().parents[1] / "src")

@@ -8,6 +8,7 @@ import os
 from types import SimpleNamespace
 
 import pytest
+from claude_steps import SID, claude_bridge_scenario
 
 from harnesscheck.bridge.spec import summarize_trace
 from harnesscheck.contracts import AgentOutcome, AgentSessionRequest, OutcomeStatus
@@ -17,7 +18,6 @@ from harnesscheck.providers.claude_code import ClaudeCodeTransport
 from harnesscheck.registry import get_spec
 from harnesscheck.scope import ToolScope
 from harnesscheck.trace import Trace
-from claude_steps import SID, claude_bridge_scenario
 
 PLAIN_SECRET = "plainvalue-0123456789-zz"  # no token format: only redaction by value catches it
 

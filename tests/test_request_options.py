@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 
+import api_wire as W
 import pytest
 import respx
-
-import api_wire as W
 import respx_httpx2  # noqa: F401
+
 from harnesscheck.config import Settings
 from harnesscheck.contracts import AgentSessionRequest, OptionUnsupported, RequestOptions
 from harnesscheck.events import run_with_events

@@ -167,7 +167,13 @@ def test_the_kits_exec_wrapper_records_inside_a_sandbox_and_the_kit_sees_host_pi
     (writable). The record names the namespace's pid; the DescendantWatcher finds the host's
     pid of it while it runs and sees its child, and host_records gives the host's pid (the
     namespace's kept as ns_pid). Off, the same record is the host's own pid."""
-    from harnesscheck.loopback.adapter import DescendantWatcher, host_records, read_records, wrapper_binds, write_wrapper
+    from harnesscheck.loopback.adapter import (
+        DescendantWatcher,
+        host_records,
+        read_records,
+        wrapper_binds,
+        write_wrapper,
+    )
     from harnesscheck.process import LineAction
 
     real_dir = tmp_path / "real"

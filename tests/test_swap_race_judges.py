@@ -5,8 +5,8 @@ whether the backend reads the file at all (then the cell is skipped, never faile
 from __future__ import annotations
 
 import pytest
-
 import tests_mutants_import  # noqa: F401  (the repository on sys.path: `conformance`, `tests.mutants`)
+
 from harnesscheck.kit.adapters import SkipCell, adapter_for
 from harnesscheck.registry import get_spec
 

@@ -12,7 +12,9 @@ import stat
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from _replay import assert_no_canary, build, hostile_worktree, parent_env, run_parser
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from harnesscheck.audit import RunFacts, audit_events
 from harnesscheck.config import Settings
@@ -20,9 +22,9 @@ from harnesscheck.contracts import AgentSessionRequest, ErrorClass, ModelVerdict
 from harnesscheck.fakes import install_fake_cli, load_fixture, with_worktree
 from harnesscheck.paths import fixtures_dir
 from harnesscheck.providers.zcode import (
+    ATTACHED_PROMPT,
     DEFAULT_MODEL,
     DISALLOWED_TOOLS,
-    ATTACHED_PROMPT,
     MAX_ARGV_PROMPT_BYTES,
     ZcodeParser,
     ZcodeTransport,
@@ -31,8 +33,6 @@ from harnesscheck.providers.zcode import (
 )
 from harnesscheck.registry import get_spec
 from harnesscheck.scope import ToolScope
-
-from _replay import assert_no_canary, build, hostile_worktree, parent_env, run_parser
 
 SCENARIOS = sorted(p.stem for p in (fixtures_dir() / "zcode").glob("*.json"))
 SMALL = [s for s in SCENARIOS if s != "oversize_line"]

@@ -14,8 +14,8 @@ must be finite, prompts that must be UTF-8. The checks only look; nothing is cre
 from __future__ import annotations
 
 import math
-import re
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -187,13 +187,25 @@ def verify(
     level: Annotated[Optional[list[str]], typer.Option("--level", "-l", help="offline | loopback | live (repeatable).")] = None,
     report: Annotated[Path, typer.Option("--report", help="Directory for the JSON report, JUnit XML and matrix.")] = Path("harnesscheck-report"),
     baseline: Annotated[Optional[Path], typer.Option("--baseline", help="Baseline file of known failures.")] = None,
-    jobs: Annotated[Optional[str], typer.Option("--jobs", "-n", help="pytest-xdist workers: N, 0 to run serially, or auto; default one more than the CPUs, at most 4 (serial on one CPU).")] = None,
+    jobs: Annotated[Optional[str], typer.Option(
+        "--jobs", "-n", help=(
+            "pytest-xdist workers: N, 0 to run serially, or auto; default one more than the CPUs, at "
+            "most 4 (serial on one CPU)."
+        ))] = None,
     cli: Annotated[Optional[Path], typer.Option("--cli", help="Real CLI binary the loopback level runs for the one --backend (HARNESS_BACKEND_CLI).")] = None,
     check: Annotated[Optional[list[str]], typer.Option("--check", help="Only the cells of this check id (repeatable).")] = None,
     keep: Annotated[bool, typer.Option("--keep", help="Keep the run's temporary files (session run dirs, pytest's tmp) and print where.")] = False,
-    ratchet: Annotated[Optional[str], typer.Option("--ratchet", help="Committed matrix whose passing cells must still pass; default doc/backends.json when present; 'none' disables.")] = "default",
+    ratchet: Annotated[Optional[str], typer.Option(
+        "--ratchet", help=(
+            "Committed matrix whose passing cells must still pass; default doc/backends.json when "
+            "present; 'none' disables."
+        ))] = "default",
     json_out: Annotated[bool, typer.Option("--json", help="Print the conformance report (JSON) on stdout for CI; progress and summary go to stderr.")] = False,
-    last_failed: Annotated[bool, typer.Option("--last-failed", "--lf", help="Rerun only the checks that failed in the report already in --report (all when none failed).")] = False,
+    last_failed: Annotated[bool, typer.Option(
+        "--last-failed", "--lf", help=(
+            "Rerun only the checks that failed in the report already in --report (all when none "
+            "failed)."
+        ))] = False,
 ) -> None:
     """Run the conformance suite over every registered backend and print the verdict."""
     jobs = check_jobs_option(jobs)
@@ -210,7 +222,11 @@ def verify(
 def matrix(
     reports: Annotated[list[Path], typer.Argument(help="Conformance report JSON files.")],
     out: Annotated[Path, typer.Option("--out", help="Directory for backends.md/.json/.html (created if missing).")] = Path("harnesscheck-matrix"),
-    previous: Annotated[Optional[Path], typer.Option("--previous", help="The previous backends.json, for each cell's history (since when it holds, what changed); default: the one already in --out.")] = None,
+    previous: Annotated[Optional[Path], typer.Option(
+        "--previous", help=(
+            "The previous backends.json, for each cell's history (since when it holds, what changed); "
+            "default: the one already in --out."
+        ))] = None,
 ) -> None:
     """Combine reports into the verification matrix (Markdown, JSON, HTML)."""
     out = check_dir_option("--out", out)
@@ -244,9 +260,21 @@ def run(
     json_out: Annotated[bool, typer.Option("--json", help="Print the AgentOutcome as JSON.")] = False,
     retries: Annotated[int, typer.Option("--retries", help="Reruns after a transient error (429, 529, 5xx, network); 0 disables.")] = 2,
     retry_wait_max: Annotated[float, typer.Option("--retry-wait-max", help="Total seconds to wait between retries.")] = 120.0,
-    policy: Annotated[Optional[Path], typer.Option("--policy", help="A TOML policy file (doc/SPEC-policy.md); approval_required calls are asked on the terminal, denied without one.")] = None,
-    events: Annotated[bool, typer.Option("--events", help="Print the session's typed events as JSON lines on stdout as they happen (doc/SPEC-events.md).")] = False,
-    preflight: Annotated[bool, typer.Option("--preflight", help="Say what the backend will and will not do for this request (CLI, credential, declines, policy), then exit: 0 ok, 3 not; nothing is started.")] = False,
+    policy: Annotated[Optional[Path], typer.Option(
+        "--policy", help=(
+            "A TOML policy file (doc/SPEC-policy.md); approval_required calls are asked on the "
+            "terminal, denied without one."
+        ))] = None,
+    events: Annotated[bool, typer.Option(
+        "--events", help=(
+            "Print the session's typed events as JSON lines on stdout as they happen "
+            "(doc/SPEC-events.md)."
+        ))] = False,
+    preflight: Annotated[bool, typer.Option(
+        "--preflight", help=(
+            "Say what the backend will and will not do for this request (CLI, credential, declines, "
+            "policy), then exit: 0 ok, 3 not; nothing is started."
+        ))] = False,
 ) -> None:
     """Run one session through the registry and write RUN_REPORT.md/.json."""
     prompt = check_text_option("--prompt", prompt)
@@ -304,11 +332,16 @@ def bridge(
 @app.command("install-clis")
 def install_clis(
     dest: Annotated[Optional[Path], typer.Option("--dest", help="Cache dir (default: the loopback cache).")] = None,
-    backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="Only this backend's CLI: claude-code, codex, gemini, opencode, the ACP agents acp-claude-agent-acp and acp-codex-acp (npm) or deepseek (pip).")] = None,
+    backend: Annotated[Optional[str], typer.Option(
+        "--backend", "-b", help=(
+            "Only this backend's CLI: claude-code, codex, gemini, opencode, the ACP agents "
+            "acp-claude-agent-acp and acp-codex-acp (npm) or deepseek (pip)."
+        ))] = None,
     version: Annotated[Optional[str], typer.Option("--version", help="Install this release (X.Y.Z or latest) beside the others; needs --backend.")] = None,
     check: Annotated[bool, typer.Option("--check", help="Say whether each pin is behind npm's latest and whether this Node meets its engines.")] = False,
 ) -> None:
-    """Install the pinned real CLIs for the loopback level: claude-code, codex, gemini, opencode and the ACP agents acp-claude-agent-acp, acp-codex-acp (npm), deepseek (pip)."""
+    """Install the pinned real CLIs for the loopback level: claude-code, codex, gemini, opencode and
+    the ACP agents acp-claude-agent-acp, acp-codex-acp (npm), deepseek (pip)."""
     if dest is not None:
         dest = check_dir_option("--dest", dest)
     if version is not None and version != "latest" and not _RELEASE_RE.fullmatch(version):
@@ -336,7 +369,10 @@ def record(
 
 @app.command()
 def drift(
-    backend: Annotated[Optional[list[str]], typer.Option("--backend", "-b", help="A backend with a pinned npm CLI (claude-code, codex, gemini, opencode), or ID==VERSION; default: all of them.")] = None,
+    backend: Annotated[Optional[list[str]], typer.Option(
+        "--backend", "-b",
+        help="A backend with a pinned npm CLI (claude-code, codex, gemini, opencode), or ID==VERSION; default: all of them.",
+    )] = None,
     against: Annotated[Optional[str], typer.Option("--against", help="Compare with the stored baseline of this release (default: the same release).")] = None,
     save: Annotated[bool, typer.Option("--save", help="Store the fresh facts as this release's baseline first.")] = False,
     shapes: Annotated[bool, typer.Option("--shapes", help="Also compare the stored recordings' event shapes.")] = False,
@@ -354,7 +390,8 @@ app.add_typer(acp_app, name="acp", help="Agent Client Protocol: serve a backend 
 
 @acp_app.command("serve")
 def acp_serve(
-    backend: Annotated[Optional[str], typer.Option("--backend", "-b", help="Backend id; default: HARNESS_BACKEND (the environment only, never ./.env).")] = None,
+    backend: Annotated[Optional[str], typer.Option(
+        "--backend", "-b", help="Backend id; default: HARNESS_BACKEND (the environment only, never ./.env).")] = None,
     root: Annotated[Optional[Path], typer.Option("--root", help="Sessions' cwd must be this directory or beneath it.")] = None,
     model: Annotated[Optional[str], typer.Option("--model", help="Model inside the backend.")] = None,
     timeout: Annotated[Optional[float], typer.Option("--timeout", help="Wall clock of each prompt, seconds.")] = None,

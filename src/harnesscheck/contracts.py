@@ -17,7 +17,6 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from harnesscheck.events import EventStream, SessionEvent
 from harnesscheck.policy import Policy, PolicyEngine
-
 from harnesscheck.scope import ToolScope
 
 SCHEMA_VERSION = 1

@@ -27,11 +27,11 @@ from harnesscheck.scope import (
     ResolvedPath,
     ToolScope,
     is_denied_name,
+    is_special_fd,
     pattern_covers,
     pattern_may_contain,
     resolve_path,
     show,
-    is_special_fd,
 )
 from harnesscheck.trace import Trace
 

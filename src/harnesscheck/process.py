@@ -217,7 +217,9 @@ _GUARD_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_procgua
 _GUARD_EXIT_WAIT_S = 2.0
 _SPAWN_WAIT_S = 30.0  # a spare supervisor answers a spawn request within this (a first guard starts)
 _SWEEP_WAIT_S = 5.0
-_WATCH_S = 0.25  # how often a running session checks that its supervisor is neither gone nor stopped  # a supervisor answers a kill request within this, or it was tampered with
+#: How often a running session checks that its supervisor is neither gone nor stopped; a
+#: supervisor answers a kill request within this, or it was tampered with.
+_WATCH_S = 0.25
 
 
 def _use_guard() -> bool:

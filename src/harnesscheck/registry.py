@@ -19,9 +19,10 @@ from functools import cache
 from pathlib import Path
 
 from harnesscheck.config import Settings
-from harnesscheck.llm import API_MODES
 from harnesscheck.contracts import (
     Capability as C,
+)
+from harnesscheck.contracts import (
     CliNotFound,
     CliVersionUnsupported,
     ConfigError,
@@ -31,6 +32,7 @@ from harnesscheck.contracts import (
     Transport,
     UnknownBackend,
 )
+from harnesscheck.llm import API_MODES
 
 ENTRY_POINT_GROUP = "harnesscheck.backends"
 
@@ -497,7 +499,7 @@ def spec_from_reference(reference: str) -> ProviderSpec:
         factory = getattr(importlib.import_module(factory_module), factory_attr) if factory_attr else None
     except Exception as exc:  # noqa: BLE001 - the user's factory module
         raise ConfigError(f"backend {reference!r}: its factory {spec.factory!r} does not import: {type(exc).__name__}: {exc}",
-                          f"set ProviderSpec.factory to an importable 'module:Class' (the Transport class)") from None
+                          "set ProviderSpec.factory to an importable 'module:Class' (the Transport class)") from None
     if not callable(factory):
         raise ConfigError(f"backend {reference!r}: its factory {spec.factory!r} names nothing callable",
                           "set ProviderSpec.factory to 'module:Class', the class whose instances run sessions")

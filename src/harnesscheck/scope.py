@@ -12,13 +12,12 @@ import os
 import re
 import stat
 import sys
+import threading
 import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
-
-import threading
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 

@@ -36,8 +36,20 @@ import threading
 import time
 from pathlib import Path
 
-from harnesscheck.contracts import (BLOCKING, RETRYABLE, AgentOutcome, CapabilityUnsupported, CliNotFound, Cost,
-                                    CostSource, ErrorClass, Kind, OutcomeStatus, ProviderSpec, Usage)
+from harnesscheck.contracts import (
+    BLOCKING,
+    RETRYABLE,
+    AgentOutcome,
+    CapabilityUnsupported,
+    CliNotFound,
+    Cost,
+    CostSource,
+    ErrorClass,
+    Kind,
+    OutcomeStatus,
+    ProviderSpec,
+    Usage,
+)
 from harnesscheck.contracts import Capability as C
 
 SERVER = "workspace"
@@ -86,8 +98,18 @@ class SdkClaude:
 
     async def _session(self, request, options, cancel, on_text) -> AgentOutcome:
         import anyio
-        from claude_agent_sdk import (AssistantMessage, ClaudeSDKClient, ClaudeSDKError, CLIJSONDecodeError,
-                                      CLINotFoundError, ProcessError, ResultError, ResultMessage, TextBlock, ToolUseBlock)
+        from claude_agent_sdk import (
+            AssistantMessage,
+            ClaudeSDKClient,
+            ClaudeSDKError,
+            CLIJSONDecodeError,
+            CLINotFoundError,
+            ProcessError,
+            ResultError,
+            ResultMessage,
+            TextBlock,
+            ToolUseBlock,
+        )
 
         texts: list[str] = []
         tools: list[str] = []

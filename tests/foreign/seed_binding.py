@@ -25,7 +25,15 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from harnesscheck.contracts import AgentOutcome, CapabilityUnsupported, Kind, OutcomeStatus, ProviderSpec, Refusal, Usage
+from harnesscheck.contracts import (
+    AgentOutcome,
+    CapabilityUnsupported,
+    Kind,
+    OutcomeStatus,
+    ProviderSpec,
+    Refusal,
+    Usage,
+)
 from harnesscheck.contracts import Capability as C
 
 #: the seed's capability vocabulary -> harnesscheck's (names the seed does not have stay out)

@@ -42,13 +42,13 @@ from typing import Any
 
 from harnesscheck.acpserve.wire import (
     AUTH_REQUIRED,
+    DEFAULT_MAX_LINE_BYTES,
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     OVERSIZE,
     PARSE_ERROR,
-    DEFAULT_MAX_LINE_BYTES,
     Writer,
     read_lines,
 )
@@ -255,8 +255,14 @@ class AcpServer:
     # -- methods ----------------------------------------------------------------------
 
     def initialize(self, msg_id: Any, params: dict) -> dict:
-        from acp.schema import (AgentCapabilities, Implementation, InitializeRequest, InitializeResponse,
-                                McpCapabilities, PromptCapabilities)
+        from acp.schema import (
+            AgentCapabilities,
+            Implementation,
+            InitializeRequest,
+            InitializeResponse,
+            McpCapabilities,
+            PromptCapabilities,
+        )
 
         from harnesscheck import __version__
 
@@ -531,8 +537,7 @@ class AcpServer:
     # -- session/request_permission ---------------------------------------------------
 
     def ask_permission(self, session: _Session, turn: _Turn, call: Any, call_id: str) -> bool:
-        from acp.schema import (PermissionOption, RequestPermissionRequest, RequestPermissionResponse,
-                                ToolCallUpdate)
+        from acp.schema import PermissionOption, RequestPermissionRequest, RequestPermissionResponse, ToolCallUpdate
 
         with self.lock:
             if turn.cancel.is_set() or self.stopping.is_set():

@@ -522,8 +522,8 @@ def build_server(
     from mcp.server.lowlevel import Server
 
     from harnesscheck import __version__
-    from harnesscheck.dispatch import dispatch, tool_definitions
     from harnesscheck.bridge.spec import SERVER_NAME
+    from harnesscheck.dispatch import dispatch, tool_definitions
 
     tools = [
         types.Tool(

@@ -182,8 +182,8 @@ class AcpAdapter(BackendUnderTest):
         if level != "offline":
             raise SkipCell("env-missing", f"no {level} adapter for the ACP backend {spec.id} is installed here")
         self._runs = 0
-        from harnesscheck.registry import build_transport
         from harnesscheck.config import Settings
+        from harnesscheck.registry import build_transport
 
         profile = getattr(build_transport(spec, Settings(backend=spec.id)), "profile")
         self.by_prompt = profile.scripted_by_prompt

@@ -34,8 +34,8 @@ from _pytest.outcomes import Skipped as _Skipped
 
 from harnesscheck.config import Settings
 from harnesscheck.contracts import AgentOutcome, AgentSessionRequest, Kind, ProviderSpec, Transport, Usage
-from harnesscheck.policy import Policy
 from harnesscheck.kit.watchdog import SessionOverran, Watchdog, WatchdogThread, end_survivors, identities, kill
+from harnesscheck.policy import Policy
 from harnesscheck.scope import ToolScope
 
 #: Abstract scenario names checks may ask for (the fixture names, plus two kit-level ones).

@@ -21,7 +21,7 @@ import importlib
 import json
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -34,7 +34,8 @@ REASON_CODES: dict[str, str] = {
     "unsupported-by-backend": "the backend does not declare the capability (an upstream product limitation)",
     "adapter-not-implemented": "the kit cannot yet set this scenario up for this backend at this level",
     "upstream-bug": "a known defect of the vendor CLI or API",
-    "upstream-flaky": "a defect of the vendor CLI or agent that shows in some runs and not in others (a baseline entry with it is not stale when the cell passes)",
+    "upstream-flaky": "a defect of the vendor CLI or agent that shows in some runs and not in others "
+    "(a baseline entry with it is not stale when the cell passes)",
     "env-missing": "a binary, login or credential needed at this level is not present here",
     "budget": "the live budget (turns, seconds) does not allow this check",
     "kit-bug": "a defect in the kit itself, not in the backend",

@@ -24,22 +24,36 @@ CASES: tuple[str, ...] = (
 
 #: Cases no check covers, and why. Each names where the requirement is enforced instead.
 EXCLUSIONS: dict[str, str] = {
-    "C7": "needs the host itself killed mid-run; proven by tests/test_process.py (parent-death signal) and the bridge's parent-death tests, not expressible as a per-backend cell",
-    "C10": "grace before SIGTERM on normal completion is a process-runner property (process.py linger_s), pinned by tests/test_process.py; the kit sees only the outcome",
+    "C7": "needs the host itself killed mid-run; proven by tests/test_process.py (parent-death signal) and the "
+    "bridge's parent-death tests, not expressible as a per-backend cell",
+    "C10": "grace before SIGTERM on normal completion is a process-runner property (process.py linger_s), pinned "
+    "by tests/test_process.py; the kit sees only the outcome",
     "C11": "no registered backend runs its CLI in a container; becomes a check when one does",
-    "E6": "no backend declares a dollar budget (max_budget_usd); the error class exists in contracts but nothing can provoke it offline",
-    "E7": "no fixture of a safety refusal exists for any CLI yet and the outcome schema has no refusal class; tracked for the loopback level",
-    "E10": "invalid flags are prevented before spawn (selection.flag-values-validated); a vendor 400 without a recognized marker is covered by each parser's own tests",
-    "E12": "classification precedence is per-parser logic pinned by the transports' snapshot tests over every fixture; the root cause over its consequences (providers/_rootcause.py, each transport SPEC's table) by tests/test_rootcause.py on recordings; the kit checks each class separately",
-    "F3": "no backend resumes or continues sessions; every session is a fresh invocation with the restrictions re-applied",
-    "F4": "'ask' rules come from settings files the harnesses never load (--setting-sources ''); a hang is only reproducible live",
+    "E6": "no backend declares a dollar budget (max_budget_usd); the error class exists in contracts but "
+    "nothing can provoke it offline",
+    "E7": "no fixture of a safety refusal exists for any CLI yet and the outcome schema has no refusal class; "
+    "tracked for the loopback level",
+    "E10": "invalid flags are prevented before spawn (selection.flag-values-validated); a vendor 400 without a "
+    "recognized marker is covered by each parser's own tests",
+    "E12": "classification precedence is per-parser logic pinned by the transports' snapshot tests over every "
+    "fixture; the root cause over its consequences (providers/_rootcause.py, each transport SPEC's table) "
+    "by tests/test_rootcause.py on recordings; the kit checks each class separately",
+    "F3": "no backend resumes or continues sessions; every session is a fresh invocation with the restrictions "
+    "re-applied",
+    "F4": "'ask' rules come from settings files the harnesses never load (--setting-sources ''); a hang is only "
+    "reproducible live",
     "F5": "the host registers no permission callback: every call goes through dispatch, which is checked directly",
-    "F6": "no backend exposes a shell; audit.only-scope-tools-offered and audit.native-tool-use-flagged cover a vendor shell",
-    "F7": "@file attachments are a vendor UI feature reachable only live; the prompt reaches the CLI on stdin (selection.prompt-never-a-flag)",
-    "G3": "stdout purity is a property of the bridge process, proven by tests/test_bridge_stdio.py (a tool that prints does not break the session)",
+    "F6": "no backend exposes a shell; audit.only-scope-tools-offered and audit.native-tool-use-flagged cover a "
+    "vendor shell",
+    "F7": "@file attachments are a vendor UI feature reachable only live; the prompt reaches the CLI on stdin "
+    "(selection.prompt-never-a-flag)",
+    "G3": "stdout purity is a property of the bridge process, proven by tests/test_bridge_stdio.py (a tool that "
+    "prints does not break the session)",
     "G7": "bridge exit on stdin EOF and parent death is proven by the bridge's stdio tests (needs killing the host)",
-    "P7": "case-insensitive volumes cannot be reproduced on the Linux filesystems this kit runs on; dispatch resolves by inode, not by spelling",
-    "P8": "on Linux NFC and NFD spellings are distinct names, so there is nothing to escape to; dispatch refuses control characters (scope.nul-byte-refused)",
+    "P7": "case-insensitive volumes cannot be reproduced on the Linux filesystems this kit runs on; dispatch "
+    "resolves by inode, not by spelling",
+    "P8": "on Linux NFC and NFD spellings are distinct names, so there is nothing to escape to; dispatch "
+    "refuses control characters (scope.nul-byte-refused)",
 }
 
 

@@ -179,9 +179,8 @@ class LoopbackAdapter(HarnessAdapter):
             real = launcher(real)
         wrapper, record = write_wrapper(self.tmp_path / f"loopback-bin{self._wrappers}", real, self.spec.cli_name or "cli",
                                         strace=strace)
-        from harnesscheck.registry import probe_version, remember_version, version_probe_timeout_s
-
         from harnesscheck.loopback.install import manifest_versioned
+        from harnesscheck.registry import probe_version, remember_version, version_probe_timeout_s
 
         # an SDK dir prints nothing; a CLI with no --version (an ACP agent's bin) is not started to ask it
         printed = (f"{self.spec.id} {self.binary.version}" if self.binary.path.is_dir() or self.spec.cli_name in manifest_versioned()

@@ -25,7 +25,6 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-
 from typing import Iterable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError

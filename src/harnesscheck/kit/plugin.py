@@ -976,7 +976,7 @@ def _failing_checks_summary(terminalreporter, config: pytest.Config) -> None:
 
 def build_report(config: pytest.Config, cells: list[dict]):
     from harnesscheck import __version__
-    from harnesscheck.kit.results import BackendInfo, CellResult, Report, now_iso, platform_info
+    from harnesscheck.kit.results import BackendInfo, CellResult, Report, platform_info
 
     _, digest = _catalog()
     levels = _levels(config)

@@ -34,8 +34,14 @@ from typing import Any
 
 from harnesscheck.contracts import Usage
 from harnesscheck.kit.adapters import BackendUnderTest, Facts, Progress, SessionRun, Setup, SkipCell, reasoning_profile
-from harnesscheck.loopback.adapter import (CannotScript, host_records, loopback_scenario, read_records, wrapper_binds,
-                                           write_wrapper)
+from harnesscheck.loopback.adapter import (
+    CannotScript,
+    host_records,
+    loopback_scenario,
+    read_records,
+    wrapper_binds,
+    write_wrapper,
+)
 from harnesscheck.loopback.endpoint import DUMMY_KEY, LoopbackEndpoint
 from harnesscheck.loopback.scenario import Scenario, ServedUsage, Turn
 from harnesscheck.loopback.server import ScriptedModelServer

@@ -15,7 +15,6 @@ outside OUTCOMES is refused with the file, the place and the rule, never half-re
 from __future__ import annotations
 
 import json
-import os
 import platform
 import sys
 from datetime import datetime, timezone
@@ -180,7 +179,6 @@ def _sandbox_line() -> str:
     """How this machine's sessions are contained (doc/SPEC-sandbox.md): `bwrap <version>` or
     `guards (<why no sandbox>)`, and the HARNESS_BACKEND_SANDBOX mode."""
     from harnesscheck import sandbox
-
     from harnesscheck.config import Settings
 
     state = sandbox.status()

@@ -42,7 +42,7 @@ def _probe(path: str, timeout_s: float) -> str | None:
 def _override(spec: ProviderSpec, environ) -> tuple[PinnedBinary | None, str] | None:
     """The HARNESS_BACKEND_CLI binary for this backend: (binary, "") honoured, (None, why)
     refused, or None when no override concerns this backend."""
-    from harnesscheck.registry import base_id, parse_version, version_probe_timeout_s, version_supported, version_range
+    from harnesscheck.registry import base_id, parse_version, version_probe_timeout_s, version_range, version_supported
 
     raw = (environ.get("HARNESS_BACKEND_CLI") or "").strip()
     if not raw:
@@ -94,7 +94,8 @@ def require_pinned_cli(backend: str | ProviderSpec, environ=None) -> tuple[Pinne
     if prefix is None:
         have = installed_releases(dest, spec.cli_name, spec.cli_package)
         also = f"; the cache holds {', '.join(have)}" if have else ""
-        how = "`harnesscheck install-clis`" if "==" not in backend_id else f"`harnesscheck install-clis --backend {backend_id.partition('==')[0]} --version {spec.pinned_version}`"
+        how = ("`harnesscheck install-clis`" if "==" not in backend_id else
+               f"`harnesscheck install-clis --backend {backend_id.partition('==')[0]} --version {spec.pinned_version}`")
         return None, f"{spec.cli_package}@{spec.pinned_version} is not installed in {dest}{also} (run {how})"
     path = binary_path(prefix, spec.cli_name)
     from harnesscheck.loopback.install import manifest_versioned

@@ -235,7 +235,8 @@ def facts_of(recording) -> dict:
         for tool in body.get("tools") or []:
             name = str(tool.get("name") or tool.get("type") or "?")
             tools.setdefault(name, None)
-            extra = sorted(k for k, v in tool.items() if k not in ("name", "description", "input_schema", "parameters", "type", "strict") and v not in (None, False))
+            known = ("name", "description", "input_schema", "parameters", "type", "strict")
+            extra = sorted(k for k, v in tool.items() if k not in known and v not in (None, False))
             if extra:
                 flags[name] = extra
         betas.update(b.strip() for b in str((req.headers or {}).get("anthropic-beta") or "").split(",") if b.strip())
@@ -467,7 +468,8 @@ def facts_drift(backend: str, against: str | None, *, save: bool = False, out=No
     version = against or fresh["version"]
     stored = baseline_path(cli, version)
     if not stored.is_file():
-        print(f"drift: no stored baseline {stored} (record one with `harnesscheck drift --backend {spec.id.partition('==')[0]}=={version} --save`)", file=sys.stderr)
+        again = f"harnesscheck drift --backend {spec.id.partition('==')[0]}=={version} --save"
+        print(f"drift: no stored baseline {stored} (record one with `{again}`)", file=sys.stderr)
         return 3
     old = json.loads(stored.read_text(encoding="utf-8"))
     changes = compare_baselines(old, _scrubbed(fresh))

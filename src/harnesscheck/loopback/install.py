@@ -45,8 +45,8 @@ def pinned_clis() -> list[PinnedCli]:
     """Every registered harness backend with an npm package and a pinned version, then every
     shipped ACP profile (`acp-<name>`) whose npm pin is not one of those already (acp-gemini
     runs the gemini pin; claude-agent-acp and codex-acp are packages of their own)."""
-    from harnesscheck.registry import acp_spec, known_specs
     from harnesscheck.providers.acp.profile import PROFILE_DIR
+    from harnesscheck.registry import acp_spec, known_specs
 
     out = []
     specs = list(known_specs().values())

@@ -51,8 +51,8 @@ from harnesscheck.contracts import (
     OutcomeStatus,
     ProviderSpec,
 )
-from harnesscheck.scope import ToolScope, require_root
 from harnesscheck.rundir import CLI_STATE_DIRS, config_home_entries, forget_cli_state
+from harnesscheck.scope import ToolScope, require_root
 
 #: Bridge server name in every CLI's MCP config (claude sees mcp__bridge__read_file).
 BRIDGE_SERVER = "bridge"
@@ -837,7 +837,8 @@ class HarnessTransport:
                 # The trace was written by the bridge child, whose env knows fewer secrets than ours:
                 # redact again with this run's secrets, and bound, before a detail reaches the outcome.
                 from harnesscheck.dispatch import trace_detail
-                from harnesscheck.envpolicy import redact as redact_with, secret_values
+                from harnesscheck.envpolicy import redact as redact_with
+                from harnesscheck.envpolicy import secret_values
 
                 secrets = secret_values(self.parent_env)
                 update["refusals"] = [

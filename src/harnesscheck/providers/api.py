@@ -39,7 +39,7 @@ from harnesscheck.contracts import (
     Usage,
     model_verdict,
 )
-from harnesscheck.llm import API_MODES, Abort, Aborted, LLM, LLMError, Reply
+from harnesscheck.llm import API_MODES, LLM, Abort, Aborted, LLMError, Reply
 from harnesscheck.providers._guard import MISMATCH_ERROR_CLASS, apply_model_guard, guard_verdict
 
 #: api_mode → (key variable, base URL variable). Read once, when the transport is built.

@@ -27,8 +27,6 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from harnesscheck.config import Settings
-from harnesscheck.providers._guard import apply_model_guard
-from harnesscheck.rundir import prepare_run_dir
 from harnesscheck.contracts import (
     BLOCKING,
     RETRYABLE,
@@ -44,6 +42,8 @@ from harnesscheck.contracts import (
     Usage,
     model_verdict,
 )
+from harnesscheck.providers._guard import apply_model_guard
+from harnesscheck.rundir import prepare_run_dir
 
 DEFAULT_MODEL = "fake-model-1"
 

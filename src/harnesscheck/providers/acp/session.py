@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harnesscheck.contracts import AgentOutcome, Cost, ErrorClass, OutcomeStatus, RETRYABLE, Usage
+from harnesscheck.contracts import RETRYABLE, AgentOutcome, Cost, ErrorClass, OutcomeStatus, Usage
 from harnesscheck.envpolicy import redact
 from harnesscheck.process import Ending, LineAction, ProcessResult, StdinFeed
 from harnesscheck.providers.acp.errors import STOP_REASONS, classify_error, failed_status

@@ -260,7 +260,8 @@ _ASSISTANT_ERRORS: dict[str, ErrorClass] = {
 _CLAUDE_TEXT_RULES: tuple[tuple[ErrorClass, re.Pattern[str]], ...] = tuple(
     (cls, re.compile(pattern, re.IGNORECASE))
     for cls, pattern in (
-        (ErrorClass.auth, r"not logged in|please run /login|invalid api key|failed to authenticate|oauth (?:session|token) (?:has )?expired|authentication_failed"),
+        (ErrorClass.auth, r"not logged in|please run /login|invalid api key|failed to authenticate"
+                          r"|oauth (?:session|token) (?:has )?expired|authentication_failed"),
         # "not your usage limit" is the CLI's wording for a plain 429 burst: never quota.
         (ErrorClass.quota, r"out of extra usage|(?<!not your )usage limit|credit balance is too low|billing_error|quota"),
         (ErrorClass.context_overflow, r"prompt is too long|context (?:window|length)|too many tokens"),

@@ -62,7 +62,6 @@ from harnesscheck.process import Ending, LineAction, ProcessResult
 from harnesscheck.providers._args import safe_model
 from harnesscheck.providers._bounded import CallLog, TextTail
 from harnesscheck.providers._errortext import classify_text
-from harnesscheck.providers._rootcause import tail_cause
 from harnesscheck.providers._eventlog import SessionAudit
 from harnesscheck.providers._harness import (
     EventDecoder,
@@ -72,6 +71,7 @@ from harnesscheck.providers._harness import (
     bridge_command,
     ending_outcome,
 )
+from harnesscheck.providers._rootcause import tail_cause
 
 BRIDGE_SERVER = "bridge"
 

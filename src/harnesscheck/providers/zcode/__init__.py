@@ -56,7 +56,6 @@ from harnesscheck.process import Ending, LineAction, ProcessResult
 from harnesscheck.providers._args import safe_model
 from harnesscheck.providers._bounded import CallLog, TextTail
 from harnesscheck.providers._errortext import classify_text
-from harnesscheck.providers._rootcause import tail_cause
 from harnesscheck.providers._eventlog import SessionAudit
 from harnesscheck.providers._harness import (
     BRIDGE_SERVER,
@@ -67,6 +66,7 @@ from harnesscheck.providers._harness import (
     bridge_command,
     ending_outcome,
 )
+from harnesscheck.providers._rootcause import tail_cause
 
 #: The largest argv string this transport passes is a fixed instruction; the prompt (of any
 #: size) is in PROMPT.md. (Linux caps one argv string at 128 KiB; the prompt never meets it.)
