@@ -345,9 +345,10 @@ def test_no_canary_of_the_servers_env_reaches_the_backend_child(tmp_path, root):
             client.proc.kill()
 
 
-def test_a_harness_backend_never_writes_unasked(tmp_path, root):
-    """The bridge runs in another process and cannot ask yet: writes are refused in every
-    mode, the session says so, and the bridge's calls are reported after the step."""
+@pytest.mark.parametrize("answer", ["allow-once", "reject-once"])
+def test_a_harness_backend_asks_before_a_write_through_its_bridge(tmp_path, root, answer):
+    """The bridge runs in another process: its write is asked of the client through the host
+    link before it runs; only allow-once writes the file. Each call is shown once, as it happens."""
     success = load_fixture("claude", "success")
     calls = {"mcp_calls": [{"name": "read_file", "arguments": {"path": "notes.txt"}},
                            {"name": "write_file", "arguments": {"path": "notes.txt", "content": "changed\n"}}]}
@@ -357,17 +358,23 @@ def test_a_harness_backend_never_writes_unasked(tmp_path, root):
     try:
         client.request("initialize", {"protocolVersion": 1})
         new = client.request("session/new", {"cwd": str(root), "mcpServers": []})["result"]
-        assert "refused" in new["modes"]["availableModes"][0]["description"]
+        assert "asks the client" in new["modes"]["availableModes"][0]["description"]
         sid = new["sessionId"]
-        assert prompt(client, sid, "hi")["result"]["stopReason"] == "end_turn"
+        asked: list[str] = []
+
+        def on_permission(req: dict) -> dict:
+            asked.append((root / "notes.txt").read_text())
+            return {"outcome": {"outcome": "selected", "optionId": answer}}
+
+        assert prompt(client, sid, "hi", on_permission=on_permission)["result"]["stopReason"] == "end_turn"
         assert client.finish() == 0
-        assert (root / "notes.txt").read_text() == "original\n"
+        assert asked == ["original\n"], "asked once, before the write"
+        assert (root / "notes.txt").read_text() == ("changed\n" if answer == "allow-once" else "original\n")
         updates = client.updates(sid)
         titles = [u["title"] for u in updates if u["sessionUpdate"] == "tool_call"]
-        assert titles == ["read_file notes.txt", "write_file notes.txt"]
-        ends = [(u["status"], u["content"][0]["content"]["text"]) for u in updates if u["sessionUpdate"] == "tool_call_update"]
-        assert ends[0][0] == "completed" and ends[1][0] == "failed" and "read_only" in ends[1][1]
-        assert not any(m.get("method") == "session/request_permission" for m in client.messages)
+        assert titles == ["read_file notes.txt", "write_file notes.txt"], titles
+        ends = [u["status"] for u in updates if u["sessionUpdate"] == "tool_call_update" and u.get("status") != "pending"]
+        assert ends == ["completed", "completed" if answer == "allow-once" else "failed"], ends
     finally:
         if client.proc.poll() is None:
             client.proc.kill()

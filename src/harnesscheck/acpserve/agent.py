@@ -16,8 +16,9 @@ Requirements (doc/SPEC-acp-serve.md is the contract; the MUSTs of ACP v1 plus ou
   (`host_tool_loop`), the host's policy asks `session/request_permission` before every write in
   mode `ask`; only the option `allow-once` runs it; a reject, a cancel, an unknown option, an
   error answer or no answer before the step's deadline refuses it (the model reads the
-  refusal). A backend whose tools run in the bridge process cannot ask yet: its sessions
-  run with a read-only scope in every mode (writes refused, never unasked).
+  refusal). A harness backend's tools run in its bridge process, which asks through the host
+  link (bridge/hostlink.py) the same way; a backend that declares no `host_approvals` cannot
+  ask: its sessions run with a read-only scope in every mode (writes refused, never unasked).
 - `session/cancel` cancels the running step (the transport's cancel path ends the process
   tree), releases any pending permission request as cancelled, and the prompt is answered
   `cancelled`; nothing of that turn is sent after its answer.
@@ -117,6 +118,9 @@ class AcpServer:
         self.transport, self.spec, self.writer = transport, spec, writer
         self.model, self.timeout_s, self.fence, self.max_line_bytes = model, timeout_s, fence, max_line_bytes
         self.in_process = spec.supports(Capability.host_tool_loop)
+        #: Whether the backend's tool calls can ask the client: in this process (a host loop), or
+        #: in its bridge process through the host link (doc/SPEC-policy.md, "The host link").
+        self.asks = spec.supports(Capability.host_approvals)
         self.sessions: dict[str, _Session] = {}
         self.pending: dict[str, _Pending] = {}
         self.threads: list[threading.Thread] = []
@@ -279,8 +283,8 @@ class AcpServer:
                 "clientFs": "never called: files are read and written by harnesscheck's scoped tools",
                 "clientTerminal": "never called: no shell tool exists",
                 "mcpServers": "not started: the tools are harnesscheck's own",
-                "permission": ("asked before every write in mode ask" if self.in_process else
-                               "this backend's tools run in the bridge process: writes are refused in every mode"),
+                "permission": ("asked before every write in mode ask" if self.asks else
+                               "this backend's tools cannot ask: writes are refused in every mode"),
             }},
         )
         return _dump(response)
@@ -325,8 +329,8 @@ class AcpServer:
                      f"({names}): this agent's tools are harnesscheck's own scoped tools")
         modes = SessionModeState(current_mode_id=MODE_ASK, available_modes=[
             SessionMode(id=MODE_ASK, name="Ask before writes",
-                        description=("every write asks the client first" if self.in_process else
-                                     "writes are refused: this backend's tools cannot ask yet")),
+                        description=("every write asks the client first" if self.asks else
+                                     "writes are refused: this backend's tools cannot ask")),
             SessionMode(id=MODE_READ_ONLY, name="Read-only", description="only the reading tools run"),
         ])
         return _dump(NewSessionResponse(session_id=session.id, modes=modes))
@@ -391,7 +395,7 @@ class AcpServer:
         from harnesscheck.providers._harness import scratch_dir
         from harnesscheck.scope import ToolScope
 
-        read_only = session.mode == MODE_READ_ONLY or not self.in_process
+        read_only = session.mode == MODE_READ_ONLY or not self.asks
         run_dir = scratch_dir(session.root, "hc-acp-")
         reporter = _ToolReporter(self, session, turn)
         try:
@@ -419,7 +423,7 @@ class AcpServer:
             if not turn.streamed and outcome.text and not turn.cancel.is_set():
                 self._text(session, turn, outcome.text)
             if not self.in_process:
-                self._bridge_calls(session, turn, run_dir)
+                self._bridge_calls(session, turn, run_dir, reported=reporter.reported)
             return outcome
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -515,8 +519,9 @@ class AcpServer:
             session_update="tool_call_update", tool_call_id=call_id, status="completed" if ok else "failed",
             content=[ContentToolCallContent(type="content", content=TextContentBlock(type="text", text=shown))]))
 
-    def _bridge_calls(self, session: _Session, turn: _Turn, run_dir: Path) -> None:
-        """A harness backend's tool calls, after the fact, from its bridge trace."""
+    def _bridge_calls(self, session: _Session, turn: _Turn, run_dir: Path, *, reported=frozenset()) -> None:
+        """A harness backend's tool calls the host link did not report as they happened
+        (`reported`: their digests), after the fact, from its bridge trace."""
         path = run_dir / "bridge-trace.jsonl"
         try:
             lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
@@ -528,6 +533,8 @@ class AcpServer:
             except ValueError:
                 continue
             if not isinstance(rec, dict) or rec.get("event") != "tool":
+                continue
+            if rec.get("digest") and str(rec["digest"])[:16] in reported:
                 continue
             call = _TraceCall(str(rec.get("tool") or "?"), {"path": str(rec.get("path") or "")})
             call_id = self.tool_started(session, turn, call)
@@ -592,9 +599,12 @@ class _ToolReporter:
         self.server, self.session, self.turn = server, session, turn
         self._ids: dict[str, str] = {}
         self._calls: dict[str, _TraceCall] = {}
+        #: digests (16 hex) of the calls shown to the client as they happened
+        self.reported: set[str] = set()
 
     def on_event(self, event: Any) -> None:
         if event.kind == "tool_call" and event.digest:
+            self.reported.add(event.digest[:16])
             call = _TraceCall(event.tool or "?", {"path": event.path} if event.path else {})
             self._calls[event.digest] = call
             self._ids[event.digest] = self.server.tool_started(self.session, self.turn, call)
