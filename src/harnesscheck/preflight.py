@@ -55,7 +55,7 @@ class Preflight(BaseModel):
         return out
 
 
-def _policy_items(spec: Any, request: Any) -> list[PreflightItem]:
+def _policy_items(spec: Any, request: Any, transport: Any = None) -> list[PreflightItem]:
     from harnesscheck.contracts import Capability as C
     from harnesscheck.policy import Verdict
 
@@ -87,7 +87,8 @@ def _policy_items(spec: Any, request: Any) -> list[PreflightItem]:
         if limits:
             items.append(PreflightItem(topic="limits", status="ok",
                                        detail=", ".join(f"{k} {v}" for k, v in limits.items())))
-        if policy.limits.turns is not None and C.max_turns not in caps and C.host_tool_loop not in caps:
+        counts = transport is not None and getattr(transport, "counts_turns", False)
+        if policy.limits.turns is not None and C.max_turns not in caps and C.host_tool_loop not in caps and not counts:
             items.append(PreflightItem(topic="limits", status="warn",
                                        detail=f"{spec.id} has no turn cap of its own: the turns limit is not enforced",
                                        fix="bound the session with tool_calls or its timeout instead"))
@@ -146,6 +147,6 @@ def preflight(spec: Any, settings: Any, request: Any, *, transport: Any = None,
             items.append(PreflightItem(topic="declines", status="warn",
                                        detail=f"{spec.id} does not honour {cap.value}" + (f": {why}" if why else ""),
                                        fix="leave it out of the request, or choose a backend that declares it"))
-    items += _policy_items(spec, request)
+    items += _policy_items(spec, request, transport)
     return Preflight(backend=spec.id, kind=spec.kind.value, items=items, declines=declines,
                      ok=not any(i.status == "fail" for i in items))

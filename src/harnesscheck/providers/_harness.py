@@ -28,6 +28,7 @@ A subclass supplies `invocation(ctx, request, tool_less)` (argv, injections, std
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -333,6 +334,64 @@ def process_limit_message(result: Any) -> str:
             "the tree was ended")
 
 
+def _policy_turn_cap(request: AgentSessionRequest, spec: ProviderSpec) -> tuple[AgentSessionRequest, bool]:
+    """The request with the policy's turns limit as the CLI's own turn cap, for a CLI that has
+    one (`max_turns`) and when the limit is the tighter; whether it was applied (a CLI that then
+    stops at its cap has reached the policy's limit: truncated/budget, doc/SPEC-policy.md)."""
+    policy = getattr(request, "policy", None)
+    turns = policy.limits.turns if policy is not None else None
+    if turns is None or not spec.supports(Capability.max_turns) or (request.max_iters and request.max_iters <= turns):
+        return request, False
+    return request.model_copy(update={"max_iters": max(turns, 1)}), True
+
+
+class _TurnLimit:
+    """The policy's turns limit for a CLI with no turn cap of its own whose stream shows where a
+    model turn begins (`HarnessTransport.turn_event`): a model output seen first, or first after a
+    tool result, or an explicit step, begins a turn. The turn past the limit is stopped when its
+    first output is seen (its request was already made: the CLI owns its loop)."""
+
+    def __init__(self, limit: int, turn_event: Callable[[dict], str | None]):
+        self.limit, self.turn_event = limit, turn_event
+        self.turns = 0
+        self.after_result = True
+        self.exceeded = False
+
+    @classmethod
+    def for_session(cls, request: AgentSessionRequest, transport: "HarnessTransport", *, tool_less: bool):
+        policy = getattr(request, "policy", None)
+        turns = policy.limits.turns if policy is not None else None
+        if turns is None or tool_less or transport.spec.supports(Capability.max_turns) or not transport.counts_turns:
+            return None
+        return cls(turns, transport.turn_event)
+
+    def see(self, line: str) -> bool:
+        """True once the line begins a turn past the limit."""
+        if self.exceeded or not line.startswith("{"):
+            return self.exceeded
+        try:
+            event = json.loads(line)
+        except ValueError:
+            return False
+        kind = self.turn_event(event) if isinstance(event, dict) else None
+        if kind == "step" or (kind == "output" and self.after_result):
+            self.turns += 1
+            self.after_result = False
+        elif kind == "result":
+            self.after_result = True
+        self.exceeded = self.turns > self.limit
+        return self.exceeded
+
+    def wrap(self, feed: Callable[[str], Any]) -> Callable[[str], Any]:
+        from harnesscheck.process import LineAction
+
+        def on_line(line: str) -> Any:
+            action = feed(line)
+            return LineAction.STOP if self.see(line) else action
+
+        return on_line
+
+
 def _process_limit(request: AgentSessionRequest) -> int | None:
     policy = getattr(request, "policy", None)
     return policy.limits.processes if policy is not None else None
@@ -398,6 +457,15 @@ class HarnessTransport:
     takes_session_slot: bool = True
     #: Run the CLI in a sandbox of its own where the machine allows it (doc/SPEC-sandbox.md).
     sandboxed: bool = True
+    #: The CLI's stream shows where its model turns begin (`turn_event`), so the policy's turns
+    #: limit is enforced for a CLI with no turn cap of its own (doc/SPEC-policy.md).
+    counts_turns: bool = False
+
+    def turn_event(self, event: dict) -> str | None:
+        """What one JSON event of the CLI's stream says of its model turns: `step` (a model
+        request begins), `output` (the model's text or tool call), `result` (a tool's result:
+        the next output begins a turn), or None. Only read when `counts_turns`."""
+        return None
 
     def __init__(
         self,
@@ -563,6 +631,7 @@ class HarnessTransport:
             raise OptionUnsupported(self.spec.id, name, request.model,
                                     f"{self.spec.cli_name or self.spec.id} takes no {name} from the host")
 
+        request, capped_by_policy = _policy_turn_cap(request, self.spec)
         if not tool_less:
             start_bridge()
         info = self.cli()
@@ -583,6 +652,7 @@ class HarnessTransport:
             injections = {**private, **self.base_injections, **self.injections, **inv.injections}
             env = build_child_env(self.parent_env, injections=injections, trace=tracer)
             parser = self.make_parser(ctx, request, tool_less=tool_less, on_text=on_text)
+            turn_limit = _TurnLimit.for_session(request, self, tool_less=tool_less)
             if request.on_event is not None and hasattr(parser, "retry_notice"):
                 session_events = request.events(ctx.session_id)
                 parser.retry_notice = lambda **fields: session_events("retry", **fields)
@@ -607,7 +677,7 @@ class HarnessTransport:
                     inv.argv,
                     env=env,
                     cwd=ctx.cwd,
-                    on_line=parser.feed,
+                    on_line=parser.feed if turn_limit is None else turn_limit.wrap(parser.feed),
                     on_err_line=getattr(parser, "feed_err", None),  # a parser reading the CLI's stderr log
                     timeout_s=max(left, 0.001),
                     stdin_bytes=inv.stdin_bytes,
@@ -623,6 +693,10 @@ class HarnessTransport:
                     max_processes=_process_limit(request),
                 )
             release_bridge(ctx.spec_path)  # before the trace is read; the bridge child is not in the CLI's group
+            if turn_limit is not None and turn_limit.exceeded and result.ending is Ending.early_stop:
+                # ended by the host before the CLI finished, as a deadline ends it: the parser
+                # keeps the partial text and usage; the class is set to budget below
+                result = dataclasses.replace(result, ending=Ending.deadline)
             outcome = parser.outcome(result)
             if result.ending is Ending.process_limit:  # whatever the stream said last: the limit ended it
                 outcome = outcome.model_copy(update={"status": OutcomeStatus.truncated, "error_class": ErrorClass.budget,
@@ -632,6 +706,15 @@ class HarnessTransport:
                     "message": "; ".join(p for p in (outcome.message, result.process_count_note) if p)})
             parser_session_id = outcome.session_id
             outcome = self._finish(outcome, ctx, result, info, redact)
+            if (turn_limit is not None and turn_limit.exceeded) or (
+                    capped_by_policy and outcome.error_class is ErrorClass.max_turns):
+                limit = request.policy.limits.turns
+                why = (f"stopped at the policy's turns limit ({limit}): the CLI began model turn {limit + 1}"
+                       if turn_limit is not None and turn_limit.exceeded else
+                       f"stopped at the policy's turns limit ({limit}), the CLI's own turn cap")
+                outcome = outcome.model_copy(update={
+                    "status": OutcomeStatus.truncated, "error_class": ErrorClass.budget, "retryable": False,
+                    "message": why})
             note = sandbox_note or result.containment_note
             outcome = outcome.model_copy(update={"containment": result.containment,
                                                  "containment_note": note or None})

@@ -558,6 +558,22 @@ def compose_prompt(system: str | None, prompt: str, tool_names: tuple[str, ...])
 class CodexTransport(HarnessTransport):
     """`codex exec --json` with a per-run CODEX_HOME. See the module docstring."""
 
+    counts_turns = True
+
+    def turn_event(self, event: dict) -> str | None:
+        """codex exec --json: an item the model produced (its message, reasoning, or a tool call
+        starting) is output; a tool call's completed item is its result."""
+        if event.get("type") not in ("item.started", "item.completed"):
+            return None
+        item = event.get("item") if isinstance(event.get("item"), dict) else {}
+        kind = item.get("type")
+        if kind in ("agent_message", "reasoning"):
+            return "output"
+        if kind in ("mcp_tool_call", "command_execution", "file_change", "web_search"):
+            return "output" if event["type"] == "item.started" else "result"
+        return None
+
+
     def __init__(
         self, spec, settings=None, *, extra_config_toml: str = "", loopback=None, retry_stop_after: int | None = 1, **kwargs
     ):

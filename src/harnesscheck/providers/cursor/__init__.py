@@ -356,6 +356,19 @@ def subscription_auth_file(parent_env: dict[str, str]) -> Path | None:
 class CursorTransport(HarnessTransport):
     """`cursor-agent --print --output-format stream-json` with a per-run HOME. See the module docstring."""
 
+    counts_turns = True
+
+    def turn_event(self, event: dict) -> str | None:
+        """cursor-agent's stream-json: an `assistant` message or a `tool_call` starting is the
+        model's output; a `tool_call` completed is its result."""
+        kind = event.get("type")
+        if kind == "assistant":
+            return "output"
+        if kind == "tool_call":
+            return "result" if event.get("subtype") == "completed" else "output"
+        return None
+
+
     #: cursor's stream says nothing about MCP servers: the bridge's own trace is the only
     #: readiness signal (bridge/readiness.py bridge_listed), read after the session.
     readiness_from_trace = True

@@ -478,6 +478,13 @@ def user_auth_file(parent_env: dict[str, str]) -> Path | None:
 class OpencodeTransport(HarnessTransport):
     """`opencode run --format json` with a per-run HOME and config. See the module docstring."""
 
+    counts_turns = True
+
+    def turn_event(self, event: dict) -> str | None:
+        """opencode --format json begins each model request with a `step_start` event."""
+        return "step" if event.get("type") == "step_start" else None
+
+
     #: opencode's stream says nothing about MCP servers: the bridge's own trace is the
     #: readiness signal (bridge/readiness.py bridge_listed), read after the session.
     readiness_from_trace = True
