@@ -18,9 +18,10 @@ def _traced_calls(run) -> list[tuple[str, bool]]:
 
 @check("events.tool-calls-streamed", requires=[C.event_stream])
 def test_tool_calls_streamed(but):
-    """Every tool call the session's trace records appears in the event stream, in order, with its
-    decision: an allowed call as a completed `tool_result`, a refused one as refused (`tool_decision`
-    deny, or a `tool_result` that is not ok), and `end` comes last."""
+    """Every tool call the session's trace records appears in the event stream with its decision:
+    an allowed call as a completed `tool_result`, a refused one as refused (`tool_decision` deny, or
+    a `tool_result` that is not ok), and `end` comes last. Calls a CLI runs at once finish in any
+    order, so the stream and the trace are compared call for call, not by position."""
     events: list = []
     run = but.run_tools([ToolCall("read_file", {"path": "README.md"}), ToolCall("read_file", {"path": "../outside/secret.txt"}),
                          ToolCall("list_dir", {"path": "."})], events=events)
@@ -34,7 +35,7 @@ def test_tool_calls_streamed(but):
             streamed.append((e.tool, bool(e.ok)))
         elif e.kind == "tool_decision" and e.decision == "deny":
             streamed.append((e.tool, False))
-    assert streamed == traced, (
+    assert sorted(streamed) == sorted(traced), (
         f"the event stream showed {streamed} where the trace records {traced}: a host cannot show the user "
         "what its tools did (fix: pass request.policy_engine(session_id) to dispatch, or report the bridge's calls)")
     assert events and events[-1].kind == "end", f"the stream must end with `end`, it ended {events[-1].kind if events else 'empty'}"

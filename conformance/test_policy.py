@@ -73,7 +73,9 @@ def test_approval_bound_to_the_call(but):
 
     def approver(request):
         digests.append(request.digest)
-        return ApprovalAnswer(approve=len(digests) == 1)  # yes to the first call only
+        # yes to the first call only, known by its content: a CLI may run the two calls at once,
+        # and either may reach the approver first
+        return ApprovalAnswer(approve=request.args.get("content") == "first\n")
 
     policy = Policy(rules=(Rule(decision=Verdict.APPROVAL_REQUIRED, kinds=(ToolKind.WRITE,)),))
     run = but.run_tools([ToolCall("write_file", {"path": "note.txt", "content": "first\n"}),

@@ -69,5 +69,6 @@ def test_a_cli_without_a_cap_is_stopped_at_the_turn_past_the_limit(tmp_path):
 
     stopped = run(1)
     assert (stopped.status, stopped.error_class) == (OutcomeStatus.truncated, ErrorClass.budget), stopped.message
-    assert "turns limit (1)" in stopped.message and stopped.tool_calls <= 1
+    # the second turn's call may already be on its way when its step_start is read: at most that one
+    assert "turns limit (1)" in stopped.message and stopped.tool_calls <= 2
     assert run(3).status is OutcomeStatus.ok  # three model turns fit a limit of three

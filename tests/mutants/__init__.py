@@ -295,6 +295,9 @@ NEEDS_SANDBOX: frozenset[str] = _ids(
 #: `-k` selections collected, written out as check ids.)
 AREAS: dict[str, tuple[str, ...]] = {
     "tests.mutants.api:retries_silently": ("events.retry-announced", "events.tool-calls-streamed", "events.usage-adds-up"),
+    "tests.mutants.api:sends_over_long_requests": ("usage.over-context-never-sent", "usage.option-refused-before-request"),
+    "tests.mutants.api:drops_thinking": ("usage.thinking-carried-back", "usage.cost-never-fabricated"),
+    "tests.mutants.api:bills_cache_reads_as_input": ("usage.cost-from-metadata-rates", "usage.cost-never-fabricated"),
     "tests.mutants.acp:ignores_a_rejected_permission": ("acp.rejected-permission-not-run", "acp.stdout-only-jsonrpc"),
     "tests.mutants.acp:never_asks": ("acp.side-effects-asked", "acp.stdout-only-jsonrpc"),
     "tests.mutants.acp:answers_cancel_but_leaves_the_tool": ("acp.cancel-stops-tool", "acp.stdout-only-jsonrpc"),

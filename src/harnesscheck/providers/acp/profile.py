@@ -115,6 +115,10 @@ class AcpProfile(BaseModel):
     files: dict[str, str] = Field(default_factory=dict)
     #: session/new `_meta` (e.g. claude-agent-acp's `claudeCode.options.tools = []`: built-ins off).
     session_meta: dict[str, Any] = Field(default_factory=dict)
+    #: Host paths the agent's command needs in its sandbox, bound read-only: the operator's word
+    #: (an ad-hoc command's own script directories; what a profile file lists). The CLI cache's
+    #: installs are found from the command itself (sandbox.cache_installs).
+    binds: list[str] = Field(default_factory=list)
     #: Whether the profile switches the agent's own built-in tools off (by _meta, argv or files).
     builtins_off: bool = False
     mode: PermissionMode = Field(default_factory=PermissionMode)
@@ -211,8 +215,12 @@ def adhoc_profile(command_line: str) -> AcpProfile:
         raise ConfigError("acp: names no command", "e.g. --backend 'acp:npx my-agent --acp'")
     if wire not in WIRE_ENV:
         raise ConfigError(f"unknown model wire {wire!r}", f"use one of: {', '.join(WIRE_ENV)}")
+    # the scripts the command names by absolute path (`node /abs/agent.js`): their directories,
+    # with what they load beside them, are bound into the agent's sandbox read-only
+    binds = sorted({str(Path(w).parent if Path(w).is_file() else Path(w)) for w in words[1:]
+                    if Path(w).is_absolute() and Path(w).exists()})
     return AcpProfile(name=Path(words[0]).name, command=words, wire=wire, env=dict(WIRE_ENV[wire]),  # type: ignore[arg-type]
-                      builtins_off=builtins_off,
+                      builtins_off=builtins_off, binds=binds,
                       description=f"ad-hoc ACP agent: {command_line}")
 
 

@@ -226,7 +226,8 @@ class AcpTransport(HarnessTransport):
         from harnesscheck.sandbox import cache_installs
 
         # what the profile runs beyond its first word (node's script, a CLI it points the agent at)
-        self._local.pending.installs = cache_installs([*argv[1:], *injections.values()])
+        self._local.pending.installs = [*cache_installs([*argv[1:], *injections.values()]),
+                                        *(p for p in self.profile.binds if os.path.exists(p))]
         return Invocation(argv=argv, injections=injections, stdin_feed=feed)
 
     def sandbox_paths(self, ctx: SessionContext, cli: Path) -> tuple[list[str], list[str]]:
