@@ -30,7 +30,7 @@ def test_parallel_sessions_isolated(but):
     with ThreadPoolExecutor(max_workers=3) as pool:
         runs = list(pool.map(lambda pw: but.run_tools(pw[0], workspace=pw[1], timeout_s=90), zip(plans, workspaces)))
     for run in runs:
-        assert run.outcome.status == OutcomeStatus.ok, f"{run.outcome.status}/{run.outcome.error_class}: {run.outcome.message}"
+        assert run.outcome.status == OutcomeStatus.ok, run.said
     ids = [r.outcome.session_id for r in runs]
     printed = {i for r in runs for i in r.facts.cli_session_ids}
     # a backend that reports session ids reports its own for each (the CLI's own id passed
@@ -128,7 +128,7 @@ def test_cap_holds(but):
             runs = list(pool.map(lambda ws: but.run("held_success", workspace=ws, timeout_s=60,
                                                     settings={"concurrency": CAP}), workspaces))
         for run in runs:
-            assert run.outcome.status == OutcomeStatus.ok, f"{run.outcome.status}/{run.outcome.error_class}: {run.outcome.message}"
+            assert run.outcome.status == OutcomeStatus.ok, run.said
         spans = [span for run in runs for span in (run.cli_spans or [])]
         if len(spans) != CAP + 1:
             raise AssertionError(f"the {CAP + 1} sessions recorded {len(spans)} CLI runs: expected one each")

@@ -43,7 +43,7 @@ def test_no_secret_in_argv(but):
 def test_nesting_vars_stripped(but):
     """Run from inside a Claude Code session, the child does not inherit CLAUDECODE and friends."""
     run = but.run("success", parent_env=NESTING)
-    assert run.outcome.status == OutcomeStatus.ok
+    assert run.outcome.status == OutcomeStatus.ok, run.said
     for child in run.children:
         # inherited, value and all (a launcher's own label, e.g. the Agent SDK's entrypoint, is not)
         present = sorted(k for k, v in NESTING.items() if child["env"].get(k) == v)

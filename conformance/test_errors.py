@@ -107,7 +107,7 @@ def test_credential_not_refetched(but):
     request until it nears expiry: a session of several model turns makes one exchange, not one
     per request (per-request exchanges spend the token endpoint's rate limit and lock the account out)."""
     run = but.run("tool_calls")
-    assert run.outcome.status == OutcomeStatus.ok, f"{run.outcome.status}/{run.outcome.error_class}: {run.outcome.message}"
+    assert run.outcome.status == OutcomeStatus.ok, run.said
     fetches = but.credential_fetches(run)
     if fetches is None:
         but.skip("adapter-not-implemented", f"the kit cannot see {but.spec.id}'s credential exchanges at {but.level}")

@@ -39,7 +39,7 @@ def test_denied_call_never_runs(but):
     )
     assert (ws.root / "notes.txt").is_file(), "the allowed write beside the denied one did not run: the policy was not applied, everything was refused"
     assert _saw_an_error_for(but, run, "write_file", 1), "the model was never shown the refusal of the denied call"
-    assert run.outcome.status == OutcomeStatus.ok, f"a denial is a tool error the model reads, not {run.outcome.status}/{run.outcome.error_class}"
+    assert run.outcome.status == OutcomeStatus.ok, f"a denial is a tool error the model reads, not {run.said}"
 
 
 @check("policy.unapproved-call-never-runs", requires=[C.host_policy])

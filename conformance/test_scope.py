@@ -21,7 +21,7 @@ def _refused(but, run, tool: str, n: int = 1):
     or, where the adapter cannot see the results as the model got them, the outcome lists it.
     harnesscheck's own reason codes are parity.refusal-codes-match-dispatch's, not this."""
     o = run.outcome
-    assert o.status == OutcomeStatus.ok, f"a refusal must be a tool error the model reads, not {o.status}/{o.error_class}"
+    assert o.status == OutcomeStatus.ok, f"a refusal must be a tool error the model reads, not {run.said}"
     assert not run.tool_failures, f"the calls reached no tool server the backend configured: {run.tool_failures[:2]}"
     refusals = [r for r in o.refusals if r.tool == tool]
     errors = but.tool_errors(run)
@@ -40,7 +40,7 @@ def _refused(but, run, tool: str, n: int = 1):
 def test_loop_reaches_dispatch(but):
     """A model's tool call runs through dispatch in the host loop and its result reaches the model."""
     run = but.run_tools([ToolCall("read_file", {"path": "README.md"})])
-    assert run.outcome.status == OutcomeStatus.ok
+    assert run.outcome.status == OutcomeStatus.ok, run.said
     assert run.outcome.tool_calls >= 1 and "read_file" in run.outcome.tools_used
     assert any("hello from the worktree" in text for text in run.model_saw), "the tool result never reached the model"
     assert any(r.get("event") == "tool" and r.get("decision") == "allow" for r in run.trace), "dispatch traced nothing"
@@ -51,7 +51,7 @@ def test_bridge_reaches_dispatch(but):
     """A harness's tool call goes through the bridge to dispatch; the call and its result are folded into the outcome."""
     run = but.run_tools([ToolCall("read_file", {"path": "README.md"})])
     assert not run.tool_failures, f"the CLI's tool call reached no MCP server the backend configured: {run.tool_failures[:2]}"
-    assert run.outcome.status == OutcomeStatus.ok, f"{run.outcome.status}/{run.outcome.error_class}: {run.outcome.message}"
+    assert run.outcome.status == OutcomeStatus.ok, run.said
     assert run.outcome.tool_calls >= 1 and "read_file" in run.outcome.tools_used
     assert any("hello from the worktree" in text for text in run.model_saw), "the bridge result never reached the CLI"
 
@@ -100,7 +100,7 @@ def test_symlink_parent_write_refused(but):
 def test_in_tree_symlink_reads(but):
     """Benign control: an in-tree symlink to an in-tree file still reads."""
     run = but.run_tools([ToolCall("read_file", {"path": "link_in"})])
-    assert run.outcome.status == OutcomeStatus.ok
+    assert run.outcome.status == OutcomeStatus.ok, run.said
     assert not run.outcome.refusals, f"a benign in-tree symlink was refused: {run.outcome.refusals}"
     assert any("hello from the worktree" in t for t in run.model_saw)
 
@@ -175,7 +175,7 @@ def test_read_only_write_refused(but):
     run = but.run_tools([ToolCall("write_file", {"path": "new.txt", "content": "x"}),
                          ToolCall("edit_file", {"path": "README.md", "old": "hello", "new": "bye"})],
                         read_only=True, workspace=ws)
-    assert run.outcome.status == OutcomeStatus.ok
+    assert run.outcome.status == OutcomeStatus.ok, run.said
     offered = but.tools_offered(run)
     not_offered = offered is not None and not {"write_file", "edit_file"} & set(offered)
     errors = but.tool_errors(run) or []
@@ -204,7 +204,7 @@ def test_writes_stay_inside(but):
     """Benign control: an in-scope write lands in the worktree, and nothing outside changes."""
     ws = but.workspace()
     run = but.run_tools([ToolCall("write_file", {"path": "out.txt", "content": "written"})], read_only=False, workspace=ws)
-    assert run.outcome.status == OutcomeStatus.ok
+    assert run.outcome.status == OutcomeStatus.ok, run.said
     created = ws.root / "out.txt"
     assert created.is_file() and created.read_text() == "written", "an allowed write did not land"
     assert ws.outside_unchanged()
@@ -217,7 +217,7 @@ def test_large_result_bounded(but):
     ws = but.workspace()
     (ws.root / "big.txt").write_text("0123456789abcdef\n" * (5 * 1024 * 1024 // 17))
     run = but.run_tools([ToolCall("read_file", {"path": "big.txt"})], workspace=ws, timeout_s=90)
-    assert run.outcome.status == OutcomeStatus.ok, f"{run.outcome.status}/{run.outcome.error_class}: {run.outcome.message} {run.outcome.stderr_tail}"
+    assert run.outcome.status == OutcomeStatus.ok, run.said
     shown = [t for t in run.model_saw if "0123456789abcdef" in t]
     assert shown, "the file never reached the model"
     limit = ws.scope().max_result_bytes

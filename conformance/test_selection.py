@@ -121,7 +121,7 @@ def test_huge_folded_prompt_not_in_argv(but):
 def _huge_system_prompt_stays_out_of_argv(but) -> None:
     system = "Follow the house rules. " * 9000
     run = but.run("success", system=system)
-    assert run.outcome.status == OutcomeStatus.ok, f"{run.outcome.status}/{run.outcome.error_class}: {run.outcome.message}"
+    assert run.outcome.status == OutcomeStatus.ok, run.said
     for child in run.children:
         assert sum(len(a) for a in child["argv"]) < 100_000, "the system prompt was put in argv"
 
@@ -148,7 +148,7 @@ def test_system_prompt_delivered(but):
     """A backend claiming a system-prompt channel delivers the host's system prompt to the model, unchanged."""
     system = "You are the reviewer. House rule HC-SYS-7f3a: answer in one line."
     run = but.run("success", system=system)
-    assert run.outcome.status == OutcomeStatus.ok
+    assert run.outcome.status == OutcomeStatus.ok, run.said
     seen = but.system_seen(run)
     assert seen is not None and system in seen, f"the model got system prompt {seen!r}"
 

@@ -231,6 +231,19 @@ def _pidns() -> str:
         return ""
 
 
+def _pidns_born() -> int | None:
+    """When this PID namespace began (its init's start time, sandbox.pidns_born)."""
+    try:
+        fd = posix.open("/proc/1/stat", posix.O_RDONLY)
+        try:
+            stat = posix.read(fd, 4096)
+        finally:
+            posix.close(fd)
+        return int(stat[stat.rfind(b")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _mode(path: str, follow: bool = True) -> int:
     try:
         return (posix.stat(path) if follow else posix.lstat(path)).st_mode
@@ -1245,6 +1258,7 @@ class Fake:
                 "cli": self.cli,
                 "pid": posix.getpid(),
                 "pidns": _pidns(),  # a sandboxed fake's pids are its namespace's (fakes.FakeCli.records)
+                "pidns_born": _pidns_born(),  # ... of that namespace, not a later one with its number
                 "argv": [self.argv0, *self.argv],
                 "env": dict(ENVIRON),
                 "cwd": posix.getcwd(),

@@ -197,6 +197,11 @@ def test_the_kits_exec_wrapper_records_inside_a_sandbox_and_the_kit_sees_host_pi
             while time.monotonic() < end and not watcher.seen:  # an upper bound: it is seen at its next poll
                 time.sleep(0.05)
             seen["records"] = host_records(read_records(record), dict(watcher.host_pids))
+            [raw] = read_records(record)
+            if raw.get("pidns") != sandbox.own_pidns():
+                assert isinstance(raw["pidns_born"], int)
+                seen["born_match"] = sandbox.find_host_pid(raw["pid"], raw["pidns"], raw["pidns_born"])
+                seen["born_other"] = sandbox.find_host_pid(raw["pid"], raw["pidns"], raw["pidns_born"] + 1)
             seen["children"] = dict(watcher.seen)
             return LineAction.STOP
 
@@ -210,6 +215,10 @@ def test_the_kits_exec_wrapper_records_inside_a_sandbox_and_the_kit_sees_host_pi
         assert rec["argv"][1:] == ["--task"]
         if mode == "bwrap":
             assert rec["pidns"] != sandbox.own_pidns() and rec["ns_pid"] != rec["pid"]
+            assert seen["born_match"] == rec["pid"], "the live namespace with its recorded birth maps to the wrapper"
+            # A later namespace given the same inode number (the kernel reuses them) is not the
+            # record's: a pid mapped through it would be another session's process.
+            assert seen["born_other"] is None
         else:
             assert "ns_pid" not in rec
         assert rec["pid"] in watcher.host_pids.values() or mode == "guards"

@@ -73,10 +73,11 @@ def _host_pids(rec: dict) -> dict:
 
     if pidns == own_pidns():
         return rec
+    born = rec.get("pidns_born")  # the namespace, not a later one with its number (sandbox.pidns_born)
     rec["ns_pid"] = rec["pid"]  # as the record file's other lines name it
-    rec["pid"] = host_pid(int(rec["pid"]), pidns)
-    rec["grandchildren"] = [{**g, "pid": host_pid(int(g["pid"]), pidns)} for g in rec["grandchildren"]]
-    rec["mcp_server_pids"] = [host_pid(int(p), pidns) for p in rec["mcp_server_pids"]]
+    rec["pid"] = host_pid(int(rec["pid"]), pidns, born)
+    rec["grandchildren"] = [{**g, "pid": host_pid(int(g["pid"]), pidns, born)} for g in rec["grandchildren"]]
+    rec["mcp_server_pids"] = [host_pid(int(p), pidns, born) for p in rec["mcp_server_pids"]]
     return rec
 
 

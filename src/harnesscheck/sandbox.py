@@ -235,12 +235,34 @@ def own_pidns() -> str:
         return ""
 
 
-def host_pid(pid: int, pidns: str) -> int:
+def start_ticks(stat: bytes) -> int | None:
+    """The start time (clock ticks since boot, field 22) from a /proc/<pid>/stat's bytes."""
+    fields = stat[stat.rfind(b")") + 2:].split()
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def pidns_born() -> int | None:
+    """When this process's PID namespace began: its init's (`/proc/1`) start time. A recorded
+    namespace is named by `pidns` *and* this: the kernel gives a dead namespace's inode number
+    to the next one made (another session's sandbox, seconds later), and a pid mapped through
+    the number alone would name that session's process (which a survivor sweep then kills)."""
+    try:
+        with open("/proc/1/stat", "rb") as fh:
+            return start_ticks(fh.read())
+    except OSError:
+        return None
+
+
+def host_pid(pid: int, pidns: str, born: int | None = None) -> int:
     """The host's pid of the process that is `pid` in PID namespace `pidns` (as a sandboxed
-    process records itself), or, once that process or its namespace is gone, a number no
-    process can have (pid_max + pid: every process of a namespace dies with its init, so a
-    survivor check over it finds nothing, as it must). A pid of our own namespace is itself."""
-    found = find_host_pid(pid, pidns)
+    process records itself; `born`: the namespace's pidns_born, when recorded), or, once that
+    process or its namespace is gone, a number no process can have (pid_max + pid: every
+    process of a namespace dies with its init, so a survivor check over it finds nothing, as it
+    must). A pid of our own namespace is itself."""
+    found = find_host_pid(pid, pidns, born)
     if found is not None:
         return found
     try:
@@ -251,16 +273,19 @@ def host_pid(pid: int, pidns: str) -> int:
     return pid_max + pid
 
 
-def find_host_pid(pid: int, pidns: str) -> int | None:
+def find_host_pid(pid: int, pidns: str, born: int | None = None) -> int | None:
     """The host's pid of the live process that is `pid` in PID namespace `pidns` (its
     `/proc/<host pid>/status` NSpid ends with `pid`), None when there is none (gone, or its
-    namespace is). A pid of our own namespace (or of none named) is itself."""
+    namespace is). With `born` (the namespace's pidns_born), a namespace of that inode whose
+    init started at another time is a later one that reused the number: None. A pid of our own
+    namespace (or of none named) is itself."""
     if not pidns or pidns == own_pidns():
         return pid
     try:
         entries = os.listdir("/proc")
     except OSError:
         entries = []
+    found, init_started = None, None
     for entry in entries:
         if not entry.isdigit():
             continue
@@ -268,14 +293,19 @@ def find_host_pid(pid: int, pidns: str) -> int | None:
             if os.readlink(f"/proc/{entry}/ns/pid") != pidns:
                 continue
             with open(f"/proc/{entry}/status", encoding="ascii", errors="replace") as fh:
-                for line in fh:
-                    if line.startswith("NSpid:"):
-                        if int(line.split()[-1]) == pid:
-                            return int(entry)
-                        break
+                ns_pid = next((int(line.split()[-1]) for line in fh if line.startswith("NSpid:")), None)
+            if ns_pid == pid:
+                found = int(entry)
+            if ns_pid == 1 and born is not None:
+                with open(f"/proc/{entry}/stat", "rb") as fh:
+                    init_started = start_ticks(fh.read())
         except (OSError, ValueError):
             continue
-    return None
+        if found is not None and (born is None or init_started is not None):
+            break
+    if born is not None and init_started != born:
+        return None  # the namespace of the record is gone; this one only has its number
+    return found
 
 
 # --- what a session binds in ------------------------------------------------------------

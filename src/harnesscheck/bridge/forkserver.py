@@ -1340,6 +1340,8 @@ class _Server:
             self._reap_all(left)
             return {"ok": True, "killed": left}
         if op == "children":
+            for child in self.children.values():
+                child.took()  # a b"taken" already sent is read first: the answer shows the settled fds
             if self.spare is None:
                 self._fork_spare()  # asked about it: the one the next relay would get
             spare = self.spare

@@ -261,6 +261,14 @@ class SessionRun:
     cli_named: Path | None = None
     cli_pids: list[int] = field(default_factory=list)
 
+    @property
+    def said(self) -> str:
+        """How the session ended, as a failing check's evidence: status/class, the message and
+        the end of the (redacted) stderr, so a cell that failed in CI says why without a rerun."""
+        o = self.outcome
+        tail = " ".join(o.stderr_tail.split())[-300:]
+        return f"{o.status}/{o.error_class}: {o.message[:300]}" + (f" (stderr: ...{tail})" if tail else "")
+
     def everything_visible(self) -> str:
         """Every byte the backend exposed: outcome, what the model saw, traces, argv, requests."""
         parts = [self.outcome.model_dump_json(), *self.model_saw, json.dumps(self.trace)]

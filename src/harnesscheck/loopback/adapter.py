@@ -116,8 +116,15 @@ try:
     pidns = os.readlink("/proc/self/ns/pid")  # in a sandbox, pid and ppid are its namespace's
 except OSError:
     pidns = ""
+try:  # when the namespace began (its init's start time): it, not a later one with its number
+    with open("/proc/1/stat", "rb") as fh:
+        init_stat = fh.read()
+    pidns_born = int(init_stat[init_stat.rfind(b")") + 2:].split()[19])
+except (OSError, ValueError, IndexError):
+    pidns_born = None
 rec = {{"kind": "invocation", "argv": sys.argv, "env": dict(os.environ), "cwd": os.getcwd(), "pid": os.getpid(),
-        "ppid": os.getppid(), "pidns": pidns, "stdin_type": stdin_type(), "ts": time.time(), "mcp_configs": {{}}}}
+        "ppid": os.getppid(), "pidns": pidns, "pidns_born": pidns_born, "stdin_type": stdin_type(), "ts": time.time(),
+        "mcp_configs": {{}}}}
 for i, arg in enumerate(sys.argv[:-1]):
     if arg == "--mcp-config" and sys.argv[i + 1].lstrip().startswith("{{"):  # the JSON itself
         rec["mcp_configs"][f"--mcp-config #{{i + 1}} (inline JSON)"] = sys.argv[i + 1]
@@ -222,7 +229,8 @@ def host_records(records: list[dict], known: dict[tuple[str, int], int] | None =
             continue
         ns_pid = int(rec["pid"])
         found = (known or {}).get((pidns, ns_pid))
-        out.append({**rec, "ns_pid": ns_pid, "pid": found if found is not None else host_pid(ns_pid, pidns)})
+        pid = found if found is not None else host_pid(ns_pid, pidns, rec.get("pidns_born"))
+        out.append({**rec, "ns_pid": ns_pid, "pid": pid})
     return out
 
 
@@ -260,7 +268,7 @@ class DescendantWatcher:
             return pid
         key = (pidns, pid)
         if key not in self.host_pids:
-            found = find_host_pid(pid, pidns)
+            found = find_host_pid(pid, pidns, rec.get("pidns_born"))
             if found is None:
                 return -1  # not (or no longer) running: nothing below it to watch
             self.host_pids[key] = found
