@@ -59,7 +59,7 @@ def loopback_scenario(cli: str, name: str, ws: Any, tool_calls: list | None = No
     if name == "auth_401":
         return Scenario(name, (status_turn(401),), repeat_last=True)
     if name == "rate_limit_429":
-        return Scenario(name, (status_turn(429, retry_after=7),), repeat_last=True)
+        return Scenario(name, (status_turn(429, retry_after=1),), repeat_last=True)
     if name == "overloaded_529":
         return Scenario(name, (status_turn(529),), repeat_last=True)
     if name == "served_model_mismatch":
