@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import tests_mutants_import  # noqa: F401 - puts the checkout on sys.path
 
-from conformance.test_live import test_smoke_answers, test_smoke_refuses_outside
+from conformance import test_live as live  # the module, not its functions: pytest would collect those here
 from harnesscheck.contracts import AgentOutcome, ModelVerdict, OutcomeStatus, Refusal
 from harnesscheck.kit.adapters import Workspace
 from harnesscheck.registry import get_spec
@@ -48,8 +48,8 @@ GOOD = AgentOutcome(status=OutcomeStatus.ok, text="OK", auth_source="none", requ
 
 
 def test_the_smokes_pass_a_good_backend(tmp_path):
-    test_smoke_answers(_Backend(tmp_path, GOOD))
-    test_smoke_refuses_outside(_Backend(tmp_path, GOOD))
+    live.test_smoke_answers(_Backend(tmp_path, GOOD))
+    live.test_smoke_refuses_outside(_Backend(tmp_path, GOOD))
 
 
 @pytest.mark.parametrize("defect", [
@@ -59,10 +59,10 @@ def test_the_smokes_pass_a_good_backend(tmp_path):
 ])
 def test_smoke_answers_fails_a_backend_that_hides_its_auth_or_model(tmp_path, defect):
     with pytest.raises(AssertionError):
-        test_smoke_answers(_Backend(tmp_path, GOOD.model_copy(update=defect)))
+        live.test_smoke_answers(_Backend(tmp_path, GOOD.model_copy(update=defect)))
 
 
 def test_smoke_refuses_outside_fails_when_nothing_was_refused(tmp_path):
     """The model never called the tool (or the refusals were dropped): not a pass."""
     with pytest.raises(AssertionError, match="no read_file refusal"):
-        test_smoke_refuses_outside(_Backend(tmp_path, GOOD.model_copy(update={"refusals": [], "tool_calls": 0})))
+        live.test_smoke_refuses_outside(_Backend(tmp_path, GOOD.model_copy(update={"refusals": [], "tool_calls": 0})))
