@@ -8,8 +8,8 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 from harnesscheck.contracts import Kind, OutcomeStatus
-from harnesscheck.kit.adapters import ToolCall
 from harnesscheck.kit.catalog import check
+from harnesscheck.kit.session import ToolCall
 
 #: The host's cap in concurrency.cap-holds (Settings.concurrency) and the sessions started at once.
 CAP = 2

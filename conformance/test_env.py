@@ -198,7 +198,7 @@ def test_session_files_redacted(but):
     Evidence: every regular file beneath the run dir after the session, searched for the
     value. A backend that leaves no record of the call in its run dir (traces are optional,
     doc/AUTHORS.md) has nothing to redact: the cell is skipped, saying so."""
-    from harnesscheck.kit.adapters import ToolCall
+    from harnesscheck.kit.session import ToolCall
 
     ws = but.workspace()
     token = "ghp_" + ws.canary.replace("-", "") + "Zq9"

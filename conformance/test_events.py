@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from harnesscheck.contracts import Capability as C
 from harnesscheck.contracts import Usage
-from harnesscheck.kit.adapters import ToolCall
 from harnesscheck.kit.catalog import check
+from harnesscheck.kit.session import ToolCall
 
 
 def _traced_calls(run) -> list[tuple[str, bool]]:

@@ -9,8 +9,8 @@ import json
 from harnesscheck.contracts import Capability as C
 from harnesscheck.contracts import ErrorClass as E
 from harnesscheck.contracts import Kind, ModelVerdict, OutcomeStatus
-from harnesscheck.kit.adapters import ToolCall
 from harnesscheck.kit.catalog import check
+from harnesscheck.kit.session import ToolCall
 from harnesscheck.kit.watchdog import Watchdog
 
 LOOPBACK = ("loopback",)

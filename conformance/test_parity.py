@@ -4,8 +4,8 @@ one outcome schema, and the refusal codes dispatch itself gives, whichever path 
 from __future__ import annotations
 
 from harnesscheck.contracts import AgentOutcome, OutcomeStatus
-from harnesscheck.kit.adapters import ToolCall
 from harnesscheck.kit.catalog import check
+from harnesscheck.kit.session import ToolCall
 
 HOSTILE = [
     ToolCall("read_file", {"path": "../outside/secret.txt"}),

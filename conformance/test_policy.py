@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from harnesscheck.contracts import Capability as C
 from harnesscheck.contracts import ErrorClass, OutcomeStatus
-from harnesscheck.kit.adapters import ToolCall
 from harnesscheck.kit.catalog import check
+from harnesscheck.kit.session import ToolCall
 from harnesscheck.policy import ApprovalAnswer, Limits, Policy, Rule, ToolKind, Verdict
 
 APP = "src/app.py"

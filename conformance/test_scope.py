@@ -10,8 +10,8 @@ import os
 
 from harnesscheck.contracts import Capability as C
 from harnesscheck.contracts import Kind, OutcomeStatus
-from harnesscheck.kit.adapters import ToolCall
 from harnesscheck.kit.catalog import check
+from harnesscheck.kit.session import ToolCall
 from harnesscheck.kit.swapper import SwapRace
 
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from harnesscheck.kit.acp_adapter import loopback_turns, prompt_script
-from harnesscheck.kit.adapters import SkipCell
+from harnesscheck.kit.session import SkipCell
 from harnesscheck.loopback.install import manifest_versioned, pinned_clis
 from harnesscheck.providers.acp import builtin_profile
 

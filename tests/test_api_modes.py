@@ -66,7 +66,8 @@ def test_a_mode_column_speaks_its_mode_and_refuses_a_contrary_setting():
 def test_each_column_is_served_its_own_wire(mode, tmp_path):
     """The adapter of each column talks to a server of that protocol: the requests go to the
     mode's path, and the tool results the model saw are read from that wire's shape."""
-    from harnesscheck.kit.adapters import ToolCall, adapter_for
+    from harnesscheck.kit.levels import adapter_for
+    from harnesscheck.kit.session import ToolCall
 
     but = adapter_for(registry.get_spec(f"api/{mode}"), "offline", tmp_path)
     run = but.run_tools([ToolCall("read_file", {"path": "README.md"})])
@@ -82,7 +83,7 @@ def test_each_column_is_served_its_own_wire(mode, tmp_path):
 
 
 def test_a_harness_cell_names_the_fixtures_it_replayed_and_where_they_came_from(tmp_path):
-    from harnesscheck.kit.adapters import adapter_for
+    from harnesscheck.kit.levels import adapter_for
 
     cursor = adapter_for(registry.get_spec("cursor"), "offline", tmp_path / "c")
     cursor.load_fixture("success")

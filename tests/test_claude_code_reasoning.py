@@ -120,9 +120,9 @@ def test_the_server_counts_the_turns_a_transcript_holds():
 
 
 def test_the_kit_scripts_tool_calls_as_fenced_text_and_keeps_the_builtin_as_tool_use(tmp_path):
-    from harnesscheck.kit.adapters import ToolCall as KitCall
-    from harnesscheck.kit.adapters import Workspace
     from harnesscheck.kit.reasoning_adapter import reasoning_scenario
+    from harnesscheck.kit.session import ToolCall as KitCall
+    from harnesscheck.kit.session import Workspace
 
     ws = Workspace(tmp_path / "ws")
     tools = reasoning_scenario("claude", "tools", ws, [KitCall("read_file", {"path": "README.md"}), KitCall("run_shell", {"cmd": "id"})])

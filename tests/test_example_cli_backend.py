@@ -17,7 +17,7 @@ def test_the_example_is_a_cli_transport_not_a_scripted_one(monkeypatch):
     monkeypatch.syspath_prepend(str(SRC))
     from claude_cli_backend import ClaudeCliTransport, spec
 
-    from harnesscheck.kit.adapters import adapter_kind
+    from harnesscheck.kit.levels import adapter_kind
     from harnesscheck.providers.claude_code import ClaudeCodeTransport
     from harnesscheck.providers.fake import FakeTransport
 

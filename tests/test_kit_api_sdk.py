@@ -121,15 +121,15 @@ def test_a_cells_fixture_values_are_not_frozen_with_the_heap(tmp_path) -> None:
 
 
 def test_the_warm_ups_pause_the_collector_only_for_the_sdk(monkeypatch, tmp_path) -> None:
-    from harnesscheck.kit import adapters, plugin
+    from harnesscheck.kit import levels, plugin
     from harnesscheck.paths import conformance_dir
 
     paused = []
     monkeypatch.setattr(plugin, "_pause_collector", lambda config, thread: paused.append(thread.name))
     monkeypatch.setattr(plugin, "_levels", lambda config: ["offline"])
     monkeypatch.setattr(plugin, "_backends", lambda config: [])
-    monkeypatch.setattr(adapters, "background_warm_ups", lambda cells, api_sdk: [
-        adapters.WarmUp(name, lambda: None) for name in (["forkserver"] + (["api-sdk"] if api_sdk else []))])
+    monkeypatch.setattr(levels, "background_warm_ups", lambda cells, api_sdk: [
+        levels.WarmUp(name, lambda: None) for name in (["forkserver"] + (["api-sdk"] if api_sdk else []))])
     for api_sdk in (False, True):
         config = SimpleNamespace(args=[str(conformance_dir())], option=SimpleNamespace(dist="no"), stash={},
                                  workerinput={"workerid": "gw0", "harnesscheck_api_sdk_here": api_sdk})

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harnesscheck.kit.adapters import adapter_for
+from harnesscheck.kit.levels import adapter_for
 from harnesscheck.registry import get_spec
 
 
@@ -37,7 +37,7 @@ def test_overlapping_runs_restore_the_environment_exactly() -> None:
     """Concurrent sessions patch os.environ in overlapping windows; afterwards it is as before."""
     import threading
 
-    from harnesscheck.kit.adapters import patched_environ
+    from harnesscheck.kit.session import patched_environ
 
     before = dict(os.environ)
     inside, release = threading.Barrier(2), threading.Event()
@@ -58,7 +58,7 @@ def test_overlapping_runs_restore_the_environment_exactly() -> None:
 
 def test_nested_patches_restore_in_order() -> None:
     """A nested patch (the api adapter's own key inside a run's canaries) undoes only itself."""
-    from harnesscheck.kit.adapters import patched_environ
+    from harnesscheck.kit.session import patched_environ
 
     before = dict(os.environ)
     with patched_environ({"HC_TEST_KEY": "outer"}):

@@ -71,15 +71,15 @@ def test_a_run_of_the_suite_alone_starts_its_one_time_start_ups_when_collection_
     import threading
     from types import SimpleNamespace
 
-    from harnesscheck.kit import adapters, plugin
+    from harnesscheck.kit import levels, plugin
     from harnesscheck.kit.scheduling import API_SDK_HERE
     from harnesscheck.paths import conformance_dir
     from harnesscheck.registry import BUILTIN_SPECS
 
     started: list[list] = []
     done = threading.Semaphore(0)
-    monkeypatch.setattr(adapters, "background_warm_ups",
-                        lambda cells, api_sdk: [adapters.WarmUp("forkserver", lambda: (started.append((sorted(s.id for s, _ in cells), api_sdk)), done.release()))])  # noqa: E501
+    monkeypatch.setattr(levels, "background_warm_ups",
+                        lambda cells, api_sdk: [levels.WarmUp("forkserver", lambda: (started.append((sorted(s.id for s, _ in cells), api_sdk)), done.release()))])  # noqa: E501
     monkeypatch.setattr(plugin, "_backends", lambda config: [BUILTIN_SPECS["api"], BUILTIN_SPECS["codex"]])
     monkeypatch.setattr(plugin, "_levels", lambda config: ["offline"])
     suite = conformance_dir()
@@ -134,7 +134,7 @@ def test_workers_learn_which_one_runs_the_pinned_api_cells(monkeypatch):
 
 def test_background_warm_ups_name_what_the_cells_need():
     from harnesscheck.bridge.forkserver import get_forkserver
-    from harnesscheck.kit.adapters import background_warm_ups
+    from harnesscheck.kit.levels import background_warm_ups
     from harnesscheck.registry import BUILTIN_SPECS
 
     assert background_warm_ups([(BUILTIN_SPECS["fake"], "offline")]) == []

@@ -6,7 +6,7 @@ verdict."""
 from __future__ import annotations
 
 from harnesscheck.contracts import OutcomeStatus
-from harnesscheck.kit.adapters import ScriptedAdapter
+from harnesscheck.kit.scripted_adapter import ScriptedAdapter
 from harnesscheck.registry import BUILTIN_SPECS
 
 

@@ -11,8 +11,9 @@ import time
 import pytest
 
 from harnesscheck.contracts import OutcomeStatus
-from harnesscheck.kit.adapters import ScriptedAdapter, SkipCell
 from harnesscheck.kit.harness_adapter import HarnessAdapter
+from harnesscheck.kit.scripted_adapter import ScriptedAdapter
+from harnesscheck.kit.session import SkipCell
 from harnesscheck.registry import BUILTIN_SPECS
 
 

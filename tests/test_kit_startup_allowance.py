@@ -6,8 +6,8 @@ run_stalled; kit/loopback_adapter.py LoopbackAdapter.startup_allowance_s)."""
 from __future__ import annotations
 
 from harnesscheck.contracts import OutcomeStatus
-from harnesscheck.kit.adapters import ScriptedAdapter
 from harnesscheck.kit.harness_adapter import HarnessAdapter
+from harnesscheck.kit.scripted_adapter import ScriptedAdapter
 from harnesscheck.registry import BUILTIN_SPECS
 
 

@@ -99,7 +99,7 @@ def test_the_ci_workflow_shards_every_column_and_merges_with_harnesscheck_matrix
     CLIs cached by their pins, the reports merged by `harnesscheck matrix`."""
     import re
 
-    from harnesscheck.kit.adapters import level_available
+    from harnesscheck.kit.levels import level_available
     from harnesscheck.registry import default_backend_ids, get_spec
 
     text = (REPO / ".github" / "workflows" / "harnesscheck.yml").read_text(encoding="utf-8")

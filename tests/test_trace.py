@@ -181,7 +181,7 @@ def test_readers_split_records_on_newline_only(tmp_path: Path) -> None:
     """Six records whose paths hold characters splitlines() breaks on, written raw (as a
     writer with ensure_ascii=False would): every reader of the kit sees all six."""
     from harnesscheck.bridge.spec import summarize_trace
-    from harnesscheck.kit.adapters import read_trace as kit_read_trace
+    from harnesscheck.kit.session import read_trace as kit_read_trace
 
     path = tmp_path / "t.jsonl"
     recs = [{"ts": 0, "session": "s", "event": "tool", "tool": "read_file", "decision": "refuse", "code": "not_found",

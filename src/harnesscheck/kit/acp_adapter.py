@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from harnesscheck.kit.adapters import BackendUnderTest, Facts, SessionRun, Setup, SkipCell
+from harnesscheck.kit.adapters import BackendUnderTest, Setup
+from harnesscheck.kit.session import Facts, SessionRun, SkipCell
 
 #: The canonical scenarios the fake ACP agent replays from fixtures/acp-agent/ as they are.
 FIXTURE_SCENARIOS = frozenset({"success", "timeout_mid_stream", "not_logged_in", "auth_401", "rate_limit_429",
@@ -92,7 +93,7 @@ class AcpRun:
 
     def bridge_trace(self) -> list[dict]:
         """The session's dispatch records (the bridge's, and the host's fs/* serving)."""
-        from harnesscheck.kit.adapters import read_trace
+        from harnesscheck.kit.session import read_trace
 
         return read_trace(self.run_dir / "bridge-trace.jsonl")
 
@@ -290,7 +291,7 @@ class AcpAdapter(BackendUnderTest):
         return Setup(transport, facts, model=model, extra={"record": record})
 
     def collect(self, run: SessionRun, setup: Setup, request) -> None:
-        from harnesscheck.kit.adapters import read_trace
+        from harnesscheck.kit.session import read_trace
 
         records = read_records(setup.extra["record"])
         run.run_dir = request.run_dir
@@ -371,7 +372,7 @@ def run_acp_session(but: BackendUnderTest, transport, record: Path | None, ws, e
     """One session of an ACP transport in workspace `ws`, with the evidence an acp.* check reads.
     `cancel_when(evidence, record)` and `decided(evidence)` (AcpAdapter.acp_run), polled, cancel it."""
     from harnesscheck.contracts import AgentSessionRequest
-    from harnesscheck.kit.adapters import patched_environ
+    from harnesscheck.kit.session import patched_environ
     from harnesscheck.providers.acp.session import AcpEvidence
 
     run_dir = ws.base / "run"
@@ -514,7 +515,7 @@ def _loopback_base():
 class AcpLoopbackLevel:
     """The loopback level of an ACP agent: the CLI loopback adapter (the real pinned agent, the
     scripted servers, the catalog's scenarios) plus `acp_run` for the acp.* checks it can script.
-    Built lazily, like kit.adapters.LoopbackLevel."""
+    Built lazily, like kit.levels.LoopbackLevel."""
 
     @staticmethod
     def available(spec) -> tuple[bool, str]:

@@ -25,15 +25,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from harnesscheck.config import Settings
 from harnesscheck.contracts import Usage
-from harnesscheck.kit.adapters import (
-    BackendUnderTest,
-    Facts,
-    Progress,
-    SessionRun,
-    Setup,
-    SkipCell,
-    patched_environ,
-)
+from harnesscheck.kit.adapters import BackendUnderTest, Setup
+from harnesscheck.kit.session import Facts, Progress, SessionRun, SkipCell, patched_environ
 
 REQUESTED = "hc-test-model"  # not in the price table: no dollar figure may appear
 SERVED = "hc-test-model-20260101"
@@ -502,7 +495,7 @@ class ApiAdapter(BackendUnderTest):
 
     def wire_credentials(self, run: SessionRun, host: dict[str, str]) -> list[dict]:
         """What each request the scripted server received carried (headers as sent)."""
-        from harnesscheck.kit.adapters import judge_credentials
+        from harnesscheck.kit.session import judge_credentials
 
         session = self.session_credentials(run)
         return [judge_credentials(f"{req.get('method', 'POST')} {req['path']}", dict(req["headers"]), session, host)

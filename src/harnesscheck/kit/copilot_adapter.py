@@ -21,8 +21,9 @@ import time
 from http.server import BaseHTTPRequestHandler
 
 from harnesscheck.config import Settings
-from harnesscheck.kit.adapters import Facts, SessionRun, Setup, SkipCell
+from harnesscheck.kit.adapters import Setup
 from harnesscheck.kit.api_adapter import REQUESTED, ApiAdapter, Fail, ScriptedServer, Turn, api_scenarios
+from harnesscheck.kit.session import Facts, SessionRun, SkipCell
 
 #: Other models the mock lists (routing evidence for tests; never requested by the suite).
 OTHER_MODELS = [

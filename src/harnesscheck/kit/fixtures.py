@@ -14,8 +14,9 @@ def but(request: pytest.FixtureRequest, tmp_path):
     """The backend under test for this cell (a kit adapter), or a skip with a reason code.
     After the cell, whatever its verdict, every process its sessions started that is still
     alive is ended (BackendUnderTest.end_survivors): a failing backend leaves nothing running."""
-    from harnesscheck.kit.adapters import SkipCell, adapter_for, level_available
     from harnesscheck.kit.catalog import info_of
+    from harnesscheck.kit.levels import adapter_for, level_available
+    from harnesscheck.kit.session import SkipCell
 
     spec, level = request.param
     info = info_of(request.function)

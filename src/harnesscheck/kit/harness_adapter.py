@@ -24,7 +24,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-from harnesscheck.kit.adapters import BackendUnderTest, Facts, Progress, SessionRun, Setup, SkipCell
+from harnesscheck.kit.adapters import BackendUnderTest, Setup
+from harnesscheck.kit.session import Facts, Progress, SessionRun, SkipCell
 from harnesscheck.registry import kit_profile, kit_profiles
 
 
@@ -633,7 +634,7 @@ class HarnessAdapter(BackendUnderTest):
         run.record_path = fake.record_path
         trace = []
         for name in ("session-trace.jsonl", "bridge-trace.jsonl"):
-            from harnesscheck.kit.adapters import read_trace
+            from harnesscheck.kit.session import read_trace
 
             trace.extend(read_trace(Path(request.run_dir) / name) if request.run_dir else [])
         run.trace = trace

@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 
 from harnesscheck.config import Settings
-from harnesscheck.kit.adapters import LEVEL_PROVIDERS, BackendUnderTest, Facts, Setup, SkipCell
+from harnesscheck.kit.adapters import BackendUnderTest, Setup
+from harnesscheck.kit.levels import LEVEL_PROVIDERS
+from harnesscheck.kit.session import Facts, SkipCell
 
 LIVE_MAX_TURNS = 2
 LIVE_TIMEOUT_S = 120.0

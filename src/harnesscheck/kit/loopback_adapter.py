@@ -1,7 +1,7 @@
 """The loopback level for the kit: a harness backend's real transport driving the pinned
 real CLI, whose model is a scripted server on 127.0.0.1 (harnesscheck.loopback.server).
 
-Registered in `harnesscheck.kit.adapters.LEVEL_PROVIDERS[("harness", "loopback")]` (lazily,
+Registered in `harnesscheck.kit.levels.LEVEL_PROVIDERS[("harness", "loopback")]` (lazily,
 by `kit.adapters.LoopbackLevel`, and by `register()` on import), so every check written for
 the offline level runs here unchanged where the real CLI can express its scenario; the others
 skip `adapter-not-implemented`. Built on the kit-free `harnesscheck.loopback.adapter` (the
@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from harnesscheck.contracts import ErrorClass, Usage
-from harnesscheck.kit.adapters import Facts, SessionRun, Setup, SkipCell
+from harnesscheck.kit.adapters import Setup
 from harnesscheck.kit.harness_adapter import HarnessAdapter
+from harnesscheck.kit.session import Facts, SessionRun, SkipCell
 from harnesscheck.loopback.adapter import (
     _VERSION_FLAGS,
     CannotScript,
@@ -212,7 +213,7 @@ class LoopbackAdapter(HarnessAdapter):
         return Setup(transport, Facts(requested_model=model), model=model, extra=extra)
 
     def collect(self, run: SessionRun, setup: Setup, request) -> None:
-        from harnesscheck.kit.adapters import read_trace
+        from harnesscheck.kit.session import read_trace
 
         run.ended_at = time.time()  # type: ignore[attr-defined]  # wall clock, like the server's timestamps
         server: ScriptedModelServer = setup.extra["server"]
@@ -331,7 +332,7 @@ class LoopbackAdapter(HarnessAdapter):
         execute (an error tool result, nothing outside the worktree changed, the sentinel
         not on the wire). The first name it executed, or answered otherwise, ends the probe
         and is left out (with the names after it)."""
-        from harnesscheck.kit.adapters import ToolCall as KitCall
+        from harnesscheck.kit.session import ToolCall as KitCall
 
         refused: dict[str, str] = {}
         for name in names:
@@ -373,7 +374,7 @@ class LoopbackAdapter(HarnessAdapter):
         for child in run.children:
             pids.append(int(child["pid"]))
             pids.extend(int(g["pid"]) for g in child.get("grandchildren", []))
-        from harnesscheck.kit.adapters import bridge_pids
+        from harnesscheck.kit.session import bridge_pids
 
         pids.extend(bridge_pids(run))  # a forkserver bridge is outside the CLI's group
         return sorted(set(pids))
@@ -399,7 +400,7 @@ class LoopbackAdapter(HarnessAdapter):
     def stall_progress(self, setup: Setup):
         """The stall is the server's: the CLI has started, connected its bridge and asked for
         the turn that hangs (the CLI's own stdout lines carry no timestamps)."""
-        from harnesscheck.kit.adapters import Progress
+        from harnesscheck.kit.session import Progress
 
         server = setup.extra.get("server")
         if server is None:
@@ -413,7 +414,7 @@ class LoopbackAdapter(HarnessAdapter):
 
 def register() -> None:
     """Make the kit run harness backends at the loopback level through this adapter."""
-    from harnesscheck.kit.adapters import LEVEL_PROVIDERS
+    from harnesscheck.kit.levels import LEVEL_PROVIDERS
 
     LEVEL_PROVIDERS[("harness", "loopback")] = LoopbackAdapter
 

@@ -185,7 +185,7 @@ def _share_one_bridge_template(config: pytest.Config) -> None:
         return
     if not (_xdist_controller(config) and _only_the_suite(config)):
         return
-    from harnesscheck.kit.adapters import starts_bridges
+    from harnesscheck.kit.levels import starts_bridges
 
     if starts_bridges(_backends(config)):
         template = forkserver.start_template()
@@ -211,7 +211,7 @@ def _levels(config: pytest.Config) -> list[str]:
 def _loopback_available(config: pytest.Config) -> bool:
     """Loopback joins the default levels when some selected backend can run it here (the
     pinned real CLI is installed); otherwise its cells would all be env-missing skips."""
-    from harnesscheck.kit.adapters import level_available
+    from harnesscheck.kit.levels import level_available
 
     return any(level_available(spec, "loopback")[0] for spec in _backends(config))
 
@@ -285,7 +285,7 @@ def _catalog():
 
 
 def backend_cli_version(spec, level: str) -> str | None:
-    from harnesscheck.kit.adapters import adapter_kind
+    from harnesscheck.kit.levels import adapter_kind
 
     kind = adapter_kind(spec)
     if kind == "harness" and level == "offline":
@@ -293,7 +293,7 @@ def backend_cli_version(spec, level: str) -> str | None:
 
         return offline_cli_version(spec)
     if kind == "harness" or (kind, level) == ("api", "loopback"):  # the api kind's: a reasoning-only backend's CLI
-        from harnesscheck.kit.adapters import LEVEL_PROVIDERS
+        from harnesscheck.kit.levels import LEVEL_PROVIDERS
 
         provider = LEVEL_PROVIDERS.get((kind, level))
         probe = getattr(provider, "cli_version", None)
@@ -492,7 +492,7 @@ def _parallel_run_order(item: pytest.Item) -> int:
 
 
 def _kind_rank(item: pytest.Item, rank: dict[str, int]) -> int:
-    from harnesscheck.kit.adapters import adapter_kind
+    from harnesscheck.kit.levels import adapter_kind
 
     cell = _cell_of(item)
     return 0 if cell is None else rank[adapter_kind(cell[0])]
@@ -587,7 +587,7 @@ def _cell_of(item: pytest.Item):
 
 
 def _classify(report: pytest.TestReport, call: pytest.CallInfo) -> tuple[str, str | None, str]:
-    from harnesscheck.kit.adapters import KitFault
+    from harnesscheck.kit.session import KitFault
 
     if report.outcome == "passed":
         return "passed", None, ""
@@ -670,7 +670,7 @@ def _warm_up_in_background(config: pytest.Config) -> None:
     expect it not to have run)."""
     if not _only_the_suite(config) or _xdist_controller(config):
         return
-    from harnesscheck.kit.adapters import background_warm_ups
+    from harnesscheck.kit.levels import background_warm_ups
     from harnesscheck.kit.scheduling import API_SDK_HERE
 
     cells = [(spec, level) for spec in _backends(config) for level in _levels(config)]
@@ -737,7 +737,7 @@ def _pinned_suffixes(config: pytest.Config) -> tuple[str, ...]:
     run of the suite alone under `--dist load` (what `-n` means); () for any other run."""
     if getattr(config.option, "dist", "no") != "load" or not _only_the_suite(config):
         return ()
-    from harnesscheck.kit.adapters import adapter_kind
+    from harnesscheck.kit.levels import adapter_kind
     from harnesscheck.kit.scheduling import pinned_suffixes, supported
 
     if not supported():

@@ -4,7 +4,7 @@ providers/_kit_profile.py). The backend's own transport (the api kind's host loo
 pinned real CLI of the backend its profile names (`cli_backend`), whose model is the scripted
 server on 127.0.0.1 (harnesscheck.loopback.server).
 
-Registered in `harnesscheck.kit.adapters.LEVEL_PROVIDERS[("api", "loopback")]` through the
+Registered in `harnesscheck.kit.levels.LEVEL_PROVIDERS[("api", "loopback")]` through the
 lazy stand-in in loopback/level.py: only a reasoning-only backend has an api loopback level
 (the other api columns have no real binary to run).
 
@@ -33,7 +33,9 @@ from dataclasses import replace
 from typing import Any
 
 from harnesscheck.contracts import Usage
-from harnesscheck.kit.adapters import BackendUnderTest, Facts, Progress, SessionRun, Setup, SkipCell, reasoning_profile
+from harnesscheck.kit.adapters import BackendUnderTest, Setup
+from harnesscheck.kit.levels import reasoning_profile
+from harnesscheck.kit.session import Facts, Progress, SessionRun, SkipCell
 from harnesscheck.loopback.adapter import (
     CannotScript,
     host_records,

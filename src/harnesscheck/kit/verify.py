@@ -5,7 +5,7 @@ command down, and pytest-xdist can spread the cells), shows the progress per bac
 (kit/progress.py), then prints the matrix and writes into the report directory:
 conformance-report.json, junit.xml (pytest's own --junitxml), backends.md/.json/.html and
 pytest-output.txt (the child's own output). Offline is always available and needs nothing
-external; loopback runs where adapters for it are installed (kit.adapters.LEVEL_PROVIDERS).
+external; loopback runs where adapters for it are installed (kit.levels.LEVEL_PROVIDERS).
 
 Where it writes: the report directory, and only at the end: the child writes into a hidden
 folder inside it, whose files replace the previous run's in one step (an interrupted run
@@ -52,7 +52,7 @@ class LevelUnavailable(Exception):
 
 def plan(backends: list[str], levels: list[str]) -> tuple[list[str], list[str], list[str]]:
     """(backend ids, levels to run, notes on levels left out)."""
-    from harnesscheck.kit.adapters import level_available
+    from harnesscheck.kit.levels import level_available
     from harnesscheck.registry import column_ids, default_backend_ids, get_spec
 
     if any(":" in b for b in backends) and os.getcwd() not in sys.path:
@@ -102,7 +102,7 @@ def bridge_template(ids: list[str]) -> Iterator[str | None]:
     --hc-bridge-template). Yields its socket path, or None (no harness backend; forkservers
     cannot run here); ended with the run."""
     from harnesscheck.bridge import forkserver
-    from harnesscheck.kit.adapters import starts_bridges
+    from harnesscheck.kit.levels import starts_bridges
     from harnesscheck.registry import get_spec
 
     template = forkserver.start_template() if starts_bridges(get_spec(backend) for backend in ids) else None
@@ -275,7 +275,7 @@ def _end_group(proc: subprocess.Popen) -> None:
 
 def _nothing_to_run(ids: list[str], levels: list[str]) -> str | None:
     """Why no cell of this run could be verified here (every backend × level unavailable), or None."""
-    from harnesscheck.kit.adapters import level_available
+    from harnesscheck.kit.levels import level_available
     from harnesscheck.registry import get_spec
 
     whys = []
