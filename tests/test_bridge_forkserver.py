@@ -21,8 +21,8 @@ import pytest
 
 from harnesscheck.bridge import forkserver
 from harnesscheck.bridge.spec import BridgeSpec, bridge_env, summarize_trace, write_spec
-from harnesscheck.dispatch import dispatch, tool_definitions
-from harnesscheck.scope import ToolScope
+from harnesscheck.choke.dispatch import dispatch, tool_definitions
+from harnesscheck.core.scope import ToolScope
 
 pytestmark = pytest.mark.skipif(not forkserver.enabled(), reason="the forkserver needs Linux (SCM_RIGHTS, /proc)")
 
@@ -543,8 +543,8 @@ def test_disabled_by_env_gives_no_relay(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv(forkserver.DISABLE_VAR, "0")
     spec_path, _ = _make_spec(tmp_path, "a")
     assert forkserver.relay_command(spec_path) is None
+    from harnesscheck.backends._harness import bridge_command
     from harnesscheck.bridge.spec import spec_sha256
-    from harnesscheck.providers._harness import bridge_command
 
     argv, _ = bridge_command(spec_path)  # the full bridge, pinned to the bytes written now
     assert argv[-4:] == ["--spec-sha256", spec_sha256(spec_path.read_bytes()), "--spec", str(spec_path)]
@@ -753,10 +753,10 @@ def test_no_fd_leaks_into_a_child(tmp_path: Path, relay_for) -> None:
 
 @pytest.mark.parametrize("ending", ["exit", "deadline"])
 def test_transport_session_leaves_no_bridge_child(tmp_path: Path, ending: str) -> None:
-    from harnesscheck.contracts import AgentSessionRequest
-    from harnesscheck.fakes import install_fake_cli, load_fixture
-    from harnesscheck.providers.claude_code import ClaudeCodeTransport
-    from harnesscheck.registry import get_spec
+    from harnesscheck.backends.claude_code import ClaudeCodeTransport
+    from harnesscheck.backends.registry import get_spec
+    from harnesscheck.core.contracts import AgentSessionRequest
+    from harnesscheck.testing.fakes import install_fake_cli, load_fixture
 
     root = tmp_path / "wt"
     root.mkdir()
@@ -782,10 +782,10 @@ def test_the_plain_path_serves_a_session_with_the_stdio_bridge(tmp_path: Path, m
     """Without the forkserver (HARNESSCHECK_BRIDGE_FORKSERVER=0, or where it cannot run) a
     session is what it was before it: the CLI starts the full stdio bridge itself, pinned to
     the spec's bytes, in its own process group, and it is gone when the session is."""
-    from harnesscheck.contracts import AgentSessionRequest
-    from harnesscheck.fakes import install_fake_cli, load_fixture
-    from harnesscheck.providers.claude_code import ClaudeCodeTransport
-    from harnesscheck.registry import get_spec
+    from harnesscheck.backends.claude_code import ClaudeCodeTransport
+    from harnesscheck.backends.registry import get_spec
+    from harnesscheck.core.contracts import AgentSessionRequest
+    from harnesscheck.testing.fakes import install_fake_cli, load_fixture
 
     monkeypatch.setenv(forkserver.DISABLE_VAR, "0")
     root = tmp_path / "wt"

@@ -21,7 +21,7 @@ from test_bridge_forkserver import BOUND_S, _alive, _client_session, _fd_targets
 
 from harnesscheck.bridge import forkserver
 from harnesscheck.bridge.spec import bridge_env
-from harnesscheck.envpolicy import build_child_env
+from harnesscheck.contain.envpolicy import build_child_env
 
 pytestmark = pytest.mark.skipif(
     not forkserver.enabled() or not hasattr(os, "pidfd_open"), reason="the template needs Linux (SCM_RIGHTS, pidfds)"
@@ -328,9 +328,9 @@ def test_a_template_whose_starter_died_ends_and_removes_its_directory(tmp_path: 
 def test_the_kit_shares_one_template_among_xdist_workers(monkeypatch) -> None:
     from types import SimpleNamespace
 
+    from harnesscheck.backends.registry import BUILTIN_SPECS
+    from harnesscheck.core.paths import conformance_dir
     from harnesscheck.kit import plugin
-    from harnesscheck.paths import conformance_dir
-    from harnesscheck.registry import BUILTIN_SPECS
 
     started, used = [], []
     fake = SimpleNamespace(socket_path="/x/template.sock", close=lambda: started.append("closed"))
@@ -371,9 +371,9 @@ def test_a_template_given_to_the_run_is_used_and_passed_on_never_started_or_ende
     leaves it to its starter."""
     from types import SimpleNamespace
 
+    from harnesscheck.backends.registry import BUILTIN_SPECS
+    from harnesscheck.core.paths import conformance_dir
     from harnesscheck.kit import plugin
-    from harnesscheck.paths import conformance_dir
-    from harnesscheck.registry import BUILTIN_SPECS
 
     started, used = [], []
     monkeypatch.setattr(forkserver, "start_template", lambda: started.append("started"))

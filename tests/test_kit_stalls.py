@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from harnesscheck.contracts import OutcomeStatus
+from harnesscheck.backends.registry import BUILTIN_SPECS
+from harnesscheck.core.contracts import OutcomeStatus
 from harnesscheck.kit.adapters import ScriptedAdapter, SkipCell
 from harnesscheck.kit.harness_adapter import HarnessAdapter
-from harnesscheck.registry import BUILTIN_SPECS
 
 
 class SlowToStall(HarnessAdapter):

@@ -12,9 +12,9 @@ import harnesscheck
 ROOT = Path(harnesscheck.__file__).parent
 
 #: Who may import the kit (the pytest plugin, catalog, adapters, matrix, verify): only the kit
-#: itself and the command line on top of it. The levels' evidence gatherers (loopback/), the
-#: providers and the bridge are below it.
-MAY_IMPORT_KIT = {"kit", "cli"}
+#: itself and the apps on top of it (the command line, the published schemas). The levels'
+#: evidence gatherers (loopback/), the backends and the bridge are below it.
+MAY_IMPORT_KIT = {"kit", "apps"}
 
 
 def _unit(module: str) -> str:
@@ -103,9 +103,9 @@ OWN_STAND_INS = frozenset({"acp-fake", "acp-agent", "fake", "harnesscheck"})
 def _registered_cli_and_agent_names() -> set[str]:
     """Every CLI and agent the registry knows: the harness backends' ids and executables, any
     backend whose spec points at a kit profile (it runs a CLI, e.g. reasoning-only Claude
-    Code), and the ACP agent profiles shipped in providers/acp/profiles/ (by name)."""
-    from harnesscheck.providers.acp.profile import PROFILE_DIR, load_profile
-    from harnesscheck.registry import BUILTIN_SPECS
+    Code), and the ACP agent profiles shipped in backends/acp/profiles/ (by name)."""
+    from harnesscheck.backends.acp.profile import PROFILE_DIR, load_profile
+    from harnesscheck.backends.registry import BUILTIN_SPECS
 
     names: set[str] = set()
     for spec in BUILTIN_SPECS.values():
@@ -125,7 +125,7 @@ def _naming(text: str, names: set[str]) -> list[str]:
 
 def test_the_kit_names_no_cli_or_agent():
     """What the kit knows of one CLI or agent lives with that backend as its kit profile
-    (`providers/<backend>/kit_profile.py`, found through `spec.kit_profile`), never in kit/:
+    (`backends/<backend>/kit_profile.py`, found through `spec.kit_profile`), never in kit/:
     no module under kit/ names a registered CLI or agent, in code, comments or docstrings
     (a docstring that names one is how a per-CLI branch starts). The names come from the
     registry, so a new backend is covered the day it is registered. Only the project's own

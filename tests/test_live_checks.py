@@ -11,9 +11,9 @@ import pytest
 import tests_mutants_import  # noqa: F401 - puts the checkout on sys.path
 
 from conformance.test_live import test_smoke_answers, test_smoke_refuses_outside
-from harnesscheck.contracts import AgentOutcome, ModelVerdict, OutcomeStatus, Refusal
+from harnesscheck.backends.registry import get_spec
+from harnesscheck.core.contracts import AgentOutcome, ModelVerdict, OutcomeStatus, Refusal
 from harnesscheck.kit.adapters import Workspace
-from harnesscheck.registry import get_spec
 
 
 @dataclass

@@ -3,7 +3,7 @@ conformance suite without rebuilding it (doc/AUTHORS.md, "The public base").
 
 Requirement (issue 32, item 4): everything an author needs to pass the checks is importable
 from here under a public name, typed (the package ships `py.typed`), and stays stable; the
-modules these names live in (`providers._harness`, ...) are private and may move. A name is
+modules these names live in (`backends._harness`, ...) are private and may move. A name is
 added here only when a check's fix (conformance/guidance.toml) points an author at it.
 
 - The harness base: subclass `HarnessTransport`, supply `invocation()` (argv, added env,
@@ -26,8 +26,26 @@ added here only when a check's fix (conformance/guidance.toml) points an author 
 
 from __future__ import annotations
 
-from harnesscheck.config import Settings
-from harnesscheck.contracts import (
+from harnesscheck.backends._args import safe_model
+from harnesscheck.backends._errortext import classify_text
+from harnesscheck.backends._harness import (
+    BRIDGE_SERVER,
+    EventDecoder,
+    HarnessTransport,
+    Invocation,
+    SessionContext,
+    StreamParser,
+    bridge_command,
+    ending_outcome,
+    new_session_context,
+    scratch_dir,
+)
+from harnesscheck.backends.claude_code import CLAUDE_INJECTIONS, ClaudeStreamParser
+from harnesscheck.contain.envpolicy import build_child_env, config_home, private_temp_dirs, redact
+from harnesscheck.contain.process import LineAction, ProcessResult, run_process, session_slot, terminate_tree
+from harnesscheck.contain.rundir import RunDirError, prepare_run_dir, redact_files, write_private
+from harnesscheck.core.config import Settings
+from harnesscheck.core.contracts import (
     AgentOutcome,
     AgentSessionRequest,
     AuthUnavailable,
@@ -45,25 +63,7 @@ from harnesscheck.contracts import (
     Transport,
     Usage,
 )
-from harnesscheck.envpolicy import build_child_env, config_home, private_temp_dirs, redact
-from harnesscheck.process import LineAction, ProcessResult, run_process, session_slot, terminate_tree
-from harnesscheck.providers._args import safe_model
-from harnesscheck.providers._errortext import classify_text
-from harnesscheck.providers._harness import (
-    BRIDGE_SERVER,
-    EventDecoder,
-    HarnessTransport,
-    Invocation,
-    SessionContext,
-    StreamParser,
-    bridge_command,
-    ending_outcome,
-    new_session_context,
-    scratch_dir,
-)
-from harnesscheck.providers.claude_code import CLAUDE_INJECTIONS, ClaudeStreamParser
-from harnesscheck.rundir import RunDirError, prepare_run_dir, redact_files, write_private
-from harnesscheck.scope import ToolScope
+from harnesscheck.core.scope import ToolScope
 
 __all__ = [
     # the harness base

@@ -166,7 +166,7 @@ def env_digest(environ) -> str:
 def _child_env() -> dict[str, str]:
     """The env a forkserver (or template) runs with: the bridge's own policy."""
     from harnesscheck.bridge.spec import bridge_env
-    from harnesscheck.envpolicy import build_child_env
+    from harnesscheck.contain.envpolicy import build_child_env
 
     return build_child_env(dict(os.environ), injections=bridge_env())
 
@@ -900,9 +900,9 @@ def _preimport() -> None:
 
     import harnesscheck.bridge.server as server
     import harnesscheck.bridge.spec  # noqa: F401
-    import harnesscheck.dispatch  # noqa: F401
-    import harnesscheck.envpolicy  # noqa: F401
-    import harnesscheck.trace  # noqa: F401
+    import harnesscheck.choke.dispatch  # noqa: F401
+    import harnesscheck.choke.trace  # noqa: F401
+    import harnesscheck.contain.envpolicy  # noqa: F401
 
     server._libc()  # the dlopen of the parent-death prctl, once
     del anyio

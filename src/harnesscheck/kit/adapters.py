@@ -32,11 +32,11 @@ from typing import Callable, Iterable, Iterator, NamedTuple
 
 from _pytest.outcomes import Skipped as _Skipped
 
-from harnesscheck.config import Settings
-from harnesscheck.contracts import AgentOutcome, AgentSessionRequest, Kind, ProviderSpec, Transport, Usage
+from harnesscheck.core.config import Settings
+from harnesscheck.core.contracts import AgentOutcome, AgentSessionRequest, Kind, ProviderSpec, Transport, Usage
+from harnesscheck.core.policy import Policy
+from harnesscheck.core.scope import ToolScope
 from harnesscheck.kit.watchdog import SessionOverran, Watchdog, WatchdogThread, end_survivors, identities, kill
-from harnesscheck.policy import Policy
-from harnesscheck.scope import ToolScope
 
 #: Abstract scenario names checks may ask for (the fixture names, plus two kit-level ones).
 SCENARIOS: tuple[str, ...] = (
@@ -438,7 +438,7 @@ class BackendUnderTest:
         `policy`, `approver`: the host's tool policy and approver for this session, in the
         request (AgentSessionRequest.policy / .approver; doc/SPEC-policy.md).
         `events`: a list the session's typed events are appended to as they happen (the host
-        runs it through harnesscheck.events.run_with_events; doc/SPEC-events.md).
+        runs it through harnesscheck.core.events.run_with_events; doc/SPEC-events.md).
 
         `echo`: strings the upstream (vendor API / CLI) repeats in its error output, as real
         ones do with keys and tokens; the backend must not pass them on.
@@ -519,11 +519,11 @@ class BackendUnderTest:
                     try:
                         outcome = setup.transport.run_session(request, cancel=cancel, on_text=abandon)
                     except StreamAbandoned:
-                        from harnesscheck.contracts import OutcomeStatus
+                        from harnesscheck.core.contracts import OutcomeStatus
 
                         outcome = AgentOutcome(status=OutcomeStatus.cancelled, message="(abandoned by the caller)")
                 elif events is not None:  # the host reads the typed event stream (doc/SPEC-events.md)
-                    from harnesscheck.events import run_with_events
+                    from harnesscheck.core.events import run_with_events
 
                     outcome = run_with_events(setup.transport, request, events.append, cancel=cancel)
                 else:
@@ -558,7 +558,7 @@ class BackendUnderTest:
         verdict; a check that watches the machine while its session runs calls run() instead."""
         if not self.SHARES_SESSIONS or self.shared_runs is None:
             return self.run(scenario)
-        from harnesscheck.contracts import OutcomeStatus
+        from harnesscheck.core.contracts import OutcomeStatus
 
         key = (self.spec.id, self.level, type(self).__name__, scenario)
         run = self.shared_runs.get(key)
@@ -718,8 +718,8 @@ class BackendUnderTest:
         CLI's config-home variables, from its kit profile's `config_home_env`)."""
         if self.level == "live":
             return {}
-        from harnesscheck.paths import cli_cache_dir
-        from harnesscheck.registry import kit_profiles
+        from harnesscheck.backends.registry import kit_profiles
+        from harnesscheck.core.paths import cli_cache_dir
 
         home = ws.base / "host-home"
         home.mkdir(parents=True, exist_ok=True)
@@ -732,7 +732,7 @@ class BackendUnderTest:
         }
 
     def transport(self, **settings) -> Transport:
-        from harnesscheck.registry import build_transport
+        from harnesscheck.backends.registry import build_transport
 
         self.run_settings(settings)
         return build_transport(self.spec, Settings(backend=self.spec.id, **settings))
@@ -771,7 +771,7 @@ class BackendUnderTest:
         """Unique canary values for every denied family of the parent environment: the model
         vendors' and clouds' variables, and each registered CLI's own (its kit profile's
         `credential_env`)."""
-        from harnesscheck.registry import kit_profiles
+        from harnesscheck.backends.registry import kit_profiles
 
         tag = secrets.token_hex(6)
         names = [
@@ -826,7 +826,7 @@ class BackendUnderTest:
 
     def built_on_dispatch(self) -> bool:
         """Whether the backend's transport is built on harnesscheck's own providers (and so on its
-        dispatch and reason codes): a class of `harnesscheck.providers` in the factory's MRO."""
+        dispatch and reason codes): a class of `harnesscheck.backends` in the factory's MRO."""
         import importlib
 
         module, _, attr = self.spec.factory.partition(":")
@@ -835,7 +835,7 @@ class BackendUnderTest:
         except (ImportError, AttributeError):
             return False
         return isinstance(factory, type) and any(
-            (getattr(k, "__module__", "") or "").startswith("harnesscheck.providers") for k in factory.__mro__)
+            (getattr(k, "__module__", "") or "").startswith("harnesscheck.backends") for k in factory.__mro__)
 
     def tool_errors(self, run: SessionRun) -> list[tuple[str, str]] | None:
         """(tool, text) of each tool result the model saw as an error, whatever its wording or
@@ -964,9 +964,9 @@ class Setup:
 
 def scripted_scenarios() -> dict[str, tuple[object, Facts]]:
     """Canonical scenarios as FakeScripts, with the facts each one contains."""
-    from harnesscheck.contracts import ErrorClass as E
-    from harnesscheck.providers.fake import FakeScript, FakeTurn
-    from harnesscheck.providers.fake import ToolCall as FakeCall
+    from harnesscheck.backends.fake import FakeScript, FakeTurn
+    from harnesscheck.backends.fake import ToolCall as FakeCall
+    from harnesscheck.core.contracts import ErrorClass as E
 
     u = Usage(input=120, output=30, cache_read=7)
     cached = (Usage(input=300, output=20, cache_read=1200, cache_write=800, reasoning=12),
@@ -1040,8 +1040,8 @@ class ScriptedAdapter(BackendUnderTest):
     def prepare(self, scenario, ws, *, tool_calls, model, timeout_s, echo) -> Setup:
         import dataclasses
 
-        from harnesscheck.providers.fake import FakeScript, FakeTurn
-        from harnesscheck.providers.fake import ToolCall as FakeCall
+        from harnesscheck.backends.fake import FakeScript, FakeTurn
+        from harnesscheck.backends.fake import ToolCall as FakeCall
 
         if scenario == "tools":
             calls = [FakeCall(c.name, dict(c.args)) for c in tool_calls or []]
@@ -1133,7 +1133,7 @@ def is_scripted(spec: ProviderSpec) -> bool:
         factory = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError):
         return False
-    from harnesscheck.providers.fake import FakeTransport
+    from harnesscheck.backends.fake import FakeTransport
 
     return isinstance(factory, type) and issubclass(factory, FakeTransport)
 
@@ -1171,7 +1171,7 @@ def background_warm_ups(cells: list[tuple[ProviderSpec, str]], *, api_sdk: bool 
 
         jobs.append(WarmUp("forkserver", get_forkserver))
     if api_sdk and ("api", "offline") in kinds:
-        from harnesscheck.llm import sdk_module
+        from harnesscheck.backends.llm import sdk_module
 
         sdks = sorted({sdk_module(spec.api_mode or "anthropic_messages") for spec, level in cells
                        if level == "offline" and adapter_kind(spec) == "api"})
@@ -1258,14 +1258,14 @@ def _built_on(spec: ProviderSpec, base: type) -> bool:
 
 def is_acp(spec: ProviderSpec) -> bool:
     """A backend built on the ACP transport (an ACP agent, driven by kit/acp_adapter.py offline)."""
-    from harnesscheck.providers.acp.transport import AcpTransport
+    from harnesscheck.backends.acp.transport import AcpTransport
 
     return _built_on(spec, AcpTransport)
 
 
 def is_copilot(spec: ProviderSpec) -> bool:
     """A backend built on the Copilot provider (its endpoints are mocked by CopilotAdapter)."""
-    from harnesscheck.providers.copilot import CopilotTransport
+    from harnesscheck.backends.copilot import CopilotTransport
 
     return _built_on(spec, CopilotTransport)
 
@@ -1301,7 +1301,7 @@ def reasoning_profile(spec: ProviderSpec):
     """The reasoning part of the backend's kit profile (an api backend whose model is another
     backend's CLI, one call per host turn), None for every other backend. Its `offline_skip`
     says why it has no offline cells (its column is the loopback level)."""
-    from harnesscheck.registry import kit_profile
+    from harnesscheck.backends.registry import kit_profile
 
     return kit_profile(spec).reasoning
 

@@ -10,9 +10,9 @@ a real backend would put its own transport behind the same ProviderSpec.
 
 from __future__ import annotations
 
-from harnesscheck.contracts import Capability as C
-from harnesscheck.contracts import Kind, ProviderSpec
-from harnesscheck.providers.fake import FakeTransport
+from harnesscheck.backends.fake import FakeTransport
+from harnesscheck.core.contracts import Capability as C
+from harnesscheck.core.contracts import Kind, ProviderSpec
 
 
 class ExampleTransport(FakeTransport):
