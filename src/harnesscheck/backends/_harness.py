@@ -779,9 +779,7 @@ class HarnessTransport:
                                       "leave HARNESSCHECK_BRIDGE_FORKSERVER unset (the forkserver is on by default)")
                 return None, "no bridge forkserver: the stdio bridge would need the worktree inside the sandbox"
             relay = found
-        from harnesscheck.testing.fakes import sidecar_paths
-
-        fake_ro, fake_rw = sidecar_paths(cli)
+        fake_ro, fake_rw = sb.sidecar_paths(cli)
         extra_ro, extra_rw = self.sandbox_paths(ctx, cli)
         writable = [str(p) for p in ctx.cleanup] + [str(ctx.cwd)] + fake_rw + extra_rw
         for rel in sorted(host_entries or ()):

@@ -337,6 +337,35 @@ def package_paths() -> list[str]:
     return out
 
 
+def sidecar_paths(cli_path: str | os.PathLike[str]) -> tuple[list[str], list[str]]:
+    """(read-only, writable) paths a sandboxed per-test fake needs beyond its own directory:
+    the scenario its sidecar names, and its record file (created empty here when absent, so
+    it can be bound in). Nothing for a path without a sidecar (a real CLI). The sidecar is
+    what testing/fakes.py `install_fake_cli` writes; it is read here, in the layer that binds
+    the paths, so a backend's sandbox needs nothing from the layer above it."""
+    import json
+
+    sidecar = str(cli_path) + ".scenario.json"
+    try:
+        with open(sidecar, encoding="utf-8") as f:
+            spec = json.load(f)
+    except (OSError, ValueError):
+        return [], []
+    if not isinstance(spec, dict):
+        return [], []
+    read = [str(spec["scenario"])] if isinstance(spec.get("scenario"), str) else []
+    write: list[str] = []
+    record = spec.get("record")
+    if isinstance(record, str) and record:
+        try:
+            fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            os.close(fd)
+            write.append(record)
+        except OSError:
+            pass
+    return read, write
+
+
 def install_root(cli_path: str | os.PathLike[str]) -> list[str]:
     """The CLI's own install, read-only: the package dir of the CLI cache it lies in
     (`<cache>/clis/<name>@<version>`), else the root of the node_modules tree holding it, else

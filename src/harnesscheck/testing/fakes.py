@@ -81,30 +81,6 @@ def _host_pids(rec: dict) -> dict:
     return rec
 
 
-def sidecar_paths(cli_path: str | os.PathLike[str]) -> tuple[list[str], list[str]]:
-    """(read-only, writable) paths a sandboxed per-test fake needs beyond its own directory:
-    the scenario its sidecar names, and its record file (created empty here when absent, so
-    it can be bound in). Nothing for a path without a sidecar (a real CLI)."""
-    sidecar = Path(str(cli_path) + ".scenario.json")
-    try:
-        spec = json.loads(sidecar.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return [], []
-    if not isinstance(spec, dict):
-        return [], []
-    read = [str(spec["scenario"])] if isinstance(spec.get("scenario"), str) else []
-    write: list[str] = []
-    record = spec.get("record")
-    if isinstance(record, str) and record:
-        try:
-            fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            os.close(fd)
-            write.append(record)
-        except OSError:
-            pass
-    return read, write
-
-
 def fixture_path(cli_name: str, scenario: str) -> Path:
     """fixtures/<cli>/<scenario>.json for a fake executable name (claude, codex, cursor-agent)."""
     return fixtures_dir() / FIXTURE_DIRS.get(cli_name, cli_name) / f"{scenario}.json"
