@@ -10,9 +10,8 @@ a real backend would put its own transport behind the same ProviderSpec.
 
 from __future__ import annotations
 
-from harnesscheck.backends.fake import FakeTransport
-from harnesscheck.core.contracts import Capability as C
-from harnesscheck.core.contracts import Kind, ProviderSpec
+from harnesscheck.authoring import Capability as C
+from harnesscheck.authoring import FakeTransport, Kind, ProviderSpec
 
 
 class ExampleTransport(FakeTransport):
