@@ -76,7 +76,7 @@ def test_fast_help_lists_exactly_the_typer_commands() -> None:
         for name, cmd in group.commands.items()  # type: ignore[attr-defined]
         if not cmd.hidden
     ]
-    source = (Path(SRC) / "harnesscheck" / "cli.py").read_text()
+    source = (Path(SRC) / "harnesscheck" / "apps" / "cli.py").read_text()
     app_help, commands = commands_from_source(source)
     assert sorted(commands) == sorted(expected)
     assert app_help == app.info.help
