@@ -426,7 +426,7 @@ class Inflight:
 
 #: Set when a session ended with tool calls still running (the drain bound passed): their
 #: threads may still open and write files, so the process must exit at once, never linger
-#: with its fds closed under them (forkserver._report_exit).
+#: with its fds closed under them (forkserver_child._report_exit).
 _CALLS_OUTLIVED_SESSION = False
 
 

@@ -18,6 +18,13 @@ Requirements kept here (see doc/SPEC-process.md):
   group, then the supervisor kills every other descendant (setsid escapees) and reports;
   a supervisor stopped or killed from inside is detected and reported (supervisor_lost);
   the marker sweep only without a supervisor or as a last resort.
+
+Over 800 lines for a reason: the guard's client (`_Guard`, `_Supervised`, `start_guard`), the
+kill path (`terminate_tree`, the sweeps) and the runner (`run_process`, `_Run`, `StdinFeed`)
+share the process-wide state a fork must reset together (`_guard`, the live groups, reset by
+`_after_fork_in_child`), and tests stand in for that state on this one module. Cut apart, a
+fork handler here would reach into another module's globals. Its seams, were it split: the
+guard's client (about 440 lines), killing, the runner, concurrency (`session_slot`).
 """
 
 from __future__ import annotations
