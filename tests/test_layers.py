@@ -110,6 +110,21 @@ def test_every_exception_is_still_needed():
     assert not stale, stale
 
 
+def test_the_architecture_page_draws_the_same_order():
+    """doc/ARCHITECTURE.md's "Layers" tree names the folders in the order LAYERS states, so the
+    page cannot drift from the rule (the wheel ships no doc/: skipped there)."""
+    import re
+
+    page = ROOT.parent.parent / "doc" / "ARCHITECTURE.md"
+    if not page.is_file():
+        import pytest
+
+        pytest.skip("no doc/ beside the package (an installed wheel)")
+    section = page.read_text(encoding="utf-8").split("## Layers", 1)[1].split("\n## ", 1)[0]
+    drawn = [m.group(1) for m in re.finditer(r"^      ([a-z]+)/ ", section, re.M)]
+    assert drawn == LAYERS, f"doc/ARCHITECTURE.md draws {drawn}; tests/test_layers.py states {LAYERS}"
+
+
 def test_the_order_guard_sees_an_upward_import(tmp_path):
     """A core module importing a backend, even inside a function, is found and ranked upward."""
     f = tmp_path / "m.py"
