@@ -36,12 +36,12 @@ import api_wire as W  # noqa: E402
 import respx  # noqa: E402
 import respx_httpx2  # noqa: E402,F401
 
-from harnesscheck.config import Settings  # noqa: E402
-from harnesscheck.contracts import AgentSessionRequest  # noqa: E402
-from harnesscheck.dispatch import dispatch  # noqa: E402
-from harnesscheck.registry import resolve_provider  # noqa: E402
-from harnesscheck.scope import ToolScope  # noqa: E402
-from harnesscheck.trace import Trace  # noqa: E402
+from harnesscheck.backends.registry import resolve_provider  # noqa: E402
+from harnesscheck.choke.dispatch import dispatch  # noqa: E402
+from harnesscheck.choke.trace import Trace  # noqa: E402
+from harnesscheck.core.config import Settings  # noqa: E402
+from harnesscheck.core.contracts import AgentSessionRequest  # noqa: E402
+from harnesscheck.core.scope import ToolScope  # noqa: E402
 
 TARGET = 0.10
 ROUNDS = 15

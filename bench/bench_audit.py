@@ -18,7 +18,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from harnesscheck.audit import RunFacts, audit_events
+from harnesscheck.backends.audit import RunFacts, audit_events
 from harnesscheck.bridge.spec import BridgeSummary
 
 random.seed(7)

@@ -44,8 +44,8 @@ import time
 from pathlib import Path
 
 from harnesscheck.bridge.spec import BridgeSpec, bridge_argv, bridge_env, write_spec
-from harnesscheck.dispatch import dispatch
-from harnesscheck.scope import ToolScope
+from harnesscheck.choke.dispatch import dispatch
+from harnesscheck.core.scope import ToolScope
 
 INIT = {
     "jsonrpc": "2.0", "id": 1, "method": "initialize",

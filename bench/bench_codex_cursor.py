@@ -70,7 +70,7 @@ def chunks(gen) -> list[bytes]:
 
 
 def feed(parts: list[bytes], on_line) -> float:
-    from harnesscheck.process import _Run
+    from harnesscheck.contain.process import _Run
 
     state = _Run(on_line, 64 * 1024 * 1024, 64 * 1024)
     start = time.perf_counter()
@@ -80,8 +80,8 @@ def feed(parts: list[bytes], on_line) -> float:
 
 
 def throughput(cli: str, mb: int) -> tuple[float, float]:
-    from harnesscheck.providers.codex import CodexParser
-    from harnesscheck.providers.cursor import CursorParser
+    from harnesscheck.backends.codex import CodexParser
+    from harnesscheck.backends.cursor import CursorParser
 
     parts = chunks((codex_lines if cli == "codex" else cursor_lines)(mb * 1024 * 1024))
     size_mb = sum(map(len, parts)) / 1e6
@@ -99,9 +99,9 @@ def peak_rss_mb(cli: str, mb: int) -> float:
     code = (
         "import tracemalloc, sys; sys.path.insert(0, %r)\n"
         "import bench_codex_cursor as b\n"
-        "from harnesscheck.process import _Run\n"
-        "from harnesscheck.providers.codex import CodexParser\n"
-        "from harnesscheck.providers.cursor import CursorParser\n"
+        "from harnesscheck.contain.process import _Run\n"
+        "from harnesscheck.backends.codex import CodexParser\n"
+        "from harnesscheck.backends.cursor import CursorParser\n"
         "p = CodexParser() if %r == 'codex' else CursorParser()\n"
         "s = _Run(p.feed, 64*1024*1024, 64*1024)\n"
         "tracemalloc.start()\n"

@@ -42,8 +42,8 @@ if shutil.which("ssh-agent"):
 HOST = textwrap.dedent(
     """
     import os, sys
-    from harnesscheck.process import run_process
-    from harnesscheck import sandbox
+    from harnesscheck.contain.process import run_process
+    from harnesscheck.contain import sandbox
     out, timeout, argv = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
     box = None
     if os.environ.get("BENCH_SANDBOX") == "1":
@@ -133,15 +133,15 @@ def _median(values: list[float]) -> float:
 def cost(n: int) -> int:
     """The sandbox's own cost per session, side by side with the unsandboxed path."""
     sys.path.insert(0, str(ROOT / "src"))
-    from harnesscheck import sandbox
-    from harnesscheck.config import Settings
-    from harnesscheck.contracts import AgentSessionRequest
-    from harnesscheck.fakes import install_fake_cli
-    from harnesscheck.process import run_process
-    from harnesscheck.providers._harness import warm_up
-    from harnesscheck.providers.claude_code import ClaudeCodeTransport
-    from harnesscheck.registry import get_spec
-    from harnesscheck.scope import ToolScope
+    from harnesscheck.backends._harness import warm_up
+    from harnesscheck.backends.claude_code import ClaudeCodeTransport
+    from harnesscheck.backends.registry import get_spec
+    from harnesscheck.contain import sandbox
+    from harnesscheck.contain.process import run_process
+    from harnesscheck.core.config import Settings
+    from harnesscheck.core.contracts import AgentSessionRequest
+    from harnesscheck.core.scope import ToolScope
+    from harnesscheck.testing.fakes import install_fake_cli
 
     state = sandbox.status()
     if not state.available:
@@ -187,7 +187,7 @@ def main() -> int:
     if sandboxed:
         args = args[1:]
         sys.path.insert(0, str(ROOT / "src"))
-        from harnesscheck import sandbox
+        from harnesscheck.contain import sandbox
 
         if not sandbox.status().available:
             print(f"no sandbox here: {sandbox.status().reason}")

@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from harnesscheck.dispatch import dispatch  # noqa: E402
-from harnesscheck.scope import ToolScope  # noqa: E402
-from harnesscheck.trace import Trace  # noqa: E402
+from harnesscheck.choke.dispatch import dispatch  # noqa: E402
+from harnesscheck.choke.trace import Trace  # noqa: E402
+from harnesscheck.core.scope import ToolScope  # noqa: E402
 
 ROUNDS = 300
 BATCH = 20

@@ -23,7 +23,7 @@ its first stdout line to its spawn of the MCP server, the spawn itself, and from
 record to its exit (reaped by the bench), beside a bare interpreter's write -> reaped.
 (strace -f shows the same order of events but inflates every gap by following the child.)
 
-The fakes are per-run wrappers from `harnesscheck.fakes.install_fake_cli`, as the tests and
+The fakes are per-run wrappers from `harnesscheck.testing.fakes.install_fake_cli`, as the tests and
 the kit use them.
 
     .venv/bin/python bench/bench_fake.py            # 31 rounds each
@@ -137,7 +137,7 @@ def tools_timeline(fake, args: list[str], runs: int) -> dict[str, float]:
 
 
 def main(argv: list[str]) -> int:
-    from harnesscheck.fakes import install_fake_cli, load_fixture
+    from harnesscheck.testing.fakes import install_fake_cli, load_fixture
 
     rounds = int(argv[argv.index("--rounds") + 1]) if "--rounds" in argv else 31
     with tempfile.TemporaryDirectory(prefix="bench-fake-") as tmp:

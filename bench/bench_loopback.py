@@ -24,16 +24,16 @@ TARGET = 0.15
 
 
 def main(rounds: int) -> int:
-    from harnesscheck import process
-    from harnesscheck.config import Settings
-    from harnesscheck.contracts import AgentSessionRequest, OutcomeStatus
+    from harnesscheck.backends.loopback_endpoint import LoopbackEndpoint
+    from harnesscheck.backends.registry import get_spec
+    from harnesscheck.contain import process
+    from harnesscheck.core.config import Settings
+    from harnesscheck.core.contracts import AgentSessionRequest, OutcomeStatus
+    from harnesscheck.core.scope import ToolScope
     from harnesscheck.loopback.adapter import loopback_transport
     from harnesscheck.loopback.clis import require_pinned_cli
-    from harnesscheck.loopback.endpoint import LoopbackEndpoint
     from harnesscheck.loopback.scenario import named_scenario
     from harnesscheck.loopback.server import ScriptedModelServer
-    from harnesscheck.registry import get_spec
-    from harnesscheck.scope import ToolScope
 
     binary, why = require_pinned_cli("claude-code")
     if binary is None:

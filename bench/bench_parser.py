@@ -79,8 +79,8 @@ def chunks(total_bytes: int):
 
 
 def measure(total_mb: int) -> dict:
-    from harnesscheck.process import Ending, ProcessResult, _Run
-    from harnesscheck.providers.claude_code import ClaudeStreamParser
+    from harnesscheck.backends.claude_code import ClaudeStreamParser
+    from harnesscheck.contain.process import Ending, ProcessResult, _Run
 
     parser = ClaudeStreamParser(expected_tools=BRIDGE)
     framer = _Run(parser.feed, 64 * 1024 * 1024, 64 * 1024)
@@ -102,8 +102,8 @@ def side_by_side(total_mb: int = 20, rounds: int = 5) -> dict:
     """Parser vs framer+json.loads-every-line over the same chunks, alternating rounds; medians."""
     import statistics
 
-    from harnesscheck.process import _Run
-    from harnesscheck.providers.claude_code import ClaudeStreamParser
+    from harnesscheck.backends.claude_code import ClaudeStreamParser
+    from harnesscheck.contain.process import _Run
 
     data = list(chunks(total_mb * 1_000_000))
     size = sum(map(len, data)) / 1e6

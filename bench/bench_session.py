@@ -33,11 +33,11 @@ import textwrap
 import time
 from pathlib import Path
 
-from harnesscheck.contracts import AgentSessionRequest
-from harnesscheck.fakes import install_fake_cli
-from harnesscheck.providers.claude_code import ClaudeCodeTransport
-from harnesscheck.registry import get_spec
-from harnesscheck.scope import ToolScope
+from harnesscheck.backends.claude_code import ClaudeCodeTransport
+from harnesscheck.backends.registry import get_spec
+from harnesscheck.core.contracts import AgentSessionRequest
+from harnesscheck.core.scope import ToolScope
+from harnesscheck.testing.fakes import install_fake_cli
 
 TARGET = 0.15
 ROUNDS = 9
@@ -48,7 +48,7 @@ FRESH_HOSTS = 9
 _FRESH_HOST = textwrap.dedent(
     """
     import json, sys, time
-    from harnesscheck.process import run_process
+    from harnesscheck.contain.process import run_process
     argv, env, cwd = json.loads(sys.argv[1])
 
     def once():
@@ -106,7 +106,7 @@ def main() -> int:
             assert proc.returncode == 0 and b'"type":"result"' in proc.stdout
 
         def runner() -> None:
-            from harnesscheck.process import run_process
+            from harnesscheck.contain.process import run_process
 
             result = run_process(argv, env=child_env, cwd=cwd, on_line=lambda _l: None, timeout_s=60,
                                  stdin_bytes=b"Summarize README.md")
@@ -131,7 +131,7 @@ def main() -> int:
         t_bare, t_runner, t_session = rounds["bare"], rounds["runner"], rounds["session"]
         paired = statistics.median(s / b for s, b in zip(t_session, t_bare)) - 1
         # The transport's own work with the process stubbed out (set-up, env, spec, parse, fold).
-        import harnesscheck.process as process_module
+        import harnesscheck.contain.process as process_module
 
         real_run_process = process_module.run_process
 

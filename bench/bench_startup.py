@@ -29,14 +29,14 @@ def timed(argv: list[str]) -> float:
 
 
 def cli_argv() -> list[str]:
-    """The installed console script next to this interpreter, else `python -m harnesscheck.cli`."""
+    """The installed console script next to this interpreter, else `python -m harnesscheck.apps.cli`."""
     script = Path(sys.executable).with_name("harnesscheck")
     if script.exists():
         return [str(script), "--help"]
     found = shutil.which("harnesscheck")
     if found:
         return [found, "--help"]
-    return [sys.executable, "-m", "harnesscheck.cli", "--help"]
+    return [sys.executable, "-m", "harnesscheck.apps.cli", "--help"]
 
 
 def side_by_side(a: list[str], b: list[str], rounds: int) -> tuple[float, float]:
@@ -50,7 +50,7 @@ def side_by_side(a: list[str], b: list[str], rounds: int) -> tuple[float, float]
 
 def runner_overhead(rounds: int) -> tuple[float, float]:
     """Median wall time of run_process(["true"]) vs subprocess.run(["true"])."""
-    from harnesscheck.process import run_process
+    from harnesscheck.contain.process import run_process
 
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     true = shutil.which("true") or "/bin/true"

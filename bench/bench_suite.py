@@ -65,7 +65,7 @@ def compile_package() -> None:
     import compileall
 
     import harnesscheck
-    from harnesscheck.paths import data_root
+    from harnesscheck.core.paths import data_root
 
     for folder in (Path(harnesscheck.__file__).parent, data_root() / "conformance", data_root() / "fake_clis"):
         compileall.compile_dir(folder, quiet=1)
@@ -153,7 +153,7 @@ def main() -> int:
     parser.add_argument("--tmpdir", help="where the runs' files go (default: the system's temp dir); see above")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO / "src"))
-    from harnesscheck.registry import BUILTIN_SPECS
+    from harnesscheck.backends.registry import BUILTIN_SPECS
 
     backends = args.backend or list(BUILTIN_SPECS)
     compile_package()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from harnesscheck.trace import Trace, _redactor, read_trace  # noqa: E402
+from harnesscheck.choke.trace import Trace, _redactor, read_trace  # noqa: E402
 
 RUNS = 5
 PER_RUN = 20_000

@@ -73,26 +73,26 @@ TENTH_TARGET = 1.1
 
 
 def _transport(backend: str, cli: str, base_url: str, settings=None):
-    from harnesscheck.config import Settings
-    from harnesscheck.loopback.endpoint import LoopbackEndpoint
-    from harnesscheck.registry import get_spec
+    from harnesscheck.backends.loopback_endpoint import LoopbackEndpoint
+    from harnesscheck.backends.registry import get_spec
+    from harnesscheck.core.config import Settings
 
     spec = get_spec(backend)
     if backend == "claude-code":
-        from harnesscheck.providers.claude_code import ClaudeCodeTransport as cls
+        from harnesscheck.backends.claude_code import ClaudeCodeTransport as cls
     else:
-        from harnesscheck.providers.codex import CodexTransport as cls
+        from harnesscheck.backends.codex import CodexTransport as cls
     return cls(spec, settings or Settings(backend=backend), cli_path=cli, loopback=LoopbackEndpoint(base_url))
 
 
 def worker_lib(ns: argparse.Namespace) -> None:
-    import harnesscheck.providers._harness  # noqa: F401 - what a host has imported before its first session
-    from harnesscheck.contracts import AgentSessionRequest
-    from harnesscheck.scope import ToolScope
+    import harnesscheck.backends._harness  # noqa: F401 - what a host has imported before its first session
+    from harnesscheck.core.contracts import AgentSessionRequest
+    from harnesscheck.core.scope import ToolScope
     if ns.backend == "claude-code":
-        import harnesscheck.providers.claude_code  # noqa: F401
+        import harnesscheck.backends.claude_code  # noqa: F401
     else:
-        import harnesscheck.providers.codex  # noqa: F401
+        import harnesscheck.backends.codex  # noqa: F401
     times, ok = [], True
     if ns.worker == "warm":  # a host that calls warm_up() at its start, as the SDK imports mcp before its turn
         import harnesscheck
@@ -114,7 +114,8 @@ def worker_lib(ns: argparse.Namespace) -> None:
 def worker_cmd(ns: argparse.Namespace) -> None:
     """`harnesscheck run` exactly (launcher -> typer app -> runner.run_command), except that
     the registry resolves the backend to its loopback transport."""
-    from harnesscheck import launcher, registry
+    from harnesscheck.apps import launcher
+    from harnesscheck.backends import registry
 
     registry.resolve_provider = lambda settings: _transport(ns.backend, ns.cli, ns.base_url, settings)
     sys.argv = ["harnesscheck", "run", "--backend", ns.backend, "--root", ns.root, "--prompt", PROMPT,
@@ -171,10 +172,10 @@ class Bench:
 
     def _capture(self) -> None:
         """One library session in this process: its CLI invocation, replayed by `floor`."""
-        from harnesscheck import process
-        from harnesscheck.contracts import AgentSessionRequest
-        from harnesscheck.dispatch import tool_definitions
-        from harnesscheck.scope import ToolScope
+        from harnesscheck.choke.dispatch import tool_definitions
+        from harnesscheck.contain import process
+        from harnesscheck.core.contracts import AgentSessionRequest
+        from harnesscheck.core.scope import ToolScope
 
         captured: dict = {}
         real = process.run_process
@@ -200,8 +201,8 @@ class Bench:
         self.min_mcp = [sys.executable, "-I", "-S", str(HERE / "_min_mcp.py"), str(self.tools_json), str(self.root)]
 
     def _codex_home(self) -> Path:
-        from harnesscheck.loopback.endpoint import LoopbackEndpoint, codex_provider_table, codex_provider_top
-        from harnesscheck.providers.codex import render_config
+        from harnesscheck.backends.codex import render_config
+        from harnesscheck.backends.loopback_endpoint import LoopbackEndpoint, codex_provider_table, codex_provider_top
 
         home = self._dir("codex-home")
         ep = LoopbackEndpoint(self.base_url)
@@ -353,10 +354,10 @@ def run_backend(backend: str, cli: str, base_url: str, rounds: int, tenth_rounds
 def cell_account(bench: Bench, rounds: int) -> None:
     """Where a loopback cell's time goes beyond the bare turn: the kit's LoopbackAdapter runs
     the `tool_calls` cell as the suite does, each stage stamped, beside a floor turn per round."""
-    from harnesscheck import process, registry
+    from harnesscheck.backends import _harness, registry
+    from harnesscheck.backends.registry import get_spec
+    from harnesscheck.contain import process
     from harnesscheck.kit import loopback_adapter as la
-    from harnesscheck.providers import _harness
-    from harnesscheck.registry import get_spec
 
     stamps: dict[str, float] = {}
 

@@ -15,8 +15,8 @@ import json
 import os
 import time
 
-from harnesscheck.contracts import ErrorClass as E
-from harnesscheck.contracts import Kind
+from harnesscheck.core.contracts import ErrorClass as E
+from harnesscheck.core.contracts import Kind
 from harnesscheck.kit.catalog import check
 
 #: How long an agent may take to answer `session/cancel` with `stopReason: cancelled` (the four

@@ -3,10 +3,10 @@ native tool use where they cannot be removed is flagged, never silently accepted
 
 from __future__ import annotations
 
-from harnesscheck.audit import INFO_CODES
-from harnesscheck.contracts import Capability as C
-from harnesscheck.contracts import ErrorClass as E
-from harnesscheck.contracts import Kind, OutcomeStatus
+from harnesscheck.backends.audit import INFO_CODES
+from harnesscheck.core.contracts import Capability as C
+from harnesscheck.core.contracts import ErrorClass as E
+from harnesscheck.core.contracts import Kind, OutcomeStatus
 from harnesscheck.kit.catalog import check
 
 

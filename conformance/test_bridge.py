@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import os
 
-from harnesscheck.contracts import Capability as C
-from harnesscheck.contracts import ErrorClass as E
-from harnesscheck.contracts import Kind, OutcomeStatus
+from harnesscheck.core.contracts import Capability as C
+from harnesscheck.core.contracts import ErrorClass as E
+from harnesscheck.core.contracts import Kind, OutcomeStatus
 from harnesscheck.kit.catalog import check
 
 

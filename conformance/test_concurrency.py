@@ -7,7 +7,7 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-from harnesscheck.contracts import Kind, OutcomeStatus
+from harnesscheck.core.contracts import Kind, OutcomeStatus
 from harnesscheck.kit.catalog import check
 from harnesscheck.kit.session import ToolCall
 

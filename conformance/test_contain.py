@@ -16,14 +16,14 @@ import stat
 import subprocess
 import sys
 
-from harnesscheck.contracts import Kind
+from harnesscheck.core.contracts import Kind
 from harnesscheck.kit.catalog import check
 
 SANDBOXED = {"sandbox": "auto"}
 
 
 def _need_sandbox(but) -> None:
-    from harnesscheck import sandbox
+    from harnesscheck.contain import sandbox
 
     state = sandbox.status()
     if not state.available:

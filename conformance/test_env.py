@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import os
 
-from harnesscheck.contracts import Capability as C
-from harnesscheck.contracts import Kind, OutcomeStatus
+from harnesscheck.core.contracts import Capability as C
+from harnesscheck.core.contracts import Kind, OutcomeStatus
 from harnesscheck.kit.catalog import check
 
 NESTING = {"CLAUDECODE": "1", "CLAUDE_CODE_ENTRYPOINT": "cli", "CLAUDE_CODE_SSE_PORT": "54321"}
@@ -161,7 +161,7 @@ def test_run_dir_outside_worktree(but):
 
     Evidence: the error raised (or a non-ok outcome), the processes the backend started (none
     may be the CLI's session), and the worktree's files before and after (nothing created)."""
-    from harnesscheck.contracts import ConfigError
+    from harnesscheck.core.contracts import ConfigError
 
     for spelling in ("plain", "dotdot", "symlink"):
         ws = but.workspace()

@@ -3,9 +3,9 @@ retry advice; auth is blocked loudly at once and never retried into a lockout.""
 
 from __future__ import annotations
 
-from harnesscheck.contracts import Capability as C
-from harnesscheck.contracts import ErrorClass as E
-from harnesscheck.contracts import Kind, OutcomeStatus
+from harnesscheck.core.contracts import Capability as C
+from harnesscheck.core.contracts import ErrorClass as E
+from harnesscheck.core.contracts import Kind, OutcomeStatus
 from harnesscheck.kit.catalog import check
 
 

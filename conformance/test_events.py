@@ -5,8 +5,8 @@ never against the backend's account of itself."""
 
 from __future__ import annotations
 
-from harnesscheck.contracts import Capability as C
-from harnesscheck.contracts import Usage
+from harnesscheck.core.contracts import Capability as C
+from harnesscheck.core.contracts import Usage
 from harnesscheck.kit.catalog import check
 from harnesscheck.kit.session import ToolCall
 

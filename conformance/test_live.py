@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from harnesscheck.contracts import Capability as C
-from harnesscheck.contracts import ModelVerdict, OutcomeStatus
+from harnesscheck.core.contracts import Capability as C
+from harnesscheck.core.contracts import ModelVerdict, OutcomeStatus
 from harnesscheck.kit.catalog import check
 
 LIVE = ("live",)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 
-from harnesscheck.contracts import Capability as C
-from harnesscheck.contracts import ErrorClass as E
-from harnesscheck.contracts import Kind, ModelVerdict, OutcomeStatus
+from harnesscheck.core.contracts import Capability as C
+from harnesscheck.core.contracts import ErrorClass as E
+from harnesscheck.core.contracts import Kind, ModelVerdict, OutcomeStatus
 from harnesscheck.kit.catalog import check
 from harnesscheck.kit.session import ToolCall
 from harnesscheck.kit.watchdog import Watchdog
@@ -285,7 +285,7 @@ def test_cli_reads_inside_sandbox(but):
 
     import pytest
 
-    from harnesscheck.paths import data_root
+    from harnesscheck.core.paths import data_root
 
     if not hasattr(but, "trace_opens"):
         pytest.skip("this level cannot trace the files its CLI opens")
@@ -316,7 +316,7 @@ def test_cli_reads_inside_sandbox(but):
            os.path.join(os.path.realpath(tempfile.gettempdir()), "harnesscheck-bridge-")]
     # ^ its install, the bridge's interpreter, the relay in the host's forkserver dir (made in the
     #   host's temp dir, which verify points at its own scratch), the session's dirs
-    from harnesscheck.doctor import FIXED_CREDENTIAL_FILES
+    from harnesscheck.apps.doctor import FIXED_CREDENTIAL_FILES
 
     fixed = FIXED_CREDENTIAL_FILES.get(but.spec.id.partition("==")[0], ())
     tried = sorted({o["path"] for o in opened if o["path"] in fixed})

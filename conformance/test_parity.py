@@ -3,7 +3,7 @@ one outcome schema, and the refusal codes dispatch itself gives, whichever path 
 
 from __future__ import annotations
 
-from harnesscheck.contracts import AgentOutcome, OutcomeStatus
+from harnesscheck.core.contracts import AgentOutcome, OutcomeStatus
 from harnesscheck.kit.catalog import check
 from harnesscheck.kit.session import ToolCall
 
@@ -30,7 +30,7 @@ def test_outcome_schema(but):
 def test_refusal_codes_match_dispatch(but):
     """Refusal codes seen through the backend equal what dispatch returns in-process for the same
     calls; a call to a tool the scope never offered is refused or never reaches dispatch at all."""
-    from harnesscheck.dispatch import dispatch
+    from harnesscheck.choke.dispatch import dispatch
 
     if not but.built_on_dispatch():
         but.skip("unsupported-by-backend", f"{but.spec.id} refuses through its own dispatcher: harnesscheck's reason "

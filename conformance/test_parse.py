@@ -3,8 +3,8 @@ never crash a session or change a recorded outcome; exactly one terminal outcome
 
 from __future__ import annotations
 
-from harnesscheck.contracts import ErrorClass as E
-from harnesscheck.contracts import Kind, OutcomeStatus
+from harnesscheck.core.contracts import ErrorClass as E
+from harnesscheck.core.contracts import Kind, OutcomeStatus
 from harnesscheck.kit.catalog import check
 
 

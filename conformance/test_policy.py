@@ -4,11 +4,11 @@ shown, and how the session ended; never by the backend's own report of its decis
 
 from __future__ import annotations
 
-from harnesscheck.contracts import Capability as C
-from harnesscheck.contracts import ErrorClass, OutcomeStatus
+from harnesscheck.core.contracts import Capability as C
+from harnesscheck.core.contracts import ErrorClass, OutcomeStatus
+from harnesscheck.core.policy import ApprovalAnswer, Limits, Policy, Rule, ToolKind, Verdict
 from harnesscheck.kit.catalog import check
 from harnesscheck.kit.session import ToolCall
-from harnesscheck.policy import ApprovalAnswer, Limits, Policy, Rule, ToolKind, Verdict
 
 APP = "src/app.py"
 APP_BYTES = "print('app')\n"

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 import os
 
-from harnesscheck.contracts import Capability as C
-from harnesscheck.contracts import Kind, OutcomeStatus
+from harnesscheck.core.contracts import Capability as C
+from harnesscheck.core.contracts import Kind, OutcomeStatus
 from harnesscheck.kit.catalog import check
 from harnesscheck.kit.session import ToolCall
 from harnesscheck.kit.swapper import SwapRace

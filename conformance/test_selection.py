@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from harnesscheck.contracts import Capability as C
-from harnesscheck.contracts import (
+from harnesscheck.core.contracts import Capability as C
+from harnesscheck.core.contracts import (
     CapabilityUnsupported,
     CliNotFound,
     CliVersionUnsupported,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harnesscheck.contracts import Capability as C
-from harnesscheck.contracts import CostSource, ErrorClass, Kind, ModelVerdict, OutcomeStatus, Usage
+from harnesscheck.core.contracts import Capability as C
+from harnesscheck.core.contracts import CostSource, ErrorClass, Kind, ModelVerdict, OutcomeStatus, Usage
 from harnesscheck.kit.catalog import check
 
 
@@ -201,8 +201,8 @@ def test_option_refused_before_request(but):
     """A request option the model cannot take (a reasoning effort for a model that does not reason,
     by the shipped model metadata) is refused with a typed error naming the option, before any
     work: no request, no CLI. A backend that passes no options at all refuses every option so."""
-    from harnesscheck.contracts import CapabilityUnsupported, RequestOptions
-    from harnesscheck.models import PROVIDER_OF_MODE, example_model
+    from harnesscheck.core.contracts import CapabilityUnsupported, RequestOptions
+    from harnesscheck.core.models import PROVIDER_OF_MODE, example_model
 
     provider = PROVIDER_OF_MODE.get(but.spec.api_mode or "", "openai")
     model = example_model(provider, reasoning=False)
@@ -222,7 +222,7 @@ def test_over_context_never_sent(but):
     smallest window among the provider's tool-calling models, and a prompt of more than twice
     that many words) ends the session `context_overflow` before it is sent: the model server
     never sees it, so no tokens are billed for a request that can only fail."""
-    from harnesscheck.models import metadata_provider, smallest_context_model
+    from harnesscheck.core.models import metadata_provider, smallest_context_model
 
     provider = metadata_provider(but.spec.id, but.spec.api_mode)
     smallest = smallest_context_model(provider) if provider else None
@@ -270,7 +270,7 @@ def test_cost_from_metadata_rates(but):
     the usage the provider served (input, output, cache reads and writes, each at its own
     rate), with the snapshot named as the figure's basis: never a cache read billed as input,
     never a figure from another table."""
-    from harnesscheck.models import PROVIDER_OF_MODE, example_priced_model
+    from harnesscheck.core.models import PROVIDER_OF_MODE, example_priced_model
 
     provider = PROVIDER_OF_MODE.get(but.spec.api_mode or "")
     info = example_priced_model(provider) if provider else None

@@ -31,7 +31,7 @@ it was started as: ``<argv0>.scenario.json``::
 
     {"scenario": "/abs/path/scenario.json", "record": "/abs/path/claude.record.jsonl"}
 
-``harnesscheck.fakes.install_fake_cli`` writes a per-test wrapper and this sidecar. Without
+``harnesscheck.testing.fakes.install_fake_cli`` writes a per-test wrapper and this sidecar. Without
 a sidecar the fake replays ``fixtures/<cli>/success.json`` and records nothing, so
 ``harnesscheck run --backend claude-code --cli fake_clis/claude`` works from a checkout.
 
@@ -179,7 +179,7 @@ grandchild, one ``{"kind": "mcp_server", "pid", "child_pid", "name"}`` line per 
 server the fake started (the session's tree holds them as the real CLI's does), and for an
 ``mcp_calls`` step one ``{"kind": "mcp_connected", "pid", "name", "mono"}`` line per server
 that answered ``initialize`` (so a bridge slow to start tells apart from a call that hangs).
-``harnesscheck.fakes.FakeCli.records()`` folds them into one dict per invocation.
+``harnesscheck.testing.fakes.FakeCli.records()`` folds them into one dict per invocation.
 
 While it reads stdin to EOF: one ``{"kind": "stdin_wait", "pid", "mono", "bytes": 0}`` line as it
 begins and one ``{"kind": "stdin_data", "pid", "mono", "bytes": n}`` line per chunk read, so a pipe

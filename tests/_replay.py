@@ -1,7 +1,7 @@
 """Replay a fixture scenario through a transport's pure parser, without a process.
 
 The scenario's stdout bytes are built the way the fake engine writes them, framed by the
-real line framer of `harnesscheck.process` (in any chunking), and the ending the runner
+real line framer of `harnesscheck.contain.process` (in any chunking), and the ending the runner
 would report is derived from the steps: `exit` -> exited, `hang` after a terminal line ->
 linger, `hang` before one -> deadline, a STOP from the parser -> early_stop.
 """
@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from harnesscheck.fakes import load_fixture
-from harnesscheck.process import DEFAULT_MAX_LINE_BYTES, Ending, LineAction, ProcessResult, _Run
+from harnesscheck.contain.process import DEFAULT_MAX_LINE_BYTES, Ending, LineAction, ProcessResult, _Run
+from harnesscheck.testing.fakes import load_fixture
 
 PLACEHOLDERS = {
     "cwd": "/scratch/session",

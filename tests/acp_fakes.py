@@ -9,9 +9,9 @@ loop through dispatch, cancellation, limits.
 
 from __future__ import annotations
 
-from harnesscheck.contracts import Kind, ProviderSpec
-from harnesscheck.providers.fake import FakeScript, FakeTransport
-from harnesscheck.registry import get_spec
+from harnesscheck.backends.fake import FakeScript, FakeTransport
+from harnesscheck.backends.registry import get_spec
+from harnesscheck.core.contracts import Kind, ProviderSpec
 
 
 def spec() -> ProviderSpec:

@@ -1,4 +1,4 @@
-"""The ACP backend (providers/acp/): profiles as data, the error table, the session state machine
+"""The ACP backend (backends/acp/): profiles as data, the error table, the session state machine
 without a process, and sessions through the fake ACP agent (fake_clis/acp-agent): the handshake,
 the permission answer, fs/* through dispatch, terminal/* refused, cancel and the deadline,
 the auth silence bound, the private env; and process.StdinFeed under run_process."""
@@ -13,10 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harnesscheck.config import Settings
-from harnesscheck.contracts import AgentSessionRequest, ConfigError, ErrorClass, OutcomeStatus
-from harnesscheck.process import LineAction, StdinFeed, run_process
-from harnesscheck.providers.acp import (
+from harnesscheck.backends.acp import (
     AcpEvidence,
     AcpSession,
     AcpTransport,
@@ -24,12 +21,15 @@ from harnesscheck.providers.acp import (
     builtin_profile,
     load_profile,
 )
-from harnesscheck.providers.acp.errors import classify_error
-from harnesscheck.providers.acp.profile import ErrorRule, profile_for
-from harnesscheck.registry import get_spec
-from harnesscheck.scope import ToolScope
+from harnesscheck.backends.acp.errors import classify_error
+from harnesscheck.backends.acp.profile import ErrorRule, profile_for
+from harnesscheck.backends.registry import get_spec
+from harnesscheck.contain.process import LineAction, StdinFeed, run_process
+from harnesscheck.core.config import Settings
+from harnesscheck.core.contracts import AgentSessionRequest, ConfigError, ErrorClass, OutcomeStatus
+from harnesscheck.core.scope import ToolScope
 
-PROFILES = Path(__file__).resolve().parents[1] / "src" / "harnesscheck" / "providers" / "acp" / "profiles"
+PROFILES = Path(__file__).resolve().parents[1] / "src" / "harnesscheck" / "backends" / "acp" / "profiles"
 
 
 # -- profiles -----------------------------------------------------------------------------------
@@ -198,7 +198,7 @@ def test_the_host_policy_answers_for_the_agents_own_tools_only_by_an_explicit_ru
     """doc/SPEC-acp.md: an agent's own tool runs outside the choke point, so a kind's default
     never allows it; an allow rule naming it does, and so does the host's approver for an
     approval_required rule. The bridge's tools stay allowed (the bridge applies the policy)."""
-    from harnesscheck.policy import Policy, PolicyEngine, Rule, ToolKind, Verdict
+    from harnesscheck.core.policy import Policy, PolicyEngine, Rule, ToolKind, Verdict
 
     asked = []
     policy = Policy(rules=(Rule(decision=Verdict.ALLOW, tools=("Read",)),
@@ -366,7 +366,7 @@ def test_errors_and_stop_reasons_map(tmp_path):
 
 
 def test_a_missing_agent_is_cli_not_found(tmp_path):
-    from harnesscheck.contracts import CliNotFound
+    from harnesscheck.core.contracts import CliNotFound
 
     t = AcpTransport(get_spec("acp-fake"), Settings(), profile=adhoc_profile("no-such-acp-agent-here --acp"),
                      parent_env={"PATH": str(tmp_path)})

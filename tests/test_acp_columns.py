@@ -8,10 +8,10 @@ import json
 
 import pytest
 
+from harnesscheck.backends.acp import builtin_profile
 from harnesscheck.kit.acp_adapter import loopback_turns, prompt_script
 from harnesscheck.kit.session import SkipCell
 from harnesscheck.loopback.install import manifest_versioned, pinned_clis
-from harnesscheck.providers.acp import builtin_profile
 
 
 def test_install_clis_pins_each_acp_package_once():
@@ -44,7 +44,7 @@ def test_without_builtin_calls_a_command_skips_with_the_reason():
 
 
 def test_prompt_script_is_a_fake_script():
-    from harnesscheck.providers.fake import FakeScript
+    from harnesscheck.backends.fake import FakeScript
 
     text = prompt_script({"steps": [{"say": "hi"}, {"mcp": "list_dir", "arguments": {"path": "."}},
                                     {"write": "/e/w.txt", "content": "x"}, {"shell": "touch /e/s"},
@@ -60,11 +60,11 @@ def test_prompt_script_is_a_fake_script():
 
 
 def test_harnesscheck_acp_serve_is_a_column(tmp_path):
-    from harnesscheck.config import Settings
-    from harnesscheck.contracts import AgentSessionRequest, OutcomeStatus
-    from harnesscheck.providers.acp import AcpEvidence, AcpTransport
-    from harnesscheck.registry import get_spec
-    from harnesscheck.scope import ToolScope
+    from harnesscheck.backends.acp import AcpEvidence, AcpTransport
+    from harnesscheck.backends.registry import get_spec
+    from harnesscheck.core.config import Settings
+    from harnesscheck.core.contracts import AgentSessionRequest, OutcomeStatus
+    from harnesscheck.core.scope import ToolScope
 
     spec = get_spec("acp-harnesscheck")
     transport = AcpTransport(spec, Settings())
@@ -98,8 +98,8 @@ def test_an_unknown_agents_shell_and_write_are_learned_from_the_wire():
 
 
 def test_an_agent_by_command_line_can_say_it_has_no_tools_of_its_own():
-    from harnesscheck.providers.acp.profile import adhoc_profile
-    from harnesscheck.registry import get_spec
+    from harnesscheck.backends.acp.profile import adhoc_profile
+    from harnesscheck.backends.registry import get_spec
 
     profile = adhoc_profile("--hc-builtins-off --hc-wire=responses my-agent --acp")
     assert profile.builtins_off and profile.wire == "responses" and profile.command == ["my-agent", "--acp"]

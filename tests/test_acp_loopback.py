@@ -9,14 +9,14 @@ import json
 
 import pytest
 
-from harnesscheck.config import Settings
-from harnesscheck.contracts import AgentSessionRequest, CliNotFound, ErrorClass, OutcomeStatus
-from harnesscheck.loopback.endpoint import LoopbackEndpoint
+from harnesscheck.backends.acp import AcpEvidence, AcpTransport, builtin_profile
+from harnesscheck.backends.loopback_endpoint import LoopbackEndpoint
+from harnesscheck.backends.registry import get_spec
+from harnesscheck.core.config import Settings
+from harnesscheck.core.contracts import AgentSessionRequest, CliNotFound, ErrorClass, OutcomeStatus
+from harnesscheck.core.scope import ToolScope
 from harnesscheck.loopback.scenario import Scenario, ToolCall, Turn
 from harnesscheck.loopback.server import ScriptedModelServer
-from harnesscheck.providers.acp import AcpEvidence, AcpTransport, builtin_profile
-from harnesscheck.registry import get_spec
-from harnesscheck.scope import ToolScope
 
 pytestmark = pytest.mark.loopback
 

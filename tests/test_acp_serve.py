@@ -17,7 +17,7 @@ import pytest
 from acp_client import AcpClient
 from proc_support import alive, survivors
 
-from harnesscheck.fakes import install_fake_cli, load_fixture
+from harnesscheck.testing.fakes import install_fake_cli, load_fixture
 
 TESTS = str(Path(__file__).resolve().parent)
 SCRIPTED = "acp_fakes:spec"
@@ -30,7 +30,7 @@ def serve(tmp_path: Path, backend: str, *extra: str, env: dict | None = None) ->
     base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8",
             "PYTHONPATH": TESTS}
     base.update(env or {})
-    argv = [sys.executable, "-m", "harnesscheck.cli", "acp", "serve", "--backend", backend, *extra]
+    argv = [sys.executable, "-m", "harnesscheck.apps.cli", "acp", "serve", "--backend", backend, *extra]
     return AcpClient.spawn(argv, env=base, cwd=str(tmp_path))
 
 
@@ -444,8 +444,8 @@ class _Pipe:
     def __init__(self, transport_spec: str = "fake", **kwargs):
         from harnesscheck.acpserve.agent import AcpServer
         from harnesscheck.acpserve.wire import Writer
-        from harnesscheck.config import Settings
-        from harnesscheck.registry import build_transport, get_spec
+        from harnesscheck.backends.registry import build_transport, get_spec
+        from harnesscheck.core.config import Settings
 
         spec = get_spec(transport_spec)
         self.in_r, self.in_w = os.pipe()
@@ -485,7 +485,7 @@ def test_an_oversize_line_is_answered_and_the_next_line_served():
 
 
 def test_a_second_prompt_in_a_running_session_is_refused(root):
-    from harnesscheck.providers.fake import FakeScript, FakeTurn
+    from harnesscheck.backends.fake import FakeScript, FakeTurn
 
     pipe = _Pipe()
     try:
@@ -522,7 +522,7 @@ def test_a_backend_that_cannot_be_built_is_reported_before_serving(tmp_path):
     (tmp_path / ".env").write_text(f"HARNESS_BACKEND=fake\nHARNESS_BACKEND_CLI={tmp_path}/planted\n")  # never read
     import subprocess
 
-    argv = [sys.executable, "-m", "harnesscheck.cli", "acp", "serve"]
+    argv = [sys.executable, "-m", "harnesscheck.apps.cli", "acp", "serve"]
 
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)}
     proc = subprocess.run(argv, env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
@@ -586,7 +586,7 @@ def test_the_sdks_own_client_drives_the_server(tmp_path, root):
 
     async def drive() -> str:
         env = {"HOME": str(tmp_path), "PYTHONPATH": TESTS, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-        async with spawn_agent_process(Editor(), sys.executable, "-m", "harnesscheck.cli", "acp", "serve",
+        async with spawn_agent_process(Editor(), sys.executable, "-m", "harnesscheck.apps.cli", "acp", "serve",
                                        "--backend", SCRIPTED, env=env, cwd=str(tmp_path)) as (conn, _proc):
             init = await conn.initialize(protocol_version=PROTOCOL_VERSION)
             assert init.protocol_version == 1

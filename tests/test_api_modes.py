@@ -10,11 +10,11 @@ import json
 
 import pytest
 
-from harnesscheck import registry
-from harnesscheck.config import Settings
-from harnesscheck.contracts import Capability, ConfigError
+from harnesscheck.backends import registry
+from harnesscheck.backends.llm import API_MODES
+from harnesscheck.core.config import Settings
+from harnesscheck.core.contracts import Capability, ConfigError
 from harnesscheck.kit.results import BackendInfo, CellResult, Report
-from harnesscheck.llm import API_MODES
 
 COLUMNS = [f"api/{mode}" for mode in API_MODES]
 
@@ -49,7 +49,7 @@ def test_mode_ids_that_name_nothing_are_refused_with_the_fix():
 
 def test_a_mode_column_speaks_its_mode_and_refuses_a_contrary_setting():
     env = {"OPENAI_API_KEY": "sk-test-never-sent", "ANTHROPIC_API_KEY": "sk-ant-test-never-sent"}
-    from harnesscheck.providers.api import ApiTransport
+    from harnesscheck.backends.api import ApiTransport
 
     t = ApiTransport(registry.get_spec("api/responses"), Settings(backend="api/responses", model="m"), environ=env)
     assert t.api_mode == "responses"

@@ -22,8 +22,10 @@ import pytest
 import respx
 import respx_httpx2  # noqa: F401  (registers the "httpx2" respx mocker)
 
-from harnesscheck.config import Settings
-from harnesscheck.contracts import (
+from harnesscheck.backends.api import ApiTransport
+from harnesscheck.backends.registry import resolve_provider
+from harnesscheck.core.config import Settings
+from harnesscheck.core.contracts import (
     AgentSessionRequest,
     AuthUnavailable,
     CapabilityUnsupported,
@@ -35,9 +37,7 @@ from harnesscheck.contracts import (
     Refusal,
     Usage,
 )
-from harnesscheck.providers.api import ApiTransport
-from harnesscheck.registry import resolve_provider
-from harnesscheck.scope import ToolScope
+from harnesscheck.core.scope import ToolScope
 
 MODES = list(W.PATHS)
 
@@ -83,7 +83,7 @@ def sent_bodies(route) -> list[dict]:
 
 def no_watchdog_left() -> bool:
     """Nothing of the session is still watched (the shared watchdog thread only idles)."""
-    from harnesscheck.providers.api import _WATCH
+    from harnesscheck.backends.api import _WATCH
 
     return _WATCH.active() == 0
 
@@ -322,7 +322,7 @@ def test_usage_summed_over_turns_and_cost_from_the_model_metadata(router, monkey
     router.post(W.url(mode)).mock(side_effect=W.script(mode, turns))
     out = transport(monkeypatch, mode).run_session(request(worktree, tmp_path))
     assert out.usage == Usage(input=2500, output=300, cache_read=8000)
-    from harnesscheck.models import PROVIDER_OF_MODE, model_info
+    from harnesscheck.core.models import PROVIDER_OF_MODE, model_info
 
     info = model_info(PROVIDER_OF_MODE[mode], out.served_model)  # the shipped snapshot's rates, whatever its version
     assert info is not None and info.priced, f"the snapshot no longer prices {out.served_model}: pick a test model it does"
@@ -502,7 +502,7 @@ def test_harnesscheck_run_backend_api_against_a_local_endpoint(worktree, tmp_pat
         env.update({"HARNESS_API_MODE": mode, "HARNESS_BACKEND_MODEL": W.MODELS[mode], "NO_PROXY": "127.0.0.1"})
         run_dir = tmp_path / "report"
         proc = subprocess.run(
-            [sys.executable, "-m", "harnesscheck.cli", "run", "--backend", "api", "--root", str(worktree),
+            [sys.executable, "-m", "harnesscheck.apps.cli", "run", "--backend", "api", "--root", str(worktree),
              "--prompt", "What does src/a.py do?", "--run-dir", str(run_dir), "--json"],
             capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path,
         )
@@ -518,7 +518,7 @@ def test_harnesscheck_run_backend_api_against_a_local_endpoint(worktree, tmp_pat
 def test_the_host_policy_is_obeyed_by_the_api_loop(router, monkeypatch, worktree, tmp_path, mode):
     """doc/SPEC-policy.md: a denied call never runs and the model reads the refusal; a limit ends
     the session truncated/budget with nothing past it sent."""
-    from harnesscheck.policy import Limits, Policy, Rule, Verdict
+    from harnesscheck.core.policy import Limits, Policy, Rule, Verdict
 
     turns = [
         W.Turn(tool_calls=[("c1", "read_file", {"path": "src/a.py"})]),

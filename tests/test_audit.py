@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harnesscheck.audit import (
+from harnesscheck.backends.audit import (
     INFO_CODES,
     RunFacts,
     audit_events,
@@ -19,7 +19,7 @@ from harnesscheck.audit import (
     summary_line,
 )
 from harnesscheck.bridge.spec import BridgeSummary
-from harnesscheck.contracts import Refusal
+from harnesscheck.core.contracts import Refusal
 
 SID = "8fc99cf0-8cae-4821-aa70-c0e9a24667c3"
 
@@ -158,7 +158,7 @@ def test_shell_command_paths_are_bound_to_the_scope(root: Path) -> None:
 
 
 def test_shell_path_words() -> None:
-    from harnesscheck.audit import shell_path_words
+    from harnesscheck.backends.audit import shell_path_words
 
     assert shell_path_words("cat /etc/passwd") == ["/etc/passwd"]
     assert shell_path_words(["/bin/bash", "-lc", "head src/a.py > /tmp/out"]) == ["src/a.py", "/tmp/out"]
@@ -433,7 +433,7 @@ def test_unknown_cli_is_rejected(root: Path) -> None:
 
 
 def test_summary_line() -> None:
-    from harnesscheck.contracts import AuditFlag, AuditVerdict
+    from harnesscheck.core.contracts import AuditFlag, AuditVerdict
 
     assert summary_line("cursor", AuditVerdict(), native_tools_possible=True) == (
         "backend: cursor — native tools possible, audit: clean"
@@ -616,7 +616,7 @@ def test_codex_started_and_completed_of_one_call_count_once(root: Path) -> None:
 def test_built_ins_are_judged_by_the_hosts_policy_after_the_fact(root: Path) -> None:
     """A built-in that ran is decided by the request's policy after the fact: denied (or needing
     an approval nobody could give) is `builtin_denied_by_policy`; allowed or pre-approved is not."""
-    from harnesscheck.policy import Policy, PolicyEngine, PreApproval, Rule, ToolKind, Verdict
+    from harnesscheck.core.policy import Policy, PolicyEngine, PreApproval, Rule, ToolKind, Verdict
 
     log = jl(claude_init(), claude_tool_use("Bash", {"command": "ls"}, "t1"),
              claude_tool_use("Write", {"file_path": str(root / "docs" / "a.md"), "content": "x"}, "t2"),

@@ -133,7 +133,7 @@ CASES = [
 ]
 
 SPEC_MODULE = """
-from harnesscheck.contracts import Kind, ProviderSpec
+from harnesscheck.core.contracts import Kind, ProviderSpec
 
 def spec():
     return ProviderSpec(id="mine", kind=Kind.harness, label="mine", factory="mine:Mine", cli_name="claude")
@@ -195,8 +195,8 @@ def test_bad_input_is_one_line_a_fix_and_its_exit_code(tmp_path: Path, case, bui
 
 
 def test_internal_error_is_one_line_and_exit_4_and_the_traceback_needs_debug(monkeypatch, capsys) -> None:
-    import harnesscheck.cli as cli
-    import harnesscheck.contracts as contracts
+    import harnesscheck.apps.cli as cli
+    import harnesscheck.core.contracts as contracts
 
     def broken() -> str:
         raise RuntimeError("a bug")
@@ -231,9 +231,9 @@ def test_pytest_m_conformance_without_a_backend_says_how_to_name_one(tmp_path: P
 def test_a_library_scope_whose_root_does_not_exist_is_refused_before_the_session(tmp_path: Path, monkeypatch, backend) -> None:
     """Every kind of backend: a harness CLI, the api host loop, the fake."""
     from harnesscheck import AgentSessionRequest, ToolScope, resolve_provider
-    from harnesscheck.config import Settings
-    from harnesscheck.contracts import ConfigError
-    from harnesscheck.paths import fake_clis_dir
+    from harnesscheck.core.config import Settings
+    from harnesscheck.core.contracts import ConfigError
+    from harnesscheck.core.paths import fake_clis_dir
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-never-sent")
     monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")  # nothing may be sent: refused first

@@ -22,9 +22,9 @@ from harnesscheck.bridge.spec import (
     summarize_trace,
     write_spec,
 )
-from harnesscheck.dispatch import dispatch, tool_definitions
-from harnesscheck.scope import ToolScope
-from harnesscheck.trace import Trace
+from harnesscheck.choke.dispatch import dispatch, tool_definitions
+from harnesscheck.choke.trace import Trace
+from harnesscheck.core.scope import ToolScope
 
 
 @pytest.fixture
@@ -132,7 +132,7 @@ def test_the_bridge_obeys_the_host_policy_of_its_spec(tree: Path, tmp_path: Path
     """doc/SPEC-policy.md: a denied call never runs; approval_required with no approver across
     the process boundary is denied (no_approver), a pre-approved one runs."""
     from harnesscheck.bridge.server import build_server
-    from harnesscheck.policy import Policy, PreApproval, Rule, ToolKind, Verdict
+    from harnesscheck.core.policy import Policy, PreApproval, Rule, ToolKind, Verdict
 
     policy = Policy(
         rules=(Rule(decision=Verdict.APPROVAL_REQUIRED, kinds=(ToolKind.WRITE,)),
@@ -198,7 +198,7 @@ def test_summarize_trace_filters_sessions_and_survives_torn_lines(tmp_path: Path
 
 
 def test_a_dispatch_bug_is_an_error_result_not_a_crash(tree: Path, monkeypatch, tmp_path: Path) -> None:
-    import harnesscheck.dispatch as dispatch_mod
+    import harnesscheck.choke.dispatch as dispatch_mod
     from harnesscheck.bridge.server import build_server
 
     def broken(*a, **k):
@@ -277,7 +277,7 @@ def test_importing_the_bridge_package_stays_light() -> None:
 
     code = (
         "import sys; import harnesscheck.bridge, harnesscheck.bridge.spec, harnesscheck.bridge.server, "
-        "harnesscheck.bridge.readiness, harnesscheck.bridge.shared, harnesscheck.audit, harnesscheck.doctor; "
+        "harnesscheck.bridge.readiness, harnesscheck.bridge.shared, harnesscheck.backends.audit, harnesscheck.apps.doctor; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'anthropic', 'openai', 'anyio', 'uvicorn', 'rich')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

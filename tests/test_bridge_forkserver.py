@@ -19,10 +19,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from harnesscheck.bridge import forkserver
+from harnesscheck.bridge import forkserver, forkserver_child, forkserver_process
 from harnesscheck.bridge.spec import BridgeSpec, bridge_env, summarize_trace, write_spec
-from harnesscheck.dispatch import dispatch, tool_definitions
-from harnesscheck.scope import ToolScope
+from harnesscheck.choke.dispatch import dispatch, tool_definitions
+from harnesscheck.core.scope import ToolScope
 
 pytestmark = pytest.mark.skipif(not forkserver.enabled(), reason="the forkserver needs Linux (SCM_RIGHTS, /proc)")
 
@@ -346,7 +346,7 @@ def test_a_peer_that_exited_is_seen_as_ended(tmp_path: Path, monkeypatch, peer_p
     import socket
 
     if not peer_pidfd:
-        monkeypatch.setattr(forkserver, "_SO_PEERPIDFD", None)
+        monkeypatch.setattr(forkserver_child, "_SO_PEERPIDFD", None)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(str(tmp_path / "l.sock"))
     listener.listen()
@@ -354,7 +354,7 @@ def test_a_peer_that_exited_is_seen_as_ended(tmp_path: Path, monkeypatch, peer_p
     kept, pid = _squat(str(tmp_path / "l.sock"), tmp_path / "spec.json", [r, w, 2])
     served, _ = listener.accept()
     live_end, live_peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    gone, here = forkserver._Peer.of(served), forkserver._Peer.of(live_end)
+    gone, here = forkserver_child._Peer.of(served), forkserver_child._Peer.of(live_end)
     try:
         assert gone.pid == pid and not gone.running()
         assert here.pid == os.getpid() and here.running()
@@ -378,16 +378,16 @@ def test_once_the_bound_cli_exited_a_process_with_its_pid_is_refused(tmp_path: P
     key = str(spec_path.absolute())
     content = spec_path.read_bytes()
     state = SimpleNamespace(registrations={}, awaiting={})
-    state.registrations[key] = forkserver._Registration(content=content, spec=BridgeSpec.model_validate_json(content))
+    state.registrations[key] = forkserver_child._Registration(content=content, spec=BridgeSpec.model_validate_json(content))
     cli = subprocess.Popen(["sleep", "60"])
-    assert forkserver._Server._handle(state, {"op": "bind", "spec": key, "pid": cli.pid}) == {"ok": True}
+    assert forkserver_process._Server._handle(state, {"op": "bind", "spec": key, "pid": cli.pid}) == {"ok": True}
     cli.kill()
     cli.wait()  # exited and reaped: its pid is free
     impostor = subprocess.Popen(["sleep", "60"])
-    peer = forkserver._Peer(impostor.pid, os.getuid(), os.pidfd_open(impostor.pid))
+    peer = forkserver_child._Peer(impostor.pid, os.getuid(), os.pidfd_open(impostor.pid))
     try:
         state.registrations[key].bound_pid = impostor.pid  # as if the impostor had been given the CLI's pid
-        refusal = forkserver._Server._check(state, b"spec\0" + key.encode(), [0, 1, 2], peer)
+        refusal = forkserver_process._Server._check(state, b"spec\0" + key.encode(), [0, 1, 2], peer)
         assert isinstance(refusal, str) and refusal.startswith("wrong-process"), refusal
     finally:
         peer.close()
@@ -405,7 +405,7 @@ def gated_forkserver(tmp_path: Path, monkeypatch):
 
     class Gated(real_popen):  # a class still, as `subprocess.Popen[bytes]` annotations need
         def __init__(self, argv, *args, **kwargs):
-            if "harnesscheck.bridge.forkserver" in argv:
+            if "harnesscheck.bridge.forkserver_process" in argv:
                 wait = f'while [ ! -e "{gate}" ]; do sleep 0.02; done; exec "$@"'
                 argv = ["/bin/sh", "-c", wait, "sh", *argv]
             super().__init__(argv, *args, **kwargs)
@@ -453,7 +453,7 @@ def test_a_forkserver_that_cannot_start_leaves_the_sessions_the_stdio_bridge(tmp
 
     class Failing(gated):
         def __init__(self, argv, *args, **kwargs):
-            super().__init__(["/bin/sh", "-c", fail] if "harnesscheck.bridge.forkserver" in argv else argv, *args, **kwargs)
+            super().__init__(["/bin/sh", "-c", fail] if "harnesscheck.bridge.forkserver_process" in argv else argv, *args, **kwargs)
 
     monkeypatch.setattr(subprocess, "Popen", Failing)
     spec_path, _ = _make_spec(tmp_path, "a")
@@ -543,8 +543,8 @@ def test_disabled_by_env_gives_no_relay(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv(forkserver.DISABLE_VAR, "0")
     spec_path, _ = _make_spec(tmp_path, "a")
     assert forkserver.relay_command(spec_path) is None
+    from harnesscheck.backends._harness import bridge_command
     from harnesscheck.bridge.spec import spec_sha256
-    from harnesscheck.providers._harness import bridge_command
 
     argv, _ = bridge_command(spec_path)  # the full bridge, pinned to the bytes written now
     assert argv[-4:] == ["--spec-sha256", spec_sha256(spec_path.read_bytes()), "--spec", str(spec_path)]
@@ -753,10 +753,10 @@ def test_no_fd_leaks_into_a_child(tmp_path: Path, relay_for) -> None:
 
 @pytest.mark.parametrize("ending", ["exit", "deadline"])
 def test_transport_session_leaves_no_bridge_child(tmp_path: Path, ending: str) -> None:
-    from harnesscheck.contracts import AgentSessionRequest
-    from harnesscheck.fakes import install_fake_cli, load_fixture
-    from harnesscheck.providers.claude_code import ClaudeCodeTransport
-    from harnesscheck.registry import get_spec
+    from harnesscheck.backends.claude_code import ClaudeCodeTransport
+    from harnesscheck.backends.registry import get_spec
+    from harnesscheck.core.contracts import AgentSessionRequest
+    from harnesscheck.testing.fakes import install_fake_cli, load_fixture
 
     root = tmp_path / "wt"
     root.mkdir()
@@ -782,10 +782,10 @@ def test_the_plain_path_serves_a_session_with_the_stdio_bridge(tmp_path: Path, m
     """Without the forkserver (HARNESSCHECK_BRIDGE_FORKSERVER=0, or where it cannot run) a
     session is what it was before it: the CLI starts the full stdio bridge itself, pinned to
     the spec's bytes, in its own process group, and it is gone when the session is."""
-    from harnesscheck.contracts import AgentSessionRequest
-    from harnesscheck.fakes import install_fake_cli, load_fixture
-    from harnesscheck.providers.claude_code import ClaudeCodeTransport
-    from harnesscheck.registry import get_spec
+    from harnesscheck.backends.claude_code import ClaudeCodeTransport
+    from harnesscheck.backends.registry import get_spec
+    from harnesscheck.core.contracts import AgentSessionRequest
+    from harnesscheck.testing.fakes import install_fake_cli, load_fixture
 
     monkeypatch.setenv(forkserver.DISABLE_VAR, "0")
     root = tmp_path / "wt"
@@ -1066,16 +1066,16 @@ def test_a_session_whose_calls_outlive_it_is_marked_so_its_child_exits_at_once(m
 def test_the_exit_report_does_not_wait_for_the_relay_when_calls_outlived_the_session():
     import socket as socket_mod
 
-    from harnesscheck.bridge import forkserver, server
+    from harnesscheck.bridge import server
 
     ours, theirs = socket_mod.socketpair(socket_mod.AF_UNIX, socket_mod.SOCK_SEQPACKET)
     pid = os.fork()
     if pid == 0:  # the child closes every other fd, as a bridge child does
         try:
             ours.close()
-            forkserver.RELAY_EXIT_WAIT_S = 60.0  # would hold the child a minute if it waited
+            forkserver_child.RELAY_EXIT_WAIT_S = 60.0  # would hold the child a minute if it waited
             server._CALLS_OUTLIVED_SESSION = True
-            forkserver._report_exit(theirs, 3)
+            forkserver_child._report_exit(theirs, 3)
         finally:
             os._exit(0)
     theirs.close()

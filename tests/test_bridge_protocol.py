@@ -27,8 +27,8 @@ import pytest
 
 from harnesscheck.bridge import server
 from harnesscheck.bridge.spec import BridgeSpec, bridge_argv, bridge_env, write_spec
-from harnesscheck.scope import ToolScope
-from harnesscheck.trace import Trace, read_trace
+from harnesscheck.choke.trace import Trace, read_trace
+from harnesscheck.core.scope import ToolScope
 
 BOUND_S = 60.0
 INIT = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {

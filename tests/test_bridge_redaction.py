@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from claude_steps import SID, claude_bridge_scenario
 
-from harnesscheck.contracts import AgentSessionRequest, OutcomeStatus
-from harnesscheck.fakes import install_fake_cli
-from harnesscheck.providers.claude_code import ClaudeCodeTransport
-from harnesscheck.registry import get_spec
-from harnesscheck.report import ReportFacts, write_report
-from harnesscheck.scope import ToolScope
+from harnesscheck.apps.report import ReportFacts, write_report
+from harnesscheck.backends.claude_code import ClaudeCodeTransport
+from harnesscheck.backends.registry import get_spec
+from harnesscheck.core.contracts import AgentSessionRequest, OutcomeStatus
+from harnesscheck.core.scope import ToolScope
+from harnesscheck.testing.fakes import install_fake_cli
 
 #: Plain values (no token format): only redaction by the host's own values catches them.
 GITHUB = "plain-github-value-0123456789"
@@ -97,7 +97,7 @@ def test_every_session_file_and_the_report_are_redacted_with_the_hosts_secrets(w
 
 
 def test_redact_files_rewrites_only_files_holding_a_secret_and_never_follows_links(tmp_path: Path) -> None:
-    from harnesscheck.rundir import redact_files
+    from harnesscheck.contain.rundir import redact_files
 
     run = tmp_path / "run"
     run.mkdir(mode=0o700)
@@ -118,7 +118,7 @@ def test_redact_files_rewrites_only_files_holding_a_secret_and_never_follows_lin
 
 
 def test_replace_values_is_exact_and_longest_first() -> None:
-    from harnesscheck.envpolicy import replace_values
+    from harnesscheck.contain.envpolicy import replace_values
 
     assert replace_values({"a": [f"x{GITHUB}y", 3]}, {GITHUB, GITHUB[:10]}) == {"a": ["x[REDACTED]y", 3]}
     assert replace_values("token: looks-like-a-credential-but-unknown", {GITHUB}) == "token: looks-like-a-credential-but-unknown"

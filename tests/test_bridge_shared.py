@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from harnesscheck.bridge.spec import BridgeSpec, summarize_trace
-from harnesscheck.scope import ToolScope
+from harnesscheck.core.scope import ToolScope
 
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}

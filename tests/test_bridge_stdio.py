@@ -17,7 +17,7 @@ import anyio
 import pytest
 
 from harnesscheck.bridge.spec import BridgeSpec, bridge_argv, bridge_env, summarize_trace, write_spec
-from harnesscheck.scope import ToolScope
+from harnesscheck.core.scope import ToolScope
 
 #: Upper bound for one bridge start-up on a loaded 2-core box (never a speed assertion).
 START_BOUND_S = 60.0
@@ -169,7 +169,7 @@ def test_prints_after_startup_go_to_stderr_and_never_break_the_session(setup, tm
     inside the bridge during a tool call, end up on stderr; the stream stays pure."""
     base, root, spec, spec_path = setup
     prelude = """
-        import os, subprocess, harnesscheck.dispatch as d
+        import os, subprocess, harnesscheck.choke.dispatch as d
         _real = d.dispatch
         def noisy(*a, **k):
             print("NOISE-print")
@@ -206,7 +206,7 @@ def test_bridge_scrubs_its_own_environment(setup, tmp_path: Path) -> None:
     base, root, spec, spec_path = setup
     dump = tmp_path / "env-after.json"
     prelude = f"""
-        import json, os, harnesscheck.dispatch as d
+        import json, os, harnesscheck.choke.dispatch as d
         _real = d.dispatch
         def spy(*a, **k):
             open({str(dump)!r}, "w").write(json.dumps(dict(os.environ)))

@@ -19,9 +19,9 @@ import anyio
 import pytest
 from test_bridge_forkserver import BOUND_S, _alive, _client_session, _fd_targets, _make_spec, _text, _wait_gone
 
-from harnesscheck.bridge import forkserver
+from harnesscheck.bridge import forkserver, forkserver_child, forkserver_process
 from harnesscheck.bridge.spec import bridge_env
-from harnesscheck.envpolicy import build_child_env
+from harnesscheck.contain.envpolicy import build_child_env
 
 pytestmark = pytest.mark.skipif(
     not forkserver.enabled() or not hasattr(os, "pidfd_open"), reason="the template needs Linux (SCM_RIGHTS, pidfds)"
@@ -232,14 +232,15 @@ def test_the_template_serves_only_its_own_uid(peer_uid: str, monkeypatch, tmp_pa
     refused and nothing is forked; the same request from ours is forked."""
     forked = []
     uid = os.getuid() if peer_uid == "ours" else os.getuid() + 1
-    monkeypatch.setattr(forkserver, "_peer_cred", lambda conn: (1, uid))
-    monkeypatch.setattr(forkserver, "_thread_count", lambda: 1)  # this test process has threads; a template has one
+    monkeypatch.setattr(forkserver_process, "_peer_cred", lambda conn: (1, uid))
+    for module in (forkserver_process, forkserver_child):  # this test process has threads; a template has one
+        monkeypatch.setattr(module, "_thread_count", lambda: 1)
     monkeypatch.setattr(forkserver.os, "fork", lambda: forked.append(1) or 1 / 0)  # stop right there
     host, template_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     with host, template_end, ours, theirs:
         socket.send_fds(host, [_valid_request(_private(tmp_path, "d"))], [theirs.fileno()])
-        forkserver._Template(control=None, listener=None)._serve_host(template_end)
+        forkserver_process._Template(control=None, listener=None)._serve_host(template_end)
         host.settimeout(BOUND_S)
         reply = json.loads(host.recv(forkserver.MAX_MESSAGE))
     if peer_uid == "ours":
@@ -328,9 +329,9 @@ def test_a_template_whose_starter_died_ends_and_removes_its_directory(tmp_path: 
 def test_the_kit_shares_one_template_among_xdist_workers(monkeypatch) -> None:
     from types import SimpleNamespace
 
+    from harnesscheck.backends.registry import BUILTIN_SPECS
+    from harnesscheck.core.paths import conformance_dir
     from harnesscheck.kit import plugin
-    from harnesscheck.paths import conformance_dir
-    from harnesscheck.registry import BUILTIN_SPECS
 
     started, used = [], []
     fake = SimpleNamespace(socket_path="/x/template.sock", close=lambda: started.append("closed"))
@@ -371,9 +372,9 @@ def test_a_template_given_to_the_run_is_used_and_passed_on_never_started_or_ende
     leaves it to its starter."""
     from types import SimpleNamespace
 
+    from harnesscheck.backends.registry import BUILTIN_SPECS
+    from harnesscheck.core.paths import conformance_dir
     from harnesscheck.kit import plugin
-    from harnesscheck.paths import conformance_dir
-    from harnesscheck.registry import BUILTIN_SPECS
 
     started, used = [], []
     monkeypatch.setattr(forkserver, "start_template", lambda: started.append("started"))

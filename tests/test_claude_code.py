@@ -15,7 +15,14 @@ from claude_steps import SID, claude_bridge_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harnesscheck.contracts import (
+from harnesscheck.backends.claude_code import (
+    ClaudeCodeTransport,
+    ClaudeStreamParser,
+    build_argv,
+)
+from harnesscheck.backends.registry import get_spec
+from harnesscheck.contain.process import Ending, ProcessResult, _Run
+from harnesscheck.core.contracts import (
     AgentSessionRequest,
     CapabilityUnsupported,
     ConfigError,
@@ -23,16 +30,9 @@ from harnesscheck.contracts import (
     ErrorClass,
     OutcomeStatus,
 )
-from harnesscheck.fakes import fixture_path, install_fake_cli, load_fixture
-from harnesscheck.paths import fake_clis_dir, fixtures_dir
-from harnesscheck.process import Ending, ProcessResult, _Run
-from harnesscheck.providers.claude_code import (
-    ClaudeCodeTransport,
-    ClaudeStreamParser,
-    build_argv,
-)
-from harnesscheck.registry import get_spec
-from harnesscheck.scope import ToolScope
+from harnesscheck.core.paths import fake_clis_dir, fixtures_dir
+from harnesscheck.core.scope import ToolScope
+from harnesscheck.testing.fakes import fixture_path, install_fake_cli, load_fixture
 
 sys.path.insert(0, str(fake_clis_dir()))
 import _fakecli  # noqa: E402
@@ -265,7 +265,7 @@ def test_cwd_is_an_empty_scratch_dir_never_the_worktree(worktree, tmp_path):
     assert not _inside(Path(rec["cwd"]), worktree) and rec["cwd_entries"] == []
     # a run dir inside the worktree is refused before the CLI starts (it would hand the model
     # its own audit trail: issue 17, tests/test_rundir.py)
-    from harnesscheck.rundir import RunDirError
+    from harnesscheck.contain.rundir import RunDirError
 
     transport = make_transport(fake)
     request = AgentSessionRequest(prompt="x", scope=ToolScope(root=worktree), run_dir=worktree / ".runs" / "r1")
@@ -451,7 +451,7 @@ def test_usage_once_per_message_id_last_wins_and_subagents_apart():
 
 
 def test_terminal_and_duplicate_results():
-    from harnesscheck.process import LineAction
+    from harnesscheck.contain.process import LineAction
 
     first = {"type": "result", "subtype": "success", "is_error": True, "result": "Not logged in · Please run /login"}
     second = {"type": "result", "subtype": "success", "is_error": False, "result": "ok"}
@@ -506,7 +506,7 @@ def test_budget_and_cost_field_drift():
 
 
 def test_bridge_missing_tools_fail_closed():
-    from harnesscheck.process import LineAction
+    from harnesscheck.contain.process import LineAction
 
     init = {"type": "system", "subtype": "init", "apiKeySource": "none", "tools": ["mcp__bridge__read_file"],
             "mcp_servers": [{"name": "bridge", "status": "connected"}]}
@@ -547,7 +547,7 @@ def test_complete_is_tool_less_in_an_empty_scratch_dir(tmp_path):
 
 
 def test_harness_llm_refuses_tools(tmp_path):
-    from harnesscheck.providers._harness import HarnessLLM
+    from harnesscheck.backends._harness import HarnessLLM
 
     fake = install_fake_cli("claude", "success", tmp_path / "bin")
     llm = HarnessLLM(make_transport(fake))
@@ -557,7 +557,7 @@ def test_harness_llm_refuses_tools(tmp_path):
 
 
 def test_usage_window_folds_old_messages_exactly():
-    from harnesscheck.providers.claude_code import UsageById
+    from harnesscheck.backends.claude_code import UsageById
 
     acc = UsageById(window=4)
     for i in range(100):
@@ -569,7 +569,7 @@ def test_usage_window_folds_old_messages_exactly():
 
 
 def test_partial_text_keeps_only_a_bounded_tail():
-    from harnesscheck.providers import claude_code as cc
+    from harnesscheck.backends import claude_code as cc
 
     parser = ClaudeStreamParser()
     chunk = "x" * 1000
@@ -615,7 +615,7 @@ def test_a_bridge_that_cannot_start_fails_closed(worktree, tmp_path, monkeypatch
     fake = install_fake_cli("claude", scenario, tmp_path / "bin")
     transport = make_transport(fake)
     request = AgentSessionRequest(prompt="x", scope=ToolScope(root=worktree), timeout_s=90, run_dir=tmp_path / "run")
-    from harnesscheck.providers import _harness
+    from harnesscheck.backends import _harness
 
     real = _harness.write_bridge_spec
 
@@ -640,7 +640,7 @@ def test_a_200kb_system_prompt_goes_by_file_not_argv(worktree, tmp_path):
 
 
 def test_unsupported_cli_version_is_a_pre_session_error(worktree, tmp_path):
-    from harnesscheck.contracts import CliVersionUnsupported
+    from harnesscheck.core.contracts import CliVersionUnsupported
 
     fake = install_fake_cli("claude", {**load_fixture("claude", "success"), "version": "1.0.3 (Claude Code)"}, tmp_path / "bin")
     with pytest.raises(CliVersionUnsupported):
@@ -707,7 +707,7 @@ def test_429_that_is_the_plan_limit_is_quota(lines):
     ],
 )
 def test_transient_api_retry_stops_at_once_and_is_retryable(status, error, cls):
-    from harnesscheck.process import LineAction
+    from harnesscheck.contain.process import LineAction
 
     parser, actions, outcome = _parse([_retry(status, error, delay_ms=548.6), _retry(status, error, attempt=2)])
     assert actions == [LineAction.STOP, None]  # the first retry notice ends the session
@@ -717,7 +717,7 @@ def test_transient_api_retry_stops_at_once_and_is_retryable(status, error, cls):
 
 
 def test_retry_stop_after_is_a_bound_and_none_lets_the_ladder_run():
-    from harnesscheck.process import LineAction
+    from harnesscheck.contain.process import LineAction
 
     ladder = [_retry(529, "overloaded", attempt=n, delay_ms=100 * n) for n in (1, 2, 3, 4)]
     _, actions, outcome = _parse(ladder, retry_stop_after=3)
@@ -798,8 +798,8 @@ def test_large_results_are_bounded_below_claudes_persist_threshold(worktree, tmp
     """Claude 2.1.197 swaps any tool result over 50 000 characters for its own "Output too
     large ... saved to <file>" notice (a file the model cannot read with built-ins off): the
     bridge bounds results below it, so the model sees the head and the truncation marker."""
+    from harnesscheck.backends.claude_code import CLAUDE_RESULT_CAP_BYTES
     from harnesscheck.bridge.spec import load_spec
-    from harnesscheck.providers.claude_code import CLAUDE_RESULT_CAP_BYTES
 
     assert CLAUDE_RESULT_CAP_BYTES * 1.5 < 50_000  # headroom for JSON escaping
     (worktree / "big.txt").write_text("0123456789abcdef\n" * 20_000)  # 340 KB
@@ -835,7 +835,7 @@ def test_each_transient_api_retry_is_announced_as_a_retry_event():
 
 
 def test_the_hosts_event_stream_shows_the_clis_retry_before_the_session_ends(worktree, tmp_path):
-    from harnesscheck.events import run_with_events
+    from harnesscheck.core.events import run_with_events
 
     fake = install_fake_cli("claude", "overloaded_529", tmp_path / "bin")
     events = []

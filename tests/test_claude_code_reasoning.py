@@ -1,4 +1,4 @@
-"""Reasoning-only Claude Code (providers/claude_code_reasoning/__init__.py): the text-protocol parser
+"""Reasoning-only Claude Code (backends/claude_code_reasoning/__init__.py): the text-protocol parser
 (Hypothesis: malformed JSON never dispatches, a name outside the advertised set never
 dispatches), the tripwire and the error mapping on the CLI's outcome, and, with the pinned
 real claude (2.1.332) against the scripted Anthropic server on 127.0.0.1, whole host-loop
@@ -14,15 +14,15 @@ import tests_mutants_import  # noqa: F401  (puts the checkout on sys.path: tests
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harnesscheck.contracts import AgentOutcome, ErrorClass, OutcomeStatus, Usage
-from harnesscheck.llm import LLMError
-from harnesscheck.providers.claude_code_reasoning import (
+from harnesscheck.backends.claude_code_reasoning import (
     DENIED_BUILTINS,
     ReasoningLLM,
     parse_tool_calls,
     render_transcript,
     tool_protocol,
 )
+from harnesscheck.backends.llm import LLMError
+from harnesscheck.core.contracts import AgentOutcome, ErrorClass, OutcomeStatus, Usage
 
 ADVERTISED = frozenset({"read_file", "list_dir", "grep"})
 
@@ -106,7 +106,7 @@ def test_a_message_cannot_pose_as_a_turn():
 
 
 def test_the_server_counts_the_turns_a_transcript_holds():
-    from harnesscheck.providers.claude_code_reasoning import transcript_turns
+    from harnesscheck.backends.claude_code_reasoning import transcript_turns
 
     messages = [{"role": "user", "content": "go"},
                 {"role": "assistant", "content": [{"type": "tool_use", "id": "call_1", "name": "read_file", "input": {}}]},
@@ -136,12 +136,12 @@ def test_the_kit_scripts_tool_calls_as_fenced_text_and_keeps_the_builtin_as_tool
 def test_the_api_loop_takes_a_model_client_through_its_public_seam(tmp_path):
     """ApiTransport(llm=...): no key is read, the loop and dispatch are the api's; the
     reasoning transport's cost is none under the saved login."""
-    from harnesscheck.config import Settings
-    from harnesscheck.contracts import AgentSessionRequest, CostSource
-    from harnesscheck.llm import Reply, ToolCall
-    from harnesscheck.providers.api import ApiTransport
-    from harnesscheck.registry import get_spec
-    from harnesscheck.scope import ToolScope
+    from harnesscheck.backends.api import ApiTransport
+    from harnesscheck.backends.llm import Reply, ToolCall
+    from harnesscheck.backends.registry import get_spec
+    from harnesscheck.core.config import Settings
+    from harnesscheck.core.contracts import AgentSessionRequest, CostSource
+    from harnesscheck.core.scope import ToolScope
 
     class Client:
         def __init__(self):
@@ -162,7 +162,7 @@ def test_the_api_loop_takes_a_model_client_through_its_public_seam(tmp_path):
                                   model="claude-sonnet-4-5", run_dir=tmp_path / "run")
     out = ApiTransport(get_spec("api/anthropic_messages"), Settings(), llm=Client()).run_session(request)
     assert (out.status, out.text, out.tool_calls) == (OutcomeStatus.ok, "done", 1)
-    from harnesscheck.providers.claude_code_reasoning import ClaudeReasoningTransport
+    from harnesscheck.backends.claude_code_reasoning import ClaudeReasoningTransport
 
     class Reasoning(ClaudeReasoningTransport):
         llm_class = staticmethod(lambda cli: Client())
@@ -206,14 +206,14 @@ def _pinned():
 
 
 def _session(tmp_path, turns, *, parent_env=None, max_iters=4, repeat_last=False, cli_cls=None):
-    from harnesscheck.config import Settings
-    from harnesscheck.contracts import AgentSessionRequest
-    from harnesscheck.loopback.endpoint import DUMMY_KEY, LoopbackEndpoint
+    from harnesscheck.backends.claude_code_reasoning import ClaudeReasoningTransport, OneTurnClaude
+    from harnesscheck.backends.loopback_endpoint import DUMMY_KEY, LoopbackEndpoint
+    from harnesscheck.backends.registry import get_spec
+    from harnesscheck.core.config import Settings
+    from harnesscheck.core.contracts import AgentSessionRequest
+    from harnesscheck.core.scope import ToolScope
     from harnesscheck.loopback.scenario import Scenario
     from harnesscheck.loopback.server import ScriptedModelServer
-    from harnesscheck.providers.claude_code_reasoning import ClaudeReasoningTransport, OneTurnClaude
-    from harnesscheck.registry import get_spec
-    from harnesscheck.scope import ToolScope
 
     binary = _pinned()
     root = tmp_path / "work"

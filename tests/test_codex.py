@@ -12,10 +12,10 @@ from _replay import build, run_parser
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harnesscheck.contracts import ErrorClass, ModelVerdict, OutcomeStatus
-from harnesscheck.paths import fixtures_dir
-from harnesscheck.providers._errortext import classify_text
-from harnesscheck.providers.codex import CodexParser
+from harnesscheck.backends._errortext import classify_text
+from harnesscheck.backends.codex import CodexParser
+from harnesscheck.core.contracts import ErrorClass, ModelVerdict, OutcomeStatus
+from harnesscheck.core.paths import fixtures_dir
 
 SCENARIOS = sorted(p.stem for p in (fixtures_dir() / "codex").glob("*.json"))
 SMALL = [s for s in SCENARIOS if s != "oversize_line"]
@@ -147,7 +147,7 @@ def test_foreign_mcp_server_is_native():
 
 
 def test_bridge_mcp_warning_stops():
-    from harnesscheck.process import LineAction
+    from harnesscheck.contain.process import LineAction
 
     parser = CodexParser()
     action = parser.feed('{"type":"item.completed","item":{"id":"item_0","type":"error","message":"MCP client for `bridge` failed to start: program not found"}}')  # noqa: E501
@@ -194,12 +194,12 @@ import tomllib  # noqa: E402
 
 from _replay import assert_no_canary, hostile_worktree, parent_env, pids_alive  # noqa: E402
 
-from harnesscheck.config import Settings  # noqa: E402
-from harnesscheck.contracts import AgentSessionRequest  # noqa: E402
-from harnesscheck.fakes import install_fake_cli  # noqa: E402
-from harnesscheck.providers.codex import CodexTransport, render_config, subscription_auth_file  # noqa: E402
-from harnesscheck.registry import get_spec  # noqa: E402
-from harnesscheck.scope import ToolScope  # noqa: E402
+from harnesscheck.backends.codex import CodexTransport, render_config, subscription_auth_file  # noqa: E402
+from harnesscheck.backends.registry import get_spec  # noqa: E402
+from harnesscheck.core.config import Settings  # noqa: E402
+from harnesscheck.core.contracts import AgentSessionRequest  # noqa: E402
+from harnesscheck.core.scope import ToolScope  # noqa: E402
+from harnesscheck.testing.fakes import install_fake_cli  # noqa: E402
 
 
 def session(tmp_path, scenario, *, prompt="hi", timeout_s=30.0, model=None, system=None, **kw):
@@ -242,7 +242,7 @@ def test_prompt_can_never_become_a_flag(tmp_path):
 
 
 def test_bad_model_name_is_refused_before_spawn(tmp_path):
-    from harnesscheck.contracts import ConfigError
+    from harnesscheck.core.contracts import ConfigError
 
     with pytest.raises(ConfigError):
         session(tmp_path, "success", model="--yolo")
@@ -392,7 +392,7 @@ def test_exit_1_after_turn_completed_is_still_ok(tmp_path):
 
 
 def test_one_shot_has_no_bridge_and_refuses_tools(tmp_path):
-    from harnesscheck.contracts import CapabilityUnsupported
+    from harnesscheck.core.contracts import CapabilityUnsupported
 
     fake = install_fake_cli("codex", "success", tmp_path / "bin")
     t = CodexTransport(get_spec("codex"), Settings(), cli_path=fake.path, parent_env=parent_env(tmp_path / "home"))
@@ -405,7 +405,7 @@ def test_one_shot_has_no_bridge_and_refuses_tools(tmp_path):
 
 
 def test_parser_memory_is_bounded():
-    from harnesscheck.providers._bounded import MAX_NATIVE, CallLog, TextTail
+    from harnesscheck.backends._bounded import MAX_NATIVE, CallLog, TextTail
 
     tail = TextTail(sep="\n\n", limit=1000)
     for i in range(5000):
@@ -471,7 +471,7 @@ def test_a_refreshed_login_file_never_stays_in_the_run_dir(tmp_path):
 def test_refused_builtin_attempts_come_from_the_rollout(tmp_path):
     """A disabled built-in the model asked for never shows in `exec --json`; codex's rollout
     file has it (shapes observed on 0.171.0 against the loopback server)."""
-    from harnesscheck.providers.codex import refused_native_calls
+    from harnesscheck.backends.codex import refused_native_calls
 
     day = tmp_path / "sessions" / "2026" / "11" / "29"
     day.mkdir(parents=True)
@@ -497,7 +497,7 @@ def test_refused_builtin_attempts_come_from_the_rollout(tmp_path):
 # the reconnect ladder cut short (429 / 529 / 5xx), and refused built-ins flagged
 
 
-from harnesscheck.process import LineAction  # noqa: E402
+from harnesscheck.contain.process import LineAction  # noqa: E402
 
 
 def _notices(*messages, **parser_kwargs):
@@ -505,7 +505,7 @@ def _notices(*messages, **parser_kwargs):
     lines = [{"type": "thread.started", "thread_id": "t"}, {"type": "turn.started"}]
     lines += [{"type": "error", "message": m} for m in messages]
     actions = [parser.feed(json.dumps(x)) for x in lines]
-    from harnesscheck.process import Ending, ProcessResult
+    from harnesscheck.contain.process import Ending, ProcessResult
 
     ending = Ending.early_stop if LineAction.STOP in actions else Ending.deadline
     result = ProcessResult(ending=ending, exit_code=None, signal=15, stderr_tail="", duration_s=1.0)
@@ -564,8 +564,8 @@ def test_transport_option_reaches_the_parser(tmp_path):
 
 
 def test_refused_builtin_attempt_makes_the_audit_unclean():
-    from harnesscheck.contracts import AuditFlag, AuditVerdict
-    from harnesscheck.providers.codex import NATIVE_ATTEMPT_CODE, flag_refused
+    from harnesscheck.backends.codex import NATIVE_ATTEMPT_CODE, flag_refused
+    from harnesscheck.core.contracts import AuditFlag, AuditVerdict
 
     clean = AuditVerdict(flags=[AuditFlag(code="instruction_file_present", detail="AGENTS.md")])
     verdict = flag_refused(clean, ["exec_command (refused by codex)"])
@@ -576,7 +576,7 @@ def test_refused_builtin_attempt_makes_the_audit_unclean():
 
 
 def test_sandbox_blocked_patch_counts_as_refused(tmp_path):
-    from harnesscheck.providers.codex import refused_native_calls
+    from harnesscheck.backends.codex import refused_native_calls
 
     day = tmp_path / "sessions" / "2026" / "11" / "29"
     day.mkdir(parents=True)
@@ -620,7 +620,7 @@ def test_toml_string_round_trips_any_text(value):
     """What render_config writes as a TOML string reads back as exactly that text (DEL included)."""
     import tomllib
 
-    from harnesscheck.providers.codex import toml_string
+    from harnesscheck.backends.codex import toml_string
 
     assert tomllib.loads(f"k = {toml_string(value)}\n")["k"] == value
     assert tomllib.loads(f"k = {toml_string(value + chr(0x7F))}\n")["k"] == value + "\x7f"

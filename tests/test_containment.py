@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 from proc_support import alive, survivors
 
-from harnesscheck import process
-from harnesscheck.process import Ending, run_process
+from harnesscheck.contain import process
+from harnesscheck.contain.process import Ending, run_process
 
 SCRIPTS = Path(__file__).parent / "proc_scripts"
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -105,7 +105,7 @@ def test_escapee_dies_at_the_timeout_and_is_reported(tmp_path: Path, mode: str) 
 HOST = textwrap.dedent(
     """
     import json, os, sys
-    from harnesscheck.process import run_process
+    from harnesscheck.contain.process import run_process
     out, argv = sys.argv[1], json.loads(sys.argv[2])
     result = run_process(argv, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, cwd=out,
                          on_line=lambda line: open(os.path.join(out, "ready"), "w").close(), timeout_s=600)
@@ -179,7 +179,7 @@ def test_non_root_host_escapee_dies_with_a_sigkilled_host(mode: str) -> None:
     except KeyError:
         pytest.skip("no user nobody on this machine")
     probe = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3", "-c",
-                            "import sys, harnesscheck.process as p; sys.exit(0 if p._use_guard() else 3)"],
+                            "import sys, harnesscheck.contain.process as p; sys.exit(0 if p._use_guard() else 3)"],
                            env=dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, *SITE])), capture_output=True, cwd="/")
     if probe.returncode != 0:
         pytest.skip(f"the user nobody cannot run this interpreter and source tree: {probe.stderr[-200:]!r}")

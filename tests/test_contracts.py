@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harnesscheck.contracts import (
+from harnesscheck.core.contracts import (
     AgentOutcome,
     AgentSessionRequest,
     AuditFlag,
@@ -28,7 +28,7 @@ from harnesscheck.contracts import (
     model_verdict,
     outcome_schema_json,
 )
-from harnesscheck.scope import ToolScope
+from harnesscheck.core.scope import ToolScope
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -18,13 +18,13 @@ import respx_httpx2  # noqa: F401  (registers the "httpx2" respx mocker)
 from typer.testing import CliRunner
 
 import harnesscheck
-from harnesscheck.authstore import AuthStore
-from harnesscheck.config import Settings
-from harnesscheck.contracts import AgentSessionRequest, AuthUnavailable, ErrorClass, OutcomeStatus
-from harnesscheck.llm import LLMError
-from harnesscheck.providers import copilot as C
-from harnesscheck.registry import BUILTIN_SPECS, resolve_provider
-from harnesscheck.scope import ToolScope
+from harnesscheck.backends import copilot as C
+from harnesscheck.backends.authstore import AuthStore
+from harnesscheck.backends.llm import LLMError
+from harnesscheck.backends.registry import BUILTIN_SPECS, resolve_provider
+from harnesscheck.core.config import Settings
+from harnesscheck.core.contracts import AgentSessionRequest, AuthUnavailable, ErrorClass, OutcomeStatus
+from harnesscheck.core.scope import ToolScope
 
 ROOT = "http://127.0.0.1:9"
 TOKEN_URL = ROOT + "/copilot_internal/v2/token"
@@ -170,7 +170,7 @@ def test_login_command_shows_code_and_url_never_a_secret(gh, settings, monkeypat
                         "HARNESS_COPILOT_CLIENT_ID": "hc-test-client"}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.chdir(tmp_path)
-    from harnesscheck.cli import app
+    from harnesscheck.apps.cli import app
 
     result = CliRunner().invoke(app, ["login", "copilot"])
     assert result.exit_code == 0, result.output
@@ -182,7 +182,7 @@ def test_login_command_shows_code_and_url_never_a_secret(gh, settings, monkeypat
 
 
 def test_login_of_an_unknown_provider_is_a_usage_error():
-    from harnesscheck.cli import app
+    from harnesscheck.apps.cli import app
 
     result = CliRunner().invoke(app, ["login", "nope"])
     assert result.exit_code != 0

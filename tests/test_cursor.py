@@ -11,10 +11,10 @@ from _replay import build, run_parser
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harnesscheck.contracts import CostSource, ErrorClass, ModelVerdict, OutcomeStatus
-from harnesscheck.paths import fixtures_dir
-from harnesscheck.process import LineAction
-from harnesscheck.providers.cursor import CursorParser
+from harnesscheck.backends.cursor import CursorParser
+from harnesscheck.contain.process import LineAction
+from harnesscheck.core.contracts import CostSource, ErrorClass, ModelVerdict, OutcomeStatus
+from harnesscheck.core.paths import fixtures_dir
 
 SCENARIOS = sorted(p.stem for p in (fixtures_dir() / "cursor").glob("*.json"))
 SMALL = [s for s in SCENARIOS if s != "oversize_line"]
@@ -109,7 +109,7 @@ def test_partial_output_is_not_double_counted():
 def test_reported_cost_is_subscription_not_billed():
     parser = CursorParser()
     assert parser.feed(json.dumps({"type": "result", "subtype": "success", "is_error": False, "result": "x", "usage": {"inputTokens": 1, "totalCost": 0.25}})) is LineAction.TERMINAL  # noqa: E501
-    from harnesscheck.process import Ending, ProcessResult
+    from harnesscheck.contain.process import Ending, ProcessResult
 
     out = parser.outcome(ProcessResult(Ending.exited, 0, None, "", 0.0))
     assert out.cost.usd == 0.25 and out.cost.source is CostSource.subscription
@@ -128,12 +128,12 @@ from pathlib import Path  # noqa: E402
 
 from _replay import assert_no_canary, hostile_worktree, parent_env, pids_alive  # noqa: E402
 
-from harnesscheck.config import Settings  # noqa: E402
-from harnesscheck.contracts import AgentSessionRequest  # noqa: E402
-from harnesscheck.fakes import install_fake_cli  # noqa: E402
-from harnesscheck.providers.cursor import MAX_ARGV_PROMPT_BYTES, CursorTransport  # noqa: E402
-from harnesscheck.registry import get_spec  # noqa: E402
-from harnesscheck.scope import ToolScope  # noqa: E402
+from harnesscheck.backends.cursor import MAX_ARGV_PROMPT_BYTES, CursorTransport  # noqa: E402
+from harnesscheck.backends.registry import get_spec  # noqa: E402
+from harnesscheck.core.config import Settings  # noqa: E402
+from harnesscheck.core.contracts import AgentSessionRequest  # noqa: E402
+from harnesscheck.core.scope import ToolScope  # noqa: E402
+from harnesscheck.testing.fakes import install_fake_cli  # noqa: E402
 
 
 def session(tmp_path, scenario, *, prompt="hi", timeout_s=30.0, model=None, system=None, env=None):
@@ -313,7 +313,7 @@ def test_bridge_calls_through_the_real_bridge(tmp_path):
 
 @pytest.mark.parametrize("model", ["--yolo", "opus,--tools=Bash", "opus --debug", "a\nb"])
 def test_smuggling_model_names_are_refused_before_spawn(tmp_path, model):
-    from harnesscheck.contracts import ConfigError
+    from harnesscheck.core.contracts import ConfigError
 
     with pytest.raises(ConfigError):
         session(tmp_path, "success", model=model)

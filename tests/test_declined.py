@@ -5,14 +5,14 @@ checks the session side per backend; this pins the one-shot."""
 
 from __future__ import annotations
 
-from harnesscheck.config import Settings
-from harnesscheck.contracts import AgentSessionRequest, Capability
-from harnesscheck.fakes import install_fake_cli
-from harnesscheck.providers._harness import HarnessLLM
-from harnesscheck.providers.claude_code import ClaudeCodeTransport
-from harnesscheck.providers.codex import CodexTransport
-from harnesscheck.registry import get_spec
-from harnesscheck.scope import ToolScope
+from harnesscheck.backends._harness import HarnessLLM
+from harnesscheck.backends.claude_code import ClaudeCodeTransport
+from harnesscheck.backends.codex import CodexTransport
+from harnesscheck.backends.registry import get_spec
+from harnesscheck.core.config import Settings
+from harnesscheck.core.contracts import AgentSessionRequest, Capability
+from harnesscheck.core.scope import ToolScope
+from harnesscheck.testing.fakes import install_fake_cli
 
 
 def test_codex_one_shot_says_its_builtins_stay_on(tmp_path):

@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 from _replay import assert_no_canary, build, hostile_worktree, parent_env, run_parser
 
-from harnesscheck.config import Settings
-from harnesscheck.contracts import AgentSessionRequest, CliNotFound, ErrorClass, OutcomeStatus
-from harnesscheck.fakes import install_fake_cli
-from harnesscheck.paths import fixtures_dir
-from harnesscheck.process import Ending, LineAction, ProcessResult
-from harnesscheck.providers import deepseek as ds
-from harnesscheck.providers.deepseek import DeepSeekParser, DeepSeekTransport, composition_patch
-from harnesscheck.registry import get_spec
-from harnesscheck.scope import ToolScope
+from harnesscheck.backends import deepseek as ds
+from harnesscheck.backends.deepseek import DeepSeekParser, DeepSeekTransport, composition_patch
+from harnesscheck.backends.registry import get_spec
+from harnesscheck.contain.process import Ending, LineAction, ProcessResult
+from harnesscheck.core.config import Settings
+from harnesscheck.core.contracts import AgentSessionRequest, CliNotFound, ErrorClass, OutcomeStatus
+from harnesscheck.core.paths import fixtures_dir
+from harnesscheck.core.scope import ToolScope
+from harnesscheck.testing.fakes import install_fake_cli
 
 SCENARIOS = sorted(p.stem for p in (fixtures_dir() / "deepseek").glob("*.json"))
 KEY = "sk-deepseek-test-key-0123456789"
@@ -249,7 +249,7 @@ def test_install_clis_uses_pip_target_exact_pins_no_deps(tmp_path, monkeypatch):
 def test_real_runtime_offers_only_the_bridge_and_reads_through_it(tmp_path):
     if ds.installed_sdk_version(ds.sdk_dir()) is None:
         pytest.skip(f"deepseek 0.2.1rc2 is not installed in {ds.sdk_dir()} (run `harnesscheck install-clis --backend deepseek`)")
-    from harnesscheck.loopback.endpoint import LoopbackEndpoint
+    from harnesscheck.backends.loopback_endpoint import LoopbackEndpoint
     from harnesscheck.loopback.scenario import named_scenario
     from harnesscheck.loopback.server import ScriptedModelServer
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-import harnesscheck.dispatch as dispatch_mod
-from harnesscheck.dispatch import ToolResult, bound_text, dispatch, tool_definitions
-from harnesscheck.scope import REASON_CODES, ToolScope
-from harnesscheck.trace import Trace, read_trace
+import harnesscheck.choke.dispatch as dispatch_mod
+from harnesscheck.choke.dispatch import ToolResult, bound_text, dispatch, tool_definitions
+from harnesscheck.choke.trace import Trace, read_trace
+from harnesscheck.core.scope import REASON_CODES, ToolScope
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harnesscheck.doctor import run_doctor
+from harnesscheck.apps.doctor import run_doctor
 
 CANARY = "sk-ant-api03-CANARY-doctor-0123456789"
 EXE = str(Path(sys.executable).parent / "harnesscheck")
@@ -40,7 +40,7 @@ def _doctor_cli(tmp_path: Path, *args: str, env: dict[str, str]) -> tuple[int, d
 def _doctor(monkeypatch, capsys):
     """doctor_command in-process under the given environment, with the bridge self-test
     (covered by the subprocess tests) replaced by a fixed line to keep these fast."""
-    import harnesscheck.doctor as doctor
+    import harnesscheck.apps.doctor as doctor
 
     monkeypatch.setattr(doctor, "bridge_self_test", lambda: [doctor.Check("bridge", "self-test", doctor.OK, "stubbed")])
 
@@ -123,7 +123,7 @@ def test_api_key_is_reported_by_name_never_by_value(tmp_path: Path, _doctor) -> 
 
 
 def test_copilot_login_is_read_from_harnesscheck_own_auth_file_never_shown(tmp_path: Path, _doctor) -> None:
-    from harnesscheck.authstore import AuthStore
+    from harnesscheck.backends.authstore import AuthStore
 
     auth = tmp_path / "hc-auth"
     code, report, _ = _doctor(tmp_path, "--backend", "copilot", env=_env(tmp_path, HARNESS_AUTH_DIR=str(auth)))
@@ -204,7 +204,7 @@ def test_probe_through_the_fake_backend(tmp_path: Path, _doctor) -> None:
 
 
 def test_table_output_renders_fixes(tmp_path: Path, monkeypatch, capsys) -> None:
-    import harnesscheck.doctor as doctor
+    import harnesscheck.apps.doctor as doctor
 
     monkeypatch.setattr(doctor, "bridge_self_test", lambda: [doctor.Check("bridge", "self-test", doctor.OK, "stubbed")])
     for name, value in {**_env(tmp_path), "COLUMNS": "200"}.items():
@@ -216,7 +216,7 @@ def test_table_output_renders_fixes(tmp_path: Path, monkeypatch, capsys) -> None
 
 
 def test_run_doctor_in_process_bridge_failure_is_failing(monkeypatch, tmp_path: Path) -> None:
-    import harnesscheck.doctor as doctor
+    import harnesscheck.apps.doctor as doctor
 
     monkeypatch.setattr(doctor, "bridge_self_test", lambda: [doctor.Check("bridge", "self-test", doctor.FAIL, "x", "y")])
     checks, failing = run_doctor(["fake"], probe=False, environ=_env(tmp_path))
@@ -226,7 +226,7 @@ def test_run_doctor_in_process_bridge_failure_is_failing(monkeypatch, tmp_path: 
 def test_doctor_piped_or_narrow_prints_one_line_per_check_with_its_fix():
     """Issue 32 item 7: an 80-column table folded every detail into a narrow column; piped
     (or below TABLE_MIN_COLUMNS) each check is one line, its fix indented below."""
-    from harnesscheck.doctor import FAIL, OK, Check, render_lines
+    from harnesscheck.apps.doctor import FAIL, OK, Check, render_lines
 
     text = render_lines([Check("codex", "binary", FAIL, "codex not found in the cache", "harnesscheck install-clis"),
                          Check("bridge", "self-test", OK, "spawn to tools/list in 0.6 s", "")])
@@ -242,7 +242,7 @@ def test_install_clis_checks_that_the_installed_bubblewrap_can_sandbox_a_session
     import io
     import sys
 
-    from harnesscheck import sandbox
+    from harnesscheck.contain import sandbox
     from harnesscheck.loopback import install
 
     if not sys.platform.startswith("linux"):

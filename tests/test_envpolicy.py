@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harnesscheck.envpolicy import (
+from harnesscheck.contain.envpolicy import (
     DEFAULT_POLICY,
     REDACTED,
     EnvPolicy,
@@ -27,7 +27,7 @@ from harnesscheck.envpolicy import (
     redact_obj,
     secret_values,
 )
-from harnesscheck.process import run_process
+from harnesscheck.contain.process import run_process
 
 SCRIPTS = Path(__file__).parent / "proc_scripts"
 
@@ -306,7 +306,7 @@ def test_canaries_never_reach_a_real_child_its_argv_trace_or_errors(
 def _trace(path: Path):
     """The project's Trace when present, else a minimal JSONL writer with the same record()."""
     try:
-        from harnesscheck.trace import Trace
+        from harnesscheck.choke.trace import Trace
 
         return Trace(path, session_id="canary")
     except ImportError:  # pragma: no cover - trace.py is built by another part of the issue
@@ -325,7 +325,7 @@ def test_private_temp_dirs_are_the_sessions_own():
     import shutil
     import tempfile
 
-    from harnesscheck.envpolicy import private_temp_dirs
+    from harnesscheck.contain.envpolicy import private_temp_dirs
 
     base = Path(tempfile.mkdtemp(prefix="hc-t-", dir="/tmp"))  # short enough for a socket path below it
     try:

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from harnesscheck.config import Settings
-from harnesscheck.contracts import AgentSessionRequest, Usage
-from harnesscheck.events import EventStream, SessionEvent, iter_events, run_with_events
-from harnesscheck.policy import Policy, Rule, ToolKind, Verdict
-from harnesscheck.providers.fake import FakeScript, FakeTurn, ToolCall
-from harnesscheck.registry import resolve_provider
-from harnesscheck.scope import ToolScope
+from harnesscheck.backends.fake import FakeScript, FakeTurn, ToolCall
+from harnesscheck.backends.registry import resolve_provider
+from harnesscheck.core.config import Settings
+from harnesscheck.core.contracts import AgentSessionRequest, Usage
+from harnesscheck.core.events import EventStream, SessionEvent, iter_events, run_with_events
+from harnesscheck.core.policy import Policy, Rule, ToolKind, Verdict
+from harnesscheck.core.scope import ToolScope
 
 
 @pytest.fixture
@@ -79,7 +79,7 @@ def test_the_trace_and_the_stream_agree_call_for_call(root, tmp_path):
 
 
 def test_an_error_ends_with_error_then_end_and_a_broken_sink_never_breaks_the_session(root, tmp_path):
-    from harnesscheck.contracts import ErrorClass
+    from harnesscheck.core.contracts import ErrorClass
 
     events: list[SessionEvent] = []
     out = run_with_events(fake([FakeTurn(error=ErrorClass.auth, error_message="401")]), request(root, tmp_path),

@@ -17,9 +17,9 @@ def test_the_example_is_a_cli_transport_not_a_scripted_one(monkeypatch):
     monkeypatch.syspath_prepend(str(SRC))
     from claude_cli_backend import ClaudeCliTransport, spec
 
+    from harnesscheck.backends.claude_code import ClaudeCodeTransport
+    from harnesscheck.backends.fake import FakeTransport
     from harnesscheck.kit.levels import adapter_kind
-    from harnesscheck.providers.claude_code import ClaudeCodeTransport
-    from harnesscheck.providers.fake import FakeTransport
 
     assert adapter_kind(spec()) == "harness" and spec().cli_name == "claude"
     assert not issubclass(ClaudeCliTransport, (FakeTransport, ClaudeCodeTransport))

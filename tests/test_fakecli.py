@@ -13,8 +13,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from harnesscheck.fakes import install_fake_cli
-from harnesscheck.paths import fake_clis_dir
+from harnesscheck.core.paths import fake_clis_dir
+from harnesscheck.testing.fakes import install_fake_cli
 
 
 def _run(fake, *args, stdin=subprocess.DEVNULL, input=None, timeout=30):
@@ -202,7 +202,7 @@ def test_unknown_step_fails_loudly(tmp_path):
 
 
 def test_fixture_name_resolves(tmp_path):
-    from harnesscheck.fakes import fixture_path
+    from harnesscheck.testing.fakes import fixture_path
 
     if not fixture_path("claude", "success").is_file():
         pytest.skip("claude fixtures not present yet")
@@ -663,7 +663,7 @@ def test_a_codex_config_toml_reads_as_tomllib_reads_it_without_tomllib(argv, env
     is not needed unless a string needs escapes."""
     import tomllib
 
-    from harnesscheck.providers.codex import render_config, toml_string
+    from harnesscheck.backends.codex import render_config, toml_string
 
     text = render_config(bridge=(argv, env), bridge_tools=tuple(tools))
     engine = _engine()
@@ -675,7 +675,7 @@ def test_a_codex_config_toml_reads_as_tomllib_reads_it_without_tomllib(argv, env
 
 def test_a_codex_mcp_session_imports_no_toml_or_process_machinery(tmp_path):
     """A codex run whose bridge comes from its per-run config.toml, as the transport writes it."""
-    from harnesscheck.providers.codex import render_config
+    from harnesscheck.backends.codex import render_config
 
     server = tmp_path / "probe_server.py"
     server.write_text(PROBE_SERVER)

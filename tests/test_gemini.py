@@ -12,11 +12,7 @@ from _replay import assert_no_canary, build, hostile_worktree, parent_env, pids_
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harnesscheck.config import Settings
-from harnesscheck.contracts import AgentSessionRequest, ConfigError, ErrorClass, ModelVerdict, OutcomeStatus
-from harnesscheck.fakes import install_fake_cli
-from harnesscheck.paths import fixtures_dir
-from harnesscheck.providers.gemini import (
+from harnesscheck.backends.gemini import (
     BRIDGE_PREFIX,
     DEFAULT_MODEL,
     GeminiParser,
@@ -26,8 +22,12 @@ from harnesscheck.providers.gemini import (
     compose_prompt,
     render_settings,
 )
-from harnesscheck.registry import get_spec
-from harnesscheck.scope import ToolScope
+from harnesscheck.backends.registry import get_spec
+from harnesscheck.core.config import Settings
+from harnesscheck.core.contracts import AgentSessionRequest, ConfigError, ErrorClass, ModelVerdict, OutcomeStatus
+from harnesscheck.core.paths import fixtures_dir
+from harnesscheck.core.scope import ToolScope
+from harnesscheck.testing.fakes import install_fake_cli
 
 SCENARIOS = sorted(p.stem for p in (fixtures_dir() / "gemini").glob("*.json"))
 SMALL = [s for s in SCENARIOS if s != "oversize_line"]
@@ -123,7 +123,7 @@ def test_exit_zero_without_a_result_is_never_success():
     p = GeminiParser(requested_model="m")
     for line in replay("truncated_last_line", "m").stdout.decode().splitlines():
         p.feed(line)
-    from harnesscheck.process import Ending, ProcessResult
+    from harnesscheck.contain.process import Ending, ProcessResult
 
     o = p.outcome(ProcessResult(exit_code=0, signal=None, ending=Ending.exited, duration_s=1.0, stderr_tail=""))
     assert o.status is OutcomeStatus.error and o.error_class is ErrorClass.protocol and not o.terminal_event_seen
@@ -297,7 +297,7 @@ def test_one_shot_is_tool_less(tmp_path):
 def test_the_clis_loop_detection_is_a_turn_cap_not_success():
     """Observed at loopback (0.61.0): a model that repeats a bridge call is stopped by the CLI
     with a warning and a success result without an answer."""
-    from harnesscheck.process import Ending, ProcessResult
+    from harnesscheck.contain.process import Ending, ProcessResult
 
     p = GeminiParser(requested_model="m")
     lines = [

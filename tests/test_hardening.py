@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from harnesscheck import process
+from harnesscheck.contain import process
 
 
 def test_verify_hardens_itself_before_anything_runs(monkeypatch, tmp_path):
@@ -42,7 +42,7 @@ def test_a_kit_pytest_process_is_not_dumpable(tmp_path):
 # --- clean-up that cannot be refused ----------------------------------------------------------
 
 def test_a_private_dir_is_removed_whatever_modes_the_cli_left(tmp_path):
-    from harnesscheck.rundir import remove_private_tree
+    from harnesscheck.contain.rundir import remove_private_tree
 
     top = tmp_path / "tmp"
     (top / "locked" / "deeper").mkdir(parents=True)
@@ -60,7 +60,7 @@ def test_a_private_dir_is_removed_whatever_modes_the_cli_left(tmp_path):
 
 
 def test_recheck_restores_and_reports_what_the_cli_opened_up(tmp_path):
-    from harnesscheck.rundir import recheck_private
+    from harnesscheck.contain.rundir import recheck_private
 
     run = tmp_path / "run"
     (run / "home").mkdir(parents=True)
@@ -73,12 +73,12 @@ def test_recheck_restores_and_reports_what_the_cli_opened_up(tmp_path):
 
 
 def _fake_session(tmp_path, scenario, sandbox="auto"):
-    from harnesscheck.config import Settings
-    from harnesscheck.contracts import AgentSessionRequest
-    from harnesscheck.fakes import install_fake_cli
-    from harnesscheck.providers.claude_code import ClaudeCodeTransport
-    from harnesscheck.registry import get_spec
-    from harnesscheck.scope import ToolScope
+    from harnesscheck.backends.claude_code import ClaudeCodeTransport
+    from harnesscheck.backends.registry import get_spec
+    from harnesscheck.core.config import Settings
+    from harnesscheck.core.contracts import AgentSessionRequest
+    from harnesscheck.core.scope import ToolScope
+    from harnesscheck.testing.fakes import install_fake_cli
 
     root = tmp_path / "worktree"
     root.mkdir()
@@ -92,7 +92,7 @@ def _fake_session(tmp_path, scenario, sandbox="auto"):
 def test_a_cli_that_opens_up_its_dirs_leaves_nothing_world_writable_and_the_outcome_says_so(tmp_path):
     """A hostile CLI (guards only) chmods its TMPDIR and the run dir 0777 and leaves a mode-0
     subdir: the temp dir still goes, the run dir is 0700 again, and the outcome is an error."""
-    from harnesscheck.fakes import load_fixture
+    from harnesscheck.testing.fakes import load_fixture
 
     scenario = load_fixture("claude", "success")
     script = 'mkdir -p "$TMPDIR/x/y"; chmod 0 "$TMPDIR/x"; chmod 777 "$TMPDIR" "$TMPDIR/.."'
@@ -109,8 +109,8 @@ def test_a_cli_that_opens_up_its_dirs_leaves_nothing_world_writable_and_the_outc
 def test_in_its_sandbox_a_cli_cannot_open_up_the_run_dir_and_its_temp_dir_still_goes(tmp_path):
     """The same hostile CLI sandboxed: the run dir is read-only in its namespace (the chmod
     fails), its TMPDIR (writable, opened up, a mode-0 subdir left) is removed all the same."""
-    from harnesscheck import sandbox
-    from harnesscheck.fakes import load_fixture
+    from harnesscheck.contain import sandbox
+    from harnesscheck.testing.fakes import load_fixture
 
     if not sandbox.status().available:
         pytest.skip(f"no sandbox here: {sandbox.status().reason}")
@@ -128,7 +128,7 @@ def test_in_its_sandbox_a_cli_cannot_open_up_the_run_dir_and_its_temp_dir_still_
 # --- the CLI cache's integrity ------------------------------------------------------------------
 
 def _cached_cli(monkeypatch, tmp_path):
-    from harnesscheck import climanifest
+    from harnesscheck.backends import climanifest
 
     monkeypatch.setenv("HARNESSCHECK_CACHE", str(tmp_path / "cache"))
     pkg = tmp_path / "cache" / "clis" / "tool@1.0"
@@ -170,8 +170,8 @@ def test_a_cached_cli_changed_after_install_is_refused(monkeypatch, tmp_path, at
 
 
 def test_find_cli_refuses_a_changed_cached_cli_before_running_it(monkeypatch, tmp_path):
-    from harnesscheck.config import Settings
-    from harnesscheck.registry import find_cli, get_spec
+    from harnesscheck.backends.registry import find_cli, get_spec
+    from harnesscheck.core.config import Settings
 
     climanifest, pkg, cli = _cached_cli(monkeypatch, tmp_path)
     climanifest.record(pkg)
@@ -198,7 +198,7 @@ def test_the_model_server_refuses_every_other_credential_and_counts_it_as_foreig
     import urllib.error
     import urllib.request
 
-    from harnesscheck.loopback.endpoint import session_key
+    from harnesscheck.backends.loopback_endpoint import session_key
     from harnesscheck.loopback.scenario import named_scenario
     from harnesscheck.loopback.server import ScriptedModelServer
 
@@ -229,7 +229,7 @@ def test_a_70_mib_line_without_newline_is_answered_at_the_bound_through_the_rela
 
     from harnesscheck.bridge import forkserver
     from harnesscheck.bridge.spec import BridgeSpec, write_spec
-    from harnesscheck.scope import ToolScope
+    from harnesscheck.core.scope import ToolScope
 
     if not forkserver.enabled():
         pytest.skip("no forkserver here")

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from harnesscheck.bridge.hostlink import MAX_LINE_BYTES, SOCKET_NAME, HostLink, LinkClient
-from harnesscheck.policy import ApprovalAnswer, ApprovalRequest, Policy, PolicyEngine, Rule, ToolKind, Verdict
+from harnesscheck.core.policy import ApprovalAnswer, ApprovalRequest, Policy, PolicyEngine, Rule, ToolKind, Verdict
 
 
 @pytest.fixture

@@ -121,8 +121,8 @@ def test_a_cells_fixture_values_are_not_frozen_with_the_heap(tmp_path) -> None:
 
 
 def test_the_warm_ups_pause_the_collector_only_for_the_sdk(monkeypatch, tmp_path) -> None:
+    from harnesscheck.core.paths import conformance_dir
     from harnesscheck.kit import levels, plugin
-    from harnesscheck.paths import conformance_dir
 
     paused = []
     monkeypatch.setattr(plugin, "_pause_collector", lambda config, thread: paused.append(thread.name))
@@ -151,8 +151,8 @@ def test_a_run_of_the_suite_ends_with_the_sdk_frozen_and_the_collector_on(tmp_pa
                            "enabled": gc.isenabled()}, fh)
         """
     ))
+    from harnesscheck.core.paths import conformance_dir
     from harnesscheck.kit.verify import child_env
-    from harnesscheck.paths import conformance_dir
 
     out = tmp_path / "out.json"
     env = {**child_env(), "PYTHONPATH": str(tmp_path), "HC_PROBE_OUT": str(out)}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harnesscheck.contracts import Capability
+from harnesscheck.core.contracts import Capability
 from harnesscheck.kit import catalog as cat
 from harnesscheck.kit.docs import CASES, EXCLUSIONS, catalog_markdown, traceability, traceability_markdown
 
@@ -92,7 +92,7 @@ def test_every_incident_is_a_known_case(catalog):
 
 def test_every_capability_is_named_by_some_check(catalog):
     named = {cap for c in catalog.values() for cap in c.requires} | {c.declines for c in catalog.values() if c.declines}
-    declared = {cap for spec in __import__("harnesscheck.registry", fromlist=["x"]).BUILTIN_SPECS.values() for cap in spec.capabilities}
+    declared = {cap for spec in __import__("harnesscheck.backends.registry", fromlist=["x"]).BUILTIN_SPECS.values() for cap in spec.capabilities}
     missing = declared - named
     assert not missing, f"declared capabilities no check requires: {sorted(missing)}"
     assert all(isinstance(c, Capability) for c in named)

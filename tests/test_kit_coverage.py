@@ -4,8 +4,8 @@ that declares little shows a thin column, never a full green one."""
 
 from __future__ import annotations
 
-from harnesscheck.contracts import Capability as C
-from harnesscheck.contracts import Kind
+from harnesscheck.core.contracts import Capability as C
+from harnesscheck.core.contracts import Kind
 from harnesscheck.kit.catalog import CheckInfo, catalog_hash, load_catalog
 from harnesscheck.kit.matrix import applicable_checks, combine, coverage, read_matrix, to_html, to_json, to_markdown
 from harnesscheck.kit.results import BackendInfo, CellResult, Report
@@ -114,7 +114,7 @@ def test_the_minimum_runs_whatever_a_backend_declares():
     """kit/requirements.py: a backend that declares nothing is still judged on cancellation and
     on how host tools reach it (mcp_tools for a harness, host_tool_loop for an api backend);
     an optional capability it does not declare is skipped (its declines= checks judge it)."""
-    from harnesscheck.contracts import ProviderSpec
+    from harnesscheck.core.contracts import ProviderSpec
     from harnesscheck.kit.requirements import required_for, unmet
 
     harness = ProviderSpec(id="thin-h", kind=Kind.harness, label="x", factory="m:f", cli_name="claude")

@@ -6,10 +6,10 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import harnesscheck.registry as registry
-from harnesscheck.contracts import OutcomeStatus
+import harnesscheck.backends.registry as registry
+from harnesscheck.backends.registry import BUILTIN_SPECS
+from harnesscheck.core.contracts import OutcomeStatus
 from harnesscheck.kit.harness_adapter import HarnessAdapter
-from harnesscheck.registry import BUILTIN_SPECS
 
 
 def test_sequential_runs_share_a_wrapper_and_probe_its_version_once(tmp_path, monkeypatch):
@@ -45,6 +45,6 @@ def _process(child: dict) -> tuple:
     """Which session's process a record is: the run marker of its environment (one per
     session) and its pid (a sandboxed fake's pid is its namespace's, and a namespace's id can
     be used again once it is gone, so neither tells ended sessions apart alone)."""
-    from harnesscheck.envpolicy import RUN_MARKER_VAR
+    from harnesscheck.contain.envpolicy import RUN_MARKER_VAR
 
     return (child["env"][RUN_MARKER_VAR], child["pid"])

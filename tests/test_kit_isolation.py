@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from harnesscheck.backends.registry import get_spec
 from harnesscheck.kit.levels import adapter_for
-from harnesscheck.registry import get_spec
 
 
 @pytest.mark.parametrize(("backend", "store"), [("claude-code", ".claude/.credentials.json"), ("codex", ".codex/auth.json")])

@@ -85,7 +85,7 @@ def _judge(refs: list[str], report: dict) -> dict[str, dict]:
     """Per mutant whose verdict is not exactly its MUTANTS set: the checks it should have failed
     and did not, those it failed besides (with their messages), and its selected checks that
     have no cell in the report (not judged at all)."""
-    from harnesscheck import sandbox
+    from harnesscheck.contain import sandbox
     from tests.mutants import NEEDS_SANDBOX
 
     got = failing(report)

@@ -73,8 +73,6 @@ def test_a_run_of_the_suite_alone_starts_its_one_time_start_ups_when_collection_
 
     from harnesscheck.kit import levels, plugin
     from harnesscheck.kit.scheduling import API_SDK_HERE
-    from harnesscheck.paths import conformance_dir
-    from harnesscheck.registry import BUILTIN_SPECS
 
     started: list[list] = []
     done = threading.Semaphore(0)
@@ -102,10 +100,10 @@ def test_a_run_of_the_suite_alone_starts_its_one_time_start_ups_when_collection_
 def test_workers_learn_which_one_runs_the_pinned_api_cells(monkeypatch):
     from types import SimpleNamespace
 
+    from harnesscheck.backends.registry import BUILTIN_SPECS
+    from harnesscheck.core.paths import conformance_dir
     from harnesscheck.kit import plugin
     from harnesscheck.kit.scheduling import API_SDK_HERE, PIN_WORKER
-    from harnesscheck.paths import conformance_dir
-    from harnesscheck.registry import BUILTIN_SPECS
 
     monkeypatch.setattr(plugin, "_levels", lambda config: ["offline"])
     suite = str(conformance_dir())
@@ -133,15 +131,15 @@ def test_workers_learn_which_one_runs_the_pinned_api_cells(monkeypatch):
 
 
 def test_background_warm_ups_name_what_the_cells_need():
+    from harnesscheck.backends.registry import BUILTIN_SPECS
     from harnesscheck.bridge.forkserver import get_forkserver
     from harnesscheck.kit.levels import background_warm_ups
-    from harnesscheck.registry import BUILTIN_SPECS
 
     assert background_warm_ups([(BUILTIN_SPECS["fake"], "offline")]) == []
     assert background_warm_ups([(BUILTIN_SPECS["cursor"], "offline")]) == [("forkserver", get_forkserver)]
     (sdk,) = background_warm_ups([(BUILTIN_SPECS["api"], "offline")])
     assert sdk.name == "api-sdk" and sdk.run.args == (["anthropic"],)
-    from harnesscheck.registry import get_spec
+    from harnesscheck.backends.registry import get_spec
 
     (both,) = background_warm_ups([(get_spec(f"api/{m}"), "offline") for m in ("responses", "anthropic_messages", "chat_completions")])
     assert both.run.args == (["anthropic", "openai"],), "each mode column's SDK, once"
@@ -152,9 +150,9 @@ def test_background_warm_ups_name_what_the_cells_need():
 def test_cells_run_scripted_then_harness_then_api_and_nothing_else_moves():
     from types import SimpleNamespace
 
+    from harnesscheck.backends.registry import BUILTIN_SPECS
     from harnesscheck.kit import plugin
     from harnesscheck.kit.catalog import ATTR, CheckInfo
-    from harnesscheck.registry import BUILTIN_SPECS
 
     def fn():
         f = lambda: None  # noqa: E731
@@ -172,8 +170,8 @@ def test_cells_run_scripted_then_harness_then_api_and_nothing_else_moves():
 def test_only_xdist_workers_spread_the_paced_cells_then_cells_still_run_by_kind():
     from types import SimpleNamespace
 
+    from harnesscheck.backends.registry import BUILTIN_SPECS
     from harnesscheck.kit import plugin
-    from harnesscheck.registry import BUILTIN_SPECS
 
     def fn(paced):
         from harnesscheck.kit.catalog import ATTR, CheckInfo

@@ -1,4 +1,4 @@
-"""Kit profiles (providers/_kit_profile.py, registry.kit_profile): each CLI backend's profile is
+"""Kit profiles (backends/_kit_profile.py, registry.kit_profile): each CLI backend's profile is
 found through its spec, a backend without one inherits the profile of the CLI or transport it
 builds on, and each profile's readers read its own fixtures (doc/ARCHITECTURE.md "Kit profiles")."""
 
@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from harnesscheck.contracts import ConfigError, Kind, ProviderSpec
-from harnesscheck.providers._kit_profile import NO_PROFILE, KitProfile
-from harnesscheck.registry import BUILTIN_SPECS, get_spec, kit_profile, kit_profiles
+from harnesscheck.backends._kit_profile import NO_PROFILE, KitProfile
+from harnesscheck.backends.registry import BUILTIN_SPECS, get_spec, kit_profile, kit_profiles
+from harnesscheck.core.contracts import ConfigError, Kind, ProviderSpec
 
 
 def test_every_cli_backend_names_its_profile_beside_it():
@@ -29,7 +29,7 @@ def test_a_spec_built_on_a_profiled_transport_gets_its_profile(monkeypatch):
     import sys
     import types
 
-    from harnesscheck.providers.claude_code_reasoning import ClaudeReasoningTransport
+    from harnesscheck.backends.claude_code_reasoning import ClaudeReasoningTransport
 
     module = types.ModuleType("hc_test_reasoning_child")
     module.Child = type("Child", (ClaudeReasoningTransport,), {})
@@ -46,7 +46,7 @@ def test_a_spec_that_builds_on_nothing_known_gets_the_empty_profile():
 
 def test_a_reference_that_is_no_profile_is_a_config_error():
     spec = ProviderSpec(id="bad", kind=Kind.harness, label="x", factory="nowhere:Nothing",
-                        kit_profile="harnesscheck.registry:BUILTIN_SPECS")
+                        kit_profile="harnesscheck.backends.registry:BUILTIN_SPECS")
     with pytest.raises(ConfigError):
         kit_profile(spec)
 
@@ -60,8 +60,8 @@ def test_kit_profiles_lists_each_registered_profile_once():
 def test_each_profile_reads_its_own_success_fixture(backend):
     """The reader states the usage its CLI's recorded success reports, and the hostile calls
     it declares have a stream form."""
-    from harnesscheck.fakes import fixture_path
     from harnesscheck.kit.harness_adapter import fixture_facts
+    from harnesscheck.testing.fakes import fixture_path
 
     profile = kit_profile(get_spec(backend))
     data = json.loads(fixture_path(profile.fake_name, "success").read_text(encoding="utf-8"))

@@ -10,11 +10,11 @@ import os
 import tempfile
 from pathlib import Path
 
+from harnesscheck.core.paths import cli_cache_dir, data_root
 from harnesscheck.kit.catalog import load_catalog
 from harnesscheck.kit.matrix import combine, matrix_command, to_html, write_matrix
 from harnesscheck.kit.publish import machine_paths, scrub
 from harnesscheck.kit.results import BackendInfo, CellResult, Report, write_json
-from harnesscheck.paths import cli_cache_dir, data_root
 
 HOME = os.path.expanduser("~")
 TMP = tempfile.gettempdir()

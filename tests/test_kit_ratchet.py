@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from harnesscheck.backends.registry import BUILTIN_SPECS, column_ids, get_spec
 from harnesscheck.kit.baseline import Baseline, Entry
 from harnesscheck.kit.catalog import load_catalog
 from harnesscheck.kit.matrix import committed_cells, regressions
 from harnesscheck.kit.results import BackendInfo, CellResult, Report
-from harnesscheck.registry import BUILTIN_SPECS, column_ids, get_spec
 
 #: Every built-in backend's matrix columns (`api` is one column per api_mode).
 COLUMNS = [column for backend in BUILTIN_SPECS for column in column_ids(backend)]

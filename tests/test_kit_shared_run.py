@@ -5,9 +5,9 @@ verdict."""
 
 from __future__ import annotations
 
-from harnesscheck.contracts import OutcomeStatus
+from harnesscheck.backends.registry import BUILTIN_SPECS
+from harnesscheck.core.contracts import OutcomeStatus
 from harnesscheck.kit.scripted_adapter import ScriptedAdapter
-from harnesscheck.registry import BUILTIN_SPECS
 
 
 class Sharing(ScriptedAdapter):

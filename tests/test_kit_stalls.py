@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from harnesscheck.contracts import OutcomeStatus
+from harnesscheck.backends.registry import BUILTIN_SPECS
+from harnesscheck.core.contracts import OutcomeStatus
 from harnesscheck.kit.harness_adapter import HarnessAdapter
 from harnesscheck.kit.scripted_adapter import ScriptedAdapter
 from harnesscheck.kit.session import SkipCell
-from harnesscheck.registry import BUILTIN_SPECS
 
 
 class SlowToStall(HarnessAdapter):

@@ -5,10 +5,10 @@ run_stalled; kit/loopback_adapter.py LoopbackAdapter.startup_allowance_s)."""
 
 from __future__ import annotations
 
-from harnesscheck.contracts import OutcomeStatus
+from harnesscheck.backends.registry import BUILTIN_SPECS
+from harnesscheck.core.contracts import OutcomeStatus
 from harnesscheck.kit.harness_adapter import HarnessAdapter
 from harnesscheck.kit.scripted_adapter import ScriptedAdapter
-from harnesscheck.registry import BUILTIN_SPECS
 
 
 class SlowStart(HarnessAdapter):

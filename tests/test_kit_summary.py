@@ -42,7 +42,7 @@ def test_the_summary_is_for_a_terminal_and_names_fix_rerun_and_slowest(tmp_path:
     assert "❌ 2 checks fail." in text
     lines = text.splitlines()
     first = next(n for n, line in enumerate(lines) if "env.provider-keys-stripped on hurried" in line)
-    assert lines[first].startswith("critical ") and "fix: Build the child env with harnesscheck.envpolicy.build_child_env" in lines[first + 1]
+    assert lines[first].startswith("critical ") and "fix: Build the child env with harnesscheck.contain.envpolicy.build_child_env" in lines[first + 1]
     assert lines[first + 2].strip() == ("rerun: harnesscheck verify --backend mine.backend:spec --level offline "
                                         "--check env.provider-keys-stripped")
     assert "slowest cells: time.cancel-ends-session on hurried@offline 120 s" in text
@@ -99,8 +99,8 @@ def test_the_ci_workflow_shards_every_column_and_merges_with_harnesscheck_matrix
     CLIs cached by their pins, the reports merged by `harnesscheck matrix`."""
     import re
 
+    from harnesscheck.backends.registry import default_backend_ids, get_spec
     from harnesscheck.kit.levels import level_available
-    from harnesscheck.registry import default_backend_ids, get_spec
 
     text = (REPO / ".github" / "workflows" / "harnesscheck.yml").read_text(encoding="utf-8")
     jobs = set(re.findall(r'- \{ backend: "?([^",]+)"?, level: (\w+)', text))

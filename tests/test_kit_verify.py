@@ -24,8 +24,8 @@ def test_the_child_loads_only_the_plugins_it_names(tmp_path):
 def test_default_jobs_one_more_worker_than_cpus_at_most_four_and_auto_agrees(monkeypatch):
     from types import SimpleNamespace
 
+    from harnesscheck.core.paths import conformance_dir
     from harnesscheck.kit import plugin, verify
-    from harnesscheck.paths import conformance_dir
 
     for cpus, expected in ((1, None), (2, "3"), (3, "4"), (64, "4")):
         monkeypatch.setattr(verify.os, "sched_getaffinity", lambda pid, n=cpus: set(range(n)))

@@ -48,7 +48,7 @@ def fresh_venv(tmp_path_factory):
 def test_wheel_is_installed_not_editable(fresh_venv):
     venv, base = fresh_venv
     proc = _run([str(venv / "bin" / "python"), "-c",
-                 "import harnesscheck, harnesscheck.paths as p; print(harnesscheck.__file__); print(p.conformance_dir())"], cwd=base)
+                 "import harnesscheck, harnesscheck.core.paths as p; print(harnesscheck.__file__); print(p.conformance_dir())"], cwd=base)
     module, suite = proc.stdout.split()
     assert str(venv) in module, f"harnesscheck imported from {module}, not the wheel"
     assert str(venv) in suite and Path(suite, "test_scope.py").is_file(), "the suite is not shipped in the wheel"

@@ -1,6 +1,7 @@
-"""Layers (doc/ARCHITECTURE.md): lower layers never import higher ones, and no two modules
-import each other. Read from the source with `ast`, every import statement (function-level
-ones too), so a lazy import cannot hide a circle."""
+"""Layers (doc/ARCHITECTURE.md): the folders of src/harnesscheck/ are the layers, in the order
+LAYERS states; a module imports only its own folder and the folders below it, and no two
+modules import each other at import time. Read from the source with `ast`, every import
+statement (function-level ones too), so a lazy import cannot hide an upward import or a circle."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ import harnesscheck
 ROOT = Path(harnesscheck.__file__).parent
 
 #: Who may import the kit (the pytest plugin, catalog, adapters, matrix, verify): only the kit
-#: itself and the command line on top of it. The levels' evidence gatherers (loopback/), the
-#: providers and the bridge are below it.
-MAY_IMPORT_KIT = {"kit", "cli"}
+#: itself and the apps on top of it (the command line, the published schemas). The levels'
+#: evidence gatherers (loopback/), the backends and the bridge are below it.
+MAY_IMPORT_KIT = {"kit", "apps"}
 
 
 def _unit(module: str) -> str:
-    """`harnesscheck.kit.adapters` -> `kit`; `harnesscheck.registry` -> `registry`."""
+    """`harnesscheck.kit.adapters` -> `kit`; `harnesscheck.backends.registry` -> `registry`."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "harnesscheck"
 
@@ -43,6 +44,94 @@ def _modules() -> dict[str, Path]:
 
 
 MODULES = set(_modules())
+
+
+#: The layers, lowest first: each folder of src/harnesscheck/ may import only itself and the
+#: folders before it (doc/ARCHITECTURE.md draws the same tree). Why each sits where it does:
+#: - core: the contract (contracts.py) and the values a request carries (scope.py, policy.py,
+#:   events.py), settings, paths, model metadata; imports no other layer.
+#: - contain: child env and redaction, run dir, process lifecycle, sandbox; core only.
+#: - choke: dispatch and trace, the one path every tool call takes; redacts with contain's
+#:   envpolicy, so it sits above contain.
+#: - bridge: the MCP server the CLIs call, serving the choke point.
+#: - backends: each backend, the registry of their specs and what only backends use (llm,
+#:   authstore, audit, climanifest, the loopback seam); a harness backend starts the bridge.
+#: - testing: the fake CLIs (the offline level's stand-ins), installed for a backend.
+#: - loopback, acpserve: the loopback level's scripted servers and CLI install; `acp serve`.
+#: - kit: the pytest plugin, adapters, catalog, matrix and verify, over every level.
+#: - apps: the command line, the host-side run, doctor and the published schemas.
+LAYERS = ["core", "contain", "choke", "bridge", "backends", "testing", "loopback", "acpserve", "kit", "apps"]
+
+#: Modules at the top of the package, placed explicitly. `harnesscheck` (its __init__: the version
+#: and lazy names given as strings) is below every layer; `authoring` (the public surface for
+#: backend authors, re-exporting names from every layer) and `__main__` are above every layer.
+BOTTOM = {"harnesscheck"}
+TOP = {"harnesscheck.authoring", "harnesscheck.__main__"}
+
+#: (importer, imported) pairs allowed to break the order, each with its reason. Empty: the rule
+#: holds in the code; add a pair here only with the reason it cannot hold.
+EXCEPTIONS: dict[tuple[str, str], str] = {}
+
+
+def _rank(module: str) -> int:
+    if module in BOTTOM:
+        return -1
+    if module in TOP:
+        return len(LAYERS)
+    unit = _unit(module)
+    assert unit in LAYERS, f"{module}: its folder {unit!r} is not placed in LAYERS (tests/test_layers.py)"
+    return LAYERS.index(unit)
+
+
+def test_every_module_is_in_a_layer():
+    """Every module is in a layer folder or placed explicitly at the top or the bottom: a new
+    flat module (or a new folder) must be placed in the order before it can be imported."""
+    unplaced = sorted(name for name in _modules() if name not in BOTTOM | TOP and _unit(name) not in LAYERS)
+    assert not unplaced, f"place these in LAYERS, BOTTOM or TOP: {unplaced}"
+    assert sorted(p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").is_file()) == sorted(LAYERS)
+
+
+def test_folders_import_only_themselves_and_the_folders_below():
+    """The layers contract: a module imports (at module level or inside a function) only
+    modules of its own folder and of the folders below it in LAYERS."""
+    offenders = sorted(
+        f"{name} ({_unit(name)}) imports {target} ({_unit(target)})"
+        for name, path in _modules().items()
+        for target in _imports(path, top_level_only=False)
+        if (name, target) not in EXCEPTIONS and _rank(target) > _rank(name)
+    )
+    assert not offenders, "\n".join(offenders)
+
+
+def test_every_exception_is_still_needed():
+    """An exception whose import is gone is removed, so the list stays the truth."""
+    modules = _modules()
+    stale = [pair for pair in EXCEPTIONS if pair[1] not in _imports(modules[pair[0]], top_level_only=False)]
+    assert not stale, stale
+
+
+def test_the_architecture_page_draws_the_same_order():
+    """doc/ARCHITECTURE.md's "Layers" tree names the folders in the order LAYERS states, so the
+    page cannot drift from the rule (the wheel ships no doc/: skipped there)."""
+    import re
+
+    page = ROOT.parent.parent / "doc" / "ARCHITECTURE.md"
+    if not page.is_file():
+        import pytest
+
+        pytest.skip("no doc/ beside the package (an installed wheel)")
+    section = page.read_text(encoding="utf-8").split("## Layers", 1)[1].split("\n## ", 1)[0]
+    drawn = [m.group(1) for m in re.finditer(r"^      ([a-z]+)/ ", section, re.M)]
+    assert drawn == LAYERS, f"doc/ARCHITECTURE.md draws {drawn}; tests/test_layers.py states {LAYERS}"
+
+
+def test_the_order_guard_sees_an_upward_import(tmp_path):
+    """A core module importing a backend, even inside a function, is found and ranked upward."""
+    f = tmp_path / "m.py"
+    f.write_text("def f():\n    from harnesscheck.backends.registry import get_spec\n", encoding="utf-8")
+    (target,) = _imports(f, top_level_only=False)
+    assert _rank(target) > _rank("harnesscheck.core.contracts")
+    assert _rank("harnesscheck.apps.cli") > _rank("harnesscheck.kit.plugin") > _rank("harnesscheck.backends.api")
 
 
 def test_only_the_kit_and_the_cli_import_the_kit():
@@ -103,9 +192,9 @@ OWN_STAND_INS = frozenset({"acp-fake", "acp-agent", "fake", "harnesscheck"})
 def _registered_cli_and_agent_names() -> set[str]:
     """Every CLI and agent the registry knows: the harness backends' ids and executables, any
     backend whose spec points at a kit profile (it runs a CLI, e.g. reasoning-only Claude
-    Code), and the ACP agent profiles shipped in providers/acp/profiles/ (by name)."""
-    from harnesscheck.providers.acp.profile import PROFILE_DIR, load_profile
-    from harnesscheck.registry import BUILTIN_SPECS
+    Code), and the ACP agent profiles shipped in backends/acp/profiles/ (by name)."""
+    from harnesscheck.backends.acp.profile import PROFILE_DIR, load_profile
+    from harnesscheck.backends.registry import BUILTIN_SPECS
 
     names: set[str] = set()
     for spec in BUILTIN_SPECS.values():
@@ -125,7 +214,7 @@ def _naming(text: str, names: set[str]) -> list[str]:
 
 def test_the_kit_names_no_cli_or_agent():
     """What the kit knows of one CLI or agent lives with that backend as its kit profile
-    (`providers/<backend>/kit_profile.py`, found through `spec.kit_profile`), never in kit/:
+    (`backends/<backend>/kit_profile.py`, found through `spec.kit_profile`), never in kit/:
     no module under kit/ names a registered CLI or agent, in code, comments or docstrings
     (a docstring that names one is how a per-CLI branch starts). The names come from the
     registry, so a new backend is covered the day it is registered. Only the project's own

@@ -11,9 +11,9 @@ import pytest
 import tests_mutants_import  # noqa: F401 - puts the checkout on sys.path
 
 from conformance import test_live as live  # the module, not its functions: pytest would collect those here
-from harnesscheck.contracts import AgentOutcome, ModelVerdict, OutcomeStatus, Refusal
+from harnesscheck.backends.registry import get_spec
+from harnesscheck.core.contracts import AgentOutcome, ModelVerdict, OutcomeStatus, Refusal
 from harnesscheck.kit.session import Workspace
-from harnesscheck.registry import get_spec
 
 
 @dataclass

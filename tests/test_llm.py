@@ -21,8 +21,7 @@ import respx_httpx2  # noqa: F401  (registers the "httpx2" respx mocker)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harnesscheck.contracts import ErrorClass, Usage
-from harnesscheck.llm import (
+from harnesscheck.backends.llm import (
     LLM,
     Abort,
     Aborted,
@@ -32,6 +31,7 @@ from harnesscheck.llm import (
     to_chat_messages,
     to_responses_input,
 )
+from harnesscheck.core.contracts import ErrorClass, Usage
 
 MODES = list(W.PATHS)
 TOOLS = [{"name": "read_file", "description": "Read a file.", "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}]
@@ -392,7 +392,7 @@ def _modules_after(code: str) -> set[str]:
 
 
 def test_importing_the_provider_imports_neither_sdk():
-    assert _modules_after("import harnesscheck.providers.api, harnesscheck.llm, harnesscheck.models") == set()
+    assert _modules_after("import harnesscheck.backends.api, harnesscheck.backends.llm, harnesscheck.core.models") == set()
 
 
 @pytest.mark.parametrize(
@@ -400,7 +400,7 @@ def test_importing_the_provider_imports_neither_sdk():
     [("anthropic_messages", {"anthropic"}), ("chat_completions", {"openai"}), ("responses", {"openai"})],
 )
 def test_each_mode_imports_only_its_own_sdk(mode, expected):
-    code = f"from harnesscheck.llm import LLM\nLLM({mode!r}, api_key='k', base_url='http://127.0.0.1:9').client()"
+    code = f"from harnesscheck.backends.llm import LLM\nLLM({mode!r}, api_key='k', base_url='http://127.0.0.1:9').client()"
     assert _modules_after(code) == expected
 
 

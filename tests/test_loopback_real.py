@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import pytest
 
-from harnesscheck.config import Settings
-from harnesscheck.contracts import AgentSessionRequest, ErrorClass, OutcomeStatus
+from harnesscheck.backends.loopback_endpoint import DUMMY_KEY, LoopbackEndpoint
+from harnesscheck.backends.registry import get_spec
+from harnesscheck.core.config import Settings
+from harnesscheck.core.contracts import AgentSessionRequest, ErrorClass, OutcomeStatus
+from harnesscheck.core.scope import ToolScope
 from harnesscheck.loopback.adapter import loopback_scenario, loopback_transport, wire_to_scope_name
 from harnesscheck.loopback.clis import require_pinned_cli
-from harnesscheck.loopback.endpoint import DUMMY_KEY, LoopbackEndpoint
 from harnesscheck.loopback.server import ScriptedModelServer
-from harnesscheck.registry import get_spec
-from harnesscheck.scope import ToolScope
 
 BACKENDS = ["claude-code", "codex"]
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from harnesscheck.config import Settings
-from harnesscheck.contracts import AgentSessionRequest
+from harnesscheck.backends.registry import build_transport, get_spec
+from harnesscheck.core.config import Settings
+from harnesscheck.core.contracts import AgentSessionRequest
+from harnesscheck.core.paths import fixtures_dir
+from harnesscheck.core.scope import ToolScope
 from harnesscheck.loopback.record import RECORDABLE, default_out, is_recording
-from harnesscheck.paths import fixtures_dir
-from harnesscheck.registry import build_transport, get_spec
-from harnesscheck.scope import ToolScope
 
 BACKEND = {"claude": "claude-code", "codex": "codex", "gemini": "gemini"}
 RECORDINGS = sorted(p for cli in BACKEND for p in (fixtures_dir() / cli).glob("*.json") if is_recording(p))
@@ -64,7 +64,7 @@ _SECRET = re.compile(
 
 @pytest.mark.parametrize("path", ALL_FIXTURES, ids=_id)
 def test_fixture_holds_no_secret_machine_path_or_run_port(path):
-    from harnesscheck.loopback.endpoint import DUMMY_KEY
+    from harnesscheck.backends.loopback_endpoint import DUMMY_KEY
 
     text = path.read_text(encoding="utf-8")
     assert DUMMY_KEY not in text and "sk-loopback" not in text, "the loopback dummy key survived"
@@ -105,7 +105,7 @@ def _transport(cli: str, prov: dict, fake_path: Path):
 
 @pytest.mark.parametrize("path", RECORDINGS, ids=_id)
 def test_replay_gives_the_live_outcome(path, tmp_path):
-    from harnesscheck.fakes import install_fake_cli
+    from harnesscheck.testing.fakes import install_fake_cli
 
     cli = path.parent.name
     data = json.loads(path.read_text(encoding="utf-8"))
@@ -174,7 +174,7 @@ def test_to_fixture_scrubs_and_keeps_what_the_cli_said(tmp_path):
     literal; stderr is kept, scrubbed; a host-ended session replays as a hang."""
     from types import SimpleNamespace
 
-    from harnesscheck.loopback.endpoint import DUMMY_KEY
+    from harnesscheck.backends.loopback_endpoint import DUMMY_KEY
     from harnesscheck.loopback.record import Recipe, Recording, to_fixture
 
     run = tmp_path / "harnesscheck-record-abc123"

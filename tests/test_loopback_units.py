@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
+from harnesscheck.backends.loopback_endpoint import CODEX_KEY_VAR, LoopbackEndpoint, claude_env, codex_env
 from harnesscheck.loopback import install
 from harnesscheck.loopback.drift import compare, field_paths
-from harnesscheck.loopback.endpoint import CODEX_KEY_VAR, LoopbackEndpoint, claude_env, codex_env
 from harnesscheck.loopback.record import scrub_line
 
 # -- install-clis ------------------------------------------------------------------------
 
 
 def test_pinned_versions_come_from_the_registry():
-    from harnesscheck.registry import get_spec
+    from harnesscheck.backends.registry import get_spec
 
     pinned = {c.backend: c for c in install.pinned_clis()}
     assert {"claude-code", "codex", "gemini", "opencode"} <= set(pinned)
@@ -87,8 +87,8 @@ def test_endpoint_is_loopback_only():
 
 
 def test_claude_seam_injects_endpoint_and_reads_no_host_credential(tmp_path):
-    from harnesscheck.providers.claude_code import ClaudeCodeTransport
-    from harnesscheck.registry import get_spec
+    from harnesscheck.backends.claude_code import ClaudeCodeTransport
+    from harnesscheck.backends.registry import get_spec
 
     ep = LoopbackEndpoint("http://127.0.0.1:9999", api_key="sk-loopback-test-0001")
     host = {"PATH": "/usr/bin", "HOME": str(tmp_path), "CLAUDE_CODE_OAUTH_TOKEN": "host-real-token-should-not-pass"}
@@ -100,11 +100,11 @@ def test_claude_seam_injects_endpoint_and_reads_no_host_credential(tmp_path):
 
 
 def test_codex_seam_writes_a_loopback_provider_at_top_level(tmp_path):
-    from harnesscheck.contracts import AgentSessionRequest
-    from harnesscheck.providers._harness import new_session_context
-    from harnesscheck.providers.codex import CodexTransport
-    from harnesscheck.registry import get_spec
-    from harnesscheck.scope import ToolScope
+    from harnesscheck.backends._harness import new_session_context
+    from harnesscheck.backends.codex import CodexTransport
+    from harnesscheck.backends.registry import get_spec
+    from harnesscheck.core.contracts import AgentSessionRequest
+    from harnesscheck.core.scope import ToolScope
 
     root = tmp_path / "work"
     root.mkdir()
@@ -188,7 +188,7 @@ def test_loopback_refusals_are_read_from_the_wire_for_any_claude_backend():
     not the backend's outcome lists it (a foreign backend lists none)."""
     from types import SimpleNamespace
 
-    from harnesscheck.contracts import Kind, ProviderSpec
+    from harnesscheck.core.contracts import Kind, ProviderSpec
     from harnesscheck.kit.loopback_adapter import LoopbackAdapter
 
     use = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "mcp__workspace__read_file", "input": {}},

@@ -9,9 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harnesscheck.contracts import CliVersionUnsupported, ConfigError
-from harnesscheck.loopback import clis, install
-from harnesscheck.registry import (
+from harnesscheck.backends.registry import (
     SECOND_COLUMNS,
     base_id,
     default_backend_ids,
@@ -20,6 +18,8 @@ from harnesscheck.registry import (
     nearest_release,
     verified_releases,
 )
+from harnesscheck.core.contracts import CliVersionUnsupported, ConfigError
+from harnesscheck.loopback import clis, install
 
 
 def _release(cache: Path, cli: str, package: str, version: str) -> Path:
@@ -109,7 +109,8 @@ def test_verify_refuses_a_loopback_level_that_cannot_run(cache, capsys):
 
 
 def test_doctor_says_verified_only_for_a_release_the_matrix_ran(tmp_path, monkeypatch):
-    from harnesscheck import doctor, registry
+    from harnesscheck.apps import doctor
+    from harnesscheck.backends import registry
 
     matrix = tmp_path / "backends.json"
     matrix.write_text(json.dumps({"backends": {
@@ -175,7 +176,7 @@ def test_check_reports_a_pin_behind_latest(monkeypatch, capsys):
 
 def test_doctor_warns_of_credential_files_at_a_fixed_path():
     """claude reads /home/claude/.claude/remote/.api_key (strace, 2.1.197 and 2.1.332) whatever HOME says."""
-    from harnesscheck import doctor
+    from harnesscheck.apps import doctor
 
     spec = get_spec("claude-code")
     assert doctor.check_fixed_credential_files(spec, present=lambda p: False) == []

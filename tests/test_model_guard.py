@@ -1,4 +1,4 @@
-"""The served-model guard (providers/_guard.py): one decision for every backend.
+"""The served-model guard (backends/_guard.py): one decision for every backend.
 
 The conformance check `usage.mismatch-policy-applied` runs it per backend (api, fake,
 claude-code, codex, cursor); these pin the decision table itself."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from harnesscheck.contracts import AgentOutcome, ErrorClass, ModelVerdict, OutcomeStatus
-from harnesscheck.providers._guard import MISMATCH_ERROR_CLASS, apply_model_guard, guard_verdict
+from harnesscheck.backends._guard import MISMATCH_ERROR_CLASS, apply_model_guard, guard_verdict
+from harnesscheck.core.contracts import AgentOutcome, ErrorClass, ModelVerdict, OutcomeStatus
 
 
 def _outcome(verdict, *, status=OutcomeStatus.ok, requested="m-1", served="m-2", message=""):

@@ -1,4 +1,4 @@
-"""Model metadata (harnesscheck.models): facts by (provider, model) from the shipped snapshot,
+"""Model metadata (harnesscheck.core.models): facts by (provider, model) from the shipped snapshot,
 cost from its rates (never invented), and `provider/model` names resolved by the registry.
 No test pins a price: the snapshot's version is the constraint file's, and an upgrade may
 change any figure."""
@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import pytest
 
-from harnesscheck.config import Settings
-from harnesscheck.contracts import ConfigError, Usage
-from harnesscheck.models import ModelInfo, cost_from, model_info, resolve_name, snapshot
-from harnesscheck.registry import resolve_model_name, resolve_provider
+from harnesscheck.backends.registry import resolve_model_name, resolve_provider
+from harnesscheck.core.config import Settings
+from harnesscheck.core.contracts import ConfigError, Usage
+from harnesscheck.core.models import ModelInfo, cost_from, model_info, resolve_name, snapshot
 
 
 def test_the_snapshot_knows_the_models_the_api_columns_use_and_names_itself():
     import api_wire as W
 
-    from harnesscheck.models import PROVIDER_OF_MODE
+    from harnesscheck.core.models import PROVIDER_OF_MODE
 
     for mode, model in W.MODELS.items():
         info = model_info(PROVIDER_OF_MODE[mode], model)

@@ -10,12 +10,8 @@ from pathlib import Path
 import pytest
 from _replay import assert_no_canary, build, hostile_worktree, parent_env, run_parser
 
-from harnesscheck.config import Settings
-from harnesscheck.contracts import AgentSessionRequest, ConfigError, CostSource, ErrorClass, ModelVerdict, OutcomeStatus
-from harnesscheck.fakes import install_fake_cli
-from harnesscheck.loopback.endpoint import LoopbackEndpoint
-from harnesscheck.paths import fixtures_dir
-from harnesscheck.providers.opencode import (
+from harnesscheck.backends.loopback_endpoint import LoopbackEndpoint
+from harnesscheck.backends.opencode import (
     BUILTIN_TOOLS,
     LOOPBACK_PRICE,
     OFF_SWITCHES,
@@ -27,8 +23,19 @@ from harnesscheck.providers.opencode import (
     plugin_deps_ready,
     render_config,
 )
-from harnesscheck.registry import get_spec
-from harnesscheck.scope import ToolScope
+from harnesscheck.backends.registry import get_spec
+from harnesscheck.core.config import Settings
+from harnesscheck.core.contracts import (
+    AgentSessionRequest,
+    ConfigError,
+    CostSource,
+    ErrorClass,
+    ModelVerdict,
+    OutcomeStatus,
+)
+from harnesscheck.core.paths import fixtures_dir
+from harnesscheck.core.scope import ToolScope
+from harnesscheck.testing.fakes import install_fake_cli
 
 SCENARIOS = sorted(p.stem for p in (fixtures_dir() / "opencode").glob("*.json"))
 
@@ -108,7 +115,7 @@ def test_exit_zero_without_a_final_step_finish_is_never_success():
     parser = OpencodeParser()
     for line in build("opencode", "tool_calls").stdout.decode().splitlines()[:4]:  # up to the tool-calls step
         parser.feed(line)
-    from harnesscheck.process import Ending, ProcessResult
+    from harnesscheck.contain.process import Ending, ProcessResult
 
     out = parser.outcome(ProcessResult(exit_code=0, signal=None, duration_s=1.0, ending=Ending.exited,
                                        stderr_tail="", partial_tail=None, orphan_suspected=False))
@@ -305,8 +312,8 @@ def test_the_scripted_server_answers_a_title_request_outside_the_script():
 
 def test_install_clis_counts_a_missing_plugin_prefill_as_not_installed(tmp_path):
     """`install-clis` pre-fills the plugin beside the CLI; a release without it is missing."""
-    from harnesscheck.fakes import fake_plugin_deps
     from harnesscheck.loopback import install
+    from harnesscheck.testing.fakes import fake_plugin_deps
 
     c = install.PinnedCli("opencode", "opencode", "opencode-ai", "1.18.33")
     assert install.RUNTIME_DEPS["opencode"] == (PLUGIN_DEPS_DIR, PLUGIN_PACKAGE)
@@ -343,9 +350,9 @@ def test_real_opencode_at_loopback_reaches_no_registry(tmp_path):
     server, built-ins off at the wire, and no registry contact: no npm process among its
     descendants, no npm cache in the session HOME (1.18.33 leaves `~/.npm/_cacache` when it
     installs its plugin), the plugin link intact."""
+    from harnesscheck.backends.loopback_endpoint import DUMMY_KEY
     from harnesscheck.loopback.adapter import DescendantWatcher, loopback_scenario, wrapper_binds, write_wrapper
     from harnesscheck.loopback.clis import require_pinned_cli
-    from harnesscheck.loopback.endpoint import DUMMY_KEY
     from harnesscheck.loopback.server import ScriptedModelServer
 
     binary, why = require_pinned_cli("opencode")

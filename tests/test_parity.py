@@ -20,12 +20,12 @@ import pytest
 import respx
 import respx_httpx2  # noqa: F401  (registers the "httpx2" respx mocker)
 
-from harnesscheck.config import Settings
-from harnesscheck.contracts import AgentSessionRequest
-from harnesscheck.llm import LLM
-from harnesscheck.providers.api import tool_specs
-from harnesscheck.registry import resolve_provider
-from harnesscheck.scope import ToolScope
+from harnesscheck.backends.api import tool_specs
+from harnesscheck.backends.llm import LLM
+from harnesscheck.backends.registry import resolve_provider
+from harnesscheck.core.config import Settings
+from harnesscheck.core.contracts import AgentSessionRequest
+from harnesscheck.core.scope import ToolScope
 
 MODES = list(W.PATHS)
 PROMPT = "What does src/a.py print?"
@@ -272,11 +272,11 @@ OPTION_CASES = {
 def test_request_options_are_byte_identical_and_pinned(mode, env, snapshot):
     """Each option of a wire, through the provider's complete() and through LLM directly: the
     same bytes, and the snapshot pins how the wire spells each one."""
-    from harnesscheck.contracts import RequestOptions
+    from harnesscheck.core.contracts import RequestOptions
 
     env(mode)
     options = RequestOptions(**OPTION_CASES[mode])
-    assert set(options.given()) == set(__import__("harnesscheck.llm", fromlist=["WIRE_OPTIONS"]).WIRE_OPTIONS[mode]), (
+    assert set(options.given()) == set(__import__("harnesscheck.backends.llm", fromlist=["WIRE_OPTIONS"]).WIRE_OPTIONS[mode]), (
         "every option the wire takes is in the case"
     )
     turns = [W.Turn(text="It prints hello.")]

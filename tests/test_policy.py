@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from harnesscheck.dispatch import dispatch
-from harnesscheck.policy import (
+from harnesscheck.choke.dispatch import dispatch
+from harnesscheck.choke.trace import Trace
+from harnesscheck.core.policy import (
     ApprovalAnswer,
     Limits,
     Policy,
@@ -26,8 +27,7 @@ from harnesscheck.policy import (
     call_digest,
     policy_json_schema,
 )
-from harnesscheck.scope import ToolScope
-from harnesscheck.trace import Trace
+from harnesscheck.core.scope import ToolScope
 
 
 class Clock:
@@ -297,7 +297,7 @@ def test_a_policy_file_loads_and_a_bad_one_names_the_field(tmp_path):
 def test_the_published_schema_is_the_models():
     published = Path(__file__).resolve().parents[1] / "doc" / "policy.schema.json"
     assert json.loads(published.read_text()) == policy_json_schema(), (
-        "doc/policy.schema.json is stale: python -m harnesscheck.policy > doc/policy.schema.json"
+        "doc/policy.schema.json is stale: python -m harnesscheck.core.policy > doc/policy.schema.json"
     )
 
 
@@ -305,10 +305,10 @@ def test_the_published_schema_is_the_models():
 
 
 def fake_session(root: Path, tmp_path: Path, turns, **request_kw):
-    from harnesscheck.config import Settings
-    from harnesscheck.contracts import AgentSessionRequest
-    from harnesscheck.providers.fake import FakeScript
-    from harnesscheck.registry import resolve_provider
+    from harnesscheck.backends.fake import FakeScript
+    from harnesscheck.backends.registry import resolve_provider
+    from harnesscheck.core.config import Settings
+    from harnesscheck.core.contracts import AgentSessionRequest
 
     transport = resolve_provider(Settings(backend="fake"))
     transport.script = FakeScript(turns=turns)
@@ -319,8 +319,8 @@ def fake_session(root: Path, tmp_path: Path, turns, **request_kw):
 
 
 def test_the_fake_backend_denies_runs_nothing_and_the_model_reads_the_refusal(root, tmp_path):
-    from harnesscheck.providers.fake import FakeTurn
-    from harnesscheck.providers.fake import ToolCall as FakeCall
+    from harnesscheck.backends.fake import FakeTurn
+    from harnesscheck.backends.fake import ToolCall as FakeCall
 
     turns = [FakeTurn(tool_calls=[FakeCall("write_file", {"path": "src/a.py", "content": "pwned"})]), FakeTurn(text="ok")]
     policy = Policy(rules=(Rule(decision=Verdict.DENY, kinds=(ToolKind.WRITE,)),))
@@ -331,8 +331,8 @@ def test_the_fake_backend_denies_runs_nothing_and_the_model_reads_the_refusal(ro
 
 
 def test_the_fake_backend_ends_typed_at_a_limit(root, tmp_path):
-    from harnesscheck.providers.fake import FakeTurn
-    from harnesscheck.providers.fake import ToolCall as FakeCall
+    from harnesscheck.backends.fake import FakeTurn
+    from harnesscheck.backends.fake import ToolCall as FakeCall
 
     many = [FakeTurn(tool_calls=[FakeCall("write_file", {"path": f"docs/{i}.md", "content": "x"})]) for i in range(5)]
     out, _ = fake_session(root, tmp_path, many + [FakeTurn(text="done")], policy=Policy(limits=Limits(tool_calls=2)))
@@ -343,8 +343,8 @@ def test_the_fake_backend_ends_typed_at_a_limit(root, tmp_path):
 
 
 def test_the_approver_of_a_request_is_asked_before_the_write(root, tmp_path):
-    from harnesscheck.providers.fake import FakeTurn
-    from harnesscheck.providers.fake import ToolCall as FakeCall
+    from harnesscheck.backends.fake import FakeTurn
+    from harnesscheck.backends.fake import ToolCall as FakeCall
 
     asked = []
 
@@ -366,8 +366,8 @@ def test_the_terminal_approver_asks_on_the_tty_and_only_yes_approves(monkeypatch
     import pty
     import sys
 
-    from harnesscheck.policy import ApprovalRequest
-    from harnesscheck.runner import terminal_approver
+    from harnesscheck.apps.runner import terminal_approver
+    from harnesscheck.core.policy import ApprovalRequest
 
     monkeypatch.setattr(sys.stdin, "isatty", lambda: False, raising=False)
     assert terminal_approver() is None, "without a terminal there is no approver: approval_required is denied"
@@ -388,7 +388,7 @@ def test_the_terminal_approver_asks_on_the_tty_and_only_yes_approves(monkeypatch
 
 
 def test_run_prints_events_as_json_lines_and_obeys_the_policy_file(tmp_path, capsys, monkeypatch):
-    from harnesscheck.runner import run_command
+    from harnesscheck.apps.runner import run_command
 
     monkeypatch.chdir(tmp_path)
     wt = tmp_path / "wt"

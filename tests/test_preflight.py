@@ -1,16 +1,16 @@
-"""Preflight (harnesscheck.preflight): what a backend will and will not do for one request,
+"""Preflight (harnesscheck.apps.preflight): what a backend will and will not do for one request,
 typed, before any side effect; `harnesscheck run --preflight` shows it and exits 0 or 3."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from harnesscheck.config import Settings
-from harnesscheck.contracts import AgentSessionRequest, Capability
-from harnesscheck.policy import Limits, Policy, Rule, ToolKind, Verdict
-from harnesscheck.preflight import preflight
-from harnesscheck.registry import get_spec, resolve_provider
-from harnesscheck.scope import ToolScope
+from harnesscheck.apps.preflight import preflight
+from harnesscheck.backends.registry import get_spec, resolve_provider
+from harnesscheck.core.config import Settings
+from harnesscheck.core.contracts import AgentSessionRequest, Capability
+from harnesscheck.core.policy import Limits, Policy, Rule, ToolKind, Verdict
+from harnesscheck.core.scope import ToolScope
 
 ASK_WRITES = Policy(rules=(Rule(decision=Verdict.APPROVAL_REQUIRED, kinds=(ToolKind.WRITE,)),), limits=Limits(turns=5))
 
@@ -45,7 +45,7 @@ def test_a_harness_cannot_reach_the_approver_and_says_so(tmp_path):
 
 
 def test_run_preflight_starts_nothing_and_exits_by_the_verdict(tmp_path, capsys, monkeypatch):
-    from harnesscheck.runner import run_command
+    from harnesscheck.apps.runner import run_command
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "wt").mkdir()
@@ -57,7 +57,7 @@ def test_run_preflight_starts_nothing_and_exits_by_the_verdict(tmp_path, capsys,
 
 
 def test_the_processes_limit_is_said_enforced_only_where_the_tree_can_be_counted(tmp_path, monkeypatch):
-    from harnesscheck import process, sandbox
+    from harnesscheck.contain import process, sandbox
 
     limited = Policy(limits=Limits(processes=8))
     details = lambda pf: [i for i in pf.items if i.topic == "limits" and ("processes:" in i.detail or "processes limit" in i.detail)]  # noqa: E731

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from proc_support import alive, survivors
 
-from harnesscheck.process import (
+from harnesscheck.contain.process import (
     Ending,
     LineAction,
     LineTooLong,
@@ -385,7 +385,7 @@ def test_a_pipe_loses_what_a_node_like_cli_still_had_queued_at_exit(tmp_path: Pa
 @pytest.mark.parametrize("guard", [True, False])
 def test_a_spooled_stdout_keeps_every_line_for_a_late_reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                            guard: bool) -> None:
-    from harnesscheck import process
+    from harnesscheck.contain import process
 
     if not guard:
         monkeypatch.setattr(process, "_use_guard", lambda: False)
@@ -549,21 +549,21 @@ def test_session_slot_never_reads_the_environment(monkeypatch: pytest.MonkeyPatc
 def test_in_process_backends_take_a_slot_and_count_the_wait(tmp_path: Path, backend: str) -> None:
     """Settings.concurrency caps the api and fake backends too, and a session that cannot get a
     slot within its timeout_s ends truncated/timeout saying why, without running."""
-    from harnesscheck.config import Settings
-    from harnesscheck.contracts import AgentSessionRequest, ErrorClass, OutcomeStatus
-    from harnesscheck.registry import get_spec
-    from harnesscheck.scope import ToolScope
+    from harnesscheck.backends.registry import get_spec
+    from harnesscheck.core.config import Settings
+    from harnesscheck.core.contracts import AgentSessionRequest, ErrorClass, OutcomeStatus
+    from harnesscheck.core.scope import ToolScope
 
     size = 500 + os.getpid() % 400  # a size no other test shares
     settings = Settings(concurrency=size, api_mode="anthropic_messages") if backend == "api" else Settings(concurrency=size)
     if backend == "api":
-        from harnesscheck.providers.api import ApiTransport
+        from harnesscheck.backends.api import ApiTransport
 
         # A key that never leaves this process: the session must not reach the model at all.
         transport = ApiTransport(get_spec("api"), settings, environ={"ANTHROPIC_API_KEY": "sk-test-never-sent",
                                                                      "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"})
     else:
-        from harnesscheck.providers.fake import FakeTransport
+        from harnesscheck.backends.fake import FakeTransport
 
         transport = FakeTransport(get_spec("fake"), settings)
     (tmp_path / "root").mkdir()
@@ -585,7 +585,7 @@ def test_in_process_backends_take_a_slot_and_count_the_wait(tmp_path: Path, back
 
 def test_without_the_guard_the_tree_is_still_killed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Fallback (no guard: the CLI leads the group, preexec sets its death signal)."""
-    from harnesscheck import process
+    from harnesscheck.contain import process
 
     monkeypatch.setattr(process, "_use_guard", lambda: False)
     pidfile = tmp_path / "pids"
@@ -657,7 +657,7 @@ def test_child_gets_default_dispositions_when_the_host_ignores_signals(tmp_path:
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from harnesscheck.process import _Run  # noqa: E402
+from harnesscheck.contain.process import _Run  # noqa: E402
 
 _line_bytes = st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"").rstrip(b"\r"))
 
@@ -704,7 +704,7 @@ def test_stderr_ring_keeps_only_the_tail() -> None:
 def test_atexit_hook_kills_live_groups(tmp_path: Path) -> None:
     """The interpreter-exit hook ends every tree still running (here called directly while
     a session runs in a worker thread)."""
-    from harnesscheck import process
+    from harnesscheck.contain import process
 
     pidfile = tmp_path / "pids"
     results = []
@@ -728,7 +728,7 @@ def test_atexit_hook_kills_live_groups(tmp_path: Path) -> None:
 
 HARDEN_HOST = """
 import ctypes, json, os, sys
-from harnesscheck.process import run_process
+from harnesscheck.contain.process import run_process
 prctl = ctypes.CDLL(None).prctl
 before = prctl(3, 0, 0, 0, 0)  # PR_GET_DUMPABLE
 seen = []
@@ -772,7 +772,7 @@ def test_host_is_not_dumpable_after_a_session(tmp_path: Path, opt_out: bool) -> 
 def test_closing_the_session_kills_the_tree_even_when_the_teardown_did_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The supervisor kills its whole tree when the host's end of the session closes, so a
     host whose teardown failed (here: terminate_tree does nothing) still leaves nothing."""
-    from harnesscheck import process
+    from harnesscheck.contain import process
 
     if not process._use_guard():
         pytest.skip("no supervisor on this platform")
@@ -795,7 +795,7 @@ def _busy_script(tmp_path: Path) -> tuple[Path, int]:
 def test_an_executable_busy_being_written_is_started_once_the_writer_is_gone(tmp_path: Path) -> None:
     """The writer goes between the first attempt and the retry (a just-forked child of another
     thread execs, an install finishes): the spawn succeeds instead of failing the session."""
-    from harnesscheck.process import when_not_busy
+    from harnesscheck.contain.process import when_not_busy
 
     script, fd = _busy_script(tmp_path)
     attempts = []
@@ -813,7 +813,7 @@ def test_an_executable_busy_being_written_is_started_once_the_writer_is_gone(tmp
 
 
 def test_an_executable_that_stays_busy_fails_with_etxtbsy_and_other_errors_are_not_retried(tmp_path: Path, monkeypatch) -> None:
-    from harnesscheck import process
+    from harnesscheck.contain import process
 
     monkeypatch.setattr(process, "BUSY_RETRY_S", (0.001, 0.001))
     script, fd = _busy_script(tmp_path)

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from harnesscheck import process, sandbox
-from harnesscheck.config import Settings
-from harnesscheck.contracts import AgentSessionRequest, ErrorClass, OutcomeStatus
-from harnesscheck.policy import Limits, Policy
-from harnesscheck.scope import ToolScope
+from harnesscheck.contain import process, sandbox
+from harnesscheck.core.config import Settings
+from harnesscheck.core.contracts import AgentSessionRequest, ErrorClass, OutcomeStatus
+from harnesscheck.core.policy import Limits, Policy
+from harnesscheck.core.scope import ToolScope
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="counting a tree needs Linux /proc")
 
@@ -23,9 +23,9 @@ pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="countin
 def _forking_session(tmp_path: Path, *, mode: str, limit: int, spawns: int, timeout_s: float = 120.0):
     """A fake claude that starts `spawns` sleepers (the last one setsid, out of its group),
     then stalls: only the limit (or the deadline) ends it."""
-    from harnesscheck.fakes import install_fake_cli, load_fixture
-    from harnesscheck.providers.claude_code import ClaudeCodeTransport
-    from harnesscheck.registry import get_spec
+    from harnesscheck.backends.claude_code import ClaudeCodeTransport
+    from harnesscheck.backends.registry import get_spec
+    from harnesscheck.testing.fakes import install_fake_cli, load_fixture
 
     scenario = load_fixture("claude", "timeout_mid_stream")
     forks = [{"spawn": "sleep 1000"} for _ in range(spawns - 1)] + [{"spawn": "sleep 1000", "setsid": True}]

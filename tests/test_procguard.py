@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from proc_support import alive, survivors
 
-from harnesscheck import process
-from harnesscheck.process import LineAction, run_process
+from harnesscheck.contain import process
+from harnesscheck.contain.process import LineAction, run_process
 
 SCRIPTS = Path(__file__).parent / "proc_scripts"
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -36,8 +36,8 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Li
 HOST = textwrap.dedent(
     """
     import json, os, signal, sys, threading, time
-    from harnesscheck import process
-    from harnesscheck.process import run_process
+    from harnesscheck.contain import process
+    from harnesscheck.contain.process import run_process
 
     out, mode, scripts = sys.argv[1], sys.argv[2], sys.argv[3]
     PY = sys.executable
@@ -418,7 +418,7 @@ def test_start_guard_starts_it_ahead_of_the_first_session_and_the_session_uses_i
     script = textwrap.dedent(
         """
         import json, sys
-        from harnesscheck import process
+        from harnesscheck.contain import process
         before = process._guard_pid()
         assert process.start_guard()
         pid = process._guard_pid()

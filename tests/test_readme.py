@@ -26,7 +26,7 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 def test_readme_names_the_cli_pins_and_second_columns() -> None:
     """The README says which CLI releases the pins are (a bump that forgets it fails here)."""
-    from harnesscheck.registry import BUILTIN_SPECS, SECOND_COLUMNS, get_spec
+    from harnesscheck.backends.registry import BUILTIN_SPECS, SECOND_COLUMNS, get_spec
 
     text = (REPO / "README.md").read_text()
     for spec in BUILTIN_SPECS.values():

@@ -10,14 +10,14 @@ from types import SimpleNamespace
 import pytest
 from claude_steps import SID, claude_bridge_scenario
 
+from harnesscheck.backends.claude_code import ClaudeCodeTransport
+from harnesscheck.backends.registry import get_spec
 from harnesscheck.bridge.spec import summarize_trace
-from harnesscheck.contracts import AgentOutcome, AgentSessionRequest, OutcomeStatus
-from harnesscheck.dispatch import TRACE_DETAIL_CHARS, dispatch, trace_detail
-from harnesscheck.fakes import install_fake_cli
-from harnesscheck.providers.claude_code import ClaudeCodeTransport
-from harnesscheck.registry import get_spec
-from harnesscheck.scope import ToolScope
-from harnesscheck.trace import Trace
+from harnesscheck.choke.dispatch import TRACE_DETAIL_CHARS, dispatch, trace_detail
+from harnesscheck.choke.trace import Trace
+from harnesscheck.core.contracts import AgentOutcome, AgentSessionRequest, OutcomeStatus
+from harnesscheck.core.scope import ToolScope
+from harnesscheck.testing.fakes import install_fake_cli
 
 PLAIN_SECRET = "plainvalue-0123456789-zz"  # no token format: only redaction by value catches it
 

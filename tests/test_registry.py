@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from harnesscheck import registry
-from harnesscheck.config import Settings
-from harnesscheck.contracts import (
+from harnesscheck.backends import registry
+from harnesscheck.core.config import Settings
+from harnesscheck.core.contracts import (
     Capability,
     CliNotFound,
     CliVersionUnsupported,
@@ -56,7 +56,7 @@ def test_settings_from_env_and_dotenv(tmp_path: Path) -> None:
 def test_harness_teardown_settings_reach_the_transport() -> None:
     """HARNESS_BACKEND_LINGER_S / _TERM_GRACE_S configure a harness's teardown; explicit
     constructor arguments win; out-of-range values name the variable."""
-    from harnesscheck.providers.claude_code import ClaudeCodeTransport
+    from harnesscheck.backends.claude_code import ClaudeCodeTransport
 
     s = Settings.from_env({"HARNESS_BACKEND_LINGER_S": "0.5", "HARNESS_BACKEND_TERM_GRACE_S": "3"})
     assert (s.linger_s, s.term_grace_s) == (0.5, 3.0)
@@ -244,7 +244,7 @@ EXAMPLE_SPEC = ProviderSpec(
     id="example-ep",
     kind=Kind.api,
     label="Example",
-    factory="harnesscheck.providers.fake:FakeTransport",
+    factory="harnesscheck.backends.fake:FakeTransport",
     capabilities=frozenset({Capability.host_tool_loop}),
 )
 

@@ -12,11 +12,11 @@ import pytest
 import respx
 import respx_httpx2  # noqa: F401
 
-from harnesscheck.config import Settings
-from harnesscheck.contracts import AgentSessionRequest, OptionUnsupported, RequestOptions
-from harnesscheck.events import run_with_events
-from harnesscheck.registry import resolve_provider
-from harnesscheck.scope import ToolScope
+from harnesscheck.backends.registry import resolve_provider
+from harnesscheck.core.config import Settings
+from harnesscheck.core.contracts import AgentSessionRequest, OptionUnsupported, RequestOptions
+from harnesscheck.core.events import run_with_events
+from harnesscheck.core.scope import ToolScope
 
 MODES = list(W.PATHS)
 #: A reasoning model the snapshot knows for each wire's provider (metadata decides what it takes).
@@ -110,7 +110,7 @@ def test_thinking_is_decoded_shown_as_thought_and_carried_back_after_a_tool_turn
 
 
 def test_token_floor_counts_half_the_letter_runs_of_every_string():
-    from harnesscheck.llm import token_floor
+    from harnesscheck.backends.llm import token_floor
 
     assert token_floor("") == 0
     assert token_floor("one two three four") == 2
@@ -122,8 +122,8 @@ def test_token_floor_counts_half_the_letter_runs_of_every_string():
 def test_a_tool_result_that_overflows_the_window_ends_the_session_before_the_next_request(monkeypatch, tmp_path):
     """The second request (the transcript with a huge tool result) is refused, never sent; the
     first went out because it fit."""
-    from harnesscheck.contracts import ErrorClass, OutcomeStatus
-    from harnesscheck.models import model_info
+    from harnesscheck.core.contracts import ErrorClass, OutcomeStatus
+    from harnesscheck.core.models import model_info
 
     window = model_info("openai", "gpt-4").context
     req = request(tmp_path)

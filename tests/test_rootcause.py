@@ -1,6 +1,6 @@
 """Root-cause precedence (issue #20 item 6): where several failure signals appear in one
 session, the root cause wins over its consequences. The shared tiers
-(providers/_rootcause.py), then each harness transport's decision, on recordings: real
+(backends/_rootcause.py), then each harness transport's decision, on recordings: real
 ones from the real CLIs at loopback where they produce the combination, hand-derived from
 real recordings otherwise (the test says which)."""
 
@@ -10,10 +10,10 @@ import json
 
 import pytest
 
-from harnesscheck.contracts import ErrorClass, OutcomeStatus
-from harnesscheck.fakes import load_fixture
-from harnesscheck.process import Ending, ProcessResult
-from harnesscheck.providers._rootcause import TIERS, root_cause, tail_cause, tier
+from harnesscheck.backends._rootcause import TIERS, root_cause, tail_cause, tier
+from harnesscheck.contain.process import Ending, ProcessResult
+from harnesscheck.core.contracts import ErrorClass, OutcomeStatus
+from harnesscheck.testing.fakes import load_fixture
 
 C = ErrorClass
 
@@ -61,7 +61,7 @@ def test_among_equals_the_first_seen_wins_and_unclassified_signals_are_no_cause(
 
 def test_a_tail_is_judged_line_by_line():
     """Read as one text, the bridge rule matched first; line by line the 401 is the root."""
-    from harnesscheck.providers._errortext import classify_text
+    from harnesscheck.backends._errortext import classify_text
 
     assert classify_text(AUTH_THEN_BRIDGE) is C.mcp_unavailable  # what a whole-text read said
     cls, line = tail_cause(AUTH_THEN_BRIDGE)
@@ -73,7 +73,7 @@ def test_a_tail_is_judged_line_by_line():
 
 
 def _claude(lines, result, **kw):
-    from harnesscheck.providers.claude_code import ClaudeStreamParser
+    from harnesscheck.backends.claude_code import ClaudeStreamParser
 
     parser = ClaudeStreamParser(expected_tools=["mcp__bridge__read_file"], **kw)
     for line in lines:
@@ -133,7 +133,7 @@ def test_claude_reports_its_bridge_before_any_request():
 
 
 def _codex(lines, result, **kw):
-    from harnesscheck.providers.codex import CodexParser
+    from harnesscheck.backends.codex import CodexParser
 
     parser = CodexParser(**kw)
     for line in lines:
@@ -201,7 +201,7 @@ def test_gemini_auth_wins_over_the_bridge_that_never_started(tmp_path, scenario,
 def test_a_crash_tail_names_the_root(backend):
     """Hand-derived (the 401 and bridge lines above) for a CLI that ended with no terminal
     event: each transport's parser names auth, not the bridge line that followed."""
-    from harnesscheck.providers import cursor, deepseek, gemini, opencode, zcode
+    from harnesscheck.backends import cursor, deepseek, gemini, opencode, zcode
 
     parser = {"cursor": cursor.CursorParser, "gemini": gemini.GeminiParser, "opencode": opencode.OpencodeParser,
               "deepseek": deepseek.DeepSeekParser, "zcode": zcode.ZcodeParser}[backend]()

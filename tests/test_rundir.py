@@ -1,4 +1,4 @@
-"""Run dirs are private to the host (issue 17 findings 2 and 3; src/harnesscheck/rundir.py).
+"""Run dirs are private to the host (issue 17 findings 2 and 3; src/harnesscheck/contain/rundir.py).
 
 - Never inside the worktree, checked after resolving `..` and symlinks, in the library
   (a harness transport's session context) and in `harnesscheck run --run-dir` alike.
@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from harnesscheck.contracts import AgentSessionRequest
-from harnesscheck.providers._harness import new_session_context
-from harnesscheck.rundir import RunDirError, create_private, prepare_run_dir, replace_private, write_private
-from harnesscheck.scope import ToolScope
-from harnesscheck.trace import Trace
+from harnesscheck.backends._harness import new_session_context
+from harnesscheck.choke.trace import Trace
+from harnesscheck.contain.rundir import RunDirError, create_private, prepare_run_dir, replace_private, write_private
+from harnesscheck.core.contracts import AgentSessionRequest
+from harnesscheck.core.scope import ToolScope
 
 CANARY = "CANARY-victim-content-7b1e"
-HARNESSCHECK = [sys.executable, "-c", "from harnesscheck.cli import main; main()"]
+HARNESSCHECK = [sys.executable, "-c", "from harnesscheck.apps.cli import main; main()"]
 
 
 @pytest.fixture
@@ -154,8 +154,8 @@ def test_a_trace_never_appends_through_a_symlink(tmp_path: Path) -> None:
 
 def test_atomic_replacements_use_no_predictable_temp_name(tmp_path: Path, monkeypatch) -> None:
     """The spec's temp file was `.<name>.<pid>.tmp`: a planted symlink there was followed."""
+    from harnesscheck.apps.report import _atomic_write
     from harnesscheck.bridge.spec import BridgeSpec, write_spec
-    from harnesscheck.report import _atomic_write
 
     run = prepare_run_dir(tmp_path / "run")
     victim = _victim(tmp_path)
@@ -173,7 +173,7 @@ def test_atomic_replacements_use_no_predictable_temp_name(tmp_path: Path, monkey
 def test_transport_files_in_a_reused_run_dir_with_planted_symlinks(tmp_path: Path, wt: Path) -> None:
     """A claude session context in a run dir where every file name is a symlink to a victim:
     nothing the host writes reaches the victim."""
-    from harnesscheck.providers.claude_code import _write_private
+    from harnesscheck.backends.claude_code import _write_private
 
     run = prepare_run_dir(tmp_path / "run")
     victim = _victim(tmp_path)
@@ -190,7 +190,7 @@ def test_transport_files_in_a_reused_run_dir_with_planted_symlinks(tmp_path: Pat
 def test_forget_cli_state_keeps_only_what_the_host_put_there(tmp_path):
     """The CLI's transcripts, logs and databases in its config homes go after the session;
     the host's configs and a planted symlink's target stay (the link is unlinked, not followed)."""
-    from harnesscheck.rundir import config_home_entries, forget_cli_state
+    from harnesscheck.contain.rundir import config_home_entries, forget_cli_state
 
     homes = tmp_path / "run" / "config-homes"
     (homes / "codex_home").mkdir(parents=True)
@@ -222,7 +222,7 @@ def test_forget_cli_state_covers_the_private_home_and_the_scratch_cwd(tmp_path):
     `home/.local/share/opencode/opencode.db-wal` kept a host secret used as a tool argument.
     What the CLI wrote there and in its scratch cwd goes; the host's pre-fill (config, plugin
     manifest, the link to its node_modules) and the host's own files in the run dir stay."""
-    from harnesscheck.rundir import config_home_entries, forget_cli_state
+    from harnesscheck.contain.rundir import config_home_entries, forget_cli_state
 
     run = tmp_path / "run"
     secret = b"ghp_0123456789abcdefZq9"
@@ -259,7 +259,7 @@ def test_forget_cli_state_covers_the_private_home_and_the_scratch_cwd(tmp_path):
 def test_forget_cli_state_walks_only_the_dirs_named_and_never_a_symlinked_one(tmp_path):
     """A transport names its own state dirs (deepseek: `dsh-home`); a state dir that is a
     symlink (planted in a reused run dir) is not walked: its target keeps everything."""
-    from harnesscheck.rundir import CLI_STATE_DIRS, config_home_entries, forget_cli_state
+    from harnesscheck.contain.rundir import CLI_STATE_DIRS, config_home_entries, forget_cli_state
 
     run = tmp_path / "run"
     (run / "dsh-home").mkdir(parents=True)

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from harnesscheck.contracts import AgentOutcome, AuditFlag, AuditVerdict, Cost, CostSource, OutcomeStatus, Refusal
-from harnesscheck.fakes import install_fake_cli
-from harnesscheck.registry import get_spec
-from harnesscheck.report import ReportFacts, render_markdown, verdict_line, write_report
+from harnesscheck.apps.report import ReportFacts, render_markdown, verdict_line, write_report
+from harnesscheck.backends.registry import get_spec
+from harnesscheck.core.contracts import AgentOutcome, AuditFlag, AuditVerdict, Cost, CostSource, OutcomeStatus, Refusal
+from harnesscheck.testing.fakes import install_fake_cli
 
-HARNESSCHECK = [sys.executable, "-c", "from harnesscheck.cli import main; main()"]
+HARNESSCHECK = [sys.executable, "-c", "from harnesscheck.apps.cli import main; main()"]
 
 
 def run_cli(tmp_path, *args, timeout=120):
@@ -176,7 +176,7 @@ def test_report_never_invents_a_cost():
 
 @pytest.mark.parametrize(("backend", "cli"), [("codex", "codex"), ("cursor", "cursor-agent")])
 def test_shipped_fakes_work_as_in_the_readme(tmp_path, backend, cli):
-    from harnesscheck.paths import fake_clis_dir
+    from harnesscheck.core.paths import fake_clis_dir
 
     proc = run_cli(tmp_path, "--backend", backend, "--cli", str(fake_clis_dir() / cli), "--root", str(worktree(tmp_path)),
                    "--prompt", "hi", "--json")
@@ -187,8 +187,8 @@ def test_shipped_fakes_work_as_in_the_readme(tmp_path, backend, cli):
 # ---------------------------------------------------------------------------------------
 # Retrying transient errors (deterministic: the sleep and the jitter are injected)
 
-from harnesscheck.contracts import ErrorClass  # noqa: E402
-from harnesscheck.runner import RetryPolicy, run_command  # noqa: E402
+from harnesscheck.apps.runner import RetryPolicy, run_command  # noqa: E402
+from harnesscheck.core.contracts import ErrorClass  # noqa: E402
 
 
 def _failed(cls, *, retryable=True, retry_after=None, status=OutcomeStatus.error, tool_calls=0):

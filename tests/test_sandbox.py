@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from harnesscheck import process, sandbox
-from harnesscheck.config import Settings
-from harnesscheck.contracts import AgentSessionRequest, ConfigError, OutcomeStatus
-from harnesscheck.process import Ending, run_process
-from harnesscheck.sandbox import Sandbox
-from harnesscheck.scope import ToolScope
+from harnesscheck.contain import process, sandbox
+from harnesscheck.contain.process import Ending, run_process
+from harnesscheck.contain.sandbox import Sandbox
+from harnesscheck.core.config import Settings
+from harnesscheck.core.contracts import AgentSessionRequest, ConfigError, OutcomeStatus
+from harnesscheck.core.scope import ToolScope
 
 pytestmark = pytest.mark.skipif(not sandbox.status().available, reason=f"no sandbox here: {sandbox.status().reason}")
 
@@ -123,9 +123,9 @@ def test_etc_links_into_the_system_stay_links(tmp_path):
 # --- a transport's session ----------------------------------------------------------------------
 
 def _fake_session(tmp_path: Path, mode: str, scenario: str = "tool_calls"):
-    from harnesscheck.fakes import install_fake_cli
-    from harnesscheck.providers.claude_code import ClaudeCodeTransport
-    from harnesscheck.registry import get_spec
+    from harnesscheck.backends.claude_code import ClaudeCodeTransport
+    from harnesscheck.backends.registry import get_spec
+    from harnesscheck.testing.fakes import install_fake_cli
 
     root = tmp_path / "worktree"
     root.mkdir()
@@ -167,6 +167,7 @@ def test_the_kits_exec_wrapper_records_inside_a_sandbox_and_the_kit_sees_host_pi
     (writable). The record names the namespace's pid; the DescendantWatcher finds the host's
     pid of it while it runs and sees its child, and host_records gives the host's pid (the
     namespace's kept as ns_pid). Off, the same record is the host's own pid."""
+    from harnesscheck.contain.process import LineAction
     from harnesscheck.loopback.adapter import (
         DescendantWatcher,
         host_records,
@@ -174,7 +175,6 @@ def test_the_kits_exec_wrapper_records_inside_a_sandbox_and_the_kit_sees_host_pi
         wrapper_binds,
         write_wrapper,
     )
-    from harnesscheck.process import LineAction
 
     real_dir = tmp_path / "real"
     real_dir.mkdir()
@@ -234,11 +234,11 @@ REAL = ["claude-code", "codex", "gemini", "opencode", "deepseek"]
 
 @pytest.mark.parametrize("backend", REAL)
 def test_the_real_cli_works_sandboxed_at_loopback(backend, tmp_path):
+    from harnesscheck.backends.loopback_endpoint import DUMMY_KEY, LoopbackEndpoint
+    from harnesscheck.backends.registry import get_spec
     from harnesscheck.loopback.adapter import loopback_scenario, loopback_transport
     from harnesscheck.loopback.clis import require_pinned_cli
-    from harnesscheck.loopback.endpoint import DUMMY_KEY, LoopbackEndpoint
     from harnesscheck.loopback.server import ScriptedModelServer
-    from harnesscheck.registry import get_spec
 
     binary, why = require_pinned_cli(backend)
     if binary is None:
@@ -276,13 +276,13 @@ def test_the_real_acp_agent_works_sandboxed_at_loopback(agent, tmp_path):
     """An ACP agent run through an interpreter (`node <cache>/.../index.js`) and pointed at
     another cached CLI by its environment (claude-agent-acp's CLAUDE_CODE_EXECUTABLE) gets those
     installs bound read-only (sandbox.cache_installs); a bridge read reaches the model."""
-    from harnesscheck.contracts import CliNotFound
-    from harnesscheck.loopback.endpoint import LoopbackEndpoint
+    from harnesscheck.backends.acp import AcpTransport
+    from harnesscheck.backends.acp.profile import profile_for
+    from harnesscheck.backends.loopback_endpoint import LoopbackEndpoint
+    from harnesscheck.backends.registry import get_spec
+    from harnesscheck.core.contracts import CliNotFound
     from harnesscheck.loopback.scenario import Scenario, ToolCall, Turn
     from harnesscheck.loopback.server import ScriptedModelServer
-    from harnesscheck.providers.acp import AcpTransport
-    from harnesscheck.providers.acp.profile import profile_for
-    from harnesscheck.registry import get_spec
 
     spec = get_spec(f"acp-{agent}")
     root = tmp_path / "root"
@@ -349,8 +349,8 @@ def test_a_cli_that_kills_what_it_sees_and_outlives_its_host_leaves_nothing(tmp_
     cli.chmod(0o755)
     host = tmp_path / "host.py"
     host.write_text(textwrap.dedent(f"""\
-        from harnesscheck.process import run_process
-        from harnesscheck.sandbox import Sandbox
+        from harnesscheck.contain.process import run_process
+        from harnesscheck.contain.sandbox import Sandbox
         run_process([{str(cli)!r}], env={{"PATH": "/usr/bin:/bin"}}, cwd={str(tmp_path)!r},
                     on_line=lambda line: open({str(tmp_path / "ready")!r}, "w").close(), timeout_s=600,
                     sandbox=Sandbox(read_only=({str(tmp_path)!r},), required=True))

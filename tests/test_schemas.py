@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from harnesscheck.kit.schemas import render, schemas
+from harnesscheck.apps.schemas import render, schemas
 
 DOC = Path(__file__).resolve().parent.parent / "doc"
 
@@ -21,7 +21,7 @@ def test_published_schema_is_current_and_identified(name: str) -> None:
     assert schema["$id"].startswith("urn:harnesscheck:schema:")
     Draft202012Validator.check_schema(schema)
     assert (DOC / name).read_text(encoding="utf-8") == render(schema), (
-        f"doc/{name} is stale: run `python -m harnesscheck.kit.schemas doc`")
+        f"doc/{name} is stale: run `python -m harnesscheck.apps.schemas doc`")
 
 
 def test_the_committed_matrix_matches_its_schema() -> None:
@@ -44,7 +44,7 @@ def test_a_written_report_matches_its_schema_and_a_bogus_one_does_not(tmp_path: 
 
 
 def test_doctor_json_matches_its_schema() -> None:
-    from harnesscheck.doctor import Check, DoctorReport
+    from harnesscheck.apps.doctor import Check, DoctorReport
 
     report = DoctorReport(ok=False, checks=[Check("codex", "binary", "fail", "codex not found", "harnesscheck install-clis")])
     validator = Draft202012Validator(json.loads((DOC / "doctor.schema.json").read_text()))

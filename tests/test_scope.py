@@ -23,9 +23,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import harnesscheck.scope as scope_mod
-from harnesscheck.dispatch import dispatch, tool_definitions
-from harnesscheck.scope import REASON_CODES, Refused, ToolScope, resolve_path
+import harnesscheck.core.scope as scope_mod
+from harnesscheck.choke.dispatch import dispatch, tool_definitions
+from harnesscheck.core.scope import REASON_CODES, Refused, ToolScope, resolve_path
 
 CANARY = "CANARY-7f3a9c-outside-the-root"
 HL_CONTENT = "HARDLINKED-outside-content"
@@ -657,7 +657,7 @@ def test_p14_tool_set_is_exactly_the_five(tree):
      ("write_file", {"path": "n.txt", "content": "c"}, "write"), ("edit_file", {"path": "a.txt", "old": "hello", "new": "bye"}, "edit")],
 )
 def test_p14_every_path_taking_tool_goes_through_resolve_path(tree, monkeypatch, tool, args, op):
-    import harnesscheck.dispatch as dispatch_mod
+    import harnesscheck.choke.dispatch as dispatch_mod
 
     seen = []
     real = dispatch_mod.resolve_path

@@ -1,6 +1,6 @@
 """A scope root at or above the temp dir (root=/tmp) still works: the run dir and the CLI's
 scratch cwd go to a private temp dir outside the root; a root containing every scratch
-location is refused up front with a usage error (providers/_harness.py scratch_dir)."""
+location is refused up front with a usage error (backends/_harness.py scratch_dir)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from harnesscheck.config import Settings
-from harnesscheck.contracts import AgentSessionRequest, ConfigError
-from harnesscheck.fakes import install_fake_cli
-from harnesscheck.providers import _harness
-from harnesscheck.providers.codex import CodexTransport
-from harnesscheck.registry import get_spec
-from harnesscheck.scope import ToolScope
+from harnesscheck.backends import _harness
+from harnesscheck.backends.codex import CodexTransport
+from harnesscheck.backends.registry import get_spec
+from harnesscheck.core.config import Settings
+from harnesscheck.core.contracts import AgentSessionRequest, ConfigError
+from harnesscheck.core.scope import ToolScope
+from harnesscheck.testing.fakes import install_fake_cli
 
 
 def _session(tmp_path, root: Path, monkeypatch, tmpdir: Path):

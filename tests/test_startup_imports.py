@@ -44,7 +44,7 @@ def _run_and_list_modules(entry: str, args: list[str]) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("entry", ["harnesscheck.cli:main", "harnesscheck.launcher:main"])
+@pytest.mark.parametrize("entry", ["harnesscheck.apps.cli:main", "harnesscheck.apps.launcher:main"])
 def test_help_does_not_import_heavy_sdks(entry: str) -> None:
     result = _run_and_list_modules(entry, ["--help"])
     assert result["code"] == 0
@@ -53,13 +53,13 @@ def test_help_does_not_import_heavy_sdks(entry: str) -> None:
 
 
 def test_version_does_not_import_heavy_sdks() -> None:
-    result = _run_and_list_modules("harnesscheck.launcher:main", ["--version"])
+    result = _run_and_list_modules("harnesscheck.apps.launcher:main", ["--version"])
     assert result["code"] == 0 and result["out"].startswith("harnesscheck ")
     assert [m for m in HEAVY if m in result["modules"]] == []
 
 
 def test_fast_help_skips_typer_and_rich() -> None:
-    result = _run_and_list_modules("harnesscheck.launcher:main", ["--help"])
+    result = _run_and_list_modules("harnesscheck.apps.launcher:main", ["--help"])
     assert "typer" not in result["modules"] and "rich" not in result["modules"]
     assert "pydantic" not in result["modules"]
 
@@ -67,8 +67,8 @@ def test_fast_help_skips_typer_and_rich() -> None:
 def test_fast_help_lists_exactly_the_typer_commands() -> None:
     import typer.main
 
-    from harnesscheck.cli import app
-    from harnesscheck.launcher import commands_from_source, fast_help
+    from harnesscheck.apps.cli import app
+    from harnesscheck.apps.launcher import commands_from_source, fast_help
 
     group = typer.main.get_command(app)
     expected = [
@@ -76,7 +76,7 @@ def test_fast_help_lists_exactly_the_typer_commands() -> None:
         for name, cmd in group.commands.items()  # type: ignore[attr-defined]
         if not cmd.hidden
     ]
-    source = (Path(SRC) / "harnesscheck" / "cli.py").read_text()
+    source = (Path(SRC) / "harnesscheck" / "apps" / "cli.py").read_text()
     app_help, commands = commands_from_source(source)
     assert sorted(commands) == sorted(expected)
     assert app_help == app.info.help
@@ -86,14 +86,14 @@ def test_fast_help_lists_exactly_the_typer_commands() -> None:
 
 
 def test_one_top_level_help_whichever_entry_point() -> None:
-    """The console script (launcher, no typer) and `python -m harnesscheck.cli` print the very
+    """The console script (launcher, no typer) and `python -m harnesscheck.apps.cli` print the very
     same top-level help, root options included: one help style, not two."""
     import typer.main
 
-    from harnesscheck.cli import app
+    from harnesscheck.apps.cli import app
 
-    fast = _run_and_list_modules("harnesscheck.launcher:main", ["--help"])
-    slow = _run_and_list_modules("harnesscheck.cli:main", ["--help"])
+    fast = _run_and_list_modules("harnesscheck.apps.launcher:main", ["--help"])
+    slow = _run_and_list_modules("harnesscheck.apps.cli:main", ["--help"])
     assert fast["out"] == slow["out"] and fast["code"] == slow["code"] == 0
     group = typer.main.get_command(app)
     for param in group.params:  # type: ignore[attr-defined]
@@ -102,13 +102,13 @@ def test_one_top_level_help_whichever_entry_point() -> None:
 
 
 def test_no_arguments_is_a_usage_error_with_help() -> None:
-    fast = _run_and_list_modules("harnesscheck.launcher:main", [])
-    slow = _run_and_list_modules("harnesscheck.cli:main", [])
+    fast = _run_and_list_modules("harnesscheck.apps.launcher:main", [])
+    slow = _run_and_list_modules("harnesscheck.apps.cli:main", [])
     assert fast["code"] == slow["code"] == 2
     assert "Commands:" in fast["out"] and fast["out"] == slow["out"]
 
 
 def test_other_arguments_reach_the_typer_app() -> None:
-    result = _run_and_list_modules("harnesscheck.launcher:main", ["schema"])
+    result = _run_and_list_modules("harnesscheck.apps.launcher:main", ["schema"])
     assert result["code"] == 0
     assert json.loads(result["out"])["title"] == "AgentOutcome"

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import tests_mutants_import  # noqa: F401  (the repository on sys.path: `conformance`, `tests.mutants`)
 
+from harnesscheck.backends.registry import get_spec
 from harnesscheck.kit.levels import adapter_for
 from harnesscheck.kit.session import SkipCell
-from harnesscheck.registry import get_spec
 
 
 class _EveryReadMidSwap:

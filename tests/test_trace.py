@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-import harnesscheck.trace as trace_mod
-from harnesscheck.trace import Trace, read_trace
+import harnesscheck.choke.trace as trace_mod
+from harnesscheck.choke.trace import Trace, read_trace
 
 WRITERS = 4
 RECORDS_PER_WRITER = 2500
@@ -150,7 +150,7 @@ def test_redactor_is_optional(monkeypatch):
     monkeypatch.setattr(trace_mod, "_REDACT", None)
     redact = trace_mod._redactor()
     try:
-        from harnesscheck.envpolicy import redact as real  # noqa: F401
+        from harnesscheck.contain.envpolicy import redact as real  # noqa: F401
     except Exception:
         assert redact is None
     else:
@@ -158,7 +158,7 @@ def test_redactor_is_optional(monkeypatch):
 
 
 def test_redaction_memo_follows_env_secret_changes(tmp_path, monkeypatch):
-    pytest.importorskip("harnesscheck.envpolicy")
+    pytest.importorskip("harnesscheck.contain.envpolicy")
     monkeypatch.setattr(trace_mod, "_REDACT_LOADED", False)
     value = "zq" + "x7" * 10  # looks like nothing: only known-by-value redaction can catch it
     path = tmp_path / "t.jsonl"

@@ -9,13 +9,13 @@ import json
 import pytest
 from _replay import hostile_worktree, parent_env
 
-from harnesscheck.config import Settings
-from harnesscheck.contracts import AgentSessionRequest, ErrorClass, OutcomeStatus
-from harnesscheck.fakes import install_fake_cli, load_fixture
-from harnesscheck.policy import Limits, Policy
-from harnesscheck.providers._harness import _policy_turn_cap, _TurnLimit
-from harnesscheck.registry import build_transport, get_spec
-from harnesscheck.scope import ToolScope
+from harnesscheck.backends._harness import _policy_turn_cap, _TurnLimit
+from harnesscheck.backends.registry import build_transport, get_spec
+from harnesscheck.core.config import Settings
+from harnesscheck.core.contracts import AgentSessionRequest, ErrorClass, OutcomeStatus
+from harnesscheck.core.policy import Limits, Policy
+from harnesscheck.core.scope import ToolScope
+from harnesscheck.testing.fakes import install_fake_cli, load_fixture
 
 
 def turns_of(cli: str, backend: str, scenario: str = "tool_calls") -> int:

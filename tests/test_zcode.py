@@ -16,12 +16,9 @@ from _replay import assert_no_canary, build, hostile_worktree, parent_env, run_p
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harnesscheck.audit import RunFacts, audit_events
-from harnesscheck.config import Settings
-from harnesscheck.contracts import AgentSessionRequest, ErrorClass, ModelVerdict, OutcomeStatus
-from harnesscheck.fakes import install_fake_cli, load_fixture, with_worktree
-from harnesscheck.paths import fixtures_dir
-from harnesscheck.providers.zcode import (
+from harnesscheck.backends.audit import RunFacts, audit_events
+from harnesscheck.backends.registry import get_spec
+from harnesscheck.backends.zcode import (
     ATTACHED_PROMPT,
     DEFAULT_MODEL,
     DISALLOWED_TOOLS,
@@ -31,8 +28,11 @@ from harnesscheck.providers.zcode import (
     error_class,
     error_facts,
 )
-from harnesscheck.registry import get_spec
-from harnesscheck.scope import ToolScope
+from harnesscheck.core.config import Settings
+from harnesscheck.core.contracts import AgentSessionRequest, ErrorClass, ModelVerdict, OutcomeStatus
+from harnesscheck.core.paths import fixtures_dir
+from harnesscheck.core.scope import ToolScope
+from harnesscheck.testing.fakes import install_fake_cli, load_fixture, with_worktree
 
 SCENARIOS = sorted(p.stem for p in (fixtures_dir() / "zcode").glob("*.json"))
 SMALL = [s for s in SCENARIOS if s != "oversize_line"]
@@ -118,7 +118,7 @@ def test_model_ids_are_matched_case_sensitively():
 
 
 def _ended(code):
-    from harnesscheck.process import Ending, ProcessResult
+    from harnesscheck.contain.process import Ending, ProcessResult
 
     return ProcessResult(exit_code=code, signal=None, ending=Ending.exited, duration_s=0.1, stderr_tail="")
 
@@ -225,7 +225,12 @@ def test_drift_is_flagged_not_ignored(tmp_path):
 
 
 def test_every_native_built_in_is_denied_by_name():
-    from harnesscheck.audit import _ZCODE_OTHER_NATIVE, _ZCODE_READ_TOOLS, _ZCODE_SHELL_TOOLS, _ZCODE_WRITE_TOOLS
+    from harnesscheck.backends.audit import (
+        _ZCODE_OTHER_NATIVE,
+        _ZCODE_READ_TOOLS,
+        _ZCODE_SHELL_TOOLS,
+        _ZCODE_WRITE_TOOLS,
+    )
 
     known = _ZCODE_READ_TOOLS | _ZCODE_WRITE_TOOLS | _ZCODE_SHELL_TOOLS | _ZCODE_OTHER_NATIVE
     assert known <= set(DISALLOWED_TOOLS)
@@ -327,7 +332,7 @@ def test_login_file_is_linked_for_the_session_only(tmp_path):
 
 
 def test_the_parents_data_dir_variable_names_the_login(tmp_path):
-    from harnesscheck.providers.zcode import login_file
+    from harnesscheck.backends.zcode import login_file
 
     data = tmp_path / "elsewhere"
     (data / "v2").mkdir(parents=True)
@@ -377,7 +382,7 @@ def test_the_seeds_glob_escapes_block_the_session(tmp_path):
 
 @pytest.mark.parametrize("model", ["--yolo", "GLM,--x", "GLM 4", "a\nb"])
 def test_smuggling_model_names_are_refused_before_spawn(tmp_path, model):
-    from harnesscheck.contracts import ConfigError
+    from harnesscheck.core.contracts import ConfigError
 
     with pytest.raises(ConfigError):
         session(tmp_path, "success", model=model)

@@ -19,12 +19,12 @@ __all__ = [
 ]
 
 _LAZY = {
-    "AgentOutcome": "harnesscheck.contracts",
-    "AgentSessionRequest": "harnesscheck.contracts",
-    "ToolScope": "harnesscheck.scope",
-    "resolve_provider": "harnesscheck.registry",
-    "run_session": "harnesscheck.registry",
-    "warm_up": "harnesscheck.providers._harness",
+    "AgentOutcome": "harnesscheck.core.contracts",
+    "AgentSessionRequest": "harnesscheck.core.contracts",
+    "ToolScope": "harnesscheck.core.scope",
+    "resolve_provider": "harnesscheck.backends.registry",
+    "run_session": "harnesscheck.backends.registry",
+    "warm_up": "harnesscheck.backends._harness",
 }
 
 

@@ -1,7 +1,7 @@
 """`python -m harnesscheck ...`: the console entry point, run by an interpreter named by path
 (an ACP profile's `{python} -m harnesscheck acp serve`, where no `harnesscheck` is on PATH)."""
 
-from harnesscheck.launcher import main
+from harnesscheck.apps.launcher import main
 
 if __name__ == "__main__":
     main()

@@ -21,8 +21,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from harnesscheck.contracts import AgentOutcome, CapabilityUnsupported, Kind, OutcomeStatus, ProviderSpec
-from harnesscheck.contracts import Capability as C
+from harnesscheck.core.contracts import AgentOutcome, CapabilityUnsupported, Kind, OutcomeStatus, ProviderSpec
+from harnesscheck.core.contracts import Capability as C
 
 
 class HurriedClaude:

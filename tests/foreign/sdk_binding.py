@@ -36,7 +36,7 @@ import threading
 import time
 from pathlib import Path
 
-from harnesscheck.contracts import (
+from harnesscheck.core.contracts import (
     BLOCKING,
     RETRYABLE,
     AgentOutcome,
@@ -50,7 +50,7 @@ from harnesscheck.contracts import (
     ProviderSpec,
     Usage,
 )
-from harnesscheck.contracts import Capability as C
+from harnesscheck.core.contracts import Capability as C
 
 SERVER = "workspace"
 PREFIX = f"mcp__{SERVER}__"
@@ -68,7 +68,7 @@ class SdkClaude:
         self.cli_path = str(cli_path or settings.cli or "") or None  # None: the SDK finds (or bundles) its own
         self.extra_env: dict[str, str] = {}
         if loopback is not None:  # point the CLI at the kit's scripted model server
-            from harnesscheck.loopback.endpoint import claude_env
+            from harnesscheck.backends.loopback_endpoint import claude_env
 
             self.extra_env = claude_env(loopback)
 

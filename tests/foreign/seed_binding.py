@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from harnesscheck.contracts import (
+from harnesscheck.core.contracts import (
     AgentOutcome,
     CapabilityUnsupported,
     Kind,
@@ -34,7 +34,7 @@ from harnesscheck.contracts import (
     Refusal,
     Usage,
 )
-from harnesscheck.contracts import Capability as C
+from harnesscheck.core.contracts import Capability as C
 
 #: the seed's capability vocabulary -> harnesscheck's (names the seed does not have stay out)
 CAPABILITIES = {"mcp_tools": C.mcp_tools, "builtin_tools_off": C.builtin_tools_off, "max_turns": C.max_turns,

@@ -8,8 +8,8 @@ the exact check ids the mutant must fail (tests/test_kit_mutants.py proves it), 
 
 from __future__ import annotations
 
-from harnesscheck.contracts import ProviderSpec
-from harnesscheck.registry import get_spec
+from harnesscheck.backends.registry import get_spec
+from harnesscheck.core.contracts import ProviderSpec
 
 
 def mutant_spec(base: str, module: str, cls: type, **changes) -> ProviderSpec:

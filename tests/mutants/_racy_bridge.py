@@ -23,8 +23,8 @@ import time
 if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
     del sys.path[0]  # the mutants' modules (codex.py, ...) must not shadow anything the bridge imports
 
-import harnesscheck.dispatch as dispatch_module  # noqa: E402
-from harnesscheck.dispatch import ToolResult  # noqa: E402
+import harnesscheck.choke.dispatch as dispatch_module  # noqa: E402
+from harnesscheck.choke.dispatch import ToolResult  # noqa: E402
 
 WINDOW_S = 0.002
 _real_dispatch = dispatch_module.dispatch

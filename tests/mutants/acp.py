@@ -3,7 +3,7 @@ transport (see __init__.py). Each is the miniature of one acp.* check."""
 
 from __future__ import annotations
 
-from harnesscheck.providers.acp import AcpTransport, builtin_profile
+from harnesscheck.backends.acp import AcpTransport, builtin_profile
 from tests.mutants import mutant_spec
 
 M = "tests.mutants.acp"

@@ -5,8 +5,8 @@ reader), so everything else is the reference."""
 
 from __future__ import annotations
 
-from harnesscheck.llm import LLM
-from harnesscheck.providers.api import ApiTransport
+from harnesscheck.backends.api import ApiTransport
+from harnesscheck.backends.llm import LLM
 from tests.mutants import mutant_spec
 
 M = "tests.mutants.api"
@@ -67,7 +67,7 @@ class _TakesTheHostAuthToken(LLM):
 
 class _WaitsSilently(LLM):
     def create(self, **kwargs):
-        from harnesscheck.llm import retry_notices
+        from harnesscheck.backends.llm import retry_notices
 
         token = retry_notices.set(None)  # the backoff still waits, it just says nothing
         try:

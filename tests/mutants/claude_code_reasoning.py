@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 
-from harnesscheck.llm import Reply, ToolCall
-from harnesscheck.providers.claude_code_reasoning import (
+from harnesscheck.backends.claude_code_reasoning import (
     ClaudeReasoningTransport,
     OneTurnClaude,
     ReasoningLLM,
     tool_protocol,
 )
+from harnesscheck.backends.llm import Reply, ToolCall
 from tests.mutants import mutant_spec
 
 M = "tests.mutants.claude_code_reasoning"

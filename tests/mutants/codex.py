@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 
-from harnesscheck.audit import Auditor, shell_path_words
-from harnesscheck.contracts import Capability
-from harnesscheck.providers._eventlog import SessionAudit
-from harnesscheck.providers.codex import CodexTransport
+from harnesscheck.backends._eventlog import SessionAudit
+from harnesscheck.backends.audit import Auditor, shell_path_words
+from harnesscheck.backends.codex import CodexTransport
+from harnesscheck.core.contracts import Capability
 from tests.mutants import mutant_spec
 
 M = "tests.mutants.codex"
@@ -28,7 +28,7 @@ class FailsAnUnverifiedModel(CodexTransport):
     """Treats a served model codex never reports as a mismatch: every guarded session fails."""
 
     def judge(self, outcome, ctx, *, tool_less):
-        from harnesscheck.contracts import ErrorClass, ModelVerdict, OutcomeStatus
+        from harnesscheck.core.contracts import ErrorClass, ModelVerdict, OutcomeStatus
 
         outcome = super().judge(outcome, ctx, tool_less=tool_less)
         if (outcome.ok and outcome.requested_model and outcome.model_verdict is ModelVerdict.unverified
@@ -72,7 +72,7 @@ class LoadsTheProjectDocs(CodexTransport):
     sandboxed = False
 
     def invocation(self, ctx, request, cli, *, tool_less):
-        from harnesscheck.providers import codex
+        from harnesscheck.backends import codex
 
         inv = super().invocation(ctx, request, cli, tool_less=tool_less)
         path = ctx.run_dir / "config-homes" / "codex_home" / "config.toml"

@@ -3,9 +3,9 @@ mocked Copilot (kit/copilot_adapter.py)."""
 
 from __future__ import annotations
 
-from harnesscheck.contracts import ErrorClass
-from harnesscheck.llm import LLMError
-from harnesscheck.providers.copilot import CopilotLLM, CopilotTransport, TokenSource
+from harnesscheck.backends.copilot import CopilotLLM, CopilotTransport, TokenSource
+from harnesscheck.backends.llm import LLMError
+from harnesscheck.core.contracts import ErrorClass
 from tests.mutants import mutant_spec
 
 M = "tests.mutants.copilot"

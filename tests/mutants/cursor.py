@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harnesscheck.providers.cursor import CursorTransport
+from harnesscheck.backends.cursor import CursorTransport
 from tests.mutants import mutant_spec
 
 M = "tests.mutants.cursor"

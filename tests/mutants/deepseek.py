@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from harnesscheck.contracts import OutcomeStatus
-from harnesscheck.providers import deepseek as ds
-from harnesscheck.providers.deepseek import DeepSeekParser, DeepSeekTransport
+from harnesscheck.backends import deepseek as ds
+from harnesscheck.backends.deepseek import DeepSeekParser, DeepSeekTransport
+from harnesscheck.core.contracts import OutcomeStatus
 from tests.mutants import mutant_spec
 
 M = "tests.mutants.deepseek"

@@ -24,8 +24,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from harnesscheck.contracts import AgentOutcome, CapabilityUnsupported, Kind, OutcomeStatus, ProviderSpec, Usage
-from harnesscheck.contracts import Capability as C
+from harnesscheck.core.contracts import AgentOutcome, CapabilityUnsupported, Kind, OutcomeStatus, ProviderSpec, Usage
+from harnesscheck.core.contracts import Capability as C
 
 SERVER = "infermatrix-tools"
 DENY = "Bash,Read,Write,Edit,Glob,Grep,WebFetch,WebSearch,NotebookEdit,Task,TodoWrite"

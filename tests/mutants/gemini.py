@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from harnesscheck.contracts import OutcomeStatus
-from harnesscheck.providers import gemini
-from harnesscheck.providers.gemini import GeminiParser, GeminiTransport
+from harnesscheck.backends import gemini
+from harnesscheck.backends.gemini import GeminiParser, GeminiTransport
+from harnesscheck.core.contracts import OutcomeStatus
 from tests.mutants import mutant_spec
 
 M = "tests.mutants.gemini"

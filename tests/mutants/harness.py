@@ -9,8 +9,8 @@ import threading
 import time
 from pathlib import Path
 
-from harnesscheck.providers.claude_code import ClaudeCodeTransport, ClaudeStreamParser
-from harnesscheck.providers.codex import CodexTransport
+from harnesscheck.backends.claude_code import ClaudeCodeTransport, ClaudeStreamParser
+from harnesscheck.backends.codex import CodexTransport
 from tests.mutants import mutant_spec
 
 M = "tests.mutants.harness"
@@ -94,7 +94,7 @@ _RUNNER_LOCK = threading.Lock()
 def _naive_run_process(argv, *, env, cwd, on_line, timeout_s, stdin_bytes=None, cancel=None, close_stdin=True,
                        on_spawn=None, close_stdin_after_s=None, **_ignored):
     """subprocess.Popen + proc.kill() on the deadline: the CLI dies, its children live on."""
-    from harnesscheck.process import Ending, LineAction, ProcessResult
+    from harnesscheck.contain.process import Ending, LineAction, ProcessResult
 
     started = time.monotonic()
     proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -140,7 +140,7 @@ def _naive_run_process(argv, *, env, cwd, on_line, timeout_s, stdin_bytes=None, 
 
 
 def _with_naive_runner(run, request, **kwargs):
-    import harnesscheck.process as process
+    import harnesscheck.contain.process as process
 
     with _RUNNER_LOCK:
         real = process.run_process
@@ -168,7 +168,7 @@ class FindsEscapeesByEnvMarker(ClaudeCodeTransport):
     sandboxed = False
 
     def _run(self, request, **kwargs):
-        import harnesscheck.process as process
+        import harnesscheck.contain.process as process
 
         with _RUNNER_LOCK:
             real = process._use_guard
@@ -197,7 +197,7 @@ def _clock_paused_for_tools(real, argv, *, on_line, timeout_s, cancel=None, **kw
     import dataclasses
     import json
 
-    from harnesscheck.process import Ending
+    from harnesscheck.contain.process import Ending
 
     pending: set = set()
     fired = threading.Event()  # the mutant's own deadline, handed to the runner as a cancel
@@ -246,7 +246,7 @@ class PausesTheClockForToolCalls(CodexTransport):
     def _run(self, request, **kwargs):
         import functools
 
-        import harnesscheck.process as process
+        import harnesscheck.contain.process as process
 
         with _RUNNER_LOCK:
             real = process.run_process
@@ -381,7 +381,7 @@ class ChecksThenOpensByName(ClaudeCodeTransport):
 class _NoiseIntolerantParser(ClaudeStreamParser):
     def feed(self, line):
         if line.strip() and not line.lstrip().startswith("{"):
-            from harnesscheck.contracts import ErrorClass, OutcomeStatus
+            from harnesscheck.core.contracts import ErrorClass, OutcomeStatus
 
             return self._stop(OutcomeStatus.error, ErrorClass.protocol, f"non-JSON line: {line[:40]!r}")
         return super().feed(line)
@@ -400,7 +400,7 @@ class _CrashBlindParser(ClaudeStreamParser):
     def outcome(self, result):
         outcome = super().outcome(result)
         if self.result is None and self.early is None:
-            from harnesscheck.contracts import OutcomeStatus
+            from harnesscheck.core.contracts import OutcomeStatus
 
             return outcome.model_copy(update={"status": OutcomeStatus.ok, "error_class": None, "retryable": False})
         return outcome
@@ -435,7 +435,7 @@ class TrustsAnyCliPath(ClaudeCodeTransport):
     def cli(self):
         from pathlib import Path
 
-        from harnesscheck.registry import CliInfo
+        from harnesscheck.backends.registry import CliInfo
 
         return CliInfo(path=Path(self._cli_path or self.settings.cli), version="2.1.197")
 
@@ -446,7 +446,7 @@ class LeavesStdinOpen(ClaudeCodeTransport):
     def _run(self, request, **kwargs):
         import functools
 
-        import harnesscheck.process as process
+        import harnesscheck.contain.process as process
 
         with _RUNNER_LOCK:
             real = process.run_process
@@ -466,7 +466,7 @@ def _streaming_run_process(argv, *, env, cwd, on_line, timeout_s, stdin_bytes=No
     import selectors
     import signal
 
-    from harnesscheck.process import Ending, LineAction, ProcessResult
+    from harnesscheck.contain.process import Ending, LineAction, ProcessResult
 
     started = time.monotonic()
     proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -516,7 +516,7 @@ class LeaksTheCliWhenTheStreamIsAbandoned(ClaudeCodeTransport):
     (Its hand-rolled runner also kills only the CLI's process group and reads on past the result.)"""
 
     def _run(self, request, **kwargs):
-        import harnesscheck.process as process
+        import harnesscheck.contain.process as process
 
         with _RUNNER_LOCK:
             real = process.run_process
@@ -534,7 +534,7 @@ class HoldsStdinOpenAWhile(ClaudeCodeTransport):
     def _run(self, request, **kwargs):
         import functools
 
-        import harnesscheck.process as process
+        import harnesscheck.contain.process as process
 
         with _RUNNER_LOCK:
             real = process.run_process
@@ -599,7 +599,7 @@ class DropsTheVendorCost(ClaudeCodeTransport):
     """Throws away the cost figure the CLI reported."""
 
     def _finish(self, outcome, ctx, result, info, redact):
-        from harnesscheck.contracts import Cost
+        from harnesscheck.core.contracts import Cost
 
         return super()._finish(outcome, ctx, result, info, redact).model_copy(update={"cost": Cost()})
 
@@ -615,7 +615,7 @@ class _UnknownIntolerantParser(ClaudeStreamParser):
         except (ValueError, AttributeError):
             kind = None
         if kind is not None and kind not in self.KNOWN:
-            from harnesscheck.contracts import ErrorClass, OutcomeStatus
+            from harnesscheck.core.contracts import ErrorClass, OutcomeStatus
 
             return self._stop(OutcomeStatus.error, ErrorClass.protocol, f"unknown event type {kind!r}")
         return super().feed(line)
@@ -640,7 +640,7 @@ class _BraceIntolerantParser(ClaudeStreamParser):
             except ValueError:
                 event = None
             if not isinstance(event, dict) or not event.get("type"):
-                from harnesscheck.contracts import ErrorClass, OutcomeStatus
+                from harnesscheck.core.contracts import ErrorClass, OutcomeStatus
 
                 return self._stop(OutcomeStatus.error, ErrorClass.protocol, "malformed event line")
         return super().feed(line)
@@ -707,7 +707,7 @@ class WritesItsMcpConfigToAFixedName(ClaudeCodeTransport):
     sandboxed = False
 
     def invocation(self, ctx, request, cli, *, tool_less):
-        from harnesscheck.providers.claude_code import mcp_config
+        from harnesscheck.backends.claude_code import mcp_config
 
         inv = super().invocation(ctx, request, cli, tool_less=tool_less)
         if "--mcp-config" in inv.argv:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harnesscheck.providers.opencode import OpencodeParser, OpencodeTransport
+from harnesscheck.backends.opencode import OpencodeParser, OpencodeTransport
 from tests.mutants import mutant_spec
 
 M = "tests.mutants.opencode"
@@ -40,7 +40,7 @@ class ReadsSuccessFromExitZero(OpencodeTransport):
     """Takes exit 0 as success when the stream ended without a final step_finish."""
 
     def make_parser(self, ctx, request, *, tool_less, on_text=None):
-        from harnesscheck.providers._eventlog import EVENT_LOG_NAME, LoggedParser
+        from harnesscheck.backends._eventlog import EVENT_LOG_NAME, LoggedParser
 
         parser = _ExitZeroParser(requested_model=request.model or self.settings.model)
         parser.on_text = on_text
@@ -57,7 +57,7 @@ class WaitsOutItsOwnRetries(OpencodeTransport):
     stderr) runs into the deadline and is reported as a timeout, not a retryable rate limit."""
 
     def make_parser(self, ctx, request, *, tool_less, on_text=None):
-        from harnesscheck.providers._eventlog import EVENT_LOG_NAME, LoggedParser
+        from harnesscheck.backends._eventlog import EVENT_LOG_NAME, LoggedParser
 
         parser = _DeafToStderrParser(requested_model=request.model or self.settings.model)
         parser.on_text = on_text

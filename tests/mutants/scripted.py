@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import time
 
-from harnesscheck.contracts import Capability, Cost, CostSource, ErrorClass, ModelVerdict, Usage
-from harnesscheck.providers.fake import FakeTransport
-from harnesscheck.registry import get_spec
+from harnesscheck.backends.fake import FakeTransport
+from harnesscheck.backends.registry import get_spec
+from harnesscheck.core.contracts import Capability, Cost, CostSource, ErrorClass, ModelVerdict, Usage
 from tests.mutants import mutant_spec
 
 M = "tests.mutants.scripted"
@@ -15,7 +15,7 @@ STALL_CAP_S = 20.0  # a real defect would stall for an hour; the self-test only 
 
 
 def _ok(text):
-    from harnesscheck.dispatch import ToolResult
+    from harnesscheck.choke.dispatch import ToolResult
 
     return ToolResult(ok=True, text=text)
 
@@ -250,7 +250,7 @@ class RefusesEveryWrite(FakeTransport):
 
     def call_tool(self, call, request, trace, session_id):
         if call.name in ("write_file", "edit_file"):
-            from harnesscheck.dispatch import ToolResult
+            from harnesscheck.choke.dispatch import ToolResult
 
             return ToolResult(ok=False, text="refused: read_only: writes are off", code="read_only")
         return super().call_tool(call, request, trace, session_id)
@@ -349,7 +349,7 @@ class ChecksTheRunDirLexically(FakeTransport):
         if run_dir is None:
             return super().session_run_dir(request)
         if run_dir == root or run_dir.startswith(root + os.sep):
-            from harnesscheck.rundir import RunDirError
+            from harnesscheck.contain.rundir import RunDirError
 
             raise RunDirError(f"the run dir {run_dir} is inside the worktree", "choose another")
         os.makedirs(run_dir, exist_ok=True)
@@ -367,7 +367,7 @@ class IgnoresTheHostPolicy(FakeTransport):
     consulted (a backend written before the host had a policy)."""
 
     def call_tool(self, call, request, trace, session_id):
-        from harnesscheck.dispatch import dispatch
+        from harnesscheck.choke.dispatch import dispatch
 
         return dispatch(call.name, dict(call.args), request.scope, trace, session_id=session_id)
 

@@ -3,10 +3,10 @@ implementation's zcode defects and the hazards its shapes carry."""
 
 from __future__ import annotations
 
-from harnesscheck.audit import Auditor
-from harnesscheck.contracts import OutcomeStatus
-from harnesscheck.providers._eventlog import SessionAudit
-from harnesscheck.providers.zcode import ZcodeParser, ZcodeTransport
+from harnesscheck.backends._eventlog import SessionAudit
+from harnesscheck.backends.audit import Auditor
+from harnesscheck.backends.zcode import ZcodeParser, ZcodeTransport
+from harnesscheck.core.contracts import OutcomeStatus
 from tests.mutants import mutant_spec
 
 M = "tests.mutants.zcode"
@@ -16,7 +16,7 @@ class LeavesAHugePromptInArgv(ZcodeTransport):
     """Keeps a prompt over 100 000 bytes in `--prompt=` instead of PROMPT.md + `--attach` (E2BIG)."""
 
     def invocation(self, ctx, request, cli, *, tool_less):
-        from harnesscheck.providers.zcode import compose_prompt
+        from harnesscheck.backends.zcode import compose_prompt
 
         inv = super().invocation(ctx, request, cli, tool_less=tool_less)
         prompt = compose_prompt(request.system, request.prompt, () if tool_less else request.scope.tool_names())
@@ -72,7 +72,7 @@ class TrustsExitZero(ZcodeTransport):
     """Counts exit 0 as success when no `result` event came (the stream was cut, nothing said it ended)."""
 
     def make_parser(self, ctx, request, *, tool_less, on_text=None):
-        from harnesscheck.providers._eventlog import EVENT_LOG_NAME, LoggedParser
+        from harnesscheck.backends._eventlog import EVENT_LOG_NAME, LoggedParser
 
         parser = _ExitZeroParser(requested_model=self.requested_model(request))
         parser.on_text = on_text
@@ -83,7 +83,7 @@ class RateLimitIsAuth(ZcodeTransport):
     """Reads Z.AI's 1302 / HTTP 429 as a login failure: blocked, never retried."""
 
     def make_parser(self, ctx, request, *, tool_less, on_text=None):
-        import harnesscheck.providers.zcode as z
+        import harnesscheck.backends.zcode as z
 
         logged = super().make_parser(ctx, request, tool_less=tool_less, on_text=on_text)
         inner = logged.parser

@@ -7,7 +7,7 @@ usage: host.py PIDFILE HOSTPIDFILE
 import os
 import sys
 
-from harnesscheck.process import run_process
+from harnesscheck.contain.process import run_process
 
 here = os.path.dirname(os.path.abspath(__file__))
 with open(sys.argv[2] + ".tmp", "w") as fh:

@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-from harnesscheck.process import run_process
+from harnesscheck.contain.process import run_process
 
 
 def peak_rss_kib() -> int:

@@ -24,9 +24,9 @@ def serve_command(*, backend: str | None, root: Path | None = None, model: str |
     message and fix on stderr, exit 2/3), then serve stdin/stdout until EOF or a signal; exit 0."""
     from harnesscheck.acpserve.agent import AcpServer
     from harnesscheck.acpserve.wire import Writer, take_stdout
-    from harnesscheck.config import Settings
-    from harnesscheck.contracts import HarnessError, SelectionMissing
-    from harnesscheck.registry import get_spec, known_specs, resolve_provider
+    from harnesscheck.backends.registry import get_spec, known_specs, resolve_provider
+    from harnesscheck.core.config import Settings
+    from harnesscheck.core.contracts import HarnessError, SelectionMissing
 
     fence = None
     if root is not None:

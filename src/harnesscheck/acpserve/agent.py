@@ -112,8 +112,8 @@ class AcpServer:
     def __init__(self, transport: Any, spec: Any, writer: Writer, *, model: str | None = None,
                  timeout_s: float = 1800.0, fence: Path | None = None,
                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES):
-        from harnesscheck.contracts import Capability
-        from harnesscheck.envpolicy import secret_values
+        from harnesscheck.contain.envpolicy import secret_values
+        from harnesscheck.core.contracts import Capability
 
         self.transport, self.spec, self.writer = transport, spec, writer
         self.model, self.timeout_s, self.fence, self.max_line_bytes = model, timeout_s, fence, max_line_bytes
@@ -157,7 +157,7 @@ class AcpServer:
         self.log(f"{why}: exiting")
 
     def log(self, text: str) -> None:
-        from harnesscheck.envpolicy import redact
+        from harnesscheck.contain.envpolicy import redact
 
         try:
             print(f"harnesscheck acp serve: {redact(text, self._secrets)}", file=sys.stderr, flush=True)
@@ -165,7 +165,7 @@ class AcpServer:
             pass
 
     def redact(self, text: str) -> str:
-        from harnesscheck.envpolicy import redact
+        from harnesscheck.contain.envpolicy import redact
 
         return redact(text, self._secrets)
 
@@ -295,8 +295,8 @@ class AcpServer:
     def new_session(self, msg_id: Any, params: dict) -> dict:
         from acp.schema import NewSessionRequest, NewSessionResponse, SessionMode, SessionModeState
 
-        from harnesscheck.contracts import HarnessError
-        from harnesscheck.providers._harness import scratch_dir
+        from harnesscheck.backends._harness import scratch_dir
+        from harnesscheck.core.contracts import HarnessError
 
         request = _validate(NewSessionRequest, params)
         cwd = request.cwd
@@ -390,10 +390,10 @@ class AcpServer:
                 self._finish(session, turn, error=RpcError(INTERNAL_ERROR, f"Internal error: {type(exc).__name__}"))
 
     def _run_step(self, session: _Session, turn: _Turn, text: str):
-        from harnesscheck.contracts import AgentSessionRequest, HarnessError
-        from harnesscheck.policy import Policy, Rule, ToolKind, Verdict
-        from harnesscheck.providers._harness import scratch_dir
-        from harnesscheck.scope import ToolScope
+        from harnesscheck.backends._harness import scratch_dir
+        from harnesscheck.core.contracts import AgentSessionRequest, HarnessError
+        from harnesscheck.core.policy import Policy, Rule, ToolKind, Verdict
+        from harnesscheck.core.scope import ToolScope
 
         read_only = session.mode == MODE_READ_ONLY or not self.asks
         run_dir = scratch_dir(session.root, "hc-acp-")
@@ -591,7 +591,7 @@ class AcpServer:
 
 class _ToolReporter:
     """One turn's tool calls as the client sees them, from the session's typed events
-    (harnesscheck.events): each call the choke point is asked about is a `tool_call`, its end a
+    (harnesscheck.core.events): each call the choke point is asked about is a `tool_call`, its end a
     `tool_call_update`; the policy's approver is the client, asked with
     session/request_permission before the write runs."""
 

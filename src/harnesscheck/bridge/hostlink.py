@@ -156,7 +156,7 @@ class HostLink:
                 pass
 
     def _answer(self, raw: object) -> dict:
-        from harnesscheck.policy import ApprovalRequest, ToolKind, _ask
+        from harnesscheck.core.policy import ApprovalRequest, ToolKind, _ask
 
         if self.approver is None:
             return {"answer": None, "code": "no_approver"}
@@ -243,7 +243,7 @@ class LinkClient:
                 self._fail()
 
     def approve(self, request) -> object:
-        from harnesscheck.policy import ApprovalAnswer
+        from harnesscheck.core.policy import ApprovalAnswer
 
         message = {"approve": {"tool": request.tool, "args": dict(request.args), "kind": request.kind.value,
                                "path": request.path, "digest": request.digest, "session": request.session,

@@ -12,7 +12,7 @@ Pure functions, no I/O beyond reading the bridge trace, no heavy import:
 - `bridge_listed(trace_path, session_id)`: for every CLI (and the only signal cursor gives),
   the bridge's own trace says a client fetched its tool list. The cursor transport reads it
   after every session with tools and ends one whose bridge never listed them
-  blocked/mcp_unavailable (providers/_harness.py `judge`, `readiness_from_trace`).
+  blocked/mcp_unavailable (backends/_harness.py `judge`, `readiness_from_trace`).
 """
 
 from __future__ import annotations

@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from harnesscheck.bridge.spec import BridgeSpec
-    from harnesscheck.policy import Policy
-    from harnesscheck.scope import ToolScope
-    from harnesscheck.trace import Trace
+    from harnesscheck.choke.trace import Trace
+    from harnesscheck.core.policy import Policy
+    from harnesscheck.core.scope import ToolScope
 
 WATCHDOG_INTERVAL_S = 0.25
 #: On stdin EOF, tool calls still running get this long to answer before the bridge exits.
@@ -69,7 +69,7 @@ def scrub_environ() -> list[str]:
     """Replace os.environ by what the env policy lets a child keep (allowlist, then deny
     rules). The process runner's run marker is kept: it is not secret, and the orphan sweep
     finds the bridge's own children by it. Returns the names removed (never values)."""
-    from harnesscheck.envpolicy import RUN_MARKER_VAR, build_child_env
+    from harnesscheck.contain.envpolicy import RUN_MARKER_VAR, build_child_env
 
     marker = os.environ.get(RUN_MARKER_VAR)
     kept = build_child_env(dict(os.environ), injections={RUN_MARKER_VAR: marker} if marker else {})
@@ -426,7 +426,7 @@ class Inflight:
 
 #: Set when a session ended with tool calls still running (the drain bound passed): their
 #: threads may still open and write files, so the process must exit at once, never linger
-#: with its fds closed under them (forkserver._report_exit).
+#: with its fds closed under them (forkserver_child._report_exit).
 _CALLS_OUTLIVED_SESSION = False
 
 
@@ -523,7 +523,7 @@ def build_server(
 
     from harnesscheck import __version__
     from harnesscheck.bridge.spec import SERVER_NAME
-    from harnesscheck.dispatch import dispatch, tool_definitions
+    from harnesscheck.choke.dispatch import dispatch, tool_definitions
 
     tools = [
         types.Tool(
@@ -541,7 +541,7 @@ def build_server(
 
     engine = None
     if policy is not None or link_dir is not None:
-        from harnesscheck.policy import Policy, PolicyEngine
+        from harnesscheck.core.policy import Policy, PolicyEngine
 
         link = None
         if link_dir is not None:
@@ -562,7 +562,7 @@ def build_server(
         # session's trace, the engine takes up the calls already traced, then this call runs.
         import fcntl
 
-        from harnesscheck.trace import read_trace
+        from harnesscheck.choke.trace import read_trace
 
         fd = os.open(f"{trace_path}.policy-lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
         try:
@@ -599,7 +599,7 @@ def build_server(
         finally:
             if inflight is not None:
                 inflight.count -= 1
-        from harnesscheck.dispatch import safe_text
+        from harnesscheck.choke.dispatch import safe_text
 
         return types.CallToolResult(content=[types.TextContent(text=safe_text(result.text))], is_error=not result.ok)
 
@@ -938,7 +938,7 @@ def run_bridge(
 
     `hangup_fd` (the forkserver's relay connection): its peer closing ends the bridge too,
     like a parent death (`bridge_stop reason: relay_gone`). `mode` is noted in bridge_start."""
-    from harnesscheck.trace import Trace
+    from harnesscheck.choke.trace import Trace
 
     trace = Trace(trace_path, session_id=session_id) if trace_path is not None else None
     stopping = threading.Lock()  # held by whichever ending is recorded: one bridge_stop only
@@ -966,7 +966,7 @@ def run_bridge(
     server = build_server(scope, trace=trace, session_id=session_id, inflight=inflight, policy=policy,
                           link_dir=link_dir, link_approvals=link_approvals)
     if trace is not None:
-        from harnesscheck.dispatch import tool_definitions
+        from harnesscheck.choke.dispatch import tool_definitions
 
         extra = {"mode": mode} if mode else {}
         trace.record("bridge_start", pid=os.getpid(), tools=[d.name for d in tool_definitions(scope)], **extra)
@@ -1001,9 +1001,9 @@ def rehearse(root: Path) -> None:
 
     import anyio
 
-    from harnesscheck.dispatch import tool_definitions
-    from harnesscheck.scope import ToolScope
-    from harnesscheck.trace import Trace
+    from harnesscheck.choke.dispatch import tool_definitions
+    from harnesscheck.choke.trace import Trace
+    from harnesscheck.core.scope import ToolScope
 
     in_r, in_w = os.pipe2(os.O_CLOEXEC)
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
@@ -1086,7 +1086,7 @@ def bridge_command(root: Path, read_only: bool, trace: Path | None) -> int:
     """`harnesscheck bridge --root DIR [--read-only] [--trace FILE]`: the same server, with a
     scope built from the flags and a fresh session id."""
     initial_ppid, fds = _prepare()
-    from harnesscheck.scope import ToolScope
+    from harnesscheck.core.scope import ToolScope
 
     root = Path(root).expanduser().absolute()
     if not root.is_dir():

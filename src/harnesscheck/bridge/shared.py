@@ -100,7 +100,7 @@ class SharedBridge:
         from mcp.server.transport_security import TransportSecuritySettings
 
         from harnesscheck.bridge.server import build_server
-        from harnesscheck.trace import Trace
+        from harnesscheck.choke.trace import Trace
 
         try:
             spec = sess.spec

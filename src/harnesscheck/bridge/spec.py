@@ -23,9 +23,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from harnesscheck.contracts import Refusal
-from harnesscheck.policy import Policy
-from harnesscheck.scope import ToolScope
+from harnesscheck.core.contracts import Refusal
+from harnesscheck.core.policy import Policy
+from harnesscheck.core.scope import ToolScope
 
 SPEC_VERSION = 1
 #: The MCP server name every transport registers: claude sees `mcp__bridge__read_file`.
@@ -79,7 +79,7 @@ class BridgeSpec(BaseModel):
 
 def write_spec(spec: BridgeSpec, path: Path) -> Path:
     """Write the spec as JSON (mode 0600, atomically: a half-written spec is never read)."""
-    from harnesscheck.rundir import replace_private
+    from harnesscheck.contain.rundir import replace_private
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

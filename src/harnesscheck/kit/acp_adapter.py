@@ -8,7 +8,7 @@ it. Canonical scenarios the fake cannot stand for are skipped `adapter-not-imple
 reason; nothing is guessed.
 
 The evidence of an ACP session (`AcpRun`): the outcome, what the host saw on the wire
-(providers/acp/session.py AcpEvidence), the fake's own record (its pid, its tool children and MCP
+(backends/acp/session.py AcpEvidence), the fake's own record (its pid, its tool children and MCP
 servers with the env it gave them) and the effects on disk the check looks at itself.
 """
 
@@ -53,7 +53,7 @@ def _repeated_usage(steps: list[dict]) -> list[dict]:
 
 def _result_usage(data: dict):
     """The usage a scenario's prompt result reports (Usage), None when it reports none."""
-    from harnesscheck.contracts import Usage
+    from harnesscheck.core.contracts import Usage
 
     raw = data.get("usage")
     if not isinstance(raw, dict):
@@ -84,7 +84,7 @@ class AcpRun:
     """One ACP session as an acp.* check sees it."""
 
     outcome: Any
-    evidence: Any  # providers.acp.session.AcpEvidence
+    evidence: Any  # backends.acp.session.AcpEvidence
     records: list[dict]
     duration_s: float
     effects: Path  # a directory outside the worktree and the run dir for the scenario's marks
@@ -119,7 +119,7 @@ def read_records(path: Path) -> list[dict]:
 
 def session_new_servers(run_dir) -> dict[str, dict]:
     """The MCP servers an ACP host named in `session/new`, from its wire log in the run dir
-    (providers/acp/transport.py WIRE_LOG): {name: {command, args, env}}; {} when there is none."""
+    (backends/acp/transport.py WIRE_LOG): {name: {command, args, env}}; {} when there is none."""
     servers: dict[str, dict] = {}
     for rec in read_records(Path(run_dir) / "acp-wire.jsonl") if run_dir else []:
         msg = rec.get("msg") if rec.get("dir") == "out" else None
@@ -183,8 +183,8 @@ class AcpAdapter(BackendUnderTest):
         if level != "offline":
             raise SkipCell("env-missing", f"no {level} adapter for the ACP backend {spec.id} is installed here")
         self._runs = 0
-        from harnesscheck.config import Settings
-        from harnesscheck.registry import build_transport
+        from harnesscheck.backends.registry import build_transport
+        from harnesscheck.core.config import Settings
 
         profile = getattr(build_transport(spec, Settings(backend=spec.id)), "profile")
         self.by_prompt = profile.scripted_by_prompt
@@ -204,8 +204,8 @@ class AcpAdapter(BackendUnderTest):
 
     def _transport(self, scenario: dict, *, policy=None, settings: dict | None = None, session_key: str | None = None):
         """The backend's transport, its profile's command extended to replay `scenario`."""
-        from harnesscheck.config import Settings
-        from harnesscheck.registry import build_transport
+        from harnesscheck.backends.registry import build_transport
+        from harnesscheck.core.config import Settings
 
         self._runs += 1
         folder = self.tmp_path / f"acp{self._runs}"
@@ -253,7 +253,7 @@ class AcpAdapter(BackendUnderTest):
         return transport, record_path
 
     def prepare(self, scenario, ws, *, tool_calls, model, timeout_s, echo) -> Setup:
-        from harnesscheck.fakes import fixture_path
+        from harnesscheck.testing.fakes import fixture_path
 
         if self.by_prompt and scenario not in FIXTURE_SCENARIOS:
             raise SkipCell("adapter-not-implemented", f"{scenario}: harnesscheck's own ACP agent is scripted here only for "
@@ -371,9 +371,9 @@ def run_acp_session(but: BackendUnderTest, transport, record: Path | None, ws, e
                     parent_env: dict[str, str] | None, decided: Callable | None = None) -> AcpRun:
     """One session of an ACP transport in workspace `ws`, with the evidence an acp.* check reads.
     `cancel_when(evidence, record)` and `decided(evidence)` (AcpAdapter.acp_run), polled, cancel it."""
-    from harnesscheck.contracts import AgentSessionRequest
+    from harnesscheck.backends.acp.session import AcpEvidence
+    from harnesscheck.core.contracts import AgentSessionRequest
     from harnesscheck.kit.session import patched_environ
-    from harnesscheck.providers.acp.session import AcpEvidence
 
     run_dir = ws.base / "run"
     if plant is not None:
@@ -453,7 +453,7 @@ def own_command(spec) -> Path | None:
     found on PATH), or None."""
     import shutil
 
-    from harnesscheck.providers.acp.profile import profile_for
+    from harnesscheck.backends.acp.profile import profile_for
 
     word = profile_for(spec.id).command[0]
     if "/" in word:
@@ -475,8 +475,8 @@ def learn_builtin_calls(bodies: list[str], scope_tools: set[str]) -> dict:
     Google GenAI wire's `functionDeclarations`): a tool whose required arguments are a command (SHELL_ARGS) is its
     shell; one taking a path (PATH_ARGS) and `content` and nothing else required is its write.
     The bridge's own tools (the scope's names, however the agent prefixes them) are never taken."""
+    from harnesscheck.backends.acp.profile import BuiltinCall
     from harnesscheck.loopback.adapter import wire_to_scope_name
-    from harnesscheck.providers.acp.profile import BuiltinCall
 
     schemas: dict[str, dict] = {}
     for text in bodies:
@@ -557,11 +557,11 @@ class AcpLoopbackLevel:
                 return self._learned
 
             def learn_tools(self) -> dict:
-                from harnesscheck.config import Settings
-                from harnesscheck.loopback.endpoint import DUMMY_KEY, LoopbackEndpoint
+                from harnesscheck.backends.loopback_endpoint import DUMMY_KEY, LoopbackEndpoint
+                from harnesscheck.backends.registry import build_transport
+                from harnesscheck.core.config import Settings
                 from harnesscheck.loopback.scenario import Scenario, Turn
                 from harnesscheck.loopback.server import ScriptedModelServer
-                from harnesscheck.registry import build_transport
 
                 server = ScriptedModelServer(Scenario("learn", (Turn(text="done"),)), expected_key=DUMMY_KEY).start()
                 try:
@@ -580,11 +580,11 @@ class AcpLoopbackLevel:
 
             def acp_run(self, steps, *, timeout_s=60.0, read_only=False, policy=None, cancel_when=None,
                         observer=None, plant=None, parent_env=None, linger_s=None, session_key=None, decided=None):
-                from harnesscheck.config import Settings
-                from harnesscheck.loopback.endpoint import DUMMY_KEY, LoopbackEndpoint
+                from harnesscheck.backends.loopback_endpoint import DUMMY_KEY, LoopbackEndpoint
+                from harnesscheck.backends.registry import build_transport
+                from harnesscheck.core.config import Settings
                 from harnesscheck.loopback.scenario import Scenario
                 from harnesscheck.loopback.server import ScriptedModelServer
-                from harnesscheck.registry import build_transport
 
                 if cancel_when is not None:
                     raise SkipCell("adapter-not-implemented", "the loopback level keeps no record naming the pid of the "

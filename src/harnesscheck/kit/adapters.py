@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from harnesscheck.config import Settings
-from harnesscheck.contracts import AgentOutcome, AgentSessionRequest, Kind, ProviderSpec, Transport
+from harnesscheck.core.config import Settings
+from harnesscheck.core.contracts import AgentOutcome, AgentSessionRequest, Kind, ProviderSpec, Transport
+from harnesscheck.core.policy import Policy
 from harnesscheck.kit.session import (
     Facts,
     KitFault,
@@ -43,7 +44,6 @@ from harnesscheck.kit.session import (
     read_trace,
 )
 from harnesscheck.kit.watchdog import SessionOverran, Watchdog, WatchdogThread, end_survivors, identities, kill
-from harnesscheck.policy import Policy
 
 #: Abstract scenario names checks may ask for (the fixture names, plus two kit-level ones).
 SCENARIOS: tuple[str, ...] = (
@@ -131,7 +131,7 @@ class BackendUnderTest:
         `policy`, `approver`: the host's tool policy and approver for this session, in the
         request (AgentSessionRequest.policy / .approver; doc/SPEC-policy.md).
         `events`: a list the session's typed events are appended to as they happen (the host
-        runs it through harnesscheck.events.run_with_events; doc/SPEC-events.md).
+        runs it through harnesscheck.core.events.run_with_events; doc/SPEC-events.md).
 
         `echo`: strings the upstream (vendor API / CLI) repeats in its error output, as real
         ones do with keys and tokens; the backend must not pass them on.
@@ -212,11 +212,11 @@ class BackendUnderTest:
                     try:
                         outcome = setup.transport.run_session(request, cancel=cancel, on_text=abandon)
                     except StreamAbandoned:
-                        from harnesscheck.contracts import OutcomeStatus
+                        from harnesscheck.core.contracts import OutcomeStatus
 
                         outcome = AgentOutcome(status=OutcomeStatus.cancelled, message="(abandoned by the caller)")
                 elif events is not None:  # the host reads the typed event stream (doc/SPEC-events.md)
-                    from harnesscheck.events import run_with_events
+                    from harnesscheck.core.events import run_with_events
 
                     outcome = run_with_events(setup.transport, request, events.append, cancel=cancel)
                 else:
@@ -251,7 +251,7 @@ class BackendUnderTest:
         verdict; a check that watches the machine while its session runs calls run() instead."""
         if not self.SHARES_SESSIONS or self.shared_runs is None:
             return self.run(scenario)
-        from harnesscheck.contracts import OutcomeStatus
+        from harnesscheck.core.contracts import OutcomeStatus
 
         key = (self.spec.id, self.level, type(self).__name__, scenario)
         run = self.shared_runs.get(key)
@@ -411,8 +411,8 @@ class BackendUnderTest:
         CLI's config-home variables, from its kit profile's `config_home_env`)."""
         if self.level == "live":
             return {}
-        from harnesscheck.paths import cli_cache_dir
-        from harnesscheck.registry import kit_profiles
+        from harnesscheck.backends.registry import kit_profiles
+        from harnesscheck.core.paths import cli_cache_dir
 
         home = ws.base / "host-home"
         home.mkdir(parents=True, exist_ok=True)
@@ -425,7 +425,7 @@ class BackendUnderTest:
         }
 
     def transport(self, **settings) -> Transport:
-        from harnesscheck.registry import build_transport
+        from harnesscheck.backends.registry import build_transport
 
         self.run_settings(settings)
         return build_transport(self.spec, Settings(backend=self.spec.id, **settings))
@@ -464,7 +464,7 @@ class BackendUnderTest:
         """Unique canary values for every denied family of the parent environment: the model
         vendors' and clouds' variables, and each registered CLI's own (its kit profile's
         `credential_env`)."""
-        from harnesscheck.registry import kit_profiles
+        from harnesscheck.backends.registry import kit_profiles
 
         tag = secrets.token_hex(6)
         names = [
@@ -519,7 +519,7 @@ class BackendUnderTest:
 
     def built_on_dispatch(self) -> bool:
         """Whether the backend's transport is built on harnesscheck's own providers (and so on its
-        dispatch and reason codes): a class of `harnesscheck.providers` in the factory's MRO."""
+        dispatch and reason codes): a class of `harnesscheck.backends` in the factory's MRO."""
         import importlib
 
         module, _, attr = self.spec.factory.partition(":")
@@ -528,7 +528,7 @@ class BackendUnderTest:
         except (ImportError, AttributeError):
             return False
         return isinstance(factory, type) and any(
-            (getattr(k, "__module__", "") or "").startswith("harnesscheck.providers") for k in factory.__mro__)
+            (getattr(k, "__module__", "") or "").startswith("harnesscheck.backends") for k in factory.__mro__)
 
     def tool_errors(self, run: SessionRun) -> list[tuple[str, str]] | None:
         """(tool, text) of each tool result the model saw as an error, whatever its wording or

@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from harnesscheck.config import Settings
-from harnesscheck.contracts import Usage
+from harnesscheck.core.config import Settings
+from harnesscheck.core.contracts import Usage
 from harnesscheck.kit.adapters import BackendUnderTest, Setup
 from harnesscheck.kit.session import Facts, Progress, SessionRun, SkipCell, patched_environ
 
@@ -341,7 +341,7 @@ PROVENANCE = {
 
 
 def _metadata(api_mode: str, model: str | None):
-    from harnesscheck.models import PROVIDER_OF_MODE, model_info
+    from harnesscheck.core.models import PROVIDER_OF_MODE, model_info
 
     return model_info(PROVIDER_OF_MODE.get(api_mode), model)
 
@@ -400,13 +400,13 @@ class ApiAdapter(BackendUnderTest):
         self.ran: list[str] = []  # scenarios this cell ran (its provenance)
 
     def _env(self, url: str = "http://127.0.0.1:9") -> dict[str, str]:
-        from harnesscheck.providers.api import MODE_ENV
+        from harnesscheck.backends.api import MODE_ENV
 
         key_var, url_var = MODE_ENV[self.api_mode]
         return {key_var: self.key, url_var: url if self.api_mode == "anthropic_messages" else url + "/v1"}
 
     def transport(self, url: str | None = None, **settings):
-        from harnesscheck.registry import build_transport
+        from harnesscheck.backends.registry import build_transport
 
         if not self.spec.api_mode:
             settings.setdefault("api_mode", self.api_mode)

@@ -40,7 +40,7 @@ class Entry:
     expires: date | None = None
 
     def matches(self, check: str, backend: str, level: str) -> bool:
-        from harnesscheck.registry import base_id
+        from harnesscheck.backends.registry import base_id
 
         # an entry for `my-backend` also covers its release columns (`my-backend==1.2.3`); one
         # naming a release covers only that column

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from harnesscheck.contracts import Capability, Kind
+from harnesscheck.core.contracts import Capability, Kind
 
 LEVELS: tuple[str, ...] = ("offline", "loopback", "live")
 
@@ -184,7 +184,7 @@ def info_of(fn: Callable) -> CheckInfo | None:
 
 
 def conformance_modules(directory: Path | None = None) -> list[Path]:
-    from harnesscheck.paths import conformance_dir
+    from harnesscheck.core.paths import conformance_dir
 
     directory = directory or conformance_dir()
     return sorted(directory.glob("test_*.py"))
@@ -192,7 +192,7 @@ def conformance_modules(directory: Path | None = None) -> list[Path]:
 
 def load_catalog(directory: Path | None = None) -> dict[str, CheckInfo]:
     """Import every conformance module (as the package ``conformance``) and return the catalog."""
-    from harnesscheck.paths import conformance_dir
+    from harnesscheck.core.paths import conformance_dir
 
     directory = (directory or conformance_dir()).resolve()
     parent = str(directory.parent)
@@ -220,7 +220,7 @@ _RETIRED_RE = re.compile(r"^(?P<id>\S+)\s+retired\s+(?P<date>\d{4}-\d{2}-\d{2})\
 
 
 def ledger_path(directory: Path | None = None) -> Path:
-    from harnesscheck.paths import conformance_dir
+    from harnesscheck.core.paths import conformance_dir
 
     return (directory or conformance_dir()) / LEDGER_NAME
 

@@ -20,7 +20,7 @@ import secrets
 import time
 from http.server import BaseHTTPRequestHandler
 
-from harnesscheck.config import Settings
+from harnesscheck.core.config import Settings
 from harnesscheck.kit.adapters import Setup
 from harnesscheck.kit.api_adapter import REQUESTED, ApiAdapter, Fail, ScriptedServer, Turn, api_scenarios
 from harnesscheck.kit.session import Facts, SessionRun, SkipCell
@@ -40,7 +40,7 @@ def _warm() -> None:
     which a duration-judging check (errors.auth-not-retried) would have blamed on the backend."""
     import importlib
 
-    from harnesscheck.llm import tls_context
+    from harnesscheck.backends.llm import tls_context
 
     importlib.import_module("anthropic")
     importlib.import_module("httpx")
@@ -107,7 +107,7 @@ class CopilotAdapter(ApiAdapter):
 
     def __init__(self, spec, level, tmp_path):
         super().__init__(spec, level, tmp_path)
-        from harnesscheck.authstore import AuthStore
+        from harnesscheck.backends.authstore import AuthStore
 
         _warm()
         self.key = "gho_hccanary" + secrets.token_hex(14)
@@ -124,7 +124,7 @@ class CopilotAdapter(ApiAdapter):
                 "Copilot-Integration-Id) and the API version and intent headers are unverified against the live API")
 
     def transport(self, url: str | None = None, **settings):
-        from harnesscheck.registry import build_transport
+        from harnesscheck.backends.registry import build_transport
 
         url = url or "http://127.0.0.1:9"
         settings.setdefault("model", REQUESTED)

@@ -36,7 +36,7 @@ EXCLUSIONS: dict[str, str] = {
     "E10": "invalid flags are prevented before spawn (selection.flag-values-validated); a vendor 400 without a "
     "recognized marker is covered by each parser's own tests",
     "E12": "classification precedence is per-parser logic pinned by the transports' snapshot tests over every "
-    "fixture; the root cause over its consequences (providers/_rootcause.py, each transport SPEC's table) "
+    "fixture; the root cause over its consequences (backends/_rootcause.py, each transport SPEC's table) "
     "by tests/test_rootcause.py on recordings; the kit checks each class separately",
     "F3": "no backend resumes or continues sessions; every session is a fresh invocation with the restrictions "
     "re-applied",

@@ -29,7 +29,7 @@ def but(request: pytest.FixtureRequest, tmp_path):
 
     missing = unmet(spec, info.requires) if info else []  # a required capability is judged, declared or not
     if missing:
-        from harnesscheck.registry import declined_because
+        from harnesscheck.backends.registry import declined_because
 
         why = "; ".join(w for w in (declined_because(spec, c) for c in missing) if w)
         raise SkipCell("unsupported-by-backend", f"{spec.id} does not declare {', '.join(missing)}" + (f": {why}" if why else ""))

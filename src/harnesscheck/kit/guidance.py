@@ -35,7 +35,7 @@ class GuidanceError(Exception):
 
 
 def guidance_path(directory: Path | None = None) -> Path:
-    from harnesscheck.paths import conformance_dir
+    from harnesscheck.core.paths import conformance_dir
 
     return (directory or conformance_dir()) / GUIDANCE_NAME
 

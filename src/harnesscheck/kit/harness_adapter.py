@@ -1,13 +1,13 @@
 """HarnessAdapter: a CLI backend at the offline level — its real transport driving a fake CLI.
 
-Each run installs a per-test fake CLI (harnesscheck.fakes) replaying
+Each run installs a per-test fake CLI (harnesscheck.testing.fakes) replaying
 ``fixtures/<cli>/<scenario>.json``; the transport finds it through ``Settings.cli``, exactly
 as a host points it at a binary with HARNESS_BACKEND_CLI. Tool calls are real: the fake
 starts the MCP server the transport configured (the bridge) and calls it, so refusals come
 from dispatch through the bridge and are folded into the outcome by the transport.
 
 Facts a check compares against (served model, vendor cost) are read from the fixture by the
-reader of the backend's kit profile (providers/<backend>/kit_profile.py, found through
+reader of the backend's kit profile (backends/<backend>/kit_profile.py, found through
 `registry.kit_profile(spec)`), as is everything else this module knows of one CLI: its fake,
 its hostile built-in calls, its login files, its config files and the tools it offers. This
 module names no CLI (tests/test_layers.py). Where a fixture does not state a fact the cell is
@@ -24,15 +24,15 @@ import tempfile
 import threading
 from pathlib import Path
 
+from harnesscheck.backends.registry import kit_profile, kit_profiles
 from harnesscheck.kit.adapters import BackendUnderTest, Setup
 from harnesscheck.kit.session import Facts, Progress, SessionRun, SkipCell
-from harnesscheck.registry import kit_profile, kit_profiles
 
 
 def offline_cli_version(spec) -> str | None:
     """The CLI version the offline fixtures were recorded from (their provenance), or, for
     fixtures written from references only, a plain statement that no binary was observed."""
-    from harnesscheck.fakes import fixture_path
+    from harnesscheck.testing.fakes import fixture_path
 
     fake_name = kit_profile(spec).fake_name
     if fake_name is None:
@@ -205,7 +205,7 @@ class WrapperPool:
 
     def acquire(self, fake, cli: str, version: str):
         """`fake` (a per-run install) behind a pooled wrapper; give it back with release()."""
-        from harnesscheck.fakes import install_fake_cli
+        from harnesscheck.testing.fakes import install_fake_cli
 
         key = (cli, version)
         with self._lock:
@@ -361,7 +361,7 @@ class HarnessAdapter(BackendUnderTest):
         never visible (the planted one replaces it)."""
         if self.level != "offline":
             return super().host_isolation(ws)
-        from harnesscheck.paths import cli_cache_dir
+        from harnesscheck.core.paths import cli_cache_dir
 
         home = ws.base / "host-home"
         if not home.is_dir():
@@ -378,7 +378,7 @@ class HarnessAdapter(BackendUnderTest):
         return self.profile.login_files
 
     def load_fixture(self, scenario: str) -> dict:
-        from harnesscheck.fakes import fixture_path
+        from harnesscheck.testing.fakes import fixture_path
 
         path = fixture_path(self.fake_name, scenario)
         if not path.is_file():
@@ -399,7 +399,7 @@ class HarnessAdapter(BackendUnderTest):
         """A per-run fake CLI replaying `scenario` (a fixture name or a scenario dict).
         `worktree`: the session's scope root, written where a step says `{{worktree}}` (a fake
         does not know it; a built-in call the model aims at the worktree names it)."""
-        from harnesscheck.fakes import install_fake_cli, with_worktree
+        from harnesscheck.testing.fakes import install_fake_cli, with_worktree
 
         # A fixture is parsed afresh; a caller's dict is copied as deep as it is changed here.
         data = self.load_fixture(scenario) if isinstance(scenario, str) else dict(scenario)
@@ -437,7 +437,7 @@ class HarnessAdapter(BackendUnderTest):
         elif scenario in ("repeated_usage", "helper_model"):
             # helper_model: fixtures/<cli>/helper_model.json where a CLI has one (a recorded
             # success may have no helper: the pinned CLI calls none under the transport)
-            from harnesscheck.fakes import fixture_path
+            from harnesscheck.testing.fakes import fixture_path
 
             source = "helper_model" if scenario == "helper_model" and fixture_path(self.fake_name, "helper_model").is_file() else "success"
             data = self.load_fixture(source)
@@ -697,10 +697,10 @@ class HarnessAdapter(BackendUnderTest):
     def host_audit(self, run: SessionRun, request):
         """The post-run audit a host makes (as `harnesscheck run` does): the CLI's event log
         against the run's facts. None when the transport kept no event log."""
-        from harnesscheck.audit import RunFacts, audit_events
+        from harnesscheck.backends._eventlog import EVENT_LOG_NAME
+        from harnesscheck.backends.audit import RunFacts, audit_events
         from harnesscheck.bridge.spec import summarize_trace
-        from harnesscheck.contracts import Capability
-        from harnesscheck.providers._eventlog import EVENT_LOG_NAME
+        from harnesscheck.core.contracts import Capability
 
         if run.outcome.audit is not None:
             return run.outcome.audit

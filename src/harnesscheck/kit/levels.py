@@ -8,7 +8,7 @@ import functools
 from pathlib import Path
 from typing import Callable, Iterable, NamedTuple
 
-from harnesscheck.contracts import Kind, ProviderSpec
+from harnesscheck.core.contracts import Kind, ProviderSpec
 from harnesscheck.kit.adapters import BackendUnderTest
 from harnesscheck.kit.scripted_adapter import ScriptedAdapter
 from harnesscheck.kit.session import SkipCell
@@ -29,7 +29,7 @@ def is_scripted(spec: ProviderSpec) -> bool:
         factory = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError):
         return False
-    from harnesscheck.providers.fake import FakeTransport
+    from harnesscheck.backends.fake import FakeTransport
 
     return isinstance(factory, type) and issubclass(factory, FakeTransport)
 
@@ -67,7 +67,7 @@ def background_warm_ups(cells: list[tuple[ProviderSpec, str]], *, api_sdk: bool 
 
         jobs.append(WarmUp("forkserver", get_forkserver))
     if api_sdk and ("api", "offline") in kinds:
-        from harnesscheck.llm import sdk_module
+        from harnesscheck.backends.llm import sdk_module
 
         sdks = sorted({sdk_module(spec.api_mode or "anthropic_messages") for spec, level in cells
                        if level == "offline" and adapter_kind(spec) == "api"})
@@ -154,14 +154,14 @@ def _built_on(spec: ProviderSpec, base: type) -> bool:
 
 def is_acp(spec: ProviderSpec) -> bool:
     """A backend built on the ACP transport (an ACP agent, driven by kit/acp_adapter.py offline)."""
-    from harnesscheck.providers.acp.transport import AcpTransport
+    from harnesscheck.backends.acp.transport import AcpTransport
 
     return _built_on(spec, AcpTransport)
 
 
 def is_copilot(spec: ProviderSpec) -> bool:
     """A backend built on the Copilot provider (its endpoints are mocked by CopilotAdapter)."""
-    from harnesscheck.providers.copilot import CopilotTransport
+    from harnesscheck.backends.copilot import CopilotTransport
 
     return _built_on(spec, CopilotTransport)
 
@@ -197,7 +197,7 @@ def reasoning_profile(spec: ProviderSpec):
     """The reasoning part of the backend's kit profile (an api backend whose model is another
     backend's CLI, one call per host turn), None for every other backend. Its `offline_skip`
     says why it has no offline cells (its column is the loopback level)."""
-    from harnesscheck.registry import kit_profile
+    from harnesscheck.backends.registry import kit_profile
 
     return kit_profile(spec).reasoning
 

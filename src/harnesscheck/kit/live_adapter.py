@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from harnesscheck.config import Settings
+from harnesscheck.core.config import Settings
 from harnesscheck.kit.adapters import BackendUnderTest, Setup
 from harnesscheck.kit.levels import LEVEL_PROVIDERS
 from harnesscheck.kit.session import Facts, SkipCell
@@ -25,8 +25,8 @@ def _missing(spec) -> str | None:
     if os.environ.get("CI"):
         return "CI is set: live checks never run in CI"
     if spec.cli_name:
-        from harnesscheck.contracts import HarnessError
-        from harnesscheck.registry import find_cli
+        from harnesscheck.backends.registry import find_cli
+        from harnesscheck.core.contracts import HarnessError
 
         try:
             find_cli(spec, Settings(backend=spec.id))
@@ -48,7 +48,7 @@ def _login_missing(spec) -> str | None:
     """Whether the user's login for the CLI is present (checked on disk, without running it)."""
     from pathlib import Path
 
-    from harnesscheck.registry import kit_profile
+    from harnesscheck.backends.registry import kit_profile
 
     home = Path(os.path.expanduser("~"))
     login_missing = kit_profile(spec).live_login_missing  # the backend's own reader (its kit profile)
@@ -69,7 +69,7 @@ class LiveAdapter(BackendUnderTest):
     def cli_version(spec) -> str | None:
         if not spec.cli_name or _missing(spec):
             return None
-        from harnesscheck.registry import find_cli
+        from harnesscheck.backends.registry import find_cli
 
         return find_cli(spec, Settings(backend=spec.id)).version
 
@@ -84,7 +84,7 @@ class LiveAdapter(BackendUnderTest):
         if scenario not in LIVE_SCENARIOS:
             raise SkipCell("budget", f"live runs only {', '.join(LIVE_SCENARIOS)}")
         settings = Settings.from_env().model_copy(update={"backend": self.spec.id, "timeout_s": LIVE_TIMEOUT_S})
-        from harnesscheck.registry import build_transport
+        from harnesscheck.backends.registry import build_transport
 
         return Setup(build_transport(self.spec, settings), Facts(), model=model)
 

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harnesscheck.contracts import ErrorClass, Usage
+from harnesscheck.core.contracts import ErrorClass, Usage
 from harnesscheck.kit.adapters import Setup
 from harnesscheck.kit.harness_adapter import HarnessAdapter
 from harnesscheck.kit.session import Facts, SessionRun, SkipCell
@@ -48,9 +48,7 @@ from harnesscheck.loopback.adapter import (
     wrapper_binds,
     write_wrapper,
 )
-from harnesscheck.loopback.endpoint import LoopbackEndpoint, session_key
 from harnesscheck.loopback.server import ScriptedModelServer
-from harnesscheck.registry import kit_profile
 
 
 @contextlib.contextmanager
@@ -162,7 +160,7 @@ class LoopbackAdapter(HarnessAdapter):
         raise SkipCell("adapter-not-implemented", "a fake CLI scenario has no meaning at the loopback level")
 
     def prepare(self, scenario, ws, *, tool_calls=None, model=None, timeout_s=None, echo=None, **_: Any) -> Setup:
-        from harnesscheck.config import Settings
+        from harnesscheck.core.config import Settings
 
         if echo:
             raise SkipCell("adapter-not-implemented", "upstream text echo is a fake-CLI device")
@@ -180,8 +178,8 @@ class LoopbackAdapter(HarnessAdapter):
             real = launcher(real)
         wrapper, record = write_wrapper(self.tmp_path / f"loopback-bin{self._wrappers}", real, self.spec.cli_name or "cli",
                                         strace=strace)
+        from harnesscheck.backends.registry import probe_version, remember_version, version_probe_timeout_s
         from harnesscheck.loopback.install import manifest_versioned
-        from harnesscheck.registry import probe_version, remember_version, version_probe_timeout_s
 
         # an SDK dir prints nothing; a CLI with no --version (an ACP agent's bin) is not started to ask it
         printed = (f"{self.spec.id} {self.binary.version}" if self.binary.path.is_dir() or self.spec.cli_name in manifest_versioned()
@@ -384,7 +382,7 @@ class LoopbackAdapter(HarnessAdapter):
         got any tool result back, so the real CLI (slow to start on a loaded machine) never got
         as far as the calls: run_tools repeats it at a longer deadline, then skips `budget`. A
         session that ended otherwise, or whose calls came back, is judged as it is."""
-        from harnesscheck.contracts import ErrorClass
+        from harnesscheck.core.contracts import ErrorClass
 
         if run.outcome.error_class != ErrorClass.timeout:
             return False

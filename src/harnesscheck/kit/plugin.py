@@ -23,7 +23,7 @@ harnesscheck never breaks another project's own ``--backend``. JUnit XML: pytest
 ``--junitxml``; each cell's testcase carries the properties check_id, backend and level.
 
 With --hc-backend and no path arguments, the suite shipped in the package
-(harnesscheck.paths.conformance_dir()) is collected, so an installed wheel runs it with
+(harnesscheck.core.paths.conformance_dir()) is collected, so an installed wheel runs it with
 `pytest -m conformance --hc-backend mine` and no copied test files. In a run that neither names
 a backend nor collects the suite, the plugin registers no marker and no fixture and changes
 nothing.
@@ -114,14 +114,14 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("hc_backend"):
         _backends(config)  # an unknown backend is a usage error before collection
         if config.args_source != pytest.Config.ArgsSource.ARGS:
-            from harnesscheck.paths import conformance_dir
+            from harnesscheck.core.paths import conformance_dir
 
             config.args = [str(conformance_dir())]
     if not _wants_kit(config):
         _no_backend_named(config)
         return  # another project's run: no marker, no fixture, nothing started
     state["kit"] = True
-    from harnesscheck.process import harden_host
+    from harnesscheck.contain.process import harden_host
 
     harden_host()  # a kit run (controller and xdist workers) is a host: non-dumpable before its first CLI
 
@@ -224,7 +224,7 @@ def _baseline_path(config: pytest.Config):
         return None
     if chosen:
         return chosen
-    from harnesscheck.paths import conformance_dir
+    from harnesscheck.core.paths import conformance_dir
 
     shipped = conformance_dir() / "baseline.json"
     return shipped if shipped.is_file() else None
@@ -235,7 +235,7 @@ def _backends(config: pytest.Config) -> list:
     if state["backends"] is None:
         import sys
 
-        from harnesscheck.registry import column_ids, default_backend_ids, get_spec
+        from harnesscheck.backends.registry import column_ids, default_backend_ids, get_spec
 
         # `api` stands for its mode columns (api/anthropic_messages, ...; registry.column_ids)
         ids = [c for b in config.getoption("hc_backend") for c in column_ids(b)] or default_backend_ids()
@@ -349,7 +349,7 @@ def _suite_and_paths(config: pytest.Config) -> tuple:
     """(the suite's directory or None when it is not found, the run's paths), all resolved."""
     from pathlib import Path
 
-    from harnesscheck.paths import conformance_dir
+    from harnesscheck.core.paths import conformance_dir
 
     try:
         cdir = conformance_dir().resolve()
@@ -363,8 +363,8 @@ def _suite_and_paths(config: pytest.Config) -> tuple:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    from harnesscheck.backends.registry import is_version_variant
     from harnesscheck.kit.catalog import info_of
-    from harnesscheck.registry import is_version_variant
 
     info = info_of(metafunc.function)
     if info is None or "but" not in metafunc.fixturenames:

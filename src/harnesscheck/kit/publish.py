@@ -23,7 +23,7 @@ from pathlib import Path
 
 def _roots() -> list[tuple[str, str]]:
     """(machine path, its placeholder), longest first, for the machine this runs on."""
-    from harnesscheck.paths import cli_cache_dir, data_root
+    from harnesscheck.core.paths import cli_cache_dir, data_root
 
     pairs: list[tuple[str, str]] = []
     cache = cli_cache_dir().parent

@@ -1,6 +1,6 @@
 """The loopback level of a reasoning-only backend: an api backend whose model is one tool-less
 call of another backend's CLI per host turn (its kit profile's `reasoning`,
-providers/_kit_profile.py). The backend's own transport (the api kind's host loop) runs the
+backends/_kit_profile.py). The backend's own transport (the api kind's host loop) runs the
 pinned real CLI of the backend its profile names (`cli_backend`), whose model is the scripted
 server on 127.0.0.1 (harnesscheck.loopback.server).
 
@@ -32,7 +32,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from harnesscheck.contracts import Usage
+from harnesscheck.core.contracts import Usage
 from harnesscheck.kit.adapters import BackendUnderTest, Setup
 from harnesscheck.kit.levels import reasoning_profile
 from harnesscheck.kit.session import Facts, Progress, SessionRun, SkipCell
@@ -44,14 +44,13 @@ from harnesscheck.loopback.adapter import (
     wrapper_binds,
     write_wrapper,
 )
-from harnesscheck.loopback.endpoint import DUMMY_KEY, LoopbackEndpoint
 from harnesscheck.loopback.scenario import Scenario, ServedUsage, Turn
 from harnesscheck.loopback.server import ScriptedModelServer
 
 
 def cli_spec(spec):
     """The spec of the backend whose CLI the reasoning-only `spec` runs (its kit profile's `cli_backend`)."""
-    from harnesscheck.registry import get_spec
+    from harnesscheck.backends.registry import get_spec
 
     return get_spec(reasoning_profile(spec).cli_backend)
 
@@ -155,14 +154,14 @@ class ReasoningLoopbackAdapter(BackendUnderTest):
 
     def transport(self, **settings):
         """The backend's transport at the pinned CLI (no server: for checks that run no session)."""
-        from harnesscheck.config import Settings
+        from harnesscheck.core.config import Settings
 
         self.run_settings(settings)
         return self._factory()(self.spec, Settings(backend=self.spec.id, **settings), cli_path=self.binary.path)
 
     def prepare(self, scenario, ws, *, tool_calls=None, model=None, timeout_s=None, echo=None, **_: Any) -> Setup:
-        from harnesscheck.config import Settings
-        from harnesscheck.registry import probe_version, remember_version
+        from harnesscheck.backends.registry import probe_version, remember_version
+        from harnesscheck.core.config import Settings
 
         if echo:
             raise SkipCell("adapter-not-implemented", "upstream text echo is a fake-CLI device")
@@ -213,7 +212,7 @@ class ReasoningLoopbackAdapter(BackendUnderTest):
 
     @staticmethod
     def _cut_by_the_clock(run: SessionRun) -> bool:
-        from harnesscheck.contracts import ErrorClass, OutcomeStatus
+        from harnesscheck.core.contracts import ErrorClass, OutcomeStatus
 
         script = getattr(run, "script", None)
         tl = run.timeline

@@ -30,7 +30,7 @@ declares little shows a thin column, never a full green one.
 
 from __future__ import annotations
 
-from harnesscheck.contracts import Capability, Kind, ProviderSpec
+from harnesscheck.core.contracts import Capability, Kind, ProviderSpec
 
 REQUIRED: dict[Kind, frozenset[Capability]] = {
     Kind.harness: frozenset({Capability.cancellation, Capability.mcp_tools}),

@@ -178,8 +178,8 @@ def platform_info() -> dict:
 def _sandbox_line() -> str:
     """How this machine's sessions are contained (doc/SPEC-sandbox.md): `bwrap <version>` or
     `guards (<why no sandbox>)`, and the HARNESS_BACKEND_SANDBOX mode."""
-    from harnesscheck import sandbox
-    from harnesscheck.config import Settings
+    from harnesscheck.contain import sandbox
+    from harnesscheck.core.config import Settings
 
     state = sandbox.status()
     mode = Settings().sandbox  # the kit's own sessions build their settings, never from the host's environment

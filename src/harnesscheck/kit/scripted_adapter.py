@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from harnesscheck.contracts import Usage
+from harnesscheck.core.contracts import Usage
 from harnesscheck.kit.adapters import BackendUnderTest, Setup
 from harnesscheck.kit.session import Facts, Progress, SkipCell
 
@@ -15,9 +15,9 @@ from harnesscheck.kit.session import Facts, Progress, SkipCell
 
 def scripted_scenarios() -> dict[str, tuple[object, Facts]]:
     """Canonical scenarios as FakeScripts, with the facts each one contains."""
-    from harnesscheck.contracts import ErrorClass as E
-    from harnesscheck.providers.fake import FakeScript, FakeTurn
-    from harnesscheck.providers.fake import ToolCall as FakeCall
+    from harnesscheck.backends.fake import FakeScript, FakeTurn
+    from harnesscheck.backends.fake import ToolCall as FakeCall
+    from harnesscheck.core.contracts import ErrorClass as E
 
     u = Usage(input=120, output=30, cache_read=7)
     cached = (Usage(input=300, output=20, cache_read=1200, cache_write=800, reasoning=12),
@@ -91,8 +91,8 @@ class ScriptedAdapter(BackendUnderTest):
     def prepare(self, scenario, ws, *, tool_calls, model, timeout_s, echo) -> Setup:
         import dataclasses
 
-        from harnesscheck.providers.fake import FakeScript, FakeTurn
-        from harnesscheck.providers.fake import ToolCall as FakeCall
+        from harnesscheck.backends.fake import FakeScript, FakeTurn
+        from harnesscheck.backends.fake import ToolCall as FakeCall
 
         if scenario == "tools":
             calls = [FakeCall(c.name, dict(c.args)) for c in tool_calls or []]

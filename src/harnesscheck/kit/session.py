@@ -18,8 +18,8 @@ from typing import Iterator
 
 from _pytest.outcomes import Skipped as _Skipped
 
-from harnesscheck.contracts import AgentOutcome, Usage
-from harnesscheck.scope import ToolScope
+from harnesscheck.core.contracts import AgentOutcome, Usage
+from harnesscheck.core.scope import ToolScope
 
 
 class SkipCell(_Skipped):

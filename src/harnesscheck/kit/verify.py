@@ -52,8 +52,8 @@ class LevelUnavailable(Exception):
 
 def plan(backends: list[str], levels: list[str]) -> tuple[list[str], list[str], list[str]]:
     """(backend ids, levels to run, notes on levels left out)."""
+    from harnesscheck.backends.registry import column_ids, default_backend_ids, get_spec
     from harnesscheck.kit.levels import level_available
-    from harnesscheck.registry import column_ids, default_backend_ids, get_spec
 
     if any(":" in b for b in backends) and os.getcwd() not in sys.path:
         sys.path.append(os.getcwd())  # `module:attr` resolves from the current directory, as in the suite's run
@@ -101,9 +101,9 @@ def bridge_template(ids: list[str]) -> Iterator[str | None]:
     pytest's own start-up, where a core is idle, instead of the workers' (plugin.py
     --hc-bridge-template). Yields its socket path, or None (no harness backend; forkservers
     cannot run here); ended with the run."""
+    from harnesscheck.backends.registry import get_spec
     from harnesscheck.bridge import forkserver
     from harnesscheck.kit.levels import starts_bridges
-    from harnesscheck.registry import get_spec
 
     template = forkserver.start_template() if starts_bridges(get_spec(backend) for backend in ids) else None
     try:
@@ -118,7 +118,7 @@ def pytest_args(ids: list[str], levels: list[str], report_dir: Path, baseline: P
                 scratch: Path | None = None) -> list[str]:
     """The child's command line. `report_dir` gets the report, the JUnit XML and the progress
     events; `scratch` (the run's own folder) pytest's temporary folders."""
-    from harnesscheck.paths import conformance_dir
+    from harnesscheck.core.paths import conformance_dir
 
     # -P: the current directory is not put first on sys.path, so a project's own `conformance/`
     # (this checkout's, for one) never shadows the suite shipped in the package.
@@ -275,8 +275,8 @@ def _end_group(proc: subprocess.Popen) -> None:
 
 def _nothing_to_run(ids: list[str], levels: list[str]) -> str | None:
     """Why no cell of this run could be verified here (every backend × level unavailable), or None."""
+    from harnesscheck.backends.registry import get_spec
     from harnesscheck.kit.levels import level_available
-    from harnesscheck.registry import get_spec
 
     whys = []
     for level in levels:
@@ -296,10 +296,10 @@ def verify_command(backends: list[str], levels: list[str], report_dir: Path, bas
     current directory when it is a harnesscheck matrix; None or "none": no ratchet).
     `as_json`: the conformance report on stdout (for CI), everything else on stderr.
     `last_failed`: only the checks that failed in the report already in `report_dir`."""
-    from harnesscheck.contracts import HarnessError
+    from harnesscheck.contain.process import harden_host
+    from harnesscheck.core.contracts import HarnessError
     from harnesscheck.kit.matrix import combine, write_matrix
     from harnesscheck.kit.results import ReportError, read_report
-    from harnesscheck.process import harden_host
 
     harden_host()  # verify holds the user's whole environment: no CLI of a session may read it through /proc
 
@@ -321,7 +321,7 @@ def verify_command(backends: list[str], levels: list[str], report_dir: Path, bas
         os.environ["HARNESS_BACKEND"] = backends[0]
 
     try:
-        from harnesscheck.config import Settings
+        from harnesscheck.core.config import Settings
 
         Settings.from_env()  # a bad HARNESS_* value is refused here too, as `run` refuses it
         unknown = unknown_checks(list(checks))
@@ -442,7 +442,7 @@ def unknown_checks(checks: list[str]) -> str:
 
 def _selectors(ids: list[str]) -> dict[str, str]:
     """spec id -> the --backend value that named it (`mine:spec` reruns `mine`)."""
-    from harnesscheck.registry import get_spec
+    from harnesscheck.backends.registry import get_spec
 
     out = {}
     for backend in ids:

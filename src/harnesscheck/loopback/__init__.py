@@ -4,7 +4,7 @@ CLI install, recording of fixtures and the drift check. See doc/SPEC-loopback.md
 Light to import (standard library + the package's own light modules).
 """
 
-from harnesscheck.loopback.endpoint import LoopbackEndpoint
+from harnesscheck.backends.loopback_endpoint import LoopbackEndpoint
 from harnesscheck.loopback.scenario import Scenario, ServedUsage, ToolCall, Turn, named_scenario
 from harnesscheck.loopback.server import RecordedRequest, ScriptedModelServer
 

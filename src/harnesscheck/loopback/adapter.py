@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from harnesscheck.loopback.endpoint import LoopbackEndpoint
+from harnesscheck.backends.loopback_endpoint import LoopbackEndpoint
 from harnesscheck.loopback.scenario import BRIDGE_SERVER, Scenario, ServedUsage, ToolCall, Turn, status_turn
 
 _VERSION_FLAGS = {"--version", "-v", "-V"}
@@ -160,7 +160,7 @@ def wrapper_binds(wrapper: Path, real: Path) -> tuple[list[str], list[str]]:
     the wrapper's own directory (bound read-only as its install): the real CLI's install, which
     the wrapper execs, and the wrapper's record and strace log, which it writes
     (HarnessTransport.bind_in_sandbox)."""
-    from harnesscheck.sandbox import install_root
+    from harnesscheck.contain.sandbox import install_root
 
     directory = Path(wrapper).parent
     written = [str(p) for p in directory.iterdir() if p.name.endswith(".record.jsonl") or p.name == "opens.log"]
@@ -218,7 +218,7 @@ def host_records(records: list[dict], known: dict[tuple[str, int], int] | None =
     `known`, what a DescendantWatcher resolved while the process ran, else looked up now:
     sandbox.host_pid, a number no process has once it is gone) and keeps the namespace's as
     `ns_pid`. A record of the host's own namespace is returned as it is."""
-    from harnesscheck.sandbox import host_pid, own_pidns
+    from harnesscheck.contain.sandbox import host_pid, own_pidns
 
     mine = own_pidns()
     out = []
@@ -261,7 +261,7 @@ class DescendantWatcher:
 
     def _host_pid(self, rec: dict) -> int:
         """The record's pid on the host (resolved once, while the process lives)."""
-        from harnesscheck.sandbox import find_host_pid, own_pidns
+        from harnesscheck.contain.sandbox import find_host_pid, own_pidns
 
         pid, pidns = int(rec["pid"]), rec.get("pidns") or ""
         if not pidns or pidns == own_pidns():
@@ -386,7 +386,7 @@ def facts_from_stdout(cli: str, lines: list[str]) -> dict:
             if isinstance(cost, (int, float)):
                 out["cost_usd"] = float(cost)
         if cli == "opencode" and event.get("type") == "step_finish" and isinstance(event.get("part"), dict):
-            from harnesscheck.providers.opencode import priced_cost
+            from harnesscheck.backends.opencode import priced_cost
 
             cost = priced_cost(event["part"])  # summed over steps; 0 with tokens is no price
             if cost is not None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from harnesscheck.contracts import ProviderSpec
+    from harnesscheck.core.contracts import ProviderSpec
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class PinnedBinary:
 
 @cache
 def _probe(path: str, timeout_s: float) -> str | None:
-    from harnesscheck.registry import probe_version
+    from harnesscheck.backends.registry import probe_version
 
     return probe_version(Path(path), timeout_s)
 
@@ -42,7 +42,13 @@ def _probe(path: str, timeout_s: float) -> str | None:
 def _override(spec: ProviderSpec, environ) -> tuple[PinnedBinary | None, str] | None:
     """The HARNESS_BACKEND_CLI binary for this backend: (binary, "") honoured, (None, why)
     refused, or None when no override concerns this backend."""
-    from harnesscheck.registry import base_id, parse_version, version_probe_timeout_s, version_range, version_supported
+    from harnesscheck.backends.registry import (
+        base_id,
+        parse_version,
+        version_probe_timeout_s,
+        version_range,
+        version_supported,
+    )
 
     raw = (environ.get("HARNESS_BACKEND_CLI") or "").strip()
     if not raw:
@@ -73,9 +79,9 @@ def require_pinned_cli(backend: str | ProviderSpec, environ=None) -> tuple[Pinne
     a spec: a backend from `module:factory` or another package names its CLI in its spec)
     is installed and runs, or HARNESS_BACKEND_CLI names it; else (None, exact reason with
     the fix)."""
+    from harnesscheck.backends.registry import get_spec, parse_version, version_probe_timeout_s
+    from harnesscheck.core.paths import cli_cache_dir
     from harnesscheck.loopback.install import PinnedCli, binary_path, installed_releases, release_prefix
-    from harnesscheck.paths import cli_cache_dir
-    from harnesscheck.registry import get_spec, parse_version, version_probe_timeout_s
 
     spec = get_spec(backend) if isinstance(backend, str) else backend
     backend_id = spec.id
@@ -114,9 +120,9 @@ def _pip_runtime(spec: ProviderSpec, environ) -> tuple[PinnedBinary | None, str]
     or the directory HARNESS_BACKEND_CLI names for this backend (any supported version)."""
     import importlib
 
+    from harnesscheck.backends.registry import base_id, version_range, version_supported
+    from harnesscheck.core.paths import cli_cache_dir
     from harnesscheck.loopback.install import pip_runtime_dir
-    from harnesscheck.paths import cli_cache_dir
-    from harnesscheck.registry import base_id, version_range, version_supported
 
     installed = importlib.import_module(spec.factory.partition(":")[0]).installed_sdk_version
     raw = (environ.get("HARNESS_BACKEND_CLI") or "").strip()

@@ -135,8 +135,8 @@ def compare(cli: str, scenario: str, stored: dict, fresh: dict) -> Drift:
 def stored_recordings(cli: str) -> dict[str, Path]:
     """The offline fixtures of `cli` that are loopback recordings (hand-written ones are not
     compared: they hold what loopback cannot produce)."""
+    from harnesscheck.core.paths import fixtures_dir
     from harnesscheck.loopback.record import is_recording
-    from harnesscheck.paths import fixtures_dir
 
     folder = fixtures_dir() / cli
     return {p.stem: p for p in sorted(folder.glob("*.json")) if is_recording(p)} if folder.is_dir() else {}
@@ -151,9 +151,9 @@ FAST_SCENARIOS = (
 
 def drift_for(backend: str, *, scenarios: tuple[str, ...] | None = None, out=None) -> tuple[int, list[Drift]]:
     """Record every stored scenario (or those named) afresh and compare. (exit code, drifts)."""
+    from harnesscheck.backends.registry import get_spec
     from harnesscheck.loopback.clis import require_pinned_cli
     from harnesscheck.loopback.record import run_loopback, to_fixture
-    from harnesscheck.registry import get_spec
 
     spec = get_spec(backend)
     cli = spec.cli_name or backend
@@ -368,16 +368,16 @@ def diff_facts(scenario: str, old: dict, new: dict) -> list[Change]:
 
 
 def baseline_path(cli: str, version: str) -> Path:
-    from harnesscheck.paths import fixtures_dir
+    from harnesscheck.core.paths import fixtures_dir
 
     return fixtures_dir() / cli / "drift" / f"{version}.json"
 
 
 def fresh_baseline(backend: str, scenarios: tuple[str, ...] = DRIFT_SCENARIOS) -> dict:
     """{"version", "release": release_facts, "scenarios": {name: facts}} from fresh sessions."""
+    from harnesscheck.backends.registry import get_spec
     from harnesscheck.loopback.clis import require_pinned_cli
     from harnesscheck.loopback.record import RECIPES, run_loopback
-    from harnesscheck.registry import get_spec
 
     binary, why = require_pinned_cli(backend)
     if binary is None:
@@ -450,7 +450,7 @@ def print_changes(title: str, changes: list[Change], out) -> None:
 def facts_drift(backend: str, against: str | None, *, save: bool = False, out=None) -> int:
     """Fresh facts of `backend`'s release against the stored baseline of `against` (default:
     the same release). Exit 0 / 1 (behaviour changed) / 3 (nothing to compare)."""
-    from harnesscheck.registry import get_spec
+    from harnesscheck.backends.registry import get_spec
 
     out = out or sys.stdout
     spec = get_spec(backend)
@@ -479,7 +479,7 @@ def facts_drift(backend: str, against: str | None, *, save: bool = False, out=No
 
 def _scrubbed(baseline: dict) -> dict:
     """No machine path, port or secret in a stored baseline."""
-    from harnesscheck.envpolicy import redact
+    from harnesscheck.contain.envpolicy import redact
 
     text = json.dumps(baseline)
     home = os.path.expanduser("~")

@@ -1,5 +1,5 @@
 """`harnesscheck install-clis`: real CLIs, installed with npm into the cache dir the
-loopback level finds by itself (harnesscheck.paths.cli_cache_dir()), each release in its
+loopback level finds by itself (harnesscheck.core.paths.cli_cache_dir()), each release in its
 own directory `<cache>/<cli>@<version>/` so several live side by side.
 
 By default: the pinned versions (`ProviderSpec.pinned_version` of every harness backend
@@ -45,8 +45,8 @@ def pinned_clis() -> list[PinnedCli]:
     """Every registered harness backend with an npm package and a pinned version, then every
     shipped ACP profile (`acp-<name>`) whose npm pin is not one of those already (acp-gemini
     runs the gemini pin; claude-agent-acp and codex-acp are packages of their own)."""
-    from harnesscheck.providers.acp.profile import PROFILE_DIR
-    from harnesscheck.registry import acp_spec, known_specs
+    from harnesscheck.backends.acp.profile import PROFILE_DIR
+    from harnesscheck.backends.registry import acp_spec, known_specs
 
     out = []
     specs = list(known_specs().values())
@@ -62,7 +62,7 @@ def pinned_clis() -> list[PinnedCli]:
 def manifest_versioned() -> frozenset[str]:
     """The CLIs (by cli_name) whose bin has no `--version` (an ACP profile's
     `install.prints_version = false`): their version is the installed package manifest's."""
-    from harnesscheck.providers.acp.profile import PROFILE_DIR, load_profile
+    from harnesscheck.backends.acp.profile import PROFILE_DIR, load_profile
 
     names = set()
     for path in PROFILE_DIR.glob("*.toml"):
@@ -74,7 +74,7 @@ def manifest_versioned() -> frozenset[str]:
 
 def wanted_clis(backend: str | None = None, version: str | None = None) -> list[PinnedCli]:
     """What to install: the pins and second columns, or `version` of `backend`."""
-    from harnesscheck.registry import SECOND_COLUMNS, base_id
+    from harnesscheck.backends.registry import SECOND_COLUMNS, base_id
 
     pins = pinned_clis()
     if version is None:
@@ -103,7 +103,7 @@ def installed_releases(dest: Path, cli_name: str, package: str) -> list[str]:
     found = {installed_version(Path(dest), package)}
     for sub in Path(dest).glob(f"{cli_name}@*"):
         found.add(installed_version(sub, package))
-    from harnesscheck.registry import parse_version
+    from harnesscheck.backends.registry import parse_version
 
     return sorted((v for v in found if v), key=lambda v: parse_version(v) or (0, 0, 0))
 
@@ -124,7 +124,7 @@ def binary_path(dest: Path, cli_name: str) -> Path:
 def runs_at_version(dest: Path, c: PinnedCli) -> bool:
     """`<bin> --version` prints the pinned version (a placeholder binary left by a skipped
     postinstall prints nothing and exits 1)."""
-    from harnesscheck.registry import parse_version, probe_version
+    from harnesscheck.backends.registry import parse_version, probe_version
 
     path = binary_path(dest, c.cli_name)
     if not path.exists():
@@ -156,7 +156,7 @@ def runtime_deps_ready(prefix: Path, c: PinnedCli) -> bool:
     """True when `c` needs no runtime package, or its pre-fill is complete (installed, locked)."""
     if c.cli_name not in RUNTIME_DEPS:
         return True
-    from harnesscheck.providers.opencode import plugin_deps_ready
+    from harnesscheck.backends.opencode import plugin_deps_ready
 
     return plugin_deps_ready(Path(prefix) / RUNTIME_DEPS[c.cli_name][0], c.version)
 
@@ -253,7 +253,7 @@ def engine_satisfied(engines: str | None, node: str | None) -> bool | None:
     packages here use; None when it cannot be told (no Node, another range form)."""
     import re
 
-    from harnesscheck.registry import parse_version
+    from harnesscheck.backends.registry import parse_version
 
     m = re.fullmatch(r"\s*>=\s*(\d+)(?:\.(\d+))?(?:\.(\d+))?\s*", engines or "")
     have = parse_version(node or "")
@@ -267,7 +267,7 @@ def check_command(out=None) -> int:
     """`install-clis --check`: per pinned CLI, the pin against npm's `latest`, and this
     Node against each release's `engines.node`. Exit 0 current, 1 a pin is behind, 3 npm
     could not be asked."""
-    from harnesscheck.registry import parse_version
+    from harnesscheck.backends.registry import parse_version
 
     out = out or sys.stdout
     node = node_version()
@@ -308,7 +308,7 @@ def install_pip_runtime(dest: Path, backend: str, *, out=None, version: str | No
     """`pip install --target <dest>/<name>@<version> --no-deps PKG==<version>...` unless the
     runtime is there already (the transport's own check: the SDK, its runtime executable and
     their version). 0 when present afterwards, 3 when pip failed."""
-    from harnesscheck.registry import get_spec
+    from harnesscheck.backends.registry import get_spec
 
     out = out or sys.stdout
     spec = get_spec(backend)
@@ -351,7 +351,7 @@ def _package_of(dest: Path, c: PinnedCli) -> Path:
 def record_digest(pkg: Path, out=None, *, only_if_missing: bool = False) -> None:
     """Record the install's digest (climanifest.record): find_cli refuses a CLI whose files
     changed since. `only_if_missing`: a release found present keeps the digest it has."""
-    from harnesscheck import climanifest
+    from harnesscheck.backends import climanifest
 
     pkg = Path(pkg)
     if only_if_missing and climanifest.manifest_path(Path(os.path.realpath(pkg))).exists():
@@ -366,7 +366,7 @@ def ensure_bubblewrap(out=None) -> bool:
     it sessions run with the process guard alone and say so. Once bwrap is there, the trial a
     session's sandbox needs (sandbox.status(): user and PID namespaces allowed) is run, and a
     machine that refuses it is told so with the fix. True when sessions can be sandboxed."""
-    from harnesscheck import sandbox
+    from harnesscheck.contain import sandbox
 
     out = out or sys.stdout
     if not sys.platform.startswith("linux"):
@@ -389,7 +389,7 @@ def ensure_bubblewrap(out=None) -> bool:
 
 
 def _sandbox_usable(out) -> bool:
-    from harnesscheck import sandbox
+    from harnesscheck.contain import sandbox
 
     state = sandbox.status()
     if not state.available:
@@ -400,7 +400,7 @@ def _sandbox_usable(out) -> bool:
 
 def install(dest: Path | None = None, *, out=None, backend: str | None = None, version: str | None = None) -> int:
     """Install what is missing; 0 when every wanted release is present afterwards."""
-    from harnesscheck.paths import cli_cache_dir
+    from harnesscheck.core.paths import cli_cache_dir
 
     out = out or sys.stdout
     dest = Path(dest).expanduser().absolute() if dest is not None else cli_cache_dir()

@@ -312,8 +312,8 @@ def _bridge_override(cli: str, recipe: Recipe) -> Iterator[None]:
         return
     import importlib
 
-    module = importlib.import_module({"claude": "harnesscheck.providers.claude_code", "codex": "harnesscheck.providers.codex",
-                                      "gemini": "harnesscheck.providers.gemini"}[cli])
+    module = importlib.import_module({"claude": "harnesscheck.backends.claude_code", "codex": "harnesscheck.backends.codex",
+                                      "gemini": "harnesscheck.backends.gemini"}[cli])
     real = module.bridge_command
 
     def override(spec_path: Path) -> tuple[list[str], dict[str, str]]:
@@ -350,9 +350,9 @@ def _without_credentials(transport: Any, names: tuple[str, ...]) -> None:
 
 
 def _transport(spec: Any, backend: str, cli: str, binary: Any, base_url: str, recipe: Recipe):
-    from harnesscheck.config import Settings
+    from harnesscheck.backends.loopback_endpoint import CODEX_KEY_VAR, DUMMY_KEY, LoopbackEndpoint
+    from harnesscheck.core.config import Settings
     from harnesscheck.loopback.adapter import loopback_transport
-    from harnesscheck.loopback.endpoint import CODEX_KEY_VAR, DUMMY_KEY, LoopbackEndpoint
 
     kwargs: dict[str, Any] = {}
     if recipe.credential == "api_key":
@@ -373,14 +373,14 @@ def _transport(spec: Any, backend: str, cli: str, binary: Any, base_url: str, re
 
 def run_loopback(backend: str, scenario: str, *, timeout_s: float | None = None) -> Recording:
     """Run `scenario` once through the real transport and the pinned CLI; keep its output."""
-    from harnesscheck.contracts import AgentSessionRequest
+    from harnesscheck.backends.loopback_endpoint import DUMMY_KEY
+    from harnesscheck.backends.registry import get_spec
+    from harnesscheck.contain.process import Ending
+    from harnesscheck.core.contracts import AgentSessionRequest
+    from harnesscheck.core.paths import data_root
+    from harnesscheck.core.scope import ToolScope
     from harnesscheck.loopback.clis import require_pinned_cli
-    from harnesscheck.loopback.endpoint import DUMMY_KEY
     from harnesscheck.loopback.server import ScriptedModelServer
-    from harnesscheck.paths import data_root
-    from harnesscheck.process import Ending
-    from harnesscheck.registry import get_spec
-    from harnesscheck.scope import ToolScope
 
     spec = get_spec(backend)
     cli = spec.cli_name or backend
@@ -472,8 +472,8 @@ _PORT_RE = re.compile(r"(127\.0\.0\.1|localhost|\[::1\]):\d{2,5}")
 
 def scrub_line(line: str, machine_paths: list[tuple[str, str]]) -> str:
     """Secrets redacted, machine paths and the port replaced by stable placeholders."""
-    from harnesscheck.envpolicy import redact
-    from harnesscheck.loopback.endpoint import DUMMY_KEY
+    from harnesscheck.backends.loopback_endpoint import DUMMY_KEY
+    from harnesscheck.contain.envpolicy import redact
 
     out = line
     for value, placeholder in machine_paths:
@@ -602,7 +602,7 @@ def to_fixture(rec: Recording) -> dict:
         if rec.cli == "claude":
             event = _claude_placeholders(event, default_model, fields)
         if rec.cli == "gemini":
-            from harnesscheck.providers.gemini import BRIDGE_PREFIX, DEFAULT_MODEL
+            from harnesscheck.backends.gemini import BRIDGE_PREFIX, DEFAULT_MODEL
 
             event = gemini_placeholders(event, rec.recipe.model or DEFAULT_MODEL)
             name = str(event.get("tool_name") or "")
@@ -658,7 +658,7 @@ def to_fixture(rec: Recording) -> dict:
     if fields:
         fixture["mcp_server_fields"] = fields
     if rec.cli == "gemini":
-        from harnesscheck.providers.gemini import DEFAULT_MODEL
+        from harnesscheck.backends.gemini import DEFAULT_MODEL
 
         fixture["default_model"] = rec.recipe.model or DEFAULT_MODEL  # what `{{model}}` stood for
     if rec.cli == "gemini" and not rec.recipe.broken_bridge and rec.recipe.credential != "none":
@@ -676,7 +676,7 @@ def _printed_version(rec: Recording) -> str:
 
 def default_out(cli: str, scenario: str) -> Path:
     """The offline fixture itself: fixtures/<cli>/<scenario>.json (what the fakes replay)."""
-    from harnesscheck.paths import fixtures_dir
+    from harnesscheck.core.paths import fixtures_dir
 
     return fixtures_dir() / cli / f"{scenario}.json"
 
@@ -718,7 +718,7 @@ def overwrite_refusal(path: Path, force: bool) -> str | None:
     if any(resolved.is_relative_to(d) for d in installed_package_dirs()):
         return f"{target}: inside an installed package (site-packages); record never writes there unless told"
     if target.exists():
-        from harnesscheck.paths import fixtures_dir
+        from harnesscheck.core.paths import fixtures_dir
 
         shipped = resolved.is_relative_to(fixtures_dir().resolve())
         return f"{target}: exists{' (a shipped fixture)' if shipped else ''}; record never overwrites a file unless told"
@@ -731,7 +731,7 @@ def record_command(backend: str, scenario: str, out: Path | None, force: bool = 
     Nothing is overwritten unless `force`: an existing fixture (the shipped ones are the
     default target) or any path inside an installed package is refused before anything
     is recorded."""
-    from harnesscheck.registry import get_spec
+    from harnesscheck.backends.registry import get_spec
 
     try:
         spec = get_spec(backend)

@@ -10,9 +10,8 @@ a real backend would put its own transport behind the same ProviderSpec.
 
 from __future__ import annotations
 
-from harnesscheck.contracts import Capability as C
-from harnesscheck.contracts import Kind, ProviderSpec
-from harnesscheck.providers.fake import FakeTransport
+from harnesscheck.authoring import Capability as C
+from harnesscheck.authoring import FakeTransport, Kind, ProviderSpec
 
 
 class ExampleTransport(FakeTransport):

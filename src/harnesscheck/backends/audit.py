@@ -1,0 +1,1054 @@
+"""Post-run audit: what a harness touched, from its own event log plus the run's facts.
+
+Contract (doc/SPEC-audit.md). One streaming pass (constant memory in the size of the log)
+over the CLI's JSONL event log, for `claude`, `codex`, `cursor`, `gemini`, `opencode` or `zcode`, plus facts the runner
+collected: scope root, read-only, the bridge's trace summary, worktree snapshots before and
+after (hash + mtime of every file, untracked and ignored included), sentinel files outside
+the scope, instruction files the CLI may have loaded. The verdict is an `AuditVerdict`:
+`clean` unless a violation flag is raised; informational flags (codes in `INFO_CODES`) are
+listed but do not make a run unclean. Codes are stable strings:
+
+  native_tool_use             a vendor built-in ran while built-ins were meant to be off
+  native_shell                a native shell command ran (its file access cannot be bound)
+  native_file_outside_scope   a native tool named a path outside the scope (realpath-bound)
+  write_in_read_only          a native mutating tool ran in a read-only session
+  unknown_native_tool         a native tool the audit cannot classify (fail closed)
+  foreign_mcp_tool            an MCP tool of a server other than the bridge
+  unknown_tool_event          a tool-looking event of an unknown shape (format drift; in
+                              DRIFT_CODES: it never ends a session by itself)
+  unexplained_change          a worktree change not explained by a bridge write
+  protected_path_changed      .git internals, .claude/, .codex/, hooks ... changed
+  sentinel_changed            a sentinel file outside the scope changed or vanished
+  sentinel_accessed           a native tool named a sentinel file
+  bridge_call_without_tool_use  the bridge served more calls than the CLI's log shows (in
+                              DRIFT_CODES: each went through dispatch)
+  event_log_empty             no JSON event at all: nothing could be audited
+  native_tool_attempted       codex: the model called a built-in that codex refused, seen only
+                              in its rollout file (raised by backends/codex/__init__.py, fail closed)
+  -- informational --
+  native_tool_refused_by_cli  the model asked for a disabled built-in; the CLI refused it
+  tool_use_not_reaching_bridge  a bridge tool_use in the log that the bridge never served
+  instruction_file_present    CLAUDE.md / AGENTS.md / ... the CLI may have loaded
+  project_config_present      .mcp.json / .claude/settings.json / ... in the worktree or parents
+  native_tools_offered        the CLI reported built-ins loaded (claude system/init tools)
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import stat
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harnesscheck.core.contracts import AuditFlag, AuditVerdict
+
+INFO_CODES: frozenset[str] = frozenset(
+    {
+        "native_tool_refused_by_cli",
+        "tool_use_not_reaching_bridge",
+        "instruction_file_present",
+        "project_config_present",
+        "native_tools_offered",
+    }
+)
+#: Violation codes that make a verdict unclean but are no evidence that anything ran outside
+#: the bridge (format drift; bridge calls, every one through dispatch, that the CLI's log does
+#: not show): they never end a session by themselves. Every other violation
+#: ends an ok session blocked/policy_violation where the audit is the backend's enforcement
+#: (`native_tools_audited`, backends/_harness.py `judge`); an unknown event must stay
+#: ignorable (conformance parse.unknown-events-ignored), and the verdict still says unclean.
+DRIFT_CODES: frozenset[str] = frozenset({"unknown_tool_event", "bridge_call_without_tool_use"})
+BRIDGE_SERVER = "bridge"
+CLIS: tuple[str, ...] = ("claude", "codex", "cursor", "deepseek", "gemini", "opencode", "zcode")
+_CLI_ALIASES = {"claude-code": "claude", "cursor-agent": "cursor"}
+
+#: At most this many flags per code are kept; the last one says how many more were seen.
+MAX_FLAGS_PER_CODE = 20
+#: Dedup sets (call ids) stop growing here; the pass stays bounded on hostile logs.
+MAX_TRACKED_IDS = 100_000
+
+INSTRUCTION_FILES: tuple[str, ...] = (
+    "CLAUDE.md", "CLAUDE.local.md", "AGENTS.md", "AGENTS.override.md", "GEMINI.md",
+    ".cursorrules", ".windsurfrules", ".clinerules", "CONVENTIONS.md",
+    ".github/copilot-instructions.md",
+)
+INSTRUCTION_DIRS: tuple[str, ...] = (".cursor/rules", ".claude/commands", ".claude/agents", ".claude/skills")
+PROJECT_CONFIG_FILES: tuple[str, ...] = (
+    ".mcp.json", ".claude/settings.json", ".claude/settings.local.json", ".codex/config.toml",
+    ".cursor/mcp.json", ".cursor/cli-config.json", ".cursor/cli.json", ".gemini/settings.json",
+    "opencode.json", "opencode.jsonc", ".env", ".env.local",
+)
+#: Worktree paths no session may change (I3). Compared case-insensitively.
+PROTECTED_PREFIXES: tuple[str, ...] = (
+    ".git/", ".claude/", ".codex/", ".gemini/", ".cursor/", ".opencode/", ".vscode/", ".idea/",
+)
+_SKIP_WALK_DIRS = frozenset({".git", "node_modules", ".venv", "__pycache__"})
+
+
+# ---------------------------------------------------------------------------------------
+# Facts the runner collects
+
+
+@dataclass(frozen=True)
+class FileState:
+    """A file's identity for change detection: content hash, size, mtime, kind."""
+
+    sha256: str
+    size: int
+    mtime_ns: int
+    kind: str = "file"  # file | symlink | other
+    ctime_ns: int = 0  # changes on every write and cannot be set back from user space
+    ino: int = 0
+
+
+def _hash_file(path: str) -> str:
+    h = hashlib.sha256()
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    try:
+        while chunk := os.read(fd, 1 << 20):
+            h.update(chunk)
+    finally:
+        os.close(fd)
+    return h.hexdigest()
+
+
+def file_state(path: str | os.PathLike[str]) -> FileState | None:
+    """State of one path (never following a symlink), or None when it does not exist."""
+    p = os.fspath(path)
+    try:
+        st = os.lstat(p)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    ids = {"ctime_ns": st.st_ctime_ns, "ino": st.st_ino}
+    if stat.S_ISLNK(st.st_mode):
+        target = os.readlink(p)
+        return FileState(hashlib.sha256(os.fsencode(target)).hexdigest(), st.st_size, st.st_mtime_ns, "symlink", **ids)
+    if stat.S_ISREG(st.st_mode):
+        try:
+            digest = _hash_file(p)
+        except OSError:
+            digest = "unreadable"
+        return FileState(digest, st.st_size, st.st_mtime_ns, "file", **ids)
+    return FileState("", 0, st.st_mtime_ns, "other", **ids)
+
+
+def snapshot_tree(
+    root: str | os.PathLike[str], previous: dict[str, FileState] | None = None
+) -> dict[str, FileState]:
+    """Every file under root (tracked, untracked and ignored; .git included), keyed by the
+    root-relative POSIX path. Directories are walked without following symlinks.
+
+    With `previous` (the snapshot before the session), a regular file whose size, mtime,
+    ctime and inode are all unchanged keeps its previous hash instead of being re-read:
+    any write moves ctime, which user space cannot set back."""
+    out: dict[str, FileState] = {}
+    base = os.fspath(root)
+    stack = [""]
+    while stack:
+        rel_dir = stack.pop()
+        try:
+            entries = list(os.scandir(os.path.join(base, rel_dir) if rel_dir else base))
+        except OSError:
+            continue
+        for entry in entries:
+            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(rel)
+                    continue
+            except OSError:
+                continue
+            old = previous.get(rel) if previous is not None else None
+            if old is not None and old.kind == "file" and old.ino:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode) and (old.size, old.mtime_ns, old.ctime_ns, old.ino) == (
+                    st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
+                ):
+                    out[rel] = old
+                    continue
+            state = file_state(entry.path)
+            if state is not None:
+                out[rel] = state
+    return out
+
+
+def snapshot_files(paths: Iterable[str | os.PathLike[str]]) -> dict[str, FileState | None]:
+    """States of specific files (sentinels outside the scope); None for a missing file."""
+    return {os.fspath(p): file_state(p) for p in paths}
+
+
+_INSTRUCTION_CANDIDATES = (
+    ("instruction", INSTRUCTION_FILES, stat.S_ISREG),
+    ("instruction", INSTRUCTION_DIRS, stat.S_ISDIR),
+    ("config", PROJECT_CONFIG_FILES, stat.S_ISREG),
+)
+
+
+def _stat_mode(path: str) -> int | None:
+    """st_mode of `path`, symlinks followed; None where Path.is_file()/is_dir() would say
+    False (missing, not a directory, a loop). Any other error is raised, as they raise it."""
+    try:
+        return os.stat(path).st_mode
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP):
+            return None
+        raise
+    except ValueError:
+        return None
+
+
+def find_instruction_files(root: str | os.PathLike[str], *, max_entries: int = 200_000) -> list[tuple[str, str]]:
+    """(kind, path) of instruction and project config files a CLI may load: anywhere in the
+    worktree (bounded walk, skipping .git/node_modules) and in every parent directory."""
+    found: list[tuple[str, str]] = []
+    root_path = Path(os.fspath(root)).absolute()
+
+    def check_dir(d: str, present: frozenset[str] | None = None) -> None:
+        """`present`: the names in `d` when the walk already listed them (only those are
+        stat-ed); None to stat every candidate (a missing first component skips its names)."""
+        firsts: dict[str, int | None] = {}
+
+        def mode(name: str) -> int | None:
+            first = name.split("/", 1)[0]
+            if present is not None and first not in present:
+                return None
+            if first != name:
+                if first not in firsts:
+                    firsts[first] = _stat_mode(os.path.join(d, first))
+                if firsts[first] is None:
+                    return None
+            return _stat_mode(os.path.join(d, name))
+
+        for kind, names, want in _INSTRUCTION_CANDIDATES:
+            for name in names:
+                m = mode(name)
+                if m is not None and want(m):
+                    found.append((kind, os.path.join(d, name)))
+
+    for parent in reversed(root_path.parents):
+        check_dir(str(parent))
+    seen = 0
+    for dirpath, dirnames, filenames in os.walk(root_path):
+        check_dir(dirpath, frozenset(dirnames) | frozenset(filenames))
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_WALK_DIRS)
+        seen += 1 + len(dirnames)
+        if seen > max_entries:
+            break
+    return found
+
+
+@dataclass
+class RunFacts:
+    """What the runner knows about the session besides the CLI's own log."""
+
+    scope_root: Path
+    read_only: bool = True
+    builtin_tools_off: bool = True
+    bridge: Any = None  # harnesscheck.bridge.spec.BridgeSummary | None
+    session_cwd: Path | None = None
+    allowed_roots: tuple[Path, ...] = ()
+    worktree_before: dict[str, FileState] | None = None
+    worktree_after: dict[str, FileState] | None = None
+    sentinels_before: dict[str, FileState | None] | None = None
+    sentinels_after: dict[str, FileState | None] | None = None
+    instruction_files: list[tuple[str, str]] = field(default_factory=list)
+    #: The host's policy engine for the session (harnesscheck.core.policy.PolicyEngine), when the
+    #: request set a policy: each built-in call the audit sees is decided by it after the fact.
+    policy: Any = None
+
+
+# ---------------------------------------------------------------------------------------
+# Path binding
+
+
+_GLOB_CHARS = "*?[{"
+
+
+class _Binder:
+    """Binds a path a native tool named to the scope, by realpath."""
+
+    def __init__(self, facts: RunFacts):
+        self.root = os.path.realpath(facts.scope_root)
+        self.cwd = os.fspath(facts.session_cwd or facts.scope_root)
+        self.allowed = [self.root] + [os.path.realpath(p) for p in facts.allowed_roots]
+        sentinels = facts.sentinels_before or {}
+        self.sentinels = {os.path.realpath(p) for p in sentinels}
+
+    def _within(self, real: str) -> bool:
+        return any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in self.allowed)
+
+    def check(self, raw: str) -> tuple[bool, str]:
+        """(inside, why). Home-relative and unbindable glob patterns are outside."""
+        text = str(raw)
+        if not text:
+            return True, ""
+        if "\0" in text:
+            return False, "NUL in path"
+        if text.startswith("~"):
+            return False, "home-relative path"
+        if any(c in text for c in _GLOB_CHARS):
+            if "{" in text:
+                return False, "brace pattern cannot be bound"
+            cut = min(text.find(c) for c in _GLOB_CHARS if c in text)
+            prefix, rest = text[:cut], text[cut:]
+            if ".." in rest.replace("\\", "/").split("/"):
+                return False, "pattern climbs with .."
+            text = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+            if not text:
+                text = "."
+        joined = text if os.path.isabs(text) else os.path.join(self.cwd, text)
+        real = os.path.realpath(joined)
+        return self._within(real), real
+
+    def is_sentinel(self, raw: str) -> bool:
+        if not self.sentinels or not raw or raw.startswith("~"):
+            return False
+        joined = raw if os.path.isabs(raw) else os.path.join(self.cwd, raw)
+        return os.path.realpath(joined) in self.sentinels
+
+
+# ---------------------------------------------------------------------------------------
+# The streaming auditor
+
+
+_PATH_KEYS = (
+    "file_path", "path", "filePath", "notebook_path", "target_file", "targetFile", "directory",
+    "targetDirectory", "target_directory", "dir", "cwd", "absolute_path", "dir_path",
+)
+_GLOB_KEYS = ("pattern", "globPattern", "glob")
+#: Built-ins that search or list from a directory, the CLI's cwd when they name none (lower case).
+_SEARCH_TOOLS = frozenset({"grep", "glob", "ls", "list", "listdir", "list_directory", "grep_search",
+                           "search_file_content", "codebasesearch", "semsearch", "filesearch", "search"})
+_CLAUDE_READ_TOOLS = frozenset({"Read", "Glob", "Grep", "LS", "NotebookRead", "TodoRead", "TodoWrite"})
+_CLAUDE_WRITE_TOOLS = frozenset({"Write", "Edit", "MultiEdit", "NotebookEdit"})
+_CLAUDE_SHELL_TOOLS = frozenset({"Bash", "BashOutput", "KillShell", "KillBash", "Monitor"})
+_CLAUDE_OTHER_NATIVE = frozenset(
+    {"WebFetch", "WebSearch", "Task", "Agent", "TaskOutput", "TaskStop", "Skill", "ExitPlanMode",
+     "EnterPlanMode", "AskUserQuestion", "SlashCommand", "ToolSearch", "EnterWorktree"}
+)
+_CURSOR_READ_TOOLS = frozenset(
+    {"read", "ls", "glob", "grep", "codebaseSearch", "semSearch", "readLints", "listDir", "fileSearch"}
+)
+_CURSOR_WRITE_TOOLS = frozenset(
+    {"write", "edit", "delete", "strReplace", "multiEdit", "applyPatch", "editNotebook", "move", "rename"}
+)
+_CURSOR_SHELL_TOOLS = frozenset({"shell", "terminal", "runTerminalCommand", "bash"})
+_CURSOR_OTHER_NATIVE = frozenset({"webSearch", "webFetch", "todo", "updateTodos", "askUserQuestion", "task"})
+#: deepseek's 0.2.1rc2 sdk-profile built-ins (what the runtime offers with no patch).
+_DSH_READ_TOOLS = frozenset({"read", "read_image", "glob", "grep"})
+_DSH_WRITE_TOOLS = frozenset({"write", "edit"})
+_DSH_SHELL_TOOLS = frozenset({"bash", "workflow", "job_kill", "job_list", "job_output"})
+_DSH_OTHER_NATIVE = frozenset({"web_fetch", "web_search", "subagent", "subagent_fork", "skill", "todo_write",
+                               "create_goal", "get_goal", "update_goal", "exit_plan_mode", "send_message",
+                               "interrupt_agent", "list_agents", "working_directory", "list_mcp_resources",
+                               "list_mcp_resource_templates", "read_mcp_resource"})
+#: gemini-cli 0.61.0 built-ins (tool names as its stream-json `tool_use.tool_name` gives them).
+_GEMINI_READ_TOOLS = frozenset(
+    {"read_file", "read_many_files", "list_directory", "glob", "grep_search", "search_file_content",
+     "read_mcp_resource", "list_mcp_resources", "list_background_processes", "read_background_output"}
+)
+_GEMINI_WRITE_TOOLS = frozenset({"write_file", "replace", "edit", "save_memory", "write_todos"})
+_GEMINI_SHELL_TOOLS = frozenset({"run_shell_command"})
+_GEMINI_OTHER_NATIVE = frozenset(
+    {"google_web_search", "web_fetch", "update_topic", "enter_plan_mode", "exit_plan_mode", "invoke_agent",
+     "activate_skill", "ask_user", "codebase_investigator", "cli_help"}
+)
+#: `tool_result.error.type` values with which gemini-cli refused a call without running it.
+_GEMINI_REFUSED_TYPES = frozenset({"tool_not_registered", "invalid_tool_params"})
+#: opencode 1.18's built-ins (the 10 it offered by default at loopback, plus the ones other
+#: configurations or builds register); an MCP tool is `<server>_<tool>` (bridge: `bridge_*`).
+_OPENCODE_READ_TOOLS = frozenset({"read", "glob", "grep", "list", "lsp", "todoread", "todowrite"})
+_OPENCODE_WRITE_TOOLS = frozenset({"edit", "write", "patch", "apply_patch", "multiedit"})
+_OPENCODE_SHELL_TOOLS = frozenset({"bash"})
+_OPENCODE_OTHER_NATIVE = frozenset({"webfetch", "websearch", "codesearch", "task", "skill", "question", "batch", "invalid"})
+#: zcode's built-ins (the seed's 0.16.9 denylist and read allowlist, review §1.5), classified.
+_ZCODE_READ_TOOLS = frozenset(
+    {"Read", "Grep", "Glob", "LS", "TodoRead", "TodoWrite", "TaskOutput", "ReadSessionContext", "ListWorkflowRuns",
+     "GetWorkflowRun", "ListSavedWorkflows", "ListModels"}
+)
+_ZCODE_WRITE_TOOLS = frozenset(
+    {"Edit", "Write", "MultiEdit", "NotebookEdit", "CreateWorkflow", "AmendWorkflow", "SaveWorkflow"}
+)
+_ZCODE_SHELL_TOOLS = frozenset({"Bash", "EvalWorkflowSnippet"})
+_ZCODE_OTHER_NATIVE = frozenset(
+    {"Agent", "Skill", "ExitPlanMode", "EnterPlanMode", "AskUserQuestion", "SendMessage", "WebFetch", "WebSearch",
+     "ResumeWorkflowRun", "ResolveWorkflowQuestion", "TaskStop"}
+)
+#: The CLI's own words refusing a disabled built-in, each seen in a recorded refusal
+#: (fixtures/claude, fixtures/claude/drift/<version>.json; tests/test_loopback_drift_facts.py
+#: fails on a marker no recording shows): claude 2.1.197 "Read exists but is not enabled in
+#: this context", 2.1.332 "Read is disabled for this session".
+_REFUSED_MARKERS = (
+    "No such tool available",
+    "is not enabled in this context",
+    "is disabled for this session",
+)
+
+
+class Auditor:
+    """Feed lines (str or bytes) one at a time; `verdict()` at the end. Constant memory:
+    only flags (capped per code), counters and a bounded set of call ids are kept."""
+
+    def __init__(self, cli: str, facts: RunFacts):
+        cli = _CLI_ALIASES.get(cli, cli)
+        if cli not in CLIS:
+            raise ValueError(f"unknown cli {cli!r}: one of {', '.join(CLIS)}")
+        self.cli = cli
+        self.facts = facts
+        self.binder = _Binder(facts)
+        self._flags: dict[str, list[AuditFlag]] = {}
+        self._counts: dict[str, int] = {}
+        self.json_events = 0
+        self.malformed_lines = 0
+        self.bridge_tool_uses = 0
+        self.native_calls: list[str] = []
+        self._seen_ids: dict[str, set[bytes]] = {}  # call id -> digests of the calls seen under it
+        self._pending_native: dict[str, str] = {}  # claude tool_use id -> tool name
+        self._pending_args: dict[str, tuple[Any, bool]] = {}  # claude tool_use id -> (input, known)
+        self._codex_started: dict[str, str] = {}  # codex command items seen started, not completed
+        self._markers = _MARKERS[cli]
+        self._handle = {"claude": self._claude, "codex": self._codex, "cursor": self._cursor,
+                        "deepseek": self._deepseek, "gemini": self._gemini,
+                        "opencode": self._opencode, "zcode": self._zcode}[cli]
+
+    # -- flags --------------------------------------------------------------------------
+
+    def flag(self, code: str, detail: str = "") -> None:
+        n = self._counts.get(code, 0) + 1
+        self._counts[code] = n
+        if n <= MAX_FLAGS_PER_CODE:
+            self._flags.setdefault(code, []).append(AuditFlag(code=code, detail=detail[:500]))
+
+    def _native(self, name: str) -> None:
+        if len(self.native_calls) < 1000:
+            self.native_calls.append(name)
+
+    def _new_id(self, call_id: str | None, *what: Any) -> bool:
+        """False when this call was already handled (its started and completed events): the
+        same id *and* the same call (`what`: the tool and, where every event of a call repeats
+        them, its arguments). Ids come from the model server: a reused id with another call
+        under it is a new call, audited, never hidden behind the first."""
+        if not call_id:
+            return True
+        digest = hashlib.blake2b(json.dumps(what, sort_keys=True, default=str).encode("utf-8", "replace"),
+                                 digest_size=16).digest()
+        seen = self._seen_ids.get(call_id)
+        if seen is not None and digest in seen:
+            return False
+        if seen is None:
+            if len(self._seen_ids) < MAX_TRACKED_IDS:
+                self._seen_ids[call_id] = {digest}
+        elif len(seen) < 64:
+            seen.add(digest)
+        return True
+
+    def _paths(self, tool: str, args: Any) -> None:
+        """Bind every path-looking argument of a native tool call to the scope. A search or
+        listing built-in that names no path at all (`grep` with only a pattern) reads the CLI's
+        own cwd, recursively: it is bound as `.` from the session cwd (not the scope root)."""
+        if not isinstance(args, dict):
+            return
+        if tool.lower() in _SEARCH_TOOLS and not any(isinstance(args.get(k), str) and args.get(k)
+                                                     for k in _PATH_KEYS + ("paths", "files", "targets")):
+            inside, why = self.binder.check(".")
+            if not inside:
+                self.flag("native_file_outside_scope", f"{tool}: no path, so it searches the CLI's cwd ({why})")
+        for key in _PATH_KEYS + _GLOB_KEYS:
+            value = args.get(key)
+            if not isinstance(value, str) or not value:
+                continue
+            if key == "pattern" and tool.lower() in ("grep", "search"):
+                continue  # a regex, not a path
+            inside, why = self.binder.check(value)
+            if not inside:
+                self.flag("native_file_outside_scope", f"{tool}: {key}={value!r} ({why})")
+            if self.binder.is_sentinel(value):
+                self.flag("sentinel_accessed", f"{tool}: {value!r}")
+        for key in ("paths", "files", "targets"):
+            values = args.get(key)
+            if isinstance(values, list):
+                for v in values[:1000]:
+                    if isinstance(v, str):
+                        self._paths(tool, {"path": v})
+
+    # -- feeding ------------------------------------------------------------------------
+
+    def feed(self, line: str | bytes) -> None:
+        if isinstance(line, str):
+            raw = line.encode("utf-8", "surrogatepass")
+        else:
+            raw = line
+        stripped = raw.strip()
+        if not stripped:
+            return
+        if not stripped.startswith(b"{"):
+            self.malformed_lines += 1
+            return
+        self.json_events += 1
+        if not any(m in stripped for m in self._markers):
+            return  # cannot hold a tool event or a fact the audit needs: skip the parse
+        try:
+            event = json.loads(stripped)
+        except ValueError:
+            self.malformed_lines += 1
+            self.json_events -= 1
+            return
+        if isinstance(event, dict):
+            self._handle(event)
+
+    def feed_all(self, lines: Iterable[str | bytes]) -> "Auditor":
+        for line in lines:
+            self.feed(line)
+        return self
+
+    # -- claude -------------------------------------------------------------------------
+
+    def _claude(self, ev: dict) -> None:
+        kind = ev.get("type")
+        if kind == "system" and ev.get("subtype") == "init":
+            tools = ev.get("tools") if isinstance(ev.get("tools"), list) else []
+            native = [t for t in tools if isinstance(t, str) and not t.startswith("mcp__")]
+            if native and self.facts.builtin_tools_off:
+                self.flag("native_tools_offered", ", ".join(native[:30]))
+            servers = ev.get("mcp_servers") if isinstance(ev.get("mcp_servers"), list) else []
+            for srv in servers:
+                name = srv.get("name") if isinstance(srv, dict) else None
+                if name and name != BRIDGE_SERVER:
+                    self.flag("foreign_mcp_tool", f"MCP server {name!r} loaded ({srv.get('status')})")
+            return
+        message = ev.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            return
+        for block in content:
+            if not isinstance(block, dict):
+                continue
+            btype = str(block.get("type", ""))
+            if kind == "assistant" and btype in ("tool_use", "server_tool_use"):
+                if not self._new_id(block.get("id"), block.get("name"), block.get("input")):
+                    continue
+                self._claude_tool_use(str(block.get("name", "")), block.get("input"), block.get("id"), btype)
+            elif kind == "user" and btype == "tool_result":
+                self._claude_tool_result(block, ran=isinstance(ev.get("tool_use_result"), dict))
+            elif "tool" in btype and btype not in ("tool_use", "tool_result", "server_tool_use"):
+                self.flag("unknown_tool_event", f"claude content block type {btype!r}")
+
+    def _claude_tool_use(self, name: str, args: Any, call_id: Any, btype: str) -> None:
+        if name.startswith("mcp__"):
+            server = name.split("__")[1] if name.count("__") >= 2 else ""
+            if server == BRIDGE_SERVER:
+                self.bridge_tool_uses += 1
+            else:
+                self.flag("foreign_mcp_tool", name)
+            return
+        if btype == "server_tool_use":
+            self._native_used(name, args, shell=False, write=False, known=True)
+            return
+        known = name in _CLAUDE_READ_TOOLS | _CLAUDE_WRITE_TOOLS | _CLAUDE_SHELL_TOOLS | _CLAUDE_OTHER_NATIVE
+        if isinstance(call_id, str) and len(self._pending_native) < MAX_TRACKED_IDS:
+            self._settle_reused(call_id)
+            self._pending_native[call_id] = name
+            self._pending_args[call_id] = (args, known)
+            return
+        self._native_used(
+            name, args, shell=name in _CLAUDE_SHELL_TOOLS, write=name in _CLAUDE_WRITE_TOOLS, known=known
+        )
+
+    def _claude_tool_result(self, block: dict, ran: bool = False) -> None:
+        """`ran`: the event carried the tool's structured result (claude's `tool_use_result`
+        object: stdout, stderr, ...): the tool ran, whatever its text says."""
+        call_id = block.get("tool_use_id")
+        name = self._pending_native.pop(call_id, None) if isinstance(call_id, str) else None
+        if name is None:
+            return
+        args, known = self._pending_args.pop(call_id, (None, False))
+        if block.get("is_error") and _refused_by_claude(block.get("content"), name, ran):
+            self.flag("native_tool_refused_by_cli", name)
+            return
+        self._native_used(
+            name, args, shell=name in _CLAUDE_SHELL_TOOLS, write=name in _CLAUDE_WRITE_TOOLS, known=known
+        )
+
+    # -- codex --------------------------------------------------------------------------
+
+    def _codex(self, ev: dict) -> None:
+        kind = str(ev.get("type", ""))
+        if not kind.startswith("item."):
+            if "tool" in kind or "exec" in kind or "patch" in kind:
+                self.flag("unknown_tool_event", f"codex event type {kind!r}")
+            return
+        item = ev.get("item")
+        if not isinstance(item, dict):
+            return
+        itype = str(item.get("type", ""))
+        if itype in ("agent_message", "reasoning", "todo_list", "plan", "error"):
+            return
+        status = item.get("status")
+        if itype == "mcp_tool_call":
+            if not self._new_id(item.get("id"), itype, item.get("server"), item.get("tool")):
+                return
+            if item.get("server") == BRIDGE_SERVER:
+                self.bridge_tool_uses += 1
+            else:
+                self.flag("foreign_mcp_tool", f"{item.get('server')}.{item.get('tool')}")
+            return
+        if itype == "command_execution":
+            # a declined command is seen first as started (in_progress) in some builds:
+            # only the completed item tells; so judge on item.completed when present.
+            if kind != "item.completed" and status != "declined":
+                self._codex_started.setdefault(str(item.get("id")), itype)
+                return
+            if not self._new_id(item.get("id"), itype, item.get("command")):
+                return
+            self._codex_started.pop(str(item.get("id")), None)
+            if status == "declined":
+                self.flag("native_tool_refused_by_cli", f"command_execution: {str(item.get('command'))[:200]}")
+                return
+            self._native_used("command_execution", {"command": item.get("command")}, shell=True, write=False, known=True)
+            return
+        if itype == "file_change":
+            if not self._new_id(item.get("id"), itype):
+                return
+            changes = item.get("changes") if isinstance(item.get("changes"), list) else []
+            self._native_used("file_change", None, shell=False, write=True, known=True)
+            for ch in changes[:1000]:
+                if isinstance(ch, dict) and isinstance(ch.get("path"), str):
+                    self._paths("file_change", {"path": ch["path"]})
+            return
+        if itype in ("web_search", "collab_tool_call", "image_view", "view_image"):
+            if not self._new_id(item.get("id"), itype):
+                return
+            self._native_used(itype, None, shell=False, write=False, known=True)
+            return
+        if not self._new_id(item.get("id"), itype):
+            return
+        self.flag("unknown_tool_event", f"codex item type {itype!r}")
+
+    # -- cursor -------------------------------------------------------------------------
+
+    def _cursor(self, ev: dict) -> None:
+        kind = str(ev.get("type", ""))
+        if kind != "tool_call":
+            if "tool" in kind:
+                self.flag("unknown_tool_event", f"cursor event type {kind!r}")
+            return
+        call = ev.get("tool_call")
+        if not isinstance(call, dict) or not call:
+            self.flag("unknown_tool_event", "cursor tool_call without a tool")
+            return
+        key, body = next(iter(call.items()))
+        if not self._new_id(ev.get("call_id"), key, body.get("name") if isinstance(body, dict) else None):
+            return
+        body = body if isinstance(body, dict) else {}
+        if key == "function":
+            name = str(body.get("name", ""))
+            try:
+                args = json.loads(body.get("arguments") or "{}")
+            except (TypeError, ValueError):
+                args = {}
+        else:
+            name = key[: -len("ToolCall")] if key.endswith("ToolCall") else key
+            args = body.get("args")
+        if name == "mcp" or name.startswith("mcp__"):
+            server = _cursor_mcp_server(name, args)
+            if server == BRIDGE_SERVER:
+                self.bridge_tool_uses += 1
+            else:
+                self.flag("foreign_mcp_tool", f"cursor MCP call to server {server!r}")
+            return
+        known = name in _CURSOR_READ_TOOLS | _CURSOR_WRITE_TOOLS | _CURSOR_SHELL_TOOLS | _CURSOR_OTHER_NATIVE
+        self._native_used(name, args, shell=name in _CURSOR_SHELL_TOOLS, write=name in _CURSOR_WRITE_TOOLS, known=known)
+
+    # -- deepseek (the SDK driver's lines: JSON-RPC session.event notifications) ---------
+
+    def _deepseek(self, ev: dict) -> None:
+        event = (ev.get("params") or {}).get("event") if isinstance(ev.get("params"), dict) else None
+        if not isinstance(event, dict) or event.get("type") != "tool/call":
+            return
+        data = event.get("data") if isinstance(event.get("data"), dict) else {}
+        if not self._new_id(data.get("callId"), data.get("name"), data.get("arguments")):
+            return
+        name = str(data.get("name") or "")
+        if name.startswith("mcp__"):
+            server = name[len("mcp__"):].split("__", 1)[0]
+            if server == BRIDGE_SERVER:
+                self.bridge_tool_uses += 1
+            else:
+                self.flag("foreign_mcp_tool", f"deepseek MCP call to server {server!r}")
+            return
+        try:
+            args = json.loads(data.get("arguments") or "{}")
+        except (TypeError, ValueError):
+            args = {}
+        self._native_used(name, args, shell=name in _DSH_SHELL_TOOLS, write=name in _DSH_WRITE_TOOLS,
+                          known=name in _DSH_READ_TOOLS | _DSH_WRITE_TOOLS | _DSH_SHELL_TOOLS | _DSH_OTHER_NATIVE)
+    # -- opencode -----------------------------------------------------------------------
+
+    def _opencode(self, ev: dict) -> None:
+        """`opencode run --format json`: a tool call is one `tool_use` event (on completion or
+        error) whose `part.tool` is a built-in name or `<mcp server>_<tool>`."""
+        kind = str(ev.get("type", ""))
+        if kind != "tool_use":
+            if "tool" in kind:
+                self.flag("unknown_tool_event", f"opencode event type {kind!r}")
+            return
+        part = ev.get("part") if isinstance(ev.get("part"), dict) else {}
+        name = str(part.get("tool") or "")
+        if not name:
+            self.flag("unknown_tool_event", "opencode tool_use without a tool")
+            return
+        state = part.get("state") if isinstance(part.get("state"), dict) else {}
+        if not self._new_id(str(part.get("callID") or part.get("id") or "") or None, name, state.get("input")):
+            return
+        if name.startswith(BRIDGE_SERVER + "_"):
+            self.bridge_tool_uses += 1
+            return
+        known = name in _OPENCODE_READ_TOOLS | _OPENCODE_WRITE_TOOLS | _OPENCODE_SHELL_TOOLS | _OPENCODE_OTHER_NATIVE
+        if not known and "_" in name:
+            self.flag("foreign_mcp_tool", f"opencode MCP-style tool {name!r} (not the {BRIDGE_SERVER} server)")
+        self._native_used(name, state.get("input"), shell=name in _OPENCODE_SHELL_TOOLS,
+                          write=name in _OPENCODE_WRITE_TOOLS, known=known)
+
+    # -- gemini -------------------------------------------------------------------------
+
+    def _gemini(self, ev: dict) -> None:
+        """`tool_use{tool_name, tool_id, parameters}` / `tool_result{tool_id, status, error}`:
+        `mcp_bridge_<tool>` is a bridge call, `mcp_<other>_...` a foreign MCP tool, anything
+        else a built-in, judged when its result says whether the CLI refused it."""
+        kind = str(ev.get("type", ""))
+        if kind == "tool_use":
+            call_id = ev.get("tool_id")
+            if not self._new_id(call_id if isinstance(call_id, str) else None, ev.get("tool_name"), ev.get("parameters")):
+                return
+            name = str(ev.get("tool_name") or "")
+            if not name:
+                self.flag("unknown_tool_event", "gemini tool_use without a tool_name")
+                return
+            if name.startswith(f"mcp_{BRIDGE_SERVER}_"):
+                self.bridge_tool_uses += 1
+                return
+            if name.startswith("mcp_"):
+                self.flag("foreign_mcp_tool", name)
+                return
+            args = ev.get("parameters")
+            known = name in _GEMINI_READ_TOOLS | _GEMINI_WRITE_TOOLS | _GEMINI_SHELL_TOOLS | _GEMINI_OTHER_NATIVE
+            if isinstance(call_id, str) and len(self._pending_native) < MAX_TRACKED_IDS:
+                self._settle_reused(call_id)
+                self._pending_native[call_id] = name
+                self._pending_args[call_id] = (args, known)
+                return
+            self._native_used(name, args, shell=name in _GEMINI_SHELL_TOOLS, write=name in _GEMINI_WRITE_TOOLS, known=known)
+        elif kind == "tool_result":
+            call_id = ev.get("tool_id")
+            name = self._pending_native.pop(call_id, None) if isinstance(call_id, str) else None
+            if name is None:
+                return
+            args, known = self._pending_args.pop(call_id, (None, False))
+            error = ev.get("error") if isinstance(ev.get("error"), dict) else {}
+            if ev.get("status") == "error" and error.get("type") in _GEMINI_REFUSED_TYPES:
+                self.flag("native_tool_refused_by_cli", name)
+                return
+            self._native_used(name, args, shell=name in _GEMINI_SHELL_TOOLS, write=name in _GEMINI_WRITE_TOOLS, known=known)
+        elif "tool" in kind:
+            self.flag("unknown_tool_event", f"gemini event type {kind!r}")
+
+    # -- zcode --------------------------------------------------------------------------
+
+    def _zcode(self, ev: dict) -> None:
+        """`tool.updated` events (once per toolCallId, whatever its `kind`: a stream that skips
+        `scheduled` is still audited); any other event type naming a tool is format drift."""
+        kind = str(ev.get("type", ""))
+        if kind != "tool.updated":
+            if "tool" in kind:
+                self.flag("unknown_tool_event", f"zcode event type {kind!r}")
+            return
+        payload = ev.get("payload")
+        if not isinstance(payload, dict) or not isinstance(payload.get("toolName"), str):
+            self.flag("unknown_tool_event", "zcode tool.updated without a toolName")
+            return
+        call_id = payload.get("toolCallId")
+        if not self._new_id(str(call_id) if call_id is not None else None, payload["toolName"]):
+            return
+        name = payload["toolName"]
+        args = payload.get("input")
+        if name.startswith("mcp__"):
+            server = name.split("__")[1] if name.count("__") >= 2 else ""
+            if server == BRIDGE_SERVER:
+                self.bridge_tool_uses += 1
+            else:
+                self.flag("foreign_mcp_tool", name)
+            return
+        known = name in _ZCODE_READ_TOOLS | _ZCODE_WRITE_TOOLS | _ZCODE_SHELL_TOOLS | _ZCODE_OTHER_NATIVE
+        if name == "Glob" and isinstance(args, dict):
+            args = _glob_joined(args)
+        self._native_used(name, args, shell=name in _ZCODE_SHELL_TOOLS, write=name in _ZCODE_WRITE_TOOLS, known=known)
+
+    # -- shared -------------------------------------------------------------------------
+
+    def _settle_reused(self, call_id: str) -> None:
+        """A new call reuses the id of one still waiting for its result: the earlier one is
+        judged now as run (fail closed), never overwritten unseen."""
+        name = self._pending_native.pop(call_id, None)
+        if name is None:
+            return
+        args, known = self._pending_args.pop(call_id, (None, False))
+        shells = _CLAUDE_SHELL_TOOLS | _GEMINI_SHELL_TOOLS
+        writes = _CLAUDE_WRITE_TOOLS | _GEMINI_WRITE_TOOLS
+        self._native_used(name, args, shell=name in shells, write=name in writes, known=known)
+
+    def _native_used(self, name: str, args: Any, *, shell: bool, write: bool, known: bool) -> None:
+        self._native(name)
+        if self.facts.builtin_tools_off:
+            self.flag("native_tool_use", name)
+        if not known:
+            self.flag("unknown_native_tool", name)
+            if self.facts.read_only:
+                self.flag("write_in_read_only", f"{name} (unclassified tool, assumed mutating)")
+        if shell:
+            cmd = args.get("command") if isinstance(args, dict) else None
+            self.flag("native_shell", f"{name}: {str(cmd)[:200]}" if cmd else name)
+            for word in shell_path_words(cmd):
+                self._paths(name, {"path": word})
+        if write and self.facts.read_only:
+            self.flag("write_in_read_only", name)
+        self._paths(name, args)
+        if self.facts.policy is not None:
+            self._judge_by_policy(name, args, shell=shell, write=write, known=known)
+
+    def _judge_by_policy(self, name: str, args: Any, *, shell: bool, write: bool, known: bool) -> None:
+        """The host's policy on a built-in that already ran (it could not be asked before): a
+        call the policy would not allow (denied, or needing an approval nobody could give) is a
+        violation. Its kind comes from the audit's own classification of the CLI's tools."""
+        from harnesscheck.core.policy import ToolCall, ToolKind, Verdict, _rel_path
+
+        engine = self.facts.policy
+        kind = (ToolKind.EXECUTE if shell else ToolKind.WRITE if write else ToolKind.READ if known else ToolKind.OTHER)
+        arguments = dict(args) if isinstance(args, dict) else {}
+        path = next((arguments[k] for k in _PATH_KEYS if isinstance(arguments.get(k), str) and arguments[k]), None)
+        call = ToolCall(tool=name, args=arguments, kind=kind, path=_rel_path(path, engine.root) if path else None)
+        decision = engine.judge_ran(call)
+        if decision.verdict is not Verdict.ALLOW:
+            self.flag("builtin_denied_by_policy", f"{name} ({kind.value}): {decision.verdict.value}, {decision.code}")
+
+    # -- facts --------------------------------------------------------------------------
+
+    def _facts(self) -> None:
+        f = self.facts
+        summary = f.bridge
+        if self.json_events == 0:
+            self.flag("event_log_empty", f"{self.malformed_lines} non-JSON lines")
+        for call_id, name in list(self._pending_native.items()):
+            # a native tool_use with no tool_result: assume it ran (the log may be truncated)
+            args, known = self._pending_args.get(call_id, (None, False))
+            shells, writes = (_GEMINI_SHELL_TOOLS, _GEMINI_WRITE_TOOLS) if self.cli == "gemini" else (
+                _CLAUDE_SHELL_TOOLS, _CLAUDE_WRITE_TOOLS)
+            self._native_used(name, args, shell=name in shells, write=name in writes, known=known)
+        self._pending_native.clear()
+        self._pending_args.clear()
+        for item_id in self._codex_started:
+            self._native_used("command_execution", None, shell=True, write=False, known=True)
+        self._codex_started.clear()
+        if summary is not None:
+            served = int(getattr(summary, "tool_calls", 0))
+            if served > self.bridge_tool_uses:
+                self.flag(
+                    "bridge_call_without_tool_use",
+                    f"bridge served {served} calls, the {self.cli} log shows {self.bridge_tool_uses}",
+                )
+            elif served < self.bridge_tool_uses:
+                self.flag(
+                    "tool_use_not_reaching_bridge",
+                    f"{self.bridge_tool_uses} bridge tool uses in the log, {served} served",
+                )
+        if f.worktree_before is not None and f.worktree_after is not None:
+            explained = set(getattr(summary, "writes", []) or []) if summary is not None else set()
+            for rel in sorted(_changed(f.worktree_before, f.worktree_after)):
+                if rel.lower().startswith(PROTECTED_PREFIXES) or "/.git/" in rel.lower():
+                    self.flag("protected_path_changed", rel)
+                if rel not in explained:
+                    self.flag("unexplained_change", rel)
+        if f.sentinels_before is not None:
+            after = f.sentinels_after or {}
+            for path, state in f.sentinels_before.items():
+                now = after.get(path) if path in after else file_state(path)
+                if now != state:
+                    self.flag("sentinel_changed", path)
+        for kind, path in f.instruction_files:
+            self.flag("instruction_file_present" if kind == "instruction" else "project_config_present", path)
+
+    def verdict(self) -> AuditVerdict:
+        self._facts()
+        flags: list[AuditFlag] = []
+        for code, items in self._flags.items():
+            flags.extend(items)
+            extra = self._counts[code] - len(items)
+            if extra > 0:
+                flags.append(AuditFlag(code=code, detail=f"... and {extra} more"))
+        clean = not any(fl.code not in INFO_CODES for fl in flags)
+        return AuditVerdict(clean=clean, flags=flags)
+
+
+_MARKERS: dict[str, tuple[bytes, ...]] = {
+    "claude": (b"tool_", b'"init"'),
+    "codex": (b'"item.', b"tool", b"exec", b"patch"),
+    "cursor": (b"tool",),
+    "deepseek": (b"tool/call",),
+    "gemini": (b"tool",),
+    "opencode": (b"tool",),
+    "zcode": (b"tool",),
+}
+
+
+_SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "fish"})
+_MAX_SHELL_WORDS = 200
+
+
+def shell_path_words(command: Any, *, depth: int = 0) -> list[str]:
+    """Words of a native shell command that name a file: `/etc/passwd`, `../x`, `~/.ssh/id_rsa`,
+    `src/a.py`, `--out=/tmp/x`; `bash -lc '...'` scripts are read too. Evidence only: a shell
+    builds paths at run time ($VAR, $(...), cd), so words with `$` or backquotes are skipped and
+    the command stays flagged `native_shell` whatever this finds."""
+    import shlex
+
+    if isinstance(command, (list, tuple)):
+        words = [str(w) for w in command][:_MAX_SHELL_WORDS]
+    elif isinstance(command, str) and command:
+        try:
+            lexer = shlex.shlex(command[:20_000], posix=True, punctuation_chars=True)
+            lexer.whitespace_split = True
+            words = []
+            for word in lexer:
+                words.append(word)
+                if len(words) >= _MAX_SHELL_WORDS:
+                    break
+        except ValueError:  # unbalanced quotes: fall back to whitespace
+            words = command[:20_000].split()[:_MAX_SHELL_WORDS]
+    else:
+        return []
+    found: list[str] = []
+    scripts: set[int] = set()
+    for i, word in enumerate(words):
+        if i in scripts:
+            continue
+        if os.path.basename(word) in _SHELLS and depth < 2:
+            for j in range(i + 1, min(i + 3, len(words) - 1)):
+                if words[j].startswith("-") and "c" in words[j].lstrip("-"):
+                    found.extend(shell_path_words(words[j + 1], depth=depth + 1))
+                    scripts.add(j + 1)
+                    break
+            continue
+        if word.startswith("-"):
+            if "=" not in word:
+                continue
+            word = word.split("=", 1)[1]
+        if not word or "$" in word or "`" in word or "://" in word or "\n" in word:
+            continue
+        if "/" in word or word.startswith("~") or word == "..":
+            found.append(word)
+    return found
+
+
+def _glob_joined(args: dict) -> dict:
+    """A Glob call's arguments with its pattern joined to its base `path` (a pattern is
+    relative to it), so the binder judges where the pattern really reaches: the seed's audit
+    took only the literal prefix and missed `{/etc,src}/*` and `**/../../etc/*` (review §3.4)."""
+    pattern, base = args.get("pattern"), args.get("path")
+    if isinstance(pattern, str) and pattern and isinstance(base, str) and base and not os.path.isabs(pattern):
+        return {**args, "pattern": base.rstrip("/") + "/" + pattern}
+    return args
+
+
+def _refused_by_claude(content: Any, name: str, ran: bool) -> bool:
+    """claude's own refusal of a disabled built-in, and nothing else: the whole result is its
+    `<tool_use_error>` naming this very tool as unavailable, with one of its refusal phrases,
+    and the event carries no structured result of a run. Text inside a tool's output (a Bash
+    command that prints the phrase, a file that holds it) is never a refusal."""
+    if ran:
+        return False
+    if isinstance(content, list):
+        texts = [c.get("text") for c in content if isinstance(c, dict) and c.get("type", "text") == "text"]
+        if len(texts) != 1 or not isinstance(texts[0], str):
+            return False
+        content = texts[0]
+    if not isinstance(content, str) or len(content) > 1000:
+        return False
+    text = content.strip()
+    if not (text.startswith("<tool_use_error>") and text.endswith("</tool_use_error>")):
+        return False
+    inner = text[len("<tool_use_error>"):-len("</tool_use_error>")].strip()
+    if inner.startswith("Error: "):
+        inner = inner[len("Error: "):]
+    if not inner.startswith(f"No such tool available: {name}"):
+        return False
+    return any(m in inner for m in _REFUSED_MARKERS)
+
+
+def _cursor_mcp_server(name: str, args: Any) -> str:
+    if name.startswith("mcp__"):
+        parts = name.split("__")
+        return parts[1] if len(parts) >= 3 else ""
+    if isinstance(args, dict):
+        for key in ("providerIdentifier", "serverName", "server", "provider"):
+            if isinstance(args.get(key), str):
+                return args[key]
+        tool = args.get("toolName") or args.get("name")
+        if isinstance(tool, str) and tool.startswith("mcp__"):
+            return _cursor_mcp_server(tool, None)
+    return ""
+
+
+def _changed(before: dict[str, FileState], after: dict[str, FileState]) -> Iterator[str]:
+    for rel, state in after.items():
+        old = before.get(rel)
+        if old is None or (old.sha256, old.kind) != (state.sha256, state.kind):
+            yield rel
+    for rel in before:
+        if rel not in after:
+            yield rel
+
+
+def _lines(source: str | os.PathLike[str] | Iterable[str | bytes]) -> Iterator[str | bytes]:
+    if isinstance(source, (str, os.PathLike)):
+        with open(source, "rb") as fh:
+            yield from fh
+    else:
+        yield from source
+
+
+def audit_events(
+    source: str | os.PathLike[str] | Iterable[str | bytes],
+    cli: str,
+    facts: RunFacts,
+    *,
+    trace: Any = None,
+    auditor: type | None = None,
+) -> AuditVerdict:
+    """Audit one session: `source` is a JSONL file path or an iterable of lines (`auditor`: an
+    Auditor subclass to use instead)."""
+    auditor = (auditor or Auditor)(cli, facts).feed_all(_lines(source))
+    verdict = auditor.verdict()
+    if trace is not None:
+        trace.record("audit", cli=auditor.cli, clean=verdict.clean, codes=sorted({f.code for f in verdict.flags}))
+    return verdict
+
+
+def summary_line(backend: str, verdict: AuditVerdict | None, *, native_tools_possible: bool) -> str:
+    """The RUN_REPORT line, e.g. "backend: cursor — native tools possible, audit: clean"."""
+    tools = "native tools possible" if native_tools_possible else "native tools off"
+    if verdict is None:
+        audit = "not run"
+    elif verdict.clean:
+        notes = sorted({f.code for f in verdict.flags})
+        audit = "clean" + (f" (notes: {', '.join(notes)})" if notes else "")
+    else:
+        codes = sorted({f.code for f in verdict.flags if f.code not in INFO_CODES})
+        audit = "FLAGGED: " + ", ".join(codes)
+    return f"backend: {backend} — {tools}, audit: {audit}"
