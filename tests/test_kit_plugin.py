@@ -71,6 +71,8 @@ def test_a_run_of_the_suite_alone_starts_its_one_time_start_ups_when_collection_
     import threading
     from types import SimpleNamespace
 
+    from harnesscheck.backends.registry import BUILTIN_SPECS
+    from harnesscheck.core.paths import conformance_dir
     from harnesscheck.kit import levels, plugin
     from harnesscheck.kit.scheduling import API_SDK_HERE
 

@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harnesscheck.backends.loopback_endpoint import LoopbackEndpoint, session_key
+from harnesscheck.backends.registry import kit_profile
 from harnesscheck.core.contracts import ErrorClass, Usage
 from harnesscheck.kit.adapters import Setup
 from harnesscheck.kit.harness_adapter import HarnessAdapter

@@ -32,6 +32,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
+from harnesscheck.backends.loopback_endpoint import DUMMY_KEY, LoopbackEndpoint
 from harnesscheck.core.contracts import Usage
 from harnesscheck.kit.adapters import BackendUnderTest, Setup
 from harnesscheck.kit.levels import reasoning_profile
