@@ -202,6 +202,11 @@ line it saw is counted for exactly the requests behind it. ``harnesscheck.kit.ha
 model_requests`` sums them (a run's ``model_calls``; None when the scenario states none).
 ``mcp_configs`` copies the files named by ``--mcp-config`` at start, because the transport may
 delete its run dir afterwards.
+
+Over 800 lines for a reason: every fake CLI process runs this one file with `python -I -S`, and
+each module it imported instead would be paid on every fake session's start-up
+(bench/bench_fake.py measures it; the stand-ins below exist for the same reason). The seam, if
+start-up ever allows it: the engine vs. each vendor's stream shapes.
 """
 
 import _signal  # `signal` wraps these same functions in enums, and enum costs ms to import

@@ -237,3 +237,32 @@ def test_the_name_guard_sees_a_name():
     assert _naming('"mcp__codex__read"', names) == ["codex"]
     assert _naming('"""Runs `cursor-agent --print`."""', names) == ["cursor-agent"]
     assert _naming("codexes and preclaude", names) == []
+
+
+#: A module past this many lines says why in its docstring ("Over 800 lines for a reason: ..."),
+#: naming the seam it would split along; otherwise it is split.
+MAX_LINES = 800
+
+
+def _oversized(paths) -> list[str]:
+    out = []
+    for path in paths:
+        text = path.read_text(encoding="utf-8")
+        if text.count("\n") > MAX_LINES and "Over 800 lines for a reason" not in (ast.get_docstring(ast.parse(text)) or ""):
+            out.append(f"{path.name}: {text.count(chr(10))} lines")
+    return out
+
+
+def test_no_module_past_800_lines_without_its_reason():
+    """The product's modules (the package and the fake CLI engine it ships) stay small enough to
+    read, or their docstring states why not."""
+    paths = [*ROOT.rglob("*.py"), *(ROOT.parents[1] / "fake_clis").glob("*.py")]
+    assert not _oversized(paths), _oversized(paths)
+
+
+def test_the_size_guard_sees_a_long_module(tmp_path):
+    long = tmp_path / "long.py"
+    long.write_text('"""A module."""\n' + "x = 1\n" * 801)
+    assert _oversized([long]) == ["long.py: 802 lines"]
+    long.write_text('"""A module.\n\nOver 800 lines for a reason: one state machine."""\n' + "x = 1\n" * 801)
+    assert _oversized([long]) == []

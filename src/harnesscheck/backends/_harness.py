@@ -23,6 +23,11 @@ Requirements kept here (doc/SPEC-claude-code.md §Harness base):
 A subclass supplies `invocation(ctx, request, tool_less)` (argv, injections, stdin) and
 `make_parser(ctx, request, tool_less, on_text)` (a pure parser with `feed(line)` and
 `outcome(process_result)`).
+
+Over 800 lines for a reason: HarnessTransport is the one session path of every CLI backend
+(spawn, bridge, parse, audit, endings, policy limits), and its ending map must read the same
+for all of them. The seam: the ending map and the policy limits (`ending_outcome`,
+`_TurnLimit`) vs. the session.
 """
 
 from __future__ import annotations

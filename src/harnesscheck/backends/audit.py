@@ -31,6 +31,11 @@ listed but do not make a run unclean. Codes are stable strings:
   instruction_file_present    CLAUDE.md / AGENTS.md / ... the CLI may have loaded
   project_config_present      .mcp.json / .claude/settings.json / ... in the worktree or parents
   native_tools_offered        the CLI reported built-ins loaded (claude system/init tools)
+
+Over 800 lines for a reason: the shared path and shell analysis every audit uses, plus one
+`_<cli>` event reader per CLI whose log it reads. The seam (architecture-review Part C): each
+reader moves to its backend's folder behind one `feed(event)` protocol; until then they share
+the helpers here.
 """
 
 from __future__ import annotations

@@ -15,6 +15,11 @@ Contract (doc/SPEC-api.md):
   number of times with backoff (injectable sleep), only while nothing has been streamed.
 - Every failure is an `LLMError` with a normalized `ErrorClass`; messages never carry the
   API key. An `Abort` fired from another thread ends the in-flight request at once.
+
+Over 800 lines for a reason: the three wires are converted from one message model, one stream
+accumulator and one error classifier, and their parity is judged side by side
+(tests/test_llm.py, the parity snapshot); split, each wire module would import the other two's
+halves. The seam, when a fourth wire comes: llm/{anthropic,chat,responses,retry}.py.
 """
 
 from __future__ import annotations

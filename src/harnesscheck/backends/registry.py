@@ -2,6 +2,11 @@
 
 Selection is explicit: no auto-detection, no fallback to another backend or to an API key.
 Every error names the fix (doc/SPEC-registry.md).
+
+Over 800 lines for a reason: the eleven built-in specs (with their capability sets and
+settings) are kept side by side so a reviewer compares backends in one screen; the loading of
+entry points and selection is the smaller part. The seam (Part C): each spec into its backend's
+folder, this module collecting them.
 """
 
 from __future__ import annotations

@@ -16,6 +16,11 @@ Contract (doc/SPEC-bridge.md):
 - `serve_spec` is the one server path for a spec: `python -m harnesscheck.bridge --spec`
   and the forkserver's child (bridge/forkserver.py), which also ends when its relay's
   connection closes (`hangup_fd`).
+
+Over 800 lines for a reason: this is the one server path every bridge session takes (the
+forkserver's child runs `serve_spec`), and its security promises (no config read, parent-death
+exit, redacted trace, private protocol fds) are reviewed together in one file. The seam: the
+MCP framing vs. the process hardening.
 """
 
 from __future__ import annotations

@@ -2,6 +2,11 @@
 
 Contract (doc/SPEC-scope.md): every path a tool receives is resolved here, in one function,
 relative to a directory fd opened on the root; nothing outside the root is ever opened.
+
+Over 800 lines for a reason: path resolution is one security boundary (the walk from the root's
+directory fd with O_NOFOLLOW, symlinks followed only while they stay beneath the root, the
+hard-link and special-file checks, the deny patterns, the refusal codes), and it is reviewed as
+one file; split, a reviewer could miss the half that refuses.
 """
 
 from __future__ import annotations

@@ -27,6 +27,11 @@ With --hc-backend and no path arguments, the suite shipped in the package
 `pytest -m conformance --hc-backend mine` and no copied test files. In a run that neither names
 a backend nor collects the suite, the plugin registers no marker and no fixture and changes
 nothing.
+
+Over 800 lines for a reason: pytest's hooks for options, collection, cell parametrization,
+reporting and the ratchet share one config stash and run in one order pytest fixes;
+scheduling.py, progress.py and summary.py already hold what stands alone. The seam:
+options/collection vs. reporting.
 """
 
 from __future__ import annotations

@@ -22,6 +22,11 @@ Requirements kept here (doc/SPEC-claude-code.md):
   event before the exit code. Usage is counted once per message id (last wins); the served
   model is the main chain's `message.model`; helper models are reported apart; cost is
   `total_cost_usd` as reported (source `subscription` under a subscription: not billed).
+
+Over 800 lines for a reason: the transport and its stream parser for Claude Code's stream-json,
+whose event kinds (system, assistant, user, result, api_retry, rate-limit events) are
+classified in one place. The seam: parser.py beside the transport, as Part C sketches for every
+backend.
 """
 
 from __future__ import annotations
