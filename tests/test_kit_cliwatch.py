@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -42,10 +43,17 @@ def test_strays_are_named_processes_outside_the_named_cli_and_its_tree():
 
 def test_the_watcher_sees_a_child_named_like_the_cli(tmp_path):
     prog = tmp_path / "claude"
-    prog.write_text("#!/bin/sh\nsleep 0.5\n")
+    prog.write_text("#!/bin/sh\nsleep 60\n")
     prog.chmod(0o755)
     with NamedProcessWatcher("claude") as watch:
-        subprocess.run([str(prog)], check=True)
+        child = subprocess.Popen([str(prog)])
+        try:  # it lives until the watcher has seen it (a poll can be late under load; never a race)
+            end = time.monotonic() + 30
+            while watch.available and not watch.named and time.monotonic() < end:
+                time.sleep(0.01)
+        finally:
+            child.kill()
+            child.wait()
     if not watch.available:
         pytest.skip("no /proc here")
     assert [s["path"] for s in watch.strays("/nowhere/claude", allowed=[])] == [os.path.realpath(prog)]

@@ -112,8 +112,10 @@ class NamedProcessWatcher:
         while stack:
             pid = stack.pop()
             stack.extend(children.get(pid, []))
-            if pid in self.parents:
+            if pid in self.named:
                 continue
+            # not named yet: looked at again at every poll, since a process first seen between
+            # its fork and its exec still shows its parent's command
             self.parents[pid] = table[pid]
             command = _command(pid)
             if command is not None and names_cli(command[0], command[1], self.name):
