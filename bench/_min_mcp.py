@@ -27,8 +27,7 @@ def main() -> None:
         method, rid = msg.get("method"), msg["id"]
         if method == "initialize":
             version = (msg.get("params") or {}).get("protocolVersion") or "2025-06-18"
-            result = {"protocolVersion": version, "capabilities": {"tools": {}},
-                      "serverInfo": {"name": "bridge", "version": "0"}}
+            result = {"protocolVersion": version, "capabilities": {"tools": {}}, "serverInfo": {"name": "bridge", "version": "0"}}
         elif method == "tools/list":
             result = {"tools": tools}
         elif method == "tools/call":

@@ -50,8 +50,7 @@ def main() -> None:
         async for message in query(prompt="Say hello.", options=options):
             if isinstance(message, ResultMessage):
                 ok, text = not message.is_error, message.result or ""
-        return {"in_host_s": time.perf_counter() - t0, "ok": ok, "text": text[:80],
-                "import_s": t0 - T_START}
+        return {"in_host_s": time.perf_counter() - t0, "ok": ok, "text": text[:80], "import_s": t0 - T_START}
 
     print(json.dumps(anyio.run(turn)), flush=True)
 

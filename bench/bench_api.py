@@ -117,7 +117,7 @@ def measure(mode: str, workdir: Path, n_turns: int) -> tuple[tuple[float, float,
             for side in samples.values():
                 side.clear()
         for r in range(ROUNDS):
-            for name in (("bare", "loop") if r % 2 == 0 else ("loop", "bare")):
+            for name in ("bare", "loop") if r % 2 == 0 else ("loop", "bare"):
                 run_round(name)
 
     def paired(samples: dict[str, list[float]]) -> tuple[float, float, float]:

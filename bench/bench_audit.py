@@ -34,24 +34,39 @@ def claude_events(i: int) -> list[dict]:
     return [
         {"type": "assistant", "message": {"id": f"msg_{i}", "role": "assistant", "content": [{"type": "text", "text": "Looking. " * 20}]}},
         {"type": "assistant", "message": {"id": f"msg_{i}", "role": "assistant", "content": [{"type": "tool_use", "id": tid, "name": name, "input": args}]}},
-        {"type": "user", "message": {"role": "user", "content": [{"tool_use_id": tid, "type": "tool_result", "content": [{"type": "text", "text": big}]}]},
-         "tool_use_result": [{"type": "text", "text": big}]},
+        {
+            "type": "user",
+            "message": {"role": "user", "content": [{"tool_use_id": tid, "type": "tool_result", "content": [{"type": "text", "text": big}]}]},
+            "tool_use_result": [{"type": "text", "text": big}],
+        },
         {"type": "rate_limit_event", "rate_limit_info": {"status": "allowed"}},
     ]
 
 
 def codex_events(i: int) -> list[dict]:
     big = FILLER * random.randint(1, 16)
-    item = {"id": f"item_{i}", "type": "mcp_tool_call", "server": "bridge", "tool": "read_file", "arguments": {"path": "a"},
-            "result": None, "error": None, "status": "in_progress"}
+    item = {
+        "id": f"item_{i}",
+        "type": "mcp_tool_call",
+        "server": "bridge",
+        "tool": "read_file",
+        "arguments": {"path": "a"},
+        "result": None,
+        "error": None,
+        "status": "in_progress",
+    }
     out = [
         {"type": "item.completed", "item": {"id": f"r{i}", "type": "reasoning", "text": "thinking " * 30}},
         {"type": "item.started", "item": item},
         {"type": "item.completed", "item": dict(item, status="completed", result={"content": [{"type": "text", "text": big}]})},
     ]
     if i % 50 == 0:
-        out.append({"type": "item.completed", "item": {"id": f"c{i}", "type": "command_execution", "command": "ls",
-                                                       "aggregated_output": big, "exit_code": 0, "status": "completed"}})
+        out.append(
+            {
+                "type": "item.completed",
+                "item": {"id": f"c{i}", "type": "command_execution", "command": "ls", "aggregated_output": big, "exit_code": 0, "status": "completed"},
+            }
+        )
     return out
 
 
@@ -62,8 +77,13 @@ def cursor_events(i: int) -> list[dict]:
     return [
         {"type": "assistant", "message": {"role": "assistant", "content": [{"type": "text", "text": "ok " * 40}]}, "session_id": "s"},
         {"type": "tool_call", "subtype": "started", "call_id": f"c{i}", "tool_call": {key: {"args": args}}, "session_id": "s"},
-        {"type": "tool_call", "subtype": "completed", "call_id": f"c{i}",
-         "tool_call": {key: {"args": args, "result": {"success": {"content": big}}}}, "session_id": "s"},
+        {
+            "type": "tool_call",
+            "subtype": "completed",
+            "call_id": f"c{i}",
+            "tool_call": {key: {"args": args, "result": {"success": {"content": big}}}},
+            "session_id": "s",
+        },
     ]
 
 
@@ -108,8 +128,10 @@ def main() -> int:
             dt = time.perf_counter() - start
             rate = size / dt / 1e6
             worst = rate if worst is None else min(worst, rate)
-            print(f"{cli:7s} {size / 1e6:7.1f} MB in {dt:6.2f} s = {rate:7.1f} MB/s   target >= 50   "
-                  f"{'PASS' if rate >= 50 else 'MISS'}   ({len(verdict.flags)} flags)")
+            print(
+                f"{cli:7s} {size / 1e6:7.1f} MB in {dt:6.2f} s = {rate:7.1f} MB/s   target >= 50   "
+                f"{'PASS' if rate >= 50 else 'MISS'}   ({len(verdict.flags)} flags)"
+            )
 
             small = base / f"{cli}-small.jsonl"
             write_log(small, cli, ns.mb * 1024 * 1024 // 5)
@@ -120,8 +142,10 @@ def main() -> int:
                 peaks.append(tracemalloc.get_traced_memory()[1])
                 tracemalloc.stop()
             flat = peaks[1] <= max(2 * peaks[0], 1 << 20) and peaks[1] < 16 << 20
-            print(f"        memory peak {peaks[0] / 1024:8.0f} KiB on {ns.mb // 5} MB, {peaks[1] / 1024:8.0f} KiB on {ns.mb} MB   "
-                  f"flat   {'PASS' if flat else 'MISS'}")
+            print(
+                f"        memory peak {peaks[0] / 1024:8.0f} KiB on {ns.mb // 5} MB, {peaks[1] / 1024:8.0f} KiB on {ns.mb} MB   "
+                f"flat   {'PASS' if flat else 'MISS'}"
+            )
             small.unlink()
             log.unlink()
     return 0

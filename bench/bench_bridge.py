@@ -48,7 +48,9 @@ from harnesscheck.choke.dispatch import dispatch
 from harnesscheck.core.scope import ToolScope
 
 INIT = {
-    "jsonrpc": "2.0", "id": 1, "method": "initialize",
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
     "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}},
 }
 
@@ -111,8 +113,7 @@ def stdio_round_trips(argv: list[str], n: int) -> list[float]:
     read_reply(proc.stdout, 1)
     times = []
     for i in range(n):
-        call = {"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call",
-                "params": {"name": "read_file", "arguments": {"path": "hello.txt"}}}
+        call = {"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": "hello.txt"}}}
         start = time.perf_counter()
         proc.stdin.write(line(call))
         proc.stdin.flush()
@@ -142,8 +143,7 @@ def whole_session(argv: list[str]) -> tuple[float, float, float]:
     relay's exit after stdin EOF), seconds from spawn."""
     proc, start, t_init = spawn_initialized(argv)
     assert proc.stdin and proc.stdout
-    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-            "params": {"name": "read_file", "arguments": {"path": "hello.txt"}}}
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": "hello.txt"}}}
     proc.stdin.write(line({"jsonrpc": "2.0", "method": "notifications/initialized"}) + line(call))
     proc.stdin.flush()
     reply = read_reply(proc.stdout, 2)
@@ -188,13 +188,11 @@ def report_sessions(relay_argv: list[str], n: int) -> None:
         floors.append(bare_relay_floor())
     for i, label in enumerate(("spawn -> initialize", "spawn -> tools/call answered", "spawn -> EOF -> relay exit")):
         vals = sorted(r[i] * 1000 for r in runs)
-        print(f"whole session {label:30s} median {statistics.median(vals):6.1f} ms"
-              f"  (min {vals[0]:.1f}, max {vals[-1]:.1f}, n={n})")
+        print(f"whole session {label:30s} median {statistics.median(vals):6.1f} ms  (min {vals[0]:.1f}, max {vals[-1]:.1f}, n={n})")
     floor_ms = sorted(f * 1000 for f in floors)
     exit_med = statistics.median(r[2] * 1000 for r in runs)
     ratio = exit_med / statistics.median(floor_ms)
-    print(f"floor: python -I -S -c pass                 median {statistics.median(floor_ms):6.1f} ms"
-          f"  (min {floor_ms[0]:.1f}, max {floor_ms[-1]:.1f}, n={n})")
+    print(f"floor: python -I -S -c pass                 median {statistics.median(floor_ms):6.1f} ms  (min {floor_ms[0]:.1f}, max {floor_ms[-1]:.1f}, n={n})")
     print(f"whole session / floor                       {ratio:6.3f}x  target <= 1.40x   {verdict(ratio <= 1.4)}")
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     if load is not None:
@@ -229,8 +227,7 @@ def shared_mode(root: Path, base: Path, n: int) -> tuple[list[float], list[float
     starts, trips = [], []
     with SharedBridge() as shared, httpx.Client() as client:
         for i in range(n):
-            spec = BridgeSpec(scope=ToolScope(root=root), run_dir=base, trace_path=base / f"shared-{i}.jsonl",
-                              session_id=f"shared-{i}")
+            spec = BridgeSpec(scope=ToolScope(root=root), run_dir=base, trace_path=base / f"shared-{i}.jsonl", session_id=f"shared-{i}")
             start = time.perf_counter()
             url = shared.add_session(spec)
             _, sid = _http_rpc(client, url, INIT, None)
@@ -239,8 +236,7 @@ def shared_mode(root: Path, base: Path, n: int) -> tuple[list[float], list[float
             starts.append(time.perf_counter() - start)
             assert tools and tools["result"]["tools"]
             for j in range(20):
-                call = {"jsonrpc": "2.0", "id": 10 + j, "method": "tools/call",
-                        "params": {"name": "read_file", "arguments": {"path": "hello.txt"}}}
+                call = {"jsonrpc": "2.0", "id": 10 + j, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": "hello.txt"}}}
                 t0 = time.perf_counter()
                 reply, _ = _http_rpc(client, url, call, sid)
                 trips.append(time.perf_counter() - t0)
@@ -313,8 +309,10 @@ def report_memory(argv: list[str]) -> None:
     }
     for label, payload in shapes.items():
         base, peak, ok = peak_rss(argv, payload)
-        print(f"memory: {label:26s} peak RSS {peak / 1024:7.1f} MiB (after initialize {base / 1024:.1f} MiB); "
-              f"bridge alive and answering: {ok}   target < 256 MiB   {verdict(ok and peak < 256 * 1024)}")
+        print(
+            f"memory: {label:26s} peak RSS {peak / 1024:7.1f} MiB (after initialize {base / 1024:.1f} MiB); "
+            f"bridge alive and answering: {ok}   target < 256 MiB   {verdict(ok and peak < 256 * 1024)}"
+        )
 
 
 def main() -> int:
@@ -346,8 +344,10 @@ def main() -> int:
         forkserver.get_forkserver().children()  # a request that waits: `ready` first
         fs_ready = time.perf_counter() - t0
         relay_argv = relayed[0]
-        print(f"forkserver start (once per host): relay command in {fs_start * 1000:.1f} ms (the host does not wait), "
-              f"ready after {fs_ready * 1000:7.1f} ms (relays wait in its backlog meanwhile)")
+        print(
+            f"forkserver start (once per host): relay command in {fs_start * 1000:.1f} ms (the host does not wait), "
+            f"ready after {fs_ready * 1000:7.1f} ms (relays wait in its backlog meanwhile)"
+        )
         report_sessions(relay_argv, ns.sessions)
         if ns.session_only:
             forkserver.release_session(base / "spec.json")
@@ -384,7 +384,8 @@ def main() -> int:
 
         trips = stdio_round_trips(argv, 300)
         rt = statistics.median(trips) * 1000
-        print(f"stdio tool call round trip       median {rt:7.3f} ms  p95 {sorted(trips)[int(len(trips) * 0.95)] * 1000:.3f} ms   target < 5 ms   {verdict(rt < 5)}")  # noqa: E501
+        p95 = sorted(trips)[int(len(trips) * 0.95)] * 1000
+        print(f"stdio tool call round trip       median {rt:7.3f} ms  p95 {p95:.3f} ms   target < 5 ms   {verdict(rt < 5)}")
 
         scope = ToolScope(root=root)
         for _ in range(200):
@@ -398,8 +399,10 @@ def main() -> int:
         print(f"in-process dispatch read_file    median {ip:7.3f} ms   target < 1 ms   {verdict(ip < 1)}")
 
         starts, trips = shared_mode(root, base, ns.runs)
-        print(f"shared mode add -> tools/list    median {statistics.median(starts) * 1000:7.1f} ms  (max {max(starts) * 1000:.1f})"
-              f"   vs per-session process {l_med * 1000:.1f} ms")
+        print(
+            f"shared mode add -> tools/list    median {statistics.median(starts) * 1000:7.1f} ms  (max {max(starts) * 1000:.1f})"
+            f"   vs per-session process {l_med * 1000:.1f} ms"
+        )
         print(f"shared mode tool call round trip median {statistics.median(trips) * 1000:7.3f} ms")
     return 0
 

@@ -31,13 +31,23 @@ def codex_lines(total: int):
     size, n = 0, 0
     while size < total:
         n += 1
-        base = {"id": f"item_{n}", "type": "mcp_tool_call", "server": "bridge", "tool": "read_file",
-                "arguments": {"path": f"src/mod{n}.py"}}
+        base = {"id": f"item_{n}", "type": "mcp_tool_call", "server": "bridge", "tool": "read_file", "arguments": {"path": f"src/mod{n}.py"}}
         started = {"type": "item.started", "item": {**base, "result": None, "error": None, "status": "in_progress"}}
-        done = {"type": "item.completed", "item": {**base, "result": {"content": [{"type": "text", "text": PAYLOAD}],
-                "structured_content": None}, "error": None, "status": "completed"}}
-        cmd = {"type": "item.completed", "item": {"id": f"c{n}", "type": "command_execution", "command": "bash -lc ls",
-               "aggregated_output": "a\nb\n", "exit_code": 0, "status": "completed"}}
+        done = {
+            "type": "item.completed",
+            "item": {**base, "result": {"content": [{"type": "text", "text": PAYLOAD}], "structured_content": None}, "error": None, "status": "completed"},
+        }
+        cmd = {
+            "type": "item.completed",
+            "item": {
+                "id": f"c{n}",
+                "type": "command_execution",
+                "command": "bash -lc ls",
+                "aggregated_output": "a\nb\n",
+                "exit_code": 0,
+                "status": "completed",
+            },
+        }
         msg = {"type": "item.completed", "item": {"id": f"m{n}", "type": "agent_message", "text": f"Turn {n}: next file."}}
         chunk = b"".join(json.dumps(e, separators=(",", ":")).encode() + b"\n" for e in (started, done, cmd, msg))
         size += len(chunk)
@@ -50,14 +60,16 @@ def cursor_lines(total: int):
     size, n = 0, 0
     while size < total:
         n += 1
-        args = {"name": "bridge-read_file", "args": {"path": f"src/mod{n}.py"}, "toolName": "read_file",
-                "providerIdentifier": "bridge"}
-        say = {"type": "assistant", "message": {"role": "assistant", "content": [{"type": "text", "text": f"Turn {n}."}]},
-               "session_id": "s"}
-        st = {"type": "tool_call", "subtype": "started", "call_id": f"c{n}", "tool_call": {"mcpToolCall": {"args": args}},
-              "session_id": "s"}
-        dn = {"type": "tool_call", "subtype": "completed", "call_id": f"c{n}", "tool_call": {"mcpToolCall": {"args": args,
-              "result": {"success": {"content": [{"type": "text", "text": PAYLOAD}], "isError": False}}}}, "session_id": "s"}
+        args = {"name": "bridge-read_file", "args": {"path": f"src/mod{n}.py"}, "toolName": "read_file", "providerIdentifier": "bridge"}
+        say = {"type": "assistant", "message": {"role": "assistant", "content": [{"type": "text", "text": f"Turn {n}."}]}, "session_id": "s"}
+        st = {"type": "tool_call", "subtype": "started", "call_id": f"c{n}", "tool_call": {"mcpToolCall": {"args": args}}, "session_id": "s"}
+        dn = {
+            "type": "tool_call",
+            "subtype": "completed",
+            "call_id": f"c{n}",
+            "tool_call": {"mcpToolCall": {"args": args, "result": {"success": {"content": [{"type": "text", "text": PAYLOAD}], "isError": False}}}},
+            "session_id": "s",
+        }
         chunk = b"".join(json.dumps(e, separators=(",", ":")).encode() + b"\n" for e in (say, st, dn))
         size += len(chunk)
         yield chunk
@@ -119,13 +131,17 @@ def main(argv: list[str]) -> int:
         ours, base = throughput(cli, mb)
         ok = ours >= TARGET_MB_S
         misses += not ok
-        print(f"{cli} parser: {ours:.0f} MB/s on {mb} MB (framer+json.loads baseline {base:.0f} MB/s, "
-              f"ratio {ours / base:.2f}); target >= {TARGET_MB_S:.0f} MB/s {'PASS' if ok else 'MISS'}")
+        print(
+            f"{cli} parser: {ours:.0f} MB/s on {mb} MB (framer+json.loads baseline {base:.0f} MB/s, "
+            f"ratio {ours / base:.2f}); target >= {TARGET_MB_S:.0f} MB/s {'PASS' if ok else 'MISS'}"
+        )
         small, large = peak_rss_mb(cli, mb // 4 or 1), peak_rss_mb(cli, mb)
         flat = large - small <= MEMORY_SLACK_MB
         misses += not flat
-        print(f"{cli} peak traced memory: {small:.1f} MB at {mb // 4 or 1} MB, {large:.1f} MB at {mb} MB; "
-              f"flat within {MEMORY_SLACK_MB:.0f} MB {'PASS' if flat else 'MISS'}")
+        print(
+            f"{cli} peak traced memory: {small:.1f} MB at {mb // 4 or 1} MB, {large:.1f} MB at {mb} MB; "
+            f"flat within {MEMORY_SLACK_MB:.0f} MB {'PASS' if flat else 'MISS'}"
+        )
     return 1 if misses else 0
 
 

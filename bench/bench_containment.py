@@ -95,8 +95,9 @@ def session(base: Path, i: int, sandboxed: bool = False) -> tuple[str, str, list
     argv = [sys.executable, str(ESCAPE), mode, str(out / "pids"), tok]
     timeout = "2.0" if ending == "timeout" else "600"
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), BENCH_SANDBOX="1" if sandboxed else "0")
-    host = subprocess.Popen([sys.executable, str(out / "host.py"), str(out), timeout, *argv], env=env, cwd=out,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    host = subprocess.Popen(
+        [sys.executable, str(out / "host.py"), str(out), timeout, *argv], env=env, cwd=out, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         if ending == "timeout":
             wait_for(out / "done", 60)
@@ -158,17 +159,19 @@ def cost(n: int) -> int:
         (root / "README.md").write_text("hello\n")
         fake = install_fake_cli("claude", "tool_calls", base / "bin")
         env = {"PATH": "/usr/bin:/bin", "HOME": str(base / "no-home"), "LANG": "C.UTF-8"}
-        transports = {mode: ClaudeCodeTransport(get_spec("claude-code"), Settings(sandbox="off" if mode == "guards" else "require"),
-                                                cli_path=fake.path, parent_env=env) for mode in sessions}
+        transports = {
+            mode: ClaudeCodeTransport(get_spec("claude-code"), Settings(sandbox="off" if mode == "guards" else "require"), cli_path=fake.path, parent_env=env)
+            for mode in sessions
+        }
         for i in range(n):
             for mode in ("guards", "bwrap") if i % 2 == 0 else ("bwrap", "guards"):
                 t0 = time.perf_counter()
-                run_process(["/bin/true"], env={"PATH": "/usr/bin:/bin"}, cwd=base, on_line=lambda _l: None,
-                            timeout_s=60, sandbox=box if mode == "bwrap" else None)
+                run_process(
+                    ["/bin/true"], env={"PATH": "/usr/bin:/bin"}, cwd=base, on_line=lambda _l: None, timeout_s=60, sandbox=box if mode == "bwrap" else None
+                )
                 spawn[mode].append(time.perf_counter() - t0)
                 t0 = time.perf_counter()
-                out = transports[mode].run_session(AgentSessionRequest(
-                    prompt="hi", scope=ToolScope(root=root), timeout_s=60, run_dir=base / f"run-{mode}-{i}"))
+                out = transports[mode].run_session(AgentSessionRequest(prompt="hi", scope=ToolScope(root=root), timeout_s=60, run_dir=base / f"run-{mode}-{i}"))
                 sessions[mode].append(time.perf_counter() - t0)
                 assert out.ok and out.containment == mode, (out.status, out.message, out.containment)
     finally:

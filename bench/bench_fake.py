@@ -48,7 +48,7 @@ TARGET_VERSION_RATIO = 1.10
 
 #: A stdio MCP server that costs one bare interpreter: canned answers, the request id cut
 #: out of the line (the fake writes `"id": N, ` with json's default separators).
-RESPONDER = r'''
+RESPONDER = r"""
 import sys
 INIT = b'{"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": {"name": "r", "version": "0"}}'
 LIST = b'{"tools": [{"name": "read_file", "inputSchema": {"type": "object"}}]}'
@@ -62,7 +62,7 @@ for line in sys.stdin.buffer:
     result = INIT if b'"initialize"' in line else LIST if b'"tools/list"' in line else CALL
     out.write(b'{"jsonrpc": "2.0", "id": ' + rid + b', "result": ' + result + b"}\n")
     out.flush()
-'''
+"""
 
 
 def timed(argv: list[str]) -> float:
@@ -117,12 +117,21 @@ def tools_timeline(fake, args: list[str], runs: int) -> dict[str, float]:
     the spawn itself (returns once the server has exec'd); and from its last progress record
     to the moment this process has reaped it. The exit's floor: the same for a bare
     `python -I -S` that writes the clock and exits."""
-    steps: dict[str, list[float]] = {"first output -> spawn call": [], "spawn call -> server exec'd": [],
-                                     "last record -> reaped": [], "floor: last write -> reaped": []}
+    steps: dict[str, list[float]] = {
+        "first output -> spawn call": [],
+        "spawn call -> server exec'd": [],
+        "last record -> reaped": [],
+        "floor: last write -> reaped": [],
+    }
     for _ in range(runs):
         fake.record_path.unlink(missing_ok=True)
-        proc = subprocess.run([sys.executable, "-I", "-S", "-c", MARKING_LAUNCHER, str(fake.path), *args],
-                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=True)
+        proc = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", MARKING_LAUNCHER, str(fake.path), *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            check=True,
+        )
         reaped = time.monotonic()
         marks = dict(line.split() for line in proc.stderr.decode().splitlines() if line.startswith("spawn-"))
         progress = [r for r in map(json.loads, fake.record_path.read_text().splitlines()) if r["kind"] == "step"]
@@ -130,8 +139,12 @@ def tools_timeline(fake, args: list[str], runs: int) -> dict[str, float]:
         steps["first output -> spawn call"].append(float(marks["spawn-called"]) - first_out)
         steps["spawn call -> server exec'd"].append(float(marks["spawn-returned"]) - float(marks["spawn-called"]))
         steps["last record -> reaped"].append(reaped - progress[-1]["mono"])
-        proc = subprocess.run([sys.executable, "-I", "-S", "-c", "import os, time; os.write(1, b'%r' % time.monotonic())"],
-                              stdin=subprocess.DEVNULL, capture_output=True, check=True)
+        proc = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", "import os, time; os.write(1, b'%r' % time.monotonic())"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            check=True,
+        )
         steps["floor: last write -> reaped"].append(time.monotonic() - float(proc.stdout))
     return {name: statistics.median(values) * 1000 for name, values in steps.items()}
 
@@ -161,17 +174,17 @@ def main(argv: list[str]) -> int:
     floor, floor_isolated = result["python -c pass"], result["python -I -S -c pass"]
     print(f"medians over {rounds} alternating rounds ({replays} success replays, {len(calls)} tool calls recorded):")
     for name, median in result.items():
-        print(f"  {name:<24} {median * 1000:7.2f} ms   {median / floor:5.2f}x python -c pass"
-              f"   {median / floor_isolated:5.2f}x python -I -S -c pass")
-    print(f"  fake claude tools = {result['fake claude tools'] / (2 * floor_isolated):.2f}x its floor"
-          " (2 x python -I -S -c pass: the fake and its MCP server)")
+        print(f"  {name:<24} {median * 1000:7.2f} ms   {median / floor:5.2f}x python -c pass   {median / floor_isolated:5.2f}x python -I -S -c pass")
+    print(f"  fake claude tools = {result['fake claude tools'] / (2 * floor_isolated):.2f}x its floor (2 x python -I -S -c pass: the fake and its MCP server)")
     print(f"inside the fake's tools session (median of {rounds}, monotonic clock):")
     for name, ms in timeline.items():
         print(f"  {name:<30} {ms:6.2f} ms")
     ratio = result["fake claude --version"] / floor_isolated
     verdict = "PASS" if ratio <= TARGET_VERSION_RATIO else "MISS"
-    print(f"fake --version / python -I -S -c pass = {ratio:.2f}x  target <= {TARGET_VERSION_RATIO}x  {verdict}"
-          f"  ({result['fake claude --version'] / floor:.2f}x python -c pass)")
+    print(
+        f"fake --version / python -I -S -c pass = {ratio:.2f}x  target <= {TARGET_VERSION_RATIO}x  {verdict}"
+        f"  ({result['fake claude --version'] / floor:.2f}x python -c pass)"
+    )
     return 0
 
 

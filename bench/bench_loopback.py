@@ -57,9 +57,7 @@ def main(rounds: int) -> int:
         transport = loopback_transport(spec, Settings(backend=spec.id), cli_path=binary.path, endpoint=LoopbackEndpoint(srv.base_url))
 
         def run_a(i: int) -> float:
-            request = AgentSessionRequest(
-                prompt="Say hello.", scope=ToolScope(name="b", root=root, read_only=True), run_dir=base / f"run{i}", timeout_s=120
-            )
+            request = AgentSessionRequest(prompt="Say hello.", scope=ToolScope(name="b", root=root, read_only=True), run_dir=base / f"run{i}", timeout_s=120)
             start = time.perf_counter()
             outcome = transport.run_session(request)
             elapsed = time.perf_counter() - start
@@ -82,8 +80,14 @@ def main(rounds: int) -> int:
                 env[name] = str(fresh)
             start = time.perf_counter()
             proc = subprocess.run(
-                captured["argv"], env=env, cwd=captured["cwd"], input=captured["stdin"],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120, start_new_session=True,
+                captured["argv"],
+                env=env,
+                cwd=captured["cwd"],
+                input=captured["stdin"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                timeout=120,
+                start_new_session=True,
             )
             elapsed = time.perf_counter() - start
             if proc.returncode != 0 or b'"type":"result"' not in proc.stdout:

@@ -32,9 +32,18 @@ BRIDGE = ["mcp__bridge__read_file", "mcp__bridge__list_dir", "mcp__bridge__grep"
 
 def lines(total_bytes: int):
     """Yield stream-json lines (bytes, newline included) until about total_bytes."""
-    init = {"type": "system", "subtype": "init", "cwd": "/scratch", "session_id": SID, "tools": BRIDGE,
-            "mcp_servers": [{"name": "bridge", "status": "connected"}], "model": "claude-opus-4-8[1m]",
-            "permissionMode": "default", "apiKeySource": "none", "claude_code_version": "2.1.197"}
+    init = {
+        "type": "system",
+        "subtype": "init",
+        "cwd": "/scratch",
+        "session_id": SID,
+        "tools": BRIDGE,
+        "mcp_servers": [{"name": "bridge", "status": "connected"}],
+        "model": "claude-opus-4-8[1m]",
+        "permissionMode": "default",
+        "apiKeySource": "none",
+        "claude_code_version": "2.1.197",
+    }
     out = (json.dumps(init, separators=(",", ":")) + "\n").encode()
     yield out
     size = len(out)
@@ -43,27 +52,48 @@ def lines(total_bytes: int):
     while size < total_bytes:
         turn += 1
         mid = f"msg_01{turn:022d}"
-        usage = ('{"input_tokens":3,"cache_creation_input_tokens":1649,"cache_read_input_tokens":18624,'
-                 '"cache_creation":{"ephemeral_5m_input_tokens":0,"ephemeral_1h_input_tokens":1649},'
-                 '"output_tokens":26,"service_tier":"standard","inference_geo":"not_available"}')
-        head = ('{"type":"assistant","message":{"model":"claude-opus-4-8","id":"%s","type":"message",'
-                '"role":"assistant","content":[' % mid)
-        tail = ('],"stop_reason":null,"stop_sequence":null,"usage":%s,"context_management":null},'
-                '"parent_tool_use_id":null,"session_id":"%s","uuid":"cef7a33f-88a5-4bf9-ba7a-b92a81d1d0a1"}\n' % (usage, SID))
+        usage = (
+            '{"input_tokens":3,"cache_creation_input_tokens":1649,"cache_read_input_tokens":18624,'
+            '"cache_creation":{"ephemeral_5m_input_tokens":0,"ephemeral_1h_input_tokens":1649},'
+            '"output_tokens":26,"service_tier":"standard","inference_geo":"not_available"}'
+        )
+        head = '{"type":"assistant","message":{"model":"claude-opus-4-8","id":"%s","type":"message","role":"assistant","content":[' % mid
+        tail = (
+            '],"stop_reason":null,"stop_sequence":null,"usage":%s,"context_management":null},'
+            '"parent_tool_use_id":null,"session_id":"%s","uuid":"cef7a33f-88a5-4bf9-ba7a-b92a81d1d0a1"}\n' % (usage, SID)
+        )
         text = head + '{"type":"text","text":"Turn %d: reading the next file to check the call sites."}' % turn + tail
-        tool = head + ('{"type":"tool_use","id":"toolu_%020d","name":"mcp__bridge__read_file",'
-                       '"input":{"path":"src/mod%d.py"},"caller":{"type":"direct"}}' % (turn, turn)) + tail
-        result = ('{"type":"user","message":{"role":"user","content":[{"tool_use_id":"toolu_%020d",'
-                  '"type":"tool_result","content":[{"type":"text","text":"%s"}]}]},"parent_tool_use_id":null,'
-                  '"session_id":"%s","uuid":"e64c3b7c-39c9-4508-b324-2e503b62580b"}\n' % (turn, payload, SID))
-        rate = ('{"type":"rate_limit_event","rate_limit_info":{"status":"allowed","resetsAt":1772139600,'
-                '"rateLimitType":"five_hour"},"uuid":"7ab62505-ca36-45b2-9662-16987eeea053","session_id":"%s"}\n' % SID)
+        tool = (
+            head
+            + (
+                '{"type":"tool_use","id":"toolu_%020d","name":"mcp__bridge__read_file",'
+                '"input":{"path":"src/mod%d.py"},"caller":{"type":"direct"}}' % (turn, turn)
+            )
+            + tail
+        )
+        result = (
+            '{"type":"user","message":{"role":"user","content":[{"tool_use_id":"toolu_%020d",'
+            '"type":"tool_result","content":[{"type":"text","text":"%s"}]}]},"parent_tool_use_id":null,'
+            '"session_id":"%s","uuid":"e64c3b7c-39c9-4508-b324-2e503b62580b"}\n' % (turn, payload, SID)
+        )
+        rate = (
+            '{"type":"rate_limit_event","rate_limit_info":{"status":"allowed","resetsAt":1772139600,'
+            '"rateLimitType":"five_hour"},"uuid":"7ab62505-ca36-45b2-9662-16987eeea053","session_id":"%s"}\n' % SID
+        )
         for piece in (text, tool, result, rate):
             data = piece.encode()
             size += len(data)
             yield data
-    final = {"type": "result", "subtype": "success", "is_error": False, "num_turns": turn, "result": "done",
-             "session_id": SID, "total_cost_usd": 12.5, "usage": {"input_tokens": 3 * turn, "output_tokens": 26 * turn}}
+    final = {
+        "type": "result",
+        "subtype": "success",
+        "is_error": False,
+        "num_turns": turn,
+        "result": "done",
+        "session_id": SID,
+        "total_cost_usd": 12.5,
+        "usage": {"input_tokens": 3 * turn, "output_tokens": 26 * turn},
+    }
     yield (json.dumps(final, separators=(",", ":")) + "\n").encode()
 
 
@@ -94,8 +124,7 @@ def measure(total_mb: int) -> dict:
     result = ProcessResult(ending=Ending.exited, exit_code=0, signal=None, stderr_tail="", duration_s=busy)
     outcome = parser.outcome(result)
     assert outcome.ok and outcome.tool_calls == parser.bridge_calls and outcome.usage.output == 26 * (outcome.iterations)
-    return {"mb": fed / 1e6, "seconds": busy, "mb_s": fed / 1e6 / busy,
-            "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {"mb": fed / 1e6, "seconds": busy, "mb_s": fed / 1e6 / busy, "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
 def side_by_side(total_mb: int = 20, rounds: int = 5) -> dict:
@@ -147,14 +176,20 @@ def main(argv: list[str]) -> int:
     small = max(1, big // 4)
     small_run = child(small)
     big_run = child(big)
-    print(f"parser throughput ({big_run['mb']:.0f} MB stream-json, framer+parser): {big_run['mb_s']:.1f} MB/s"
-          f" in {big_run['seconds']:.2f} s   target >= {TARGET_MB_S:.0f} MB/s   {verdict(big_run['mb_s'] >= TARGET_MB_S)}")
+    print(
+        f"parser throughput ({big_run['mb']:.0f} MB stream-json, framer+parser): {big_run['mb_s']:.1f} MB/s"
+        f" in {big_run['seconds']:.2f} s   target >= {TARGET_MB_S:.0f} MB/s   {verdict(big_run['mb_s'] >= TARGET_MB_S)}"
+    )
     sbs = side_by_side()
-    print(f"side by side (20 MB, 5 alternating rounds, medians): parser {sbs['parser_mb_s']:.1f} MB/s vs "
-          f"framer+json.loads-every-line {sbs['loads_mb_s']:.1f} MB/s (ratio {sbs['parser_mb_s'] / sbs['loads_mb_s']:.2f}x)")
+    print(
+        f"side by side (20 MB, 5 alternating rounds, medians): parser {sbs['parser_mb_s']:.1f} MB/s vs "
+        f"framer+json.loads-every-line {sbs['loads_mb_s']:.1f} MB/s (ratio {sbs['parser_mb_s'] / sbs['loads_mb_s']:.2f}x)"
+    )
     growth = big_run["maxrss_mb"] - small_run["maxrss_mb"]
-    print(f"peak RSS: {small_run['maxrss_mb']:.1f} MB at {small} MB, {big_run['maxrss_mb']:.1f} MB at {big} MB"
-          f" (growth {growth:+.1f} MB)   target flat (< {MEMORY_SLACK_MB:.0f} MB growth)   {verdict(growth < MEMORY_SLACK_MB)}")
+    print(
+        f"peak RSS: {small_run['maxrss_mb']:.1f} MB at {small} MB, {big_run['maxrss_mb']:.1f} MB at {big} MB"
+        f" (growth {growth:+.1f} MB)   target flat (< {MEMORY_SLACK_MB:.0f} MB growth)   {verdict(growth < MEMORY_SLACK_MB)}"
+    )
     return 0
 
 

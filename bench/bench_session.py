@@ -69,8 +69,7 @@ def first_session_cost(argv: list[str], env: dict[str, str], cwd: Path) -> tuple
     """Medians over fresh host processes of (first run_process call, a later one)."""
     firsts, steadies = [], []
     for _ in range(FRESH_HOSTS):
-        out = subprocess.run([sys.executable, "-c", _FRESH_HOST, json.dumps([argv, env, str(cwd)])],
-                             capture_output=True, text=True, timeout=120, check=True)
+        out = subprocess.run([sys.executable, "-c", _FRESH_HOST, json.dumps([argv, env, str(cwd)])], capture_output=True, text=True, timeout=120, check=True)
         first, steady = json.loads(out.stdout)
         firsts.append(first)
         steadies.append(steady)
@@ -108,8 +107,7 @@ def main() -> int:
         def runner() -> None:
             from harnesscheck.contain.process import run_process
 
-            result = run_process(argv, env=child_env, cwd=cwd, on_line=lambda _l: None, timeout_s=60,
-                                 stdin_bytes=b"Summarize README.md")
+            result = run_process(argv, env=child_env, cwd=cwd, on_line=lambda _l: None, timeout_s=60, stdin_bytes=b"Summarize README.md")
             assert result.exit_code == 0
 
         bare()
@@ -136,8 +134,7 @@ def main() -> int:
         real_run_process = process_module.run_process
 
         def no_process(argv, **kwargs):
-            return process_module.ProcessResult(ending=process_module.Ending.exited, exit_code=0, signal=None,
-                                                stderr_tail="", duration_s=0.0)
+            return process_module.ProcessResult(ending=process_module.Ending.exited, exit_code=0, signal=None, stderr_tail="", duration_s=0.0)
 
         process_module.run_process = no_process
         try:
@@ -156,15 +153,15 @@ def main() -> int:
         verdict = "PASS" if overhead < TARGET else "MISS"
         print(f"exec of the fake alone: {mb * 1000:.1f} ms/call (median of {ROUNDS} rounds x {CALLS_PER_ROUND})")
         print(f"run_process alone on the same argv: {mr * 1000:.1f} ms/call ({(mr / mb - 1) * 100:+.1f}% over exec)")
-        print(f"run_session over the fake: {ms * 1000:.1f} ms/call "
-              f"(transport's own share over run_process: {(ms - mr) * 1000:+.1f} ms)")
+        print(f"run_session over the fake: {ms * 1000:.1f} ms/call (transport's own share over run_process: {(ms - mr) * 1000:+.1f} ms)")
         print(f"transport work alone (process stubbed out): {t_setup * 1000:.1f} ms/session")
-        print(f"run_session overhead: {overhead * 100:+.1f}%   target < {TARGET * 100:.0f}%   {verdict}"
-              "   (steady state: the host's guard already runs)")
+        print(f"run_session overhead: {overhead * 100:+.1f}%   target < {TARGET * 100:.0f}%   {verdict}   (steady state: the host's guard already runs)")
         print(f"  paired check: median over rounds of (session / exec) - 1 = {paired * 100:+.1f}%")
-        print(f"once per host process: first run_process in a fresh host {first * 1000:.1f} ms vs "
-              f"{steady * 1000:.1f} ms later ({(first - steady) * 1000:+.1f} ms: guard start and other "
-              f"first-call costs; median of {FRESH_HOSTS} fresh hosts)")
+        print(
+            f"once per host process: first run_process in a fresh host {first * 1000:.1f} ms vs "
+            f"{steady * 1000:.1f} ms later ({(first - steady) * 1000:+.1f} ms: guard start and other "
+            f"first-call costs; median of {FRESH_HOSTS} fresh hosts)"
+        )
         return 0
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -79,12 +79,16 @@ def main(argv: list[str]) -> int:
     t_help, t_pass = side_by_side(help_argv, [sys.executable, "-c", "pass"], rounds)
     ratio = t_help / t_pass
     verdict = "PASS" if ratio <= TARGET_RATIO else "MISS"
-    print(f"harnesscheck --help: {t_help * 1000:.1f} ms vs python -c pass: {t_pass * 1000:.1f} ms"
-          f" (median of {rounds}, alternating) ratio {ratio:.2f}x   target <= {TARGET_RATIO:.0f}x   {verdict}")
+    print(
+        f"harnesscheck --help: {t_help * 1000:.1f} ms vs python -c pass: {t_pass * 1000:.1f} ms"
+        f" (median of {rounds}, alternating) ratio {ratio:.2f}x   target <= {TARGET_RATIO:.0f}x   {verdict}"
+    )
     t_ours, t_bare = runner_overhead(rounds)
-    print(f"run_process(['true']) {t_ours * 1000:.1f} ms vs subprocess.run(['true']) {t_bare * 1000:.1f} ms"
-          f" (median of {rounds}): +{(t_ours - t_bare) * 1000:.1f} ms per session for the guard, marker sweep"
-          f" and reap   (informational)")
+    print(
+        f"run_process(['true']) {t_ours * 1000:.1f} ms vs subprocess.run(['true']) {t_bare * 1000:.1f} ms"
+        f" (median of {rounds}): +{(t_ours - t_bare) * 1000:.1f} ms per session for the guard, marker sweep"
+        f" and reap   (informational)"
+    )
     return 0
 
 

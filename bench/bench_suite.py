@@ -105,10 +105,9 @@ def required_waits(report: dict, basetemp: Path) -> dict[str, float]:
     timed_out = sum(c in ("time.timeout-truncates", "time.no-survivors-after-timeout") for c in ran)
     return {
         f"session deadlines ({timed_out} x {TIMEOUT_S:g} s)": timed_out * TIMEOUT_S,
-        f"term grace, CLI ignores SIGTERM ({ran.count('time.no-survivors-after-timeout')} x {term_grace:g} s)":
-            ran.count("time.no-survivors-after-timeout") * term_grace,
-        f"linger after the result ({ran.count('time.linger-after-result')} x {linger:g} s)":
-            ran.count("time.linger-after-result") * linger,
+        f"term grace, CLI ignores SIGTERM ({ran.count('time.no-survivors-after-timeout')} x {term_grace:g} s)": ran.count("time.no-survivors-after-timeout")
+        * term_grace,
+        f"linger after the result ({ran.count('time.linger-after-result')} x {linger:g} s)": ran.count("time.linger-after-result") * linger,
         "fixture delays the fakes replayed": fixture_delays(basetemp),
         "cancels (sent on the observed stall)": 0.0,
     }
@@ -184,26 +183,35 @@ def main() -> int:
     waited = sum(waits.values())
     processes = [(spawns + bridges) * s for s in startups]
     budget = sorted(f"{c['check']}[{c['backend']}]" for c in report1["cells"] if c.get("reason") == "budget")
-    print(f"backends: {', '.join(backends)}; {len(report1['cells'])} cells; {args.runs} serial/-n {args.jobs} pairs, "
-          f"interleaved (median and range); files in {args.tmpdir or tempfile.gettempdir()}")
-    print(f"python start-up: {_span([s * 1000 for s in startups])} ms; fake-CLI invocations: {spawns}; "
-          f"literal floor (invocations x start-up): {_span(floors)} s")
+    print(
+        f"backends: {', '.join(backends)}; {len(report1['cells'])} cells; {args.runs} serial/-n {args.jobs} pairs, "
+        f"interleaved (median and range); files in {args.tmpdir or tempfile.gettempdir()}"
+    )
+    print(
+        f"python start-up: {_span([s * 1000 for s in startups])} ms; fake-CLI invocations: {spawns}; literal floor (invocations x start-up): {_span(floors)} s"
+    )
     print(f"waits the checks require: {waited:.1f} s")
     for cause, seconds in waits.items():
         print(f"  {cause}: {seconds:.1f} s")
     ratios = [w / f for w, f in zip(serials, floors)]
-    print(f"serial wall: {_span(serials)} s = {_span(ratios, '{:.2f}')}x the literal floor (target <= {TARGET_RATIO:.0f}x) "
-          f"{'OK' if statistics.median(ratios) <= TARGET_RATIO else 'OVER'}; "
-          f"{_span([w / (f + waited) for w, f in zip(serials, floors)], '{:.2f}')}x floor + required waits")
+    print(
+        f"serial wall: {_span(serials)} s = {_span(ratios, '{:.2f}')}x the literal floor (target <= {TARGET_RATIO:.0f}x) "
+        f"{'OK' if statistics.median(ratios) <= TARGET_RATIO else 'OVER'}; "
+        f"{_span([w / (f + waited) for w, f in zip(serials, floors)], '{:.2f}')}x floor + required waits"
+    )
     if budget:
         print(f"  cells skipped 'budget' (the machine was too slow to judge them): {', '.join(budget)}")
     pratios = [w / f for w, f in zip(parallels, floors)]
-    print(f"-n {args.jobs} wall: {_span(parallels)} s = {_span(pratios, '{:.2f}')}x the literal floor "
-          f"{'OK' if statistics.median(pratios) <= TARGET_RATIO else 'OVER'}; "
-          f"speed-up {_span([s / p for s, p in zip(serials, parallels)], '{:.2f}')}x; same report: {same}")
-    print(f"counting the bridges the CLIs started as well ({bridges}): floor {_span(processes)} s; "
-          f"serial {_span([w / f for w, f in zip(serials, processes)], '{:.2f}')}x, "
-          f"-n {args.jobs} {_span([w / f for w, f in zip(parallels, processes)], '{:.2f}')}x")
+    print(
+        f"-n {args.jobs} wall: {_span(parallels)} s = {_span(pratios, '{:.2f}')}x the literal floor "
+        f"{'OK' if statistics.median(pratios) <= TARGET_RATIO else 'OVER'}; "
+        f"speed-up {_span([s / p for s, p in zip(serials, parallels)], '{:.2f}')}x; same report: {same}"
+    )
+    print(
+        f"counting the bridges the CLIs started as well ({bridges}): floor {_span(processes)} s; "
+        f"serial {_span([w / f for w, f in zip(serials, processes)], '{:.2f}')}x, "
+        f"-n {args.jobs} {_span([w / f for w, f in zip(parallels, processes)], '{:.2f}')}x"
+    )
     return 0 if same else 1
 
 

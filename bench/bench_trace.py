@@ -36,7 +36,12 @@ def main() -> int:
                 start = time.perf_counter()
                 for i in range(PER_RUN):
                     trace.record(
-                        "tool", tool="read_file", decision="allow", code=None, path="src/pkg/module.py", bytes=4096,
+                        "tool",
+                        tool="read_file",
+                        decision="allow",
+                        code=None,
+                        path="src/pkg/module.py",
+                        bytes=4096,
                         truncated=False,
                     )
                 rates.append(PER_RUN / (time.perf_counter() - start))
@@ -46,10 +51,7 @@ def main() -> int:
     # Best of the runs (the least disturbed by other load, as timeit does); median shown too.
     rate = max(rates)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(
-        f"wall median {statistics.median(rates):,.0f}/s, CPU-time rate {statistics.median(cpu_rates):,.0f}/s, "
-        f"load average {load:.1f}"
-    )
+    print(f"wall median {statistics.median(rates):,.0f}/s, CPU-time rate {statistics.median(cpu_rates):,.0f}/s, load average {load:.1f}")
     redaction = "on" if _redactor() is not None else "off (envpolicy not importable)"
     verdict = "PASS" if rate >= TARGET else "MISS"
     print(f"trace append, one process, best of {RUNS} (redaction {redaction}): {rate:,.0f} records/s (target >= {TARGET:,}/s) {verdict}")

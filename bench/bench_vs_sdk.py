@@ -64,6 +64,8 @@ def pinned_cli_path(backend: str) -> str:
 
     binary, why = require_pinned_cli(backend)
     return str(binary.path) if binary else f"(missing: {why})"
+
+
 TARGETS = {"claude-code": 1.15, "codex": 1.3}
 TENTH_TARGET = 1.1
 
@@ -89,6 +91,7 @@ def worker_lib(ns: argparse.Namespace) -> None:
     import harnesscheck.backends._harness  # noqa: F401 - what a host has imported before its first session
     from harnesscheck.core.contracts import AgentSessionRequest
     from harnesscheck.core.scope import ToolScope
+
     if ns.backend == "claude-code":
         import harnesscheck.backends.claude_code  # noqa: F401
     else:
@@ -101,8 +104,9 @@ def worker_lib(ns: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     transport = _transport(ns.backend, ns.cli, ns.base_url)
     for i in range(ns.sessions):
-        request = AgentSessionRequest(prompt=PROMPT, scope=ToolScope(name="bench", root=Path(ns.root), read_only=True),
-                                      run_dir=Path(ns.out) / f"s{i}", timeout_s=300)
+        request = AgentSessionRequest(
+            prompt=PROMPT, scope=ToolScope(name="bench", root=Path(ns.root), read_only=True), run_dir=Path(ns.out) / f"s{i}", timeout_s=300
+        )
         outcome = transport.run_session(request)
         t1 = time.perf_counter()
         times.append(t1 - t0)
@@ -118,8 +122,7 @@ def worker_cmd(ns: argparse.Namespace) -> None:
     from harnesscheck.backends import registry
 
     registry.resolve_provider = lambda settings: _transport(ns.backend, ns.cli, ns.base_url, settings)
-    sys.argv = ["harnesscheck", "run", "--backend", ns.backend, "--root", ns.root, "--prompt", PROMPT,
-                "--cli", ns.cli, "--run-dir", ns.out]
+    sys.argv = ["harnesscheck", "run", "--backend", ns.backend, "--root", ns.root, "--prompt", PROMPT, "--cli", ns.cli, "--run-dir", ns.out]
     launcher.main()
 
 
@@ -147,8 +150,7 @@ def ensure_sdks(install: bool) -> dict[str, str | None]:
     index = SDK_NODE / "node_modules" / "@openai" / "codex-sdk" / "dist" / "index.js"
     if not index.exists() and install and shutil.which("npm"):
         SDK_NODE.mkdir(exist_ok=True)
-        subprocess.run(["npm", "install", "--prefix", str(SDK_NODE), "--no-audit", "--no-fund", "@openai/codex-sdk"],
-                       check=False, capture_output=True)
+        subprocess.run(["npm", "install", "--prefix", str(SDK_NODE), "--no-audit", "--no-fund", "@openai/codex-sdk"], check=False, capture_output=True)
     if not index.exists() or not shutil.which("node"):
         why["codex"] = f"@openai/codex-sdk not installed: npm install --prefix {SDK_NODE} @openai/codex-sdk"
     return why
@@ -188,7 +190,8 @@ class Bench:
         process.run_process = capture
         try:
             outcome = _transport(self.backend, self.cli, self.base_url).run_session(
-                AgentSessionRequest(prompt=PROMPT, scope=scope, run_dir=self._dir("capture"), timeout_s=300))
+                AgentSessionRequest(prompt=PROMPT, scope=scope, run_dir=self._dir("capture"), timeout_s=300)
+            )
         finally:
             process.run_process = real
         if not outcome.ok or outcome.tool_calls != 1:
@@ -206,9 +209,9 @@ class Bench:
 
         home = self._dir("codex-home")
         ep = LoopbackEndpoint(self.base_url)
-        (home / "config.toml").write_text(render_config(
-            bridge=(self.min_mcp, {}), bridge_tools=self.tool_names,
-            extra_toml=codex_provider_table(ep), top_toml=codex_provider_top(ep)))
+        (home / "config.toml").write_text(
+            render_config(bridge=(self.min_mcp, {}), bridge_tools=self.tool_names, extra_toml=codex_provider_table(ep), top_toml=codex_provider_top(ep))
+        )
         return home
 
     def floor(self) -> dict:
@@ -218,25 +221,38 @@ class Bench:
         if self.backend == "claude-code":
             env["CLAUDE_CONFIG_DIR"] = str(home)
             config = home / "mcp.json"
-            config.write_text(json.dumps({"mcpServers": {"bridge": {
-                "type": "stdio", "command": self.min_mcp[0], "args": self.min_mcp[1:], "env": {}}}}))
+            config.write_text(json.dumps({"mcpServers": {"bridge": {"type": "stdio", "command": self.min_mcp[0], "args": self.min_mcp[1:], "env": {}}}}))
             argv[argv.index("--mcp-config") + 1] = str(config)
             done = b'"type":"result"'
         else:
             env["CODEX_HOME"] = str(self._codex_home())
             done = b'"turn.completed"'
         t0 = time.perf_counter()
-        proc = subprocess.run(argv, env=env, cwd=cwd, input=self.captured["stdin"], capture_output=True,
-                              timeout=300, start_new_session=True)
+        proc = subprocess.run(argv, env=env, cwd=cwd, input=self.captured["stdin"], capture_output=True, timeout=300, start_new_session=True)
         wall = time.perf_counter() - t0
         ok = proc.returncode == 0 and done in proc.stdout and b"hello from the bench" in proc.stdout
         return {"wall": wall, "in_host": wall, "ok": ok}
 
     def _worker(self, kind: str, sessions: int = 1, python: str | None = None) -> dict:
         out = self._dir(kind)
-        argv = [python or sys.executable, str(Path(__file__).resolve()), "--worker", kind, "--backend", self.backend,
-                "--cli", self.cli, "--base-url", self.base_url, "--root", str(self.root), "--out", str(out),
-                "--sessions", str(sessions)]
+        argv = [
+            python or sys.executable,
+            str(Path(__file__).resolve()),
+            "--worker",
+            kind,
+            "--backend",
+            self.backend,
+            "--cli",
+            self.cli,
+            "--base-url",
+            self.base_url,
+            "--root",
+            str(self.root),
+            "--out",
+            str(out),
+            "--sessions",
+            str(sessions),
+        ]
         t0 = time.perf_counter()
         proc = subprocess.run(argv, capture_output=True, timeout=600, cwd=self.base)
         wall = time.perf_counter() - t0
@@ -248,8 +264,7 @@ class Bench:
         data = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {"sessions": [], "ok": False}
         if not data["ok"]:
             sys.stderr.write(proc.stderr.decode(errors="replace")[-2000:])
-        return {"wall": wall, "in_host": data["sessions"][0] if data["sessions"] else float("nan"),
-                "sessions": data["sessions"], "ok": data["ok"]}
+        return {"wall": wall, "in_host": data["sessions"][0] if data["sessions"] else float("nan"), "sessions": data["sessions"], "ok": data["ok"]}
 
     def lib(self) -> dict:
         return self._worker("lib")
@@ -282,8 +297,7 @@ class Bench:
         return {"wall": wall, "in_host": data["in_host_s"], "ok": bool(data.get("ok"))}
 
 
-def run_backend(backend: str, cli: str, base_url: str, rounds: int, tenth_rounds: int, sdk_why: str | None,
-                compare_python: str | None = None) -> list[str]:
+def run_backend(backend: str, cli: str, base_url: str, rounds: int, tenth_rounds: int, sdk_why: str | None, compare_python: str | None = None) -> list[str]:
     base = Path(tempfile.mkdtemp(prefix=f"bench-vs-sdk-{backend}-"))
     misses: list[str] = []
     try:
@@ -302,10 +316,14 @@ def run_backend(backend: str, cli: str, base_url: str, rounds: int, tenth_rounds
         floor = med["floor"][0]
         print(f"\n{backend} ({cli}), {rounds} rounds in random order, medians; load {_load()}")
         print(f"  {'':34} {'in the host':>12} {'process':>10} {'vs floor':>9}")
-        label = {"floor": "bare CLI turn + minimal MCP server", "lib": "run_session, host's first",
-                 "warm": "host's first, after warm_up()",
-                 "cmd": "harnesscheck run (command)", "sdk": "official SDK, one turn",
-                 "before": "run_session, --compare-python"}
+        label = {
+            "floor": "bare CLI turn + minimal MCP server",
+            "lib": "run_session, host's first",
+            "warm": "host's first, after warm_up()",
+            "cmd": "harnesscheck run (command)",
+            "sdk": "official SDK, one turn",
+            "before": "run_session, --compare-python",
+        }
         for kind in kinds:
             host, wall = med[kind]
             print(f"  {label[kind]:34} {host * 1000:10.0f} ms {wall * 1000:7.0f} ms {host / floor:8.2f}x")
@@ -325,11 +343,15 @@ def run_backend(backend: str, cli: str, base_url: str, rounds: int, tenth_rounds
             misses += [] if verdict == "PASS" else [f"{backend} vs SDK"]
             print(f"{backend} host's first session vs official SDK (in the host) {vs:.2f}x  target < 1.0  {verdict}")
             print(f"{backend} harnesscheck run vs official SDK (whole processes) {med['cmd'][1] / med['sdk'][1]:.2f}x")
-            print(f"{backend} host's first session after warm_up() vs official SDK (in the host) "
-                  f"{med['warm'][0] / med['sdk'][0]:.2f}x  (the bridge's imports paid before the timer"
-                  f"{', as claude-agent-sdk pays its own in its import' if backend == 'claude-code' else ''})")
-        print(f"{backend} host's first session after warm_up() vs floor {med['warm'][0] / floor:.2f}x  target <= {target}x  "
-              f"{'PASS' if med['warm'][0] / floor <= target else 'MISS'}")
+            print(
+                f"{backend} host's first session after warm_up() vs official SDK (in the host) "
+                f"{med['warm'][0] / med['sdk'][0]:.2f}x  (the bridge's imports paid before the timer"
+                f"{', as claude-agent-sdk pays its own in its import' if backend == 'claude-code' else ''})"
+            )
+        print(
+            f"{backend} host's first session after warm_up() vs floor {med['warm'][0] / floor:.2f}x  target <= {target}x  "
+            f"{'PASS' if med['warm'][0] / floor <= target else 'MISS'}"
+        )
         if tenth_rounds:
             tenth, floors = [], []
             for _ in range(tenth_rounds):
@@ -340,8 +362,10 @@ def run_backend(backend: str, cli: str, base_url: str, rounds: int, tenth_rounds
             ratio = _median(tenth) / _median(floors)
             verdict = "PASS" if ratio <= TENTH_TARGET else "MISS"
             misses += [] if verdict == "PASS" else [f"{backend} tenth session"]
-            print(f"{backend} host's tenth sequential session {_median(tenth) * 1000:.0f} ms vs floor "
-                  f"{_median(floors) * 1000:.0f} ms: {ratio:.2f}x  target <= {TENTH_TARGET}x  {verdict}  (load {_load()})")
+            print(
+                f"{backend} host's tenth sequential session {_median(tenth) * 1000:.0f} ms vs floor "
+                f"{_median(floors) * 1000:.0f} ms: {ratio:.2f}x  target <= {TENTH_TARGET}x  {verdict}  (load {_load()})"
+            )
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return misses
@@ -373,8 +397,13 @@ def cell_account(bench: Bench, rounds: int) -> None:
 
         setattr(owner, name, wrapper)
 
-    for owner, name in ((registry, "probe_version"), (_harness, "start_bridge"), (process, "run_process"),
-                        (la.LoopbackAdapter, "prepare"), (la.LoopbackAdapter, "collect")):
+    for owner, name in (
+        (registry, "probe_version"),
+        (_harness, "start_bridge"),
+        (process, "run_process"),
+        (la.LoopbackAdapter, "prepare"),
+        (la.LoopbackAdapter, "collect"),
+    ):
         stamped(owner, name)
     spans: dict[str, list[float]] = {}
     floors: list[float] = []
@@ -395,8 +424,10 @@ def cell_account(bench: Bench, rounds: int) -> None:
             "cell total": end - t0,
             "  kit: server, exec wrapper, /proc watcher (prepare)": stamps["<prepare"] - stamps[">prepare"],
             "  host: version probe": probe,
-            "  host: session set-up (run dir, spec, config, env)": stamps[">run_process"] - stamps[">prepare"]
-                - (stamps["<prepare"] - stamps[">prepare"]) - probe,
+            "  host: session set-up (run dir, spec, config, env)": stamps[">run_process"]
+            - stamps[">prepare"]
+            - (stamps["<prepare"] - stamps[">prepare"])
+            - probe,
             "  the CLI's run (wrapper, CLI, relay, bridge child)": stamps["<run_process"] - stamps[">run_process"],
             "  host: release, trace fold, outcome": stamps[">collect"] - stamps["<run_process"],
             "  kit: evidence (watcher, server stop, records)": stamps["<collect"] - stamps[">collect"],
@@ -433,14 +464,15 @@ def verify_vs_floor(benches: dict[str, Bench], jobs: str) -> list[str]:
             proc = subprocess.run(cmd, cwd=HERE.parent, env=child_env(), capture_output=True, stdin=subprocess.DEVNULL)
         wall = time.perf_counter() - t0
         if not (work / "conformance-report.json").exists():
-            print(f"\nverify: SKIP (its pytest wrote no report, exit {proc.returncode}): "
-                  f"{proc.stdout.decode(errors='replace')[-1500:]}{proc.stderr.decode(errors='replace')[-1500:]}")
+            print(
+                f"\nverify: SKIP (its pytest wrote no report, exit {proc.returncode}): "
+                f"{proc.stdout.decode(errors='replace')[-1500:]}{proc.stderr.decode(errors='replace')[-1500:]}"
+            )
             return ["verify"]
         report = json.loads((work / "conformance-report.json").read_text())
         offline_runs, loopback_runs = 0, {b: 0 for b in backends}
         for record in basetemp.rglob("*.record.jsonl"):
-            runs = sum(1 for line in record.read_text(errors="replace").splitlines()
-                       if '"kind": "invocation"' in line and '"--version"' not in line)
+            runs = sum(1 for line in record.read_text(errors="replace").splitlines() if '"kind": "invocation"' in line and '"--version"' not in line)
             if record.parent.name.startswith("loopback-bin"):
                 loopback_runs["claude-code" if record.name.startswith("claude") else "codex"] += runs
             else:
@@ -452,8 +484,7 @@ def verify_vs_floor(benches: dict[str, Bench], jobs: str) -> list[str]:
     loopback_floor = sum(loopback_runs[b] * floors[b] for b in backends) / 2 + deadline
     floor = offline_floor + loopback_floor
     print(f"\nverify --level offline --level loopback ({', '.join(backends)}, -n {jobs}): {wall:.1f} s; load {_load()}")
-    print(f"  offline floor: {offline_runs} fake-CLI runs x {startup * 1000:.0f} ms + {sum(waits.values()):.1f} s required waits"
-          f" = {offline_floor:.1f} s")
+    print(f"  offline floor: {offline_runs} fake-CLI runs x {startup * 1000:.0f} ms + {sum(waits.values()):.1f} s required waits = {offline_floor:.1f} s")
     for b in backends:
         print(f"  loopback {b}: {loopback_runs[b]} CLI runs x {floors[b] * 1000:.0f} ms (floor turn)")
     print(f"  loopback floor: the runs 2 at a time + {deadline:.1f} s of runaway deadlines = {loopback_floor:.1f} s")
@@ -477,8 +508,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--tenth-rounds", type=int, default=3)
     parser.add_argument("--no-install", action="store_true")
     parser.add_argument("--cell-rounds", type=int, default=3, help="rounds of the loopback cell's account")
-    parser.add_argument("--only", action="append", choices=("sessions", "cell", "verify"),
-                        help="run only these parts (default: all)")
+    parser.add_argument("--only", action="append", choices=("sessions", "cell", "verify"), help="run only these parts (default: all)")
     parser.add_argument("--jobs", default="2", help="verify's pytest-xdist workers")
     parser.add_argument("--compare-python", help="another tree's venv python: its run_session as a column too")
     ns = parser.parse_args(argv)
@@ -502,8 +532,7 @@ def main(argv: list[str]) -> int:
         present = [b for b in backends if b not in missing]
         if "sessions" in parts:
             for backend in present:
-                misses += run_backend(backend, clis[backend], srv.base_url, ns.rounds, ns.tenth_rounds, sdk_why[backend],
-                                      ns.compare_python)
+                misses += run_backend(backend, clis[backend], srv.base_url, ns.rounds, ns.tenth_rounds, sdk_why[backend], ns.compare_python)
         if parts & {"cell", "verify"} and present:
             base = Path(tempfile.mkdtemp(prefix="bench-vs-sdk-"))
             try:

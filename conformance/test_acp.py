@@ -63,15 +63,15 @@ def test_rejected_permission_not_run(but):
 
     Evidence: the agent is scripted to write a file and run a command outside the worktree (both
     rejected by the host's policy); the file and the command's mark are looked for on disk."""
-    run = but.acp_run([{"write": "{effects}/written.txt", "content": "should not exist", "via": "local"},
-                       {"shell": "echo ran > {effects}/shell-ran.txt"}])
+    run = but.acp_run([{"write": "{effects}/written.txt", "content": "should not exist", "via": "local"}, {"shell": "echo ran > {effects}/shell-ran.txt"}])
     rejected = [p for p in run.evidence.permissions if not p.allowed]
     if not rejected:
-        but.skip("unsupported-by-backend", "the agent asked no permission in its asking mode, so none could be "
-                 "rejected (acp.side-effects-asked judges that)")
+        but.skip("unsupported-by-backend", "the agent asked no permission in its asking mode, so none could be rejected (acp.side-effects-asked judges that)")
     ran = sorted(p.name for p in run.effects.iterdir())
-    assert not ran, (f"the host rejected {len(rejected)} permission(s) ({', '.join(p.title for p in rejected)}) and the "
-                     f"tool ran anyway: {ran} appeared. Fix: a rejected (or cancelled) permission must stop the tool")
+    assert not ran, (
+        f"the host rejected {len(rejected)} permission(s) ({', '.join(p.title for p in rejected)}) and the "
+        f"tool ran anyway: {ran} appeared. Fix: a rejected (or cancelled) permission must stop the tool"
+    )
     completed = [run.evidence.tool_calls.get(str(p.tool_call_id), {}).get("status") for p in rejected]
     assert "completed" not in completed, f"a rejected tool call was reported completed: {completed}"
 
@@ -84,9 +84,13 @@ def test_side_effects_asked(but):
 
     Evidence: the agent writes a file, runs a command (both outside the worktree; the host says
     no) and calls the bridge (the host says yes); the disk, the wire and the bridge's trace."""
-    run = but.acp_run([{"write": "{effects}/unasked.txt", "content": "x", "via": "local"},
-                       {"shell": "touch {effects}/unasked-shell"},
-                       {"mcp": "list_dir", "arguments": {"path": "."}}])
+    run = but.acp_run(
+        [
+            {"write": "{effects}/unasked.txt", "content": "x", "via": "local"},
+            {"shell": "touch {effects}/unasked-shell"},
+            {"mcp": "list_dir", "arguments": {"path": "."}},
+        ]
+    )
     ev = run.evidence
     asked = {str(p.tool_call_id) for p in ev.permissions}
     # a call the agent refused itself before it ran (reported failed: an unknown tool, a path out of
@@ -97,11 +101,11 @@ def test_side_effects_asked(but):
     assert not appeared and not unasked, (
         f"side effects without a permission request: tool calls {unasked} never asked, files {appeared} appeared "
         f"(mode set: {ev.mode_set!r}, modes reported: {ev.modes}). Fix: in the asking mode every write, command "
-        "and MCP call must send session/request_permission first")
+        "and MCP call must send session/request_permission first"
+    )
     granted = [p for p in ev.permissions if p.allowed]
     bridge_calls = [r for r in run.bridge_trace() if r.get("event") == "tool"]
-    assert len(bridge_calls) <= len(granted), (
-        f"{len(bridge_calls)} bridge call(s) for {len(granted)} granted permission(s): an MCP call ran unasked")
+    assert len(bridge_calls) <= len(granted), f"{len(bridge_calls)} bridge call(s) for {len(granted)} granted permission(s): an MCP call ran unasked"
 
 
 @check("acp.cancel-stops-tool", kinds=[Kind.harness], incident="C8")
@@ -124,8 +128,7 @@ def test_cancel_stops_tool(but):
             observed["alive"] = [pid for pid in children if _alive(pid)]
             observed["children"] = children
 
-    run = but.acp_run([{"shell": "sleep 300", "wait": True}], timeout_s=60, policy=_allow_all,
-                      cancel_when=started, observer=at_answer)
+    run = but.acp_run([{"shell": "sleep 300", "wait": True}], timeout_s=60, policy=_allow_all, cancel_when=started, observer=at_answer)
     ev = run.evidence
     if ev.cancel_sent_at is None:  # refused or not offered (an agent with no shell tool): nothing to cancel
         but.skip("unsupported-by-backend", f"the agent never started the command: nothing to cancel ({run.outcome.message!r})")
@@ -135,7 +138,8 @@ def test_cancel_stops_tool(but):
     assert run.observed.get("children"), "the agent's record names no tool process: nothing to judge"
     assert not run.observed.get("alive"), (
         f"the agent answered `cancelled` while its tool process {run.observed['alive']} still ran. Fix: end the "
-        "running tool's process tree before answering session/cancel")
+        "running tool's process tree before answering session/cancel"
+    )
 
 
 @check("acp.exits-on-stdin-close", kinds=[Kind.harness], incident=["C6", "C9"])
@@ -150,7 +154,8 @@ def test_exits_on_stdin_close(but):
     assert ev.stdin_closed_at is not None, f"the host never closed stdin: {run.outcome.status} {run.outcome.message!r}"
     assert ev.ending == "exited", (
         f"the agent was still running {EOF_BOUND_S:g} s after its stdin closed (ending {ev.ending}): the host had to "
-        "kill it. Fix: exit (ending the MCP servers and tools started) when stdin reaches EOF")
+        "kill it. Fix: exit (ending the MCP servers and tools started) when stdin reaches EOF"
+    )
 
 
 @check("acp.planted-settings-inert", kinds=[Kind.harness], incident=["A4", "B2"])
@@ -171,13 +176,14 @@ def test_planted_settings_inert(but):
 
     run = but.acp_run([{"write": "{effects}/planted-write.txt", "content": "x", "via": "local"}], plant=plant)
     ev = run.evidence
-    after = ev.modes[ev.modes.index(ev.mode_set) + 1:] if ev.mode_set in ev.modes else ev.modes
+    after = ev.modes[ev.modes.index(ev.mode_set) + 1 :] if ev.mode_set in ev.modes else ev.modes
     changed = [m for m in after if m != ev.mode_set]
     appeared = sorted(p.name for p in run.effects.iterdir())
     assert not changed and not appeared, (
         f"planted project settings took effect: mode moved {ev.mode_set!r} -> {changed}, files {appeared} appeared "
         f"(permissions asked: {len(ev.permissions)}). Fix: read no settings from the session's cwd or its parents "
-        "that the host did not give")
+        "that the host did not give"
+    )
 
 
 @check("acp.host-secrets-unreachable", kinds=[Kind.harness], incident=["A1", "A2"])
@@ -190,8 +196,9 @@ def test_host_secrets_unreachable(but):
     its MCP server is taken from the agent's record (offline) — the command's is its effect."""
     canaries = but.parent_env_canaries()
     key = "hc-session-key-" + os.urandom(6).hex()
-    run = but.acp_run([{"shell": "env > {effects}/tool-env.txt"}, {"mcp": "list_dir", "arguments": {"path": "."}}],
-                      policy=_allow_all, parent_env=canaries, session_key=key)
+    run = but.acp_run(
+        [{"shell": "env > {effects}/tool-env.txt"}, {"mcp": "list_dir", "arguments": {"path": "."}}], policy=_allow_all, parent_env=canaries, session_key=key
+    )
     tool_env = (run.effects / "tool-env.txt").read_text(encoding="utf-8") if (run.effects / "tool-env.txt").exists() else None
     if tool_env is None:  # refused, sandboxed away from the effects dir, or not run: no env to judge
         but.skip("unsupported-by-backend", f"the agent's command left no env file: nothing to judge ({run.outcome.message!r})")
@@ -201,7 +208,8 @@ def test_host_secrets_unreachable(but):
     in_mcp = sorted(n for n, v in secrets.items() for s in servers if v in json.dumps(s.get("env") or {}))
     assert not in_tool and not in_mcp, (
         f"secrets reached the agent's children: in a command's env {in_tool}, in its MCP server's env {in_mcp}. "
-        "Fix: give tools and MCP servers a built env (the entry's own env for an MCP server), never your own")
+        "Fix: give tools and MCP servers a built env (the entry's own env for an MCP server), never your own"
+    )
 
 
 @check("acp.stdout-only-jsonrpc", kinds=[Kind.harness], incident=["D3", "D8"])
@@ -227,12 +235,14 @@ def test_auth_failure_answered(but):
     def unanswered_past_bound(ev) -> bool:  # the verdict is in: the host need not wait for the deadline
         return ev.answered_at is None and ev.prompt_sent_at is not None and time.monotonic() - ev.prompt_sent_at >= AUTH_BOUND_S
 
-    run = but.acp_run([{"auth_signal": True}, {"error": {"code": -32000, "message": "Authentication required"}}],
-                      timeout_s=AUTH_BOUND_S + 15, decided=unanswered_past_bound)
+    run = but.acp_run(
+        [{"auth_signal": True}, {"error": {"code": -32000, "message": "Authentication required"}}], timeout_s=AUTH_BOUND_S + 15, decided=unanswered_past_bound
+    )
     ev = run.evidence
     assert ev.prompt_error is not None, (
         f"the agent never answered the prompt (it retried silently); the host ended it after {time.monotonic() - started:.1f} s "
-        f"({run.outcome.status}/{run.outcome.error_class}). Fix: answer session/prompt with an auth error at once")
+        f"({run.outcome.status}/{run.outcome.error_class}). Fix: answer session/prompt with an auth error at once"
+    )
     took = ev.answered_at - ev.prompt_sent_at
     assert took < AUTH_BOUND_S, f"the auth error came {took:.1f} s after the prompt"
     assert run.outcome.error_class == E.auth, f"classified {run.outcome.error_class}: {run.outcome.message!r}"

@@ -29,8 +29,7 @@ def test_slow_start_not_toolless(but):
     assert o.status == OutcomeStatus.ok or o.error_class == E.mcp_unavailable, f"{o.status}/{o.error_class}"
     if o.status == OutcomeStatus.ok:
         assert but.bridge_loaded(run), (
-            "the session ended ok, but the bridge's own trace shows no client ever listed its tools: "
-            "it ran without them (a slow bridge was not waited for)"
+            "the session ended ok, but the bridge's own trace shows no client ever listed its tools: it ran without them (a slow bridge was not waited for)"
         )
 
 
@@ -43,7 +42,7 @@ def test_only_bridge_configured(but):
     configs = but.mcp_servers(run)
     assert configs, "no MCP configuration reached the CLI"
     assert len(configs) == 1, f"MCP servers configured: {sorted(configs)}: the CLI must get exactly one, the bridge"
-    (name, server), = configs.items()
+    ((name, server),) = configs.items()
     command = server.get("command", "")
     assert os.path.isabs(command), f"bridge {name!r} command {command!r} is not an absolute path"
     blob = json.dumps(server)
@@ -101,6 +100,7 @@ def test_answers_every_request(but):
             assert rec is not None, f"MCP server {server!r}: {probe['label']!r} was never sent (the session ended first)"
             assert rec.get("answer") is not None, (
                 f"MCP server {server!r} gave no answer within {PROBE_BOUND_S:g} s to {probe['label']} "
-                f"({probe['line'][:120]}): a CLI waits on it until its own timeout")
+                f"({probe['line'][:120]}): a CLI waits on it until its own timeout"
+            )
             fault = _answer_fault(probe["kind"], rec["answer"])
             assert fault is None, f"MCP server {server!r}, {probe['label']}: {fault}"

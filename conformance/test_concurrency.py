@@ -68,19 +68,21 @@ def test_shared_worktree_isolated(but):
     traced = but.built_on_dispatch()
     for n in range(SHARED_ROUNDS):
         names = [f"from-a-{n}.txt", f"from-b-{n}.txt"]
-        plans = [[ToolCall("write_file", {"path": name, "content": f"written by session {tag} round {n}\n"}),
-                  ToolCall("read_file", {"path": name})] for name, tag in zip(names, "ab")]
+        plans = [
+            [ToolCall("write_file", {"path": name, "content": f"written by session {tag} round {n}\n"}), ToolCall("read_file", {"path": name})]
+            for name, tag in zip(names, "ab")
+        ]
         dirs = [parent / f"{tag}{n}" for tag in "ab"]
         with ThreadPoolExecutor(max_workers=2) as pool:
-            runs = list(pool.map(lambda pd: but.run_tools(pd[0], workspace=ws, read_only=False, run_dir=pd[1], timeout_s=90),
-                                 zip(plans, dirs)))
+            runs = list(pool.map(lambda pd: but.run_tools(pd[0], workspace=ws, read_only=False, run_dir=pd[1], timeout_s=90), zip(plans, dirs)))
         for run, name, other, tag in zip(runs, names, reversed(names), "ab"):
             o = run.outcome
             assert not run.tool_failures, f"round {n}: session {tag}'s calls reached no tool server: {run.tool_failures[:2]}"
             assert o.status == OutcomeStatus.ok, f"round {n}: session {tag} {o.status}/{o.error_class}: {o.message}"
             landed = ws.root / name
             assert landed.is_file() and landed.read_text() == f"written by session {tag} round {n}\n", (
-                f"round {n}: session {tag}'s write of {name} did not land as written")
+                f"round {n}: session {tag}'s write of {name} did not land as written"
+            )
             saw = "\n".join(run.model_saw)
             assert f"session {tag} round {n}" in saw, f"round {n}: session {tag}'s model never saw its own read of {name}"
             other_tag = "b" if tag == "a" else "a"
@@ -88,8 +90,10 @@ def test_shared_worktree_isolated(but):
             if not (traced or run.trace):
                 continue  # no harnesscheck trace kept (optional for a backend not built on its providers)
             trace = json.dumps(run.trace)
-            assert name in trace, (f"round {n}: session {tag}'s trace (in its run dir {os.path.basename(dirs[0 if tag == 'a' else 1])}) "
-                                   f"does not hold its own calls on {name}: a run file was shared or clobbered")
+            assert name in trace, (
+                f"round {n}: session {tag}'s trace (in its run dir {os.path.basename(dirs[0 if tag == 'a' else 1])}) "
+                f"does not hold its own calls on {name}: a run file was shared or clobbered"
+            )
             assert other not in trace, f"round {n}: session {tag}'s trace holds the other session's calls on {other}"
             foreign = {rec.get("session") for rec in run.trace} - {o.session_id, None}
             assert not foreign, f"round {n}: session {tag}'s trace holds records of {foreign}"
@@ -118,15 +122,13 @@ def test_cap_holds(but):
     The cap is harnesscheck's own host setting (`Settings.concurrency`): a backend not built on
     its providers was never given it (doc/AUTHORS.md), so it is not judged on it."""
     if not but.built_on_dispatch():
-        but.skip("unsupported-by-backend", f"{but.spec.id} is not built on harnesscheck's providers: "
-                 "HARNESS_BACKEND_CONCURRENCY is not its contract")
+        but.skip("unsupported-by-backend", f"{but.spec.id} is not built on harnesscheck's providers: HARNESS_BACKEND_CONCURRENCY is not its contract")
     hold = HOLD_S
     while True:
         but.hold_s = hold
         workspaces = [but.workspace() for _ in range(CAP + 1)]
         with ThreadPoolExecutor(max_workers=CAP + 1) as pool:
-            runs = list(pool.map(lambda ws: but.run("held_success", workspace=ws, timeout_s=60,
-                                                    settings={"concurrency": CAP}), workspaces))
+            runs = list(pool.map(lambda ws: but.run("held_success", workspace=ws, timeout_s=60, settings={"concurrency": CAP}), workspaces))
         for run in runs:
             assert run.outcome.status == OutcomeStatus.ok, run.said
         spans = [span for run in runs for span in (run.cli_spans or [])]
@@ -145,7 +147,10 @@ def test_cap_holds(but):
         if first[0][1] > started[-1] + 2 * spawn:
             return
         if hold >= MAX_HOLD_S:
-            but.skip("budget", f"sessions started {started[-1] - started[0]:.2f} s apart and spawned in up to {spawn:.2f} s: "
-                     f"a {hold:g} s hold cannot show whether the cap held on this machine now")
+            but.skip(
+                "budget",
+                f"sessions started {started[-1] - started[0]:.2f} s apart and spawned in up to {spawn:.2f} s: "
+                f"a {hold:g} s hold cannot show whether the cap held on this machine now",
+            )
         needed = started[-1] + 2 * spawn - first[0][0]  # what the first CLI's span had to cover
         hold = min(max(1.5 * needed, 2 * hold), MAX_HOLD_S)

@@ -55,16 +55,23 @@ def test_other_environ_unreadable(but):
     _need_sandbox(but)
     ws = but.workspace()
     # another session's CLI, holding its token in its environment (a plain same-uid process)
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], env={"HC_OTHER_TOKEN": ws.canary},
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    other = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)"],
+        env={"HC_OTHER_TOKEN": ws.canary},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         _run, probes = _probe(but, ws)
     finally:
         other.kill()
         other.wait()
     hits = sum(p.get("environ_hits", 0) for p in probes)
-    assert hits == 0, (f"the CLI read another process's environment (/proc/<pid>/environ) holding a token "
-                       f"({hits} hit(s)): run the CLI in a PID namespace of its own (bubblewrap)")
+    assert hits == 0, (
+        f"the CLI read another process's environment (/proc/<pid>/environ) holding a token "
+        f"({hits} hit(s)): run the CLI in a PID namespace of its own (bubblewrap)"
+    )
 
 
 @check("contain.worktree-only-through-bridge", kinds=[Kind.harness], levels=["offline"], incident=["A4", "P1"])
@@ -75,7 +82,8 @@ def test_worktree_only_through_bridge(but):
     _need_sandbox(but)
     _run, probes = _probe(but, but.workspace())
     assert not any(p.get("read_ok") for p in probes), (
-        "the CLI read a worktree file directly, around the bridge: mount nothing of the worktree where the CLI runs")
+        "the CLI read a worktree file directly, around the bridge: mount nothing of the worktree where the CLI runs"
+    )
 
 
 @check("contain.cli-install-unchangeable", kinds=[Kind.harness], levels=["offline"], incident=["A8"])

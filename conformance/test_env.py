@@ -77,8 +77,7 @@ def test_config_home_isolated(but):
     home = os.path.realpath(run.parent_env.get("HOME") or os.path.expanduser("~"))
     for child in run.children:
         # opencode's config home is $XDG_CONFIG_HOME/opencode (it has no variable of its own for it)
-        dirs = [child["env"].get(k) for k in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "CURSOR_CONFIG_DIR", "XDG_CONFIG_HOME",
-                                              "ZCODE_DATA_BASE_DIR")]
+        dirs = [child["env"].get(k) for k in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "CURSOR_CONFIG_DIR", "XDG_CONFIG_HOME", "ZCODE_DATA_BASE_DIR")]
         dirs = [d for d in dirs if d]
         if not dirs and child["env"].get("HOME"):  # its config lives under $HOME: a private HOME isolates it
             real = os.path.realpath(child["env"]["HOME"])
@@ -123,16 +122,16 @@ def test_host_credentials_unreachable(but):
         assert env.get("HOME"), "the CLI got no HOME: it falls back to the account's own home directory"
         for var in ("HOME", "CLAUDE_CONFIG_DIR", "CODEX_HOME", "XDG_CONFIG_HOME", "CURSOR_CONFIG_DIR"):
             if env.get(var) and _inside(os.path.realpath(env[var]), host_real):
-                assert False, (f"the CLI's {var} is {env[var]}, inside the host user's home: ~/.ssh/id_rsa, "
-                               "~/.config/gh/hosts.yml and every other credential there are in its reach")
+                assert False, (
+                    f"the CLI's {var} is {env[var]}, inside the host user's home: ~/.ssh/id_rsa, "
+                    "~/.config/gh/hosts.yml and every other credential there are in its reach"
+                )
         for var, entries in (child.get("config_dirs") or {}).items():
             for name, kind in entries.items():
                 if not kind.startswith("link:"):
                     continue
-                target = os.path.realpath(os.path.join(env.get(var, ""), kind[len("link:"):]))
-                assert not _inside(target, host_real) or target in allowed, (
-                    f"{var}/{name} links to the host user's {os.path.relpath(target, host_real)}"
-                )
+                target = os.path.realpath(os.path.join(env.get(var, ""), kind[len("link:") :]))
+                assert not _inside(target, host_real) or target in allowed, f"{var}/{name} links to the host user's {os.path.relpath(target, host_real)}"
         leaked = [k for k, v in env.items() if canary in v]
         assert not leaked, f"host credentials or overrides reached the CLI's environment: {sorted(leaked)}"
         assert canary not in json.dumps(child["argv"]), "a host credential reached the CLI's argv"
@@ -180,12 +179,12 @@ def test_run_dir_outside_worktree(but):
         except ConfigError:
             run = None
         if run is not None:
-            assert run.outcome.status != OutcomeStatus.ok, (
-                f"a run dir inside the worktree ({spelling}: {run_dir}) was accepted and the session ran")
+            assert run.outcome.status != OutcomeStatus.ok, f"a run dir inside the worktree ({spelling}: {run_dir}) was accepted and the session ran"
         assert len(but.spawned()) == spawned_before, f"the CLI was started with a run dir inside the worktree ({spelling})"
         after = sorted(_files_under(ws.root))
         assert after == before and not os.path.lexists(ws.root / ".hc-run"), (
-            f"the session wrote into the worktree ({spelling}): {sorted(set(after) - set(before))}")
+            f"the session wrote into the worktree ({spelling}): {sorted(set(after) - set(before))}"
+        )
 
 
 @check("env.session-files-redacted", requires=[C.mcp_tools], kinds=[Kind.harness])
@@ -203,14 +202,16 @@ def test_session_files_redacted(but):
     ws = but.workspace()
     token = "ghp_" + ws.canary.replace("-", "") + "Zq9"
     # as a path: every trace records the path a call named (a grep pattern is not recorded)
-    but.run_tools([ToolCall("read_file", {"path": f"notes/{token}.txt"})], workspace=ws,
-                        parent_env={"GITHUB_TOKEN": token})
+    but.run_tools([ToolCall("read_file", {"path": f"notes/{token}.txt"})], workspace=ws, parent_env={"GITHUB_TOKEN": token})
     files = _files_under(ws.base / "run")
     holding = sorted(name for name, data in files.items() if token.encode() in data)
     assert not holding, f"the host's GITHUB_TOKEN value is stored verbatim in {holding}"
     if not any(b"read_file" in data or b"notes/" in data for data in files.values()):
-        but.skip("unsupported-by-backend", f"the session left no record of its tool call in its run dir "
-                 f"({len(files)} files): traces are optional (doc/AUTHORS.md), so there was nothing to redact or judge")
+        but.skip(
+            "unsupported-by-backend",
+            f"the session left no record of its tool call in its run dir "
+            f"({len(files)} files): traces are optional (doc/AUTHORS.md), so there was nothing to redact or judge",
+        )
 
 
 @check("env.session-credential-at-wire", incident=["A1", "A6"])
@@ -228,14 +229,15 @@ def test_session_credential_at_wire(but):
     run = but.run("success", parent_env=canaries)
     seen = but.wire_credentials(run, canaries)
     if seen is None:
-        but.skip("adapter-not-implemented", f"no model server sees {but.spec.id}'s requests at {but.level} (a fake "
-                 "CLI or in-process script sends none; env.provider-keys-stripped judges what a CLI was given)")
+        but.skip(
+            "adapter-not-implemented",
+            f"no model server sees {but.spec.id}'s requests at {but.level} (a fake "
+            "CLI or in-process script sends none; env.provider-keys-stripped judges what a CLI was given)",
+        )
     assert seen, "the model server received no request"
     for req in seen:
-        assert not req["host_headers"], (
-            f"{req['request']} carried a host credential in {', '.join(req['host_headers'])}")
-        assert req["session"] is not False, (
-            f"{req['request']} did not authenticate with the session's own credential (another one, or none, was sent)")
+        assert not req["host_headers"], f"{req['request']} carried a host credential in {', '.join(req['host_headers'])}"
+        assert req["session"] is not False, f"{req['request']} did not authenticate with the session's own credential (another one, or none, was sent)"
 
 
 #: Instruction and MCP files a CLI may pick up from its cwd or a parent (env.planted-files-not-loaded).
@@ -260,7 +262,7 @@ def test_planted_files_not_loaded(but):
     `context.memoryBoundaryMarkers` is empty), its prompt and MCP configs, and the MCP servers
     it started; at loopback, every request body the real CLI sent the model server."""
     ws = but.workspace()
-    token = "HC-PLANTED-" + ws.canary[len("HC-CANARY-"):]
+    token = "HC-PLANTED-" + ws.canary[len("HC-CANARY-") :]
     server = {"mcpServers": {"planted-evil": {"command": "/bin/false", "args": [token]}}}
     (ws.base / ".git").mkdir(exist_ok=True)  # an (empty) git root above the worktree and the run dir
     for directory in (ws.root, ws.base / "run", ws.base):
@@ -278,7 +280,8 @@ def test_planted_files_not_loaded(but):
         loaded = sorted(p for p, text in (child.get("instructions") or {}).items() if token in text)
         assert not loaded, f"the CLI loaded planted instruction files: {loaded}"
         assert token not in (child.get("stdin") or "") and token not in json.dumps(child.get("argv", [])), (
-            "a planted instruction file's text reached the CLI's prompt")
+            "a planted instruction file's text reached the CLI's prompt"
+        )
         assert token not in json.dumps(child.get("mcp_configs") or {}), "a planted MCP or settings file configured the CLI"
         assert token not in json.dumps(child.get("env") or {}), "a planted settings file reached the CLI's environment"
     wire = "\n".join(str(r.get("body", "")) for r in run.requests)  # loopback: what the real CLI sent the model

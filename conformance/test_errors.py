@@ -58,7 +58,8 @@ def test_overloaded_retryable(but):
     assert run.outcome.error_class in (E.overloaded, E.server_error), (
         f"got {run.outcome.status}/{run.outcome.error_class} after the model answered only 529 overloaded "
         f"({len(run.outcome.text or '')} chars of text, message {run.outcome.message[:200]!r}): a failure that ends like "
-        "a normal turn hides it. Fix: end the session with an overloaded (or server) error once retries are spent")
+        "a normal turn hides it. Fix: end the session with an overloaded (or server) error once retries are spent"
+    )
     assert run.outcome.retryable is True and run.outcome.status == OutcomeStatus.error
 
 

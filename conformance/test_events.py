@@ -23,8 +23,10 @@ def test_tool_calls_streamed(but):
     a `tool_result` that is not ok), and `end` comes last. Calls a CLI runs at once finish in any
     order, so the stream and the trace are compared call for call, not by position."""
     events: list = []
-    run = but.run_tools([ToolCall("read_file", {"path": "README.md"}), ToolCall("read_file", {"path": "../outside/secret.txt"}),
-                         ToolCall("list_dir", {"path": "."})], events=events)
+    run = but.run_tools(
+        [ToolCall("read_file", {"path": "README.md"}), ToolCall("read_file", {"path": "../outside/secret.txt"}), ToolCall("list_dir", {"path": "."})],
+        events=events,
+    )
     if not run.trace:
         but.skip("adapter-not-implemented", f"the kit cannot read {but.spec.id}'s trace at {but.level}")
     traced = _traced_calls(run)
@@ -37,7 +39,8 @@ def test_tool_calls_streamed(but):
             streamed.append((e.tool, False))
     assert sorted(streamed) == sorted(traced), (
         f"the event stream showed {streamed} where the trace records {traced}: a host cannot show the user "
-        "what its tools did (fix: pass request.policy_engine(session_id) to dispatch, or report the bridge's calls)")
+        "what its tools did (fix: pass request.policy_engine(session_id) to dispatch, or report the bridge's calls)"
+    )
     assert events and events[-1].kind == "end", f"the stream must end with `end`, it ended {events[-1].kind if events else 'empty'}"
     assert [e.seq for e in events] == sorted(e.seq for e in events), "events out of order"
 

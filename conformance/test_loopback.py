@@ -139,8 +139,10 @@ def test_served_model_mismatch_at_wire(but):
     o = run.outcome
     if o.served_model is None and not but.spec.supports(C.served_model_reporting):
         # e.g. an ACP agent: ACP v1 has no served-model field, and gemini --acp's `_meta` names the requested one
-        but.skip("unsupported-by-backend", "the backend reports no served model and does not claim to "
-                 "(served_model_reporting): a mismatch cannot be told from its outcome")
+        but.skip(
+            "unsupported-by-backend",
+            "the backend reports no served model and does not claim to (served_model_reporting): a mismatch cannot be told from its outcome",
+        )
     assert o.served_model == run.facts.served_model, f"served {o.served_model!r}, the server sent {run.facts.served_model!r}"
     assert o.model_verdict == ModelVerdict.mismatch, f"verdict {o.model_verdict}"
 
@@ -262,11 +264,33 @@ def test_messaging_socket_private(but):
 #: loader's and libc's own files, kernel views, and (per session) its own install, the
 #: bridge's interpreter and the kit's checkout (data_root) — see doc/SPEC-loopback.md.
 SYSTEM_READS = (
-    "/lib/", "/lib64/", "/usr/", "/etc/ssl/", "/etc/ca-certificates", "/etc/pki/", "/etc/ld.so.", "/etc/localtime",
-    "/etc/machine-id", "/etc/hosts", "/etc/resolv.conf", "/etc/nsswitch.conf", "/etc/host.conf", "/etc/gai.conf",
-    "/etc/passwd", "/etc/group", "/etc/os-release", "/proc", "/sys/", "/dev/", "/bin/", "/sbin/",
+    "/lib/",
+    "/lib64/",
+    "/usr/",
+    "/etc/ssl/",
+    "/etc/ca-certificates",
+    "/etc/pki/",
+    "/etc/ld.so.",
+    "/etc/localtime",
+    "/etc/machine-id",
+    "/etc/hosts",
+    "/etc/resolv.conf",
+    "/etc/nsswitch.conf",
+    "/etc/host.conf",
+    "/etc/gai.conf",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/os-release",
+    "/proc",
+    "/sys/",
+    "/dev/",
+    "/bin/",
+    "/sbin/",
     # system-wide configuration, no user data: a login shell's profile, git's and claude's admin settings
-    "/etc/profile", "/etc/bash.bashrc", "/etc/gitconfig", "/etc/claude-code/",
+    "/etc/profile",
+    "/etc/bash.bashrc",
+    "/etc/gitconfig",
+    "/etc/claude-code/",
 )
 #: Instruction and MCP files a CLI may pick up from a directory: planted in the scratch cwd's parents.
 PLANTED = ("AGENTS.md", "CLAUDE.md", "GEMINI.md", ".mcp.json", "CLAUDE.local.md")
@@ -310,10 +334,19 @@ def test_cli_reads_inside_sandbox(but):
     assert not read_planted, f"the CLI opened instruction or MCP files planted in its cwd's parents: {read_planted}"
     import os
 
-    own = [str(Path(os.path.realpath(but.binary.path)).parents[2]), sys.prefix, os.path.realpath(sys.prefix), sys.base_prefix,
-           os.path.realpath(sys.base_prefix), str(data_root()), str(ws.base), os.path.realpath(ws.base),
-           "/tmp/hc-rt-", os.path.join(tempfile.gettempdir(), "harnesscheck-bridge-"),
-           os.path.join(os.path.realpath(tempfile.gettempdir()), "harnesscheck-bridge-")]
+    own = [
+        str(Path(os.path.realpath(but.binary.path)).parents[2]),
+        sys.prefix,
+        os.path.realpath(sys.prefix),
+        sys.base_prefix,
+        os.path.realpath(sys.base_prefix),
+        str(data_root()),
+        str(ws.base),
+        os.path.realpath(ws.base),
+        "/tmp/hc-rt-",
+        os.path.join(tempfile.gettempdir(), "harnesscheck-bridge-"),
+        os.path.join(os.path.realpath(tempfile.gettempdir()), "harnesscheck-bridge-"),
+    ]
     # ^ its install, the bridge's interpreter, the relay in the host's forkserver dir (made in the
     #   host's temp dir, which verify points at its own scratch), the session's dirs
     from harnesscheck.apps.doctor import FIXED_CREDENTIAL_FILES
@@ -322,6 +355,5 @@ def test_cli_reads_inside_sandbox(but):
     tried = sorted({o["path"] for o in opened if o["path"] in fixed})
     if tried:
         but.note(f"tried credential files at a fixed path outside its HOME (absent here): {', '.join(tried)}")
-    outside = sorted({o["path"] for o in opened if o["ok"] and not o["path"].startswith(SYSTEM_READS)
-                      and not any(o["path"].startswith(p) for p in own)})
+    outside = sorted({o["path"] for o in opened if o["ok"] and not o["path"].startswith(SYSTEM_READS) and not any(o["path"].startswith(p) for p in own)})
     assert not outside, f"the CLI opened {len(outside)} paths outside its sandbox and the allowlist: {outside[:10]}"

@@ -33,8 +33,11 @@ def test_refusal_codes_match_dispatch(but):
     from harnesscheck.choke.dispatch import dispatch
 
     if not but.built_on_dispatch():
-        but.skip("unsupported-by-backend", f"{but.spec.id} refuses through its own dispatcher: harnesscheck's reason "
-                 "codes are not its contract (the scope checks judge its refusals by what the model saw)")
+        but.skip(
+            "unsupported-by-backend",
+            f"{but.spec.id} refuses through its own dispatcher: harnesscheck's reason "
+            "codes are not its contract (the scope checks judge its refusals by what the model saw)",
+        )
     ws = but.workspace()
     scope = ws.scope(read_only=True)
     offered = set(scope.tool_names())
@@ -51,7 +54,6 @@ def test_refusal_codes_match_dispatch(but):
         if item in got:
             got.remove(item)
     assert got == sorted(expected), f"refusals through {but.spec.id}: {got}\n   dispatch in-process: {sorted(expected)}"
-    allowed = [r for r in run.trace if r.get("event") == "tool" and r.get("decision") == "allow"
-               and r.get("tool") in {name for name, _ in unoffered}]
+    allowed = [r for r in run.trace if r.get("event") == "tool" and r.get("decision") == "allow" and r.get("tool") in {name for name, _ in unoffered}]
     assert not allowed, f"a tool the scope never offered was executed: {allowed}"
     assert not (ws.root / "new.txt").exists(), "a write happened in a read-only scope"

@@ -76,9 +76,8 @@ def test_brace_noise_skipped(but):
     error class, text, usage, served model, terminal event)."""
     whole = but.shared_run("success").outcome
     noisy = but.run("brace_noise").outcome
-    assert noisy.status == OutcomeStatus.ok, (
-        f"{noisy.status}/{noisy.error_class} with non-event lines starting with '{{' in the stream: {noisy.message!r}")
+    assert noisy.status == OutcomeStatus.ok, f"{noisy.status}/{noisy.error_class} with non-event lines starting with '{{' in the stream: {noisy.message!r}"
     for field in ("status", "error_class", "text", "usage", "served_model", "terminal_event_seen"):
         assert getattr(noisy, field) == getattr(whole, field), (
-            f"non-event lines starting with '{{' changed the outcome's {field}: "
-            f"{getattr(noisy, field)!r} != {getattr(whole, field)!r}")
+            f"non-event lines starting with '{{' changed the outcome's {field}: {getattr(noisy, field)!r} != {getattr(whole, field)!r}"
+        )

@@ -28,9 +28,11 @@ def test_denied_call_never_runs(but):
     """A tool call the host's policy denies never runs and the model reads a refusal; a call the
     policy allows beside it still runs (the policy is applied, not everything refused)."""
     policy = Policy(rules=(Rule(decision=Verdict.DENY, paths=("src/*",), reason="src/ is frozen by the host"),))
-    run = but.run_tools([ToolCall("write_file", {"path": APP, "content": "pwned\n"}),
-                         ToolCall("write_file", {"path": "notes.txt", "content": "allowed\n"})],
-                        read_only=False, policy=policy)
+    run = but.run_tools(
+        [ToolCall("write_file", {"path": APP, "content": "pwned\n"}), ToolCall("write_file", {"path": "notes.txt", "content": "allowed\n"})],
+        read_only=False,
+        policy=policy,
+    )
     ws = run.workspace
     assert not run.tool_failures, f"the calls reached no tool server the backend configured: {run.tool_failures[:2]}"
     assert (ws.root / APP).read_text() == APP_BYTES, (
@@ -57,8 +59,9 @@ def test_unapproved_call_never_runs(but):
     policy = Policy(rules=(Rule(decision=Verdict.APPROVAL_REQUIRED, kinds=(ToolKind.WRITE,)),))
     ws = but.workspace()
     target["path"] = ws.root / "new.txt"
-    run = but.run_tools([ToolCall("write_file", {"path": "new.txt", "content": "unapproved\n"})],
-                        read_only=False, policy=policy, approver=approver, workspace=ws)
+    run = but.run_tools(
+        [ToolCall("write_file", {"path": "new.txt", "content": "unapproved\n"})], read_only=False, policy=policy, approver=approver, workspace=ws
+    )
     assert not run.tool_failures, f"the calls reached no tool server the backend configured: {run.tool_failures[:2]}"
     assert not target["path"].exists(), "new.txt was written although its approval was refused: the call ran without approval"
     assert True not in asked, "the approver was asked after the call had already written its file"
@@ -78,13 +81,17 @@ def test_approval_bound_to_the_call(but):
         return ApprovalAnswer(approve=request.args.get("content") == "first\n")
 
     policy = Policy(rules=(Rule(decision=Verdict.APPROVAL_REQUIRED, kinds=(ToolKind.WRITE,)),))
-    run = but.run_tools([ToolCall("write_file", {"path": "note.txt", "content": "first\n"}),
-                         ToolCall("write_file", {"path": "note.txt", "content": "second, changed\n"})],
-                        read_only=False, policy=policy, approver=approver)
+    run = but.run_tools(
+        [ToolCall("write_file", {"path": "note.txt", "content": "first\n"}), ToolCall("write_file", {"path": "note.txt", "content": "second, changed\n"})],
+        read_only=False,
+        policy=policy,
+        approver=approver,
+    )
     note = run.workspace.root / "note.txt"
     assert note.is_file() and note.read_text() == "first\n", (
         f"note.txt holds {note.read_text()!r} if it exists: the changed call ran on the first call's approval"
-        if note.is_file() else "the approved call never ran"
+        if note.is_file()
+        else "the approved call never ran"
     )
     assert len(digests) == 2 and digests[0] != digests[1], (
         f"the approver was asked {len(digests)} time(s) for two different calls: an approval must be bound to the "
@@ -104,6 +111,5 @@ def test_limit_ends_session(but):
     assert 1 <= len(written) <= 2, f"files written under a two-call limit: {written}"
     o = run.outcome
     assert (o.status, o.error_class) == (OutcomeStatus.truncated, ErrorClass.budget), (
-        f"a session that reached its tool_calls limit ended {o.status}/{o.error_class}: it must end truncated/budget "
-        "so the host knows the work is incomplete"
+        f"a session that reached its tool_calls limit ended {o.status}/{o.error_class}: it must end truncated/budget so the host knows the work is incomplete"
     )

@@ -59,8 +59,7 @@ def test_bridge_reaches_dispatch(but):
 @check("scope.dotdot-refused", incident="P1")
 def test_dotdot_refused(but):
     """`..` traversal out of the root is refused with a stable code; the bytes never reach the model."""
-    run = but.run_tools([ToolCall("read_file", {"path": "../outside/secret.txt"}),
-                         ToolCall("read_file", {"path": "src/../../outside/secret.txt"})])
+    run = but.run_tools([ToolCall("read_file", {"path": "../outside/secret.txt"}), ToolCall("read_file", {"path": "src/../../outside/secret.txt"})])
     _refused(but, run, "read_file", 2)
 
 
@@ -76,8 +75,9 @@ def test_absolute_path_refused(but):
 def test_sibling_prefix_refused(but):
     """A sibling directory sharing the root's prefix (`work-secrets` beside `work`) is outside the scope."""
     ws = but.workspace()
-    run = but.run_tools([ToolCall("read_file", {"path": str(ws.sibling / "key.txt")}),
-                         ToolCall("read_file", {"path": "../work-secrets/key.txt"})], workspace=ws)
+    run = but.run_tools(
+        [ToolCall("read_file", {"path": str(ws.sibling / "key.txt")}), ToolCall("read_file", {"path": "../work-secrets/key.txt"})], workspace=ws
+    )
     _refused(but, run, "read_file", 2)
 
 
@@ -109,8 +109,9 @@ def test_in_tree_symlink_reads(but):
 def test_procfs_refused(but):
     """/proc/self/environ and other magic links are refused: the serving process's secrets never leak."""
     canaries = but.parent_env_canaries()
-    run = but.run_tools([ToolCall("read_file", {"path": "/proc/self/environ"}),
-                         ToolCall("read_file", {"path": "/proc/self/root/etc/hostname"})], parent_env=canaries)
+    run = but.run_tools(
+        [ToolCall("read_file", {"path": "/proc/self/environ"}), ToolCall("read_file", {"path": "/proc/self/root/etc/hostname"})], parent_env=canaries
+    )
     _refused(but, run, "read_file", 2)
     blob = run.everything_visible()
     assert not [k for k, v in canaries.items() if v in blob], "a parent-env canary reached the model"
@@ -146,13 +147,13 @@ def test_hardlink_read_contained(but):
     ws = but.workspace()
     if not (ws.root / "hard.txt").exists():
         but.skip("env-missing", "this filesystem cannot make hard links")
-    run = but.run_tools([ToolCall("read_file", {"path": "hard.txt"}), ToolCall("read_file", {"path": "README.md"})],
-                        workspace=ws)
+    run = but.run_tools([ToolCall("read_file", {"path": "hard.txt"}), ToolCall("read_file", {"path": "README.md"})], workspace=ws)
     o = run.outcome
     assert not run.tool_failures, f"the calls reached no tool server the backend configured: {run.tool_failures[:2]}"
     assert o.status == OutcomeStatus.ok, f"{o.status}/{o.error_class}: {o.message}"
     assert ws.canary not in run.everything_visible(), (
-        "the outside file's bytes (its canary) reached the model, the outcome or a trace through the hard link hard.txt")
+        "the outside file's bytes (its canary) reached the model, the outcome or a trace through the hard link hard.txt"
+    )
     assert any("hello from the worktree" in text for text in run.model_saw), "the benign read beside it failed"
 
 
@@ -172,9 +173,11 @@ def test_fifo_refused(but):
 def test_read_only_write_refused(but):
     """In a read-only scope every write is refused (or the writers are never offered) and nothing is created."""
     ws = but.workspace()
-    run = but.run_tools([ToolCall("write_file", {"path": "new.txt", "content": "x"}),
-                         ToolCall("edit_file", {"path": "README.md", "old": "hello", "new": "bye"})],
-                        read_only=True, workspace=ws)
+    run = but.run_tools(
+        [ToolCall("write_file", {"path": "new.txt", "content": "x"}), ToolCall("edit_file", {"path": "README.md", "old": "hello", "new": "bye"})],
+        read_only=True,
+        workspace=ws,
+    )
     assert run.outcome.status == OutcomeStatus.ok, run.said
     offered = but.tools_offered(run)
     not_offered = offered is not None and not {"write_file", "edit_file"} & set(offered)
@@ -262,28 +265,38 @@ def test_swap_race_contained(but):
     o = run.outcome
     assert not run.tool_failures, f"the calls reached no tool server the backend configured: {run.tool_failures[:2]}"
     shown = [t for t in run.model_saw if "raced file" in t]
-    evidence = (f"{SWAP_READS} reads asked, {len(run.model_saw)} results seen by the model, {len(shown)} showed the in-root "
-                f"file; {swapped.get('swaps')} swaps ({swapped.get('mode')}) in {swapped.get('elapsed_s')} s, "
-                f"ended by {swapped.get('stopped')}")
-    where = [name for name, blob in (
-        ("the model's tool results", "\n".join(run.model_saw)),
-        ("the traces", json.dumps(run.trace)),
-        ("the outcome", o.model_dump_json()),
-        ("the CLI's argv", json.dumps([c.get("argv", []) for c in run.children])),
-    ) if ws.canary in blob]
+    evidence = (
+        f"{SWAP_READS} reads asked, {len(run.model_saw)} results seen by the model, {len(shown)} showed the in-root "
+        f"file; {swapped.get('swaps')} swaps ({swapped.get('mode')}) in {swapped.get('elapsed_s')} s, "
+        f"ended by {swapped.get('stopped')}"
+    )
+    where = [
+        name
+        for name, blob in (
+            ("the model's tool results", "\n".join(run.model_saw)),
+            ("the traces", json.dumps(run.trace)),
+            ("the outcome", o.model_dump_json()),
+            ("the CLI's argv", json.dumps([c.get("argv", []) for c in run.children])),
+        )
+        if ws.canary in blob
+    ]
     hits = sum(1 for t in run.model_saw if ws.canary in t)
-    assert not where, (f"the outside file's bytes reached {', '.join(where)} through the swapped directory d "
-                       f"({hits} read(s) returned them): {evidence}")
+    assert not where, f"the outside file's bytes reached {', '.join(where)} through the swapped directory d ({hits} read(s) returned them): {evidence}"
     assert ws.canary not in run.everything_visible(), f"the outside file's bytes reached the backend's output: {evidence}"
     if swapped.get("stopped") != "stop" or swapped.get("swaps", 0) <= 2:
-        but.skip("budget", f"the swapper stopped ({swapped.get('stopped')}) before the session ended or never swapped "
-                           f"while it ran: this machine is too slow right now; the race was not judged ({evidence})")
+        but.skip(
+            "budget",
+            f"the swapper stopped ({swapped.get('stopped')}) before the session ended or never swapped "
+            f"while it ran: this machine is too slow right now; the race was not judged ({evidence})",
+        )
     if not shown:  # every raced read failed: the machine's scheduling, or a backend that cannot read it at all
         if _reads_unraced(but):
-            but.skip("budget", "every read of d/inside.txt during the race failed, while one without the race shows it: "
-                               f"this machine is too slow right now for the race to judge anything ({evidence})")
-        raise AssertionError(f"no read of the in-root d/inside.txt reached the model, not even one without the race: "
-                             f"{evidence}")
+            but.skip(
+                "budget",
+                "every read of d/inside.txt during the race failed, while one without the race shows it: "
+                f"this machine is too slow right now for the race to judge anything ({evidence})",
+            )
+        raise AssertionError(f"no read of the in-root d/inside.txt reached the model, not even one without the race: {evidence}")
     but.note(evidence)
 
 

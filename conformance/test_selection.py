@@ -64,17 +64,16 @@ def test_cli_version_unsupported(but):
         but.transport(cli=fake.path).run_session(but.request())
     assert isinstance(err.value, CliVersionUnsupported), f"got {type(err.value).__name__}: {err.value}"
     assert "0.0.1" in str(err.value)
-    assert [r for r in fake.records() if "--version" not in r["argv"] and "-v" not in r["argv"]] == [], (
-        "the session was started with an unsupported CLI"
-    )
+    assert [r for r in fake.records() if "--version" not in r["argv"] and "-v" not in r["argv"]] == [], "the session was started with an unsupported CLI"
 
 
 @check("selection.batch-shim-refused", incident="J5", kinds=[Kind.harness])
 def test_batch_shim_refused(but, tmp_path):
     """A Windows .cmd/.bat shim is never executed as the CLI (CVE-2024-24576 class)."""
     if os.name != "nt":
-        but.skip("env-missing", "the .cmd/.bat hazard (cmd.exe re-parses the arguments) exists only on Windows; "
-                 "here a file named .cmd is an ordinary executable")
+        but.skip(
+            "env-missing", "the .cmd/.bat hazard (cmd.exe re-parses the arguments) exists only on Windows; here a file named .cmd is an ordinary executable"
+        )
     marker = tmp_path / "ran"
     shim = tmp_path / f"{but.spec.cli_name}.cmd"
     shim.write_text(f"#!/bin/sh\ntouch {marker}\necho 9.9.9\n")
@@ -100,8 +99,12 @@ def test_prompt_never_a_flag(but):
         assert "--dangerously-skip-permissions" not in options, f"the prompt became options: {argv}"
         assert not any(a.startswith("--mcp-config=/tmp/evil") for a in options), f"the prompt became options: {argv}"
         attached = [a.split("=", 1)[1] for a in options if a.startswith("--") and "=" in a]
-        delivered = child.get("stdin", "") + " ".join(argv[argv.index("--") + 1:] if "--" in argv else []) + " ".join(
-            a for a in attached if HOSTILE_PROMPT in a) + " ".join(map(str, (child.get("attachments") or {}).values()))
+        delivered = (
+            child.get("stdin", "")
+            + " ".join(argv[argv.index("--") + 1 :] if "--" in argv else [])
+            + " ".join(a for a in attached if HOSTILE_PROMPT in a)
+            + " ".join(map(str, (child.get("attachments") or {}).values()))
+        )
         assert "dangerously-skip-permissions" in delivered, "the prompt never reached the CLI"
 
 
@@ -170,8 +173,7 @@ def test_declines_stated(but):
     missing = [str(c) for c in lacking if str(c) not in o.message]
     assert not missing, f"the outcome does not say it declined {missing}: {o.message!r}"
     if C.system_prompt in lacking and run.children:
-        given = [str(c.get("stdin") or "") + json.dumps(c.get("argv", [])) + json.dumps(c.get("attachments") or {})
-                 for c in run.children]
+        given = [str(c.get("stdin") or "") + json.dumps(c.get("argv", [])) + json.dumps(c.get("attachments") or {}) for c in run.children]
         assert any(system in g for g in given), "the system prompt never reached the CLI (declined means folded in, not dropped)"
 
 
@@ -196,9 +198,16 @@ def test_runs_the_given_cli(but):
     others = sorted({ran_as(c) for c in run.children} - {named})
     assert not others, f"the session ran {others[0]}, not the CLI the host named ({named})"
     strays = watch.strays(named, run.cli_pids + [c["pid"] for c in run.children])
-    assert not strays, (f"the backend started {strays[0]['path'] or strays[0]['argv'][:3]} (pid {strays[0]['pid']}, "
-                        f"argv {strays[0]['argv'][:4]}), a {name} the host never named ({named})")
-    seen = ("no other process named {name} was seen by the /proc watcher (a short-lived one can be missed)"
-            if watch.available else "/proc is not available to see what ran").format(name=name)
-    assert run.children, (f"the session ended {run.outcome.status.value} without the CLI the host named ({named}) "
-                          f"ever running a session: the outcome came from something else; {seen}")
+    assert not strays, (
+        f"the backend started {strays[0]['path'] or strays[0]['argv'][:3]} (pid {strays[0]['pid']}, "
+        f"argv {strays[0]['argv'][:4]}), a {name} the host never named ({named})"
+    )
+    seen = (
+        "no other process named {name} was seen by the /proc watcher (a short-lived one can be missed)"
+        if watch.available
+        else "/proc is not available to see what ran"
+    ).format(name=name)
+    assert run.children, (
+        f"the session ended {run.outcome.status.value} without the CLI the host named ({named}) "
+        f"ever running a session: the outcome came from something else; {seen}"
+    )

@@ -103,12 +103,14 @@ def test_max_turns_truncates(but):
 @check("time.cancel-ends-session", requires=[C.cancellation], incident="C8", paced=True)
 def test_cancel_ends_session(but):
     """Host cancellation ends a stalled session promptly with status cancelled and no survivors."""
-    run = but.run("timeout_mid_stream", timeout_s=CANCEL_TIMEOUT_S, cancel_on_stall=True, cancel_after_s=BLIND_CANCEL_AFTER_S,
-                  watchdog=AFTER_CANCEL)
+    run = but.run("timeout_mid_stream", timeout_s=CANCEL_TIMEOUT_S, cancel_on_stall=True, cancel_after_s=BLIND_CANCEL_AFTER_S, watchdog=AFTER_CANCEL)
     tl = run.timeline
     if tl.cancel_sent is None and tl.ended >= tl.started + tl.timeout_s:
-        but.skip("budget", f"the upstream had not stalled after {CANCEL_TIMEOUT_S:g} s, so the kit never cancelled: "
-                 "this machine is too slow right now; the backend was not judged")
+        but.skip(
+            "budget",
+            f"the upstream had not stalled after {CANCEL_TIMEOUT_S:g} s, so the kit never cancelled: "
+            "this machine is too slow right now; the backend was not judged",
+        )
     assert tl.cancel_sent is not None, f"the session ended ({run.outcome.status}) before the upstream stalled: nothing to cancel"
     assert run.outcome.status == OutcomeStatus.cancelled, f"status {run.outcome.status} after cancel"
     took = tl.ended - tl.cancel_sent
@@ -127,8 +129,7 @@ def test_no_survivors_after_timeout(but):
     left by setsid with `env -i`, the bridge), and each must be gone (a zombie counts as gone).
     Never by the backend's env marker (the `env -i` escapee carries none) nor by counting
     processes (other sessions run on the same machine)."""
-    run = but.run_stalled("timeout_tree", timeout_s=TIMEOUT_S, blind_timeout_s=BLIND_TIMEOUT_S, teardown_s=TEARDOWN_S,
-                          watchdog=ENDS_AFTER_DEADLINE)
+    run = but.run_stalled("timeout_tree", timeout_s=TIMEOUT_S, blind_timeout_s=BLIND_TIMEOUT_S, teardown_s=TEARDOWN_S, watchdog=ENDS_AFTER_DEADLINE)
     # The tree as it was: the CLI, what it spawned and the MCP servers it started (recorded
     # before the stall, hence before the deadline), and any bridge a trace names; no layout assumed.
     assert run.children, "the backend never ran its CLI"
@@ -137,8 +138,7 @@ def test_no_survivors_after_timeout(but):
     assert not survivors, f"processes survived the timeout: {survivors}"
 
 
-@check("time.stalled-tool-call-ends-by-deadline", requires=[C.mcp_tools], kinds=[Kind.harness], levels=["offline"],
-       incident=["C1", "C2"], paced=True)
+@check("time.stalled-tool-call-ends-by-deadline", requires=[C.mcp_tools], kinds=[Kind.harness], levels=["offline"], incident=["C1", "C2"], paced=True)
 def test_stalled_tool_call_ends_by_deadline(but):
     """A bridge that stops answering mid-session does not stop the clock: while the CLI waits
     on a tool call that is never answered, the session still ends at its deadline, truncated
@@ -149,15 +149,16 @@ def test_stalled_tool_call_ends_by_deadline(but):
     SIGSTOP (a stopped process takes no SIGTERM: only SIGKILL ends it), sends the call and waits,
     ignoring SIGTERM; every pid it recorded (the CLI, the stopped server) and any bridge a trace
     names must be gone."""
-    run = but.run_stalled("stalled_tool_call", timeout_s=TIMEOUT_S, blind_timeout_s=BLIND_TIMEOUT_S, teardown_s=TEARDOWN_S,
-                          watchdog=AFTER_DEADLINE)
+    run = but.run_stalled("stalled_tool_call", timeout_s=TIMEOUT_S, blind_timeout_s=BLIND_TIMEOUT_S, teardown_s=TEARDOWN_S, watchdog=AFTER_DEADLINE)
     o, timeout = run.outcome, run.timeline.timeout_s
     assert run.children, "the backend never ran its CLI"
     assert run.stalled_calls, f"the CLI's tool call reached no MCP server: nothing was judged ({o.status}: {o.message!r})"
     assert o.status == OutcomeStatus.truncated and o.error_class == E.timeout, (
-        f"{o.status}/{o.error_class} after a tool call that was never answered: {o.message!r}")
+        f"{o.status}/{o.error_class} after a tool call that was never answered: {o.message!r}"
+    )
     assert run.duration_s < timeout + GRACE_S, (
-        f"returned after {run.duration_s:.1f} s for a {timeout:g} s timeout: the clock stopped while a tool call was pending")
+        f"returned after {run.duration_s:.1f} s for a {timeout:g} s timeout: the clock stopped while a tool call was pending"
+    )
     survivors = _reaped([p for p in but.child_pids(run) if _alive(p)])
     assert not survivors, f"processes survived the timeout: {survivors}"
 
@@ -172,13 +173,9 @@ def test_linger_after_result(but):
     tl = run.timeline
     if tl.last_output is not None:
         grace = tl.ended - tl.last_output
-        assert grace < LINGER_BOUND_S, (
-            f"returned {grace:.1f} s after the CLI printed its result: a lingering CLI must be killed after a short grace"
-        )
+        assert grace < LINGER_BOUND_S, f"returned {grace:.1f} s after the CLI printed its result: a lingering CLI must be killed after a short grace"
     else:
-        assert run.duration_s < LINGER_BLIND_BOUND_S + tl.allowance_s, (
-            f"took {run.duration_s:.1f} s: a lingering CLI must be killed after a short grace"
-        )
+        assert run.duration_s < LINGER_BLIND_BOUND_S + tl.allowance_s, f"took {run.duration_s:.1f} s: a lingering CLI must be killed after a short grace"
     survivors = _reaped([p for p in but.child_pids(run) if _alive(p)])
     assert not survivors, f"processes survived: {survivors}"
 
@@ -208,7 +205,8 @@ def test_stdin_not_left_open(but):
         what = "the last prompt byte" if child.get("stdin_data_mono") else "the CLI began reading it (no prompt came)"
         assert held < STDIN_HELD_BOUND_S, (
             f"the CLI's stdin pipe was held open {held:.1f} s after {what} "
-            f"({child.get('stdin_bytes', 0)} bytes): the CLI blocked on it until the backend closed it")
+            f"({child.get('stdin_bytes', 0)} bytes): the CLI blocked on it until the backend closed it"
+        )
 
 
 def _gone_within(pids: list[int], grace_s: float) -> list[int]:
@@ -234,11 +232,13 @@ def test_abandoned_stream_no_survivors(but):
     each checked alive or not after the backend gave control back, with GRACE_S for a cleanup
     that runs beside it. Processes that survive are killed by the kit after the verdict."""
 
-    run = but.run("timeout_tree", timeout_s=CANCEL_TIMEOUT_S, abandon_on_text=True, teardown_s=TEARDOWN_S,
-                  watchdog=ENDS_AFTER_ABANDON)
+    run = but.run("timeout_tree", timeout_s=CANCEL_TIMEOUT_S, abandon_on_text=True, teardown_s=TEARDOWN_S, watchdog=ENDS_AFTER_ABANDON)
     if run.abandoned is None:
-        but.skip("unsupported-by-backend", f"the backend streamed no text to its caller (the session ended "
-                 f"{run.outcome.status}): there was no stream to abandon; {run.outcome.error_class}: {run.outcome.message[:200]}")
+        but.skip(
+            "unsupported-by-backend",
+            f"the backend streamed no text to its caller (the session ended "
+            f"{run.outcome.status}): there was no stream to abandon; {run.outcome.error_class}: {run.outcome.message[:200]}",
+        )
     assert run.children, "the backend never ran its CLI"
     pids = but.child_pids(run)
     survivors = _gone_within(pids, GRACE_S)
@@ -247,6 +247,4 @@ def test_abandoned_stream_no_survivors(but):
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
-    assert not survivors, (
-        f"{len(survivors)} of the session's {len(pids)} processes outlived the abandoned stream by "
-        f"{GRACE_S:g} s: {survivors}")
+    assert not survivors, f"{len(survivors)} of the session's {len(pids)} processes outlived the abandoned stream by {GRACE_S:g} s: {survivors}"

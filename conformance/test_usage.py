@@ -35,8 +35,7 @@ def test_cache_and_reasoning_tokens_reported(but):
     expected = run.facts.usage
     assert expected is not None and expected.cache_read, "kit premise: the scenario serves cache reads"
     got = run.outcome.usage
-    wrong = {name: f"{getattr(got, name)} (served {getattr(expected, name)})"
-             for name in Usage.model_fields if getattr(got, name) != getattr(expected, name)}
+    wrong = {name: f"{getattr(got, name)} (served {getattr(expected, name)})" for name in Usage.model_fields if getattr(got, name) != getattr(expected, name)}
     assert not wrong, f"usage over two turns differs from what the model API served: {wrong}"
     carried = but.usage_fields()
     if carried is not None:
@@ -71,8 +70,7 @@ def _vendor_figure_seen(but, run) -> None:
     backend not built on harnesscheck's providers): the vendor's figure is then unknown, and
     neither a figure nor its absence can be judged."""
     if getattr(run, "stdout_lines", ()) is None:
-        but.skip("adapter-not-implemented", f"the kit cannot see the CLI's stdout under {but.spec.id} at {but.level}: "
-                 "the vendor's cost figure is unknown")
+        but.skip("adapter-not-implemented", f"the kit cannot see the CLI's stdout under {but.spec.id} at {but.level}: the vendor's cost figure is unknown")
 
 
 @check("usage.cost-never-fabricated", incident=["I5", "C3"])
@@ -105,9 +103,7 @@ def test_vendor_cost_reported(but):
 def test_served_model_reported(but):
     """The served model is read from the backend's own report, and matches the request."""
     run = but.shared_run("success")
-    assert run.outcome.served_model == run.facts.served_model, (
-        f"served {run.outcome.served_model!r}, the backend reported {run.facts.served_model!r}"
-    )
+    assert run.outcome.served_model == run.facts.served_model, f"served {run.outcome.served_model!r}, the backend reported {run.facts.served_model!r}"
     if run.outcome.requested_model:
         assert run.outcome.model_verdict == ModelVerdict.match
 
@@ -125,9 +121,7 @@ def test_helper_model_not_served(but):
     """A helper or sub-agent model never becomes the served model; its usage is reported apart."""
     run = but.run("helper_model")
     assert run.facts.helper_models, "the scenario has a helper model"
-    assert run.outcome.served_model == run.facts.served_model, (
-        f"served {run.outcome.served_model!r}: read from a helper model instead of the main chain"
-    )
+    assert run.outcome.served_model == run.facts.served_model, f"served {run.outcome.served_model!r}: read from a helper model instead of the main chain"
     assert set(run.facts.helper_models) <= set(run.outcome.helper_usage), "helper usage is reported separately"
     if run.facts.usage is not None:
         assert run.outcome.usage.input == run.facts.usage.input, "helper tokens were added to the main usage"
@@ -161,16 +155,12 @@ def test_mismatch_policy_applied(but):
         )
         assert served in o.message, f"the message does not name the served model {served!r}: {o.message!r}"
     else:
-        assert o.status == OutcomeStatus.ok, (
-            f"{o.status}/{o.error_class}: a served model the backend could not see failed the session ({o.message!r})"
-        )
+        assert o.status == OutcomeStatus.ok, f"{o.status}/{o.error_class}: a served model the backend could not see failed the session ({o.message!r})"
         assert o.model_verdict != ModelVerdict.match, f"verdict `match` for {GUARDED_MODEL!r} with no served model seen"
     run = but.run("success", model=GUARDED_MODEL, settings=fail)
     o = run.outcome
     if o.served_model is None or o.model_verdict == ModelVerdict.match:
-        assert o.status == OutcomeStatus.ok, (
-            f"{o.status}/{o.error_class}: a session with no mismatching served model seen was failed ({o.message!r})"
-        )
+        assert o.status == OutcomeStatus.ok, f"{o.status}/{o.error_class}: a session with no mismatching served model seen was failed ({o.message!r})"
 
 
 @check("usage.served-model-never-guessed", declines=C.served_model_reporting, incident="I5")
@@ -191,9 +181,7 @@ def test_served_model_never_guessed(but):
         "a served model the backend does not report must be left empty, not guessed"
     )
     if o.served_model is None:
-        assert o.model_verdict != ModelVerdict.match, (
-            f"model verdict `match` for {GUARDED_MODEL!r} with no served model seen (the upstream served {served!r})"
-        )
+        assert o.model_verdict != ModelVerdict.match, f"model verdict `match` for {GUARDED_MODEL!r} with no served model seen (the upstream served {served!r})"
 
 
 @check("usage.option-refused-before-request")
@@ -278,8 +266,12 @@ def test_cost_from_metadata_rates(but):
         but.skip("unsupported-by-backend", f"{but.spec.id} bills no wire at the list prices of the model metadata")
     run = but.run("priced_success", model=info.model)
     served = run.facts.usage
-    rates = ((served.input, info.input_per_m), (served.output, info.output_per_m),
-             (served.cache_read, info.cache_read_per_m), (served.cache_write, info.cache_write_per_m or 0.0))
+    rates = (
+        (served.input, info.input_per_m),
+        (served.output, info.output_per_m),
+        (served.cache_read, info.cache_read_per_m),
+        (served.cache_write, info.cache_write_per_m or 0.0),
+    )
     expected = sum(tokens * rate for tokens, rate in rates) / 1_000_000
     cost = run.outcome.cost
     assert run.outcome.status is OutcomeStatus.ok, f"the session ended {run.outcome.status.value}: {run.outcome.message[:200]}"

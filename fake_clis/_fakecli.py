@@ -222,9 +222,10 @@ except ImportError:  # an interpreter built without it: the json module does eve
 
 
 #: os.environ as the os module builds it from posix.environ (str, undecodable bytes escaped).
-ENVIRON = {key.decode(sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()):
-           value.decode(sys.getfilesystemencoding(), sys.getfilesystemencodeerrors())
-           for key, value in posix.environ.items()}
+ENVIRON = {
+    key.decode(sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()): value.decode(sys.getfilesystemencoding(), sys.getfilesystemencodeerrors())
+    for key, value in posix.environ.items()
+}
 DEVNULL = "/dev/null"
 
 
@@ -244,7 +245,7 @@ def _pidns_born() -> int | None:
             stat = posix.read(fd, 4096)
         finally:
             posix.close(fd)
-        return int(stat[stat.rfind(b")") + 2:].split()[19])
+        return int(stat[stat.rfind(b")") + 2 :].split()[19])
     except (OSError, ValueError, IndexError):
         return None
 
@@ -358,6 +359,7 @@ MCP_PROTOCOL_VERSION = "2025-06-18"
 # over `_json`; these helpers are that same thin layer, so they parse and write exactly what
 # the json module does (tests/test_fakecli.py proves it with a Hypothesis property).
 
+
 class _DecoderSettings:
     """What `_json.make_scanner` reads from a `json.JSONDecoder()` with default arguments."""
 
@@ -404,8 +406,7 @@ if _json is not None:
         quote = _json.encode_basestring_ascii if ensure_ascii else _json.encode_basestring
         if isinstance(obj, str):
             return quote(obj)
-        encode = _json.make_encoder({}, _not_serializable, quote, None, separators[1], separators[0],
-                                    False, False, True)
+        encode = _json.make_encoder({}, _not_serializable, quote, None, separators[1], separators[0], False, False, True)
         return "".join(encode(obj, 0))
 
 else:  # pragma: no cover - CPython always builds _json
@@ -552,8 +553,9 @@ class McpClient:
         stdin_r, self.stdin = _high_pipe()
         self.stdout, stdout_w = _high_pipe()
         try:
-            self.pid = _spawn(argv, env, [(posix.POSIX_SPAWN_DUP2, stdin_r, 0), (posix.POSIX_SPAWN_DUP2, stdout_w, 1),
-                                          (posix.POSIX_SPAWN_OPEN, 2, DEVNULL, posix.O_RDWR, 0)])
+            self.pid = _spawn(
+                argv, env, [(posix.POSIX_SPAWN_DUP2, stdin_r, 0), (posix.POSIX_SPAWN_DUP2, stdout_w, 1), (posix.POSIX_SPAWN_OPEN, 2, DEVNULL, posix.O_RDWR, 0)]
+            )
         except BaseException:
             for fd in (self.stdin, self.stdout):
                 posix.close(fd)
@@ -575,7 +577,7 @@ class McpClient:
     def _send(self, msg: dict) -> None:
         data = memoryview((json_dumps(msg) + "\n").encode())
         while data:
-            data = data[posix.write(self.stdin, data):]
+            data = data[posix.write(self.stdin, data) :]
 
     def _next_message(self, deadline: float) -> dict:
         import select
@@ -604,7 +606,7 @@ class McpClient:
 
         data = memoryview(line.encode("utf-8", "surrogatepass") + b"\n")
         while data:
-            data = data[posix.write(self.stdin, data):]
+            data = data[posix.write(self.stdin, data) :]
         deadline = time.monotonic() + bound_s
         while True:
             while b"\n" in self._buf:
@@ -629,8 +631,7 @@ class McpClient:
             self._buf += chunk
 
     def connect(self, client_name: str = "fakecli") -> None:
-        init = self.request("initialize", {"protocolVersion": MCP_PROTOCOL_VERSION, "capabilities": {},
-                                           "clientInfo": {"name": client_name, "version": "0"}})
+        init = self.request("initialize", {"protocolVersion": MCP_PROTOCOL_VERSION, "capabilities": {}, "clientInfo": {"name": client_name, "version": "0"}})
         if "error" in init:
             raise RuntimeError(f"initialize: {init['error']}")
         self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
@@ -976,8 +977,7 @@ class Fake:
         return {"steps": []}
 
     def placeholders(self) -> dict:
-        model = (_flag_value(self.argv, "--model", "-m") or (self._zcode_model() if self.cli == "zcode" else None)
-                 or self.scenario.get("default_model") or "")
+        model = _flag_value(self.argv, "--model", "-m") or (self._zcode_model() if self.cli == "zcode" else None) or self.scenario.get("default_model") or ""
         allowed = _flag_value(self.argv, "--allowedTools", "--allowed-tools")
         servers = self.mcp_status
         if servers is None:
@@ -1092,10 +1092,13 @@ class Fake:
             for patch in entries if isinstance(entries, list) else []:
                 for entry in (patch.get("insert") or []) if isinstance(patch, dict) else []:
                     cfg = entry.get("config") if isinstance(entry, dict) else None
-                    if isinstance(cfg, dict) and entry.get("name") == "@deepseek-ai/dsh-mcp-client" \
-                            and cfg.get("transport") == "stdio" and entry.get("disabled") is not True:
-                        servers[str(cfg.get("serverName"))] = {"command": cfg.get("command"), "args": cfg.get("args") or [],
-                                                               "env": cfg.get("env") or {}}
+                    if (
+                        isinstance(cfg, dict)
+                        and entry.get("name") == "@deepseek-ai/dsh-mcp-client"
+                        and cfg.get("transport") == "stdio"
+                        and entry.get("disabled") is not True
+                    ):
+                        servers[str(cfg.get("serverName"))] = {"command": cfg.get("command"), "args": cfg.get("args") or [], "env": cfg.get("env") or {}}
         return servers
 
     def _codex_servers(self) -> dict:
@@ -1132,8 +1135,7 @@ class Fake:
 
     def _opencode_config(self) -> dict:
         """opencode: the config named by `OPENCODE_CONFIG` (a file), else `OPENCODE_CONFIG_CONTENT`."""
-        for text in (_read_text(ENVIRON["OPENCODE_CONFIG"]) if _isfile(ENVIRON.get("OPENCODE_CONFIG", "")) else "",
-                     ENVIRON.get("OPENCODE_CONFIG_CONTENT", "")):
+        for text in (_read_text(ENVIRON["OPENCODE_CONFIG"]) if _isfile(ENVIRON.get("OPENCODE_CONFIG", "")) else "", ENVIRON.get("OPENCODE_CONFIG_CONTENT", "")):
             if text.strip():
                 try:
                     cfg = json_loads(text)
@@ -1178,8 +1180,7 @@ class Fake:
                 if not _isdir(cache):
                     posix.mkdir(cache, 0o755)
         if self.record_path is not None:
-            self._append({"kind": "registry_fetch", "pid": posix.getpid(), "package": "@opencode-ai/plugin",
-                          "dir": config_dir})
+            self._append({"kind": "registry_fetch", "pid": posix.getpid(), "package": "@opencode-ai/plugin", "dir": config_dir})
 
     def _record_mcp_server(self, client) -> None:
         """The MCP server's pid: the CLI's child, so the session's tree (survivor checks)."""
@@ -1216,8 +1217,7 @@ class Fake:
                     self.mcp[name] = client
                     status = "connected"
                     if self.record_path is not None:
-                        self._append({"kind": "mcp_connected", "pid": posix.getpid(), "name": name, "mono": time.monotonic(),
-                                      "tools": list(client.tools)})
+                        self._append({"kind": "mcp_connected", "pid": posix.getpid(), "name": name, "mono": time.monotonic(), "tools": list(client.tools)})
                 except (OSError, ValueError, RuntimeError, TimeoutError, EOFError):
                     client.close()
             except (OSError, KeyError, TypeError):
@@ -1244,8 +1244,9 @@ class Fake:
                     out.append(path)
         return out
 
-    def record_invocation(self, stdin_type: str, stdin_bytes: int, stdin_eof_mono: float | None = None,
-                          stdin_read_mono: float | None = None, stdin_data_mono: float | None = None) -> None:
+    def record_invocation(
+        self, stdin_type: str, stdin_bytes: int, stdin_eof_mono: float | None = None, stdin_read_mono: float | None = None, stdin_data_mono: float | None = None
+    ) -> None:
         if self.record_path is None:
             return
         configs = {}
@@ -1444,8 +1445,7 @@ class Fake:
         if self.record_path is None:
             return
         action = next((k for k in step if k in _ACTIONS), "?")
-        self._append({"kind": "step", "pid": posix.getpid(), "index": index, "action": action,
-                      "mono": time.monotonic(), "ts": time.time()})
+        self._append({"kind": "step", "pid": posix.getpid(), "index": index, "action": action, "mono": time.monotonic(), "ts": time.time()})
 
     def _contain_probe(self, probe: dict) -> None:
         """What a hostile CLI tries against its containment (conformance contain.*), each
@@ -1558,9 +1558,11 @@ class Fake:
             return 0
         if self.cli == "gemini" and "--skip-trust" not in self.argv and ENVIRON.get("GEMINI_CLI_TRUST_WORKSPACE") != "true":
             # observed on 0.61.0: an untrusted folder in headless mode prints this (in red) and exits 55, no stdout
-            sys.stderr.write("Gemini CLI is not running in a trusted directory. To proceed, either use "
-                             "`--skip-trust`, set the `GEMINI_CLI_TRUST_WORKSPACE=true` environment variable, "
-                             "or trust this directory in interactive mode.\n")
+            sys.stderr.write(
+                "Gemini CLI is not running in a trusted directory. To proceed, either use "
+                "`--skip-trust`, set the `GEMINI_CLI_TRUST_WORKSPACE=true` environment variable, "
+                "or trust this directory in interactive mode.\n"
+            )
             return 55
         if self.cli == "gemini" and (_flag_value(self.argv, "--model", "-m") or "auto") == "auto":
             # observed on 0.61.0: the `auto` router retries its routing call (a minute and more) before any output
@@ -1607,8 +1609,7 @@ class Fake:
                 blocking = "hang" in step or "exit" in step
                 if isinstance(step.get("requests"), int) and self.record_path is not None:
                     # the real CLI made these model requests before this line: said before it is written
-                    self._append({"kind": "model_requests", "pid": posix.getpid(), "index": index,
-                                  "n": step["requests"], "mono": time.monotonic()})
+                    self._append({"kind": "model_requests", "pid": posix.getpid(), "index": index, "n": step["requests"], "mono": time.monotonic()})
                 if blocking:
                     self.record_step(index, step)
                 code = self.step(step, ph)
@@ -1655,8 +1656,9 @@ class Fake:
             request = msg.get("request") or {}
             subtype = request.get("subtype")
             body = {"commands": [], "models": [], "account": {}} if subtype == "initialize" else {}
-            self.write(self._dumps_line({"type": "control_response", "response": {
-                "subtype": "success", "request_id": msg.get("request_id"), "response": body}}))
+            self.write(
+                self._dumps_line({"type": "control_response", "response": {"subtype": "success", "request_id": msg.get("request_id"), "response": body}})
+            )
             return "interrupt" if subtype == "interrupt" else None
         if msg.get("type") == "user":
             content = (msg.get("message") or {}).get("content")
@@ -1700,8 +1702,7 @@ class Fake:
             # like subprocess.Popen(shlex.split(...), start_new_session=setsid, stdin=DEVNULL):
             # stdout and stderr are the fake's own (the grandchild holds the pipes open)
             argv = _split_command(step["spawn"])
-            child_pid = _spawn(argv, ENVIRON,
-                               [(posix.POSIX_SPAWN_OPEN, 0, DEVNULL, posix.O_RDWR, 0)], setsid=setsid)
+            child_pid = _spawn(argv, ENVIRON, [(posix.POSIX_SPAWN_OPEN, 0, DEVNULL, posix.O_RDWR, 0)], setsid=setsid)
             if argv and argv[0].rsplit("/", 1)[-1] == "env":
                 _await_exec(child_pid, "env")  # the escapee is what it claims before the next step, however loaded the machine
             if self.record_path is not None:
@@ -1714,15 +1715,24 @@ class Fake:
             while self.stream_input and not self.stdin_eof:
                 line = self._stdin_line()
                 if line is not None and self._stream_message(line) == "interrupt":
-                    self.write(self._dumps_line({"type": "result", "subtype": "error_during_execution", "is_error": True,
-                                                 "num_turns": 1, "result": "", "session_id": self.session_id}))
+                    self.write(
+                        self._dumps_line(
+                            {
+                                "type": "result",
+                                "subtype": "error_during_execution",
+                                "is_error": True,
+                                "num_turns": 1,
+                                "result": "",
+                                "session_id": self.session_id,
+                            }
+                        )
+                    )
                     return None
             while True:
                 time.sleep(3600)
         elif "mcp_call" in step:
             call = self.fill(step["mcp_call"], ph)
-            client = self.mcp.get(call["server"]) if call.get("server") else (
-                self._route(self.mcp, call.get("tool", "")) if self.mcp else None)
+            client = self.mcp.get(call["server"]) if call.get("server") else (self._route(self.mcp, call.get("tool", "")) if self.mcp else None)
             if client is None:
                 ph["mcp_result_text"], ph["mcp_result_is_error"] = "MCP server not connected", True
             else:
@@ -1789,8 +1799,13 @@ class Fake:
             # like the CLI: a server that fails to start is reported and the others serve the calls;
             # only when none could be reached do the calls fail
             for error in errors:
-                record({"kind": "mcp_result" if not clients else "mcp_server_failed", "error": error,
-                        **({"starting": True} if slow and "still running" in error else {})})
+                record(
+                    {
+                        "kind": "mcp_result" if not clients else "mcp_server_failed",
+                        "error": error,
+                        **({"starting": True} if slow and "still running" in error else {}),
+                    }
+                )
             if not clients:
                 for client in own:
                     client.close()
@@ -1804,10 +1819,18 @@ class Fake:
                     text, is_error, protocol_error = client.call(call["name"], args)
                 except (TimeoutError, EOFError):
                     text, is_error, protocol_error = "", True, "no answer"
-                self.announce_tool_call(client.name, call["name"], args, done=(text, protocol_error == "no answer"),
-                                        is_error=bool(is_error))
-                record({"kind": "mcp_result", "name": call["name"], "arguments": args, "server": client.name,
-                        "is_error": is_error, "text": text, "protocol_error": protocol_error})
+                self.announce_tool_call(client.name, call["name"], args, done=(text, protocol_error == "no answer"), is_error=bool(is_error))
+                record(
+                    {
+                        "kind": "mcp_result",
+                        "name": call["name"],
+                        "arguments": args,
+                        "server": client.name,
+                        "is_error": is_error,
+                        "text": text,
+                        "protocol_error": protocol_error,
+                    }
+                )
         except (BrokenPipeError, OSError) as exc:
             record({"kind": "mcp_result", "error": f"MCP session broke: {exc.__class__.__name__}"})
         finally:
@@ -1825,12 +1848,12 @@ class Fake:
         client = self._route(self.mcp, call["name"])
         posix.kill(client.pid, _signal.SIGSTOP)
         if self.record_path is not None:
-            self._append({"kind": "mcp_stalled", "pid": posix.getpid(), "server": client.name, "child_pid": client.pid,
-                          "mono": time.monotonic()})
+            self._append({"kind": "mcp_stalled", "pid": posix.getpid(), "server": client.name, "child_pid": client.pid, "mono": time.monotonic()})
         self.announce_tool_call(client.name, call["name"], call.get("arguments") or {})
         client.next_id += 1
-        client._send({"jsonrpc": "2.0", "id": client.next_id, "method": "tools/call",
-                      "params": {"name": call["name"], "arguments": call.get("arguments") or {}}})
+        client._send(
+            {"jsonrpc": "2.0", "id": client.next_id, "method": "tools/call", "params": {"name": call["name"], "arguments": call.get("arguments") or {}}}
+        )
 
     def mcp_probe(self, spec: dict) -> None:
         """Send every configured stdio server (any name) the probes, one at a time, and record
@@ -1863,19 +1886,21 @@ class Fake:
                     if isinstance(answer, dict) and isinstance(answer.get("result"), dict):
                         # keep the record small: what a check judges is the kind of answer
                         result = answer["result"]
-                        answer = {**answer, "result": {"isError": result.get("isError"),
-                                                       "tools": [t.get("name") for t in result.get("tools") or []
-                                                                 if isinstance(t, dict)],
-                                                       "text": "".join(c.get("text", "") for c in result.get("content") or []
-                                                                       if isinstance(c, dict))[:400]}}
+                        answer = {
+                            **answer,
+                            "result": {
+                                "isError": result.get("isError"),
+                                "tools": [t.get("name") for t in result.get("tools") or [] if isinstance(t, dict)],
+                                "text": "".join(c.get("text", "") for c in result.get("content") or [] if isinstance(c, dict))[:400],
+                            },
+                        }
                     record({"kind": "mcp_probe", "server": server, "label": probe.get("label"), "answer": answer})
                     if answer is None:
                         break
             finally:
                 client.close()
 
-    def announce_tool_call(self, server: str, tool: str, args: dict, done: tuple[str, bool] | None = None,
-                           is_error: bool = False) -> None:
+    def announce_tool_call(self, server: str, tool: str, args: dict, done: tuple[str, bool] | None = None, is_error: bool = False) -> None:
         """Print the event the real CLI prints around an MCP tool call, where its shape was
         recorded: codex 0.171.0's `item.started` / `item.completed` `mcp_tool_call` items
         (fixtures/codex/tool_calls.json), arguments included, as a transport's event log and
@@ -1889,20 +1914,26 @@ class Fake:
         if self.cli != "codex" or self.json_output:
             return
         self._tool_items = getattr(self, "_tool_items", 0) + (0 if done else 1)
-        item = {"id": f"item_mcp_{self._tool_items}", "type": "mcp_tool_call", "server": server, "tool": tool,
-                "arguments": args, "result": None, "error": None, "status": "in_progress"}
+        item = {
+            "id": f"item_mcp_{self._tool_items}",
+            "type": "mcp_tool_call",
+            "server": server,
+            "tool": tool,
+            "arguments": args,
+            "result": None,
+            "error": None,
+            "status": "in_progress",
+        }
         if done is not None:
             text, failed = done  # an MCP tool error is a completed call carrying its error text
             if failed:
                 item.update(error={"message": text}, status="failed")
             else:
-                item.update(result={"content": [{"type": "text", "text": text}], "structured_content": None},
-                            status="completed")
+                item.update(result={"content": [{"type": "text", "text": text}], "structured_content": None}, status="completed")
         event = {"type": "item.completed" if done is not None else "item.started", "item": item}
         self.write(json_dumps(event, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n")
 
-    def _announce_claude_tool_call(self, server: str, tool: str, args: dict, done: tuple[str, bool] | None,
-                                   is_error: bool) -> None:
+    def _announce_claude_tool_call(self, server: str, tool: str, args: dict, done: tuple[str, bool] | None, is_error: bool) -> None:
         """claude's pair of events around one MCP tool call (shapes of fixtures/claude/tool_calls.json)."""
         ph = getattr(self, "_ph", None) or {}
         session = getattr(self, "_printed_session", None) or self.session_id
@@ -1910,19 +1941,35 @@ class Fake:
             self._tool_items = getattr(self, "_tool_items", 0) + 1
         use_id = f"toolu_fake{self._tool_items:04d}"
         if done is None:
-            event = {"type": "assistant", "message": {
-                "id": f"msg_fake_tool{self._tool_items:04d}", "type": "message", "role": "assistant",
-                "model": ph.get("model_base") or "", "stop_reason": None, "stop_sequence": None,
-                "content": [{"type": "tool_use", "id": use_id, "name": f"mcp__{server}__{tool}", "input": args}]},
-                "parent_tool_use_id": None, "session_id": session, "uuid": _uuid4()}
+            event = {
+                "type": "assistant",
+                "message": {
+                    "id": f"msg_fake_tool{self._tool_items:04d}",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": ph.get("model_base") or "",
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "content": [{"type": "tool_use", "id": use_id, "name": f"mcp__{server}__{tool}", "input": args}],
+                },
+                "parent_tool_use_id": None,
+                "session_id": session,
+                "uuid": _uuid4(),
+            }
         else:
             text, failed = done
             content = [{"type": "text", "text": text}]
             result = {"tool_use_id": use_id, "type": "tool_result", "content": content}
             if failed or is_error:
                 result["is_error"] = True
-            event = {"type": "user", "message": {"role": "user", "content": [result]}, "parent_tool_use_id": None,
-                     "session_id": session, "uuid": _uuid4(), "tool_use_result": {"content": content}}
+            event = {
+                "type": "user",
+                "message": {"role": "user", "content": [result]},
+                "parent_tool_use_id": None,
+                "session_id": session,
+                "uuid": _uuid4(),
+                "tool_use_result": {"content": content},
+            }
         self.write(json_dumps(event, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n")
 
     def write_oversize(self, size: int, template: dict | None, ph: dict) -> None:
@@ -1931,7 +1978,7 @@ class Fake:
         obj = self.fill(template or DEFAULT_OVERSIZE_TEMPLATE, {**ph, "pad": "{{pad}}"})
         head, marker, tail = json_dumps(obj, separators=(",", ":")).encode().partition(b"{{pad}}")
         if not marker:
-            raise SystemExit("oversize template needs a \"{{pad}}\" string")
+            raise SystemExit('oversize template needs a "{{pad}}" string')
         fill = size - len(head) - len(tail)
         if fill < 0:
             raise SystemExit(f"oversize {size} is smaller than the template")
@@ -1945,8 +1992,7 @@ class Fake:
 
 
 #: The action keys of a step (the other keys are modifiers), as named in progress records.
-_ACTIONS = ("emit", "delay", "noise", "oversize", "raw", "invalid_utf8", "stderr", "spawn", "ignore_sigterm",
-            "hang", "exit", "mcp_call", "mcp_calls")
+_ACTIONS = ("emit", "delay", "noise", "oversize", "raw", "invalid_utf8", "stderr", "spawn", "ignore_sigterm", "hang", "exit", "mcp_call", "mcp_calls")
 
 #: Steps that only write stdout (render() replays them; the others are side effects).
 _OUTPUT_STEPS = ("emit", "noise", "oversize", "raw", "invalid_utf8")

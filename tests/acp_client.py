@@ -33,8 +33,7 @@ class AcpClient:
 
     @classmethod
     def spawn(cls, argv: list[str], *, env: dict[str, str], cwd: str | None = None) -> "AcpClient":
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=env, cwd=cwd, start_new_session=True)
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd, start_new_session=True)
         return cls(proc)
 
     def _read(self) -> None:
@@ -79,9 +78,9 @@ class AcpClient:
             raise EOFError("the agent closed its stdout")
         return msg
 
-    def wait_for(self, msg_id: Any, *, timeout: float = 60.0,
-                 on_permission: Callable[[dict], dict] | None = None,
-                 on_message: Callable[[dict], None] | None = None) -> dict:
+    def wait_for(
+        self, msg_id: Any, *, timeout: float = 60.0, on_permission: Callable[[dict], dict] | None = None, on_message: Callable[[dict], None] | None = None
+    ) -> dict:
         """Read until the answer to `msg_id`; answer agent requests on the way (permission by
         `on_permission`, or cancelled when none; anything else: method not found)."""
         end = time.monotonic() + timeout
@@ -104,8 +103,11 @@ class AcpClient:
         return self.wait_for(self.start(method, params), **kwargs)
 
     def updates(self, session_id: str | None = None) -> list[dict]:
-        return [m["params"]["update"] for m in self.messages
-                if m.get("method") == "session/update" and (session_id is None or m["params"].get("sessionId") == session_id)]
+        return [
+            m["params"]["update"]
+            for m in self.messages
+            if m.get("method") == "session/update" and (session_id is None or m["params"].get("sessionId") == session_id)
+        ]
 
     def finish(self, timeout: float = 30.0) -> int:
         """Close stdin, wait for the exit; kill the group if it does not exit (and say so)."""

@@ -15,8 +15,13 @@ from harnesscheck.core.contracts import Kind, ProviderSpec
 
 
 def spec() -> ProviderSpec:
-    return ProviderSpec(id="acp-prompt-fake", kind=Kind.api, label="fake scripted by its prompt (tests)",
-                        factory="acp_fakes:PromptScriptedFake", capabilities=get_spec("fake").capabilities)
+    return ProviderSpec(
+        id="acp-prompt-fake",
+        kind=Kind.api,
+        label="fake scripted by its prompt (tests)",
+        factory="acp_fakes:PromptScriptedFake",
+        capabilities=get_spec("fake").capabilities,
+    )
 
 
 def script_from(prompt: str) -> FakeScript | None:

@@ -84,11 +84,18 @@ def anthropic_events(turn: Turn, model: str) -> list[bytes]:
             {
                 "type": "message_start",
                 "message": {
-                    "id": "msg_01", "type": "message", "role": "assistant", "model": model, "content": [],
-                    "stop_reason": None, "stop_sequence": None,
+                    "id": "msg_01",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": model,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
                     "usage": {
-                        "input_tokens": u["input"], "output_tokens": 1,
-                        "cache_read_input_tokens": u["cache_read"], "cache_creation_input_tokens": u["cache_write"],
+                        "input_tokens": u["input"],
+                        "output_tokens": 1,
+                        "cache_read_input_tokens": u["cache_read"],
+                        "cache_creation_input_tokens": u["cache_write"],
                     },
                 },
             },
@@ -97,7 +104,9 @@ def anthropic_events(turn: Turn, model: str) -> list[bytes]:
     ]
     index = 0
     if turn.thinking:
-        out.append(_sse("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}))
+        out.append(
+            _sse("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}})
+        )
         for part in _split(turn.thinking):
             out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": part}}))
         out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": turn.signature}}))
@@ -110,10 +119,17 @@ def anthropic_events(turn: Turn, model: str) -> list[bytes]:
         out.append(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
         index += 1
     for call_id, name, args in turn.tool_calls:
-        out.append(_sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": {"type": "tool_use", "id": call_id, "name": name, "input": {}}}))
+        out.append(
+            _sse(
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": {"type": "tool_use", "id": call_id, "name": name, "input": {}}},
+            )
+        )
         raw = _args(args)
         for part in _split(raw):
-            out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": part}}))
+            out.append(
+                _sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": part}})
+            )
         out.append(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
         index += 1
     stop = turn.stop or ("tool_use" if turn.tool_calls else "end_turn")
@@ -157,7 +173,17 @@ def chat_events(turn: Turn, model: str) -> list[bytes]:
 def responses_events(turn: Turn, model: str) -> list[bytes]:
     u = turn.usage
     seq = iter(range(1000))
-    response = {"id": "resp_1", "object": "response", "created_at": 1, "model": model, "status": "in_progress", "output": [], "tools": [], "parallel_tool_calls": True, "tool_choice": "auto"}
+    response = {
+        "id": "resp_1",
+        "object": "response",
+        "created_at": 1,
+        "model": model,
+        "status": "in_progress",
+        "output": [],
+        "tools": [],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+    }
 
     def ev(kind: str, **data) -> bytes:
         return _sse(kind, {"type": kind, "sequence_number": next(seq), **data})

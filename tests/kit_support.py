@@ -18,8 +18,7 @@ def run_suite(tmp_path: Path, *args: str, files: tuple[str, ...] = ("conformance
     # levels also include loopback wherever the pinned real CLIs are installed.
     named = any(a == "--level" or a.startswith("--level=") for a in args) or "live" in args
     level = () if named else ("--level", "offline")
-    cmd = [sys.executable, "-m", "pytest", *files, "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-           "--hc-report", str(report), *level, *args]
+    cmd = [sys.executable, "-m", "pytest", *files, "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--hc-report", str(report), *level, *args]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT"))}
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     data = json.loads(report.read_text()) if report.is_file() else None
@@ -51,9 +50,9 @@ def run_inline(pytester, *args: str, files: tuple[str, ...] = ("conformance",)) 
     level = () if named else ("--level", "offline")
     seen = _ImportedBy()
     # no:unraisableexception: its gc.collect at the end of each run walks this whole process's heap
-    result = pytester.runpytest_inprocess(*(str(REPO / f) for f in files), "-q", "-p", "no:randomly",
-                                          "-p", "no:unraisableexception", "--hc-report", str(report), *level, *args,
-                                          plugins=[seen])
+    result = pytester.runpytest_inprocess(
+        *(str(REPO / f) for f in files), "-q", "-p", "no:randomly", "-p", "no:unraisableexception", "--hc-report", str(report), *level, *args, plugins=[seen]
+    )
     seen.keep()
     data = json.loads(report.read_text()) if report.is_file() else None
     return int(result.ret), data, result.stdout.str() + result.stderr.str()
@@ -70,8 +69,9 @@ class _ImportedBy:
         self.modules: dict = {}
 
     def pytest_sessionfinish(self) -> None:
-        self.modules = {n: m for n, m in sys.modules.items() if not n.startswith(("conformance", "conftest", "test_"))
-                        and ".test_" not in n and "conftest" not in n}
+        self.modules = {
+            n: m for n, m in sys.modules.items() if not n.startswith(("conformance", "conftest", "test_")) and ".test_" not in n and "conftest" not in n
+        }
 
     def keep(self) -> None:
         for name, module in self.modules.items():

@@ -34,6 +34,7 @@ PROFILES = Path(__file__).resolve().parents[1] / "src" / "harnesscheck" / "backe
 
 # -- profiles -----------------------------------------------------------------------------------
 
+
 def test_every_shipped_profile_loads():
     names = sorted(p.stem for p in PROFILES.glob("*.toml"))
     assert "fake" in names
@@ -55,8 +56,10 @@ def test_adhoc_profile_defaults_to_anthropic_messages_and_takes_a_wire_option():
 
 def test_a_profile_file_is_validated_and_named_in_errors(tmp_path):
     good = tmp_path / "agent.toml"
-    good.write_text('name = "a"\ncommand = ["a", "--acp"]\n[mode]\nmode_id = "default"\n'
-                    '[[errors]]\nerror_class = "auth"\ndata_key = "errorName"\ndata_value = "AuthError"\n')
+    good.write_text(
+        'name = "a"\ncommand = ["a", "--acp"]\n[mode]\nmode_id = "default"\n'
+        '[[errors]]\nerror_class = "auth"\ndata_key = "errorName"\ndata_value = "AuthError"\n'
+    )
     p = profile_for(f"acp:{good}")
     assert p.mode.mode_id == "default" and p.errors[0].error_class is ErrorClass.auth
     bad = tmp_path / "bad.toml"
@@ -85,33 +88,38 @@ def test_complete_is_a_tool_less_session(tmp_path):
 
 # -- errors ----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("error, expected", [
-    ({"code": -32000, "message": "Authentication required"}, ErrorClass.auth),
-    ({"code": 401, "message": '{"error":{"code":401}}'}, ErrorClass.auth),
-    ({"code": 403, "message": "forbidden"}, ErrorClass.auth),
-    ({"code": 429, "message": "slow down"}, ErrorClass.rate_limit),
-    ({"code": 400, "message": "input token count exceeds the maximum"}, ErrorClass.context_overflow),
-    ({"code": 529, "message": "overloaded"}, ErrorClass.overloaded),
-    ({"code": 500, "message": "boom"}, ErrorClass.server_error),
-    ({"code": -32603, "message": "Internal error: invalid x-api-key", "data": {"errorName": "APIError"}}, ErrorClass.auth),
-    ({"code": -32603, "message": "Internal error"}, ErrorClass.unknown),
-])
+
+@pytest.mark.parametrize(
+    "error, expected",
+    [
+        ({"code": -32000, "message": "Authentication required"}, ErrorClass.auth),
+        ({"code": 401, "message": '{"error":{"code":401}}'}, ErrorClass.auth),
+        ({"code": 403, "message": "forbidden"}, ErrorClass.auth),
+        ({"code": 429, "message": "slow down"}, ErrorClass.rate_limit),
+        ({"code": 400, "message": "input token count exceeds the maximum"}, ErrorClass.context_overflow),
+        ({"code": 529, "message": "overloaded"}, ErrorClass.overloaded),
+        ({"code": 500, "message": "boom"}, ErrorClass.server_error),
+        ({"code": -32603, "message": "Internal error: invalid x-api-key", "data": {"errorName": "APIError"}}, ErrorClass.auth),
+        ({"code": -32603, "message": "Internal error"}, ErrorClass.unknown),
+    ],
+)
 def test_generic_error_rules(error, expected):
     assert classify_error(error, []) is expected
 
 
 def test_the_profile_table_decides_first():
-    rules = [ErrorRule(error_class=ErrorClass.rate_limit, data_key="codex_error_info",
-                       data_value="response_too_many_failed_attempts"),
-             ErrorRule(error_class=ErrorClass.context_overflow, data_key="errorName", data_value="ContextOverflowError")]
-    codex = {"code": -32603, "message": "Internal error",
-             "data": {"codex_error_info": {"response_too_many_failed_attempts": {"http_status_code": 429}}}}
+    rules = [
+        ErrorRule(error_class=ErrorClass.rate_limit, data_key="codex_error_info", data_value="response_too_many_failed_attempts"),
+        ErrorRule(error_class=ErrorClass.context_overflow, data_key="errorName", data_value="ContextOverflowError"),
+    ]
+    codex = {"code": -32603, "message": "Internal error", "data": {"codex_error_info": {"response_too_many_failed_attempts": {"http_status_code": 429}}}}
     assert classify_error(codex, rules) is ErrorClass.rate_limit
     opencode = {"code": -32603, "message": "Session too large", "data": {"errorName": "ContextOverflowError"}}
     assert classify_error(opencode, rules) is ErrorClass.context_overflow
 
 
 # -- the session without a process --------------------------------------------------------------------
+
 
 class _Feed:
     def __init__(self):
@@ -137,9 +145,16 @@ def _session(tmp_path, **kw):
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     feed = _Feed()
-    session = AcpSession(profile=builtin_profile("fake"), feed=feed, cwd=cwd, prompt="hi",
-                         scope=ToolScope(name="t", root=root, read_only=False), bridge=(["/bin/bridge", "x"], {"A": "1"}),
-                         wire_log=None, **kw)
+    session = AcpSession(
+        profile=builtin_profile("fake"),
+        feed=feed,
+        cwd=cwd,
+        prompt="hi",
+        scope=ToolScope(name="t", root=root, read_only=False),
+        bridge=(["/bin/bridge", "x"], {"A": "1"}),
+        wire_log=None,
+        **kw,
+    )
     return session, feed, cwd, root
 
 
@@ -157,8 +172,7 @@ def test_handshake_order_and_what_the_host_offers(tmp_path):
     _agent(session, {"id": init["id"], "result": {"protocolVersion": 1, "agentCapabilities": {}}})
     new = feed.sent[-1]
     assert new["method"] == "session/new" and new["params"]["cwd"] == str(cwd)
-    assert new["params"]["mcpServers"] == [{"name": "bridge", "command": "/bin/bridge", "args": ["x"],
-                                            "env": [{"name": "A", "value": "1"}]}]
+    assert new["params"]["mcpServers"] == [{"name": "bridge", "command": "/bin/bridge", "args": ["x"], "env": [{"name": "A", "value": "1"}]}]
     _agent(session, {"id": new["id"], "result": {"sessionId": "s1", "modes": {"currentModeId": "auto", "availableModes": []}}})
     mode = feed.sent[-1]
     assert mode["method"] == "session/set_mode" and mode["params"] == {"sessionId": "s1", "modeId": "ask"}
@@ -178,10 +192,23 @@ def test_another_protocol_version_is_refused(tmp_path):
 
 def test_permission_policy_bridge_allowed_everything_else_rejected(tmp_path):
     session, feed, _, _ = _session(tmp_path)
-    opts = [{"optionId": "y", "name": "Yes", "kind": "allow_once"}, {"optionId": "ya", "name": "Always", "kind": "allow_always"},
-            {"optionId": "n", "name": "No", "kind": "reject_once"}]
-    ask = lambda title, options=opts: _agent(session, {"id": 7, "method": "session/request_permission", "params": {  # noqa: E731
-        "sessionId": "s1", "toolCall": {"toolCallId": "t", "title": title}, "options": options}})
+    opts = [
+        {"optionId": "y", "name": "Yes", "kind": "allow_once"},
+        {"optionId": "ya", "name": "Always", "kind": "allow_always"},
+        {"optionId": "n", "name": "No", "kind": "reject_once"},
+    ]
+    ask = lambda title, options=opts: _agent(
+        session,
+        {
+            "id": 7,
+            "method": "session/request_permission",
+            "params": {  # noqa: E731
+                "sessionId": "s1",
+                "toolCall": {"toolCallId": "t", "title": title},
+                "options": options,
+            },
+        },
+    )
     ask("mcp__bridge__read_file")
     assert feed.sent[-1]["result"]["outcome"] == {"outcome": "selected", "optionId": "y"}
     ask("Bash")
@@ -201,15 +228,20 @@ def test_the_host_policy_answers_for_the_agents_own_tools_only_by_an_explicit_ru
     from harnesscheck.core.policy import Policy, PolicyEngine, Rule, ToolKind, Verdict
 
     asked = []
-    policy = Policy(rules=(Rule(decision=Verdict.ALLOW, tools=("Read",)),
-                           Rule(decision=Verdict.APPROVAL_REQUIRED, kinds=(ToolKind.EXECUTE,))))
+    policy = Policy(rules=(Rule(decision=Verdict.ALLOW, tools=("Read",)), Rule(decision=Verdict.APPROVAL_REQUIRED, kinds=(ToolKind.EXECUTE,))))
     engine = PolicyEngine(policy, root=tmp_path, session="s1", approver=lambda r: asked.append(r.tool) or r.tool == "Bash")
     session, feed, _, _ = _session(tmp_path, engine=engine)
     opts = [{"optionId": "y", "name": "Yes", "kind": "allow_once"}, {"optionId": "n", "name": "No", "kind": "reject_once"}]
 
     def answer(title, kind):
-        _agent(session, {"id": 7, "method": "session/request_permission", "params": {
-            "sessionId": "s1", "toolCall": {"toolCallId": "t", "title": title, "kind": kind}, "options": opts}})
+        _agent(
+            session,
+            {
+                "id": 7,
+                "method": "session/request_permission",
+                "params": {"sessionId": "s1", "toolCall": {"toolCallId": "t", "title": title, "kind": kind}, "options": opts},
+            },
+        )
         return feed.sent[-1]["result"]["outcome"]["optionId"]
 
     assert answer("Read", "read") == "y", "an explicit allow rule allows the agent's own tool"
@@ -220,15 +252,13 @@ def test_the_host_policy_answers_for_the_agents_own_tools_only_by_an_explicit_ru
 
 def test_fs_is_served_through_dispatch_under_the_cwd_only(tmp_path):
     session, feed, cwd, root = _session(tmp_path)
-    _agent(session, {"id": 1, "method": "fs/read_text_file", "params": {"sessionId": "s", "path": str(cwd / "a.txt"),
-                                                                       "line": 2, "limit": 1}})
+    _agent(session, {"id": 1, "method": "fs/read_text_file", "params": {"sessionId": "s", "path": str(cwd / "a.txt"), "line": 2, "limit": 1}})
     assert feed.sent[-1]["result"] == {"content": "two\n"}
     _agent(session, {"id": 2, "method": "fs/read_text_file", "params": {"sessionId": "s", "path": "/etc/hostname"}})
     assert "error" in feed.sent[-1]
     _agent(session, {"id": 3, "method": "fs/read_text_file", "params": {"sessionId": "s", "path": str(cwd / "../root/a.txt")}})
     assert "error" in feed.sent[-1], "a .. path under the cwd is refused by dispatch"
-    _agent(session, {"id": 4, "method": "fs/write_text_file", "params": {"sessionId": "s", "path": str(cwd / "b.txt"),
-                                                                        "content": "new"}})
+    _agent(session, {"id": 4, "method": "fs/write_text_file", "params": {"sessionId": "s", "path": str(cwd / "b.txt"), "content": "new"}})
     assert feed.sent[-1]["result"] == {} and (root / "b.txt").read_text() == "new"
     _agent(session, {"id": 5, "method": "fs/read_text_file", "params": {"sessionId": "s", "path": str(cwd / "missing.txt")}})
     assert feed.sent[-1]["result"] == {"content": ""}, "a missing file reads empty (what writers pre-read)"
@@ -252,6 +282,7 @@ def test_noise_is_counted_never_parsed(tmp_path):
 
 # -- StdinFeed under run_process -----------------------------------------------------------------------
 
+
 def test_stdin_feed_is_a_conversation(tmp_path):
     echo = "import sys\nfor line in sys.stdin:\n    print('got ' + line.strip(), flush=True)\nprint('eof', flush=True)\n"
     feed = StdinFeed()
@@ -266,13 +297,13 @@ def test_stdin_feed_is_a_conversation(tmp_path):
         return LineAction.TERMINAL if line == "eof" else None
 
     feed.write(b"1\n")
-    result = run_process([sys.executable, "-c", echo], env={"PATH": os.environ["PATH"]}, cwd=tmp_path, on_line=on_line,
-                         timeout_s=30, stdin_feed=feed)
+    result = run_process([sys.executable, "-c", echo], env={"PATH": os.environ["PATH"]}, cwd=tmp_path, on_line=on_line, timeout_s=30, stdin_feed=feed)
     feed.dispose()
     assert seen == ["got 1", "got 2", "eof"] and result.exit_code == 0
 
 
 # -- sessions through the fake agent -----------------------------------------------------------------
+
 
 def _transport(tmp_path, steps, *defects, policy=None, **kw):
     scenario = tmp_path / "scenario.json"
@@ -284,16 +315,20 @@ def _transport(tmp_path, steps, *defects, policy=None, **kw):
     profile = profile.model_copy(update={"command": [*profile.command, *extra], **kw})
     # the fake agent reads and writes host paths named on its command line and records host-judged
     # pids: it runs with the guards, as at the kit's offline level (doc/SPEC-sandbox.md)
-    return AcpTransport(get_spec("acp-fake"), Settings(sandbox="off"), profile=profile, policy=policy,
-                        parent_env={**os.environ, "HC_TEST_CANARY": "canary-acp-1", "ANTHROPIC_API_KEY": "canary-acp-2"})
+    return AcpTransport(
+        get_spec("acp-fake"),
+        Settings(sandbox="off"),
+        profile=profile,
+        policy=policy,
+        parent_env={**os.environ, "HC_TEST_CANARY": "canary-acp-1", "ANTHROPIC_API_KEY": "canary-acp-2"},
+    )
 
 
 def _request(tmp_path, timeout_s=30.0, read_only=False):
     root = tmp_path / "root"
     root.mkdir(exist_ok=True)
     (root / "hello.txt").write_text("hello from the root\n")
-    return AgentSessionRequest(prompt="go", scope=ToolScope(name="t", root=root, read_only=read_only),
-                               timeout_s=timeout_s, run_dir=tmp_path / "run")
+    return AgentSessionRequest(prompt="go", scope=ToolScope(name="t", root=root, read_only=read_only), timeout_s=timeout_s, run_dir=tmp_path / "run")
 
 
 def _records(tmp_path):
@@ -301,9 +336,16 @@ def _records(tmp_path):
 
 
 def test_a_session_with_fs_bridge_and_usage(tmp_path):
-    t = _transport(tmp_path, [{"say": "reading "}, {"read": "hello.txt", "via": "fs"},
-                              {"mcp": "list_dir", "arguments": {"path": "."}}, {"write": "out.txt", "content": "w", "via": "fs"},
-                              {"say": "done"}])
+    t = _transport(
+        tmp_path,
+        [
+            {"say": "reading "},
+            {"read": "hello.txt", "via": "fs"},
+            {"mcp": "list_dir", "arguments": {"path": "."}},
+            {"write": "out.txt", "content": "w", "via": "fs"},
+            {"say": "done"},
+        ],
+    )
     ev = AcpEvidence()
     o = t.run_session(_request(tmp_path), evidence=ev)
     assert o.status is OutcomeStatus.ok and o.text == "reading done" and o.terminal_event_seen
@@ -344,8 +386,7 @@ def test_an_agent_that_ignores_cancel_is_ended_after_the_bound(tmp_path):
 
 
 def test_auth_silence_is_ended_typed(tmp_path):
-    t = _transport(tmp_path, [{"auth_signal": True}, {"error": {"code": -32000, "message": "Authentication required"}}],
-                   "auth-retry-forever", auth_stall_s=0.5)
+    t = _transport(tmp_path, [{"auth_signal": True}, {"error": {"code": -32000, "message": "Authentication required"}}], "auth-retry-forever", auth_stall_s=0.5)
     ev = AcpEvidence()
     o = t.run_session(_request(tmp_path, timeout_s=30), evidence=ev)
     assert (o.status, o.error_class) == (OutcomeStatus.blocked, ErrorClass.auth) and ev.auth_stalled
@@ -353,8 +394,7 @@ def test_auth_silence_is_ended_typed(tmp_path):
 
 
 def test_errors_and_stop_reasons_map(tmp_path):
-    t = _transport(tmp_path, [{"error": {"code": -32603, "message": "Internal error: Prompt is too long",
-                                         "data": {"errorKind": "invalid_request"}}}])
+    t = _transport(tmp_path, [{"error": {"code": -32603, "message": "Internal error: Prompt is too long", "data": {"errorKind": "invalid_request"}}}])
     o = t.run_session(_request(tmp_path))
     assert (o.status, o.error_class) == (OutcomeStatus.error, ErrorClass.context_overflow)
     t = _transport(tmp_path, [{"stop": "max_turn_requests"}])
@@ -368,8 +408,7 @@ def test_errors_and_stop_reasons_map(tmp_path):
 def test_a_missing_agent_is_cli_not_found(tmp_path):
     from harnesscheck.core.contracts import CliNotFound
 
-    t = AcpTransport(get_spec("acp-fake"), Settings(), profile=adhoc_profile("no-such-acp-agent-here --acp"),
-                     parent_env={"PATH": str(tmp_path)})
+    t = AcpTransport(get_spec("acp-fake"), Settings(), profile=adhoc_profile("no-such-acp-agent-here --acp"), parent_env={"PATH": str(tmp_path)})
     with pytest.raises(CliNotFound):
         t.run_session(_request(tmp_path))
 

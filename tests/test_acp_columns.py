@@ -46,9 +46,17 @@ def test_without_builtin_calls_a_command_skips_with_the_reason():
 def test_prompt_script_is_a_fake_script():
     from harnesscheck.backends.fake import FakeScript
 
-    text = prompt_script({"steps": [{"say": "hi"}, {"mcp": "list_dir", "arguments": {"path": "."}},
-                                    {"write": "/e/w.txt", "content": "x"}, {"shell": "touch /e/s"},
-                                    {"error": {"code": -32000, "message": "Authentication required"}}]})
+    text = prompt_script(
+        {
+            "steps": [
+                {"say": "hi"},
+                {"mcp": "list_dir", "arguments": {"path": "."}},
+                {"write": "/e/w.txt", "content": "x"},
+                {"shell": "touch /e/s"},
+                {"error": {"code": -32000, "message": "Authentication required"}},
+            ]
+        }
+    )
     script = FakeScript.from_prompt(text)
     assert script is not None
     # a text-only turn is the final answer: the text goes with the next call
@@ -71,9 +79,12 @@ def test_harnesscheck_acp_serve_is_a_column(tmp_path):
     root = tmp_path / "root"
     root.mkdir()
     ev = AcpEvidence()
-    outcome = transport.run_session(AgentSessionRequest(
-        prompt=json.dumps({"turns": [{"text": "scripted by the prompt"}]}), scope=ToolScope(name="t", root=root),
-        timeout_s=60, run_dir=tmp_path / "run"), evidence=ev)
+    outcome = transport.run_session(
+        AgentSessionRequest(
+            prompt=json.dumps({"turns": [{"text": "scripted by the prompt"}]}), scope=ToolScope(name="t", root=root), timeout_s=60, run_dir=tmp_path / "run"
+        ),
+        evidence=ev,
+    )
     assert outcome.status == OutcomeStatus.ok, outcome.message
     assert "scripted by the prompt" in outcome.text
     assert ev.mode_set == "ask" and ev.ending == "exited"
@@ -82,13 +93,19 @@ def test_harnesscheck_acp_serve_is_a_column(tmp_path):
 def test_an_unknown_agents_shell_and_write_are_learned_from_the_wire():
     from harnesscheck.kit.acp_adapter import learn_builtin_calls
 
-    anthropic = json.dumps({"tools": [
-        {"name": "Bash", "input_schema": {"properties": {"command": {}, "timeout": {}}, "required": ["command"]}},
-        {"name": "Write", "input_schema": {"properties": {"file_path": {}, "content": {}}, "required": ["file_path", "content"]}},
-        {"name": "mcp__bridge__write_file", "input_schema": {"properties": {"path": {}, "content": {}}, "required": ["path", "content"]}},
-        {"name": "Edit", "input_schema": {"properties": {"file_path": {}, "old_string": {}}, "required": ["file_path", "old_string"]}}]})
-    gemini = json.dumps({"tools": [{"functionDeclarations": [
-        {"name": "run_shell_command", "parametersJsonSchema": {"properties": {"command": {}}, "required": ["command"]}}]}]})
+    anthropic = json.dumps(
+        {
+            "tools": [
+                {"name": "Bash", "input_schema": {"properties": {"command": {}, "timeout": {}}, "required": ["command"]}},
+                {"name": "Write", "input_schema": {"properties": {"file_path": {}, "content": {}}, "required": ["file_path", "content"]}},
+                {"name": "mcp__bridge__write_file", "input_schema": {"properties": {"path": {}, "content": {}}, "required": ["path", "content"]}},
+                {"name": "Edit", "input_schema": {"properties": {"file_path": {}, "old_string": {}}, "required": ["file_path", "old_string"]}},
+            ]
+        }
+    )
+    gemini = json.dumps(
+        {"tools": [{"functionDeclarations": [{"name": "run_shell_command", "parametersJsonSchema": {"properties": {"command": {}}, "required": ["command"]}}]}]}
+    )
     scope = {"read_file", "write_file", "list_dir", "grep", "edit_file"}
     learned = learn_builtin_calls([anthropic], scope)
     assert (learned["shell"].name, learned["write"].name) == ("Bash", "Write")  # never the bridge's write_file

@@ -26,8 +26,7 @@ AGENTS = ["gemini", "opencode"]
 def _session(name, turns, tmp_path, timeout_s=120.0):
     server = ScriptedModelServer(Scenario(name="acp", turns=turns)).start()
     try:
-        transport = AcpTransport(get_spec(f"acp-{name}"), Settings(), profile=builtin_profile(name),
-                                 loopback=LoopbackEndpoint(base_url=server.base_url))
+        transport = AcpTransport(get_spec(f"acp-{name}"), Settings(), profile=builtin_profile(name), loopback=LoopbackEndpoint(base_url=server.base_url))
         try:
             transport.cli()
         except CliNotFound as exc:
@@ -37,8 +36,8 @@ def _session(name, turns, tmp_path, timeout_s=120.0):
         (root / "hello.txt").write_text("hello from the acp worktree\n")
         ev = AcpEvidence()
         outcome = transport.run_session(
-            AgentSessionRequest(prompt="Read hello.txt.", scope=ToolScope(name="t", root=root), timeout_s=timeout_s,
-                                run_dir=tmp_path / "run"), evidence=ev)
+            AgentSessionRequest(prompt="Read hello.txt.", scope=ToolScope(name="t", root=root), timeout_s=timeout_s, run_dir=tmp_path / "run"), evidence=ev
+        )
         return outcome, ev, list(server.requests)
     finally:
         server.stop()
@@ -46,8 +45,7 @@ def _session(name, turns, tmp_path, timeout_s=120.0):
 
 @pytest.mark.parametrize("name", AGENTS)
 def test_a_bridge_read_reaches_the_model(name, tmp_path):
-    outcome, ev, requests = _session(name, [Turn(tool_calls=[ToolCall("read_file", {"path": "hello.txt"})]),
-                                            Turn(text="the file says hello")], tmp_path)
+    outcome, ev, requests = _session(name, [Turn(tool_calls=[ToolCall("read_file", {"path": "hello.txt"})]), Turn(text="the file says hello")], tmp_path)
     assert outcome.status is OutcomeStatus.ok, (outcome.status, outcome.error_class, outcome.message, outcome.stderr_tail[-500:])
     assert ev.stop_reason == "end_turn" and "the file says hello" in outcome.text
     assert "read_file" in outcome.tools_used and outcome.tool_calls >= 1, "the bridge's trace holds the read"
@@ -56,8 +54,6 @@ def test_a_bridge_read_reaches_the_model(name, tmp_path):
 
 @pytest.mark.parametrize("name", AGENTS)
 def test_a_401_ends_typed(name, tmp_path):
-    outcome, ev, _ = _session(name, [Turn(status=401, error_type="authentication_error", error_message="invalid x-api-key")],
-                              tmp_path, timeout_s=90)
-    assert (outcome.status, outcome.error_class) == (OutcomeStatus.blocked, ErrorClass.auth), (
-        outcome.status, outcome.error_class, outcome.message)
+    outcome, ev, _ = _session(name, [Turn(status=401, error_type="authentication_error", error_message="invalid x-api-key")], tmp_path, timeout_s=90)
+    assert (outcome.status, outcome.error_class) == (OutcomeStatus.blocked, ErrorClass.auth), (outcome.status, outcome.error_class, outcome.message)
     assert ev.prompt_error is not None, "the agent answered the prompt with an error"

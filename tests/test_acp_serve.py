@@ -27,8 +27,7 @@ CANARY = "canary-acp-serve-7f3d91"
 def serve(tmp_path: Path, backend: str, *extra: str, env: dict | None = None) -> AcpClient:
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
-    base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8",
-            "PYTHONPATH": TESTS}
+    base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8", "PYTHONPATH": TESTS}
     base.update(env or {})
     argv = [sys.executable, "-m", "harnesscheck.apps.cli", "acp", "serve", "--backend", backend, *extra]
     return AcpClient.spawn(argv, env=base, cwd=str(tmp_path))
@@ -150,16 +149,18 @@ def test_client_mcp_servers_are_not_started(tmp_path, root):
 # permission: asked before every write; anything but allow-once leaves the file unchanged
 
 
-WRITE = script({"text": "writing", "tool_calls": [["write_file", {"path": "notes.txt", "content": "changed\n"}]]},
-               {"text": "done"})
+WRITE = script({"text": "writing", "tool_calls": [["write_file", {"path": "notes.txt", "content": "changed\n"}]]}, {"text": "done"})
 
 
-@pytest.mark.parametrize("answer", [
-    {"outcome": {"outcome": "selected", "optionId": "reject-once"}},
-    {"outcome": {"outcome": "cancelled"}},
-    {"outcome": {"outcome": "selected", "optionId": "_x-unknown"}},
-    {"outcome": "nonsense"},
-])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"outcome": {"outcome": "selected", "optionId": "reject-once"}},
+        {"outcome": {"outcome": "cancelled"}},
+        {"outcome": {"outcome": "selected", "optionId": "_x-unknown"}},
+        {"outcome": "nonsense"},
+    ],
+)
 def test_a_write_asks_first_and_anything_but_allow_leaves_the_file(tmp_path, root, answer):
     client = serve(tmp_path, SCRIPTED)
     asked: list[dict] = []
@@ -234,7 +235,7 @@ def test_cancel_while_permission_is_pending_answers_cancelled_and_writes_nothing
         assert answer["result"]["stopReason"] == "cancelled"
         assert (root / "notes.txt").read_text() == "original\n"
         after = client.messages.index(answer)
-        assert not [m for m in client.messages[after + 1:] if m.get("method") == "session/update"]
+        assert not [m for m in client.messages[after + 1 :] if m.get("method") == "session/update"]
         assert prompt(client, sid, "again")["result"]["stopReason"] == "end_turn"  # the session goes on
         assert client.finish() == 0
     finally:
@@ -271,8 +272,7 @@ def test_stop_reasons_and_typed_errors(tmp_path, root):
 
 def _hanging_claude(tmp_path: Path):
     init = load_fixture("claude", "success")["steps"][0]
-    scenario = {"version": "2.1.332 (Claude Code)", "stdin": "read",
-                "steps": [init, {"spawn": "sleep 1000", "setsid": True}, {"hang": True}]}
+    scenario = {"version": "2.1.332 (Claude Code)", "stdin": "read", "steps": [init, {"spawn": "sleep 1000", "setsid": True}, {"hang": True}]}
     return install_fake_cli("claude", scenario, tmp_path / "bin")
 
 
@@ -326,8 +326,13 @@ def test_stdin_eof_or_sigterm_exits_0_and_nothing_survives(tmp_path, root, endin
 
 def test_no_canary_of_the_servers_env_reaches_the_backend_child(tmp_path, root):
     fake = install_fake_cli("claude", "success", tmp_path / "bin")
-    canaries = {"ANTHROPIC_API_KEY": f"sk-ant-{CANARY}", "OPENAI_API_KEY": f"sk-{CANARY}",
-                "GITHUB_TOKEN": f"ghp_{CANARY}", "HC_SECRET_TOKEN": CANARY, "NODE_OPTIONS": f"--require /{CANARY}.js"}
+    canaries = {
+        "ANTHROPIC_API_KEY": f"sk-ant-{CANARY}",
+        "OPENAI_API_KEY": f"sk-{CANARY}",
+        "GITHUB_TOKEN": f"ghp_{CANARY}",
+        "HC_SECRET_TOKEN": CANARY,
+        "NODE_OPTIONS": f"--require /{CANARY}.js",
+    }
     client = serve(tmp_path, "claude-code", "--cli", str(fake.path), env=canaries)
     try:
         sid = open_session(client, root)
@@ -350,8 +355,12 @@ def test_a_harness_backend_asks_before_a_write_through_its_bridge(tmp_path, root
     """The bridge runs in another process: its write is asked of the client through the host
     link before it runs; only allow-once writes the file. Each call is shown once, as it happens."""
     success = load_fixture("claude", "success")
-    calls = {"mcp_calls": [{"name": "read_file", "arguments": {"path": "notes.txt"}},
-                           {"name": "write_file", "arguments": {"path": "notes.txt", "content": "changed\n"}}]}
+    calls = {
+        "mcp_calls": [
+            {"name": "read_file", "arguments": {"path": "notes.txt"}},
+            {"name": "write_file", "arguments": {"path": "notes.txt", "content": "changed\n"}},
+        ]
+    }
     scenario = {**success, "steps": [success["steps"][0], calls, *success["steps"][1:]]}
     fake = install_fake_cli("claude", scenario, tmp_path / "bin")
     client = serve(tmp_path, "claude-code", "--cli", str(fake.path))
@@ -389,11 +398,11 @@ def test_api_backend_asks_before_a_write_and_the_model_reads_the_refusal(tmp_pat
     from harnesscheck.loopback.server import ScriptedModelServer
 
     key = f"sk-ant-loopback-{CANARY}"
-    scenario = Scenario("acp-write", (Turn(tool_calls=(ToolCall("write_file", {"path": "notes.txt", "content": "changed\n"}),)),
-                                      Turn(text="gave up")))
+    scenario = Scenario("acp-write", (Turn(tool_calls=(ToolCall("write_file", {"path": "notes.txt", "content": "changed\n"}),)), Turn(text="gave up")))
     with ScriptedModelServer(scenario, expected_key=key) as srv:
-        client = serve(tmp_path, "api/anthropic_messages", env={
-            "ANTHROPIC_API_KEY": key, "ANTHROPIC_BASE_URL": srv.base_url, "HARNESS_BACKEND_MODEL": "claude-haiku-4-5"})
+        client = serve(
+            tmp_path, "api/anthropic_messages", env={"ANTHROPIC_API_KEY": key, "ANTHROPIC_BASE_URL": srv.base_url, "HARNESS_BACKEND_MODEL": "claude-haiku-4-5"}
+        )
         try:
             sid = open_session(client, root)
             asked: list[str] = []
@@ -408,8 +417,7 @@ def test_api_backend_asks_before_a_write_and_the_model_reads_the_refusal(tmp_pat
             turns = [r for r in srv.requests if r.is_turn]
             assert len(turns) == 2
             assert "policy_denied" in json.dumps(turns[1].tool_results)  # the model read the refusal
-            assert "gave up" in "".join(u["content"]["text"] for u in client.updates(sid)
-                                        if u["sessionUpdate"] == "agent_message_chunk")
+            assert "gave up" in "".join(u["content"]["text"] for u in client.updates(sid) if u["sessionUpdate"] == "agent_message_chunk")
             assert client.finish() == 0
             assert key not in b"".join(client.lines).decode() and key not in client.stderr_text()
         finally:
@@ -422,8 +430,11 @@ def test_api_backend_401_is_authentication_required(tmp_path, root):
     from harnesscheck.loopback.server import ScriptedModelServer
 
     with ScriptedModelServer(Scenario("auth", (status_turn(401),))) as srv:
-        client = serve(tmp_path, "api/anthropic_messages", env={
-            "ANTHROPIC_API_KEY": "sk-ant-wrong", "ANTHROPIC_BASE_URL": srv.base_url, "HARNESS_BACKEND_MODEL": "claude-haiku-4-5"})
+        client = serve(
+            tmp_path,
+            "api/anthropic_messages",
+            env={"ANTHROPIC_API_KEY": "sk-ant-wrong", "ANTHROPIC_BASE_URL": srv.base_url, "HARNESS_BACKEND_MODEL": "claude-haiku-4-5"},
+        )
         try:
             sid = open_session(client, root)
             answer = prompt(client, sid, "hi")
@@ -476,8 +487,7 @@ def test_an_oversize_line_is_answered_and_the_next_line_served():
     pipe = _Pipe(max_line_bytes=1000)
     try:
         pipe.send(b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"x":"' + b"a" * 5000 + b'"}}\n')
-        assert pipe.read() == {"jsonrpc": "2.0", "id": None, "error": {
-            "code": -32600, "message": "Invalid Request: a line longer than 1000 bytes was dropped"}}
+        assert pipe.read() == {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Invalid Request: a line longer than 1000 bytes was dropped"}}
         pipe.send(b'{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":1}}\r\n')
         assert pipe.read()["result"]["protocolVersion"] == 1
     finally:
@@ -490,12 +500,15 @@ def test_a_second_prompt_in_a_running_session_is_refused(root):
     pipe = _Pipe()
     try:
         pipe.server.transport.script = FakeScript([FakeTurn(text="slow", delay_s=60)])
-        pipe.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "session/new",
-                              "params": {"cwd": str(root), "mcpServers": []}}).encode() + b"\n")
+        pipe.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": str(root), "mcpServers": []}}).encode() + b"\n")
         sid = pipe.read()["result"]["sessionId"]
         for msg_id in (2, 3):
-            pipe.send(json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": "session/prompt",
-                                  "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "go"}]}}).encode() + b"\n")
+            pipe.send(
+                json.dumps(
+                    {"jsonrpc": "2.0", "id": msg_id, "method": "session/prompt", "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "go"}]}}
+                ).encode()
+                + b"\n"
+            )
         second = pipe.read()
         assert second["id"] == 3 and second["error"]["code"] == -32600
         pipe.send(json.dumps({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}}).encode() + b"\n")
@@ -508,11 +521,9 @@ def test_a_second_prompt_in_a_running_session_is_refused(root):
 def test_root_fences_the_session_cwd(tmp_path, root):
     pipe = _Pipe(fence=root.resolve())
     try:
-        pipe.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "session/new",
-                              "params": {"cwd": str(tmp_path), "mcpServers": []}}).encode() + b"\n")
+        pipe.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": str(tmp_path), "mcpServers": []}}).encode() + b"\n")
         assert pipe.read()["error"]["code"] == -32602
-        pipe.send(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "session/new",
-                              "params": {"cwd": str(root), "mcpServers": []}}).encode() + b"\n")
+        pipe.send(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": str(root), "mcpServers": []}}).encode() + b"\n")
         assert "sessionId" in pipe.read()["result"]
     finally:
         pipe.close()
@@ -528,8 +539,7 @@ def test_a_backend_that_cannot_be_built_is_reported_before_serving(tmp_path):
     proc = subprocess.run(argv, env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
     assert proc.returncode == 2 and proc.stdout == b""  # the planted .env chose nothing
     assert b"no backend selected" in proc.stderr
-    proc = subprocess.run(argv + ["--backend", "api/anthropic_messages"], env=env, cwd=tmp_path,
-                          stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
+    proc = subprocess.run(argv + ["--backend", "api/anthropic_messages"], env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
     assert proc.returncode == 3 and proc.stdout == b"" and b"ANTHROPIC_API_KEY" in proc.stderr
 
 
@@ -545,7 +555,7 @@ def test_read_lines_frames_any_chunking_and_bounds_each_line():
 
         def feed(w=w, step=step):
             for i in range(0, len(data), step):
-                os.write(w, data[i:i + step])
+                os.write(w, data[i : i + step])
             os.close(w)
 
         writer = threading.Thread(target=feed)
@@ -586,8 +596,9 @@ def test_the_sdks_own_client_drives_the_server(tmp_path, root):
 
     async def drive() -> str:
         env = {"HOME": str(tmp_path), "PYTHONPATH": TESTS, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-        async with spawn_agent_process(Editor(), sys.executable, "-m", "harnesscheck.apps.cli", "acp", "serve",
-                                       "--backend", SCRIPTED, env=env, cwd=str(tmp_path)) as (conn, _proc):
+        async with spawn_agent_process(
+            Editor(), sys.executable, "-m", "harnesscheck.apps.cli", "acp", "serve", "--backend", SCRIPTED, env=env, cwd=str(tmp_path)
+        ) as (conn, _proc):
             init = await conn.initialize(protocol_version=PROTOCOL_VERSION)
             assert init.protocol_version == 1
             new = await asyncio.wait_for(conn.new_session(cwd=str(root), mcp_servers=[]), 60)

@@ -72,8 +72,7 @@ def test_each_column_is_served_its_own_wire(mode, tmp_path):
     but = adapter_for(registry.get_spec(f"api/{mode}"), "offline", tmp_path)
     run = but.run_tools([ToolCall("read_file", {"path": "README.md"})])
     paths = {req["path"] for req in run.requests}
-    assert paths == {{"anthropic_messages": "/v1/messages", "chat_completions": "/v1/chat/completions",
-                      "responses": "/v1/responses"}[mode]}
+    assert paths == {{"anthropic_messages": "/v1/messages", "chat_completions": "/v1/chat/completions", "responses": "/v1/responses"}[mode]}
     assert any("hello from the worktree" in text for text in run.model_saw), (run.outcome.status, run.outcome.message, run.model_saw)
     assert but.tools_offered(run) and "read_file" in but.tools_offered(run)
     assert f"{'Anthropic Messages' if mode == 'anthropic_messages' else 'OpenAI'}" in but.provenance()
@@ -96,13 +95,17 @@ def test_a_harness_cell_names_the_fixtures_it_replayed_and_where_they_came_from(
 def test_the_matrix_keeps_provenance_per_cell():
     from harnesscheck.kit.matrix import combine, to_html, to_json
 
-    report = Report(kit_version="0", catalog_hash="h", backends=[BackendInfo(id=c, kind="api") for c in COLUMNS[:2]],
-                    levels=["offline"], started_at="2026-12-02T00:00:00+00:00", cells=[
-                        CellResult(check="usage.x", backend=COLUMNS[0], level="offline", outcome="passed", area="usage",
-                                   provenance="scripted server A"),
-                        CellResult(check="usage.x", backend=COLUMNS[1], level="offline", outcome="passed", area="usage",
-                                   provenance="scripted server B"),
-                    ])
+    report = Report(
+        kit_version="0",
+        catalog_hash="h",
+        backends=[BackendInfo(id=c, kind="api") for c in COLUMNS[:2]],
+        levels=["offline"],
+        started_at="2026-12-02T00:00:00+00:00",
+        cells=[
+            CellResult(check="usage.x", backend=COLUMNS[0], level="offline", outcome="passed", area="usage", provenance="scripted server A"),
+            CellResult(check="usage.x", backend=COLUMNS[1], level="offline", outcome="passed", area="usage", provenance="scripted server B"),
+        ],
+    )
     m = combine([report])
     data = to_json(m)
     assert data["cells"][COLUMNS[0]]["offline"]["usage.x"]["provenance"] == "scripted server A"

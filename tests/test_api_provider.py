@@ -112,10 +112,13 @@ def test_plain_answer(router, monkeypatch, worktree, tmp_path, mode):
 @pytest.mark.parametrize("mode", MODES)
 def test_tool_round_trip_through_dispatch_with_a_refused_read(router, monkeypatch, worktree, tmp_path, mode):
     turns = [
-        W.Turn(text="Reading both.", tool_calls=[
-            ("call_in", "read_file", {"path": "src/a.py"}),
-            ("call_out", "read_file", {"path": "../secret.env"}),
-        ]),
+        W.Turn(
+            text="Reading both.",
+            tool_calls=[
+                ("call_in", "read_file", {"path": "src/a.py"}),
+                ("call_out", "read_file", {"path": "../secret.env"}),
+            ],
+        ),
         W.Turn(text="a.py prints a greeting; the other file is out of scope."),
     ]
     route = router.post(W.url(mode)).mock(side_effect=W.script(mode, turns))
@@ -236,11 +239,39 @@ def test_host_cancel_ends_the_session_as_cancelled(router, monkeypatch, worktree
 ERRORS = [
     (401, {"error": {"type": "authentication_error", "code": "invalid_api_key", "message": "invalid key"}}, {}, OutcomeStatus.blocked, ErrorClass.auth, False),
     (403, {"error": {"type": "permission_error", "message": "forbidden"}}, {}, OutcomeStatus.blocked, ErrorClass.auth, False),
-    (429, {"error": {"type": "rate_limit_error", "code": "rate_limit_exceeded", "message": "slow down"}}, {"retry-after": "12"}, OutcomeStatus.error, ErrorClass.rate_limit, True),
-    (429, {"error": {"type": "insufficient_quota", "code": "insufficient_quota", "message": "You exceeded your current quota"}}, {}, OutcomeStatus.blocked, ErrorClass.quota, False),
+    (
+        429,
+        {"error": {"type": "rate_limit_error", "code": "rate_limit_exceeded", "message": "slow down"}},
+        {"retry-after": "12"},
+        OutcomeStatus.error,
+        ErrorClass.rate_limit,
+        True,
+    ),
+    (
+        429,
+        {"error": {"type": "insufficient_quota", "code": "insufficient_quota", "message": "You exceeded your current quota"}},
+        {},
+        OutcomeStatus.blocked,
+        ErrorClass.quota,
+        False,
+    ),
     (400, {"error": {"type": "invalid_request_error", "message": "Your credit balance is too low"}}, {}, OutcomeStatus.blocked, ErrorClass.quota, False),
-    (400, {"error": {"type": "invalid_request_error", "code": "context_length_exceeded", "message": "prompt is too long"}}, {}, OutcomeStatus.error, ErrorClass.context_overflow, False),
-    (404, {"error": {"type": "not_found_error", "code": "model_not_found", "message": "model does not exist"}}, {}, OutcomeStatus.error, ErrorClass.model_unavailable, False),
+    (
+        400,
+        {"error": {"type": "invalid_request_error", "code": "context_length_exceeded", "message": "prompt is too long"}},
+        {},
+        OutcomeStatus.error,
+        ErrorClass.context_overflow,
+        False,
+    ),
+    (
+        404,
+        {"error": {"type": "not_found_error", "code": "model_not_found", "message": "model does not exist"}},
+        {},
+        OutcomeStatus.error,
+        ErrorClass.model_unavailable,
+        False,
+    ),
 ]
 
 
@@ -502,9 +533,26 @@ def test_harnesscheck_run_backend_api_against_a_local_endpoint(worktree, tmp_pat
         env.update({"HARNESS_API_MODE": mode, "HARNESS_BACKEND_MODEL": W.MODELS[mode], "NO_PROXY": "127.0.0.1"})
         run_dir = tmp_path / "report"
         proc = subprocess.run(
-            [sys.executable, "-m", "harnesscheck.apps.cli", "run", "--backend", "api", "--root", str(worktree),
-             "--prompt", "What does src/a.py do?", "--run-dir", str(run_dir), "--json"],
-            capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path,
+            [
+                sys.executable,
+                "-m",
+                "harnesscheck.apps.cli",
+                "run",
+                "--backend",
+                "api",
+                "--root",
+                str(worktree),
+                "--prompt",
+                "What does src/a.py do?",
+                "--run-dir",
+                str(run_dir),
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            cwd=tmp_path,
         )
     assert proc.returncode == 0, proc.stderr[-2000:]
     outcome = json.loads(proc.stdout)

@@ -37,8 +37,13 @@ def codes(verdict) -> set[str]:
 
 def claude_init(tools=("mcp__bridge__read_file",), servers=(("bridge", "connected"),)):
     return {
-        "type": "system", "subtype": "init", "cwd": "/tmp/x", "session_id": SID, "tools": list(tools),
-        "mcp_servers": [{"name": n, "status": s} for n, s in servers], "model": "claude-opus-4-8",
+        "type": "system",
+        "subtype": "init",
+        "cwd": "/tmp/x",
+        "session_id": SID,
+        "tools": list(tools),
+        "mcp_servers": [{"name": n, "status": s} for n, s in servers],
+        "model": "claude-opus-4-8",
         "apiKeySource": "none",
     }
 
@@ -46,9 +51,15 @@ def claude_init(tools=("mcp__bridge__read_file",), servers=(("bridge", "connecte
 def claude_tool_use(name, inp, tid):
     return {
         "type": "assistant",
-        "message": {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-opus-4-8",
-                    "content": [{"type": "tool_use", "id": tid, "name": name, "input": inp}]},
-        "parent_tool_use_id": None, "session_id": SID,
+        "message": {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-opus-4-8",
+            "content": [{"type": "tool_use", "id": tid, "name": name, "input": inp}],
+        },
+        "parent_tool_use_id": None,
+        "session_id": SID,
     }
 
 
@@ -213,8 +224,16 @@ def codex_item(kind, item):
 
 
 def test_codex_agent_message_and_bridge_mcp_call_clean(root: Path) -> None:
-    item = {"id": "item_1", "type": "mcp_tool_call", "server": "bridge", "tool": "read_file",
-            "arguments": {"path": "src/a.py"}, "result": None, "error": None, "status": "in_progress"}
+    item = {
+        "id": "item_1",
+        "type": "mcp_tool_call",
+        "server": "bridge",
+        "tool": "read_file",
+        "arguments": {"path": "src/a.py"},
+        "result": None,
+        "error": None,
+        "status": "in_progress",
+    }
     done = dict(item, status="completed", result={"content": [{"type": "text", "text": "x"}], "structured_content": None})
     log = jl(
         {"type": "thread.started", "thread_id": "t"},
@@ -234,19 +253,27 @@ def test_codex_native_items_are_flagged_once_each(root: Path) -> None:
     log = jl(
         codex_item("item.started", cmd),
         codex_item("item.completed", dict(cmd, aggregated_output="a", exit_code=0, status="completed")),
-        codex_item("item.completed", {"id": "item_2", "type": "file_change", "status": "completed",
-                                      "changes": [{"path": "/etc/hosts", "kind": "update"}, {"path": "src/a.py", "kind": "update"}]}),
+        codex_item(
+            "item.completed",
+            {
+                "id": "item_2",
+                "type": "file_change",
+                "status": "completed",
+                "changes": [{"path": "/etc/hosts", "kind": "update"}, {"path": "src/a.py", "kind": "update"}],
+            },
+        ),
         codex_item("item.started", {"id": "item_3", "type": "web_search", "query": "q", "action": {"type": "search"}}),
-        codex_item("item.completed", {"id": "item_4", "type": "command_execution", "command": "rm -rf /",
-                                      "aggregated_output": "", "exit_code": None, "status": "declined"}),
+        codex_item(
+            "item.completed",
+            {"id": "item_4", "type": "command_execution", "command": "rm -rf /", "aggregated_output": "", "exit_code": None, "status": "declined"},
+        ),
         codex_item("item.completed", {"id": "item_5", "type": "brand_new_tool", "x": 1}),
     )
     verdict = audit_events(log, "codex", RunFacts(scope_root=root, session_cwd=root))
     native = [f.detail for f in verdict.flags if f.code == "native_tool_use"]
     assert sorted(native) == ["command_execution", "file_change", "web_search"]
     c = codes(verdict)
-    assert {"native_shell", "write_in_read_only", "native_file_outside_scope", "native_tool_refused_by_cli",
-            "unknown_tool_event"} <= c
+    assert {"native_shell", "write_in_read_only", "native_file_outside_scope", "native_tool_refused_by_cli", "unknown_tool_event"} <= c
     assert [f.detail for f in verdict.flags if f.code == "native_file_outside_scope"][0].startswith("file_change: path='/etc/hosts'")
 
 
@@ -275,13 +302,19 @@ def test_cursor_documented_stream_in_scope_read_write(root: Path) -> None:
     """The documented sample: read README.md, write summary.txt. Native tools cannot be
     turned off for cursor, so in a writable scope in-tree native use is allowed."""
     log = jl(
-        {"type": "system", "subtype": "init", "apiKeySource": "login", "cwd": str(root), "session_id": SID,
-         "model": "Claude 4 Sonnet", "permissionMode": "default"},
+        {
+            "type": "system",
+            "subtype": "init",
+            "apiKeySource": "login",
+            "cwd": str(root),
+            "session_id": SID,
+            "model": "Claude 4 Sonnet",
+            "permissionMode": "default",
+        },
         cursor_call("started", "c1", "readToolCall", {"path": "README.md"}),
         cursor_call("completed", "c1", "readToolCall", {"path": "README.md"}, {"success": {"content": "# P"}}),
         cursor_call("started", "c2", "writeToolCall", {"path": "summary.txt", "fileText": "# S"}),
-        cursor_call("completed", "c2", "writeToolCall", {"path": "summary.txt", "fileText": "# S"},
-                    {"success": {"path": str(root / "summary.txt")}}),
+        cursor_call("completed", "c2", "writeToolCall", {"path": "summary.txt", "fileText": "# S"}, {"success": {"path": str(root / "summary.txt")}}),
         {"type": "result", "subtype": "success", "is_error": False, "result": "done", "session_id": SID},
     )
     facts = RunFacts(scope_root=root, read_only=False, builtin_tools_off=False, session_cwd=root)
@@ -313,11 +346,14 @@ def test_cursor_mcp_bridge_call_and_unknown_tool(root: Path) -> None:
         cursor_call("started", "c1", "mcpToolCall", {"providerIdentifier": "bridge", "toolName": "read_file", "args": {"path": "a"}}),
         cursor_call("started", "c2", "mcpToolCall", {"providerIdentifier": "other", "toolName": "x"}),
         cursor_call("started", "c3", "frobnicateToolCall", {"x": 1}),
-        {"type": "tool_call", "subtype": "started", "call_id": "c4",
-         "tool_call": {"function": {"name": "browser_navigate", "arguments": "{\"url\": \"https://e\"}"}}},
+        {
+            "type": "tool_call",
+            "subtype": "started",
+            "call_id": "c4",
+            "tool_call": {"function": {"name": "browser_navigate", "arguments": '{"url": "https://e"}'}},
+        },
     )
-    verdict = audit_events(log, "cursor", RunFacts(scope_root=root, read_only=False, builtin_tools_off=False,
-                                                   bridge=BridgeSummary(tool_calls=1)))
+    verdict = audit_events(log, "cursor", RunFacts(scope_root=root, read_only=False, builtin_tools_off=False, bridge=BridgeSummary(tool_calls=1)))
     c = codes(verdict)
     assert "foreign_mcp_tool" in c and "bridge_call_without_tool_use" not in c
     assert [f.detail for f in verdict.flags if f.code == "unknown_native_tool"] == ["frobnicate", "browser_navigate"]
@@ -337,8 +373,7 @@ def test_worktree_diff_explained_by_bridge_writes(root: Path) -> None:
     after = snapshot_tree(root)
     summary = BridgeSummary(tool_calls=1, tools_used=["write_file"], writes=["src/a.py"])
     log = jl(claude_tool_use("mcp__bridge__write_file", {"path": "src/a.py", "content": "x"}, "t1"))
-    verdict = audit_events(log, "claude", RunFacts(scope_root=root, read_only=False, bridge=summary,
-                                                   worktree_before=before, worktree_after=after))
+    verdict = audit_events(log, "claude", RunFacts(scope_root=root, read_only=False, bridge=summary, worktree_before=before, worktree_after=after))
     unexplained = sorted(f.detail for f in verdict.flags if f.code == "unexplained_change")
     assert unexplained == [".git/config", "build/ignored.o"]
     assert [f.detail for f in verdict.flags if f.code == "protected_path_changed"] == [".git/config"]
@@ -372,8 +407,7 @@ def test_sentinels_changed_and_accessed(root: Path, tmp_path: Path) -> None:
     before = snapshot_files([s1, s2])
     s2.write_text("modified\n")
     log = jl(claude_tool_use("Read", {"file_path": str(s1)}, "t1"))
-    verdict = audit_events(log, "claude", RunFacts(scope_root=root, builtin_tools_off=False, sentinels_before=before,
-                                                   sentinels_after=snapshot_files([s1, s2])))
+    verdict = audit_events(log, "claude", RunFacts(scope_root=root, builtin_tools_off=False, sentinels_before=before, sentinels_after=snapshot_files([s1, s2])))
     assert [f.detail for f in verdict.flags if f.code == "sentinel_changed"] == [str(s2)]
     assert "sentinel_accessed" in codes(verdict)
 
@@ -396,9 +430,16 @@ def test_instruction_files_in_worktree_and_parents(tmp_path: Path) -> None:
     (wt / "pkg" / ".claude").symlink_to(tmp_path / "shared-claude")  # a symlinked dir counts
     found = find_instruction_files(wt)
     paths = {p for _, p in found}
-    assert {str(parent / "CLAUDE.md"), str(wt / "AGENTS.md"), str(wt / "pkg" / "GEMINI.md"), str(wt / ".cursorrules"),
-            str(wt / ".mcp.json"), str(wt / "pkg" / ".github" / "copilot-instructions.md"),
-            str(wt / "pkg" / ".claude" / "commands"), str(wt / "pkg" / ".claude" / "settings.json")} <= paths
+    assert {
+        str(parent / "CLAUDE.md"),
+        str(wt / "AGENTS.md"),
+        str(wt / "pkg" / "GEMINI.md"),
+        str(wt / ".cursorrules"),
+        str(wt / ".mcp.json"),
+        str(wt / "pkg" / ".github" / "copilot-instructions.md"),
+        str(wt / "pkg" / ".claude" / "commands"),
+        str(wt / "pkg" / ".claude" / "settings.json"),
+    } <= paths
     assert str(wt / ".git" / "AGENTS.md") not in paths
     verdict = audit_events(jl(claude_result()), "claude", RunFacts(scope_root=wt, instruction_files=found))
     assert verdict.clean  # informational
@@ -435,13 +476,9 @@ def test_unknown_cli_is_rejected(root: Path) -> None:
 def test_summary_line() -> None:
     from harnesscheck.core.contracts import AuditFlag, AuditVerdict
 
-    assert summary_line("cursor", AuditVerdict(), native_tools_possible=True) == (
-        "backend: cursor — native tools possible, audit: clean"
-    )
+    assert summary_line("cursor", AuditVerdict(), native_tools_possible=True) == ("backend: cursor — native tools possible, audit: clean")
     flagged = AuditVerdict(clean=False, flags=[AuditFlag(code="native_shell"), AuditFlag(code="instruction_file_present")])
-    assert summary_line("codex", flagged, native_tools_possible=False) == (
-        "backend: codex — native tools off, audit: FLAGGED: native_shell"
-    )
+    assert summary_line("codex", flagged, native_tools_possible=False) == ("backend: codex — native tools off, audit: FLAGGED: native_shell")
 
 
 def test_refusal_model_round_trip() -> None:
@@ -492,11 +529,9 @@ def test_fixture_native_tool_use_claude_refused_by_the_cli(root: Path) -> None:
 
 
 def test_fixture_native_tool_use_codex_and_cursor_are_flagged(root: Path) -> None:
-    codex = audit_events(fixture_log("codex", "native_tool_use", root), "codex",
-                         RunFacts(scope_root=root, builtin_tools_off=False, session_cwd=root))
+    codex = audit_events(fixture_log("codex", "native_tool_use", root), "codex", RunFacts(scope_root=root, builtin_tools_off=False, session_cwd=root))
     assert not codex.clean and {"native_shell", "write_in_read_only"} <= codes(codex)
-    cursor = audit_events(fixture_log("cursor", "native_tool_use", root), "cursor",
-                          RunFacts(scope_root=root, builtin_tools_off=False, session_cwd=root))
+    cursor = audit_events(fixture_log("cursor", "native_tool_use", root), "cursor", RunFacts(scope_root=root, builtin_tools_off=False, session_cwd=root))
     assert not cursor.clean and {"native_shell", "foreign_mcp_tool", "write_in_read_only"} <= codes(cursor)
 
 
@@ -516,8 +551,7 @@ def test_snapshot_with_previous_reuses_unchanged_hashes_and_sees_changes(root: P
     os.utime(root / "big.bin", ns=(before["big.bin"].mtime_ns, before["big.bin"].mtime_ns))
     after = snapshot_tree(root, previous=before)
     assert after["big.bin"].sha256 != before["big.bin"].sha256  # ctime moved: re-hashed
-    verdict = audit_events(jl(claude_result()), "claude",
-                           RunFacts(scope_root=root, worktree_before=before, worktree_after=after))
+    verdict = audit_events(jl(claude_result()), "claude", RunFacts(scope_root=root, worktree_before=before, worktree_after=after))
     assert [f.detail for f in verdict.flags if f.code == "unexplained_change"] == ["big.bin"]
 
 
@@ -533,8 +567,12 @@ def test_pathless_search_is_bound_from_the_session_cwd(root: Path, tmp_path: Pat
     verdict = audit_events(log, "cursor", outside)
     assert [f.detail.split(":")[0] for f in verdict.flags if f.code == "native_file_outside_scope"] == ["grep"]
     # a zcode Grep with a path is bound by that path, not by the cwd
-    z = jl({"type": "tool.updated", "payload": {"toolCallId": "g", "toolName": "Grep", "kind": "scheduled",
-                                                "input": {"pattern": "token", "path": str(root / "src")}}})
+    z = jl(
+        {
+            "type": "tool.updated",
+            "payload": {"toolCallId": "g", "toolName": "Grep", "kind": "scheduled", "input": {"pattern": "token", "path": str(root / "src")}},
+        }
+    )
     assert audit_events(z, "zcode", RunFacts(scope_root=root, builtin_tools_off=False, session_cwd=scratch)).clean
 
 
@@ -544,11 +582,14 @@ def test_pathless_search_is_bound_from_the_session_cwd(root: Path, tmp_path: Pat
 REFUSAL = "<tool_use_error>Error: No such tool available: Bash. Bash is disabled for this session</tool_use_error>"
 
 
-@pytest.mark.parametrize("content", [
-    "Exit code 1\n" + REFUSAL,  # the command printed the phrase
-    [{"type": "text", "text": "out: No such tool available: Bash. Bash is disabled for this session"}],
-    "<tool_use_error>Error: No such tool available: Read. Read is disabled for this session</tool_use_error>",  # another tool's
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "Exit code 1\n" + REFUSAL,  # the command printed the phrase
+        [{"type": "text", "text": "out: No such tool available: Bash. Bash is disabled for this session"}],
+        "<tool_use_error>Error: No such tool available: Read. Read is disabled for this session</tool_use_error>",  # another tool's
+    ],
+)
 def test_refusal_text_inside_a_tool_output_is_not_a_refusal(root: Path, content) -> None:
     log = jl(
         claude_init(),
@@ -564,15 +605,13 @@ def test_refusal_text_inside_a_tool_output_is_not_a_refusal(root: Path, content)
 def test_a_refusal_shaped_result_with_a_run_s_structured_output_is_not_a_refusal(root: Path) -> None:
     result = claude_tool_result("toolu_1", REFUSAL, is_error=True)
     result["tool_use_result"] = {"stdout": REFUSAL, "stderr": "", "interrupted": False}
-    log = jl(claude_init(), claude_tool_use("Bash", {"command": f"echo '{REFUSAL}'; exit 1"}, "toolu_1"), result,
-             claude_result())
+    log = jl(claude_init(), claude_tool_use("Bash", {"command": f"echo '{REFUSAL}'; exit 1"}, "toolu_1"), result, claude_result())
     verdict = audit_events(log, "claude", RunFacts(scope_root=root, bridge=BridgeSummary()))
     assert "native_shell" in codes(verdict)
 
 
 def test_the_cli_s_own_refusal_is_still_one(root: Path) -> None:
-    log = jl(claude_init(), claude_tool_use("Bash", {"command": "ls"}, "toolu_1"),
-             claude_tool_result("toolu_1", REFUSAL, is_error=True), claude_result())
+    log = jl(claude_init(), claude_tool_use("Bash", {"command": "ls"}, "toolu_1"), claude_tool_result("toolu_1", REFUSAL, is_error=True), claude_result())
     verdict = audit_events(log, "claude", RunFacts(scope_root=root, bridge=BridgeSummary()))
     assert codes(verdict) == {"native_tool_refused_by_cli"} and verdict.clean
 
@@ -606,8 +645,11 @@ def test_a_reused_pending_id_judges_the_earlier_call_as_run(root: Path, tmp_path
 
 def test_codex_started_and_completed_of_one_call_count_once(root: Path) -> None:
     item = {"id": "item_1", "type": "command_execution", "command": "ls", "status": "completed", "exit_code": 0}
-    log = jl({"type": "item.completed", "item": item}, {"type": "item.completed", "item": item},
-             {"type": "item.completed", "item": {**item, "command": f"cat {root.parent}/secret"}})
+    log = jl(
+        {"type": "item.completed", "item": item},
+        {"type": "item.completed", "item": item},
+        {"type": "item.completed", "item": {**item, "command": f"cat {root.parent}/secret"}},
+    )
     verdict = audit_events(log, "codex", RunFacts(scope_root=root, bridge=BridgeSummary()))
     shells = [f for f in verdict.flags if f.code == "native_shell"]
     assert len(shells) == 2  # the duplicate once, the different call under the same id too
@@ -618,19 +660,23 @@ def test_built_ins_are_judged_by_the_hosts_policy_after_the_fact(root: Path) -> 
     an approval nobody could give) is `builtin_denied_by_policy`; allowed or pre-approved is not."""
     from harnesscheck.core.policy import Policy, PolicyEngine, PreApproval, Rule, ToolKind, Verdict
 
-    log = jl(claude_init(), claude_tool_use("Bash", {"command": "ls"}, "t1"),
-             claude_tool_use("Write", {"file_path": str(root / "docs" / "a.md"), "content": "x"}, "t2"),
-             claude_tool_use("Read", {"file_path": str(root / "README.md")}, "t3"))
+    log = jl(
+        claude_init(),
+        claude_tool_use("Bash", {"command": "ls"}, "t1"),
+        claude_tool_use("Write", {"file_path": str(root / "docs" / "a.md"), "content": "x"}, "t2"),
+        claude_tool_use("Read", {"file_path": str(root / "README.md")}, "t3"),
+    )
 
     def judged(policy):
         engine = PolicyEngine(policy, root=root, session="s1")
-        verdict = audit_events(log, "claude", RunFacts(scope_root=root, builtin_tools_off=False, read_only=False,
-                                                       session_cwd=root, policy=engine))
+        verdict = audit_events(log, "claude", RunFacts(scope_root=root, builtin_tools_off=False, read_only=False, session_cwd=root, policy=engine))
         return sorted(f.detail.split(" ")[0] for f in verdict.flags if f.code == "builtin_denied_by_policy")
 
     asks = Rule(decision=Verdict.APPROVAL_REQUIRED, kinds=(ToolKind.WRITE,))
     assert judged(Policy(rules=(Rule(decision=Verdict.DENY, tools=("Bash",)), asks))) == ["Bash", "Write"]
-    assert judged(Policy(rules=(Rule(decision=Verdict.ALLOW, kinds=(ToolKind.EXECUTE,)), asks),
-                         preapprove=(PreApproval(tools=("Write",), paths=("docs/*",)),))) == []
+    assert (
+        judged(Policy(rules=(Rule(decision=Verdict.ALLOW, kinds=(ToolKind.EXECUTE,)), asks), preapprove=(PreApproval(tools=("Write",), paths=("docs/*",)),)))
+        == []
+    )
     no_policy = audit_events(log, "claude", RunFacts(scope_root=root, builtin_tools_off=False, session_cwd=root))
     assert "builtin_denied_by_policy" not in codes(no_policy)

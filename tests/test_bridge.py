@@ -135,13 +135,11 @@ def test_the_bridge_obeys_the_host_policy_of_its_spec(tree: Path, tmp_path: Path
     from harnesscheck.core.policy import Policy, PreApproval, Rule, ToolKind, Verdict
 
     policy = Policy(
-        rules=(Rule(decision=Verdict.APPROVAL_REQUIRED, kinds=(ToolKind.WRITE,)),
-               Rule(decision=Verdict.DENY, tools=("grep",))),
+        rules=(Rule(decision=Verdict.APPROVAL_REQUIRED, kinds=(ToolKind.WRITE,)), Rule(decision=Verdict.DENY, tools=("grep",))),
         preapprove=(PreApproval(tools=("write_file",), paths=("ok/*",)),),
     )
     scope = ToolScope(root=tree, read_only=False)
-    calls = [("write_file", {"path": "new.txt", "content": "x"}), ("grep", {"pattern": "a"}),
-             ("write_file", {"path": "ok/new.txt", "content": "x"})]
+    calls = [("write_file", {"path": "new.txt", "content": "x"}), ("grep", {"pattern": "a"}), ("write_file", {"path": "ok/new.txt", "content": "x"})]
     (tree / "ok").mkdir(exist_ok=True)
     _, results = _run(build_server(scope, policy=policy, session_id="s"), calls)
     texts = [_text(r) for r in results]
@@ -216,8 +214,7 @@ def test_a_dispatch_bug_is_an_error_result_not_a_crash(tree: Path, monkeypatch, 
 
 def _spec(tmp_path: Path, **kw) -> BridgeSpec:
     base = dict(
-        scope=ToolScope(name="review", root=tmp_path, read_only=True, allowed_tools=("read_file", "grep"),
-                        path_patterns=("src/**",)),
+        scope=ToolScope(name="review", root=tmp_path, read_only=True, allowed_tools=("read_file", "grep"), path_patterns=("src/**",)),
         run_dir=tmp_path / "run",
         trace_path=tmp_path / "run" / "bridge-s1.jsonl",
         session_id="s1",
@@ -234,8 +231,16 @@ def test_spec_round_trips_and_is_private(tmp_path: Path) -> None:
     assert (path.stat().st_mode & 0o777) == 0o600
     assert BridgeSpec.model_validate_json(spec.model_dump_json()) == spec
     assert set(json.loads(path.read_text())) == {
-        "version", "scope", "run_dir", "trace_path", "session_id", "parent_pid", "root_identity", "policy",
-        "host_link", "host_approver",
+        "version",
+        "scope",
+        "run_dir",
+        "trace_path",
+        "session_id",
+        "parent_pid",
+        "root_identity",
+        "policy",
+        "host_link",
+        "host_approver",
     }
 
 
@@ -309,8 +314,12 @@ def test_claude_init_readiness() -> None:
     from harnesscheck.bridge.readiness import claude_init_ready
 
     tools = ("read_file", "grep")
-    good = {"type": "system", "subtype": "init", "tools": ["mcp__bridge__read_file", "mcp__bridge__grep"],
-            "mcp_servers": [{"name": "bridge", "status": "connected"}]}
+    good = {
+        "type": "system",
+        "subtype": "init",
+        "tools": ["mcp__bridge__read_file", "mcp__bridge__grep"],
+        "mcp_servers": [{"name": "bridge", "status": "connected"}],
+    }
     assert claude_init_ready(good, tools).ready
     pending = {**good, "tools": [], "mcp_servers": [{"name": "bridge", "status": "pending"}]}
     assert claude_init_ready(pending, tools).reason == "bridge status 'pending'"
@@ -323,8 +332,10 @@ def test_claude_init_readiness() -> None:
 def test_codex_failure_line() -> None:
     from harnesscheck.bridge.readiness import codex_mcp_failure
 
-    err = ("Reading additional input from stdin...\nError: required MCP servers failed to initialize: bridge: "
-           "handshaking with MCP server failed: connection closed: initialize response\n")
+    err = (
+        "Reading additional input from stdin...\nError: required MCP servers failed to initialize: bridge: "
+        "handshaking with MCP server failed: connection closed: initialize response\n"
+    )
     assert codex_mcp_failure(err).startswith("Error: required MCP servers failed")
     assert codex_mcp_failure("all good\n") is None
 

@@ -29,7 +29,9 @@ pytestmark = pytest.mark.skipif(not forkserver.enabled(), reason="the forkserver
 #: Upper bounds only (a loaded 2-core box); nothing here asserts speed.
 BOUND_S = 60.0
 INIT = {
-    "jsonrpc": "2.0", "id": 1, "method": "initialize",
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
     "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
 }
 
@@ -148,8 +150,7 @@ def test_sdk_client_through_relay_lists_reads_and_refuses(tmp_path: Path, relay_
     while _children_of(spec_path) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert _children_of(spec_path) == []
-    stops = [r for r in (json.loads(x) for x in (tmp_path / "run-a" / "bridge-trace.jsonl").read_text().splitlines())
-             if r["event"] == "bridge_stop"]
+    stops = [r for r in (json.loads(x) for x in (tmp_path / "run-a" / "bridge-trace.jsonl").read_text().splitlines()) if r["event"] == "bridge_stop"]
     assert [r["reason"] for r in stops] == ["eof"]  # once: the relay leaving after it is not a second stop
 
 
@@ -165,10 +166,8 @@ def test_two_sessions_concurrently_get_their_own_scope_and_trace(tmp_path: Path,
             out[key] = await _client_session(argv, env, tmp_path, calls)
 
         async with anyio.create_task_group() as tg:
-            tg.start_soon(one, "a", argv_a, env_a, [("read_file", {"path": "src/own.txt"}),
-                                                    ("write_file", {"path": "x.txt", "content": "no"})])
-            tg.start_soon(one, "b", argv_b, env_b, [("read_file", {"path": "src/own.txt"}),
-                                                    ("write_file", {"path": "x.txt", "content": "yes"})])
+            tg.start_soon(one, "a", argv_a, env_a, [("read_file", {"path": "src/own.txt"}), ("write_file", {"path": "x.txt", "content": "no"})])
+            tg.start_soon(one, "b", argv_b, env_b, [("read_file", {"path": "src/own.txt"}), ("write_file", {"path": "x.txt", "content": "yes"})])
 
     anyio.run(both)
     names_a = [t.name for t in out["a"][0].tools]
@@ -517,7 +516,7 @@ def test_fallback_refuses_a_spec_rewritten_after_registration(tmp_path: Path, re
     spec_path, root = _make_spec(tmp_path, "a")
     original = spec_path.read_bytes()
     argv, env = relay_for(spec_path)
-    rest = argv[argv.index("--") + 1:]
+    rest = argv[argv.index("--") + 1 :]
     assert rest[rest.index("--spec-sha256") + 1] == spec_sha256(original)
     assert rest[-2:] == ["--spec", str(spec_path)]
 
@@ -529,9 +528,7 @@ def test_fallback_refuses_a_spec_rewritten_after_registration(tmp_path: Path, re
     res = _run_relay(unreachable, env={**os.environ, **env})
     assert res.returncode == 2 and res.stdout == b"", res
     assert b"unreachable" in res.stderr and b"sha256 differs" in res.stderr
-    assert not (tmp_path / "run-a" / "bridge-trace.jsonl").exists() or b"bridge_start" not in (
-        tmp_path / "run-a" / "bridge-trace.jsonl"
-    ).read_bytes()
+    assert not (tmp_path / "run-a" / "bridge-trace.jsonl").exists() or b"bridge_start" not in (tmp_path / "run-a" / "bridge-trace.jsonl").read_bytes()
 
     spec_path.write_bytes(original)  # the honest fallback: the registered bytes are served
     listed, results = anyio.run(_client_session, unreachable, env, tmp_path, [("read_file", {"path": "src/own.txt"})])
@@ -768,8 +765,7 @@ def test_transport_session_leaves_no_bridge_child(tmp_path: Path, ending: str) -
     fake = install_fake_cli("claude", scenario, tmp_path / "bin")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path / "no-home"), "LANG": "C.UTF-8"}
     transport = ClaudeCodeTransport(get_spec("claude-code"), cli_path=fake.path, parent_env=env, linger_s=0.3, term_grace_s=0.5)
-    request = AgentSessionRequest(prompt="hi", scope=ToolScope(root=root), timeout_s=3.0 if ending == "deadline" else 60.0,
-                                  run_dir=tmp_path / "run")
+    request = AgentSessionRequest(prompt="hi", scope=ToolScope(root=root), timeout_s=3.0 if ending == "deadline" else 60.0, run_dir=tmp_path / "run")
     outcome = transport.run_session(request)
     trace = [json.loads(x) for x in (tmp_path / "run" / "bridge-trace.jsonl").read_text().splitlines()]
     starts = [r for r in trace if r["event"] == "bridge_start"]
@@ -797,8 +793,7 @@ def test_the_plain_path_serves_a_session_with_the_stdio_bridge(tmp_path: Path, m
     fake = install_fake_cli("claude", scenario, tmp_path / "bin")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path / "no-home"), "LANG": "C.UTF-8"}
     transport = ClaudeCodeTransport(get_spec("claude-code"), cli_path=fake.path, parent_env=env, linger_s=0.3, term_grace_s=0.5)
-    outcome = transport.run_session(AgentSessionRequest(prompt="hi", scope=ToolScope(root=root), timeout_s=60.0,
-                                                        run_dir=tmp_path / "run"))
+    outcome = transport.run_session(AgentSessionRequest(prompt="hi", scope=ToolScope(root=root), timeout_s=60.0, run_dir=tmp_path / "run"))
     assert outcome.ok, outcome
     config = json.loads((tmp_path / "run" / "claude-mcp.json").read_text())["mcpServers"]["bridge"]
     assert config["args"][:2] == ["-I", "-m"] and "--spec-sha256" in config["args"], config  # no relay
@@ -1014,8 +1009,7 @@ def test_a_spare_killed_during_its_hand_off_leaves_the_session_to_a_fresh_child(
         assert reply and reply.get("id") == 1 and "result" in reply, reply
         kids = _children_of(spec_a)
         assert len(kids) == 1 and spare not in kids
-        starts = [json.loads(x) for x in (tmp_path / "run-a" / "bridge-trace.jsonl").read_text().splitlines()
-                  if '"bridge_start"' in x]
+        starts = [json.loads(x) for x in (tmp_path / "run-a" / "bridge-trace.jsonl").read_text().splitlines() if '"bridge_start"' in x]
         assert [r["pid"] for r in starts] == kids  # one bridge served it: the fresh child
     finally:
         if _alive(spare):

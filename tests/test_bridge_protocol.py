@@ -31,8 +31,12 @@ from harnesscheck.choke.trace import Trace, read_trace
 from harnesscheck.core.scope import ToolScope
 
 BOUND_S = 60.0
-INIT = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+}
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 
 
@@ -251,13 +255,15 @@ def test_undecodable_names_never_kill_the_bridge_in_process(undecodable: Path) -
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process test")
 def test_undecodable_names_never_kill_the_bridge_process(undecodable: Path, tmp_path: Path) -> None:
     """The real `python -m harnesscheck.bridge --spec`: it exited 1 on the first edit_file."""
-    spec = BridgeSpec(scope=ToolScope(root=undecodable, read_only=False), run_dir=tmp_path / "run",
-                      trace_path=tmp_path / "run" / "bridge-trace.jsonl", session_id="s1")
+    spec = BridgeSpec(
+        scope=ToolScope(root=undecodable, read_only=False), run_dir=tmp_path / "run", trace_path=tmp_path / "run" / "bridge-trace.jsonl", session_id="s1"
+    )
     spec_path = write_spec(spec, tmp_path / "run" / "bridge-spec.json")
     calls = [_call(i, name, args) for i, (name, args) in enumerate(UNDECODABLE_CALLS, 1)]
     stdin = b"".join(_line(m) for m in [INIT, INITIALIZED, *calls, OK_LIST])
-    proc = subprocess.run(bridge_argv(spec_path), input=stdin, capture_output=True, timeout=BOUND_S * 2,
-                          env={**bridge_env(), "PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    proc = subprocess.run(
+        bridge_argv(spec_path), input=stdin, capture_output=True, timeout=BOUND_S * 2, env={**bridge_env(), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    )
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
     answers = [json.loads(x) for x in proc.stdout.split(b"\n") if x.strip()]
     assert sorted(map(str, (a.get("id") for a in answers))) == sorted(map(str, [0, *range(1, len(calls) + 1), "after"]))

@@ -61,23 +61,49 @@ def test_every_session_file_and_the_report_are_redacted_with_the_hosts_secrets(w
         ("write_file", {"path": f"notes-{GITHUB}.txt", "content": "x"}),  # allowed: the path is traced
         ("grep", {"pattern": NPM, "path": "."}),
     ]
-    scenario = claude_bridge_scenario(calls, [
-        {"emit": {"type": "result", "subtype": "success", "is_error": False, "num_turns": len(calls) + 1,
-                  "result": f"the token is {GITHUB} and {NPM}", "session_id": SID, "total_cost_usd": 0.01}},
-    ])
+    scenario = claude_bridge_scenario(
+        calls,
+        [
+            {
+                "emit": {
+                    "type": "result",
+                    "subtype": "success",
+                    "is_error": False,
+                    "num_turns": len(calls) + 1,
+                    "result": f"the token is {GITHUB} and {NPM}",
+                    "session_id": SID,
+                    "total_cost_usd": 0.01,
+                }
+            },
+        ],
+    )
     fake = install_fake_cli("claude", scenario, tmp_path / "bin")
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path / "no-home"), "LANG": "C.UTF-8",
-           "GITHUB_TOKEN": GITHUB, "NPM_TOKEN": NPM, "ODD_SECRET": ODD}
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp_path / "no-home"),
+        "LANG": "C.UTF-8",
+        "GITHUB_TOKEN": GITHUB,
+        "NPM_TOKEN": NPM,
+        "ODD_SECRET": ODD,
+    }
     assert not any(v in os.environ.values() for v in (GITHUB, NPM, ODD))  # only the transport knows them
     transport = ClaudeCodeTransport(get_spec("claude-code"), cli_path=fake.path, parent_env=env, linger_s=0.3, term_grace_s=0.5)
     run_dir = tmp_path / "run"
-    outcome = transport.run_session(AgentSessionRequest(prompt="go", scope=ToolScope(root=worktree, read_only=False),
-                                                        timeout_s=90, run_dir=run_dir))
+    outcome = transport.run_session(AgentSessionRequest(prompt="go", scope=ToolScope(root=worktree, read_only=False), timeout_s=90, run_dir=run_dir))
     assert outcome.status is OutcomeStatus.ok, outcome.message
     assert outcome.tool_calls == len(calls) and len(outcome.refusals) == 3
-    facts = ReportFacts.from_spec(get_spec("claude-code"), cli_version="2.1.197", cli_path=None, root=str(worktree),
-                                  read_only=False, requested_model=None, timeout_s=90, started_at="2026-12-01T00:00:00+00:00",
-                                  run_dir=str(run_dir), attempts=[])
+    facts = ReportFacts.from_spec(
+        get_spec("claude-code"),
+        cli_version="2.1.197",
+        cli_path=None,
+        root=str(worktree),
+        read_only=False,
+        requested_model=None,
+        timeout_s=90,
+        started_at="2026-12-01T00:00:00+00:00",
+        run_dir=str(run_dir),
+        attempts=[],
+    )
     write_report(run_dir, facts, outcome)
     files = _all_bytes(run_dir)
     assert {"bridge-trace.jsonl", "session-trace.jsonl", "RUN_REPORT.md", "RUN_REPORT.json"} <= set(files)

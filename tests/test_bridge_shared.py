@@ -13,8 +13,12 @@ import pytest
 from harnesscheck.bridge.spec import BridgeSpec, summarize_trace
 from harnesscheck.core.scope import ToolScope
 
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+}
 HEADERS = {"accept": "application/json, text/event-stream"}
 
 
@@ -31,8 +35,7 @@ def _spec(tmp_path: Path, name: str, read_only: bool = True) -> BridgeSpec:
     root = tmp_path / name
     root.mkdir()
     (root / "own.txt").write_text(f"{name}-content\n")
-    return BridgeSpec(scope=ToolScope(root=root, read_only=read_only), run_dir=tmp_path,
-                      trace_path=tmp_path / f"{name}-trace.jsonl", session_id=name)
+    return BridgeSpec(scope=ToolScope(root=root, read_only=read_only), run_dir=tmp_path, trace_path=tmp_path / f"{name}-trace.jsonl", session_id=name)
 
 
 async def _use(url: str, calls):
@@ -52,8 +55,9 @@ def test_sessions_are_isolated_by_secret_path_scope_and_trace(shared, tmp_path: 
     a, b = _spec(tmp_path, "a"), _spec(tmp_path, "b", read_only=False)
     url_a, url_b = shared.add_session(a), shared.add_session(b)
     assert url_a.startswith(f"http://127.0.0.1:{shared.port}/s/") and url_a.endswith("/mcp") and url_a != url_b
-    tools_a, res_a = anyio.run(_use, url_a, [("read_file", {"path": "own.txt"}), ("read_file", {"path": "../b/own.txt"}),
-                                              ("write_file", {"path": "x", "content": "y"})])
+    tools_a, res_a = anyio.run(
+        _use, url_a, [("read_file", {"path": "own.txt"}), ("read_file", {"path": "../b/own.txt"}), ("write_file", {"path": "x", "content": "y"})]
+    )
     tools_b, res_b = anyio.run(_use, url_b, [("read_file", {"path": "own.txt"}), ("write_file", {"path": "x", "content": "y"})])
     assert tools_a == ["read_file", "list_dir", "grep"] and "write_file" in tools_b
     assert _text(res_a[0]) == "a-content\n"

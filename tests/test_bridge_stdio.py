@@ -112,9 +112,7 @@ def test_harnesscheck_bridge_root_shortcut(tmp_path: Path) -> None:
     exe = Path(sys.executable).parent / "harnesscheck"
     calls = [("read_file", {"path": "hello.txt"}), ("write_file", {"path": "x", "content": "y"})]
     with open(tmp_path / "stderr.txt", "w+") as errlog:
-        listed, results = anyio.run(
-            _session, str(exe), ["bridge", "--root", str(root), "--read-only", "--trace", str(trace)], {}, tmp_path, calls, errlog
-        )
+        listed, results = anyio.run(_session, str(exe), ["bridge", "--root", str(root), "--read-only", "--trace", str(trace)], {}, tmp_path, calls, errlog)
     assert [t.name for t in listed.tools] == ["read_file", "list_dir", "grep"]
     assert _text(results[0]) == "hello\n"
     assert results[1].is_error and _text(results[1]).startswith("refused: read_only: ")
@@ -125,7 +123,9 @@ def test_harnesscheck_bridge_root_shortcut(tmp_path: Path) -> None:
 # ---- process-level guarantees -----------------------------------------------------------
 
 INIT = {
-    "jsonrpc": "2.0", "id": 1, "method": "initialize",
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
     "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
 }
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
@@ -157,10 +157,7 @@ def _driver(tmp_path: Path, spec_path: Path, prelude: str) -> list[str]:
     """A test-only launcher: run `prelude` inside the bridge process, then the real entry
     point. Production code has no hook for this; the launcher is the test's own code."""
     script = tmp_path / "driver.py"
-    script.write_text(
-        textwrap.dedent(prelude)
-        + "\nimport sys\nfrom harnesscheck.bridge.__main__ import main\nsys.exit(main(['--spec', sys.argv[1]]))\n"
-    )
+    script.write_text(textwrap.dedent(prelude) + "\nimport sys\nfrom harnesscheck.bridge.__main__ import main\nsys.exit(main(['--spec', sys.argv[1]]))\n")
     return [sys.executable, str(script), str(spec_path)]
 
 
@@ -214,11 +211,14 @@ def test_bridge_scrubs_its_own_environment(setup, tmp_path: Path) -> None:
         d.dispatch = spy
     """
     argv = _driver(tmp_path, spec_path, prelude)
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), **_canary_env(),
-           "HARNESSCHECK_RUN": "run-marker-1"}
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), **_canary_env(), "HARNESSCHECK_RUN": "run-marker-1"}
     proc = subprocess.run(
-        argv, input=_frame(INIT, INITIALIZED, _call(2, "read_file", {"path": "/proc/self/environ"})),
-        capture_output=True, env=env, cwd=root, timeout=START_BOUND_S,
+        argv,
+        input=_frame(INIT, INITIALIZED, _call(2, "read_file", {"path": "/proc/self/environ"})),
+        capture_output=True,
+        env=env,
+        cwd=root,
+        timeout=START_BOUND_S,
     )
     assert proc.returncode == 0, proc.stderr.decode()
     after = json.loads(dump.read_text())
@@ -241,8 +241,12 @@ def test_bridge_reads_no_dotenv_and_no_modules_from_its_cwd(setup, tmp_path: Pat
     (root / "harnesscheck" / "__init__.py").write_text("raise SystemExit('hijacked harnesscheck')\n")
     argv = bridge_argv(spec_path)
     proc = subprocess.run(
-        argv, input=_frame(INIT, INITIALIZED, _call(2, "read_file", {"path": "src/a.py"})),
-        capture_output=True, env=bridge_env() or None, cwd=root, timeout=START_BOUND_S,
+        argv,
+        input=_frame(INIT, INITIALIZED, _call(2, "read_file", {"path": "src/a.py"})),
+        capture_output=True,
+        env=bridge_env() or None,
+        cwd=root,
+        timeout=START_BOUND_S,
     )
     assert proc.returncode == 0, proc.stderr.decode()
     assert b"hijacked" not in proc.stderr
@@ -267,8 +271,7 @@ def test_spec_sha256_pins_the_spec_bytes(setup) -> None:
     base, root, spec, spec_path = setup
     pin = spec_sha256(spec_path.read_bytes())
     request = _frame(INIT, INITIALIZED, _call(2, "read_file", {"path": "src/a.py"}))
-    ok = subprocess.run(bridge_argv(spec_path, spec_sha256=pin), input=request, capture_output=True,
-                        env=bridge_env() or None, timeout=START_BOUND_S)
+    ok = subprocess.run(bridge_argv(spec_path, spec_sha256=pin), input=request, capture_output=True, env=bridge_env() or None, timeout=START_BOUND_S)
     assert ok.returncode == 0, ok.stderr.decode()
     assert json.loads(ok.stdout.decode().splitlines()[-1])["result"]["content"][0]["text"] == "alpha = 1\n"
 
@@ -276,23 +279,19 @@ def test_spec_sha256_pins_the_spec_bytes(setup) -> None:
     widened["scope"]["root"] = "/"
     spec_path.write_text(json.dumps(widened))
     for digest in (pin, "not-a-digest", "\u00e9" * 64):
-        bad = subprocess.run(bridge_argv(spec_path, spec_sha256=digest), input=request, capture_output=True,
-                             env=bridge_env() or None, timeout=START_BOUND_S)
+        bad = subprocess.run(bridge_argv(spec_path, spec_sha256=digest), input=request, capture_output=True, env=bridge_env() or None, timeout=START_BOUND_S)
         assert bad.returncode == 2 and bad.stdout == b"", bad
         assert b"sha256 differs" in bad.stderr
     # without the pin (direct use, `harnesscheck bridge`-style): served as the file says now
-    unpinned = subprocess.run(bridge_argv(spec_path), input=request, capture_output=True,
-                              env=bridge_env() or None, timeout=START_BOUND_S)
+    unpinned = subprocess.run(bridge_argv(spec_path), input=request, capture_output=True, env=bridge_env() or None, timeout=START_BOUND_S)
     assert unpinned.returncode == 0, unpinned.stderr.decode()
 
 
 def test_exits_on_stdin_eof_after_answering_calls_in_flight(setup) -> None:
     base, root, spec, spec_path = setup
-    proc = subprocess.Popen(bridge_argv(spec_path), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, env=bridge_env() or None)
+    proc = subprocess.Popen(bridge_argv(spec_path), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=bridge_env() or None)
     try:
-        proc.stdin.write(_frame(INIT, INITIALIZED, _call(2, "grep", {"pattern": "alpha", "path": "."}),
-                                _call(3, "read_file", {"path": "src/a.py"})))
+        proc.stdin.write(_frame(INIT, INITIALIZED, _call(2, "grep", {"pattern": "alpha", "path": "."}), _call(3, "read_file", {"path": "src/a.py"})))
         proc.stdin.close()  # EOF right behind the calls
         assert proc.wait(timeout=START_BOUND_S) == 0
         replies = {m["id"]: m for m in map(json.loads, proc.stdout.read().decode().splitlines())}
@@ -362,11 +361,9 @@ def test_exits_when_the_spec_host_pid_dies(setup, tmp_path: Path) -> None:
     parent lives on and stdin stays open."""
     base, root, _, _ = setup
     host = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    spec = BridgeSpec(scope=ToolScope(root=root), run_dir=base / "run", trace_path=base / "run" / "host.jsonl",
-                      session_id="h1", parent_pid=host.pid)
+    spec = BridgeSpec(scope=ToolScope(root=root), run_dir=base / "run", trace_path=base / "run" / "host.jsonl", session_id="h1", parent_pid=host.pid)
     spec_path = write_spec(spec, base / "run" / "host-spec.json")
-    proc = subprocess.Popen(bridge_argv(spec_path), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, env=bridge_env() or None)
+    proc = subprocess.Popen(bridge_argv(spec_path), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=bridge_env() or None)
     try:
         proc.stdin.write(_frame(INIT))
         proc.stdin.flush()
@@ -583,8 +580,7 @@ def test_in_thread_returns_raises_and_runs_to_its_end_when_cancelled() -> None:
 
 def _raw_session(setup, stdin, stdout) -> subprocess.Popen:
     base, root, spec, spec_path = setup
-    return subprocess.Popen(bridge_argv(spec_path), stdin=stdin, stdout=stdout, stderr=subprocess.DEVNULL,
-                            env=bridge_env() or None)
+    return subprocess.Popen(bridge_argv(spec_path), stdin=stdin, stdout=stdout, stderr=subprocess.DEVNULL, env=bridge_env() or None)
 
 
 def test_serves_over_a_socketpair_like_libuv_children(setup) -> None:
@@ -662,8 +658,12 @@ def test_ends_after_eof_even_when_the_client_never_reads_its_answers(tmp_path: P
             await super().drained(timeout_s)
 
     (tmp_path / "big.txt").write_text("x" * 200_000 + "\n")  # one answer is more than a pipe holds
-    init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+    init = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+    }
     calls = [_call(i, "read_file", {"path": "big.txt"}) for i in range(1, 6)]
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()

@@ -23,9 +23,7 @@ from harnesscheck.bridge import forkserver, forkserver_child, forkserver_process
 from harnesscheck.bridge.spec import bridge_env
 from harnesscheck.contain.envpolicy import build_child_env
 
-pytestmark = pytest.mark.skipif(
-    not forkserver.enabled() or not hasattr(os, "pidfd_open"), reason="the template needs Linux (SCM_RIGHTS, pidfds)"
-)
+pytestmark = pytest.mark.skipif(not forkserver.enabled() or not hasattr(os, "pidfd_open"), reason="the template needs Linux (SCM_RIGHTS, pidfds)")
 
 
 def _ppid(pid: int) -> int:
@@ -108,8 +106,9 @@ def test_the_forked_forkserver_and_its_children_end_with_their_host_not_with_the
     assert template is not None
     spec_path, _ = _make_spec(tmp_path, "a", parent_pid=None)
     host_script = tmp_path / "host.py"
-    host_script.write_text(textwrap.dedent(
-        """
+    host_script.write_text(
+        textwrap.dedent(
+            """
         import json, os, sys, time
         from pathlib import Path
         from harnesscheck.bridge import forkserver
@@ -120,7 +119,8 @@ def test_the_forked_forkserver_and_its_children_end_with_their_host_not_with_the
         print(json.dumps({"forkserver": server.pid, "spare": server.spare()}), flush=True)
         time.sleep(1000)
         """
-    ))
+        )
+    )
     host = subprocess.Popen([sys.executable, str(host_script), str(spec_path), template.socket_path], stdout=subprocess.PIPE)
     try:
         info = json.loads(host.stdout.readline())
@@ -206,8 +206,7 @@ def test_the_template_forks_nothing_for_a_request_it_cannot_serve(tmp_path: Path
         ]
         assert all("pid" not in r and r.get("error") for r in refusals), refusals
         # and it still serves a good one: a forkserver that says ready on the pair it was given
-        reply = _ask(template.socket_path, request(private, build_child_env(dict(os.environ), injections=bridge_env())),
-                     [theirs.fileno()])
+        reply = _ask(template.socket_path, request(private, build_child_env(dict(os.environ), injections=bridge_env())), [theirs.fileno()])
         theirs.close()
         ours.settimeout(BOUND_S)
         ready = json.loads(ours.recv(forkserver.MAX_MESSAGE))
@@ -300,14 +299,19 @@ def test_a_hostile_request_neither_ends_the_template_nor_leaks_its_fds(tmp_path:
 
 def test_a_template_whose_starter_died_ends_and_removes_its_directory(tmp_path: Path) -> None:
     starter = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(
-            """
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                """
             import json, time
             from harnesscheck.bridge import forkserver
             t = forkserver.start_template()
             print(json.dumps({"pid": t.proc.pid, "dir": str(t.dir)}), flush=True)
             time.sleep(1000)
-            """)],
+            """
+            ),
+        ],
         stdout=subprocess.PIPE,
     )
     try:
@@ -341,8 +345,13 @@ def test_the_kit_shares_one_template_among_xdist_workers(monkeypatch) -> None:
     monkeypatch.setattr(plugin, "_backends", lambda config: [BUILTIN_SPECS[b] for b in config.backends])
 
     def controller(backends, args=None, dist="load", given=None):
-        return SimpleNamespace(option=SimpleNamespace(dist=dist, tx=["popen"] * 2), args=args or [str(conformance_dir())],
-                               stash={}, backends=backends, getoption=lambda name: given)
+        return SimpleNamespace(
+            option=SimpleNamespace(dist=dist, tx=["popen"] * 2),
+            args=args or [str(conformance_dir())],
+            stash={},
+            backends=backends,
+            getoption=lambda name: given,
+        )
 
     config = controller(["codex", "api"])
     plugin._share_one_bridge_template(config)
@@ -350,8 +359,7 @@ def test_the_kit_shares_one_template_among_xdist_workers(monkeypatch) -> None:
     monkeypatch.setattr(plugin, "_pinned_suffixes", lambda config: ())
     plugin.pytest_configure_node(node)
     assert started == ["started"] and node.workerinput[plugin.BRIDGE_TEMPLATE] == fake.socket_path
-    worker = SimpleNamespace(option=SimpleNamespace(dist="no"), workerinput=node.workerinput, stash={},
-                             getoption=lambda name: None)
+    worker = SimpleNamespace(option=SimpleNamespace(dist="no"), workerinput=node.workerinput, stash={}, getoption=lambda name: None)
     plugin._share_one_bridge_template(worker)
     assert used == [fake.socket_path]
     # no template: no harness cells, a serial run, --dist load without workers (in-process),
@@ -360,8 +368,7 @@ def test_the_kit_shares_one_template_among_xdist_workers(monkeypatch) -> None:
     in_process.option.tx = []
     collecting = controller(["codex"])
     collecting.option.collectonly = True
-    for config in (controller(["api", "fake"]), controller(["codex"], dist="no"), in_process, collecting,
-                   controller(["codex"], args=["tests"])):
+    for config in (controller(["api", "fake"]), controller(["codex"], dist="no"), in_process, collecting, controller(["codex"], args=["tests"])):
         plugin._share_one_bridge_template(config)
     assert started == ["started"]
 
@@ -384,8 +391,9 @@ def test_a_template_given_to_the_run_is_used_and_passed_on_never_started_or_ende
     given = "/run/given/template.sock"
     options = {"--hc-bridge-template": given, "--hc-exit-fast": False, "hc_bridge_template": given, "hc_exit_fast": False}
     for dist, tx in (("load", ["popen"] * 2), ("no", [])):
-        config = SimpleNamespace(option=SimpleNamespace(dist=dist, tx=tx), args=[str(conformance_dir())], stash={},
-                                 getoption=lambda name, default=None: options.get(name, default))
+        config = SimpleNamespace(
+            option=SimpleNamespace(dist=dist, tx=tx), args=[str(conformance_dir())], stash={}, getoption=lambda name, default=None: options.get(name, default)
+        )
         plugin._share_one_bridge_template(config)
         node = SimpleNamespace(config=config, gateway=SimpleNamespace(id="gw0"), workerinput={})
         plugin.pytest_configure_node(node)

@@ -37,15 +37,18 @@ def test_a_fenced_call_to_an_advertised_tool_is_parsed():
     assert text == "Let me look."
 
 
-@pytest.mark.parametrize("body", [
-    '{"tool": "read_file", "args": {"path": "a"',  # cut
-    '{"tool": "run_shell", "args": {"cmd": "id"}}',  # not advertised
-    '{"tool": "Bash", "args": {}}',  # a built-in name
-    '["read_file", {"path": "a"}]',  # not an object
-    '{"tool": "read_file", "args": "README.md"}',  # args not an object
-    '{"tool": "read_file", "args": {}, "also": "x"}',  # an unknown key: not the protocol's shape
-    '{"name": "read_file", "input": {}}',  # another shape
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"tool": "read_file", "args": {"path": "a"',  # cut
+        '{"tool": "run_shell", "args": {"cmd": "id"}}',  # not advertised
+        '{"tool": "Bash", "args": {}}',  # a built-in name
+        '["read_file", {"path": "a"}]',  # not an object
+        '{"tool": "read_file", "args": "README.md"}',  # args not an object
+        '{"tool": "read_file", "args": {}, "also": "x"}',  # an unknown key: not the protocol's shape
+        '{"name": "read_file", "input": {}}',  # another shape
+    ],
+)
 def test_anything_else_stays_text_and_never_dispatches(body):
     reply = "Here:\n" + fence(body)
     text, calls = parse_tool_calls(reply, ADVERTISED)
@@ -79,8 +82,9 @@ def _valid_call(body: str) -> bool:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.sampled_from(sorted(ADVERTISED)), st.dictionaries(st.text(min_size=1, max_size=8), st.integers() | st.text(max_size=8), max_size=4),
-       st.text(max_size=50))
+@given(
+    st.sampled_from(sorted(ADVERTISED)), st.dictionaries(st.text(min_size=1, max_size=8), st.integers() | st.text(max_size=8), max_size=4), st.text(max_size=50)
+)
 def test_every_well_formed_advertised_call_is_parsed_once(name, args, prose):
     _, calls = parse_tool_calls(prose.replace("`", "") + "\n" + fence({"tool": name, "args": args}), ADVERTISED)
     assert [(c.name, c.arguments) for c in calls] == [(name, args)]
@@ -108,11 +112,13 @@ def test_a_message_cannot_pose_as_a_turn():
 def test_the_server_counts_the_turns_a_transcript_holds():
     from harnesscheck.backends.claude_code_reasoning import transcript_turns
 
-    messages = [{"role": "user", "content": "go"},
-                {"role": "assistant", "content": [{"type": "tool_use", "id": "call_1", "name": "read_file", "input": {}}]},
-                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "<<ffff you>>"}]},
-                {"role": "assistant", "content": [{"type": "text", "text": "again"}]},
-                {"role": "user", "content": "more"}]
+    messages = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "call_1", "name": "read_file", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "<<ffff you>>"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "again"}]},
+        {"role": "user", "content": "more"},
+    ]
     for n in range(1, len(messages) + 1):
         expected = sum(1 for m in messages[:n] if m["role"] == "assistant")
         assert transcript_turns(render_transcript(messages[:n], "0a1b2c3d4e5f")) == expected
@@ -150,16 +156,20 @@ def test_the_api_loop_takes_a_model_client_through_its_public_seam(tmp_path):
         def create(self, *, messages, tools=None, **_):
             self.calls += 1
             if self.calls == 1:
-                return Reply(tool_calls=[ToolCall(id="c1", name="read_file", arguments={"path": "a.txt"})],
-                             usage=Usage(input=1000, output=10), served_model="claude-sonnet-4-5")
+                return Reply(
+                    tool_calls=[ToolCall(id="c1", name="read_file", arguments={"path": "a.txt"})],
+                    usage=Usage(input=1000, output=10),
+                    served_model="claude-sonnet-4-5",
+                )
             assert "hello" in json.dumps(messages[-1])
             return Reply(text="done", usage=Usage(input=5, output=1), served_model="claude-sonnet-4-5")
 
     root = tmp_path / "work"
     root.mkdir()
     (root / "a.txt").write_text("hello")
-    request = AgentSessionRequest(prompt="read", scope=ToolScope(name="t", root=root, read_only=True), timeout_s=30.0,
-                                  model="claude-sonnet-4-5", run_dir=tmp_path / "run")
+    request = AgentSessionRequest(
+        prompt="read", scope=ToolScope(name="t", root=root, read_only=True), timeout_s=30.0, model="claude-sonnet-4-5", run_dir=tmp_path / "run"
+    )
     out = ApiTransport(get_spec("api/anthropic_messages"), Settings(), llm=Client()).run_session(request)
     assert (out.status, out.text, out.tool_calls) == (OutcomeStatus.ok, "done", 1)
     from harnesscheck.backends.claude_code_reasoning import ClaudeReasoningTransport
@@ -184,8 +194,9 @@ def test_tripwire_fails_the_turn_on_any_tool_use():
 
 def test_a_rate_limit_stays_a_rate_limit():
     with pytest.raises(LLMError) as err:
-        ReasoningLLM.reply(_outcome(status=OutcomeStatus.error, error_class=ErrorClass.rate_limit, retryable=True,
-                                    retry_after_s=7.0, message="429"), ADVERTISED)
+        ReasoningLLM.reply(
+            _outcome(status=OutcomeStatus.error, error_class=ErrorClass.rate_limit, retryable=True, retry_after_s=7.0, message="429"), ADVERTISED
+        )
     assert err.value.error_class is ErrorClass.rate_limit and err.value.retry_after_s == 7.0
 
 
@@ -221,12 +232,21 @@ def _session(tmp_path, turns, *, parent_env=None, max_iters=4, repeat_last=False
     (root / "README.md").write_text("hello from the worktree\n")
     with ScriptedModelServer(Scenario("reasoning", tuple(turns), repeat_last=repeat_last), expected_key=DUMMY_KEY) as srv:
         settings = Settings(backend="claude-code-reasoning")
-        cli = (cli_cls or OneTurnClaude)(get_spec("claude-code"), settings.model_copy(update={"backend": "claude-code"}),
-                            cli_path=binary.path, loopback=LoopbackEndpoint(srv.base_url),
-                            parent_env=parent_env)
+        cli = (cli_cls or OneTurnClaude)(
+            get_spec("claude-code"),
+            settings.model_copy(update={"backend": "claude-code"}),
+            cli_path=binary.path,
+            loopback=LoopbackEndpoint(srv.base_url),
+            parent_env=parent_env,
+        )
         transport = ClaudeReasoningTransport(get_spec("claude-code"), settings, cli_transport=cli)
-        request = AgentSessionRequest(prompt="What does the README say?", scope=ToolScope(name="t", root=root, read_only=True),
-                                      timeout_s=90.0, max_iters=max_iters, run_dir=tmp_path / "run")
+        request = AgentSessionRequest(
+            prompt="What does the README say?",
+            scope=ToolScope(name="t", root=root, read_only=True),
+            timeout_s=90.0,
+            max_iters=max_iters,
+            run_dir=tmp_path / "run",
+        )
         return transport.run_session(request), srv.turn_requests()
 
 
@@ -267,8 +287,7 @@ def test_loopback_outside_name_is_never_dispatched(tmp_path):
 def test_loopback_tripwire_fails_a_tool_use_turn_loudly(tmp_path):
     from harnesscheck.loopback.scenario import ToolCall, Turn
 
-    out, _ = _session(tmp_path, [Turn(tool_calls=(ToolCall("Read", {"file_path": "/etc/passwd"}, builtin=True),)),
-                                 Turn(text="done")])
+    out, _ = _session(tmp_path, [Turn(tool_calls=(ToolCall("Read", {"file_path": "/etc/passwd"}, builtin=True),)), Turn(text="done")])
     assert (out.status, out.error_class) == (OutcomeStatus.blocked, ErrorClass.policy_violation), out.message
     assert "tripwire" in out.message and out.tool_calls == 0
 
@@ -315,22 +334,28 @@ def _host_system_prompt_kept(llm):
 
 
 def _tool_results_rendered(llm):
-    messages = [{"role": "user", "content": "go"},
-                {"role": "assistant", "content": [{"type": "tool_use", "id": "call_1", "name": "read_file", "input": {}}]},
-                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "FILE-BYTES"}]}]
+    messages = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "call_1", "name": "read_file", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "FILE-BYTES"}]},
+    ]
     assert "FILE-BYTES" in llm.prompt(messages)
 
 
-@pytest.mark.parametrize("check", [_outside_name_not_dispatched, _tripwire_fires, _host_system_prompt_kept,
-                                   _tool_results_rendered])
+@pytest.mark.parametrize("check", [_outside_name_not_dispatched, _tripwire_fires, _host_system_prompt_kept, _tool_results_rendered])
 def test_the_backend_passes_what_its_variants_fail(check):
     check(ReasoningLLM)
 
 
-@pytest.mark.parametrize(("variant", "check"), [("DispatchesAnyName", _outside_name_not_dispatched),
-                                                ("HasNoTripwire", _tripwire_fires),
-                                                ("DropsTheHostSystemPrompt", _host_system_prompt_kept),
-                                                ("DropsTheToolResults", _tool_results_rendered)])
+@pytest.mark.parametrize(
+    ("variant", "check"),
+    [
+        ("DispatchesAnyName", _outside_name_not_dispatched),
+        ("HasNoTripwire", _tripwire_fires),
+        ("DropsTheHostSystemPrompt", _host_system_prompt_kept),
+        ("DropsTheToolResults", _tool_results_rendered),
+    ],
+)
 def test_each_known_bad_variant_is_caught(variant, check):
     import tests.mutants.claude_code_reasoning as bad
 

@@ -150,7 +150,9 @@ def test_bridge_mcp_warning_stops():
     from harnesscheck.contain.process import LineAction
 
     parser = CodexParser()
-    action = parser.feed('{"type":"item.completed","item":{"id":"item_0","type":"error","message":"MCP client for `bridge` failed to start: program not found"}}')  # noqa: E501
+    action = parser.feed(
+        '{"type":"item.completed","item":{"id":"item_0","type":"error","message":"MCP client for `bridge` failed to start: program not found"}}'
+    )  # noqa: E501
     assert action is LineAction.STOP and parser.early is ErrorClass.mcp_unavailable
     other = CodexParser()
     assert other.feed('{"type":"item.completed","item":{"id":"item_0","type":"error","message":"MCP client for `docs` failed to start"}}') is None
@@ -206,11 +208,20 @@ def session(tmp_path, scenario, *, prompt="hi", timeout_s=30.0, model=None, syst
     wt = hostile_worktree(tmp_path)
     fake = install_fake_cli("codex", scenario, tmp_path / "bin")
     transport = CodexTransport(
-        get_spec("codex"), Settings(), cli_path=fake.path, parent_env=parent_env(tmp_path / "home"),
-        linger_s=0.5, term_grace_s=1.0, **kw,
+        get_spec("codex"),
+        Settings(),
+        cli_path=fake.path,
+        parent_env=parent_env(tmp_path / "home"),
+        linger_s=0.5,
+        term_grace_s=1.0,
+        **kw,
     )
     request = AgentSessionRequest(
-        prompt=prompt, system=system, model=model, scope=ToolScope(root=wt), timeout_s=timeout_s,
+        prompt=prompt,
+        system=system,
+        model=model,
+        scope=ToolScope(root=wt),
+        timeout_s=timeout_s,
         run_dir=tmp_path / "run",
     )
     return transport.run_session(request), fake, wt
@@ -263,9 +274,9 @@ def test_per_run_codex_home_config(tmp_path):
 
 
 def test_config_toml_escapes_odd_paths():
-    text = render_config(bridge=(["/opt/py thon\\x/\"q\"/é𝄞", "-I"], {"PYTHONPATH": "C:\\src"}), bridge_tools=("read_file",))
+    text = render_config(bridge=(['/opt/py thon\\x/"q"/é𝄞', "-I"], {"PYTHONPATH": "C:\\src"}), bridge_tools=("read_file",))
     bridge = tomllib.loads(text)["mcp_servers"]["bridge"]
-    assert bridge["command"] == "/opt/py thon\\x/\"q\"/é𝄞" and bridge["env"] == {"PYTHONPATH": "C:\\src"}
+    assert bridge["command"] == '/opt/py thon\\x/"q"/é𝄞' and bridge["env"] == {"PYTHONPATH": "C:\\src"}
 
 
 def test_write_scope_enables_write_tools(tmp_path):
@@ -294,10 +305,15 @@ def test_login_link_exists_during_the_session_only(tmp_path):
     home = tmp_path / "home"
     (home / ".codex").mkdir(parents=True)
     (home / ".codex" / "auth.json").write_text(json.dumps({"auth_mode": "chatgpt", "tokens": {"id_token": "x"}}))
-    scenario = {"steps": [{"spawn": "sh -c 'readlink \"$CODEX_HOME/auth.json\" >&2'"}, {"delay": 0.5},
-                          {"emit": {"type": "turn.started"}},
-                          {"emit": {"type": "item.completed", "item": {"id": "i", "type": "agent_message", "text": "ok"}}},
-                          {"emit": {"type": "turn.completed", "usage": {}}}]}
+    scenario = {
+        "steps": [
+            {"spawn": "sh -c 'readlink \"$CODEX_HOME/auth.json\" >&2'"},
+            {"delay": 0.5},
+            {"emit": {"type": "turn.started"}},
+            {"emit": {"type": "item.completed", "item": {"id": "i", "type": "agent_message", "text": "ok"}}},
+            {"emit": {"type": "turn.completed", "usage": {}}},
+        ]
+    }
     fake = install_fake_cli("codex", scenario, tmp_path / "bin")
     wt = tmp_path / "wt"
     wt.mkdir()
@@ -384,9 +400,14 @@ def test_session_carries_the_audit_verdict(tmp_path):
 
 
 def test_exit_1_after_turn_completed_is_still_ok(tmp_path):
-    scenario = {"steps": [{"emit": {"type": "turn.started"}},
-                          {"emit": {"type": "item.completed", "item": {"id": "i", "type": "agent_message", "text": "done"}}},
-                          {"emit": {"type": "turn.completed", "usage": {"input_tokens": 5, "output_tokens": 1}}}, {"exit": 1}]}
+    scenario = {
+        "steps": [
+            {"emit": {"type": "turn.started"}},
+            {"emit": {"type": "item.completed", "item": {"id": "i", "type": "agent_message", "text": "done"}}},
+            {"emit": {"type": "turn.completed", "usage": {"input_tokens": 5, "output_tokens": 1}}},
+            {"exit": 1},
+        ]
+    }
     out, _, _ = session(tmp_path, scenario)
     assert out.ok and out.exit_code == 1 and out.text == "done"  # the terminal event before the exit code
 
@@ -426,19 +447,41 @@ def test_parser_memory_is_bounded():
 def test_bridge_calls_through_the_real_bridge(tmp_path):
     """The fake starts the bridge from the per-run config.toml and calls it: the outcome's
     calls and refusals come from the bridge's own trace."""
+
     def item(i, path, status):
-        return {"type": "item.completed" if status != "in_progress" else "item.started",
-                "item": {"id": f"item_{i}", "type": "mcp_tool_call", "server": "bridge", "tool": "read_file",
-                         "arguments": {"path": path}, "result": None, "error": None, "status": status}}
-    scenario = {"steps": [
-        {"emit": {"type": "thread.started", "thread_id": "t"}}, {"emit": {"type": "turn.started"}},
-        {"mcp_calls": [{"name": "read_file", "arguments": {"path": "README.md"}},
-                       {"name": "read_file", "arguments": {"path": "../home/.codex/config.toml"}}], "server": "bridge"},
-        {"emit": item(1, "README.md", "in_progress")}, {"emit": item(1, "README.md", "completed")},
-        {"emit": item(2, "../home/.codex/config.toml", "in_progress")}, {"emit": item(2, "../home/.codex/config.toml", "failed")},
-        {"emit": {"type": "item.completed", "item": {"id": "item_3", "type": "agent_message", "text": "read it"}}},
-        {"emit": {"type": "turn.completed", "usage": {"input_tokens": 10, "output_tokens": 2}}},
-    ]}
+        return {
+            "type": "item.completed" if status != "in_progress" else "item.started",
+            "item": {
+                "id": f"item_{i}",
+                "type": "mcp_tool_call",
+                "server": "bridge",
+                "tool": "read_file",
+                "arguments": {"path": path},
+                "result": None,
+                "error": None,
+                "status": status,
+            },
+        }
+
+    scenario = {
+        "steps": [
+            {"emit": {"type": "thread.started", "thread_id": "t"}},
+            {"emit": {"type": "turn.started"}},
+            {
+                "mcp_calls": [
+                    {"name": "read_file", "arguments": {"path": "README.md"}},
+                    {"name": "read_file", "arguments": {"path": "../home/.codex/config.toml"}},
+                ],
+                "server": "bridge",
+            },
+            {"emit": item(1, "README.md", "in_progress")},
+            {"emit": item(1, "README.md", "completed")},
+            {"emit": item(2, "../home/.codex/config.toml", "in_progress")},
+            {"emit": item(2, "../home/.codex/config.toml", "failed")},
+            {"emit": {"type": "item.completed", "item": {"id": "item_3", "type": "agent_message", "text": "read it"}}},
+            {"emit": {"type": "turn.completed", "usage": {"input_tokens": 10, "output_tokens": 2}}},
+        ]
+    }
     out, fake, _ = session(tmp_path, scenario, timeout_s=60.0)
     results = [r for r in fake.record_path.read_text().splitlines() if '"mcp_result"' in r]
     assert len(results) == 2, results
@@ -455,10 +498,15 @@ def test_a_refreshed_login_file_never_stays_in_the_run_dir(tmp_path):
     (home / ".codex").mkdir(parents=True)
     (home / ".codex" / "auth.json").write_text(json.dumps({"auth_mode": "chatgpt", "tokens": {"id_token": "old"}}))
     # the CLI replaces the link with its own file, as a token refresh by rename would
-    scenario = {"steps": [{"spawn": "sh -c 'rm \"$CODEX_HOME/auth.json\"; echo rotated > \"$CODEX_HOME/auth.json\"'"},
-                          {"delay": 0.5}, {"emit": {"type": "turn.started"}},
-                          {"emit": {"type": "item.completed", "item": {"id": "i", "type": "agent_message", "text": "ok"}}},
-                          {"emit": {"type": "turn.completed", "usage": {}}}]}
+    scenario = {
+        "steps": [
+            {"spawn": 'sh -c \'rm "$CODEX_HOME/auth.json"; echo rotated > "$CODEX_HOME/auth.json"\''},
+            {"delay": 0.5},
+            {"emit": {"type": "turn.started"}},
+            {"emit": {"type": "item.completed", "item": {"id": "i", "type": "agent_message", "text": "ok"}}},
+            {"emit": {"type": "turn.completed", "usage": {}}},
+        ]
+    }
     fake = install_fake_cli("codex", scenario, tmp_path / "bin")
     wt = tmp_path / "wt"
     wt.mkdir()
@@ -477,14 +525,13 @@ def test_refused_builtin_attempts_come_from_the_rollout(tmp_path):
     day.mkdir(parents=True)
     lines = [
         {"type": "session_meta", "payload": {"id": "t"}},
-        {"type": "response_item", "payload": {"type": "function_call", "name": "exec_command",
-                                              "arguments": "{\"cmd\": \"cat /x\"}", "call_id": "c1"}},
-        {"type": "response_item", "payload": {"type": "function_call_output", "call_id": "c1",
-                                              "output": "unsupported call: exec_command"}},
-        {"type": "response_item", "payload": {"type": "function_call", "name": "read_file", "namespace": "mcp__bridge",
-                                              "arguments": "{}", "call_id": "c2"}},
-        {"type": "response_item", "payload": {"type": "function_call_output", "call_id": "c2",
-                                              "output": [{"type": "input_text", "text": "unsupported call: no"}]}},
+        {"type": "response_item", "payload": {"type": "function_call", "name": "exec_command", "arguments": '{"cmd": "cat /x"}', "call_id": "c1"}},
+        {"type": "response_item", "payload": {"type": "function_call_output", "call_id": "c1", "output": "unsupported call: exec_command"}},
+        {"type": "response_item", "payload": {"type": "function_call", "name": "read_file", "namespace": "mcp__bridge", "arguments": "{}", "call_id": "c2"}},
+        {
+            "type": "response_item",
+            "payload": {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "unsupported call: no"}]},
+        },
         {"type": "response_item", "payload": {"type": "custom_tool_call", "name": "apply_patch", "call_id": "c3"}},
         {"type": "response_item", "payload": {"type": "custom_tool_call_output", "call_id": "c3", "output": "Success"}},
     ]
@@ -582,8 +629,10 @@ def test_sandbox_blocked_patch_counts_as_refused(tmp_path):
     day.mkdir(parents=True)
     lines = [
         {"type": "response_item", "payload": {"type": "custom_tool_call", "name": "apply_patch", "call_id": "c1"}},
-        {"type": "response_item", "payload": {"type": "custom_tool_call_output", "call_id": "c1",
-                                              "output": "patch rejected: writing is blocked by read-only sandbox"}},
+        {
+            "type": "response_item",
+            "payload": {"type": "custom_tool_call_output", "call_id": "c1", "output": "patch rejected: writing is blocked by read-only sandbox"},
+        },
     ]
     (day / "rollout-x.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     assert refused_native_calls(tmp_path) == ["apply_patch (refused by codex)"]
@@ -602,10 +651,16 @@ def test_session_with_a_refused_builtin_is_never_clean(tmp_path):
     def after(ctx, outcome):
         day = ctx.run_dir / "config-homes" / "codex_home" / "sessions" / "2026"
         day.mkdir(parents=True)
-        (day / "rollout-t.jsonl").write_text("\n".join(json.dumps(x) for x in [
-            {"type": "response_item", "payload": {"type": "function_call", "name": "exec_command", "call_id": "c"}},
-            {"type": "response_item", "payload": {"type": "function_call_output", "call_id": "c", "output": "unsupported call: exec_command"}},
-        ]) + "\n")
+        (day / "rollout-t.jsonl").write_text(
+            "\n".join(
+                json.dumps(x)
+                for x in [
+                    {"type": "response_item", "payload": {"type": "function_call", "name": "exec_command", "call_id": "c"}},
+                    {"type": "response_item", "payload": {"type": "function_call_output", "call_id": "c", "output": "unsupported call: exec_command"}},
+                ]
+            )
+            + "\n"
+        )
         return original(ctx, outcome)
 
     t.after_session = after
@@ -630,9 +685,11 @@ def test_each_transient_reconnect_notice_is_announced_as_a_retry_event():
     notices = []
     parser = CodexParser(retry_stop_after=None)
     parser.retry_notice = lambda **fields: notices.append(fields)
-    for line in ({"type": "thread.started", "thread_id": "t"}, {"type": "turn.started"},
-                 {"type": "error", "message": "Reconnecting... 1/5 (unexpected status 429 Too Many Requests: retry-after: 7)"},
-                 {"type": "error", "message": "Reconnecting... 2/5 (unexpected status 529 <unknown status code>: Overloaded)"}):
+    for line in (
+        {"type": "thread.started", "thread_id": "t"},
+        {"type": "turn.started"},
+        {"type": "error", "message": "Reconnecting... 1/5 (unexpected status 429 Too Many Requests: retry-after: 7)"},
+        {"type": "error", "message": "Reconnecting... 2/5 (unexpected status 529 <unknown status code>: Overloaded)"},
+    ):
         parser.feed(json.dumps(line))
-    assert notices == [{"attempt": 2, "wait_s": 7.0, "error_class": "rate_limit"},
-                       {"attempt": 3, "wait_s": None, "error_class": "overloaded"}]
+    assert notices == [{"attempt": 2, "wait_s": 7.0, "error_class": "rate_limit"}, {"attempt": 3, "wait_s": None, "error_class": "overloaded"}]

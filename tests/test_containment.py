@@ -36,8 +36,7 @@ ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
 #: it could not start its guard) with this environment's packages.
 SITE = [p for p in sys.path if p.endswith("site-packages")]
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or not process._use_guard(),
-                                reason="Linux process semantics, with the supervisor")
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or not process._use_guard(), reason="Linux process semantics, with the supervisor")
 
 MODES = ["setsid-env-i", "double-fork", "fork-hop", "nondumpable", "overwrite-env"]
 if shutil.which("ssh-agent"):
@@ -89,8 +88,9 @@ def test_escapee_dies_at_the_timeout_and_is_reported(tmp_path: Path, mode: str) 
     for timeout in (0.6, 3.0, 12.0):
         pidfile = tmp_path / f"pids-{timeout:g}"
         lines: list[str] = []
-        result = run_process([PY, str(SCRIPTS / "escape.py"), mode, str(pidfile), tok], env=ENV, cwd=tmp_path,
-                             on_line=lines.append, timeout_s=timeout, term_grace_s=0.2)
+        result = run_process(
+            [PY, str(SCRIPTS / "escape.py"), mode, str(pidfile), tok], env=ENV, cwd=tmp_path, on_line=lines.append, timeout_s=timeout, term_grace_s=0.2
+        )
         pids += recorded(pidfile, at_least=1)
         if "ready" in lines:
             break
@@ -178,9 +178,20 @@ def test_non_root_host_escapee_dies_with_a_sigkilled_host(mode: str) -> None:
         pwd.getpwnam("nobody")
     except KeyError:
         pytest.skip("no user nobody on this machine")
-    probe = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3", "-c",
-                            "import sys, harnesscheck.contain.process as p; sys.exit(0 if p._use_guard() else 3)"],
-                           env=dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, *SITE])), capture_output=True, cwd="/")
+    probe = subprocess.run(
+        [
+            "setpriv",
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-c",
+            "import sys, harnesscheck.contain.process as p; sys.exit(0 if p._use_guard() else 3)",
+        ],
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, *SITE])),
+        capture_output=True,
+        cwd="/",
+    )
     if probe.returncode != 0:
         pytest.skip(f"the user nobody cannot run this interpreter and source tree: {probe.stderr[-200:]!r}")
     out = unprivileged_dir()
@@ -221,8 +232,9 @@ def test_killed_supervisor_ends_the_session_reported(tmp_path: Path) -> None:
     """The CLI SIGKILLs its supervisor: the guard kills the re-parented tree, the session ends
     with supervisor_lost and orphan_suspected, and nothing is left."""
     pidfile = tmp_path / "pids"
-    result = run_process([PY, str(SCRIPTS / "escape.py"), "kill-supervisor", str(pidfile)], env=ENV, cwd=tmp_path,
-                         on_line=lambda line: None, timeout_s=120, term_grace_s=0.2)
+    result = run_process(
+        [PY, str(SCRIPTS / "escape.py"), "kill-supervisor", str(pidfile)], env=ENV, cwd=tmp_path, on_line=lambda line: None, timeout_s=120, term_grace_s=0.2
+    )
     pids = recorded(pidfile)
     try:
         assert result.supervisor_lost is True and result.orphan_suspected is True

@@ -40,8 +40,15 @@ def _fresh_sources():
 
 @pytest.fixture
 def settings(tmp_path) -> Settings:
-    return Settings(backend="copilot", model="claude-x", copilot_url=ROOT, github_url=ROOT, github_api_url=ROOT,
-                    auth_dir=tmp_path / "auth", copilot_client_id="hc-test-client")
+    return Settings(
+        backend="copilot",
+        model="claude-x",
+        copilot_url=ROOT,
+        github_url=ROOT,
+        github_api_url=ROOT,
+        auth_dir=tmp_path / "auth",
+        copilot_client_id="hc-test-client",
+    )
 
 
 @pytest.fixture
@@ -92,8 +99,9 @@ def session(transport, tmp_path, prompt="Say hi", **kwargs):
     root = tmp_path / "work"
     root.mkdir(parents=True, exist_ok=True)
     (root / "README.md").write_text("hello\n")
-    return transport.run_session(AgentSessionRequest(prompt=prompt, scope=ToolScope(root=root), run_dir=tmp_path / "run",
-                                                     timeout_s=600, **kwargs))  # only a hang ends it (a loaded machine is slow)
+    return transport.run_session(
+        AgentSessionRequest(prompt=prompt, scope=ToolScope(root=root), run_dir=tmp_path / "run", timeout_s=600, **kwargs)
+    )  # only a hang ends it (a loaded machine is slow)
 
 
 # ---------------------------------------------------------------------------------------
@@ -113,17 +121,33 @@ class Clock:
 
 
 def device_routes(gh, polls: list[dict], *, interval=5, expires_in=900):
-    code = gh.post(ROOT + "/login/device/code").mock(return_value=httpx.Response(200, json={
-        "device_code": "dc-secret-0123456789", "user_code": "ABCD-1234", "verification_uri": ROOT + "/login/device",
-        "interval": interval, "expires_in": expires_in}))
+    code = gh.post(ROOT + "/login/device/code").mock(
+        return_value=httpx.Response(
+            200,
+            json={
+                "device_code": "dc-secret-0123456789",
+                "user_code": "ABCD-1234",
+                "verification_uri": ROOT + "/login/device",
+                "interval": interval,
+                "expires_in": expires_in,
+            },
+        )
+    )
     answers = iter(polls)
     token = gh.post(ROOT + "/login/oauth/access_token").mock(side_effect=lambda req: httpx.Response(200, json=next(answers)))
     return code, token
 
 
 def test_device_flow_waits_through_pending_and_slows_down_by_5_s(gh, settings):
-    code, token = device_routes(gh, [{"error": "authorization_pending"}, {"error": "slow_down"},
-                                     {"error": "authorization_pending"}, {"access_token": GITHUB_TOKEN, "token_type": "bearer"}])
+    code, token = device_routes(
+        gh,
+        [
+            {"error": "authorization_pending"},
+            {"error": "slow_down"},
+            {"error": "authorization_pending"},
+            {"access_token": GITHUB_TOKEN, "token_type": "bearer"},
+        ],
+    )
     clock, shown = Clock(), []
     path = C.login(settings, on_prompt=lambda c, u: shown.append((c, u)), http=httpx.Client(), sleep=clock.sleep, clock=clock)
     assert shown == [("ABCD-1234", ROOT + "/login/device")]
@@ -141,11 +165,14 @@ def test_slow_down_takes_githubs_new_interval_when_larger(gh, settings):
     assert clock.sleeps == [5, 30]
 
 
-@pytest.mark.parametrize("answer, words", [
-    ({"error": "expired_token"}, "expired"),
-    ({"error": "access_denied"}, "denied"),
-    ({"error": "unsupported_grant_type"}, "unsupported_grant_type"),
-])
+@pytest.mark.parametrize(
+    "answer, words",
+    [
+        ({"error": "expired_token"}, "expired"),
+        ({"error": "access_denied"}, "denied"),
+        ({"error": "unsupported_grant_type"}, "unsupported_grant_type"),
+    ],
+)
 def test_device_flow_ends_on_expiry_denial_and_errors(gh, settings, answer, words):
     device_routes(gh, [{"error": "authorization_pending"}, answer])
     clock = Clock()
@@ -166,8 +193,7 @@ def test_device_flow_gives_up_when_the_code_expires_while_pending(gh, settings):
 def test_login_command_shows_code_and_url_never_a_secret(gh, settings, monkeypatch, tmp_path):
     device_routes(gh, [{"access_token": GITHUB_TOKEN}])
     monkeypatch.setattr(C, "_sleep", lambda s: None)
-    for name, value in {"HARNESS_GITHUB_URL": ROOT, "HARNESS_AUTH_DIR": str(settings.auth_dir),
-                        "HARNESS_COPILOT_CLIENT_ID": "hc-test-client"}.items():
+    for name, value in {"HARNESS_GITHUB_URL": ROOT, "HARNESS_AUTH_DIR": str(settings.auth_dir), "HARNESS_COPILOT_CLIENT_ID": "hc-test-client"}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.chdir(tmp_path)
     from harnesscheck.apps.cli import app
@@ -298,13 +324,16 @@ def test_concurrent_refreshes_exchange_once(gh, settings):
 # Routing by supported_endpoints, and the Copilot headers
 
 
-@pytest.mark.parametrize("entry, mode", [
-    ({"supported_endpoints": ["/v1/messages", "/chat/completions"]}, "anthropic_messages"),
-    ({"supported_endpoints": ["/chat/completions", "/responses"]}, "responses"),
-    ({"supported_endpoints": ["/chat/completions"]}, "chat_completions"),
-    ({}, "chat_completions"),
-    ({"supported_endpoints": ["/v1/embeddings"]}, None),
-])
+@pytest.mark.parametrize(
+    "entry, mode",
+    [
+        ({"supported_endpoints": ["/v1/messages", "/chat/completions"]}, "anthropic_messages"),
+        ({"supported_endpoints": ["/chat/completions", "/responses"]}, "responses"),
+        ({"supported_endpoints": ["/chat/completions"]}, "chat_completions"),
+        ({}, "chat_completions"),
+        ({"supported_endpoints": ["/v1/embeddings"]}, None),
+    ],
+)
 def test_route_for(entry, mode):
     assert C.route_for(entry) == mode
 
@@ -321,12 +350,12 @@ def test_each_model_goes_to_its_endpoint_with_the_copilot_headers(gh, wire, sett
     store_login(settings)
     exchange = Exchange()
     gh.get(TOKEN_URL).mock(side_effect=exchange)
-    gh.get(ROOT + "/models").mock(return_value=models(
-        *({"id": m, "supported_endpoints": eps} for _, m, eps in ROUTES.values())))
+    gh.get(ROOT + "/models").mock(return_value=models(*({"id": m, "supported_endpoints": eps} for _, m, eps in ROUTES.values())))
     path, model, _ = ROUTES[mode]
     served = {"anthropic_messages": "claude-x", "responses": "gpt-r", "chat_completions": "gpt-c"}[mode]
-    codec = wire.post(ROOT + path).mock(side_effect=W.script(mode, [
-        W.Turn(tool_calls=[("call_1", "read_file", {"path": "README.md"})], model=served), W.Turn(text="done", model=served)]))
+    codec = wire.post(ROOT + path).mock(
+        side_effect=W.script(mode, [W.Turn(tool_calls=[("call_1", "read_file", {"path": "README.md"})], model=served), W.Turn(text="done", model=served)])
+    )
     outcome = session(resolve_provider(settings.model_copy(update={"model": model})), tmp_path)
     assert outcome.status is OutcomeStatus.ok, outcome.message
     assert outcome.text == "done" and outcome.tool_calls == 1
@@ -350,8 +379,7 @@ def test_the_editor_headers_are_settings_and_go_on_models_and_turns(gh, wire, se
     gh.get(TOKEN_URL).mock(side_effect=Exchange())
     listing = gh.get(ROOT + "/models").mock(return_value=models({"id": "gpt-c", "supported_endpoints": ["/chat/completions"]}))
     codec = wire.post(ROOT + "/chat/completions").mock(side_effect=W.script("chat_completions", [W.Turn(text="ok", model="gpt-c")]))
-    custom = settings.model_copy(update={"model": "gpt-c", "copilot_editor_version": "myeditor/2.0",
-                                         "copilot_integration_id": "my-integration"})
+    custom = settings.model_copy(update={"model": "gpt-c", "copilot_editor_version": "myeditor/2.0", "copilot_integration_id": "my-integration"})
     outcome = session(resolve_provider(custom), tmp_path)
     assert outcome.status is OutcomeStatus.ok, outcome.message
     for request in (listing.calls[0].request, codec.calls[0].request):
@@ -371,10 +399,13 @@ def test_the_vision_header_goes_with_images(gh, wire, settings):
     assert "copilot-vision-request" not in codec.calls[1].request.headers
 
 
-@pytest.mark.parametrize("listing", [
-    [{"id": "other-model", "supported_endpoints": ["/v1/messages"]}],
-    [{"id": "claude-x", "supported_endpoints": ["/v1/embeddings"]}],
-])
+@pytest.mark.parametrize(
+    "listing",
+    [
+        [{"id": "other-model", "supported_endpoints": ["/v1/messages"]}],
+        [{"id": "claude-x", "supported_endpoints": ["/v1/embeddings"]}],
+    ],
+)
 def test_unlisted_or_unspeakable_model_is_model_unavailable_before_any_turn(gh, wire, settings, tmp_path, listing):
     store_login(settings)
     gh.get(TOKEN_URL).mock(side_effect=Exchange())
@@ -393,8 +424,8 @@ def _auth_check(tokens_ok: set):
     def side_effect(request):
         if request.headers["authorization"].removeprefix("Bearer ") in tokens_ok:
             return W.sse_response(W.events("anthropic_messages", W.Turn(text="ok", model="claude-x")))
-        return W.error_response(401, {"type": "error", "error": {"type": "authentication_error",
-                                                                  "message": f"bad token {request.headers['authorization']}"}})
+        return W.error_response(401, {"type": "error", "error": {"type": "authentication_error", "message": f"bad token {request.headers['authorization']}"}})
+
     return side_effect
 
 

@@ -108,7 +108,10 @@ def test_partial_output_is_not_double_counted():
 
 def test_reported_cost_is_subscription_not_billed():
     parser = CursorParser()
-    assert parser.feed(json.dumps({"type": "result", "subtype": "success", "is_error": False, "result": "x", "usage": {"inputTokens": 1, "totalCost": 0.25}})) is LineAction.TERMINAL  # noqa: E501
+    assert (
+        parser.feed(json.dumps({"type": "result", "subtype": "success", "is_error": False, "result": "x", "usage": {"inputTokens": 1, "totalCost": 0.25}}))
+        is LineAction.TERMINAL
+    )  # noqa: E501
     from harnesscheck.contain.process import Ending, ProcessResult
 
     out = parser.outcome(ProcessResult(Ending.exited, 0, None, "", 0.0))
@@ -140,11 +143,19 @@ def session(tmp_path, scenario, *, prompt="hi", timeout_s=30.0, model=None, syst
     wt = hostile_worktree(tmp_path)
     fake = install_fake_cli("cursor-agent", scenario, tmp_path / "bin")
     transport = CursorTransport(
-        get_spec("cursor"), Settings(), cli_path=fake.path, parent_env=env or parent_env(tmp_path / "home"),
-        linger_s=0.5, term_grace_s=1.0,
+        get_spec("cursor"),
+        Settings(),
+        cli_path=fake.path,
+        parent_env=env or parent_env(tmp_path / "home"),
+        linger_s=0.5,
+        term_grace_s=1.0,
     )
     request = AgentSessionRequest(
-        prompt=prompt, system=system, model=model, scope=ToolScope(root=wt), timeout_s=timeout_s,
+        prompt=prompt,
+        system=system,
+        model=model,
+        scope=ToolScope(root=wt),
+        timeout_s=timeout_s,
         run_dir=tmp_path / "run",
     )
     return transport.run_session(request), fake, wt
@@ -209,8 +220,14 @@ def test_login_file_is_linked_for_the_session_only(tmp_path):
     (home / ".config" / "cursor").mkdir(parents=True)
     auth = home / ".config" / "cursor" / "auth.json"
     auth.write_text('{"accessToken": "canary-login-token-0123456789"}')
-    scenario = {"mcp": "connect", "steps": [{"spawn": "sh -c 'readlink \"$HOME/.config/cursor/auth.json\" >&2'"}, {"delay": 0.5},
-                          {"emit": {"type": "result", "subtype": "success", "is_error": False, "result": "ok"}}]}
+    scenario = {
+        "mcp": "connect",
+        "steps": [
+            {"spawn": "sh -c 'readlink \"$HOME/.config/cursor/auth.json\" >&2'"},
+            {"delay": 0.5},
+            {"emit": {"type": "result", "subtype": "success", "is_error": False, "result": "ok"}},
+        ],
+    }
     env = {"PATH": "/usr/bin:/bin", "HOME": str(home)}
     out, fake, _ = session(tmp_path, scenario, env=env)
     assert out.ok and str(auth) in out.stderr_tail
@@ -253,8 +270,19 @@ def test_fake_session_matches_the_replayed_outcome(tmp_path, scenario):
     want = replay_outcome(scenario)
     if scenario in SESSION_VERDICTS:  # decided after the stream, by the transport (see SESSION_VERDICTS)
         want = want.model_copy(update=dict(zip(("status", "error_class"), SESSION_VERDICTS[scenario])))
-    keys = ("status", "error_class", "text", "usage", "native_tool_calls", "terminal_event_seen", "served_model",
-            "iterations", "auth_source", "tool_calls", "tools_used")
+    keys = (
+        "status",
+        "error_class",
+        "text",
+        "usage",
+        "native_tool_calls",
+        "terminal_event_seen",
+        "served_model",
+        "iterations",
+        "auth_source",
+        "tool_calls",
+        "tools_used",
+    )
     got, expected = ({k: getattr(o, k) for k in keys} for o in (out, want))
     got["tools_used"], expected["tools_used"] = sorted(got["tools_used"]), sorted(expected["tools_used"])  # trace: first-use order
     assert got == expected
@@ -293,17 +321,29 @@ def test_session_carries_the_audit_verdict(tmp_path):
 
 def test_bridge_calls_through_the_real_bridge(tmp_path):
     """The fake starts the bridge from the per-run ~/.cursor/mcp.json and calls it."""
+
     def call(cid, path, sub):
         args = {"name": "bridge-read_file", "args": {"path": path}, "toolName": "read_file", "providerIdentifier": "bridge"}
         return {"type": "tool_call", "subtype": sub, "call_id": cid, "tool_call": {"mcpToolCall": {"args": args}}}
-    scenario = {"mcp": "connect", "steps": [
-        {"emit": {"type": "system", "subtype": "init", "apiKeySource": "login", "model": "Auto", "session_id": "s"}},
-        {"mcp_calls": [{"name": "read_file", "arguments": {"path": "README.md"}},
-                       {"name": "read_file", "arguments": {"path": "../home/.cursor/mcp.json"}}], "server": "bridge"},
-        {"emit": call("c1", "README.md", "started")}, {"emit": call("c1", "README.md", "completed")},
-        {"emit": call("c2", "../home/.cursor/mcp.json", "started")}, {"emit": call("c2", "../home/.cursor/mcp.json", "completed")},
-        {"emit": {"type": "result", "subtype": "success", "is_error": False, "result": "read it", "session_id": "s"}},
-    ]}
+
+    scenario = {
+        "mcp": "connect",
+        "steps": [
+            {"emit": {"type": "system", "subtype": "init", "apiKeySource": "login", "model": "Auto", "session_id": "s"}},
+            {
+                "mcp_calls": [
+                    {"name": "read_file", "arguments": {"path": "README.md"}},
+                    {"name": "read_file", "arguments": {"path": "../home/.cursor/mcp.json"}},
+                ],
+                "server": "bridge",
+            },
+            {"emit": call("c1", "README.md", "started")},
+            {"emit": call("c1", "README.md", "completed")},
+            {"emit": call("c2", "../home/.cursor/mcp.json", "started")},
+            {"emit": call("c2", "../home/.cursor/mcp.json", "completed")},
+            {"emit": {"type": "result", "subtype": "success", "is_error": False, "result": "read it", "session_id": "s"}},
+        ],
+    }
     out, fake, _ = session(tmp_path, scenario, timeout_s=60.0)
     results = [json.loads(r) for r in fake.record_path.read_text().splitlines() if '"mcp_result"' in r]
     assert len(results) == 2, results

@@ -107,7 +107,7 @@ def test_composition_turns_every_tool_plugin_and_phone_home_off_and_adds_only_th
 
 # -- the driver (a stand-in SDK: the real one is exercised at loopback) --------------------
 
-STUB = '''
+STUB = """
 class Note:
     def __init__(self, method, payload): self.method, self.payload = method, payload
 class Result:
@@ -124,7 +124,7 @@ class DeepSeekHarness:
         on_notification(Note("session.event", {"sessionId": "s1", "event": ev}))
         return Result(session_id="s1", final_response="hi", finish_reason="completed", events=[ev], notifications=[1])
     def close(self): pass
-'''
+"""
 
 
 def _stub_sdk(tmp_path) -> Path:
@@ -138,8 +138,14 @@ def _stub_sdk(tmp_path) -> Path:
 
 
 def _drive(sdk: Path, request: dict, *args: str):
-    return subprocess.run([sys.executable, "-I", str(ds.DRIVER), "--sdk", str(sdk), *args], input=json.dumps(request),
-                          capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [sys.executable, "-I", str(ds.DRIVER), "--sdk", str(sdk), *args],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+    )
 
 
 def test_driver_forwards_notifications_then_the_run_result(tmp_path):
@@ -150,8 +156,7 @@ def test_driver_forwards_notifications_then_the_run_result(tmp_path):
     assert lines[0]["key_given"] is True and lines[0]["env_key"] is None  # the key is an argument, not inherited
     assert lines[0]["stub_kwargs"]["request_timeout_seconds"] is None
     assert lines[1]["method"] == "session.event" and "stream" not in lines[1]["params"]["event"]["data"]
-    assert lines[-1] == {"type": "run_result", "session_id": "s1", "final_response": "hi", "finish_reason": "completed",
-                         "events": 1, "notifications": 1}
+    assert lines[-1] == {"type": "run_result", "session_id": "s1", "final_response": "hi", "finish_reason": "completed", "events": 1, "notifications": 1}
     assert KEY not in proc.stdout
     assert _drive(sdk, {}, "--version").stdout.strip() == "deepseek-harness-sdk 0.2.1rc2"
 
@@ -169,12 +174,14 @@ def test_driver_reports_what_the_sdk_raised(tmp_path):
 def session(tmp_path, scenario, *, settings=None, env=None, system=None, timeout_s=30.0):
     wt = hostile_worktree(tmp_path)
     fake = install_fake_cli("deepseek", scenario, tmp_path / "bin")
-    host = env or {**parent_env(tmp_path / "home"), "ANTHROPIC_API_KEY": "sk-ant-host-key-must-not-be-used",
-                   "OPENAI_API_KEY": "sk-openai-host-key-must-not-be-used", "DEEPSEEK_API_KEY": "sk-host-deepseek-env-key"}
-    transport = DeepSeekTransport(get_spec("deepseek"), settings or Settings(), cli_path=fake.path, parent_env=host,
-                                  linger_s=0.5, term_grace_s=1.0)
-    request = AgentSessionRequest(prompt="hi", system=system, scope=ToolScope(root=wt), timeout_s=timeout_s,
-                                  run_dir=tmp_path / "run")
+    host = env or {
+        **parent_env(tmp_path / "home"),
+        "ANTHROPIC_API_KEY": "sk-ant-host-key-must-not-be-used",
+        "OPENAI_API_KEY": "sk-openai-host-key-must-not-be-used",
+        "DEEPSEEK_API_KEY": "sk-host-deepseek-env-key",
+    }
+    transport = DeepSeekTransport(get_spec("deepseek"), settings or Settings(), cli_path=fake.path, parent_env=host, linger_s=0.5, term_grace_s=1.0)
+    request = AgentSessionRequest(prompt="hi", system=system, scope=ToolScope(root=wt), timeout_s=timeout_s, run_dir=tmp_path / "run")
     return transport.run_session(request), fake
 
 
@@ -257,11 +264,15 @@ def test_real_runtime_offers_only_the_bridge_and_reads_through_it(tmp_path):
     wt.mkdir()
     (wt / "hello.txt").write_text("hello there\n")
     with ScriptedModelServer(named_scenario("tool_calls"), expected_key="loopback-dummy-key-0001") as srv:
-        transport = DeepSeekTransport(get_spec("deepseek"), Settings(),
-                                      loopback=LoopbackEndpoint(srv.base_url, "loopback-dummy-key-0001"),
-                                      parent_env={**parent_env(tmp_path / "home"), "ANTHROPIC_API_KEY": "sk-ant-not-this"})
-        out = transport.run_session(AgentSessionRequest(prompt="read hello.txt", system="SYSTEM-MARK", scope=ToolScope(root=wt),
-                                                        timeout_s=240, run_dir=tmp_path / "run"))
+        transport = DeepSeekTransport(
+            get_spec("deepseek"),
+            Settings(),
+            loopback=LoopbackEndpoint(srv.base_url, "loopback-dummy-key-0001"),
+            parent_env={**parent_env(tmp_path / "home"), "ANTHROPIC_API_KEY": "sk-ant-not-this"},
+        )
+        out = transport.run_session(
+            AgentSessionRequest(prompt="read hello.txt", system="SYSTEM-MARK", scope=ToolScope(root=wt), timeout_s=240, run_dir=tmp_path / "run")
+        )
         turns = srv.turn_requests()
     assert out.ok and out.text == "The file says hello." and out.tools_used == ["read_file"], out.message
     assert [r.tools for r in turns] == [["mcp__bridge__grep", "mcp__bridge__list_dir", "mcp__bridge__read_file"]] * 2
@@ -275,8 +286,14 @@ def test_launcher_runs_the_driver_on_its_sdk_and_is_rewritten_only_when_it_chang
     assert launcher == sdk / ds.LAUNCHER_NAME
     mtime = launcher.stat().st_mtime_ns
     assert ds.ensure_launcher(sdk).stat().st_mtime_ns == mtime
-    proc = subprocess.run([str(launcher), "--sdk", "-"], input=json.dumps({"prompt": "go", "cwd": str(tmp_path), "dsh_home": str(tmp_path)}),
-                          capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [str(launcher), "--sdk", "-"],
+        input=json.dumps({"prompt": "go", "cwd": str(tmp_path), "dsh_home": str(tmp_path)}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+    )
     assert json.loads(proc.stdout.splitlines()[-1])["type"] == "run_result", proc.stderr
     assert subprocess.run([str(launcher), "--version"], capture_output=True, text=True, timeout=60).stdout.strip() == "deepseek-harness-sdk 0.2.1rc2"
 

@@ -76,11 +76,24 @@ def test_unknown_tools(root, name):
 
 @pytest.mark.parametrize(
     "tool,args",
-    [("read_file", {}), ("read_file", {"path": 3}), ("read_file", {"path": None}), ("read_file", {"path": "a.txt", "extra": 1}),
-     ("read_file", ["a.txt"]), ("read_file", "a.txt"), ("grep", {"path": "."}), ("grep", {"pattern": ["x"]}),
-     ("grep", {"pattern": "("}), ("grep", {"pattern": ""}), ("grep", {"pattern": "a" * 1001}), ("write_file", {"path": "x"}),
-     ("write_file", {"path": "x", "content": b"bytes"}), ("write_file", {"path": "x", "content": "\ud800"}),
-     ("edit_file", {"path": "a.txt", "old": "", "new": "x"}), ("edit_file", {"path": "a.txt", "old": "alpha"})],
+    [
+        ("read_file", {}),
+        ("read_file", {"path": 3}),
+        ("read_file", {"path": None}),
+        ("read_file", {"path": "a.txt", "extra": 1}),
+        ("read_file", ["a.txt"]),
+        ("read_file", "a.txt"),
+        ("grep", {"path": "."}),
+        ("grep", {"pattern": ["x"]}),
+        ("grep", {"pattern": "("}),
+        ("grep", {"pattern": ""}),
+        ("grep", {"pattern": "a" * 1001}),
+        ("write_file", {"path": "x"}),
+        ("write_file", {"path": "x", "content": b"bytes"}),
+        ("write_file", {"path": "x", "content": "\ud800"}),
+        ("edit_file", {"path": "a.txt", "old": "", "new": "x"}),
+        ("edit_file", {"path": "a.txt", "old": "alpha"}),
+    ],
 )
 def test_bad_arguments(root, tool, args):
     refused(dispatch(tool, args, rw(root)), "bad_arguments")
@@ -99,8 +112,12 @@ def test_optional_path_defaults_to_root(root):
 def test_refusal_detail_is_the_callers_input_only(root, tmp_path):
     (tmp_path / "outside.txt").write_text("TOPSECRET")
     os.symlink(str(tmp_path / "outside.txt"), root / "link")
-    for tool, args in [("read_file", {"path": "link"}), ("edit_file", {"path": "a.txt", "old": "nope", "new": "x"}),
-                       ("read_file", {"path": "src"}), ("list_dir", {"path": "a.txt"})]:
+    for tool, args in [
+        ("read_file", {"path": "link"}),
+        ("edit_file", {"path": "a.txt", "old": "nope", "new": "x"}),
+        ("read_file", {"path": "src"}),
+        ("list_dir", {"path": "a.txt"}),
+    ]:
         result = dispatch(tool, args, rw(root))
         assert not result.ok
         assert "TOPSECRET" not in result.text and str(tmp_path) not in result.text

@@ -102,8 +102,7 @@ def test_claude_code_reasoning_reports_the_credentials_of_claude_code(tmp_path: 
     extra = {"ANTHROPIC_API_KEY": "sk-ant-doctor-canary"}
     if token:
         extra["CLAUDE_CODE_OAUTH_TOKEN"] = "doctor-token-canary"
-    _code, report, out = _doctor(tmp_path, "--backend", "claude-code", "--backend", "claude-code-reasoning",
-                                 env=_env(tmp_path, **extra))
+    _code, report, out = _doctor(tmp_path, "--backend", "claude-code", "--backend", "claude-code-reasoning", env=_env(tmp_path, **extra))
     for check in ("auth", "api-key-env"):
         plain, reasoning = _by(report, "claude-code", check), _by(report, "claude-code-reasoning", check)
         assert {**reasoning, "backend": "claude-code"} == plain
@@ -181,12 +180,11 @@ def test_claude_token_status_is_asked_in_a_scratch_home(tmp_path: Path, _doctor)
     exe.write_text(
         "#!/bin/sh\n"
         "if [ \"$1\" = --version ]; then echo '2.1.197 (Claude Code)'; exit 0; fi\n"
-        f"echo \"HOME=$HOME CFG=$CLAUDE_CONFIG_DIR KEY=${{ANTHROPIC_API_KEY:-none}}\" > {record}\n"
-        "echo '{\"loggedIn\":true,\"authMethod\":\"oauth_token\",\"apiProvider\":\"firstParty\"}'\n"
+        f'echo "HOME=$HOME CFG=$CLAUDE_CONFIG_DIR KEY=${{ANTHROPIC_API_KEY:-none}}" > {record}\n'
+        'echo \'{"loggedIn":true,"authMethod":"oauth_token","apiProvider":"firstParty"}\'\n'
     )
     exe.chmod(0o755)
-    env = _env(tmp_path, [bin_dir, Path("/usr/bin"), Path("/bin")], CLAUDE_CODE_OAUTH_TOKEN=CANARY,
-               ANTHROPIC_API_KEY=CANARY + "x")
+    env = _env(tmp_path, [bin_dir, Path("/usr/bin"), Path("/bin")], CLAUDE_CODE_OAUTH_TOKEN=CANARY, ANTHROPIC_API_KEY=CANARY + "x")
     code, report, raw = _doctor(tmp_path, "--backend", "claude-code", env=env)
     line = _by(report, "claude-code", "auth")
     assert line["status"] == "ok" and "oauth_token" in line["detail"]
@@ -228,8 +226,12 @@ def test_doctor_piped_or_narrow_prints_one_line_per_check_with_its_fix():
     (or below TABLE_MIN_COLUMNS) each check is one line, its fix indented below."""
     from harnesscheck.apps.doctor import FAIL, OK, Check, render_lines
 
-    text = render_lines([Check("codex", "binary", FAIL, "codex not found in the cache", "harnesscheck install-clis"),
-                         Check("bridge", "self-test", OK, "spawn to tools/list in 0.6 s", "")])
+    text = render_lines(
+        [
+            Check("codex", "binary", FAIL, "codex not found in the cache", "harnesscheck install-clis"),
+            Check("bridge", "self-test", OK, "spawn to tools/list in 0.6 s", ""),
+        ]
+    )
     lines = text.splitlines()
     assert lines[1] == "fail  codex   binary: codex not found in the cache"
     assert lines[2] == "              fix: harnesscheck install-clis"
@@ -248,8 +250,7 @@ def test_install_clis_checks_that_the_installed_bubblewrap_can_sandbox_a_session
     if not sys.platform.startswith("linux"):
         pytest.skip("bubblewrap is Linux")
     monkeypatch.setattr(sandbox, "_find_bwrap", lambda: "/usr/bin/bwrap")
-    monkeypatch.setattr(sandbox, "status", lambda: sandbox.SandboxStatus(False, "/usr/bin/bwrap", False,
-                                                                      "bwrap cannot create the namespaces here (EPERM)"))
+    monkeypatch.setattr(sandbox, "status", lambda: sandbox.SandboxStatus(False, "/usr/bin/bwrap", False, "bwrap cannot create the namespaces here (EPERM)"))
     out = io.StringIO()
     assert install.ensure_bubblewrap(out) is False
     assert "cannot sandbox a session here" in out.getvalue() and "EPERM" in out.getvalue()

@@ -32,21 +32,63 @@ from harnesscheck.contain.process import run_process
 SCRIPTS = Path(__file__).parent / "proc_scripts"
 
 DENIED_NAMES = [
-    "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_MODEL",
-    "ANTHROPIC_DEFAULT_SONNET_MODEL", "CLAUDE_CODE_OAUTH_TOKEN", "CLAUDE_CODE_USE_BEDROCK",
-    "CLAUDE_CODE_ENTRYPOINT", "CLAUDE_CODE_SSE_PORT", "CLAUDE_AGENT_SDK_VERSION", "CLAUDECODE",
-    "CLAUDE_CONFIG_DIR", "OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_API_KEY", "CODEX_HOME",
-    "CURSOR_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_APPLICATION_CREDENTIALS",
-    "OPENCODE_CONFIG", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE",
-    "AZURE_OPENAI_API_KEY", "DEEPSEEK_API_KEY", "NODE_OPTIONS", "HTTP_PROXY", "HTTPS_PROXY",
-    "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy", "no_proxy", "CI",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_MODEL",
+    "ANTHROPIC_DEFAULT_SONNET_MODEL",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+    "CLAUDE_CODE_USE_BEDROCK",
+    "CLAUDE_CODE_ENTRYPOINT",
+    "CLAUDE_CODE_SSE_PORT",
+    "CLAUDE_AGENT_SDK_VERSION",
+    "CLAUDECODE",
+    "CLAUDE_CONFIG_DIR",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "CODEX_API_KEY",
+    "CODEX_HOME",
+    "CURSOR_API_KEY",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "OPENCODE_CONFIG",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_PROFILE",
+    "AZURE_OPENAI_API_KEY",
+    "DEEPSEEK_API_KEY",
+    "NODE_OPTIONS",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "no_proxy",
+    "CI",
     # custom secrets: only the name gives them away
-    "MY_SERVICE_TOKEN", "DATABASE_PASSWORD", "STRIPE_SECRET", "GH_TOKEN", "GITHUB_TOKEN",
-    "NPM_AUTH", "SOME_CREDENTIALS_FILE", "private_key_pem", "session_cookie", "db_passwd",
+    "MY_SERVICE_TOKEN",
+    "DATABASE_PASSWORD",
+    "STRIPE_SECRET",
+    "GH_TOKEN",
+    "GITHUB_TOKEN",
+    "NPM_AUTH",
+    "SOME_CREDENTIALS_FILE",
+    "private_key_pem",
+    "session_cookie",
+    "db_passwd",
 ]
 ALLOWED = {
-    "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/home/someone", "LANG": "C.UTF-8",
-    "LC_ALL": "C.UTF-8", "TERM": "xterm", "TMPDIR": "/tmp", "USER": "someone", "TZ": "UTC",
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/home/someone",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "TERM": "xterm",
+    "TMPDIR": "/tmp",
+    "USER": "someone",
+    "TZ": "UTC",
 }
 
 
@@ -73,6 +115,7 @@ class ListTrace:
 
 
 # --- build_child_env --------------------------------------------------------------------------------
+
 
 def test_only_allowlisted_names_survive(parent: dict[str, str]) -> None:
     child = build_child_env(parent)
@@ -114,9 +157,7 @@ def test_injection_is_the_only_way_in_replaces_and_is_traced_by_name(parent: dic
     assert child["CLAUDE_CODE_OAUTH_TOKEN"] == token  # injected, replaces the parent's canary
     assert child["HOME"] == "/run/home"  # replaces, never appends
     assert "LANG" in parent and "LANG" not in child  # empty injection means unset
-    assert trace.records == [
-        ("env_inject", {"names": ["CLAUDE_CODE_OAUTH_TOKEN", "HOME"], "unset": ["LANG"]})
-    ]
+    assert trace.records == [("env_inject", {"names": ["CLAUDE_CODE_OAUTH_TOKEN", "HOME"], "unset": ["LANG"]})]
     assert token not in json.dumps(trace.records)
 
 
@@ -167,6 +208,7 @@ def test_denied_families_never_survive_an_allowlisting(prefix: str, rest: str) -
 
 # --- config homes -------------------------------------------------------------------------------------
 
+
 def test_config_home_is_private_and_per_run(tmp_path: Path) -> None:
     name, path = config_home(tmp_path / "run", "CLAUDE_CONFIG_DIR")
     assert name == "CLAUDE_CONFIG_DIR"
@@ -189,6 +231,7 @@ def test_config_home_refuses_a_planted_symlink(tmp_path: Path) -> None:
 
 # --- redaction ----------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "text",
     [
@@ -210,8 +253,19 @@ def test_config_home_refuses_a_planted_symlink(tmp_path: Path) -> None:
 def test_redact_patterns(text: str) -> None:
     out = redact(text)
     assert REDACTED in out
-    for secret in ("sk-ant-api03", "sk-proj-AbCd", "abcDEF1234567890", "Zq8xY7wV6uT5s", "hunter2hunter2",
-                   "S3cretPassw0rd", "ghp_abcdef", "AKIAABCDEFGHIJKLMNOP", "0123456789abcdef0123", "eyJhbGciOi", "QUJDREVGR0hJ"):
+    for secret in (
+        "sk-ant-api03",
+        "sk-proj-AbCd",
+        "abcDEF1234567890",
+        "Zq8xY7wV6uT5s",
+        "hunter2hunter2",
+        "S3cretPassw0rd",
+        "ghp_abcdef",
+        "AKIAABCDEFGHIJKLMNOP",
+        "0123456789abcdef0123",
+        "eyJhbGciOi",
+        "QUJDREVGR0hJ",
+    ):
         assert secret not in out
 
 
@@ -268,9 +322,8 @@ def test_redact_is_linear_on_large_inputs() -> None:
 
 # --- canaries end to end -----------------------------------------------------------------------------
 
-def test_canaries_never_reach_a_real_child_its_argv_trace_or_errors(
-    parent: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+
+def test_canaries_never_reach_a_real_child_its_argv_trace_or_errors(parent: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The host process itself carries the canaries (as a developer's shell would).
     for name in DENIED_NAMES:
         monkeypatch.setenv(name, parent[name])
@@ -280,8 +333,11 @@ def test_canaries_never_reach_a_real_child_its_argv_trace_or_errors(
     env = build_child_env(os.environ, injections={"CLAUDE_CODE_OAUTH_TOKEN": injected}, trace=trace)
     lines: list[str] = []
     result = run_process(
-        [sys.executable, str(SCRIPTS / "print_env.py"), "--flag"], env=env, cwd=tmp_path,
-        on_line=lines.append, timeout_s=60,
+        [sys.executable, str(SCRIPTS / "print_env.py"), "--flag"],
+        env=env,
+        cwd=tmp_path,
+        on_line=lines.append,
+        timeout_s=60,
     )
     seen = json.loads(lines[0])
     # error text a transport would build from the result
@@ -294,8 +350,13 @@ def test_canaries_never_reach_a_real_child_its_argv_trace_or_errors(
     for name in DENIED_NAMES:
         value = parent[name]
         assert name not in seen["env"] or name == "CLAUDE_CODE_OAUTH_TOKEN"
-        for where, text in (("child env", child_env_text), ("argv", argv_text), ("trace", trace_text),
-                            ("stderr tail", result.stderr_tail), ("error", error_text)):
+        for where, text in (
+            ("child env", child_env_text),
+            ("argv", argv_text),
+            ("trace", trace_text),
+            ("stderr tail", result.stderr_tail),
+            ("error", error_text),
+        ):
             assert value not in text, f"{name} canary reached the {where}"
     # the injected token reached the child, and nothing else that is stored
     assert seen["env"]["CLAUDE_CODE_OAUTH_TOKEN"] == injected

@@ -36,10 +36,15 @@ def request(root: Path, tmp_path: Path, **kw) -> AgentSessionRequest:
 
 def test_every_tool_call_is_requested_decided_and_completed_in_order(root, tmp_path):
     turns = [
-        FakeTurn(text="reading", tool_calls=[ToolCall("read_file", {"path": "src/a.py"}),
-                                             ToolCall("write_file", {"path": "src/b.py", "content": "x"}),
-                                             ToolCall("read_file", {"path": "../secret"})],
-                 usage=Usage(input=7, output=3)),
+        FakeTurn(
+            text="reading",
+            tool_calls=[
+                ToolCall("read_file", {"path": "src/a.py"}),
+                ToolCall("write_file", {"path": "src/b.py", "content": "x"}),
+                ToolCall("read_file", {"path": "../secret"}),
+            ],
+            usage=Usage(input=7, output=3),
+        ),
         FakeTurn(text="done", usage=Usage(input=11, output=2)),
     ]
     policy = Policy(rules=(Rule(decision=Verdict.APPROVAL_REQUIRED, kinds=(ToolKind.WRITE,)),))
@@ -47,10 +52,16 @@ def test_every_tool_call_is_requested_decided_and_completed_in_order(root, tmp_p
     out = run_with_events(fake(turns), request(root, tmp_path, policy=policy, approver=lambda r: False), events.append)
     kinds = [(e.kind, e.tool) for e in events if e.kind.startswith(("tool", "approval"))]
     assert kinds == [
-        ("tool_call", "read_file"), ("tool_decision", "read_file"), ("tool_result", "read_file"),
-        ("tool_call", "write_file"), ("approval_requested", "write_file"), ("approval_answered", "write_file"),
+        ("tool_call", "read_file"),
+        ("tool_decision", "read_file"),
+        ("tool_result", "read_file"),
+        ("tool_call", "write_file"),
+        ("approval_requested", "write_file"),
+        ("approval_answered", "write_file"),
         ("tool_decision", "write_file"),
-        ("tool_call", "read_file"), ("tool_decision", "read_file"), ("tool_result", "read_file"),
+        ("tool_call", "read_file"),
+        ("tool_decision", "read_file"),
+        ("tool_result", "read_file"),
     ]
     decisions = [(e.decision, e.code) for e in events if e.kind == "tool_decision"]
     assert decisions == [("allow", "default"), ("deny", "approval_denied"), ("allow", "default")]
@@ -68,8 +79,7 @@ def test_every_tool_call_is_requested_decided_and_completed_in_order(root, tmp_p
 
 
 def test_the_trace_and_the_stream_agree_call_for_call(root, tmp_path):
-    turns = [FakeTurn(tool_calls=[ToolCall("read_file", {"path": p}) for p in ("src/a.py", "nope", "src/a.py")]),
-             FakeTurn(text="ok")]
+    turns = [FakeTurn(tool_calls=[ToolCall("read_file", {"path": p}) for p in ("src/a.py", "nope", "src/a.py")]), FakeTurn(text="ok")]
     events: list[SessionEvent] = []
     run_with_events(fake(turns), request(root, tmp_path), events.append)
     trace = [json.loads(line) for line in (tmp_path / "run" / "trace.jsonl").read_text().splitlines()]
@@ -82,8 +92,7 @@ def test_an_error_ends_with_error_then_end_and_a_broken_sink_never_breaks_the_se
     from harnesscheck.core.contracts import ErrorClass
 
     events: list[SessionEvent] = []
-    out = run_with_events(fake([FakeTurn(error=ErrorClass.auth, error_message="401")]), request(root, tmp_path),
-                          events.append)
+    out = run_with_events(fake([FakeTurn(error=ErrorClass.auth, error_message="401")]), request(root, tmp_path), events.append)
     assert [e.kind for e in events][-2:] == ["error", "end"] and events[-2].error_class == "auth"
     assert out.status.value == "blocked"
 

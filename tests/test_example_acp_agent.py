@@ -24,8 +24,22 @@ def test_the_example_agent_passes_its_acp_cells(tmp_path):
         pytest.skip("node is not installed")
     if not (EXAMPLE / "node_modules" / "@agentclientprotocol" / "sdk").is_dir():
         pytest.skip("the example's packages are not installed: npm ci --ignore-scripts --prefix examples/acp-agent-ts")
-    argv = [sys.executable, "-m", "harnesscheck", "verify", "--backend", f"acp:--hc-builtins-off node {EXAMPLE / 'agent.js'}",
-            "--level", "loopback", "-n", "0", "--report", str(tmp_path / "report"), "--ratchet", "none"]
+    argv = [
+        sys.executable,
+        "-m",
+        "harnesscheck",
+        "verify",
+        "--backend",
+        f"acp:--hc-builtins-off node {EXAMPLE / 'agent.js'}",
+        "--level",
+        "loopback",
+        "-n",
+        "0",
+        "--report",
+        str(tmp_path / "report"),
+        "--ratchet",
+        "none",
+    ]
     for check in CHECKS:
         argv += ["--check", check]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=280)

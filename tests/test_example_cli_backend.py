@@ -30,8 +30,11 @@ def test_the_example_passes_the_offline_suite(tmp_path, monkeypatch):
     code, report, out = run_suite(tmp_path, "--hc-backend", "claude_cli_backend:spec", "-n", "2", timeout=1800)
     assert report is not None, out[-3000:]
     cells = [c for c in report["cells"] if c["backend"] == "claude-cli-example"]
-    bad = {c["check"]: f"{c['outcome']} [{c['reason']}] {c['message'][:300]}" for c in cells
-           if c["outcome"] not in ("passed", "skipped") or (c["outcome"] == "skipped" and not c["reason"])}
+    bad = {
+        c["check"]: f"{c['outcome']} [{c['reason']}] {c['message'][:300]}"
+        for c in cells
+        if c["outcome"] not in ("passed", "skipped") or (c["outcome"] == "skipped" and not c["reason"])
+    }
     assert not bad, bad
     assert code == 0, out[-3000:]
     passed = {c["check"] for c in cells if c["outcome"] == "passed"}
@@ -42,9 +45,15 @@ def test_the_example_passes_the_offline_suite(tmp_path, monkeypatch):
     from harnesscheck.kit.requirements import unmet
 
     # the minimum (kit/requirements.py): the harness checks of these areas that need no optional capability
-    minimum = {cid for cid, info in catalog.items() if info.area in ("env", "scope", "time", "errors", "bridge")
-               and "offline" in info.levels and info.applies_to_kind(spec().kind) and not info.declines
-               and not unmet(spec().model_copy(update={"capabilities": frozenset()}), info.requires)}
+    minimum = {
+        cid
+        for cid, info in catalog.items()
+        if info.area in ("env", "scope", "time", "errors", "bridge")
+        and "offline" in info.levels
+        and info.applies_to_kind(spec().kind)
+        and not info.declines
+        and not unmet(spec().model_copy(update={"capabilities": frozenset()}), info.requires)
+    }
     skipped = {c["check"]: c["reason"] for c in cells if c["check"] in minimum and c["outcome"] == "skipped"}
     # what the minimum may skip: a fixture the fake claude has no recording of, or a hazard of another platform
     assert set(skipped.values()) <= {"adapter-not-implemented", "env-missing", "budget"}, skipped

@@ -43,8 +43,18 @@ def test_emit_placeholders_and_split(tmp_path):
     scenario = {
         "default_model": "claude-opus-4-8",
         "steps": [
-            {"emit": {"type": "system", "model": "{{model}}", "tools": "{{allowed_tools}}", "cwd": "{{cwd}}",
-                      "session_id": "{{session_id}}", "p": "{{prompt}}"}, "split": [1, 7, 30], "gap": 0.01},
+            {
+                "emit": {
+                    "type": "system",
+                    "model": "{{model}}",
+                    "tools": "{{allowed_tools}}",
+                    "cwd": "{{cwd}}",
+                    "session_id": "{{session_id}}",
+                    "p": "{{prompt}}",
+                },
+                "split": [1, 7, 30],
+                "gap": 0.01,
+            },
             {"emit": "plain string line"},
         ],
     }
@@ -216,9 +226,18 @@ def test_render_replays_output_steps_without_side_effects():
     sys.path.insert(0, str(fake_clis_dir()))
     import _fakecli
 
-    scenario = {"default_model": "m-1[1m]", "steps": [
-        {"spawn": "sleep 1000"}, {"delay": 100}, {"stderr": "x"},
-        {"emit": {"model": "{{model}}", "base": "{{model_base}}"}}, {"noise": "n"}, {"hang": True}, {"emit": {"never": 1}}]}
+    scenario = {
+        "default_model": "m-1[1m]",
+        "steps": [
+            {"spawn": "sleep 1000"},
+            {"delay": 100},
+            {"stderr": "x"},
+            {"emit": {"model": "{{model}}", "base": "{{model_base}}"}},
+            {"noise": "n"},
+            {"hang": True},
+            {"emit": {"never": 1}},
+        ],
+    }
     data, code = _fakecli.render("claude", scenario)
     assert code is None  # it hangs
     assert data.splitlines() == [b'{"model":"m-1[1m]","base":"m-1"}', b"n"]
@@ -295,16 +314,41 @@ def test_progress_exit_is_recorded_before_exiting_and_none_without_a_record(tmp_
 #: spawn / ignore-SIGTERM / hang): each costs milliseconds of start-up. json is replaced by
 #: its C half (_json), re by str methods, signal by _signal, subprocess by os.posix_spawn, os
 #: itself by posix.
-HEAVY_MODULES = {"json", "re", "enum", "functools", "collections", "subprocess", "signal", "selectors", "threading",
-                 "shlex", "uuid", "pathlib", "tomllib", "platform", "__future__", "os", "posixpath", "_collections_abc"}
+HEAVY_MODULES = {
+    "json",
+    "re",
+    "enum",
+    "functools",
+    "collections",
+    "subprocess",
+    "signal",
+    "selectors",
+    "threading",
+    "shlex",
+    "uuid",
+    "pathlib",
+    "tomllib",
+    "platform",
+    "__future__",
+    "os",
+    "posixpath",
+    "_collections_abc",
+}
 
 
 def _imported(fake, *args, env=None, cwd=None, pass_fds=()) -> tuple[set[str], subprocess.CompletedProcess]:
     """Modules imported by one run of the fake (`-X importtime`), started as its shebang does."""
     first = fake.path.read_text(encoding="utf-8").splitlines()[0]
     interpreter, *flags = first[2:].split()
-    proc = subprocess.run([interpreter, *flags, "-X", "importtime", str(fake.path), *args], stdin=subprocess.DEVNULL,
-                          capture_output=True, env=env, cwd=cwd, timeout=60, pass_fds=pass_fds)
+    proc = subprocess.run(
+        [interpreter, *flags, "-X", "importtime", str(fake.path), *args],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        env=env,
+        cwd=cwd,
+        timeout=60,
+        pass_fds=pass_fds,
+    )
     names = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.decode().splitlines() if line.startswith("import time:")}
     return names, proc
 
@@ -328,11 +372,20 @@ def test_a_replay_imports_no_process_or_toml_machinery(tmp_path):
     codex_home = tmp_path / "codex-home"
     codex_home.mkdir()
     (codex_home / "config.toml").write_text('[mcp_servers.bridge]\ncommand = "/bin/true"\n')
-    scenario = {"default_model": "gpt-5", "steps": [
-        {"emit": {"id": "{{session_id}}", "model": "{{model}}", "cwd": "{{cwd}}", "pid": "{{pid}}", "p": "{{prompt}}"},
-         "split": [3]},
-        {"noise": "banner"}, {"oversize": 300}, {"raw": "{\"cut", "newline": True}, {"invalid_utf8": True},
-        {"stderr": "warn", "repeat": 2}, {"delay": 0}, {"ignore_sigterm": False}, {"exit": 0}]}
+    scenario = {
+        "default_model": "gpt-5",
+        "steps": [
+            {"emit": {"id": "{{session_id}}", "model": "{{model}}", "cwd": "{{cwd}}", "pid": "{{pid}}", "p": "{{prompt}}"}, "split": [3]},
+            {"noise": "banner"},
+            {"oversize": 300},
+            {"raw": '{"cut', "newline": True},
+            {"invalid_utf8": True},
+            {"stderr": "warn", "repeat": 2},
+            {"delay": 0},
+            {"ignore_sigterm": False},
+            {"exit": 0},
+        ],
+    }
     fake = install_fake_cli("codex", scenario, tmp_path / "bin")
     env = {"PATH": os.environ["PATH"], "CODEX_HOME": str(codex_home), "HOME": str(tmp_path)}
     names, proc = _imported(fake, "exec", "--json", "-", env=env, cwd=tmp_path)
@@ -381,8 +434,7 @@ def _probe_config(tmp_path) -> str:
     server = tmp_path / "probe_server.py"
     server.write_text(PROBE_SERVER)
     cfg = tmp_path / "mcp.json"
-    cfg.write_text(json.dumps({"mcpServers": {"bridge": {"command": sys.executable, "args": [str(server), "a b"],
-                                                         "env": {"EXTRA": "from-config"}}}}))
+    cfg.write_text(json.dumps({"mcpServers": {"bridge": {"command": sys.executable, "args": [str(server), "a b"], "env": {"EXTRA": "from-config"}}}}))
     return str(cfg)
 
 
@@ -390,11 +442,15 @@ def test_an_mcp_session_starts_the_server_like_popen_and_imports_nothing_heavy(t
     """The server gets the fake's env plus the config's, the fake's cwd, pipes on 0/1, stderr
     on /dev/null, no other fd of the fake (not even one the fake inherited); the fake imports no subprocess, json, re, signal or threading to do it."""
     cfg = _probe_config(tmp_path)
-    scenario = {"mcp": "connect", "steps": [
-        {"emit": {"servers": "{{mcp_server_names}}", "tools": "{{mcp_tools}}"}},
-        {"mcp_call": {"server": "bridge", "tool": "probe", "arguments": {}}},
-        {"emit": {"seen": "{{mcp_result_text}}"}},
-        {"mcp_calls": [{"name": "probe", "arguments": {"x": 1}}]}]}
+    scenario = {
+        "mcp": "connect",
+        "steps": [
+            {"emit": {"servers": "{{mcp_server_names}}", "tools": "{{mcp_tools}}"}},
+            {"mcp_call": {"server": "bridge", "tool": "probe", "arguments": {}}},
+            {"emit": {"seen": "{{mcp_result_text}}"}},
+            {"mcp_calls": [{"name": "probe", "arguments": {"x": 1}}]},
+        ],
+    }
     fake = install_fake_cli("claude", scenario, tmp_path / "bin")
     work = tmp_path / "work"
     work.mkdir()
@@ -453,8 +509,7 @@ def test_a_spawned_grandchild_gets_dev_null_stdin_and_no_other_fd(tmp_path):
     fake = install_fake_cli("claude", scenario, tmp_path)
     stray_r, stray_w = os.pipe()
     os.set_inheritable(stray_w, True)
-    proc = subprocess.Popen([str(fake.path)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, start_new_session=True,
-                            pass_fds=(stray_w,))
+    proc = subprocess.Popen([str(fake.path)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, start_new_session=True, pass_fds=(stray_w,))
     try:
         assert json.loads(proc.stdout.readline()) == {"type": "x"}
         kid = fake.last()["grandchildren"][0]["pid"]
@@ -473,13 +528,26 @@ def test_a_spawned_grandchild_gets_dev_null_stdin_and_no_other_fd(tmp_path):
 def test_stall_scenarios_import_nothing_heavy(tmp_path):
     """spawn (with and without setsid), ignore_sigterm, then a hang: what the timeout-tree,
     term-grace and linger checks replay. SIGKILL ends it; -X importtime has written by then."""
-    scenario = {"steps": [{"spawn": "sleep 1000"}, {"spawn": "sleep 1000", "setsid": True}, {"ignore_sigterm": True},
-                          {"emit": {"type": "x"}}, {"delay": 0.01}, {"hang": True}]}
+    scenario = {
+        "steps": [
+            {"spawn": "sleep 1000"},
+            {"spawn": "sleep 1000", "setsid": True},
+            {"ignore_sigterm": True},
+            {"emit": {"type": "x"}},
+            {"delay": 0.01},
+            {"hang": True},
+        ]
+    }
     fake = install_fake_cli("claude", scenario, tmp_path)
     first = fake.path.read_text(encoding="utf-8").splitlines()[0]
     interpreter, *flags = first[2:].split()
-    proc = subprocess.Popen([interpreter, *flags, "-X", "importtime", str(fake.path)], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        [interpreter, *flags, "-X", "importtime", str(fake.path)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         assert json.loads(proc.stdout.readline()) == {"type": "x"}
         assert _wait_for(lambda: any(s["action"] == "hang" for s in _steps(fake)))
@@ -525,6 +593,7 @@ def test_session_id_is_a_fresh_uuid4(tmp_path):
 
 # -- the engine's stand-ins for json, re and shlex say exactly what those modules say ------
 
+
 def _engine():
     sys.path.insert(0, str(fake_clis_dir()))
     import _fakecli
@@ -532,12 +601,10 @@ def _engine():
     return _fakecli
 
 
-_json_scalars = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True)
-                 | st.text())
+_json_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True) | st.text()
 _json_values = st.recursive(
     _json_scalars,
-    lambda inner: st.lists(inner, max_size=4)
-    | st.dictionaries(st.text() | st.integers() | st.booleans() | st.none() | st.floats(), inner, max_size=4),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text() | st.integers() | st.booleans() | st.none() | st.floats(), inner, max_size=4),
     max_leaves=20,
 )
 
@@ -547,8 +614,7 @@ _json_values = st.recursive(
 def test_json_dumps_writes_what_the_json_module_writes(value):
     engine = _engine()
     assert engine.json_dumps(value) == json.dumps(value)  # records, MCP messages
-    assert engine.json_dumps(value, separators=(",", ":"), ensure_ascii=False) == json.dumps(
-        value, separators=(",", ":"), ensure_ascii=False)  # emit lines
+    assert engine.json_dumps(value, separators=(",", ":"), ensure_ascii=False) == json.dumps(value, separators=(",", ":"), ensure_ascii=False)  # emit lines
     assert engine.json_dumps(value, separators=(",", ":")) == json.dumps(value, separators=(",", ":"))  # oversize
 
 
@@ -591,8 +657,7 @@ def test_json_loads_parses_what_the_json_module_parses(value, before, after, com
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)
-@given(text=st.text(alphabet='{}[]":,. \t\n\\u0123456789abeflnrstuNIaEe-+\ufeff\x00', max_size=20)
-       | st.binary(max_size=12))
+@given(text=st.text(alphabet='{}[]":,. \t\n\\u0123456789abeflnrstuNIaEe-+\ufeff\x00', max_size=20) | st.binary(max_size=12))
 def test_json_loads_rejects_what_the_json_module_rejects(text):
     _same_json(text)
 
@@ -600,10 +665,10 @@ def test_json_loads_rejects_what_the_json_module_rejects(text):
 @settings(max_examples=500, deadline=None, derandomize=True)
 @example(text="{{{a}}", values={"a": "Z"})  # no name at 0 ("{a"): the match starts at 1
 @example(text="{{a}}{{x}}", values={"a": [1], "x": "Z"})  # a list value stays as written, the next fills
-@given(text=st.lists(st.sampled_from(["{{", "}}", "{", "}", "{{a}}", "{{x}}", "a", "_", "1", "é", "٣", "x", " ", "-"]),
-                     max_size=10).map("".join),
-       values=st.dictionaries(
-    st.sampled_from(["a", "_", "a_1", "é", "٣", "1", "x"]), st.text(alphabet="{}ab", max_size=3) | st.lists(st.integers())))
+@given(
+    text=st.lists(st.sampled_from(["{{", "}}", "{", "}", "{{a}}", "{{x}}", "a", "_", "1", "é", "٣", "x", " ", "-"]), max_size=10).map("".join),
+    values=st.dictionaries(st.sampled_from(["a", "_", "a_1", "é", "٣", "1", "x"]), st.text(alphabet="{}ab", max_size=3) | st.lists(st.integers())),
+)
 def test_placeholders_are_filled_as_the_former_regex_filled_them(text, values):
     import re
 
@@ -630,9 +695,43 @@ def test_spawn_commands_split_as_shlex_splits_them(command):
     assert engine._split_command(command) == expected
 
 
-_toml_tokens = st.sampled_from(["[", "]", "[[", "a", "b", ".", " = ", "=", " ", '"', "'", "1", "0", "-", "+", "true",
-                                "false", "{", "}", ",", "#", "\n", "\t", "x y", "é", "\\", '"s"', "'s'", "[a]\n",
-                                "a = ", "b = ", "1_0", "1.5"])
+_toml_tokens = st.sampled_from(
+    [
+        "[",
+        "]",
+        "[[",
+        "a",
+        "b",
+        ".",
+        " = ",
+        "=",
+        " ",
+        '"',
+        "'",
+        "1",
+        "0",
+        "-",
+        "+",
+        "true",
+        "false",
+        "{",
+        "}",
+        ",",
+        "#",
+        "\n",
+        "\t",
+        "x y",
+        "é",
+        "\\",
+        '"s"',
+        "'s'",
+        "[a]\n",
+        "a = ",
+        "b = ",
+        "1_0",
+        "1.5",
+    ]
+)
 
 
 @settings(max_examples=1000, deadline=None, derandomize=True)
@@ -656,8 +755,9 @@ _config_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
-@given(argv=st.lists(_config_text, min_size=1, max_size=4), env=st.dictionaries(_config_text, _config_text, max_size=3),
-       tools=st.lists(_config_text, max_size=3))
+@given(
+    argv=st.lists(_config_text, min_size=1, max_size=4), env=st.dictionaries(_config_text, _config_text, max_size=3), tools=st.lists(_config_text, max_size=3)
+)
 def test_a_codex_config_toml_reads_as_tomllib_reads_it_without_tomllib(argv, env, tools):
     """The config.toml the codex transport writes: the same servers as tomllib, and tomllib
     is not needed unless a string needs escapes."""
@@ -681,8 +781,7 @@ def test_a_codex_mcp_session_imports_no_toml_or_process_machinery(tmp_path):
     server.write_text(PROBE_SERVER)
     codex_home = tmp_path / "codex-home"
     codex_home.mkdir()
-    (codex_home / "config.toml").write_text(render_config(bridge=([sys.executable, str(server)], {"EXTRA": "toml"}),
-                                                          bridge_tools=("probe",)))
+    (codex_home / "config.toml").write_text(render_config(bridge=([sys.executable, str(server)], {"EXTRA": "toml"}), bridge_tools=("probe",)))
     fake = install_fake_cli("codex", {"steps": [{"mcp_calls": [{"name": "probe", "arguments": {}}]}]}, tmp_path / "bin")
     env = {"PATH": os.environ["PATH"], "CODEX_HOME": str(codex_home), "HOME": str(tmp_path)}
     names, proc = _imported(fake, "exec", "--json", "-", env=env, cwd=tmp_path)
@@ -698,14 +797,12 @@ def test_the_recorded_env_is_os_environ_even_for_undecodable_bytes(tmp_path):
     env = {b"PATH": os.environb[b"PATH"], b"RAW": b"caf\xe9 \xff", b"PLAIN": "é".encode()}
     subprocess.run([str(fake.path)], stdin=subprocess.DEVNULL, env=env, capture_output=True, timeout=30, check=True)
     probe = "import json, os; print(json.dumps(dict(os.environ)))"  # the same interpreter, flags and env
-    expected = json.loads(subprocess.run([sys.executable, "-I", "-S", "-c", probe], env=env, capture_output=True,
-                                         timeout=30, check=True).stdout)
+    expected = json.loads(subprocess.run([sys.executable, "-I", "-S", "-c", probe], env=env, capture_output=True, timeout=30, check=True).stdout)
     assert fake.last()["env"] == expected and expected["RAW"] == os.fsdecode(b"caf\xe9 \xff")
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)
-@given(base=st.text(alphabet="/a.", max_size=4), name=st.text(alphabet="/a.", max_size=4),
-       path=st.none() | st.text(alphabet="/a:", max_size=6))
+@given(base=st.text(alphabet="/a.", max_size=4), name=st.text(alphabet="/a.", max_size=4), path=st.none() | st.text(alphabet="/a:", max_size=6))
 def test_the_path_helpers_answer_as_os_path(base, name, path):
     engine = _engine()
     assert engine._join(base, name) == os.path.join(base, name)
@@ -721,19 +818,16 @@ def test_the_file_kind_helpers_answer_as_os_path(tmp_path):
     (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
     for name in ("file", "dir", "link", "dangling", "missing", "file/below"):
         path = str(tmp_path / name)
-        assert (engine._isfile(path), engine._isdir(path), engine._islink(path)) == (
-            os.path.isfile(path), os.path.isdir(path), os.path.islink(path)), name
+        assert (engine._isfile(path), engine._isdir(path), engine._islink(path)) == (os.path.isfile(path), os.path.isdir(path), os.path.islink(path)), name
     assert not engine._isfile("nul\0byte") and not engine._isdir("nul\0byte")
 
 
 def test_an_mcp_server_gets_its_pipes_even_when_the_fake_has_no_stdin(tmp_path):
     """With fd 0 closed a new pipe lands on it; the server must still get pipes on 0 and 1."""
     cfg = _probe_config(tmp_path)
-    scenario = {"mcp": "connect", "steps": [{"mcp_call": {"server": "bridge", "tool": "probe", "arguments": {}}},
-                                            {"emit": {"seen": "{{mcp_result_text}}"}}]}
+    scenario = {"mcp": "connect", "steps": [{"mcp_call": {"server": "bridge", "tool": "probe", "arguments": {}}}, {"emit": {"seen": "{{mcp_result_text}}"}}]}
     fake = install_fake_cli("claude", scenario, tmp_path / "bin")
-    proc = subprocess.run(["/bin/sh", "-c", 'exec "$0" "$@" <&-', str(fake.path), "-p", "--mcp-config", cfg],
-                          capture_output=True, timeout=60)
+    proc = subprocess.run(["/bin/sh", "-c", 'exec "$0" "$@" <&-', str(fake.path), "-p", "--mcp-config", cfg], capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     seen = json.loads(json.loads(proc.stdout)["seen"])
     assert seen["stdin"].startswith("pipe:") and seen["args"] == ["a b"]
@@ -746,8 +840,10 @@ def test_an_mcp_server_gets_its_pipes_even_when_the_fake_has_no_stdin(tmp_path):
 def _two_servers(tmp_path, first="infermatrix-tools", second="docs") -> tuple[str, str]:
     server = tmp_path / "probe_server.py"
     server.write_text(PROBE_SERVER)
-    servers = {first: {"command": sys.executable, "args": [str(server)], "env": {"EXTRA": first}},
-               second: {"command": sys.executable, "args": [str(server)], "env": {"EXTRA": second}}}
+    servers = {
+        first: {"command": sys.executable, "args": [str(server)], "env": {"EXTRA": first}},
+        second: {"command": sys.executable, "args": [str(server)], "env": {"EXTRA": second}},
+    }
     return json.dumps({"mcpServers": servers}), str(server)
 
 
@@ -767,9 +863,13 @@ def test_mcp_calls_reach_a_server_of_any_name_given_inline(tmp_path):
 
 def test_claude_output_format_json_prints_only_the_result_object(tmp_path):
     """`claude -p --output-format json` prints one JSON object, the result, not the event stream."""
-    scenario = {"steps": [{"emit": {"type": "system", "subtype": "init"}},
-                          {"emit": {"type": "assistant", "message": {"content": []}}},
-                          {"emit": {"type": "result", "subtype": "success", "is_error": False, "result": "hi"}}]}
+    scenario = {
+        "steps": [
+            {"emit": {"type": "system", "subtype": "init"}},
+            {"emit": {"type": "assistant", "message": {"content": []}}},
+            {"emit": {"type": "result", "subtype": "success", "is_error": False, "result": "hi"}},
+        ]
+    }
     fake = install_fake_cli("claude", scenario, tmp_path / "bin")
     out = _run(fake, "-p", "--output-format", "json").stdout.decode()
     assert [json.loads(line)["type"] for line in out.splitlines()] == ["result"]
@@ -782,8 +882,9 @@ def test_claude_stream_json_input_speaks_the_control_protocol_without_reading_to
     message while stdin stays open, and exits only once stdin closes, as the real CLI does."""
     scenario = {"steps": [{"emit": {"type": "result", "subtype": "success", "is_error": False, "result": "{{prompt}}"}}]}
     fake = install_fake_cli("claude", scenario, tmp_path / "bin")
-    proc = subprocess.Popen([str(fake.path), "-p", "--input-format", "stream-json", "--output-format", "stream-json"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [str(fake.path), "-p", "--input-format", "stream-json", "--output-format", "stream-json"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
     try:
         proc.stdin.write(b'{"type":"control_request","request_id":"r1","request":{"subtype":"initialize"}}\n')
         proc.stdin.flush()
@@ -807,14 +908,18 @@ def _sdk_style_session(fake, mcp_config: str) -> list[dict]:
     """Drive a fake claude as the Claude Agent SDK does: `--output-format stream-json --verbose
     --input-format stream-json`, an inline `--mcp-config`, `initialize` over the control
     protocol, one user message, read to the result, then close stdin. Every stdout event."""
-    proc = subprocess.Popen([str(fake.path), "--output-format", "stream-json", "--verbose", "--mcp-config", mcp_config,
-                             "--strict-mcp-config", "--input-format", "stream-json"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [str(fake.path), "--output-format", "stream-json", "--verbose", "--mcp-config", mcp_config, "--strict-mcp-config", "--input-format", "stream-json"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     events = []
     try:
         proc.stdin.write(b'{"type":"control_request","request_id":"req_1","request":{"subtype":"initialize"}}\n')
-        proc.stdin.write(json.dumps({"type": "user", "message": {"role": "user", "content": "read it"},
-                                     "parent_tool_use_id": None, "session_id": "default"}).encode() + b"\n")
+        proc.stdin.write(
+            json.dumps({"type": "user", "message": {"role": "user", "content": "read it"}, "parent_tool_use_id": None, "session_id": "default"}).encode()
+            + b"\n"
+        )
         proc.stdin.flush()
         while not events or events[-1].get("type") != "result":
             line = proc.stdout.readline()
@@ -836,10 +941,14 @@ def test_claude_prints_tool_use_and_tool_result_around_its_mcp_calls(tmp_path):
     server = tmp_path / "probe_server.py"
     server.write_text(PROBE_SERVER)
     config = json.dumps({"mcpServers": {"workspace": {"type": "stdio", "command": sys.executable, "args": [str(server)]}}})
-    scenario = {"default_model": "claude-sonnet-5-5", "steps": [
-        {"emit": {"type": "system", "subtype": "init", "session_id": "s-recorded"}},
-        {"mcp_calls": [{"name": "probe", "arguments": {"x": 1}}]},
-        {"emit": {"type": "result", "subtype": "success", "is_error": False, "result": "done", "session_id": "s-recorded"}}]}
+    scenario = {
+        "default_model": "claude-sonnet-5-5",
+        "steps": [
+            {"emit": {"type": "system", "subtype": "init", "session_id": "s-recorded"}},
+            {"mcp_calls": [{"name": "probe", "arguments": {"x": 1}}]},
+            {"emit": {"type": "result", "subtype": "success", "is_error": False, "result": "done", "session_id": "s-recorded"}},
+        ],
+    }
     fake = install_fake_cli("claude", scenario, tmp_path / "bin")
     events = _sdk_style_session(fake, config)
     kinds = [e["type"] for e in events]
@@ -852,8 +961,12 @@ def test_claude_prints_tool_use_and_tool_result_around_its_mcp_calls(tmp_path):
     assert '"canary"' in result["content"][0]["text"]
     assert {e.get("session_id") for e in events[1:]} == {"s-recorded"}
     # a tool error is a tool_result with is_error
-    failing = {"steps": [{"mcp_calls": [{"name": "no_such_tool", "arguments": {}}]},
-                         {"emit": {"type": "result", "subtype": "success", "is_error": False, "result": "done"}}]}
+    failing = {
+        "steps": [
+            {"mcp_calls": [{"name": "no_such_tool", "arguments": {}}]},
+            {"emit": {"type": "result", "subtype": "success", "is_error": False, "result": "done"}},
+        ]
+    }
     fake = install_fake_cli("claude", failing, tmp_path / "bin2")
     events = _sdk_style_session(fake, config)
     assert [e["type"] for e in events] == ["control_response", "assistant", "user", "result"]
@@ -874,8 +987,7 @@ def test_claude_tool_events_parse_with_the_sdk(tmp_path):
     fake = install_fake_cli("claude", data, tmp_path / "bin2")
     messages = [parser.parse_message(e) for e in _sdk_style_session(fake, config)[1:]]
     uses = [b for m in messages if isinstance(m, AssistantMessage) for b in m.content if isinstance(b, ToolUseBlock)]
-    results = [b for m in messages if isinstance(m, UserMessage) and isinstance(m.content, list)
-               for b in m.content if isinstance(b, ToolResultBlock)]
+    results = [b for m in messages if isinstance(m, UserMessage) and isinstance(m.content, list) for b in m.content if isinstance(b, ToolResultBlock)]
     assert "mcp__workspace__probe" in [u.name for u in uses]
     assert any(r.tool_use_id == uses[0].id for r in results)
 
@@ -883,8 +995,9 @@ def test_claude_tool_events_parse_with_the_sdk(tmp_path):
 def test_claude_stream_json_interrupt_ends_a_stalled_turn(tmp_path):
     """An `interrupt` control request during a stall is answered and ends the turn with an error result."""
     fake = install_fake_cli("claude", {"steps": [{"hang": True}]}, tmp_path / "bin")
-    proc = subprocess.Popen([str(fake.path), "-p", "--input-format", "stream-json", "--output-format", "stream-json"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [str(fake.path), "-p", "--input-format", "stream-json", "--output-format", "stream-json"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
     try:
         proc.stdin.write(b'{"type":"user","message":{"role":"user","content":"go"}}\n')
         proc.stdin.write(b'{"type":"control_request","request_id":"r2","request":{"subtype":"interrupt"}}\n')
@@ -905,9 +1018,18 @@ def test_codex_dash_c_overrides_configure_mcp_servers(tmp_path):
     server.write_text(PROBE_SERVER)
     fake = install_fake_cli("codex", {"steps": [{"mcp_calls": [{"name": "probe", "arguments": {}}]}]}, tmp_path / "bin")
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
-    argv = [str(fake.path), "exec", "--json", "-c", f'mcp_servers.infermatrix-tools.command="{sys.executable}"',
-            "-c", f'mcp_servers.infermatrix-tools.args={json.dumps([str(server)])}',
-            "-c", 'mcp_servers.infermatrix-tools.env={EXTRA = "override"}', "-"]
+    argv = [
+        str(fake.path),
+        "exec",
+        "--json",
+        "-c",
+        f'mcp_servers.infermatrix-tools.command="{sys.executable}"',
+        "-c",
+        f"mcp_servers.infermatrix-tools.args={json.dumps([str(server)])}",
+        "-c",
+        'mcp_servers.infermatrix-tools.env={EXTRA = "override"}',
+        "-",
+    ]
     proc = subprocess.run(argv, env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = next(r for r in _records(fake) if r["kind"] == "mcp_result")
@@ -974,8 +1096,7 @@ def test_codex_loads_agents_md_from_the_git_root_down_unless_the_budget_is_zero(
     home.mkdir()
     env = {"PATH": os.environ["PATH"], "CODEX_HOME": str(home), "HOME": str(tmp_path / "h")}
     fake = install_fake_cli("codex", {"steps": []}, tmp_path / "bin")
-    assert _loaded(fake, cwd, "exec", "-", env=env) == [
-        "repo/AGENTS.md", "repo/run/AGENTS.md", "repo/run/cwd/AGENTS.override.md"]
+    assert _loaded(fake, cwd, "exec", "-", env=env) == ["repo/AGENTS.md", "repo/run/AGENTS.md", "repo/run/cwd/AGENTS.override.md"]
     assert _loaded(fake, cwd, "exec", "-c", "project_doc_max_bytes=0", "-", env=env) == []
     (home / "config.toml").write_text("project_doc_max_bytes = 0\n")
     (home / "AGENTS.md").write_text("global\n")
@@ -1010,13 +1131,15 @@ def test_cursor_reads_the_projects_mcp_json_which_wins_over_the_users(tmp_path):
     home, project = tmp_path / "home", tmp_path / "project"
     for base, extra in ((home, "from-home"), (project, "from-project")):
         (base / ".cursor").mkdir(parents=True)
-        (base / ".cursor" / "mcp.json").write_text(json.dumps({"mcpServers": {"bridge": {
-            "command": sys.executable, "args": [str(server)], "env": {"EXTRA": extra}}}}))
+        (base / ".cursor" / "mcp.json").write_text(
+            json.dumps({"mcpServers": {"bridge": {"command": sys.executable, "args": [str(server)], "env": {"EXTRA": extra}}}})
+        )
     fake = install_fake_cli("cursor-agent", {"steps": [{"mcp_calls": [{"name": "probe", "arguments": {}}]}]}, tmp_path / "bin")
     env = {"PATH": os.environ["PATH"], "HOME": str(home)}
     for cwd, argv in ((project, []), (tmp_path, ["--workspace", str(project)])):
-        proc = subprocess.run([str(fake.path), "--print", "--output-format", "stream-json", *argv], env=env, cwd=cwd,
-                              stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+        proc = subprocess.run(
+            [str(fake.path), "--print", "--output-format", "stream-json", *argv], env=env, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, timeout=30
+        )
         assert proc.returncode == 0, proc.stderr[-2000:]
         result = [r for r in _records(fake) if r["kind"] == "mcp_result"][-1]
         assert result["server"] == "bridge" and json.loads(result["text"])["extra"] == "from-project", argv

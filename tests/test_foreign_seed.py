@@ -62,20 +62,18 @@ SEED_DEFECTS: dict[str, str] = {
     "usage.vendor-cost-reported": "declares cost_reporting, but run_session's outcome carries no cost",
     # found by the checks added since (issues 17 and 19), each read in the seed's code (2026-12-02, main@3e0739c):
     "bridge.answers-every-request": "its bridge (the mcp 1.x stdio server) answers nothing to a line that is not JSON: "
-                                    "JSON-RPC 2.0 requires a parse error (-32700, id null); a client waits on it",
-    "bridge.slow-start-not-toolless": "no bridge readiness: with a bridge still pending the turn runs tool-less and the "
-                                      "session ends ok",
+    "JSON-RPC 2.0 requires a parse error (-32700, id null); a client waits on it",
+    "bridge.slow-start-not-toolless": "no bridge readiness: with a bridge still pending the turn runs tool-less and the session ends ok",
     "env.planted-files-not-loaded": "runs claude in the worktree (cwd = scope.root) with the default setting sources: the "
-                                    "CLAUDE.md / CLAUDE.local.md planted there and in its parents are loaded",
-    "env.run-dir-outside-worktree": "nothing checks where the run dir is: one inside the worktree is accepted, so the "
-                                    "model can rewrite its own bridge trace",
+    "CLAUDE.md / CLAUDE.local.md planted there and in its parents are loaded",
+    "env.run-dir-outside-worktree": "nothing checks where the run dir is: one inside the worktree is accepted, so the model can rewrite its own bridge trace",
     "env.session-files-redacted": "its bridge traces each call's path argument verbatim, unredacted: a host secret the model "
-                                  "passes (GITHUB_TOKEN's value) lands in bridge_trace.jsonl",
+    "passes (GITHUB_TOKEN's value) lands in bridge_trace.jsonl",
     "parse.brace-noise-skipped": "json output parsed as one document: a stdout line starting with '{' that is no event "
-                                 "makes the result {} and the outcome ok with empty text",
+    "makes the result {} and the outcome ok with empty text",
     "scope.hardlink-read-contained": "read containment by realpath only: a hard link to an outside file is read through",
     "scope.swap-race-contained": "its tools check the realpath, then open by name: a directory swapped for a symlink "
-                                 "between the two serves the outside file (23 of 200 raced reads here)",
+    "between the two serves the outside file (23 of 200 raced reads here)",
 }
 
 pytestmark = pytest.mark.skipif(not os.environ.get("HC_SEED_SRC"), reason="HC_SEED_SRC names no checkout of the seed project")
@@ -85,9 +83,30 @@ def test_the_seed_fails_only_its_real_defects(tmp_path):
     report = tmp_path / "report.json"
     python = os.environ.get("HC_SEED_PYTHON", sys.executable)
     proc = subprocess.run(
-        [python, "-m", "pytest", "conformance", "-m", "conformance", "--hc-backend", "tests.foreign.seed_binding:claude",
-         "--level", "offline", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--hc-report", str(report)],
-        cwd=ROOT, capture_output=True, text=True, timeout=3600)
+        [
+            python,
+            "-m",
+            "pytest",
+            "conformance",
+            "-m",
+            "conformance",
+            "--hc-backend",
+            "tests.foreign.seed_binding:claude",
+            "--level",
+            "offline",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            "--hc-report",
+            str(report),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     assert report.is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
     cells = json.loads(report.read_text())["cells"]
     failing = {c["check"]: c.get("message", "") for c in cells if c["outcome"] in ("failed", "error")}

@@ -136,8 +136,7 @@ def test_exit_zero_without_a_result_is_never_success():
         ("FatalTurnLimitedError", "Reached max session turns", ErrorClass.max_turns),
         ("unknown", '[API Error: {"error":{"code":401,"message":"x","status":"UNAUTHENTICATED"}}]', ErrorClass.auth),
         ("unknown", '{"code":403,"status":"PERMISSION_DENIED"}', ErrorClass.auth),
-        ("unknown", '{"code":429,"message":"Resource has been exhausted (e.g. check quota).","status":"RESOURCE_EXHAUSTED"}',
-         ErrorClass.rate_limit),
+        ("unknown", '{"code":429,"message":"Resource has been exhausted (e.g. check quota).","status":"RESOURCE_EXHAUSTED"}', ErrorClass.rate_limit),
         ("unknown", '{"code":429,"message":"You exceeded your current quota","status":"RESOURCE_EXHAUSTED"}', ErrorClass.quota),
         ("unknown", '{"code":503,"status":"UNAVAILABLE"}', ErrorClass.overloaded),
         ("unknown", '{"code":500,"status":"INTERNAL"}', ErrorClass.server_error),
@@ -194,11 +193,21 @@ def session(tmp_path, scenario, *, prompt="hi", timeout_s=30.0, model=None, syst
     (home / ".gemini").mkdir(parents=True, exist_ok=True)
     (home / ".gemini" / "settings.json").write_text('{"mcpServers":{"canary-home":{"command":"/bin/false"}}}')
     transport = GeminiTransport(
-        get_spec("gemini"), Settings(), cli_path=fake.path, parent_env=env or {**parent_env(home), "GEMINI_API_KEY": "canary-host-gemini"},
-        linger_s=0.5, term_grace_s=1.0, **kwargs,
+        get_spec("gemini"),
+        Settings(),
+        cli_path=fake.path,
+        parent_env=env or {**parent_env(home), "GEMINI_API_KEY": "canary-host-gemini"},
+        linger_s=0.5,
+        term_grace_s=1.0,
+        **kwargs,
     )
     request = AgentSessionRequest(
-        prompt=prompt, system=system, model=model, scope=ToolScope(root=wt), timeout_s=timeout_s, run_dir=tmp_path / "run",
+        prompt=prompt,
+        system=system,
+        model=model,
+        scope=ToolScope(root=wt),
+        timeout_s=timeout_s,
+        run_dir=tmp_path / "run",
     )
     return transport.run_session(request), fake, wt
 
@@ -305,8 +314,11 @@ def test_the_clis_loop_detection_is_a_turn_cap_not_success():
         {"type": "tool_use", "tool_name": "mcp_bridge_read_file", "tool_id": "t1", "parameters": {"path": "a"}},
         {"type": "tool_result", "tool_id": "t1", "status": "success", "output": "x"},
         {"type": "error", "severity": "warning", "message": "Loop detected, stopping execution"},
-        {"type": "result", "status": "success", "stats": {"input_tokens": 4, "output_tokens": 2, "input": 4,
-                                                          "models": {"m": {"input_tokens": 4, "output_tokens": 2}}}},
+        {
+            "type": "result",
+            "status": "success",
+            "stats": {"input_tokens": 4, "output_tokens": 2, "input": 4, "models": {"m": {"input_tokens": 4, "output_tokens": 2}}},
+        },
     ]
     for ev in lines:
         p.feed(json.dumps(ev))

@@ -27,19 +27,27 @@ def test_verify_hardens_itself_before_anything_runs(monkeypatch, tmp_path):
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_GET_DUMPABLE is Linux")
 def test_a_kit_pytest_process_is_not_dumpable(tmp_path):
-    (tmp_path / "test_probe.py").write_text(textwrap.dedent("""
+    (tmp_path / "test_probe.py").write_text(
+        textwrap.dedent("""
         import ctypes
         def test_probe():
             assert ctypes.CDLL(None).prctl(3, 0, 0, 0, 0) == 0, "dumpable"
-    """))
+    """)
+    )
     env = {k: v for k, v in os.environ.items() if k != process.HOST_DUMPABLE_VAR}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
-                           "--hc-backend", "fake", str(tmp_path / "test_probe.py")],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider", "--hc-backend", "fake", str(tmp_path / "test_probe.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=env,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 
 
 # --- clean-up that cannot be refused ----------------------------------------------------------
+
 
 def test_a_private_dir_is_removed_whatever_modes_the_cli_left(tmp_path):
     from harnesscheck.contain.rundir import remove_private_tree
@@ -127,6 +135,7 @@ def test_in_its_sandbox_a_cli_cannot_open_up_the_run_dir_and_its_temp_dir_still_
 
 # --- the CLI cache's integrity ------------------------------------------------------------------
 
+
 def _cached_cli(monkeypatch, tmp_path):
     from harnesscheck.backends import climanifest
 
@@ -192,6 +201,7 @@ def test_a_cli_outside_the_cache_is_not_judged(monkeypatch, tmp_path):
 
 # --- the loopback model server serves its session's credential only ---------------------------
 
+
 @pytest.mark.parametrize("key", [None, "sk-loopback-dummy-0000", "sk-someone-else"])
 def test_the_model_server_refuses_every_other_credential_and_counts_it_as_foreign(key):
     import json
@@ -209,14 +219,16 @@ def test_the_model_server_refuses_every_other_credential_and_counts_it_as_foreig
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(urllib.request.Request(srv.base_url + "/v1/messages", body, headers), timeout=30)
         assert err.value.code == 401
-        ok = urllib.request.urlopen(urllib.request.Request(
-            srv.base_url + "/v1/messages", body, {"content-type": "application/json", "x-api-key": mine}), timeout=30)
+        ok = urllib.request.urlopen(
+            urllib.request.Request(srv.base_url + "/v1/messages", body, {"content-type": "application/json", "x-api-key": mine}), timeout=30
+        )
         assert ok.status == 200
         assert len(srv.foreign_requests()) == 1 and srv.foreign_requests()[0].status == 401
         assert len(srv.turn_requests()) == 1 and srv.turn_requests()[0].credential_matches
 
 
 # --- round-2 finding: a 70 MiB line with no newline -------------------------------------------
+
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the forkserver relay is Linux")
 def test_a_70_mib_line_without_newline_is_answered_at_the_bound_through_the_relay(tmp_path):
@@ -236,14 +248,19 @@ def test_a_70_mib_line_without_newline_is_answered_at_the_bound_through_the_rela
     root, run = tmp_path / "wt", tmp_path / "run"
     root.mkdir()
     run.mkdir()
-    spec = write_spec(BridgeSpec(scope=ToolScope(root=root), run_dir=run, trace_path=run / "t.jsonl", session_id="s",
-                                 parent_pid=os.getpid()), run / "spec.json")
+    spec = write_spec(
+        BridgeSpec(scope=ToolScope(root=root), run_dir=run, trace_path=run / "t.jsonl", session_id="s", parent_pid=os.getpid()), run / "spec.json"
+    )
     argv, env = forkserver.relay_command(spec)
     assert forkserver.bind_session(spec, os.getpid())
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
     try:
-        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+        init = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+        }
         proc.stdin.write((json.dumps(init) + "\n").encode())
         proc.stdin.flush()
         assert b'"id":1' in proc.stdout.readline()

@@ -20,8 +20,9 @@ def run_dir(tmp_path):
 
 
 def request(tool="write_file", args=None, digest="ab" * 32):
-    return ApprovalRequest(tool=tool, args=args or {"path": "a.txt", "content": "x"}, kind=ToolKind.WRITE, path="a.txt",
-                           digest=digest, session="s1", root="/r", reason="asks")
+    return ApprovalRequest(
+        tool=tool, args=args or {"path": "a.txt", "content": "x"}, kind=ToolKind.WRITE, path="a.txt", digest=digest, session="s1", root="/r", reason="asks"
+    )
 
 
 def test_events_arrive_in_order_and_the_reported_calls_are_kept(run_dir):
@@ -94,8 +95,9 @@ def test_the_bridge_fails_closed_without_a_link(run_dir):
     client.event("tool_call", tool="x")  # dropped, no raise
     with pytest.raises(OSError):
         client.approve(request())
-    engine = PolicyEngine(Policy(rules=(Rule(decision=Verdict.APPROVAL_REQUIRED, kinds=(ToolKind.WRITE,)),)),
-                          root=run_dir, session="s1", approver=client.approve)
+    engine = PolicyEngine(
+        Policy(rules=(Rule(decision=Verdict.APPROVAL_REQUIRED, kinds=(ToolKind.WRITE,)),)), root=run_dir, session="s1", approver=client.approve
+    )
     decision = engine.authorize(engine.host_call("write_file", {"path": "a.txt", "content": "x"}))
     assert not decision.allowed and decision.code == "approval_failed"
 
@@ -119,8 +121,9 @@ def test_the_engine_in_the_bridge_asks_through_the_link_and_binds_the_answer_to_
     link = HostLink(run_dir, events=None, approver=lambda r: asked.append(r.digest) or len(asked) == 1, timeout_s=5)
     try:
         client = LinkClient(run_dir, timeout_s=5)
-        engine = PolicyEngine(Policy(rules=(Rule(decision=Verdict.APPROVAL_REQUIRED, kinds=(ToolKind.WRITE,)),)),
-                              root=run_dir, session="s1", approver=client.approve)
+        engine = PolicyEngine(
+            Policy(rules=(Rule(decision=Verdict.APPROVAL_REQUIRED, kinds=(ToolKind.WRITE,)),)), root=run_dir, session="s1", approver=client.approve
+        )
         first = engine.host_call("write_file", {"path": "a.txt", "content": "one"})
         assert engine.authorize(first).allowed
         assert engine.authorize(first).allowed and len(asked) == 1

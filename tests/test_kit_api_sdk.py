@@ -82,8 +82,9 @@ def test_a_cells_fixture_values_are_not_frozen_with_the_heap(tmp_path) -> None:
     """The settle comes after the cell's protocol has dropped its fixture values: a value in a
     reference cycle is collected (its finalizer runs), not frozen for the process's life."""
     tests = tmp_path / "test_cycle.py"
-    tests.write_text(textwrap.dedent(
-        """
+    tests.write_text(
+        textwrap.dedent(
+            """
         import gc, json, os, threading
         import pytest
         from harnesscheck.kit import plugin
@@ -108,13 +109,30 @@ def test_a_cells_fixture_values_are_not_frozen_with_the_heap(tmp_path) -> None:
             with open(os.environ["HC_PROBE_OUT"], "w") as fh:
                 json.dump({"finalized": FINALIZED, "enabled": gc.isenabled()}, fh)
         """
-    ))
+        )
+    )
     out = tmp_path / "out.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "harnesscheck.kit.plugin", "-p", "no:cacheprovider", "-c", "/dev/null",
-         "--rootdir", str(tmp_path), str(tests)],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "harnesscheck.kit.plugin",
+            "-p",
+            "no:cacheprovider",
+            "-c",
+            "/dev/null",
+            "--rootdir",
+            str(tmp_path),
+            str(tests),
+        ],
         env={**__import__("os").environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "HC_PROBE_OUT": str(out)},
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert json.loads(out.read_text()) == {"finalized": ["held"], "enabled": True}
@@ -128,11 +146,15 @@ def test_the_warm_ups_pause_the_collector_only_for_the_sdk(monkeypatch, tmp_path
     monkeypatch.setattr(plugin, "_pause_collector", lambda config, thread: paused.append(thread.name))
     monkeypatch.setattr(plugin, "_levels", lambda config: ["offline"])
     monkeypatch.setattr(plugin, "_backends", lambda config: [])
-    monkeypatch.setattr(levels, "background_warm_ups", lambda cells, api_sdk: [
-        levels.WarmUp(name, lambda: None) for name in (["forkserver"] + (["api-sdk"] if api_sdk else []))])
+    monkeypatch.setattr(
+        levels,
+        "background_warm_ups",
+        lambda cells, api_sdk: [levels.WarmUp(name, lambda: None) for name in (["forkserver"] + (["api-sdk"] if api_sdk else []))],
+    )
     for api_sdk in (False, True):
-        config = SimpleNamespace(args=[str(conformance_dir())], option=SimpleNamespace(dist="no"), stash={},
-                                 workerinput={"workerid": "gw0", "harnesscheck_api_sdk_here": api_sdk})
+        config = SimpleNamespace(
+            args=[str(conformance_dir())], option=SimpleNamespace(dist="no"), stash={}, workerinput={"workerid": "gw0", "harnesscheck_api_sdk_here": api_sdk}
+        )
         plugin._warm_up_in_background(config)
     assert paused == ["harnesscheck-warm-up"]  # once: the SDK's, not the forkserver's
 
@@ -140,8 +162,9 @@ def test_the_warm_ups_pause_the_collector_only_for_the_sdk(monkeypatch, tmp_path
 def test_a_run_of_the_suite_ends_with_the_sdk_frozen_and_the_collector_on(tmp_path) -> None:
     """End to end, serial: after the first cells the SDK is out of the collector's sight."""
     probe = tmp_path / "hc_freeze_probe.py"
-    probe.write_text(textwrap.dedent(
-        """
+    probe.write_text(
+        textwrap.dedent(
+            """
         import gc, json, os
         def pytest_unconfigure(config):
             import anthropic
@@ -150,17 +173,42 @@ def test_a_run_of_the_suite_ends_with_the_sdk_frozen_and_the_collector_on(tmp_pa
                 json.dump({"frozen": gc.get_freeze_count(), "sdk_tracked": id(anthropic.Anthropic) in tracked,
                            "enabled": gc.isenabled()}, fh)
         """
-    ))
+        )
+    )
     from harnesscheck.core.paths import conformance_dir
     from harnesscheck.kit.verify import child_env
 
     out = tmp_path / "out.json"
     env = {**child_env(), "PYTHONPATH": str(tmp_path), "HC_PROBE_OUT": str(out)}
     proc = subprocess.run(
-        [sys.executable, "-P", "-m", "pytest", str(conformance_dir()), "-p", "harnesscheck.kit.plugin", "-p", "hc_freeze_probe",
-         "-p", "no:cacheprovider", "-q", "--rootdir", str(conformance_dir().parent), "-c", "/dev/null",
-         "--backend", "api", "--level", "offline", "--basetemp", str(tmp_path / "bt")],
-        env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-P",
+            "-m",
+            "pytest",
+            str(conformance_dir()),
+            "-p",
+            "harnesscheck.kit.plugin",
+            "-p",
+            "hc_freeze_probe",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--rootdir",
+            str(conformance_dir().parent),
+            "-c",
+            "/dev/null",
+            "--backend",
+            "api",
+            "--level",
+            "offline",
+            "--basetemp",
+            str(tmp_path / "bt"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     result = json.loads(out.read_text())

@@ -39,7 +39,7 @@ def test_every_function_a_fix_names_exists() -> None:
 
 def test_the_author_guide_holds_the_example_backend_verbatim_and_it_uses_only_the_public_base() -> None:
     code = EXAMPLE.read_text(encoding="utf-8")
-    body = code[code.index("from __future__ import annotations"):]
+    body = code[code.index("from __future__ import annotations") :]
     guide = (REPO / "doc" / "AUTHORS.md").read_text(encoding="utf-8")
     assert f"```python\n{body}```" in guide
     imports = re.findall(r"^from (harnesscheck[\w.]*) import", body, re.M)

@@ -83,8 +83,13 @@ def test_write_baseline_round_trips(tmp_path, pytester):
 
 
 def test_malformed_baselines_are_refused(tmp_path):
-    for entries in ([{"id": CHECK}], [{"id": CHECK, "reason": "because"}], [{"id": "usage.*", "reason": "kit-bug"}],
-                    [{"id": CHECK, "reason": "kit-bug", "color": "red"}], [{"id": CHECK, "reason": "kit-bug", "expires": "soon"}]):
+    for entries in (
+        [{"id": CHECK}],
+        [{"id": CHECK, "reason": "because"}],
+        [{"id": "usage.*", "reason": "kit-bug"}],
+        [{"id": CHECK, "reason": "kit-bug", "color": "red"}],
+        [{"id": CHECK, "reason": "kit-bug", "expires": "soon"}],
+    ):
         with pytest.raises(BaselineError):
             load_baseline(_baseline(tmp_path, entries))
     bad = tmp_path / "v2.json"

@@ -63,9 +63,7 @@ def test_catalog_hash_changes_with_meaning(catalog):
 
 
 def test_catalog_md_is_generated_and_current(catalog):
-    assert (DOC / "catalog.md").read_text(encoding="utf-8") == catalog_markdown(catalog), (
-        "doc/catalog.md is stale: run `python -m harnesscheck.kit.docs doc`"
-    )
+    assert (DOC / "catalog.md").read_text(encoding="utf-8") == catalog_markdown(catalog), "doc/catalog.md is stale: run `python -m harnesscheck.kit.docs doc`"
 
 
 def test_traceability_md_is_generated_and_current(catalog):
@@ -114,7 +112,8 @@ def test_the_ledger_catches_a_rename_a_reuse_and_issues_new_ids(catalog, tmp_pat
     assert any(f"{some}-v2 is not in" in p for p in found)
     retired = {**issued, other: "2026-12-01: merged"}
     assert [p for p in cat.ledger_problems(catalog, retired) if "reuses a retired id" in p] == [
-        f"{other} reuses a retired id (2026-12-01: merged): give the check a new id"]
+        f"{other} reuses a retired id (2026-12-01: merged): give the check a new id"
+    ]
     assert cat.ledger_problems({k: v for k, v in catalog.items() if k != other}, retired) == []
     # the docs generator's step: new ids appended, a vanished one refused
     (tmp_path / cat.LEDGER_NAME).write_text(f"{some}\n{other} retired 2026-12-01 merged into {some}\n")

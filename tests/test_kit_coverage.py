@@ -12,25 +12,32 @@ from harnesscheck.kit.results import BackendInfo, CellResult, Report
 
 
 def _info(cid, *, requires=(), declines=None, kinds=tuple(Kind), levels=("offline", "loopback")):
-    return CheckInfo(id=cid, requirement="r", area=cid.split(".")[0], requires=frozenset(requires), declines=declines,
-                     kinds=frozenset(kinds), levels=tuple(levels))
+    return CheckInfo(
+        id=cid, requirement="r", area=cid.split(".")[0], requires=frozenset(requires), declines=declines, kinds=frozenset(kinds), levels=tuple(levels)
+    )
 
 
-CATALOG = {i.id: i for i in (
-    _info("scope.dotdot-refused"),
-    _info("usage.vendor-cost-reported", requires=[C.cost_reporting]),
-    _info("usage.served-model-never-guessed", declines=C.served_model_reporting),
-    _info("usage.served-model-reported", requires=[C.served_model_reporting]),
-    _info("bridge.failed-load-ends-session", requires=[C.mcp_tools], kinds=[Kind.harness]),
-    _info("live.smoke-answers", levels=["live"]),
-)}
+CATALOG = {
+    i.id: i
+    for i in (
+        _info("scope.dotdot-refused"),
+        _info("usage.vendor-cost-reported", requires=[C.cost_reporting]),
+        _info("usage.served-model-never-guessed", declines=C.served_model_reporting),
+        _info("usage.served-model-reported", requires=[C.served_model_reporting]),
+        _info("bridge.failed-load-ends-session", requires=[C.mcp_tools], kinds=[Kind.harness]),
+        _info("live.smoke-answers", levels=["live"]),
+    )
+}
 
 
 def _report(backends: dict[str, list[str]], cells, digest="abc123"):
     return Report(
-        kit_version="0.1.0", catalog_hash=digest, levels=["offline"],
+        kit_version="0.1.0",
+        catalog_hash=digest,
+        levels=["offline"],
         backends=[BackendInfo(id=b, label=b, kind="api", capabilities=caps, levels=["offline"]) for b, caps in backends.items()],
-        started_at="2026-12-02T06:00:00+00:00", finished_at="2026-12-02T06:01:00+00:00",
+        started_at="2026-12-02T06:00:00+00:00",
+        finished_at="2026-12-02T06:01:00+00:00",
         cells=[CellResult(check=c, backend=b, level="offline", outcome=o, reason=r, area=c.split(".")[0]) for c, b, o, r in cells],
     )
 
@@ -48,10 +55,13 @@ CELLS = [
 
 
 def test_applicable_follows_kind_level_and_declines():
-    assert applicable_checks(CATALOG, "api", FULL, "offline") == {
-        "scope.dotdot-refused", "usage.vendor-cost-reported", "usage.served-model-reported"}
+    assert applicable_checks(CATALOG, "api", FULL, "offline") == {"scope.dotdot-refused", "usage.vendor-cost-reported", "usage.served-model-reported"}
     assert applicable_checks(CATALOG, "api", [], "offline") == {
-        "scope.dotdot-refused", "usage.vendor-cost-reported", "usage.served-model-never-guessed", "usage.served-model-reported"}
+        "scope.dotdot-refused",
+        "usage.vendor-cost-reported",
+        "usage.served-model-never-guessed",
+        "usage.served-model-reported",
+    }
     assert "bridge.failed-load-ends-session" in applicable_checks(CATALOG, "harness", [], "offline")
     assert applicable_checks(CATALOG, "api", [], "live") == {"live.smoke-answers"}
 
@@ -78,8 +88,11 @@ def test_an_applicable_check_without_a_cell_counts_as_not_selected():
 
 
 def test_errors_and_other_skips_are_not_coverage():
-    cells = [("scope.dotdot-refused", "full", "error", "kit-bug"), ("usage.vendor-cost-reported", "full", "skipped", "budget"),
-             ("usage.served-model-reported", "full", "xfailed", "upstream-bug")]
+    cells = [
+        ("scope.dotdot-refused", "full", "error", "kit-bug"),
+        ("usage.vendor-cost-reported", "full", "skipped", "budget"),
+        ("usage.served-model-reported", "full", "xfailed", "upstream-bug"),
+    ]
     cov = coverage(combine([_report({"full": FULL}, cells)], catalog=CATALOG), "full", "offline")
     assert (cov.ran, cov.applicable, cov.not_run) == (1, 3, {"budget": 1, "error": 1})
 

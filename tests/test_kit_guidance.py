@@ -14,8 +14,14 @@ from harnesscheck.kit.catalog import load_catalog
 from harnesscheck.kit.guidance import SEVERITIES, author_message, failure_text, load_guidance, rerun_command
 
 #: Benign controls and bounds among the security areas: they may be medium or low.
-NOT_SECURITY = {"env.no-leftovers-outside-run-dir", "scope.in-tree-symlink-reads", "scope.writes-stay-inside",
-                "scope.large-result-bounded", "scope.long-path-refused", "scope.refusal-visible-to-model"}
+NOT_SECURITY = {
+    "env.no-leftovers-outside-run-dir",
+    "scope.in-tree-symlink-reads",
+    "scope.writes-stay-inside",
+    "scope.large-result-bounded",
+    "scope.long-path-refused",
+    "scope.refusal-visible-to-model",
+}
 
 
 def test_every_check_has_a_fix_and_a_severity_and_nothing_else_is_listed() -> None:
@@ -43,7 +49,8 @@ def test_a_fix_names_where_the_work_is_done() -> None:
 def test_pytest_introspection_never_reaches_an_author() -> None:
     req = "Given tools, complete() raises CapabilityUnsupported at once."
     assert author_message("DID NOT RAISE <class 'CapabilityUnsupported'>", req) == (
-        f"requirement not met: {req} (evidence: DID NOT RAISE <class 'CapabilityUnsupported'>)")
+        f"requirement not met: {req} (evidence: DID NOT RAISE <class 'CapabilityUnsupported'>)"
+    )
     assert author_message("assert (0 >= 1)\n +  where 0 = AgentOutcome(...).tool_calls", "R.").startswith("requirement not met: R.")
     own = "an is_error result was reported ok: 'API Error: 500'\nassert 'ok' != 'ok'\n +  where 'ok' = x.status"
     assert author_message(own, "R.") == "an is_error result was reported ok: 'API Error: 500'"
@@ -51,8 +58,15 @@ def test_pytest_introspection_never_reaches_an_author() -> None:
 
 
 def test_failure_text_reruns_the_backend_as_given_and_bounds_the_evidence() -> None:
-    lines = failure_text(check_id="env.provider-keys-stripped", backend="hurried", selector="tests.foreign.hurried:spec",
-                         level="offline", requirement="R.", message="\n".join(f"line {n}" for n in range(50)), max_lines=4)
+    lines = failure_text(
+        check_id="env.provider-keys-stripped",
+        backend="hurried",
+        selector="tests.foreign.hurried:spec",
+        level="offline",
+        requirement="R.",
+        message="\n".join(f"line {n}" for n in range(50)),
+        max_lines=4,
+    )
     assert lines[-1] == "  rerun: " + rerun_command("tests.foreign.hurried:spec", "offline", "env.provider-keys-stripped")
     assert "--backend tests.foreign.hurried:spec" in lines[-1]
     assert any(line.startswith("  fix (critical): ") and "build_child_env" in line for line in lines)
@@ -60,9 +74,22 @@ def test_failure_text_reruns_the_backend_as_given_and_bounds_the_evidence() -> N
 
 
 def test_a_hurried_backend_gets_a_fix_for_each_failing_cell_and_bounded_output(tmp_path) -> None:
-    code, report, out = run_suite(tmp_path, "-p", "no:xdist", "-m", "conformance", "--hc-backend", "tests.foreign.hurried:spec",
-                                  "--hc-check", "env.provider-keys-stripped", "--hc-check", "parse.exit0-is-error",
-                                  "--hc-check", "scope.bridge-reaches-dispatch", timeout=300)
+    code, report, out = run_suite(
+        tmp_path,
+        "-p",
+        "no:xdist",
+        "-m",
+        "conformance",
+        "--hc-backend",
+        "tests.foreign.hurried:spec",
+        "--hc-check",
+        "env.provider-keys-stripped",
+        "--hc-check",
+        "parse.exit0-is-error",
+        "--hc-check",
+        "scope.bridge-reaches-dispatch",
+        timeout=300,
+    )
     assert code == 1, out
     failed = {c["check"] for c in report["cells"] if c["outcome"] == "failed"}
     assert failed == {"env.provider-keys-stripped", "parse.exit0-is-error", "scope.bridge-reaches-dispatch"}, out
@@ -78,14 +105,16 @@ def test_a_hurried_backend_gets_a_fix_for_each_failing_cell_and_bounded_output(t
     assert not messages["parse.exit0-is-error"].startswith("assert")
 
 
-@pytest.mark.parametrize(("attr", "says"), [
-    ("helper", "tests.foreign.hurried.helper gives a int, not a ProviderSpec"),
-    ("nospec", "module 'tests.foreign.hurried' has no attribute 'nospec'"),
-    ("broken_factory", "its factory 'nowhere_at_all:Nothing' does not import: ModuleNotFoundError"),
-])
+@pytest.mark.parametrize(
+    ("attr", "says"),
+    [
+        ("helper", "tests.foreign.hurried.helper gives a int, not a ProviderSpec"),
+        ("nospec", "module 'tests.foreign.hurried' has no attribute 'nospec'"),
+        ("broken_factory", "its factory 'nowhere_at_all:Nothing' does not import: ModuleNotFoundError"),
+    ],
+)
 def test_a_broken_spec_is_one_usage_error_not_a_failed_cell_per_check(tmp_path, attr, says) -> None:
-    code, report, out = run_suite(tmp_path, "-p", "no:xdist", "-m", "conformance", "--hc-backend", f"tests.foreign.hurried:{attr}",
-                                  timeout=120)
+    code, report, out = run_suite(tmp_path, "-p", "no:xdist", "-m", "conformance", "--hc-backend", f"tests.foreign.hurried:{attr}", timeout=120)
     assert code == 4, out  # pytest's usage error
     assert says in out and "fix: " in out, out
     assert report is None and "FAILED" not in out
@@ -94,8 +123,20 @@ def test_a_broken_spec_is_one_usage_error_not_a_failed_cell_per_check(tmp_path, 
 def test_a_backend_that_keeps_no_trace_is_skipped_not_failed_by_the_redaction_check(tmp_path) -> None:
     """doc/AUTHORS.md calls traces optional: env.session-files-redacted judges the files a
     session leaves, and skips (saying why) a backend that leaves no record of the call."""
-    code, report, out = run_suite(tmp_path, "-p", "no:xdist", "-m", "conformance", "--hc-backend", "tests.foreign.hurried:traceless",
-                                  "--hc-backend", "tests.foreign.hurried:spec", "--hc-check", "env.session-files-redacted", timeout=300)
+    code, report, out = run_suite(
+        tmp_path,
+        "-p",
+        "no:xdist",
+        "-m",
+        "conformance",
+        "--hc-backend",
+        "tests.foreign.hurried:traceless",
+        "--hc-backend",
+        "tests.foreign.hurried:spec",
+        "--hc-check",
+        "env.session-files-redacted",
+        timeout=300,
+    )
     cells = {c["backend"]: c for c in report["cells"]}
     assert cells["traceless"]["outcome"] == "skipped" and cells["traceless"]["reason"] == "unsupported-by-backend", out
     assert "traces are optional (doc/AUTHORS.md)" in cells["traceless"]["message"]

@@ -62,8 +62,7 @@ def test_in_process_mutants_fail_exactly_their_checks(tmp_path):
     cells = {(c["backend"], c["check"]): c for c in report["cells"]}
 
     def unjudged(refs):
-        return {ref: {c for c in MUTANTS[ref] if (cells.get((_spec_id(ref), c)) or {}).get("reason") == "budget"}
-                for ref in refs}
+        return {ref: {c for c in MUTANTS[ref] if (cells.get((_spec_id(ref), c)) or {}).get("reason") == "budget"} for ref in refs}
 
     again = [ref for ref, checks in unjudged(SCRIPTED).items() if checks]
     if again:
@@ -100,8 +99,7 @@ def _judge(refs: list[str], report: dict) -> dict[str, dict]:
         expected, actual = set(MUTANTS[ref]) - unjudgeable, got.get(spec_id, set())
         unjudged = set(AREAS[ref]) - ran.get(spec_id, set())
         if actual != expected or unjudged:
-            messages = {c["check"]: c["message"][:600] for c in report["cells"]
-                        if c["backend"] == spec_id and c["check"] in actual - expected}
+            messages = {c["check"]: c["message"][:600] for c in report["cells"] if c["backend"] == spec_id and c["check"] in actual - expected}
             wrong[ref] = {"not caught": sorted(expected - actual), "also failed": messages, "no cell": sorted(unjudged)}
     return wrong
 
@@ -117,14 +115,13 @@ def _run_cli_mutants(tmp_path, refs: list[str], level: str) -> tuple[dict, str]:
         cells_file.write_text(json.dumps(selection), encoding="utf-8")
         files = tuple(sorted({f"conformance/test_{c.partition('.')[0]}.py" for ref in refs_left for c in AREAS[ref]}))
         backends = [a for ref in refs_left for a in ("--backend", ref)]
-        _code, report, out = run_suite(tmp_path, *backends, "--level", level, "--hc-cells", str(cells_file), "-n", "2",
-                                       files=files, timeout=1500)
+        _code, report, out = run_suite(tmp_path, *backends, "--level", level, "--hc-cells", str(cells_file), "-n", "2", files=files, timeout=1500)
         assert report is not None, out[-3000:]
         for c in report["cells"]:
             cells_seen[(c["backend"], c["check"])] = c
-        refs_left = [ref for ref in refs_left
-                     if any(c["reason"] == "budget" and c["backend"] == _spec_id(ref) and c["check"] in MUTANTS[ref]
-                            for c in report["cells"])]
+        refs_left = [
+            ref for ref in refs_left if any(c["reason"] == "budget" and c["backend"] == _spec_id(ref) and c["check"] in MUTANTS[ref] for c in report["cells"])
+        ]
         if not refs_left:
             break
     return {"cells": list(cells_seen.values())}, out

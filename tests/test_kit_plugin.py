@@ -15,8 +15,21 @@ preload_the_kit()
 
 
 def test_markers_registered_and_header_names_backends(tmp_path, pytester):
-    code, report, out = run_inline(pytester, "--backend", "fake", "--backend", "codex", "-m", "conformance",
-                                  "-k", "registry_builds", "-W", "error::pytest.PytestUnknownMarkWarning", "--strict-markers", "-v")
+    code, report, out = run_inline(
+        pytester,
+        "--backend",
+        "fake",
+        "--backend",
+        "codex",
+        "-m",
+        "conformance",
+        "-k",
+        "registry_builds",
+        "-W",
+        "error::pytest.PytestUnknownMarkWarning",
+        "--strict-markers",
+        "-v",
+    )
     assert code == 0, out
     assert "harnesscheck kit 0.1.0, catalog" in out and "levels: offline" in out
     assert "backend fake (api" in out and "backend codex (harness; cli offline: 0.171.0 (fixtures)" in out
@@ -78,8 +91,11 @@ def test_a_run_of_the_suite_alone_starts_its_one_time_start_ups_when_collection_
 
     started: list[list] = []
     done = threading.Semaphore(0)
-    monkeypatch.setattr(levels, "background_warm_ups",
-                        lambda cells, api_sdk: [levels.WarmUp("forkserver", lambda: (started.append((sorted(s.id for s, _ in cells), api_sdk)), done.release()))])  # noqa: E501
+    monkeypatch.setattr(
+        levels,
+        "background_warm_ups",
+        lambda cells, api_sdk: [levels.WarmUp("forkserver", lambda: (started.append((sorted(s.id for s, _ in cells), api_sdk)), done.release()))],
+    )  # noqa: E501
     monkeypatch.setattr(plugin, "_backends", lambda config: [BUILTIN_SPECS["api"], BUILTIN_SPECS["codex"]])
     monkeypatch.setattr(plugin, "_levels", lambda config: ["offline"])
     suite = conformance_dir()
@@ -91,8 +107,7 @@ def test_a_run_of_the_suite_alone_starts_its_one_time_start_ups_when_collection_
     whole_and_one = [str(suite / "test_time.py") + "::test_timeout_truncates", str(suite)]
     plugin._warm_up_in_background(SimpleNamespace(args=whole_and_one, option=serial, stash={}))
     for here in (True, False):  # xdist workers told (plugin.pytest_configure_node) where the api cells run
-        plugin._warm_up_in_background(SimpleNamespace(args=[str(suite)], option=controller, stash={},
-                                                      workerinput={"workerid": "gw0", API_SDK_HERE: here}))
+        plugin._warm_up_in_background(SimpleNamespace(args=[str(suite)], option=controller, stash={}, workerinput={"workerid": "gw0", API_SDK_HERE: here}))
     for _ in range(3):
         assert done.acquire(timeout=10)
     # the api SDK is imported where the offline api cells run: a serial run, or the worker they are pinned to
@@ -112,8 +127,9 @@ def test_workers_learn_which_one_runs_the_pinned_api_cells(monkeypatch):
 
     def configured(worker: str, dist: str, args: list[str], backends: list[str]) -> dict:
         monkeypatch.setattr(plugin, "_backends", lambda config: [BUILTIN_SPECS[b] for b in backends])
-        node = SimpleNamespace(config=SimpleNamespace(args=args, option=SimpleNamespace(dist=dist), stash={}),
-                               gateway=SimpleNamespace(id=worker), workerinput={})
+        node = SimpleNamespace(
+            config=SimpleNamespace(args=args, option=SimpleNamespace(dist=dist), stash={}), gateway=SimpleNamespace(id=worker), workerinput={}
+        )
         plugin.pytest_configure_node(node)
         return node.workerinput
 
@@ -193,8 +209,7 @@ def test_only_xdist_workers_spread_the_paced_cells_then_cells_still_run_by_kind(
 
     kit_run = {plugin._STATE: {"kit": True}}
     serial = SimpleNamespace(option=SimpleNamespace(dist="no"), stash=kit_run, getoption=lambda name: [])
-    worker = SimpleNamespace(option=SimpleNamespace(dist="no"), workerinput={"workerid": "gw0"}, stash=kit_run,
-                             getoption=lambda name: [])
+    worker = SimpleNamespace(option=SimpleNamespace(dist="no"), workerinput={"workerid": "gw0"}, stash=kit_run, getoption=lambda name: [])
     assert order(serial) == [8, 9, 0, 1, 2, 3, 4, 5, 6, 7]
     # spread over the run, then grouped by kind: harness, api, then the in-process cells
     assert order(worker) == [2, 3, 0, 4, 5, 1, 6, 7, 8, 9]
@@ -220,7 +235,7 @@ def test_the_xdist_controller_reads_the_catalog_without_rewriting_its_asserts():
 # ---------------------------------------------------------------------------------------
 # A plugin that never breaks its host (doc/SPEC-kit.md, "The plugin in another project")
 
-HOST_CONFTEST = '''
+HOST_CONFTEST = """
 import pytest
 
 def pytest_addoption(parser):
@@ -230,9 +245,9 @@ def pytest_addoption(parser):
 @pytest.fixture
 def backend(request):
     return request.config.getoption("--backend")
-'''
+"""
 
-HOST_TESTS = '''
+HOST_TESTS = """
 def test_its_own_options(backend, request):
     assert backend == "postgres" and request.config.getoption("--level") == 3
 
@@ -240,7 +255,7 @@ def test_no_fixture_from_harnesscheck(request):
     import pytest
     with pytest.raises(pytest.FixtureLookupError):
         request.getfixturevalue("but")
-'''
+"""
 
 
 def _host_pytest(host, *args: str):
@@ -250,8 +265,15 @@ def _host_pytest(host, *args: str):
     import sys
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HARNESS"))}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=host, env=env,
-                          capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        cwd=host,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
     return proc.returncode, proc.stdout + proc.stderr
 
 
@@ -274,11 +296,22 @@ def test_a_host_project_with_its_own_backend_option_stays_green_and_can_still_ru
         assert internal not in out, f"{internal} is internal: hidden from --help"
     # the documented spelling runs the suite shipped in the package, in that same project
     report = tmp_path / "report.json"
-    code, out = _host_pytest(host, "-q", "-m", "conformance", "--hc-backend", "fake", "--hc-level", "offline",
-                             "--hc-check", "selection.registry-builds-backend", "--hc-report", str(report))
+    code, out = _host_pytest(
+        host,
+        "-q",
+        "-m",
+        "conformance",
+        "--hc-backend",
+        "fake",
+        "--hc-level",
+        "offline",
+        "--hc-check",
+        "selection.registry-builds-backend",
+        "--hc-report",
+        str(report),
+    )
     assert code == 0, out
-    assert [(c["check"], c["outcome"]) for c in json.loads(report.read_text())["cells"]] == [
-        ("selection.registry-builds-backend", "passed")]
+    assert [(c["check"], c["outcome"]) for c in json.loads(report.read_text())["cells"]] == [("selection.registry-builds-backend", "passed")]
 
 
 def test_short_names_work_where_the_project_does_not_own_them(tmp_path):
@@ -319,12 +352,16 @@ def test_a_foreign_parameter_named_but_is_not_a_cell():
 
 
 def test_hc_check_selects_the_cells_of_one_check_and_refuses_an_unknown_id(tmp_path, pytester):
-    code, report, out = run_inline(pytester, "--hc-backend", "fake", "--hc-backend", "codex",
-                                  "--hc-check", "parity.outcome-schema", "--hc-check", "selection.registry-builds-backend")
+    code, report, out = run_inline(
+        pytester, "--hc-backend", "fake", "--hc-backend", "codex", "--hc-check", "parity.outcome-schema", "--hc-check", "selection.registry-builds-backend"
+    )
     assert code == 0, out
     assert sorted((c["check"], c["backend"]) for c in report["cells"]) == [
-        ("parity.outcome-schema", "codex"), ("parity.outcome-schema", "fake"),
-        ("selection.registry-builds-backend", "codex"), ("selection.registry-builds-backend", "fake")]
+        ("parity.outcome-schema", "codex"),
+        ("parity.outcome-schema", "fake"),
+        ("selection.registry-builds-backend", "codex"),
+        ("selection.registry-builds-backend", "fake"),
+    ]
     code, _, out = run_inline(pytester, "--hc-backend", "fake", "--hc-check", "scope.no-such-check")
     assert code == 4 and "no such check: scope.no-such-check" in out, out
 
@@ -335,8 +372,7 @@ def test_native_junitxml_carries_each_cells_check_id_backend_and_level(tmp_path,
 
     for jobs in ("0", "2"):
         xml = tmp_path / f"junit-{jobs}.xml"
-        args = ("--hc-backend", "fake", "-k", "parity or vendor_cost", "-n", jobs, "--junitxml", str(xml),
-                "-o", "junit_family=xunit1")
+        args = ("--hc-backend", "fake", "-k", "parity or vendor_cost", "-n", jobs, "--junitxml", str(xml), "-o", "junit_family=xunit1")
         code, report, out = run_inline(pytester, *args) if jobs == "0" else run_suite(tmp_path, *args)
         assert code == 0, out
         root = ET.parse(xml).getroot()
@@ -344,9 +380,11 @@ def test_native_junitxml_carries_each_cells_check_id_backend_and_level(tmp_path,
         for case in root.iter("testcase"):
             props = {p.get("name"): p.get("value") for p in case.iter("property")}
             cases[props["check_id"]] = (props["backend"], props["level"], case.find("skipped") is not None)
-        assert cases == {"parity.outcome-schema": ("fake", "offline", False),
-                         "parity.refusal-codes-match-dispatch": ("fake", "offline", False),
-                         "usage.vendor-cost-reported": ("fake", "offline", True)}, jobs
+        assert cases == {
+            "parity.outcome-schema": ("fake", "offline", False),
+            "parity.refusal-codes-match-dispatch": ("fake", "offline", False),
+            "usage.vendor-cost-reported": ("fake", "offline", True),
+        }, jobs
         suite_props = {p.get("name"): p.get("value") for p in root.find("testsuite").find("properties").iter("property")}
         assert suite_props["harnesscheck_catalog_hash"] == report["header"]["catalog_hash"]
         assert "harnesscheck_cell" not in xml.read_text(), "the cell record is not written as a property"
@@ -373,16 +411,19 @@ def test_hc_cells_runs_only_the_named_checks_of_the_named_backends(tmp_path, pyt
     the file does not name runs all its selected cells; a typo is a usage error, never a quiet full run."""
     cells_file = tmp_path / "cells.json"
     cells_file.write_text(json.dumps({"codex": ["parity.outcome-schema"]}))
-    code, report, out = run_inline(pytester, "--hc-backend", "fake", "--hc-backend", "codex", "--hc-cells", str(cells_file),
-                                   "-k", "parity or registry_builds")
+    code, report, out = run_inline(pytester, "--hc-backend", "fake", "--hc-backend", "codex", "--hc-cells", str(cells_file), "-k", "parity or registry_builds")
     assert code == 0, out
     assert sorted((c["backend"], c["check"]) for c in report["cells"]) == [
-        ("codex", "parity.outcome-schema"), ("fake", "parity.outcome-schema"),
-        ("fake", "parity.refusal-codes-match-dispatch"), ("fake", "selection.registry-builds-backend")]
-    for content, why in (({"nope": ["parity.outcome-schema"]}, "backends this run does not select: nope"),
-                         ({"codex": ["parity.no-such-check"]}, "no such check: parity.no-such-check"),
-                         (["codex"], "not a JSON object")):
+        ("codex", "parity.outcome-schema"),
+        ("fake", "parity.outcome-schema"),
+        ("fake", "parity.refusal-codes-match-dispatch"),
+        ("fake", "selection.registry-builds-backend"),
+    ]
+    for content, why in (
+        ({"nope": ["parity.outcome-schema"]}, "backends this run does not select: nope"),
+        ({"codex": ["parity.no-such-check"]}, "no such check: parity.no-such-check"),
+        (["codex"], "not a JSON object"),
+    ):
         cells_file.write_text(json.dumps(content))
-        code, _, out = run_inline(pytester, "--hc-backend", "fake", "--hc-backend", "codex", "--hc-cells", str(cells_file),
-                                  "-k", "parity")
+        code, _, out = run_inline(pytester, "--hc-backend", "fake", "--hc-backend", "codex", "--hc-cells", str(cells_file), "-k", "parity")
         assert code == 4 and why in out, out

@@ -45,8 +45,7 @@ def test_a_spec_that_builds_on_nothing_known_gets_the_empty_profile():
 
 
 def test_a_reference_that_is_no_profile_is_a_config_error():
-    spec = ProviderSpec(id="bad", kind=Kind.harness, label="x", factory="nowhere:Nothing",
-                        kit_profile="harnesscheck.backends.registry:BUILTIN_SPECS")
+    spec = ProviderSpec(id="bad", kind=Kind.harness, label="x", factory="nowhere:Nothing", kit_profile="harnesscheck.backends.registry:BUILTIN_SPECS")
     with pytest.raises(ConfigError):
         kit_profile(spec)
 
@@ -77,9 +76,13 @@ def test_repeated_usage_events_follow_the_profile():
     one that reports usage once per turn keeps its scenario as it is."""
     from harnesscheck.kit.harness_adapter import repeat_usage_events
 
-    scenario = {"steps": [{"emit": {"type": "assistant", "parent_tool_use_id": None, "message": {"id": "m1"}}},
-                          {"emit": {"type": "assistant", "parent_tool_use_id": "t1", "message": {"id": "m2"}}},
-                          {"emit": {"type": "result"}}]}
+    scenario = {
+        "steps": [
+            {"emit": {"type": "assistant", "parent_tool_use_id": None, "message": {"id": "m1"}}},
+            {"emit": {"type": "assistant", "parent_tool_use_id": "t1", "message": {"id": "m2"}}},
+            {"emit": {"type": "result"}},
+        ]
+    }
     repeated = repeat_usage_events(kit_profile(get_spec("claude-code")), scenario)
     assert [s["emit"]["message"]["id"] for s in repeated["steps"] if "message" in s["emit"]] == ["m1", "m1", "m1", "m2"]
     assert repeat_usage_events(kit_profile(get_spec("codex")), scenario) is scenario

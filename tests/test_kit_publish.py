@@ -21,18 +21,31 @@ TMP = tempfile.gettempdir()
 
 
 def _report(cells, *, finished="2026-12-01T10:00:00+00:00", kit="0.1.0", levels=("offline",), backends=("codex", "fake")) -> Report:
-    return Report(kit_version=kit, catalog_hash="h", levels=list(levels),
-                  backends=[BackendInfo(id=b, label=f"{b} backend", kind="harness", levels=list(levels)) for b in backends],
-                  started_at=finished, finished_at=finished,
-                  cells=[CellResult(check=c, backend=b, level=lv, outcome=o, reason=r, message=msg, area=c.split(".")[0],
-                                    provenance=prov) for c, b, lv, o, r, msg, prov in cells])
+    return Report(
+        kit_version=kit,
+        catalog_hash="h",
+        levels=list(levels),
+        backends=[BackendInfo(id=b, label=f"{b} backend", kind="harness", levels=list(levels)) for b in backends],
+        started_at=finished,
+        finished_at=finished,
+        cells=[
+            CellResult(check=c, backend=b, level=lv, outcome=o, reason=r, message=msg, area=c.split(".")[0], provenance=prov)
+            for c, b, lv, o, r, msg, prov in cells
+        ],
+    )
 
 
 LEAKY = [
-    ("scope.cli-reads-inside-sandbox", "codex", "offline", "xfailed", "upstream-bug",
-     f"the CLI opened paths outside its sandbox: ['/', '{HOME}', '{cli_cache_dir()}/gemini@0.61.0/node_modules/x', "
-     f"'{TMP}/harnesscheck-verify-5s_e41su/pytest', '/home/alice/.ssh/id_rsa', '~/.cache/harnesscheck/clis/x']",
-     f"fake codex replaying {data_root()}/fixtures/codex/native_tool_use.json"),
+    (
+        "scope.cli-reads-inside-sandbox",
+        "codex",
+        "offline",
+        "xfailed",
+        "upstream-bug",
+        f"the CLI opened paths outside its sandbox: ['/', '{HOME}', '{cli_cache_dir()}/gemini@0.61.0/node_modules/x', "
+        f"'{TMP}/harnesscheck-verify-5s_e41su/pytest', '/home/alice/.ssh/id_rsa', '~/.cache/harnesscheck/clis/x']",
+        f"fake codex replaying {data_root()}/fixtures/codex/native_tool_use.json",
+    ),
     ("env.provider-keys-stripped", "codex", "offline", "failed", None, "parent variables reached the child: ['A']", ""),
     ("scope.dotdot-refused", "codex", "offline", "passed", None, "", ""),
     ("scope.dotdot-refused", "fake", "offline", "passed", None, "", ""),
@@ -46,7 +59,7 @@ def test_scrub_replaces_every_kind_of_machine_path() -> None:
     assert "$HARNESSCHECK_CACHE/clis/gemini@0.61.0/node_modules/x" in text
     assert "$TMPDIR/harnesscheck-verify-*/pytest" in text and "$HOME/.ssh/id_rsa" in text
     assert "$HARNESSCHECK_DATA/fixtures/codex/native_tool_use.json" in text
-    assert scrub("/" ) == "/" and scrub("a/tmpfile and /usr/lib/x") == "a/tmpfile and /usr/lib/x"
+    assert scrub("/") == "/" and scrub("a/tmpfile and /usr/lib/x") == "a/tmpfile and /usr/lib/x"
 
 
 def test_no_generated_file_holds_a_machine_path(tmp_path: Path) -> None:
@@ -84,22 +97,26 @@ def test_the_page_size_is_bounded_for_a_big_matrix() -> None:
     (each message is written once, in its column's section; the every-check table holds marks)."""
     checks = sorted(load_catalog())
     backends = [f"backend-{n:02d}" for n in range(20)]
-    cells = [(c, b, lv, "passed" if (i + j) % 7 else "skipped", None if (i + j) % 7 else "unsupported-by-backend",
-              "x" * 300, "fixtures of release 1.2.3")
-             for i, c in enumerate(checks) for j, b in enumerate(backends) for lv in ("offline", "loopback")]
+    cells = [
+        (c, b, lv, "passed" if (i + j) % 7 else "skipped", None if (i + j) % 7 else "unsupported-by-backend", "x" * 300, "fixtures of release 1.2.3")
+        for i, c in enumerate(checks)
+        for j, b in enumerate(backends)
+        for lv in ("offline", "loopback")
+    ]
     page = to_html(combine([_report(cells, backends=backends, levels=("offline", "loopback"))]))
     assert len(page.encode()) < 500_000, len(page.encode())  # 417 KB when written
 
 
 def test_history_says_since_when_a_cell_holds_and_what_changed(tmp_path: Path) -> None:
-    first = [("scope.dotdot-refused", "codex", "offline", "passed", None, "", ""),
-             ("env.provider-keys-stripped", "codex", "offline", "passed", None, "", "")]
+    first = [("scope.dotdot-refused", "codex", "offline", "passed", None, "", ""), ("env.provider-keys-stripped", "codex", "offline", "passed", None, "", "")]
     (tmp_path / "r1.json").parent.mkdir(exist_ok=True)
     write_json(_report(first, finished="2026-11-01T10:00:00+00:00", kit="0.0.9", backends=("codex",)), tmp_path / "r1.json")
     assert matrix_command([tmp_path / "r1.json"], tmp_path / "doc") == 0
-    second = [("scope.dotdot-refused", "codex", "offline", "passed", None, "", ""),
-              ("env.provider-keys-stripped", "codex", "offline", "failed", None, "parent variables reached the child: ['A']", ""),
-              ("env.worktree-not-cwd", "codex", "offline", "passed", None, "", "")]
+    second = [
+        ("scope.dotdot-refused", "codex", "offline", "passed", None, "", ""),
+        ("env.provider-keys-stripped", "codex", "offline", "failed", None, "parent variables reached the child: ['A']", ""),
+        ("env.worktree-not-cwd", "codex", "offline", "passed", None, "", ""),
+    ]
     write_json(_report(second, finished="2026-12-01T10:00:00+00:00", kit="0.1.0", backends=("codex",)), tmp_path / "r2.json")
     assert matrix_command([tmp_path / "r2.json"], tmp_path / "doc") == 0  # compares with the backends.json already there
     data = json.loads((tmp_path / "doc" / "backends.json").read_text())
@@ -107,7 +124,9 @@ def test_history_says_since_when_a_cell_holds_and_what_changed(tmp_path: Path) -
     assert cells["scope.dotdot-refused"]["since"] == "0.0.9 2026-11-01"
     assert cells["env.provider-keys-stripped"]["since"] == "0.1.0 2026-12-01"
     assert {(c["check"], c["before"], c["now"]) for c in data["changes"]} == {
-        ("env.provider-keys-stripped", "passed", "failed"), ("env.worktree-not-cwd", None, "passed")}
+        ("env.provider-keys-stripped", "passed", "failed"),
+        ("env.worktree-not-cwd", None, "passed"),
+    }
     md = (tmp_path / "doc" / "backends.md").read_text()
     assert "- `env.provider-keys-stripped` (critical) on codex (offline): passed → failed" in md
     page = (tmp_path / "doc" / "backends.html").read_text()

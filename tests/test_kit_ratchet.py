@@ -48,8 +48,7 @@ def test_committed_matrix_covers_every_builtin_backend(committed):
     """Every column, a renamed one under its former id (FORMER_IDS); the mode columns the api split
     added are pending only while the committed matrix predates it (holds `api`, no `api/...`)."""
     predates_split = "api" in committed["cells"] and not any(b.startswith("api/") for b in committed["cells"])
-    missing = [c for c in COLUMNS if not committed_cells(committed, c) and not (predates_split and c.startswith("api/"))
-               and c not in AWAITING_REGENERATION]
+    missing = [c for c in COLUMNS if not committed_cells(committed, c) and not (predates_split and c.startswith("api/")) and c not in AWAITING_REGENERATION]
     assert not missing, f"missing: {missing}"
     stale = sorted(c for c in AWAITING_REGENERATION if committed_cells(committed, c))
     assert not stale, f"the committed matrix holds {stale}: remove them from AWAITING_REGENERATION"
@@ -89,18 +88,25 @@ def test_a_renamed_column_is_compared_with_its_former_cells():
     is ratcheted against the cells committed as `api`; a column the matrix holds under its own id
     uses those, and the new mode columns compare nothing."""
     committed = _committed(("a.x", "api", "offline"), ("a.y", "api", "offline"))
-    now = _report(("a.x", "api/anthropic_messages", "offline", "failed", None),
-                  ("a.y", "api/anthropic_messages", "offline", "passed", None),
-                  ("a.x", "api/chat_completions", "offline", "failed", None))
+    now = _report(
+        ("a.x", "api/anthropic_messages", "offline", "failed", None),
+        ("a.y", "api/anthropic_messages", "offline", "passed", None),
+        ("a.x", "api/chat_completions", "offline", "failed", None),
+    )
     assert [line.split(" passed")[0] for line in regressions(committed, now)] == ["a.x on api/anthropic_messages (offline)"]
     committed["cells"]["api/anthropic_messages"] = {"offline": {}}
     assert regressions(committed, now) == []
 
 
 def _report(*cells: tuple[str, str, str, str, str | None]) -> Report:
-    return Report(kit_version="0", catalog_hash="h", backends=[BackendInfo(id="x")], levels=["offline", "loopback"],
-                  started_at="2026-12-01T00:00:00+00:00",
-                  cells=[CellResult(check=c, backend=b, level=lv, outcome=o, reason=r) for c, b, lv, o, r in cells])
+    return Report(
+        kit_version="0",
+        catalog_hash="h",
+        backends=[BackendInfo(id="x")],
+        levels=["offline", "loopback"],
+        started_at="2026-12-01T00:00:00+00:00",
+        cells=[CellResult(check=c, backend=b, level=lv, outcome=o, reason=r) for c, b, lv, o, r in cells],
+    )
 
 
 def _committed(*cells: tuple[str, str, str]) -> dict:
@@ -111,14 +117,15 @@ def _committed(*cells: tuple[str, str, str]) -> dict:
 
 
 def test_a_pass_that_turns_into_a_fail_an_error_or_a_skip_is_a_regression():
-    committed = _committed(("a.x", "codex", "offline"), ("a.y", "codex", "offline"), ("a.z", "codex", "offline"),
-                           ("a.w", "codex", "offline"))
-    now = _report(("a.x", "codex", "offline", "failed", None), ("a.y", "codex", "offline", "error", "kit-bug"),
-                  ("a.z", "codex", "offline", "skipped", "unsupported-by-backend"),
-                  ("a.w", "codex", "offline", "passed", None))
+    committed = _committed(("a.x", "codex", "offline"), ("a.y", "codex", "offline"), ("a.z", "codex", "offline"), ("a.w", "codex", "offline"))
+    now = _report(
+        ("a.x", "codex", "offline", "failed", None),
+        ("a.y", "codex", "offline", "error", "kit-bug"),
+        ("a.z", "codex", "offline", "skipped", "unsupported-by-backend"),
+        ("a.w", "codex", "offline", "passed", None),
+    )
     found = regressions(committed, now)
-    assert [line.split(" passed before")[0] for line in found] == ["a.x on codex (offline)", "a.y on codex (offline)",
-                                                                   "a.z on codex (offline)"]
+    assert [line.split(" passed before")[0] for line in found] == ["a.x on codex (offline)", "a.y on codex (offline)", "a.z on codex (offline)"]
     assert "now skipped [unsupported-by-backend]" in found[2]
 
 
@@ -126,9 +133,12 @@ def test_only_a_column_that_could_not_run_here_at_all_is_excused():
     """env-missing for every cell of (backend, level): the level is not available here, nothing
     was compared; env-missing for some cells of a column that ran is a regression."""
     committed = _committed(("a.x", "codex", "loopback"), ("a.y", "codex", "loopback"), ("a.x", "claude-code", "loopback"))
-    now = _report(("a.x", "codex", "loopback", "skipped", "env-missing"), ("a.y", "codex", "loopback", "skipped", "env-missing"),
-                  ("a.x", "claude-code", "loopback", "skipped", "env-missing"),
-                  ("a.y", "claude-code", "loopback", "passed", None))
+    now = _report(
+        ("a.x", "codex", "loopback", "skipped", "env-missing"),
+        ("a.y", "codex", "loopback", "skipped", "env-missing"),
+        ("a.x", "claude-code", "loopback", "skipped", "env-missing"),
+        ("a.y", "claude-code", "loopback", "passed", None),
+    )
     assert [line.split(" passed")[0] for line in regressions(committed, now)] == ["a.x on claude-code (loopback)"]
 
 

@@ -25,11 +25,16 @@ DOC = Path(__file__).resolve().parent.parent / "doc"
 
 def _report(cells, digest="abc123", backends=("fake", "codex")):
     return Report(
-        kit_version="0.1.0", catalog_hash=digest, levels=["offline"],
+        kit_version="0.1.0",
+        catalog_hash=digest,
+        levels=["offline"],
         backends=[BackendInfo(id=b, label=b, kind="api", cli_version="1.2.3" if b == "codex" else None, levels=["offline"]) for b in backends],
-        started_at="2026-11-29T10:00:00+00:00", finished_at="2026-11-29T10:01:00+00:00", platform={"system": "Linux"},
-        cells=[CellResult(check=c, backend=b, level="offline", outcome=o, reason=r, duration_s=0.1, message=m, area=c.split(".")[0])
-               for c, b, o, r, m in cells],
+        started_at="2026-11-29T10:00:00+00:00",
+        finished_at="2026-11-29T10:01:00+00:00",
+        platform={"system": "Linux"},
+        cells=[
+            CellResult(check=c, backend=b, level="offline", outcome=o, reason=r, duration_s=0.1, message=m, area=c.split(".")[0]) for c, b, o, r, m in cells
+        ],
     )
 
 
@@ -48,8 +53,7 @@ def test_json_report_round_trips_with_header(tmp_path):
     assert data["schema"] == "harnesscheck-conformance-report" and data["version"] == 1
     head = data["header"]
     assert {"kit_version", "catalog_hash", "backends", "levels", "platform", "started_at", "finished_at"} <= set(head)
-    assert set(data["cells"][0]) == {"check", "backend", "level", "outcome", "reason", "duration_s", "message", "area", "provenance",
-                                     "containment"}
+    assert set(data["cells"][0]) == {"check", "backend", "level", "outcome", "reason", "duration_s", "message", "area", "provenance", "containment"}
     again = read_report(tmp_path / "r.json")
     assert again.cells == sorted(report.cells, key=lambda c: (c.backend, c.level, c.check))
 
@@ -186,8 +190,12 @@ def _scan(text: str) -> _PageScan:
 
 
 def _json_cells(matrix_json: dict) -> set[tuple]:
-    return {(b, lv, chk, info["outcome"], info["reason"])
-            for b, levels in matrix_json["cells"].items() for lv, checks in levels.items() for chk, info in checks.items()}
+    return {
+        (b, lv, chk, info["outcome"], info["reason"])
+        for b, levels in matrix_json["cells"].items()
+        for lv, checks in levels.items()
+        for chk, info in checks.items()
+    }
 
 
 def _assert_self_contained(page: str) -> _PageScan:
@@ -212,9 +220,19 @@ def _rich_report():
     report = _report(RICH_CELLS)
     report.levels = ["offline", "loopback"]
     # a level this machine could not run at all: hidden as a column, still listed in the page
-    report.cells += [CellResult(check=c, backend="codex", level="loopback", outcome="skipped", reason="env-missing",
-                                duration_s=0.0, message="codex is not installed", area=c.split(".")[0])
-                     for c in ("scope.dotdot-refused", "usage.vendor-cost-reported")]
+    report.cells += [
+        CellResult(
+            check=c,
+            backend="codex",
+            level="loopback",
+            outcome="skipped",
+            reason="env-missing",
+            duration_s=0.0,
+            message="codex is not installed",
+            area=c.split(".")[0],
+        )
+        for c in ("scope.dotdot-refused", "usage.vendor-cost-reported")
+    ]
     return report
 
 
@@ -257,8 +275,7 @@ def test_verdict_names_a_security_relevant_known_failure():
     of the page and of backends.md, never hidden under a green banner."""
     from harnesscheck.kit.matrix import verdict
 
-    cells = CELLS[:1] + [("audit.builtins-off-at-wire", "codex", "xfailed", "upstream-bug",
-                          "offered beyond the bridge: ['exec', 'wait']\nmore detail")]
+    cells = CELLS[:1] + [("audit.builtins-off-at-wire", "codex", "xfailed", "upstream-bug", "offered beyond the bridge: ['exec', 'wait']\nmore detail")]
     m = combine([_report(cells)])
     status, sentence, _ = verdict(m)
     assert status == "warn" and "No check fails" not in sentence

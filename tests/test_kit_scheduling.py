@@ -114,7 +114,6 @@ def test_small_or_one_sided_collections_finish(n_harness, n_api):
     assert all(node.shutting_down for node in nodes)
 
 
-
 def test_without_xdist_nothing_is_pinned_and_the_constants_still_import():
     """A serial run on an environment without pytest-xdist reads API_SDK_HERE from this module."""
     import subprocess
@@ -142,8 +141,7 @@ def test_a_small_run_ends_whatever_order_the_workers_came_in(n_harness, n_api, p
     worker's turn (review finding: `-n 3` on one api cell hung, its cell pending for ever).
     With `pin_always` the share rule is off, so the pinned cells really wait for gw0's turn."""
     if pin_always:
-        monkeypatch.setattr(PinnedLoadScheduling, "_choose_pinned",
-                            lambda self: {i for i, n in enumerate(self.collection) if n.endswith(SUFFIXES)})
+        monkeypatch.setattr(PinnedLoadScheduling, "_choose_pinned", lambda self: {i for i, n in enumerate(self.collection) if n.endswith(SUFFIXES)})
     nodes = [Node("gw1"), Node("gw2"), Node(PIN_WORKER)]
     ids = collection(n_harness, n_api)
     sched = scheduler(nodes, ids)
@@ -200,9 +198,16 @@ def test_the_checks_that_wait_on_purpose_are_paced_and_pacing_is_not_part_of_a_c
     from harnesscheck.kit.catalog import catalog_hash, load_catalog
 
     catalog = load_catalog()
-    waits = {"time.timeout-truncates", "time.no-survivors-after-timeout", "time.linger-after-result",
-             "time.cancel-ends-session", "bridge.slow-start-not-toolless", "errors.overloaded-retryable",
-             "time.stalled-tool-call-ends-by-deadline", "time.abandoned-stream-no-survivors"}
+    waits = {
+        "time.timeout-truncates",
+        "time.no-survivors-after-timeout",
+        "time.linger-after-result",
+        "time.cancel-ends-session",
+        "bridge.slow-start-not-toolless",
+        "errors.overloaded-retryable",
+        "time.stalled-tool-call-ends-by-deadline",
+        "time.abandoned-stream-no-survivors",
+    }
     assert {i for i, info in catalog.items() if info.paced} == waits
     flipped = {i: replace(info, paced=not info.paced) for i, info in catalog.items()}
     assert catalog_hash(flipped) == catalog_hash(catalog)

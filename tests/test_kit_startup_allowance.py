@@ -93,8 +93,7 @@ def test_a_deadline_the_kit_repeats_when_too_early_gets_only_the_measured_start_
     from harnesscheck.kit import loopback_adapter as loopback
 
     monkeypatch.setattr(loopback, "_STARTUP_SEEN", {})
-    monkeypatch.setattr(loopback.LoopbackAdapter, "measure_startup",
-                        lambda self: loopback._STARTUP_SEEN.setdefault(self.spec.id, 1.5))
+    monkeypatch.setattr(loopback.LoopbackAdapter, "measure_startup", lambda self: loopback._STARTUP_SEEN.setdefault(self.spec.id, 1.5))
     but = object.__new__(loopback.LoopbackAdapter)
     but.spec = BUILTIN_SPECS["opencode"]
     assert but.measured_allowance_s() == loopback.STARTUP_HEADROOM * 1.5 < but.startup_allowance_s() == but.spec.cold_start_s
@@ -124,8 +123,7 @@ def test_the_first_401_is_the_model_servers_record_on_the_monotonic_clock(tmp_pa
         assert but.auth_refused_at(setup) is None
         before = time.monotonic()
         body = json.dumps({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}).encode()
-        request = urllib.request.Request(server.base_url + "/v1/messages", data=body,
-                                         headers={"x-api-key": "k", "content-type": "application/json"})
+        request = urllib.request.Request(server.base_url + "/v1/messages", data=body, headers={"x-api-key": "k", "content-type": "application/json"})
         try:
             urllib.request.urlopen(request, timeout=10)
         except urllib.error.HTTPError as exc:

@@ -20,31 +20,53 @@ EXE = str(Path(sys.executable).with_name("harnesscheck"))
 
 
 def _report() -> Report:
-    return Report(kit_version="0.1.0", catalog_hash="h", levels=["offline"], started_at="2026-12-01T00:00:00+00:00",
-                  backends=[BackendInfo(id="hurried", kind="harness")], cells=[
-                      CellResult(check="env.provider-keys-stripped", backend="hurried", level="offline", outcome="failed",
-                                 message="parent variables reached the child: ['ANTHROPIC_API_KEY']", duration_s=0.4),
-                      CellResult(check="time.cancel-ends-session", backend="hurried", level="offline", outcome="failed",
-                                 message="status truncated after cancel", duration_s=120.0),
-                      CellResult(check="scope.dotdot-refused", backend="hurried", level="offline", outcome="passed", duration_s=0.2),
-                      CellResult(check="usage.vendor-cost-reported", backend="hurried", level="offline", outcome="skipped",
-                                 reason="unsupported-by-backend", message="no cost_reporting"),
-                  ])
+    return Report(
+        kit_version="0.1.0",
+        catalog_hash="h",
+        levels=["offline"],
+        started_at="2026-12-01T00:00:00+00:00",
+        backends=[BackendInfo(id="hurried", kind="harness")],
+        cells=[
+            CellResult(
+                check="env.provider-keys-stripped",
+                backend="hurried",
+                level="offline",
+                outcome="failed",
+                message="parent variables reached the child: ['ANTHROPIC_API_KEY']",
+                duration_s=0.4,
+            ),
+            CellResult(
+                check="time.cancel-ends-session",
+                backend="hurried",
+                level="offline",
+                outcome="failed",
+                message="status truncated after cancel",
+                duration_s=120.0,
+            ),
+            CellResult(check="scope.dotdot-refused", backend="hurried", level="offline", outcome="passed", duration_s=0.2),
+            CellResult(
+                check="usage.vendor-cost-reported",
+                backend="hurried",
+                level="offline",
+                outcome="skipped",
+                reason="unsupported-by-backend",
+                message="no cost_reporting",
+            ),
+        ],
+    )
 
 
 def test_the_summary_is_for_a_terminal_and_names_fix_rerun_and_slowest(tmp_path: Path) -> None:
     out = io.StringIO()
     report = _report()
-    print_summary(console_for(out), combine([report]), report, tmp_path / "conformance-report.json",
-                  {"hurried": "mine.backend:spec"})
+    print_summary(console_for(out), combine([report]), report, tmp_path / "conformance-report.json", {"hurried": "mine.backend:spec"})
     text = out.getvalue()
     assert "# Backend verification matrix" not in text and "|---|" not in text and "[1]" not in text, "no raw Markdown"
     assert "❌ 2 checks fail." in text
     lines = text.splitlines()
     first = next(n for n, line in enumerate(lines) if "env.provider-keys-stripped on hurried" in line)
     assert lines[first].startswith("critical ") and "fix: Build the child env with harnesscheck.contain.envpolicy.build_child_env" in lines[first + 1]
-    assert lines[first + 2].strip() == ("rerun: harnesscheck verify --backend mine.backend:spec --level offline "
-                                        "--check env.provider-keys-stripped")
+    assert lines[first + 2].strip() == ("rerun: harnesscheck verify --backend mine.backend:spec --level offline --check env.provider-keys-stripped")
     assert "slowest cells: time.cancel-ends-session on hurried@offline 120 s" in text
     assert "1 (1 unsupported-by-backend)" in text
 
@@ -59,17 +81,21 @@ def test_last_failed_reads_the_previous_report(tmp_path: Path) -> None:
 
 def test_verify_json_puts_the_report_on_stdout_and_last_failed_reruns_only_the_failures(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HARNESS_", "PYTEST_"))}
-    base = [EXE, "verify", "--backend", "tests.foreign.hurried:spec", "--level", "offline", "-n", "0", "--ratchet", "none",
-            "--report", str(tmp_path / "r")]
-    first = subprocess.run([*base, "--check", "env.provider-keys-stripped", "--check", "scope.dotdot-refused", "--json"],
-                           capture_output=True, text=True, cwd=REPO, env=env, timeout=300, stdin=subprocess.DEVNULL)
+    base = [EXE, "verify", "--backend", "tests.foreign.hurried:spec", "--level", "offline", "-n", "0", "--ratchet", "none", "--report", str(tmp_path / "r")]
+    first = subprocess.run(
+        [*base, "--check", "env.provider-keys-stripped", "--check", "scope.dotdot-refused", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
     assert first.returncode == 1, first.stderr
     report = json.loads(first.stdout)  # stdout is the report and nothing else
-    assert {(c["check"], c["outcome"]) for c in report["cells"]} == {("env.provider-keys-stripped", "failed"),
-                                                                    ("scope.dotdot-refused", "passed")}
+    assert {(c["check"], c["outcome"]) for c in report["cells"]} == {("env.provider-keys-stripped", "failed"), ("scope.dotdot-refused", "passed")}
     assert "fix: Build the child env" in first.stderr
-    again = subprocess.run([*base, "--last-failed", "--json"], capture_output=True, text=True, cwd=REPO, env=env,
-                           timeout=300, stdin=subprocess.DEVNULL)
+    again = subprocess.run([*base, "--last-failed", "--json"], capture_output=True, text=True, cwd=REPO, env=env, timeout=300, stdin=subprocess.DEVNULL)
     assert again.returncode == 1, again.stderr
     assert [c["check"] for c in json.loads(again.stdout)["cells"]] == ["env.provider-keys-stripped"]
     assert "--last-failed: rerunning 1 check(s) that failed on hurried" in again.stderr
@@ -80,8 +106,10 @@ def test_help_texts_name_every_pinned_cli_and_show_no_python_types() -> None:
     from harnesscheck.loopback.record import _recordable_backends
 
     env = {**os.environ, "COLUMNS": "200"}
-    helps = {c: subprocess.run([EXE, c, "--help"], capture_output=True, text=True, env=env, timeout=60).stdout
-             for c in ("verify", "run", "install-clis", "record", "drift", "doctor", "matrix")}
+    helps = {
+        c: subprocess.run([EXE, c, "--help"], capture_output=True, text=True, env=env, timeout=60).stdout
+        for c in ("verify", "run", "install-clis", "record", "drift", "doctor", "matrix")
+    }
     for name, text in helps.items():
         options = [line for line in text.splitlines() if line.lstrip().startswith("-")]
         assert not [line for line in options if "<" in line.split("  ")[0]], f"{name} --help shows a Python type: {options}"

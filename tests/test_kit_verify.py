@@ -15,7 +15,7 @@ def test_the_child_loads_only_the_plugins_it_names(tmp_path):
     args = pytest_args(["fake"], ["offline"], tmp_path, None, None)
     assert args[args.index("-p", args.index("no:cacheprovider") + 1) + 1] == "harnesscheck.kit.plugin"
     assert "xdist.plugin" not in args and "-n" not in args
-    assert args[args.index("harnesscheck.kit.plugin") + 1:][:3] == ["-p", "no:unraisableexception", "--hc-exit-fast"]
+    assert args[args.index("harnesscheck.kit.plugin") + 1 :][:3] == ["-p", "no:unraisableexception", "--hc-exit-fast"]
     parallel = pytest_args(["fake"], ["offline"], tmp_path, None, "2")
     assert parallel[-4:] == ["-p", "xdist.plugin", "-n", "2"]
     assert child_env()["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1"
@@ -47,7 +47,10 @@ def _verify(tmp_path: Path, *extra: str) -> set[tuple[str, str, str]]:
     out = tmp_path / ("report" + "".join(extra))
     proc = subprocess.run(
         [str(Path(sys.executable).with_name("harnesscheck")), "verify", "--backend", "fake", "--level", "offline", "--report", str(out), *extra],
-        capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     cells = json.loads((out / "conformance-report.json").read_text())["cells"]
@@ -98,10 +101,20 @@ def test_exit_fast_keeps_the_exit_status_threads_atexit_and_output_and_skips_the
     for fast in (False, True):
         out = tmp_path / ("fast" if fast else "normal")
         out.mkdir()
-        argv = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-p", "harnesscheck.kit.plugin",
-                str(tmp_path / "test_exit.py"), *(["--hc-exit-fast"] if fast else [])]
-        proc = subprocess.run(argv, cwd=tmp_path, env={**child_env(), "HC_TEST_OUT": str(out)},
-                              capture_output=True, text=True, timeout=120)
+        argv = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-s",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "harnesscheck.kit.plugin",
+            str(tmp_path / "test_exit.py"),
+            *(["--hc-exit-fast"] if fast else []),
+        ]
+        proc = subprocess.run(argv, cwd=tmp_path, env={**child_env(), "HC_TEST_OUT": str(out)}, capture_output=True, text=True, timeout=120)
         results[fast] = (proc.returncode, "unflushed-tail" in proc.stdout, sorted(p.name for p in out.iterdir()))
     assert results[False] == (1, True, ["atexit-ran", "module-teardown", "thread-finished"])
     assert results[True] == (1, True, ["atexit-ran", "thread-finished"])
@@ -121,12 +134,13 @@ def test_exit_fast_keeps_the_status_of_a_run_stopped_before_the_kit_saw_the_sess
     (tmp_path / "test_x.py").write_text("def test_x():\n    pass\n")
     results = {}
     for fast in (False, True):
-        base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "harnesscheck.kit.plugin",
-                *(["--hc-exit-fast"] if fast else [])]
-        stopped = subprocess.run([*base, str(tmp_path / "test_x.py")], cwd=tmp_path,
-                                 env={**child_env(), "HC_TEST_STOP": "1"}, capture_output=True, text=True, timeout=120)
-        usage = subprocess.run([*base, "--backend", "no-such-backend", str(tmp_path / "test_x.py")], cwd=tmp_path,
-                               env=child_env(), capture_output=True, text=True, timeout=120)
+        base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "harnesscheck.kit.plugin", *(["--hc-exit-fast"] if fast else [])]
+        stopped = subprocess.run(
+            [*base, str(tmp_path / "test_x.py")], cwd=tmp_path, env={**child_env(), "HC_TEST_STOP": "1"}, capture_output=True, text=True, timeout=120
+        )
+        usage = subprocess.run(
+            [*base, "--backend", "no-such-backend", str(tmp_path / "test_x.py")], cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=120
+        )
         results[fast] = (stopped.returncode, usage.returncode)
     assert results[False] == (7, 4)
     assert results[True] == results[False]
@@ -139,8 +153,7 @@ def test_n_auto_over_the_suite_alone_starts_as_many_workers_as_verify_would(tmp_
     from harnesscheck.kit.scheduling import suite_workers
 
     cmd = [a for a in pytest_args(["fake"], ["offline"], tmp_path, None, "auto") if a != "-q"]
-    proc = subprocess.run(cmd + ["--basetemp", str(tmp_path / "t")], env=child_env(), capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=300)
+    proc = subprocess.run(cmd + ["--basetemp", str(tmp_path / "t")], env=child_env(), capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
     created = re.search(r"created: (\d+)/\1 worker", proc.stdout)
     assert created and int(created[1]) == suite_workers(), proc.stdout[-2000:]
 
@@ -152,15 +165,32 @@ def test_n_auto_over_the_suite_alone_starts_as_many_workers_as_verify_would(tmp_
 def _harnesscheck(*args: str, env: dict | None = None, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     import os
 
-    return subprocess.run([str(Path(sys.executable).with_name("harnesscheck")), *args], capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})}, cwd=cwd)
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("harnesscheck")), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+    )
 
 
 def test_verify_that_can_verify_nothing_here_exits_3_with_one_line_and_no_table(tmp_path):
     """--level loopback on a machine without the pinned CLIs (an empty HARNESSCHECK_CACHE)."""
     (tmp_path / "cache").mkdir()
-    proc = _harnesscheck("verify", "--backend", "codex", "--backend", "claude-code", "--level", "loopback",
-                         "--report", str(tmp_path / "report"), env={"HARNESSCHECK_CACHE": str(tmp_path / "cache")})
+    proc = _harnesscheck(
+        "verify",
+        "--backend",
+        "codex",
+        "--backend",
+        "claude-code",
+        "--level",
+        "loopback",
+        "--report",
+        str(tmp_path / "report"),
+        env={"HARNESSCHECK_CACHE": str(tmp_path / "cache")},
+    )
     assert proc.returncode == 3, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "loopback cannot run codex" in lines[0] and "install-clis" in lines[0], proc.stderr
@@ -169,19 +199,21 @@ def test_verify_that_can_verify_nothing_here_exits_3_with_one_line_and_no_table(
     # a backend with no loopback level at all: nothing of the run could be verified either
     proc = _harnesscheck("verify", "--backend", "fake", "--level", "loopback", "--report", str(tmp_path / "report"))
     assert proc.returncode == 3, proc.stdout + proc.stderr
-    assert proc.stderr.strip().splitlines() == ["harnesscheck verify: nothing can be verified here: no selected backend "
-                                                "can run at loopback (fake: fake is in-process: only the offline level exists)"]
+    assert proc.stderr.strip().splitlines() == [
+        "harnesscheck verify: nothing can be verified here: no selected backend can run at loopback (fake: fake is in-process: only the offline level exists)"
+    ]
     assert not (tmp_path / "report" / "conformance-report.json").exists()
 
 
 def test_verify_whose_every_cell_skipped_exits_3_without_a_table(tmp_path):
     """Every cell ran and skipped (a check fake does not declare the capability of)."""
-    proc = _harnesscheck("verify", "--backend", "fake", "--level", "offline", "--check", "usage.vendor-cost-reported",
-                         "-n", "0", "--report", str(tmp_path / "r"))
+    proc = _harnesscheck(
+        "verify", "--backend", "fake", "--level", "offline", "--check", "usage.vendor-cost-reported", "-n", "0", "--report", str(tmp_path / "r")
+    )
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        "harnesscheck verify: nothing was verified: all 1 cells were skipped "
-        "(unsupported-by-backend: fake does not declare cost_reporting)"]
+        "harnesscheck verify: nothing was verified: all 1 cells were skipped (unsupported-by-backend: fake does not declare cost_reporting)"
+    ]
     assert "Backend verification matrix" not in proc.stdout
 
 
@@ -190,11 +222,27 @@ def test_a_failing_cell_prints_its_id_requirement_and_the_command_that_reruns_it
     from harnesscheck.kit.catalog import load_catalog
 
     baseline = tmp_path / "baseline.json"  # lists a passing cell: it fails as stale
-    baseline.write_text(json.dumps({"version": 1, "known_failing": [
-        {"id": "parity.outcome-schema", "backend": "fake", "reason": "upstream-bug", "note": "x"}]}))
-    proc = _harnesscheck("verify", "--backend", "fake", "--level", "offline", "--check", "parity.outcome-schema",
-                         "--check", "selection.registry-builds-backend", "--baseline", str(baseline), "-n", "0",
-                         "--report", str(tmp_path / "r"), env={"CI": "true"})
+    baseline.write_text(
+        json.dumps({"version": 1, "known_failing": [{"id": "parity.outcome-schema", "backend": "fake", "reason": "upstream-bug", "note": "x"}]})
+    )
+    proc = _harnesscheck(
+        "verify",
+        "--backend",
+        "fake",
+        "--level",
+        "offline",
+        "--check",
+        "parity.outcome-schema",
+        "--check",
+        "selection.registry-builds-backend",
+        "--baseline",
+        str(baseline),
+        "-n",
+        "0",
+        "--report",
+        str(tmp_path / "r"),
+        env={"CI": "true"},
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     requirement = load_catalog()["parity.outcome-schema"].requirement
     out = proc.stdout
@@ -211,15 +259,21 @@ def test_progress_folds_the_events_and_the_live_view_is_only_for_a_terminal_outs
     from harnesscheck.kit import progress
 
     p = progress.Progress()
-    assert p.feed({"e": "plan", "cells": {"a[fake@offline]": ["fake@offline", "x.a"], "b[fake@offline]": ["fake@offline", "x.b"]},
-                   "requirements": {"x.a": "A holds."}}) == []
+    assert (
+        p.feed(
+            {
+                "e": "plan",
+                "cells": {"a[fake@offline]": ["fake@offline", "x.a"], "b[fake@offline]": ["fake@offline", "x.b"]},
+                "requirements": {"x.a": "A holds."},
+            }
+        )
+        == []
+    )
     p.feed({"e": "start", "id": "a[fake@offline]"})
     assert p.columns["fake@offline"].running == {"a[fake@offline]": "x.a"}
-    said = p.feed({"e": "done", "id": "a[fake@offline]", "check": "x.a", "backend": "fake", "level": "offline",
-                   "outcome": "failed", "message": "boom\nmore"})
+    said = p.feed({"e": "done", "id": "a[fake@offline]", "check": "x.a", "backend": "fake", "level": "offline", "outcome": "failed", "message": "boom\nmore"})
     assert [what for what, _ in said] == ["failed"] and not p.columns["fake@offline"].running
-    said = p.feed({"e": "done", "id": "b[fake@offline]", "check": "x.b", "backend": "fake", "level": "offline",
-                   "outcome": "skipped", "reason": "budget"})
+    said = p.feed({"e": "done", "id": "b[fake@offline]", "check": "x.b", "backend": "fake", "level": "offline", "outcome": "skipped", "reason": "budget"})
     assert [what for what, _ in said] == ["column-done"]
     out = io.StringIO()
     shown = progress.PlainView(p, out)
@@ -246,23 +300,40 @@ def test_verify_leaves_nothing_in_tmp(tmp_path):
     run's own folder and says where."""
     import shutil
 
-    verify = [str(Path(sys.executable).with_name("harnesscheck")), "verify", "--backend", "codex", "--backend", "fake",
-              "--level", "offline", "--check", "scope.bridge-reaches-dispatch", "--check", "time.timeout-truncates"]
+    verify = [
+        str(Path(sys.executable).with_name("harnesscheck")),
+        "verify",
+        "--backend",
+        "codex",
+        "--backend",
+        "fake",
+        "--level",
+        "offline",
+        "--check",
+        "scope.bridge-reaches-dispatch",
+        "--check",
+        "time.timeout-truncates",
+    ]
     script = f"mount -t tmpfs none /tmp && {subprocess.list2cmdline(verify)} --report /tmp/report >/dev/null; echo rc=$?; ls -A /tmp"
     unshare = shutil.which("unshare")
     probe = subprocess.run([unshare, "-Urm", "true"], capture_output=True) if unshare else None
     under_tmp = any(Path(p).resolve().is_relative_to("/tmp") for p in (sys.executable, Path(__file__).parent))
     if probe is not None and probe.returncode == 0 and not under_tmp:  # a tmpfs on /tmp would hide a checkout there
-        proc = subprocess.run([unshare, "-Urm", "sh", "-c", script], capture_output=True, text=True, timeout=600,
-                              stdin=subprocess.DEVNULL, env={k: v for k, v in __import__("os").environ.items() if k != "TMPDIR"})
+        proc = subprocess.run(
+            [unshare, "-Urm", "sh", "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            stdin=subprocess.DEVNULL,
+            env={k: v for k, v in __import__("os").environ.items() if k != "TMPDIR"},
+        )
         assert proc.stdout.split() == ["rc=0", "report"], proc.stdout + proc.stderr
     private = tmp_path / "tmp"
     private.mkdir()
     proc = _harnesscheck(*verify[1:], "--report", str(tmp_path / "report"), env={"TMPDIR": str(private)})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert _entries(private) == set(), f"left in TMPDIR: {_entries(private)}"
-    assert _entries(tmp_path / "report") == {"conformance-report.json", "junit.xml", "backends.md", "backends.json",
-                                             "backends.html", "pytest-output.txt"}
+    assert _entries(tmp_path / "report") == {"conformance-report.json", "junit.xml", "backends.md", "backends.json", "backends.html", "pytest-output.txt"}
     proc = _harnesscheck(*verify[1:], "--report", str(tmp_path / "report"), "--keep", env={"TMPDIR": str(private)})
     kept = [p for p in private.iterdir()]
     assert proc.returncode == 0 and len(kept) == 1 and f"kept the run's temporary files: {kept[0]}" in proc.stdout
@@ -279,18 +350,46 @@ def test_ctrl_c_keeps_the_previous_report_whole_and_prints_no_teardown_noise(tmp
     private = tmp_path / "tmp"
     private.mkdir()
     report = tmp_path / "report"
-    first = _harnesscheck("verify", "--backend", "fake", "--level", "offline", "--check", "parity.outcome-schema",
-                          "-n", "0", "--report", str(report), env={"TMPDIR": str(private)})
+    first = _harnesscheck(
+        "verify",
+        "--backend",
+        "fake",
+        "--level",
+        "offline",
+        "--check",
+        "parity.outcome-schema",
+        "-n",
+        "0",
+        "--report",
+        str(report),
+        env={"TMPDIR": str(private)},
+    )
     assert first.returncode == 0, first.stdout + first.stderr
     (report / "mine.txt").write_text("the user's own file")
     before = {p.name: p.read_bytes() for p in report.iterdir()}
-    proc = subprocess.Popen([str(Path(sys.executable).with_name("harnesscheck")), "verify", "--backend", "codex",
-                             "--backend", "fake", "--level", "offline", "--report", str(report)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            stdin=subprocess.DEVNULL, env={**os.environ, "TMPDIR": str(private)},
-                            # a terminal's foreground job starts with SIGINT at its default; a test
-                            # process that inherited it ignored (nohup, `&`) would pass that on
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("harnesscheck")),
+            "verify",
+            "--backend",
+            "codex",
+            "--backend",
+            "fake",
+            "--level",
+            "offline",
+            "--report",
+            str(report),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "TMPDIR": str(private)},
+        # a terminal's foreground job starts with SIGINT at its default; a test
+        # process that inherited it ignored (nohup, `&`) would pass that on
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
         events = [p for p in report.glob(".harnesscheck-partial-*/progress.jsonl") if '"e":"done"' in p.read_text()]

@@ -32,8 +32,7 @@ def test_a_watchdog_names_a_known_moment():
 def test_the_watchdog_fires_only_once_the_bound_after_the_moment_has_passed():
     moment: list[float] = []
     ended: list[float] = []
-    dog = WatchdogThread(Watchdog("abandon", 0.2), lambda: moment[0] if moment else None,
-                         lambda: ended.append(time.monotonic()) or [4242])
+    dog = WatchdogThread(Watchdog("abandon", 0.2), lambda: moment[0] if moment else None, lambda: ended.append(time.monotonic()) or [4242])
     dog.start()
     try:
         time.sleep(0.3)
@@ -103,8 +102,15 @@ def test_nothing_a_failing_backend_started_outlives_its_cells(tmp_path):
     base = tmp_path / "cells"
     checks = ("time.no-survivors-after-timeout", "time.stalled-tool-call-ends-by-deadline")
     code, report, out = run_suite(
-        tmp_path, "--backend", "tests.mutants.harness:kills_only_the_direct_child", "--basetemp", str(base),
-        *(a for c in checks for a in ("--hc-check", c)), files=("conformance/test_time.py",), timeout=300)
+        tmp_path,
+        "--backend",
+        "tests.mutants.harness:kills_only_the_direct_child",
+        "--basetemp",
+        str(base),
+        *(a for c in checks for a in ("--hc-check", c)),
+        files=("conformance/test_time.py",),
+        timeout=300,
+    )
     assert report is not None, out[-3000:]
     got = cells(report, "mutant-harness-KillsOnlyTheDirectChild")
     assert {c: got[c]["outcome"] for c in checks} == {c: "failed" for c in checks}, out[-3000:]
@@ -122,8 +128,14 @@ def test_a_session_that_overran_its_bound_fails_at_the_bound(tmp_path):
     """The abandoned stream of a backend that kills only its CLI: the session runs on (its CLI
     stalls to the 120 s deadline); the watchdog fails it at its bound and ends the tree."""
     code, report, out = run_suite(
-        tmp_path, "--backend", "tests.mutants.harness:kills_only_the_direct_child",
-        "--hc-check", "time.abandoned-stream-no-survivors", files=("conformance/test_time.py",), timeout=300)
+        tmp_path,
+        "--backend",
+        "tests.mutants.harness:kills_only_the_direct_child",
+        "--hc-check",
+        "time.abandoned-stream-no-survivors",
+        files=("conformance/test_time.py",),
+        timeout=300,
+    )
     assert report is not None, out[-3000:]
     cell = cells(report, "mutant-harness-KillsOnlyTheDirectChild")["time.abandoned-stream-no-survivors"]
     assert cell["outcome"] == "failed", cell

@@ -47,8 +47,10 @@ def fresh_venv(tmp_path_factory):
 
 def test_wheel_is_installed_not_editable(fresh_venv):
     venv, base = fresh_venv
-    proc = _run([str(venv / "bin" / "python"), "-c",
-                 "import harnesscheck, harnesscheck.core.paths as p; print(harnesscheck.__file__); print(p.conformance_dir())"], cwd=base)
+    proc = _run(
+        [str(venv / "bin" / "python"), "-c", "import harnesscheck, harnesscheck.core.paths as p; print(harnesscheck.__file__); print(p.conformance_dir())"],
+        cwd=base,
+    )
     module, suite = proc.stdout.split()
     assert str(venv) in module, f"harnesscheck imported from {module}, not the wheel"
     assert str(venv) in suite and Path(suite, "test_scope.py").is_file(), "the suite is not shipped in the wheel"
@@ -70,8 +72,10 @@ def test_pytest_conformance_runs_from_an_empty_directory(fresh_venv):
     venv, base = fresh_venv
     work = base / "empty-cwd-pytest"
     work.mkdir()
-    proc = _run([str(venv / "bin" / "python"), "-m", "pytest", "-m", "conformance", "--backend", "example", "-q",
-                 "-p", "no:cacheprovider", "--hc-report", "r.json"], cwd=work)
+    proc = _run(
+        [str(venv / "bin" / "python"), "-m", "pytest", "-m", "conformance", "--backend", "example", "-q", "-p", "no:cacheprovider", "--hc-report", "r.json"],
+        cwd=work,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     report = json.loads((work / "r.json").read_text())
     assert report["cells"] and all(c["backend"] == "example" for c in report["cells"])

@@ -39,8 +39,7 @@ def _imports(path: Path, *, top_level_only: bool) -> set[str]:
 
 
 def _modules() -> dict[str, Path]:
-    return {".".join(p.relative_to(ROOT.parent).with_suffix("").parts).removesuffix(".__init__"): p
-            for p in sorted(ROOT.rglob("*.py"))}
+    return {".".join(p.relative_to(ROOT.parent).with_suffix("").parts).removesuffix(".__init__"): p for p in sorted(ROOT.rglob("*.py"))}
 
 
 MODULES = set(_modules())
@@ -147,16 +146,14 @@ def test_only_the_kit_and_the_cli_import_the_kit():
 def test_kit_and_loopback_form_no_circle():
     """loopback/ (scripted servers, CLI install, the kit-free scenario scripts) is below the
     kit: the kit's loopback adapter lives in kit/loopback_adapter.py."""
-    loopback = [(name, t) for name, path in _modules().items() if _unit(name) == "loopback"
-                for t in _imports(path, top_level_only=False) if _unit(t) == "kit"]
+    loopback = [(name, t) for name, path in _modules().items() if _unit(name) == "loopback" for t in _imports(path, top_level_only=False) if _unit(t) == "kit"]
     assert not loopback, loopback
 
 
 def test_no_import_cycle_at_module_import():
     """Top-level imports form no cycle between modules (a cycle makes import order matter)."""
     modules = _modules()
-    graph = {name: {t for t in _imports(path, top_level_only=True) if t in modules and t != name}
-             for name, path in modules.items()}
+    graph = {name: {t for t in _imports(path, top_level_only=True) if t in modules and t != name} for name, path in modules.items()}
     state: dict[str, int] = {}
     cycles: list[list[str]] = []
 
@@ -164,7 +161,7 @@ def test_no_import_cycle_at_module_import():
         state[node] = 1
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                cycles.append(stack[stack.index(nxt):] + [nxt] if nxt in stack else [node, nxt])
+                cycles.append(stack[stack.index(nxt) :] + [nxt] if nxt in stack else [node, nxt])
             elif nxt not in state:
                 visit(nxt, stack + [nxt])
         state[node] = 2
@@ -224,8 +221,7 @@ def test_the_kit_names_no_cli_or_agent():
     modules and are not read."""
     names = _registered_cli_and_agent_names()
     assert {"claude", "codex", "gemini"} <= names  # the guard reads the registry, not a list of its own
-    offenders = {str(path.relative_to(ROOT)): _naming(path.read_text(encoding="utf-8"), names)
-                 for path in sorted((ROOT / "kit").rglob("*.py"))}
+    offenders = {str(path.relative_to(ROOT)): _naming(path.read_text(encoding="utf-8"), names) for path in sorted((ROOT / "kit").rglob("*.py"))}
     offenders = {path: found for path, found in offenders.items() if found}
     assert not offenders, offenders
 

@@ -42,9 +42,16 @@ class _Backend:
         return _Run(self.outcome)
 
 
-GOOD = AgentOutcome(status=OutcomeStatus.ok, text="OK", auth_source="none", requested_model="claude-opus-4-8",
-                    served_model="claude-opus-4-8", model_verdict=ModelVerdict.match,
-                    tool_calls=1, refusals=[Refusal(tool="read_file", code="path_outside_scope", detail="../outside")])
+GOOD = AgentOutcome(
+    status=OutcomeStatus.ok,
+    text="OK",
+    auth_source="none",
+    requested_model="claude-opus-4-8",
+    served_model="claude-opus-4-8",
+    model_verdict=ModelVerdict.match,
+    tool_calls=1,
+    refusals=[Refusal(tool="read_file", code="path_outside_scope", detail="../outside")],
+)
 
 
 def test_the_smokes_pass_a_good_backend(tmp_path):
@@ -52,11 +59,14 @@ def test_the_smokes_pass_a_good_backend(tmp_path):
     live.test_smoke_refuses_outside(_Backend(tmp_path, GOOD))
 
 
-@pytest.mark.parametrize("defect", [
-    {"auth_source": None},  # the auth source it claims to preflight is never reported
-    {"served_model": None, "model_verdict": ModelVerdict.unverified},  # no served model
-    {"served_model": "claude-haiku-9", "model_verdict": ModelVerdict.mismatch},  # another model answered
-])
+@pytest.mark.parametrize(
+    "defect",
+    [
+        {"auth_source": None},  # the auth source it claims to preflight is never reported
+        {"served_model": None, "model_verdict": ModelVerdict.unverified},  # no served model
+        {"served_model": "claude-haiku-9", "model_verdict": ModelVerdict.mismatch},  # another model answered
+    ],
+)
 def test_smoke_answers_fails_a_backend_that_hides_its_auth_or_model(tmp_path, defect):
     with pytest.raises(AssertionError):
         live.test_smoke_answers(_Backend(tmp_path, GOOD.model_copy(update=defect)))

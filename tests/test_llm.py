@@ -34,7 +34,9 @@ from harnesscheck.backends.llm import (
 from harnesscheck.core.contracts import ErrorClass, Usage
 
 MODES = list(W.PATHS)
-TOOLS = [{"name": "read_file", "description": "Read a file.", "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}]
+TOOLS = [
+    {"name": "read_file", "description": "Read a file.", "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}
+]
 HI = [{"role": "user", "content": "hi"}]
 
 
@@ -127,15 +129,21 @@ def test_repr_never_shows_the_key():
 
 HISTORY = [
     {"role": "user", "content": "read a.py"},
-    {"role": "assistant", "content": [
-        {"type": "text", "text": "Reading."},
-        {"type": "tool_use", "id": "c1", "name": "read_file", "input": {"path": "a.py"}},
-        {"type": "tool_use", "id": "c2", "name": "read_file", "input": {"path": "/etc/passwd"}},
-    ]},
-    {"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": "c1", "content": "print(1)\n"},
-        {"type": "tool_result", "tool_use_id": "c2", "content": "refused: path_outside_scope: /etc/passwd", "is_error": True},
-    ]},
+    {
+        "role": "assistant",
+        "content": [
+            {"type": "text", "text": "Reading."},
+            {"type": "tool_use", "id": "c1", "name": "read_file", "input": {"path": "a.py"}},
+            {"type": "tool_use", "id": "c2", "name": "read_file", "input": {"path": "/etc/passwd"}},
+        ],
+    },
+    {
+        "role": "user",
+        "content": [
+            {"type": "tool_result", "tool_use_id": "c1", "content": "print(1)\n"},
+            {"type": "tool_result", "tool_use_id": "c2", "content": "refused: path_outside_scope: /etc/passwd", "is_error": True},
+        ],
+    },
 ]
 
 
@@ -165,13 +173,55 @@ ERROR_CASES = [
     # (status, anthropic body, openai body, headers, expected class)
     (401, ANTHROPIC_ERR("authentication_error", "invalid x-api-key"), OPENAI_ERR("invalid_api_key", "Incorrect API key provided"), {}, ErrorClass.auth),
     (403, ANTHROPIC_ERR("permission_error", "not allowed"), OPENAI_ERR(None, "Project does not have access", "permission_error"), {}, ErrorClass.auth),
-    (429, ANTHROPIC_ERR("rate_limit_error", "slow down"), OPENAI_ERR("rate_limit_exceeded", "Rate limit reached", "requests"), {"retry-after": "17"}, ErrorClass.rate_limit),
-    (429, ANTHROPIC_ERR("rate_limit_error", "usage limit reached for your plan"), OPENAI_ERR("insufficient_quota", "You exceeded your current quota", "insufficient_quota"), {}, ErrorClass.quota),
-    (400, ANTHROPIC_ERR("invalid_request_error", "Your credit balance is too low to access the Anthropic API."), OPENAI_ERR("billing_hard_limit_reached", "Billing hard limit has been reached"), {}, ErrorClass.quota),
-    (400, ANTHROPIC_ERR("invalid_request_error", "prompt is too long: 210000 tokens > 200000 maximum"), OPENAI_ERR("context_length_exceeded", "This model's maximum context length is 128000 tokens"), {}, ErrorClass.context_overflow),
-    (413, ANTHROPIC_ERR("request_too_large", "Request exceeds the maximum allowed number of bytes"), OPENAI_ERR(None, "request too large"), {}, ErrorClass.context_overflow),
-    (404, ANTHROPIC_ERR("not_found_error", "model: claude-nope"), OPENAI_ERR("model_not_found", "The model `gpt-nope` does not exist"), {}, ErrorClass.model_unavailable),
-    (400, ANTHROPIC_ERR("invalid_request_error", "max_tokens: field required"), OPENAI_ERR(None, "Invalid value for 'max_tokens'"), {}, ErrorClass.invalid_request),
+    (
+        429,
+        ANTHROPIC_ERR("rate_limit_error", "slow down"),
+        OPENAI_ERR("rate_limit_exceeded", "Rate limit reached", "requests"),
+        {"retry-after": "17"},
+        ErrorClass.rate_limit,
+    ),
+    (
+        429,
+        ANTHROPIC_ERR("rate_limit_error", "usage limit reached for your plan"),
+        OPENAI_ERR("insufficient_quota", "You exceeded your current quota", "insufficient_quota"),
+        {},
+        ErrorClass.quota,
+    ),
+    (
+        400,
+        ANTHROPIC_ERR("invalid_request_error", "Your credit balance is too low to access the Anthropic API."),
+        OPENAI_ERR("billing_hard_limit_reached", "Billing hard limit has been reached"),
+        {},
+        ErrorClass.quota,
+    ),
+    (
+        400,
+        ANTHROPIC_ERR("invalid_request_error", "prompt is too long: 210000 tokens > 200000 maximum"),
+        OPENAI_ERR("context_length_exceeded", "This model's maximum context length is 128000 tokens"),
+        {},
+        ErrorClass.context_overflow,
+    ),
+    (
+        413,
+        ANTHROPIC_ERR("request_too_large", "Request exceeds the maximum allowed number of bytes"),
+        OPENAI_ERR(None, "request too large"),
+        {},
+        ErrorClass.context_overflow,
+    ),
+    (
+        404,
+        ANTHROPIC_ERR("not_found_error", "model: claude-nope"),
+        OPENAI_ERR("model_not_found", "The model `gpt-nope` does not exist"),
+        {},
+        ErrorClass.model_unavailable,
+    ),
+    (
+        400,
+        ANTHROPIC_ERR("invalid_request_error", "max_tokens: field required"),
+        OPENAI_ERR(None, "Invalid value for 'max_tokens'"),
+        {},
+        ErrorClass.invalid_request,
+    ),
 ]
 
 
@@ -366,8 +416,11 @@ def _rechunk(data: bytes, cuts: list[int]) -> list[bytes]:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=40), single_bytes=st.booleans())
 def test_sse_chunk_boundaries_do_not_matter(mode, cuts, single_bytes):
-    turn = W.Turn(text="Sé bien: ünïcödé → ok ✓", tool_calls=[("call_1", "read_file", {"path": "dir/ñ.py"})],
-                  usage={"input": 11, "output": 7, "cache_read": 2, "cache_write": 0, "reasoning": 0})
+    turn = W.Turn(
+        text="Sé bien: ünïcödé → ok ✓",
+        tool_calls=[("call_1", "read_file", {"path": "dir/ñ.py"})],
+        usage={"input": 11, "output": 7, "cache_read": 2, "cache_write": 0, "reasoning": 0},
+    )
     data = W.body(mode, turn)
     chunks = [data[i : i + 1] for i in range(len(data))] if single_bytes and len(cuts) % 3 == 0 else _rechunk(data, cuts)
     assert b"".join(chunks) == data

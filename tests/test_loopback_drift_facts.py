@@ -16,7 +16,10 @@ def test_changes_are_ranked_behaviour_then_removed_changed_added():
     new = {"offered_tools": ["a", "b", "c"], "max_tokens": 128000, "beta_headers": ["y", "z"], "exit_code": 1}
     changes = sorted(diff_facts("s", old, new))
     assert [c.line().split()[0:3] for c in changes] == [
-        ["!+", "s", "offered_tools:"], ["-", "s", "beta_headers:"], ["~", "s", "max_tokens:"], ["+", "s", "beta_headers:"],
+        ["!+", "s", "offered_tools:"],
+        ["-", "s", "beta_headers:"],
+        ["~", "s", "max_tokens:"],
+        ["+", "s", "beta_headers:"],
     ]
     assert changes[0].behaviour and not any(c.behaviour for c in changes[1:])
 

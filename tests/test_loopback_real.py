@@ -126,8 +126,20 @@ def test_the_real_codex_tree_is_judged_no_survivors_catches_a_backend_that_kills
 
     _pinned("codex")
     mutant = "tests.mutants.harness:codex_kills_only_the_direct_child"
-    _, report, out = run_suite(tmp_path, "--backend", "codex", "--backend", mutant, "--level", "loopback",
-                               "--hc-baseline", "none", "-k", "survivors", files=("conformance/test_time.py",))
+    _, report, out = run_suite(
+        tmp_path,
+        "--backend",
+        "codex",
+        "--backend",
+        mutant,
+        "--level",
+        "loopback",
+        "--hc-baseline",
+        "none",
+        "-k",
+        "survivors",
+        files=("conformance/test_time.py",),
+    )
     assert report is not None, out[-3000:]
     reference = cells(report, "codex")["time.no-survivors-after-timeout"]
     broken = cells(report, "mutant-harness-CodexKillsOnlyTheDirectChild")["time.no-survivors-after-timeout"]

@@ -70,7 +70,7 @@ def test_fixture_holds_no_secret_machine_path_or_run_port(path):
     assert DUMMY_KEY not in text and "sk-loopback" not in text, "the loopback dummy key survived"
     assert not _SECRET.search(text), f"a secret-looking value: {_SECRET.search(text).group(0)[:12]}…"
     hit = _MACHINE_PATH.search(text)
-    assert not hit, f"a machine path: {text[max(0, hit.start() - 40):hit.end() + 40]!r}"
+    assert not hit, f"a machine path: {text[max(0, hit.start() - 40) : hit.end() + 40]!r}"
     assert not re.search(r"harnesscheck-(?:record|run)-[A-Za-z0-9_]{6,}", text), "a temp dir name survived"
     ports = [int(m.group(1)) for m in _PORT.finditer(text)]
     assert not [p for p in ports if p >= 1024], f"a run's port survived: {ports}"
@@ -162,8 +162,13 @@ def _reached_its_hang(fake) -> bool:
 def test_record_never_overwrites_a_hand_written_fixture():
     from harnesscheck.loopback.record import recipe_for
 
-    for cli, name in [("claude", "malformed_line"), ("claude", "usage_limit"), ("claude", "helper_model"),
-                      ("codex", "native_tool_use"), ("codex", "exit0_is_error")]:
+    for cli, name in [
+        ("claude", "malformed_line"),
+        ("claude", "usage_limit"),
+        ("claude", "helper_model"),
+        ("codex", "native_tool_use"),
+        ("codex", "exit0_is_error"),
+    ]:
         with pytest.raises(ValueError, match="cannot be recorded"):
             recipe_for(cli, name)
         assert not is_recording(fixtures_dir() / cli / f"{name}.json")
@@ -178,19 +183,30 @@ def test_to_fixture_scrubs_and_keeps_what_the_cli_said(tmp_path):
     from harnesscheck.loopback.record import Recipe, Recording, to_fixture
 
     run = tmp_path / "harnesscheck-record-abc123"
-    init = {"type": "system", "subtype": "init", "cwd": f"{run}/run/cwd", "tools": [], "model": "m-1",
-            "mcp_servers": [{"name": "bridge", "status": "failed"}]}
+    init = {"type": "system", "subtype": "init", "cwd": f"{run}/run/cwd", "tools": [], "model": "m-1", "mcp_servers": [{"name": "bridge", "status": "failed"}]}
     ok_init = dict(init, tools=["mcp__bridge__read_file"], mcp_servers=[{"name": "bridge", "status": "connected"}])
     outcome = SimpleNamespace(
-        status=SimpleNamespace(value="blocked"), error_class=SimpleNamespace(value="mcp_unavailable"),
-        usage=SimpleNamespace(input=0, output=0, cache_read=0, cache_write=0), served_model=None,
-        model_verdict=SimpleNamespace(value="unverified"), tools_used=[], native_tool_calls=[], refusals=[],
+        status=SimpleNamespace(value="blocked"),
+        error_class=SimpleNamespace(value="mcp_unavailable"),
+        usage=SimpleNamespace(input=0, output=0, cache_read=0, cache_write=0),
+        served_model=None,
+        model_verdict=SimpleNamespace(value="unverified"),
+        tools_used=[],
+        native_tool_calls=[],
+        refusals=[],
     )
     rec = Recording(
-        backend="claude-code", cli="claude", scenario="mcp_failed", cli_version="2.1.197",
-        lines=[json.dumps(init), json.dumps(ok_init)], exit_code=None, ended_by_host=True, outcome=outcome,
+        backend="claude-code",
+        cli="claude",
+        scenario="mcp_failed",
+        cli_version="2.1.197",
+        lines=[json.dumps(init), json.dumps(ok_init)],
+        exit_code=None,
+        ended_by_host=True,
+        outcome=outcome,
         machine_paths=[(f"{run}/run/cwd", "{{cwd}}"), (str(run), "<run-dir>")],
-        stderr_tail=f"key {DUMMY_KEY} at http://127.0.0.1:45678/v1 in {run}/x\n", recipe=Recipe(broken_bridge=True),
+        stderr_tail=f"key {DUMMY_KEY} at http://127.0.0.1:45678/v1 in {run}/x\n",
+        recipe=Recipe(broken_bridge=True),
     )
     fx = to_fixture(rec)
     text = json.dumps(fx)
@@ -214,20 +230,39 @@ def test_recordings_keep_every_fact_a_classification_reads(tmp_path):
     from harnesscheck.loopback.record import Recipe, Recording, to_fixture
 
     run = tmp_path / "harnesscheck-record-xyz"
-    pending = {"type": "system", "subtype": "init", "cwd": f"{run}/run/cwd", "tools": ["mcp__bridge__read_file"], "model": "m-1",
-               "mcp_servers": [{"name": "bridge", "status": "pending", "source": "dynamic"}],
-               "messaging_socket_path": "/tmp/hc-rt-a1b2c3/cc-socks/4242.sock"}
-    connected = dict(pending, mcp_servers=[{"name": "bridge", "status": "connected", "source": "dynamic"}],
-                     messaging_socket_path=f"{run}/run/runtime/cc-socks/4242.sock")
+    pending = {
+        "type": "system",
+        "subtype": "init",
+        "cwd": f"{run}/run/cwd",
+        "tools": ["mcp__bridge__read_file"],
+        "model": "m-1",
+        "mcp_servers": [{"name": "bridge", "status": "pending", "source": "dynamic"}],
+        "messaging_socket_path": "/tmp/hc-rt-a1b2c3/cc-socks/4242.sock",
+    }
+    connected = dict(
+        pending, mcp_servers=[{"name": "bridge", "status": "connected", "source": "dynamic"}], messaging_socket_path=f"{run}/run/runtime/cc-socks/4242.sock"
+    )
     outcome = SimpleNamespace(
-        status=SimpleNamespace(value="ok"), error_class=None,
-        usage=SimpleNamespace(input=0, output=0, cache_read=0, cache_write=0), served_model=None,
-        model_verdict=SimpleNamespace(value="unverified"), tools_used=[], native_tool_calls=[], refusals=[],
+        status=SimpleNamespace(value="ok"),
+        error_class=None,
+        usage=SimpleNamespace(input=0, output=0, cache_read=0, cache_write=0),
+        served_model=None,
+        model_verdict=SimpleNamespace(value="unverified"),
+        tools_used=[],
+        native_tool_calls=[],
+        refusals=[],
     )
     rec = Recording(
-        backend="claude-code", cli="claude", scenario="success", cli_version="2.1.332",
-        lines=[json.dumps(pending), json.dumps(connected)], exit_code=0, ended_by_host=False, outcome=outcome,
-        machine_paths=[(f"{run}/run/cwd", "{{cwd}}"), (str(run), "<run-dir>")], recipe=Recipe(),
+        backend="claude-code",
+        cli="claude",
+        scenario="success",
+        cli_version="2.1.332",
+        lines=[json.dumps(pending), json.dumps(connected)],
+        exit_code=0,
+        ended_by_host=False,
+        outcome=outcome,
+        machine_paths=[(f"{run}/run/cwd", "{{cwd}}"), (str(run), "<run-dir>")],
+        recipe=Recipe(),
     )
     fx = to_fixture(rec)
     first, second = fx["steps"][0]["emit"], fx["steps"][1]["emit"]

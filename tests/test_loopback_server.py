@@ -94,7 +94,9 @@ def test_openai_sdk_reads_responses_stream_and_namespace_calls(loopback_server):
     scen = Scenario("t", (Turn(text="hi there", tool_calls=(ToolCall("read_file", {"path": "b"}),), usage=ServedUsage(50, 9, cache_read=20)),))
     srv = loopback_server(scen)
     client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key=KEY, max_retries=0)
-    tools = [{"type": "namespace", "name": "mcp__bridge", "description": "", "tools": [{"type": "function", "name": "read_file", "parameters": {"type": "object"}}]}]  # noqa: E501
+    tools = [
+        {"type": "namespace", "name": "mcp__bridge", "description": "", "tools": [{"type": "function", "name": "read_file", "parameters": {"type": "object"}}]}
+    ]  # noqa: E501
     with client.responses.stream(model="gpt-x", input="hi", extra_body={"tools": tools}) as s:
         final = s.get_final_response()
     assert final.model == "gpt-x"
@@ -135,9 +137,7 @@ def test_openai_sdk_reads_chat_completions_stream(loopback_server):
     assert srv.turn_requests()[1].tool_results == [{"id": "c1", "is_error": None, "text": "data"}]
 
 
-@pytest.mark.parametrize(
-    "status,etype,retry_after", [(401, "authentication_error", None), (429, "rate_limit_error", "7"), (529, "overloaded_error", None)]
-)
+@pytest.mark.parametrize("status,etype,retry_after", [(401, "authentication_error", None), (429, "rate_limit_error", "7"), (529, "overloaded_error", None)])
 def test_status_turns_carry_body_and_headers(loopback_server, status, etype, retry_after):
     srv = loopback_server(Scenario("s", (status_turn(status, retry_after=7 if retry_after else None),), repeat_last=True))
     code, headers, raw = post(srv.base_url + "/v1/messages?beta=true", {"model": "m", "messages": [], "stream": True})
@@ -243,7 +243,11 @@ def test_responses_history_turns_count_model_runs():
 def test_additional_tools_items_count_as_offered():
     body = {
         "input": [
-            {"type": "additional_tools", "role": "developer", "tools": [{"type": "namespace", "name": "functions", "tools": [{"type": "custom", "name": "exec"}]}]},  # noqa: E501
+            {
+                "type": "additional_tools",
+                "role": "developer",
+                "tools": [{"type": "namespace", "name": "functions", "tools": [{"type": "custom", "name": "exec"}]}],
+            },  # noqa: E501
         ],
         "tools": [{"type": "web_search"}],
     }

@@ -191,11 +191,20 @@ def test_loopback_refusals_are_read_from_the_wire_for_any_claude_backend():
     from harnesscheck.core.contracts import Kind, ProviderSpec
     from harnesscheck.kit.loopback_adapter import LoopbackAdapter
 
-    use = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "mcp__workspace__read_file", "input": {}},
-                                            {"type": "tool_use", "id": "t2", "name": "mcp__workspace__list_dir", "input": {}}]}
-    results = {"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": "t1", "is_error": True, "content": [{"type": "text", "text": "outside the root"}]},
-        {"type": "tool_result", "tool_use_id": "t2", "content": "a\nb"}]}
+    use = {
+        "role": "assistant",
+        "content": [
+            {"type": "tool_use", "id": "t1", "name": "mcp__workspace__read_file", "input": {}},
+            {"type": "tool_use", "id": "t2", "name": "mcp__workspace__list_dir", "input": {}},
+        ],
+    }
+    results = {
+        "role": "user",
+        "content": [
+            {"type": "tool_result", "tool_use_id": "t1", "is_error": True, "content": [{"type": "text", "text": "outside the root"}]},
+            {"type": "tool_result", "tool_use_id": "t2", "content": "a\nb"},
+        ],
+    }
     first = json.dumps({"messages": [{"role": "user", "content": "go"}, use, results]})
     again = json.dumps({"messages": [{"role": "user", "content": "go"}, use, results, {"role": "assistant", "content": "ok"}]})
     run = SimpleNamespace(requests=[{"body": "not json"}, {"body": first}, {"body": again}])

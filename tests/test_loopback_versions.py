@@ -113,11 +113,17 @@ def test_doctor_says_verified_only_for_a_release_the_matrix_ran(tmp_path, monkey
     from harnesscheck.backends import registry
 
     matrix = tmp_path / "backends.json"
-    matrix.write_text(json.dumps({"backends": {
-        "claude-code": {"cli_version": {"loopback": "2.1.332", "offline": "2.1.197 (fixtures)"}},
-        "claude-code==2.1.197": {"cli_version": {"loopback": "2.1.197"}},
-        "codex": {"cli_version": {"loopback": "0.171.0"}},
-    }}))
+    matrix.write_text(
+        json.dumps(
+            {
+                "backends": {
+                    "claude-code": {"cli_version": {"loopback": "2.1.332", "offline": "2.1.197 (fixtures)"}},
+                    "claude-code==2.1.197": {"cli_version": {"loopback": "2.1.197"}},
+                    "codex": {"cli_version": {"loopback": "0.171.0"}},
+                }
+            }
+        )
+    )
     assert verified_releases("claude-code", matrix) == ["2.1.332", "2.1.197"]
     assert nearest_release("2.1.300", ["2.1.332", "2.1.197"]) == "2.1.332"
     monkeypatch.setattr(registry, "verified_releases", lambda backend: verified_releases(backend, matrix))
@@ -162,9 +168,11 @@ def test_check_reports_a_pin_behind_latest(monkeypatch, capsys):
     pins = [install.PinnedCli("claude-code", "claude", "@anthropic-ai/claude-code", "2.1.197")]
     monkeypatch.setattr(install, "pinned_clis", lambda: pins)
     monkeypatch.setattr(install, "node_version", lambda: "20.20.2")
-    answers = {("@anthropic-ai/claude-code", "dist-tags.latest"): "2.1.332",
-               ("@anthropic-ai/claude-code@2.1.332", "engines.node"): ">=22.0.0",
-               ("@anthropic-ai/claude-code@2.1.197", "engines.node"): ">=18.0.0"}
+    answers = {
+        ("@anthropic-ai/claude-code", "dist-tags.latest"): "2.1.332",
+        ("@anthropic-ai/claude-code@2.1.332", "engines.node"): ">=22.0.0",
+        ("@anthropic-ai/claude-code@2.1.197", "engines.node"): ">=18.0.0",
+    }
     monkeypatch.setattr(install, "npm_view", lambda package, field: answers.get((package, field)))
     assert install.check_command() == 1
     out = capsys.readouterr().out

@@ -31,8 +31,7 @@ def test_unverified_warns_and_never_fails(policy):
 
 
 def test_a_failed_session_keeps_its_own_failure():
-    out = apply_model_guard(_outcome(ModelVerdict.mismatch, status=OutcomeStatus.blocked).model_copy(
-        update={"error_class": ErrorClass.auth}), "fail")
+    out = apply_model_guard(_outcome(ModelVerdict.mismatch, status=OutcomeStatus.blocked).model_copy(update={"error_class": ErrorClass.auth}), "fail")
     assert (out.status, out.error_class) == (OutcomeStatus.blocked, ErrorClass.auth)
 
 

@@ -35,8 +35,19 @@ def test_dated_ids_fall_back_to_their_base_and_unknown_models_are_none():
 
 
 def info(**prices) -> ModelInfo:
-    base = dict(provider="p", model="m", context=1000, output=100, input_per_m=None, output_per_m=None,
-                cache_read_per_m=None, cache_write_per_m=None, reasoning=False, tool_call=True, source="test")
+    base = dict(
+        provider="p",
+        model="m",
+        context=1000,
+        output=100,
+        input_per_m=None,
+        output_per_m=None,
+        cache_read_per_m=None,
+        cache_write_per_m=None,
+        reasoning=False,
+        tool_call=True,
+        source="test",
+    )
     return ModelInfo(**{**base, **prices})
 
 

@@ -117,8 +117,9 @@ def test_exit_zero_without_a_final_step_finish_is_never_success():
         parser.feed(line)
     from harnesscheck.contain.process import Ending, ProcessResult
 
-    out = parser.outcome(ProcessResult(exit_code=0, signal=None, duration_s=1.0, ending=Ending.exited,
-                                       stderr_tail="", partial_tail=None, orphan_suspected=False))
+    out = parser.outcome(
+        ProcessResult(exit_code=0, signal=None, duration_s=1.0, ending=Ending.exited, stderr_tail="", partial_tail=None, orphan_suspected=False)
+    )
     assert out.status is OutcomeStatus.error and out.error_class is ErrorClass.protocol
     assert "without a final step_finish" in out.message
 
@@ -138,8 +139,15 @@ def test_config_switches_every_builtin_off_and_names_only_the_bridge():
     assert set(BUILTIN_TOOLS) <= {k for k, v in cfg["tools"].items() if v is False}
     assert len(BUILTIN_TOOLS) == 10
     assert {"bash", "edit", "webfetch", "read"} <= {k for k, v in cfg["permission"].items() if v == "deny"}
-    assert cfg["mcp"] == {"bridge": {"type": "local", "command": ["/py", "-m", "bridge", "--spec", "/run/spec.json"],
-                                     "environment": {"A": "1"}, "enabled": True, "timeout": 30000}}
+    assert cfg["mcp"] == {
+        "bridge": {
+            "type": "local",
+            "command": ["/py", "-m", "bridge", "--spec", "/run/spec.json"],
+            "environment": {"A": "1"},
+            "enabled": True,
+            "timeout": 30000,
+        }
+    }
     assert cfg["autoupdate"] is False and cfg["share"] == "disabled"
     assert render_config(bridge=None)["mcp"] == {}
 
@@ -155,14 +163,13 @@ def raw_records(fake) -> list[dict]:
     return [json.loads(line) for line in fake.record_path.read_text(encoding="utf-8").split("\n") if line.strip()]
 
 
-def session(tmp_path, scenario="success", *, prompt="hi", model=None, system=None, loopback=None, cls=OpencodeTransport,
-            env=None, timeout_s=30.0):
+def session(tmp_path, scenario="success", *, prompt="hi", model=None, system=None, loopback=None, cls=OpencodeTransport, env=None, timeout_s=30.0):
     wt = hostile_worktree(tmp_path)
     fake = install_fake_cli("opencode", scenario, tmp_path / "bin")
-    transport = cls(get_spec("opencode"), Settings(), cli_path=fake.path, parent_env=env or parent_env(tmp_path / "home"),
-                    linger_s=0.5, term_grace_s=1.0, loopback=loopback)
-    request = AgentSessionRequest(prompt=prompt, system=system, model=model, scope=ToolScope(root=wt), timeout_s=timeout_s,
-                                  run_dir=tmp_path / "run")
+    transport = cls(
+        get_spec("opencode"), Settings(), cli_path=fake.path, parent_env=env or parent_env(tmp_path / "home"), linger_s=0.5, term_grace_s=1.0, loopback=loopback
+    )
+    request = AgentSessionRequest(prompt=prompt, system=system, model=model, scope=ToolScope(root=wt), timeout_s=timeout_s, run_dir=tmp_path / "run")
     return transport.run_session(request), fake, wt
 
 
@@ -290,19 +297,31 @@ def test_the_scripted_server_answers_a_title_request_outside_the_script():
     script = Scenario("t", (Turn(tool_calls=(ToolCall("read_file", {"path": "README.md"}),), usage=ServedUsage(5, 5, 0, 0)),))
 
     def post(srv, body):
-        req = urllib.request.Request(srv.base_url + "/v1/chat/completions", data=json.dumps(body).encode(),
-                                     headers={"content-type": "application/json"})
+        req = urllib.request.Request(srv.base_url + "/v1/chat/completions", data=json.dumps(body).encode(), headers={"content-type": "application/json"})
         with urllib.request.urlopen(req, timeout=10) as resp:
             return json.loads(resp.read())
 
     with ScriptedModelServer(script) as srv:
-        title = post(srv, {"model": "m", "messages": [
-            {"role": "system", "content": "You are a title generator. You output ONLY a thread title."},
-            {"role": "user", "content": "Generate a title for this conversation:\n"}]})
+        title = post(
+            srv,
+            {
+                "model": "m",
+                "messages": [
+                    {"role": "system", "content": "You are a title generator. You output ONLY a thread title."},
+                    {"role": "user", "content": "Generate a title for this conversation:\n"},
+                ],
+            },
+        )
         assert title["choices"][0]["message"]["content"] == "harnesscheck session"
         assert not title["choices"][0]["message"].get("tool_calls")
-        turn = post(srv, {"model": "m", "messages": [{"role": "user", "content": "go"}],
-                          "tools": [{"type": "function", "function": {"name": "bridge_read_file", "parameters": {}}}]})
+        turn = post(
+            srv,
+            {
+                "model": "m",
+                "messages": [{"role": "user", "content": "go"}],
+                "tools": [{"type": "function", "function": {"name": "bridge_read_file", "parameters": {}}}],
+            },
+        )
         assert turn["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "bridge_read_file"
         assert [r.side_request for r in srv.requests] == ["title", None]
         turns = srv.turn_requests()
@@ -369,8 +388,7 @@ def test_real_opencode_at_loopback_reaches_no_registry(tmp_path):
     wrapper, record = write_wrapper(tmp_path / "bin", binary.path, "opencode")
     with ScriptedModelServer(loopback_scenario("opencode", "success", _Ws()), expected_key=DUMMY_KEY) as srv:
         watcher = DescendantWatcher(record).start()
-        transport = OpencodeTransport(get_spec("opencode"), Settings(), cli_path=wrapper,
-                                      loopback=LoopbackEndpoint(srv.base_url))
+        transport = OpencodeTransport(get_spec("opencode"), Settings(), cli_path=wrapper, loopback=LoopbackEndpoint(srv.base_url))
         read_only, writable = wrapper_binds(wrapper, binary.path)  # sandboxed (the default): the real CLI, the record
         transport.bind_in_sandbox(read_only=read_only, writable=writable)
         request = AgentSessionRequest(prompt="Say the answer.", scope=_Ws().scope(), timeout_s=240, run_dir=tmp_path / "run")

@@ -152,15 +152,21 @@ def test_session_requests_with_tools_and_tool_results_are_byte_identical(mode, e
     # The history written by hand in the canonical shape: what the loop must have built.
     history = [
         user,
-        {"role": "assistant", "content": [
-            {"type": "text", "text": "Reading it."},
-            {"type": "tool_use", "id": "call_1", "name": "read_file", "input": {"path": "src/a.py"}},
-            {"type": "tool_use", "id": "call_2", "name": "read_file", "input": {"path": "/etc/passwd"}},
-        ]},
-        {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "call_1", "content": _allowed_text(via_provider[1], mode)},
-            {"type": "tool_result", "tool_use_id": "call_2", "content": _refusal_text(via_provider[1], mode), "is_error": True},
-        ]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Reading it."},
+                {"type": "tool_use", "id": "call_1", "name": "read_file", "input": {"path": "src/a.py"}},
+                {"type": "tool_use", "id": "call_2", "name": "read_file", "input": {"path": "/etc/passwd"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "call_1", "content": _allowed_text(via_provider[1], mode)},
+                {"type": "tool_result", "tool_use_id": "call_2", "content": _refusal_text(via_provider[1], mode), "is_error": True},
+            ],
+        },
     ]
     second = capture(mode, TOOL_TURNS[1:], direct(mode, messages=history, system=SYSTEM, tools=tools))
 
@@ -282,8 +288,7 @@ def test_request_options_are_byte_identical_and_pinned(mode, env, snapshot):
     turns = [W.Turn(text="It prints hello.")]
     # a reasoning model that also takes a temperature, by the snapshot (so no option is refused)
     model = {"anthropic_messages": "claude-sonnet-4-5", "chat_completions": "gpt-5-chat-latest", "responses": "gpt-5-chat-latest"}[mode]
-    via_provider = capture(mode, turns, lambda: resolve_provider(
-        Settings(backend="api", api_mode=mode, model=model)).complete(PROMPT, options=options))
+    via_provider = capture(mode, turns, lambda: resolve_provider(Settings(backend="api", api_mode=mode, model=model)).complete(PROMPT, options=options))
     llm = LLM(mode, api_key=W.CANARY_KEY, base_url=W.base_url(mode), model=model)
     via_llm = capture(mode, turns, lambda: llm.create(messages=[{"role": "user", "content": PROMPT}], options=options))
     assert len(via_provider) == len(via_llm) == 1

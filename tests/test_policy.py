@@ -158,8 +158,7 @@ def test_a_pattern_approval_covers_its_pattern_only(root):
 
 def test_an_unanswered_approval_is_denied_at_its_timeout(root):
     release = threading.Event()
-    e = engine(root, ask_writes().model_copy(update={"approval_timeout_s": 0.05}),
-               approver=lambda r: release.wait(30))
+    e = engine(root, ask_writes().model_copy(update={"approval_timeout_s": 0.05}), approver=lambda r: release.wait(30))
     try:
         decision = e.authorize(e.host_call("write_file", {"path": "x", "content": ""}))
     finally:
@@ -190,9 +189,7 @@ def test_async_approvers_and_failing_approvers(root):
 
 def test_preapprovals_hold_until_their_expiry(root):
     now = datetime(2026, 12, 5, tzinfo=timezone.utc)
-    policy = ask_writes().model_copy(update={"preapprove": (
-        PreApproval(tools=("write_file",), paths=("docs/*",), expires=now + timedelta(hours=1)),
-    )})
+    policy = ask_writes().model_copy(update={"preapprove": (PreApproval(tools=("write_file",), paths=("docs/*",), expires=now + timedelta(hours=1)),)})
     e = engine(root, policy, wall_clock=lambda: now)
     assert e.authorize(e.host_call("write_file", {"path": "docs/a.md", "content": ""})).code == "preapproved"
     assert e.authorize(e.host_call("write_file", {"path": "src/a.py", "content": ""})).code == "no_approver"
@@ -312,8 +309,7 @@ def fake_session(root: Path, tmp_path: Path, turns, **request_kw):
 
     transport = resolve_provider(Settings(backend="fake"))
     transport.script = FakeScript(turns=turns)
-    req = AgentSessionRequest(prompt="go", scope=ToolScope(root=root, read_only=False), run_dir=tmp_path / "run",
-                              **request_kw)
+    req = AgentSessionRequest(prompt="go", scope=ToolScope(root=root, read_only=False), run_dir=tmp_path / "run", **request_kw)
     out = transport.run_session(req)
     return out, transport._logs[out.session_id]
 
@@ -395,11 +391,15 @@ def test_run_prints_events_as_json_lines_and_obeys_the_policy_file(tmp_path, cap
     (wt / ".github").mkdir(parents=True)
     policy = tmp_path / "policy.toml"
     policy.write_text('[[rules]]\ndecision = "deny"\npaths = [".github/*"]\n')
-    script = json.dumps({"turns": [{"tool_calls": [["write_file", {"path": ".github/ci.yml", "content": "x"}],
-                                                   ["write_file", {"path": "ok.md", "content": "y"}]]},
-                                   {"text": "done"}]})
-    code = run_command(backend="fake", root=wt, prompt=script, write=True, policy_file=policy, events=True,
-                       run_dir=tmp_path / "run")
+    script = json.dumps(
+        {
+            "turns": [
+                {"tool_calls": [["write_file", {"path": ".github/ci.yml", "content": "x"}], ["write_file", {"path": "ok.md", "content": "y"}]]},
+                {"text": "done"},
+            ]
+        }
+    )
+    code = run_command(backend="fake", root=wt, prompt=script, write=True, policy_file=policy, events=True, run_dir=tmp_path / "run")
     assert code == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     decisions = [(e["path"] if "path" in e else None, e.get("decision"), e.get("code")) for e in lines if e["kind"] == "tool_decision"]

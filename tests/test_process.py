@@ -68,6 +68,7 @@ class Lines:
 
 # --- timeouts and trees ----------------------------------------------------------------
 
+
 @pytest.mark.parametrize("setsid", [False, True], ids=["group", "setsid-escapee"])
 def test_deadline_kills_every_grandchild_and_keeps_partial_output(tmp_path: Path, setsid: bool) -> None:
     # the deadline must come after the script's tree and partial output exist: a short one,
@@ -78,8 +79,12 @@ def test_deadline_kills_every_grandchild_and_keeps_partial_output(tmp_path: Path
         args = [str(pidfile)] + (["--setsid"] if setsid else [])
         started = time.monotonic()
         result = run_process(
-            script("spawn_tree.py", *args), env=ENV, cwd=tmp_path, on_line=lines,
-            timeout_s=timeout, term_grace_s=grace,
+            script("spawn_tree.py", *args),
+            env=ENV,
+            cwd=tmp_path,
+            on_line=lines,
+            timeout_s=timeout,
+            term_grace_s=grace,
         )
         elapsed = time.monotonic() - started
         if result.partial_tail == '{"type":"cut':
@@ -99,8 +104,11 @@ def test_leader_exit_does_not_leave_grandchildren_holding_the_pipes(tmp_path: Pa
     pidfile = tmp_path / "pids"
     lines = Lines()
     result = run_process(
-        script("spawn_tree.py", str(pidfile), "--setsid", "--exit"), env=ENV, cwd=tmp_path,
-        on_line=lines, timeout_s=60,
+        script("spawn_tree.py", str(pidfile), "--setsid", "--exit"),
+        env=ENV,
+        cwd=tmp_path,
+        on_line=lines,
+        timeout_s=60,
     )
     assert result.ending is Ending.exited
     assert result.exit_code == 0 and result.signal is None
@@ -118,8 +126,12 @@ def test_process_ignoring_sigterm_is_killed(tmp_path: Path) -> None:
         lines = Lines()
         started = time.monotonic()
         result = run_process(
-            script("ignore_term.py", str(pidfile)), env=ENV, cwd=tmp_path, on_line=lines,
-            timeout_s=timeout, term_grace_s=grace,
+            script("ignore_term.py", str(pidfile)),
+            env=ENV,
+            cwd=tmp_path,
+            on_line=lines,
+            timeout_s=timeout,
+            term_grace_s=grace,
         )
         elapsed = time.monotonic() - started
         if "ready" in lines.lines:
@@ -134,8 +146,13 @@ def test_linger_after_terminal_line_is_killed_and_recorded(tmp_path: Path) -> No
     lines = Lines(act_on='"result"', action=LineAction.TERMINAL)
     started = time.monotonic()
     result = run_process(
-        script("linger.py", "forever"), env=ENV, cwd=tmp_path, on_line=lines,
-        timeout_s=120, linger_s=0.5, term_grace_s=10,
+        script("linger.py", "forever"),
+        env=ENV,
+        cwd=tmp_path,
+        on_line=lines,
+        timeout_s=120,
+        linger_s=0.5,
+        term_grace_s=10,
     )
     assert result.ending is Ending.linger
     assert result.signal == signal.SIGTERM  # the lingering CLI took the group SIGTERM
@@ -147,15 +164,18 @@ def test_a_terminal_stderr_line_ends_the_run_like_a_stdout_one(tmp_path: Path) -
     """on_err_line gets complete stderr lines (split across writes, CRLF trimmed, an
     over-long line skipped); its TERMINAL ends a CLI that would retry forever after the
     linger, and the stderr tail is kept as before."""
-    code = ("import sys, time\n"
-            "e = sys.stderr\n"
-            "e.write('x' * 300 + '\\n'); e.write('first hal'); e.flush(); time.sleep(0.2)\n"
-            "e.write('f\\r\\nlevel=ERROR stream error\\n'); e.flush()\n"
-            "time.sleep(600)\n")
+    code = (
+        "import sys, time\n"
+        "e = sys.stderr\n"
+        "e.write('x' * 300 + '\\n'); e.write('first hal'); e.flush(); time.sleep(0.2)\n"
+        "e.write('f\\r\\nlevel=ERROR stream error\\n'); e.flush()\n"
+        "time.sleep(600)\n"
+    )
     err = Lines(act_on="stream error", action=LineAction.TERMINAL)
     started = time.monotonic()
-    result = run_process([PY, "-c", code], env=ENV, cwd=tmp_path, on_line=Lines(), on_err_line=err,
-                         timeout_s=120, linger_s=0.2, term_grace_s=5, max_line_bytes=100)
+    result = run_process(
+        [PY, "-c", code], env=ENV, cwd=tmp_path, on_line=Lines(), on_err_line=err, timeout_s=120, linger_s=0.2, term_grace_s=5, max_line_bytes=100
+    )
     assert result.ending is Ending.linger
     assert err.lines == ["first half", "level=ERROR stream error"]
     assert "stream error" in result.stderr_tail
@@ -165,7 +185,12 @@ def test_a_terminal_stderr_line_ends_the_run_like_a_stdout_one(tmp_path: Path) -
 def test_terminal_line_then_clean_exit_is_exited(tmp_path: Path) -> None:
     lines = Lines(act_on='"result"', action=LineAction.TERMINAL)
     result = run_process(
-        script("linger.py", "exit"), env=ENV, cwd=tmp_path, on_line=lines, timeout_s=60, linger_s=30,
+        script("linger.py", "exit"),
+        env=ENV,
+        cwd=tmp_path,
+        on_line=lines,
+        timeout_s=60,
+        linger_s=30,
     )
     assert result.ending is Ending.exited
     assert result.exit_code == 0
@@ -174,7 +199,11 @@ def test_terminal_line_then_clean_exit_is_exited(tmp_path: Path) -> None:
 def test_early_stop_kills_now_and_stops_delivering(tmp_path: Path) -> None:
     lines = Lines(act_on='"n":3', action=LineAction.STOP)
     result = run_process(
-        script("emit.py", "stopper"), env=ENV, cwd=tmp_path, on_line=lines, timeout_s=120,
+        script("emit.py", "stopper"),
+        env=ENV,
+        cwd=tmp_path,
+        on_line=lines,
+        timeout_s=120,
     )
     assert result.ending is Ending.early_stop
     assert lines.lines[-1] == '{"n":3}'
@@ -193,8 +222,13 @@ def test_cancel_from_another_thread(tmp_path: Path) -> None:
     helper = threading.Thread(target=cancel_when_ready)
     helper.start()
     result = run_process(
-        script("spawn_tree.py", str(pidfile)), env=ENV, cwd=tmp_path, on_line=lines,
-        timeout_s=120, cancel=cancel, term_grace_s=0.5,
+        script("spawn_tree.py", str(pidfile)),
+        env=ENV,
+        cwd=tmp_path,
+        on_line=lines,
+        timeout_s=120,
+        cancel=cancel,
+        term_grace_s=0.5,
     )
     helper.join()
     assert result.ending is Ending.cancelled
@@ -221,8 +255,7 @@ def test_on_spawn_gets_the_leader_of_the_childs_own_session_before_any_output(tm
         assert not lines, "on_spawn must come before the child's output is read"
         seen.append((pid, os.getsid(pid), os.getpgid(pid)))
 
-    result = run_process([PY, "-c", "import os; print(os.getpid(), os.getsid(0))"], env=ENV, cwd=tmp_path,
-                         on_line=lines.append, timeout_s=60, on_spawn=spawned)
+    result = run_process([PY, "-c", "import os; print(os.getpid(), os.getsid(0))"], env=ENV, cwd=tmp_path, on_line=lines.append, timeout_s=60, on_spawn=spawned)
     assert result.ending is Ending.exited and len(seen) == 1
     pid, sid, pgid = seen[0]
     assert pid == sid == pgid and lines == [f"{pid} {pid}"]
@@ -236,8 +269,7 @@ def test_exception_in_on_spawn_kills_the_tree_and_propagates(tmp_path: Path) -> 
         raise RuntimeError("could not bind the session")
 
     with pytest.raises(RuntimeError, match="could not bind"):
-        run_process(script("spawn_tree.py", str(pidfile), "--setsid"), env=ENV, cwd=tmp_path, on_line=lambda line: None,
-                    timeout_s=60, on_spawn=refuse)
+        run_process(script("spawn_tree.py", str(pidfile), "--setsid"), env=ENV, cwd=tmp_path, on_line=lambda line: None, timeout_s=60, on_spawn=refuse)
     assert survivors(read_pids(pidfile)) == []
 
 
@@ -268,8 +300,7 @@ def test_interrupt_during_cleanup_skips_the_grace_but_still_kills(tmp_path: Path
 
     started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
-        run_process(script("ticker.py", str(pidfile)), env=ENV, cwd=tmp_path, on_line=on_line,
-                    timeout_s=300, cancel=cancel, term_grace_s=120)
+        run_process(script("ticker.py", str(pidfile)), env=ENV, cwd=tmp_path, on_line=on_line, timeout_s=300, cancel=cancel, term_grace_s=120)
     assert time.monotonic() - started < 60  # the 120 s grace was skipped
     assert survivors(read_pids(pidfile)) == []
 
@@ -304,8 +335,13 @@ def test_terminate_tree_is_idempotent(tmp_path: Path) -> None:
 def test_no_marked_process_left_after_a_run(tmp_path: Path) -> None:
     marker = "t" + os.urandom(8).hex()
     run_process(
-        script("spawn_tree.py", str(tmp_path / "pids"), "--setsid"), env=ENV, cwd=tmp_path,
-        on_line=Lines(), timeout_s=1.0, term_grace_s=0.2, run_marker=marker,
+        script("spawn_tree.py", str(tmp_path / "pids"), "--setsid"),
+        env=ENV,
+        cwd=tmp_path,
+        on_line=Lines(),
+        timeout_s=1.0,
+        term_grace_s=0.2,
+        run_marker=marker,
     )
     end = time.monotonic() + 10
     while find_marked(marker) and time.monotonic() < end:
@@ -314,6 +350,7 @@ def test_no_marked_process_left_after_a_run(tmp_path: Path) -> None:
 
 
 # --- stdin -------------------------------------------------------------------------------
+
 
 def test_stdin_is_dev_null_by_default(tmp_path: Path) -> None:
     lines = Lines()
@@ -330,8 +367,12 @@ def test_large_prompt_on_stdin_then_eof_without_deadlock(tmp_path: Path) -> None
     lines = Lines()
     # The child writes 2 MiB of stdout before it reads stdin: both pipes must move at once.
     result = run_process(
-        script("report_stdin.py", str(2 * 1024 * 1024)), env=ENV, cwd=tmp_path, on_line=lines,
-        timeout_s=60, stdin_bytes=prompt,
+        script("report_stdin.py", str(2 * 1024 * 1024)),
+        env=ENV,
+        cwd=tmp_path,
+        on_line=lines,
+        timeout_s=60,
+        stdin_bytes=prompt,
     )
     assert result.ending is Ending.exited and result.exit_code == 0
     assert json.loads(lines.lines[0]) == {"stdin": "pipe"}
@@ -346,6 +387,7 @@ def test_empty_stdin_bytes_is_an_immediate_eof(tmp_path: Path) -> None:
 
 
 # --- framing -------------------------------------------------------------------------------
+
 
 def test_framing_crlf_blank_lines_and_missing_final_newline(tmp_path: Path) -> None:
     lines = Lines()
@@ -376,15 +418,13 @@ def test_a_pipe_loses_what_a_node_like_cli_still_had_queued_at_exit(tmp_path: Pa
     """Why the spool exists: on a pipe, a CLI that writes without blocking and exits with writes
     still queued (node's process.exit) loses them while the host is not reading."""
     reader = LateReader(tmp_path / "done")
-    result = run_process(script("exit_queued.py", str(reader.done), str(1024 * 1024)), env=ENV, cwd=tmp_path,
-                         on_line=reader, timeout_s=60)
+    result = run_process(script("exit_queued.py", str(reader.done), str(1024 * 1024)), env=ENV, cwd=tmp_path, on_line=reader, timeout_s=60)
     assert result.ending is Ending.exited
     assert reader.lines == ["start"] and result.partial_tail is not None  # the stream ends inside an event
 
 
 @pytest.mark.parametrize("guard", [True, False])
-def test_a_spooled_stdout_keeps_every_line_for_a_late_reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                           guard: bool) -> None:
+def test_a_spooled_stdout_keeps_every_line_for_a_late_reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, guard: bool) -> None:
     from harnesscheck.contain import process
 
     if not guard:
@@ -392,8 +432,7 @@ def test_a_spooled_stdout_keeps_every_line_for_a_late_reader(tmp_path: Path, mon
     spool = tmp_path / "run"
     spool.mkdir()
     reader = LateReader(tmp_path / "done")
-    result = run_process(script("exit_queued.py", str(reader.done), str(1024 * 1024)), env=ENV, cwd=tmp_path,
-                         on_line=reader, timeout_s=60, stdout_spool=spool)
+    result = run_process(script("exit_queued.py", str(reader.done), str(1024 * 1024)), env=ENV, cwd=tmp_path, on_line=reader, timeout_s=60, stdout_spool=spool)
     assert (result.ending, result.exit_code, result.partial_tail) == (Ending.exited, 0, None)
     assert [len(x) for x in reader.lines] == [5, 1024 * 1024 + 31, 17]
     assert reader.lines[-1] == '{"type":"result"}'
@@ -403,15 +442,28 @@ def test_a_spooled_stdout_keeps_every_line_for_a_late_reader(tmp_path: Path, mon
 def test_a_spooled_stdout_keeps_the_framing_bounds_and_actions(tmp_path: Path) -> None:
     """The spool changes where stdout goes, nothing else: partial tail, oversize, terminal linger."""
     lines = Lines()
-    result = run_process(script("emit.py", "framing"), env=ENV, cwd=tmp_path, on_line=lines, timeout_s=60,
-                         stdout_spool=tmp_path)
+    result = run_process(script("emit.py", "framing"), env=ENV, cwd=tmp_path, on_line=lines, timeout_s=60, stdout_spool=tmp_path)
     assert (result.ending, lines.lines, result.partial_tail) == (Ending.exited, ["a", "b", ""], "c")
-    result = run_process(script("emit.py", "bigline", str(8 * 1024 * 1024)), env=ENV, cwd=tmp_path, on_line=Lines(),
-                         timeout_s=60, max_line_bytes=1024 * 1024, stdout_spool=tmp_path)
+    result = run_process(
+        script("emit.py", "bigline", str(8 * 1024 * 1024)),
+        env=ENV,
+        cwd=tmp_path,
+        on_line=Lines(),
+        timeout_s=60,
+        max_line_bytes=1024 * 1024,
+        stdout_spool=tmp_path,
+    )
     assert (result.ending, result.oversize_limit) == (Ending.oversize, 1024 * 1024)
     pidfile = tmp_path / "pids"
-    result = run_process(script("spawn_tree.py", str(pidfile)), env=ENV, cwd=tmp_path, timeout_s=60, linger_s=0.3,
-                         on_line=Lines(act_on='"n":1', action=LineAction.TERMINAL), stdout_spool=tmp_path)
+    result = run_process(
+        script("spawn_tree.py", str(pidfile)),
+        env=ENV,
+        cwd=tmp_path,
+        timeout_s=60,
+        linger_s=0.3,
+        on_line=Lines(act_on='"n":1', action=LineAction.TERMINAL),
+        stdout_spool=tmp_path,
+    )
     assert result.ending is Ending.linger
     assert survivors(read_pids(pidfile)) == []
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".stdout-")] == []
@@ -426,8 +478,12 @@ def test_invalid_utf8_is_replaced(tmp_path: Path) -> None:
 def test_line_at_the_limit_passes(tmp_path: Path) -> None:
     lines: list[int] = []
     result = run_process(
-        script("emit.py", "bigline", str(2 * 1024 * 1024)), env=ENV, cwd=tmp_path,
-        on_line=lambda line: lines.append(len(line)), timeout_s=60, max_line_bytes=2 * 1024 * 1024,
+        script("emit.py", "bigline", str(2 * 1024 * 1024)),
+        env=ENV,
+        cwd=tmp_path,
+        on_line=lambda line: lines.append(len(line)),
+        timeout_s=60,
+        max_line_bytes=2 * 1024 * 1024,
     )
     assert result.ending is Ending.exited
     assert lines == [2 * 1024 * 1024, len("after")]
@@ -437,8 +493,12 @@ def test_oversize_line_is_a_typed_ending_naming_the_limit(tmp_path: Path) -> Non
     limit = 1024 * 1024
     lines = Lines()
     result = run_process(
-        script("emit.py", "bigline", str(8 * limit)), env=ENV, cwd=tmp_path, on_line=lines,
-        timeout_s=60, max_line_bytes=limit,
+        script("emit.py", "bigline", str(8 * limit)),
+        env=ENV,
+        cwd=tmp_path,
+        on_line=lines,
+        timeout_s=60,
+        max_line_bytes=limit,
     )
     assert result.ending is Ending.oversize
     assert result.oversize_limit == limit
@@ -468,13 +528,18 @@ def _host_memory(tmp_path: Path, mode: str, n: int, limit: int) -> dict:
     src = str(Path(__file__).resolve().parents[1] / "src")
     proc = subprocess.run(
         [PY, str(SCRIPTS / "host_memory.py"), mode, str(n), str(limit)],
-        env=dict(os.environ, PYTHONPATH=src), cwd=tmp_path, capture_output=True, text=True, timeout=180,
+        env=dict(os.environ, PYTHONPATH=src),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
 
 # --- env, argv, errors ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("lc_ctype", [None, "C", "en_US.UTF-8"])
 def test_env_is_passed_exactly_plus_the_run_marker(tmp_path: Path, lc_ctype: str | None) -> None:
@@ -519,6 +584,7 @@ def test_exit_code_and_signal_are_mirrored(tmp_path: Path) -> None:
 
 # --- concurrency ----------------------------------------------------------------------------------
 
+
 def test_session_slot_caps_concurrency() -> None:
     size = 1000 + os.getpid() % 1000  # a size no other test shares
     with session_slot(size):
@@ -560,8 +626,7 @@ def test_in_process_backends_take_a_slot_and_count_the_wait(tmp_path: Path, back
         from harnesscheck.backends.api import ApiTransport
 
         # A key that never leaves this process: the session must not reach the model at all.
-        transport = ApiTransport(get_spec("api"), settings, environ={"ANTHROPIC_API_KEY": "sk-test-never-sent",
-                                                                     "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"})
+        transport = ApiTransport(get_spec("api"), settings, environ={"ANTHROPIC_API_KEY": "sk-test-never-sent", "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"})
     else:
         from harnesscheck.backends.fake import FakeTransport
 
@@ -591,8 +656,12 @@ def test_without_the_guard_the_tree_is_still_killed(tmp_path: Path, monkeypatch:
     pidfile = tmp_path / "pids"
     lines = Lines()
     result = run_process(
-        script("spawn_tree.py", str(pidfile), "--setsid"), env=ENV, cwd=tmp_path, on_line=lines,
-        timeout_s=1.5, term_grace_s=0.5,
+        script("spawn_tree.py", str(pidfile), "--setsid"),
+        env=ENV,
+        cwd=tmp_path,
+        on_line=lines,
+        timeout_s=1.5,
+        term_grace_s=0.5,
     )
     assert result.ending is Ending.deadline and result.orphan_suspected is True
     assert lines.lines[:2] == ['{"type":"partial","n":1}', '{"type":"partial","n":2}']
@@ -682,8 +751,7 @@ def test_framing_is_independent_of_chunking(lines, crlf, tail, cuts) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(size=st.integers(min_value=0, max_value=200), limit=st.integers(min_value=1, max_value=100),
-       chunk=st.integers(min_value=1, max_value=50))
+@given(size=st.integers(min_value=0, max_value=200), limit=st.integers(min_value=1, max_value=100), chunk=st.integers(min_value=1, max_value=50))
 def test_oversize_exactly_past_the_limit(size: int, limit: int, chunk: int) -> None:
     data = b"x" * size + b"\r\n"
     seen: list[str] = []
@@ -709,10 +777,15 @@ def test_atexit_hook_kills_live_groups(tmp_path: Path) -> None:
     pidfile = tmp_path / "pids"
     results = []
     worker = threading.Thread(
-        target=lambda: results.append(run_process(
-            script("spawn_tree.py", str(pidfile), "--setsid"), env=ENV, cwd=tmp_path,
-            on_line=Lines(), timeout_s=300,
-        ))
+        target=lambda: results.append(
+            run_process(
+                script("spawn_tree.py", str(pidfile), "--setsid"),
+                env=ENV,
+                cwd=tmp_path,
+                on_line=Lines(),
+                timeout_s=300,
+            )
+        )
     )
     worker.start()
     pids = read_pids(pidfile)
@@ -755,8 +828,7 @@ def test_host_is_not_dumpable_after_a_session(tmp_path: Path, opt_out: bool) -> 
     env.pop("HARNESSCHECK_HOST_DUMPABLE", None)
     if opt_out:
         env["HARNESSCHECK_HOST_DUMPABLE"] = "1"
-    out = subprocess.run([PY, "-c", HARDEN_HOST, str(tmp_path)], env=env, cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run([PY, "-c", HARDEN_HOST, str(tmp_path)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["rc"] == 0 and report["before"] == 1
@@ -778,8 +850,7 @@ def test_closing_the_session_kills_the_tree_even_when_the_teardown_did_nothing(t
         pytest.skip("no supervisor on this platform")
     monkeypatch.setattr(process, "terminate_tree", lambda *args, **kwargs: False)
     pidfile = tmp_path / "pids"
-    result = run_process(script("spawn_tree.py", str(pidfile), "--setsid"), env=ENV, cwd=tmp_path, on_line=Lines(),
-                         timeout_s=1.0, term_grace_s=0.0)
+    result = run_process(script("spawn_tree.py", str(pidfile), "--setsid"), env=ENV, cwd=tmp_path, on_line=Lines(), timeout_s=1.0, term_grace_s=0.0)
     assert result.ending is Ending.deadline
     assert survivors(read_pids(pidfile)) == []
 

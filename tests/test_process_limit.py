@@ -36,8 +36,9 @@ def _forking_session(tmp_path: Path, *, mode: str, limit: int, spawns: int, time
     fake = install_fake_cli("claude", scenario, tmp_path / "bin")
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "no-home"), "LANG": "C.UTF-8"}
     transport = ClaudeCodeTransport(get_spec("claude-code"), Settings(sandbox=mode), cli_path=fake.path, parent_env=env)
-    request = AgentSessionRequest(prompt="Summarize README.md", scope=ToolScope(root=root), timeout_s=timeout_s,
-                                  run_dir=tmp_path / "run", policy=Policy(limits=Limits(processes=limit)))
+    request = AgentSessionRequest(
+        prompt="Summarize README.md", scope=ToolScope(root=root), timeout_s=timeout_s, run_dir=tmp_path / "run", policy=Policy(limits=Limits(processes=limit))
+    )
     return transport.run_session(request), fake
 
 
@@ -49,8 +50,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-MODES = ["off", pytest.param("require", marks=pytest.mark.skipif(not sandbox.status().available,
-                                                                  reason=f"no sandbox here: {sandbox.status().reason}"))]
+MODES = ["off", pytest.param("require", marks=pytest.mark.skipif(not sandbox.status().available, reason=f"no sandbox here: {sandbox.status().reason}"))]
 
 
 @pytest.mark.parametrize("mode", MODES)

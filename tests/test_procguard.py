@@ -156,7 +156,8 @@ class Host:
         (tmp_path / "host.py").write_text(HOST)
         self.proc = subprocess.Popen(
             [PY, str(tmp_path / "host.py"), str(tmp_path), mode, str(SCRIPTS)],
-            env=dict(os.environ, PYTHONPATH=SRC), cwd=tmp_path,
+            env=dict(os.environ, PYTHONPATH=SRC),
+            cwd=tmp_path,
         )
         self.cleanup: list[int] = []
 
@@ -330,8 +331,9 @@ def test_guard_ignores_garbage_and_kills_only_its_own_trees(tmp_path: Path) -> N
     tag = os.urandom(6).hex()
     bystander = subprocess.Popen(SLEEPER, env={**ENV, "HARNESSCHECK_RUN": f"m-{tag}"}, start_new_session=True)
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    guard = subprocess.Popen([PY, "-I", "-S", GUARD, "0"], stdin=theirs.detach(), stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, env={}, cwd="/", start_new_session=True)
+    guard = subprocess.Popen(
+        [PY, "-I", "-S", GUARD, "0"], stdin=theirs.detach(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={}, cwd="/", start_new_session=True
+    )
     pidfile = tmp_path / "pids"
     sess_host, sess_sup = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     out_r, out_w = os.pipe()
@@ -374,10 +376,19 @@ def test_stuck_guard_is_replaced_without_killing_running_sessions(tmp_path: Path
     pidfile = tmp_path / "pids"
     cancel = threading.Event()
     results = []
-    worker = threading.Thread(target=lambda: results.append(run_process(
-        [PY, str(SCRIPTS / "spawn_tree.py"), str(pidfile), "--setsid"], env=ENV, cwd=tmp_path,
-        on_line=lambda line: None, timeout_s=300, cancel=cancel, term_grace_s=0.5,
-    )))
+    worker = threading.Thread(
+        target=lambda: results.append(
+            run_process(
+                [PY, str(SCRIPTS / "spawn_tree.py"), str(pidfile), "--setsid"],
+                env=ENV,
+                cwd=tmp_path,
+                on_line=lambda line: None,
+                timeout_s=300,
+                cancel=cancel,
+                term_grace_s=0.5,
+            )
+        )
+    )
     worker.start()
     try:
         pids = read_pids(pidfile)
@@ -404,8 +415,9 @@ def test_guard_that_cannot_start_falls_back_and_runs_the_session(tmp_path: Path,
     monkeypatch.setattr(process, "_guard", fresh)
     monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
     pidfile = tmp_path / "pids"
-    result = run_process([PY, str(SCRIPTS / "spawn_tree.py"), str(pidfile), "--setsid"], env=ENV, cwd=tmp_path,
-                         on_line=lambda line: None, timeout_s=1.5, term_grace_s=0.5)
+    result = run_process(
+        [PY, str(SCRIPTS / "spawn_tree.py"), str(pidfile), "--setsid"], env=ENV, cwd=tmp_path, on_line=lambda line: None, timeout_s=1.5, term_grace_s=0.5
+    )
     assert result.ending is process.Ending.deadline and result.orphan_suspected is True
     assert survivors(read_pids(pidfile)) == []
     assert fresh.unavailable and fresh.proc is None
@@ -428,8 +440,7 @@ def test_start_guard_starts_it_ahead_of_the_first_session_and_the_session_uses_i
         print(json.dumps([before, pid, process._guard_pid(), result.exit_code]))
         """
     )
-    out = subprocess.run([PY, "-c", script], capture_output=True, text=True, timeout=120,
-                         env={**ENV, "PYTHONPATH": SRC})
+    out = subprocess.run([PY, "-c", script], capture_output=True, text=True, timeout=120, env={**ENV, "PYTHONPATH": SRC})
     assert out.returncode == 0, out.stderr
     before, pid, after, code = json.loads(out.stdout.strip().splitlines()[-1])
     assert before is None and pid and after == pid and code == 0

@@ -75,12 +75,23 @@ def test_harness_fold_redacts_again_with_the_runs_own_secrets(tmp_path):
     the transport's parent env, and bounds, before a detail reaches AgentOutcome.refusals."""
     bridge_trace = tmp_path / "bridge-trace.jsonl"
     with open(bridge_trace, "w") as fh:
-        fh.write(json.dumps({"event": "tool", "session": "s1", "tool": "read_file", "decision": "refuse",
-                             "code": "path_outside_scope", "detail": f"'../{PLAIN_SECRET}' climbs above the scope root"}) + "\n")
-        fh.write(json.dumps({"event": "tool", "session": "s1", "tool": "grep", "decision": "refuse",
-                             "code": "bad_arguments", "detail": "z" * 5000}) + "\n")
-    transport = ClaudeCodeTransport(get_spec("claude-code"), cli_path=tmp_path / "claude",
-                                    parent_env={"PATH": "/usr/bin:/bin", "MY_SERVICE_TOKEN": PLAIN_SECRET})
+        fh.write(
+            json.dumps(
+                {
+                    "event": "tool",
+                    "session": "s1",
+                    "tool": "read_file",
+                    "decision": "refuse",
+                    "code": "path_outside_scope",
+                    "detail": f"'../{PLAIN_SECRET}' climbs above the scope root",
+                }
+            )
+            + "\n"
+        )
+        fh.write(json.dumps({"event": "tool", "session": "s1", "tool": "grep", "decision": "refuse", "code": "bad_arguments", "detail": "z" * 5000}) + "\n")
+    transport = ClaudeCodeTransport(
+        get_spec("claude-code"), cli_path=tmp_path / "claude", parent_env={"PATH": "/usr/bin:/bin", "MY_SERVICE_TOKEN": PLAIN_SECRET}
+    )
     outcome = AgentOutcome(status=OutcomeStatus.ok, backend="claude-code")
     ctx = SimpleNamespace(bridge_trace=bridge_trace, session_id="s1")
     result = SimpleNamespace(duration_s=0.1, exit_code=0, signal=None, orphan_suspected=False, stderr_tail="")
@@ -92,21 +103,30 @@ def test_harness_fold_redacts_again_with_the_runs_own_secrets(tmp_path):
 
 
 def _claude_bridge_scenario(calls):
-    return claude_bridge_scenario(calls, [
-        {"emit": {"type": "result", "subtype": "success", "is_error": False, "num_turns": len(calls) + 1,
-                  "result": "done", "session_id": SID, "total_cost_usd": 0.01}},
-    ])
+    return claude_bridge_scenario(
+        calls,
+        [
+            {
+                "emit": {
+                    "type": "result",
+                    "subtype": "success",
+                    "is_error": False,
+                    "num_turns": len(calls) + 1,
+                    "result": "done",
+                    "session_id": SID,
+                    "total_cost_usd": 0.01,
+                }
+            },
+        ],
+    )
 
 
 def test_harness_refusals_through_the_real_bridge_name_the_path(worktree, tmp_path):
-    scenario = _claude_bridge_scenario([("read_file", {"path": "../secret.txt"}),
-                                        ("read_file", {"path": f"../{PLAIN_SECRET}"})])
+    scenario = _claude_bridge_scenario([("read_file", {"path": "../secret.txt"}), ("read_file", {"path": f"../{PLAIN_SECRET}"})])
     fake = install_fake_cli("claude", scenario, tmp_path / "bin")
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path / "no-home"), "LANG": "C.UTF-8",
-           "MY_SERVICE_TOKEN": PLAIN_SECRET}
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path / "no-home"), "LANG": "C.UTF-8", "MY_SERVICE_TOKEN": PLAIN_SECRET}
     transport = ClaudeCodeTransport(get_spec("claude-code"), cli_path=fake.path, parent_env=env, linger_s=0.3, term_grace_s=0.5)
-    outcome = transport.run_session(AgentSessionRequest(prompt="read", scope=ToolScope(root=worktree), timeout_s=90,
-                                                        run_dir=tmp_path / "run"))
+    outcome = transport.run_session(AgentSessionRequest(prompt="read", scope=ToolScope(root=worktree), timeout_s=90, run_dir=tmp_path / "run"))
     assert outcome.status is OutcomeStatus.ok, outcome.message
     first, second = outcome.refusals
     assert first.code == "path_outside_scope" and "'../secret.txt'" in first.detail and "climbs above" in first.detail

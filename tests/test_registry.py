@@ -78,15 +78,18 @@ def test_invalid_setting_names_the_variable() -> None:
     assert "HARNESS_BACKEND_CONCURRENCY" in str(info.value)
 
 
-@pytest.mark.parametrize(("name", "value", "rule", "reason"), [
-    ("HARNESS_BACKEND_TIMEOUT_S", "-5", "must be a positive, finite number of seconds", "Input should be greater than 0"),
-    ("HARNESS_BACKEND_TIMEOUT_S", "inf", "must be a positive, finite number of seconds", "Input should be a finite number"),
-    ("HARNESS_BACKEND_TIMEOUT_S", "nan", "must be a positive, finite number of seconds", "Input should be a finite number"),
-    ("HARNESS_BACKEND_LINGER_S", "inf", "must be a number of seconds from 0 to 60", "finite number"),
-    ("HARNESS_BACKEND_CONCURRENCY", "2.5", "must be a whole number of sessions, 1 or more", "valid integer"),
-    ("HARNESS_MODEL_MISMATCH", "maybe", "must be fail or warn", "String should match pattern"),
-    ("HARNESS_API_MODE", "grpc", "must be anthropic_messages, chat_completions or responses", "String should match pattern"),
-])
+@pytest.mark.parametrize(
+    ("name", "value", "rule", "reason"),
+    [
+        ("HARNESS_BACKEND_TIMEOUT_S", "-5", "must be a positive, finite number of seconds", "Input should be greater than 0"),
+        ("HARNESS_BACKEND_TIMEOUT_S", "inf", "must be a positive, finite number of seconds", "Input should be a finite number"),
+        ("HARNESS_BACKEND_TIMEOUT_S", "nan", "must be a positive, finite number of seconds", "Input should be a finite number"),
+        ("HARNESS_BACKEND_LINGER_S", "inf", "must be a number of seconds from 0 to 60", "finite number"),
+        ("HARNESS_BACKEND_CONCURRENCY", "2.5", "must be a whole number of sessions, 1 or more", "valid integer"),
+        ("HARNESS_MODEL_MISMATCH", "maybe", "must be fail or warn", "String should match pattern"),
+        ("HARNESS_API_MODE", "grpc", "must be anthropic_messages, chat_completions or responses", "String should match pattern"),
+    ],
+)
 def test_a_bad_setting_names_the_value_the_rule_and_pydantics_reason(name, value, rule, reason) -> None:
     with pytest.raises(ConfigError) as info:
         Settings.from_env({name: value})
@@ -257,9 +260,7 @@ def test_entry_point_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     dist = tmp_path / "example_backend-1.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: example-backend\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(
-        f"[harnesscheck.backends]\nexample-ep = {__name__}:example_spec\n"
-    )
+    (dist / "entry_points.txt").write_text(f"[harnesscheck.backends]\nexample-ep = {__name__}:example_spec\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     registry._entry_point_specs.cache_clear()
     try:
@@ -281,14 +282,17 @@ def test_version_policy() -> None:
     assert registry.version_range(spec) == ">=0.100.0,<1.0.0"
 
 
-@pytest.mark.parametrize(("printed", "parsed"), [
-    ("2.1.197 (Claude Code)", "2.1.197"),
-    ("codex-cli 0.171.0", "0.171.0"),
-    ("codex-cli 0.172.0-alpha.1", "0.172.0a1"),
-    ("2026.08.11-e8db854", "2026.8.11+e8db854"),
-    ("cursor-agent v2026.08.11-e8db854", "2026.8.11+e8db854"),
-    ("garbage", None),
-])
+@pytest.mark.parametrize(
+    ("printed", "parsed"),
+    [
+        ("2.1.197 (Claude Code)", "2.1.197"),
+        ("codex-cli 0.171.0", "0.171.0"),
+        ("codex-cli 0.172.0-alpha.1", "0.172.0a1"),
+        ("2026.08.11-e8db854", "2026.8.11+e8db854"),
+        ("cursor-agent v2026.08.11-e8db854", "2026.8.11+e8db854"),
+        ("garbage", None),
+    ],
+)
 def test_versions_are_read_the_way_pip_reads_them(printed, parsed) -> None:
     got = registry.parse_cli_version(printed)
     assert (str(got) if got is not None else None) == parsed
@@ -300,8 +304,7 @@ def test_a_date_hash_version_orders_by_date_and_ranges_ignore_the_hash() -> None
     builds of one day are equal in every range; a range bound on the date holds for them."""
     v = registry.parse_cli_version
     assert v("2026.08.11-e8db854") < v("2026.09.02-0a1b2c3") and v("2026.08.11-e8db854") > v("2026.08.10-ffffff0")
-    spec = ProviderSpec(id="cur", kind=Kind.harness, label="c", factory="x:y", cli_name="cursor-agent",
-                        min_version="2026.8.11", max_version="2027.1.1")
+    spec = ProviderSpec(id="cur", kind=Kind.harness, label="c", factory="x:y", cli_name="cursor-agent", min_version="2026.8.11", max_version="2027.1.1")
     assert registry.version_supported(spec, "2026.08.11-e8db854") and registry.version_supported(spec, "2026.08.11-0000000")
     assert not registry.version_supported(spec, "2026.08.10-e8db854")
     assert not registry.version_supported(spec, "2027.01.01-e8db854")

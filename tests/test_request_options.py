@@ -43,14 +43,22 @@ def bodies(route):
     return [json.loads(call.request.content) for call in route.calls]
 
 
-@pytest.mark.parametrize(("mode", "options", "spelled"), [
-    ("anthropic_messages", dict(thinking_budget=2048, max_output_tokens=8000, reasoning_effort="high"),
-     {"thinking": {"type": "enabled", "budget_tokens": 2048}, "max_tokens": 8000, "output_config": {"effort": "high"}}),
-    ("chat_completions", dict(reasoning_effort="low", max_output_tokens=900),
-     {"reasoning_effort": "low", "max_completion_tokens": 900}),
-    ("responses", dict(reasoning_effort="high", reasoning_summary="auto", max_output_tokens=700),
-     {"reasoning": {"effort": "high", "summary": "auto"}, "include": ["reasoning.encrypted_content"], "max_output_tokens": 700}),
-])
+@pytest.mark.parametrize(
+    ("mode", "options", "spelled"),
+    [
+        (
+            "anthropic_messages",
+            dict(thinking_budget=2048, max_output_tokens=8000, reasoning_effort="high"),
+            {"thinking": {"type": "enabled", "budget_tokens": 2048}, "max_tokens": 8000, "output_config": {"effort": "high"}},
+        ),
+        ("chat_completions", dict(reasoning_effort="low", max_output_tokens=900), {"reasoning_effort": "low", "max_completion_tokens": 900}),
+        (
+            "responses",
+            dict(reasoning_effort="high", reasoning_summary="auto", max_output_tokens=700),
+            {"reasoning": {"effort": "high", "summary": "auto"}, "include": ["reasoning.encrypted_content"], "max_output_tokens": 700},
+        ),
+    ],
+)
 def test_each_option_is_spelled_as_its_wire_spells_it(monkeypatch, tmp_path, mode, options, spelled):
     with respx.mock(using="httpx2", assert_all_mocked=True) as router:
         route = router.post(W.url(mode)).mock(side_effect=W.script(mode, [W.Turn(text="ok")]))
@@ -60,15 +68,18 @@ def test_each_option_is_spelled_as_its_wire_spells_it(monkeypatch, tmp_path, mod
     assert {k: body.get(k) for k in spelled} == spelled
 
 
-@pytest.mark.parametrize(("mode", "model", "options", "option"), [
-    ("chat_completions", "gpt-5", dict(thinking_budget=2048), "thinking_budget"),  # no such option on the wire
-    ("responses", "gpt-5", dict(thinking_budget=2048), "thinking_budget"),
-    ("anthropic_messages", "claude-sonnet-4-5", dict(temperature=0.5), "temperature"),  # not on this wire's SDK
-    ("anthropic_messages", "claude-sonnet-4-5", dict(reasoning_effort="minimal"), "reasoning_effort"),
-    ("chat_completions", "gpt-4.1-mini", dict(reasoning_effort="low"), "reasoning_effort"),  # not a reasoning model
-    ("anthropic_messages", "claude-haiku-4-5", dict(max_output_tokens=10_000_000), "max_output_tokens"),  # over its limit
-    ("anthropic_messages", "claude-sonnet-4-5", dict(thinking_budget=4096, max_output_tokens=4096), "thinking_budget"),
-])
+@pytest.mark.parametrize(
+    ("mode", "model", "options", "option"),
+    [
+        ("chat_completions", "gpt-5", dict(thinking_budget=2048), "thinking_budget"),  # no such option on the wire
+        ("responses", "gpt-5", dict(thinking_budget=2048), "thinking_budget"),
+        ("anthropic_messages", "claude-sonnet-4-5", dict(temperature=0.5), "temperature"),  # not on this wire's SDK
+        ("anthropic_messages", "claude-sonnet-4-5", dict(reasoning_effort="minimal"), "reasoning_effort"),
+        ("chat_completions", "gpt-4.1-mini", dict(reasoning_effort="low"), "reasoning_effort"),  # not a reasoning model
+        ("anthropic_messages", "claude-haiku-4-5", dict(max_output_tokens=10_000_000), "max_output_tokens"),  # over its limit
+        ("anthropic_messages", "claude-sonnet-4-5", dict(thinking_budget=4096, max_output_tokens=4096), "thinking_budget"),
+    ],
+)
 def test_an_option_that_cannot_be_honoured_is_refused_before_any_request(monkeypatch, tmp_path, mode, model, options, option):
     with respx.mock(using="httpx2", assert_all_mocked=True, assert_all_called=False) as router:
         route = router.post(W.url(mode)).mock(side_effect=W.script(mode, [W.Turn(text="ok")]))
@@ -83,13 +94,13 @@ def test_backends_that_cannot_pass_options_refuse_them_up_front(tmp_path):
         resolve_provider(Settings(backend="fake")).run_session(request(tmp_path, options=RequestOptions(temperature=0.1)))
     with pytest.raises(OptionUnsupported, match="claude takes no reasoning_effort"):
         resolve_provider(Settings(backend="claude-code", cli=tmp_path / "no-claude")).run_session(
-            request(tmp_path, options=RequestOptions(reasoning_effort="low")))
+            request(tmp_path, options=RequestOptions(reasoning_effort="low"))
+        )
 
 
 @pytest.mark.parametrize("mode", ["anthropic_messages", "responses"])
 def test_thinking_is_decoded_shown_as_thought_and_carried_back_after_a_tool_turn(monkeypatch, tmp_path, mode):
-    turns = [W.Turn(thinking="I should read a.txt first.", tool_calls=[("c1", "read_file", {"path": "a.txt"})]),
-             W.Turn(text="It says alpha.")]
+    turns = [W.Turn(thinking="I should read a.txt first.", tool_calls=[("c1", "read_file", {"path": "a.txt"})]), W.Turn(text="It says alpha.")]
     events = []
     with respx.mock(using="httpx2", assert_all_mocked=True) as router:
         route = router.post(W.url(mode)).mock(side_effect=W.script(mode, turns))
@@ -99,8 +110,9 @@ def test_thinking_is_decoded_shown_as_thought_and_carried_back_after_a_tool_turn
     second = bodies(route)[1]
     if mode == "anthropic_messages":
         assistant = [m for m in second["messages"] if m["role"] == "assistant"][-1]
-        assert assistant["content"][0] == {"type": "thinking", "thinking": "I should read a.txt first.",
-                                           "signature": W.Turn().signature}, "the thinking block goes back first, signed"
+        assert assistant["content"][0] == {"type": "thinking", "thinking": "I should read a.txt first.", "signature": W.Turn().signature}, (
+            "the thinking block goes back first, signed"
+        )
         assert assistant["content"][1]["type"] == "tool_use"
     else:
         reasoning = [i for i in second["input"] if i.get("type") == "reasoning"]
@@ -141,16 +153,14 @@ def test_a_tool_result_that_overflows_the_window_ends_the_session_before_the_nex
 def test_a_model_the_snapshot_does_not_know_is_never_refused_for_length(monkeypatch, tmp_path):
     with respx.mock(using="httpx2", assert_all_mocked=True) as router:
         route = router.post(W.url("chat_completions")).mock(side_effect=W.script("chat_completions", [W.Turn(text="ok")]))
-        out = transport(monkeypatch, "chat_completions", "no-such-model-x").run_session(
-            request(tmp_path).model_copy(update={"prompt": "word " * 100_000}))
+        out = transport(monkeypatch, "chat_completions", "no-such-model-x").run_session(request(tmp_path).model_copy(update={"prompt": "word " * 100_000}))
     assert out.ok and route.call_count == 1
 
 
 def test_chat_completions_reasoning_content_is_shown_as_thought_and_never_sent_back(monkeypatch, tmp_path):
     """The de-facto `reasoning_content` deltas of OpenAI-compatible reasoning servers are thought
     events; the next request carries none of it (those servers refuse it in a request)."""
-    turns = [W.Turn(thinking="Let me read a.txt.", tool_calls=[("c1", "read_file", {"path": "a.txt"})]),
-             W.Turn(text="It says alpha.")]
+    turns = [W.Turn(thinking="Let me read a.txt.", tool_calls=[("c1", "read_file", {"path": "a.txt"})]), W.Turn(text="It says alpha.")]
     events = []
     with respx.mock(using="httpx2", assert_all_mocked=True) as router:
         route = router.post(W.url("chat_completions")).mock(side_effect=W.script("chat_completions", turns))

@@ -45,8 +45,15 @@ def test_every_error_class_has_exactly_one_tier():
 
 @pytest.mark.parametrize(
     ("root", "consequence"),
-    [(C.auth, C.mcp_unavailable), (C.rate_limit, C.timeout), (C.auth, C.cli_crash), (C.quota, C.rate_limit),
-     (C.overloaded, C.protocol), (C.policy_violation, C.mcp_unavailable), (C.mcp_unavailable, C.timeout)],
+    [
+        (C.auth, C.mcp_unavailable),
+        (C.rate_limit, C.timeout),
+        (C.auth, C.cli_crash),
+        (C.quota, C.rate_limit),
+        (C.overloaded, C.protocol),
+        (C.policy_violation, C.mcp_unavailable),
+        (C.mcp_unavailable, C.timeout),
+    ],
 )
 def test_the_root_wins_in_either_order(root, consequence):
     assert tier(root) < tier(consequence)
@@ -88,8 +95,10 @@ def test_claude_a_429_ladder_cut_by_the_deadline_is_a_rate_limit():
     with the CLI's retry delay, not truncated/timeout."""
     fx = load_fixture("claude", "rate_limit_429_deadline")
     assert fx["provenance"]["source"] == "loopback-recording" and fx["provenance"]["live_outcome"]["error_class"] == "rate_limit"
-    lines = [line.replace('"{{mcp_server_names}}"', '[{"name": "bridge", "status": "connected"}]')
-             .replace('"{{allowed_tools}}"', '["mcp__bridge__read_file"]') for line in _emits("claude", "rate_limit_429_deadline")]
+    lines = [
+        line.replace('"{{mcp_server_names}}"', '[{"name": "bridge", "status": "connected"}]').replace('"{{allowed_tools}}"', '["mcp__bridge__read_file"]')
+        for line in _emits("claude", "rate_limit_429_deadline")
+    ]
     out = _claude(lines, _ended(ending=Ending.deadline, code=None), retry_stop_after=None)
     assert (out.status, out.error_class, out.retryable) == (OutcomeStatus.error, C.rate_limit, True)
     assert "still retrying" in out.message and "deadline" in out.message and out.retry_after_s
@@ -99,8 +108,11 @@ def test_claude_a_retry_the_api_answered_later_is_no_cause_of_a_later_stall():
     """Hand-derived from the real rate_limit_429_deadline and timeout_mid_stream recordings:
     one 429 notice, then the model answered, then stalled until the deadline: a timeout."""
     retry = {"type": "system", "subtype": "api_retry", "attempt": 1, "retry_delay_ms": 7663, "error_status": 429, "error": "rate_limit"}
-    answer = {"type": "assistant", "parent_tool_use_id": None,
-              "message": {"id": "m1", "model": "claude-sonnet-5-5", "content": [{"type": "text", "text": "Reading the files first."}]}}
+    answer = {
+        "type": "assistant",
+        "parent_tool_use_id": None,
+        "message": {"id": "m1", "model": "claude-sonnet-5-5", "content": [{"type": "text", "text": "Reading the files first."}]},
+    }
     init = {"type": "system", "subtype": "init", "tools": ["mcp__bridge__read_file"], "mcp_servers": [{"name": "bridge", "status": "connected"}]}
     out = _claude([json.dumps(e) for e in (init, retry, answer)], _ended(ending=Ending.deadline, code=None), retry_stop_after=None)
     assert (out.status, out.error_class) == (OutcomeStatus.truncated, C.timeout)
@@ -203,8 +215,13 @@ def test_a_crash_tail_names_the_root(backend):
     event: each transport's parser names auth, not the bridge line that followed."""
     from harnesscheck.backends import cursor, deepseek, gemini, opencode, zcode
 
-    parser = {"cursor": cursor.CursorParser, "gemini": gemini.GeminiParser, "opencode": opencode.OpencodeParser,
-              "deepseek": deepseek.DeepSeekParser, "zcode": zcode.ZcodeParser}[backend]()
+    parser = {
+        "cursor": cursor.CursorParser,
+        "gemini": gemini.GeminiParser,
+        "opencode": opencode.OpencodeParser,
+        "deepseek": deepseek.DeepSeekParser,
+        "zcode": zcode.ZcodeParser,
+    }[backend]()
     out = parser.outcome(_ended(AUTH_THEN_BRIDGE))
     assert (out.status, out.error_class) == (OutcomeStatus.blocked, C.auth), out.message
     assert "401" in out.message
@@ -216,6 +233,7 @@ def test_claude_never_logged_in_is_auth_whatever_the_bridge_state_at_init(bridge
     reported pending, failed or not at all at system/init: the CLI gives up with "Not logged
     in" before any model request, so the root is auth (blocked), not the bridge. The same
     bridge states in a session that goes on with the model end mcp_unavailable (the control)."""
+
     def with_bridge(name: str) -> list[str]:
         lines = []
         for step in load_fixture("claude", name)["steps"]:

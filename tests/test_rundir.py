@@ -77,9 +77,15 @@ def test_cli_refuses_run_dir_inside_the_worktree_after_resolving(tmp_path: Path,
     (tmp_path / "home").mkdir()
     (tmp_path / "tmp").mkdir()
     for run_dir in _aliases(tmp_path, wt, cwd=tmp_path):
-        proc = subprocess.run([*HARNESSCHECK, "run", "--backend", "codex", "--root", str(wt), "--prompt", "hi",
-                               "--run-dir", str(run_dir)], capture_output=True, text=True, cwd=tmp_path, env=env,
-                              timeout=120, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            [*HARNESSCHECK, "run", "--backend", "codex", "--root", str(wt), "--prompt", "hi", "--run-dir", str(run_dir)],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
         assert proc.returncode == 2 and "inside the worktree" in proc.stderr, (run_dir, proc.stderr[-500:])
     assert sorted(p.name for p in wt.iterdir()) == ["README.md"]
 
@@ -212,8 +218,7 @@ def test_forget_cli_state_keeps_only_what_the_host_put_there(tmp_path):
 
 
 def _secret_files(run: Path, secret: bytes) -> list[str]:
-    return sorted(str(p.relative_to(run)) for p in run.rglob("*")
-                  if p.is_file() and not p.is_symlink() and secret in p.read_bytes())
+    return sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file() and not p.is_symlink() and secret in p.read_bytes())
 
 
 def test_forget_cli_state_covers_the_private_home_and_the_scratch_cwd(tmp_path):

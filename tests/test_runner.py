@@ -24,8 +24,7 @@ def run_cli(tmp_path, *args, timeout=120):
     env["TMPDIR"] = str(tmp_path / "tmp")  # the default run dir goes here, not into the machine's /tmp
     (tmp_path / "home").mkdir(exist_ok=True)
     (tmp_path / "tmp").mkdir(exist_ok=True)
-    return subprocess.run([*HARNESSCHECK, "run", *args], capture_output=True, text=True, cwd=tmp_path,
-                          env=env, timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run([*HARNESSCHECK, "run", *args], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
 def worktree(tmp_path) -> Path:
@@ -35,15 +34,19 @@ def worktree(tmp_path) -> Path:
     return wt
 
 
-@pytest.mark.parametrize(("backend", "cli", "text"), [
-    ("codex", "codex", "The answer is 42."),
-    ("cursor", "cursor-agent", "Hi. What would you like to work on?"),
-])
+@pytest.mark.parametrize(
+    ("backend", "cli", "text"),
+    [
+        ("codex", "codex", "The answer is 42."),
+        ("cursor", "cursor-agent", "Hi. What would you like to work on?"),
+    ],
+)
 def test_run_json_end_to_end(tmp_path, backend, cli, text):
     fake = install_fake_cli(cli, "success", tmp_path / "bin")
     run_dir = tmp_path / "run"
-    proc = run_cli(tmp_path, "--backend", backend, "--cli", str(fake.path), "--root", str(worktree(tmp_path)),
-                   "--prompt", "hi", "--json", "--run-dir", str(run_dir))
+    proc = run_cli(
+        tmp_path, "--backend", backend, "--cli", str(fake.path), "--root", str(worktree(tmp_path)), "--prompt", "hi", "--json", "--run-dir", str(run_dir)
+    )
     assert proc.returncode == 0, proc.stderr
     out = AgentOutcome.model_validate_json(proc.stdout)
     assert out.ok and out.text == text and out.backend == backend and out.cli_version
@@ -69,8 +72,20 @@ def test_run_human_summary_and_default_run_dir(tmp_path):
 
 def test_backend_failure_exits_1(tmp_path):
     fake = install_fake_cli("codex", "usage_limit", tmp_path / "bin")
-    proc = run_cli(tmp_path, "--backend", "codex", "--cli", str(fake.path), "--root", str(worktree(tmp_path)),
-                   "--prompt", "hi", "--json", "--run-dir", str(tmp_path / "run"))
+    proc = run_cli(
+        tmp_path,
+        "--backend",
+        "codex",
+        "--cli",
+        str(fake.path),
+        "--root",
+        str(worktree(tmp_path)),
+        "--prompt",
+        "hi",
+        "--json",
+        "--run-dir",
+        str(tmp_path / "run"),
+    )
     assert proc.returncode == 1
     out = AgentOutcome.model_validate_json(proc.stdout)
     assert out.status is OutcomeStatus.blocked and out.error_class.value == "quota"
@@ -79,8 +94,20 @@ def test_backend_failure_exits_1(tmp_path):
 
 def test_flagged_audit_exits_1(tmp_path):
     fake = install_fake_cli("cursor-agent", "native_tool_use", tmp_path / "bin")
-    proc = run_cli(tmp_path, "--backend", "cursor", "--cli", str(fake.path), "--root", str(worktree(tmp_path)),
-                   "--prompt", "hi", "--json", "--run-dir", str(tmp_path / "run"))
+    proc = run_cli(
+        tmp_path,
+        "--backend",
+        "cursor",
+        "--cli",
+        str(fake.path),
+        "--root",
+        str(worktree(tmp_path)),
+        "--prompt",
+        "hi",
+        "--json",
+        "--run-dir",
+        str(tmp_path / "run"),
+    )
     assert proc.returncode == 1, proc.stderr
     out = AgentOutcome.model_validate_json(proc.stdout)
     assert out.status.value == "blocked" and out.error_class.value == "policy_violation"  # the audit decides (cursor)
@@ -98,8 +125,7 @@ def test_usage_errors_exit_2(tmp_path):
 
 
 def test_missing_cli_exits_3_with_the_fix(tmp_path):
-    proc = run_cli(tmp_path, "--backend", "codex", "--cli", str(tmp_path / "no-such-codex"), "--root",
-                   str(worktree(tmp_path)), "--prompt", "hi")
+    proc = run_cli(tmp_path, "--backend", "codex", "--cli", str(tmp_path / "no-such-codex"), "--root", str(worktree(tmp_path)), "--prompt", "hi")
     assert proc.returncode == 3
     assert "not found" in proc.stderr and "fix:" in proc.stderr
     assert list((tmp_path / "tmp").iterdir()) == [], "the session never started: no empty run dir is left behind"
@@ -110,8 +136,15 @@ def test_env_selects_the_cli_when_no_option(tmp_path):
     env_cli = {"HARNESS_BACKEND_CLI": str(fake.path)}
     (tmp_path / "tmp").mkdir()  # the run dir it keeps (with its report) stays in tmp_path
     env = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_")} | env_cli | {"HOME": str(tmp_path), "TMPDIR": str(tmp_path / "tmp")}
-    proc = subprocess.run([*HARNESSCHECK, "run", "--backend", "cursor", "--root", str(worktree(tmp_path)), "--prompt", "hi", "--json"],
-                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [*HARNESSCHECK, "run", "--backend", "cursor", "--root", str(worktree(tmp_path)), "--prompt", "hi", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, proc.stderr
     assert fake.records(), "HARNESS_BACKEND_CLI was not used"
     assert any(p.name.startswith("harnesscheck-run-cursor-") for p in (tmp_path / "tmp").iterdir())
@@ -126,8 +159,15 @@ def test_backend_selection_precedence_option_then_env_then_dotenv(tmp_path):
     base = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_")} | {"HOME": str(tmp_path), "TMPDIR": str(tmp_path)}
 
     def run(*args, **env):
-        return subprocess.run([*HARNESSCHECK, "run", "--root", str(wt), "--prompt", "hi", "--json", *args],
-                              capture_output=True, text=True, cwd=tmp_path, env=base | env, timeout=120, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            [*HARNESSCHECK, "run", "--root", str(wt), "--prompt", "hi", "--json", *args],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=base | env,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
 
     (tmp_path / ".env").write_text(f"HARNESS_BACKEND=claude-code\nHARNESS_BACKEND_CLI={claude.path}\n")
     proc = run()
@@ -150,8 +190,11 @@ def test_report_is_redacted_and_tells_cost_sources(tmp_path, monkeypatch):
     secret = "sk-proj-canary0123456789abcdefghijkl"
     monkeypatch.setenv("OPENAI_API_KEY", secret)
     outcome = AgentOutcome(
-        status=OutcomeStatus.error, message=f"401 Incorrect API key provided: {secret}", text=f"echo {secret}",
-        stderr_tail=f"Authorization: Bearer {secret}\n", cost=Cost(usd=0.42, source=CostSource.subscription),
+        status=OutcomeStatus.error,
+        message=f"401 Incorrect API key provided: {secret}",
+        text=f"echo {secret}",
+        stderr_tail=f"Authorization: Bearer {secret}\n",
+        cost=Cost(usd=0.42, source=CostSource.subscription),
         refusals=[Refusal(tool="read_file", code="path_outside_scope", detail="../x")],
         audit=AuditVerdict(clean=False, flags=[AuditFlag(code="native_shell", detail="cat ~/.ssh/id")]),
     )
@@ -178,8 +221,7 @@ def test_report_never_invents_a_cost():
 def test_shipped_fakes_work_as_in_the_readme(tmp_path, backend, cli):
     from harnesscheck.core.paths import fake_clis_dir
 
-    proc = run_cli(tmp_path, "--backend", backend, "--cli", str(fake_clis_dir() / cli), "--root", str(worktree(tmp_path)),
-                   "--prompt", "hi", "--json")
+    proc = run_cli(tmp_path, "--backend", backend, "--cli", str(fake_clis_dir() / cli), "--root", str(worktree(tmp_path)), "--prompt", "hi", "--json")
     assert proc.returncode == 0, proc.stderr
     assert AgentOutcome.model_validate_json(proc.stdout).ok
 
@@ -287,8 +329,18 @@ def clean_env(tmp_path, monkeypatch):
 
 def _run_in_process(tmp_path, cli, wrapper, policy, **kw):
     sleeps: list[float] = []
-    code = run_command(backend=cli, root=worktree(tmp_path), prompt="hi", cli=wrapper, run_dir=tmp_path / "run",
-                       as_json=True, retry=policy, sleep=sleeps.append, rng=HALF, **kw)
+    code = run_command(
+        backend=cli,
+        root=worktree(tmp_path),
+        prompt="hi",
+        cli=wrapper,
+        run_dir=tmp_path / "run",
+        as_json=True,
+        retry=policy,
+        sleep=sleeps.append,
+        rng=HALF,
+        **kw,
+    )
     return code, sleeps, json.loads((tmp_path / "run" / "RUN_REPORT.json").read_text())
 
 
@@ -324,11 +376,24 @@ def test_run_never_retries_auth(tmp_path, clean_env, guards_only):
 
 def test_cli_retries_option_disables_and_validates(tmp_path):
     fake = install_fake_cli("codex", "overloaded_529", tmp_path / "bin")
-    proc = run_cli(tmp_path, "--backend", "codex", "--cli", str(fake.path), "--root", str(worktree(tmp_path)),
-                   "--prompt", "hi", "--json", "--run-dir", str(tmp_path / "run"), "--retries", "0")
+    proc = run_cli(
+        tmp_path,
+        "--backend",
+        "codex",
+        "--cli",
+        str(fake.path),
+        "--root",
+        str(worktree(tmp_path)),
+        "--prompt",
+        "hi",
+        "--json",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--retries",
+        "0",
+    )
     assert proc.returncode == 1 and len(fake.records()) == 1
     (only,) = json.loads((tmp_path / "run" / "RUN_REPORT.json").read_text())["facts"]["attempts"]
     assert only["why"] == "no retries left (0 allowed)"
-    bad = run_cli(tmp_path, "--backend", "codex", "--cli", str(fake.path), "--root", str(tmp_path / "wt"),
-                  "--prompt", "hi", "--retries", "-1")
+    bad = run_cli(tmp_path, "--backend", "codex", "--cli", str(fake.path), "--root", str(tmp_path / "wt"), "--prompt", "hi", "--retries", "-1")
     assert bad.returncode == 2 and "--retries" in bad.stderr

@@ -29,8 +29,9 @@ def _run(shell: str, tmp_path: Path, *, timeout_s: float = 20.0, box: Sandbox | 
     lines: list[str] = []
     work = tmp_path / "w"
     work.mkdir(exist_ok=True)
-    result = run_process(["/bin/sh", "-c", shell], env=ENV, cwd=work, on_line=lines.append, timeout_s=timeout_s,
-                         sandbox=box or Sandbox(writable=(str(work),)), **kwargs)
+    result = run_process(
+        ["/bin/sh", "-c", shell], env=ENV, cwd=work, on_line=lines.append, timeout_s=timeout_s, sandbox=box or Sandbox(writable=(str(work),)), **kwargs
+    )
     return result, lines
 
 
@@ -75,7 +76,9 @@ def test_a_deadline_terms_the_cli_not_bwrap_and_leaves_no_process_of_the_namespa
         monkeypatch.setattr(process, "_use_guard", lambda: False)
     result, lines = _run(
         "trap 'echo got-term; exit 7' TERM; readlink /proc/self/ns/pid; (setsid sleep 300 &); sleep 300 & wait",
-        tmp_path, timeout_s=2.0, term_grace_s=5.0,
+        tmp_path,
+        timeout_s=2.0,
+        term_grace_s=5.0,
     )
     assert result.ending is Ending.deadline and result.containment == "bwrap"
     assert "got-term" in lines, lines  # SIGTERM reached the CLI (bwrap forwards none: the group is the namespace's)
@@ -101,8 +104,7 @@ def test_an_unavailable_sandbox_runs_with_the_guards_and_says_why(tmp_path, monk
 def test_bwrap_argv_binds_parents_before_children_and_hides_nothing_else(tmp_path):
     ro, rw = tmp_path / "run", tmp_path / "run" / "home"
     rw.mkdir(parents=True)
-    argv = sandbox.bwrap_argv(Sandbox(read_only=(str(ro),), writable=(str(rw), str(tmp_path / "absent"))),
-                              ["/bin/true"], cwd=str(rw), info_fd=3)
+    argv = sandbox.bwrap_argv(Sandbox(read_only=(str(ro),), writable=(str(rw), str(tmp_path / "absent"))), ["/bin/true"], cwd=str(rw), info_fd=3)
     assert argv.index(str(ro)) < argv.index(str(rw))
     assert str(tmp_path / "absent") not in argv  # a missing path is left out, never created
     for flag in ("--unshare-pid", "--die-with-parent", "--new-session", "--proc", "--info-fd"):
@@ -122,6 +124,7 @@ def test_etc_links_into_the_system_stay_links(tmp_path):
 
 # --- a transport's session ----------------------------------------------------------------------
 
+
 def _fake_session(tmp_path: Path, mode: str, scenario: str = "tool_calls"):
     from harnesscheck.backends.claude_code import ClaudeCodeTransport
     from harnesscheck.backends.registry import get_spec
@@ -133,8 +136,7 @@ def _fake_session(tmp_path: Path, mode: str, scenario: str = "tool_calls"):
     fake = install_fake_cli("claude", scenario, tmp_path / "bin")
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "no-home"), "LANG": "C.UTF-8"}
     transport = ClaudeCodeTransport(get_spec("claude-code"), Settings(sandbox=mode), cli_path=fake.path, parent_env=env)
-    request = AgentSessionRequest(prompt="Summarize README.md", scope=ToolScope(root=root), timeout_s=30,
-                                  run_dir=tmp_path / "run")
+    request = AgentSessionRequest(prompt="Summarize README.md", scope=ToolScope(root=root), timeout_s=30, run_dir=tmp_path / "run")
     return transport.run_session(request), fake
 
 
@@ -160,6 +162,7 @@ def test_sandbox_off_and_unavailable_say_guards(tmp_path, monkeypatch):
 
 
 # --- the kit's loopback exec wrapper inside a sandbox ----------------------------------------------
+
 
 def test_the_kits_exec_wrapper_records_inside_a_sandbox_and_the_kit_sees_host_pids(tmp_path):
     """The wrapper's directory is read-only in the session's sandbox and the real CLI lies
@@ -206,8 +209,7 @@ def test_the_kits_exec_wrapper_records_inside_a_sandbox_and_the_kit_sees_host_pi
             return LineAction.STOP
 
         try:
-            result = run_process([str(wrapper), "--task"], env=ENV, cwd=work, on_line=on_line, timeout_s=60,
-                                 sandbox=box if mode == "bwrap" else None)
+            result = run_process([str(wrapper), "--task"], env=ENV, cwd=work, on_line=on_line, timeout_s=60, sandbox=box if mode == "bwrap" else None)
         finally:
             watcher.stop()
         assert result.ending is Ending.early_stop and result.containment == mode, (result, result.stderr_tail)
@@ -256,11 +258,12 @@ def test_the_real_cli_works_sandboxed_at_loopback(backend, tmp_path):
     Ws.secret.write_text(Ws.canary + "\n")
     script = loopback_scenario(spec.cli_name, "tool_calls", Ws)
     with ScriptedModelServer(script, expected_key=DUMMY_KEY) as srv:
-        transport = loopback_transport(spec, Settings(backend=backend, sandbox="require"), cli_path=binary.path,
-                                       endpoint=LoopbackEndpoint(srv.base_url))
-        outcome = transport.run_session(AgentSessionRequest(
-            prompt="Say hello.", scope=ToolScope(name="t", root=Ws.root, read_only=True), timeout_s=120, max_iters=8,
-            run_dir=tmp_path / "run"))
+        transport = loopback_transport(spec, Settings(backend=backend, sandbox="require"), cli_path=binary.path, endpoint=LoopbackEndpoint(srv.base_url))
+        outcome = transport.run_session(
+            AgentSessionRequest(
+                prompt="Say hello.", scope=ToolScope(name="t", root=Ws.root, read_only=True), timeout_s=120, max_iters=8, run_dir=tmp_path / "run"
+            )
+        )
         requests = srv.turn_requests()
     assert outcome.status is OutcomeStatus.ok, (outcome.message, outcome.stderr_tail[-2000:])
     assert outcome.containment == "bwrap"
@@ -290,8 +293,7 @@ def test_the_real_acp_agent_works_sandboxed_at_loopback(agent, tmp_path):
     (root / "hello.txt").write_text("hello from the acp worktree\n")
     turns = (Turn(tool_calls=(ToolCall("read_file", {"path": "hello.txt"}),)), Turn(text="the file says hello"))
     with ScriptedModelServer(Scenario("acp", turns)) as srv:
-        transport = AcpTransport(spec, Settings(sandbox="require"), profile=profile_for(spec.id),
-                                 loopback=LoopbackEndpoint(base_url=srv.base_url))
+        transport = AcpTransport(spec, Settings(sandbox="require"), profile=profile_for(spec.id), loopback=LoopbackEndpoint(base_url=srv.base_url))
         try:
             transport.cli()
             for word in transport.profile.command[1:2]:
@@ -299,8 +301,9 @@ def test_the_real_acp_agent_works_sandboxed_at_loopback(agent, tmp_path):
                     raise CliNotFound(spec.id, word, [word], None)
         except CliNotFound as exc:
             pytest.skip(f"the pinned {agent} is not installed: {exc}")
-        outcome = transport.run_session(AgentSessionRequest(
-            prompt="Read hello.txt.", scope=ToolScope(name="t", root=root), timeout_s=120, run_dir=tmp_path / "run"))
+        outcome = transport.run_session(
+            AgentSessionRequest(prompt="Read hello.txt.", scope=ToolScope(name="t", root=root), timeout_s=120, run_dir=tmp_path / "run")
+        )
         bodies = [r.body_text for r in srv.requests]
     assert outcome.status is OutcomeStatus.ok, (outcome.message, outcome.stderr_tail[-2000:])
     assert outcome.containment == "bwrap" and "read_file" in outcome.tools_used
@@ -339,22 +342,26 @@ def test_a_cli_that_kills_what_it_sees_and_outlives_its_host_leaves_nothing(tmp_
 
     token = f"hc-sandbox-survivor-{os.getpid()}"
     cli = tmp_path / "cli.sh"
-    cli.write_text(textwrap.dedent(f"""\
+    cli.write_text(
+        textwrap.dedent(f"""\
         #!/bin/sh
         for p in $(ls /proc | grep '^[0-9]*$'); do [ "$p" != "$$" ] && kill -9 "$p" 2>/dev/null; done
         setsid sh -c 'sleep 300; echo {token}' </dev/null >/dev/null 2>&1 &
         echo ready
         exec sleep 301
-    """))
+    """)
+    )
     cli.chmod(0o755)
     host = tmp_path / "host.py"
-    host.write_text(textwrap.dedent(f"""\
+    host.write_text(
+        textwrap.dedent(f"""\
         from harnesscheck.contain.process import run_process
         from harnesscheck.contain.sandbox import Sandbox
         run_process([{str(cli)!r}], env={{"PATH": "/usr/bin:/bin"}}, cwd={str(tmp_path)!r},
                     on_line=lambda line: open({str(tmp_path / "ready")!r}, "w").close(), timeout_s=600,
                     sandbox=Sandbox(read_only=({str(tmp_path)!r},), required=True))
-    """))
+    """)
+    )
     proc = subprocess.Popen([sys.executable, str(host)])
     try:
         end = time.monotonic() + 60

@@ -20,8 +20,7 @@ def test_published_schema_is_current_and_identified(name: str) -> None:
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert schema["$id"].startswith("urn:harnesscheck:schema:")
     Draft202012Validator.check_schema(schema)
-    assert (DOC / name).read_text(encoding="utf-8") == render(schema), (
-        f"doc/{name} is stale: run `python -m harnesscheck.apps.schemas doc`")
+    assert (DOC / name).read_text(encoding="utf-8") == render(schema), f"doc/{name} is stale: run `python -m harnesscheck.apps.schemas doc`"
 
 
 def test_the_committed_matrix_matches_its_schema() -> None:
@@ -32,9 +31,14 @@ def test_the_committed_matrix_matches_its_schema() -> None:
 def test_a_written_report_matches_its_schema_and_a_bogus_one_does_not(tmp_path: Path) -> None:
     from harnesscheck.kit.results import BackendInfo, CellResult, Report, write_json
 
-    report = Report(kit_version="0.1.0", catalog_hash="abc", levels=["offline"], started_at="2026-12-01T00:00:00+00:00",
-                    backends=[BackendInfo(id="fake", kind="api")],
-                    cells=[CellResult(check="scope.dotdot-refused", backend="fake", level="offline", outcome="passed")])
+    report = Report(
+        kit_version="0.1.0",
+        catalog_hash="abc",
+        levels=["offline"],
+        started_at="2026-12-01T00:00:00+00:00",
+        backends=[BackendInfo(id="fake", kind="api")],
+        cells=[CellResult(check="scope.dotdot-refused", backend="fake", level="offline", outcome="passed")],
+    )
     write_json(report, tmp_path / "r.json")
     data = json.loads((tmp_path / "r.json").read_text())
     validator = Draft202012Validator(json.loads((DOC / "conformance-report.schema.json").read_text()))

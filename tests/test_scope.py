@@ -153,8 +153,19 @@ def test_p1_benign_dotdot_inside_and_dotted_names(tree):
 @pytest.mark.parametrize("op", ["read", "list", "grep", "write", "create"])
 @pytest.mark.parametrize(
     "path",
-    ["/etc/passwd", "{outside}/secret.txt", "{outside}/new.txt", "\\\\server\\share\\x", "C:\\x", "C:foo", "c:/x",
-     "\\etc\\passwd", "~/.ssh/id_rsa", "~root/x", "//etc/passwd"],
+    [
+        "/etc/passwd",
+        "{outside}/secret.txt",
+        "{outside}/new.txt",
+        "\\\\server\\share\\x",
+        "C:\\x",
+        "C:foo",
+        "c:/x",
+        "\\etc\\passwd",
+        "~/.ssh/id_rsa",
+        "~root/x",
+        "//etc/passwd",
+    ],
 )
 def test_p2_absolute_forms_refused(tree, op, path):
     refused(OPS[op](tree.scope(), path.format(outside=tree.outside)), "absolute_path")
@@ -235,8 +246,7 @@ def test_p5_parent_dir_symlink_out_refused(tree, op, kind):
     else:
         os.symlink("../../proj-secrets", tree.root / "sub" / "up")
         os.symlink("sub/up", tree.root / "outbox")
-    leaf = {"read": "secret.txt", "list": "dir", "grep": "dir", "write": "victim.txt", "edit": "victim.txt",
-            "create": "deep/er/new.conf"}[op]
+    leaf = {"read": "secret.txt", "list": "dir", "grep": "dir", "write": "victim.txt", "edit": "victim.txt", "create": "deep/er/new.conf"}[op]
     refused(OPS[op](tree.scope(), f"outbox/{leaf}"), "symlink_escape")
 
 
@@ -255,8 +265,8 @@ def test_p5_benign_in_tree_dir_symlink(tree):
 
 
 @pytest.mark.parametrize(
-    "path", ["proc/self/environ", "proc/self/root/etc/hostname", "proc/1/environ", "sys/kernel/hostname", "dev/zero", "dev/fd/0",
-             "proc", "PROC/../proc/self/environ"],
+    "path",
+    ["proc/self/environ", "proc/self/root/etc/hostname", "proc/1/environ", "sys/kernel/hostname", "dev/zero", "dev/fd/0", "proc", "PROC/../proc/self/environ"],
 )
 @pytest.mark.parametrize("op", ["read", "list", "grep"])
 def test_p6_proc_sys_dev_never_served_even_with_root_slash(op, path):
@@ -294,9 +304,23 @@ def test_p6_magic_links_behind_in_tree_symlinks_refused(tree, text, op):
 
 @pytest.mark.parametrize(
     "path",
-    [".git/config", ".GIT/config", ".Git/hooks/pre-commit", ".git./config", ".git /config", ".git::$INDEX_ALLOCATION/config",
-     ".claude/settings.json", ".CLAUDE/settings.json", ".Codex/config.toml", ".CURSOR/mcp.json", ".gemini/settings.json",
-     ".opencode/x", "sub/.git/hooks/post-checkout", ".MCP.json", "sub/.GiT"],
+    [
+        ".git/config",
+        ".GIT/config",
+        ".Git/hooks/pre-commit",
+        ".git./config",
+        ".git /config",
+        ".git::$INDEX_ALLOCATION/config",
+        ".claude/settings.json",
+        ".CLAUDE/settings.json",
+        ".Codex/config.toml",
+        ".CURSOR/mcp.json",
+        ".gemini/settings.json",
+        ".opencode/x",
+        "sub/.git/hooks/post-checkout",
+        ".MCP.json",
+        "sub/.GiT",
+    ],
 )
 @pytest.mark.parametrize("op", ["write", "create", "edit"])
 def test_p7_case_variant_deny_list_for_writes(tree, path, op):
@@ -379,8 +403,8 @@ def test_p9_benign_spaces_and_punctuation(tree):
 
 
 @pytest.mark.parametrize(
-    "path", ["a/" * 2100, "x" * 4097, "x" * 256, "sub/" + "y" * 300, "/".join(["d"] * 257), "\\\\?\\C:\\x", "\\\\.\\pipe\\x",
-             "\\\\?\\UNC\\server\\share"],
+    "path",
+    ["a/" * 2100, "x" * 4097, "x" * 256, "sub/" + "y" * 300, "/".join(["d"] * 257), "\\\\?\\C:\\x", "\\\\.\\pipe\\x", "\\\\?\\UNC\\server\\share"],
 )
 @pytest.mark.parametrize("op", ["read", "list", "grep", "write", "create"])
 def test_p10_long_and_device_namespace_paths_refused(tree, path, op):
@@ -653,8 +677,13 @@ def test_p14_tool_set_is_exactly_the_five(tree):
 
 @pytest.mark.parametrize(
     "tool,args,op",
-    [("read_file", {"path": "a.txt"}, "read"), ("list_dir", {"path": "sub"}, "list"), ("grep", {"pattern": "x", "path": "sub"}, "grep"),
-     ("write_file", {"path": "n.txt", "content": "c"}, "write"), ("edit_file", {"path": "a.txt", "old": "hello", "new": "bye"}, "edit")],
+    [
+        ("read_file", {"path": "a.txt"}, "read"),
+        ("list_dir", {"path": "sub"}, "list"),
+        ("grep", {"pattern": "x", "path": "sub"}, "grep"),
+        ("write_file", {"path": "n.txt", "content": "c"}, "write"),
+        ("edit_file", {"path": "a.txt", "old": "hello", "new": "bye"}, "edit"),
+    ],
 )
 def test_p14_every_path_taking_tool_goes_through_resolve_path(tree, monkeypatch, tool, args, op):
     import harnesscheck.choke.dispatch as dispatch_mod
@@ -677,8 +706,12 @@ def test_p14_every_path_taking_tool_goes_through_resolve_path(tree, monkeypatch,
 
 @pytest.mark.parametrize(
     "tool,args",
-    [("write_file", {"path": "a.txt", "content": "x"}), ("write_file", {"path": "new.txt", "content": "x"}),
-     ("edit_file", {"path": "a.txt", "old": "hello", "new": "bye"}), ("write_file", {"path": "d/e/new.txt", "content": "x"})],
+    [
+        ("write_file", {"path": "a.txt", "content": "x"}),
+        ("write_file", {"path": "new.txt", "content": "x"}),
+        ("edit_file", {"path": "a.txt", "old": "hello", "new": "bye"}),
+        ("write_file", {"path": "d/e/new.txt", "content": "x"}),
+    ],
 )
 def test_p15_read_only_refuses_every_mutation(tree, tool, args):
     before = snapshot(tree.root)
@@ -730,17 +763,40 @@ def test_path_patterns_limit_every_op(tree):
 # Property: no generated path ever reads or writes outside the root
 
 _STRUCTURAL = st.sampled_from(
-    ["..", ".", "", "a.txt", "sub", "b.txt", "in_link", "out_link", "out_file", "abs_out", "abs_in", "loop", "up",
-     "proj-secrets", "secret.txt", "victim.txt", "hl.txt", "fifo", "1.0..2.0", "new.txt", "dir"]
+    [
+        "..",
+        ".",
+        "",
+        "a.txt",
+        "sub",
+        "b.txt",
+        "in_link",
+        "out_link",
+        "out_file",
+        "abs_out",
+        "abs_in",
+        "loop",
+        "up",
+        "proj-secrets",
+        "secret.txt",
+        "victim.txt",
+        "hl.txt",
+        "fifo",
+        "1.0..2.0",
+        "new.txt",
+        "dir",
+    ]
 )
 _HOSTILE = st.sampled_from(
-    [".git", ".GIT", "config", "C:", "~", "\x00", "\n", "caf\u00e9", "cafe\u0301", "x" * 300, "proc", "self", "environ",
-     "\\..\\..", ".claude"]
+    [".git", ".GIT", "config", "C:", "~", "\x00", "\n", "caf\u00e9", "cafe\u0301", "x" * 300, "proc", "self", "environ", "\\..\\..", ".claude"]
 )
 # Structural names dominate so that most generated paths get past input validation and
 # exercise the walk (links in, out, loops, `..` through links, creates under them).
 _COMPONENTS = st.one_of(
-    _STRUCTURAL, _STRUCTURAL, _STRUCTURAL, _HOSTILE,
+    _STRUCTURAL,
+    _STRUCTURAL,
+    _STRUCTURAL,
+    _HOSTILE,
     st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=6),
 )
 _PATHS = st.builds(

@@ -37,7 +37,10 @@ def _run_and_list_modules(entry: str, args: list[str]) -> dict:
         """
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": SRC, "COLUMNS": "200"},
     )
     assert proc.returncode == 0, proc.stderr

@@ -32,9 +32,7 @@ def test_many_processes_no_line_lost_or_interleaved(tmp_path):
     path = tmp_path / "trace.jsonl"
     ctx = multiprocessing.get_context("fork")
     start = ctx.Event()
-    procs = [
-        ctx.Process(target=_writer, args=(str(path), w, RECORDS_PER_WRITER, start), daemon=True) for w in range(WRITERS)
-    ]
+    procs = [ctx.Process(target=_writer, args=(str(path), w, RECORDS_PER_WRITER, start), daemon=True) for w in range(WRITERS)]
     for p in procs:
         p.start()
     start.set()
@@ -184,8 +182,18 @@ def test_readers_split_records_on_newline_only(tmp_path: Path) -> None:
     from harnesscheck.kit.session import read_trace as kit_read_trace
 
     path = tmp_path / "t.jsonl"
-    recs = [{"ts": 0, "session": "s", "event": "tool", "tool": "read_file", "decision": "refuse", "code": "not_found",
-             "path": f"a{LINE_BREAKERS[i]}b{LINE_BREAKERS[-1 - i]}c"} for i in range(6)]
+    recs = [
+        {
+            "ts": 0,
+            "session": "s",
+            "event": "tool",
+            "tool": "read_file",
+            "decision": "refuse",
+            "code": "not_found",
+            "path": f"a{LINE_BREAKERS[i]}b{LINE_BREAKERS[-1 - i]}c",
+        }
+        for i in range(6)
+    ]
     with open(path, "w", encoding="utf-8", newline="") as fh:
         for rec in recs:
             fh.write(json.dumps(rec, ensure_ascii=False) + "\n")

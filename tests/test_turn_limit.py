@@ -28,12 +28,15 @@ def turns_of(cli: str, backend: str, scenario: str = "tool_calls") -> int:
     return counter.turns
 
 
-@pytest.mark.parametrize(("cli", "backend", "turns"), [
-    ("opencode", "opencode", 3),  # one step_start per model request
-    ("cursor", "cursor", 3),      # assistant, tool, assistant, tool, assistant
-    ("gemini", "gemini", 2),
-    ("codex", "codex", 2),
-])
+@pytest.mark.parametrize(
+    ("cli", "backend", "turns"),
+    [
+        ("opencode", "opencode", 3),  # one step_start per model request
+        ("cursor", "cursor", 3),  # assistant, tool, assistant, tool, assistant
+        ("gemini", "gemini", 2),
+        ("codex", "codex", 2),
+    ],
+)
 def test_each_cli_stream_shows_its_model_turns(cli, backend, turns):
     assert turns_of(cli, backend) == turns
 
@@ -59,12 +62,12 @@ def test_a_cli_without_a_cap_is_stopped_at_the_turn_past_the_limit(tmp_path):
     wt = hostile_worktree(tmp_path)
     fake = install_fake_cli("opencode", "tool_calls", tmp_path / "bin")
     transport = build_transport(get_spec("opencode"), Settings(backend="opencode"))
-    transport = type(transport)(get_spec("opencode"), Settings(), cli_path=fake.path,
-                                parent_env=parent_env(tmp_path / "home"), linger_s=0.5, term_grace_s=1.0)
+    transport = type(transport)(get_spec("opencode"), Settings(), cli_path=fake.path, parent_env=parent_env(tmp_path / "home"), linger_s=0.5, term_grace_s=1.0)
 
     def run(turns):
-        request = AgentSessionRequest(prompt="hi", scope=ToolScope(root=wt), timeout_s=60, run_dir=tmp_path / f"run{turns}",
-                                      policy=Policy(limits=Limits(turns=turns)))
+        request = AgentSessionRequest(
+            prompt="hi", scope=ToolScope(root=wt), timeout_s=60, run_dir=tmp_path / f"run{turns}", policy=Policy(limits=Limits(turns=turns))
+        )
         return transport.run_session(request)
 
     stopped = run(1)

@@ -175,8 +175,7 @@ def _audit(tmp_path, *payloads):
     (root / "src").mkdir(parents=True, exist_ok=True)
     cwd = tmp_path / "scratch"
     cwd.mkdir(exist_ok=True)
-    lines = [json.dumps({"type": "tool.updated", "payload": {"toolCallId": str(i), "kind": "scheduled", **p}})
-             for i, p in enumerate(payloads)]
+    lines = [json.dumps({"type": "tool.updated", "payload": {"toolCallId": str(i), "kind": "scheduled", **p}}) for i, p in enumerate(payloads)]
     return audit_events(lines, "zcode", RunFacts(scope_root=root, session_cwd=cwd, builtin_tools_off=False)), root
 
 
@@ -218,8 +217,7 @@ def test_tool_kinds_and_servers(tmp_path):
 
 
 def test_drift_is_flagged_not_ignored(tmp_path):
-    lines = [json.dumps({"type": "tool.updated", "payload": {"kind": "scheduled"}}),
-             json.dumps({"type": "tool.invoked", "payload": {"toolName": "Bash"}})]
+    lines = [json.dumps({"type": "tool.updated", "payload": {"kind": "scheduled"}}), json.dumps({"type": "tool.invoked", "payload": {"toolName": "Bash"}})]
     verdict = audit_events(lines, "zcode", RunFacts(scope_root=tmp_path, builtin_tools_off=False))
     assert [f.code for f in verdict.flags] == ["unknown_tool_event", "unknown_tool_event"]
 
@@ -243,11 +241,19 @@ def session(tmp_path, scenario, *, prompt="hi", timeout_s=60.0, model=None, syst
     wt = hostile_worktree(tmp_path)
     fake = install_fake_cli("zcode", with_worktree(load_fixture("zcode", scenario), wt), tmp_path / "bin")
     transport = ZcodeTransport(
-        get_spec("zcode"), Settings(), cli_path=fake.path, parent_env=env or parent_env(tmp_path / "home"),
-        linger_s=0.5, term_grace_s=1.0,
+        get_spec("zcode"),
+        Settings(),
+        cli_path=fake.path,
+        parent_env=env or parent_env(tmp_path / "home"),
+        linger_s=0.5,
+        term_grace_s=1.0,
     )
     request = AgentSessionRequest(
-        prompt=prompt, system=system, model=model, scope=ToolScope(root=wt), timeout_s=timeout_s,
+        prompt=prompt,
+        system=system,
+        model=model,
+        scope=ToolScope(root=wt),
+        timeout_s=timeout_s,
         run_dir=tmp_path / "run",
     )
     return transport.run_session(request), fake, wt
@@ -366,8 +372,7 @@ def test_fake_session_matches_the_replayed_outcome(tmp_path, scenario):
     want = replay_outcome(scenario, model=DEFAULT_MODEL)
     if scenario in SESSION_VERDICTS:
         want = want.model_copy(update=dict(zip(("status", "error_class"), SESSION_VERDICTS[scenario])))
-    keys = ("status", "error_class", "text", "usage", "native_tool_calls", "terminal_event_seen", "served_model",
-            "iterations", "tool_calls")
+    keys = ("status", "error_class", "text", "usage", "native_tool_calls", "terminal_event_seen", "served_model", "iterations", "tool_calls")
     assert {k: getattr(out, k) for k in keys} == {k: getattr(want, k) for k in keys}
 
 

@@ -39,15 +39,24 @@ class HurriedClaude:
         run_dir = Path(request.run_dir or tempfile.mkdtemp())
         run_dir.mkdir(parents=True, exist_ok=True)
         trace = run_dir / "bridge.jsonl" if self.trace_in_run_dir else Path(tempfile.mkdtemp()) / "bridge.jsonl"
-        bridge = BridgeSpec(scope=request.scope, run_dir=run_dir, trace_path=trace,
-                            session_id=request.session_id or "hurried")
+        bridge = BridgeSpec(scope=request.scope, run_dir=run_dir, trace_path=trace, session_id=request.session_id or "hurried")
         argv = bridge_argv(write_spec(bridge, run_dir / "bridge-spec.json"))
         mcp = json.dumps({"mcpServers": {"ws": {"command": argv[0], "args": argv[1:], "env": bridge_env()}}})
-        cmd = [str(self.settings.cli or "claude"), "-p", request.prompt, "--output-format", "json",
-               "--mcp-config", mcp, "--allowedTools", "mcp__ws", "--max-turns", str(request.max_iters)]
+        cmd = [
+            str(self.settings.cli or "claude"),
+            "-p",
+            request.prompt,
+            "--output-format",
+            "json",
+            "--mcp-config",
+            mcp,
+            "--allowedTools",
+            "mcp__ws",
+            "--max-turns",
+            str(request.max_iters),
+        ]
         try:
-            proc = subprocess.run(cmd, env=os.environ.copy(), cwd=str(request.scope.root), capture_output=True,
-                                  text=True, timeout=request.timeout_s)
+            proc = subprocess.run(cmd, env=os.environ.copy(), cwd=str(request.scope.root), capture_output=True, text=True, timeout=request.timeout_s)
         except subprocess.TimeoutExpired:
             return AgentOutcome(status=OutcomeStatus.truncated, text="", backend=self.spec.id)
         if proc.returncode != 0:
@@ -63,9 +72,14 @@ class HurriedClaude:
 
 
 def spec() -> ProviderSpec:
-    return ProviderSpec(id="hurried", kind=Kind.harness, label="a backend written the hurried way",
-                        factory="tests.foreign.hurried:HurriedClaude", cli_name="claude",
-                        capabilities=frozenset({C.mcp_tools, C.cancellation, C.max_turns}))
+    return ProviderSpec(
+        id="hurried",
+        kind=Kind.harness,
+        label="a backend written the hurried way",
+        factory="tests.foreign.hurried:HurriedClaude",
+        cli_name="claude",
+        capabilities=frozenset({C.mcp_tools, C.cancellation, C.max_turns}),
+    )
 
 
 class TracelessClaude(HurriedClaude):

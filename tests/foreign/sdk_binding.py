@@ -55,9 +55,14 @@ from harnesscheck.core.contracts import Capability as C
 SERVER = "workspace"
 PREFIX = f"mcp__{SERVER}__"
 #: the SDK's own error vocabulary (`AssistantMessage.error`) -> harnesscheck's; nothing else is classified
-SDK_ERRORS = {"authentication_failed": ErrorClass.auth, "billing_error": ErrorClass.quota,
-              "rate_limit": ErrorClass.rate_limit, "invalid_request": ErrorClass.invalid_request,
-              "server_error": ErrorClass.server_error, "unknown": ErrorClass.unknown}
+SDK_ERRORS = {
+    "authentication_failed": ErrorClass.auth,
+    "billing_error": ErrorClass.quota,
+    "rate_limit": ErrorClass.rate_limit,
+    "invalid_request": ErrorClass.invalid_request,
+    "server_error": ErrorClass.server_error,
+    "unknown": ErrorClass.unknown,
+}
 
 
 class SdkClaude:
@@ -77,14 +82,20 @@ class SdkClaude:
 
         from harnesscheck.bridge.spec import BridgeSpec, bridge_argv, bridge_env, write_spec
 
-        bridge = BridgeSpec(scope=request.scope, run_dir=run_dir, trace_path=run_dir / "sdk-bridge.jsonl",
-                            session_id=request.session_id or "sdk")
+        bridge = BridgeSpec(scope=request.scope, run_dir=run_dir, trace_path=run_dir / "sdk-bridge.jsonl", session_id=request.session_id or "sdk")
         argv = bridge_argv(write_spec(bridge, run_dir / "sdk-bridge-spec.json"))
         return ClaudeAgentOptions(
-            cli_path=self.cli_path, cwd=str(run_dir), env=dict(self.extra_env),
+            cli_path=self.cli_path,
+            cwd=str(run_dir),
+            env=dict(self.extra_env),
             mcp_servers={SERVER: {"type": "stdio", "command": argv[0], "args": argv[1:], "env": bridge_env()}},
-            allowed_tools=[PREFIX + t for t in request.scope.tool_names()], tools=[], strict_mcp_config=True,
-            system_prompt=request.system, model=request.model, max_turns=request.max_iters)
+            allowed_tools=[PREFIX + t for t in request.scope.tool_names()],
+            tools=[],
+            strict_mcp_config=True,
+            system_prompt=request.system,
+            model=request.model,
+            max_turns=request.max_iters,
+        )
 
     def run_session(self, request, *, cancel: threading.Event | None = None, on_text=None) -> AgentOutcome:
         import anyio
@@ -154,35 +165,57 @@ class SdkClaude:
                 error = f"{type(exc).__name__}: {exc}"
                 # the SDK's typed failures: the CLI died (ProcessError, not an error result), or
                 # printed what is not JSON
-                crash = (ErrorClass.cli_crash if isinstance(exc, ProcessError) and not isinstance(exc, ResultError)
-                         else ErrorClass.protocol if isinstance(exc, CLIJSONDecodeError) else None)
+                crash = (
+                    ErrorClass.cli_crash
+                    if isinstance(exc, ProcessError) and not isinstance(exc, ResultError)
+                    else ErrorClass.protocol
+                    if isinstance(exc, CLIJSONDecodeError)
+                    else None
+                )
             except* Exception as group:  # anything else the SDK raised ends the session as an error, unclassified
                 exc = group.exceptions[0]
                 error = f"{type(exc).__name__}: {exc}"
         result = state["result"]
         text = result.result if result is not None and result.result else "".join(texts)
-        common = dict(text=text, tool_calls=len(tools), tools_used=tools, backend=self.spec.id,
-                      requested_model=request.model, served_model=state["model"], terminal_event_seen=result is not None)
+        common = dict(
+            text=text,
+            tool_calls=len(tools),
+            tools_used=tools,
+            backend=self.spec.id,
+            requested_model=request.model,
+            served_model=state["model"],
+            terminal_event_seen=result is not None,
+        )
         if result is not None:
             usage = result.usage or {}
             common.update(
-                iterations=result.num_turns, session_id=result.session_id,
-                usage=Usage(input=int(usage.get("input_tokens") or 0), output=int(usage.get("output_tokens") or 0),
-                            cache_read=int(usage.get("cache_read_input_tokens") or 0),
-                            cache_write=int(usage.get("cache_creation_input_tokens") or 0)),
-                cost=Cost(usd=result.total_cost_usd, source=CostSource.reported) if result.total_cost_usd is not None else Cost())
+                iterations=result.num_turns,
+                session_id=result.session_id,
+                usage=Usage(
+                    input=int(usage.get("input_tokens") or 0),
+                    output=int(usage.get("output_tokens") or 0),
+                    cache_read=int(usage.get("cache_read_input_tokens") or 0),
+                    cache_write=int(usage.get("cache_creation_input_tokens") or 0),
+                ),
+                cost=Cost(usd=result.total_cost_usd, source=CostSource.reported) if result.total_cost_usd is not None else Cost(),
+            )
         if state["cancelled"]:
             return AgentOutcome(status=OutcomeStatus.cancelled, message="cancelled by the host", **common)
         if deadline.cancelled_caught:
-            return AgentOutcome(status=OutcomeStatus.truncated, error_class=ErrorClass.timeout,
-                                message=f"no result within {request.timeout_s} s", **common)
+            return AgentOutcome(status=OutcomeStatus.truncated, error_class=ErrorClass.timeout, message=f"no result within {request.timeout_s} s", **common)
         failed = SDK_ERRORS.get(state["error"] or "") or crash
         if error or failed or result is None or result.subtype not in ("success", "error_max_turns"):
             cls = failed or ErrorClass.unknown
-            message = error or (f"the CLI reported {state['error']}" if state["error"] else
-                                "the session ended without a result" if result is None else result.subtype)
-            return AgentOutcome(status=OutcomeStatus.blocked if cls in BLOCKING else OutcomeStatus.error, error_class=cls,
-                                retryable=cls in RETRYABLE, message=message[:500], **common)
+            message = error or (
+                f"the CLI reported {state['error']}" if state["error"] else "the session ended without a result" if result is None else result.subtype
+            )
+            return AgentOutcome(
+                status=OutcomeStatus.blocked if cls in BLOCKING else OutcomeStatus.error,
+                error_class=cls,
+                retryable=cls in RETRYABLE,
+                message=message[:500],
+                **common,
+            )
         if result.subtype == "error_max_turns":
             return AgentOutcome(status=OutcomeStatus.truncated, error_class=ErrorClass.max_turns, **common)
         return AgentOutcome(status=OutcomeStatus.ok, **common)
@@ -193,11 +226,17 @@ class SdkClaude:
 
 def claude() -> ProviderSpec:
     return ProviderSpec(
-        id="sdk-claude", kind=Kind.harness, label="Claude Agent SDK (Python) backend",
-        factory="tests.foreign.sdk_binding:SdkClaude", cli_name="claude", cli_package="@anthropic-ai/claude-code",
+        id="sdk-claude",
+        kind=Kind.harness,
+        label="Claude Agent SDK (Python) backend",
+        factory="tests.foreign.sdk_binding:SdkClaude",
+        cli_name="claude",
+        cli_package="@anthropic-ai/claude-code",
         pinned_version="2.1.197",
-        capabilities=frozenset({C.mcp_tools, C.builtin_tools_off, C.max_turns, C.system_prompt, C.usage_reporting,
-                                C.cost_reporting, C.served_model_reporting, C.cancellation}))
+        capabilities=frozenset(
+            {C.mcp_tools, C.builtin_tools_off, C.max_turns, C.system_prompt, C.usage_reporting, C.cost_reporting, C.served_model_reporting, C.cancellation}
+        ),
+    )
 
 
 def claude_2_1_332() -> ProviderSpec:

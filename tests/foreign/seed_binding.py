@@ -37,9 +37,14 @@ from harnesscheck.core.contracts import (
 from harnesscheck.core.contracts import Capability as C
 
 #: the seed's capability vocabulary -> harnesscheck's (names the seed does not have stay out)
-CAPABILITIES = {"mcp_tools": C.mcp_tools, "builtin_tools_off": C.builtin_tools_off, "max_turns": C.max_turns,
-                "system_prompt": C.system_prompt, "usage_reporting": C.usage_reporting,
-                "cost_reporting": C.cost_reporting}
+CAPABILITIES = {
+    "mcp_tools": C.mcp_tools,
+    "builtin_tools_off": C.builtin_tools_off,
+    "max_turns": C.max_turns,
+    "system_prompt": C.system_prompt,
+    "usage_reporting": C.usage_reporting,
+    "cost_reporting": C.cost_reporting,
+}
 #: the seed's bridge tools a read-only session gets (its runner's review scope)
 READ_TOOLS = frozenset({"read_file", "list_dir", "grep"})
 WRITE_TOOLS = frozenset({"write_file", "edit_file"})
@@ -68,8 +73,9 @@ class SeedBinding:
         _seed_path()
         module, cls, _cli = TRANSPORTS[self.seed_id]
         self.spec, self.settings = spec, settings
-        seed_settings = SimpleNamespace(strict_backend_cli=str(settings.cli or ""), strict_backend_model=settings.model or "",
-                                        strict_backend_timeout_s=settings.timeout_s)
+        seed_settings = SimpleNamespace(
+            strict_backend_cli=str(settings.cli or ""), strict_backend_model=settings.model or "", strict_backend_timeout_s=settings.timeout_s
+        )
         self.inner = getattr(importlib.import_module(module), cls)(seed_settings)
 
     def run_session(self, request, *, cancel=None, on_text=None) -> AgentOutcome:
@@ -80,18 +86,31 @@ class SeedBinding:
         run_dir = Path(request.run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         tools = READ_TOOLS if request.scope.read_only else READ_TOOLS | WRITE_TOOLS
-        scope = SeedScope(name=request.scope.name, allowed_tools=tools, read_only=request.scope.read_only,
-                          root=str(request.scope.root))
+        scope = SeedScope(name=request.scope.name, allowed_tools=tools, read_only=request.scope.read_only, root=str(request.scope.root))
         bridge = write_bridge_spec(run_dir=run_dir, step_name="session", scope=scope, repo="")
-        out = self.inner.run_session(SeedRequest(
-            system=request.system or "", prompt=request.prompt, scope=scope, model=request.model or "",
-            max_iters=request.max_iters, timeout_s=request.timeout_s, run_dir=run_dir, bridge_spec_path=bridge))
+        out = self.inner.run_session(
+            SeedRequest(
+                system=request.system or "",
+                prompt=request.prompt,
+                scope=scope,
+                model=request.model or "",
+                max_iters=request.max_iters,
+                timeout_s=request.timeout_s,
+                run_dir=run_dir,
+                bridge_spec_path=bridge,
+            )
+        )
         return AgentOutcome(
             status=OutcomeStatus.truncated if out.truncated else OutcomeStatus.ok,
-            text=out.text, iterations=out.iterations, tool_calls=out.tool_calls, tools_used=list(out.tools_used),
+            text=out.text,
+            iterations=out.iterations,
+            tool_calls=out.tool_calls,
+            tools_used=list(out.tools_used),
             refusals=[Refusal(tool="", code="refused", detail=str(r)) for r in out.refusals],
-            usage=Usage(input=out.input_tokens, output=out.output_tokens), backend=self.spec.id,
-            requested_model=request.model)
+            usage=Usage(input=out.input_tokens, output=out.output_tokens),
+            backend=self.spec.id,
+            requested_model=request.model,
+        )
 
     def complete(self, prompt, *, system=None, model=None, tools=None, timeout_s=None) -> AgentOutcome:
         if tools:  # the seed's HarnessLLM refuses tools the same way, before any work
@@ -118,9 +137,14 @@ def _spec(seed_id: str, factory: str) -> ProviderSpec:
     from infermatrix_copilot.providers.registry import PROVIDERS
 
     row = PROVIDERS[seed_id]
-    return ProviderSpec(id=f"seed-{seed_id}", kind=Kind.harness, label=f"seed {row.display}",
-                        factory=f"tests.foreign.seed_binding:{factory}", cli_name=TRANSPORTS[seed_id][2],
-                        capabilities=frozenset(CAPABILITIES[c] for c in row.capabilities if c in CAPABILITIES))
+    return ProviderSpec(
+        id=f"seed-{seed_id}",
+        kind=Kind.harness,
+        label=f"seed {row.display}",
+        factory=f"tests.foreign.seed_binding:{factory}",
+        cli_name=TRANSPORTS[seed_id][2],
+        capabilities=frozenset(CAPABILITIES[c] for c in row.capabilities if c in CAPABILITIES),
+    )
 
 
 def claude() -> ProviderSpec:

@@ -44,8 +44,16 @@ def checks_then_opens(name, args, scope, trace=None, **kwargs):
             except OSError as exc:
                 return ToolResult(ok=False, text=f"refused: io_error: {exc.__class__.__name__}", code="io_error")
             if trace is not None:
-                trace.record("tool", tool=name, decision="allow", code=None, path=path, bytes=len(text.encode()),
-                             truncated=False, session=kwargs.get("session_id") or trace.session_id)
+                trace.record(
+                    "tool",
+                    tool=name,
+                    decision="allow",
+                    code=None,
+                    path=path,
+                    bytes=len(text.encode()),
+                    truncated=False,
+                    session=kwargs.get("session_id") or trace.session_id,
+                )
             return ToolResult(ok=True, text=text)
     return _real_dispatch(name, args, scope, trace, **kwargs)
 

@@ -143,8 +143,7 @@ class BillsCacheReadsAsInput(ApiTransport):
     """Prices cache reads at the input rate: a cached session is billed several times over."""
 
     def session_cost(self, model, usage, *, partial):
-        return super().session_cost(model, usage.model_copy(update={"input": usage.input + usage.cache_read,
-                                                                    "cache_read": 0}), partial=partial)
+        return super().session_cost(model, usage.model_copy(update={"input": usage.input + usage.cache_read, "cache_read": 0}), partial=partial)
 
 
 class SendsOverLongRequests(ApiTransport):

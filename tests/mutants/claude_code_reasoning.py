@@ -33,8 +33,9 @@ class _AnyNameLLM(ReasoningLLM):
             return reply
         if not isinstance(obj, dict) or not isinstance(obj.get("tool"), str):
             return reply
-        return Reply(text="", tool_calls=[ToolCall(id="call_1", name=obj["tool"], arguments=obj.get("args") or {})],
-                     usage=reply.usage, served_model=reply.served_model)
+        return Reply(
+            text="", tool_calls=[ToolCall(id="call_1", name=obj["tool"], arguments=obj.get("args") or {})], usage=reply.usage, served_model=reply.served_model
+        )
 
 
 class DispatchesAnyName(ClaudeReasoningTransport):

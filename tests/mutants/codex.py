@@ -31,12 +31,15 @@ class FailsAnUnverifiedModel(CodexTransport):
         from harnesscheck.core.contracts import ErrorClass, ModelVerdict, OutcomeStatus
 
         outcome = super().judge(outcome, ctx, tool_less=tool_less)
-        if (outcome.ok and outcome.requested_model and outcome.model_verdict is ModelVerdict.unverified
-                and self.settings.model_mismatch == "fail"):
-            return outcome.model_copy(update={"status": OutcomeStatus.error, "error_class": ErrorClass.invalid_request,
-                                              "message": "served model unverified (HARNESS_MODEL_MISMATCH=fail)"})
+        if outcome.ok and outcome.requested_model and outcome.model_verdict is ModelVerdict.unverified and self.settings.model_mismatch == "fail":
+            return outcome.model_copy(
+                update={
+                    "status": OutcomeStatus.error,
+                    "error_class": ErrorClass.invalid_request,
+                    "message": "served model unverified (HARNESS_MODEL_MISMATCH=fail)",
+                }
+            )
         return outcome
-
 
 
 class _PathOnlyAuditor(Auditor):
@@ -63,6 +66,7 @@ class AuditsShellsByThePathsTheyName(CodexTransport):
         super().__init__(spec, settings, **kwargs)
         self._audit = SessionAudit("codex", auditor=_PathOnlyAuditor)
 
+
 class LoadsTheProjectDocs(CodexTransport):
     """Leaves `project_doc_max_bytes = 0` out of its config.toml: codex reads every AGENTS.md from
     the nearest git root above its scratch cwd down to it (a run dir inside a checkout)."""
@@ -83,7 +87,9 @@ class LoadsTheProjectDocs(CodexTransport):
 
 
 hides_its_builtins = mutant_spec(
-    "codex", M, HidesItsBuiltins,
+    "codex",
+    M,
+    HidesItsBuiltins,
     capabilities=frozenset(c for c in mutant_spec("codex", M, HidesItsBuiltins).capabilities if c is not Capability.native_tools_audited),
 )
 forgets_native_tool_calls = mutant_spec("codex", M, ForgetsNativeToolCalls)

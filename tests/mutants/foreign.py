@@ -41,8 +41,7 @@ class SeedStyleClaude:
     def _bridge_config(self, request, run_dir: Path) -> Path:
         from harnesscheck.bridge.spec import BridgeSpec, bridge_argv, bridge_env, write_spec
 
-        spec = BridgeSpec(scope=request.scope, run_dir=run_dir, trace_path=run_dir / "mini-bridge.jsonl",
-                          session_id=request.session_id or "mini")
+        spec = BridgeSpec(scope=request.scope, run_dir=run_dir, trace_path=run_dir / "mini-bridge.jsonl", session_id=request.session_id or "mini")
         spec_path = write_spec(spec, run_dir / "mini-bridge-spec.json")
         argv = bridge_argv(spec_path)
         config = run_dir / "mini.mcp.json"
@@ -52,19 +51,18 @@ class SeedStyleClaude:
     def run_session(self, request, *, cancel=None, on_text=None) -> AgentOutcome:
         run_dir = Path(request.run_dir or tempfile.mkdtemp())
         run_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [str(self.settings.cli or "claude"), "-p", "--output-format", "json", "--max-turns", str(request.max_iters),
-               "--disallowedTools", DENY]
+        cmd = [str(self.settings.cli or "claude"), "-p", "--output-format", "json", "--max-turns", str(request.max_iters), "--disallowedTools", DENY]
         if request.system:
             cmd += ["--system-prompt", request.system]
         if request.model:
             cmd += ["--model", request.model]
-        cmd += ["--mcp-config", str(self._bridge_config(request, run_dir)), "--strict-mcp-config",
-                "--allowedTools", f"mcp__{SERVER}"]
+        cmd += ["--mcp-config", str(self._bridge_config(request, run_dir)), "--strict-mcp-config", "--allowedTools", f"mcp__{SERVER}"]
         env = {k: v for k, v in os.environ.items() if k in KEEP or k.startswith(("LC_", "XDG_"))}
         timed_out = False
         try:
-            proc = subprocess.run(cmd, input=request.prompt, cwd=str(request.scope.root), env=env, capture_output=True,
-                                  text=True, errors="replace", timeout=request.timeout_s)
+            proc = subprocess.run(
+                cmd, input=request.prompt, cwd=str(request.scope.root), env=env, capture_output=True, text=True, errors="replace", timeout=request.timeout_s
+            )
             stdout = proc.stdout
         except subprocess.TimeoutExpired as exc:
             stdout = (exc.stdout or b"").decode("utf-8", "replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
@@ -87,9 +85,13 @@ class SeedStyleClaude:
         usage = data.get("usage") or {}
         return AgentOutcome(
             status=OutcomeStatus.truncated if timed_out or data.get("stop_reason") == "max_turns" else OutcomeStatus.ok,
-            text=str(data.get("result") or ""), iterations=int(data.get("num_turns") or 0), tool_calls=calls,
-            tools_used=tools, usage=Usage(input=int(usage.get("input_tokens") or 0), output=int(usage.get("output_tokens") or 0)),
-            backend=self.spec.id)
+            text=str(data.get("result") or ""),
+            iterations=int(data.get("num_turns") or 0),
+            tool_calls=calls,
+            tools_used=tools,
+            usage=Usage(input=int(usage.get("input_tokens") or 0), output=int(usage.get("output_tokens") or 0)),
+            backend=self.spec.id,
+        )
 
     def complete(self, prompt, *, system=None, model=None, tools=None, timeout_s=None) -> AgentOutcome:
         if tools:
@@ -98,7 +100,10 @@ class SeedStyleClaude:
 
 
 seed_style_claude = ProviderSpec(
-    id="mutant-SeedStyleClaude", kind=Kind.harness, label="mutant: a seed-style claude backend (not built on harnesscheck)",
-    factory="tests.mutants.foreign:SeedStyleClaude", cli_name="claude",
-    capabilities=frozenset({C.mcp_tools, C.builtin_tools_off, C.max_turns, C.system_prompt, C.usage_reporting,
-                            C.cost_reporting}))
+    id="mutant-SeedStyleClaude",
+    kind=Kind.harness,
+    label="mutant: a seed-style claude backend (not built on harnesscheck)",
+    factory="tests.mutants.foreign:SeedStyleClaude",
+    cli_name="claude",
+    capabilities=frozenset({C.mcp_tools, C.builtin_tools_off, C.max_turns, C.system_prompt, C.usage_reporting, C.cost_reporting}),
+)

@@ -91,14 +91,14 @@ class IgnoresTheConcurrencyCap(ClaudeCodeTransport):
 _RUNNER_LOCK = threading.Lock()
 
 
-def _naive_run_process(argv, *, env, cwd, on_line, timeout_s, stdin_bytes=None, cancel=None, close_stdin=True,
-                       on_spawn=None, close_stdin_after_s=None, **_ignored):
+def _naive_run_process(
+    argv, *, env, cwd, on_line, timeout_s, stdin_bytes=None, cancel=None, close_stdin=True, on_spawn=None, close_stdin_after_s=None, **_ignored
+):
     """subprocess.Popen + proc.kill() on the deadline: the CLI dies, its children live on."""
     from harnesscheck.contain.process import Ending, LineAction, ProcessResult
 
     started = time.monotonic()
-    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     if on_spawn is not None:
         on_spawn(proc.pid)  # the hook's contract is kept: only the teardown is naive
     if close_stdin:
@@ -134,9 +134,13 @@ def _naive_run_process(argv, *, env, cwd, on_line, timeout_s, stdin_bytes=None, 
         proc.kill()  # the direct child only
         proc.wait()
     reader.join(timeout=1.0)  # grandchildren hold the pipe: give up on them
-    return ProcessResult(ending=ending[0], exit_code=proc.returncode if proc.returncode >= 0 else None,
-                         signal=-proc.returncode if proc.returncode < 0 else None, stderr_tail="",
-                         duration_s=time.monotonic() - started)
+    return ProcessResult(
+        ending=ending[0],
+        exit_code=proc.returncode if proc.returncode >= 0 else None,
+        signal=-proc.returncode if proc.returncode < 0 else None,
+        stderr_tail="",
+        duration_s=time.monotonic() - started,
+    )
 
 
 def _with_naive_runner(run, request, **kwargs):
@@ -264,7 +268,7 @@ class LeavesBuiltinToolsOn(ClaudeCodeTransport):
         inv = super().invocation(ctx, request, cli, tool_less=tool_less)
         if "--tools" in inv.argv:
             i = inv.argv.index("--tools")
-            del inv.argv[i:i + 2]
+            del inv.argv[i : i + 2]
         return inv
 
 
@@ -373,8 +377,7 @@ class ChecksThenOpensByName(ClaudeCodeTransport):
 
         inv = super().invocation(ctx, request, cli, tool_less=tool_less)
         racy = str(Path(__file__).with_name("_racy_bridge.py"))
-        _edit_mcp_servers(inv, lambda server: server.update(command=sys.executable, args=[racy, "--spec", str(ctx.spec_path)],
-                                                            env=bridge_env()))
+        _edit_mcp_servers(inv, lambda server: server.update(command=sys.executable, args=[racy, "--spec", str(ctx.spec_path)], env=bridge_env()))
         return inv
 
 
@@ -457,8 +460,7 @@ class LeavesStdinOpen(ClaudeCodeTransport):
                 process.run_process = real
 
 
-def _streaming_run_process(argv, *, env, cwd, on_line, timeout_s, stdin_bytes=None, cancel=None, on_spawn=None,
-                           **_ignored):
+def _streaming_run_process(argv, *, env, cwd, on_line, timeout_s, stdin_bytes=None, cancel=None, on_spawn=None, **_ignored):
     """Reads the CLI's lines in the caller's own thread and kills its process group when the
     stream ends, by the deadline or a stop: but an exception out of `on_line` (the caller
     abandoning the stream) unwinds past the cleanup, leaving the CLI and its tree running."""
@@ -469,8 +471,7 @@ def _streaming_run_process(argv, *, env, cwd, on_line, timeout_s, stdin_bytes=No
     from harnesscheck.contain.process import Ending, LineAction, ProcessResult
 
     started = time.monotonic()
-    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
     if on_spawn is not None:
         on_spawn(proc.pid)
     proc.stdin.write(stdin_bytes or b"")
@@ -505,9 +506,13 @@ def _streaming_run_process(argv, *, env, cwd, on_line, timeout_s, stdin_bytes=No
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     sel.close()
-    return ProcessResult(ending=ending, exit_code=proc.returncode if proc.returncode >= 0 else None,
-                         signal=-proc.returncode if proc.returncode < 0 else None, stderr_tail="",
-                         duration_s=time.monotonic() - started)
+    return ProcessResult(
+        ending=ending,
+        exit_code=proc.returncode if proc.returncode >= 0 else None,
+        signal=-proc.returncode if proc.returncode < 0 else None,
+        stderr_tail="",
+        duration_s=time.monotonic() - started,
+    )
 
 
 class LeaksTheCliWhenTheStreamIsAbandoned(ClaudeCodeTransport):
@@ -665,7 +670,6 @@ class KeepsSessionFilesUnredacted(CodexTransport):
         return None
 
 
-
 class WaitsForTheClisOwnEnd(ClaudeCodeTransport):
     """Not a defect: lets the CLI run its own 429/529 retry ladder to its end (retry_stop_after=None)
     and classifies the final result. The fixtures go on where the reference stops early, so
@@ -715,6 +719,7 @@ class WritesItsMcpConfigToAFixedName(ClaudeCodeTransport):
             fixed.write_text(json.dumps(mcp_config(ctx.spec_path)))
             inv.argv[inv.argv.index("--mcp-config") + 1] = str(fixed)
         return inv
+
 
 class RunsItsBundledCli(ClaudeCodeTransport):
     """Runs the claude it ships in its own dir (as an SDK runs its bundled CLI), not the one the
@@ -776,8 +781,7 @@ drops_the_vendor_cost = mutant_spec("claude-code", M, DropsTheVendorCost)
 chokes_on_unknown_events = mutant_spec("claude-code", M, ChokesOnUnknownEvents)
 ignores_the_concurrency_cap = mutant_spec("claude-code", M, IgnoresTheConcurrencyCap)
 keeps_session_files_unredacted = mutant_spec("codex", M, KeepsSessionFilesUnredacted)
-claims_almost_nothing_and_runs_on_without_tools = mutant_spec(
-    "claude-code", M, ClaimsAlmostNothingAndRunsOnWithoutTools, capabilities=frozenset())
+claims_almost_nothing_and_runs_on_without_tools = mutant_spec("claude-code", M, ClaimsAlmostNothingAndRunsOnWithoutTools, capabilities=frozenset())
 configures_a_silent_bridge = mutant_spec("claude-code", M, ConfiguresASilentBridge)
 checks_then_opens_by_name = mutant_spec("claude-code", M, ChecksThenOpensByName)
 pauses_the_clock_for_tool_calls = mutant_spec("codex", M, PausesTheClockForToolCalls)

@@ -330,7 +330,9 @@ never_reports_the_served_model = mutant_spec("fake", M, NeverReportsTheServedMod
 # it does not claim served_model_reporting (so the served-model checks that require it skip): only
 # the guard check, which every backend runs, can see that the model it names was never compared
 never_compares_the_served_model = mutant_spec(
-    "fake", M, NeverComparesTheServedModel,
+    "fake",
+    M,
+    NeverComparesTheServedModel,
     capabilities=get_spec("fake").capabilities - {Capability.served_model_reporting},
 )
 lacks_complete = mutant_spec("fake", M, LacksComplete)

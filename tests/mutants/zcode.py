@@ -23,7 +23,7 @@ class LeavesAHugePromptInArgv(ZcodeTransport):
         argv = [a for a in inv.argv if not a.startswith("--prompt=")]
         if "--attach" in argv:
             i = argv.index("--attach")
-            del argv[i:i + 2]
+            del argv[i : i + 2]
         inv.argv = [argv[0], f"--prompt={prompt}", *argv[1:]]
         return inv
 

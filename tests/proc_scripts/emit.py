@@ -20,7 +20,7 @@ out = sys.stdout.buffer
 def write(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 if mode == "framing":

@@ -82,6 +82,7 @@ elif mode == "fork-hop":
 elif mode == "nondumpable":
     setsid_child(lambda: (prctl(4, 0), linger()))
 elif mode == "overwrite-env":
+
     def overwrite() -> None:
         stat = open("/proc/self/stat", "rb").read()
         fields = stat[stat.rfind(b")") + 2 :].split()

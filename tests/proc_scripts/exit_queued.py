@@ -16,7 +16,7 @@ os.set_blocking(1, False)
 data = memoryview(b'{"type":"message","content":"' + b"x" * n + b'"}\n{"type":"result"}\n')
 try:
     while data:
-        data = data[os.write(1, data):]
+        data = data[os.write(1, data) :]
 except BlockingIOError:
     pass  # the rest stays queued in memory, and exit drops it
 open(done, "w").close()

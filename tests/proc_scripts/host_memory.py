@@ -33,11 +33,15 @@ result = run_process(
     max_line_bytes=limit,
     term_grace_s=1.0,
 )
-print(json.dumps({
-    "ending": result.ending.value,
-    "oversize_limit": result.oversize_limit,
-    "stderr_tail_len": len(result.stderr_tail),
-    "stderr_tail_end": result.stderr_tail[-20:],
-    "lines": lines,
-    "maxrss_kib": peak_rss_kib(),
-}))
+print(
+    json.dumps(
+        {
+            "ending": result.ending.value,
+            "oversize_limit": result.oversize_limit,
+            "stderr_tail_len": len(result.stderr_tail),
+            "stderr_tail_end": result.stderr_tail[-20:],
+            "lines": lines,
+            "maxrss_kib": peak_rss_kib(),
+        }
+    )
+)

@@ -18,8 +18,7 @@ from pathlib import Path
 EXIT_OK, EXIT_USAGE, EXIT_ENVIRONMENT = 0, 2, 3
 
 
-def serve_command(*, backend: str | None, root: Path | None = None, model: str | None = None,
-                  timeout: float | None = None, cli: Path | None = None) -> int:
+def serve_command(*, backend: str | None, root: Path | None = None, model: str | None = None, timeout: float | None = None, cli: Path | None = None) -> int:
     """Resolve the backend from the options and HARNESS_* variables (errors before serving: its
     message and fix on stderr, exit 2/3), then serve stdin/stdout until EOF or a signal; exit 0."""
     from harnesscheck.acpserve.agent import AcpServer
@@ -32,8 +31,7 @@ def serve_command(*, backend: str | None, root: Path | None = None, model: str |
     if root is not None:
         fence = Path(root).expanduser()
         if not fence.is_dir():
-            print(f"harnesscheck acp serve: --root {fence}: not a directory\n  fix: pass the directory sessions must stay inside",
-                  file=sys.stderr)
+            print(f"harnesscheck acp serve: --root {fence}: not a directory\n  fix: pass the directory sessions must stay inside", file=sys.stderr)
             return EXIT_USAGE
         fence = fence.resolve()
     try:
@@ -56,8 +54,7 @@ def serve_command(*, backend: str | None, root: Path | None = None, model: str |
         print(f"harnesscheck acp serve: {exc.message}" + (f"\n  fix: {exc.fix}" if exc.fix else ""), file=sys.stderr)
         return int(getattr(exc, "exit_code", EXIT_ENVIRONMENT))
 
-    server = AcpServer(transport, spec, Writer(take_stdout()), model=settings.model, timeout_s=settings.timeout_s,
-                       fence=fence)
+    server = AcpServer(transport, spec, Writer(take_stdout()), model=settings.model, timeout_s=settings.timeout_s, fence=fence)
 
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)

@@ -109,9 +109,17 @@ class _Session:
 class AcpServer:
     """The agent side of one stdio connection: `serve(fd, stop_fd)` until EOF or a stop."""
 
-    def __init__(self, transport: Any, spec: Any, writer: Writer, *, model: str | None = None,
-                 timeout_s: float = 1800.0, fence: Path | None = None,
-                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES):
+    def __init__(
+        self,
+        transport: Any,
+        spec: Any,
+        writer: Writer,
+        *,
+        model: str | None = None,
+        timeout_s: float = 1800.0,
+        fence: Path | None = None,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    ):
         from harnesscheck.contain.envpolicy import secret_values
         from harnesscheck.core.contracts import Capability
 
@@ -274,18 +282,21 @@ class AcpServer:
         response = InitializeResponse(
             protocol_version=PROTOCOL_VERSION,
             agent_capabilities=AgentCapabilities(
-                load_session=False, prompt_capabilities=PromptCapabilities(),
-                mcp_capabilities=McpCapabilities(http=False, sse=False)),
+                load_session=False, prompt_capabilities=PromptCapabilities(), mcp_capabilities=McpCapabilities(http=False, sse=False)
+            ),
             auth_methods=[],
             agent_info=Implementation(name="harnesscheck", title=f"harnesscheck ({self.spec.id})", version=__version__),
-            field_meta={"harnesscheck": {
-                "backend": self.spec.id,
-                "clientFs": "never called: files are read and written by harnesscheck's scoped tools",
-                "clientTerminal": "never called: no shell tool exists",
-                "mcpServers": "not started: the tools are harnesscheck's own",
-                "permission": ("asked before every write in mode ask" if self.asks else
-                               "this backend's tools cannot ask: writes are refused in every mode"),
-            }},
+            field_meta={
+                "harnesscheck": {
+                    "backend": self.spec.id,
+                    "clientFs": "never called: files are read and written by harnesscheck's scoped tools",
+                    "clientTerminal": "never called: no shell tool exists",
+                    "mcpServers": "not started: the tools are harnesscheck's own",
+                    "permission": (
+                        "asked before every write in mode ask" if self.asks else "this backend's tools cannot ask: writes are refused in every mode"
+                    ),
+                }
+            },
         )
         return _dump(response)
 
@@ -325,14 +336,21 @@ class AcpServer:
             self.sessions[session.id] = session
         if request.mcp_servers:
             names = ", ".join(getattr(s, "name", "?")[:40] for s in request.mcp_servers[:10])
-            self.log(f"session {session.id}: {len(request.mcp_servers)} MCP server(s) from the client not started "
-                     f"({names}): this agent's tools are harnesscheck's own scoped tools")
-        modes = SessionModeState(current_mode_id=MODE_ASK, available_modes=[
-            SessionMode(id=MODE_ASK, name="Ask before writes",
-                        description=("every write asks the client first" if self.asks else
-                                     "writes are refused: this backend's tools cannot ask")),
-            SessionMode(id=MODE_READ_ONLY, name="Read-only", description="only the reading tools run"),
-        ])
+            self.log(
+                f"session {session.id}: {len(request.mcp_servers)} MCP server(s) from the client not started "
+                f"({names}): this agent's tools are harnesscheck's own scoped tools"
+            )
+        modes = SessionModeState(
+            current_mode_id=MODE_ASK,
+            available_modes=[
+                SessionMode(
+                    id=MODE_ASK,
+                    name="Ask before writes",
+                    description=("every write asks the client first" if self.asks else "writes are refused: this backend's tools cannot ask"),
+                ),
+                SessionMode(id=MODE_READ_ONLY, name="Read-only", description="only the reading tools run"),
+            ],
+        )
         return _dump(NewSessionResponse(session_id=session.id, modes=modes))
 
     def set_mode(self, msg_id: Any, params: dict) -> dict:
@@ -357,8 +375,9 @@ class AcpServer:
             elif isinstance(block, ResourceContentBlock):
                 parts.append(f"[resource: {block.uri}]")
             else:
-                raise RpcError(INVALID_PARAMS, f"Invalid params: content of type {block.type!r} is not supported "
-                                               "(promptCapabilities: text and resource_link only)")
+                raise RpcError(
+                    INVALID_PARAMS, f"Invalid params: content of type {block.type!r} is not supported (promptCapabilities: text and resource_link only)"
+                )
         text = "\n".join(parts)
         if not text.strip():
             raise RpcError(INVALID_PARAMS, "Invalid params: the prompt has no text")
@@ -368,8 +387,7 @@ class AcpServer:
             if session.turn is not None:
                 raise RpcError(INVALID_REQUEST, "Invalid Request: a prompt is already running in this session")
             turn = session.turn = _Turn(msg_id=msg_id, deadline=time.monotonic() + self.timeout_s)
-        thread = threading.Thread(target=self._run_prompt, args=(session, turn, text), daemon=True,
-                                  name=f"acp-prompt-{session.id[:8]}")
+        thread = threading.Thread(target=self._run_prompt, args=(session, turn, text), daemon=True, name=f"acp-prompt-{session.id[:8]}")
         self.threads = [t for t in self.threads if t.is_alive()] + [thread]
         thread.start()
         return _LATER
@@ -401,12 +419,18 @@ class AcpServer:
         try:
             # Mode ask: every write is approval_required under the host's policy; the approver
             # is the client, asked with session/request_permission (doc/SPEC-policy.md).
-            policy = Policy(rules=(Rule(decision=Verdict.APPROVAL_REQUIRED, kinds=(ToolKind.WRITE,),
-                                        reason="the client is asked before every write"),))
+            policy = Policy(rules=(Rule(decision=Verdict.APPROVAL_REQUIRED, kinds=(ToolKind.WRITE,), reason="the client is asked before every write"),))
             request = AgentSessionRequest(
-                prompt=text, scope=ToolScope(root=session.root, read_only=read_only), model=self.model,
-                timeout_s=self.timeout_s, run_dir=run_dir, session_id=f"acp-{uuid.uuid4().hex}",
-                policy=policy, approver=reporter.approve, on_event=reporter.on_event)
+                prompt=text,
+                scope=ToolScope(root=session.root, read_only=read_only),
+                model=self.model,
+                timeout_s=self.timeout_s,
+                run_dir=run_dir,
+                session_id=f"acp-{uuid.uuid4().hex}",
+                policy=policy,
+                approver=reporter.approve,
+                on_event=reporter.on_event,
+            )
 
             def on_text(chunk: str) -> None:
                 if chunk:
@@ -447,16 +471,20 @@ class AcpServer:
                 err = RpcError(AUTH_REQUIRED, "Authentication required", data)
             else:
                 detail = " ".join(self.redact(outcome.message).split())[:300]
-                err = RpcError(INTERNAL_ERROR, f"Internal error: {status} ({error_class or 'unknown'})"
-                                               + (f": {detail}" if detail else ""), data)
+                err = RpcError(INTERNAL_ERROR, f"Internal error: {status} ({error_class or 'unknown'})" + (f": {detail}" if detail else ""), data)
             self._finish(session, turn, error=err)
             return
         usage = None
         u = outcome.usage
         if u.total or u.reasoning:
-            usage = Usage(total_tokens=u.total + u.reasoning, input_tokens=u.input, output_tokens=u.output,
-                          thought_tokens=u.reasoning or None, cached_read_tokens=u.cache_read or None,
-                          cached_write_tokens=u.cache_write or None)
+            usage = Usage(
+                total_tokens=u.total + u.reasoning,
+                input_tokens=u.input,
+                output_tokens=u.output,
+                thought_tokens=u.reasoning or None,
+                cached_read_tokens=u.cache_read or None,
+                cached_write_tokens=u.cache_write or None,
+            )
         self._finish(session, turn, result=_dump(PromptResponse(stop_reason=stop, usage=usage)))
 
     def _finish(self, session: _Session, turn: _Turn, *, result: dict | None = None, error: RpcError | None = None) -> None:
@@ -498,8 +526,7 @@ class AcpServer:
     def _text(self, session: _Session, turn: _Turn, text: str) -> None:
         from acp.schema import AgentMessageChunk, TextContentBlock
 
-        self.update(session, turn, AgentMessageChunk(session_update="agent_message_chunk",
-                                                     content=TextContentBlock(type="text", text=self.redact(text))))
+        self.update(session, turn, AgentMessageChunk(session_update="agent_message_chunk", content=TextContentBlock(type="text", text=self.redact(text))))
 
     def tool_started(self, session: _Session, turn: _Turn, call: Any) -> str:
         from acp.schema import ToolCallStart
@@ -515,9 +542,16 @@ class AcpServer:
 
         shown = self.redact(text)
         shown = shown if len(shown) <= RESULT_CHARS else shown[:RESULT_CHARS] + " [...]"
-        self.update(session, turn, ToolCallProgress(
-            session_update="tool_call_update", tool_call_id=call_id, status="completed" if ok else "failed",
-            content=[ContentToolCallContent(type="content", content=TextContentBlock(type="text", text=shown))]))
+        self.update(
+            session,
+            turn,
+            ToolCallProgress(
+                session_update="tool_call_update",
+                tool_call_id=call_id,
+                status="completed" if ok else "failed",
+                content=[ContentToolCallContent(type="content", content=TextContentBlock(type="text", text=shown))],
+            ),
+        )
 
     def _bridge_calls(self, session: _Session, turn: _Turn, run_dir: Path, *, reported=frozenset()) -> None:
         """A harness backend's tool calls the host link did not report as they happened
@@ -554,11 +588,16 @@ class AcpServer:
             pending = self.pending[req_id] = _Pending()
             turn.pending.add(req_id)
         try:
-            params = _dump(RequestPermissionRequest(
-                session_id=session.id,
-                tool_call=ToolCallUpdate(status="pending", **_describe(self, session, call, call_id)),
-                options=[PermissionOption(option_id=ALLOW_ONCE, name="Allow once", kind="allow_once"),
-                         PermissionOption(option_id=REJECT_ONCE, name="Reject", kind="reject_once")]))
+            params = _dump(
+                RequestPermissionRequest(
+                    session_id=session.id,
+                    tool_call=ToolCallUpdate(status="pending", **_describe(self, session, call, call_id)),
+                    options=[
+                        PermissionOption(option_id=ALLOW_ONCE, name="Allow once", kind="allow_once"),
+                        PermissionOption(option_id=REJECT_ONCE, name="Reject", kind="reject_once"),
+                    ],
+                )
+            )
             if not self.writer.request(req_id, "session/request_permission", params):
                 return False
             pending.done.wait(max(0.0, turn.deadline - time.monotonic()))
@@ -609,11 +648,15 @@ class _ToolReporter:
             self._calls[event.digest] = call
             self._ids[event.digest] = self.server.tool_started(self.session, self.turn, call)
         elif event.kind == "tool_decision" and event.decision != "allow" and event.digest in self._ids:
-            self.server.tool_ended(self.session, self.turn, self._ids.pop(event.digest), False,
-                                   f"refused: {'not_approved' if event.code and event.code.startswith('approval') else 'policy_denied'}: {event.code}")
+            self.server.tool_ended(
+                self.session,
+                self.turn,
+                self._ids.pop(event.digest),
+                False,
+                f"refused: {'not_approved' if event.code and event.code.startswith('approval') else 'policy_denied'}: {event.code}",
+            )
         elif event.kind == "tool_result" and not event.late and event.digest in self._ids:
-            self.server.tool_ended(self.session, self.turn, self._ids.pop(event.digest), bool(event.ok),
-                                   "done" if event.ok else f"refused: {event.code}")
+            self.server.tool_ended(self.session, self.turn, self._ids.pop(event.digest), bool(event.ok), "done" if event.ok else f"refused: {event.code}")
 
     def approve(self, request: Any) -> bool:
         digest = request.digest[:16]
@@ -656,8 +699,12 @@ def _describe(server: AcpServer, session: _Session, call: Any, call_id: str) -> 
     args = {str(k): (server.redact(v) if isinstance(v, str) else v) for k, v in dict(call.args).items()}
     args = {k: (v[:RAW_VALUE_CHARS] + " [...]" if isinstance(v, str) and len(v) > RAW_VALUE_CHARS else v) for k, v in args.items()}
     path = args.get("path")
-    out: dict[str, Any] = {"tool_call_id": call_id, "title": f"{call.tool} {path}" if path else call.tool,
-                           "kind": _KINDS.get(call.tool, "other"), "raw_input": args}
+    out: dict[str, Any] = {
+        "tool_call_id": call_id,
+        "title": f"{call.tool} {path}" if path else call.tool,
+        "kind": _KINDS.get(call.tool, "other"),
+        "raw_input": args,
+    }
     if isinstance(path, str) and path and not os.path.isabs(path):
         target = os.path.normpath(os.path.join(session.root, path))
         if target == str(session.root) or target.startswith(str(session.root) + os.sep):

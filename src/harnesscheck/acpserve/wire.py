@@ -106,15 +106,14 @@ class Writer:
         self._lock = threading.Lock()
 
     def send(self, message: dict[str, Any]) -> bool:
-        data = (json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False) + "\n").encode(
-            "utf-8", "replace")
+        data = (json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False) + "\n").encode("utf-8", "replace")
         with self._lock:
             if self.closed:
                 return False
             view = memoryview(data)
             try:
                 while view:
-                    view = view[os.write(self.fd, view):]
+                    view = view[os.write(self.fd, view) :]
             except OSError:
                 self.closed = True
                 return False

@@ -55,9 +55,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
-    ] = False,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show the traceback of an internal error.")] = False,
 ) -> None:
     """Conformance kit for coding-agent backends."""
@@ -80,12 +78,14 @@ def check_dir_option(option: str, path: Path) -> Path:
     nearest existing ancestor is a writable directory (it is created then)."""
     path = Path(path).expanduser()
     if path.exists() and not path.is_dir():
-        raise UsageError(f"{option} {path}: is a file, must be a directory",
-                         f"pass a directory (a new one is created), e.g. {option} {path.parent / (path.name + '.d')}")
+        raise UsageError(
+            f"{option} {path}: is a file, must be a directory", f"pass a directory (a new one is created), e.g. {option} {path.parent / (path.name + '.d')}"
+        )
     base = _nearest_existing(path.absolute())
     if not base.is_dir():
-        raise UsageError(f"{option} {path}: {base} is a file, so the directory cannot be created",
-                         f"pass a path under a directory, not under a file, for {option}")
+        raise UsageError(
+            f"{option} {path}: {base} is a file, so the directory cannot be created", f"pass a path under a directory, not under a file, for {option}"
+        )
     if not os.access(base, os.W_OK | os.X_OK) or not _can_make_dir_in(base):
         what = "is not writable" if base == path.absolute() else f"cannot be created ({base} is not writable)"
         raise UsageError(f"{option} {path}: {what}", f"pass a directory you can write to for {option}")
@@ -111,12 +111,12 @@ def check_file_option(option: str, path: Path, example: str = "out.json") -> Pat
         raise UsageError(f"{option} {path}: is a directory, must be a file path", f"name the file, e.g. {option} {path / example}")
     base = _nearest_existing(path.absolute().parent)
     if not base.is_dir():
-        raise UsageError(f"{option} {path}: {base} is a file, so {path.name} cannot be created there",
-                         f"pass a file path under a directory for {option}")
+        raise UsageError(f"{option} {path}: {base} is a file, so {path.name} cannot be created there", f"pass a file path under a directory for {option}")
     writable = os.access(path, os.W_OK) if path.exists() else os.access(base, os.W_OK | os.X_OK)
     if not writable:
-        raise UsageError(f"{option} {path}: not writable ({path if path.exists() else base} is not writable by you)",
-                         f"pass a path you can write to for {option}")
+        raise UsageError(
+            f"{option} {path}: not writable ({path if path.exists() else base} is not writable by you)", f"pass a path you can write to for {option}"
+        )
     return path
 
 
@@ -125,8 +125,7 @@ def check_executable_option(option: str, path: Path) -> Path:
     registry (CLI not found, exit 3: the paths tried and how to install)."""
     path = Path(path).expanduser().absolute()
     if path.is_dir():
-        raise UsageError(f"{option} {path}: is a directory, must be the CLI binary itself",
-                         f"pass the executable file, e.g. {option} {path / '<cli name>'}")
+        raise UsageError(f"{option} {path}: is a directory, must be the CLI binary itself", f"pass the executable file, e.g. {option} {path / '<cli name>'}")
     if path.exists() and not os.access(path, os.X_OK):
         mode = oct(path.stat().st_mode & 0o777)[2:]
         raise UsageError(f"{option} {path}: is not executable (mode {mode})", f"chmod +x {path}, or pass the real binary")
@@ -150,8 +149,10 @@ def check_jobs_option(value: str | None) -> str | None:
     except ValueError:
         jobs = None
     if jobs is None or jobs < 0:
-        raise UsageError(f"-n {value!r}: must be a whole number of workers, 0 or more (0 runs serially), or auto",
-                         "pass e.g. -n 2, -n 0 or -n auto (or leave -n out for the default)")
+        raise UsageError(
+            f"-n {value!r}: must be a whole number of workers, 0 or more (0 runs serially), or auto",
+            "pass e.g. -n 2, -n 0 or -n auto (or leave -n out for the default)",
+        )
     return str(jobs)
 
 
@@ -170,8 +171,9 @@ def check_text_option(option: str, value: str) -> str:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
         bad = value[exc.start].encode("utf-8", "surrogateescape")
-        raise UsageError(f"{option}: not valid UTF-8 (byte 0x{bad.hex()} at character {exc.start})",
-                         f"pass {option} as UTF-8 text (e.g. convert it with iconv -t UTF-8)") from None
+        raise UsageError(
+            f"{option}: not valid UTF-8 (byte 0x{bad.hex()} at character {exc.start})", f"pass {option} as UTF-8 text (e.g. convert it with iconv -t UTF-8)"
+        ) from None
     if not value.strip():
         raise UsageError(f"{option}: is empty", f"pass the task as {option} TEXT")
     return value
@@ -187,25 +189,23 @@ def verify(
     level: Annotated[Optional[list[str]], typer.Option("--level", "-l", help="offline | loopback | live (repeatable).")] = None,
     report: Annotated[Path, typer.Option("--report", help="Directory for the JSON report, JUnit XML and matrix.")] = Path("harnesscheck-report"),
     baseline: Annotated[Optional[Path], typer.Option("--baseline", help="Baseline file of known failures.")] = None,
-    jobs: Annotated[Optional[str], typer.Option(
-        "--jobs", "-n", help=(
-            "pytest-xdist workers: N, 0 to run serially, or auto; default one more than the CPUs, at "
-            "most 4 (serial on one CPU)."
-        ))] = None,
+    jobs: Annotated[
+        Optional[str],
+        typer.Option(
+            "--jobs", "-n", help=("pytest-xdist workers: N, 0 to run serially, or auto; default one more than the CPUs, at most 4 (serial on one CPU).")
+        ),
+    ] = None,
     cli: Annotated[Optional[Path], typer.Option("--cli", help="Real CLI binary the loopback level runs for the one --backend (HARNESS_BACKEND_CLI).")] = None,
     check: Annotated[Optional[list[str]], typer.Option("--check", help="Only the cells of this check id (repeatable).")] = None,
     keep: Annotated[bool, typer.Option("--keep", help="Keep the run's temporary files (session run dirs, pytest's tmp) and print where.")] = False,
-    ratchet: Annotated[Optional[str], typer.Option(
-        "--ratchet", help=(
-            "Committed matrix whose passing cells must still pass; default doc/backends.json when "
-            "present; 'none' disables."
-        ))] = "default",
+    ratchet: Annotated[
+        Optional[str],
+        typer.Option("--ratchet", help=("Committed matrix whose passing cells must still pass; default doc/backends.json when present; 'none' disables.")),
+    ] = "default",
     json_out: Annotated[bool, typer.Option("--json", help="Print the conformance report (JSON) on stdout for CI; progress and summary go to stderr.")] = False,
-    last_failed: Annotated[bool, typer.Option(
-        "--last-failed", "--lf", help=(
-            "Rerun only the checks that failed in the report already in --report (all when none "
-            "failed)."
-        ))] = False,
+    last_failed: Annotated[
+        bool, typer.Option("--last-failed", "--lf", help=("Rerun only the checks that failed in the report already in --report (all when none failed)."))
+    ] = False,
 ) -> None:
     """Run the conformance suite over every registered backend and print the verdict."""
     jobs = check_jobs_option(jobs)
@@ -214,19 +214,33 @@ def verify(
         raise UsageError(f"--baseline {baseline}: not a file", "pass the baseline file (see doc/SPEC-kit.md, Baseline)")
     from harnesscheck.kit.verify import verify_command
 
-    raise typer.Exit(verify_command(backends=backend or [], levels=level or [], report_dir=report, baseline=baseline, jobs=jobs, cli=cli,
-                                    checks=check or [], keep=keep, ratchet=ratchet, as_json=json_out, last_failed=last_failed))
+    raise typer.Exit(
+        verify_command(
+            backends=backend or [],
+            levels=level or [],
+            report_dir=report,
+            baseline=baseline,
+            jobs=jobs,
+            cli=cli,
+            checks=check or [],
+            keep=keep,
+            ratchet=ratchet,
+            as_json=json_out,
+            last_failed=last_failed,
+        )
+    )
 
 
 @app.command()
 def matrix(
     reports: Annotated[list[Path], typer.Argument(help="Conformance report JSON files.")],
     out: Annotated[Path, typer.Option("--out", help="Directory for backends.md/.json/.html (created if missing).")] = Path("harnesscheck-matrix"),
-    previous: Annotated[Optional[Path], typer.Option(
-        "--previous", help=(
-            "The previous backends.json, for each cell's history (since when it holds, what changed); "
-            "default: the one already in --out."
-        ))] = None,
+    previous: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--previous", help=("The previous backends.json, for each cell's history (since when it holds, what changed); default: the one already in --out.")
+        ),
+    ] = None,
 ) -> None:
     """Combine reports into the verification matrix (Markdown, JSON, HTML)."""
     out = check_dir_option("--out", out)
@@ -260,21 +274,22 @@ def run(
     json_out: Annotated[bool, typer.Option("--json", help="Print the AgentOutcome as JSON.")] = False,
     retries: Annotated[int, typer.Option("--retries", help="Reruns after a transient error (429, 529, 5xx, network); 0 disables.")] = 2,
     retry_wait_max: Annotated[float, typer.Option("--retry-wait-max", help="Total seconds to wait between retries.")] = 120.0,
-    policy: Annotated[Optional[Path], typer.Option(
-        "--policy", help=(
-            "A TOML policy file (doc/SPEC-policy.md); approval_required calls are asked on the "
-            "terminal, denied without one."
-        ))] = None,
-    events: Annotated[bool, typer.Option(
-        "--events", help=(
-            "Print the session's typed events as JSON lines on stdout as they happen "
-            "(doc/SPEC-events.md)."
-        ))] = False,
-    preflight: Annotated[bool, typer.Option(
-        "--preflight", help=(
-            "Say what the backend will and will not do for this request (CLI, credential, declines, "
-            "policy), then exit: 0 ok, 3 not; nothing is started."
-        ))] = False,
+    policy: Annotated[
+        Optional[Path],
+        typer.Option("--policy", help=("A TOML policy file (doc/SPEC-policy.md); approval_required calls are asked on the terminal, denied without one.")),
+    ] = None,
+    events: Annotated[
+        bool, typer.Option("--events", help=("Print the session's typed events as JSON lines on stdout as they happen (doc/SPEC-events.md)."))
+    ] = False,
+    preflight: Annotated[
+        bool,
+        typer.Option(
+            "--preflight",
+            help=(
+                "Say what the backend will and will not do for this request (CLI, credential, declines, policy), then exit: 0 ok, 3 not; nothing is started."
+            ),
+        ),
+    ] = False,
 ) -> None:
     """Run one session through the registry and write RUN_REPORT.md/.json."""
     prompt = check_text_option("--prompt", prompt)
@@ -290,8 +305,15 @@ def run(
 
     raise typer.Exit(
         run_command(
-            backend=backend, root=root, prompt=prompt, timeout=timeout, model=model, cli=cli,
-            write=write, run_dir=run_dir, as_json=json_out,
+            backend=backend,
+            root=root,
+            prompt=prompt,
+            timeout=timeout,
+            model=model,
+            cli=cli,
+            write=write,
+            run_dir=run_dir,
+            as_json=json_out,
             retry=RetryPolicy(retries=retries, max_wait_s=retry_wait_max),
             policy_file=policy,
             events=events,
@@ -332,11 +354,16 @@ def bridge(
 @app.command("install-clis")
 def install_clis(
     dest: Annotated[Optional[Path], typer.Option("--dest", help="Cache dir (default: the loopback cache).")] = None,
-    backend: Annotated[Optional[str], typer.Option(
-        "--backend", "-b", help=(
-            "Only this backend's CLI: claude-code, codex, gemini, opencode, the ACP agents "
-            "acp-claude-agent-acp and acp-codex-acp (npm) or deepseek (pip)."
-        ))] = None,
+    backend: Annotated[
+        Optional[str],
+        typer.Option(
+            "--backend",
+            "-b",
+            help=(
+                "Only this backend's CLI: claude-code, codex, gemini, opencode, the ACP agents acp-claude-agent-acp and acp-codex-acp (npm) or deepseek (pip)."
+            ),
+        ),
+    ] = None,
     version: Annotated[Optional[str], typer.Option("--version", help="Install this release (X.Y.Z or latest) beside the others; needs --backend.")] = None,
     check: Annotated[bool, typer.Option("--check", help="Say whether each pin is behind npm's latest and whether this Node meets its engines.")] = False,
 ) -> None:
@@ -345,8 +372,7 @@ def install_clis(
     if dest is not None:
         dest = check_dir_option("--dest", dest)
     if version is not None and version != "latest" and not _RELEASE_RE.fullmatch(version):
-        raise UsageError(f"--version {version!r}: must be a release X.Y.Z (optionally -pre.N) or latest",
-                         "pass e.g. --version 0.171.0 or --version latest")
+        raise UsageError(f"--version {version!r}: must be a release X.Y.Z (optionally -pre.N) or latest", "pass e.g. --version 0.171.0 or --version latest")
     from harnesscheck.loopback.install import install_command
 
     raise typer.Exit(install_command(dest, backend=backend, version=version, check=check))
@@ -369,10 +395,14 @@ def record(
 
 @app.command()
 def drift(
-    backend: Annotated[Optional[list[str]], typer.Option(
-        "--backend", "-b",
-        help="A backend with a pinned npm CLI (claude-code, codex, gemini, opencode), or ID==VERSION; default: all of them.",
-    )] = None,
+    backend: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--backend",
+            "-b",
+            help="A backend with a pinned npm CLI (claude-code, codex, gemini, opencode), or ID==VERSION; default: all of them.",
+        ),
+    ] = None,
     against: Annotated[Optional[str], typer.Option("--against", help="Compare with the stored baseline of this release (default: the same release).")] = None,
     save: Annotated[bool, typer.Option("--save", help="Store the fresh facts as this release's baseline first.")] = False,
     shapes: Annotated[bool, typer.Option("--shapes", help="Also compare the stored recordings' event shapes.")] = False,
@@ -383,15 +413,15 @@ def drift(
     raise typer.Exit(drift_command(backends=backend or [], against=against, save=save, shapes_too=shapes))
 
 
-acp_app = typer.Typer(name="acp", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-                      rich_markup_mode=None)
+acp_app = typer.Typer(name="acp", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
 app.add_typer(acp_app, name="acp", help="Agent Client Protocol: serve a backend as an ACP agent over stdio.")
 
 
 @acp_app.command("serve")
 def acp_serve(
-    backend: Annotated[Optional[str], typer.Option(
-        "--backend", "-b", help="Backend id; default: HARNESS_BACKEND (the environment only, never ./.env).")] = None,
+    backend: Annotated[
+        Optional[str], typer.Option("--backend", "-b", help="Backend id; default: HARNESS_BACKEND (the environment only, never ./.env).")
+    ] = None,
     root: Annotated[Optional[Path], typer.Option("--root", help="Sessions' cwd must be this directory or beneath it.")] = None,
     model: Annotated[Optional[str], typer.Option("--model", help="Model inside the backend.")] = None,
     timeout: Annotated[Optional[float], typer.Option("--timeout", help="Wall clock of each prompt, seconds.")] = None,
@@ -423,11 +453,31 @@ def _command_name(argv: list[str]) -> str:
 
 
 #: What each option's value is, shown in --help instead of a Python type (`<list[str]>`).
-METAVARS = {"backend": "ID", "level": "LEVEL", "check": "CHECK-ID", "jobs": "N", "ratchet": "MATRIX|none",
-            "report": "DIR", "out": "PATH", "dest": "DIR", "root": "DIR", "run_dir": "DIR", "baseline": "FILE",
-            "policy": "FILE", "trace": "FILE", "previous": "FILE", "cli": "PATH", "prompt": "TEXT", "model": "MODEL",
-            "version": "X.Y.Z|latest", "scenario": "NAME|all", "against": "VERSION", "timeout": "SECONDS",
-            "retries": "N", "retry_wait_max": "SECONDS"}
+METAVARS = {
+    "backend": "ID",
+    "level": "LEVEL",
+    "check": "CHECK-ID",
+    "jobs": "N",
+    "ratchet": "MATRIX|none",
+    "report": "DIR",
+    "out": "PATH",
+    "dest": "DIR",
+    "root": "DIR",
+    "run_dir": "DIR",
+    "baseline": "FILE",
+    "policy": "FILE",
+    "trace": "FILE",
+    "previous": "FILE",
+    "cli": "PATH",
+    "prompt": "TEXT",
+    "model": "MODEL",
+    "version": "X.Y.Z|latest",
+    "scenario": "NAME|all",
+    "against": "VERSION",
+    "timeout": "SECONDS",
+    "retries": "N",
+    "retry_wait_max": "SECONDS",
+}
 
 
 def _name_metavars(command) -> None:
@@ -455,15 +505,17 @@ def main() -> None:
         command(prog_name="harnesscheck")
     except HarnessError as exc:
         name = _command_name(argv)
-        print(f"harnesscheck{' ' + name if name else ''}: {exc.message}" + (f"\n  fix: {exc.fix}" if exc.fix else ""),
-              file=sys.stderr)
+        print(f"harnesscheck{' ' + name if name else ''}: {exc.message}" + (f"\n  fix: {exc.fix}" if exc.fix else ""), file=sys.stderr)
         raise SystemExit(int(getattr(exc, "exit_code", EXIT_USAGE) or EXIT_USAGE)) from None
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a traceback
         if _DEBUG["on"] or "--debug" in argv:
             raise
         name = _command_name(argv)
-        print(f"harnesscheck{' ' + name if name else ''}: internal error: {type(exc).__name__}: {str(exc)[:300]}\n"
-              "  fix: this is a bug; rerun with `harnesscheck --debug ...` for the traceback and report it", file=sys.stderr)
+        print(
+            f"harnesscheck{' ' + name if name else ''}: internal error: {type(exc).__name__}: {str(exc)[:300]}\n"
+            "  fix: this is a bug; rerun with `harnesscheck --debug ...` for the traceback and report it",
+            file=sys.stderr,
+        )
         raise SystemExit(EXIT_INTERNAL) from None
 
 

@@ -110,10 +110,13 @@ def check_binary(spec, settings, selected: bool) -> tuple[list[Check], Any]:
     if info.version is None:
         said = _version_stderr(info.path)
         checks.append(
-            Check(spec.id, "version", missing_status,
-                  f"`{info.path} --version` printed no version (required {rng})" + (f"; it said: {said}" if said else ""),
-                  f"reinstall {spec.cli_package or spec.cli_name} (harnesscheck install-clis), "
-                  "or point HARNESS_BACKEND_CLI at a working binary")
+            Check(
+                spec.id,
+                "version",
+                missing_status,
+                f"`{info.path} --version` printed no version (required {rng})" + (f"; it said: {said}" if said else ""),
+                f"reinstall {spec.cli_package or spec.cli_name} (harnesscheck install-clis), or point HARNESS_BACKEND_CLI at a working binary",
+            )
         )
     elif (spec.min_version or spec.max_version) and not version_supported(spec, info.version):
         how = f"`harnesscheck install-clis` (installs {spec.pinned_version})" if spec.pinned_version else "install a supported version"
@@ -125,7 +128,7 @@ def check_binary(spec, settings, selected: bool) -> tuple[list[Check], Any]:
 
 
 def check_verified(spec, found: str) -> Check:
-    """"verified" only for a release the shipped matrix ran at the loopback level; otherwise
+    """ "verified" only for a release the shipped matrix ran at the loopback level; otherwise
     a warning naming the nearest verified release and how to verify this one."""
     from harnesscheck.backends.registry import nearest_release, parse_version, verified_releases
 
@@ -134,11 +137,14 @@ def check_verified(spec, found: str) -> Check:
     if version in releases:
         return Check(spec.id, "verified", OK, f"{version} verified by the shipped matrix (loopback level)")
     near = nearest_release(version, releases)
-    said = (f"the shipped matrix verified {', '.join(releases)}; nearest {near}" if near
-            else "the shipped matrix verified no release of it")
-    return Check(spec.id, "verified", WARN, f"{version} is NOT verified: {said}",
-                 f"harnesscheck install-clis --backend {spec.id} --version {version} && "
-                 f"harnesscheck verify --backend {spec.id}=={version} --level loopback")
+    said = f"the shipped matrix verified {', '.join(releases)}; nearest {near}" if near else "the shipped matrix verified no release of it"
+    return Check(
+        spec.id,
+        "verified",
+        WARN,
+        f"{version} is NOT verified: {said}",
+        f"harnesscheck install-clis --backend {spec.id} --version {version} && harnesscheck verify --backend {spec.id}=={version} --level loopback",
+    )
 
 
 #: Credential files a CLI reads from a fixed path, whatever HOME or its config dir say (seen
@@ -156,10 +162,16 @@ def check_fixed_credential_files(spec, present=os.path.lexists) -> list[Check]:
     found = [f for f in FIXED_CREDENTIAL_FILES.get(spec.id.partition("==")[0], ()) if present(f)]
     if not found:
         return []
-    return [Check(spec.id, "fixed-credentials", WARN,
-                  f"{spec.cli_name} reads credentials from a fixed path outside its private HOME, and these exist: {', '.join(found)}",
-                  "remove them on a machine that runs harnesscheck (the transport's subscription guard blocks an "
-                  "apiKeySource it did not set, but the CLI reads the file first)")]
+    return [
+        Check(
+            spec.id,
+            "fixed-credentials",
+            WARN,
+            f"{spec.cli_name} reads credentials from a fixed path outside its private HOME, and these exist: {', '.join(found)}",
+            "remove them on a machine that runs harnesscheck (the transport's subscription guard blocks an "
+            "apiKeySource it did not set, but the CLI reads the file first)",
+        )
+    ]
 
 
 def _version_stderr(path: Path) -> str:
@@ -168,8 +180,7 @@ def _version_stderr(path: Path) -> str:
 
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/")}
     try:
-        proc = subprocess.run([str(path), "--version"], stdin=subprocess.DEVNULL, capture_output=True, timeout=20,
-                              env=env, start_new_session=True)
+        proc = subprocess.run([str(path), "--version"], stdin=subprocess.DEVNULL, capture_output=True, timeout=20, env=env, start_new_session=True)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return type(exc).__name__
     for raw in proc.stderr.decode("utf-8", "replace").splitlines():
@@ -190,23 +201,36 @@ def check_credentials(spec, settings, environ: dict[str, str], selected: bool, c
         twin_spec = get_spec(twin)
         if cli_info is None:
             cli_info = _quiet_cli(twin_spec, settings)
-        return [Check(spec.id, c.check, c.status, c.detail, c.fix)
-                for c in check_credentials(twin_spec, settings, environ, selected, cli_info)]
+        return [Check(spec.id, c.check, c.status, c.detail, c.fix) for c in check_credentials(twin_spec, settings, environ, selected, cli_info)]
     out: list[Check] = []
     if spec.kind is Kind.api and spec.id.partition("/")[0] == "api":  # api, or a mode column api/<mode>
         from harnesscheck.backends.api import MODE_ENV
 
         mode = spec.api_mode or settings.api_mode
         if not mode:
-            return [Check(spec.id, "auth", FAIL if selected else WARN, "HARNESS_API_MODE is not set",
-                          "add to .env: HARNESS_API_MODE=anthropic_messages (or chat_completions, responses)")]
+            return [
+                Check(
+                    spec.id,
+                    "auth",
+                    FAIL if selected else WARN,
+                    "HARNESS_API_MODE is not set",
+                    "add to .env: HARNESS_API_MODE=anthropic_messages (or chat_completions, responses)",
+                )
+            ]
         key_var, url_var = MODE_ENV[mode]
         if _is_set(environ, key_var):
             where = f", base URL from {url_var}" if _is_set(environ, url_var) else ""
             out.append(Check(spec.id, "auth", OK, f"{key_var} is set (value not shown){where}"))
         else:
-            out.append(Check(spec.id, "auth", FAIL if selected else WARN, f"{key_var} is not set (api_mode {mode})",
-                             f"export {key_var}=... in the environment that runs harnesscheck"))
+            out.append(
+                Check(
+                    spec.id,
+                    "auth",
+                    FAIL if selected else WARN,
+                    f"{key_var} is not set (api_mode {mode})",
+                    f"export {key_var}=... in the environment that runs harnesscheck",
+                )
+            )
         return out
     if spec.id == "copilot":  # harnesscheck's own auth.json (never another tool's store)
         from harnesscheck.backends.authstore import AuthStore
@@ -220,19 +244,25 @@ def check_credentials(spec, settings, environ: dict[str, str], selected: bool, c
             return [Check(spec.id, "auth", FAIL if selected else WARN, exc.message, exc.fix)]
         if record and record.get("access"):
             return [Check(spec.id, "auth", OK, f"a GitHub login is stored in {store.path} (value not shown)")]
-        return [Check(spec.id, "auth", FAIL if selected else WARN, f"no GitHub login stored in {store.path}",
-                      "run: harnesscheck login copilot")]
+        return [Check(spec.id, "auth", FAIL if selected else WARN, f"no GitHub login stored in {store.path}", "run: harnesscheck login copilot")]
     if spec.kind is not Kind.harness:
         return [Check(spec.id, "auth", SKIP, "no credentials needed")]
     billing = [n for n in BILLING_VARS.get(spec.id, ()) if _is_set(environ, n)]
     if billing:
-        out.append(Check(spec.id, "api-key-env", WARN,
-                         f"{', '.join(billing)} set in this shell; the env policy strips it from the CLI, so it is never billed",
-                         ""))
+        out.append(
+            Check(spec.id, "api-key-env", WARN, f"{', '.join(billing)} set in this shell; the env policy strips it from the CLI, so it is never billed", "")
+        )
     creds = [(n, why) for n, why in CREDENTIAL_VARS.get(spec.id, ()) if _is_set(environ, n)]
     if spec.id == "deepseek" and not creds and settings.deepseek_api_key is None:
-        out.append(Check(spec.id, "auth", FAIL if selected else WARN, "HARNESS_DEEPSEEK_API_KEY is not set (API-keyed backend)",
-                         "export HARNESS_DEEPSEEK_API_KEY=... (or put it in .env); no other key is ever used"))
+        out.append(
+            Check(
+                spec.id,
+                "auth",
+                FAIL if selected else WARN,
+                "HARNESS_DEEPSEEK_API_KEY is not set (API-keyed backend)",
+                "export HARNESS_DEEPSEEK_API_KEY=... (or put it in .env); no other key is ever used",
+            )
+        )
         return out
     if creds:
         name, why = creds[0]
@@ -243,10 +273,15 @@ def check_credentials(spec, settings, environ: dict[str, str], selected: bool, c
     else:
         names = [n for n, _ in CREDENTIAL_VARS.get(spec.id, ())]
         hint = f" or set {' / '.join(names)}" if names else ""
-        out.append(Check(spec.id, "auth", SKIP,
-                         "not checked: the login lives in the user's credential store, which doctor never opens",
-                         f"log in with `{spec.cli_name} login`{hint}; `harnesscheck doctor --probe --backend {spec.id}` "
-                         "makes one real round trip"))
+        out.append(
+            Check(
+                spec.id,
+                "auth",
+                SKIP,
+                "not checked: the login lives in the user's credential store, which doctor never opens",
+                f"log in with `{spec.cli_name} login`{hint}; `harnesscheck doctor --probe --backend {spec.id}` makes one real round trip",
+            )
+        )
     return out
 
 
@@ -267,12 +302,17 @@ def _claude_auth_status(spec, cli_path: Path, var: str, environ: dict[str, str])
     from harnesscheck.contain.envpolicy import build_child_env
 
     with tempfile.TemporaryDirectory(prefix="hc-doctor-") as home:
-        env = build_child_env(
-            environ, injections={"HOME": home, "CLAUDE_CONFIG_DIR": os.path.join(home, ".claude"), var: environ[var]}
-        )
+        env = build_child_env(environ, injections={"HOME": home, "CLAUDE_CONFIG_DIR": os.path.join(home, ".claude"), var: environ[var]})
         try:
-            proc = subprocess.run([str(cli_path), "auth", "status", "--json"], env=env, cwd=home, capture_output=True,
-                                  stdin=subprocess.DEVNULL, timeout=30, start_new_session=True)
+            proc = subprocess.run(
+                [str(cli_path), "auth", "status", "--json"],
+                env=env,
+                cwd=home,
+                capture_output=True,
+                stdin=subprocess.DEVNULL,
+                timeout=30,
+                start_new_session=True,
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             return Check(spec.id, "auth", WARN, f"`claude auth status --json` did not answer ({type(exc).__name__})", "")
     try:
@@ -284,8 +324,7 @@ def _claude_auth_status(spec, cli_path: Path, var: str, environ: dict[str, str])
     method = str(data.get("authMethod", "?"))
     if data.get("loggedIn"):
         return Check(spec.id, "auth", OK, f"{var} accepted: loggedIn, authMethod {method} (claude auth status)")
-    return Check(spec.id, "auth", FAIL, f"{var} is set but claude reports loggedIn=false",
-                 "create a fresh token with `claude setup-token` and export it")
+    return Check(spec.id, "auth", FAIL, f"{var} is set but claude reports loggedIn=false", "create a fresh token with `claude setup-token` and export it")
 
 
 # ---------------------------------------------------------------------------------------
@@ -302,8 +341,7 @@ def bridge_self_test(timeout_s: float = 60.0) -> list[Check]:
     try:
         return anyio.run(_bridge_self_test, timeout_s)
     except Exception as exc:
-        return [Check("bridge", "self-test", FAIL, f"{type(exc).__name__}: {str(exc)[:300]}",
-                      "run `harnesscheck bridge --root .` by hand and read its stderr")]
+        return [Check("bridge", "self-test", FAIL, f"{type(exc).__name__}: {str(exc)[:300]}", "run `harnesscheck bridge --root .` by hand and read its stderr")]
 
 
 async def _bridge_self_test(timeout_s: float) -> list[Check]:
@@ -340,37 +378,74 @@ async def _bridge_self_test(timeout_s: float) -> list[Check]:
                         ready_s = time.monotonic() - started
                         names = sorted(t.name for t in tools.tools)
                         expected = sorted(spec.scope.tool_names())
-                        checks.append(Check("bridge", "list tools", OK if names == expected else FAIL,
-                                            f"{', '.join(names)} in {ready_s:.2f} s (spawn to tools/list)",
-                                            "" if names == expected else f"expected {', '.join(expected)}"))
+                        checks.append(
+                            Check(
+                                "bridge",
+                                "list tools",
+                                OK if names == expected else FAIL,
+                                f"{', '.join(names)} in {ready_s:.2f} s (spawn to tools/list)",
+                                "" if names == expected else f"expected {', '.join(expected)}",
+                            )
+                        )
                         good = await client.call_tool("read_file", {"path": "hello.txt"})
                         text = " ".join(getattr(c, "text", "") for c in good.content)
                         ok = not good.is_error and "doctor-ok" in text
-                        checks.append(Check("bridge", "scoped read", OK if ok else FAIL,
-                                            "read_file hello.txt served" if ok else f"unexpected result: {text[:200]!r}",
-                                            "" if ok else "see doc/SPEC-bridge.md; report a bug"))
+                        checks.append(
+                            Check(
+                                "bridge",
+                                "scoped read",
+                                OK if ok else FAIL,
+                                "read_file hello.txt served" if ok else f"unexpected result: {text[:200]!r}",
+                                "" if ok else "see doc/SPEC-bridge.md; report a bug",
+                            )
+                        )
                         bad = await client.call_tool("read_file", {"path": "../outside.txt"})
                         btext = " ".join(getattr(c, "text", "") for c in bad.content)
                         refused = bad.is_error and btext.startswith("refused: ") and "must not" not in btext
-                        checks.append(Check("bridge", "refused read", OK if refused else FAIL,
-                                            f"read_file ../outside.txt -> {btext[:120]!r}",
-                                            "" if refused else "the bridge served a path outside its root: do not use it"))
+                        checks.append(
+                            Check(
+                                "bridge",
+                                "refused read",
+                                OK if refused else FAIL,
+                                f"read_file ../outside.txt -> {btext[:120]!r}",
+                                "" if refused else "the bridge served a path outside its root: do not use it",
+                            )
+                        )
             except TimeoutError:
                 errlog.seek(0)
-                checks.append(Check("bridge", "self-test", FAIL, f"no answer within {timeout_s:.0f} s; stderr: {errlog.read()[-300:]!r}",
-                                    "run `harnesscheck bridge --root .` by hand and read its stderr"))
+                checks.append(
+                    Check(
+                        "bridge",
+                        "self-test",
+                        FAIL,
+                        f"no answer within {timeout_s:.0f} s; stderr: {errlog.read()[-300:]!r}",
+                        "run `harnesscheck bridge --root .` by hand and read its stderr",
+                    )
+                )
                 return checks
             except Exception as exc:
                 errlog.seek(0)
-                checks.append(Check("bridge", "self-test", FAIL,
-                                    f"{type(exc).__name__}: {str(exc)[:200]}; stderr: {errlog.read()[-300:]!r}",
-                                    "run `harnesscheck bridge --root .` by hand and read its stderr"))
+                checks.append(
+                    Check(
+                        "bridge",
+                        "self-test",
+                        FAIL,
+                        f"{type(exc).__name__}: {str(exc)[:200]}; stderr: {errlog.read()[-300:]!r}",
+                        "run `harnesscheck bridge --root .` by hand and read its stderr",
+                    )
+                )
                 return checks
         summary = summarize_trace(spec.trace_path, session_id="doctor")
         traced = summary.tool_calls == 2 and len(summary.refusals) == 1
-        checks.append(Check("bridge", "trace", OK if traced else FAIL,
-                            f"{summary.tool_calls} calls, {len(summary.refusals)} refusal traced",
-                            "" if traced else "the bridge did not trace its calls: report a bug"))
+        checks.append(
+            Check(
+                "bridge",
+                "trace",
+                OK if traced else FAIL,
+                f"{summary.tool_calls} calls, {len(summary.refusals)} refusal traced",
+                "" if traced else "the bridge did not trace its calls: report a bug",
+            )
+        )
         return checks
 
 
@@ -393,8 +468,13 @@ def probe_backend(spec, settings, timeout_s: float = 120.0) -> Check:
     if outcome.ok:
         served = f", served model {outcome.served_model}" if outcome.served_model else ""
         return Check(spec.id, "probe", OK, f"answered in {outcome.duration_s:.1f} s{served}")
-    return Check(spec.id, "probe", FAIL, f"{outcome.status.value} ({outcome.error_class.value if outcome.error_class else '?'}): {outcome.message[:200]}",
-                 _probe_fix(outcome))
+    return Check(
+        spec.id,
+        "probe",
+        FAIL,
+        f"{outcome.status.value} ({outcome.error_class.value if outcome.error_class else '?'}): {outcome.message[:200]}",
+        _probe_fix(outcome),
+    )
 
 
 def _probe_fix(outcome) -> str:
@@ -436,8 +516,15 @@ def run_doctor(backends: list[str], probe: bool, environ: dict[str, str] | None 
             checks.append(Check(bid, "backend", FAIL, exc.message, exc.fix))
     if not selected_ids:
         to_check = list(specs.values())
-        checks.append(Check("selection", "HARNESS_BACKEND", WARN, "no backend selected: reporting every backend",
-                            f"add to .env: HARNESS_BACKEND=<one of {', '.join(specs)}>"))
+        checks.append(
+            Check(
+                "selection",
+                "HARNESS_BACKEND",
+                WARN,
+                "no backend selected: reporting every backend",
+                f"add to .env: HARNESS_BACKEND=<one of {', '.join(specs)}>",
+            )
+        )
     selected = bool(selected_ids)
     for spec in to_check:
         spec_settings = settings if (settings.backend in (None, spec.id) or backends) else Settings()
@@ -467,13 +554,17 @@ def check_sandbox(mode: str) -> Check:
 
     state = sandbox.status()
     if state.available:
-        how = "every harness session runs in it" if mode != "off" else \
-            "available, not used: HARNESS_BACKEND_SANDBOX=off (sessions are contained by the process guard alone)"
+        how = (
+            "every harness session runs in it"
+            if mode != "off"
+            else "available, not used: HARNESS_BACKEND_SANDBOX=off (sessions are contained by the process guard alone)"
+        )
         detail = f"bubblewrap {state.version or ''} works here ({'with' if state.user_namespace else 'without'} a user namespace); {how}"
         fix = "" if mode != "off" else "set HARNESS_BACKEND_SANDBOX=auto to sandbox every session"
         return Check("*", "sandbox", OK, detail.replace("  ", " "), fix)
     detail = f"no sandbox: {state.reason}; sessions run with the process guard alone (containment: guards)"
     return Check("*", "sandbox", FAIL if mode == "require" else WARN, detail, sandbox.INSTALL_FIX)
+
 
 #: Below this many columns (or piped), doctor prints one line per check, not a table: an
 #: 80-column table folded every detail into a narrow column (198 lines for the default run).

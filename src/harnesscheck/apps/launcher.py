@@ -106,8 +106,13 @@ def commands_from_source(source: str, tree=None) -> tuple[str, list[tuple[str, s
 def _added_group(node: object) -> tuple[str, str] | None:
     """(name, help) of a module-level `app.add_typer(sub_app, name="...", help="...")`."""
     call = node.value if isinstance(node, ast.Expr) else None
-    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "add_typer"
-            and isinstance(call.func.value, ast.Name) and call.func.value.id == "app"):
+    if not (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr == "add_typer"
+        and isinstance(call.func.value, ast.Name)
+        and call.func.value.id == "app"
+    ):
         return None
     found = {kw.arg: _literal(kw.value) for kw in call.keywords}
     if not found.get("name"):

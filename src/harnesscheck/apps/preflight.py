@@ -64,34 +64,51 @@ def _policy_items(spec: Any, request: Any, transport: Any = None) -> list[Prefli
         return []
     caps = spec.capabilities
     if C.host_policy not in caps:
-        return [PreflightItem(topic="policy", status="fail",
-                              detail=f"{spec.id} does not declare host_policy: its tool calls would not be decided by the host's policy",
-                              fix="choose a backend that declares host_policy, or run without a policy")]
+        return [
+            PreflightItem(
+                topic="policy",
+                status="fail",
+                detail=f"{spec.id} does not declare host_policy: its tool calls would not be decided by the host's policy",
+                fix="choose a backend that declares host_policy, or run without a policy",
+            )
+        ]
     items = [PreflightItem(topic="policy", status="ok", detail="every tool call is decided by the host's policy before it runs")]
     asks = policy is not None and (
-        any(v is Verdict.APPROVAL_REQUIRED for v in policy.defaults.values())
-        or any(r.decision is Verdict.APPROVAL_REQUIRED for r in policy.rules)
+        any(v is Verdict.APPROVAL_REQUIRED for v in policy.defaults.values()) or any(r.decision is Verdict.APPROVAL_REQUIRED for r in policy.rules)
     )
     if asks and C.host_approvals not in caps:
-        items.append(PreflightItem(
-            topic="approvals", status="warn",
-            detail=f"{spec.id} runs its tools outside this process: an approval_required call cannot reach the approver "
-                   "and is denied (pre-approvals in the policy file still apply)",
-            fix="pre-approve what the session needs in the policy file, or use a host-loop backend (api, copilot)"))
+        items.append(
+            PreflightItem(
+                topic="approvals",
+                status="warn",
+                detail=f"{spec.id} runs its tools outside this process: an approval_required call cannot reach the approver "
+                "and is denied (pre-approvals in the policy file still apply)",
+                fix="pre-approve what the session needs in the policy file, or use a host-loop backend (api, copilot)",
+            )
+        )
     elif asks and request.approver is None:
-        items.append(PreflightItem(topic="approvals", status="warn",
-                                   detail="the policy asks for approvals and no approver is set: those calls are denied",
-                                   fix="pass an approver (harnesscheck run asks on the terminal)"))
+        items.append(
+            PreflightItem(
+                topic="approvals",
+                status="warn",
+                detail="the policy asks for approvals and no approver is set: those calls are denied",
+                fix="pass an approver (harnesscheck run asks on the terminal)",
+            )
+        )
     if policy is not None:
         limits = {k: v for k, v in policy.limits.model_dump().items() if v is not None}
         if limits:
-            items.append(PreflightItem(topic="limits", status="ok",
-                                       detail=", ".join(f"{k} {v}" for k, v in limits.items())))
+            items.append(PreflightItem(topic="limits", status="ok", detail=", ".join(f"{k} {v}" for k, v in limits.items())))
         counts = transport is not None and getattr(transport, "counts_turns", False)
         if policy.limits.turns is not None and C.max_turns not in caps and C.host_tool_loop not in caps and not counts:
-            items.append(PreflightItem(topic="limits", status="warn",
-                                       detail=f"{spec.id} has no turn cap of its own: the turns limit is not enforced",
-                                       fix="bound the session with tool_calls or its timeout instead"))
+            items.append(
+                PreflightItem(
+                    topic="limits",
+                    status="warn",
+                    detail=f"{spec.id} has no turn cap of its own: the turns limit is not enforced",
+                    fix="bound the session with tool_calls or its timeout instead",
+                )
+            )
         if policy.limits.processes is not None:
             items.append(_processes_item(spec))
     return items
@@ -105,20 +122,27 @@ def _processes_item(spec: Any) -> PreflightItem:
     from harnesscheck.core.contracts import Kind
 
     if spec.kind is not Kind.harness:
-        return PreflightItem(topic="limits", status="warn",
-                             detail=f"{spec.id} runs no CLI process tree of its own that the host counts: the processes "
-                                    "limit is not enforced", fix="bound the session with tool_calls or its timeout")
+        return PreflightItem(
+            topic="limits",
+            status="warn",
+            detail=f"{spec.id} runs no CLI process tree of its own that the host counts: the processes limit is not enforced",
+            fix="bound the session with tool_calls or its timeout",
+        )
     if process._use_guard() or sandbox.status().available:
-        return PreflightItem(topic="limits", status="ok",
-                             detail="processes: the CLI's tree is counted whole (in its sandbox, or under the process "
-                                    "guard) and ended past the limit")
-    return PreflightItem(topic="limits", status="warn",
-                         detail="no process guard and no sandbox here: the CLI's tree cannot be counted whole, the "
-                                "processes limit is not enforced", fix=sandbox.INSTALL_FIX)
+        return PreflightItem(
+            topic="limits",
+            status="ok",
+            detail="processes: the CLI's tree is counted whole (in its sandbox, or under the process guard) and ended past the limit",
+        )
+    return PreflightItem(
+        topic="limits",
+        status="warn",
+        detail="no process guard and no sandbox here: the CLI's tree cannot be counted whole, the processes limit is not enforced",
+        fix=sandbox.INSTALL_FIX,
+    )
 
 
-def preflight(spec: Any, settings: Any, request: Any, *, transport: Any = None,
-              environ: dict[str, str] | None = None) -> Preflight:
+def preflight(spec: Any, settings: Any, request: Any, *, transport: Any = None, environ: dict[str, str] | None = None) -> Preflight:
     """The preflight of `request` on the backend `spec` (with `settings`; `transport`, when
     already built, answers `declined`). Never starts a session."""
     import os
@@ -132,21 +156,29 @@ def preflight(spec: Any, settings: Any, request: Any, *, transport: Any = None,
     cli_info = None
     if spec.kind is Kind.harness and spec.cli_name:
         checks, cli_info = check_binary(spec, settings, True)
-        items += [PreflightItem(topic=c.check, status="fail" if c.status == "fail" else "warn" if c.status == "warn" else "ok",
-                                detail=c.detail, fix=c.fix) for c in checks if c.status != "skip"]
+        items += [
+            PreflightItem(topic=c.check, status="fail" if c.status == "fail" else "warn" if c.status == "warn" else "ok", detail=c.detail, fix=c.fix)
+            for c in checks
+            if c.status != "skip"
+        ]
     for c in check_credentials(spec, settings, env, True, cli_info):
         if c.status != "skip":
-            items.append(PreflightItem(topic=c.check, status="fail" if c.status == "fail" else "warn" if c.status == "warn" else "ok",
-                                       detail=c.detail, fix=c.fix))
+            items.append(
+                PreflightItem(topic=c.check, status="fail" if c.status == "fail" else "warn" if c.status == "warn" else "ok", detail=c.detail, fix=c.fix)
+            )
     declines: list[str] = []
     declined = getattr(transport, "declined", None)
     if callable(declined):
         for cap in declined(request):
             declines.append(cap.value)
             why = declined_because(spec, cap.value)
-            items.append(PreflightItem(topic="declines", status="warn",
-                                       detail=f"{spec.id} does not honour {cap.value}" + (f": {why}" if why else ""),
-                                       fix="leave it out of the request, or choose a backend that declares it"))
+            items.append(
+                PreflightItem(
+                    topic="declines",
+                    status="warn",
+                    detail=f"{spec.id} does not honour {cap.value}" + (f": {why}" if why else ""),
+                    fix="leave it out of the request, or choose a backend that declares it",
+                )
+            )
     items += _policy_items(spec, request, transport)
-    return Preflight(backend=spec.id, kind=spec.kind.value, items=items, declines=declines,
-                     ok=not any(i.status == "fail" for i in items))
+    return Preflight(backend=spec.id, kind=spec.kind.value, items=items, declines=declines, ok=not any(i.status == "fail" for i in items))

@@ -116,8 +116,7 @@ def render_markdown(facts: ReportFacts, outcome: AgentOutcome) -> str:
         ("auth source", o.auth_source or "(not reported)"),
         (
             "usage",
-            f"input {usage.input}, output {usage.output}, cache read {usage.cache_read}, "
-            f"cache write {usage.cache_write}, reasoning {usage.reasoning}",
+            f"input {usage.input}, output {usage.output}, cache read {usage.cache_read}, cache write {usage.cache_write}, reasoning {usage.reasoning}",
         ),
         ("cost", cost_line(o)),
         ("bridge tool calls", f"{o.tool_calls} ({', '.join(o.tools_used) or 'none'})"),
@@ -149,8 +148,10 @@ def render_markdown(facts: ReportFacts, outcome: AgentOutcome) -> str:
     if len(facts.attempts) > 1:
         lines += ["", "## Attempts", ""]
         lines += [
-            f"- {a.get('attempt')}: {a.get('status')}" + (f" ({a['error_class']})" if a.get("error_class") else "")
-            + (f", retried after {a['wait_s']:g} s" if a.get("retried") else "") + f" — {_inline(str(a.get('why', '')))}"
+            f"- {a.get('attempt')}: {a.get('status')}"
+            + (f" ({a['error_class']})" if a.get("error_class") else "")
+            + (f", retried after {a['wait_s']:g} s" if a.get("retried") else "")
+            + f" — {_inline(str(a.get('why', '')))}"
             for a in facts.attempts
         ]
     if o.helper_usage:

@@ -51,8 +51,7 @@ class RetryPolicy:
     base_delay_s: float = 2.0
     max_delay_s: float = 30.0
 
-    def decide(self, outcome, attempt: int, waited_s: float, *, read_only: bool,
-               rng: Callable[[], float] = random.random) -> tuple[float | None, str]:
+    def decide(self, outcome, attempt: int, waited_s: float, *, read_only: bool, rng: Callable[[], float] = random.random) -> tuple[float | None, str]:
         """(seconds to wait before the next attempt, why); None means do not retry."""
         from harnesscheck.core.contracts import BLOCKING, OutcomeStatus
 
@@ -166,9 +165,19 @@ def run_command(
     if preflight_only:
         from harnesscheck.apps.preflight import preflight
 
-        checked = preflight(spec, settings, AgentSessionRequest(
-            prompt=prompt, scope=ToolScope(root=root, read_only=not write), model=settings.model,
-            timeout_s=settings.timeout_s, policy=policy, approver=approver), transport=transport)
+        checked = preflight(
+            spec,
+            settings,
+            AgentSessionRequest(
+                prompt=prompt,
+                scope=ToolScope(root=root, read_only=not write),
+                model=settings.model,
+                timeout_s=settings.timeout_s,
+                policy=policy,
+                approver=approver,
+            ),
+            transport=transport,
+        )
         if as_json:
             print(checked.model_dump_json(indent=2))
         else:
@@ -244,8 +253,9 @@ def run_command(
         attempts.append(record)
         if delay is None:
             break
-        _err(f"{spec.id}: {outcome.status.value} ({outcome.error_class.value}); {why}: retrying in {delay:.1f} s "
-             f"(attempt {attempt + 1} of {retry.retries + 1})")
+        _err(
+            f"{spec.id}: {outcome.status.value} ({outcome.error_class.value}); {why}: retrying in {delay:.1f} s (attempt {attempt + 1} of {retry.retries + 1})"
+        )
         sleep(delay)
         waited += delay
     if outcome.audit is None and before is not None:

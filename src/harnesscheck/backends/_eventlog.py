@@ -86,7 +86,5 @@ class SessionAudit:
             )
             verdict = audit_events(ctx.run_dir / EVENT_LOG_NAME, self.cli, facts, auditor=self.auditor)
         except Exception as exc:  # noqa: BLE001 - an audit that cannot run must say so, not pass
-            verdict = AuditVerdict(
-                clean=False, flags=[AuditFlag(code="audit_failed", detail=f"{type(exc).__name__}: {exc}")]
-            )
+            verdict = AuditVerdict(clean=False, flags=[AuditFlag(code="audit_failed", detail=f"{type(exc).__name__}: {exc}")])
         return outcome.model_copy(update={"audit": verdict})

@@ -49,10 +49,14 @@ def apply_model_guard(outcome: AgentOutcome, policy: str) -> AgentOutcome:
     if not decision.note or outcome.status is not OutcomeStatus.ok:
         return outcome
     if decision.fail:
-        return outcome.model_copy(update={
-            "status": OutcomeStatus.error, "error_class": MISMATCH_ERROR_CLASS, "retryable": False,
-            "message": _join(decision.note, outcome.message),
-        })
+        return outcome.model_copy(
+            update={
+                "status": OutcomeStatus.error,
+                "error_class": MISMATCH_ERROR_CLASS,
+                "retryable": False,
+                "message": _join(decision.note, outcome.message),
+            }
+        )
     return outcome.model_copy(update={"message": _join(outcome.message, decision.note)})
 
 

@@ -156,9 +156,7 @@ def scratch_dir(root: Path, prefix: str) -> Path:
     )
 
 
-def new_session_context(
-    request: AgentSessionRequest, backend: str, *, tool_less: bool = False, result_cap: int | None = None
-) -> SessionContext:
+def new_session_context(request: AgentSessionRequest, backend: str, *, tool_less: bool = False, result_cap: int | None = None) -> SessionContext:
     """Create the run dir, an empty scratch cwd outside the worktree, and the bridge spec.
 
     `result_cap`: a tighter bound for the bridge's tool results than the scope's (a CLI that
@@ -199,11 +197,22 @@ def new_session_context(
             from harnesscheck.bridge.hostlink import HostLink
             from harnesscheck.core.policy import Policy
 
-            link = HostLink.start(run_dir, events=request.events(session_id) if request.on_event is not None else None,
-                                  approver=request.approver,
-                                  timeout_s=(request.policy or Policy()).approval_timeout_s)
-        write_bridge_spec(scope, run_dir, bridge_trace, session_id, spec_path, policy=request.policy,
-                          host_link=link is not None, host_approver=link is not None and request.approver is not None)
+            link = HostLink.start(
+                run_dir,
+                events=request.events(session_id) if request.on_event is not None else None,
+                approver=request.approver,
+                timeout_s=(request.policy or Policy()).approval_timeout_s,
+            )
+        write_bridge_spec(
+            scope,
+            run_dir,
+            bridge_trace,
+            session_id,
+            spec_path,
+            policy=request.policy,
+            host_link=link is not None,
+            host_approver=link is not None and request.approver is not None,
+        )
     return SessionContext(
         run_dir=run_dir,
         cwd=cwd,
@@ -218,16 +227,30 @@ def new_session_context(
 
 
 def write_bridge_spec(
-    scope: ToolScope, run_dir: Path, trace_path: Path, session_id: str, spec_path: Path, *, policy=None,
-    host_link: bool = False, host_approver: bool = False,
+    scope: ToolScope,
+    run_dir: Path,
+    trace_path: Path,
+    session_id: str,
+    spec_path: Path,
+    *,
+    policy=None,
+    host_link: bool = False,
+    host_approver: bool = False,
 ) -> Path:
     from harnesscheck.bridge.spec import BridgeSpec, write_spec
 
     # The host opens the root once for the session; the bridge must find that same directory.
     identity = scope.open_root().identity
     spec = BridgeSpec(
-        scope=scope, run_dir=run_dir, trace_path=trace_path, session_id=session_id, parent_pid=os.getpid(),
-        root_identity=identity, policy=policy, host_link=host_link, host_approver=host_approver,
+        scope=scope,
+        run_dir=run_dir,
+        trace_path=trace_path,
+        session_id=session_id,
+        parent_pid=os.getpid(),
+        root_identity=identity,
+        policy=policy,
+        host_link=host_link,
+        host_approver=host_approver,
     )
     return write_spec(spec, spec_path)
 
@@ -335,8 +358,7 @@ def ending_outcome(result: Any, *, terminal_seen: bool) -> tuple[OutcomeStatus, 
 
 
 def process_limit_message(result: Any) -> str:
-    return (f"stopped at the policy's processes limit: the CLI's tree held {result.processes_seen} processes at once; "
-            "the tree was ended")
+    return f"stopped at the policy's processes limit: the CLI's tree held {result.processes_seen} processes at once; the tree was ended"
 
 
 def _policy_turn_cap(request: AgentSessionRequest, spec: ProviderSpec) -> tuple[AgentSessionRequest, bool]:
@@ -501,8 +523,7 @@ class HarnessTransport:
         #: (bind_in_sandbox): (read-only, writable).
         self._extra_binds: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
 
-    def bind_in_sandbox(self, *, read_only: Sequence[str | os.PathLike[str]] = (),
-                        writable: Sequence[str | os.PathLike[str]] = ()) -> None:
+    def bind_in_sandbox(self, *, read_only: Sequence[str | os.PathLike[str]] = (), writable: Sequence[str | os.PathLike[str]] = ()) -> None:
         """Have every later session's sandbox bind these host paths too, at their own path (a
         host that runs the CLI through an executable of its own, as the kit's exec wrapper
         does: the real CLI's install read-only, the wrapper's record file writable). A path
@@ -515,9 +536,7 @@ class HarnessTransport:
     def invocation(self, ctx: SessionContext, request: AgentSessionRequest, cli: Path, *, tool_less: bool) -> Invocation:
         raise NotImplementedError
 
-    def make_parser(
-        self, ctx: SessionContext, request: AgentSessionRequest, *, tool_less: bool, on_text: Callable[[str], None] | None
-    ) -> StreamParser:
+    def make_parser(self, ctx: SessionContext, request: AgentSessionRequest, *, tool_less: bool, on_text: Callable[[str], None] | None) -> StreamParser:
         raise NotImplementedError
 
     def sandbox_paths(self, ctx: SessionContext, cli: Path) -> tuple[list[str], list[str]]:
@@ -633,8 +652,7 @@ class HarnessTransport:
             from harnesscheck.core.contracts import OptionUnsupported
 
             name = next(iter(request.options.given()))
-            raise OptionUnsupported(self.spec.id, name, request.model,
-                                    f"{self.spec.cli_name or self.spec.id} takes no {name} from the host")
+            raise OptionUnsupported(self.spec.id, name, request.model, f"{self.spec.cli_name or self.spec.id} takes no {name} from the host")
 
         request, capped_by_policy = _policy_turn_cap(request, self.spec)
         if not tool_less:
@@ -666,14 +684,17 @@ class HarnessTransport:
             with contextlib.ExitStack() as held:
                 try:
                     if self.takes_session_slot:
-                        held.enter_context(session_slot(self.settings.concurrency,
-                                                        wait_s=request.timeout_s - (time.monotonic() - started)))
+                        held.enter_context(session_slot(self.settings.concurrency, wait_s=request.timeout_s - (time.monotonic() - started)))
                 except SlotBusy as exc:
                     tracer.record("session_end", status="truncated", error_class="timeout", ending="no_slot")
                     return AgentOutcome(
-                        status=OutcomeStatus.truncated, error_class=ErrorClass.timeout, retryable=True,
-                        message=f"the session never started: {exc}", session_id=ctx.session_id,
-                        backend=self.spec.id, cli_version=info.version,
+                        status=OutcomeStatus.truncated,
+                        error_class=ErrorClass.timeout,
+                        retryable=True,
+                        message=f"the session never started: {exc}",
+                        session_id=ctx.session_id,
+                        backend=self.spec.id,
+                        cli_version=info.version,
                         duration_s=round(time.monotonic() - started, 3),
                     )
                 left = request.timeout_s - (time.monotonic() - started)
@@ -704,28 +725,27 @@ class HarnessTransport:
                 result = dataclasses.replace(result, ending=Ending.deadline)
             outcome = parser.outcome(result)
             if result.ending is Ending.process_limit:  # whatever the stream said last: the limit ended it
-                outcome = outcome.model_copy(update={"status": OutcomeStatus.truncated, "error_class": ErrorClass.budget,
-                                                     "retryable": False, "message": process_limit_message(result)})
+                outcome = outcome.model_copy(
+                    update={"status": OutcomeStatus.truncated, "error_class": ErrorClass.budget, "retryable": False, "message": process_limit_message(result)}
+                )
             elif result.process_count_note:  # a limit asked for and not enforced: said, never silent
-                outcome = outcome.model_copy(update={
-                    "message": "; ".join(p for p in (outcome.message, result.process_count_note) if p)})
+                outcome = outcome.model_copy(update={"message": "; ".join(p for p in (outcome.message, result.process_count_note) if p)})
             parser_session_id = outcome.session_id
             outcome = self._finish(outcome, ctx, result, info, redact)
-            if (turn_limit is not None and turn_limit.exceeded) or (
-                    capped_by_policy and outcome.error_class is ErrorClass.max_turns):
+            if (turn_limit is not None and turn_limit.exceeded) or (capped_by_policy and outcome.error_class is ErrorClass.max_turns):
                 limit = request.policy.limits.turns
-                why = (f"stopped at the policy's turns limit ({limit}): the CLI began model turn {limit + 1}"
-                       if turn_limit is not None and turn_limit.exceeded else
-                       f"stopped at the policy's turns limit ({limit}), the CLI's own turn cap")
-                outcome = outcome.model_copy(update={
-                    "status": OutcomeStatus.truncated, "error_class": ErrorClass.budget, "retryable": False,
-                    "message": why})
+                why = (
+                    f"stopped at the policy's turns limit ({limit}): the CLI began model turn {limit + 1}"
+                    if turn_limit is not None and turn_limit.exceeded
+                    else f"stopped at the policy's turns limit ({limit}), the CLI's own turn cap"
+                )
+                outcome = outcome.model_copy(update={"status": OutcomeStatus.truncated, "error_class": ErrorClass.budget, "retryable": False, "message": why})
             note = sandbox_note or result.containment_note
-            outcome = outcome.model_copy(update={"containment": result.containment,
-                                                 "containment_note": note or None})
+            outcome = outcome.model_copy(update={"containment": result.containment, "containment_note": note or None})
             if request.on_event is not None and ctx.bridge_trace is not None:
-                _report_bridge_calls(request.events(ctx.session_id), ctx.bridge_trace, ctx.session_id,
-                                     reported=ctx.link.reported if ctx.link is not None else ())
+                _report_bridge_calls(
+                    request.events(ctx.session_id), ctx.bridge_trace, ctx.session_id, reported=ctx.link.reported if ctx.link is not None else ()
+                )
             tracer.record(
                 "session_end",
                 cli_session_id=parser_session_id,
@@ -751,8 +771,7 @@ class HarnessTransport:
             self._redact_run_files(ctx, injections)
             leftovers.extend(self.clean_up(ctx))
 
-    def session_sandbox(self, ctx: SessionContext, cli: Path, inv: Invocation, host_entries: set[str] | None,
-                        *, tool_less: bool) -> tuple[Any, str]:
+    def session_sandbox(self, ctx: SessionContext, cli: Path, inv: Invocation, host_entries: set[str] | None, *, tool_less: bool) -> tuple[Any, str]:
         """The session's sandbox (harnesscheck.contain.sandbox.Sandbox), or (None, why not).
 
         Read-only: the run dir (the MCP config, system prompt, spec the CLI loads; its traces
@@ -770,8 +789,7 @@ class HarnessTransport:
         if not self.sandboxed:
             return None, "this transport runs unsandboxed"
         if mode == "require" and not sb.status().available:
-            raise ConfigError(f"a sandbox is required (HARNESS_BACKEND_SANDBOX=require) and cannot be had here: "
-                              f"{sb.status().reason}", sb.INSTALL_FIX)
+            raise ConfigError(f"a sandbox is required (HARNESS_BACKEND_SANDBOX=require) and cannot be had here: {sb.status().reason}", sb.INSTALL_FIX)
         relay: list[str] = []
         if not tool_less and ctx.spec_path is not None:
             from harnesscheck.bridge.forkserver import relay_binds
@@ -779,9 +797,10 @@ class HarnessTransport:
             found = relay_binds(ctx.spec_path)
             if found is None:
                 if mode == "require":
-                    raise ConfigError("a sandbox is required but the bridge forkserver does not run: the stdio "
-                                      "bridge would need the worktree inside the sandbox",
-                                      "leave HARNESSCHECK_BRIDGE_FORKSERVER unset (the forkserver is on by default)")
+                    raise ConfigError(
+                        "a sandbox is required but the bridge forkserver does not run: the stdio bridge would need the worktree inside the sandbox",
+                        "leave HARNESSCHECK_BRIDGE_FORKSERVER unset (the forkserver is on by default)",
+                    )
                 return None, "no bridge forkserver: the stdio bridge would need the worktree inside the sandbox"
             relay = found
         fake_ro, fake_rw = sb.sidecar_paths(cli)
@@ -793,8 +812,9 @@ class HarnessTransport:
                 target = os.path.realpath(path)
                 if os.path.isfile(target):
                     writable.append(target)  # a credential link: the CLI reads (and refreshes) that one file
-        box = sb.for_session(run_dir=ctx.run_dir, cli=cli, bridge=relay, read_only=[*fake_ro, *extra_ro],
-                             writable=writable, state_dirs=(*self.cli_state_dirs, "tmp", "runtime"))
+        box = sb.for_session(
+            run_dir=ctx.run_dir, cli=cli, bridge=relay, read_only=[*fake_ro, *extra_ro], writable=writable, state_dirs=(*self.cli_state_dirs, "tmp", "runtime")
+        )
         return box, ""
 
     def clean_up(self, ctx: SessionContext) -> list[str]:
@@ -849,17 +869,21 @@ class HarnessTransport:
 
                 ready = bridge_listed(ctx.bridge_trace, ctx.session_id)
                 if not ready.ready:
-                    outcome = _failed(outcome, ErrorClass.mcp_unavailable,
-                                      f"{ready.reason}: the session ran without the host's tools (never proceed tool-less)")
+                    outcome = _failed(
+                        outcome, ErrorClass.mcp_unavailable, f"{ready.reason}: the session ran without the host's tools (never proceed tool-less)"
+                    )
         audit = outcome.audit
         if outcome.ok and audit is not None and not audit.clean and self.spec.supports(Capability.native_tools_audited):
             from harnesscheck.backends.audit import DRIFT_CODES, INFO_CODES
 
             codes = sorted({f.code for f in audit.flags if f.code not in INFO_CODES})
             if not codes or set(codes) - DRIFT_CODES:
-                outcome = _failed(outcome, ErrorClass.policy_violation,
-                                  f"the post-run audit is unclean ({', '.join(codes) or 'flagged'}): the CLI's built-ins "
-                                  "cannot be switched off, so the audit's verdict is the session's")
+                outcome = _failed(
+                    outcome,
+                    ErrorClass.policy_violation,
+                    f"the post-run audit is unclean ({', '.join(codes) or 'flagged'}): the CLI's built-ins "
+                    "cannot be switched off, so the audit's verdict is the session's",
+                )
             else:
                 note = f"audit unclean by drift only ({', '.join(codes)}): nothing is known to have run outside the bridge"
                 outcome = outcome.model_copy(update={"message": "; ".join(p for p in (outcome.message, note) if p)})
@@ -927,19 +951,20 @@ class HarnessTransport:
                 from harnesscheck.contain.envpolicy import secret_values
 
                 secrets = secret_values(self.parent_env)
-                update["refusals"] = [
-                    r.model_copy(update={"detail": trace_detail(redact_with(r.detail, secrets))}) for r in summary.refusals
-                ]
+                update["refusals"] = [r.model_copy(update={"detail": trace_detail(redact_with(r.detail, secrets))}) for r in summary.refusals]
                 # A policy limit reached at the bridge ends the session's work there (every later
                 # call was refused): the host learns the work is incomplete (doc/SPEC-policy.md).
                 if outcome.status is OutcomeStatus.ok and any(r.code == "limit_reached" for r in summary.refusals):
-                    update.update(status=OutcomeStatus.truncated, error_class=ErrorClass.budget, retryable=False,
-                                  message="stopped at a policy limit: the bridge refused every call past it")
+                    update.update(
+                        status=OutcomeStatus.truncated,
+                        error_class=ErrorClass.budget,
+                        retryable=False,
+                        message="stopped at a policy limit: the bridge refused every call past it",
+                    )
         return outcome.model_copy(update=update)
 
 
-def _report_bridge_calls(events: Callable[..., object], trace_path: Path, session_id: str,
-                        reported=()) -> None:
+def _report_bridge_calls(events: Callable[..., object], trace_path: Path, session_id: str, reported=()) -> None:
     """The bridge's calls the host link did not deliver as they happened (`reported`: their
     digests), as `tool_result` events marked `late`, from the bridge trace (doc/SPEC-events.md)."""
     import json
@@ -956,8 +981,7 @@ def _report_bridge_calls(events: Callable[..., object], trace_path: Path, sessio
         if isinstance(rec, dict) and rec.get("event") == "tool" and rec.get("session") == session_id:
             if str(rec.get("digest") or "")[:16] in reported and rec.get("digest"):
                 continue
-            events("tool_result", tool=str(rec.get("tool"))[:80], ok=rec.get("decision") == "allow",
-                   code=rec.get("code"), digest=rec.get("digest"), late=True)
+            events("tool_result", tool=str(rec.get("tool"))[:80], ok=rec.get("decision") == "allow", code=rec.get("code"), digest=rec.get("digest"), late=True)
 
 
 class HarnessLLM:

@@ -239,9 +239,15 @@ class ApiTransport:
             with session_slot(self.settings.concurrency, wait_s=request.timeout_s):
                 return self._session(request, cancel, on_text, start)
         except SlotBusy as exc:
-            return AgentOutcome(status=OutcomeStatus.truncated, error_class=ErrorClass.timeout, retryable=True,
-                                message=f"the session never started: {exc}", session_id=request.session_id,
-                                backend=self.spec.id, duration_s=time.monotonic() - start)
+            return AgentOutcome(
+                status=OutcomeStatus.truncated,
+                error_class=ErrorClass.timeout,
+                retryable=True,
+                message=f"the session never started: {exc}",
+                session_id=request.session_id,
+                backend=self.spec.id,
+                duration_s=time.monotonic() - start,
+            )
 
     def model_metadata(self, model: str | None):
         """The shipped metadata of `model` as this backend's provider lists it
@@ -263,8 +269,7 @@ class ApiTransport:
         floor = token_floor(system, messages, tools)
         if floor <= info.context:
             return None
-        return (f"the request is at least {floor} tokens, over {info.provider}/{info.model}'s context window of "
-                f"{info.context} ({info.source}); it was not sent")
+        return f"the request is at least {floor} tokens, over {info.provider}/{info.model}'s context window of {info.context} ({info.source}); it was not sent"
 
     def option_names(self) -> frozenset[str]:
         """The request options this backend passes on (llm.WIRE_OPTIONS for its wire, through
@@ -290,8 +295,7 @@ class ApiTransport:
             if name not in self.option_names():
                 raise OptionUnsupported(self.spec.id, name, model, f"{self.spec.id} passes no {name} to its model")
         info = self.model_metadata(model)
-        refused = check_options(self.api_mode, options, info,
-                                default_max_tokens=getattr(self.llm, "max_tokens", DEFAULT_MAX_TOKENS))
+        refused = check_options(self.api_mode, options, info, default_max_tokens=getattr(self.llm, "max_tokens", DEFAULT_MAX_TOKENS))
         if refused is not None:
             raise OptionUnsupported(self.spec.id, refused[0], model, refused[1])
 
@@ -311,19 +315,20 @@ class ApiTransport:
         events = request.events(session_id)
         from harnesscheck.backends.llm import retry_notices, thought_notices
 
-        notices = retry_notices.set(
-            lambda attempt, wait_s, error_class: events("retry", attempt=attempt, wait_s=round(wait_s, 3),
-                                                        error_class=error_class)
-        )
+        notices = retry_notices.set(lambda attempt, wait_s, error_class: events("retry", attempt=attempt, wait_s=round(wait_s, 3), error_class=error_class))
         thoughts = thought_notices.set(lambda text: events("thought", text=text))
         try:
             with _Watchdog(abort, deadline, cancel):
                 outcome = self._loop(request, state, messages, tools, trace, abort, deadline, on_text, dispatch)
             if trace.opened:
                 trace.get().record(
-                    "session_end", backend=self.spec.id, api_mode=self.api_mode, status=outcome.status.value,
+                    "session_end",
+                    backend=self.spec.id,
+                    api_mode=self.api_mode,
+                    status=outcome.status.value,
                     error_class=outcome.error_class.value if outcome.error_class else None,
-                    iterations=outcome.iterations, tool_calls=outcome.tool_calls,
+                    iterations=outcome.iterations,
+                    tool_calls=outcome.tool_calls,
                 )
         finally:
             retry_notices.reset(notices)
@@ -336,13 +341,15 @@ class ApiTransport:
         while True:
             if state.iterations >= request.max_iters:
                 return self._finish(
-                    state, start, OutcomeStatus.truncated, ErrorClass.max_turns,
+                    state,
+                    start,
+                    OutcomeStatus.truncated,
+                    ErrorClass.max_turns,
                     f"stopped after max_iters={request.max_iters} model turns; the model still wanted tools",
                 )
             engine = request.policy_engine(state.session_id)
             if engine is not None and not engine.count_turn():
-                return self._finish(state, start, OutcomeStatus.truncated, ErrorClass.budget,
-                                    "stopped at the policy's turns limit")
+                return self._finish(state, start, OutcomeStatus.truncated, ErrorClass.budget, "stopped at the policy's turns limit")
             too_long = self.over_context(requested, request.system, messages, tools)
             if too_long is not None:
                 return self._finish(state, start, OutcomeStatus.error, ErrorClass.context_overflow, too_long)
@@ -365,8 +372,7 @@ class ApiTransport:
             state.add_reply(reply)
             request.events(state.session_id)("usage", usage=reply.usage.model_dump())
             if self._mismatch_fails(state.requested, reply):  # the client's own choice when none was named
-                return self._finish(state, start, OutcomeStatus.error, MISMATCH_ERROR_CLASS,
-                                    self._mismatch_message(state.requested, reply))
+                return self._finish(state, start, OutcomeStatus.error, MISMATCH_ERROR_CLASS, self._mismatch_message(state.requested, reply))
             if not reply.tool_calls:
                 state.final_text = reply.text
                 return self._finish(state, start, OutcomeStatus.ok)
@@ -379,8 +385,7 @@ class ApiTransport:
             if abort.fired:
                 return self._aborted(abort, state, start)
             if engine is not None and engine.limit_reached:
-                return self._finish(state, start, OutcomeStatus.truncated, ErrorClass.budget,
-                                    f"stopped at the policy's {engine.limit_reached} limit")
+                return self._finish(state, start, OutcomeStatus.truncated, ErrorClass.budget, f"stopped at the policy's {engine.limit_reached} limit")
             messages.append({"role": "user", "content": results})
 
     def _run_tool(self, call: Any, request: AgentSessionRequest, trace: Any, session_id: str, state: "_SessionState", dispatch: Callable) -> dict:
@@ -393,8 +398,7 @@ class ApiTransport:
             text, is_error = "error: the tool arguments are not a valid JSON object", True
         else:
             try:
-                result = dispatch(call.name, call.arguments, request.scope, trace.get(), session_id=session_id,
-                                  policy=request.policy_engine(session_id))
+                result = dispatch(call.name, call.arguments, request.scope, trace.get(), session_id=session_id, policy=request.policy_engine(session_id))
             except Exception as exc:  # a dispatch bug must not end the session or leak details
                 trace.get().record("api_tool_error", tool=call.name, error=type(exc).__name__)
                 return {"type": "tool_result", "tool_use_id": call.id, "content": f"error: internal: {type(exc).__name__}", "is_error": True}

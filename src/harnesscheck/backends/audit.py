@@ -78,19 +78,42 @@ MAX_FLAGS_PER_CODE = 20
 MAX_TRACKED_IDS = 100_000
 
 INSTRUCTION_FILES: tuple[str, ...] = (
-    "CLAUDE.md", "CLAUDE.local.md", "AGENTS.md", "AGENTS.override.md", "GEMINI.md",
-    ".cursorrules", ".windsurfrules", ".clinerules", "CONVENTIONS.md",
+    "CLAUDE.md",
+    "CLAUDE.local.md",
+    "AGENTS.md",
+    "AGENTS.override.md",
+    "GEMINI.md",
+    ".cursorrules",
+    ".windsurfrules",
+    ".clinerules",
+    "CONVENTIONS.md",
     ".github/copilot-instructions.md",
 )
 INSTRUCTION_DIRS: tuple[str, ...] = (".cursor/rules", ".claude/commands", ".claude/agents", ".claude/skills")
 PROJECT_CONFIG_FILES: tuple[str, ...] = (
-    ".mcp.json", ".claude/settings.json", ".claude/settings.local.json", ".codex/config.toml",
-    ".cursor/mcp.json", ".cursor/cli-config.json", ".cursor/cli.json", ".gemini/settings.json",
-    "opencode.json", "opencode.jsonc", ".env", ".env.local",
+    ".mcp.json",
+    ".claude/settings.json",
+    ".claude/settings.local.json",
+    ".codex/config.toml",
+    ".cursor/mcp.json",
+    ".cursor/cli-config.json",
+    ".cursor/cli.json",
+    ".gemini/settings.json",
+    "opencode.json",
+    "opencode.jsonc",
+    ".env",
+    ".env.local",
 )
 #: Worktree paths no session may change (I3). Compared case-insensitively.
 PROTECTED_PREFIXES: tuple[str, ...] = (
-    ".git/", ".claude/", ".codex/", ".gemini/", ".cursor/", ".opencode/", ".vscode/", ".idea/",
+    ".git/",
+    ".claude/",
+    ".codex/",
+    ".gemini/",
+    ".cursor/",
+    ".opencode/",
+    ".vscode/",
+    ".idea/",
 )
 _SKIP_WALK_DIRS = frozenset({".git", "node_modules", ".venv", "__pycache__"})
 
@@ -142,9 +165,7 @@ def file_state(path: str | os.PathLike[str]) -> FileState | None:
     return FileState("", 0, st.st_mtime_ns, "other", **ids)
 
 
-def snapshot_tree(
-    root: str | os.PathLike[str], previous: dict[str, FileState] | None = None
-) -> dict[str, FileState]:
+def snapshot_tree(root: str | os.PathLike[str], previous: dict[str, FileState] | None = None) -> dict[str, FileState]:
     """Every file under root (tracked, untracked and ignored; .git included), keyed by the
     root-relative POSIX path. Directories are walked without following symlinks.
 
@@ -174,9 +195,7 @@ def snapshot_tree(
                     st = entry.stat(follow_symlinks=False)
                 except OSError:
                     continue
-                if stat.S_ISREG(st.st_mode) and (old.size, old.mtime_ns, old.ctime_ns, old.ino) == (
-                    st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
-                ):
+                if stat.S_ISREG(st.st_mode) and (old.size, old.mtime_ns, old.ctime_ns, old.ino) == (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino):
                     out[rel] = old
                     continue
             state = file_state(entry.path)
@@ -325,46 +344,104 @@ class _Binder:
 
 
 _PATH_KEYS = (
-    "file_path", "path", "filePath", "notebook_path", "target_file", "targetFile", "directory",
-    "targetDirectory", "target_directory", "dir", "cwd", "absolute_path", "dir_path",
+    "file_path",
+    "path",
+    "filePath",
+    "notebook_path",
+    "target_file",
+    "targetFile",
+    "directory",
+    "targetDirectory",
+    "target_directory",
+    "dir",
+    "cwd",
+    "absolute_path",
+    "dir_path",
 )
 _GLOB_KEYS = ("pattern", "globPattern", "glob")
 #: Built-ins that search or list from a directory, the CLI's cwd when they name none (lower case).
-_SEARCH_TOOLS = frozenset({"grep", "glob", "ls", "list", "listdir", "list_directory", "grep_search",
-                           "search_file_content", "codebasesearch", "semsearch", "filesearch", "search"})
+_SEARCH_TOOLS = frozenset(
+    {"grep", "glob", "ls", "list", "listdir", "list_directory", "grep_search", "search_file_content", "codebasesearch", "semsearch", "filesearch", "search"}
+)
 _CLAUDE_READ_TOOLS = frozenset({"Read", "Glob", "Grep", "LS", "NotebookRead", "TodoRead", "TodoWrite"})
 _CLAUDE_WRITE_TOOLS = frozenset({"Write", "Edit", "MultiEdit", "NotebookEdit"})
 _CLAUDE_SHELL_TOOLS = frozenset({"Bash", "BashOutput", "KillShell", "KillBash", "Monitor"})
 _CLAUDE_OTHER_NATIVE = frozenset(
-    {"WebFetch", "WebSearch", "Task", "Agent", "TaskOutput", "TaskStop", "Skill", "ExitPlanMode",
-     "EnterPlanMode", "AskUserQuestion", "SlashCommand", "ToolSearch", "EnterWorktree"}
+    {
+        "WebFetch",
+        "WebSearch",
+        "Task",
+        "Agent",
+        "TaskOutput",
+        "TaskStop",
+        "Skill",
+        "ExitPlanMode",
+        "EnterPlanMode",
+        "AskUserQuestion",
+        "SlashCommand",
+        "ToolSearch",
+        "EnterWorktree",
+    }
 )
-_CURSOR_READ_TOOLS = frozenset(
-    {"read", "ls", "glob", "grep", "codebaseSearch", "semSearch", "readLints", "listDir", "fileSearch"}
-)
-_CURSOR_WRITE_TOOLS = frozenset(
-    {"write", "edit", "delete", "strReplace", "multiEdit", "applyPatch", "editNotebook", "move", "rename"}
-)
+_CURSOR_READ_TOOLS = frozenset({"read", "ls", "glob", "grep", "codebaseSearch", "semSearch", "readLints", "listDir", "fileSearch"})
+_CURSOR_WRITE_TOOLS = frozenset({"write", "edit", "delete", "strReplace", "multiEdit", "applyPatch", "editNotebook", "move", "rename"})
 _CURSOR_SHELL_TOOLS = frozenset({"shell", "terminal", "runTerminalCommand", "bash"})
 _CURSOR_OTHER_NATIVE = frozenset({"webSearch", "webFetch", "todo", "updateTodos", "askUserQuestion", "task"})
 #: deepseek's 0.2.1rc2 sdk-profile built-ins (what the runtime offers with no patch).
 _DSH_READ_TOOLS = frozenset({"read", "read_image", "glob", "grep"})
 _DSH_WRITE_TOOLS = frozenset({"write", "edit"})
 _DSH_SHELL_TOOLS = frozenset({"bash", "workflow", "job_kill", "job_list", "job_output"})
-_DSH_OTHER_NATIVE = frozenset({"web_fetch", "web_search", "subagent", "subagent_fork", "skill", "todo_write",
-                               "create_goal", "get_goal", "update_goal", "exit_plan_mode", "send_message",
-                               "interrupt_agent", "list_agents", "working_directory", "list_mcp_resources",
-                               "list_mcp_resource_templates", "read_mcp_resource"})
+_DSH_OTHER_NATIVE = frozenset(
+    {
+        "web_fetch",
+        "web_search",
+        "subagent",
+        "subagent_fork",
+        "skill",
+        "todo_write",
+        "create_goal",
+        "get_goal",
+        "update_goal",
+        "exit_plan_mode",
+        "send_message",
+        "interrupt_agent",
+        "list_agents",
+        "working_directory",
+        "list_mcp_resources",
+        "list_mcp_resource_templates",
+        "read_mcp_resource",
+    }
+)
 #: gemini-cli 0.61.0 built-ins (tool names as its stream-json `tool_use.tool_name` gives them).
 _GEMINI_READ_TOOLS = frozenset(
-    {"read_file", "read_many_files", "list_directory", "glob", "grep_search", "search_file_content",
-     "read_mcp_resource", "list_mcp_resources", "list_background_processes", "read_background_output"}
+    {
+        "read_file",
+        "read_many_files",
+        "list_directory",
+        "glob",
+        "grep_search",
+        "search_file_content",
+        "read_mcp_resource",
+        "list_mcp_resources",
+        "list_background_processes",
+        "read_background_output",
+    }
 )
 _GEMINI_WRITE_TOOLS = frozenset({"write_file", "replace", "edit", "save_memory", "write_todos"})
 _GEMINI_SHELL_TOOLS = frozenset({"run_shell_command"})
 _GEMINI_OTHER_NATIVE = frozenset(
-    {"google_web_search", "web_fetch", "update_topic", "enter_plan_mode", "exit_plan_mode", "invoke_agent",
-     "activate_skill", "ask_user", "codebase_investigator", "cli_help"}
+    {
+        "google_web_search",
+        "web_fetch",
+        "update_topic",
+        "enter_plan_mode",
+        "exit_plan_mode",
+        "invoke_agent",
+        "activate_skill",
+        "ask_user",
+        "codebase_investigator",
+        "cli_help",
+    }
 )
 #: `tool_result.error.type` values with which gemini-cli refused a call without running it.
 _GEMINI_REFUSED_TYPES = frozenset({"tool_not_registered", "invalid_tool_params"})
@@ -376,16 +453,37 @@ _OPENCODE_SHELL_TOOLS = frozenset({"bash"})
 _OPENCODE_OTHER_NATIVE = frozenset({"webfetch", "websearch", "codesearch", "task", "skill", "question", "batch", "invalid"})
 #: zcode's built-ins (the seed's 0.16.9 denylist and read allowlist, review §1.5), classified.
 _ZCODE_READ_TOOLS = frozenset(
-    {"Read", "Grep", "Glob", "LS", "TodoRead", "TodoWrite", "TaskOutput", "ReadSessionContext", "ListWorkflowRuns",
-     "GetWorkflowRun", "ListSavedWorkflows", "ListModels"}
+    {
+        "Read",
+        "Grep",
+        "Glob",
+        "LS",
+        "TodoRead",
+        "TodoWrite",
+        "TaskOutput",
+        "ReadSessionContext",
+        "ListWorkflowRuns",
+        "GetWorkflowRun",
+        "ListSavedWorkflows",
+        "ListModels",
+    }
 )
-_ZCODE_WRITE_TOOLS = frozenset(
-    {"Edit", "Write", "MultiEdit", "NotebookEdit", "CreateWorkflow", "AmendWorkflow", "SaveWorkflow"}
-)
+_ZCODE_WRITE_TOOLS = frozenset({"Edit", "Write", "MultiEdit", "NotebookEdit", "CreateWorkflow", "AmendWorkflow", "SaveWorkflow"})
 _ZCODE_SHELL_TOOLS = frozenset({"Bash", "EvalWorkflowSnippet"})
 _ZCODE_OTHER_NATIVE = frozenset(
-    {"Agent", "Skill", "ExitPlanMode", "EnterPlanMode", "AskUserQuestion", "SendMessage", "WebFetch", "WebSearch",
-     "ResumeWorkflowRun", "ResolveWorkflowQuestion", "TaskStop"}
+    {
+        "Agent",
+        "Skill",
+        "ExitPlanMode",
+        "EnterPlanMode",
+        "AskUserQuestion",
+        "SendMessage",
+        "WebFetch",
+        "WebSearch",
+        "ResumeWorkflowRun",
+        "ResolveWorkflowQuestion",
+        "TaskStop",
+    }
 )
 #: The CLI's own words refusing a disabled built-in, each seen in a recorded refusal
 #: (fixtures/claude, fixtures/claude/drift/<version>.json; tests/test_loopback_drift_facts.py
@@ -420,9 +518,15 @@ class Auditor:
         self._pending_args: dict[str, tuple[Any, bool]] = {}  # claude tool_use id -> (input, known)
         self._codex_started: dict[str, str] = {}  # codex command items seen started, not completed
         self._markers = _MARKERS[cli]
-        self._handle = {"claude": self._claude, "codex": self._codex, "cursor": self._cursor,
-                        "deepseek": self._deepseek, "gemini": self._gemini,
-                        "opencode": self._opencode, "zcode": self._zcode}[cli]
+        self._handle = {
+            "claude": self._claude,
+            "codex": self._codex,
+            "cursor": self._cursor,
+            "deepseek": self._deepseek,
+            "gemini": self._gemini,
+            "opencode": self._opencode,
+            "zcode": self._zcode,
+        }[cli]
 
     # -- flags --------------------------------------------------------------------------
 
@@ -443,8 +547,7 @@ class Auditor:
         under it is a new call, audited, never hidden behind the first."""
         if not call_id:
             return True
-        digest = hashlib.blake2b(json.dumps(what, sort_keys=True, default=str).encode("utf-8", "replace"),
-                                 digest_size=16).digest()
+        digest = hashlib.blake2b(json.dumps(what, sort_keys=True, default=str).encode("utf-8", "replace"), digest_size=16).digest()
         seen = self._seen_ids.get(call_id)
         if seen is not None and digest in seen:
             return False
@@ -461,8 +564,7 @@ class Auditor:
         own cwd, recursively: it is bound as `.` from the session cwd (not the scope root)."""
         if not isinstance(args, dict):
             return
-        if tool.lower() in _SEARCH_TOOLS and not any(isinstance(args.get(k), str) and args.get(k)
-                                                     for k in _PATH_KEYS + ("paths", "files", "targets")):
+        if tool.lower() in _SEARCH_TOOLS and not any(isinstance(args.get(k), str) and args.get(k) for k in _PATH_KEYS + ("paths", "files", "targets")):
             inside, why = self.binder.check(".")
             if not inside:
                 self.flag("native_file_outside_scope", f"{tool}: no path, so it searches the CLI's cwd ({why})")
@@ -563,9 +665,7 @@ class Auditor:
             self._pending_native[call_id] = name
             self._pending_args[call_id] = (args, known)
             return
-        self._native_used(
-            name, args, shell=name in _CLAUDE_SHELL_TOOLS, write=name in _CLAUDE_WRITE_TOOLS, known=known
-        )
+        self._native_used(name, args, shell=name in _CLAUDE_SHELL_TOOLS, write=name in _CLAUDE_WRITE_TOOLS, known=known)
 
     def _claude_tool_result(self, block: dict, ran: bool = False) -> None:
         """`ran`: the event carried the tool's structured result (claude's `tool_use_result`
@@ -578,9 +678,7 @@ class Auditor:
         if block.get("is_error") and _refused_by_claude(block.get("content"), name, ran):
             self.flag("native_tool_refused_by_cli", name)
             return
-        self._native_used(
-            name, args, shell=name in _CLAUDE_SHELL_TOOLS, write=name in _CLAUDE_WRITE_TOOLS, known=known
-        )
+        self._native_used(name, args, shell=name in _CLAUDE_SHELL_TOOLS, write=name in _CLAUDE_WRITE_TOOLS, known=known)
 
     # -- codex --------------------------------------------------------------------------
 
@@ -683,7 +781,7 @@ class Auditor:
             return
         name = str(data.get("name") or "")
         if name.startswith("mcp__"):
-            server = name[len("mcp__"):].split("__", 1)[0]
+            server = name[len("mcp__") :].split("__", 1)[0]
             if server == BRIDGE_SERVER:
                 self.bridge_tool_uses += 1
             else:
@@ -693,8 +791,14 @@ class Auditor:
             args = json.loads(data.get("arguments") or "{}")
         except (TypeError, ValueError):
             args = {}
-        self._native_used(name, args, shell=name in _DSH_SHELL_TOOLS, write=name in _DSH_WRITE_TOOLS,
-                          known=name in _DSH_READ_TOOLS | _DSH_WRITE_TOOLS | _DSH_SHELL_TOOLS | _DSH_OTHER_NATIVE)
+        self._native_used(
+            name,
+            args,
+            shell=name in _DSH_SHELL_TOOLS,
+            write=name in _DSH_WRITE_TOOLS,
+            known=name in _DSH_READ_TOOLS | _DSH_WRITE_TOOLS | _DSH_SHELL_TOOLS | _DSH_OTHER_NATIVE,
+        )
+
     # -- opencode -----------------------------------------------------------------------
 
     def _opencode(self, ev: dict) -> None:
@@ -719,8 +823,7 @@ class Auditor:
         known = name in _OPENCODE_READ_TOOLS | _OPENCODE_WRITE_TOOLS | _OPENCODE_SHELL_TOOLS | _OPENCODE_OTHER_NATIVE
         if not known and "_" in name:
             self.flag("foreign_mcp_tool", f"opencode MCP-style tool {name!r} (not the {BRIDGE_SERVER} server)")
-        self._native_used(name, state.get("input"), shell=name in _OPENCODE_SHELL_TOOLS,
-                          write=name in _OPENCODE_WRITE_TOOLS, known=known)
+        self._native_used(name, state.get("input"), shell=name in _OPENCODE_SHELL_TOOLS, write=name in _OPENCODE_WRITE_TOOLS, known=known)
 
     # -- gemini -------------------------------------------------------------------------
 
@@ -835,7 +938,7 @@ class Auditor:
         from harnesscheck.core.policy import ToolCall, ToolKind, Verdict, _rel_path
 
         engine = self.facts.policy
-        kind = (ToolKind.EXECUTE if shell else ToolKind.WRITE if write else ToolKind.READ if known else ToolKind.OTHER)
+        kind = ToolKind.EXECUTE if shell else ToolKind.WRITE if write else ToolKind.READ if known else ToolKind.OTHER
         arguments = dict(args) if isinstance(args, dict) else {}
         path = next((arguments[k] for k in _PATH_KEYS if isinstance(arguments.get(k), str) and arguments[k]), None)
         call = ToolCall(tool=name, args=arguments, kind=kind, path=_rel_path(path, engine.root) if path else None)
@@ -853,8 +956,7 @@ class Auditor:
         for call_id, name in list(self._pending_native.items()):
             # a native tool_use with no tool_result: assume it ran (the log may be truncated)
             args, known = self._pending_args.get(call_id, (None, False))
-            shells, writes = (_GEMINI_SHELL_TOOLS, _GEMINI_WRITE_TOOLS) if self.cli == "gemini" else (
-                _CLAUDE_SHELL_TOOLS, _CLAUDE_WRITE_TOOLS)
+            shells, writes = (_GEMINI_SHELL_TOOLS, _GEMINI_WRITE_TOOLS) if self.cli == "gemini" else (_CLAUDE_SHELL_TOOLS, _CLAUDE_WRITE_TOOLS)
             self._native_used(name, args, shell=name in shells, write=name in writes, known=known)
         self._pending_native.clear()
         self._pending_args.clear()
@@ -988,9 +1090,9 @@ def _refused_by_claude(content: Any, name: str, ran: bool) -> bool:
     text = content.strip()
     if not (text.startswith("<tool_use_error>") and text.endswith("</tool_use_error>")):
         return False
-    inner = text[len("<tool_use_error>"):-len("</tool_use_error>")].strip()
+    inner = text[len("<tool_use_error>") : -len("</tool_use_error>")].strip()
     if inner.startswith("Error: "):
-        inner = inner[len("Error: "):]
+        inner = inner[len("Error: ") :]
     if not inner.startswith(f"No such tool available: {name}"):
         return False
     return any(m in inner for m in _REFUSED_MARKERS)

@@ -78,16 +78,17 @@ class AuthStore:
         except FileNotFoundError:
             return {}
         except OSError as exc:  # ELOOP: a symlink in the file's place
-            raise AuthUnavailable("auth", f"{self.path} cannot be opened ({exc.strerror})",
-                                  f"remove {self.path} and log in again") from None
+            raise AuthUnavailable("auth", f"{self.path} cannot be opened ({exc.strerror})", f"remove {self.path} and log in again") from None
         with os.fdopen(fd, "rb") as fh:
             info = os.fstat(fh.fileno())
             if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
-                raise AuthUnavailable("auth", f"{self.path} is not a regular file of this user",
-                                      f"remove {self.path} and log in again")
+                raise AuthUnavailable("auth", f"{self.path} is not a regular file of this user", f"remove {self.path} and log in again")
             if info.st_mode & 0o077:
-                raise AuthUnavailable("auth", f"{self.path} is readable by others (mode {oct(info.st_mode & 0o777)[2:]})",
-                                      f"chmod 600 {self.path} (or remove it and log in again)")
+                raise AuthUnavailable(
+                    "auth",
+                    f"{self.path} is readable by others (mode {oct(info.st_mode & 0o777)[2:]})",
+                    f"chmod 600 {self.path} (or remove it and log in again)",
+                )
             raw = fh.read()
         try:
             data = json.loads(raw.decode("utf-8")) if raw.strip() else {}

@@ -44,8 +44,7 @@ class CliInstallChanged(HarnessError):
         self.entry, self.why = entry, why
         super().__init__(
             f"the cached CLI {entry} is not what install-clis installed: {why}",
-            f"reinstall it: remove the cache entry {entry} and run `harnesscheck install-clis` "
-            "(it records the install's digest)",
+            f"reinstall it: remove the cache entry {entry} and run `harnesscheck install-clis` (it records the install's digest)",
         )
 
 
@@ -101,8 +100,7 @@ def record(pkg: os.PathLike[str] | str) -> Path:
         if stat.S_ISLNK(st.st_mode):
             links[rel] = os.readlink(path)
         elif stat.S_ISREG(st.st_mode):
-            files[rel] = {"size": st.st_size, "sha256": _sha256(path), "ctime_ns": st.st_ctime_ns,
-                          "mode": stat.S_IMODE(st.st_mode)}
+            files[rel] = {"size": st.st_size, "sha256": _sha256(path), "ctime_ns": st.st_ctime_ns, "mode": stat.S_IMODE(st.st_mode)}
     out = manifest_path(pkg)
     out.parent.mkdir(mode=0o700, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")

@@ -106,24 +106,30 @@ def request_device_code(settings: Settings, http: Any) -> DeviceCode:
     """Step 1: POST <github>/login/device/code {client_id, scope}."""
     url = settings.github_url.rstrip("/") + "/login/device/code"
     try:
-        response = http.post(url, data={"client_id": settings.copilot_client_id, "scope": "read:user"},
-                             headers={"Accept": "application/json", "User-Agent": USER_AGENT})
+        response = http.post(
+            url, data={"client_id": settings.copilot_client_id, "scope": "read:user"}, headers={"Accept": "application/json", "User-Agent": USER_AGENT}
+        )
     except Exception as exc:
         raise LoginFailed(f"copilot login: cannot reach {url} ({type(exc).__name__})", "check the network, or HARNESS_GITHUB_URL") from None
     data = _json(response)
     if response.status_code != 200 or not data.get("device_code") or not data.get("user_code"):
         what = str(data.get("error") or f"HTTP {response.status_code}")
-        raise LoginFailed(f"copilot login: GitHub refused the device code request: {scrub(what, ())}",
-                          "check HARNESS_COPILOT_CLIENT_ID (a GitHub OAuth app with the device flow enabled)")
+        raise LoginFailed(
+            f"copilot login: GitHub refused the device code request: {scrub(what, ())}",
+            "check HARNESS_COPILOT_CLIENT_ID (a GitHub OAuth app with the device flow enabled)",
+        )
     return DeviceCode(
-        device_code=str(data["device_code"]), user_code=str(data["user_code"]),
+        device_code=str(data["device_code"]),
+        user_code=str(data["user_code"]),
         verification_uri=str(data.get("verification_uri") or settings.github_url.rstrip("/") + "/login/device"),
-        interval=max(1.0, float(data.get("interval") or 5)), expires_in=max(1.0, float(data.get("expires_in") or 900)),
+        interval=max(1.0, float(data.get("interval") or 5)),
+        expires_in=max(1.0, float(data.get("expires_in") or 900)),
     )
 
 
-def poll_for_token(settings: Settings, http: Any, code: DeviceCode, *, sleep: Callable[[float], None] | None = None,
-                   clock: Callable[[], float] = time.monotonic) -> str:
+def poll_for_token(
+    settings: Settings, http: Any, code: DeviceCode, *, sleep: Callable[[float], None] | None = None, clock: Callable[[], float] = time.monotonic
+) -> str:
     """Step 2: poll <github>/login/oauth/access_token every `interval` seconds until GitHub
     answers with a token. `authorization_pending`: poll again; `slow_down`: the interval grows
     by 5 s (or to GitHub's new interval, if larger) for every later poll; `expired_token`, the
@@ -159,8 +165,14 @@ def poll_for_token(settings: Settings, http: Any, code: DeviceCode, *, sleep: Ca
         raise LoginFailed(f"copilot login: GitHub answered {scrub(error, secrets)}", "run `harnesscheck login copilot` again")
 
 
-def login(settings: Settings, *, on_prompt: Callable[[str, str], None], http: Any = None,
-          sleep: Callable[[float], None] | None = None, clock: Callable[[], float] = time.monotonic) -> Path:
+def login(
+    settings: Settings,
+    *,
+    on_prompt: Callable[[str, str], None],
+    http: Any = None,
+    sleep: Callable[[float], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Path:
     """The whole device flow: show the code (`on_prompt(user_code, verification_uri)`), wait
     for the user, store the GitHub token under `copilot` in auth.json (0600). Returns its path."""
     from harnesscheck.backends.authstore import AuthStore
@@ -222,8 +234,7 @@ class TokenSource:
     nothing to refresh (direct mode). A login the exchange accepted and now rejects raises
     auth (no fallback: the login itself was revoked). `clock` is injectable (epoch seconds)."""
 
-    def __init__(self, github_token: str, settings: Settings, *, clock: Callable[[], float] = time.time,
-                 http: Callable[[], Any] | None = None):
+    def __init__(self, github_token: str, settings: Settings, *, clock: Callable[[], float] = time.time, http: Callable[[], Any] | None = None):
         self._github_token = github_token
         self._url = settings.github_api_url.rstrip("/") + "/copilot_internal/v2/token"
         self._clock = clock
@@ -264,10 +275,15 @@ class TokenSource:
         secrets = (self._github_token,)
         try:
             with self._http() as http:
-                response = http.get(self._url, headers={
-                    "Authorization": f"token {self._github_token}", "Accept": "application/json",
-                    "User-Agent": USER_AGENT, "X-GitHub-Api-Version": GITHUB_API_VERSION,
-                })
+                response = http.get(
+                    self._url,
+                    headers={
+                        "Authorization": f"token {self._github_token}",
+                        "Accept": "application/json",
+                        "User-Agent": USER_AGENT,
+                        "X-GitHub-Api-Version": GITHUB_API_VERSION,
+                    },
+                )
         except Exception as exc:
             raise LLMError(ErrorClass.network, f"copilot token exchange: connection error ({type(exc).__name__})") from None
         data = _json(response)
@@ -276,13 +292,13 @@ class TokenSource:
             if self._mode is None:
                 self._mode = "direct"
                 return Credential(self._github_token, "direct")
-            raise LLMError(ErrorClass.auth, f"copilot token exchange: HTTP {status}: GitHub rejected the stored login; "
-                           "fix: harnesscheck login copilot", status_code=status)
+            raise LLMError(
+                ErrorClass.auth, f"copilot token exchange: HTTP {status}: GitHub rejected the stored login; fix: harnesscheck login copilot", status_code=status
+            )
         if status != 200:
             error_class = classify(status, data)
             message = scrub(f"copilot token exchange: HTTP {status}: {str(data.get('message') or '')[:200]}", secrets)
-            raise LLMError(error_class if error_class is not ErrorClass.unknown else ErrorClass.server_error, message,
-                           status_code=status)
+            raise LLMError(error_class if error_class is not ErrorClass.unknown else ErrorClass.server_error, message, status_code=status)
         token, expires_at = data.get("token"), data.get("expires_at")
         if not isinstance(token, str) or not token or not isinstance(expires_at, (int, float)):
             raise LLMError(ErrorClass.protocol, "copilot token exchange: the answer has no token and expires_at")
@@ -362,17 +378,28 @@ BASE_HEADERS = {"User-Agent": USER_AGENT, "X-GitHub-Api-Version": GITHUB_API_VER
 def base_headers(settings: Settings) -> dict[str, str]:
     """Every Copilot request's headers: BASE_HEADERS and the editor identity of the settings
     (`Editor-Version`, `Editor-Plugin-Version`, `Copilot-Integration-Id`)."""
-    return {**BASE_HEADERS, "Editor-Version": settings.copilot_editor_version,
-            "Editor-Plugin-Version": f"harnesscheck/{__version__}",
-            "Copilot-Integration-Id": settings.copilot_integration_id}
+    return {
+        **BASE_HEADERS,
+        "Editor-Version": settings.copilot_editor_version,
+        "Editor-Plugin-Version": f"harnesscheck/{__version__}",
+        "Copilot-Integration-Id": settings.copilot_integration_id,
+    }
 
 
 class CopilotLLM:
     """LLM-shaped (`create`, `close`, `model`, `backoff_s`): one Copilot account, each model
     routed to its codec, the Copilot headers, and the one refresh on 401."""
 
-    def __init__(self, tokens: TokenSource, settings: Settings, *, model: str | None = None,
-                 sleep: Callable[[float], None] | None = None, retries: int | None = None, max_tokens: int | None = None):
+    def __init__(
+        self,
+        tokens: TokenSource,
+        settings: Settings,
+        *,
+        model: str | None = None,
+        sleep: Callable[[float], None] | None = None,
+        retries: int | None = None,
+        max_tokens: int | None = None,
+    ):
         self.tokens = tokens
         self.settings = settings
         self.model = model
@@ -415,8 +442,15 @@ class CopilotLLM:
             held = self._codecs.get(mode)
             if held is not None and held[0] == cred.token:
                 return held[1]
-            codec = LLM(mode, api_key=cred.token, base_url=self.base_url, model=self.model, bearer=True,
-                        default_headers=base_headers(self.settings), **self._codec_kwargs)
+            codec = LLM(
+                mode,
+                api_key=cred.token,
+                base_url=self.base_url,
+                model=self.model,
+                bearer=True,
+                default_headers=base_headers(self.settings),
+                **self._codec_kwargs,
+            )
             if self._backoff_s is not None:
                 codec.backoff_s = self._backoff_s
             self._codecs[mode] = (cred.token, codec)
@@ -470,9 +504,19 @@ class CopilotLLM:
 
     # -- the LLM interface -------------------------------------------------------------------
 
-    def create(self, *, messages: list[dict], system: str | None = None, tools: list[dict] | None = None,
-               model: str | None = None, max_tokens: int | None = None, on_text: Callable[[str], None] | None = None,
-               timeout_s: float | None = None, abort: Any = None, deadline: float | None = None) -> Reply:
+    def create(
+        self,
+        *,
+        messages: list[dict],
+        system: str | None = None,
+        tools: list[dict] | None = None,
+        model: str | None = None,
+        max_tokens: int | None = None,
+        on_text: Callable[[str], None] | None = None,
+        timeout_s: float | None = None,
+        abort: Any = None,
+        deadline: float | None = None,
+    ) -> Reply:
         """One streamed turn through the model's codec (LLM.create), with the Copilot headers."""
         model = model or self.model
         if not model:
@@ -483,12 +527,22 @@ class CopilotLLM:
             raise LLMError(ErrorClass.model_unavailable, f"copilot offers no model {model!r} (GET /models lists: {offered})")
         mode = routes[model]
         if mode is None:
-            raise LLMError(ErrorClass.model_unavailable,
-                           f"copilot serves {model!r} only on endpoints harnesscheck does not speak")
+            raise LLMError(ErrorClass.model_unavailable, f"copilot serves {model!r} only on endpoints harnesscheck does not speak")
         headers = turn_headers(messages, mode)
-        return self._authorized(lambda cred: self.codec(mode, cred).create(
-            messages=messages, system=system, tools=tools, model=model, max_tokens=max_tokens, on_text=on_text,
-            timeout_s=timeout_s, abort=abort, deadline=deadline, extra_headers=headers))
+        return self._authorized(
+            lambda cred: self.codec(mode, cred).create(
+                messages=messages,
+                system=system,
+                tools=tools,
+                model=model,
+                max_tokens=max_tokens,
+                on_text=on_text,
+                timeout_s=timeout_s,
+                abort=abort,
+                deadline=deadline,
+                extra_headers=headers,
+            )
+        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -498,8 +552,9 @@ class CopilotLLM:
 class CopilotTransport(ApiTransport):
     """The `copilot` backend: the api backend's host-owned tool loop over a CopilotLLM."""
 
-    def __init__(self, spec: ProviderSpec, settings: Settings, *, sleep: Callable[[float], None] | None = None,
-                 retries: int | None = None, max_tokens: int | None = None):
+    def __init__(
+        self, spec: ProviderSpec, settings: Settings, *, sleep: Callable[[float], None] | None = None, retries: int | None = None, max_tokens: int | None = None
+    ):
         from harnesscheck.backends.authstore import AuthStore
         from harnesscheck.core.paths import auth_dir
 

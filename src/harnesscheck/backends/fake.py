@@ -104,7 +104,8 @@ class FakeScript:
                 error_message=str(t.get("error_message", "")),
                 usage=Usage(input=int(t.get("input", 10)), output=int(t.get("output", 5))),
             )
-            for t in data["turns"] if isinstance(t, dict)
+            for t in data["turns"]
+            if isinstance(t, dict)
         ]
         return cls(turns, repeat_last=bool(data.get("repeat_last"))) if turns else None
 
@@ -160,16 +161,23 @@ class FakeTransport:
         if request.options is not None and request.options.given():  # a script has no model to pass them to
             from harnesscheck.core.contracts import OptionUnsupported
 
-            raise OptionUnsupported(self.spec.id, next(iter(request.options.given())), request.model,
-                                    "the fake backend's scripted model takes no request options")
+            raise OptionUnsupported(
+                self.spec.id, next(iter(request.options.given())), request.model, "the fake backend's scripted model takes no request options"
+            )
         started = time.monotonic()
         try:
             with session_slot(self.settings.concurrency, wait_s=request.timeout_s):
                 return self._session(request, cancel, on_text, script or FakeScript.from_prompt(request.prompt), started)
         except SlotBusy as exc:
-            return AgentOutcome(status=OutcomeStatus.truncated, error_class=ErrorClass.timeout, retryable=True,
-                                message=f"the session never started: {exc}", session_id=request.session_id,
-                                backend=self.spec.id, duration_s=time.monotonic() - started)
+            return AgentOutcome(
+                status=OutcomeStatus.truncated,
+                error_class=ErrorClass.timeout,
+                retryable=True,
+                message=f"the session never started: {exc}",
+                session_id=request.session_id,
+                backend=self.spec.id,
+                duration_s=time.monotonic() - started,
+            )
 
     def session_run_dir(self, request: AgentSessionRequest) -> Path:
         """The session's run dir: fresh and private, never inside the worktree once `..` and
@@ -275,13 +283,23 @@ class FakeTransport:
         served = turn.model or model or self.settings.model or DEFAULT_MODEL
         if turn.error is not None:
             status = OutcomeStatus.blocked if turn.error in BLOCKING else OutcomeStatus.error
-            return AgentOutcome(status=status, error_class=turn.error, retryable=turn.error in RETRYABLE,
-                                message=self.error_message(turn, turn.error), backend=self.spec.id)
-        return apply_model_guard(AgentOutcome(
-            status=OutcomeStatus.ok, text=turn.text, usage=turn.usage, requested_model=model,
-            served_model=served, model_verdict=model_verdict(model, served), backend=self.spec.id,
-            terminal_event_seen=True, iterations=1,
-        ), self.settings.model_mismatch)
+            return AgentOutcome(
+                status=status, error_class=turn.error, retryable=turn.error in RETRYABLE, message=self.error_message(turn, turn.error), backend=self.spec.id
+            )
+        return apply_model_guard(
+            AgentOutcome(
+                status=OutcomeStatus.ok,
+                text=turn.text,
+                usage=turn.usage,
+                requested_model=model,
+                served_model=served,
+                model_verdict=model_verdict(model, served),
+                backend=self.spec.id,
+                terminal_event_seen=True,
+                iterations=1,
+            ),
+            self.settings.model_mismatch,
+        )
 
     def session_log(self, session_id: str) -> SessionLog:
         with self._lock:
@@ -299,7 +317,7 @@ class FakeTransport:
         repeats = max(turn.usage_repeats, 1)
         for i in range(repeats):
             if words:
-                chunk = " ".join(words[i * len(words) // repeats:(i + 1) * len(words) // repeats])
+                chunk = " ".join(words[i * len(words) // repeats : (i + 1) * len(words) // repeats])
                 if chunk:
                     yield _Event("text", message_id, text=(" " if i else "") + chunk)
             yield _Event("usage", message_id, usage=turn.usage)
@@ -345,8 +363,7 @@ class FakeTransport:
         """Every tool call goes through the one choke point."""
         from harnesscheck.choke.dispatch import dispatch
 
-        return dispatch(call.name, dict(call.args), request.scope, trace, session_id=session_id,
-                        policy=request.policy_engine(session_id))
+        return dispatch(call.name, dict(call.args), request.scope, trace, session_id=session_id, policy=request.policy_engine(session_id))
 
     def policy_limit_reached(self, engine) -> str | None:
         """The policy limit the session reached (it then ends truncated/budget), or None."""

@@ -111,9 +111,7 @@ class Reply:
         if self.text:
             blocks.append({"type": "text", "text": self.text})
         for call in self.tool_calls:
-            blocks.append(
-                {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments or {}}
-            )
+            blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments or {}})
         return {"role": "assistant", "content": blocks}
 
 
@@ -544,8 +542,7 @@ class _Turn:
         if args:
             slot["args"].append(args)
 
-    def thinking(self, key: Any, *, kind: str = "thinking", text: str | None = None, signature: str | None = None,
-                 data: str | None = None) -> None:
+    def thinking(self, key: Any, *, kind: str = "thinking", text: str | None = None, signature: str | None = None, data: str | None = None) -> None:
         """Anthropic reasoning blocks, by their index: text deltas (shown as thought), the
         signature, or a redacted block's data."""
         self.streamed = True
@@ -678,9 +675,7 @@ def _consume_chat(stream: Any, turn: _Turn) -> None:
     for chunk in stream:
         turn.model(chunk.model)
         if chunk.usage is not None:
-            turn.reply.usage = _openai_usage(
-                chunk.usage, "prompt_tokens", "completion_tokens", "prompt_tokens_details", "completion_tokens_details"
-            )
+            turn.reply.usage = _openai_usage(chunk.usage, "prompt_tokens", "completion_tokens", "prompt_tokens_details", "completion_tokens_details")
         for choice in chunk.choices or []:
             if choice.index != 0:
                 continue
@@ -726,9 +721,7 @@ def _consume_responses(stream: Any, turn: _Turn) -> None:
             response = event.response
             turn.reply.served_model = response.model or turn.reply.served_model
             if response.usage is not None:
-                turn.reply.usage = _openai_usage(
-                    response.usage, "input_tokens", "output_tokens", "input_tokens_details", "output_tokens_details"
-                )
+                turn.reply.usage = _openai_usage(response.usage, "input_tokens", "output_tokens", "input_tokens_details", "output_tokens_details")
             if kind == "response.incomplete":
                 reason = _get(response.incomplete_details, "reason")
                 turn.reply.stop_reason = "max_tokens" if reason == "max_output_tokens" else (reason or "incomplete")
@@ -934,7 +927,12 @@ class LLM:
     # -- requests ----------------------------------------------------------------------
 
     def request_kwargs(
-        self, model: str, system: str | list[str] | None, messages: list[dict], tools: list[dict] | None, max_tokens: int,
+        self,
+        model: str,
+        system: str | list[str] | None,
+        messages: list[dict],
+        tools: list[dict] | None,
+        max_tokens: int,
         options: Any = None,
     ) -> dict[str, Any]:
         """The SDK call's arguments for this mode (the wire body, before the SDK adds `stream`).
@@ -943,8 +941,7 @@ class LLM:
         (contracts.RequestOptions, checked by `check_options` first) are spelled as the wire
         spells them (`wire_options`)."""
         if self.api_mode == "anthropic_messages":
-            kwargs: dict[str, Any] = {"model": model, "max_tokens": max_tokens,
-                                      "messages": with_cache_breakpoints(to_anthropic_messages(messages))}
+            kwargs: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": with_cache_breakpoints(to_anthropic_messages(messages))}
             blocks = anthropic_system(system)
             if blocks:
                 kwargs["system"] = blocks
@@ -966,8 +963,15 @@ class LLM:
         return kwargs
 
     def _open_stream(
-        self, model: str, system: str | list[str] | None, messages: list[dict], tools: list[dict] | None, max_tokens: int,
-        timeout: float | None, extra_headers: dict[str, str] | None = None, options: Any = None,
+        self,
+        model: str,
+        system: str | list[str] | None,
+        messages: list[dict],
+        tools: list[dict] | None,
+        max_tokens: int,
+        timeout: float | None,
+        extra_headers: dict[str, str] | None = None,
+        options: Any = None,
     ) -> Any:
         client = self.client()
         extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
@@ -1022,8 +1026,7 @@ class LLM:
                 timeout = left if timeout is None else min(timeout, left)
             turn = _Turn(on_text)
             try:
-                return self._attempt(turn, model, system, messages, tools, max_tokens, timeout, abort, attempt, extra_headers,
-                                     options)
+                return self._attempt(turn, model, system, messages, tools, max_tokens, timeout, abort, attempt, extra_headers, options)
             except LLMError as err:
                 err.attempts = attempt
                 if err.error_class is ErrorClass.timeout and deadline is not None and not isinstance(err, Aborted):

@@ -181,8 +181,7 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             label="Cursor (cursor-agent --print)",
             factory="harnesscheck.backends.cursor:CursorTransport",
             kit_profile="harnesscheck.backends.cursor.kit_profile:PROFILE",
-            capabilities=frozenset({C.mcp_tools,
-                    C.host_policy, C.event_stream, C.host_approvals, C.native_tools_audited, C.usage_reporting, C.cancellation}),
+            capabilities=frozenset({C.mcp_tools, C.host_policy, C.event_stream, C.host_approvals, C.native_tools_audited, C.usage_reporting, C.cancellation}),
             cli_name="cursor-agent",
             description="Subscription CLI (not on the npm registry: offline level only).",
         ),
@@ -278,9 +277,17 @@ BUILTIN_SPECS: dict[str, ProviderSpec] = {
             factory="harnesscheck.backends.zcode:ZcodeTransport",
             kit_profile="harnesscheck.backends.zcode.kit_profile:PROFILE",
             capabilities=frozenset(
-                {C.mcp_tools,
-                    C.host_policy, C.event_stream, C.host_approvals, C.native_tools_audited, C.usage_reporting, C.served_model_reporting, C.cancellation,
-                 C.config_isolation}
+                {
+                    C.mcp_tools,
+                    C.host_policy,
+                    C.event_stream,
+                    C.host_approvals,
+                    C.native_tools_audited,
+                    C.usage_reporting,
+                    C.served_model_reporting,
+                    C.cancellation,
+                    C.config_isolation,
+                }
             ),
             cli_name="zcode",
             # The built-in denylist is the one the references recorded from 0.16.9: a 0.x line
@@ -364,8 +371,7 @@ def _profile_at(reference: str):
 
     profile = _resolve(reference)
     if not isinstance(profile, KitProfile):
-        raise ConfigError(f"kit profile {reference!r} is not a KitProfile",
-                          "point ProviderSpec.kit_profile at a harnesscheck.backends._kit_profile.KitProfile")
+        raise ConfigError(f"kit profile {reference!r} is not a KitProfile", "point ProviderSpec.kit_profile at a harnesscheck.backends._kit_profile.KitProfile")
     return profile
 
 
@@ -451,15 +457,19 @@ def acp_spec(backend_id: str) -> ProviderSpec:
     profile = profile_for(backend_id)
     package, _, version = (profile.install.npm or "").rpartition("@")
     return ProviderSpec(
-        id=backend_id, kind=Kind.harness, label=f"ACP agent {profile.name}",
+        id=backend_id,
+        kind=Kind.harness,
+        label=f"ACP agent {profile.name}",
         factory="harnesscheck.backends.acp:AcpTransport",
         # a profile that switches the agent's built-ins off claims it (judged at the wire at loopback)
         capabilities=ACP_CAPABILITIES | ({C.builtin_tools_off} if profile.builtins_off else set()),
         cli_name=Path(profile.install.bin or profile.command[0]).name,
         # the npm pin the loopback level runs (the real agent against the scripted servers)
-        cli_package=package or None, pinned_version=version or None,
+        cli_package=package or None,
+        pinned_version=version or None,
         description=profile.description or f"ACP agent: {' '.join(profile.command)}",
     )
+
 
 #: A third-party backend's id: letters, digits, '.', '_', '-' (it names report columns, file
 #: names and rerun commands: no space, quote or shell character).
@@ -472,42 +482,50 @@ def spec_from_reference(reference: str) -> ProviderSpec:
     error, exit 2) naming the module or attribute and the fix, never a traceback, and a
     factory that does not import is caught here, once, not in every cell."""
     module, _, attr = reference.partition(":")
-    example = (f"e.g. `def spec() -> ProviderSpec` in {(module or 'mybackend').replace('.', '/')}.py "
-               f"and --backend {module or 'mybackend'}:spec")
+    example = f"e.g. `def spec() -> ProviderSpec` in {(module or 'mybackend').replace('.', '/')}.py and --backend {module or 'mybackend'}:spec"
     if not module or not attr:
         raise ConfigError(f"backend {reference!r}: a reference is 'module:attr'", example)
     try:
         loaded = importlib.import_module(module)
     except Exception as exc:  # noqa: BLE001 - any import failure is the user's module's
-        raise ConfigError(f"backend {reference!r}: importing module {module!r} failed: {type(exc).__name__}: {exc}",
-                          f"make `python -c 'import {module}'` work in this environment (install its dependencies, "
-                          "or run from the directory that holds it)") from None
+        raise ConfigError(
+            f"backend {reference!r}: importing module {module!r} failed: {type(exc).__name__}: {exc}",
+            f"make `python -c 'import {module}'` work in this environment (install its dependencies, or run from the directory that holds it)",
+        ) from None
     if not hasattr(loaded, attr):
-        names = sorted(n for n, v in vars(loaded).items() if not n.startswith("_") and callable(v)
-                       and getattr(v, "__module__", None) == module)[:8]
-        raise ConfigError(f"backend {reference!r}: module {module!r} has no attribute {attr!r}"
-                          + (f" (it has: {', '.join(names)})" if names else ""), example)
+        names = sorted(n for n, v in vars(loaded).items() if not n.startswith("_") and callable(v) and getattr(v, "__module__", None) == module)[:8]
+        raise ConfigError(f"backend {reference!r}: module {module!r} has no attribute {attr!r}" + (f" (it has: {', '.join(names)})" if names else ""), example)
     obj = getattr(loaded, attr)
     try:
         spec = obj() if callable(obj) and not isinstance(obj, ProviderSpec) else obj
     except Exception as exc:  # noqa: BLE001 - the user's spec function failed
-        raise ConfigError(f"backend {reference!r}: calling {module}.{attr}() failed: {type(exc).__name__}: {exc}",
-                          f"{module}.{attr} must return a harnesscheck.core.contracts.ProviderSpec") from None
+        raise ConfigError(
+            f"backend {reference!r}: calling {module}.{attr}() failed: {type(exc).__name__}: {exc}",
+            f"{module}.{attr} must return a harnesscheck.core.contracts.ProviderSpec",
+        ) from None
     if not isinstance(spec, ProviderSpec):
-        raise ConfigError(f"backend {reference!r}: {module}.{attr} gives a {type(spec).__name__}, not a ProviderSpec",
-                          f"{module}.{attr} must be (or return) a harnesscheck.core.contracts.ProviderSpec; {example}")
+        raise ConfigError(
+            f"backend {reference!r}: {module}.{attr} gives a {type(spec).__name__}, not a ProviderSpec",
+            f"{module}.{attr} must be (or return) a harnesscheck.core.contracts.ProviderSpec; {example}",
+        )
     if not SPEC_ID_RE.match(spec.id):
-        raise ConfigError(f"backend {reference!r}: its ProviderSpec id {spec.id!r} is not an id (letters, digits, '.', '_', '-')",
-                          "use an id like 'my-backend' (letters, digits, '.', '_', '-'; it names report columns)")
+        raise ConfigError(
+            f"backend {reference!r}: its ProviderSpec id {spec.id!r} is not an id (letters, digits, '.', '_', '-')",
+            "use an id like 'my-backend' (letters, digits, '.', '_', '-'; it names report columns)",
+        )
     factory_module, _, factory_attr = spec.factory.partition(":")
     try:
         factory = getattr(importlib.import_module(factory_module), factory_attr) if factory_attr else None
     except Exception as exc:  # noqa: BLE001 - the user's factory module
-        raise ConfigError(f"backend {reference!r}: its factory {spec.factory!r} does not import: {type(exc).__name__}: {exc}",
-                          "set ProviderSpec.factory to an importable 'module:Class' (the Transport class)") from None
+        raise ConfigError(
+            f"backend {reference!r}: its factory {spec.factory!r} does not import: {type(exc).__name__}: {exc}",
+            "set ProviderSpec.factory to an importable 'module:Class' (the Transport class)",
+        ) from None
     if not callable(factory):
-        raise ConfigError(f"backend {reference!r}: its factory {spec.factory!r} names nothing callable",
-                          "set ProviderSpec.factory to 'module:Class', the class whose instances run sessions")
+        raise ConfigError(
+            f"backend {reference!r}: its factory {spec.factory!r} names nothing callable",
+            "set ProviderSpec.factory to 'module:Class', the class whose instances run sessions",
+        )
     return spec
 
 
@@ -534,8 +552,10 @@ def resolve_model_name(settings: Settings) -> Settings:
         return settings
     backend, model = named
     if settings.model and settings.model != model:
-        raise ConfigError(f"{settings.backend} names the model {model!r} but HARNESS_BACKEND_MODEL is {settings.model!r}",
-                          f"name one model: --backend {settings.backend} alone, or --backend {backend} --model {settings.model}")
+        raise ConfigError(
+            f"{settings.backend} names the model {model!r} but HARNESS_BACKEND_MODEL is {settings.model!r}",
+            f"name one model: --backend {settings.backend} alone, or --backend {backend} --model {settings.model}",
+        )
     return settings.model_copy(update={"backend": backend, "model": model})
 
 
@@ -609,12 +629,17 @@ def mode_variant(spec: ProviderSpec, mode: str) -> ProviderSpec:
     if not modes:
         raise ConfigError(f"{spec.id} has no api modes: `{spec.id}{MODE_SEP}{mode}` names none", f"use --backend {spec.id}")
     if mode not in modes:
-        raise ConfigError(f"{spec.id}{MODE_SEP}{mode}: {mode!r} is not an api_mode of {spec.id}",
-                          "use one of " + ", ".join(f"{spec.id}{MODE_SEP}{m}" for m in modes))
-    return spec.model_copy(update={
-        "id": f"{spec.id}{MODE_SEP}{mode}", "label": f"API: {MODE_LABELS.get(mode, mode)}", "api_mode": mode,
-        "capabilities": spec.capabilities | MODE_CAPABILITIES.get(mode, frozenset()),
-    })
+        raise ConfigError(
+            f"{spec.id}{MODE_SEP}{mode}: {mode!r} is not an api_mode of {spec.id}", "use one of " + ", ".join(f"{spec.id}{MODE_SEP}{m}" for m in modes)
+        )
+    return spec.model_copy(
+        update={
+            "id": f"{spec.id}{MODE_SEP}{mode}",
+            "label": f"API: {MODE_LABELS.get(mode, mode)}",
+            "api_mode": mode,
+            "capabilities": spec.capabilities | MODE_CAPABILITIES.get(mode, frozenset()),
+        }
+    )
 
 
 def column_ids(backend_id: str) -> list[str]:
@@ -678,7 +703,11 @@ def nearest_release(version: str, releases: list[str]) -> str | None:
 #: agents (pinned, installed by install-clis), claude-agent-acp with its built-ins on (where its
 #: acp.* defects show), and harnesscheck's own agent (`acp serve`), the correct one.
 ACP_COLUMNS: tuple[str, ...] = (
-    "acp-claude-agent-acp", "acp-claude-agent-acp-builtins", "acp-codex-acp", "acp-gemini", "acp-opencode",
+    "acp-claude-agent-acp",
+    "acp-claude-agent-acp-builtins",
+    "acp-codex-acp",
+    "acp-gemini",
+    "acp-opencode",
     "acp-harnesscheck",
 )
 
@@ -687,8 +716,9 @@ def default_backend_ids() -> list[str]:
     """Every registered backend (an api backend as its mode columns, `column_ids`), each second
     column (`ID==VERSION`, SECOND_COLUMNS), then the shipped ACP profiles' columns (ACP_COLUMNS)."""
     specs = known_specs()
-    extra = [f"{b}{VARIANT_SEP}{v}" for b, versions in SECOND_COLUMNS.items() if b in specs for v in versions
-             if v != specs[b].pinned_version]  # a second column equal to the pin is the base column
+    extra = [
+        f"{b}{VARIANT_SEP}{v}" for b, versions in SECOND_COLUMNS.items() if b in specs for v in versions if v != specs[b].pinned_version
+    ]  # a second column equal to the pin is the base column
     acp = [c for c in ACP_COLUMNS if c not in specs and _shipped_acp_profile(c)]
     return [column for b in specs for column in column_ids(b)] + extra + acp
 
@@ -940,8 +970,7 @@ def find_cli(spec: ProviderSpec, settings: Settings, *, check_version: bool = Tr
     for cand in cli_candidates(spec, settings):
         # A path that exists but cannot be run says why (HARNESS_BACKEND_CLI at a directory
         # read "not found" before).
-        why = " (a directory, not the binary)" if cand.is_dir() else (
-            " (not executable)" if cand.is_file() and not os.access(cand, os.X_OK) else "")
+        why = " (a directory, not the binary)" if cand.is_dir() else (" (not executable)" if cand.is_file() and not os.access(cand, os.X_OK) else "")
         tried.append(f"{cand}{why}")
         if cand.is_file() and os.access(cand, os.X_OK):
             if cand.suffix.lower() in (".cmd", ".bat"):

@@ -136,8 +136,7 @@ def compile_relay(directory: Path, source: Path = RELAY_PATH) -> str:
 
     target = Path(directory) / (Path(source).stem + ".pyc")
     try:
-        py_compile.compile(str(source), cfile=str(target), doraise=True, optimize=0,
-                           invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+        py_compile.compile(str(source), cfile=str(target), doraise=True, optimize=0, invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
     except (OSError, py_compile.PyCompileError) as exc:
         sys.stderr.write(f"harnesscheck: bridge relay not compiled, running its source: {exc}\n")
         return str(source)
@@ -169,8 +168,7 @@ def _child_env() -> dict[str, str]:
     return build_child_env(dict(os.environ), injections=bridge_env())
 
 
-def _launch(env: dict[str, str], directory: Path, log_name: str, *,
-            listener: socket.socket | None = None, template: bool = False) -> tuple[socket.socket, Any]:
+def _launch(env: dict[str, str], directory: Path, log_name: str, *, listener: socket.socket | None = None, template: bool = False) -> tuple[socket.socket, Any]:
     """`python -m harnesscheck.bridge.forkserver_process` as this process's child, in its own session,
     cwd and log in `directory`, serving on `listener` (bound by the caller, so a relay may
     connect at once and wait in its backlog while the imports run; a template when
@@ -190,8 +188,7 @@ def _launch(env: dict[str, str], directory: Path, log_name: str, *,
             for sock in passed:
                 sock.set_inheritable(True)
             proc = subprocess.Popen(
-                [exe, *flags, "-m", "harnesscheck.bridge.forkserver_process", *listen,
-                 "--control-fd", str(child_end.fileno()), "--dir", str(directory)],
+                [exe, *flags, "-m", "harnesscheck.bridge.forkserver_process", *listen, "--control-fd", str(child_end.fileno()), "--dir", str(directory)],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=log,
@@ -475,8 +472,7 @@ class ForkServer:
     def alive(self) -> bool:
         """Running, not stopped, and reachable: its socket (and the compiled relay beside it)
         are still there (a temp cleaner may remove them)."""
-        return (self.running() and not self.stopped() and os.path.exists(self.socket_path)
-                and os.path.exists(self.relay_script))
+        return self.running() and not self.stopped() and os.path.exists(self.socket_path) and os.path.exists(self.relay_script)
 
     def stopped(self) -> bool:
         """Stopped or traced (state T/t: a same-uid process sent SIGSTOP): it serves nobody
@@ -486,7 +482,7 @@ class ForkServer:
                 data = fh.read()
         except OSError:
             return False
-        return data[data.rfind(b")") + 2:][:1] in (b"T", b"t")
+        return data[data.rfind(b")") + 2 :][:1] in (b"T", b"t")
 
     def kill(self) -> None:
         """SIGKILL it (a stopped one cannot end by itself); its children die with it."""

@@ -242,7 +242,8 @@ def _wait_single_threaded(bound_s: float) -> bool:
 #: SO_PEERPIDFD (Linux 6.5+): a pidfd for the process that connect()ed. Its value is 77 on the
 #: architectures using the generic socket.h; elsewhere only Python's own constant is trusted.
 _SO_PEERPIDFD = getattr(socket, "SO_PEERPIDFD", None) or (
-    77 if os.uname().machine in ("x86_64", "i686", "i386", "aarch64", "armv7l", "riscv64", "s390x", "ppc64le") else None)
+    77 if os.uname().machine in ("x86_64", "i686", "i386", "aarch64", "armv7l", "riscv64", "s390x", "ppc64le") else None
+)
 
 
 def _start_time(pid: int) -> bytes | None:

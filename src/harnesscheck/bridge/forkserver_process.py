@@ -71,8 +71,7 @@ from harnesscheck.bridge.forkserver_child import (
 class _Server:
     """The forkserver's single-threaded loop: control requests, relay connections, reaping."""
 
-    def __init__(self, control: socket.socket, directory: Path, rehearsal_root: Path | None = None,
-                 listener: socket.socket | None = None):
+    def __init__(self, control: socket.socket, directory: Path, rehearsal_root: Path | None = None, listener: socket.socket | None = None):
         self.control = control
         self.dir = directory
         self.rehearsal_root = rehearsal_root  # a spare rehearses a session there while it waits
@@ -251,8 +250,11 @@ class _Server:
             if self.spare is None:
                 self._fork_spare()  # asked about it: the one the next relay would get
             spare = self.spare
-            return {"ok": True, "children": {p: sorted(r.children) for p, r in self.registrations.items()},
-                    "spare": spare.pid if spare is not None and spare.waiting(WARM_UP_TIMEOUT_S) else None}
+            return {
+                "ok": True,
+                "children": {p: sorted(r.children) for p, r in self.registrations.items()},
+                "spare": spare.pid if spare is not None and spare.waiting(WARM_UP_TIMEOUT_S) else None,
+            }
         if op == "environ":
             return {"ok": True, "env_sha256": env_digest(os.environ), "dumpable": _dumpable()}
         return {"ok": False, "error": f"unknown op {op!r}"}
@@ -727,10 +729,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harnesscheck.bridge.forkserver")
     parser.add_argument("--control-fd", type=int, required=True)
     parser.add_argument("--dir", type=Path, required=True)
-    parser.add_argument("--listen-fd", type=int, metavar="LISTEN_FD",
-                        help="the relays' socket, bound by the host (a fresh forkserver)")
-    parser.add_argument("--template", type=int, metavar="LISTEN_FD",
-                        help="fork ready forkservers for the hosts that connect to LISTEN_FD (start_template)")
+    parser.add_argument("--listen-fd", type=int, metavar="LISTEN_FD", help="the relays' socket, bound by the host (a fresh forkserver)")
+    parser.add_argument("--template", type=int, metavar="LISTEN_FD", help="fork ready forkservers for the hosts that connect to LISTEN_FD (start_template)")
     ns = parser.parse_args(argv)
     control = socket.socket(fileno=ns.control_fd)
     control.set_inheritable(False)

@@ -76,8 +76,7 @@ class HostLink:
     to `approver` (None: every request is answered `no_approver`). `close()` stops it and removes
     the socket; a session always closes its link."""
 
-    def __init__(self, run_dir: Path, *, events: Callable[..., object] | None,
-                 approver: Callable[..., Any] | None, timeout_s: float):
+    def __init__(self, run_dir: Path, *, events: Callable[..., object] | None, approver: Callable[..., Any] | None, timeout_s: float):
         self.run_dir = Path(run_dir)
         self.events, self.approver, self.timeout_s = events, approver, timeout_s
         #: digests (16 hex) of the calls whose `tool_result` or denial arrived live
@@ -162,17 +161,22 @@ class HostLink:
             return {"answer": None, "code": "no_approver"}
         try:
             request = ApprovalRequest(
-                tool=str(raw["tool"]), args=dict(raw["args"]), kind=ToolKind(raw["kind"]), path=raw.get("path"),
-                digest=str(raw["digest"]), session=str(raw["session"]), root=str(raw["root"]),
-                reason=str(raw.get("reason") or ""))
+                tool=str(raw["tool"]),
+                args=dict(raw["args"]),
+                kind=ToolKind(raw["kind"]),
+                path=raw.get("path"),
+                digest=str(raw["digest"]),
+                session=str(raw["session"]),
+                root=str(raw["root"]),
+                reason=str(raw.get("reason") or ""),
+            )
         except (KeyError, TypeError, ValueError):
             return {"answer": None, "code": "approval_failed"}
         with self._ask_lock:  # one prompt at a time
             code, answer = _ask(self.approver, request, self.timeout_s)
         if answer is None:
             return {"answer": None, "code": code}
-        return {"code": code, "answer": {"approve": answer.approve, "tools": list(answer.tools),
-                                         "paths": list(answer.paths), "ttl_s": answer.ttl_s}}
+        return {"code": code, "answer": {"approve": answer.approve, "tools": list(answer.tools), "paths": list(answer.paths), "ttl_s": answer.ttl_s}}
 
     def close(self) -> None:
         self._closed.set()
@@ -245,9 +249,18 @@ class LinkClient:
     def approve(self, request) -> object:
         from harnesscheck.core.policy import ApprovalAnswer
 
-        message = {"approve": {"tool": request.tool, "args": dict(request.args), "kind": request.kind.value,
-                               "path": request.path, "digest": request.digest, "session": request.session,
-                               "root": request.root, "reason": request.reason}}
+        message = {
+            "approve": {
+                "tool": request.tool,
+                "args": dict(request.args),
+                "kind": request.kind.value,
+                "path": request.path,
+                "digest": request.digest,
+                "session": request.session,
+                "root": request.root,
+                "reason": request.reason,
+            }
+        }
         with self._lock:
             try:
                 sock = self._connect()
@@ -267,7 +280,9 @@ class LinkClient:
                 raise TimeoutError("the host's approver did not answer in time")  # counted approval_timeout
             return ApprovalAnswer(approve=False)
         ttl = answer.get("ttl_s")
-        return ApprovalAnswer(approve=answer.get("approve") is True,
-                              tools=tuple(str(t) for t in answer.get("tools") or ()),
-                              paths=tuple(str(p) for p in answer.get("paths") or ()),
-                              ttl_s=float(ttl) if isinstance(ttl, (int, float)) else None)
+        return ApprovalAnswer(
+            approve=answer.get("approve") is True,
+            tools=tuple(str(t) for t in answer.get("tools") or ()),
+            paths=tuple(str(p) for p in answer.get("paths") or ()),
+            ttl_s=float(ttl) if isinstance(ttl, (int, float)) else None,
+        )

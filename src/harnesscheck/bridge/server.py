@@ -174,9 +174,7 @@ class ParentWatch:
     def dead_reason(self) -> str | None:
         if os.getppid() != self.initial_ppid:
             return "parent_died"
-        if self.host_pid is not None and (
-            self.host_start is None or _start_time(self.host_pid) != self.host_start
-        ):
+        if self.host_pid is not None and (self.host_start is None or _start_time(self.host_pid) != self.host_start):
             return "host_died"
         return None
 
@@ -553,9 +551,13 @@ def build_server(
             from harnesscheck.bridge.hostlink import LinkClient
 
             link = LinkClient(link_dir, timeout_s=(policy or Policy()).approval_timeout_s)
-        engine = PolicyEngine(policy, root=scope.root, session=session_id or "bridge",
-                              approver=link.approve if link is not None and link_approvals else None,
-                              sink=link.event if link is not None else None)
+        engine = PolicyEngine(
+            policy,
+            root=scope.root,
+            session=session_id or "bridge",
+            approver=link.approve if link is not None and link_approvals else None,
+            sink=link.event if link is not None else None,
+        )
 
     limits = engine is not None and any(v is not None for v in engine.policy.limits.model_dump().values())
     trace_path = getattr(trace, "path", None)
@@ -598,9 +600,7 @@ def build_server(
         except Exception as exc:  # a dispatch bug must not kill the session or leak details
             if trace is not None:
                 trace.record("bridge_error", tool=str(name)[:80], error=type(exc).__name__)
-            return types.CallToolResult(
-                content=[types.TextContent(text=f"error: internal: {type(exc).__name__}")], is_error=True
-            )
+            return types.CallToolResult(content=[types.TextContent(text=f"error: internal: {type(exc).__name__}")], is_error=True)
         finally:
             if inflight is not None:
                 inflight.count -= 1
@@ -968,8 +968,7 @@ def run_bridge(
     import anyio
 
     inflight = Inflight()
-    server = build_server(scope, trace=trace, session_id=session_id, inflight=inflight, policy=policy,
-                          link_dir=link_dir, link_approvals=link_approvals)
+    server = build_server(scope, trace=trace, session_id=session_id, inflight=inflight, policy=policy, link_dir=link_dir, link_approvals=link_approvals)
     if trace is not None:
         from harnesscheck.choke.dispatch import tool_definitions
 
@@ -985,8 +984,12 @@ def run_bridge(
 #: What `rehearse` sends: the messages of a CLI's session, answered into a pipe nobody reads
 #: until the end (every answer together stays far below a pipe's 64 KiB).
 REHEARSAL_REQUESTS = (
-    {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "rehearsal", "version": "0"}}},
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "rehearsal", "version": "0"}},
+    },
     {"jsonrpc": "2.0", "method": "notifications/initialized"},
     {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
     {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": REHEARSAL_FILE}}},
@@ -1100,6 +1103,4 @@ def bridge_command(root: Path, read_only: bool, trace: Path | None) -> int:
     scope = ToolScope(name="bridge", root=root.resolve(), read_only=read_only)
     session_id = f"bridge-{uuid.uuid4().hex[:12]}"
     trace_path = Path(trace).expanduser().absolute() if trace is not None else None
-    return run_bridge(
-        scope, trace_path=trace_path, session_id=session_id, parent_pid=None, proto_fds=fds, initial_ppid=initial_ppid
-    )
+    return run_bridge(scope, trace_path=trace_path, session_id=session_id, parent_pid=None, proto_fds=fds, initial_ppid=initial_ppid)

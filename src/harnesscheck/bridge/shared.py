@@ -56,8 +56,14 @@ class SharedBridge:
         sock.listen(128)
         self.port: int = sock.getsockname()[1]
         config = uvicorn.Config(
-            self._asgi, interface="asgi3", log_level="warning", lifespan="off", access_log=False,
-            proxy_headers=False, server_header=False, date_header=False,
+            self._asgi,
+            interface="asgi3",
+            log_level="warning",
+            lifespan="off",
+            access_log=False,
+            proxy_headers=False,
+            server_header=False,
+            date_header=False,
         )
         self._server = uvicorn.Server(config)
         self._serving = self._portal.start_task_soon(self._server.serve, [sock])

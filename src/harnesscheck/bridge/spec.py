@@ -103,9 +103,7 @@ def load_spec(path: Path, *, sha256: str | None = None) -> BridgeSpec:
     except OSError as exc:
         raise ValueError(f"cannot read bridge spec {path}: {exc.strerror}") from None
     if sha256 is not None and not hmac.compare_digest(spec_sha256(content).encode(), sha256.strip().lower().encode("utf-8", "replace")):
-        raise ValueError(
-            f"bridge spec {path} is not the one the host registered (its sha256 differs from --spec-sha256); refusing to serve it"
-        )
+        raise ValueError(f"bridge spec {path} is not the one the host registered (its sha256 differs from --spec-sha256); refusing to serve it")
     try:
         raw = content.decode("utf-8")
     except UnicodeDecodeError:
@@ -113,10 +111,7 @@ def load_spec(path: Path, *, sha256: str | None = None) -> BridgeSpec:
     try:
         return BridgeSpec.model_validate_json(raw)
     except ValidationError as exc:  # locations and messages only: never echo input values
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(root)'}: {err['msg']}"
-            for err in exc.errors(include_input=False, include_url=False)
-        )
+        problems = "; ".join(f"{'.'.join(str(p) for p in err['loc']) or '(root)'}: {err['msg']}" for err in exc.errors(include_input=False, include_url=False))
         raise ValueError(f"invalid bridge spec {path}: {problems}") from None
 
 
@@ -244,9 +239,7 @@ def summarize_trace(path: Path, session_id: str | None = None) -> BridgeSummary:
             summary.tool_calls += 1
             seen.setdefault(tool, None)
             if rec.get("decision") == "refuse":
-                summary.refusals.append(
-                    Refusal(tool=tool, code=str(rec.get("code") or "unknown"), detail=str(rec.get("detail") or ""))
-                )
+                summary.refusals.append(Refusal(tool=tool, code=str(rec.get("code") or "unknown"), detail=str(rec.get("detail") or "")))
             elif rec.get("path") is not None:
                 (summary.writes if tool in _WRITE_TOOLS else summary.reads).append(str(rec["path"]))
     summary.tools_used = list(seen)

@@ -55,9 +55,7 @@ TRACE_DETAIL_CHARS = 300
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _SUB_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | _O_CLOEXEC
-_SUB_FILE_FLAGS = (
-    os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | _O_CLOEXEC
-)
+_SUB_FILE_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | _O_CLOEXEC
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,15 +103,13 @@ _PATH_DOC = "Path relative to the workspace root, '/' separated ('.' is the root
 # name -> (description, properties, required, optional defaults)
 _SPECS: dict[str, tuple[str, dict[str, str], tuple[str, ...], dict[str, str]]] = {
     "read_file": (
-        "Read a UTF-8 text file beneath the workspace root. Long files are cut with a "
-        "'[truncated: ...]' marker.",
+        "Read a UTF-8 text file beneath the workspace root. Long files are cut with a '[truncated: ...]' marker.",
         {"path": _PATH_DOC},
         ("path",),
         {},
     ),
     "list_dir": (
-        "List a directory beneath the workspace root, one entry per line; directories end "
-        "with '/', symlinks with '@'.",
+        "List a directory beneath the workspace root, one entry per line; directories end with '/', symlinks with '@'.",
         {"path": _PATH_DOC},
         (),
         {"path": "."},
@@ -127,15 +123,13 @@ _SPECS: dict[str, tuple[str, dict[str, str], tuple[str, ...], dict[str, str]]] =
         {"path": "."},
     ),
     "write_file": (
-        "Create or overwrite a text file beneath the workspace root with the given content. "
-        "Missing parent directories are created.",
+        "Create or overwrite a text file beneath the workspace root with the given content. Missing parent directories are created.",
         {"path": _PATH_DOC, "content": "The complete new file content."},
         ("path", "content"),
         {},
     ),
     "edit_file": (
-        "Replace one exact occurrence of `old` with `new` in an existing text file. `old` "
-        "must occur exactly once; include enough context to make it unique.",
+        "Replace one exact occurrence of `old` with `new` in an existing text file. `old` must occur exactly once; include enough context to make it unique.",
         {"path": _PATH_DOC, "old": "Exact text to replace (must occur once).", "new": "Replacement text."},
         ("path", "old", "new"),
         {},
@@ -145,10 +139,7 @@ _SPECS: dict[str, tuple[str, dict[str, str], tuple[str, ...], dict[str, str]]] =
 
 def tool_definitions(scope: ToolScope) -> list[ToolDefinition]:
     """The tools this scope offers (writers only when not read-only), in a fixed order."""
-    return [
-        ToolDefinition(name, _SPECS[name][0], _schema(_SPECS[name][1], _SPECS[name][2]))
-        for name in scope.tool_names()
-    ]
+    return [ToolDefinition(name, _SPECS[name][0], _schema(_SPECS[name][1], _SPECS[name][2])) for name in scope.tool_names()]
 
 
 # ---------------------------------------------------------------------------------------
@@ -420,9 +411,7 @@ def _max_fd() -> int:
         return 65536
 
 
-def _grep_in_child(
-    lines: Iterator[str], deadline_s: float, keep_bytes: int, keep_fds: set[int] = frozenset()
-) -> tuple[list[str], int, str]:
+def _grep_in_child(lines: Iterator[str], deadline_s: float, keep_bytes: int, keep_fds: set[int] = frozenset()) -> tuple[list[str], int, str]:
     """Run the grep generator in a forked child so that no regex can hang the caller:
     the child is killed at the deadline. Returns (kept lines, total bytes, status)."""
     rfd, wfd = os.pipe()
@@ -504,9 +493,7 @@ def _reap(pid: int) -> None:
             continue
 
 
-def _grep_in_process(
-    lines: Iterator[str], deadline_s: float, keep_bytes: int, keep_fds: set[int] = frozenset()
-) -> tuple[list[str], int, str]:
+def _grep_in_process(lines: Iterator[str], deadline_s: float, keep_bytes: int, keep_fds: set[int] = frozenset()) -> tuple[list[str], int, str]:
     """Fallback without fork: the deadline is checked between lines."""
     kept: list[str] = []
     kept_size = total = 0
@@ -653,8 +640,7 @@ def dispatch(
             policy.refused_before(str(name)[:80], args if isinstance(args, Mapping) else None, refusal.code)
         if trace is not None:
             trace.record(
-                "tool", tool=str(name)[:80], decision="refuse", code=refusal.code, path=_trace_path(args),
-                detail=trace_detail(refusal.detail), **extra
+                "tool", tool=str(name)[:80], decision="refuse", code=refusal.code, path=_trace_path(args), detail=trace_detail(refusal.detail), **extra
             )
         return ToolResult(ok=False, text=safe_text(f"refused: {refusal.code}: {refusal.detail}"), code=refusal.code)
     except OSError as err:
@@ -664,14 +650,18 @@ def dispatch(
         code_name = _errno_name(err)
         if trace is not None:
             trace.record(
-                "tool", tool=name, decision="refuse", code="io_error", path=_trace_path(args), errno=code_name,
-                detail=trace_detail(f"{name} failed ({code_name})"), **extra
+                "tool",
+                tool=name,
+                decision="refuse",
+                code="io_error",
+                path=_trace_path(args),
+                errno=code_name,
+                detail=trace_detail(f"{name} failed ({code_name})"),
+                **extra,
             )
         return ToolResult(ok=False, text=f"refused: io_error: {name} failed ({code_name})", code="io_error")
     if trace is not None:
-        trace.record(
-            "tool", tool=name, decision="allow", code=None, path=rel, bytes=nbytes, truncated=truncated, **extra
-        )
+        trace.record("tool", tool=name, decision="allow", code=None, path=rel, bytes=nbytes, truncated=truncated, **extra)
     return ToolResult(ok=True, text=safe_text(text), code=None, truncated=truncated)
 
 

@@ -127,10 +127,7 @@ class Trace:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # O_NOFOLLOW: a trace is never a symlink (one planted in a run dir would make the
             # host append to any file of its user); O_NONBLOCK: a FIFO cannot stall the open.
-            flags = (
-                os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
-                | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-            )
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
             self._fd = os.open(self.path, flags, 0o600)
 
     @property

@@ -84,6 +84,7 @@ def _prctl_call(option: int, value: int) -> bool:
 
 # --- the process table (no /proc/<pid>/task/<tid>/children on every kernel) ----------------
 
+
 def _stat(pid: int):
     """(state, ppid, pgid) of pid, or None when it is gone."""
     try:
@@ -91,7 +92,7 @@ def _stat(pid: int):
             data = fh.read()
     except OSError:
         return None
-    fields = data[data.rfind(b")") + 2:].split()
+    fields = data[data.rfind(b")") + 2 :].split()
     try:
         return fields[0], int(fields[1]), int(fields[2])
     except (IndexError, ValueError):
@@ -184,6 +185,7 @@ def has_children() -> bool:
 
 
 # --- cgroup v2 (optional layer) --------------------------------------------------------------
+
 
 def _cgroup_base(host_pid: int) -> str:
     """A fresh directory for this host's session cgroups beneath our own cgroup v2, or "" when
@@ -287,6 +289,7 @@ def _walk_bottom_up(path: str):
 
 # --- a supervisor: one session ---------------------------------------------------------------
 
+
 def _recv_request(sock):
     """Wait for one session request; (fds) or None at EOF."""
     while True:
@@ -300,7 +303,7 @@ def _recv_request(sock):
         for level, kind, data in anc:
             if level == _SOL_SOCKET and kind == _SCM_RIGHTS:
                 usable = len(data) - len(data) % 4
-                fds.extend(int.from_bytes(data[i:i + 4], sys.byteorder) for i in range(0, usable, 4))
+                fds.extend(int.from_bytes(data[i : i + 4], sys.byteorder) for i in range(0, usable, 4))
         if not msg:
             for fd in fds:
                 os.close(fd)
@@ -325,7 +328,7 @@ def _send(fd: int, line: str) -> None:
     data = line.encode("ascii")
     try:
         while data:
-            data = data[os.write(fd, data):]
+            data = data[os.write(fd, data) :]
     except OSError:
         pass  # the host is gone: our tree dies at EOF anyway
 
@@ -361,7 +364,7 @@ def _read_info(fd: int, bound_s: float = 10.0) -> int:
     at = data.find(key)
     if at < 0:
         return 0
-    digits = data[at + len(key):].lstrip(b" :\t\r\n")
+    digits = data[at + len(key) :].lstrip(b" :\t\r\n")
     n = 0
     while n < len(digits) and 48 <= digits[n] <= 57:
         n += 1
@@ -396,8 +399,7 @@ def serve(sess: int, stdio: list, cgroup: str) -> bool:
             info_fd = 0
     try:
         os.chdir(cwd)
-        cli = os.posix_spawn(executable, argv, env, file_actions=actions, setsid=True,
-                             setsigdef=_SIGDEF, setsigmask=())
+        cli = os.posix_spawn(executable, argv, env, file_actions=actions, setsid=True, setsigdef=_SIGDEF, setsigmask=())
     except OSError as exc:
         _send(sess, "e %d\n" % (exc.errno or 5))
         for fd in (info_r, info_w):
@@ -483,6 +485,7 @@ def supervise(ctl, taken_w: int, cgroup: str) -> None:
 
 
 # --- the guard -------------------------------------------------------------------------------
+
 
 class Guard:
     def __init__(self, host_pid: int):

@@ -34,30 +34,57 @@ RUN_MARKER_VAR = "HARNESSCHECK_RUN"
 
 DEFAULT_ALLOW_NAMES: frozenset[str] = frozenset(
     {
-        "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "COLORTERM", "LANG", "LANGUAGE",
-        "TMPDIR", "TZ", "XDG_RUNTIME_DIR",
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "TERM",
+        "COLORTERM",
+        "LANG",
+        "LANGUAGE",
+        "TMPDIR",
+        "TZ",
+        "XDG_RUNTIME_DIR",
         # CA bundles are paths, not secrets; without them children break behind custom CAs.
-        "SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "NODE_EXTRA_CA_CERTS",
+        "REQUESTS_CA_BUNDLE",
         # Windows essentials (harmless elsewhere).
-        "SYSTEMROOT", "WINDIR", "COMSPEC", "PATHEXT", "TEMP", "TMP", "USERPROFILE",
-        "APPDATA", "LOCALAPPDATA",
+        "SYSTEMROOT",
+        "WINDIR",
+        "COMSPEC",
+        "PATHEXT",
+        "TEMP",
+        "TMP",
+        "USERPROFILE",
+        "APPDATA",
+        "LOCALAPPDATA",
     }
 )
 DEFAULT_ALLOW_PREFIXES: tuple[str, ...] = ("LC_",)
 
 DEFAULT_DENY_PREFIXES: tuple[str, ...] = (
-    "ANTHROPIC_", "CLAUDE_CODE_", "CLAUDE_AGENT_", "OPENAI_", "CODEX_", "CURSOR_", "GEMINI_",
-    "GOOGLE_", "OPENCODE_", "AWS_", "AZURE_", "DEEPSEEK_", "BASH_FUNC_",
+    "ANTHROPIC_",
+    "CLAUDE_CODE_",
+    "CLAUDE_AGENT_",
+    "OPENAI_",
+    "CODEX_",
+    "CURSOR_",
+    "GEMINI_",
+    "GOOGLE_",
+    "OPENCODE_",
+    "AWS_",
+    "AZURE_",
+    "DEEPSEEK_",
+    "BASH_FUNC_",
 )
-DEFAULT_DENY_NAMES: frozenset[str] = frozenset(
-    {"CLAUDECODE", "CLAUDE_CONFIG_DIR", "NODE_OPTIONS", "CI"}
-)
+DEFAULT_DENY_NAMES: frozenset[str] = frozenset({"CLAUDECODE", "CLAUDE_CONFIG_DIR", "NODE_OPTIONS", "CI"})
 PROXY_NAMES: frozenset[str] = frozenset({"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"})
 
 #: A variable whose name matches this is treated as a secret (denied, and its value redacted).
-SECRET_NAME_RE = re.compile(
-    r"KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|PRIVATE", re.IGNORECASE
-)
+SECRET_NAME_RE = re.compile(r"KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|PRIVATE", re.IGNORECASE)
 #: Values shorter than this are not treated as secrets by value (too many false hits).
 MIN_SECRET_LEN = 8
 
@@ -95,11 +122,7 @@ class EnvPolicy(BaseModel):
         upper = name.upper()
         if upper in PROXY_NAMES:
             return not self.pass_proxies
-        return (
-            upper in self.deny_names
-            or upper.startswith(self.deny_prefixes)
-            or is_secret_name(name)
-        )
+        return upper in self.deny_names or upper.startswith(self.deny_prefixes) or is_secret_name(name)
 
 
 DEFAULT_POLICY = EnvPolicy()
@@ -212,13 +235,10 @@ def private_temp_dirs(run_dir: str | os.PathLike[str], extra_tmp_vars: Iterable[
 
 # --- redaction -----------------------------------------------------------------------
 
+
 def secret_values(environ: Mapping[str, str]) -> set[str]:
     """Values of secret-named variables in `environ` that are long enough to redact by value."""
-    return {
-        value
-        for name, value in environ.items()
-        if len(value) >= MIN_SECRET_LEN and is_secret_name(name)
-    }
+    return {value for name, value in environ.items() if len(value) >= MIN_SECRET_LEN and is_secret_name(name)}
 
 
 _SECRET_WORD = r"(?:key|secret|token|password|passwd|credential|auth|cookie|private)"
@@ -242,9 +262,7 @@ _NAMED_VALUE_RE = (
     r"([^\s'\"&,;})\]]{8,})"
 )
 # A long key-like value right after a secret word: "key 0123abcd...", "token: <base64>".
-_LONG_AFTER_WORD_RE = (
-    r"((?i:key|token|secret|password|credential))(\W{1,3})([A-Za-z0-9+/_\-]{24,}={0,2})"
-)
+_LONG_AFTER_WORD_RE = r"((?i:key|token|secret|password|credential))(\W{1,3})([A-Za-z0-9+/_\-]{24,}={0,2})"
 # scheme://user:password@host
 _URL_USERINFO_RE = r"(?<![A-Za-z0-9+.\-])([A-Za-z][A-Za-z0-9+.\-]*://)([^/\s:@]+):([^/\s@]+)@"
 

@@ -262,8 +262,14 @@ class _Guard:
     # -- public --
 
     def spawn(
-        self, executable: str, argv: list[str], env: dict[str, str], cwd: str, stdin: bool,
-        stdout_fd: int | None = None, info_fd: int = 0,
+        self,
+        executable: str,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str,
+        stdin: bool,
+        stdout_fd: int | None = None,
+        info_fd: int = 0,
     ) -> _Supervised | None:
         """Start argv under a session supervisor; None when no guard can run here (the caller
         falls back to a direct spawn). Raises OSError when the spawn itself failed.
@@ -524,8 +530,7 @@ class _Supervised:
     our end of the session socket closes.
     """
 
-    def __init__(self, *, guard: int, pid: int, supervisor: int, cgroup: str, sess: socket.socket,
-                 stdin: Any, stdout: Any, stderr: Any) -> None:
+    def __init__(self, *, guard: int, pid: int, supervisor: int, cgroup: str, sess: socket.socket, stdin: Any, stdout: Any, stderr: Any) -> None:
         self.guard = guard
         self.pid = pid
         self.supervisor = supervisor
@@ -726,6 +731,7 @@ def _shielded(fn: Callable[[], Any]) -> Any:
 
 # --- killing -------------------------------------------------------------------------
 
+
 def _killpg(pgid: int, sig: int) -> bool:
     """Signal the group; False when it no longer exists."""
     try:
@@ -896,11 +902,13 @@ def _end_supervised(proc: _Supervised, marker: str | None) -> bool:
 
 # --- the runner ----------------------------------------------------------------------
 
+
 class _Run:
     """State of one run_process call."""
 
-    def __init__(self, on_line: Callable[[str], LineAction | None], max_line_bytes: int, tail_bytes: int,
-                 on_err_line: Callable[[str], LineAction | None] | None = None):
+    def __init__(
+        self, on_line: Callable[[str], LineAction | None], max_line_bytes: int, tail_bytes: int, on_err_line: Callable[[str], LineAction | None] | None = None
+    ):
         self.on_line = on_line
         self.on_err_line = on_err_line
         self.max_line_bytes = max_line_bytes
@@ -1169,8 +1177,9 @@ def run_process(
     def spawn() -> Any:
         if _use_guard():
             exe, args = command(3 if containment == "bwrap" else None)
-            supervised = _guard.spawn(exe, args, child_env, os.fspath(cwd), stdin_piped,
-                                      stdout_fd=spool_w if spool_w >= 0 else None, info_fd=3 if containment == "bwrap" else 0)
+            supervised = _guard.spawn(
+                exe, args, child_env, os.fspath(cwd), stdin_piped, stdout_fd=spool_w if spool_w >= 0 else None, info_fd=3 if containment == "bwrap" else 0
+            )
             if supervised is not None:
                 return supervised
         # Fallback (no guard here): the CLI leads its group and gets a parent-death signal.
@@ -1462,8 +1471,14 @@ def _count_root(proc: Any, containment: str) -> tuple[int, int, str]:
         return proc.supervisor, 2 if sandboxed else 0, ""
     if sandboxed:
         return proc.pid, 1, ""
-    return 0, 0, ("the session's processes cannot be counted whole here (no process guard and no sandbox: a process "
-               "that leaves the tree is re-parented outside it), so the processes limit is not enforced")
+    return (
+        0,
+        0,
+        (
+            "the session's processes cannot be counted whole here (no process guard and no sandbox: a process "
+            "that leaves the tree is re-parented outside it), so the processes limit is not enforced"
+        ),
+    )
 
 
 def count_tree(root: int, own: int = 0) -> int:
@@ -1480,7 +1495,7 @@ def count_tree(root: int, own: int = 0) -> int:
         try:
             with open(f"/proc/{entry}/stat", "rb") as fh:
                 data = fh.read()
-            fields = data[data.rfind(b")") + 2:].split()
+            fields = data[data.rfind(b")") + 2 :].split()
             table[int(entry)] = (int(fields[1]), fields[0])
         except (OSError, ValueError, IndexError):
             continue

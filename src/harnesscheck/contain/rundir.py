@@ -114,9 +114,7 @@ def verify_private_dir(path: str) -> None:
         os.close(fd)
 
 
-def prepare_run_dir(
-    path: os.PathLike[str] | str | None, *, forbidden: Iterable[os.PathLike[str] | str] = (), prefix: str = "harnesscheck-"
-) -> Path:
+def prepare_run_dir(path: os.PathLike[str] | str | None, *, forbidden: Iterable[os.PathLike[str] | str] = (), prefix: str = "harnesscheck-") -> Path:
     """The run dir a session may use, as its resolved path; raises RunDirError naming the fix."""
     if path is None:
         return Path(tempfile.mkdtemp(prefix=prefix))  # 0700, random name, created exclusively
@@ -349,9 +347,10 @@ def remove_private_tree(path: os.PathLike[str] | str) -> str | None:
 
     open_up(top)
     errors: list[str] = []
-    shutil.rmtree(top, onexc=lambda _fn, p, exc: errors.append(f"{os.path.relpath(p, top)}: {exc.strerror or exc}")) \
-        if sys.version_info >= (3, 12) else \
-        shutil.rmtree(top, onerror=lambda _fn, p, info: errors.append(f"{os.path.relpath(p, top)}: {info[1]}"))
+    shutil.rmtree(top, onexc=lambda _fn, p, exc: errors.append(f"{os.path.relpath(p, top)}: {exc.strerror or exc}")) if sys.version_info >= (
+        3,
+        12,
+    ) else shutil.rmtree(top, onerror=lambda _fn, p, info: errors.append(f"{os.path.relpath(p, top)}: {info[1]}"))
     if os.path.lexists(top):
         return "; ".join(errors[:3]) or "still present"
     return None

@@ -42,10 +42,32 @@ SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 #: What of /etc a CLI needs (name resolution, TLS roots, users, time zone, the loader, node's
 #: os.userInfo()); nothing else of /etc (no shadow files, no host keys, no sudoers).
 ETC_ALLOWLIST = (
-    "resolv.conf", "hosts", "host.conf", "nsswitch.conf", "gai.conf", "services", "protocols",
-    "passwd", "group", "localtime", "timezone", "ssl", "ca-certificates", "ca-certificates.conf",
-    "pki", "crypto-policies", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives",
-    "os-release", "lsb-release", "debian_version", "mime.types", "terminfo", "inputrc",
+    "resolv.conf",
+    "hosts",
+    "host.conf",
+    "nsswitch.conf",
+    "gai.conf",
+    "services",
+    "protocols",
+    "passwd",
+    "group",
+    "localtime",
+    "timezone",
+    "ssl",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "pki",
+    "crypto-policies",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "alternatives",
+    "os-release",
+    "lsb-release",
+    "debian_version",
+    "mime.types",
+    "terminfo",
+    "inputrc",
 )
 #: Fix text, for doctor and outcomes.
 INSTALL_FIX = "install bubblewrap (`apt-get install bubblewrap`, or your system's package) and allow user namespaces"
@@ -94,8 +116,7 @@ def _disabled() -> bool:
 
 
 def _namespace_flags(user_namespace: bool) -> list[str]:
-    flags = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-             "--die-with-parent", "--new-session"]
+    flags = ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--new-session"]
     if user_namespace:
         flags.append("--unshare-user")
     if os.geteuid() == 0:
@@ -133,8 +154,16 @@ def _inside_system(real: str) -> bool:
 def _trial(bwrap: str, user_namespace: bool) -> tuple[bool, str]:
     argv = [bwrap, *_namespace_flags(user_namespace), *_system_binds(), "--", "/bin/sh", "-c", "exit 0"]
     try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              timeout=_PROBE_TIMEOUT_S, env={"PATH": SYSTEM_PATH}, cwd="/", check=False)
+        done = subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            timeout=_PROBE_TIMEOUT_S,
+            env={"PATH": SYSTEM_PATH},
+            cwd="/",
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return False, f"bwrap did not run: {exc}"
     if done.returncode != 0:
@@ -154,8 +183,7 @@ def status() -> SandboxStatus:
         return SandboxStatus(False, None, False, "bubblewrap (bwrap) is not installed")
     version = None
     try:
-        out = subprocess.run([bwrap, "--version"], capture_output=True, timeout=_PROBE_TIMEOUT_S, check=False,
-                             env={"PATH": SYSTEM_PATH})
+        out = subprocess.run([bwrap, "--version"], capture_output=True, timeout=_PROBE_TIMEOUT_S, check=False, env={"PATH": SYSTEM_PATH})
         version = out.stdout.decode("utf-8", "replace").strip().split()[-1] if out.stdout.strip() else None
     except (OSError, subprocess.TimeoutExpired, IndexError):
         pass
@@ -186,8 +214,7 @@ def _existing(paths: Iterable[str]) -> list[str]:
     return out
 
 
-def bwrap_argv(sandbox: Sandbox, argv: Sequence[str], *, cwd: str, info_fd: int | None,
-               state: SandboxStatus | None = None) -> list[str]:
+def bwrap_argv(sandbox: Sandbox, argv: Sequence[str], *, cwd: str, info_fd: int | None, state: SandboxStatus | None = None) -> list[str]:
     """The bwrap command that runs `argv` (argv[0] absolute) in `sandbox`, cwd `cwd`."""
     state = state or status()
     if not state.available or state.bwrap is None:
@@ -216,7 +243,7 @@ def parse_child_pid(info: bytes) -> int:
     at = info.find(key)
     if at < 0:
         return 0
-    rest = info[at + len(key):].lstrip(b" \t\r\n:")
+    rest = info[at + len(key) :].lstrip(b" \t\r\n:")
     digits = b""
     for ch in rest:
         if 48 <= ch <= 57:
@@ -228,6 +255,7 @@ def parse_child_pid(info: bytes) -> int:
 
 # --- pids recorded inside a sandbox --------------------------------------------------------
 
+
 def own_pidns() -> str:
     try:
         return os.readlink("/proc/self/ns/pid")
@@ -237,7 +265,7 @@ def own_pidns() -> str:
 
 def start_ticks(stat: bytes) -> int | None:
     """The start time (clock ticks since boot, field 22) from a /proc/<pid>/stat's bytes."""
-    fields = stat[stat.rfind(b")") + 2:].split()
+    fields = stat[stat.rfind(b")") + 2 :].split()
     try:
         return int(fields[19])
     except (IndexError, ValueError):
@@ -309,6 +337,7 @@ def find_host_pid(pid: int, pidns: str, born: int | None = None) -> int | None:
 
 
 # --- what a session binds in ------------------------------------------------------------
+
 
 def python_paths() -> list[str]:
     """The interpreter this host runs on (its prefix and base prefix, read-only): the bridge
@@ -407,9 +436,15 @@ def cache_installs(words: Iterable[str]) -> list[str]:
     return out
 
 
-def for_session(*, run_dir: str | os.PathLike[str], cli: str | os.PathLike[str], writable: Iterable[str] = (),
-                read_only: Iterable[str] = (), bridge: Iterable[str] = (),
-                state_dirs: Sequence[str] = ("config-homes", "home", "cwd", "tmp", "runtime")) -> Sandbox:
+def for_session(
+    *,
+    run_dir: str | os.PathLike[str],
+    cli: str | os.PathLike[str],
+    writable: Iterable[str] = (),
+    read_only: Iterable[str] = (),
+    bridge: Iterable[str] = (),
+    state_dirs: Sequence[str] = ("config-homes", "home", "cwd", "tmp", "runtime"),
+) -> Sandbox:
     """The sandbox of one agent session, for any transport (the harness base uses it; an ACP
     transport passes the same to run_process): read-only the run dir, the agent's install
     (`cli`), the host's interpreter and harnesscheck's files, and `bridge` (what

@@ -96,9 +96,7 @@ RETRYABLE: frozenset[ErrorClass] = frozenset(
 )
 
 #: Error classes that block the host loudly (never retried into a lockout).
-BLOCKING: frozenset[ErrorClass] = frozenset(
-    {ErrorClass.auth, ErrorClass.quota, ErrorClass.policy_violation, ErrorClass.mcp_unavailable}
-)
+BLOCKING: frozenset[ErrorClass] = frozenset({ErrorClass.auth, ErrorClass.quota, ErrorClass.policy_violation, ErrorClass.mcp_unavailable})
 
 
 class ModelVerdict(StrEnum):
@@ -129,15 +127,25 @@ class ProviderSpec(BaseModel):
     min_version: str | None = None
     max_version: str | None = Field(default=None, description="exclusive upper bound")
     pinned_version: str | None = Field(default=None, description="version the loopback level installs")
-    api_mode: str | None = Field(default=None, description="the wire protocol an api backend speaks (its mode column, "
-                                 "`api/<mode>`); None: HARNESS_API_MODE decides")
-    cold_start_s: float = Field(default=0.0, ge=0.0, description=(
-        "the real runtime's declared cold start (s): how long it takes from being spawned to its first model "
-        "request; the loopback level adds it (or the start-up it measures, when longer) to the deadlines of "
-        "checks that do not test the deadline itself"))
-    kit_profile: str | None = Field(default=None, description=(
-        "'module:attr' of the backend's KitProfile (backends/_kit_profile.py), kept beside it in "
-        "backends/<backend>/kit_profile.py: what the conformance kit must know of its CLI"))
+    api_mode: str | None = Field(
+        default=None, description="the wire protocol an api backend speaks (its mode column, `api/<mode>`); None: HARNESS_API_MODE decides"
+    )
+    cold_start_s: float = Field(
+        default=0.0,
+        ge=0.0,
+        description=(
+            "the real runtime's declared cold start (s): how long it takes from being spawned to its first model "
+            "request; the loopback level adds it (or the start-up it measures, when longer) to the deadlines of "
+            "checks that do not test the deadline itself"
+        ),
+    )
+    kit_profile: str | None = Field(
+        default=None,
+        description=(
+            "'module:attr' of the backend's KitProfile (backends/_kit_profile.py), kept beside it in "
+            "backends/<backend>/kit_profile.py: what the conformance kit must know of its CLI"
+        ),
+    )
     description: str = ""
 
     def supports(self, capability: Capability | str) -> bool:
@@ -232,12 +240,8 @@ class AgentSessionRequest(BaseModel):
     run_dir: Path | None = Field(default=None, description="per-session scratch dir; created if None")
     bridge_spec_path: Path | None = Field(default=None, description="harness only")
     session_id: str | None = None
-    options: RequestOptions | None = Field(
-        default=None, description="reasoning, thinking, sampling and output options (refused up front where not honoured)"
-    )
-    policy: Policy | None = Field(
-        default=None, description="the host's tool policy for this session (doc/SPEC-policy.md); None: the defaults"
-    )
+    options: RequestOptions | None = Field(default=None, description="reasoning, thinking, sampling and output options (refused up front where not honoured)")
+    policy: Policy | None = Field(default=None, description="the host's tool policy for this session (doc/SPEC-policy.md); None: the defaults")
     approver: Callable[..., object] | None = Field(
         default=None, exclude=True, description="answers approval_required calls (sync or async); none: they are denied"
     )
@@ -265,8 +269,13 @@ class AgentSessionRequest(BaseModel):
             return None
         engine = self._engines.get(session_id)
         if engine is None:
-            engine = PolicyEngine(self.policy, root=self.scope.root, session=session_id, approver=self.approver,
-                                  sink=self.events(session_id) if self.on_event is not None else None)
+            engine = PolicyEngine(
+                self.policy,
+                root=self.scope.root,
+                session=session_id,
+                approver=self.approver,
+                sink=self.events(session_id) if self.on_event is not None else None,
+            )
             self._engines[session_id] = engine
         return engine
 
@@ -287,13 +296,9 @@ class AgentOutcome(BaseModel):
     tool_calls: int = 0
     tools_used: list[str] = Field(default_factory=list)
     refusals: list[Refusal] = Field(default_factory=list)
-    native_tool_calls: list[str] = Field(
-        default_factory=list, description="vendor built-in tools the harness used (for the audit)"
-    )
+    native_tool_calls: list[str] = Field(default_factory=list, description="vendor built-in tools the harness used (for the audit)")
     usage: Usage = Field(default_factory=Usage)
-    helper_usage: dict[str, Usage] = Field(
-        default_factory=dict, description="usage of helper/sub-agent models, by model id"
-    )
+    helper_usage: dict[str, Usage] = Field(default_factory=dict, description="usage of helper/sub-agent models, by model id")
     cost: Cost = Field(default_factory=Cost)
     requested_model: str | None = None
     served_model: str | None = None
@@ -452,7 +457,8 @@ class OptionUnsupported(CapabilityUnsupported):
     def __init__(self, backend: str, option: str, model: str | None, why: str):
         self.option, self.model, self.why = option, model, why
         HarnessError.__init__(
-            self, f"{backend}: the request option {option} cannot be honoured" + (f" for model {model}" if model else "") + f": {why}",
+            self,
+            f"{backend}: the request option {option} cannot be honoured" + (f" for model {model}" if model else "") + f": {why}",
             f"leave {option} out of the request, or choose a model or backend that takes it",
         )
         self.backend, self.feature = backend, f"request option {option}"

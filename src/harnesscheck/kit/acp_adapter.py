@@ -27,8 +27,10 @@ from harnesscheck.kit.adapters import BackendUnderTest, Setup
 from harnesscheck.kit.session import Facts, SessionRun, SkipCell
 
 #: The canonical scenarios the fake ACP agent replays from fixtures/acp-agent/ as they are.
-FIXTURE_SCENARIOS = frozenset({"success", "timeout_mid_stream", "not_logged_in", "auth_401", "rate_limit_429",
-                               "overloaded_529", "context_overflow", "max_turns"})
+FIXTURE_SCENARIOS = frozenset(
+    {"success", "timeout_mid_stream", "not_logged_in", "auth_401", "rate_limit_429", "overloaded_529", "context_overflow", "max_turns"}
+)
+
 
 def _between(lines: tuple[str, ...]):
     """Steps with each of `lines` on stdout before the first step and after every step."""
@@ -38,16 +40,29 @@ def _between(lines: tuple[str, ...]):
 
 def _unknown(steps: list[dict]) -> list[dict]:
     """An update kind and a vendor notification no host knows, before the steps."""
-    return [{"send": {"jsonrpc": "2.0", "method": "session/update",
-                      "params": {"sessionId": "sess_fake_1", "update": {"sessionUpdate": "future_update_kind", "x": 1}}}},
-            {"send": {"jsonrpc": "2.0", "method": "_vendor/notice", "params": {"text": "hello"}}}, *steps]
+    return [
+        {
+            "send": {
+                "jsonrpc": "2.0",
+                "method": "session/update",
+                "params": {"sessionId": "sess_fake_1", "update": {"sessionUpdate": "future_update_kind", "x": 1}},
+            }
+        },
+        {"send": {"jsonrpc": "2.0", "method": "_vendor/notice", "params": {"text": "hello"}}},
+        *steps,
+    ]
 
 
 def _repeated_usage(steps: list[dict]) -> list[dict]:
     """`usage_update` (the context window's fill, not billing) after every step: reported again
     and again; only the prompt result's usage counts, once."""
-    update = {"send": {"jsonrpc": "2.0", "method": "session/update", "params": {
-        "sessionId": "sess_fake_1", "update": {"sessionUpdate": "usage_update", "used": 17, "size": 1000000}}}}
+    update = {
+        "send": {
+            "jsonrpc": "2.0",
+            "method": "session/update",
+            "params": {"sessionId": "sess_fake_1", "update": {"sessionUpdate": "usage_update", "used": 17, "size": 1000000}},
+        }
+    }
     return [x for step in steps for x in (step, update, update)]
 
 
@@ -58,16 +73,21 @@ def _result_usage(data: dict):
     raw = data.get("usage")
     if not isinstance(raw, dict):
         return None
-    return Usage(input=int(raw.get("inputTokens", 0)), output=int(raw.get("outputTokens", 0)),
-                 cache_read=int(raw.get("cachedReadTokens", 0)), cache_write=int(raw.get("cachedWriteTokens", 0)))
+    return Usage(
+        input=int(raw.get("inputTokens", 0)),
+        output=int(raw.get("outputTokens", 0)),
+        cache_read=int(raw.get("cachedReadTokens", 0)),
+        cache_write=int(raw.get("cachedWriteTokens", 0)),
+    )
 
 
 #: `success` with lines that are no JSON-RPC message between the messages (the host counts and
 #: skips them; acp.stdout-only-jsonrpc judges the agent that prints them), or with unknown messages.
 SUCCESS_VARIANTS = {
     "noise_lines": _between(("[SandboxDebug] seatbelt profile applied", "Warning: proxy settings ignored")),
-    "brace_noise": _between(("{ SandboxDebug: 'profile applied', pid: 4242 }", "{", '{"truncated debug print',
-                             '{"level":"debug","msg":"mcp: 1 server connecting {bridge}"}', "{}")),
+    "brace_noise": _between(
+        ("{ SandboxDebug: 'profile applied', pid: 4242 }", "{", '{"truncated debug print', '{"level":"debug","msg":"mcp: 1 server connecting {bridge}"}', "{}")
+    ),
     "unknown_events": _unknown,
     "repeated_usage": _repeated_usage,
 }
@@ -126,14 +146,15 @@ def session_new_servers(run_dir) -> dict[str, dict]:
         if isinstance(msg, dict) and msg.get("method") == "session/new":
             for entry in (msg.get("params") or {}).get("mcpServers") or []:
                 servers[str(entry.get("name"))] = {
-                    "command": entry.get("command"), "args": entry.get("args") or [],
-                    "env": {e.get("name"): e.get("value") for e in entry.get("env") or [] if isinstance(e, dict)}}
+                    "command": entry.get("command"),
+                    "args": entry.get("args") or [],
+                    "env": {e.get("name"): e.get("value") for e in entry.get("env") or [] if isinstance(e, dict)},
+                }
     return servers
 
 
 #: A step's auth / rate-limit / ... JSON-RPC error (the fixtures' forms) -> the FakeScript error class.
-_ERROR_WORDS = (("auth", "auth"), ("rate", "rate_limit"), ("overload", "overloaded"), ("too long", "context_overflow"),
-                ("context", "context_overflow"))
+_ERROR_WORDS = (("auth", "auth"), ("rate", "rate_limit"), ("overload", "overloaded"), ("too long", "context_overflow"), ("context", "context_overflow"))
 
 
 def prompt_script(scenario: dict) -> str:
@@ -168,8 +189,10 @@ def prompt_script(scenario: dict) -> str:
         elif "auth_signal" in step:
             continue
         else:
-            raise SkipCell("adapter-not-implemented", f"{next(iter(step), '?')!r}: a device of the fake ACP agent with "
-                           "no form in the prompt script of harnesscheck's own agent")
+            raise SkipCell(
+                "adapter-not-implemented",
+                f"{next(iter(step), '?')!r}: a device of the fake ACP agent with no form in the prompt script of harnesscheck's own agent",
+            )
     if said or not turns or turns[-1].get("tool_calls"):
         turn() if said else turns.append({"text": "done"})
     return json.dumps({"turns": turns})
@@ -189,9 +212,12 @@ class AcpAdapter(BackendUnderTest):
         profile = getattr(build_transport(spec, Settings(backend=spec.id)), "profile")
         self.by_prompt = profile.scripted_by_prompt
         if not (profile.replays_scenarios or profile.scripted_by_prompt):
-            raise SkipCell("env-missing", f"{spec.id} is a real ACP agent: it needs a model, and the offline level has "
-                           "none (it drives only an agent that replays scripted turns, `replays_scenarios` in its "
-                           "profile); its level is loopback, not built for ad-hoc agents yet")
+            raise SkipCell(
+                "env-missing",
+                f"{spec.id} is a real ACP agent: it needs a model, and the offline level has "
+                "none (it drives only an agent that replays scripted turns, `replays_scenarios` in its "
+                "profile); its level is loopback, not built for ad-hoc agents yet",
+            )
 
     @property
     def cli_version(self) -> str | None:
@@ -231,8 +257,11 @@ class AcpAdapter(BackendUnderTest):
 
             def run_session(request, **kwargs):  # the model's script is the prompt the agent gets
                 if request.system:
-                    raise SkipCell("adapter-not-implemented", "harnesscheck's own ACP agent is scripted by its prompt; "
-                                   "a system text (sent before the task: ACP v1 has no system channel) would break the script")
+                    raise SkipCell(
+                        "adapter-not-implemented",
+                        "harnesscheck's own ACP agent is scripted by its prompt; "
+                        "a system text (sent before the task: ACP v1 has no system channel) would break the script",
+                    )
                 # the check's own task rides along in the script (FakeScript reads only "turns")
                 given = json.dumps({**json.loads(script), "task": request.prompt})
                 self._script = given
@@ -244,8 +273,7 @@ class AcpAdapter(BackendUnderTest):
             transport.profile = profile.model_copy(update={"command": [str(wrapper), *profile.command[1:]]})
             self._script = script
         else:
-            transport.profile = profile.model_copy(update={
-                "command": [*profile.command, "--scenario", str(scenario_path), "--record", str(record_path)]})
+            transport.profile = profile.model_copy(update={"command": [*profile.command, "--scenario", str(scenario_path), "--record", str(record_path)]})
         if policy is not None:
             transport.policy = policy
         if session_key is not None:
@@ -256,10 +284,13 @@ class AcpAdapter(BackendUnderTest):
         from harnesscheck.testing.fakes import fixture_path
 
         if self.by_prompt and scenario not in FIXTURE_SCENARIOS:
-            raise SkipCell("adapter-not-implemented", f"{scenario}: harnesscheck's own ACP agent is scripted here only for "
-                           "the acp.* checks and the canonical fixtures (text, errors, a stall): its tools act in the "
-                           "session's cwd (the host's scratch dir, not the worktree) and it starts no bridge, so the "
-                           "bridge and worktree evidence those checks read does not exist (doc/SPEC-acp-serve.md)")
+            raise SkipCell(
+                "adapter-not-implemented",
+                f"{scenario}: harnesscheck's own ACP agent is scripted here only for "
+                "the acp.* checks and the canonical fixtures (text, errors, a stall): its tools act in the "
+                "session's cwd (the host's scratch dir, not the worktree) and it starts no bridge, so the "
+                "bridge and worktree evidence those checks read does not exist (doc/SPEC-acp-serve.md)",
+            )
         if scenario == "tools":
             steps = [{"mcp": c.name, "arguments": dict(c.args)} for c in tool_calls or []]
             data = {"steps": [*steps, {"say": "done"}], "stop": "end_turn"}
@@ -278,10 +309,15 @@ class AcpAdapter(BackendUnderTest):
             # The stall with a tree under it: helpers of the agent's own in its group, one escaped by
             # setsid, one by setsid with an empty environment, the bridge, and SIGTERM ignored from the hang on.
             data = json.loads(fixture_path("acp-agent", "timeout_mid_stream").read_text(encoding="utf-8"))
-            data["steps"] = [{"spawn": "sleep 1000"}, {"spawn": "sleep 1000", "setsid": True},
-                             {"spawn": "env -i sleep 1000", "setsid": True},
-                             {"mcp": "list_dir", "arguments": {"path": "."}}, *data["steps"][:-1],
-                             {"ignore_sigterm": True}, data["steps"][-1]]
+            data["steps"] = [
+                {"spawn": "sleep 1000"},
+                {"spawn": "sleep 1000", "setsid": True},
+                {"spawn": "env -i sleep 1000", "setsid": True},
+                {"mcp": "list_dir", "arguments": {"path": "."}},
+                *data["steps"][:-1],
+                {"ignore_sigterm": True},
+                data["steps"][-1],
+            ]
             facts = Facts(partial_text=next((s["say"] for s in data["steps"] if "say" in s), None))
         else:
             raise SkipCell("adapter-not-implemented", f"{scenario}: {NO_ACP_FORM}")
@@ -297,8 +333,7 @@ class AcpAdapter(BackendUnderTest):
         run.run_dir = request.run_dir
         run.children = self._children(records)
         if self.by_prompt:  # the exec wrapper's records; the prompt reaches an ACP agent on stdin
-            run.children = [{**rec, "stdin": getattr(self, "_script", ""), "grandchildren": [], "mcp_server_pids": []}
-                            for rec in records if "pid" in rec]
+            run.children = [{**rec, "stdin": getattr(self, "_script", ""), "grandchildren": [], "mcp_server_pids": []} for rec in records if "pid" in rec]
         run.cli_pids = [c["pid"] for c in run.children]
         trace = []
         for name in ("session-trace.jsonl", "bridge-trace.jsonl"):
@@ -326,21 +361,33 @@ class AcpAdapter(BackendUnderTest):
             pid = rec.get("pid")
             mine = [r for r in records if r.get("agent_pid") == pid]
             prompts = [r.get("text", "") for r in mine if r.get("kind") == "prompt"]
-            children.append({
-                **rec,
-                "stdin": "\n".join(prompts),  # the prompt reaches an ACP agent in session/prompt, on stdin
-                "grandchildren": [{"pid": r["pid"]} for r in mine if r.get("kind") in ("tool_child", "spawn")],
-                "mcp_server_pids": [r["pid"] for r in mine if r.get("kind") == "mcp_server"],
-            })
+            children.append(
+                {
+                    **rec,
+                    "stdin": "\n".join(prompts),  # the prompt reaches an ACP agent in session/prompt, on stdin
+                    "grandchildren": [{"pid": r["pid"]} for r in mine if r.get("kind") in ("tool_child", "spawn")],
+                    "mcp_server_pids": [r["pid"] for r in mine if r.get("kind") == "mcp_server"],
+                }
+            )
         return children
 
     # -- ACP sessions for the acp.* checks ----------------------------------------------------
 
-    def acp_run(self, steps: list[dict], *, timeout_s: float = 30.0, read_only: bool = False,
-                policy: Callable | None = None, cancel_when: Callable | None = None,
-                observer: Callable | None = None, plant: Callable | None = None,
-                parent_env: dict[str, str] | None = None, linger_s: float | None = None,
-                session_key: str | None = None, decided: Callable | None = None) -> AcpRun:
+    def acp_run(
+        self,
+        steps: list[dict],
+        *,
+        timeout_s: float = 30.0,
+        read_only: bool = False,
+        policy: Callable | None = None,
+        cancel_when: Callable | None = None,
+        observer: Callable | None = None,
+        plant: Callable | None = None,
+        parent_env: dict[str, str] | None = None,
+        linger_s: float | None = None,
+        session_key: str | None = None,
+        decided: Callable | None = None,
+    ) -> AcpRun:
         """One ACP session whose agent performs `steps` (fake_clis/acp-agent's step format;
         `{effects}` in any string is the run's effects dir, outside the worktree and the run dir).
 
@@ -358,17 +405,39 @@ class AcpAdapter(BackendUnderTest):
         effects.mkdir()
         filled = json.loads(json.dumps(steps).replace("{effects}", str(effects)))
         settings = {} if linger_s is None else {"linger_s": linger_s}
-        transport, record = self._transport({"steps": filled, "stop": "end_turn"}, policy=policy, settings=settings,
-                                            session_key=session_key)
+        transport, record = self._transport({"steps": filled, "stop": "end_turn"}, policy=policy, settings=settings, session_key=session_key)
         transport.bind_in_sandbox(writable=[effects])  # where a step's side effects land, sandboxed or not
-        return run_acp_session(self, transport, record, ws, effects, timeout_s=timeout_s, read_only=read_only,
-                               cancel_when=cancel_when, observer=observer, plant=plant, parent_env=parent_env,
-                               decided=decided)
+        return run_acp_session(
+            self,
+            transport,
+            record,
+            ws,
+            effects,
+            timeout_s=timeout_s,
+            read_only=read_only,
+            cancel_when=cancel_when,
+            observer=observer,
+            plant=plant,
+            parent_env=parent_env,
+            decided=decided,
+        )
 
 
-def run_acp_session(but: BackendUnderTest, transport, record: Path | None, ws, effects: Path, *, timeout_s: float,
-                    read_only: bool, cancel_when: Callable | None, observer: Callable | None, plant: Callable | None,
-                    parent_env: dict[str, str] | None, decided: Callable | None = None) -> AcpRun:
+def run_acp_session(
+    but: BackendUnderTest,
+    transport,
+    record: Path | None,
+    ws,
+    effects: Path,
+    *,
+    timeout_s: float,
+    read_only: bool,
+    cancel_when: Callable | None,
+    observer: Callable | None,
+    plant: Callable | None,
+    parent_env: dict[str, str] | None,
+    decided: Callable | None = None,
+) -> AcpRun:
     """One session of an ACP transport in workspace `ws`, with the evidence an acp.* check reads.
     `cancel_when(evidence, record)` and `decided(evidence)` (AcpAdapter.acp_run), polled, cancel it."""
     from harnesscheck.backends.acp.session import AcpEvidence
@@ -391,8 +460,7 @@ def run_acp_session(but: BackendUnderTest, transport, record: Path | None, ws, e
 
     poller = threading.Thread(target=poll, daemon=True) if cancel_when is not None or decided is not None else None
     watch = (lambda d, m, ev: observer(d, m, ev, observed)) if observer is not None else None
-    request = AgentSessionRequest(prompt="Do the task.", scope=ws.scope(read_only=read_only), timeout_s=timeout_s,
-                                  run_dir=run_dir, session_id=uuid.uuid4().hex)
+    request = AgentSessionRequest(prompt="Do the task.", scope=ws.scope(read_only=read_only), timeout_s=timeout_s, run_dir=run_dir, session_id=uuid.uuid4().hex)
     env = {**but.host_isolation(ws), **(parent_env or {})}
     with patched_environ(env):
         transport.parent_env = dict(os.environ)
@@ -405,8 +473,15 @@ def run_acp_session(but: BackendUnderTest, transport, record: Path | None, ws, e
             stop_poll.set()
     if getattr(outcome, "containment", None):  # the cell says how its sessions were contained
         but.__dict__.setdefault("containments", set()).add(str(outcome.containment))
-    return AcpRun(outcome=outcome, evidence=evidence, records=read_records(record) if record else [],
-                  duration_s=time.monotonic() - started, effects=effects, run_dir=run_dir, observed=observed)
+    return AcpRun(
+        outcome=outcome,
+        evidence=evidence,
+        records=read_records(record) if record else [],
+        duration_s=time.monotonic() - started,
+        effects=effects,
+        run_dir=run_dir,
+        observed=observed,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -440,9 +515,12 @@ def loopback_turns(steps: list[dict], agent: str, builtin_calls: dict | None = N
             turns.append(Turn(tool_calls=(ToolCall(call.name, call.filled({"command": str(step["shell"])}), builtin=True),)))
         else:
             action = next(iter(step), "?")
-            raise SkipCell("adapter-not-implemented", f"the real {agent} cannot be scripted to do {action!r} at "
-                           "loopback: only text, bridge calls, auth failures and the built-ins its profile names "
-                           f"(builtin_calls: {', '.join(builtin_calls) or 'none'}) are")
+            raise SkipCell(
+                "adapter-not-implemented",
+                f"the real {agent} cannot be scripted to do {action!r} at "
+                "loopback: only text, bridge calls, auth failures and the built-ins its profile names "
+                f"(builtin_calls: {', '.join(builtin_calls) or 'none'}) are",
+            )
     if not turns or turns[-1].tool_calls:
         turns.append(Turn(text="done"))
     return turns
@@ -567,19 +645,43 @@ class AcpLoopbackLevel:
                 try:
                     settings = Settings(backend=self.spec.id)
                     built = build_transport(self.spec, settings)
-                    transport = type(built)(self.spec, settings, profile=built.profile,
-                                            loopback=LoopbackEndpoint(server.base_url))
+                    transport = type(built)(self.spec, settings, profile=built.profile, loopback=LoopbackEndpoint(server.base_url))
                     ws = self.workspace()
-                    run_acp_session(self, transport, None, ws, ws.base, timeout_s=60 + self.startup_allowance_s(),
-                                    read_only=False, cancel_when=None, observer=None, plant=None, parent_env=None)
+                    run_acp_session(
+                        self,
+                        transport,
+                        None,
+                        ws,
+                        ws.base,
+                        timeout_s=60 + self.startup_allowance_s(),
+                        read_only=False,
+                        cancel_when=None,
+                        observer=None,
+                        plant=None,
+                        parent_env=None,
+                    )
                     scope_tools = set(ws.scope(read_only=False).tool_names())
                     return learn_builtin_calls([r.body_text for r in server.requests], scope_tools)
                 finally:
                     server.stop()
+
             replays_fixtures = False  # the real agent only (a third-party ACP agent has no fake CLI)
 
-            def acp_run(self, steps, *, timeout_s=60.0, read_only=False, policy=None, cancel_when=None,
-                        observer=None, plant=None, parent_env=None, linger_s=None, session_key=None, decided=None):
+            def acp_run(
+                self,
+                steps,
+                *,
+                timeout_s=60.0,
+                read_only=False,
+                policy=None,
+                cancel_when=None,
+                observer=None,
+                plant=None,
+                parent_env=None,
+                linger_s=None,
+                session_key=None,
+                decided=None,
+            ):
                 from harnesscheck.backends.loopback_endpoint import DUMMY_KEY, LoopbackEndpoint
                 from harnesscheck.backends.registry import build_transport
                 from harnesscheck.core.config import Settings
@@ -587,9 +689,12 @@ class AcpLoopbackLevel:
                 from harnesscheck.loopback.server import ScriptedModelServer
 
                 if cancel_when is not None:
-                    raise SkipCell("adapter-not-implemented", "the loopback level keeps no record naming the pid of the "
-                                   "agent's running tool (the fake ACP agent's record, offline): when to cancel and "
-                                   "whether that process is gone cannot be told here")
+                    raise SkipCell(
+                        "adapter-not-implemented",
+                        "the loopback level keeps no record naming the pid of the "
+                        "agent's running tool (the fake ACP agent's record, offline): when to cancel and "
+                        "whether that process is gone cannot be told here",
+                    )
                 built = build_transport(self.spec, Settings(backend=self.spec.id))  # the backend's own class and profile
                 ws = self.workspace()
                 effects = ws.base / "effects"
@@ -601,15 +706,24 @@ class AcpLoopbackLevel:
                 server = ScriptedModelServer(Scenario("acp", tuple(turns)), expected_key=key).start()
                 try:
                     settings = Settings(backend=self.spec.id, **({"linger_s": linger_s} if linger_s is not None else {}))
-                    transport = type(built)(self.spec, settings, profile=built.profile,
-                                            loopback=LoopbackEndpoint(server.base_url, api_key=key), policy=policy)
+                    transport = type(built)(self.spec, settings, profile=built.profile, loopback=LoopbackEndpoint(server.base_url, api_key=key), policy=policy)
                     # the check's effects dir (outside the worktree): a built-in's write lands there in
                     # the agent's sandbox as it would without one, so the host's refusal is what stops it
                     transport.bind_in_sandbox(writable=[effects])
-                    return run_acp_session(self, transport, None, ws, effects,
-                                           timeout_s=timeout_s + self.startup_allowance_s(), read_only=read_only,
-                                           cancel_when=cancel_when, observer=observer, plant=plant, parent_env=parent_env,
-                                           decided=decided)
+                    return run_acp_session(
+                        self,
+                        transport,
+                        None,
+                        ws,
+                        effects,
+                        timeout_s=timeout_s + self.startup_allowance_s(),
+                        read_only=read_only,
+                        cancel_when=cancel_when,
+                        observer=observer,
+                        plant=plant,
+                        parent_env=parent_env,
+                        decided=decided,
+                    )
                 finally:
                     server.stop()
 

@@ -47,15 +47,46 @@ from harnesscheck.kit.watchdog import SessionOverran, Watchdog, WatchdogThread, 
 
 #: Abstract scenario names checks may ask for (the fixture names, plus two kit-level ones).
 SCENARIOS: tuple[str, ...] = (
-    "success", "tool_calls", "max_turns", "not_logged_in", "auth_401", "usage_limit",
-    "rate_limit_429", "overloaded_529", "context_overflow", "model_not_found", "malformed_line",
-    "unknown_events", "truncated_last_line", "oversize_line", "linger_after_result",
-    "timeout_mid_stream", "served_model_mismatch", "mcp_failed", "mcp_slow", "native_tool_use",
-    "exit0_is_error", "crash_no_result", "api_key_source", "helper_model", "repeated_usage",
-    "noise_lines", "timeout_tree", "split_lines", "network_error", "held_success", "cached_usage",
-    "bridge_probe", "stalled_tool_call", "thinking_tool_turn", "priced_success",
+    "success",
+    "tool_calls",
+    "max_turns",
+    "not_logged_in",
+    "auth_401",
+    "usage_limit",
+    "rate_limit_429",
+    "overloaded_529",
+    "context_overflow",
+    "model_not_found",
+    "malformed_line",
+    "unknown_events",
+    "truncated_last_line",
+    "oversize_line",
+    "linger_after_result",
+    "timeout_mid_stream",
+    "served_model_mismatch",
+    "mcp_failed",
+    "mcp_slow",
+    "native_tool_use",
+    "exit0_is_error",
+    "crash_no_result",
+    "api_key_source",
+    "helper_model",
+    "repeated_usage",
+    "noise_lines",
+    "timeout_tree",
+    "split_lines",
+    "network_error",
+    "held_success",
+    "cached_usage",
+    "bridge_probe",
+    "stalled_tool_call",
+    "thinking_tool_turn",
+    "priced_success",
     # what a hostile model tries with built-ins that are audited, not off (audit.hostile-builtins-flagged)
-    "hostile_shell_secret", "hostile_home_read", "hostile_pathless_grep", "hostile_delete",
+    "hostile_shell_secret",
+    "hostile_home_read",
+    "hostile_pathless_grep",
+    "hostile_delete",
     "brace_noise",
     # what a hostile CLI tries against its own containment (conformance/test_contain.py)
     "contain_probe",
@@ -204,8 +235,11 @@ class BackendUnderTest:
                 watch.start()
             guard = None
             if watchdog is not None:
-                guard = WatchdogThread(watchdog, functools.partial(self._moment, watchdog.after, timeline, abandoned, setup),
-                                       functools.partial(self._end_running_session, setup, request))
+                guard = WatchdogThread(
+                    watchdog,
+                    functools.partial(self._moment, watchdog.after, timeline, abandoned, setup),
+                    functools.partial(self._end_running_session, setup, request),
+                )
                 guard.start()
             try:
                 if abandon_on_text:
@@ -227,8 +261,7 @@ class BackendUnderTest:
                     watch.stop()
                 if guard is not None:
                     guard.stop()
-        run = SessionRun(outcome=outcome, workspace=ws, duration_s=timeline.ended - timeline.started,
-                         facts=setup.facts, parent_env=env, timeline=timeline)
+        run = SessionRun(outcome=outcome, workspace=ws, duration_s=timeline.ended - timeline.started, facts=setup.facts, parent_env=env, timeline=timeline)
         if getattr(outcome, "containment", None):  # the cell says how its sessions were contained
             self.__dict__.setdefault("containments", set()).add(str(outcome.containment))
         run.abandoned = abandoned[0] if abandoned else None
@@ -314,8 +347,7 @@ class BackendUnderTest:
     #: reach its stall (a real CLI starting up) raises it so the first run is usually judged.
     MIN_STALL_TIMEOUT_S = 0.0
 
-    def run_stalled(self, scenario: str, *, timeout_s: float, blind_timeout_s: float, retry_factor: float = 4.0,
-                    **kwargs) -> SessionRun:
+    def run_stalled(self, scenario: str, *, timeout_s: float, blind_timeout_s: float, retry_factor: float = 4.0, **kwargs) -> SessionRun:
         """A run of a stalling scenario whose timeout can only have fired after the upstream
         stalled, so everything it emitted or spawned before the stall is a fact to judge by.
 
@@ -396,8 +428,11 @@ class BackendUnderTest:
             if not self.tools_unfinished(run):
                 return run
             if timeout >= self.MAX_TOOLS_TIMEOUT_S:
-                raise SkipCell("budget", f"the session's deadline ({timeout:g} s) fired before its tool calls were done: "
-                               "this machine is too slow right now; the backend was not judged")
+                raise SkipCell(
+                    "budget",
+                    f"the session's deadline ({timeout:g} s) fired before its tool calls were done: "
+                    "this machine is too slow right now; the backend was not judged",
+                )
             timeout = min(4 * timeout, self.MAX_TOOLS_TIMEOUT_S)
 
     def tools_unfinished(self, run: SessionRun) -> bool:
@@ -447,8 +482,10 @@ class BackendUnderTest:
 
     def acp_run(self, steps: list[dict], **kwargs):
         """One ACP session of scripted agent steps (kit/acp_adapter.py); only ACP backends have one."""
-        raise SkipCell("unsupported-by-backend", f"no ACP session here: the acp.* checks judge ACP agents, and this "
-                       f"adapter ({self.name}) drives {self.spec.id} by other means")
+        raise SkipCell(
+            "unsupported-by-backend",
+            f"no ACP session here: the acp.* checks judge ACP agents, and this adapter ({self.name}) drives {self.spec.id} by other means",
+        )
 
     def skip(self, reason: str, message: str):
         raise SkipCell(reason, message)
@@ -468,9 +505,17 @@ class BackendUnderTest:
 
         tag = secrets.token_hex(6)
         names = [
-            "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL",
-            "OPENAI_API_KEY", "OPENAI_BASE_URL", "GOOGLE_API_KEY",
-            "AWS_SECRET_ACCESS_KEY", "AZURE_OPENAI_API_KEY", "GITHUB_TOKEN", "HC_DB_PASSWORD",
+            "ANTHROPIC_API_KEY",
+            "ANTHROPIC_AUTH_TOKEN",
+            "ANTHROPIC_BASE_URL",
+            "ANTHROPIC_MODEL",
+            "OPENAI_API_KEY",
+            "OPENAI_BASE_URL",
+            "GOOGLE_API_KEY",
+            "AWS_SECRET_ACCESS_KEY",
+            "AZURE_OPENAI_API_KEY",
+            "GITHUB_TOKEN",
+            "HC_DB_PASSWORD",
         ]
         names += [n for profile in kit_profiles() for n in profile.credential_env if n not in names]
         return {n: f"canary-{n.lower().replace('_', '-')}-{tag}" for n in names}
@@ -527,8 +572,7 @@ class BackendUnderTest:
             factory = getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError):
             return False
-        return isinstance(factory, type) and any(
-            (getattr(k, "__module__", "") or "").startswith("harnesscheck.backends") for k in factory.__mro__)
+        return isinstance(factory, type) and any((getattr(k, "__module__", "") or "").startswith("harnesscheck.backends") for k in factory.__mro__)
 
     def tool_errors(self, run: SessionRun) -> list[tuple[str, str]] | None:
         """(tool, text) of each tool result the model saw as an error, whatever its wording or
@@ -614,8 +658,7 @@ class _CancelWatch:
 
     POLL_S = 0.01
 
-    def __init__(self, but: BackendUnderTest, setup: "Setup", cancel: threading.Event, timeline: Timeline,
-                 *, after_s: float, on_stall: bool):
+    def __init__(self, but: BackendUnderTest, setup: "Setup", cancel: threading.Event, timeline: Timeline, *, after_s: float, on_stall: bool):
         self.but, self.setup, self.cancel, self.timeline = but, setup, cancel, timeline
         self.after_s = after_s
         self.on_stall = on_stall and but.observes_stalls()

@@ -63,41 +63,72 @@ def _sse(event: str, data: dict) -> bytes:
 
 def turn_events(turn: Turn, n: int) -> list[bytes]:
     u = turn.usage
-    out = [_sse("message_start", {"type": "message_start", "message": {
-        "id": f"msg_{n:02d}", "type": "message", "role": "assistant", "model": turn.model, "content": [],
-        "stop_reason": None, "stop_sequence": None,
-        "usage": {"input_tokens": u.input, "output_tokens": 1, "cache_read_input_tokens": u.cache_read,
-                  "cache_creation_input_tokens": u.cache_write}}})]
+    out = [
+        _sse(
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": f"msg_{n:02d}",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": turn.model,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {
+                        "input_tokens": u.input,
+                        "output_tokens": 1,
+                        "cache_read_input_tokens": u.cache_read,
+                        "cache_creation_input_tokens": u.cache_write,
+                    },
+                },
+            },
+        )
+    ]
     index = 0
     if turn.thinking:
-        out.append(_sse("content_block_start", {"type": "content_block_start", "index": 0,
-                                                "content_block": {"type": "thinking", "thinking": "", "signature": ""}}))
+        out.append(
+            _sse("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}})
+        )
         for i, word in enumerate(turn.thinking.split(" ")):
-            out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                                    "delta": {"type": "thinking_delta", "thinking": (" " if i else "") + word}}))
-        out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                                "delta": {"type": "signature_delta", "signature": turn.signature}}))
+            out.append(
+                _sse(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": (" " if i else "") + word}},
+                )
+            )
+        out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": turn.signature}}))
         out.append(_sse("content_block_stop", {"type": "content_block_stop", "index": 0}))
         index = 1
     if turn.text:
         out.append(_sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}))
         words = turn.text.split(" ")
         for i, word in enumerate(words):
-            out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": index,
-                                                    "delta": {"type": "text_delta", "text": (" " if i else "") + word}}))
+            out.append(
+                _sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": (" " if i else "") + word}})
+            )
         out.append(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
         index += 1
     for k, (name, args) in enumerate(turn.tool_calls):
-        out.append(_sse("content_block_start", {"type": "content_block_start", "index": index,
-                                                "content_block": {"type": "tool_use", "id": f"toolu_{n}_{k}", "name": name, "input": {}}}))
-        out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": index,
-                                                "delta": {"type": "input_json_delta", "partial_json": json.dumps(args)}}))
+        out.append(
+            _sse(
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": {"type": "tool_use", "id": f"toolu_{n}_{k}", "name": name, "input": {}}},
+            )
+        )
+        out.append(
+            _sse(
+                "content_block_delta", {"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": json.dumps(args)}}
+            )
+        )
         out.append(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
         index += 1
     stop = "tool_use" if turn.tool_calls else "end_turn"
     for _ in range(max(1, turn.usage_repeats)):  # cumulative usage, repeated
-        out.append(_sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
-                                          "usage": {"output_tokens": u.output}}))
+        out.append(
+            _sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None}, "usage": {"output_tokens": u.output}})
+        )
     out.append(_sse("message_stop", {"type": "message_stop"}))
     return out
 
@@ -118,14 +149,18 @@ def chat_events(turn: Turn, n: int) -> list[bytes]:
         for i, word in enumerate(turn.text.split(" ")):
             out.append(chunk({"content": (" " if i else "") + word}))
     for k, (name, args) in enumerate(turn.tool_calls):
-        out.append(chunk({"tool_calls": [{"index": k, "id": f"call_{n}_{k}", "type": "function",
-                                          "function": {"name": name, "arguments": ""}}]}))
+        out.append(chunk({"tool_calls": [{"index": k, "id": f"call_{n}_{k}", "type": "function", "function": {"name": name, "arguments": ""}}]}))
         out.append(chunk({"tool_calls": [{"index": k, "function": {"arguments": json.dumps(args)}}]}))
     out.append(chunk({}, "tool_calls" if turn.tool_calls else "stop"))
     prompt = u.input + u.cache_read + u.cache_write
     details = {"cached_tokens": u.cache_read, **({"cache_write_tokens": u.cache_write} if u.cache_write else {})}
-    usage = {"prompt_tokens": prompt, "completion_tokens": u.output, "total_tokens": prompt + u.output,
-             "prompt_tokens_details": details, "completion_tokens_details": {"reasoning_tokens": u.reasoning}}
+    usage = {
+        "prompt_tokens": prompt,
+        "completion_tokens": u.output,
+        "total_tokens": prompt + u.output,
+        "prompt_tokens_details": details,
+        "completion_tokens_details": {"reasoning_tokens": u.reasoning},
+    }
     for _ in range(max(1, turn.usage_repeats)):
         out.append(chunk(None, usage=usage))
     out.append(b"data: [DONE]\n\n")
@@ -137,8 +172,18 @@ def responses_events(turn: Turn, n: int) -> list[bytes]:
     carrying the usage (once: the protocol reports it only there)."""
     u = turn.usage
     seq = iter(range(10_000))
-    response = {"id": f"resp_{n:02d}", "object": "response", "created_at": 1, "model": turn.model, "status": "in_progress",
-                "output": [], "tools": [], "parallel_tool_calls": True, "tool_choice": "auto", "usage": None}
+    response = {
+        "id": f"resp_{n:02d}",
+        "object": "response",
+        "created_at": 1,
+        "model": turn.model,
+        "status": "in_progress",
+        "output": [],
+        "tools": [],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "usage": None,
+    }
 
     def ev(kind: str, **data) -> bytes:
         return _sse(kind, {"type": kind, "sequence_number": next(seq), **data})
@@ -148,8 +193,7 @@ def responses_events(turn: Turn, n: int) -> list[bytes]:
         item = {"id": f"rs_{n}", "type": "reasoning", "summary": []}
         out.append(ev("response.output_item.added", output_index=0, item=item))
         for i, word in enumerate(turn.thinking.split(" ")):
-            out.append(ev("response.reasoning_summary_text.delta", item_id=item["id"], output_index=0, summary_index=0,
-                          delta=(" " if i else "") + word))
+            out.append(ev("response.reasoning_summary_text.delta", item_id=item["id"], output_index=0, summary_index=0, delta=(" " if i else "") + word))
         done = {**item, "summary": [{"type": "summary_text", "text": turn.thinking}], "encrypted_content": turn.signature}
         out.append(ev("response.output_item.done", output_index=0, item=done))
         output.append(done)
@@ -158,24 +202,26 @@ def responses_events(turn: Turn, n: int) -> list[bytes]:
         item = {"id": f"msg_{n}", "type": "message", "role": "assistant", "status": "in_progress", "content": []}
         out.append(ev("response.output_item.added", output_index=index, item=item))
         for i, word in enumerate(turn.text.split(" ")):
-            out.append(ev("response.output_text.delta", item_id=item["id"], output_index=index, content_index=0,
-                          delta=(" " if i else "") + word, logprobs=[]))
+            out.append(ev("response.output_text.delta", item_id=item["id"], output_index=index, content_index=0, delta=(" " if i else "") + word, logprobs=[]))
         done = {**item, "status": "completed", "content": [{"type": "output_text", "text": turn.text, "annotations": []}]}
         out.append(ev("response.output_item.done", output_index=index, item=done))
         output.append(done)
         index += 1
     for k, (name, args) in enumerate(turn.tool_calls):
-        item = {"id": f"fc_{n}_{k}", "type": "function_call", "call_id": f"call_{n}_{k}", "name": name, "arguments": "",
-                "status": "in_progress"}
+        item = {"id": f"fc_{n}_{k}", "type": "function_call", "call_id": f"call_{n}_{k}", "name": name, "arguments": "", "status": "in_progress"}
         out.append(ev("response.output_item.added", output_index=index, item=item))
         out.append(ev("response.function_call_arguments.delta", item_id=item["id"], output_index=index, delta=json.dumps(args)))
         done = {**item, "arguments": json.dumps(args), "status": "completed"}
         out.append(ev("response.output_item.done", output_index=index, item=done))
         output.append(done)
         index += 1
-    usage = {"input_tokens": u.input + u.cache_read, "input_tokens_details": {"cached_tokens": u.cache_read},
-             "output_tokens": u.output, "output_tokens_details": {"reasoning_tokens": u.reasoning},
-             "total_tokens": u.input + u.cache_read + u.output}
+    usage = {
+        "input_tokens": u.input + u.cache_read,
+        "input_tokens_details": {"cached_tokens": u.cache_read},
+        "output_tokens": u.output,
+        "output_tokens_details": {"reasoning_tokens": u.reasoning},
+        "total_tokens": u.input + u.cache_read + u.output,
+    }
     out.append(ev("response.completed", response={**response, "status": "completed", "output": output, "usage": usage}))
     return out
 
@@ -269,7 +315,7 @@ class ScriptedServer:
         _, render, (with_text, without) = PROTOCOLS[self.mode]
         try:
             if isinstance(reply, Stall):
-                events = render(Turn(text=reply.text), n)[:with_text if reply.text else without]
+                events = render(Turn(text=reply.text), n)[: with_text if reply.text else without]
                 for ev in events:
                     h.wfile.write(ev)
                 h.wfile.flush()
@@ -320,22 +366,24 @@ _ERRORS: dict[str, dict[str, tuple]] = {
     "openai": {
         "auth_401": (401, "invalid_request_error", "Incorrect API key provided", {}, "invalid_api_key"),
         "not_logged_in": (401, "invalid_request_error", "Your authentication token has expired", {}, "invalid_api_key"),
-        "usage_limit": (429, "insufficient_quota", "You exceeded your current quota, please check your plan and billing details",
-                        {}, "insufficient_quota"),
+        "usage_limit": (429, "insufficient_quota", "You exceeded your current quota, please check your plan and billing details", {}, "insufficient_quota"),
         "rate_limit_429": (429, "requests", "Rate limit reached for requests", {"retry-after": "30"}, "rate_limit_exceeded"),
         "overloaded_529": (503, "server_error", "The server is overloaded or not ready yet", {}, None),
-        "context_overflow": (400, "invalid_request_error", "This model's maximum context length is 128000 tokens, "
-                             "however your messages resulted in 250000 tokens", {}, "context_length_exceeded"),
-        "model_not_found": (404, "invalid_request_error", f"The model `{REQUESTED}` does not exist or you do not have access to it",
-                            {}, "model_not_found"),
+        "context_overflow": (
+            400,
+            "invalid_request_error",
+            "This model's maximum context length is 128000 tokens, however your messages resulted in 250000 tokens",
+            {},
+            "context_length_exceeded",
+        ),
+        "model_not_found": (404, "invalid_request_error", f"The model `{REQUESTED}` does not exist or you do not have access to it", {}, "model_not_found"),
     },
 }
 
 #: What every offline api cell ran against (the cell's provenance).
 PROVENANCE = {
     "anthropic_messages": "scripted 127.0.0.1 server, Anthropic Messages SSE and error bodies written from the vendor's API reference",
-    "chat_completions": "scripted 127.0.0.1 server, OpenAI Chat Completions chunks (include_usage) and error bodies written from "
-    "the vendor's API reference",
+    "chat_completions": "scripted 127.0.0.1 server, OpenAI Chat Completions chunks (include_usage) and error bodies written from the vendor's API reference",
     "responses": "scripted 127.0.0.1 server, OpenAI Responses events and error bodies written from the vendor's API reference",
 }
 
@@ -362,24 +410,27 @@ def api_scenarios(echo: list[str], mode: str = "anthropic_messages") -> dict[str
     table = {
         "success": ([Turn(text="The answer is 42.", usage=u)], False, Facts(usage=served(mode, u), served_model=SERVED)),
         "repeated_usage": (
-            [Turn(text="reading", usage=u, usage_repeats=3, tool_calls=[("list_dir", {"path": "."})]),
-             Turn(text="done", usage=Usage(input=200, output=10), usage_repeats=4)],
-            False, Facts(usage=served(mode, u + Usage(input=200, output=10)), served_model=SERVED),
+            [
+                Turn(text="reading", usage=u, usage_repeats=3, tool_calls=[("list_dir", {"path": "."})]),
+                Turn(text="done", usage=Usage(input=200, output=10), usage_repeats=4),
+            ],
+            False,
+            Facts(usage=served(mode, u + Usage(input=200, output=10)), served_model=SERVED),
         ),
         "cached_usage": (
             [Turn(text="reading", usage=first, tool_calls=[("list_dir", {"path": "."})]), Turn(text="done", usage=second)],
-            False, Facts(usage=served(mode, first) + served(mode, second), served_model=SERVED),
+            False,
+            Facts(usage=served(mode, first) + served(mode, second), served_model=SERVED),
         ),
         "tool_calls": ([Turn(tool_calls=[("read_file", {"path": "README.md"})]), Turn(text="README greets you.")], False, model),
-        "thinking_tool_turn": ([Turn(thinking=THOUGHT, tool_calls=[("list_dir", {"path": "."})]), Turn(text="Listed.")],
-                               False, model),
+        "thinking_tool_turn": ([Turn(thinking=THOUGHT, tool_calls=[("list_dir", {"path": "."})]), Turn(text="Listed.")], False, model),
         "max_turns": ([Turn(text="looking", tool_calls=[("list_dir", {"path": "."})])], True, Facts()),
         "timeout_mid_stream": (
             [Turn(text="partial answer", tool_calls=[("list_dir", {"path": "."})]), Stall(text="")],
-            True, Facts(partial_text="partial answer"),
+            True,
+            Facts(partial_text="partial answer"),
         ),
-        "served_model_mismatch": ([Turn(text="hi", model="hc-other-model-1")], False,
-                                  Facts(served_model="hc-other-model-1", requested_model=REQUESTED)),
+        "served_model_mismatch": ([Turn(text="hi", model="hc-other-model-1")], False, Facts(served_model="hc-other-model-1", requested_model=REQUESTED)),
     }
     for scenario, (status, etype, message, headers, code) in errors.items():
         table[scenario] = ([Fail(status, etype, message + said, dict(headers), code)], True, Facts())
@@ -448,8 +499,7 @@ class ApiAdapter(BackendUnderTest):
             # The requested model, served as itself, with every usage field the wire carries
             # (a cache write only for a model priced for one: otherwise no figure is right).
             info = _metadata(self.api_mode, model)
-            usage = served(self.api_mode, Usage(input=1200, output=300, cache_read=5000,
-                                                cache_write=800 if info and info.cache_write_per_m is not None else 0))
+            usage = served(self.api_mode, Usage(input=1200, output=300, cache_read=5000, cache_write=800 if info and info.cache_write_per_m is not None else 0))
             replies = [Turn(text="The answer is 42.", usage=usage, model=model)]
             repeat, facts = False, Facts(usage=usage, served_model=model, requested_model=model)
         else:
@@ -498,8 +548,7 @@ class ApiAdapter(BackendUnderTest):
         from harnesscheck.kit.session import judge_credentials
 
         session = self.session_credentials(run)
-        return [judge_credentials(f"{req.get('method', 'POST')} {req['path']}", dict(req["headers"]), session, host)
-                for req in run.requests]
+        return [judge_credentials(f"{req.get('method', 'POST')} {req['path']}", dict(req["headers"]), session, host) for req in run.requests]
 
     @staticmethod
     def _bodies(run: SessionRun) -> list[dict]:
@@ -581,8 +630,7 @@ class ApiAdapter(BackendUnderTest):
         out = []
         for body in self._bodies(run):
             system = body.get("system")
-            out.append({"system": len(system) if isinstance(system, list) else int(bool(system)),
-                        "messages": len(body.get("messages", []))})
+            out.append({"system": len(system) if isinstance(system, list) else int(bool(system)), "messages": len(body.get("messages", []))})
         return out
 
     def __del__(self):
@@ -605,8 +653,7 @@ def _tool_results(mode: str, body: dict) -> list[str]:
         content = message.get("content")
         if mode == "chat_completions":
             if message.get("role") == "tool":
-                out.append(content if isinstance(content, str) else "".join(
-                    b.get("text", "") for b in content or [] if isinstance(b, dict)))
+                out.append(content if isinstance(content, str) else "".join(b.get("text", "") for b in content or [] if isinstance(b, dict)))
             continue
         for block in content if isinstance(content, list) else []:
             if isinstance(block, dict) and block.get("type") == "tool_result":

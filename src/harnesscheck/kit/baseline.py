@@ -70,9 +70,11 @@ class Baseline:
         from harnesscheck.kit.catalog import issued_ids
 
         retired = issued_ids()
-        usage = [f"baseline entry {e.label()}: " + (f"the check was retired ({retired[e.id]}): remove the entry"
-                                                    if retired.get(e.id) else "unknown check id")
-                 for e in self.entries if e.id not in known_ids]
+        usage = [
+            f"baseline entry {e.label()}: " + (f"the check was retired ({retired[e.id]}): remove the entry" if retired.get(e.id) else "unknown check id")
+            for e in self.entries
+            if e.id not in known_ids
+        ]
         expired = [f"baseline entry {e.label()} expired on {e.expires}" for e in self.entries if e.expired(today)]
         return usage, expired
 
@@ -114,8 +116,12 @@ def load_baseline(path: Path) -> Baseline:
             raise BaselineError(f"{where}: reason must be one of {', '.join(REASON_CODES)}")
         entries.append(
             Entry(
-                id=item["id"], reason=item["reason"], backend=item.get("backend"), level=item.get("level"),
-                note=item.get("note", ""), expires=_parse_date(item.get("expires"), where),
+                id=item["id"],
+                reason=item["reason"],
+                backend=item.get("backend"),
+                level=item.get("level"),
+                note=item.get("note", ""),
+                expires=_parse_date(item.get("expires"), where),
             )
         )
     return Baseline(entries, path)

@@ -173,9 +173,7 @@ def check(
 def _register(info: CheckInfo) -> None:
     known = CATALOG.get(info.id)
     if known is not None and (known.module, known.function) != (info.module, info.function):
-        raise CatalogError(
-            f"duplicate check id {info.id!r}: {known.module}::{known.function} and {info.module}::{info.function}"
-        )
+        raise CatalogError(f"duplicate check id {info.id!r}: {known.module}::{known.function} and {info.module}::{info.function}")
     CATALOG[info.id] = info
 
 
@@ -257,8 +255,10 @@ def ledger_problems(checks: dict[str, CheckInfo], issued: dict[str, str | None])
             problems.append(f"{check_id} reuses a retired id ({issued[check_id]}): give the check a new id")
     for check_id, retired in issued.items():
         if retired is None and check_id not in checks:
-            problems.append(f"{check_id} disappeared without being retired: a check is never renamed; if it is gone "
-                            f"for good, write `{check_id} retired YYYY-MM-DD why` in its line of {LEDGER_NAME}")
+            problems.append(
+                f"{check_id} disappeared without being retired: a check is never renamed; if it is gone "
+                f"for good, write `{check_id} retired YYYY-MM-DD why` in its line of {LEDGER_NAME}"
+            )
     return problems
 
 

@@ -120,8 +120,7 @@ class NamedProcessWatcher:
             command = _command(pid)
             if command is not None and names_cli(command[0], command[1], self.name):
                 argv, exe, cwd = command
-                self.named[pid] = {"pid": pid, "ppid": table[pid], "argv": argv, "exe": exe,
-                                   "path": program_path(argv, exe, cwd)}
+                self.named[pid] = {"pid": pid, "ppid": table[pid], "argv": argv, "exe": exe, "path": program_path(argv, exe, cwd)}
 
     def strays(self, named: str, allowed: list[int]) -> list[dict]:
         """The processes named like the CLI that ran neither the `named` path (a version probe

@@ -54,8 +54,7 @@ class CopilotServer(ScriptedServer):
     exchange works, later ones answer 401), "rejected" (every exchange answers 401: the
     client falls back to its GitHub token as the bearer). `models`: the listed model ids."""
 
-    def __init__(self, replies: list, repeat_last: bool = False, *, exchange: str = "ok", models=None,
-                 token_ttl_s: float = 1800.0):
+    def __init__(self, replies: list, repeat_last: bool = False, *, exchange: str = "ok", models=None, token_ttl_s: float = 1800.0):
         self.exchange = exchange
         self.models = list([REQUESTED] if models is None else models)
         self.token_ttl_s = token_ttl_s
@@ -80,17 +79,24 @@ class CopilotServer(ScriptedServer):
             self.send_json(h, 200, {"token": token, "expires_at": int(time.time() + self.token_ttl_s), "refresh_in": 1500})
             return
         if h.path.rstrip("/") == "/models":
-            data = [{"id": m, "name": m, "vendor": "hc", "model_picker_enabled": True,
-                     "capabilities": {"type": "chat", "supports": {"tool_calls": True, "streaming": True}},
-                     "supported_endpoints": ["/v1/messages"]} for m in self.models]
+            data = [
+                {
+                    "id": m,
+                    "name": m,
+                    "vendor": "hc",
+                    "model_picker_enabled": True,
+                    "capabilities": {"type": "chat", "supports": {"tool_calls": True, "streaming": True}},
+                    "supported_endpoints": ["/v1/messages"],
+                }
+                for m in self.models
+            ]
             self.send_json(h, 200, {"object": "list", "data": data + OTHER_MODELS})
             return
         super().answer_get(h)
 
     def answer(self, h: BaseHTTPRequestHandler, reply, n: int) -> None:
         if not h.path.startswith("/v1/messages"):
-            body = json.dumps({"error": {"message": f"model {REQUESTED} is not supported via {h.path}",
-                                         "code": "unsupported_api_for_model"}}).encode()
+            body = json.dumps({"error": {"message": f"model {REQUESTED} is not supported via {h.path}", "code": "unsupported_api_for_model"}}).encode()
             h.send_response(400)
             h.send_header("content-type", "application/json")
             h.send_header("content-length", str(len(body)))
@@ -120,8 +126,10 @@ class CopilotAdapter(ApiAdapter):
     def provenance(self) -> str:
         """The mock's provenance, and what it cannot vouch for: no real Copilot endpoint has
         answered these headers (doc/SPEC-copilot.md, Limits)."""
-        return (super().provenance() + "; mocked Copilot: the editor headers (Editor-Version, "
-                "Copilot-Integration-Id) and the API version and intent headers are unverified against the live API")
+        return (
+            super().provenance() + "; mocked Copilot: the editor headers (Editor-Version, "
+            "Copilot-Integration-Id) and the API version and intent headers are unverified against the live API"
+        )
 
     def transport(self, url: str | None = None, **settings):
         from harnesscheck.backends.registry import build_transport

@@ -16,9 +16,15 @@ from harnesscheck.kit.catalog import AREAS, CheckInfo, catalog_hash, load_catalo
 
 #: Every case of harness-anchors.md §3 and §4, in order.
 CASES: tuple[str, ...] = (
-    *(f"A{i}" for i in range(1, 12)), *(f"B{i}" for i in range(1, 4)), *(f"C{i}" for i in range(1, 13)),
-    *(f"D{i}" for i in range(1, 13)), *(f"E{i}" for i in range(1, 13)), *(f"F{i}" for i in range(1, 10)),
-    *(f"G{i}" for i in range(1, 9)), *(f"I{i}" for i in range(1, 7)), *(f"J{i}" for i in range(1, 6)),
+    *(f"A{i}" for i in range(1, 12)),
+    *(f"B{i}" for i in range(1, 4)),
+    *(f"C{i}" for i in range(1, 13)),
+    *(f"D{i}" for i in range(1, 13)),
+    *(f"E{i}" for i in range(1, 13)),
+    *(f"F{i}" for i in range(1, 10)),
+    *(f"G{i}" for i in range(1, 9)),
+    *(f"I{i}" for i in range(1, 7)),
+    *(f"J{i}" for i in range(1, 6)),
     *(f"P{i}" for i in range(1, 16)),
 )
 
@@ -29,31 +35,22 @@ EXCLUSIONS: dict[str, str] = {
     "C10": "grace before SIGTERM on normal completion is a process-runner property (process.py linger_s), pinned "
     "by tests/test_process.py; the kit sees only the outcome",
     "C11": "no registered backend runs its CLI in a container; becomes a check when one does",
-    "E6": "no backend declares a dollar budget (max_budget_usd); the error class exists in contracts but "
-    "nothing can provoke it offline",
-    "E7": "no fixture of a safety refusal exists for any CLI yet and the outcome schema has no refusal class; "
-    "tracked for the loopback level",
+    "E6": "no backend declares a dollar budget (max_budget_usd); the error class exists in contracts but nothing can provoke it offline",
+    "E7": "no fixture of a safety refusal exists for any CLI yet and the outcome schema has no refusal class; tracked for the loopback level",
     "E10": "invalid flags are prevented before spawn (selection.flag-values-validated); a vendor 400 without a "
     "recognized marker is covered by each parser's own tests",
     "E12": "classification precedence is per-parser logic pinned by the transports' snapshot tests over every "
     "fixture; the root cause over its consequences (backends/_rootcause.py, each transport SPEC's table) "
     "by tests/test_rootcause.py on recordings; the kit checks each class separately",
-    "F3": "no backend resumes or continues sessions; every session is a fresh invocation with the restrictions "
-    "re-applied",
-    "F4": "'ask' rules come from settings files the harnesses never load (--setting-sources ''); a hang is only "
-    "reproducible live",
+    "F3": "no backend resumes or continues sessions; every session is a fresh invocation with the restrictions re-applied",
+    "F4": "'ask' rules come from settings files the harnesses never load (--setting-sources ''); a hang is only reproducible live",
     "F5": "the host registers no permission callback: every call goes through dispatch, which is checked directly",
-    "F6": "no backend exposes a shell; audit.only-scope-tools-offered and audit.native-tool-use-flagged cover a "
-    "vendor shell",
-    "F7": "@file attachments are a vendor UI feature reachable only live; the prompt reaches the CLI on stdin "
-    "(selection.prompt-never-a-flag)",
-    "G3": "stdout purity is a property of the bridge process, proven by tests/test_bridge_stdio.py (a tool that "
-    "prints does not break the session)",
+    "F6": "no backend exposes a shell; audit.only-scope-tools-offered and audit.native-tool-use-flagged cover a vendor shell",
+    "F7": "@file attachments are a vendor UI feature reachable only live; the prompt reaches the CLI on stdin (selection.prompt-never-a-flag)",
+    "G3": "stdout purity is a property of the bridge process, proven by tests/test_bridge_stdio.py (a tool that prints does not break the session)",
     "G7": "bridge exit on stdin EOF and parent death is proven by the bridge's stdio tests (needs killing the host)",
-    "P7": "case-insensitive volumes cannot be reproduced on the Linux filesystems this kit runs on; dispatch "
-    "resolves by inode, not by spelling",
-    "P8": "on Linux NFC and NFD spellings are distinct names, so there is nothing to escape to; dispatch "
-    "refuses control characters (scope.nul-byte-refused)",
+    "P7": "case-insensitive volumes cannot be reproduced on the Linux filesystems this kit runs on; dispatch resolves by inode, not by spelling",
+    "P8": "on Linux NFC and NFD spellings are distinct names, so there is nothing to escape to; dispatch refuses control characters (scope.nul-byte-refused)",
 }
 
 
@@ -89,18 +86,24 @@ def catalog_markdown(catalog: dict[str, CheckInfo]) -> str:
         "",
         "Columns: **requires** — capabilities the check needs: an optional one must be declared (else the cell is "
         "skipped `unsupported-by-backend`); one marked *required* is judged whatever the backend declares "
-        "(kit/requirements.py, doc/AUTHORS.md \"The minimum\"); *declines* — the check runs only for backends that do "
+        '(kit/requirements.py, doc/AUTHORS.md "The minimum"); *declines* — the check runs only for backends that do '
         "not declare the capability and judges that they decline honestly; **kinds** — backend kinds it applies to; "
         "**cases** — harness-anchors.md cases it covers; **severity** and **fix** — how much a failure matters and "
         "what the backend must do (conformance/guidance.toml; a failing cell prints its fix).",
     ]
     from harnesscheck.kit.guidance import guidance_for
+
     for area, title in AREAS.items():
         checks = [c for c in catalog.values() if c.area == area]
         if not checks:
             continue
-        lines += ["", f"## {title} (`{area}`)", "", "| id | requirement | requires | kinds | levels | cases | severity | fix |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"## {title} (`{area}`)",
+            "",
+            "| id | requirement | requires | kinds | levels | cases | severity | fix |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for c in sorted(checks, key=lambda c: c.id):
             requires = ", ".join(_requirement(cap, c.kinds) for cap in sorted(c.requires)) or "—"
             if c.declines:
@@ -109,8 +112,7 @@ def catalog_markdown(catalog: dict[str, CheckInfo]) -> str:
             guide = guidance_for(c.id)
             severity, fix = (guide.severity, guide.fix.replace("|", "\\|")) if guide else ("—", "—")
             lines.append(
-                f"| `{c.id}` | {c.requirement} | {requires} | {kinds} | {', '.join(c.levels)} | {', '.join(c.incidents) or '—'} "
-                f"| {severity} | {fix} |"
+                f"| `{c.id}` | {c.requirement} | {requires} | {kinds} | {', '.join(c.levels)} | {', '.join(c.incidents) or '—'} | {severity} | {fix} |"
             )
     tables = _mutant_tables()
     if tables is not None:  # a checkout (the mutants are not in the wheel)
@@ -131,8 +133,7 @@ def _mutant_tables():
     return module.MUTANTS, module.UNCAUGHT
 
 
-def kill_rate_markdown(catalog: dict[str, CheckInfo], mutants: dict[str, frozenset[str]],
-                       uncaught: dict[str, str]) -> list[str]:
+def kill_rate_markdown(catalog: dict[str, CheckInfo], mutants: dict[str, frozenset[str]], uncaught: dict[str, str]) -> list[str]:
     """Per area: the known-bad backends aimed at it and how many the suite catches, and which
     of its checks catch at least one (else why not). A mutant's area is that of most of the
     checks it must fail; it counts as caught when it fails at least one check
@@ -143,12 +144,15 @@ def kill_rate_markdown(catalog: dict[str, CheckInfo], mutants: dict[str, frozens
         home[ref] = max(sorted(set(areas)), key=areas.count) if areas else "?"
     killing = set().union(*mutants.values()) if mutants else set()
     lines = [
-        "", "## Mutant kill-rate", "",
+        "",
+        "## Mutant kill-rate",
+        "",
         f"Generated from `tests/mutants` ({len(mutants)} known-bad backends; `tests/test_kit_mutants.py` proves each "
         "fails exactly the checks listed for it). **mutants**: caught / aimed at the area (a mutant's area is that of "
         "most of the checks it fails); **checks**: offline checks that catch at least one mutant / offline checks. "
         "A check that runs only at the loopback or live level is out of the offline mutants' reach by construction.",
-        "", "| area | mutants caught | kill-rate | offline checks catching a mutant | not caught, and why |",
+        "",
+        "| area | mutants caught | kill-rate | offline checks catching a mutant | not caught, and why |",
         "|---|---|---|---|---|",
     ]
     for area in AREAS:
@@ -161,10 +165,8 @@ def kill_rate_markdown(catalog: dict[str, CheckInfo], mutants: dict[str, frozens
         hit = [c for c in offline if c in killing]
         rate = f"{100 * len(caught) / len(aimed):.0f}%" if aimed else "—"
         why = [f"`{c}`: {uncaught.get(c, 'NOT LISTED (a kit bug)')}" for c in sorted(set(offline) - killing)]
-        why += [f"`{c.id}`: runs only at {', '.join(c.levels)}" for c in sorted(checks, key=lambda c: c.id)
-                if "offline" not in c.levels]
-        lines.append(f"| `{area}` | {len(caught)} / {len(aimed)} | {rate} | {len(hit)} / {len(offline)} | "
-                     f"{'<br>'.join(why) or '—'} |")
+        why += [f"`{c.id}`: runs only at {', '.join(c.levels)}" for c in sorted(checks, key=lambda c: c.id) if "offline" not in c.levels]
+        lines.append(f"| `{area}` | {len(caught)} / {len(aimed)} | {rate} | {len(hit)} / {len(offline)} | {'<br>'.join(why) or '—'} |")
     total = [r for r in mutants if mutants[r]]
     lines += ["", f"In all: {len(total)} of {len(mutants)} mutants caught."]
     return lines
@@ -207,4 +209,3 @@ def write_docs(doc_dir: Path) -> list[Path]:
 if __name__ == "__main__":  # pragma: no cover
     for written in write_docs(Path(sys.argv[1] if len(sys.argv) > 1 else "doc")):
         print(f"wrote {written}")
-

@@ -51,8 +51,7 @@ def load_guidance(directory: Path | None = None) -> dict[str, Guidance]:
     for check_id, entry in data.items():
         severity, fix = entry.get("severity"), " ".join(str(entry.get("fix", "")).split())
         if severity not in SEVERITIES or not fix or set(entry) - {"severity", "fix"}:
-            raise GuidanceError(f"{GUIDANCE_NAME}: [{check_id}] needs severity (one of {', '.join(SEVERITIES)}) "
-                                f"and fix, and nothing else; got {sorted(entry)}")
+            raise GuidanceError(f"{GUIDANCE_NAME}: [{check_id}] needs severity (one of {', '.join(SEVERITIES)}) and fix, and nothing else; got {sorted(entry)}")
         out[check_id] = Guidance(severity, fix)
     return out
 
@@ -94,8 +93,7 @@ def author_message(message: str, requirement: str) -> str:
     return "\n".join(kept).strip() or text
 
 
-def failure_text(*, check_id: str, backend: str, selector: str, level: str, requirement: str, message: str,
-                 max_lines: int = 4) -> list[str]:
+def failure_text(*, check_id: str, backend: str, selector: str, level: str, requirement: str, message: str, max_lines: int = 4) -> list[str]:
     """The lines a failing cell shows: what failed, the requirement, the evidence (bounded),
     the fix with its severity, and a rerun command that works."""
     what = author_message(message, requirement)

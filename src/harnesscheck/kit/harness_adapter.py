@@ -303,32 +303,55 @@ BRIDGE_PROBES: list[dict] = [
     {"label": "id 1.5", "line": _rpc(1.5, "tools/list"), "id": 1.5, "malformed": True, "kind": "any"},
     {"label": "id an object", "line": _rpc({}, "tools/list"), "id": {}, "malformed": True, "kind": "any"},
     {"label": "id null", "line": _rpc(None, "tools/list"), "malformed": True, "kind": "any"},
-    {"label": "no method", "line": json.dumps({"jsonrpc": "2.0", "id": "p-no-method"}), "id": "p-no-method",
-     "malformed": True, "kind": "error"},
+    {"label": "no method", "line": json.dumps({"jsonrpc": "2.0", "id": "p-no-method"}), "id": "p-no-method", "malformed": True, "kind": "error"},
     {"label": "a method that is a number", "line": _rpc("p-method", 5), "id": "p-method", "malformed": True, "kind": "error"},
-    {"label": "jsonrpc 1.0", "line": json.dumps({"jsonrpc": "1.0", "id": "p-v1", "method": "tools/list"}), "id": "p-v1",
-     "malformed": True, "kind": "any"},
-    {"label": "params an array", "line": _rpc("p-params", "tools/list", [1]), "id": "p-params", "malformed": True,
-     "kind": "any"},
-    {"label": "tools/call with params a string", "line": _rpc("p-call-str", "tools/call", "x"), "id": "p-call-str",
-     "malformed": True, "kind": "tool-error"},
-    {"label": "tools/call with arguments an array", "id": "p-args-array",
-     "line": _rpc("p-args-array", "tools/call", {"name": "read_file", "arguments": [1]}), "kind": "tool-error"},
-    {"label": "tools/call with arguments a string", "id": "p-args-str",
-     "line": _rpc("p-args-str", "tools/call", {"name": "read_file", "arguments": "a.txt"}), "kind": "tool-error"},
-    {"label": "tools/call with a name that is a number", "id": "p-name-num",
-     "line": _rpc("p-name-num", "tools/call", {"name": 5, "arguments": {}}), "kind": "tool-error"},
-    {"label": "tools/call with name null", "id": "p-name-null",
-     "line": _rpc("p-name-null", "tools/call", {"name": None, "arguments": {}}), "kind": "tool-error"},
-    {"label": "tools/call without a name", "id": "p-no-name",
-     "line": _rpc("p-no-name", "tools/call", {"arguments": {"path": "."}}), "kind": "tool-error"},
-    {"label": "tools/call of an unknown tool", "id": "p-unknown",
-     "line": _rpc("p-unknown", "tools/call", {"name": "no_such_tool", "arguments": {}}), "kind": "tool-error"},
-    {"label": "tools/call with a lone surrogate in the name", "id": "p-surrogate",
-     "line": _rpc("p-surrogate", "tools/call", {"name": "read_\ud800", "arguments": {}}), "kind": "tool-error"},
+    {"label": "jsonrpc 1.0", "line": json.dumps({"jsonrpc": "1.0", "id": "p-v1", "method": "tools/list"}), "id": "p-v1", "malformed": True, "kind": "any"},
+    {"label": "params an array", "line": _rpc("p-params", "tools/list", [1]), "id": "p-params", "malformed": True, "kind": "any"},
+    {"label": "tools/call with params a string", "line": _rpc("p-call-str", "tools/call", "x"), "id": "p-call-str", "malformed": True, "kind": "tool-error"},
+    {
+        "label": "tools/call with arguments an array",
+        "id": "p-args-array",
+        "line": _rpc("p-args-array", "tools/call", {"name": "read_file", "arguments": [1]}),
+        "kind": "tool-error",
+    },
+    {
+        "label": "tools/call with arguments a string",
+        "id": "p-args-str",
+        "line": _rpc("p-args-str", "tools/call", {"name": "read_file", "arguments": "a.txt"}),
+        "kind": "tool-error",
+    },
+    {
+        "label": "tools/call with a name that is a number",
+        "id": "p-name-num",
+        "line": _rpc("p-name-num", "tools/call", {"name": 5, "arguments": {}}),
+        "kind": "tool-error",
+    },
+    {
+        "label": "tools/call with name null",
+        "id": "p-name-null",
+        "line": _rpc("p-name-null", "tools/call", {"name": None, "arguments": {}}),
+        "kind": "tool-error",
+    },
+    {"label": "tools/call without a name", "id": "p-no-name", "line": _rpc("p-no-name", "tools/call", {"arguments": {"path": "."}}), "kind": "tool-error"},
+    {
+        "label": "tools/call of an unknown tool",
+        "id": "p-unknown",
+        "line": _rpc("p-unknown", "tools/call", {"name": "no_such_tool", "arguments": {}}),
+        "kind": "tool-error",
+    },
+    {
+        "label": "tools/call with a lone surrogate in the name",
+        "id": "p-surrogate",
+        "line": _rpc("p-surrogate", "tools/call", {"name": "read_\ud800", "arguments": {}}),
+        "kind": "tool-error",
+    },
     {"label": "tools/list afterwards", "line": _rpc("p-list", "tools/list", {}), "id": "p-list", "kind": "listed"},
-    {"label": "tools/call list_dir afterwards", "id": "p-served",
-     "line": _rpc("p-served", "tools/call", {"name": "list_dir", "arguments": {"path": "."}}), "kind": "served"},
+    {
+        "label": "tools/call list_dir afterwards",
+        "id": "p-served",
+        "line": _rpc("p-served", "tools/call", {"name": "list_dir", "arguments": {"path": "."}}),
+        "kind": "served",
+    },
 ]
 
 
@@ -394,8 +417,7 @@ class HarnessAdapter(BackendUnderTest):
             return f"fake {self.fake_name} (no fixture replayed)"
         return f"fake {self.fake_name} replaying " + "; ".join(f"fixtures/{name} ({why})" for name, why in used.items())
 
-    def install_fake(self, scenario, *, version: str | None = None, echo: list[str] | None = None, calls=None,
-                     worktree: Path | None = None):
+    def install_fake(self, scenario, *, version: str | None = None, echo: list[str] | None = None, calls=None, worktree: Path | None = None):
         """A per-run fake CLI replaying `scenario` (a fixture name or a scenario dict).
         `worktree`: the session's scope root, written where a step says `{{worktree}}` (a fake
         does not know it; a built-in call the model aims at the worktree names it)."""
@@ -452,10 +474,14 @@ class HarnessAdapter(BackendUnderTest):
         elif scenario == "noise_lines":
             data = self.load_fixture("success")
             steps = data.get("steps", [])
-            noise = [{"noise": "[SandboxDebug] seatbelt profile applied"}, {"invalid_utf8": True},
-                     {"noise": "Warning: proxy settings ignored"}, {"raw": "\r\n", "newline": False}]
+            noise = [
+                {"noise": "[SandboxDebug] seatbelt profile applied"},
+                {"invalid_utf8": True},
+                {"noise": "Warning: proxy settings ignored"},
+                {"raw": "\r\n", "newline": False},
+            ]
             first = next((i for i, st in enumerate(steps) if "emit" in st), 0)
-            data["steps"] = steps[:first] + noise + steps[first:first + 1] + noise[:1] + steps[first + 1:]
+            data["steps"] = steps[:first] + noise + steps[first : first + 1] + noise[:1] + steps[first + 1 :]
             fake = self.install_fake(data, echo=echo)
             facts = Facts()
         elif scenario == "brace_noise":
@@ -489,9 +515,14 @@ class HarnessAdapter(BackendUnderTest):
             data["mcp_timeout"] = 60  # a loaded machine's bridge start is not the defect judged here
             steps = data.get("steps", [])
             hang = next((i for i, st in enumerate(steps) if "hang" in st), len(steps))
-            data["steps"] = [{"spawn": "sleep 1000"}, {"spawn": "sleep 1000", "setsid": True},
-                             {"spawn": "env -i sleep 1000", "setsid": True}, *steps[:hang],
-                             {"ignore_sigterm": True}, *steps[hang:]]
+            data["steps"] = [
+                {"spawn": "sleep 1000"},
+                {"spawn": "sleep 1000", "setsid": True},
+                {"spawn": "env -i sleep 1000", "setsid": True},
+                *steps[:hang],
+                {"ignore_sigterm": True},
+                *steps[hang:],
+            ]
             fake = self.install_fake(data, echo=echo)
             facts = Facts(partial_text=stall_text(self.profile, data))
         elif scenario == "held_success":
@@ -515,8 +546,12 @@ class HarnessAdapter(BackendUnderTest):
             steps = data.get("steps", [])
             first_emit = next((i for i, s in enumerate(steps) if "emit" in s), -1)
             data["mcp_timeout"] = 60  # a loaded machine's bridge start is not the defect judged here
-            data["steps"] = [*steps[:first_emit + 1], {"ignore_sigterm": True},
-                             {"mcp_stall": {"name": "list_dir", "arguments": {"path": "."}}}, {"hang": True}]
+            data["steps"] = [
+                *steps[: first_emit + 1],
+                {"ignore_sigterm": True},
+                {"mcp_stall": {"name": "list_dir", "arguments": {"path": "."}}},
+                {"hang": True},
+            ]
             fake = self.install_fake(data, echo=echo)
             facts = Facts()
         elif scenario == "contain_probe":
@@ -691,8 +726,7 @@ class HarnessAdapter(BackendUnderTest):
 
     def tool_errors(self, run: SessionRun) -> list[tuple[str, str]]:
         """The tool results the fake CLI (standing in for the model's side) got back as errors."""
-        return [(r.get("name", ""), r.get("text", "")) for r in getattr(run, "extra_tool_results", [])
-                if r.get("is_error")]
+        return [(r.get("name", ""), r.get("text", "")) for r in getattr(run, "extra_tool_results", []) if r.get("is_error")]
 
     def host_audit(self, run: SessionRun, request):
         """The post-run audit a host makes (as `harnesscheck run` does): the CLI's event log

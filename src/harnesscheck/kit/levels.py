@@ -69,8 +69,7 @@ def background_warm_ups(cells: list[tuple[ProviderSpec, str]], *, api_sdk: bool 
     if api_sdk and ("api", "offline") in kinds:
         from harnesscheck.backends.llm import sdk_module
 
-        sdks = sorted({sdk_module(spec.api_mode or "anthropic_messages") for spec, level in cells
-                       if level == "offline" and adapter_kind(spec) == "api"})
+        sdks = sorted({sdk_module(spec.api_mode or "anthropic_messages") for spec, level in cells if level == "offline" and adapter_kind(spec) == "api"})
         jobs.append(WarmUp("api-sdk", functools.partial(_import_all, sdks)))
     return jobs
 

@@ -178,20 +178,24 @@ class LoopbackAdapter(HarnessAdapter):
         launcher = kit_profile(self.spec).sdk_launcher
         if real.is_dir() and launcher is not None:  # an SDK dir: the wrapper execs the launcher its profile names
             real = launcher(real)
-        wrapper, record = write_wrapper(self.tmp_path / f"loopback-bin{self._wrappers}", real, self.spec.cli_name or "cli",
-                                        strace=strace)
+        wrapper, record = write_wrapper(self.tmp_path / f"loopback-bin{self._wrappers}", real, self.spec.cli_name or "cli", strace=strace)
         from harnesscheck.backends.registry import probe_version, remember_version, version_probe_timeout_s
         from harnesscheck.loopback.install import manifest_versioned
 
         # an SDK dir prints nothing; a CLI with no --version (an ACP agent's bin) is not started to ask it
-        printed = (f"{self.spec.id} {self.binary.version}" if self.binary.path.is_dir() or self.spec.cli_name in manifest_versioned()
-                   else probe_version(self.binary.path, version_probe_timeout_s(self.spec)))  # probed already (require_pinned_cli): cached
+        printed = (
+            f"{self.spec.id} {self.binary.version}"
+            if self.binary.path.is_dir() or self.spec.cli_name in manifest_versioned()
+            else probe_version(self.binary.path, version_probe_timeout_s(self.spec))
+        )  # probed already (require_pinned_cli): cached
         if printed:  # the wrapper execs that binary: its answer, without starting it again per cell
             remember_version(wrapper, printed)
         with _as_skip():
             transport = loopback_transport(
-                self.spec, Settings(backend=self.spec.id, **(getattr(self._local, "settings", None) or {})),  # run(settings=)
-                cli_path=wrapper, endpoint=LoopbackEndpoint(server.base_url, api_key=key),
+                self.spec,
+                Settings(backend=self.spec.id, **(getattr(self._local, "settings", None) or {})),  # run(settings=)
+                cli_path=wrapper,
+                endpoint=LoopbackEndpoint(server.base_url, api_key=key),
             )
         bind = getattr(transport, "bind_in_sandbox", None)
         if bind is not None:  # a sandboxed session sees the real CLI and writes the wrapper's record
@@ -202,14 +206,22 @@ class LoopbackAdapter(HarnessAdapter):
         if make_parser is None:  # a backend not built on our providers: its CLI's stdout is not seen
             lines = None
         else:
+
             def tee_parser(*args, **kwargs):
                 return _TeeParser(make_parser(*args, **kwargs), lines)
 
             transport.make_parser = tee_parser  # observe stdout only; behaviour unchanged
         watcher = DescendantWatcher(record).start()
-        extra = {"prepared_at": time.time(), "server": server, "record": record, "wrapper": wrapper, "watcher": watcher,
-                 "lines": lines, "script": script,
-                 "opens": record.parent / "opens.log" if strace else None}
+        extra = {
+            "prepared_at": time.time(),
+            "server": server,
+            "record": record,
+            "wrapper": wrapper,
+            "watcher": watcher,
+            "lines": lines,
+            "script": script,
+            "opens": record.parent / "opens.log" if strace else None,
+        }
         return Setup(transport, Facts(requested_model=model), model=model, extra=extra)
 
     def collect(self, run: SessionRun, setup: Setup, request) -> None:
@@ -246,8 +258,7 @@ class LoopbackAdapter(HarnessAdapter):
             rec["stdin"] = delivered
         run.children = records
         run.requests = [
-            {"url": r.path + (f"?{r.query}" if r.query else ""), "status": r.status, "headers": r.headers, "body": r.body_text}
-            for r in server.requests
+            {"url": r.path + (f"?{r.query}" if r.query else ""), "status": r.status, "headers": r.headers, "body": r.body_text} for r in server.requests
         ]
         run.model_calls = len(turns)
         saw: list[str] = []
@@ -283,8 +294,7 @@ class LoopbackAdapter(HarnessAdapter):
                 session = None  # a side request without a credential: nothing was sent
             else:
                 session = bool(r.credentials_present and r.credential_matches)
-            out.append({"request": f"{r.method} {r.path}", "session": session,
-                        "host_headers": sorted(h for h in r.canary_hits if h != "body")})
+            out.append({"request": f"{r.method} {r.path}", "session": session, "host_headers": sorted(h for h in r.canary_hits if h != "body")})
         return out
 
     def tools_offered(self, run: SessionRun) -> list[str] | None:
@@ -359,8 +369,9 @@ class LoopbackAdapter(HarnessAdapter):
         watcher has seen so far, and each bridge the traces name: what the watchdog ends."""
         watcher = setup.extra.get("watcher")
         known = dict(watcher.host_pids) if watcher is not None else {}
-        pids = [int(r["pid"]) for r in host_records(read_records(setup.extra["record"]), known)
-                if "pid" in r and not set(r.get("argv", [])[1:2]) & _VERSION_FLAGS]
+        pids = [
+            int(r["pid"]) for r in host_records(read_records(setup.extra["record"]), known) if "pid" in r and not set(r.get("argv", [])[1:2]) & _VERSION_FLAGS
+        ]
         for _ in range(3):  # the watcher's thread adds to `seen` while this copies it
             try:
                 pids.extend(list(watcher.seen) if watcher is not None else [])

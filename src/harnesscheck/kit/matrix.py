@@ -15,6 +15,11 @@ little gets a thin column that says so, never a full green one.
 The verdict (first line of the page and of backends.md) never says "no check fails" while a
 known failure (baseline xfail) exists: it counts them, and names every known failure in a
 security-relevant area (SECURITY_AREAS) with its first message line.
+
+Over 800 lines for a reason: the three renderings (JSON, Markdown, HTML) must say the same
+verdict, coverage and provenance for every cell, so they are built from one `Combined` side by
+side; the HTML page's builder (`to_html` and its helpers, about 270 lines) is the seam if the
+page grows.
 """
 
 from __future__ import annotations
@@ -89,10 +94,14 @@ class MatrixCoverage(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     ran: int = Field(description="checks that reached a verdict: passed, failed or a known failure")
-    applicable: int = Field(description="checks the catalog holds for the backend's kind, the level and its declared "
-                            "capabilities (a declines= check only where the capability is not declared)")
-    not_run: dict[str, int] = Field(default_factory=dict, description="why the others did not run: a skip's reason "
-                                    "code, `error` (the kit broke), or `not-selected` (no cell in the reports)")
+    applicable: int = Field(
+        description="checks the catalog holds for the backend's kind, the level and its declared "
+        "capabilities (a declines= check only where the capability is not declared)"
+    )
+    not_run: dict[str, int] = Field(
+        default_factory=dict,
+        description="why the others did not run: a skip's reason code, `error` (the kit broke), or `not-selected` (no cell in the reports)",
+    )
 
 
 class MatrixFile(BaseModel):
@@ -126,6 +135,7 @@ def read_matrix(path: Path) -> dict:
     except ValidationError as exc:
         raise ReportError(f"{path}: not a valid {MATRIX_SCHEMA} v{MATRIX_VERSION} file: {validation_problem(exc)}") from None
 
+
 SYMBOL = {"pass": "✅", "fail": "❌", "warn": "⚠️", "skip": "⏭", "none": "—"}
 WORD = {"pass": "passes", "fail": "fails", "warn": "known failures", "skip": "skipped", "none": "no checks"}
 
@@ -154,9 +164,9 @@ def applicable_checks(catalog: dict, kind: str, capabilities: Iterable[str], lev
     what the plugin makes a cell of (kit/plugin.py pytest_generate_tests), whether or not it ran."""
     caps = set(capabilities)
     return frozenset(
-        cid for cid, info in catalog.items()
-        if kind in {str(k) for k in info.kinds} and level in info.levels
-        and not (info.declines is not None and str(info.declines) in caps)
+        cid
+        for cid, info in catalog.items()
+        if kind in {str(k) for k in info.kinds} and level in info.levels and not (info.declines is not None and str(info.declines) in caps)
     )
 
 
@@ -183,9 +193,7 @@ def combine(reports: list[Report], catalog: dict | None = None, previous: dict |
         raise InconsistentReports("no reports given")
     hashes = {r.catalog_hash for r in reports}
     if len(hashes) > 1:
-        raise InconsistentReports(
-            f"reports ran different catalogs ({', '.join(sorted(hashes))}): rerun them with one kit version"
-        )
+        raise InconsistentReports(f"reports ran different catalogs ({', '.join(sorted(hashes))}): rerun them with one kit version")
     backends: dict[str, dict] = {}
     cells: dict[tuple[str, str, str], CellResult] = {}
     areas: dict[str, str] = {}
@@ -204,7 +212,7 @@ def combine(reports: list[Report], catalog: dict | None = None, previous: dict |
         catalog = _installed_catalog(reports[0].catalog_hash)
     declared = {b.id: (b.kind, b.capabilities) for r in reports for b in r.backends}
     applicable: dict[tuple[str, str], frozenset[str]] = {}
-    for (backend, level, check) in cells:
+    for backend, level, check in cells:
         known = applicable.get((backend, level))
         if known is None:
             kind, caps = declared.get(backend, ("", []))
@@ -214,8 +222,7 @@ def combine(reports: list[Report], catalog: dict | None = None, previous: dict |
         for check in set().union(*applicable.values()) - set(areas):
             areas[check] = catalog[check].area if check in catalog else check.split(".", 1)[0]
     since, changes = history(cells, backends, reports[0].kit_version, previous)
-    return Combined(reports[0].kit_version, reports[0].catalog_hash, backends, cells, areas, applicable, since,
-                    changes if previous is not None else None)
+    return Combined(reports[0].kit_version, reports[0].catalog_hash, backends, cells, areas, applicable, since, changes if previous is not None else None)
 
 
 RAN = ("passed", "failed", "xfailed")
@@ -275,8 +282,13 @@ def to_json(m: Combined) -> dict:
     out_areas: dict = defaultdict(lambda: defaultdict(dict))
     by_area: dict = defaultdict(list)
     for (backend, level, check), cell in sorted(m.cells.items()):
-        out_cells[backend][level][check] = {"outcome": cell.outcome, "reason": cell.reason, "provenance": cell.provenance or None,
-                                            "containment": cell.containment, "since": m.since.get((backend, level, check))}
+        out_cells[backend][level][check] = {
+            "outcome": cell.outcome,
+            "reason": cell.reason,
+            "provenance": cell.provenance or None,
+            "containment": cell.containment,
+            "since": m.since.get((backend, level, check)),
+        }
         by_area[(backend, level, m.areas[check])].append(cell)
     for (backend, level, area), cells in sorted(by_area.items()):
         out_areas[backend][level][area] = area_status(cells)
@@ -327,11 +339,9 @@ def verdict(m: Combined) -> tuple[str, str, list[CellResult]]:
     if failing:
         parts.append(f"{len(failing)} check{'s' if len(failing) != 1 else ''} fail{'s' if len(failing) == 1 else ''}.")
     if known:
-        parts.append(f"{len(known)} known failure{'s' if len(known) != 1 else ''} (baseline)"
-                     + (" other than the failures" if failing else "") + ".")
+        parts.append(f"{len(known)} known failure{'s' if len(known) != 1 else ''} (baseline)" + (" other than the failures" if failing else "") + ".")
         if security:
-            parts.append(f"Security-relevant known failure{'s' if len(security) != 1 else ''}: "
-                         + "; ".join(named(c) for c in security) + ".")
+            parts.append(f"Security-relevant known failure{'s' if len(security) != 1 else ''}: " + "; ".join(named(c) for c in security) + ".")
     if not failing and not known:
         parts.append("No check fails.")
     elif not failing:
@@ -358,8 +368,11 @@ def _footnotes(m: Combined) -> tuple[dict[tuple, list[int]], list[str]]:
             text = f"⏭ `{cell.reason}` — {cell.message or REASON_CODES.get(cell.reason or '', '')}"
         else:
             first = (cell.message or "").strip().splitlines()[0][:240] if cell.message else ""
-            text = f"{SYMBOL['warn' if cell.outcome == 'xfailed' else 'fail']} `{check}` ({severity_of(check)}) on {backend} ({level}): {cell.outcome}" + (
-                f" [{cell.reason}]" if cell.reason else "") + (f" — {first}" if first else "")
+            text = (
+                f"{SYMBOL['warn' if cell.outcome == 'xfailed' else 'fail']} `{check}` ({severity_of(check)}) on {backend} ({level}): {cell.outcome}"
+                + (f" [{cell.reason}]" if cell.reason else "")
+                + (f" — {first}" if first else "")
+            )
         if text not in index:
             notes.append(text)
             index[text] = len(notes)
@@ -374,8 +387,7 @@ def hidden_columns(m: Combined) -> list[tuple[str, str, str]]:
     shown = set(columns(m))
     out = []
     for b, lv in sorted({(b, lv) for (b, lv, _) in m.cells} - shown, key=lambda bl: (bl[0], _level_rank(bl[1]))):
-        whys = Counter(_first_line(c.message or REASON_CODES.get(c.reason or "", ""), 160)
-                          for (cb, clv, _), c in m.cells.items() if (cb, clv) == (b, lv))
+        whys = Counter(_first_line(c.message or REASON_CODES.get(c.reason or "", ""), 160) for (cb, clv, _), c in m.cells.items() if (cb, clv) == (b, lv))
         out.append((b, lv, whys.most_common(1)[0][0] if whys else ""))
     return out
 
@@ -392,8 +404,9 @@ def change_lines(m: Combined) -> list[str]:
         return ["No cell changed its outcome."]
     rank = {"failed": 0, "error": 0, "xfailed": 1, "skipped": 2, "passed": 3}
     ordered = sorted(m.changes, key=lambda c: (rank.get(c["now"], 4), c["check"], c["backend"], c["level"]))
-    out = [f"- `{c['check']}` ({severity_of(c['check'])}) on {c['backend']} ({c['level']}): "
-           f"{c['before'] or 'new'} → {c['now']}" for c in ordered[:CHANGES_LISTED]]
+    out = [
+        f"- `{c['check']}` ({severity_of(c['check'])}) on {c['backend']} ({c['level']}): {c['before'] or 'new'} → {c['now']}" for c in ordered[:CHANGES_LISTED]
+    ]
     if len(ordered) > CHANGES_LISTED:
         out.append(f"- … and {len(ordered) - CHANGES_LISTED} more (backends.json `changes` lists them all)")
     return out
@@ -441,8 +454,7 @@ def to_markdown(m: Combined) -> str:
             lines.append(f"| {title} | " + " | ".join(row) + " |")
     hidden = hidden_columns(m)
     if hidden:
-        lines += ["", "No check reached a verdict in these columns (each left out above): "
-                  + "; ".join(f"{b} ({lv}): {why}" for b, lv, why in hidden) + "."]
+        lines += ["", "No check reached a verdict in these columns (each left out above): " + "; ".join(f"{b} ({lv}): {why}" for b, lv, why in hidden) + "."]
     lines += ["", "## Backends", ""]
     for backend, info in sorted(m.backends.items()):
         lines.append(f"- **{backend}** — {info.get('label', '')} ({info.get('kind', '')})")
@@ -466,6 +478,7 @@ _OUTCOME_STATUS = {"passed": "pass", "failed": "fail", "error": "fail", "xfailed
 _OUTCOME_WORD = {"passed": "passed", "failed": "failed", "error": "error", "xfailed": "known failure", "skipped": "skipped"}
 _SEVERITY = {"fail": 4, "warn": 3, "pass": 2, "skip": 1, "none": 0}
 _MESSAGE_CHARS = 800
+
 
 def _slug(*parts: str) -> str:
     return "-".join(re.sub(r"[^a-z0-9]+", "-", p.lower()).strip("-") or "x" for p in parts)
@@ -542,12 +555,22 @@ def to_html(m: Combined) -> str:
         st = _worst(s for s, n in t.items() if n)
         total = len(cells) or 1
         cli = cli_of(b, lv)
-        cards.append({
-            "slug": _slug(b, lv), "label": str(info(b).get("label") or b), "status": st, "word": WORD[st], "backend": b, "level": lv,
-            "cli": cli if cli == "no CLI" else "CLI " + cli, "when": when_of(b, lv)[:16].replace("T", " ") or "date unknown",
-            "bar": [(k, f"{100 * t[k] / total:.1f}") for k in ("pass", "warn", "fail", "skip") if t[k]], "counts": counts_of(t),
-            "coverage": coverage_text(coverage(m, b, lv)), "coverage_why": coverage_why(coverage(m, b, lv)),
-        })
+        cards.append(
+            {
+                "slug": _slug(b, lv),
+                "label": str(info(b).get("label") or b),
+                "status": st,
+                "word": WORD[st],
+                "backend": b,
+                "level": lv,
+                "cli": cli if cli == "no CLI" else "CLI " + cli,
+                "when": when_of(b, lv)[:16].replace("T", " ") or "date unknown",
+                "bar": [(k, f"{100 * t[k] / total:.1f}") for k in ("pass", "warn", "fail", "skip") if t[k]],
+                "counts": counts_of(t),
+                "coverage": coverage_text(coverage(m, b, lv)),
+                "coverage_why": coverage_why(coverage(m, b, lv)),
+            }
+        )
     hidden_why = [{**col(b, lv), "why": why} for b, lv, why in hidden_columns(m)]
 
     groups: list[dict] = []
@@ -572,10 +595,16 @@ def to_html(m: Combined) -> str:
             st = area_status(cells)
             t = _tally(cells)
             ran = t["pass"] + t["fail"] + t["warn"]
-            row.append({
-                "empty": False, "status": st, "word": WORD[st], "slug": _slug(b, lv), "main": f"{t['pass']}/{ran}" if ran else "skipped",
-                "subs": [f"{t[k]} {w}" for k, w in (("fail", "failing"), ("warn", "known"), ("skip", "skipped")) if t[k] and (ran or k != "skip")],
-            })
+            row.append(
+                {
+                    "empty": False,
+                    "status": st,
+                    "word": WORD[st],
+                    "slug": _slug(b, lv),
+                    "main": f"{t['pass']}/{ran}" if ran else "skipped",
+                    "subs": [f"{t[k]} {w}" for k, w in (("fail", "failing"), ("warn", "known"), ("skip", "skipped")) if t[k] and (ran or k != "skip")],
+                }
+            )
         area_rows.append({**col(b, lv), "cells": row})
 
     sections = []
@@ -584,15 +613,22 @@ def to_html(m: Combined) -> str:
         t = _tally(cells)
         ran_here = (b, lv) in shown_cols
         st = _worst(s for s, n in t.items() if n) if ran_here else "skip"
-        bad = sorted((c for c in cells if c.outcome not in ("passed", "skipped")),
-                     key=lambda c: (-_SEVERITY[_OUTCOME_STATUS.get(c.outcome, "fail")], c.check))
+        bad = sorted((c for c in cells if c.outcome not in ("passed", "skipped")), key=lambda c: (-_SEVERITY[_OUTCOME_STATUS.get(c.outcome, "fail")], c.check))
         whys = sorted({_first_line(_why(c)) for c in cells})
         problems = []
         for c in bad:
             first, rest = _split_message(_why(c))
-            problems.append({"cell": c, "status": _OUTCOME_STATUS.get(c.outcome, "fail"), "severity": severity_of(c.check),
-                             "since": m.since.get((b, lv, c.check), ""),
-                             "word": _OUTCOME_WORD.get(c.outcome, c.outcome), "first": first, "rest": rest})
+            problems.append(
+                {
+                    "cell": c,
+                    "status": _OUTCOME_STATUS.get(c.outcome, "fail"),
+                    "severity": severity_of(c.check),
+                    "since": m.since.get((b, lv, c.check), ""),
+                    "word": _OUTCOME_WORD.get(c.outcome, c.outcome),
+                    "first": first,
+                    "rest": rest,
+                }
+            )
         skips = [c for c in cells if c.outcome == "skipped"]
         skip_view = None
         if skips:
@@ -601,18 +637,30 @@ def to_html(m: Combined) -> str:
                 by_reason[c.reason or "no reason"].append(c)
             ordered = sorted(by_reason.items(), key=lambda rv: (-len(rv[1]), rv[0]))
             skip_view = {
-                "n": len(skips), "tally": ", ".join(f"{len(v)} {r}" for r, v in ordered),
-                "groups": [{"reason": r, "text": REASON_CODES.get(r, ""),
-                            "entries": _by_message(group)}
-                           for r, group in ordered],
+                "n": len(skips),
+                "tally": ", ".join(f"{len(v)} {r}" for r, v in ordered),
+                "groups": [{"reason": r, "text": REASON_CODES.get(r, ""), "entries": _by_message(group)} for r, group in ordered],
             }
-        sections.append({
-            "slug": _slug(b, lv), "status": st, "word": WORD[st], "backend": b, "level": lv, "cli": cli_of(b, lv),
-            "when": when_of(b, lv)[:16].replace("T", " "), "counts": counts_of(t), "ran_here": ran_here,
-            "whys": whys[:3], "more_whys": len(whys) > 3, "bad": problems, "all_passed": not t["skip"], "skips": skip_view,
-            "coverage_why": coverage_why(coverage(m, b, lv)),
-            "provenances": sorted({_first_lines(c.provenance, 300) for c in cells if c.provenance}),
-        })
+        sections.append(
+            {
+                "slug": _slug(b, lv),
+                "status": st,
+                "word": WORD[st],
+                "backend": b,
+                "level": lv,
+                "cli": cli_of(b, lv),
+                "when": when_of(b, lv)[:16].replace("T", " "),
+                "counts": counts_of(t),
+                "ran_here": ran_here,
+                "whys": whys[:3],
+                "more_whys": len(whys) > 3,
+                "bad": problems,
+                "all_passed": not t["skip"],
+                "skips": skip_view,
+                "coverage_why": coverage_why(coverage(m, b, lv)),
+                "provenances": sorted({_first_lines(c.provenance, 300) for c in cells if c.provenance}),
+            }
+        )
 
     def check_cell(cell: CellResult | None) -> dict:
         """A mark, its outcome word for screen readers, and a link to the column's section,
@@ -621,36 +669,68 @@ def to_html(m: Combined) -> str:
         if cell is None:
             return {"cell": None, "status": "none"}
         word = _OUTCOME_WORD.get(cell.outcome, cell.outcome) + (f" [{cell.reason}]" if cell.reason else "")
-        return {"cell": cell, "status": _OUTCOME_STATUS.get(cell.outcome, "fail"), "word": word,
-                "slug": _slug(cell.backend, cell.level)}
+        return {"cell": cell, "status": _OUTCOME_STATUS.get(cell.outcome, "fail"), "word": word, "slug": _slug(cell.backend, cell.level)}
 
     check_groups = []
     for area, title in AREAS.items():
         checks = sorted(chk for chk, a in m.areas.items() if a == area)
         if checks:
-            check_groups.append({"title": title, "rows": [
-                {"area": chk.partition(".")[0], "rest": chk.partition(".")[2], "severity": severity_of(chk),
-                 "cells": [check_cell(m.cells.get((b, lv, chk))) for b, lv in shown_cols]} for chk in checks]})
-    leftovers = [{"check": chk, "cells": [check_cell(m.cells.get((b, lv, chk))) for b, lv in shown_cols]}
-                 for chk in sorted(chk for chk, a in m.areas.items() if a not in AREAS)]  # an area the catalog does not name still shows
+            check_groups.append(
+                {
+                    "title": title,
+                    "rows": [
+                        {
+                            "area": chk.partition(".")[0],
+                            "rest": chk.partition(".")[2],
+                            "severity": severity_of(chk),
+                            "cells": [check_cell(m.cells.get((b, lv, chk))) for b, lv in shown_cols],
+                        }
+                        for chk in checks
+                    ],
+                }
+            )
+    leftovers = [
+        {"check": chk, "cells": [check_cell(m.cells.get((b, lv, chk))) for b, lv in shown_cols]}
+        for chk in sorted(chk for chk, a in m.areas.items() if a not in AREAS)
+    ]  # an area the catalog does not name still shows
 
     return _template().render(
-        kit_version=m.kit_version, catalog_hash=m.catalog_hash, n_backends=len(m.backends), n_checks=len(m.areas),
+        kit_version=m.kit_version,
+        catalog_hash=m.catalog_hash,
+        n_backends=len(m.backends),
+        n_checks=len(m.areas),
         verified=dates[-1][:10] if dates else "unknown date",
         verdict={"status": status, "sentence": sentence, "links": [col(b, lv) for b, lv in names]},
-        legend=LEGEND, cards=cards, hidden=hidden_why, groups=groups, area_heads=area_heads,
-        shown=[col(b, lv) for b, lv in shown_cols], area_rows=area_rows, sections=sections,
-        changes=change_lines(m), severities=SEVERITY_TEXT,
-        check_groups=check_groups, leftovers=leftovers, reason_codes=list(REASON_CODES.items()),
+        legend=LEGEND,
+        cards=cards,
+        hidden=hidden_why,
+        groups=groups,
+        area_heads=area_heads,
+        shown=[col(b, lv) for b, lv in shown_cols],
+        area_rows=area_rows,
+        sections=sections,
+        changes=change_lines(m),
+        severities=SEVERITY_TEXT,
+        check_groups=check_groups,
+        leftovers=leftovers,
+        reason_codes=list(REASON_CODES.items()),
     )
 
 
-SEVERITY_TEXT = (("critical", "a secret, a credential or a file outside the scope can leak, or a denied action can run"),
-                 ("high", "the host loses control of the session (survivors, deadlines, a failure read as success)"),
-                 ("medium", "the outcome is misreported (error class, lost text, usage)"), ("low", "bookkeeping"))
+SEVERITY_TEXT = (
+    ("critical", "a secret, a credential or a file outside the scope can leak, or a denied action can run"),
+    ("high", "the host loses control of the session (survivors, deadlines, a failure read as success)"),
+    ("medium", "the outcome is misreported (error class, lost text, usage)"),
+    ("low", "bookkeeping"),
+)
 
-LEGEND = (("pass", "every check that ran passes"), ("fail", "a check fails"), ("warn", "known failure (baseline entry)"),
-          ("skip", "skipped, with a reason code"), ("none", "no check applies"))
+LEGEND = (
+    ("pass", "every check that ran passes"),
+    ("fail", "a check fails"),
+    ("warn", "known failure (baseline entry)"),
+    ("skip", "skipped, with a reason code"),
+    ("none", "no check applies"),
+)
 
 
 @cache
@@ -660,8 +740,14 @@ def _template():
     instead of f-strings spread through Python."""
     from jinja2 import Environment, PackageLoader, StrictUndefined
 
-    env = Environment(loader=PackageLoader("harnesscheck.kit", "templates"), autoescape=True,
-                      trim_blocks=True, lstrip_blocks=True, undefined=StrictUndefined, keep_trailing_newline=True)
+    env = Environment(
+        loader=PackageLoader("harnesscheck.kit", "templates"),
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=StrictUndefined,
+        keep_trailing_newline=True,
+    )
     return env.get_template("backends.html.j2")
 
 
@@ -744,8 +830,10 @@ def matrix_command(reports: list[Path], out: Path, previous: Path | None = None)
         before = read_previous(previous if previous is not None else Path(out) / "backends.json")
         combined = combine([read_report(Path(p)) for p in reports], previous=before)
     except ReportError as exc:
-        print(f"harnesscheck matrix: {exc}\n  fix: pass conformance-report.json files written by "
-              "`harnesscheck verify` (or `pytest --hc-report FILE`)", file=sys.stderr)
+        print(
+            f"harnesscheck matrix: {exc}\n  fix: pass conformance-report.json files written by `harnesscheck verify` (or `pytest --hc-report FILE`)",
+            file=sys.stderr,
+        )
         return 2
     except InconsistentReports as exc:
         print(f"harnesscheck matrix: {exc}", file=sys.stderr)

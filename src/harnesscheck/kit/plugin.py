@@ -52,8 +52,7 @@ CELL_ATTR = "harnesscheck_cell"
 #: Short spellings (the README documents --backend and --level; --baseline and
 #: --write-baseline are the kit's earlier names), added only where nobody else owns them
 #: (pytest_load_initial_conftests): name -> the namespaced option it stands for.
-SHORT_ALIASES = {"--backend": "--hc-backend", "--level": "--hc-level", "--baseline": "--hc-baseline",
-                 "--write-baseline": "--hc-write-baseline"}
+SHORT_ALIASES = {"--backend": "--hc-backend", "--level": "--hc-level", "--baseline": "--hc-baseline", "--write-baseline": "--hc-write-baseline"}
 
 _LEVEL_CHOICES = ["offline", "loopback", "live"]
 _ALIAS_ATTRS = {
@@ -68,24 +67,35 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("harnesscheck", "harnesscheck conformance kit")
     helps = {
         "--hc-backend": "backend under test: a registered id or module:factory (repeatable)",
-        "--hc-level": "verification level (repeatable; default offline, plus loopback where a selected backend's "
-                      "real CLI is installed, or live under -m live)",
-        "--hc-baseline": "baseline of known failures (JSON or TOML); default: the built-in backends' "
-                         "conformance/baseline.json; 'none' disables",
+        "--hc-level": "verification level (repeatable; default offline, plus loopback where a selected backend's real CLI is installed, or live under -m live)",
+        "--hc-baseline": "baseline of known failures (JSON or TOML); default: the built-in backends' conformance/baseline.json; 'none' disables",
         "--hc-write-baseline": "write the failing cells as a baseline",
     }
     for name, attrs in _ALIAS_ATTRS.items():
         group.addoption(name, **attrs, help=helps[name])
-    group.addoption("--hc-check", action="append", default=[], metavar="ID", dest="hc_check",
-                    help="run only the cells of this check id (repeatable)")
-    group.addoption("--hc-cells", default=None, metavar="FILE", dest="hc_cells",
-                    help="only these cells: a JSON object backend id -> [check ids] (a backend it does not name runs "
-                         "all its cells)")
+    group.addoption("--hc-check", action="append", default=[], metavar="ID", dest="hc_check", help="run only the cells of this check id (repeatable)")
+    group.addoption(
+        "--hc-cells",
+        default=None,
+        metavar="FILE",
+        dest="hc_cells",
+        help="only these cells: a JSON object backend id -> [check ids] (a backend it does not name runs all its cells)",
+    )
     group.addoption("--hc-report", default=None, metavar="FILE", help="write the JSON conformance report here")
-    group.addoption("--hc-ratchet", default=None, metavar="MATRIX", dest="hc_ratchet",
-                    help="a committed matrix (backends.json): a cell that passed there and does not pass now fails the run")
-    group.addoption("--hc-require-run", action="store_true", default=False, dest="hc_require_run",
-                    help="fail the run when no cell ran (every one skipped, or none selected), e.g. in CI")
+    group.addoption(
+        "--hc-ratchet",
+        default=None,
+        metavar="MATRIX",
+        dest="hc_ratchet",
+        help="a committed matrix (backends.json): a cell that passed there and does not pass now fails the run",
+    )
+    group.addoption(
+        "--hc-require-run",
+        action="store_true",
+        default=False,
+        dest="hc_require_run",
+        help="fail the run when no cell ran (every one skipped, or none selected), e.g. in CI",
+    )
     # Internal (set by harnesscheck verify for its child), hidden from --help:
     # --hc-bridge-template SOCKET: a bridge forkserver template already running; this run's
     # forkservers are forked from it. --hc-exit-fast: exit without the interpreter's module
@@ -113,8 +123,17 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_CELLS] = []
     _config_ref[:] = [config]
-    state: dict = {"started": None, "backends": None, "levels": None, "baseline": None, "problems": [], "usage": [],
-                   "kit": False, "progress": None, "notes": []}
+    state: dict = {
+        "started": None,
+        "backends": None,
+        "levels": None,
+        "baseline": None,
+        "problems": [],
+        "usage": [],
+        "kit": False,
+        "progress": None,
+        "notes": [],
+    }
     config.stash[_STATE] = state
     if config.getoption("hc_backend"):
         _backends(config)  # an unknown backend is a usage error before collection
@@ -158,7 +177,8 @@ def _no_backend_named(config: pytest.Config) -> None:
     raise pytest.UsageError(
         "-m conformance: no backend named, so the conformance suite was not collected\n"
         "  fix: name the backend under test: pytest -m conformance --hc-backend ID (a registered id) "
-        "or --hc-backend mymodule:spec (your ProviderSpec); doc/AUTHORS.md, Adopting the suite")
+        "or --hc-backend mymodule:spec (your ProviderSpec); doc/AUTHORS.md, Adopting the suite"
+    )
 
 
 def _kit(config: pytest.Config) -> bool:
@@ -329,8 +349,7 @@ def _wants_kit(config: pytest.Config) -> bool:
     cdir, paths = _suite_and_paths(config)
     if cdir is None:
         return False
-    return any(path == cdir or cdir in path.parents or (path in cdir.parents and _recursed_into(config, path, cdir))
-               for path in paths)
+    return any(path == cdir or cdir in path.parents or (path in cdir.parents and _recursed_into(config, path, cdir)) for path in paths)
 
 
 def _recursed_into(config: pytest.Config, top, cdir) -> bool:
@@ -541,9 +560,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
             message = author_message(message, info.requirement)
         record = {
-            "check": info.id, "backend": spec.id, "level": level, "outcome": outcome, "reason": reason,
-            "duration_s": round(report.duration, 4), "message": message[:2000], "area": info.area,
-            "provenance": provenance, "containment": _containment(but),
+            "check": info.id,
+            "backend": spec.id,
+            "level": level,
+            "outcome": outcome,
+            "reason": reason,
+            "duration_s": round(report.duration, 4),
+            "message": message[:2000],
+            "area": info.area,
+            "provenance": provenance,
+            "containment": _containment(but),
         }
         setattr(report, CELL_ATTR, record)
     return report
@@ -562,8 +588,9 @@ def _for_the_author(item: pytest.Item, report: pytest.TestReport, info, spec, le
         return  # asked for the traceback: keep pytest's own
     where = report.location
     report.location = (where[0], where[1], f"{info.id} [{spec.id}@{level}]")
-    report.longrepr = "\n".join(failure_text(check_id=info.id, backend=spec.id, selector=selector, level=level,
-                                             requirement=info.requirement, message=message, max_lines=8))
+    report.longrepr = "\n".join(
+        failure_text(check_id=info.id, backend=spec.id, selector=selector, level=level, requirement=info.requirement, message=message, max_lines=8)
+    )
 
 
 def _provenance(but) -> str:
@@ -773,8 +800,7 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     PYTEST_XDIST_AUTO_NUM_WORKERS)."""
     import os
 
-    if (not _only_the_suite(config) or os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
-            or getattr(config.option, "numprocesses", None) == "logical"):
+    if not _only_the_suite(config) or os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS") or getattr(config.option, "numprocesses", None) == "logical":
         return None
     from harnesscheck.kit.scheduling import suite_workers
 
@@ -798,8 +824,12 @@ def _xdist_controller(config: pytest.Config) -> bool:
     """The process that hands cells to xdist workers and runs none itself (a distribution
     mode and workers to distribute to, not only collecting, as xdist decides: `--dist load`
     alone, or with --collect-only, runs in-process)."""
-    return (getattr(config.option, "dist", "no") != "no" and bool(getattr(config.option, "tx", None))
-            and not getattr(config.option, "collectonly", False) and not hasattr(config, "workerinput"))
+    return (
+        getattr(config.option, "dist", "no") != "no"
+        and bool(getattr(config.option, "tx", None))
+        and not getattr(config.option, "collectonly", False)
+        and not hasattr(config, "workerinput")
+    )
 
 
 def _only_the_suite(config: pytest.Config) -> bool:
@@ -975,8 +1005,7 @@ def _failing_checks_summary(terminalreporter, config: pytest.Config) -> None:
         terminalreporter.write_line("rerun every failed cell: add --lf (pytest's last-failed) or `harnesscheck verify --last-failed`")
     slow = sorted((c for c in cells if c.get("duration_s", 0) >= 5), key=lambda c: -c["duration_s"])[:5]
     if slow:
-        terminalreporter.write_line("slowest cells: " + ", ".join(
-            f"{c['check']} on {c['backend']}@{c['level']} {c['duration_s']:.0f} s" for c in slow))
+        terminalreporter.write_line("slowest cells: " + ", ".join(f"{c['check']} on {c['backend']}@{c['level']} {c['duration_s']:.0f} s" for c in slow))
 
 
 def build_report(config: pytest.Config, cells: list[dict]):
@@ -988,17 +1017,26 @@ def build_report(config: pytest.Config, cells: list[dict]):
     state = config.stash[_STATE]
     backends = [
         BackendInfo(
-            id=s.id, label=s.label, kind=s.kind.value,
+            id=s.id,
+            label=s.label,
+            kind=s.kind.value,
             cli_version=next((v for v in (backend_cli_version(s, lv) for lv in levels) if v), None),
-            capabilities=sorted(c.value for c in s.capabilities), levels=levels,
+            capabilities=sorted(c.value for c in s.capabilities),
+            levels=levels,
             cli_versions={lv: backend_cli_version(s, lv) for lv in levels},
         )
         for s in _backends(config)
     ]
     return Report(
-        kit_version=__version__, catalog_hash=digest, backends=backends, levels=levels,
-        started_at=state["started"] or _now(), finished_at=_now(), platform=platform_info(),
-        cells=[CellResult(**c) for c in cells], problems=list(state["problems"]),
+        kit_version=__version__,
+        catalog_hash=digest,
+        backends=backends,
+        levels=levels,
+        started_at=state["started"] or _now(),
+        finished_at=_now(),
+        platform=platform_info(),
+        cells=[CellResult(**c) for c in cells],
+        problems=list(state["problems"]),
     )
 
 

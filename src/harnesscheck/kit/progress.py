@@ -123,11 +123,17 @@ def failure_lines(record: dict, requirement: str) -> list[str]:
     (conformance/guidance.toml), and the rerun command."""
     from harnesscheck.kit.guidance import failure_text
 
-    lines = failure_text(check_id=record["check"], backend=record["backend"], selector=record.get("selector") or "",
-                         level=record["level"], requirement=requirement, message=record.get("message") or "",
-                         max_lines=3)
+    lines = failure_text(
+        check_id=record["check"],
+        backend=record["backend"],
+        selector=record.get("selector") or "",
+        level=record["level"],
+        requirement=requirement,
+        message=record.get("message") or "",
+        max_lines=3,
+    )
     if record.get("outcome") == "error":
-        lines[0] = "ERROR (kit)" + lines[0][len("FAILED"):]
+        lines[0] = "ERROR (kit)" + lines[0][len("FAILED") :]
     return lines
 
 
@@ -199,8 +205,12 @@ class LiveView:
                 counts.append(f", {c['xfailed']} known failures", style="yellow")
             running = ", ".join(sorted(set(col.running.values()))) if col.running and not final else ""
             done = col.total and col.done >= col.total
-            table.add_row(Text(col.name, style="bold"), f"{col.done}/{col.total or '?'}", counts,
-                          Text("done" if done else (f"running {running}" if running else ""), style="dim"))
+            table.add_row(
+                Text(col.name, style="bold"),
+                f"{col.done}/{col.total or '?'}",
+                counts,
+                Text("done" if done else (f"running {running}" if running else ""), style="dim"),
+            )
         if not self.progress.columns:
             table.add_row(Text("collecting the cells…", style="dim"))
         return table

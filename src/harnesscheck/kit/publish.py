@@ -74,7 +74,7 @@ MACHINE_PATH = re.compile(r"(?<![\w$./-])(?:/home/|/Users/|/root(?=[/'\"\s,]|$)|
 
 def machine_paths(text: str) -> list[str]:
     """The machine paths left in `text` (none in a publishable file)."""
-    return [text[max(0, m.start() - 20): m.end() + 40] for m in MACHINE_PATH.finditer(text)]
+    return [text[max(0, m.start() - 20) : m.end() + 40] for m in MACHINE_PATH.finditer(text)]
 
 
 # ---------------------------------------------------------------------------------------
@@ -111,8 +111,7 @@ def history(cells: dict, backends: dict, kit_version: str, previous: dict | None
             continue
         since[key] = now
         if previous is not None:
-            changes.append({"backend": backend, "level": level, "check": check,
-                            "before": before.get("outcome") if before else None, "now": cell.outcome})
+            changes.append({"backend": backend, "level": level, "check": check, "before": before.get("outcome") if before else None, "now": cell.outcome})
     return since, changes
 
 

@@ -66,8 +66,13 @@ def reasoning_scenario(cli: str, name: str, ws: Any, tool_calls: list | None = N
     is one CLI call whose usage the host loop sums."""
     if name == "cached_usage":
         first = ServedUsage(input=300, output=20, cache_read=1200, cache_write=800)
-        return Scenario(name, (Turn(text="reading\n" + fenced("list_dir", {"path": "."}), usage=first),
-                               Turn(text="done", usage=ServedUsage(input=40, output=15, cache_read=2000))))
+        return Scenario(
+            name,
+            (
+                Turn(text="reading\n" + fenced("list_dir", {"path": "."}), usage=first),
+                Turn(text="done", usage=ServedUsage(input=40, output=15, cache_read=2000)),
+            ),
+        )
     try:
         base = loopback_scenario(cli, name, ws, tool_calls)
     except CannotScript as exc:  # what the real CLI cannot be made to show: the cell skips
@@ -144,8 +149,10 @@ class ReasoningLoopbackAdapter(BackendUnderTest):
         return self.binary.version
 
     def provenance(self) -> str:
-        return (f"the real {self.cli_spec.cli_name} {self.binary.version} (the {self.cli_spec.id} pin), one tool-less "
-                "call per host turn, against the scripted model server on 127.0.0.1")
+        return (
+            f"the real {self.cli_spec.cli_name} {self.binary.version} (the {self.cli_spec.id} pin), one tool-less "
+            "call per host turn, against the scripted model server on 127.0.0.1"
+        )
 
     def _factory(self):
         import importlib
@@ -168,12 +175,12 @@ class ReasoningLoopbackAdapter(BackendUnderTest):
             raise SkipCell("adapter-not-implemented", "upstream text echo is a fake-CLI device")
         script = reasoning_scenario(self.cli_spec.cli_name, scenario, ws, tool_calls)
         turn_of_prompt = self.reasoning.turn_of_prompt
-        server = ScriptedModelServer(script, expected_key=DUMMY_KEY, watch=[ws.canary],
-                                     turn_of=lambda protocol, body: turn_of_prompt(_prompt_text(body))).start()
+        server = ScriptedModelServer(
+            script, expected_key=DUMMY_KEY, watch=[ws.canary], turn_of=lambda protocol, body: turn_of_prompt(_prompt_text(body))
+        ).start()
         self._servers.append(server)
         self._wrappers += 1
-        wrapper, record = write_wrapper(self.tmp_path / f"reasoning-bin{self._wrappers}", self.binary.path,
-                                        self.cli_spec.cli_name)
+        wrapper, record = write_wrapper(self.tmp_path / f"reasoning-bin{self._wrappers}", self.binary.path, self.cli_spec.cli_name)
         printed = probe_version(self.binary.path)  # probed already (pinned_cli): cached
         if printed:
             remember_version(wrapper, printed)
@@ -183,8 +190,7 @@ class ReasoningLoopbackAdapter(BackendUnderTest):
         if bind is not None:  # each turn's sandbox sees the real CLI and writes the wrapper's record
             read_only, writable = wrapper_binds(wrapper, self.binary.path)
             bind(read_only=read_only, writable=writable)
-        return Setup(transport, Facts(requested_model=model), model=model,
-                     extra={"server": server, "record": record, "script": script})
+        return Setup(transport, Facts(requested_model=model), model=model, extra={"server": server, "record": record, "script": script})
 
     #: The longest deadline `run` retries a session at that its deadline cut short.
     MAX_RETRY_TIMEOUT_S = 120.0
@@ -206,9 +212,12 @@ class ReasoningLoopbackAdapter(BackendUnderTest):
                 # a retry in the caller's workspace gets its own run dir: the cut attempt's trace is not this one's
                 kwargs["run_dir"] = kwargs["workspace"].base / f"run-retry{attempt}"
             if timeout >= self.MAX_RETRY_TIMEOUT_S:
-                raise SkipCell("budget", f"the session's deadline ({timeout:g} s) fired before its scripted turns were "
-                               "served, with nothing in the script that stalls: this machine is too slow right now to "
-                               f"start {self.cli_spec.cli_name} once per host turn; the backend was not judged")
+                raise SkipCell(
+                    "budget",
+                    f"the session's deadline ({timeout:g} s) fired before its scripted turns were "
+                    "served, with nothing in the script that stalls: this machine is too slow right now to "
+                    f"start {self.cli_spec.cli_name} once per host turn; the backend was not judged",
+                )
             timeout = min(4 * timeout, self.MAX_RETRY_TIMEOUT_S)
 
     @staticmethod
@@ -220,10 +229,14 @@ class ReasoningLoopbackAdapter(BackendUnderTest):
         # Every tool call the host started was dispatched to its end (its trace record is there):
         # the time went to the CLI calls, not to a host tool that blocked (that is judged).
         dispatched = sum(1 for r in run.trace if r.get("event") == "tool")
-        return (script is not None and not any(t.hang or t.delay_s for t in script.turns)
-                and (run.outcome.status, run.outcome.error_class) == (OutcomeStatus.truncated, ErrorClass.timeout)
-                and run.outcome.tool_calls <= dispatched
-                and tl.cancel_sent is None and tl.ended >= tl.started + tl.timeout_s)
+        return (
+            script is not None
+            and not any(t.hang or t.delay_s for t in script.turns)
+            and (run.outcome.status, run.outcome.error_class) == (OutcomeStatus.truncated, ErrorClass.timeout)
+            and run.outcome.tool_calls <= dispatched
+            and tl.cancel_sent is None
+            and tl.ended >= tl.started + tl.timeout_s
+        )
 
     def collect(self, run: SessionRun, setup: Setup, request) -> None:
         super().collect(run, setup, request)  # the host loop's dispatch trace
@@ -231,11 +244,13 @@ class ReasoningLoopbackAdapter(BackendUnderTest):
         server: ScriptedModelServer = setup.extra["server"]
         server.stop()
         run.run_dir = request.run_dir
-        run.children = [r for r in host_records(read_records(setup.extra["record"]))  # a sandbox's pids as the host's
-                        if r.get("argv", [])[1:2] != ["--version"]]
+        run.children = [
+            r
+            for r in host_records(read_records(setup.extra["record"]))  # a sandbox's pids as the host's
+            if r.get("argv", [])[1:2] != ["--version"]
+        ]
         run.requests = [
-            {"url": r.path + (f"?{r.query}" if r.query else ""), "status": r.status, "headers": r.headers,
-             "visible_headers": r.headers, "body": r.body_text}
+            {"url": r.path + (f"?{r.query}" if r.query else ""), "status": r.status, "headers": r.headers, "visible_headers": r.headers, "body": r.body_text}
             for r in server.requests
         ]
         turns = server.turn_requests()
@@ -250,8 +265,9 @@ class ReasoningLoopbackAdapter(BackendUnderTest):
         served = [r for r in turns if r.status == 200]
         if served:
             total = server.served_usage_total()
-            run.facts.usage = Usage(input=total.input, output=total.output, cache_read=total.cache_read,
-                                    cache_write=total.cache_write, reasoning=total.reasoning)
+            run.facts.usage = Usage(
+                input=total.input, output=total.output, cache_read=total.cache_read, cache_write=total.cache_write, reasoning=total.reasoning
+            )
             run.facts.served_model = served[-1].served_model
 
     def spawned(self) -> list[dict]:

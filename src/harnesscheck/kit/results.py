@@ -51,11 +51,15 @@ class CellResult(BaseModel):
     duration_s: float = 0.0
     message: str = ""
     area: str = ""
-    provenance: str = Field(default="", description="what the verdict came from: the fixtures, scripted servers "
-                            "or CLI release this cell ran against (empty where nothing ran)")
-    containment: str | None = Field(default=None, description="how the sessions the kit ran for this cell were "
-                                    "contained: bwrap, guards or none (an api session), '+'-joined when they differ; "
-                                    "None where the kit ran no session itself (doc/SPEC-sandbox.md)")
+    provenance: str = Field(
+        default="", description="what the verdict came from: the fixtures, scripted servers or CLI release this cell ran against (empty where nothing ran)"
+    )
+    containment: str | None = Field(
+        default=None,
+        description="how the sessions the kit ran for this cell were "
+        "contained: bwrap, guards or none (an api session), '+'-joined when they differ; "
+        "None where the kit ran no session itself (doc/SPEC-sandbox.md)",
+    )
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -117,9 +121,13 @@ class Report(BaseModel):
     def to_file(self) -> ReportFile:
         return ReportFile(
             header=ReportHeader(
-                kit_version=self.kit_version, catalog_hash=self.catalog_hash, backends=self.backends,
-                levels=self.levels, platform={k: str(v) for k, v in self.platform.items()},
-                started_at=self.started_at, finished_at=self.finished_at,
+                kit_version=self.kit_version,
+                catalog_hash=self.catalog_hash,
+                backends=self.backends,
+                levels=self.levels,
+                platform={k: str(v) for k, v in self.platform.items()},
+                started_at=self.started_at,
+                finished_at=self.finished_at,
             ),
             problems=self.problems,
             cells=sorted(self.cells, key=lambda c: (c.backend, c.level, c.check)),
@@ -183,9 +191,7 @@ def _sandbox_line() -> str:
 
     state = sandbox.status()
     mode = Settings().sandbox  # the kit's own sessions build their settings, never from the host's environment
-    return f"bwrap {state.version or ''} (HARNESS_BACKEND_SANDBOX={mode})".replace("  ", " ") if state.available \
-        else f"guards ({state.reason})"
-
+    return f"bwrap {state.version or ''} (HARNESS_BACKEND_SANDBOX={mode})".replace("  ", " ") if state.available else f"guards ({state.reason})"
 
 
 def write_json(report: Report, path: Path) -> None:
@@ -214,7 +220,13 @@ def read_report(path: Path) -> Report:
         raise ReportError(f"{path}: not a valid {REPORT_SCHEMA} v{REPORT_VERSION} report: {validation_problem(exc)}") from None
     head = file.header
     return Report(
-        kit_version=head.kit_version, catalog_hash=head.catalog_hash, backends=head.backends, levels=head.levels,
-        platform=dict(head.platform), started_at=head.started_at, finished_at=head.finished_at,
-        problems=file.problems, cells=file.cells,
+        kit_version=head.kit_version,
+        catalog_hash=head.catalog_hash,
+        backends=head.backends,
+        levels=head.levels,
+        platform=dict(head.platform),
+        started_at=head.started_at,
+        finished_at=head.finished_at,
+        problems=file.problems,
+        cells=file.cells,
     )

@@ -20,16 +20,17 @@ def scripted_scenarios() -> dict[str, tuple[object, Facts]]:
     from harnesscheck.core.contracts import ErrorClass as E
 
     u = Usage(input=120, output=30, cache_read=7)
-    cached = (Usage(input=300, output=20, cache_read=1200, cache_write=800, reasoning=12),
-              Usage(input=40, output=15, cache_read=2000, reasoning=9))
+    cached = (Usage(input=300, output=20, cache_read=1200, cache_write=800, reasoning=12), Usage(input=40, output=15, cache_read=2000, reasoning=9))
     err = lambda cls, msg, **kw: (FakeScript([FakeTurn(error=cls, error_message=msg, **kw)]), Facts())  # noqa: E731
     return {
         "success": (FakeScript([FakeTurn(text="The answer is 42.", usage=u, usage_repeats=3)]), Facts(usage=u, served_model="fake-model-1")),
         "repeated_usage": (
-            FakeScript([
-                FakeTurn(text="reading", usage=u, usage_repeats=4, tool_calls=[FakeCall("list_dir", {"path": "."})]),
-                FakeTurn(text="done", usage=Usage(input=200, output=10), usage_repeats=5),
-            ]),
+            FakeScript(
+                [
+                    FakeTurn(text="reading", usage=u, usage_repeats=4, tool_calls=[FakeCall("list_dir", {"path": "."})]),
+                    FakeTurn(text="done", usage=Usage(input=200, output=10), usage_repeats=5),
+                ]
+            ),
             Facts(usage=u + Usage(input=200, output=10), served_model="fake-model-1"),
         ),
         "tool_calls": (
@@ -49,10 +50,12 @@ def scripted_scenarios() -> dict[str, tuple[object, Facts]]:
         "model_not_found": err(E.model_unavailable, "model not found"),
         "network_error": err(E.network, "connection reset by peer"),
         "timeout_mid_stream": (
-            FakeScript([
-                FakeTurn(text="partial answer", tool_calls=[FakeCall("list_dir", {"path": "."})]),
-                FakeTurn(text="never", delay_s=3600),
-            ]),
+            FakeScript(
+                [
+                    FakeTurn(text="partial answer", tool_calls=[FakeCall("list_dir", {"path": "."})]),
+                    FakeTurn(text="never", delay_s=3600),
+                ]
+            ),
             Facts(partial_text="partial answer"),
         ),
         "served_model_mismatch": (
@@ -60,10 +63,12 @@ def scripted_scenarios() -> dict[str, tuple[object, Facts]]:
             Facts(served_model="fake-model-other", requested_model="fake-model-1"),
         ),
         "cached_usage": (
-            FakeScript([
-                FakeTurn(text="reading", usage=cached[0], tool_calls=[FakeCall("list_dir", {"path": "."})]),
-                FakeTurn(text="done", usage=cached[1]),
-            ]),
+            FakeScript(
+                [
+                    FakeTurn(text="reading", usage=cached[0], tool_calls=[FakeCall("list_dir", {"path": "."})]),
+                    FakeTurn(text="done", usage=cached[1]),
+                ]
+            ),
             Facts(usage=cached[0] + cached[1], served_model="fake-model-1"),
         ),
         "helper_model": (
@@ -104,13 +109,11 @@ class ScriptedAdapter(BackendUnderTest):
         script, facts = table[scenario]
         if echo:
             script = FakeScript(
-                [dataclasses.replace(t, error_message=f"{t.error_message} ({' '.join(echo)})") if t.error else t
-                 for t in script.turns],
+                [dataclasses.replace(t, error_message=f"{t.error_message} ({' '.join(echo)})") if t.error else t for t in script.turns],
                 repeat_last=script.repeat_last,
             )
         script = _WatchedScript(script)
-        return Setup(_Scripted(self.transport(), script), facts, model=facts.requested_model or "fake-model-1",
-                     extra={"script": script})
+        return Setup(_Scripted(self.transport(), script), facts, model=facts.requested_model or "fake-model-1", extra={"script": script})
 
     def observes_stalls(self) -> bool:
         return True

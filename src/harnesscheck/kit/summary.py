@@ -49,9 +49,14 @@ def print_summary(console, matrix, report, report_path: Path, selectors: dict[st
         counts = Counter(c.outcome for c in cells)
         whys = Counter(c.reason or "no reason" for c in cells if c.outcome == "skipped")
         bad = counts["failed"] + counts["error"]
-        table.add_row(f"{backend} ({level})", coverage_text(coverage(matrix, backend, level)), str(counts["passed"]),
-                      Text(str(bad), style="bold red" if bad else ""), str(counts["xfailed"] or ""),
-                      f"{counts['skipped']}" + (" (" + ", ".join(f"{n} {r}" for r, n in whys.most_common()) + ")" if whys else ""))
+        table.add_row(
+            f"{backend} ({level})",
+            coverage_text(coverage(matrix, backend, level)),
+            str(counts["passed"]),
+            Text(str(bad), style="bold red" if bad else ""),
+            str(counts["xfailed"] or ""),
+            f"{counts['skipped']}" + (" (" + ", ".join(f"{n} {r}" for r, n in whys.most_common()) + ")" if whys else ""),
+        )
     console.print(table)
 
     rank = {s: n for n, s in enumerate(SEVERITIES)}
@@ -75,18 +80,19 @@ def print_summary(console, matrix, report, report_path: Path, selectors: dict[st
         console.print(line)
         if guide is not None and cell.outcome == "failed":
             console.print(Text(f"         fix: {guide.fix}"))
-        console.print(Text(f"         rerun: {rerun_command(selectors.get(cell.backend, cell.backend), cell.level, cell.check)}",
-                           style="dim"))
+        console.print(Text(f"         rerun: {rerun_command(selectors.get(cell.backend, cell.backend), cell.level, cell.check)}", style="dim"))
     if failing:
         console.print(Text("rerun every failed cell: harnesscheck verify --last-failed (same --report)", style="dim"))
 
     slow = sorted((c for c in report.cells if c.duration_s >= SLOW_S), key=lambda c: -c.duration_s)[:SLOWEST]
     if slow:
-        console.print(Text("slowest cells: " + ", ".join(f"{c.check} on {c.backend}@{c.level} {c.duration_s:.0f} s" for c in slow),
-                           style="dim"))
+        console.print(Text("slowest cells: " + ", ".join(f"{c.check} on {c.backend}@{c.level} {c.duration_s:.0f} s" for c in slow), style="dim"))
     counts = report.counts()
-    console.print(", ".join(f"{n} {k}" for k, n in counts.items() if n) + f" — report: {report_path} "
-                  f"(the matrix: {report_path.parent / 'backends.html'})", markup=False, highlight=False)
+    console.print(
+        ", ".join(f"{n} {k}" for k, n in counts.items() if n) + f" — report: {report_path} (the matrix: {report_path.parent / 'backends.html'})",
+        markup=False,
+        highlight=False,
+    )
 
 
 def last_failed(report_dir: Path) -> tuple[list[str], list[str], str]:

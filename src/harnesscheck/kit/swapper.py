@@ -126,8 +126,7 @@ def run(a: str, b: str, *, max_s: float, max_swaps: int, mean_gap_s: float, out=
         with contextlib.suppress(OSError):
             ex.swap()
     restored = ex.present() and ex.shape() == before  # judged on the tree, not on the bookkeeping
-    summary = {"swaps": swaps, "mode": ex.mode, "errors": errors, "elapsed_s": round(time.monotonic() - start, 3),
-               "stopped": stopped, "restored": restored}
+    summary = {"swaps": swaps, "mode": ex.mode, "errors": errors, "elapsed_s": round(time.monotonic() - start, 3), "stopped": stopped, "restored": restored}
     out.write(json.dumps(summary) + "\n")
     out.flush()
     return summary
@@ -139,18 +138,27 @@ class SwapRace:
 
     Raises RuntimeError when it cannot start (no "ready" within `start_s`)."""
 
-    def __init__(self, a: Path, b: Path, *, max_s: float = 300.0, max_swaps: int = 600_000,
-                 mean_gap_s: float = 0.0005, start_s: float = 30.0):
+    def __init__(self, a: Path, b: Path, *, max_s: float = 300.0, max_swaps: int = 600_000, mean_gap_s: float = 0.0005, start_s: float = 30.0):
         self.a, self.b = Path(a), Path(b)
         self.max_s, self.max_swaps, self.mean_gap_s, self.start_s = max_s, max_swaps, mean_gap_s, start_s
         self.proc: subprocess.Popen | None = None
         self.summary: dict | None = None
 
     def __enter__(self) -> "SwapRace":
-        argv = [sys.executable, "-m", "harnesscheck.kit.swapper", str(self.a), str(self.b), "--max-s", str(self.max_s),
-                "--max-swaps", str(self.max_swaps), "--mean-gap-s", str(self.mean_gap_s)]
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     start_new_session=True)
+        argv = [
+            sys.executable,
+            "-m",
+            "harnesscheck.kit.swapper",
+            str(self.a),
+            str(self.b),
+            "--max-s",
+            str(self.max_s),
+            "--max-swaps",
+            str(self.max_swaps),
+            "--mean-gap-s",
+            str(self.mean_gap_s),
+        ]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         ready, _, _ = select.select([self.proc.stdout], [], [], self.start_s)
         line = self.proc.stdout.readline() if ready else b""
         if line.strip() != b"ready":
@@ -168,7 +176,6 @@ class SwapRace:
         if kill:
             proc.kill()
         try:  # communicate closes the swapper's stdin: its "stop"
-
             out, err = proc.communicate(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()

@@ -113,22 +113,52 @@ def bridge_template(ids: list[str]) -> Iterator[str | None]:
             template.close()
 
 
-def pytest_args(ids: list[str], levels: list[str], report_dir: Path, baseline: Path | None, jobs: str | None,
-                template: str | None = None, *, checks: list[str] = (), ratchet: Path | None = None,
-                scratch: Path | None = None) -> list[str]:
+def pytest_args(
+    ids: list[str],
+    levels: list[str],
+    report_dir: Path,
+    baseline: Path | None,
+    jobs: str | None,
+    template: str | None = None,
+    *,
+    checks: list[str] = (),
+    ratchet: Path | None = None,
+    scratch: Path | None = None,
+) -> list[str]:
     """The child's command line. `report_dir` gets the report, the JUnit XML and the progress
     events; `scratch` (the run's own folder) pytest's temporary folders."""
     from harnesscheck.core.paths import conformance_dir
 
     # -P: the current directory is not put first on sys.path, so a project's own `conformance/`
     # (this checkout's, for one) never shadows the suite shipped in the package.
-    args = [sys.executable, "-P", "-m", "pytest", str(conformance_dir()), "-p", "no:cacheprovider", "-q",
-            "--rootdir", str(conformance_dir().parent), "-c", os.devnull, "-m", "not live" if "live" not in levels else "live",
-            "--hc-report", str(report_dir / "conformance-report.json"), "--hc-progress", str(report_dir / PROGRESS_NAME),
-            # pytest's own JUnit writer; xunit1 is the family whose testcases may carry the
-            # properties (check_id, backend, level) the kit records on them
-            "--junitxml", str(report_dir / "junit.xml"), "-o", "junit_family=xunit1",
-            "-o", "junit_suite_name=harnesscheck-conformance"]
+    args = [
+        sys.executable,
+        "-P",
+        "-m",
+        "pytest",
+        str(conformance_dir()),
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--rootdir",
+        str(conformance_dir().parent),
+        "-c",
+        os.devnull,
+        "-m",
+        "not live" if "live" not in levels else "live",
+        "--hc-report",
+        str(report_dir / "conformance-report.json"),
+        "--hc-progress",
+        str(report_dir / PROGRESS_NAME),
+        # pytest's own JUnit writer; xunit1 is the family whose testcases may carry the
+        # properties (check_id, backend, level) the kit records on them
+        "--junitxml",
+        str(report_dir / "junit.xml"),
+        "-o",
+        "junit_family=xunit1",
+        "-o",
+        "junit_suite_name=harnesscheck-conformance",
+    ]
     if scratch is not None:
         args += ["--basetemp", str(scratch / "pytest")]
     for backend in ids:
@@ -243,8 +273,7 @@ def _run_child(args: list[str], env: dict[str, str], staging: Path, stream=None)
 
     progress, reader = Progress(), EventReader(staging / PROGRESS_NAME)
     with open(staging / "pytest-output.txt", "wb") as out:
-        proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             with view(progress, stream) as shown:
                 while True:
@@ -289,9 +318,20 @@ def _nothing_to_run(ids: list[str], levels: list[str]) -> str | None:
     return f"nothing can be verified here: no selected backend can run at {', '.join(levels)} ({backend}: {why})"
 
 
-def verify_command(backends: list[str], levels: list[str], report_dir: Path, baseline: Path | None, jobs: str | None,
-                   cli: Path | None = None, *, checks: list[str] = (), keep: bool = False,
-                   ratchet: Path | None | str = "default", as_json: bool = False, last_failed: bool = False) -> int:
+def verify_command(
+    backends: list[str],
+    levels: list[str],
+    report_dir: Path,
+    baseline: Path | None,
+    jobs: str | None,
+    cli: Path | None = None,
+    *,
+    checks: list[str] = (),
+    keep: bool = False,
+    ratchet: Path | None | str = "default",
+    as_json: bool = False,
+    last_failed: bool = False,
+) -> int:
     """`ratchet`: the committed matrix to compare against ("default": doc/backends.json of the
     current directory when it is a harnesscheck matrix; None or "none": no ratchet).
     `as_json`: the conformance report on stdout (for CI), everything else on stderr.
@@ -336,8 +376,10 @@ def verify_command(backends: list[str], levels: list[str], report_dir: Path, bas
         _err(str(exc))
         return EXIT_USAGE
     if cli is not None and not set(chosen) & {"loopback", "live"}:
-        _err(f"--cli {cli}: the {', '.join(chosen)} level runs the kit's fake CLIs, never a given binary\n"
-             f"  fix: add --level loopback to run {cli} against the scripted model server, or drop --cli")
+        _err(
+            f"--cli {cli}: the {', '.join(chosen)} level runs the kit's fake CLIs, never a given binary\n"
+            f"  fix: add --level loopback to run {cli} against the scripted model server, or drop --cli"
+        )
         return EXIT_USAGE
     if baseline is not None and not Path(baseline).is_file():
         _err(f"baseline {baseline} not found")
@@ -371,8 +413,7 @@ def verify_command(backends: list[str], levels: list[str], report_dir: Path, bas
     staging = Path(tempfile.mkdtemp(prefix=".harnesscheck-partial-", dir=report_dir))
     try:
         with scratch_folder(keep) as scratch, bridge_template(ids) as template:
-            args = pytest_args(ids, chosen, staging, baseline, jobs, template, checks=list(checks),
-                               ratchet=ratchet_path, scratch=scratch)
+            args = pytest_args(ids, chosen, staging, baseline, jobs, template, checks=list(checks), ratchet=ratchet_path, scratch=scratch)
             returncode = _run_child(args, child_env(scratch), staging, out)
     except KeyboardInterrupt:
         shutil.rmtree(staging, ignore_errors=True)
@@ -415,7 +456,7 @@ def verify_command(backends: list[str], levels: list[str], report_dir: Path, bas
 
 
 def unknown_checks(checks: list[str]) -> str:
-    """"" when every --check names a check of the catalog; else the usage error (the ids,
+    """ "" when every --check names a check of the catalog; else the usage error (the ids,
     the nearest known ones, where the ids are listed): checked here, before any worker starts
     (an unknown id inside an xdist run crashed the controller)."""
     if not checks:
@@ -436,8 +477,9 @@ def unknown_checks(checks: list[str]) -> str:
             continue
         near = difflib.get_close_matches(check_id, list(known), n=2, cutoff=0.6)
         parts.append(f"{check_id}" + (f" (did you mean {' or '.join(near)}?)" if near else ""))
-    return (f"--check: no such check: {', '.join(parts)}\n"
-            "  fix: use a check id of doc/catalog.md (e.g. env.provider-keys-stripped); `harnesscheck verify --help`")
+    return (
+        f"--check: no such check: {', '.join(parts)}\n  fix: use a check id of doc/catalog.md (e.g. env.provider-keys-stripped); `harnesscheck verify --help`"
+    )
 
 
 def _selectors(ids: list[str]) -> dict[str, str]:

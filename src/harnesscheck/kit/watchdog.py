@@ -81,8 +81,10 @@ class WatchdogThread:
 
     def message(self) -> str:
         ended = f"; the kit ended its {len(self.ended)} known process(es) {self.ended}" if self.ended else ""
-        return (f"the session did not end within {self.dog.within_s:g} s after {MOMENTS[self.dog.after]}{ended}: "
-                "a backend must give control back and end its tree within that bound")
+        return (
+            f"the session did not end within {self.dog.within_s:g} s after {MOMENTS[self.dog.after]}{ended}: "
+            "a backend must give control back and end its tree within that bound"
+        )
 
     def _watch(self) -> None:
         while not self._done.wait(self.POLL_S):

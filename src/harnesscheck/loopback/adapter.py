@@ -71,8 +71,7 @@ def loopback_scenario(cli: str, name: str, ws: Any, tool_calls: list | None = No
         # relay and our bridge child), then the model hangs. Escapees and a CLI that ignores
         # SIGTERM cannot be scripted through a model server: the fake-CLI level covers those.
         call = ToolCall("read_file", {"path": "README.md"})
-        return Scenario(name, (Turn(text="Reading.", tool_calls=(call,), usage=usage), Turn(text="partial", hang=True)),
-                        repeat_last=True)
+        return Scenario(name, (Turn(text="Reading.", tool_calls=(call,), usage=usage), Turn(text="partial", hang=True)), repeat_last=True)
     if name == "native_tool_use":
         # a disabled built-in asked to read the sentinel outside the worktree
         if cli == "claude":
@@ -95,7 +94,7 @@ def loopback_scenario(cli: str, name: str, ws: Any, tool_calls: list | None = No
 # ---------------------------------------------------------------------------------------
 # Observing the real CLI from outside: an exec wrapper and a /proc watcher
 
-_WRAPPER = '''#!{python} -IS
+_WRAPPER = """#!{python} -IS
 # harnesscheck loopback: record how the CLI was started, then become it (same pid).
 import json, os, stat, sys, time
 def stdin_type():
@@ -136,7 +135,7 @@ with open({record!r}, "a", encoding="utf-8") as fh:
 if {strace!r} and sys.argv[1:2] not in (["--version"], ["-v"]):
     os.execv({strace!r}, [{strace!r}, "-f", "-qq", "-e", "trace=open,openat,openat2", "-o", {opens!r}, "--", {real!r}] + sys.argv[1:])
 os.execv({real!r}, [{real!r}] + sys.argv[1:])
-'''
+"""
 
 
 def write_wrapper(directory: Path, real: Path, name: str, strace: str | None = None) -> tuple[Path, Path]:
@@ -147,8 +146,9 @@ def write_wrapper(directory: Path, real: Path, name: str, strace: str | None = N
     directory.mkdir(parents=True, exist_ok=True)
     record = directory / f"{name}.record.jsonl"
     path = directory / name
-    path.write_text(_WRAPPER.format(python=sys.executable, record=str(record), real=str(real), strace=strace or "",
-                                    opens=str(directory / "opens.log")), encoding="utf-8")
+    path.write_text(
+        _WRAPPER.format(python=sys.executable, record=str(record), real=str(real), strace=strace or "", opens=str(directory / "opens.log")), encoding="utf-8"
+    )
     path.chmod(0o755)
     for made in (record, directory / "opens.log"):
         made.touch(mode=0o600, exist_ok=True)
@@ -364,7 +364,7 @@ def wire_to_scope_name(name: str) -> str:
         return name[len(BRIDGE_SERVER) + 1 :]
     if name.startswith(f"mcp__{BRIDGE_SERVER}/"):
         return name.split("/", 1)[1]
-    server, sep, tool = name[len("mcp__"):].partition("__")
+    server, sep, tool = name[len("mcp__") :].partition("__")
     if name.startswith("mcp__") and server and sep and tool:  # claude's form for a server of any name
         return tool
     return name

@@ -55,8 +55,10 @@ def _override(spec: ProviderSpec, environ) -> tuple[PinnedBinary | None, str] | 
         return None
     selected = (environ.get("HARNESS_BACKEND") or "").strip()
     if not selected:
-        return None, (f"HARNESS_BACKEND_CLI={raw} is set but HARNESS_BACKEND does not say which backend it is for: "
-                      f"refused (set HARNESS_BACKEND={base_id(spec.id)}, or unset HARNESS_BACKEND_CLI)")
+        return None, (
+            f"HARNESS_BACKEND_CLI={raw} is set but HARNESS_BACKEND does not say which backend it is for: "
+            f"refused (set HARNESS_BACKEND={base_id(spec.id)}, or unset HARNESS_BACKEND_CLI)"
+        )
     if base_id(selected) != base_id(spec.id):
         return None  # an override for another backend
     path = Path(raw).expanduser()
@@ -100,8 +102,11 @@ def require_pinned_cli(backend: str | ProviderSpec, environ=None) -> tuple[Pinne
     if prefix is None:
         have = installed_releases(dest, spec.cli_name, spec.cli_package)
         also = f"; the cache holds {', '.join(have)}" if have else ""
-        how = ("`harnesscheck install-clis`" if "==" not in backend_id else
-               f"`harnesscheck install-clis --backend {backend_id.partition('==')[0]} --version {spec.pinned_version}`")
+        how = (
+            "`harnesscheck install-clis`"
+            if "==" not in backend_id
+            else f"`harnesscheck install-clis --backend {backend_id.partition('==')[0]} --version {spec.pinned_version}`"
+        )
         return None, f"{spec.cli_package}@{spec.pinned_version} is not installed in {dest}{also} (run {how})"
     path = binary_path(prefix, spec.cli_name)
     from harnesscheck.loopback.install import manifest_versioned
@@ -137,6 +142,9 @@ def _pip_runtime(spec: ProviderSpec, environ) -> tuple[PinnedBinary | None, str]
     path = pip_runtime_dir(cli_cache_dir(), spec.id, spec.pinned_version or "")
     found = installed(path)
     if found != spec.pinned_version:
-        return None, (f"{spec.id} {spec.pinned_version} is not installed in {path}"
-                      + (f" (it holds {found})" if found else "") + f" (run `harnesscheck install-clis --backend {spec.id}`)")
+        return None, (
+            f"{spec.id} {spec.pinned_version} is not installed in {path}"
+            + (f" (it holds {found})" if found else "")
+            + f" (run `harnesscheck install-clis --backend {spec.id}`)"
+        )
     return PinnedBinary(spec.id, path, found), ""

@@ -144,8 +144,17 @@ def stored_recordings(cli: str) -> dict[str, Path]:
 
 #: The scenarios that end on their own in seconds (the CI drift test runs these).
 FAST_SCENARIOS = (
-    "success", "tool_calls", "max_turns", "not_logged_in", "auth_401", "context_overflow", "model_not_found",
-    "served_model_mismatch", "native_tool_use", "mcp_failed", "api_key_source",
+    "success",
+    "tool_calls",
+    "max_turns",
+    "not_logged_in",
+    "auth_401",
+    "context_overflow",
+    "model_not_found",
+    "served_model_mismatch",
+    "native_tool_use",
+    "mcp_failed",
+    "api_key_source",
 )
 
 
@@ -203,11 +212,24 @@ def drift_command(backends: list[str], against: str | None = None, save: bool = 
 DRIFT_SCENARIOS = ("success", "tool_calls", "native_tool_use", "rate_limit_429", "auth_401")
 
 #: Facts whose change is a change in behaviour or classification (exit 1); others are reported.
-BEHAVIOUR = frozenset({
-    "default_model", "terminal_reason", "error_status", "error_type", "refusal_text", "retries", "retry_delays_ms",
-    "exit_code", "status", "error_class", "retry_after_s", "offered_tools", "tool_flags",
-    "side_effects",  # a new file, directory or socket the CLI makes is a change in what it does
-})
+BEHAVIOUR = frozenset(
+    {
+        "default_model",
+        "terminal_reason",
+        "error_status",
+        "error_type",
+        "refusal_text",
+        "retries",
+        "retry_delays_ms",
+        "exit_code",
+        "status",
+        "error_class",
+        "retry_after_s",
+        "offered_tools",
+        "tool_flags",
+        "side_effects",  # a new file, directory or socket the CLI makes is a change in what it does
+    }
+)
 
 
 def _events(lines: list[str]) -> list[dict]:
@@ -291,8 +313,13 @@ def release_facts(binary_path: Path, package_dir: Path | None = None) -> dict:
 
     out: dict = {}
     try:
-        proc = subprocess.run([str(binary_path), "--help"], stdin=subprocess.DEVNULL, capture_output=True, timeout=60,
-                              env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": tempfile.gettempdir()})
+        proc = subprocess.run(
+            [str(binary_path), "--help"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=60,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": tempfile.gettempdir()},
+        )
         out["help_flags"] = sorted(set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]+", proc.stdout.decode("utf-8", "replace"))))
     except (OSError, subprocess.TimeoutExpired):
         out["help_flags"] = []

@@ -225,8 +225,7 @@ def npm_view(package: str, field: str) -> object | None:
     if npm is None:
         return None
     try:
-        proc = subprocess.run([npm, "view", package, field, "--json"], stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=120, env=_npm_env())
+        proc = subprocess.run([npm, "view", package, field, "--json"], stdin=subprocess.DEVNULL, capture_output=True, timeout=120, env=_npm_env())
     except (OSError, subprocess.TimeoutExpired):
         return None
     if proc.returncode != 0:
@@ -287,8 +286,10 @@ def check_command(out=None) -> int:
             engines = npm_view(f"{c.package}@{version}", "engines.node")
             ok = engine_satisfied(engines if isinstance(engines, str) else None, node)
             if ok is False:
-                print(f"  {c.package}@{version} asks Node {engines} in engines; this Node is {node}"
-                      " (the native binary does not run on Node; see README)", file=out)
+                print(
+                    f"  {c.package}@{version} asks Node {engines} in engines; this Node is {node} (the native binary does not run on Node; see README)",
+                    file=out,
+                )
     return worst
 
 
@@ -326,8 +327,21 @@ def install_pip_runtime(dest: Path, backend: str, *, out=None, version: str | No
         return 0
     packages = [f"{p}=={version}" for p in PIP_RUNTIMES[backend][1]]
     print(f"install-clis: {' '.join(packages)} -> {target}", file=out)
-    argv = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
-            "--no-compile", "--pre", "--upgrade", "--target", str(target), *packages]
+    argv = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-deps",
+        "--no-compile",
+        "--pre",
+        "--upgrade",
+        "--target",
+        str(target),
+        *packages,
+    ]
     proc = subprocess.run(argv, stdin=subprocess.DEVNULL, env=_npm_env())
     if proc.returncode != 0 or module.installed_sdk_version(target) != version:
         print(f"install-clis: pip exited {proc.returncode} for {backend} {version}\n  fix: check access to the package index", file=sys.stderr)
@@ -378,13 +392,17 @@ def ensure_bubblewrap(out=None) -> bool:
         print("install-clis: installing bubblewrap (the sessions' sandbox)", file=out)
         env = {"PATH": sandbox.SYSTEM_PATH, "DEBIAN_FRONTEND": "noninteractive"}
         ok = subprocess.run([apt, "update", "-qq"], stdin=subprocess.DEVNULL, env=env, check=False).returncode == 0
-        ok = ok and subprocess.run([apt, "install", "-y", "-qq", "bubblewrap"], stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.DEVNULL, env=env, check=False).returncode == 0
+        ok = (
+            ok
+            and subprocess.run(
+                [apt, "install", "-y", "-qq", "bubblewrap"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env, check=False
+            ).returncode
+            == 0
+        )
         sandbox.reset()
         if ok and sandbox._find_bwrap() is not None:
             return _sandbox_usable(out)
-    print(f"install-clis: bubblewrap is not installed: sessions will run with the process guard alone\n"
-          f"  fix: {sandbox.INSTALL_FIX}", file=out)
+    print(f"install-clis: bubblewrap is not installed: sessions will run with the process guard alone\n  fix: {sandbox.INSTALL_FIX}", file=out)
     return False
 
 
@@ -393,8 +411,11 @@ def _sandbox_usable(out) -> bool:
 
     state = sandbox.status()
     if not state.available:
-        print(f"install-clis: bubblewrap is installed but cannot sandbox a session here ({state.reason}): sessions "
-              f"will run with the process guard alone\n  fix: {sandbox.INSTALL_FIX}", file=out)
+        print(
+            f"install-clis: bubblewrap is installed but cannot sandbox a session here ({state.reason}): sessions "
+            f"will run with the process guard alone\n  fix: {sandbox.INSTALL_FIX}",
+            file=out,
+        )
     return state.available
 
 
@@ -457,8 +478,7 @@ def install(dest: Path | None = None, *, out=None, backend: str | None = None, v
             print(f"install-clis: the postinstall of {c.spec} failed", file=sys.stderr)
             return 3
         if install_runtime_deps(npm, prefix, c) != 0:
-            print(f"install-clis: the runtime packages of {c.spec} ({RUNTIME_DEPS[c.cli_name][1]}) failed to install",
-                  file=sys.stderr)
+            print(f"install-clis: the runtime packages of {c.spec} ({RUNTIME_DEPS[c.cli_name][1]}) failed to install", file=sys.stderr)
             return 3
     still = missing(dest, clis)
     if still:

@@ -18,6 +18,10 @@ knows are redacted; the session's temp dir becomes `<run-dir>`, the CLI's cwd `{
 home dir `<home>`, the checkout `<repo>`, the server port `PORT`; claude's init `tools` /
 `mcp_servers` / `model` and the echoed model become the fake's placeholders (only where they
 say what the transport asked for), so the recording replays under any argv the transport builds.
+
+Over 800 lines for a reason: each fixture's `Recipe` (scripted model plus transport setup) sits
+beside the code that runs it, so what a recording claims is checked in one place; the recipes
+table is the seam.
 """
 
 from __future__ import annotations
@@ -153,8 +157,7 @@ def recording_script(cli: str, scenario: str, ws: Any):
     if scenario == "not_logged_in" and cli == "codex":
         # codex without a login sends no Authorization header; the Responses API answers
         # 401 with this message (cli-formats §2.C "bad credential / not logged in").
-        turn = Turn(status=401, error_type="invalid_request_error",
-                    error_message="Missing bearer or basic authentication in header")
+        turn = Turn(status=401, error_type="invalid_request_error", error_message="Missing bearer or basic authentication in header")
         return Scenario(scenario, (turn,), repeat_last=True)
     if scenario in ("not_logged_in", "api_key_source", "mcp_failed"):
         return loopback_scenario(cli, "success", ws)
@@ -165,25 +168,38 @@ def recording_script(cli: str, scenario: str, ws: Any):
         return Scenario(scenario, (first, Turn(text="partial", hang=True)), repeat_last=True)
     if scenario == "context_overflow":
         if cli == "claude":  # Anthropic Messages: 400 invalid_request_error "prompt is too long"
-            turn = Turn(status=400, error_type="invalid_request_error",
-                        error_message="prompt is too long: 215000 tokens > 200000 maximum")
+            turn = Turn(status=400, error_type="invalid_request_error", error_message="prompt is too long: 215000 tokens > 200000 maximum")
         elif cli == "gemini":  # Gemini API: 400 INVALID_ARGUMENT naming the token limit
-            turn = Turn(status=400, error_type="invalid_request_error",
-                        error_message="The input token count (1215000) exceeds the maximum number of tokens allowed (1048576).")
+            turn = Turn(
+                status=400,
+                error_type="invalid_request_error",
+                error_message="The input token count (1215000) exceeds the maximum number of tokens allowed (1048576).",
+            )
         else:  # OpenAI Responses: 400 with code context_length_exceeded
-            turn = Turn(status=400, error_type="invalid_request_error", error_code="context_length_exceeded",
-                        error_message="Your input exceeds the context window of this model. Please adjust your input and try again.")
+            turn = Turn(
+                status=400,
+                error_type="invalid_request_error",
+                error_code="context_length_exceeded",
+                error_message="Your input exceeds the context window of this model. Please adjust your input and try again.",
+            )
         return Scenario(scenario, (turn,), repeat_last=True)
     if scenario == "model_not_found":
         model = MISSING_MODEL[cli]
         if cli == "claude":  # Anthropic Messages: 404 not_found_error naming the model
             turn = Turn(status=404, error_type="not_found_error", error_message=f"model: {model}")
         elif cli == "gemini":  # Gemini API: 404 NOT_FOUND naming the model
-            turn = Turn(status=404, error_type="not_found_error",
-                        error_message=f"models/{model} is not found for API version v1beta, or is not supported for generateContent.")
+            turn = Turn(
+                status=404,
+                error_type="not_found_error",
+                error_message=f"models/{model} is not found for API version v1beta, or is not supported for generateContent.",
+            )
         else:  # OpenAI Responses: 400 invalid_request_error, code model_not_found
-            turn = Turn(status=400, error_type="invalid_request_error", error_code="model_not_found",
-                        error_message=f"The model `{model}` does not exist or you do not have access to it.")
+            turn = Turn(
+                status=400,
+                error_type="invalid_request_error",
+                error_code="model_not_found",
+                error_message=f"The model `{model}` does not exist or you do not have access to it.",
+            )
         return Scenario(scenario, (turn,), repeat_last=True)
     return loopback_scenario(cli, recipe.script or scenario, ws)
 
@@ -312,8 +328,9 @@ def _bridge_override(cli: str, recipe: Recipe) -> Iterator[None]:
         return
     import importlib
 
-    module = importlib.import_module({"claude": "harnesscheck.backends.claude_code", "codex": "harnesscheck.backends.codex",
-                                      "gemini": "harnesscheck.backends.gemini"}[cli])
+    module = importlib.import_module(
+        {"claude": "harnesscheck.backends.claude_code", "codex": "harnesscheck.backends.codex", "gemini": "harnesscheck.backends.gemini"}[cli]
+    )
     real = module.bridge_command
 
     def override(spec_path: Path) -> tuple[list[str], dict[str, str]]:
@@ -361,9 +378,7 @@ def _transport(spec: Any, backend: str, cli: str, binary: Any, base_url: str, re
         kwargs = {"auth_mode": "api_key", "injections": {"ANTHROPIC_API_KEY": DUMMY_KEY}}
     if recipe.full_ladder:
         kwargs["retry_stop_after"] = None
-    transport = loopback_transport(
-        spec, Settings(backend=backend), cli_path=binary.path, endpoint=LoopbackEndpoint(base_url), **kwargs
-    )
+    transport = loopback_transport(spec, Settings(backend=backend), cli_path=binary.path, endpoint=LoopbackEndpoint(base_url), **kwargs)
     if recipe.credential == "none":
         _without_credentials(transport, ("CLAUDE_CODE_OAUTH_TOKEN", CODEX_KEY_VAR, "GEMINI_API_KEY"))
     elif recipe.credential == "api_key":
@@ -608,8 +623,7 @@ def to_fixture(rec: Recording) -> dict:
             name = str(event.get("tool_name") or "")
             if event.get("type") == "tool_use" and name.startswith(BRIDGE_PREFIX) and not rec.recipe.broken_bridge:
                 # the real CLI called the bridge here: so does the replay (its trace is the host's record)
-                steps.append({"mcp_calls": [{"name": name[len(BRIDGE_PREFIX):], "arguments": event.get("parameters") or {}}],
-                              "server": "bridge"})
+                steps.append({"mcp_calls": [{"name": name[len(BRIDGE_PREFIX) :], "arguments": event.get("parameters") or {}}], "server": "bridge"})
         steps.append({"emit": event})
     stderr = scrub_line(rec.stderr_tail, rec.machine_paths).strip("\n")
     if stderr:
@@ -624,8 +638,10 @@ def to_fixture(rec: Recording) -> dict:
     if rec.recipe.broken_bridge:
         notes.append(f"the bridge command in its MCP config was {BROKEN_BRIDGE!r}, which cannot start")
     if rec.recipe.slow_bridge_s:
-        notes.append(f"the bridge waited {rec.recipe.slow_bridge_s:g} s before starting (the delay step); "
-                     f"the first stdout line came {rec.first_line_s or 0:.1f} s after the start")
+        notes.append(
+            f"the bridge waited {rec.recipe.slow_bridge_s:g} s before starting (the delay step); "
+            f"the first stdout line came {rec.first_line_s or 0:.1f} s after the start"
+        )
     if rec.recipe.full_ladder:
         notes.append("the host let the CLI run its retry ladder out (retry_stop_after=None)")
     if rec.recipe.script and rec.recipe.script != rec.scenario:
@@ -666,7 +682,7 @@ def to_fixture(rec: Recording) -> dict:
         # the replay starts the configured bridge too, so the bridge trace the transport reads
         # for readiness is real (a slow start on a loaded machine is waited out)
         fixture["mcp"], fixture["mcp_timeout"] = "connect", 60
-        fixture["provenance"]["notes"] += "; replayed with the configured bridge started (\"mcp\": \"connect\")"
+        fixture["provenance"]["notes"] += '; replayed with the configured bridge started ("mcp": "connect")'
     return fixture
 
 
@@ -741,17 +757,20 @@ def record_command(backend: str, scenario: str, out: Path | None, force: bool = 
     cli = spec.cli_name or backend
     names = list(RECORDABLE.get(cli, ())) if scenario == "all" else [scenario]
     if not names:
-        print(f"harnesscheck record: --backend {backend}: has no loopback scenarios\n"
-              f"  fix: use one of {', '.join(c.backend for c in _recordable_backends())}", file=sys.stderr)
+        print(
+            f"harnesscheck record: --backend {backend}: has no loopback scenarios\n  fix: use one of {', '.join(c.backend for c in _recordable_backends())}",
+            file=sys.stderr,
+        )
         return 2
     if out is not None and len(names) > 1:
-        print("harnesscheck record: --out names one file, --scenario all records several\n"
-              "  fix: record one scenario at a time with --out", file=sys.stderr)
+        print("harnesscheck record: --out names one file, --scenario all records several\n  fix: record one scenario at a time with --out", file=sys.stderr)
         return 2
     unknown = [n for n in names if n not in RECORDABLE.get(cli, ())]
     if unknown:
-        print(f"harnesscheck record: --scenario {unknown[0]}: not a recordable {cli} scenario\n"
-              f"  fix: use one of {', '.join(RECORDABLE.get(cli, ()))}, or all", file=sys.stderr)
+        print(
+            f"harnesscheck record: --scenario {unknown[0]}: not a recordable {cli} scenario\n  fix: use one of {', '.join(RECORDABLE.get(cli, ()))}, or all",
+            file=sys.stderr,
+        )
         return 2
     for name in names:
         why = overwrite_refusal(out or default_out(cli, name), force)
@@ -770,11 +789,15 @@ def record_command(backend: str, scenario: str, out: Path | None, force: bool = 
         try:
             path = write_fixture(to_fixture(rec), out or default_out(cli, name))
         except OSError as exc:
-            print(f"harnesscheck record: {out or default_out(cli, name)}: cannot be written ({exc.strerror or exc})\n"
-                  "  fix: pass --out FILE somewhere writable", file=sys.stderr)
+            print(
+                f"harnesscheck record: {out or default_out(cli, name)}: cannot be written ({exc.strerror or exc})\n  fix: pass --out FILE somewhere writable",
+                file=sys.stderr,
+            )
             return 3
-        print(f"{backend} {name}: {len(rec.lines)} lines, {rec.outcome.status.value}"
-              f"{'/' + rec.outcome.error_class.value if rec.outcome.error_class else ''} -> {path}")
+        print(
+            f"{backend} {name}: {len(rec.lines)} lines, {rec.outcome.status.value}"
+            f"{'/' + rec.outcome.error_class.value if rec.outcome.error_class else ''} -> {path}"
+        )
     return 0
 
 

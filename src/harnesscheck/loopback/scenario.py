@@ -144,9 +144,7 @@ def status_turn(status: int, *, retry_after: float | None = None) -> Turn:
     return Turn(status=status, error_type=etype, error_message=msg, headers=headers)
 
 
-def named_scenario(
-    name: str, *, native_tool: str = "Read", native_input: dict | None = None, native_freeform: str | None = None
-) -> Scenario:
+def named_scenario(name: str, *, native_tool: str = "Read", native_input: dict | None = None, native_freeform: str | None = None) -> Scenario:
     """The scenario for a canonical name (fixtures/ scenario names where they overlap).
 
     `native_tool`/`native_input` pick the disabled built-in a `native_tool_use` scenario

@@ -144,8 +144,18 @@ class _Handler(BaseHTTPRequestHandler):
             return False
         rec.foreign = True
         rec.status = 401
-        self._json(401, {"type": "error", "error": {"type": "authentication_error", "code": 401, "status": "UNAUTHENTICATED",
-                                                    "message": "this loopback server serves its own session's credential only"}})
+        self._json(
+            401,
+            {
+                "type": "error",
+                "error": {
+                    "type": "authentication_error",
+                    "code": 401,
+                    "status": "UNAUTHENTICATED",
+                    "message": "this loopback server serves its own session's credential only",
+                },
+            },
+        )
         return True
 
     def do_GET(self) -> None:  # noqa: N802 - stdlib name
@@ -210,9 +220,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(rec.status, wire.error_body(protocol, turn), headers=turn.headers)
             return
         rec.served_usage = turn.usage
-        rec.served_tool_calls = [
-            wire.resolve_wire_name(c, rec.tools, protocol)[0] for c in turn.tool_calls
-        ]
+        rec.served_tool_calls = [wire.resolve_wire_name(c, rec.tools, protocol)[0] for c in turn.tool_calls]
         if protocol == wire.GEMINI:
             self._serve_gemini(rec, turn, model)
             return
@@ -306,8 +314,7 @@ class ScriptedModelServer:
     `credential_matches`. `watch`: values (env canaries) whose appearance anywhere in a
     request (any header value, the body) is recorded by location, never by value."""
 
-    def __init__(self, scenario: Scenario, *, expected_key: str | None = None, watch: Iterable[str] = (),
-                 turn_of: Callable[[str, dict], int] | None = None):
+    def __init__(self, scenario: Scenario, *, expected_key: str | None = None, watch: Iterable[str] = (), turn_of: Callable[[str, dict], int] | None = None):
         self.scenario = scenario
         #: (protocol, body) -> the turn to serve: model turns already in the conversation
         #: (default `wire.history_turns`); a client that sends its conversation otherwise (one
@@ -435,10 +442,10 @@ class ScriptedModelServer:
                 credential_matches=matches,
                 canary_hits=hits,
                 body=body,
-                model=(wire.gemini_model_from_path(parts.path) if protocol == wire.GEMINI
-                       else body.get("model") if isinstance(body.get("model"), str) else None),
-                stream=(parts.path.endswith(":streamGenerateContent") if protocol == wire.GEMINI
-                        else bool(body.get("stream"))),
+                model=(
+                    wire.gemini_model_from_path(parts.path) if protocol == wire.GEMINI else body.get("model") if isinstance(body.get("model"), str) else None
+                ),
+                stream=(parts.path.endswith(":streamGenerateContent") if protocol == wire.GEMINI else bool(body.get("stream"))),
                 tools=wire.offered_tools(protocol, body) if protocol else [],
                 messages=wire.summarize_messages(protocol, body) if protocol else [],
                 tool_results=wire.tool_results(protocol, body) if protocol else [],

@@ -202,9 +202,7 @@ def tool_results(protocol: str, body: dict) -> list[dict]:
             if isinstance(m, dict) and isinstance(m.get("content"), list):
                 for c in m["content"]:
                     if isinstance(c, dict) and c.get("type") == "tool_result":
-                        out.append(
-                            {"id": c.get("tool_use_id"), "is_error": bool(c.get("is_error")), "text": _text_of(c.get("content"))}
-                        )
+                        out.append({"id": c.get("tool_use_id"), "is_error": bool(c.get("is_error")), "text": _text_of(c.get("content"))})
     elif protocol == RESPONSES:
         for item in body.get("input") or []:
             if isinstance(item, dict) and item.get("type") in ("function_call_output", "custom_tool_call_output"):
@@ -284,8 +282,7 @@ def error_body(protocol: str, turn: Turn) -> dict:
     if protocol == ANTHROPIC:
         return {"type": "error", "error": {"type": etype, "message": msg}}
     if protocol == GEMINI:
-        return {"error": {"code": int(turn.status or 500), "message": msg,
-                          "status": GEMINI_STATUS.get(int(turn.status or 500), "INTERNAL")}}
+        return {"error": {"code": int(turn.status or 500), "message": msg, "status": GEMINI_STATUS.get(int(turn.status or 500), "INTERNAL")}}
     code = turn.error_code or {"authentication_error": "invalid_api_key", "rate_limit_error": "rate_limit_exceeded"}.get(etype, etype)
     return {"error": {"message": msg, "type": etype, "param": None, "code": code}}
 
@@ -450,7 +447,9 @@ def responses_stream(turn: Turn, model: str, offered: list[str]) -> Iterator[byt
             yield ev("response.output_item.added", output_index=idx, item=dict(item, status="in_progress", content=[]))
             yield ev(
                 "response.content_part.added",
-                item_id=item["id"], output_index=idx, content_index=0,
+                item_id=item["id"],
+                output_index=idx,
+                content_index=0,
                 part={"type": "output_text", "text": "", "annotations": []},
             )
             yield ev("response.output_text.delta", item_id=item["id"], output_index=idx, content_index=0, delta=text)
@@ -459,7 +458,9 @@ def responses_stream(turn: Turn, model: str, offered: list[str]) -> Iterator[byt
             yield ev("response.output_text.done", item_id=item["id"], output_index=idx, content_index=0, text=text)
             yield ev(
                 "response.content_part.done",
-                item_id=item["id"], output_index=idx, content_index=0,
+                item_id=item["id"],
+                output_index=idx,
+                content_index=0,
                 part={"type": "output_text", "text": text, "annotations": []},
             )
         elif item["type"] == "custom_tool_call":
@@ -583,8 +584,7 @@ def gemini_parts(turn: Turn, offered: list[str]) -> list[dict]:
     return parts
 
 
-def gemini_response(turn: Turn, model: str, offered: list[str], *, parts: list[dict] | None = None,
-                    finish: bool = True) -> dict:
+def gemini_response(turn: Turn, model: str, offered: list[str], *, parts: list[dict] | None = None, finish: bool = True) -> dict:
     """One GenerateContentResponse (a whole answer, or one SSE chunk of it)."""
     candidate: dict[str, Any] = {
         "content": {"role": "model", "parts": gemini_parts(turn, offered) if parts is None else parts},

@@ -16,8 +16,15 @@ from pathlib import Path
 from harnesscheck.core.paths import fake_clis_dir, fixtures_dir
 
 #: fake executable name -> fixtures/ sub-directory
-FIXTURE_DIRS = {"claude": "claude", "codex": "codex", "cursor-agent": "cursor", "deepseek": "deepseek", "gemini": "gemini",
-                "opencode": "opencode", "zcode": "zcode"}
+FIXTURE_DIRS = {
+    "claude": "claude",
+    "codex": "codex",
+    "cursor-agent": "cursor",
+    "deepseek": "deepseek",
+    "gemini": "gemini",
+    "opencode": "opencode",
+    "zcode": "zcode",
+}
 
 
 @dataclass(frozen=True)
@@ -51,9 +58,7 @@ class FakeCli:
             elif rec.get("kind") == "stdin_eof" and rec.get("pid") in by_pid:
                 by_pid[rec["pid"]]["stdin_eof_mono"] = rec.get("mono")
             elif rec.get("kind") == "spawn" and rec.get("pid") in by_pid:
-                by_pid[rec["pid"]]["grandchildren"].append(
-                    {"pid": rec["child_pid"], "setsid": rec.get("setsid", False)}
-                )
+                by_pid[rec["pid"]]["grandchildren"].append({"pid": rec["child_pid"], "setsid": rec.get("setsid", False)})
         return [_host_pids(rec) for rec in invocations]
 
     def last(self) -> dict:
@@ -115,8 +120,9 @@ def fake_plugin_deps(dest_dir: Path, version: str) -> Path:
     pkg.mkdir(parents=True, exist_ok=True)
     deps = {PLUGIN_PACKAGE: version}
     (root / "package.json").write_text(json.dumps({"dependencies": deps}), encoding="utf-8")
-    (root / "package-lock.json").write_text(json.dumps({"lockfileVersion": 3, "packages": {
-        "": {"dependencies": deps}, f"node_modules/{PLUGIN_PACKAGE}": {"version": version}}}), encoding="utf-8")
+    (root / "package-lock.json").write_text(
+        json.dumps({"lockfileVersion": 3, "packages": {"": {"dependencies": deps}, f"node_modules/{PLUGIN_PACKAGE}": {"version": version}}}), encoding="utf-8"
+    )
     (pkg / "package.json").write_text(json.dumps({"name": PLUGIN_PACKAGE, "version": version}), encoding="utf-8")
     return root
 
@@ -156,7 +162,5 @@ def install_fake_cli(cli_name: str, scenario: Path | dict | str, dest_dir: Path)
     if cli_name == "opencode":
         data = scenario if isinstance(scenario, dict) else json.loads(scenario_path.read_text(encoding="utf-8"))
         fake_plugin_deps(dest_dir, str(data.get("version") or "1.18.33"))
-    Path(str(wrapper) + ".scenario.json").write_text(
-        json.dumps({"scenario": str(scenario_path), "record": str(record)}), encoding="utf-8"
-    )
+    Path(str(wrapper) + ".scenario.json").write_text(json.dumps({"scenario": str(scenario_path), "record": str(record)}), encoding="utf-8")
     return FakeCli(path=wrapper, record_path=record, scenario_path=scenario_path)

@@ -63,10 +63,21 @@ def spec() -> ProviderSpec:
         cli_name="claude",
         min_version="2.1.0",
         max_version="3.0.0",
-        capabilities=frozenset({
-            C.mcp_tools, C.builtin_tools_off, C.max_turns, C.system_prompt, C.usage_reporting, C.cost_reporting,
-            C.served_model_reporting, C.auth_preflight, C.cancellation, C.config_isolation, C.early_auth_stop,
-        }),
+        capabilities=frozenset(
+            {
+                C.mcp_tools,
+                C.builtin_tools_off,
+                C.max_turns,
+                C.system_prompt,
+                C.usage_reporting,
+                C.cost_reporting,
+                C.served_model_reporting,
+                C.auth_preflight,
+                C.cancellation,
+                C.config_isolation,
+                C.early_auth_stop,
+            }
+        ),
         description="An example backend in its own package (examples/claude_cli_backend).",
     )
 

@@ -24,7 +24,17 @@ def spec() -> ProviderSpec:
         kind=Kind.api,
         label="Example (third-party package)",
         factory="example_backend:ExampleTransport",
-        capabilities=frozenset({C.host_tool_loop, C.builtin_tools_off, C.max_turns, C.system_prompt,
-                                C.usage_reporting, C.served_model_reporting, C.cancellation, C.early_auth_stop}),
+        capabilities=frozenset(
+            {
+                C.host_tool_loop,
+                C.builtin_tools_off,
+                C.max_turns,
+                C.system_prompt,
+                C.usage_reporting,
+                C.served_model_reporting,
+                C.cancellation,
+                C.early_auth_stop,
+            }
+        ),
         description="Registered through the harnesscheck.backends entry point.",
     )

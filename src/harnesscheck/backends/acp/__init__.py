@@ -9,5 +9,4 @@ from harnesscheck.backends.acp.profile import AcpProfile, adhoc_profile, builtin
 from harnesscheck.backends.acp.session import AcpEvidence, AcpSession
 from harnesscheck.backends.acp.transport import AcpTransport
 
-__all__ = ["AcpEvidence", "AcpProfile", "AcpSession", "AcpTransport", "adhoc_profile", "builtin_profile",
-           "load_profile", "profile_for"]
+__all__ = ["AcpEvidence", "AcpProfile", "AcpSession", "AcpTransport", "adhoc_profile", "builtin_profile", "load_profile", "profile_for"]

@@ -132,8 +132,7 @@ class AcpProfile(BaseModel):
     auth_stall_s: float = Field(default=10.0, gt=0)
     auth_signals: list[str] = Field(default_factory=lambda: ["_auth/status_update"])
     #: How the agent names the bridge's tools in tool_call titles/names (`{tool}` placeholder).
-    bridge_tool_names: list[str] = Field(default_factory=lambda: ["mcp__bridge__{tool}", "mcp_bridge_{tool}",
-                                                                  "bridge_{tool}", "{tool}"])
+    bridge_tool_names: list[str] = Field(default_factory=lambda: ["mcp__bridge__{tool}", "mcp_bridge_{tool}", "bridge_{tool}", "{tool}"])
     #: The agent's own built-ins the scripted model calls at loopback for an acp.* check's local
     #: `write` and `shell` steps (a profile with built-ins on; none when they are off).
     builtin_calls: dict[Literal["write", "shell"], BuiltinCall] = Field(default_factory=dict)
@@ -210,18 +209,23 @@ def adhoc_profile(command_line: str) -> AcpProfile:
         if word == BUILTINS_OFF_OPTION:
             builtins_off = True
         else:
-            wire = word[len(WIRE_OPTION):]
+            wire = word[len(WIRE_OPTION) :]
     if not words:
         raise ConfigError("acp: names no command", "e.g. --backend 'acp:npx my-agent --acp'")
     if wire not in WIRE_ENV:
         raise ConfigError(f"unknown model wire {wire!r}", f"use one of: {', '.join(WIRE_ENV)}")
     # the scripts the command names by absolute path (`node /abs/agent.js`): their directories,
     # with what they load beside them, are bound into the agent's sandbox read-only
-    binds = sorted({str(Path(w).parent if Path(w).is_file() else Path(w)) for w in words[1:]
-                    if Path(w).is_absolute() and Path(w).exists()})
-    return AcpProfile(name=Path(words[0]).name, command=words, wire=wire, env=dict(WIRE_ENV[wire]),  # type: ignore[arg-type]
-                      builtins_off=builtins_off, binds=binds,
-                      description=f"ad-hoc ACP agent: {command_line}")
+    binds = sorted({str(Path(w).parent if Path(w).is_file() else Path(w)) for w in words[1:] if Path(w).is_absolute() and Path(w).exists()})
+    return AcpProfile(
+        name=Path(words[0]).name,
+        command=words,
+        wire=wire,
+        env=dict(WIRE_ENV[wire]),  # type: ignore[arg-type]
+        builtins_off=builtins_off,
+        binds=binds,
+        description=f"ad-hoc ACP agent: {command_line}",
+    )
 
 
 def profile_for(backend_id: str) -> AcpProfile:

@@ -90,10 +90,7 @@ class AcpEvidence:
 
     def summary(self) -> dict:
         return {
-            "permissions": [
-                {"tool_call_id": p.tool_call_id, "title": p.title, "kind": p.kind, "allowed": p.allowed}
-                for p in self.permissions
-            ],
+            "permissions": [{"tool_call_id": p.tool_call_id, "title": p.title, "kind": p.kind, "allowed": p.allowed} for p in self.permissions],
             "stop_reason": self.stop_reason,
             "modes": self.modes,
             "noise": len(self.noise),
@@ -199,11 +196,14 @@ class AcpSession:
         """`initialize`: the first message (queued before the agent runs)."""
         from acp.schema import InitializeRequest
 
-        params = _model_check(InitializeRequest, {
-            "protocolVersion": PROTOCOL_VERSION,
-            "clientCapabilities": {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": False},
-            "clientInfo": {"name": "harnesscheck", "version": _version()},
-        })
+        params = _model_check(
+            InitializeRequest,
+            {
+                "protocolVersion": PROTOCOL_VERSION,
+                "clientCapabilities": {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": False},
+                "clientInfo": {"name": "harnesscheck", "version": _version()},
+            },
+        )
         self._request("initialize", params)
 
     def _new_session(self) -> None:
@@ -212,8 +212,7 @@ class AcpSession:
         servers = []
         if self.bridge is not None:
             argv, env = self.bridge
-            servers.append({"name": "bridge", "command": argv[0], "args": list(argv[1:]),
-                            "env": [{"name": k, "value": v} for k, v in sorted(env.items())]})
+            servers.append({"name": "bridge", "command": argv[0], "args": list(argv[1:]), "env": [{"name": k, "value": v} for k, v in sorted(env.items())]})
         payload: dict = {"cwd": str(self.cwd), "mcpServers": servers}
         if self.profile.session_meta:
             payload["_meta"] = self.profile.session_meta
@@ -224,8 +223,7 @@ class AcpSession:
         if mode.mode_id is not None:
             from acp.schema import SetSessionModeRequest
 
-            self._request("session/set_mode", _model_check(SetSessionModeRequest, {
-                "sessionId": self.ev.session_id, "modeId": mode.mode_id}))
+            self._request("session/set_mode", _model_check(SetSessionModeRequest, {"sessionId": self.ev.session_id, "modeId": mode.mode_id}))
         elif mode.config_option is not None:
             self._request("session/set_config_option", {"sessionId": self.ev.session_id, **mode.config_option})
         else:
@@ -235,8 +233,7 @@ class AcpSession:
         from acp.schema import PromptRequest
 
         self.ev.prompt_sent_at = time.monotonic()
-        self._request("session/prompt", _model_check(PromptRequest, {
-            "sessionId": self.ev.session_id, "prompt": [{"type": "text", "text": self.prompt}]}))
+        self._request("session/prompt", _model_check(PromptRequest, {"sessionId": self.ev.session_id, "prompt": [{"type": "text", "text": self.prompt}]}))
 
     def request_cancel(self, reason: str) -> None:
         """Host cancel, deadline or auth stall: `session/cancel` once (a no-op when the prompt was
@@ -251,8 +248,7 @@ class AcpSession:
         if self.ev.session_id is None or self.ev.prompt_sent_at is None:
             self.close_stdin()
             return
-        self._send({"jsonrpc": "2.0", "method": "session/cancel",
-                    "params": _model_check(CancelNotification, {"sessionId": self.ev.session_id})})
+        self._send({"jsonrpc": "2.0", "method": "session/cancel", "params": _model_check(CancelNotification, {"sessionId": self.ev.session_id})})
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -310,9 +306,11 @@ class AcpSession:
             self.ev.protocol_version = result.get("protocolVersion")
             self.ev.agent_capabilities = result.get("agentCapabilities") or {}
             if self.ev.protocol_version != PROTOCOL_VERSION:
-                self.ev.setup_error = {"method": method, "code": None,
-                                       "message": f"the agent answered protocolVersion {self.ev.protocol_version!r}; "
-                                                  f"this host speaks {PROTOCOL_VERSION}"}
+                self.ev.setup_error = {
+                    "method": method,
+                    "code": None,
+                    "message": f"the agent answered protocolVersion {self.ev.protocol_version!r}; this host speaks {PROTOCOL_VERSION}",
+                }
                 self.done = True
                 self.close_stdin()
                 return LineAction.TERMINAL
@@ -353,8 +351,13 @@ class AcpSession:
         if not isinstance(raw, dict):
             return
         num = lambda k: int(raw[k]) if isinstance(raw.get(k), int) and raw[k] > 0 else 0  # noqa: E731
-        self.usage = Usage(input=num("inputTokens"), output=num("outputTokens"), cache_read=num("cachedReadTokens"),
-                           cache_write=num("cachedWriteTokens"), reasoning=num("thoughtTokens"))
+        self.usage = Usage(
+            input=num("inputTokens"),
+            output=num("outputTokens"),
+            cache_read=num("cachedReadTokens"),
+            cache_write=num("cachedWriteTokens"),
+            reasoning=num("thoughtTokens"),
+        )
         self.usage_seen = True
 
     def _on_notification(self, msg: dict) -> None:
@@ -414,8 +417,11 @@ class AcpSession:
             self._fs_write(rid, params)
         else:
             self.ev.refused_methods.append(method[:100])
-            why = ("terminal is not offered by this client: run commands through the host's tools"
-                   if method.startswith("terminal/") else f"method not found: {method[:100]}")
+            why = (
+                "terminal is not offered by this client: run commands through the host's tools"
+                if method.startswith("terminal/")
+                else f"method not found: {method[:100]}"
+            )
             self._respond(rid, error={"code": METHOD_NOT_FOUND, "message": why})
 
     # -- the host policy ----------------------------------------------------------------------
@@ -476,9 +482,17 @@ class AcpSession:
         from acp.schema import RequestPermissionResponse
 
         answer = _model_check(RequestPermissionResponse, answer)
-        self.ev.permissions.append(PermissionAsked(
-            at=time.monotonic(), tool_call_id=tool_call.get("toolCallId"), title=str(tool_call.get("title") or ""),
-            kind=tool_call.get("kind"), options=options[:20], answer=answer, allowed=allowed))
+        self.ev.permissions.append(
+            PermissionAsked(
+                at=time.monotonic(),
+                tool_call_id=tool_call.get("toolCallId"),
+                title=str(tool_call.get("title") or ""),
+                kind=tool_call.get("kind"),
+                options=options[:20],
+                answer=answer,
+                allowed=allowed,
+            )
+        )
         return answer
 
     # -- client fs through the choke point -------------------------------------------------
@@ -492,7 +506,7 @@ class AcpSession:
             return "."
         if not path.startswith(cwd + "/"):
             return None
-        return path[len(cwd) + 1:]
+        return path[len(cwd) + 1 :]
 
     def _dispatch(self, name: str, args: dict):
         from harnesscheck.choke.dispatch import dispatch
@@ -527,9 +541,13 @@ class AcpSession:
         content = params.get("content")
         if self.scope is None or rel is None or not isinstance(content, str):
             self.ev.fs_calls.append(("fs/write_text_file", str(params.get("path"))[:300], False))
-            self._respond(rid, error={"code": REFUSED if rel is None else INVALID_PARAMS,
-                                      "message": "refused: path_outside_scope: only paths under the session cwd"
-                                      if rel is None else "content must be a string"})
+            self._respond(
+                rid,
+                error={
+                    "code": REFUSED if rel is None else INVALID_PARAMS,
+                    "message": "refused: path_outside_scope: only paths under the session cwd" if rel is None else "content must be a string",
+                },
+            )
             return
         result = self._dispatch("write_file", {"path": rel, "content": content})
         self.ev.fs_calls.append(("fs/write_text_file", rel, result.ok))
@@ -556,8 +574,7 @@ class AcpSession:
         cancelled_answer = not answered or self.ev.stop_reason == "cancelled"
         if self.ev.auth_stalled and cancelled_answer:
             status, cls = OutcomeStatus.blocked, ErrorClass.auth
-            message = (f"the agent signalled an auth failure and then said nothing for {self.profile.auth_stall_s:g} s "
-                       "(a silent retry ladder): ended")
+            message = f"the agent signalled an auth failure and then said nothing for {self.profile.auth_stall_s:g} s (a silent retry ladder): ended"
         elif self.ev.cancel_reason == "deadline" and cancelled_answer:
             status, cls, message = OutcomeStatus.truncated, ErrorClass.timeout, "the session deadline passed; session/cancel sent; partial output kept"
         elif self.ev.prompt_error is not None:
@@ -582,12 +599,10 @@ class AcpSession:
             assert fallback is not None
             status, cls, message = fallback
             if result.ending is Ending.exited:
-                message = "the agent ended before it answered the prompt" + (
-                    f" ({message})" if message else "")
+                message = "the agent ended before it answered the prompt" + (f" ({message})" if message else "")
         if notes:
             message = "; ".join(p for p in (message, *notes) if p)
-        native = [str(v.get("title") or v.get("name") or "?") for k, v in self.ev.tool_calls.items()
-                  if not self.is_bridge_call({"toolCallId": k})]
+        native = [str(v.get("title") or v.get("name") or "?") for k, v in self.ev.tool_calls.items() if not self.is_bridge_call({"toolCallId": k})]
         return AgentOutcome(
             status=status,
             error_class=cls,

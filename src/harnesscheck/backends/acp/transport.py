@@ -56,8 +56,17 @@ class AcpTransport(HarnessTransport):
 
     SESSION_FILES = (*HarnessTransport.SESSION_FILES, WIRE_LOG)
 
-    def __init__(self, spec, settings=None, *, profile: AcpProfile | None = None, loopback=None,
-                 api_key: str | None = None, policy: Callable[[dict, AcpSession], bool] | None = None, **kwargs):
+    def __init__(
+        self,
+        spec,
+        settings=None,
+        *,
+        profile: AcpProfile | None = None,
+        loopback=None,
+        api_key: str | None = None,
+        policy: Callable[[dict, AcpSession], bool] | None = None,
+        **kwargs,
+    ):
         """`profile`: the agent (default: the one the backend id names, profile.profile_for).
         `loopback`: a LoopbackEndpoint whose base URL and dummy key fill `{base_url}` / `{key}`;
         else `api_key` (a key the host program hands over) or Settings.acp_api_key
@@ -104,14 +113,26 @@ class AcpTransport(HarnessTransport):
     def _values(self, extra: dict[str, str]) -> dict[str, str]:
         from harnesscheck.core.paths import cli_cache_dir, fake_clis_dir
 
-        return {"base_url": self._base_url or "", "key": self._key, "python": sys.executable,
-                "fake_clis": str(fake_clis_dir()), "clis": str(cli_cache_dir()), **extra}
+        return {
+            "base_url": self._base_url or "",
+            "key": self._key,
+            "python": sys.executable,
+            "fake_clis": str(fake_clis_dir()),
+            "clis": str(cli_cache_dir()),
+            **extra,
+        }
 
     # -- one session ------------------------------------------------------------------------
 
-    def run_session(self, request: AgentSessionRequest, *, cancel: threading.Event | None = None,
-                    on_text: Callable[[str], None] | None = None, evidence: AcpEvidence | None = None,
-                    observer: Callable[[str, dict, AcpEvidence], None] | None = None) -> AgentOutcome:
+    def run_session(
+        self,
+        request: AgentSessionRequest,
+        *,
+        cancel: threading.Event | None = None,
+        on_text: Callable[[str], None] | None = None,
+        evidence: AcpEvidence | None = None,
+        observer: Callable[[str, dict, AcpEvidence], None] | None = None,
+    ) -> AgentOutcome:
         """One session. `evidence` (filled in) and `observer(direction, message, evidence)`
         (called in the reading thread for each agent message, before the host answers it) are
         for the kit's ACP checks; a host needs neither."""
@@ -135,8 +156,7 @@ class AcpTransport(HarnessTransport):
             update["session_id"] = f"acp-{_slug(self.profile.name)}-{uuid.uuid4().hex[:12]}"
         extended = request.model_copy(update=update)
         stop_watch = threading.Event()
-        watcher = threading.Thread(target=self._watch, args=(pending, cancel, soft_deadline, hard_stop, stop_watch),
-                                   daemon=True, name="acp-watch")
+        watcher = threading.Thread(target=self._watch, args=(pending, cancel, soft_deadline, hard_stop, stop_watch), daemon=True, name="acp-watch")
         watcher.start()
         self._local.pending = pending
         try:
@@ -150,8 +170,7 @@ class AcpTransport(HarnessTransport):
             if session is not None:
                 session.feed_.dispose()
 
-    def _watch(self, pending: _Pending, cancel, soft_deadline: float, hard_stop: threading.Event,
-               stop_watch: threading.Event) -> None:
+    def _watch(self, pending: _Pending, cancel, soft_deadline: float, hard_stop: threading.Event, stop_watch: threading.Event) -> None:
         """Host cancel / deadline -> session/cancel, then the tree after cancel_bound_s; an auth
         signal followed by silence -> the same, typed auth."""
         cancel_at: float | None = None
@@ -204,8 +223,7 @@ class AcpTransport(HarnessTransport):
             "XDG_CACHE_HOME": str(Path(home) / ".cache"),
             "XDG_DATA_HOME": str(Path(home) / ".local" / "share"),
             "XDG_STATE_HOME": str(Path(home) / ".local" / "state"),
-            **{k: v for k, v in self.profile.injected_env(values).items()
-               if self._base_url is not None or "{base_url}" not in self.profile.env[k]},
+            **{k: v for k, v in self.profile.injected_env(values).items() if self._base_url is not None or "{base_url}" not in self.profile.env[k]},
         }
         feed = StdinFeed()
         bridge = None if tool_less or ctx.spec_path is None else bridge_command(ctx.spec_path)
@@ -215,10 +233,19 @@ class AcpTransport(HarnessTransport):
 
             trace = Trace(ctx.bridge_trace, ctx.session_id)  # fs/* calls are dispatch calls like the bridge's
         session = AcpSession(
-            profile=self.profile, feed=feed, cwd=ctx.cwd, prompt=_compose(request),
-            scope=ctx.scope, bridge=bridge, wire_log=ctx.run_dir / WIRE_LOG, dispatch_trace=trace,
-            session_id=ctx.session_id, requested_model=request.model, evidence=self._local.pending.evidence,
-            observer=self._local.pending.observer, policy=self.policy,
+            profile=self.profile,
+            feed=feed,
+            cwd=ctx.cwd,
+            prompt=_compose(request),
+            scope=ctx.scope,
+            bridge=bridge,
+            wire_log=ctx.run_dir / WIRE_LOG,
+            dispatch_trace=trace,
+            session_id=ctx.session_id,
+            requested_model=request.model,
+            evidence=self._local.pending.evidence,
+            observer=self._local.pending.observer,
+            policy=self.policy,
             engine=request.policy_engine(ctx.session_id),
         )
         session.start()  # `initialize` is queued: the agent reads it as soon as it runs
@@ -226,8 +253,7 @@ class AcpTransport(HarnessTransport):
         from harnesscheck.contain.sandbox import cache_installs
 
         # what the profile runs beyond its first word (node's script, a CLI it points the agent at)
-        self._local.pending.installs = [*cache_installs([*argv[1:], *injections.values()]),
-                                        *(p for p in self.profile.binds if os.path.exists(p))]
+        self._local.pending.installs = [*cache_installs([*argv[1:], *injections.values()]), *(p for p in self.profile.binds if os.path.exists(p))]
         return Invocation(argv=argv, injections=injections, stdin_feed=feed)
 
     def sandbox_paths(self, ctx: SessionContext, cli: Path) -> tuple[list[str], list[str]]:

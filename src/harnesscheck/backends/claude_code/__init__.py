@@ -265,8 +265,11 @@ _ASSISTANT_ERRORS: dict[str, ErrorClass] = {
 _CLAUDE_TEXT_RULES: tuple[tuple[ErrorClass, re.Pattern[str]], ...] = tuple(
     (cls, re.compile(pattern, re.IGNORECASE))
     for cls, pattern in (
-        (ErrorClass.auth, r"not logged in|please run /login|invalid api key|failed to authenticate"
-                          r"|oauth (?:session|token) (?:has )?expired|authentication_failed"),
+        (
+            ErrorClass.auth,
+            r"not logged in|please run /login|invalid api key|failed to authenticate"
+            r"|oauth (?:session|token) (?:has )?expired|authentication_failed",
+        ),
         # "not your usage limit" is the CLI's wording for a plain 429 burst: never quota.
         (ErrorClass.quota, r"out of extra usage|(?<!not your )usage limit|credit balance is too low|billing_error|quota"),
         (ErrorClass.context_overflow, r"prompt is too long|context (?:window|length)|too many tokens"),
@@ -482,9 +485,11 @@ class ClaudeStreamParser:
                 self.retrying = cls
                 delay = event.get("retry_delay_ms")
                 attempt = event.get("attempt")
-                self.retry_notice(attempt=attempt + 1 if isinstance(attempt, int) else None,
-                                  wait_s=delay / 1000 if isinstance(delay, (int, float)) else None,
-                                  error_class=cls.value)
+                self.retry_notice(
+                    attempt=attempt + 1 if isinstance(attempt, int) else None,
+                    wait_s=delay / 1000 if isinstance(delay, (int, float)) else None,
+                    error_class=cls.value,
+                )
                 if self.retry_stop_after is not None and self.transient_retries >= self.retry_stop_after:
                     return self._stop(
                         OutcomeStatus.error,
@@ -521,12 +526,13 @@ class ClaudeStreamParser:
             status = self.mcp_status.get(BRIDGE_SERVER)
             missing = [t for t in self.expected_tools if t not in self.init_tools]
             if status != "connected":
-                self.bridge_problem = (OutcomeStatus.blocked, ErrorClass.mcp_unavailable,
-                                       f"the tool bridge is {status or 'absent'} at system/init; the session would run "
-                                       "without the host's tools")
+                self.bridge_problem = (
+                    OutcomeStatus.blocked,
+                    ErrorClass.mcp_unavailable,
+                    f"the tool bridge is {status or 'absent'} at system/init; the session would run without the host's tools",
+                )
             elif missing:
-                self.bridge_problem = (OutcomeStatus.blocked, ErrorClass.mcp_unavailable,
-                                       f"bridge tools missing at system/init: {', '.join(missing)}")
+                self.bridge_problem = (OutcomeStatus.blocked, ErrorClass.mcp_unavailable, f"bridge tools missing at system/init: {', '.join(missing)}")
             if self.bridge_problem is not None:
                 # a short grace (the linger) for the CLI's own verdict ("Not logged in" comes
                 # right after init), then the tree is killed; a model event ends it at once (feed)
@@ -659,9 +665,12 @@ class ClaudeStreamParser:
             return ending
         retrying = None
         if self.retrying is not None and self.last_retry is not None:
-            retrying = (self.retrying, f"{self.retrying.value}: the CLI was still retrying (api_retry attempt "
-                        f"{self.last_retry.get('attempt')}, status {self.last_retry.get('error_status')}, error "
-                        f"{self.last_retry.get('error') or '-'}) when the session ended")
+            retrying = (
+                self.retrying,
+                f"{self.retrying.value}: the CLI was still retrying (api_retry attempt "
+                f"{self.last_retry.get('attempt')}, status {self.last_retry.get('error_status')}, error "
+                f"{self.last_retry.get('error') or '-'}) when the session ended",
+            )
         # the stderr tail is the CLI's own last words only when it ended by itself (a crash,
         # exit 0); at the deadline it holds whatever warnings came before the host's kill
         words = text_signals(getattr(result, "stderr_tail", "") or "") if result.ending is not Ending.deadline else []
@@ -702,9 +711,7 @@ class ClaudeStreamParser:
         if cls is None and self.rate_limit_rejected is not None:
             cls = ErrorClass.quota  # a rejected rate-limit window and no other signal
         if cls is ErrorClass.rate_limit and (
-            self.assistant_error == "billing_error"
-            or _plan_window(self.rate_limit_rejected)
-            or classify_claude_text(prose) is ErrorClass.quota
+            self.assistant_error == "billing_error" or _plan_window(self.rate_limit_rejected) or classify_claude_text(prose) is ErrorClass.quota
         ):
             cls = ErrorClass.quota  # a 429 that is the plan's usage limit / credit balance, not a burst
         cls = cls or ErrorClass.unknown
@@ -785,7 +792,7 @@ class ClaudeStreamParser:
             notes.append("the last stdout line was truncated (no newline) and dropped")
         builtins = [t for t in self.init_tools if not t.startswith("mcp__")]
         if builtins:
-            notes.append(f"built-in tools were offered despite --tools \"\": {', '.join(builtins[:10])}")
+            notes.append(f'built-in tools were offered despite --tools "": {", ".join(builtins[:10])}')
         return "; ".join(notes)
 
 
@@ -903,4 +910,3 @@ class ClaudeCodeTransport(HarnessTransport):
             on_text=on_text,
             retry_stop_after=self.retry_stop_after,
         )
-

@@ -55,7 +55,7 @@ def tools_offered(run, servers: dict) -> list[str] | None:
     prefixes = [f"mcp__{name}__" for name in servers] or ["mcp__bridge__"]
 
     def bridged(tool: str) -> str | None:
-        return next((tool[len(p):] for p in prefixes if tool.startswith(p)), None)
+        return next((tool[len(p) :] for p in prefixes if tool.startswith(p)), None)
 
     for child in run.children:
         argv = child.get("argv", [])

@@ -45,9 +45,33 @@ from harnesscheck.core.scope import ToolScope
 
 #: Every built-in claude 2.1.x names, denied by name behind `--tools ""` (the backstop).
 DENIED_BUILTINS: tuple[str, ...] = (
-    "Bash", "BashOutput", "KillShell", "Read", "Write", "Edit", "MultiEdit", "Glob", "Grep", "LS", "NotebookRead",
-    "NotebookEdit", "WebFetch", "WebSearch", "Task", "Agent", "TodoWrite", "TodoRead", "Skill", "SlashCommand",
-    "ExitPlanMode", "EnterPlanMode", "AskUserQuestion", "ToolSearch", "EnterWorktree", "Monitor", "TaskOutput",
+    "Bash",
+    "BashOutput",
+    "KillShell",
+    "Read",
+    "Write",
+    "Edit",
+    "MultiEdit",
+    "Glob",
+    "Grep",
+    "LS",
+    "NotebookRead",
+    "NotebookEdit",
+    "WebFetch",
+    "WebSearch",
+    "Task",
+    "Agent",
+    "TodoWrite",
+    "TodoRead",
+    "Skill",
+    "SlashCommand",
+    "ExitPlanMode",
+    "EnterPlanMode",
+    "AskUserQuestion",
+    "ToolSearch",
+    "EnterWorktree",
+    "Monitor",
+    "TaskOutput",
     "TaskStop",
 )
 
@@ -67,7 +91,7 @@ def _fences(text: str):
         for _ in range(_MAX_CLOSINGS):
             if close == -1:
                 break
-            body = text[m.end():close]
+            body = text[m.end() : close]
             body = body[:-1] if body.endswith("\n") else body
             first = first or (close, body)
             try:
@@ -82,6 +106,8 @@ def _fences(text: str):
         close, body = chosen or first
         yield m.start(), close + 3, body
         pos = close + 3
+
+
 #: A reply is parsed only up to this size (a runaway answer is text, not a call list).
 MAX_PARSED_CHARS = 1_000_000
 MAX_CALLS_PER_TURN = 16
@@ -125,8 +151,7 @@ def parse_tool_calls(text: str, advertised: set[str] | frozenset[str]) -> tuple[
         kept.append(head[pos:start] if call is not None else head[pos:end])
         pos = end
         if call is not None:
-            calls.append(ToolCall(id=f"call_{len(calls) + 1}", name=call[0], arguments=call[1],
-                                  raw_arguments=json.dumps(call[1])))
+            calls.append(ToolCall(id=f"call_{len(calls) + 1}", name=call[0], arguments=call[1], raw_arguments=json.dumps(call[1])))
     kept.append(head[pos:])
     return ("".join(kept).strip() if calls else head) + tail, calls
 
@@ -169,8 +194,7 @@ def render_transcript(messages: list[dict], nonce: str) -> str:
                     parts.append(f"[tool result {block.get('tool_use_id')}{flag}]\n{block.get('content', '')}")
         label = {"user": "host", "assistant": "you"}.get(role, role)
         out.append(f"<<{nonce} {label}>>\n" + "\n\n".join(parts))
-    return (f"The conversation so far; each message starts with a <<{nonce} ...>> marker. "
-            "Answer the last host message.\n\n") + "\n\n".join(out)
+    return (f"The conversation so far; each message starts with a <<{nonce} ...>> marker. Answer the last host message.\n\n") + "\n\n".join(out)
 
 
 _HEADER = re.compile(r"The conversation so far; each message starts with a <<([0-9a-f]+) \.\.\.>> marker")
@@ -214,8 +238,7 @@ class ReasoningLLM:
     def __init__(self, cli: ClaudeCodeTransport):
         self.cli = cli
 
-    def create(self, *, messages, system=None, tools=None, model=None, on_text=None, abort=None, deadline=None,
-               max_tokens=None) -> Reply:
+    def create(self, *, messages, system=None, tools=None, model=None, on_text=None, abort=None, deadline=None, max_tokens=None) -> Reply:
         advertised = frozenset(t["name"] for t in tools or [])
         timeout = max(0.5, (deadline - time.monotonic()) if deadline else self.cli.settings.timeout_s)
         cancel = threading.Event()
@@ -248,7 +271,12 @@ class ReasoningLLM:
         try:
             (scratch / "empty").mkdir()
             request = AgentSessionRequest(
-                prompt=prompt, system=system, model=model, max_iters=1, timeout_s=timeout, run_dir=scratch / "run",
+                prompt=prompt,
+                system=system,
+                model=model,
+                max_iters=1,
+                timeout_s=timeout,
+                run_dir=scratch / "run",
                 scope=ToolScope(name="reasoning", root=scratch / "empty", read_only=True, allowed_tools=()),
             )
             return self.cli._run(request, cancel=cancel, on_text=None, tool_less=True)
@@ -261,20 +289,26 @@ class ReasoningLLM:
         any tool_use the CLI saw (a built-in or anything else) fails the turn, whatever it says."""
         if outcome.native_tool_calls or outcome.tool_calls:
             names = ", ".join((outcome.native_tool_calls or [])[:5]) or f"{outcome.tool_calls} call(s)"
-            raise LLMError(ErrorClass.policy_violation,
-                           f"tripwire: the CLI's stream held a tool_use block ({names}); a reasoning-only turn "
-                           "must execute nothing, so the turn is failed")
+            raise LLMError(
+                ErrorClass.policy_violation,
+                f"tripwire: the CLI's stream held a tool_use block ({names}); a reasoning-only turn must execute nothing, so the turn is failed",
+            )
         if outcome.status is OutcomeStatus.cancelled:
             raise Aborted(abort.reason if abort is not None and abort.reason else "cancelled")
         if outcome.status is OutcomeStatus.truncated and outcome.error_class is ErrorClass.timeout:
             raise Aborted("timeout", partial=Reply(text=outcome.text))
         if not outcome.ok:
             cls = outcome.error_class or ErrorClass.unknown
-            raise LLMError(cls, outcome.message or f"the claude turn ended {outcome.status}",
-                           retry_after_s=outcome.retry_after_s)
+            raise LLMError(cls, outcome.message or f"the claude turn ended {outcome.status}", retry_after_s=outcome.retry_after_s)
         text, calls = parse_tool_calls(outcome.text, advertised)
-        return Reply(text=text, tool_calls=calls, stop_reason="tool_use" if calls else "end_turn",
-                     usage=outcome.usage, served_model=outcome.served_model, requested_model=outcome.requested_model)
+        return Reply(
+            text=text,
+            tool_calls=calls,
+            stop_reason="tool_use" if calls else "end_turn",
+            usage=outcome.usage,
+            served_model=outcome.served_model,
+            requested_model=outcome.requested_model,
+        )
 
 
 class ClaudeReasoningTransport(ApiTransport):
@@ -286,8 +320,7 @@ class ClaudeReasoningTransport(ApiTransport):
     api_mode = "claude_code_reasoning"
     model_required = False
 
-    def __init__(self, spec: ProviderSpec, settings: Settings, *, cli_transport: ClaudeCodeTransport | None = None,
-                 **cli_kwargs: Any):
+    def __init__(self, spec: ProviderSpec, settings: Settings, *, cli_transport: ClaudeCodeTransport | None = None, **cli_kwargs: Any):
         from harnesscheck.backends.registry import get_spec
 
         # The served-model guard is the host loop's (api.py, per reply, with the served model in the

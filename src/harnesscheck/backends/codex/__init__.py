@@ -84,9 +84,7 @@ _RETRY_NOTICE = re.compile(r"^Reconnecting\.\.\.|exceeded retry limit", re.IGNOR
 _RECONNECT_COUNT = re.compile(r"^Reconnecting\.\.\.\s*(\d+)/\d+")
 #: The HTTP status a retry notice names (structured enough to win over the prose).
 _NOTICE_STATUS = re.compile(r"(?:last status|unexpected status|status code|status)[:\s]+(\d{3})\b", re.IGNORECASE)
-_RETRY_AFTER = re.compile(
-    r"(?:retry[- ]after|try again in)[:=\s]*(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|sec(?:ond)?s?)?\b", re.IGNORECASE
-)
+_RETRY_AFTER = re.compile(r"(?:retry[- ]after|try again in)[:=\s]*(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|sec(?:ond)?s?)?\b", re.IGNORECASE)
 #: HTTP status -> class for retry notices (the transient ones; 401 is auth, handled first).
 _TRANSIENT_STATUS = {429: ErrorClass.rate_limit, 529: ErrorClass.overloaded, 503: ErrorClass.overloaded}
 _TRANSIENT = (ErrorClass.rate_limit, ErrorClass.overloaded, ErrorClass.server_error)
@@ -229,8 +227,7 @@ class CodexParser:
                 self.retrying = (notice, message)
                 self.retry_after_s = notice_retry_after(message) or self.retry_after_s
                 counted = _RECONNECT_COUNT.match(message)
-                self.retry_notice(attempt=int(counted[1]) + 1 if counted else None,
-                                  wait_s=notice_retry_after(message), error_class=notice.value)
+                self.retry_notice(attempt=int(counted[1]) + 1 if counted else None, wait_s=notice_retry_after(message), error_class=notice.value)
                 if self.retry_stop_after is not None and self.transient_notices >= self.retry_stop_after:
                     # Codex's ladder would take ~26-36 s: report it now, the host decides.
                     return self._stop(notice, message)
@@ -554,7 +551,6 @@ def compose_prompt(system: str | None, prompt: str, tool_names: tuple[str, ...])
     return "\n\n".join(parts) + "\n\n# Task\n\n" + prompt
 
 
-
 class CodexTransport(HarnessTransport):
     """`codex exec --json` with a per-run CODEX_HOME. See the module docstring."""
 
@@ -573,10 +569,7 @@ class CodexTransport(HarnessTransport):
             return "output" if event["type"] == "item.started" else "result"
         return None
 
-
-    def __init__(
-        self, spec, settings=None, *, extra_config_toml: str = "", loopback=None, retry_stop_after: int | None = 1, **kwargs
-    ):
+    def __init__(self, spec, settings=None, *, extra_config_toml: str = "", loopback=None, retry_stop_after: int | None = 1, **kwargs):
         """`loopback`: a harnesscheck.loopback.LoopbackEndpoint. The session then talks to that
         scripted server on 127.0.0.1 through a provider in the per-run config.toml, with a
         dummy key injected explicitly; no login is linked. `retry_stop_after`: see CodexParser."""
@@ -669,8 +662,7 @@ def flag_refused(verdict, refused: list[str]):
         *(AuditFlag(code="native_tool_refused_by_cli", detail=r) for r in refused[:20]),
         AuditFlag(
             code=NATIVE_ATTEMPT_CODE,
-            detail=f"{len(refused)} built-in call(s) attempted ({', '.join(refused[:5])}); codex refused them, "
-            "seen only in its rollout file",
+            detail=f"{len(refused)} built-in call(s) attempted ({', '.join(refused[:5])}); codex refused them, seen only in its rollout file",
         ),
     ]
     return verdict.model_copy(update={"clean": False, "flags": flags})

@@ -24,8 +24,7 @@ def fixture_facts(events: list[dict], values, facts) -> None:
         if event.get("type") == "turn.completed" and isinstance(event.get("usage"), dict):
             u = event["usage"]
             # OpenAI counts cached input inside input_tokens; the codex parser reports the uncached part
-            turn = Usage(input=max(0, int(u.get("input_tokens", 0)) - int(u.get("cached_input_tokens", 0) or 0)),
-                         output=int(u.get("output_tokens", 0)))
+            turn = Usage(input=max(0, int(u.get("input_tokens", 0)) - int(u.get("cached_input_tokens", 0) or 0)), output=int(u.get("output_tokens", 0)))
             facts.usage = turn if facts.usage is None else facts.usage + turn
         if event.get("type") == "item.completed" and (event.get("item") or {}).get("type") == "error":
             rerouted = _REROUTED.match(str((event.get("item") or {}).get("message") or ""))
@@ -46,8 +45,10 @@ def stall_text(scenario: dict) -> str | None:
 
 def hostile_steps(tool: str, args: dict) -> list[dict]:
     item = {"id": "item_h", "type": tool, **args, "aggregated_output": "", "exit_code": 0}
-    return [{"emit": {"type": "item.started", "item": {**item, "exit_code": None, "status": "in_progress"}}},
-            {"emit": {"type": "item.completed", "item": {**item, "status": "completed"}}}]
+    return [
+        {"emit": {"type": "item.started", "item": {**item, "exit_code": None, "status": "in_progress"}}},
+        {"emit": {"type": "item.completed", "item": {**item, "status": "completed"}}},
+    ]
 
 
 def config_toml(path: Path) -> dict | None:

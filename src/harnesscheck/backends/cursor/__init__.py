@@ -121,10 +121,7 @@ class CursorParser:
             self.api_key_source = source
             if source != SUBSCRIPTION_KEY_SOURCE:
                 self.early = ErrorClass.policy_violation
-                self.early_message = (
-                    f"cursor-agent reports apiKeySource={source!r}: an API key is in use, "
-                    "not the subscription login"
-                )
+                self.early_message = f"cursor-agent reports apiKeySource={source!r}: an API key is in use, not the subscription login"
                 return LineAction.STOP
         return None
 
@@ -133,9 +130,7 @@ class CursorParser:
         content = message.get("content") if isinstance(message, dict) else None
         if not isinstance(content, list):
             return
-        text = "".join(
-            part["text"] for part in content if isinstance(part, dict) and isinstance(part.get("text"), str)
-        )
+        text = "".join(part["text"] for part in content if isinstance(part, dict) and isinstance(part.get("text"), str))
         if "timestamp_ms" in event:
             self.deltas.append(text)
         else:
@@ -367,7 +362,6 @@ class CursorTransport(HarnessTransport):
         if kind == "tool_call":
             return "result" if event.get("subtype") == "completed" else "output"
         return None
-
 
     #: cursor's stream says nothing about MCP servers: the bridge's own trace is the only
     #: readiness signal (bridge/readiness.py bridge_listed), read after the session.

@@ -31,10 +31,8 @@ def stall_text(scenario: dict) -> str | None:
 
 
 def hostile_steps(tool: str, args: dict) -> list[dict]:
-    started = {"type": "tool_call", "subtype": "started", "call_id": "toolu_h", "tool_call": {tool: {"args": args}},
-               "session_id": "{{session_id}}"}
-    done = {**started, "subtype": "completed",
-            "tool_call": {tool: {"args": args, "result": {"success": {"content": ""}}}}}
+    started = {"type": "tool_call", "subtype": "started", "call_id": "toolu_h", "tool_call": {tool: {"args": args}}, "session_id": "{{session_id}}"}
+    done = {**started, "subtype": "completed", "tool_call": {tool: {"args": args, "result": {"success": {"content": ""}}}}}
     return [{"emit": started}, {"emit": done}]
 
 

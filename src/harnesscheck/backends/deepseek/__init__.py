@@ -73,15 +73,33 @@ DRIVER = Path(__file__).with_name("_dsh_driver.py")
 #: todo_write, job_*, *_goal, exit_plan_mode, send_message, interrupt_agent, list_agents,
 #: working_directory) and the MCP resource tools.
 TOOL_PLUGINS = (
-    "tool-bash", "tool-pwsh", "tool-jobs", "tool-fs", "tool-fs-search", "tool-skill", "plan-mode",
-    "tool-subagent-control", "tool-subagent-list-agents", "tool-subagent", "tool-subagent-fork",
-    "tool-workflow", "tool-todo", "tool-goal", "tool-web", "tool-working-directory", "mcp-resources",
+    "tool-bash",
+    "tool-pwsh",
+    "tool-jobs",
+    "tool-fs",
+    "tool-fs-search",
+    "tool-skill",
+    "plan-mode",
+    "tool-subagent-control",
+    "tool-subagent-list-agents",
+    "tool-subagent",
+    "tool-subagent-fork",
+    "tool-workflow",
+    "tool-todo",
+    "tool-goal",
+    "tool-web",
+    "tool-working-directory",
+    "mcp-resources",
 )
 #: Plugins that reach DeepSeek's own services outside the model call: the OTLP telemetry
 #: exporter, the session-log delivery, account sign-in, the web search/fetch providers.
 NETWORK_PLUGINS = (
-    "session-telemetry-otel", "session-log-deepseek", "deepseek-account", "web-search-deepseek",
-    "web-deepseek-api", "web-fetch-http",
+    "session-telemetry-otel",
+    "session-log-deepseek",
+    "deepseek-account",
+    "web-search-deepseek",
+    "web-deepseek-api",
+    "web-fetch-http",
 )
 #: The runtime's own retry ladder (429/529 answered six times, about a minute): off, so a
 #: retryable failure ends the session at once, classified retryable; the host owns retries.
@@ -174,17 +192,29 @@ def composition_patch(*, bridge: tuple[list[str], dict[str, str]] | None, system
     """The Cordis patch list (JSON is YAML): every tool plugin, every phone-home plugin and the
     workspace-instructions loader off, the system prompt as the persona, and the bridge as the
     one MCP server (None: no tools)."""
-    patch: list[dict] = [{"id": pid, "disabled": True}
-                         for pid in (*TOOL_PLUGINS, *NETWORK_PLUGINS, *RETRY_PLUGINS, *INSTRUCTION_PLUGINS)]
+    patch: list[dict] = [{"id": pid, "disabled": True} for pid in (*TOOL_PLUGINS, *NETWORK_PLUGINS, *RETRY_PLUGINS, *INSTRUCTION_PLUGINS)]
     if system and system.strip():
         patch.append({"id": "system-prompt", "config": {"personaPrefix": system.strip()}})
     if bridge is not None:
         argv, env = bridge
-        patch.append({"insert": [{
-            "id": "harnesscheck-bridge", "name": MCP_CLIENT_PLUGIN,
-            "config": {"transport": "stdio", "serverName": BRIDGE_SERVER, "command": argv[0], "args": argv[1:],
-                       "env": dict(env), "failOnStartupError": True},
-        }]})
+        patch.append(
+            {
+                "insert": [
+                    {
+                        "id": "harnesscheck-bridge",
+                        "name": MCP_CLIENT_PLUGIN,
+                        "config": {
+                            "transport": "stdio",
+                            "serverName": BRIDGE_SERVER,
+                            "command": argv[0],
+                            "args": argv[1:],
+                            "env": dict(env),
+                            "failOnStartupError": True,
+                        },
+                    }
+                ]
+            }
+        )
     return patch
 
 
@@ -260,7 +290,7 @@ class DeepSeekParser:
             name = str(data.get("name") or "?")
             prefix = f"mcp__{BRIDGE_SERVER}__"
             if name.startswith(prefix):
-                self.calls.bridge(name[len(prefix):])
+                self.calls.bridge(name[len(prefix) :])
             else:
                 self.calls.native(name)
         elif etype == "turn/end":
@@ -285,8 +315,10 @@ class DeepSeekParser:
         u = data.get("usage")
         if isinstance(u, dict):
             self.usage = self.usage + Usage(
-                input=_int(u.get("inputTokens")), output=_int(u.get("outputTokens")),
-                cache_read=_int(u.get("cacheReadTokens")), cache_write=_int(u.get("cacheWriteTokens")),
+                input=_int(u.get("inputTokens")),
+                output=_int(u.get("outputTokens")),
+                cache_read=_int(u.get("cacheReadTokens")),
+                cache_write=_int(u.get("cacheWriteTokens")),
             )
 
     # -- the outcome --------------------------------------------------------------------
@@ -381,8 +413,7 @@ class DeepSeekParser:
 
 #: The runtime's own failure codes (turn/end reason.error.code, 0.2.1rc2) that say more than a
 #: status: no key at all is MISSING_CREDENTIAL (no HTTP status), an API-keyed session's login gap.
-CODE_CLASSES: dict[str, ErrorClass] = {"AUTH": ErrorClass.auth, "MISSING_CREDENTIAL": ErrorClass.auth,
-                                       "RATE_LIMIT": ErrorClass.rate_limit}
+CODE_CLASSES: dict[str, ErrorClass] = {"AUTH": ErrorClass.auth, "MISSING_CREDENTIAL": ErrorClass.auth, "RATE_LIMIT": ErrorClass.rate_limit}
 
 
 def _status_class(status) -> ErrorClass | None:
@@ -462,8 +493,7 @@ class DeepSeekTransport(HarnessTransport):
             found = [(p, installed_sdk_version(p)) for p in candidates]
             path, version = next(((p, v) for p, v in found if v is not None), (candidates[0], None))
             if version is None:
-                raise CliNotFound(self.spec.id, SDK_PACKAGE, [str(p) for p in candidates],
-                                  None)
+                raise CliNotFound(self.spec.id, SDK_PACKAGE, [str(p) for p in candidates], None)
             if self.check_version and not version_supported(self.spec, version):
                 raise CliVersionUnsupported(self.spec.id, version, version_range(self.spec))
             self._cli_info = CliInfo(path=path, version=version)
@@ -499,8 +529,7 @@ class DeepSeekTransport(HarnessTransport):
         bridge = None
         if not tool_less and ctx.spec_path is not None and request.scope.tool_names():
             bridge = bridge_command(ctx.spec_path)
-        patch_path = write_private(ctx.run_dir / "dsh-patch.yml",
-                                   json.dumps(composition_patch(bridge=bridge, system=request.system), indent=1) + "\n")
+        patch_path = write_private(ctx.run_dir / "dsh-patch.yml", json.dumps(composition_patch(bridge=bridge, system=request.system), indent=1) + "\n")
         body = {
             "prompt": request.prompt,
             "model": model,
@@ -529,8 +558,7 @@ class DeepSeekTransport(HarnessTransport):
     def make_parser(self, ctx: SessionContext, request, *, tool_less: bool, on_text=None):
         from harnesscheck.backends._eventlog import EVENT_LOG_NAME, LoggedParser
 
-        parser = DeepSeekParser(requested_model=request.model or self.settings.model,
-                                max_steps=None if tool_less else request.max_iters or None)
+        parser = DeepSeekParser(requested_model=request.model or self.settings.model, max_steps=None if tool_less else request.max_iters or None)
         parser.on_text = on_text
         return LoggedParser(parser, ctx.run_dir / EVENT_LOG_NAME)
 

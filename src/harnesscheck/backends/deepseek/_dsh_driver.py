@@ -33,8 +33,7 @@ def _emit(obj: dict) -> None:
 
 def _slim(payload: dict) -> dict:
     event = payload.get("event")
-    if isinstance(event, dict) and event.get("type") == "assistant/message" and isinstance(event.get("data"), dict) \
-            and "stream" in event["data"]:
+    if isinstance(event, dict) and event.get("type") == "assistant/message" and isinstance(event.get("data"), dict) and "stream" in event["data"]:
         data = {k: v for k, v in event["data"].items() if k != "stream"}
         payload = {**payload, "event": {**event, "data": data}}
     return payload
@@ -90,19 +89,26 @@ def main(argv: list[str] | None = None) -> int:
         try:
             result = harness.run(prompt, on_notification=forward)
         except BaseException as exc:  # every failure is reported, typed, on stdout: never swallowed
-            _emit({"type": "run_error", "error": type(exc).__name__, "code": getattr(exc, "code", None),
-                   "message": str(exc)[-4000:]})
+            _emit({"type": "run_error", "error": type(exc).__name__, "code": getattr(exc, "code", None), "message": str(exc)[-4000:]})
             return 1
         # the terminal line first: the host lingers briefly for the runtime's own shutdown, then kills the group
-        _emit({"type": "run_result", "session_id": result.session_id, "final_response": result.final_response,
-               "finish_reason": result.finish_reason, "events": len(result.events),
-               "notifications": len(result.notifications)})
+        _emit(
+            {
+                "type": "run_result",
+                "session_id": result.session_id,
+                "final_response": result.final_response,
+                "finish_reason": result.finish_reason,
+                "events": len(result.events),
+                "notifications": len(result.notifications),
+            }
+        )
         return 0
     finally:
         try:
             harness.close()
         except BaseException:
             pass  # the runtime is gone already; the host kills the group anyway
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -53,9 +53,13 @@ def patch_file(path: Path) -> dict | None:
     except (OSError, ValueError):
         return {}
     if isinstance(data, list):
-        return {str(e["config"].get("serverName")): dict(e["config"]) for p in data if isinstance(p, dict)
-                for e in p.get("insert") or [] if isinstance(e, dict) and isinstance(e.get("config"), dict)
-                and e.get("name") == "@deepseek-ai/dsh-mcp-client"}
+        return {
+            str(e["config"].get("serverName")): dict(e["config"])
+            for p in data
+            if isinstance(p, dict)
+            for e in p.get("insert") or []
+            if isinstance(e, dict) and isinstance(e.get("config"), dict) and e.get("name") == "@deepseek-ai/dsh-mcp-client"
+        }
     return dict(data.get("mcpServers") or {}) if isinstance(data, dict) else {}
 
 
@@ -63,13 +67,21 @@ def patch_file(path: Path) -> dict | None:
 #: runtime offered them at the wire with no patch (doc/SPEC-deepseek.md): the offline level's
 #: model of the composition, so a patch that leaves one on is seen offering its tools.
 DSH_PLUGIN_TOOLS: dict[str, tuple[str, ...]] = {
-    "tool-bash": ("bash",), "tool-jobs": ("job_kill", "job_list", "job_output"),
-    "tool-fs": ("read", "read_image", "write", "edit"), "tool-fs-search": ("glob", "grep"),
-    "tool-skill": ("skill",), "plan-mode": ("exit_plan_mode",),
-    "tool-subagent-control": ("interrupt_agent", "send_message"), "tool-subagent-list-agents": ("list_agents",),
-    "tool-subagent": ("subagent",), "tool-subagent-fork": ("subagent_fork",), "tool-workflow": ("workflow",),
-    "tool-todo": ("todo_write",), "tool-goal": ("create_goal", "get_goal", "update_goal"),
-    "tool-web": ("web_fetch", "web_search"), "tool-working-directory": ("working_directory",),
+    "tool-bash": ("bash",),
+    "tool-jobs": ("job_kill", "job_list", "job_output"),
+    "tool-fs": ("read", "read_image", "write", "edit"),
+    "tool-fs-search": ("glob", "grep"),
+    "tool-skill": ("skill",),
+    "plan-mode": ("exit_plan_mode",),
+    "tool-subagent-control": ("interrupt_agent", "send_message"),
+    "tool-subagent-list-agents": ("list_agents",),
+    "tool-subagent": ("subagent",),
+    "tool-subagent-fork": ("subagent_fork",),
+    "tool-workflow": ("workflow",),
+    "tool-todo": ("todo_write",),
+    "tool-goal": ("create_goal", "get_goal", "update_goal"),
+    "tool-web": ("web_fetch", "web_search"),
+    "tool-working-directory": ("working_directory",),
     "mcp-resources": ("list_mcp_resource_templates", "list_mcp_resources", "read_mcp_resource"),
 }
 

@@ -139,8 +139,9 @@ def classify_gemini(error_type: str | None, message: str | None) -> ErrorClass |
     for status, cls in RPC_STATUS:
         if status in text:
             return cls
-    if any(marker in text for marker in _AUTH_TEXT) and ("invalid" in text.lower() or "must specify" in text.lower()
-                                                          or "not valid" in text.lower() or "set an auth" in text.lower()):
+    if any(marker in text for marker in _AUTH_TEXT) and (
+        "invalid" in text.lower() or "must specify" in text.lower() or "not valid" in text.lower() or "set an auth" in text.lower()
+    ):
         return ErrorClass.auth
     return shared
 
@@ -203,7 +204,7 @@ class GeminiParser:
                 self.tool_ids.add(tool_id)
         name = str(event.get("tool_name") or "?")
         if name.startswith(self.bridge_prefix):
-            self.calls.bridge(name[len(self.bridge_prefix):])
+            self.calls.bridge(name[len(self.bridge_prefix) :])
         else:
             self.calls.native(name)
 
@@ -360,8 +361,7 @@ def check_model(model: str) -> str:
     safe_model(model)
     if model.strip().lower() in ROUTER_MODELS:
         raise ConfigError(
-            f"model {model!r} selects gemini's router, which first calls a routing model (and retried it "
-            "for a minute when the answer was not routing JSON)",
+            f"model {model!r} selects gemini's router, which first calls a routing model (and retried it for a minute when the answer was not routing JSON)",
             "name a model, e.g. HARNESS_BACKEND_MODEL=gemini-2.5-flash",
         )
     return model
@@ -437,7 +437,6 @@ class GeminiTransport(HarnessTransport):
         if kind == "tool_use" or (kind == "message" and event.get("role") == "assistant"):
             return "output"
         return None
-
 
     #: The CLI relaunches itself in a second node process (for a heap of half the RAM) unless
     #: told not to: that doubled its start-up here (`--version`: 24 s against 13 s on a loaded

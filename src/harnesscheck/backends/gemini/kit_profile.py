@@ -56,7 +56,7 @@ def tools_offered(run, servers: dict) -> list[str] | None:
             for tool in core if isinstance(core, list) else []:
                 server = next((s for s in configured if str(tool).startswith(f"mcp_{s}_")), None)
                 if server is not None:
-                    offered.append(str(tool)[len(f"mcp_{server}_"):])
+                    offered.append(str(tool)[len(f"mcp_{server}_") :])
                 else:
                     offered.append(f"builtin:{tool}")
             if not isinstance(core, list):

@@ -80,8 +80,24 @@ BUILTIN_TOOLS = ("bash", "edit", "glob", "grep", "read", "skill", "task", "todow
 #: Further built-ins other configurations or builds register; switched off too.
 OTHER_BUILTINS = ("list", "patch", "apply_patch", "multiedit", "todoread", "websearch", "codesearch", "lsp", "question", "batch")
 #: Permission keys denied as the backstop of `tools: false` (opencode's permission names).
-DENIED_PERMISSIONS = ("edit", "bash", "webfetch", "websearch", "codesearch", "read", "glob", "grep", "list",
-                      "task", "skill", "todowrite", "todoread", "lsp", "external_directory", "question")
+DENIED_PERMISSIONS = (
+    "edit",
+    "bash",
+    "webfetch",
+    "websearch",
+    "codesearch",
+    "read",
+    "glob",
+    "grep",
+    "list",
+    "task",
+    "skill",
+    "todowrite",
+    "todoread",
+    "lsp",
+    "external_directory",
+    "question",
+)
 
 #: The plugin package opencode installs into each config dir at start, at its own version.
 PLUGIN_PACKAGE = "@opencode-ai/plugin"
@@ -116,8 +132,15 @@ _ERROR_NAMES = {
     "MessageAbortedError": ErrorClass.unknown,
 }
 #: HTTP status in an APIError -> class.
-_STATUS = {401: ErrorClass.auth, 403: ErrorClass.auth, 429: ErrorClass.rate_limit, 529: ErrorClass.overloaded,
-           503: ErrorClass.overloaded, 404: ErrorClass.model_unavailable, 400: ErrorClass.invalid_request}
+_STATUS = {
+    401: ErrorClass.auth,
+    403: ErrorClass.auth,
+    429: ErrorClass.rate_limit,
+    529: ErrorClass.overloaded,
+    503: ErrorClass.overloaded,
+    404: ErrorClass.model_unavailable,
+    400: ErrorClass.invalid_request,
+}
 
 
 #: A stream error in opencode's log line (`error.error="..."`, quotes escaped).
@@ -204,7 +227,7 @@ class OpencodeParser:
             return
         state = part.get("state") if isinstance(part.get("state"), dict) else {}
         if name.startswith(self.bridge_prefix):
-            self.calls.bridge(name[len(self.bridge_prefix):])
+            self.calls.bridge(name[len(self.bridge_prefix) :])
         else:
             self.calls.native(name)
         if state.get("status") == "error":
@@ -262,8 +285,7 @@ class OpencodeParser:
         if result.ending is Ending.deadline and self.terminal is None:
             return OutcomeStatus.truncated, ErrorClass.timeout, "wall-clock budget reached" + notes
         if result.ending is Ending.oversize:
-            return (OutcomeStatus.error, ErrorClass.protocol,
-                    f"a stdout line exceeded the {result.oversize_limit}-byte line limit (max_line_bytes)" + notes)
+            return (OutcomeStatus.error, ErrorClass.protocol, f"a stdout line exceeded the {result.oversize_limit}-byte line limit (max_line_bytes)" + notes)
         if self.terminal == "error":
             cls, text = error_class(self.error or {}, result.stderr_tail)
             return _failed(cls), cls, _short(text) + notes
@@ -332,8 +354,13 @@ def _usage(raw) -> Usage:
         return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else 0
 
     cache = raw.get("cache") if isinstance(raw.get("cache"), dict) else {}
-    return Usage(input=num(raw.get("input")), output=num(raw.get("output")), reasoning=num(raw.get("reasoning")),
-                 cache_read=num(cache.get("read")), cache_write=num(cache.get("write")))
+    return Usage(
+        input=num(raw.get("input")),
+        output=num(raw.get("output")),
+        reasoning=num(raw.get("reasoning")),
+        cache_read=num(cache.get("read")),
+        cache_write=num(cache.get("write")),
+    )
 
 
 def _failed(cls: ErrorClass) -> OutcomeStatus:
@@ -354,8 +381,7 @@ def _last_line(text: str) -> str:
 # The config, the pre-filled plugin dir and the invocation
 
 
-def render_config(*, bridge: tuple[list[str], dict[str, str]] | None, provider: dict | None = None,
-                  model: str | None = None) -> dict:
+def render_config(*, bridge: tuple[list[str], dict[str, str]] | None, provider: dict | None = None, model: str | None = None) -> dict:
     """The session's opencode.json: built-ins off, the bridge as the only MCP server."""
     config: dict = {
         "$schema": "https://opencode.ai/config.json",
@@ -368,8 +394,7 @@ def render_config(*, bridge: tuple[list[str], dict[str, str]] | None, provider: 
     }
     if bridge is not None:
         argv, env = bridge
-        config["mcp"][BRIDGE_SERVER] = {"type": "local", "command": list(argv), "environment": dict(env),
-                                        "enabled": True, "timeout": BRIDGE_TIMEOUT_MS}
+        config["mcp"][BRIDGE_SERVER] = {"type": "local", "command": list(argv), "environment": dict(env), "enabled": True, "timeout": BRIDGE_TIMEOUT_MS}
     if provider:
         config["provider"] = provider
     if model:
@@ -385,9 +410,14 @@ LOOPBACK_PRICE = {"input": 3.0, "output": 15.0, "cache_read": 0.3, "cache_write"
 def loopback_provider(endpoint, model: str) -> dict:
     """An `@ai-sdk/openai-compatible` provider on the scripted server (Chat Completions), its
     model priced (LOOPBACK_PRICE)."""
-    return {LOOPBACK_PROVIDER: {"npm": "@ai-sdk/openai-compatible", "name": "harnesscheck loopback",
-                                "options": {"baseURL": endpoint.v1_url, "apiKey": endpoint.api_key},
-                                "models": {model: {"name": model, "tool_call": True, "cost": dict(LOOPBACK_PRICE)}}}}
+    return {
+        LOOPBACK_PROVIDER: {
+            "npm": "@ai-sdk/openai-compatible",
+            "name": "harnesscheck loopback",
+            "options": {"baseURL": endpoint.v1_url, "apiKey": endpoint.api_key},
+            "models": {model: {"name": model, "tool_call": True, "cost": dict(LOOPBACK_PRICE)}},
+        }
+    }
 
 
 def plugin_deps_candidates(cli: Path, version: str | None) -> list[Path]:
@@ -414,8 +444,7 @@ def plugin_deps_ready(path: Path, version: str) -> bool:
     except (OSError, ValueError):
         return False
     root = ((lock.get("packages") or {}).get("") or {}).get("dependencies") or {}
-    return (PLUGIN_PACKAGE in root and manifest.get("version") == version
-            and (wanted.get("dependencies") or {}).get(PLUGIN_PACKAGE) == version)
+    return PLUGIN_PACKAGE in root and manifest.get("version") == version and (wanted.get("dependencies") or {}).get(PLUGIN_PACKAGE) == version
 
 
 def find_plugin_deps(cli: Path, version: str | None) -> Path:
@@ -446,8 +475,7 @@ def prefill_config_dir(config_dir: Path, deps: Path) -> None:
     if link.is_symlink() or link.exists():
         link.unlink()
     link.symlink_to(deps / "node_modules", target_is_directory=True)
-    (config_dir / ".gitignore").write_text("node_modules\npackage.json\npackage-lock.json\nbun.lock\n.gitignore\n",
-                                           encoding="utf-8")
+    (config_dir / ".gitignore").write_text("node_modules\npackage.json\npackage-lock.json\nbun.lock\n.gitignore\n", encoding="utf-8")
 
 
 def compose_prompt(system: str | None, prompt: str, tool_names: tuple[str, ...]) -> str:
@@ -484,7 +512,6 @@ class OpencodeTransport(HarnessTransport):
         """opencode --format json begins each model request with a `step_start` event."""
         return "step" if event.get("type") == "step_start" else None
 
-
     #: opencode's stream says nothing about MCP servers: the bridge's own trace is the
     #: readiness signal (bridge/readiness.py bridge_listed), read after the session.
     readiness_from_trace = True
@@ -504,8 +531,12 @@ class OpencodeTransport(HarnessTransport):
             safe_model(model)  # refuse before anything is written or spawned
         deps = find_plugin_deps(cli, self.cli().version)
         home = ctx.run_dir / "home"
-        dirs = {"XDG_CONFIG_HOME": home / ".config", "XDG_DATA_HOME": home / ".local" / "share",
-                "XDG_CACHE_HOME": home / ".cache", "XDG_STATE_HOME": home / ".local" / "state"}
+        dirs = {
+            "XDG_CONFIG_HOME": home / ".config",
+            "XDG_DATA_HOME": home / ".local" / "share",
+            "XDG_CACHE_HOME": home / ".cache",
+            "XDG_STATE_HOME": home / ".local" / "state",
+        }
         for path in (home, *dirs.values()):
             path.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.prefill(dirs["XDG_CONFIG_HOME"] / "opencode", deps)
@@ -528,12 +559,20 @@ class OpencodeTransport(HarnessTransport):
             if link.is_symlink() or link.exists():
                 link.unlink()
             link.symlink_to(auth)
-        argv = [str(cli), "run", "--format", "json", "--title", f"harnesscheck {ctx.session_id}",
-                "--print-logs", "--log-level", "ERROR"]  # its retried stream errors show only there (feed_err)
+        argv = [
+            str(cli),
+            "run",
+            "--format",
+            "json",
+            "--title",
+            f"harnesscheck {ctx.session_id}",
+            "--print-logs",
+            "--log-level",
+            "ERROR",
+        ]  # its retried stream errors show only there (feed_err)
         if full_model:
             argv += ["-m", full_model]
-        injections = {"HOME": str(home), **{k: str(v) for k, v in dirs.items()}, "OPENCODE_CONFIG": str(config_path),
-                      **OFF_SWITCHES}
+        injections = {"HOME": str(home), **{k: str(v) for k, v in dirs.items()}, "OPENCODE_CONFIG": str(config_path), **OFF_SWITCHES}
         prompt = compose_prompt(request.system, request.prompt, tool_names)
         data = prompt.encode("utf-8")
         self._audit.before(ctx, request, worktree=self.audit_worktree)

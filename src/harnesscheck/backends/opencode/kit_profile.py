@@ -22,8 +22,9 @@ def fixture_facts(events: list[dict], values, facts) -> None:
         if event.get("type") == "step_finish" and isinstance((event.get("part") or {}).get("tokens"), dict):
             t = event["part"]["tokens"]
             cache = t.get("cache") or {}
-            step = Usage(input=int(t.get("input", 0)), output=int(t.get("output", 0)),
-                         cache_read=int(cache.get("read", 0)), cache_write=int(cache.get("write", 0)))
+            step = Usage(
+                input=int(t.get("input", 0)), output=int(t.get("output", 0)), cache_read=int(cache.get("read", 0)), cache_write=int(cache.get("write", 0))
+            )
             facts.usage = step if facts.usage is None else facts.usage + step
             cost = priced_cost(event["part"])  # 0 for a step with tokens: opencode had no price, no figure
             if cost is not None:

@@ -77,12 +77,41 @@ ATTACHED_PROMPT = "Your task is in the attached PROMPT.md. Read it and follow it
 #: Every built-in the references name: the seed's 0.16.9 denylist plus its read-only tools
 #: (the host's tools come through the bridge; nothing native is needed).
 DISALLOWED_TOOLS: tuple[str, ...] = (
-    "Bash", "Edit", "Write", "MultiEdit", "NotebookEdit", "Agent", "Skill", "ExitPlanMode", "EnterPlanMode",
-    "AskUserQuestion", "SendMessage", "WebFetch", "WebSearch", "CreateWorkflow", "AmendWorkflow", "SaveWorkflow",
-    "EvalWorkflowSnippet", "ResumeWorkflowRun", "ResolveWorkflowQuestion", "TaskStop", "mcp__node_repl__js",
-    "mcp__web_reader__webReader", "mcp__4_5v_mcp__analyze_image",
-    "Read", "Grep", "Glob", "LS", "TodoRead", "TodoWrite", "TaskOutput", "ReadSessionContext", "ListWorkflowRuns",
-    "GetWorkflowRun", "ListSavedWorkflows", "ListModels",
+    "Bash",
+    "Edit",
+    "Write",
+    "MultiEdit",
+    "NotebookEdit",
+    "Agent",
+    "Skill",
+    "ExitPlanMode",
+    "EnterPlanMode",
+    "AskUserQuestion",
+    "SendMessage",
+    "WebFetch",
+    "WebSearch",
+    "CreateWorkflow",
+    "AmendWorkflow",
+    "SaveWorkflow",
+    "EvalWorkflowSnippet",
+    "ResumeWorkflowRun",
+    "ResolveWorkflowQuestion",
+    "TaskStop",
+    "mcp__node_repl__js",
+    "mcp__web_reader__webReader",
+    "mcp__4_5v_mcp__analyze_image",
+    "Read",
+    "Grep",
+    "Glob",
+    "LS",
+    "TodoRead",
+    "TodoWrite",
+    "TaskOutput",
+    "ReadSessionContext",
+    "ListWorkflowRuns",
+    "GetWorkflowRun",
+    "ListSavedWorkflows",
+    "ListModels",
 )
 
 #: Error events the references name (the seed's pacer); their payload shape is unconfirmed,
@@ -259,7 +288,7 @@ class ZcodeParser:
                 self.seen_calls.add(call_id)
         name = str(payload.get("toolName") or "?")
         if name.startswith(self.bridge_prefix):
-            self.calls.bridge(name[len(self.bridge_prefix):])
+            self.calls.bridge(name[len(self.bridge_prefix) :])
         else:
             self.calls.native(name)
 
@@ -305,12 +334,15 @@ class ZcodeParser:
         if result.ending is Ending.cancelled:
             return OutcomeStatus.cancelled, None, "cancelled by the host" + notes, None
         if result.ending is Ending.oversize:
-            return (OutcomeStatus.error, ErrorClass.protocol,
-                    f"a stdout line exceeded the {result.oversize_limit}-byte line limit (max_line_bytes)" + notes, None)
+            return (
+                OutcomeStatus.error,
+                ErrorClass.protocol,
+                f"a stdout line exceeded the {result.oversize_limit}-byte line limit (max_line_bytes)" + notes,
+                None,
+            )
         res = self.result
         response = res.get("response") if res is not None and isinstance(res.get("response"), str) else ""
-        failed = res is not None and (res.get("isError") is True or res.get("is_error") is True
-                                      or res.get("error") not in (None, "", False))
+        failed = res is not None and (res.get("isError") is True or res.get("is_error") is True or res.get("error") not in (None, "", False))
         if res is not None and not failed and response.strip():
             return OutcomeStatus.ok, None, notes.lstrip("; "), None
         if self.errors or failed:
@@ -424,15 +456,13 @@ class ZcodeTransport(HarnessTransport):
             "NO_OPEN_BROWSER": "1",
         }
         pin = ctx.run_dir / PROVIDER_CONFIG_NAME
-        _write_private(pin, json.dumps(provider_config(
-            model, provider_id=self.provider_id, reasoning_level=self.reasoning_level), indent=2) + "\n")
+        _write_private(pin, json.dumps(provider_config(model, provider_id=self.provider_id, reasoning_level=self.reasoning_level), indent=2) + "\n")
         injections["ZCODE_PERSONAL_PROVIDER_CONFIG_FILE"] = str(pin)
         tool_names = () if tool_less else request.scope.tool_names()
         prompt = compose_prompt(request.system, request.prompt, tool_names)
         attached = _write_private(ctx.cwd / PROMPT_FILE, prompt)  # never on argv: /proc/<pid>/cmdline is public
         argv = [str(cli), f"--prompt={ATTACHED_PROMPT}", "--attach", str(attached)]
-        argv += ["--output-format", "stream-json", "--mode", "plan", "--cwd", str(ctx.cwd),
-                 "--disallowed-tools=" + ",".join(DISALLOWED_TOOLS)]
+        argv += ["--output-format", "stream-json", "--mode", "plan", "--cwd", str(ctx.cwd), "--disallowed-tools=" + ",".join(DISALLOWED_TOOLS)]
         self._audit.before(ctx, request, worktree=self.audit_worktree)
         return Invocation(argv=argv, injections=injections)
 

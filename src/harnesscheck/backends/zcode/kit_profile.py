@@ -41,8 +41,10 @@ def stall_text(scenario: dict) -> str | None:
 
 def hostile_steps(tool: str, args: dict) -> list[dict]:
     payload = {"toolCallId": "h1", "toolName": tool}
-    return [{"emit": {"type": "tool.updated", "payload": {**payload, "kind": "scheduled", "input": args}}},
-            {"emit": {"type": "tool.updated", "payload": {**payload, "kind": "started"}}}]
+    return [
+        {"emit": {"type": "tool.updated", "payload": {**payload, "kind": "scheduled", "input": args}}},
+        {"emit": {"type": "tool.updated", "payload": {**payload, "kind": "started"}}},
+    ]
 
 
 def project_config(path: Path) -> dict | None:
