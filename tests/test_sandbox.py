@@ -330,6 +330,27 @@ def test_the_probe_runs_bwrap_from_the_system_path_only(monkeypatch, tmp_path):
     assert sandbox._find_bwrap() != str(planted)
 
 
+def test_a_probe_that_hangs_leaves_nothing_when_it_times_out(monkeypatch, tmp_path):
+    """A bwrap that hangs during its set-up (its clone waits for a uid map that never comes) is
+    ended whole at the probe's timeout: the clone too, not only bwrap."""
+    pid_file = tmp_path / "clone.pid"
+    stuck = tmp_path / "bwrap"
+    stuck.write_text(f"#!/bin/sh\nsleep 300 &\necho $! > {pid_file}\nexec sleep 300\n")
+    stuck.chmod(0o755)
+    monkeypatch.setattr(sandbox, "_PROBE_TIMEOUT_S", 0.5)  # the behaviour, not a measure of speed
+    ok, why = sandbox._trial(str(stuck), True)
+    assert not ok and "did not run" in why
+    if not pid_file.exists():
+        pytest.skip("the stand-in bwrap had not started its clone by the probe's timeout (a loaded machine): nothing to judge")
+    clone = int(pid_file.read_text())
+    state = None
+    try:
+        state = Path(f"/proc/{clone}/stat").read_text().rsplit(") ", 1)[1][:1]
+    except OSError:
+        pass
+    assert state in (None, "Z"), f"the probe's clone {clone} outlived its timeout (state {state})"
+
+
 def test_a_cli_that_kills_what_it_sees_and_outlives_its_host_leaves_nothing(tmp_path):
     """Round-2 finding: a CLI that SIGKILLs its host's process guard, then its supervisor when
     it sees its host die, outlived both under the guards alone. In the sandbox it sees

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
@@ -152,22 +153,34 @@ def _inside_system(real: str) -> bool:
 
 
 def _trial(bwrap: str, user_namespace: bool) -> tuple[bool, str]:
+    """Run `sh -c "exit 0"` in the sandbox once. bwrap runs in a process group of its own, and
+    the whole group is killed on a timeout: killing bwrap alone left the child it had cloned
+    waiting forever for the uid map bwrap was to write (seen: an orphan blocked on its eventfd)."""
     argv = [bwrap, *_namespace_flags(user_namespace), *_system_binds(), "--", "/bin/sh", "-c", "exit 0"]
     try:
-        done = subprocess.run(
+        proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
-            timeout=_PROBE_TIMEOUT_S,
             env={"PATH": SYSTEM_PATH},
             cwd="/",
-            check=False,
+            start_new_session=True,
         )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+    except OSError as exc:
         return False, f"bwrap did not run: {exc}"
-    if done.returncode != 0:
-        return False, done.stderr.decode("utf-8", "replace").strip()[:300] or f"exit {done.returncode}"
+    try:
+        _, err = proc.communicate(timeout=_PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        return False, f"bwrap did not run: {exc}"
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever of the group is left, bwrap's clone included
+        except OSError:
+            pass  # nothing left: the usual case
+        proc.wait()
+    if proc.returncode != 0:
+        return False, (err or b"").decode("utf-8", "replace").strip()[:300] or f"exit {proc.returncode}"
     return True, ""
 
 
