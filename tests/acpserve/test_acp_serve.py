@@ -19,7 +19,7 @@ from proc_support import alive, survivors
 
 from harnesscheck.testing.fakes import install_fake_cli, load_fixture
 
-TESTS = str(Path(__file__).resolve().parent)
+TESTS = str(Path(__file__).resolve().parents[1])
 SCRIPTED = "acp_fakes:spec"
 CANARY = "canary-acp-serve-7f3d91"
 

@@ -11,7 +11,7 @@ from jsonschema import Draft202012Validator
 
 from harnesscheck.apps.schemas import render, schemas
 
-DOC = Path(__file__).resolve().parent.parent / "doc"
+DOC = Path(__file__).resolve().parents[2] / "doc"
 
 
 @pytest.mark.parametrize("name", sorted(schemas()))

@@ -29,7 +29,7 @@ from harnesscheck.core.config import Settings
 from harnesscheck.core.contracts import AgentSessionRequest, ConfigError, ErrorClass, OutcomeStatus
 from harnesscheck.core.scope import ToolScope
 
-PROFILES = Path(__file__).resolve().parents[1] / "src" / "harnesscheck" / "backends" / "acp" / "profiles"
+PROFILES = Path(__file__).resolve().parents[2] / "src" / "harnesscheck" / "backends" / "acp" / "profiles"
 
 
 # -- profiles -----------------------------------------------------------------------------------

@@ -488,7 +488,7 @@ def test_refusal_model_round_trip() -> None:
 
 # ---- the shared fixtures (fixtures/<cli>/<scenario>.json, the fake CLIs' scenarios) ----
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
 
 def _fill(value, root: Path):

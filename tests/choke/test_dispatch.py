@@ -128,7 +128,7 @@ def test_refusal_detail_is_the_callers_input_only(root, tmp_path):
 
 
 def test_every_reason_code_is_documented():
-    spec = (Path(__file__).resolve().parents[1] / "doc" / "SPEC-scope.md").read_text()
+    spec = (Path(__file__).resolve().parents[2] / "doc" / "SPEC-scope.md").read_text()
     for code in REASON_CODES:
         assert f"`{code}`" in spec, code
 

@@ -28,8 +28,8 @@ from proc_support import alive, survivors
 from harnesscheck.contain import process
 from harnesscheck.contain.process import Ending, run_process
 
-SCRIPTS = Path(__file__).parent / "proc_scripts"
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SCRIPTS = Path(__file__).resolve().parents[1] / "proc_scripts"
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 PY = sys.executable
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
 #: The unprivileged host runs the system interpreter (the venv's may live in a 0700 home, so

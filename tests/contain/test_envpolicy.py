@@ -29,7 +29,7 @@ from harnesscheck.contain.envpolicy import (
 )
 from harnesscheck.contain.process import run_process
 
-SCRIPTS = Path(__file__).parent / "proc_scripts"
+SCRIPTS = Path(__file__).resolve().parents[1] / "proc_scripts"
 
 DENIED_NAMES = [
     "ANTHROPIC_API_KEY",

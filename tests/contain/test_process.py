@@ -31,7 +31,7 @@ from harnesscheck.contain.process import (
     terminate_tree,
 )
 
-SCRIPTS = Path(__file__).parent / "proc_scripts"
+SCRIPTS = Path(__file__).resolve().parents[1] / "proc_scripts"
 PY = sys.executable
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
 SLACK_S = 5.0  # generous upper-bound slack for a shared, noisy machine
@@ -309,7 +309,7 @@ def test_host_killed_leaves_no_child_alive(tmp_path: Path) -> None:
     """SIGKILL the host mid-run: the guard kills the CLI and its descendants (more host-death
     cases in test_procguard.py)."""
     pidfile, hostpid = tmp_path / "pids", tmp_path / "host"
-    src = str(Path(__file__).resolve().parents[1] / "src")
+    src = str(Path(__file__).resolve().parents[2] / "src")
     env = dict(os.environ, PYTHONPATH=src)
     host = subprocess.Popen([PY, str(SCRIPTS / "host.py"), str(pidfile), str(hostpid)], env=env)
     try:
@@ -525,7 +525,7 @@ def test_stderr_flood_keeps_memory_bounded(tmp_path: Path) -> None:
 
 
 def _host_memory(tmp_path: Path, mode: str, n: int, limit: int) -> dict:
-    src = str(Path(__file__).resolve().parents[1] / "src")
+    src = str(Path(__file__).resolve().parents[2] / "src")
     proc = subprocess.run(
         [PY, str(SCRIPTS / "host_memory.py"), mode, str(n), str(limit)],
         env=dict(os.environ, PYTHONPATH=src),
@@ -823,7 +823,7 @@ print(json.dumps({"before": before, "after": prctl(3, 0, 0, 0, 0), "child": seen
 def test_host_is_not_dumpable_after_a_session(tmp_path: Path, opt_out: bool) -> None:
     """The host turns PR_SET_DUMPABLE off before its first CLI, so a same-uid CLI cannot read
     the host's environment (secrets) from /proc; HARNESSCHECK_HOST_DUMPABLE=1 opts out."""
-    src = str(Path(__file__).resolve().parents[1] / "src")
+    src = str(Path(__file__).resolve().parents[2] / "src")
     env = dict(os.environ, PYTHONPATH=src, CANARY_KEY="CANARY_SECRET_VALUE")
     env.pop("HARNESSCHECK_HOST_DUMPABLE", None)
     if opt_out:

@@ -24,8 +24,8 @@ from proc_support import alive, survivors
 from harnesscheck.contain import process
 from harnesscheck.contain.process import LineAction, run_process
 
-SCRIPTS = Path(__file__).parent / "proc_scripts"
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SCRIPTS = Path(__file__).resolve().parents[1] / "proc_scripts"
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 GUARD = str(Path(process.__file__).with_name("_procguard.py"))
 PY = sys.executable
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}

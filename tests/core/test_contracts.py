@@ -30,7 +30,7 @@ from harnesscheck.core.contracts import (
 )
 from harnesscheck.core.scope import ToolScope
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def full_outcome() -> AgentOutcome:

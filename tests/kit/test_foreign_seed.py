@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 #: check id -> the seed claude-code transport's real defect behind its failure.
 SEED_DEFECTS: dict[str, str] = {

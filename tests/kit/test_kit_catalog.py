@@ -10,7 +10,7 @@ from harnesscheck.core.contracts import Capability
 from harnesscheck.kit import catalog as cat
 from harnesscheck.kit.docs import CASES, EXCLUSIONS, catalog_markdown, traceability, traceability_markdown
 
-DOC = Path(__file__).resolve().parent.parent / "doc"
+DOC = Path(__file__).resolve().parents[2] / "doc"
 
 
 @pytest.fixture(scope="module")

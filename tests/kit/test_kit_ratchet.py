@@ -33,7 +33,7 @@ from kit_support import preload_the_kit, run_inline
 pytest_plugins = ["pytester"]
 preload_the_kit()
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "doc"
 
 

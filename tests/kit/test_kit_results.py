@@ -20,7 +20,7 @@ from harnesscheck.kit.matrix import (
 )
 from harnesscheck.kit.results import BackendInfo, CellResult, Report, read_report, write_json
 
-DOC = Path(__file__).resolve().parent.parent / "doc"
+DOC = Path(__file__).resolve().parents[2] / "doc"
 
 
 def _report(cells, digest="abc123", backends=("fake", "codex")):

@@ -15,7 +15,7 @@ from harnesscheck.kit.matrix import combine
 from harnesscheck.kit.results import BackendInfo, CellResult, Report, write_json
 from harnesscheck.kit.summary import console_for, last_failed, print_summary
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 EXE = str(Path(sys.executable).with_name("harnesscheck"))
 
 
