@@ -19,7 +19,7 @@ MCP):
   (``toml_loads``; anything else goes to ``tomllib``);
 - ``os._exit`` once everything is flushed, instead of the interpreter's teardown.
 
-The per-test wrappers run it with ``python -I -S``. tests/test_fakecli.py pins the imports
+The per-test wrappers run it with ``python -I -S``. tests/testing/test_fakecli.py pins the imports
 and proves each stand-in equivalent (Hypothesis properties against json, re, shlex, tomllib);
 bench/bench_fake.py measures start-up and an MCP session against a bare interpreter.
 
@@ -357,7 +357,7 @@ MCP_PROTOCOL_VERSION = "2025-06-18"
 # `import json` costs ~8 ms (json.decoder imports re, which imports enum, functools and
 # collections), more than the rest of a fake run. `json.loads`/`json.dumps` are thin Python
 # over `_json`; these helpers are that same thin layer, so they parse and write exactly what
-# the json module does (tests/test_fakecli.py proves it with a Hypothesis property).
+# the json module does (tests/testing/test_fakecli.py proves it with a Hypothesis property).
 
 
 class _DecoderSettings:

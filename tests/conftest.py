@@ -32,13 +32,13 @@ for _name in list(os.environ):
 #: out one per worker) neither worker is left running one alone at the end of the run. Only the
 #: order changes, never what runs (doc/performance.md).
 LONG_FIRST = (
-    "tests/test_kit_mutants.py::test_cli_mutants_fail_exactly_their_checks",
-    "tests/test_kit_mutants.py::test_in_process_mutants_fail_exactly_their_checks",
-    "tests/test_kit_mutants.py::test_loopback_cli_mutants_fail_exactly_their_checks",
-    "tests/test_kit_verify.py::test_verify_leaves_nothing_in_tmp",
-    "tests/test_kit_verify.py::test_serial_and_parallel_runs_give_the_same_cells",
-    "tests/test_loopback_real.py::test_drift_against_stored_recordings",
-    "tests/test_kit_watchdog.py::test_a_session_that_overran_its_bound_fails_at_the_bound",
+    "tests/kit/test_kit_mutants.py::test_cli_mutants_fail_exactly_their_checks",
+    "tests/kit/test_kit_mutants.py::test_in_process_mutants_fail_exactly_their_checks",
+    "tests/kit/test_kit_mutants.py::test_loopback_cli_mutants_fail_exactly_their_checks",
+    "tests/kit/test_kit_verify.py::test_verify_leaves_nothing_in_tmp",
+    "tests/kit/test_kit_verify.py::test_serial_and_parallel_runs_give_the_same_cells",
+    "tests/loopback/test_loopback_real.py::test_drift_against_stored_recordings",
+    "tests/kit/test_kit_watchdog.py::test_a_session_that_overran_its_bound_fails_at_the_bound",
 )
 
 

@@ -281,7 +281,7 @@ def test_cwd_is_an_empty_scratch_dir_never_the_worktree(worktree, tmp_path):
     rec = fake.last()
     assert not _inside(Path(rec["cwd"]), worktree) and rec["cwd_entries"] == []
     # a run dir inside the worktree is refused before the CLI starts (it would hand the model
-    # its own audit trail: issue 17, tests/test_rundir.py)
+    # its own audit trail: issue 17, tests/contain/test_rundir.py)
     from harnesscheck.contain.rundir import RunDirError
 
     transport = make_transport(fake)

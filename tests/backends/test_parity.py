@@ -5,9 +5,9 @@ tools, tool results incl. a refusal), the HTTP request sent through
 `resolve_provider(Settings(backend="api", api_mode=...))` is byte-identical to the one the
 `LLM` client sends when used directly (same method, path, body bytes and headers, apart
 from the per-request timeout headers, which carry the session's remaining time). Each
-request is also pinned with a syrupy snapshot (tests/__snapshots__/test_parity.ambr):
+request is also pinned with a syrupy snapshot (tests/backends/__snapshots__/test_parity.ambr):
 a change to any request byte fails until the snapshot is deliberately updated with
-`pytest tests/test_parity.py --snapshot-update`.
+`pytest tests/backends/test_parity.py --snapshot-update`.
 """
 
 from __future__ import annotations

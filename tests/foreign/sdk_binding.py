@@ -2,7 +2,7 @@
 module `claude_agent_sdk`) as a backend under test, without shims (issue 19).
 
 The SDK is never a dependency of harnesscheck: it is imported here only, and
-tests/test_foreign_sdk.py skips unless it is importable. Nothing of the SDK is copied. This
+tests/kit/test_foreign_sdk.py skips unless it is importable. Nothing of the SDK is copied. This
 is the thinnest binding an author writes from the SDK's documentation: one
 `ClaudeSDKClient` session per request, configured through `ClaudeAgentOptions` only, and
 every result translated, never corrected:

@@ -2,7 +2,7 @@
 ``src/infermatrix_copilot/providers/``) as a backend under test, without changing it.
 
 The seed is not published on a package registry, so this module imports it from a checkout
-named by ``HC_SEED_SRC`` (its ``src`` directory on ``sys.path``); tests/test_foreign_seed.py
+named by ``HC_SEED_SRC`` (its ``src`` directory on ``sys.path``); tests/kit/test_foreign_seed.py
 skips without it. Nothing of the seed is copied here: this is the translation an author
 writes when adopting the suite, one request in, one outcome out, and it adds no behaviour:
 

@@ -6,7 +6,7 @@ The SDK is never a dependency of harnesscheck, so this module is skipped unless
 `claude_agent_sdk` is importable. How it was run (2026-12-02, claude-agent-sdk 0.2.189):
 
     .venv/bin/pip install claude-agent-sdk       # into the test venv only
-    pytest tests/test_foreign_sdk.py             # offline; loopback cells need the pinned CLIs
+    pytest tests/kit/test_foreign_sdk.py             # offline; loopback cells need the pinned CLIs
 
 Every failing cell must be one of the SDK backend's real defects (SDK_DEFECTS, each traced
 to the SDK's code or to the binding's documented choices), and every defect listed must

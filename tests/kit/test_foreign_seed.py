@@ -10,7 +10,7 @@ checkout and is skipped otherwise. How it was run (2026-12-01 and again 2026-12-
     /tmp/seed-venv/bin/pip install pydantic-settings pyyaml rich openai "mcp<2" pytest pytest-xdist typer \
         Jinja2 packaging httpx anthropic hypothesis respx syrupy   # harnesscheck's other dependencies
     /tmp/seed-venv/bin/pip install --no-deps -e <this checkout>   # it asks for mcp 2, the seed for 1.x
-    HC_SEED_SRC=/tmp/seed/src HC_SEED_PYTHON=/tmp/seed-venv/bin/python pytest tests/test_foreign_seed.py
+    HC_SEED_SRC=/tmp/seed/src HC_SEED_PYTHON=/tmp/seed-venv/bin/python pytest tests/kit/test_foreign_seed.py
 
 (`mcp<2`: the seed's tool bridge is written for the 1.x SDK; its MCP config starts the bridge
 with the test's own interpreter, so the suite runs under that interpreter.)

@@ -2,7 +2,7 @@
 
 Each is addressed exactly as a user addresses a backend — `--backend tests.mutants.scripted:follows_symlinks`
 — so the self-test goes through the real selection path. `MUTANTS` maps that reference to
-the exact check ids the mutant must fail (tests/test_kit_mutants.py proves it), and
+the exact check ids the mutant must fail (tests/kit/test_kit_mutants.py proves it), and
 `AREAS` narrows the slow CLI-based mutants to the areas their defect can reach.
 """
 
@@ -368,7 +368,7 @@ NEEDS_SANDBOX: frozenset[str] = _ids(
 )
 
 #: For the CLI-based mutants (a fake CLI per session is slow): the checks each is run against,
-#: all in one child run (tests/test_kit_mutants.py, `--hc-cells`). A selection always holds
+#: all in one child run (tests/kit/test_kit_mutants.py, `--hc-cells`). A selection always holds
 #: checks the mutant must pass too, so "exactly these fail" still means something; the
 #: in-process mutants run the whole suite. (These are the cells the earlier per-mutant
 #: `-k` selections collected, written out as check ids.)
@@ -945,7 +945,7 @@ MUTANT_LEVELS: dict[str, str] = {
 #: Checks that never run offline (loopback/live only) are out of the mutants' reach by construction.
 UNCAUGHT: dict[str, str] = {
     "parse.split-lines-identical": "line framing is process.py's, shared by every transport; no transport-level defect "
-    "can cut lines differently (tests/test_process.py pins the framer with a chunking property)",
+    "can cut lines differently (tests/contain/test_process.py pins the framer with a chunking property)",
     "parse.oversize-line-bounded": "the line bound is enforced by the shared runner before any parser sees a line; a transport cannot make it unbounded",
     "selection.batch-shim-refused": "the hazard (cmd.exe re-parsing a .cmd/.bat shim's arguments) exists only on "
     "Windows; elsewhere the check skips env-missing, so no mutant can fail it on the platforms the suite runs on",

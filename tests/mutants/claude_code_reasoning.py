@@ -2,7 +2,7 @@
 ClaudeReasoningTransport with one part swapped: its model client (`llm_class`) or its
 one-turn CLI transport (`cli_class`). The conformance suite catches HasNoTripwire,
 DropsTheHostSystemPrompt and DropsTheToolResults at the loopback level (the MUTANTS table);
-tests/test_claude_code_reasoning.py catches all five."""
+tests/backends/test_claude_code_reasoning.py catches all five."""
 
 from __future__ import annotations
 

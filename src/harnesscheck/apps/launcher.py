@@ -6,7 +6,7 @@ this machine, the fast path 1.8x; bench/bench_startup.py), so the top-level help
 from the command table and the root options read out of cli.py's source (with `ast`: no
 drift, nothing to keep in sync by hand). There is one top-level help, not two styles:
 cli.main answers `--help` (and no arguments) with this same fast_help(), whichever entry
-point runs (tests/test_startup_imports.py compares them byte for byte). Everything else,
+point runs (tests/apps/test_startup_imports.py compares them byte for byte). Everything else,
 including `harnesscheck COMMAND --help`, goes to the typer app in harnesscheck.apps.cli.
 """
 

@@ -1,5 +1,5 @@
 """The published JSON Schemas of the files harnesscheck writes, generated from their pydantic
-models (tests/test_schemas.py fails when a file under doc/ is stale):
+models (tests/apps/test_schemas.py fails when a file under doc/ is stale):
 
     python -m harnesscheck.apps.schemas [DOC_DIR]     # rewrite every schema file
 

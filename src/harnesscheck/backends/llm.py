@@ -18,7 +18,7 @@ Contract (doc/SPEC-api.md):
 
 Over 800 lines for a reason: the three wires are converted from one message model, one stream
 accumulator and one error classifier, and their parity is judged side by side
-(tests/test_llm.py, the parity snapshot); split, each wire module would import the other two's
+(tests/backends/test_llm.py, the parity snapshot); split, each wire module would import the other two's
 halves. The seam, when a fourth wire comes: llm/{anthropic,chat,responses,retry}.py.
 """
 

@@ -280,7 +280,7 @@ def issue_new_ids(checks: dict[str, CheckInfo], directory: Path | None = None) -
 
 LEDGER_HEADER = """\
 # Every conformance check id ever issued, one a line, in the order issued. Append-only:
-# an id is never renamed or reused (tests/test_kit_catalog.py holds the catalog to this).
+# an id is never renamed or reused (tests/kit/test_kit_catalog.py holds the catalog to this).
 # `python -m harnesscheck.kit.docs doc` appends new ids. A check removed for good keeps its
 # line, followed by `retired YYYY-MM-DD why`, e.g.
 #   scope.old-slug retired 2026-12-01 merged into scope.new-slug

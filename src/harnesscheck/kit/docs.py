@@ -4,7 +4,7 @@
 
 Traceability maps every case of harness-anchors.md §3 (A1–J5) and §4 (P1–P15) to the checks
 whose ``incident=`` names it, or to a written exclusion below. A case with neither is a kit
-bug (tests/test_kit_traceability.py).
+bug (tests/kit/test_kit_catalog.py).
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ CASES: tuple[str, ...] = (
 
 #: Cases no check covers, and why. Each names where the requirement is enforced instead.
 EXCLUSIONS: dict[str, str] = {
-    "C7": "needs the host itself killed mid-run; proven by tests/test_process.py (parent-death signal) and the "
+    "C7": "needs the host itself killed mid-run; proven by tests/contain/test_process.py (parent-death signal) and the "
     "bridge's parent-death tests, not expressible as a per-backend cell",
     "C10": "grace before SIGTERM on normal completion is a process-runner property (process.py linger_s), pinned "
-    "by tests/test_process.py; the kit sees only the outcome",
+    "by tests/contain/test_process.py; the kit sees only the outcome",
     "C11": "no registered backend runs its CLI in a container; becomes a check when one does",
     "E6": "no backend declares a dollar budget (max_budget_usd); the error class exists in contracts but nothing can provoke it offline",
     "E7": "no fixture of a safety refusal exists for any CLI yet and the outcome schema has no refusal class; tracked for the loopback level",
@@ -41,13 +41,13 @@ EXCLUSIONS: dict[str, str] = {
     "recognized marker is covered by each parser's own tests",
     "E12": "classification precedence is per-parser logic pinned by the transports' snapshot tests over every "
     "fixture; the root cause over its consequences (backends/_rootcause.py, each transport SPEC's table) "
-    "by tests/test_rootcause.py on recordings; the kit checks each class separately",
+    "by tests/backends/test_rootcause.py on recordings; the kit checks each class separately",
     "F3": "no backend resumes or continues sessions; every session is a fresh invocation with the restrictions re-applied",
     "F4": "'ask' rules come from settings files the harnesses never load (--setting-sources ''); a hang is only reproducible live",
     "F5": "the host registers no permission callback: every call goes through dispatch, which is checked directly",
     "F6": "no backend exposes a shell; audit.only-scope-tools-offered and audit.native-tool-use-flagged cover a vendor shell",
     "F7": "@file attachments are a vendor UI feature reachable only live; the prompt reaches the CLI on stdin (selection.prompt-never-a-flag)",
-    "G3": "stdout purity is a property of the bridge process, proven by tests/test_bridge_stdio.py (a tool that prints does not break the session)",
+    "G3": "stdout purity is a property of the bridge process, proven by tests/bridge/test_bridge_stdio.py (a tool that prints does not break the session)",
     "G7": "bridge exit on stdin EOF and parent death is proven by the bridge's stdio tests (needs killing the host)",
     "P7": "case-insensitive volumes cannot be reproduced on the Linux filesystems this kit runs on; dispatch resolves by inode, not by spelling",
     "P8": "on Linux NFC and NFD spellings are distinct names, so there is nothing to escape to; dispatch refuses control characters (scope.nul-byte-refused)",
@@ -137,7 +137,7 @@ def kill_rate_markdown(catalog: dict[str, CheckInfo], mutants: dict[str, frozens
     """Per area: the known-bad backends aimed at it and how many the suite catches, and which
     of its checks catch at least one (else why not). A mutant's area is that of most of the
     checks it must fail; it counts as caught when it fails at least one check
-    (tests/test_kit_mutants.py proves each fails exactly its listed checks)."""
+    (tests/kit/test_kit_mutants.py proves each fails exactly its listed checks)."""
     home: dict[str, str] = {}
     for ref, ids in mutants.items():
         areas = sorted(catalog[i].area for i in ids if i in catalog)
@@ -147,7 +147,7 @@ def kill_rate_markdown(catalog: dict[str, CheckInfo], mutants: dict[str, frozens
         "",
         "## Mutant kill-rate",
         "",
-        f"Generated from `tests/mutants` ({len(mutants)} known-bad backends; `tests/test_kit_mutants.py` proves each "
+        f"Generated from `tests/mutants` ({len(mutants)} known-bad backends; `tests/kit/test_kit_mutants.py` proves each "
         "fails exactly the checks listed for it). **mutants**: caught / aimed at the area (a mutant's area is that of "
         "most of the checks it fails); **checks**: offline checks that catch at least one mutant / offline checks. "
         "A check that runs only at the loopback or live level is out of the offline mutants' reach by construction.",

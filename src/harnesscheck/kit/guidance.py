@@ -5,7 +5,7 @@ keyed by check id), a `fix` naming what the backend must do and the library func
 section that does it, and a `severity` (critical, high, medium, low) so that a
 security-relevant failure never reads like a cosmetic one. A failing cell prints its fix
 (kit/progress.py, the plugin's failure text); the matrix shows the severity (kit/matrix.py).
-tests/test_kit_guidance.py holds the catalog to having both for every check.
+tests/kit/test_kit_guidance.py holds the catalog to having both for every check.
 """
 
 from __future__ import annotations

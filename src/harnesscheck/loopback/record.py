@@ -465,7 +465,7 @@ def _mangled(path: Path) -> str:
 
 def outcome_summary(outcome: Any) -> dict:
     """What the transport made of the live session: replaying the recording offline must
-    give the same (tests/test_loopback_recordings.py)."""
+    give the same (tests/loopback/test_loopback_recordings.py)."""
     u = outcome.usage
     return {
         "status": outcome.status.value,
@@ -578,7 +578,7 @@ def _default_model(cli: str, lines: list[str]) -> str | None:
 
 
 def _transport_setup(recipe: Recipe) -> dict:
-    """What the replay must set up like the live run (tests/test_loopback_recordings.py)."""
+    """What the replay must set up like the live run (tests/loopback/test_loopback_recordings.py)."""
     out: dict[str, Any] = {"max_iters": recipe.max_iters}
     if recipe.model:
         out["model"] = recipe.model

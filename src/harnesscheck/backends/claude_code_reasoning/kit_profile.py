@@ -22,7 +22,7 @@ PROFILE = KitProfile(
         offline_skip=(
             "reasoning-only Claude Code is verified with the real claude at the loopback level: its model is a CLI call "
             "per host turn, which a mocked HTTP API cannot stand in for and the fake claude (replaying recorded streams) "
-            "cannot answer; offline, tests/test_claude_code_reasoning.py covers its parser, tripwire and error mapping"
+            "cannot answer; offline, tests/backends/test_claude_code_reasoning.py covers its parser, tripwire and error mapping"
         ),
     ),
 )
