@@ -1,7 +1,8 @@
 """Layers (doc/ARCHITECTURE.md): the folders of src/harnesscheck/ are the layers, in the order
 LAYERS states; a module imports only its own folder and the folders below it, and no two
 modules import each other at import time. Read from the source with `ast`, every import
-statement (function-level ones too), so a lazy import cannot hide an upward import or a circle."""
+statement (function-level ones too), so a lazy import cannot hide an upward import or a circle.
+tests/ mirrors the layers: each test module sits in tests/<layer>/, the project-wide ones at the top."""
 
 from __future__ import annotations
 
@@ -122,6 +123,80 @@ def test_the_architecture_page_draws_the_same_order():
     section = page.read_text(encoding="utf-8").split("## Layers", 1)[1].split("\n## ", 1)[0]
     drawn = [m.group(1) for m in re.finditer(r"^      ([a-z]+)/ ", section, re.M)]
     assert drawn == LAYERS, f"doc/ARCHITECTURE.md draws {drawn}; tests/test_layers.py states {LAYERS}"
+
+
+#: tests/ mirrors the layers: a test module sits in tests/<layer>/, the folder of the layer it
+#: tests (tests/core/, ..., tests/apps/). Only these judge the project as a whole (its docs, lint,
+#: packaging, the examples, the public surface above every layer) and sit at the top of tests/.
+PROJECT_WIDE_TESTS = frozenset(
+    {
+        "test_layers.py",
+        "test_lint.py",
+        "test_readme.py",
+        "test_kit_wheel.py",
+        "test_kit_authoring.py",
+        "test_example_cli_backend.py",
+        "test_example_acp_agent.py",
+    }
+)
+
+#: Folders of tests/ that are support, not a layer, and hold no test module: the known-bad
+#: backends, the foreign bindings, the scripts the process tests run, syrupy's snapshots.
+TEST_SUPPORT_FOLDERS = frozenset({"mutants", "foreign", "proc_scripts", "__snapshots__"})
+
+
+def _is_test_module(path: Path) -> bool:
+    """pytest's default `python_files`: test_*.py and *_test.py."""
+    return path.suffix == ".py" and (path.name.startswith("test_") or path.stem.endswith("_test"))
+
+
+def _mirror_offenders(tests: Path) -> list[str]:
+    """What breaks the mirror in the tests folder `tests`: a folder at its top that is neither a
+    layer nor support, a test module outside a layer's folder (deeper, or in a support folder),
+    and a test module at the top that is not listed in PROJECT_WIDE_TESTS."""
+    out = [
+        f"tests/{d.name}/: not a layer (LAYERS) nor a support folder (TEST_SUPPORT_FOLDERS)"
+        for d in sorted(tests.iterdir())
+        if d.is_dir() and d.name not in LAYERS and d.name not in TEST_SUPPORT_FOLDERS and d.name != "__pycache__"
+    ]
+    for path in sorted(p for p in tests.rglob("*.py") if _is_test_module(p)):
+        rel = path.relative_to(tests)
+        if len(rel.parts) == 1 and rel.name not in PROJECT_WIDE_TESTS:
+            out.append(f"tests/{rel}: move it into tests/<layer>/ for the layer it tests, or list it in PROJECT_WIDE_TESTS")
+        elif len(rel.parts) > 1 and (len(rel.parts) > 2 or rel.parts[0] not in LAYERS):
+            out.append(f"tests/{rel.as_posix()}: a test module belongs in tests/<layer>/ (one of {LAYERS})")
+    return out
+
+
+def test_tests_mirror_the_layers():
+    """tests/ mirrors src/harnesscheck/: each test module is in the folder named after the layer
+    it tests, and the top of tests/ holds only the short list of project-wide tests (plus the
+    support modules, which are not test modules)."""
+    tests = Path(__file__).resolve().parent
+    assert not _mirror_offenders(tests), "\n".join(_mirror_offenders(tests))
+    assert {p.name for p in tests.glob("test_*.py")} == PROJECT_WIDE_TESTS, "PROJECT_WIDE_TESTS names a file that is gone"
+
+
+def test_the_mirror_guard_sees_a_stray_test(tmp_path):
+    """A test module at the top that is not project-wide, one in a folder that is no layer, one
+    nested below a layer's folder and one in a support folder are each found; a layer's test,
+    a project-wide test, a support module and a snapshot are not."""
+    for name in ("core/test_scope.py", "core/__snapshots__/test_scope.ambr", "test_lint.py", "kit_support.py", "mutants/api.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    assert _mirror_offenders(tmp_path) == []
+    for name in ("test_stray.py", "stray_test.py", "widgets/test_widget.py", "core/deep/test_deep.py", "mutants/test_mutant.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    found = _mirror_offenders(tmp_path)
+    assert {line.split(":")[0] for line in found} == {
+        "tests/widgets/",
+        "tests/test_stray.py",
+        "tests/stray_test.py",
+        "tests/widgets/test_widget.py",
+        "tests/core/deep/test_deep.py",
+        "tests/mutants/test_mutant.py",
+    }, found
 
 
 def test_the_order_guard_sees_an_upward_import(tmp_path):
