@@ -8,8 +8,18 @@ the developer's shell never leaks into a test.
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
+
+# The test modules sit in tests/<layer>/ (tests/test_layers.py keeps the mirror) and import the
+# support modules at the top of tests/ (kit_support, proc_support, api_wire, ...) by name, so
+# tests/ must be on sys.path. pytest's default (prepend) import mode puts this conftest's folder
+# there before it runs; this states the dependency where the support modules live.
+_TESTS = str(Path(__file__).resolve().parent)
+if _TESTS not in sys.path:
+    sys.path.insert(0, _TESTS)
 
 _PROVIDER_PREFIXES = (
     "ANTHROPIC_",
