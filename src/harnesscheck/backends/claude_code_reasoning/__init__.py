@@ -1,7 +1,7 @@
 """Reasoning-only Claude Code: the api kind's host-owned tool loop, one `claude -p` call per turn.
 
 Requirements kept here (doc/SPEC-claude-code-reasoning.md; the 004 seed's design D1-D5):
-- `ClaudeReasoningTransport` is the `api` transport's loop (backends/api.py) with its model
+- `ClaudeReasoningTransport` is the `api` transport's loop (backends/api/) with its model
   client replaced by `ReasoningLLM`: every host turn is ONE `claude -p` call that executes
   nothing. Built-ins are off (`--tools ""`), denied again by name (`--disallowedTools`, the
   backstop), no MCP server is configured (`--strict-mcp-config` without a config), the turn
