@@ -30,6 +30,7 @@ from typing import Any
 
 from harnesscheck.backends.api import ApiTransport
 from harnesscheck.backends.claude_code import ClaudeCodeTransport
+from harnesscheck.backends.claude_code_reasoning.spec import SPEC as _SPEC
 from harnesscheck.backends.llm import Aborted, LLMError, Reply, ToolCall
 from harnesscheck.core.config import Settings
 from harnesscheck.core.contracts import (
@@ -346,11 +347,5 @@ class ClaudeReasoningTransport(ApiTransport):
         return Cost(source=CostSource.none, partial=partial)
 
 
-def _spec() -> ProviderSpec:
-    from harnesscheck.backends.registry import BUILTIN_SPECS
-
-    return BUILTIN_SPECS["claude-code-reasoning"]
-
-
 #: The registry's built-in spec (also selectable as `harnesscheck.backends.claude_code_reasoning:SPEC`).
-SPEC = _spec()
+SPEC: ProviderSpec = _SPEC
