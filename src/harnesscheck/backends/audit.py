@@ -1,7 +1,7 @@
 """Post-run audit: what a harness touched, from its own event log plus the run's facts.
 
 Contract (doc/SPEC-audit.md). One streaming pass (constant memory in the size of the log)
-over the CLI's JSONL event log, for `claude`, `codex`, `cursor`, `gemini`, `opencode` or `zcode`, plus facts the runner
+over the CLI's JSONL event log, for each CLI with a reader (`audit_clis()`), plus facts the runner
 collected: scope root, read-only, the bridge's trace summary, worktree snapshots before and
 after (hash + mtime of every file, untracked and ignored included), sentinel files outside
 the scope, instruction files the CLI may have loaded. The verdict is an `AuditVerdict`:
@@ -32,10 +32,10 @@ listed but do not make a run unclean. Codes are stable strings:
   project_config_present      .mcp.json / .claude/settings.json / ... in the worktree or parents
   native_tools_offered        the CLI reported built-ins loaded (claude system/init tools)
 
-Over 800 lines for a reason: the shared path and shell analysis every audit uses, plus one
-`_<cli>` event reader per CLI whose log it reads. The seam (architecture-review Part C): each
-reader moves to its backend's folder behind one `feed(event)` protocol; until then they share
-the helpers here.
+Each CLI's event reader lives in its backend's folder (`backends/<backend>/audit.py`, an
+`AuditReader`) and that backend's kit profile names it (`KitProfile.audit_reader`); this module
+keeps what every reader shares (the Auditor: flags, call ids, path binding, shell words, the
+host's policy, the run's facts) and finds a reader through the registry, never by a CLI's name.
 """
 
 from __future__ import annotations

@@ -48,6 +48,7 @@ from harnesscheck.backends._harness import (
     bridge_command,
     ending_outcome,
 )
+from harnesscheck.backends._text import short
 from harnesscheck.contain.process import LineAction
 from harnesscheck.core.config import Settings
 from harnesscheck.core.contracts import (
@@ -329,8 +330,9 @@ def _status_class(status: int) -> ErrorClass | None:
 
 
 def _short(text: str, limit: int = 400) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """`_text.short` with claude's longer bound (its messages carry the CLI's own prose), any
+    value read as its str()."""
+    return short(str(text), limit)
 
 
 def _cli_own(event: dict) -> bool:
