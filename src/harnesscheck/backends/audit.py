@@ -456,6 +456,14 @@ class Auditor:
         if n <= MAX_FLAGS_PER_CODE:
             self._flags.setdefault(code, []).append(AuditFlag(code=code, detail=detail[:500]))
 
+    def mcp_call(self, server: Any, foreign: str) -> None:
+        """An MCP tool call the log shows: one bridge call when `server` is the bridge, else a
+        `foreign_mcp_tool` flag whose detail is `foreign` (each reader says how it read the server)."""
+        if server == BRIDGE_SERVER:
+            self.bridge_tool_uses += 1
+        else:
+            self.flag("foreign_mcp_tool", foreign)
+
     def _native(self, name: str) -> None:
         if len(self.native_calls) < 1000:
             self.native_calls.append(name)

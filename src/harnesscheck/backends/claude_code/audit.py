@@ -80,11 +80,7 @@ def read(auditor: Auditor, ev: dict) -> None:
 
 def _tool_use(auditor: Auditor, name: str, args: Any, call_id: Any, btype: str) -> None:
     if name.startswith("mcp__"):
-        server = name.split("__")[1] if name.count("__") >= 2 else ""
-        if server == BRIDGE_SERVER:
-            auditor.bridge_tool_uses += 1
-        else:
-            auditor.flag("foreign_mcp_tool", name)
+        auditor.mcp_call(name.split("__")[1] if name.count("__") >= 2 else "", name)
         return
     if btype == "server_tool_use":
         auditor._native_used(name, args, shell=False, write=False, known=True)

@@ -8,7 +8,7 @@ MCP server, built-in: read, write, shell, other, unknown) and reports it through
 
 from __future__ import annotations
 
-from harnesscheck.backends.audit import BRIDGE_SERVER, Auditor, AuditReader
+from harnesscheck.backends.audit import Auditor, AuditReader
 
 
 def read(auditor: Auditor, ev: dict) -> None:
@@ -27,10 +27,7 @@ def read(auditor: Auditor, ev: dict) -> None:
     if itype == "mcp_tool_call":
         if not auditor._new_id(item.get("id"), itype, item.get("server"), item.get("tool")):
             return
-        if item.get("server") == BRIDGE_SERVER:
-            auditor.bridge_tool_uses += 1
-        else:
-            auditor.flag("foreign_mcp_tool", f"{item.get('server')}.{item.get('tool')}")
+        auditor.mcp_call(item.get("server"), f"{item.get('server')}.{item.get('tool')}")
         return
     if itype == "command_execution":
         # a declined command is seen first as started (in_progress) in some builds:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from harnesscheck.backends.audit import BRIDGE_SERVER, Auditor, AuditReader
+from harnesscheck.backends.audit import Auditor, AuditReader
 
 _CURSOR_READ_TOOLS = frozenset({"read", "ls", "glob", "grep", "codebaseSearch", "semSearch", "readLints", "listDir", "fileSearch"})
 
@@ -47,10 +47,7 @@ def read(auditor: Auditor, ev: dict) -> None:
         args = body.get("args")
     if name == "mcp" or name.startswith("mcp__"):
         server = _cursor_mcp_server(name, args)
-        if server == BRIDGE_SERVER:
-            auditor.bridge_tool_uses += 1
-        else:
-            auditor.flag("foreign_mcp_tool", f"cursor MCP call to server {server!r}")
+        auditor.mcp_call(server, f"cursor MCP call to server {server!r}")
         return
     known = name in _CURSOR_READ_TOOLS | _CURSOR_WRITE_TOOLS | _CURSOR_SHELL_TOOLS | _CURSOR_OTHER_NATIVE
     auditor._native_used(name, args, shell=name in _CURSOR_SHELL_TOOLS, write=name in _CURSOR_WRITE_TOOLS, known=known)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from harnesscheck.backends.audit import BRIDGE_SERVER, Auditor, AuditReader
+from harnesscheck.backends.audit import Auditor, AuditReader
 
 #: deepseek's 0.2.1rc2 sdk-profile built-ins (what the runtime offers with no patch).
 _DSH_READ_TOOLS = frozenset({"read", "read_image", "glob", "grep"})
@@ -52,10 +52,7 @@ def read(auditor: Auditor, ev: dict) -> None:
     name = str(data.get("name") or "")
     if name.startswith("mcp__"):
         server = name[len("mcp__") :].split("__", 1)[0]
-        if server == BRIDGE_SERVER:
-            auditor.bridge_tool_uses += 1
-        else:
-            auditor.flag("foreign_mcp_tool", f"deepseek MCP call to server {server!r}")
+        auditor.mcp_call(server, f"deepseek MCP call to server {server!r}")
         return
     try:
         args = json.loads(data.get("arguments") or "{}")

@@ -8,7 +8,7 @@ MCP server, built-in: read, write, shell, other, unknown) and reports it through
 
 from __future__ import annotations
 
-from harnesscheck.backends.audit import BRIDGE_SERVER, Auditor, AuditReader, _glob_joined
+from harnesscheck.backends.audit import Auditor, AuditReader, _glob_joined
 
 #: zcode's built-ins (the seed's 0.16.9 denylist and read allowlist, review §1.5), classified.
 _ZCODE_READ_TOOLS = frozenset(
@@ -67,11 +67,7 @@ def read(auditor: Auditor, ev: dict) -> None:
     name = payload["toolName"]
     args = payload.get("input")
     if name.startswith("mcp__"):
-        server = name.split("__")[1] if name.count("__") >= 2 else ""
-        if server == BRIDGE_SERVER:
-            auditor.bridge_tool_uses += 1
-        else:
-            auditor.flag("foreign_mcp_tool", name)
+        auditor.mcp_call(name.split("__")[1] if name.count("__") >= 2 else "", name)
         return
     known = name in _ZCODE_READ_TOOLS | _ZCODE_WRITE_TOOLS | _ZCODE_SHELL_TOOLS | _ZCODE_OTHER_NATIVE
     if name == "Glob" and isinstance(args, dict):
