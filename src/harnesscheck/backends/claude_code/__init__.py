@@ -50,6 +50,7 @@ from harnesscheck.backends._harness import (
 )
 from harnesscheck.backends._text import short
 from harnesscheck.contain.process import LineAction
+from harnesscheck.contain.rundir import write_private as _write_private  # a fresh 0600 file, never following a link
 from harnesscheck.core.config import Settings
 from harnesscheck.core.contracts import (
     BLOCKING,
@@ -145,14 +146,6 @@ def mcp_config(spec_path: Path) -> dict:
     """`--mcp-config` content: the bridge only, absolute interpreter, explicit env."""
     argv, env = bridge_command(spec_path)
     return {"mcpServers": {BRIDGE_SERVER: {"type": "stdio", "command": argv[0], "args": argv[1:], "env": env}}}
-
-
-def _write_private(path: Path, text: str) -> Path:
-    """A fresh 0600 file in the run dir: any entry of that name unlinked, never followed;
-    created O_EXCL|O_NOFOLLOW beneath its directory's fd (rundir.write_private)."""
-    from harnesscheck.contain.rundir import write_private
-
-    return write_private(path, text)
 
 
 # ---------------------------------------------------------------------------------------

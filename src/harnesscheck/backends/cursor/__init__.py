@@ -52,6 +52,7 @@ from harnesscheck.backends._rootcause import tail_cause
 from harnesscheck.backends._text import last_line, short
 from harnesscheck.contain.envpolicy import redact
 from harnesscheck.contain.process import Ending, LineAction, ProcessResult
+from harnesscheck.contain.rundir import write_private as _write_private  # a fresh 0600 file, never following a link
 from harnesscheck.core.contracts import (
     BLOCKING,
     RETRYABLE,
@@ -413,11 +414,3 @@ class CursorTransport(HarnessTransport):
         # thread/session id stays in events.jsonl).
         outcome = outcome.model_copy(update={"session_id": ctx.session_id})
         return self._audit.after(ctx, self.spec, outcome)
-
-
-def _write_private(path: Path, text: str) -> Path:
-    """A fresh 0600 file in the run dir: any entry of that name unlinked, never followed;
-    created O_EXCL|O_NOFOLLOW beneath its directory's fd (rundir.write_private)."""
-    from harnesscheck.contain.rundir import write_private
-
-    return write_private(path, text)

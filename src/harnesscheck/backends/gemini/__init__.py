@@ -63,6 +63,7 @@ from harnesscheck.backends._harness import (
 from harnesscheck.backends._text import short
 from harnesscheck.contain.envpolicy import redact
 from harnesscheck.contain.process import Ending, LineAction, ProcessResult
+from harnesscheck.contain.rundir import write_private as _write_private  # a fresh 0600 file, never following a link
 from harnesscheck.core.contracts import (
     BLOCKING,
     RETRYABLE,
@@ -499,10 +500,3 @@ class GeminiTransport(HarnessTransport):
     def after_session(self, ctx: SessionContext, outcome: AgentOutcome) -> AgentOutcome:
         outcome = outcome.model_copy(update={"session_id": ctx.session_id})
         return self._audit.after(ctx, self.spec, outcome)
-
-
-def _write_private(path: Path, text: str) -> Path:
-    """A fresh 0600 file in the run dir (rundir.write_private: never follows a link)."""
-    from harnesscheck.contain.rundir import write_private
-
-    return write_private(path, text)

@@ -59,6 +59,7 @@ from harnesscheck.backends._rootcause import tail_cause
 from harnesscheck.backends._text import short
 from harnesscheck.contain.envpolicy import redact
 from harnesscheck.contain.process import Ending, LineAction, ProcessResult
+from harnesscheck.contain.rundir import write_private as _write_private  # a fresh 0600 file, never following a link
 from harnesscheck.core.contracts import (
     BLOCKING,
     RETRYABLE,
@@ -465,9 +466,3 @@ class ZcodeTransport(HarnessTransport):
             link.unlink()  # no credential stays in the run dir, which outlives the session
         outcome = outcome.model_copy(update={"session_id": ctx.session_id})
         return self._audit.after(ctx, self.spec, outcome)
-
-
-def _write_private(path: Path, text: str) -> Path:
-    from harnesscheck.contain.rundir import write_private
-
-    return write_private(path, text)
