@@ -37,7 +37,7 @@ _CLAUDE_OTHER_NATIVE = frozenset(
 )
 
 #: The CLI's own words refusing a disabled built-in, each seen in a recorded refusal
-#: (fixtures/claude, fixtures/claude/drift/<version>.json; tests/test_loopback_drift_facts.py
+#: (fixtures/claude, fixtures/claude/drift/<version>.json; tests/loopback/test_loopback_drift_facts.py
 #: fails on a marker no recording shows): claude 2.1.197 "Read exists but is not enabled in
 #: this context", 2.1.332 "Read is disabled for this session".
 _REFUSED_MARKERS = (
