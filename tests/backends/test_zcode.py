@@ -223,7 +223,7 @@ def test_drift_is_flagged_not_ignored(tmp_path):
 
 
 def test_every_native_built_in_is_denied_by_name():
-    from harnesscheck.backends.audit import (
+    from harnesscheck.backends.zcode.audit import (
         _ZCODE_OTHER_NATIVE,
         _ZCODE_READ_TOOLS,
         _ZCODE_SHELL_TOOLS,

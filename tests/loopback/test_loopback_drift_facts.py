@@ -62,7 +62,7 @@ def test_stored_baselines_hold_no_machine_path_or_port():
 def test_every_refusal_marker_is_seen_in_a_recorded_refusal():
     """No dead marker: each text the audit takes as the CLI refusing a built-in occurs in a
     refusal the real CLI gave (a loopback recording or a stored drift baseline)."""
-    from harnesscheck.backends.audit import _REFUSED_MARKERS
+    from harnesscheck.backends.claude_code.audit import _REFUSED_MARKERS
     from harnesscheck.loopback.drift import stored_recordings
 
     texts = [p.read_text(encoding="utf-8") for p in stored_recordings("claude").values()]

@@ -6,9 +6,9 @@ Requirements kept here:
   offline, how its fixtures state usage, cost and the served model, the built-in calls a
   hostile model makes through it, its login files and the credential stores of its real
   users, where it reads its MCP servers and which tools it offers, and its loopback and live
-  specifics. Each backend fills one in `backends/<backend>/kit_profile.py`; its ProviderSpec
-  names it (`kit_profile="module:attr"`) and the kit finds it through
-  `harnesscheck.backends.registry.kit_profile(spec)`. A third party adds a CLI without editing the kit.
+  specifics, and the reader of its event log the post-run audit uses. Each backend fills one
+  in `backends/<backend>/kit_profile.py`; its ProviderSpec names it (`kit_profile="module:attr"`)
+  and the kit finds it through `harnesscheck.backends.registry.kit_profile(spec)`. A third party adds a CLI without editing the kit.
 - Plain data where the fact is data; a function where the fact is a reader of the CLI's own
   format (its stream events, its config files, its argv). Such a function lives in the
   backend's folder and the profile points to it. Functions get plain dicts and the kit's
@@ -25,7 +25,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harnesscheck.backends.audit import AuditReader
 
 #: A reader of facts from a fixture: (the main chain's emitted events, the fixture's placeholder
 #: values `{{model}}` / `{{model_base}}`, the kit's Facts to fill: usage, cost_usd, served_model,
@@ -112,6 +115,11 @@ class KitProfile:
     live_login_missing: Callable[[Path], str | None] | None = None
     #: Set for an api backend whose model is another backend's CLI (reasoning-only).
     reasoning: ReasoningProfile | None = None
+
+    # -- the post-run audit (every level and `harnesscheck run`, not the kit only) --
+    #: The reader of this CLI's event log (backends/audit.py AuditReader, kept in
+    #: `backends/<backend>/audit.py`); None: no post-run audit reads its log.
+    audit_reader: AuditReader | None = None
 
 
 #: The profile of a backend that has none.

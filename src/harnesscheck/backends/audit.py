@@ -1,7 +1,7 @@
 """Post-run audit: what a harness touched, from its own event log plus the run's facts.
 
 Contract (doc/SPEC-audit.md). One streaming pass (constant memory in the size of the log)
-over the CLI's JSONL event log, for `claude`, `codex`, `cursor`, `gemini`, `opencode` or `zcode`, plus facts the runner
+over the CLI's JSONL event log, for each CLI with a reader (`audit_clis()`), plus facts the runner
 collected: scope root, read-only, the bridge's trace summary, worktree snapshots before and
 after (hash + mtime of every file, untracked and ignored included), sentinel files outside
 the scope, instruction files the CLI may have loaded. The verdict is an `AuditVerdict`:
@@ -32,10 +32,10 @@ listed but do not make a run unclean. Codes are stable strings:
   project_config_present      .mcp.json / .claude/settings.json / ... in the worktree or parents
   native_tools_offered        the CLI reported built-ins loaded (claude system/init tools)
 
-Over 800 lines for a reason: the shared path and shell analysis every audit uses, plus one
-`_<cli>` event reader per CLI whose log it reads. The seam (architecture-review Part C): each
-reader moves to its backend's folder behind one `feed(event)` protocol; until then they share
-the helpers here.
+Each CLI's event reader lives in its backend's folder (`backends/<backend>/audit.py`, an
+`AuditReader`) and that backend's kit profile names it (`KitProfile.audit_reader`); this module
+keeps what every reader shares (the Auditor: flags, call ids, path binding, shell words, the
+host's policy, the run's facts) and finds a reader through the registry, never by a CLI's name.
 """
 
 from __future__ import annotations
@@ -45,8 +45,9 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -69,8 +70,6 @@ INFO_CODES: frozenset[str] = frozenset(
 #: ignorable (conformance parse.unknown-events-ignored), and the verdict still says unclean.
 DRIFT_CODES: frozenset[str] = frozenset({"unknown_tool_event", "bridge_call_without_tool_use"})
 BRIDGE_SERVER = "bridge"
-CLIS: tuple[str, ...] = ("claude", "codex", "cursor", "deepseek", "gemini", "opencode", "zcode")
-_CLI_ALIASES = {"claude-code": "claude", "cursor-agent": "cursor"}
 
 #: At most this many flags per code are kept; the last one says how many more were seen.
 MAX_FLAGS_PER_CODE = 20
@@ -363,137 +362,69 @@ _GLOB_KEYS = ("pattern", "globPattern", "glob")
 _SEARCH_TOOLS = frozenset(
     {"grep", "glob", "ls", "list", "listdir", "list_directory", "grep_search", "search_file_content", "codebasesearch", "semsearch", "filesearch", "search"}
 )
-_CLAUDE_READ_TOOLS = frozenset({"Read", "Glob", "Grep", "LS", "NotebookRead", "TodoRead", "TodoWrite"})
-_CLAUDE_WRITE_TOOLS = frozenset({"Write", "Edit", "MultiEdit", "NotebookEdit"})
-_CLAUDE_SHELL_TOOLS = frozenset({"Bash", "BashOutput", "KillShell", "KillBash", "Monitor"})
-_CLAUDE_OTHER_NATIVE = frozenset(
-    {
-        "WebFetch",
-        "WebSearch",
-        "Task",
-        "Agent",
-        "TaskOutput",
-        "TaskStop",
-        "Skill",
-        "ExitPlanMode",
-        "EnterPlanMode",
-        "AskUserQuestion",
-        "SlashCommand",
-        "ToolSearch",
-        "EnterWorktree",
-    }
-)
-_CURSOR_READ_TOOLS = frozenset({"read", "ls", "glob", "grep", "codebaseSearch", "semSearch", "readLints", "listDir", "fileSearch"})
-_CURSOR_WRITE_TOOLS = frozenset({"write", "edit", "delete", "strReplace", "multiEdit", "applyPatch", "editNotebook", "move", "rename"})
-_CURSOR_SHELL_TOOLS = frozenset({"shell", "terminal", "runTerminalCommand", "bash"})
-_CURSOR_OTHER_NATIVE = frozenset({"webSearch", "webFetch", "todo", "updateTodos", "askUserQuestion", "task"})
-#: deepseek's 0.2.1rc2 sdk-profile built-ins (what the runtime offers with no patch).
-_DSH_READ_TOOLS = frozenset({"read", "read_image", "glob", "grep"})
-_DSH_WRITE_TOOLS = frozenset({"write", "edit"})
-_DSH_SHELL_TOOLS = frozenset({"bash", "workflow", "job_kill", "job_list", "job_output"})
-_DSH_OTHER_NATIVE = frozenset(
-    {
-        "web_fetch",
-        "web_search",
-        "subagent",
-        "subagent_fork",
-        "skill",
-        "todo_write",
-        "create_goal",
-        "get_goal",
-        "update_goal",
-        "exit_plan_mode",
-        "send_message",
-        "interrupt_agent",
-        "list_agents",
-        "working_directory",
-        "list_mcp_resources",
-        "list_mcp_resource_templates",
-        "read_mcp_resource",
-    }
-)
-#: gemini-cli 0.61.0 built-ins (tool names as its stream-json `tool_use.tool_name` gives them).
-_GEMINI_READ_TOOLS = frozenset(
-    {
-        "read_file",
-        "read_many_files",
-        "list_directory",
-        "glob",
-        "grep_search",
-        "search_file_content",
-        "read_mcp_resource",
-        "list_mcp_resources",
-        "list_background_processes",
-        "read_background_output",
-    }
-)
-_GEMINI_WRITE_TOOLS = frozenset({"write_file", "replace", "edit", "save_memory", "write_todos"})
-_GEMINI_SHELL_TOOLS = frozenset({"run_shell_command"})
-_GEMINI_OTHER_NATIVE = frozenset(
-    {
-        "google_web_search",
-        "web_fetch",
-        "update_topic",
-        "enter_plan_mode",
-        "exit_plan_mode",
-        "invoke_agent",
-        "activate_skill",
-        "ask_user",
-        "codebase_investigator",
-        "cli_help",
-    }
-)
-#: `tool_result.error.type` values with which gemini-cli refused a call without running it.
-_GEMINI_REFUSED_TYPES = frozenset({"tool_not_registered", "invalid_tool_params"})
-#: opencode 1.18's built-ins (the 10 it offered by default at loopback, plus the ones other
-#: configurations or builds register); an MCP tool is `<server>_<tool>` (bridge: `bridge_*`).
-_OPENCODE_READ_TOOLS = frozenset({"read", "glob", "grep", "list", "lsp", "todoread", "todowrite"})
-_OPENCODE_WRITE_TOOLS = frozenset({"edit", "write", "patch", "apply_patch", "multiedit"})
-_OPENCODE_SHELL_TOOLS = frozenset({"bash"})
-_OPENCODE_OTHER_NATIVE = frozenset({"webfetch", "websearch", "codesearch", "task", "skill", "question", "batch", "invalid"})
-#: zcode's built-ins (the seed's 0.16.9 denylist and read allowlist, review §1.5), classified.
-_ZCODE_READ_TOOLS = frozenset(
-    {
-        "Read",
-        "Grep",
-        "Glob",
-        "LS",
-        "TodoRead",
-        "TodoWrite",
-        "TaskOutput",
-        "ReadSessionContext",
-        "ListWorkflowRuns",
-        "GetWorkflowRun",
-        "ListSavedWorkflows",
-        "ListModels",
-    }
-)
-_ZCODE_WRITE_TOOLS = frozenset({"Edit", "Write", "MultiEdit", "NotebookEdit", "CreateWorkflow", "AmendWorkflow", "SaveWorkflow"})
-_ZCODE_SHELL_TOOLS = frozenset({"Bash", "EvalWorkflowSnippet"})
-_ZCODE_OTHER_NATIVE = frozenset(
-    {
-        "Agent",
-        "Skill",
-        "ExitPlanMode",
-        "EnterPlanMode",
-        "AskUserQuestion",
-        "SendMessage",
-        "WebFetch",
-        "WebSearch",
-        "ResumeWorkflowRun",
-        "ResolveWorkflowQuestion",
-        "TaskStop",
-    }
-)
-#: The CLI's own words refusing a disabled built-in, each seen in a recorded refusal
-#: (fixtures/claude, fixtures/claude/drift/<version>.json; tests/loopback/test_loopback_drift_facts.py
-#: fails on a marker no recording shows): claude 2.1.197 "Read exists but is not enabled in
-#: this context", 2.1.332 "Read is disabled for this session".
-_REFUSED_MARKERS = (
-    "No such tool available",
-    "is not enabled in this context",
-    "is disabled for this session",
-)
+
+
+@dataclass(frozen=True)
+class AuditReader:
+    """One CLI's event-log reader: what the shared Auditor asks of the backend whose log it reads.
+    Each lives in its backend's folder (`backends/<backend>/audit.py`) and that backend's kit
+    profile names it (`KitProfile.audit_reader`); `reader_for` finds it through the registry."""
+
+    #: The CLI's name in the verdict, the trace and the flags' details (`claude`, `codex`, ...).
+    name: str
+    #: A line holding none of these bytes cannot hold a tool event or a fact the reader needs:
+    #: it is counted and never parsed.
+    markers: tuple[bytes, ...]
+    #: Reads one JSON event: (the Auditor, the event) -> None; reports through the Auditor.
+    read: Callable[[Auditor, dict], None]
+    #: The shell and mutating built-ins among the calls this reader holds until their result
+    #: (`Auditor._pending_native`): a held call the log never settles is judged with these.
+    pending_shell_tools: frozenset[str] = frozenset()
+    pending_write_tools: frozenset[str] = frozenset()
+    #: Called once the whole log is read, before the run's facts are judged (or None).
+    finish: Callable[[Auditor], None] | None = None
+
+
+@cache
+def _readers() -> dict[str, AuditReader]:
+    """Every built-in backend's reader by the names a caller may give: the reader's own, the
+    backend id and the CLI's executable (`claude`, `claude-code`; `cursor`, `cursor-agent`).
+    Found through each spec's kit profile: no CLI is named here."""
+    from harnesscheck.backends.registry import BUILTIN_SPECS, kit_profile
+
+    found: dict[str, AuditReader] = {}
+    for spec in BUILTIN_SPECS.values():
+        reader = kit_profile(spec).audit_reader
+        if reader is not None:
+            for name in (reader.name, spec.id, spec.cli_name):
+                if name:
+                    found.setdefault(name, reader)
+    return found
+
+
+def audit_clis() -> list[str]:
+    """The CLIs whose event logs the audit reads (their readers' names), sorted."""
+    return sorted({reader.name for reader in _readers().values()})
+
+
+def reader_for(cli: str) -> AuditReader:
+    """The reader of `cli`'s event log (a reader's name, a backend id or a CLI executable);
+    ValueError for a CLI no built-in backend reads."""
+    reader = _readers().get(cli)
+    if reader is None:
+        raise ValueError(f"unknown cli {cli!r}: one of {', '.join(audit_clis())}")
+    return reader
+
+
+@cache
+def _held_tools() -> tuple[frozenset[str], frozenset[str]]:
+    """The shell and mutating tools of every reader that holds calls until their result: a
+    reused call id settles the earlier call with these (the union, whichever CLI's log)."""
+    readers = set(_readers().values())
+    return (
+        frozenset().union(*(r.pending_shell_tools for r in readers)),
+        frozenset().union(*(r.pending_write_tools for r in readers)),
+    )
 
 
 class Auditor:
@@ -501,10 +432,8 @@ class Auditor:
     only flags (capped per code), counters and a bounded set of call ids are kept."""
 
     def __init__(self, cli: str, facts: RunFacts):
-        cli = _CLI_ALIASES.get(cli, cli)
-        if cli not in CLIS:
-            raise ValueError(f"unknown cli {cli!r}: one of {', '.join(CLIS)}")
-        self.cli = cli
+        self.reader = reader_for(cli)
+        self.cli = self.reader.name
         self.facts = facts
         self.binder = _Binder(facts)
         self._flags: dict[str, list[AuditFlag]] = {}
@@ -516,17 +445,8 @@ class Auditor:
         self._seen_ids: dict[str, set[bytes]] = {}  # call id -> digests of the calls seen under it
         self._pending_native: dict[str, str] = {}  # claude tool_use id -> tool name
         self._pending_args: dict[str, tuple[Any, bool]] = {}  # claude tool_use id -> (input, known)
-        self._codex_started: dict[str, str] = {}  # codex command items seen started, not completed
-        self._markers = _MARKERS[cli]
-        self._handle = {
-            "claude": self._claude,
-            "codex": self._codex,
-            "cursor": self._cursor,
-            "deepseek": self._deepseek,
-            "gemini": self._gemini,
-            "opencode": self._opencode,
-            "zcode": self._zcode,
-        }[cli]
+        self.started_items: dict[str, str] = {}  # items seen started, not completed (a reader's `finish` judges them)
+        self._markers = self.reader.markers
 
     # -- flags --------------------------------------------------------------------------
 
@@ -535,6 +455,14 @@ class Auditor:
         self._counts[code] = n
         if n <= MAX_FLAGS_PER_CODE:
             self._flags.setdefault(code, []).append(AuditFlag(code=code, detail=detail[:500]))
+
+    def mcp_call(self, server: Any, foreign: str) -> None:
+        """An MCP tool call the log shows: one bridge call when `server` is the bridge, else a
+        `foreign_mcp_tool` flag whose detail is `foreign` (each reader says how it read the server)."""
+        if server == BRIDGE_SERVER:
+            self.bridge_tool_uses += 1
+        else:
+            self.flag("foreign_mcp_tool", foreign)
 
     def _native(self, name: str) -> None:
         if len(self.native_calls) < 1000:
@@ -609,295 +537,12 @@ class Auditor:
             self.json_events -= 1
             return
         if isinstance(event, dict):
-            self._handle(event)
+            self.reader.read(self, event)
 
     def feed_all(self, lines: Iterable[str | bytes]) -> "Auditor":
         for line in lines:
             self.feed(line)
         return self
-
-    # -- claude -------------------------------------------------------------------------
-
-    def _claude(self, ev: dict) -> None:
-        kind = ev.get("type")
-        if kind == "system" and ev.get("subtype") == "init":
-            tools = ev.get("tools") if isinstance(ev.get("tools"), list) else []
-            native = [t for t in tools if isinstance(t, str) and not t.startswith("mcp__")]
-            if native and self.facts.builtin_tools_off:
-                self.flag("native_tools_offered", ", ".join(native[:30]))
-            servers = ev.get("mcp_servers") if isinstance(ev.get("mcp_servers"), list) else []
-            for srv in servers:
-                name = srv.get("name") if isinstance(srv, dict) else None
-                if name and name != BRIDGE_SERVER:
-                    self.flag("foreign_mcp_tool", f"MCP server {name!r} loaded ({srv.get('status')})")
-            return
-        message = ev.get("message")
-        content = message.get("content") if isinstance(message, dict) else None
-        if not isinstance(content, list):
-            return
-        for block in content:
-            if not isinstance(block, dict):
-                continue
-            btype = str(block.get("type", ""))
-            if kind == "assistant" and btype in ("tool_use", "server_tool_use"):
-                if not self._new_id(block.get("id"), block.get("name"), block.get("input")):
-                    continue
-                self._claude_tool_use(str(block.get("name", "")), block.get("input"), block.get("id"), btype)
-            elif kind == "user" and btype == "tool_result":
-                self._claude_tool_result(block, ran=isinstance(ev.get("tool_use_result"), dict))
-            elif "tool" in btype and btype not in ("tool_use", "tool_result", "server_tool_use"):
-                self.flag("unknown_tool_event", f"claude content block type {btype!r}")
-
-    def _claude_tool_use(self, name: str, args: Any, call_id: Any, btype: str) -> None:
-        if name.startswith("mcp__"):
-            server = name.split("__")[1] if name.count("__") >= 2 else ""
-            if server == BRIDGE_SERVER:
-                self.bridge_tool_uses += 1
-            else:
-                self.flag("foreign_mcp_tool", name)
-            return
-        if btype == "server_tool_use":
-            self._native_used(name, args, shell=False, write=False, known=True)
-            return
-        known = name in _CLAUDE_READ_TOOLS | _CLAUDE_WRITE_TOOLS | _CLAUDE_SHELL_TOOLS | _CLAUDE_OTHER_NATIVE
-        if isinstance(call_id, str) and len(self._pending_native) < MAX_TRACKED_IDS:
-            self._settle_reused(call_id)
-            self._pending_native[call_id] = name
-            self._pending_args[call_id] = (args, known)
-            return
-        self._native_used(name, args, shell=name in _CLAUDE_SHELL_TOOLS, write=name in _CLAUDE_WRITE_TOOLS, known=known)
-
-    def _claude_tool_result(self, block: dict, ran: bool = False) -> None:
-        """`ran`: the event carried the tool's structured result (claude's `tool_use_result`
-        object: stdout, stderr, ...): the tool ran, whatever its text says."""
-        call_id = block.get("tool_use_id")
-        name = self._pending_native.pop(call_id, None) if isinstance(call_id, str) else None
-        if name is None:
-            return
-        args, known = self._pending_args.pop(call_id, (None, False))
-        if block.get("is_error") and _refused_by_claude(block.get("content"), name, ran):
-            self.flag("native_tool_refused_by_cli", name)
-            return
-        self._native_used(name, args, shell=name in _CLAUDE_SHELL_TOOLS, write=name in _CLAUDE_WRITE_TOOLS, known=known)
-
-    # -- codex --------------------------------------------------------------------------
-
-    def _codex(self, ev: dict) -> None:
-        kind = str(ev.get("type", ""))
-        if not kind.startswith("item."):
-            if "tool" in kind or "exec" in kind or "patch" in kind:
-                self.flag("unknown_tool_event", f"codex event type {kind!r}")
-            return
-        item = ev.get("item")
-        if not isinstance(item, dict):
-            return
-        itype = str(item.get("type", ""))
-        if itype in ("agent_message", "reasoning", "todo_list", "plan", "error"):
-            return
-        status = item.get("status")
-        if itype == "mcp_tool_call":
-            if not self._new_id(item.get("id"), itype, item.get("server"), item.get("tool")):
-                return
-            if item.get("server") == BRIDGE_SERVER:
-                self.bridge_tool_uses += 1
-            else:
-                self.flag("foreign_mcp_tool", f"{item.get('server')}.{item.get('tool')}")
-            return
-        if itype == "command_execution":
-            # a declined command is seen first as started (in_progress) in some builds:
-            # only the completed item tells; so judge on item.completed when present.
-            if kind != "item.completed" and status != "declined":
-                self._codex_started.setdefault(str(item.get("id")), itype)
-                return
-            if not self._new_id(item.get("id"), itype, item.get("command")):
-                return
-            self._codex_started.pop(str(item.get("id")), None)
-            if status == "declined":
-                self.flag("native_tool_refused_by_cli", f"command_execution: {str(item.get('command'))[:200]}")
-                return
-            self._native_used("command_execution", {"command": item.get("command")}, shell=True, write=False, known=True)
-            return
-        if itype == "file_change":
-            if not self._new_id(item.get("id"), itype):
-                return
-            changes = item.get("changes") if isinstance(item.get("changes"), list) else []
-            self._native_used("file_change", None, shell=False, write=True, known=True)
-            for ch in changes[:1000]:
-                if isinstance(ch, dict) and isinstance(ch.get("path"), str):
-                    self._paths("file_change", {"path": ch["path"]})
-            return
-        if itype in ("web_search", "collab_tool_call", "image_view", "view_image"):
-            if not self._new_id(item.get("id"), itype):
-                return
-            self._native_used(itype, None, shell=False, write=False, known=True)
-            return
-        if not self._new_id(item.get("id"), itype):
-            return
-        self.flag("unknown_tool_event", f"codex item type {itype!r}")
-
-    # -- cursor -------------------------------------------------------------------------
-
-    def _cursor(self, ev: dict) -> None:
-        kind = str(ev.get("type", ""))
-        if kind != "tool_call":
-            if "tool" in kind:
-                self.flag("unknown_tool_event", f"cursor event type {kind!r}")
-            return
-        call = ev.get("tool_call")
-        if not isinstance(call, dict) or not call:
-            self.flag("unknown_tool_event", "cursor tool_call without a tool")
-            return
-        key, body = next(iter(call.items()))
-        if not self._new_id(ev.get("call_id"), key, body.get("name") if isinstance(body, dict) else None):
-            return
-        body = body if isinstance(body, dict) else {}
-        if key == "function":
-            name = str(body.get("name", ""))
-            try:
-                args = json.loads(body.get("arguments") or "{}")
-            except (TypeError, ValueError):
-                args = {}
-        else:
-            name = key[: -len("ToolCall")] if key.endswith("ToolCall") else key
-            args = body.get("args")
-        if name == "mcp" or name.startswith("mcp__"):
-            server = _cursor_mcp_server(name, args)
-            if server == BRIDGE_SERVER:
-                self.bridge_tool_uses += 1
-            else:
-                self.flag("foreign_mcp_tool", f"cursor MCP call to server {server!r}")
-            return
-        known = name in _CURSOR_READ_TOOLS | _CURSOR_WRITE_TOOLS | _CURSOR_SHELL_TOOLS | _CURSOR_OTHER_NATIVE
-        self._native_used(name, args, shell=name in _CURSOR_SHELL_TOOLS, write=name in _CURSOR_WRITE_TOOLS, known=known)
-
-    # -- deepseek (the SDK driver's lines: JSON-RPC session.event notifications) ---------
-
-    def _deepseek(self, ev: dict) -> None:
-        event = (ev.get("params") or {}).get("event") if isinstance(ev.get("params"), dict) else None
-        if not isinstance(event, dict) or event.get("type") != "tool/call":
-            return
-        data = event.get("data") if isinstance(event.get("data"), dict) else {}
-        if not self._new_id(data.get("callId"), data.get("name"), data.get("arguments")):
-            return
-        name = str(data.get("name") or "")
-        if name.startswith("mcp__"):
-            server = name[len("mcp__") :].split("__", 1)[0]
-            if server == BRIDGE_SERVER:
-                self.bridge_tool_uses += 1
-            else:
-                self.flag("foreign_mcp_tool", f"deepseek MCP call to server {server!r}")
-            return
-        try:
-            args = json.loads(data.get("arguments") or "{}")
-        except (TypeError, ValueError):
-            args = {}
-        self._native_used(
-            name,
-            args,
-            shell=name in _DSH_SHELL_TOOLS,
-            write=name in _DSH_WRITE_TOOLS,
-            known=name in _DSH_READ_TOOLS | _DSH_WRITE_TOOLS | _DSH_SHELL_TOOLS | _DSH_OTHER_NATIVE,
-        )
-
-    # -- opencode -----------------------------------------------------------------------
-
-    def _opencode(self, ev: dict) -> None:
-        """`opencode run --format json`: a tool call is one `tool_use` event (on completion or
-        error) whose `part.tool` is a built-in name or `<mcp server>_<tool>`."""
-        kind = str(ev.get("type", ""))
-        if kind != "tool_use":
-            if "tool" in kind:
-                self.flag("unknown_tool_event", f"opencode event type {kind!r}")
-            return
-        part = ev.get("part") if isinstance(ev.get("part"), dict) else {}
-        name = str(part.get("tool") or "")
-        if not name:
-            self.flag("unknown_tool_event", "opencode tool_use without a tool")
-            return
-        state = part.get("state") if isinstance(part.get("state"), dict) else {}
-        if not self._new_id(str(part.get("callID") or part.get("id") or "") or None, name, state.get("input")):
-            return
-        if name.startswith(BRIDGE_SERVER + "_"):
-            self.bridge_tool_uses += 1
-            return
-        known = name in _OPENCODE_READ_TOOLS | _OPENCODE_WRITE_TOOLS | _OPENCODE_SHELL_TOOLS | _OPENCODE_OTHER_NATIVE
-        if not known and "_" in name:
-            self.flag("foreign_mcp_tool", f"opencode MCP-style tool {name!r} (not the {BRIDGE_SERVER} server)")
-        self._native_used(name, state.get("input"), shell=name in _OPENCODE_SHELL_TOOLS, write=name in _OPENCODE_WRITE_TOOLS, known=known)
-
-    # -- gemini -------------------------------------------------------------------------
-
-    def _gemini(self, ev: dict) -> None:
-        """`tool_use{tool_name, tool_id, parameters}` / `tool_result{tool_id, status, error}`:
-        `mcp_bridge_<tool>` is a bridge call, `mcp_<other>_...` a foreign MCP tool, anything
-        else a built-in, judged when its result says whether the CLI refused it."""
-        kind = str(ev.get("type", ""))
-        if kind == "tool_use":
-            call_id = ev.get("tool_id")
-            if not self._new_id(call_id if isinstance(call_id, str) else None, ev.get("tool_name"), ev.get("parameters")):
-                return
-            name = str(ev.get("tool_name") or "")
-            if not name:
-                self.flag("unknown_tool_event", "gemini tool_use without a tool_name")
-                return
-            if name.startswith(f"mcp_{BRIDGE_SERVER}_"):
-                self.bridge_tool_uses += 1
-                return
-            if name.startswith("mcp_"):
-                self.flag("foreign_mcp_tool", name)
-                return
-            args = ev.get("parameters")
-            known = name in _GEMINI_READ_TOOLS | _GEMINI_WRITE_TOOLS | _GEMINI_SHELL_TOOLS | _GEMINI_OTHER_NATIVE
-            if isinstance(call_id, str) and len(self._pending_native) < MAX_TRACKED_IDS:
-                self._settle_reused(call_id)
-                self._pending_native[call_id] = name
-                self._pending_args[call_id] = (args, known)
-                return
-            self._native_used(name, args, shell=name in _GEMINI_SHELL_TOOLS, write=name in _GEMINI_WRITE_TOOLS, known=known)
-        elif kind == "tool_result":
-            call_id = ev.get("tool_id")
-            name = self._pending_native.pop(call_id, None) if isinstance(call_id, str) else None
-            if name is None:
-                return
-            args, known = self._pending_args.pop(call_id, (None, False))
-            error = ev.get("error") if isinstance(ev.get("error"), dict) else {}
-            if ev.get("status") == "error" and error.get("type") in _GEMINI_REFUSED_TYPES:
-                self.flag("native_tool_refused_by_cli", name)
-                return
-            self._native_used(name, args, shell=name in _GEMINI_SHELL_TOOLS, write=name in _GEMINI_WRITE_TOOLS, known=known)
-        elif "tool" in kind:
-            self.flag("unknown_tool_event", f"gemini event type {kind!r}")
-
-    # -- zcode --------------------------------------------------------------------------
-
-    def _zcode(self, ev: dict) -> None:
-        """`tool.updated` events (once per toolCallId, whatever its `kind`: a stream that skips
-        `scheduled` is still audited); any other event type naming a tool is format drift."""
-        kind = str(ev.get("type", ""))
-        if kind != "tool.updated":
-            if "tool" in kind:
-                self.flag("unknown_tool_event", f"zcode event type {kind!r}")
-            return
-        payload = ev.get("payload")
-        if not isinstance(payload, dict) or not isinstance(payload.get("toolName"), str):
-            self.flag("unknown_tool_event", "zcode tool.updated without a toolName")
-            return
-        call_id = payload.get("toolCallId")
-        if not self._new_id(str(call_id) if call_id is not None else None, payload["toolName"]):
-            return
-        name = payload["toolName"]
-        args = payload.get("input")
-        if name.startswith("mcp__"):
-            server = name.split("__")[1] if name.count("__") >= 2 else ""
-            if server == BRIDGE_SERVER:
-                self.bridge_tool_uses += 1
-            else:
-                self.flag("foreign_mcp_tool", name)
-            return
-        known = name in _ZCODE_READ_TOOLS | _ZCODE_WRITE_TOOLS | _ZCODE_SHELL_TOOLS | _ZCODE_OTHER_NATIVE
-        if name == "Glob" and isinstance(args, dict):
-            args = _glob_joined(args)
-        self._native_used(name, args, shell=name in _ZCODE_SHELL_TOOLS, write=name in _ZCODE_WRITE_TOOLS, known=known)
 
     # -- shared -------------------------------------------------------------------------
 
@@ -908,8 +553,7 @@ class Auditor:
         if name is None:
             return
         args, known = self._pending_args.pop(call_id, (None, False))
-        shells = _CLAUDE_SHELL_TOOLS | _GEMINI_SHELL_TOOLS
-        writes = _CLAUDE_WRITE_TOOLS | _GEMINI_WRITE_TOOLS
+        shells, writes = _held_tools()
         self._native_used(name, args, shell=name in shells, write=name in writes, known=known)
 
     def _native_used(self, name: str, args: Any, *, shell: bool, write: bool, known: bool) -> None:
@@ -956,13 +600,12 @@ class Auditor:
         for call_id, name in list(self._pending_native.items()):
             # a native tool_use with no tool_result: assume it ran (the log may be truncated)
             args, known = self._pending_args.get(call_id, (None, False))
-            shells, writes = (_GEMINI_SHELL_TOOLS, _GEMINI_WRITE_TOOLS) if self.cli == "gemini" else (_CLAUDE_SHELL_TOOLS, _CLAUDE_WRITE_TOOLS)
+            shells, writes = self.reader.pending_shell_tools, self.reader.pending_write_tools
             self._native_used(name, args, shell=name in shells, write=name in writes, known=known)
         self._pending_native.clear()
         self._pending_args.clear()
-        for item_id in self._codex_started:
-            self._native_used("command_execution", None, shell=True, write=False, known=True)
-        self._codex_started.clear()
+        if self.reader.finish is not None:
+            self.reader.finish(self)
         if summary is not None:
             served = int(getattr(summary, "tool_calls", 0))
             if served > self.bridge_tool_uses:
@@ -1001,17 +644,6 @@ class Auditor:
                 flags.append(AuditFlag(code=code, detail=f"... and {extra} more"))
         clean = not any(fl.code not in INFO_CODES for fl in flags)
         return AuditVerdict(clean=clean, flags=flags)
-
-
-_MARKERS: dict[str, tuple[bytes, ...]] = {
-    "claude": (b"tool_", b'"init"'),
-    "codex": (b'"item.', b"tool", b"exec", b"patch"),
-    "cursor": (b"tool",),
-    "deepseek": (b"tool/call",),
-    "gemini": (b"tool",),
-    "opencode": (b"tool",),
-    "zcode": (b"tool",),
-}
 
 
 _SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "fish"})
@@ -1071,45 +703,6 @@ def _glob_joined(args: dict) -> dict:
     if isinstance(pattern, str) and pattern and isinstance(base, str) and base and not os.path.isabs(pattern):
         return {**args, "pattern": base.rstrip("/") + "/" + pattern}
     return args
-
-
-def _refused_by_claude(content: Any, name: str, ran: bool) -> bool:
-    """claude's own refusal of a disabled built-in, and nothing else: the whole result is its
-    `<tool_use_error>` naming this very tool as unavailable, with one of its refusal phrases,
-    and the event carries no structured result of a run. Text inside a tool's output (a Bash
-    command that prints the phrase, a file that holds it) is never a refusal."""
-    if ran:
-        return False
-    if isinstance(content, list):
-        texts = [c.get("text") for c in content if isinstance(c, dict) and c.get("type", "text") == "text"]
-        if len(texts) != 1 or not isinstance(texts[0], str):
-            return False
-        content = texts[0]
-    if not isinstance(content, str) or len(content) > 1000:
-        return False
-    text = content.strip()
-    if not (text.startswith("<tool_use_error>") and text.endswith("</tool_use_error>")):
-        return False
-    inner = text[len("<tool_use_error>") : -len("</tool_use_error>")].strip()
-    if inner.startswith("Error: "):
-        inner = inner[len("Error: ") :]
-    if not inner.startswith(f"No such tool available: {name}"):
-        return False
-    return any(m in inner for m in _REFUSED_MARKERS)
-
-
-def _cursor_mcp_server(name: str, args: Any) -> str:
-    if name.startswith("mcp__"):
-        parts = name.split("__")
-        return parts[1] if len(parts) >= 3 else ""
-    if isinstance(args, dict):
-        for key in ("providerIdentifier", "serverName", "server", "provider"):
-            if isinstance(args.get(key), str):
-                return args[key]
-        tool = args.get("toolName") or args.get("name")
-        if isinstance(tool, str) and tool.startswith("mcp__"):
-            return _cursor_mcp_server(tool, None)
-    return ""
 
 
 def _changed(before: dict[str, FileState], after: dict[str, FileState]) -> Iterator[str]:

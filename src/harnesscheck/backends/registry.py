@@ -3,10 +3,8 @@
 Selection is explicit: no auto-detection, no fallback to another backend or to an API key.
 Every error names the fix (doc/SPEC-registry.md).
 
-Over 800 lines for a reason: the eleven built-in specs (with their capability sets and
-settings) are kept side by side so a reviewer compares backends in one screen; the loading of
-entry points and selection is the smaller part. The seam (Part C): each spec into its backend's
-folder, this module collecting them.
+Each built-in spec lives in its backend's folder (`backends/<backend>/spec.py`); this module
+collects them in BUILTIN_SPECS by an explicit list, in the matrix's column order.
 """
 
 from __future__ import annotations
@@ -23,7 +21,20 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from harnesscheck.backends.acp import spec as acp_fake_spec
+from harnesscheck.backends.acp.spec import acp_spec
+from harnesscheck.backends.api import spec as api_spec
+from harnesscheck.backends.claude_code import spec as claude_code_spec
+from harnesscheck.backends.claude_code_reasoning import spec as claude_code_reasoning_spec
+from harnesscheck.backends.codex import spec as codex_spec
+from harnesscheck.backends.copilot import spec as copilot_spec
+from harnesscheck.backends.cursor import spec as cursor_spec
+from harnesscheck.backends.deepseek import spec as deepseek_spec
+from harnesscheck.backends.fake import spec as fake_spec
+from harnesscheck.backends.gemini import spec as gemini_spec
 from harnesscheck.backends.llm import API_MODES
+from harnesscheck.backends.opencode import spec as opencode_spec
+from harnesscheck.backends.zcode import spec as zcode_spec
 from harnesscheck.core.config import Settings
 from harnesscheck.core.contracts import (
     Capability as C,
@@ -32,7 +43,6 @@ from harnesscheck.core.contracts import (
     CliNotFound,
     CliVersionUnsupported,
     ConfigError,
-    Kind,
     ProviderSpec,
     SelectionMissing,
     Transport,
@@ -41,293 +51,23 @@ from harnesscheck.core.contracts import (
 
 ENTRY_POINT_GROUP = "harnesscheck.backends"
 
-#: What every ACP agent declares: the host's bridge as its MCP server and a cancel that ends
-#: the tree (session/cancel, then the kill). Anything agent-specific (built-ins off, usage)
-#: is a profile's to claim, not the protocol's.
-ACP_CAPABILITIES = frozenset({C.mcp_tools, C.host_policy, C.event_stream, C.host_approvals, C.cancellation})
-
+#: The built-in backends, in the order of the matrix's columns (doc/backends.*, the catalog and
+#: reports follow it). Each spec lives in its backend's folder (`backends/<backend>/spec.py`).
 BUILTIN_SPECS: dict[str, ProviderSpec] = {
     spec.id: spec
     for spec in (
-        ProviderSpec(
-            id="api",
-            kind=Kind.api,
-            label="API (Anthropic Messages / OpenAI Chat Completions / Responses)",
-            factory="harnesscheck.backends.api:ApiTransport",
-            capabilities=frozenset(
-                {
-                    C.host_tool_loop,
-                    C.host_policy,
-                    C.event_stream,
-                    C.host_approvals,
-                    C.builtin_tools_off,
-                    C.max_turns,
-                    C.system_prompt,
-                    C.usage_reporting,
-                    C.served_model_reporting,
-                    C.cancellation,
-                    C.early_auth_stop,
-                    C.retry_events,
-                }
-            ),
-            description="Raw model API; the host owns the tool loop through dispatch.",
-        ),
-        ProviderSpec(
-            id="copilot",
-            kind=Kind.api,
-            label="GitHub Copilot (api provider: device-flow login, routed by GET /models)",
-            factory="harnesscheck.backends.copilot:CopilotTransport",
-            capabilities=frozenset(
-                {
-                    C.host_tool_loop,
-                    C.host_policy,
-                    C.event_stream,
-                    C.host_approvals,
-                    C.builtin_tools_off,
-                    C.max_turns,
-                    C.system_prompt,
-                    C.usage_reporting,
-                    C.served_model_reporting,
-                    C.cancellation,
-                    C.early_auth_stop,  # a 401 is sent once more only with a refreshed credential
-                    C.credential_exchange,
-                }
-            ),
-            description="GitHub Copilot subscription over its API; the host owns the tool loop (harnesscheck login copilot).",
-        ),
-        ProviderSpec(
-            id="claude-code",
-            kind=Kind.harness,
-            label="Claude Code (claude -p)",
-            factory="harnesscheck.backends.claude_code:ClaudeCodeTransport",
-            kit_profile="harnesscheck.backends.claude_code.kit_profile:PROFILE",
-            capabilities=frozenset(
-                {
-                    C.mcp_tools,
-                    C.host_policy,
-                    C.event_stream,
-                    C.host_approvals,
-                    C.builtin_tools_off,
-                    C.max_turns,
-                    C.system_prompt,
-                    C.usage_reporting,
-                    C.cost_reporting,
-                    C.served_model_reporting,
-                    C.auth_preflight,
-                    C.cancellation,
-                    C.config_isolation,
-                    C.early_auth_stop,
-                }
-            ),
-            cli_name="claude",
-            cli_package="@anthropic-ai/claude-code",
-            min_version="2.1.0",
-            max_version="3.0.0",
-            pinned_version="2.1.332",
-            description="Subscription CLI; built-ins off, host tools through the MCP bridge.",
-        ),
-        ProviderSpec(
-            id="claude-code-reasoning",
-            kind=Kind.api,
-            label="Claude Code, reasoning only (one claude -p call per host turn)",
-            factory="harnesscheck.backends.claude_code_reasoning:ClaudeReasoningTransport",
-            kit_profile="harnesscheck.backends.claude_code_reasoning.kit_profile:PROFILE",
-            capabilities=frozenset(
-                {
-                    C.host_tool_loop,
-                    C.host_policy,
-                    C.event_stream,
-                    C.host_approvals,
-                    C.builtin_tools_off,
-                    C.max_turns,
-                    C.system_prompt,
-                    C.usage_reporting,
-                    C.served_model_reporting,
-                    C.cancellation,
-                }
-            ),
-            # No CLI fields of its own: it runs the claude-code spec's CLI (its pin, its range).
-            description="The host owns the loop; the CLI executes nothing (tools as a text protocol; tripwire on tool_use).",
-        ),
-        ProviderSpec(
-            id="codex",
-            kind=Kind.harness,
-            label="Codex (codex exec)",
-            factory="harnesscheck.backends.codex:CodexTransport",
-            kit_profile="harnesscheck.backends.codex.kit_profile:PROFILE",
-            capabilities=frozenset(
-                {
-                    C.mcp_tools,
-                    C.host_policy,
-                    C.event_stream,
-                    C.host_approvals,
-                    C.native_tools_audited,
-                    C.usage_reporting,
-                    C.cancellation,
-                    C.config_isolation,
-                    C.early_auth_stop,  # stops at the first 401 "Reconnecting... 1/5" notice
-                }
-            ),
-            cli_name="codex",
-            cli_package="@openai/codex",
-            min_version="0.100.0",
-            max_version="1.0.0",
-            pinned_version="0.171.0",
-            description="Subscription CLI; bridge via per-run CODEX_HOME; built-ins audited.",
-        ),
-        ProviderSpec(
-            id="cursor",
-            kind=Kind.harness,
-            label="Cursor (cursor-agent --print)",
-            factory="harnesscheck.backends.cursor:CursorTransport",
-            kit_profile="harnesscheck.backends.cursor.kit_profile:PROFILE",
-            capabilities=frozenset({C.mcp_tools, C.host_policy, C.event_stream, C.host_approvals, C.native_tools_audited, C.usage_reporting, C.cancellation}),
-            cli_name="cursor-agent",
-            description="Subscription CLI (not on the npm registry: offline level only).",
-        ),
-        ProviderSpec(
-            id="deepseek",
-            kind=Kind.harness,
-            label="DeepSeek Harness (deepseek-harness-sdk + dsh runtime)",
-            factory="harnesscheck.backends.deepseek:DeepSeekTransport",
-            kit_profile="harnesscheck.backends.deepseek.kit_profile:PROFILE",
-            capabilities=frozenset(
-                {
-                    C.mcp_tools,
-                    C.host_policy,
-                    C.event_stream,
-                    C.host_approvals,
-                    C.builtin_tools_off,
-                    C.max_turns,
-                    C.system_prompt,
-                    C.usage_reporting,
-                    C.cancellation,
-                    C.early_auth_stop,  # a 401 ends the turn at once (observed: one request, no retry)
-                }
-            ),
-            cli_name="deepseek",
-            min_version="0.2.1rc2",
-            max_version="0.3.0",
-            pinned_version="0.2.1rc2",
-            # the Python driver, the SDK import and the dsh runtime's start: 11 s for a whole plain
-            # session at load 1, 26-35 s at load 15-20 (2 cores); measured start-ups raise it (loopback)
-            cold_start_s=20.0,
-            description="API-keyed Python SDK + bundled runtime (pip); built-ins off by composition, bridge via its MCP client.",
-        ),
-        ProviderSpec(
-            id="gemini",
-            kind=Kind.harness,
-            label="Gemini CLI (gemini -p)",
-            factory="harnesscheck.backends.gemini:GeminiTransport",
-            kit_profile="harnesscheck.backends.gemini.kit_profile:PROFILE",
-            capabilities=frozenset(
-                {
-                    C.mcp_tools,
-                    C.host_policy,
-                    C.event_stream,
-                    C.host_approvals,
-                    C.builtin_tools_off,  # tools.core lists none of its built-ins (verified at the wire)
-                    C.usage_reporting,
-                    C.served_model_reporting,  # result.stats.models keys: the server's modelVersion
-                    C.cancellation,
-                    C.config_isolation,  # per-run HOME holding only our .gemini/settings.json
-                    C.early_auth_stop,  # a 401 is never retried by the CLI; its result ends the session
-                }
-            ),
-            cli_name="gemini",
-            cli_package="@google/gemini-cli",
-            min_version="0.61.0",
-            max_version="1.0.0",
-            pinned_version="0.61.0",
-            description="API-keyed CLI; built-ins removed by settings, host tools through the MCP bridge.",
-        ),
-        ProviderSpec(
-            id="opencode",
-            kind=Kind.harness,
-            label="opencode (opencode run)",
-            factory="harnesscheck.backends.opencode:OpencodeTransport",
-            kit_profile="harnesscheck.backends.opencode.kit_profile:PROFILE",
-            capabilities=frozenset(
-                {
-                    C.mcp_tools,
-                    C.host_policy,
-                    C.event_stream,
-                    C.host_approvals,
-                    C.builtin_tools_off,  # "tools": {name: false} + permission deny; checked at the wire
-                    C.usage_reporting,
-                    C.cost_reporting,
-                    C.cancellation,
-                    C.config_isolation,
-                }
-            ),
-            cli_name="opencode",
-            cli_package="opencode-ai",
-            min_version="1.18.0",
-            max_version="2.0.0",
-            pinned_version="1.18.33",
-            # the Bun binary's start, its sqlite migration, plugin and MCP start: first model request
-            # 30 s after spawn at load 10 (2 cores; `--version` alone 8.7 s at load 16); measured start-ups raise it
-            cold_start_s=30.0,
-            description="BYOK CLI; per-run config and plugin cache, built-ins off, host tools through the MCP bridge.",
-        ),
-        ProviderSpec(
-            id="zcode",
-            kind=Kind.harness,
-            label="zcode (Z.AI GLM coding plan, zcode --prompt)",
-            factory="harnesscheck.backends.zcode:ZcodeTransport",
-            kit_profile="harnesscheck.backends.zcode.kit_profile:PROFILE",
-            capabilities=frozenset(
-                {
-                    C.mcp_tools,
-                    C.host_policy,
-                    C.event_stream,
-                    C.host_approvals,
-                    C.native_tools_audited,
-                    C.usage_reporting,
-                    C.served_model_reporting,
-                    C.cancellation,
-                    C.config_isolation,
-                }
-            ),
-            cli_name="zcode",
-            # The built-in denylist is the one the references recorded from 0.16.9: a 0.x line
-            # beyond it may add built-ins the list does not name (the audit still flags them).
-            min_version="0.16.0",
-            max_version="1.0.0",
-            description="Subscription CLI (not obtainable here: offline level only, fixtures from references).",
-        ),
-        ProviderSpec(
-            id="acp-fake",
-            kind=Kind.harness,
-            label="ACP agent (harnesscheck's fake, offline)",
-            factory="harnesscheck.backends.acp:AcpTransport",
-            # the fake reports usage in its prompt result, as claude-agent-acp and opencode do
-            capabilities=ACP_CAPABILITIES | {C.usage_reporting},
-            cli_name="acp-agent",
-            description="The fake ACP agent (fake_clis/acp-agent) through the ACP backend: the offline ACP column.",
-        ),
-        ProviderSpec(
-            id="fake",
-            kind=Kind.api,
-            label="Fake (in-process, scripted)",
-            factory="harnesscheck.backends.fake:FakeTransport",
-            capabilities=frozenset(
-                {
-                    C.host_tool_loop,
-                    C.host_policy,
-                    C.event_stream,
-                    C.host_approvals,
-                    C.builtin_tools_off,
-                    C.max_turns,
-                    C.system_prompt,
-                    C.usage_reporting,
-                    C.served_model_reporting,
-                    C.cancellation,
-                    C.early_auth_stop,
-                }
-            ),
-            description="Deterministic in-process backend; the reference for every applicable check.",
-        ),
+        api_spec.SPEC,
+        copilot_spec.SPEC,
+        claude_code_spec.SPEC,
+        claude_code_reasoning_spec.SPEC,
+        codex_spec.SPEC,
+        cursor_spec.SPEC,
+        deepseek_spec.SPEC,
+        gemini_spec.SPEC,
+        opencode_spec.SPEC,
+        zcode_spec.SPEC,
+        acp_fake_spec.SPEC,
+        fake_spec.SPEC,
     )
 }
 
@@ -447,28 +187,6 @@ def _shipped_acp_profile(backend_id: str) -> bool:
     from harnesscheck.backends.acp.profile import PROFILE_DIR
 
     return (PROFILE_DIR / f"{backend_id[4:]}.toml").is_file()
-
-
-def acp_spec(backend_id: str) -> ProviderSpec:
-    """The spec of an ACP agent given by command line or profile file (`acp:...`): the profile
-    is read now, so a bad one fails before anything runs."""
-    from harnesscheck.backends.acp.profile import profile_for
-
-    profile = profile_for(backend_id)
-    package, _, version = (profile.install.npm or "").rpartition("@")
-    return ProviderSpec(
-        id=backend_id,
-        kind=Kind.harness,
-        label=f"ACP agent {profile.name}",
-        factory="harnesscheck.backends.acp:AcpTransport",
-        # a profile that switches the agent's built-ins off claims it (judged at the wire at loopback)
-        capabilities=ACP_CAPABILITIES | ({C.builtin_tools_off} if profile.builtins_off else set()),
-        cli_name=Path(profile.install.bin or profile.command[0]).name,
-        # the npm pin the loopback level runs (the real agent against the scripted servers)
-        cli_package=package or None,
-        pinned_version=version or None,
-        description=profile.description or f"ACP agent: {' '.join(profile.command)}",
-    )
 
 
 #: A third-party backend's id: letters, digits, '.', '_', '-' (it names report columns, file

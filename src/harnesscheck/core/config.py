@@ -68,7 +68,7 @@ class Settings(BaseModel):
         validation_alias="HARNESS_ACP_BASE_URL",
         description="must be the model endpoint for an ACP agent, http(s)://host[:port][/path]",
     )
-    # GitHub Copilot (backends/copilot.py, doc/SPEC-copilot.md): every endpoint is a setting, so a
+    # GitHub Copilot (backends/copilot/, doc/SPEC-copilot.md): every endpoint is a setting, so a
     # host (or a test) points them at an enterprise host or a mock on 127.0.0.1.
     copilot_url: str = Field(
         default="https://api.githubcopilot.com",

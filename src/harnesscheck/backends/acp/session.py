@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harnesscheck.backends._text import short
 from harnesscheck.backends.acp.errors import STOP_REASONS, classify_error, failed_status
 from harnesscheck.backends.acp.profile import AcpProfile
 from harnesscheck.contain.envpolicy import redact
@@ -580,7 +581,7 @@ class AcpSession:
         elif self.ev.prompt_error is not None:
             cls = classify_error(self.ev.prompt_error, self.profile.errors)
             status = failed_status(cls)
-            message = f"session/prompt failed: {self.ev.prompt_error.get('code')} {_short(str(self.ev.prompt_error.get('message', '')))}"
+            message = f"session/prompt failed: {self.ev.prompt_error.get('code')} {short(str(self.ev.prompt_error.get('message', '')))}"
         elif self.ev.stop_reason is not None:
             status, cls = STOP_REASONS.get(self.ev.stop_reason, (OutcomeStatus.error, ErrorClass.protocol))
             message = "" if status is OutcomeStatus.ok else f"stopReason {self.ev.stop_reason}"
@@ -591,7 +592,7 @@ class AcpSession:
             if cls is ErrorClass.unknown:
                 cls = ErrorClass.protocol
             status = failed_status(cls)
-            message = f"{self.ev.setup_error.get('method')} failed: {_short(str(self.ev.setup_error.get('message', '')))}"
+            message = f"{self.ev.setup_error.get('method')} failed: {short(str(self.ev.setup_error.get('message', '')))}"
         elif self.ev.cancel_reason == "host" and result.ending is not Ending.deadline:
             status, cls, message = OutcomeStatus.cancelled, None, "cancelled by the host; session/cancel sent, the tree was ended"
         else:
@@ -624,11 +625,6 @@ class AcpSession:
             orphan_suspected=result.orphan_suspected,
             stderr_tail=result.stderr_tail,
         )
-
-
-def _short(text: str, limit: int = 300) -> str:
-    text = " ".join((text or "").split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _version() -> str:

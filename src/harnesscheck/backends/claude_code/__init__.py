@@ -48,7 +48,9 @@ from harnesscheck.backends._harness import (
     bridge_command,
     ending_outcome,
 )
+from harnesscheck.backends._text import short
 from harnesscheck.contain.process import LineAction
+from harnesscheck.contain.rundir import write_private as _write_private  # a fresh 0600 file, never following a link
 from harnesscheck.core.config import Settings
 from harnesscheck.core.contracts import (
     BLOCKING,
@@ -144,14 +146,6 @@ def mcp_config(spec_path: Path) -> dict:
     """`--mcp-config` content: the bridge only, absolute interpreter, explicit env."""
     argv, env = bridge_command(spec_path)
     return {"mcpServers": {BRIDGE_SERVER: {"type": "stdio", "command": argv[0], "args": argv[1:], "env": env}}}
-
-
-def _write_private(path: Path, text: str) -> Path:
-    """A fresh 0600 file in the run dir: any entry of that name unlinked, never followed;
-    created O_EXCL|O_NOFOLLOW beneath its directory's fd (rundir.write_private)."""
-    from harnesscheck.contain.rundir import write_private
-
-    return write_private(path, text)
 
 
 # ---------------------------------------------------------------------------------------
@@ -329,8 +323,9 @@ def _status_class(status: int) -> ErrorClass | None:
 
 
 def _short(text: str, limit: int = 400) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """`_text.short` with claude's longer bound (its messages carry the CLI's own prose), any
+    value read as its str()."""
+    return short(str(text), limit)
 
 
 def _cli_own(event: dict) -> bool:

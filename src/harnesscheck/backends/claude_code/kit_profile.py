@@ -18,6 +18,7 @@ from harnesscheck.backends._kit_profile import (
     mcp_servers_json,
     repeat_assistant_events,
 )
+from harnesscheck.backends.claude_code.audit import READER
 from harnesscheck.core.contracts import Usage
 
 
@@ -87,6 +88,7 @@ def live_login_missing(home: Path) -> str | None:
 
 
 PROFILE = KitProfile(
+    audit_reader=READER,
     fake_name="claude",
     repeat_usage_events=repeat_assistant_events,  # stream-json prints a message's event once per content block
     fixture_facts=fixture_facts,

@@ -1,7 +1,7 @@
 """Reasoning-only Claude Code: the api kind's host-owned tool loop, one `claude -p` call per turn.
 
 Requirements kept here (doc/SPEC-claude-code-reasoning.md; the 004 seed's design D1-D5):
-- `ClaudeReasoningTransport` is the `api` transport's loop (backends/api.py) with its model
+- `ClaudeReasoningTransport` is the `api` transport's loop (backends/api/) with its model
   client replaced by `ReasoningLLM`: every host turn is ONE `claude -p` call that executes
   nothing. Built-ins are off (`--tools ""`), denied again by name (`--disallowedTools`, the
   backstop), no MCP server is configured (`--strict-mcp-config` without a config), the turn
@@ -30,6 +30,7 @@ from typing import Any
 
 from harnesscheck.backends.api import ApiTransport
 from harnesscheck.backends.claude_code import ClaudeCodeTransport
+from harnesscheck.backends.claude_code_reasoning.spec import SPEC as _SPEC
 from harnesscheck.backends.llm import Aborted, LLMError, Reply, ToolCall
 from harnesscheck.core.config import Settings
 from harnesscheck.core.contracts import (
@@ -346,11 +347,5 @@ class ClaudeReasoningTransport(ApiTransport):
         return Cost(source=CostSource.none, partial=partial)
 
 
-def _spec() -> ProviderSpec:
-    from harnesscheck.backends.registry import BUILTIN_SPECS
-
-    return BUILTIN_SPECS["claude-code-reasoning"]
-
-
 #: The registry's built-in spec (also selectable as `harnesscheck.backends.claude_code_reasoning:SPEC`).
-SPEC = _spec()
+SPEC: ProviderSpec = _SPEC

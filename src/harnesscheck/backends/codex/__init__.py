@@ -28,6 +28,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from harnesscheck.backends import _text
 from harnesscheck.backends._args import safe_model
 from harnesscheck.backends._bounded import CallLog, TextTail
 from harnesscheck.backends._errortext import classify_text
@@ -40,8 +41,10 @@ from harnesscheck.backends._harness import (
     bridge_command,
     ending_outcome,
 )
+from harnesscheck.backends._text import short
 from harnesscheck.contain.envpolicy import redact
 from harnesscheck.contain.process import Ending, LineAction, ProcessResult
+from harnesscheck.contain.rundir import write_private as _write_private  # a fresh 0600 file, never following a link
 from harnesscheck.core.contracts import (
     BLOCKING,
     RETRYABLE,
@@ -285,7 +288,7 @@ class CodexParser:
     def _classify(self, result: ProcessResult) -> tuple[OutcomeStatus, ErrorClass | None, str]:
         notes = self._notes(result)
         if self.early is not None and result.ending is Ending.early_stop:
-            return _failed(self.early), self.early, _short(self.early_message) + notes
+            return _failed(self.early), self.early, short(self.early_message) + notes
         if result.ending is Ending.cancelled:
             return OutcomeStatus.cancelled, None, "cancelled by the host" + notes
         if result.ending is Ending.deadline and self.terminal is None:
@@ -306,12 +309,12 @@ class CodexParser:
             cls = classify_text(self.failure) or classify_text(self.errors[-1] if self.errors else "")
             cls = cls or ErrorClass.unknown
             if cls in (ErrorClass.budget, ErrorClass.max_turns):
-                return OutcomeStatus.truncated, cls, _short(text) + notes
-            return _failed(cls), cls, _short(text) + notes
+                return OutcomeStatus.truncated, cls, short(text) + notes
+            return _failed(cls), cls, short(text) + notes
         # No terminal event: the process ended (or was killed) mid-turn.
         cause = self._root_of_errors(result)
         if cause is not None:
-            return _failed(cause[0]), cause[0], _short(cause[1]) + notes
+            return _failed(cause[0]), cause[0], short(cause[1]) + notes
         if self.decoder.malformed or result.partial_tail:
             return OutcomeStatus.error, ErrorClass.protocol, "the stream ended inside an event (no terminal event)" + notes
         fallback = ending_outcome(result, terminal_seen=False)
@@ -323,7 +326,7 @@ class CodexParser:
         retrying is the root cause (the ladder ran into the deadline), else the timeout."""
         if self.retrying is not None:
             cls, message = self.retrying
-            return _failed(cls), cls, _short(message) + "; codex was still retrying when the wall-clock budget was reached" + notes
+            return _failed(cls), cls, short(message) + "; codex was still retrying when the wall-clock budget was reached" + notes
         return OutcomeStatus.truncated, ErrorClass.timeout, "wall-clock budget reached" + notes
 
     def _root_of_errors(self, result: ProcessResult) -> tuple[ErrorClass, str] | None:
@@ -336,7 +339,7 @@ class CodexParser:
     def _notes(self, result: ProcessResult) -> str:
         parts = []
         if self.warnings:
-            parts.append(f"{len(self.warnings)} warning(s): {_short(self.warnings[0], 120)}")
+            parts.append(f"{len(self.warnings)} warning(s): {short(self.warnings[0], 120)}")
         if self.decoder.malformed:
             parts.append(f"{self.decoder.malformed} malformed line(s) skipped")
         if result.partial_tail:
@@ -395,11 +398,6 @@ def _usage(raw) -> Usage:
 
 def _failed(cls: ErrorClass) -> OutcomeStatus:
     return OutcomeStatus.blocked if cls in BLOCKING else OutcomeStatus.error
-
-
-def _short(text: str, limit: int = 300) -> str:
-    text = " ".join((text or "").split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # ---------------------------------------------------------------------------------------
@@ -537,18 +535,7 @@ def subscription_auth_file(parent_env: dict[str, str]) -> Path | None:
 
 def compose_prompt(system: str | None, prompt: str, tool_names: tuple[str, ...]) -> str:
     """Codex has no system-prompt channel: the contract goes first, then the task."""
-    parts = []
-    if system and system.strip():
-        parts.append("# Instructions\n\n" + system.strip())
-    if tool_names:
-        parts.append(
-            "# Tools\n\nThe repository is not in your working directory. Reach it only through the "
-            f"`{BRIDGE_SERVER}` MCP tools ({', '.join(tool_names)}), with paths relative to the "
-            "repository root."
-        )
-    if not parts:
-        return prompt
-    return "\n\n".join(parts) + "\n\n# Task\n\n" + prompt
+    return _text.compose_prompt(system, prompt, tool_names)
 
 
 class CodexTransport(HarnessTransport):
@@ -720,11 +707,3 @@ def _output_text(output) -> str:
     if isinstance(output, dict):
         return str(output.get("content") or output.get("text") or "")
     return ""
-
-
-def _write_private(path: Path, text: str) -> Path:
-    """A fresh 0600 file in the run dir: any entry of that name unlinked, never followed;
-    created O_EXCL|O_NOFOLLOW beneath its directory's fd (rundir.write_private)."""
-    from harnesscheck.contain.rundir import write_private
-
-    return write_private(path, text)

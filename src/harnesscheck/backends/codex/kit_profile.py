@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 from harnesscheck.backends._kit_profile import KitProfile, first_text_before_hang
+from harnesscheck.backends.codex.audit import READER
 from harnesscheck.core.contracts import Usage
 
 _REROUTED = re.compile(r"^model rerouted: \S+ -> (\S+)")
@@ -69,6 +70,7 @@ def live_login_missing(home: Path) -> str | None:
 
 
 PROFILE = KitProfile(
+    audit_reader=READER,
     fake_name="codex",
     fixture_facts=fixture_facts,
     stall_text=stall_text,

@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from harnesscheck.backends import _text
 from harnesscheck.backends._args import safe_model
 from harnesscheck.backends._bounded import CallLog, TextTail
 from harnesscheck.backends._errortext import classify_text
@@ -48,8 +49,10 @@ from harnesscheck.backends._harness import (
     ending_outcome,
 )
 from harnesscheck.backends._rootcause import tail_cause
+from harnesscheck.backends._text import last_line, short
 from harnesscheck.contain.envpolicy import redact
 from harnesscheck.contain.process import Ending, LineAction, ProcessResult
+from harnesscheck.contain.rundir import write_private as _write_private  # a fresh 0600 file, never following a link
 from harnesscheck.core.contracts import (
     BLOCKING,
     RETRYABLE,
@@ -234,16 +237,16 @@ class CursorParser:
             text = res.get("result") if isinstance(res.get("result"), str) else ""
             if res.get("is_error") is True:
                 cls = classify_text(text) or classify_text(result.stderr_tail) or ErrorClass.unknown
-                return _failed(cls), cls, _short(text or _last_line(result.stderr_tail)) + notes
+                return _failed(cls), cls, short(text or last_line(result.stderr_tail)) + notes
             if res.get("subtype") not in (None, "success"):
                 cls = classify_text(text) or ErrorClass.unknown
-                return _failed(cls), cls, f"result subtype {res.get('subtype')!r}: " + _short(text) + notes
+                return _failed(cls), cls, f"result subtype {res.get('subtype')!r}: " + short(text) + notes
             if not text.strip():
                 return OutcomeStatus.error, ErrorClass.protocol, "result without an answer" + notes
             return OutcomeStatus.ok, None, notes.lstrip("; ")
         cause = tail_cause(result.stderr_tail)  # the root among the tail's lines (doc/SPEC-cursor.md)
         if cause is not None:
-            return _failed(cause[0]), cause[0], _short(cause[1]) + notes
+            return _failed(cause[0]), cause[0], short(cause[1]) + notes
         if self.decoder.malformed or result.partial_tail:
             return OutcomeStatus.error, ErrorClass.protocol, "the stream ended inside an event (no result event)" + notes
         fallback = ending_outcome(result, terminal_seen=False)
@@ -297,16 +300,6 @@ def _failed(cls: ErrorClass) -> OutcomeStatus:
     return OutcomeStatus.blocked if cls in BLOCKING else OutcomeStatus.error
 
 
-def _short(text: str, limit: int = 300) -> str:
-    text = " ".join((text or "").split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _last_line(text: str) -> str:
-    lines = [ln for ln in (text or "").splitlines() if ln.strip()]
-    return lines[-1] if lines else ""
-
-
 # ---------------------------------------------------------------------------------------
 # The per-run HOME and the invocation
 
@@ -325,18 +318,7 @@ def mcp_config(bridge: tuple[list[str], dict[str, str]]) -> dict:
 
 def compose_prompt(system: str | None, prompt: str, tool_names: tuple[str, ...]) -> str:
     """Cursor has no system-prompt flag: the contract goes first, then the task."""
-    parts = []
-    if system and system.strip():
-        parts.append("# Instructions\n\n" + system.strip())
-    if tool_names:
-        parts.append(
-            "# Tools\n\nThe repository is not in your workspace. Reach it only through the "
-            f"`{BRIDGE_SERVER}` MCP tools ({', '.join(tool_names)}), with paths relative to the "
-            "repository root. Do not use the built-in file or shell tools."
-        )
-    if not parts:
-        return prompt
-    return "\n\n".join(parts) + "\n\n# Task\n\n" + prompt
+    return _text.compose_prompt(system, prompt, tool_names, place="workspace", closing="Do not use the built-in file or shell tools.")
 
 
 def subscription_auth_file(parent_env: dict[str, str]) -> Path | None:
@@ -432,11 +414,3 @@ class CursorTransport(HarnessTransport):
         # thread/session id stays in events.jsonl).
         outcome = outcome.model_copy(update={"session_id": ctx.session_id})
         return self._audit.after(ctx, self.spec, outcome)
-
-
-def _write_private(path: Path, text: str) -> Path:
-    """A fresh 0600 file in the run dir: any entry of that name unlinked, never followed;
-    created O_EXCL|O_NOFOLLOW beneath its directory's fd (rundir.write_private)."""
-    from harnesscheck.contain.rundir import write_private
-
-    return write_private(path, text)

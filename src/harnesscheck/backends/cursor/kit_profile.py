@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from harnesscheck.backends._kit_profile import KitProfile, assistant_text, first_text_before_hang, mcp_servers_json
+from harnesscheck.backends.cursor.audit import READER
 from harnesscheck.core.contracts import Usage
 
 
@@ -49,6 +50,7 @@ def live_login_missing(home: Path) -> str | None:
 
 
 PROFILE = KitProfile(
+    audit_reader=READER,
     fake_name="cursor-agent",
     fixture_facts=fixture_facts,
     stall_text=stall_text,

@@ -50,6 +50,7 @@ from harnesscheck.backends._harness import (
     ending_outcome,
 )
 from harnesscheck.backends._rootcause import tail_cause
+from harnesscheck.backends._text import short
 from harnesscheck.contain.envpolicy import redact
 from harnesscheck.contain.process import Ending, LineAction, ProcessResult
 from harnesscheck.core.contracts import (
@@ -361,7 +362,7 @@ class DeepSeekParser:
             if not terminal:
                 cause = tail_cause(result.stderr_tail)  # the root among the tail's lines (doc/SPEC-deepseek.md)
                 if cause is not None and status is OutcomeStatus.error:
-                    return _failed(cause[0]), cause[0], _short(cause[1]) + notes
+                    return _failed(cause[0]), cause[0], short(cause[1]) + notes
             return status, cls, message + notes
         if self.error is not None:
             return self._run_error(self.error, notes)
@@ -393,7 +394,7 @@ class DeepSeekParser:
         fallback = ErrorClass.unknown if (code or status) else ErrorClass.protocol
         cls = _status_class(status) or CODE_CLASSES.get(code) or classify_text(f"{code} {text}") or fallback
         detail = f"finish_reason error: {failure.get('code') or ''} {status or ''} {text}".strip()
-        return _failed(cls), cls, _short(detail) + notes
+        return _failed(cls), cls, short(detail) + notes
 
     def _run_error(self, err: dict, notes: str) -> tuple[OutcomeStatus, ErrorClass | None, str]:
         name = str(err.get("error") or "")
@@ -408,7 +409,7 @@ class DeepSeekParser:
             cls = ErrorClass.cli_missing
         else:
             cls = classify_text(text) or ErrorClass.unknown
-        return _failed(cls), cls, _short(f"the SDK raised {name}: {text}") + notes
+        return _failed(cls), cls, short(f"the SDK raised {name}: {text}") + notes
 
 
 #: The runtime's own failure codes (turn/end reason.error.code, 0.2.1rc2) that say more than a
@@ -440,16 +441,6 @@ def _int(value) -> int:
 
 def _failed(cls: ErrorClass) -> OutcomeStatus:
     return OutcomeStatus.blocked if cls in BLOCKING else OutcomeStatus.error
-
-
-def _short(text: str, limit: int = 300) -> str:
-    text = " ".join((text or "").split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _last_line(text: str) -> str:
-    lines = [ln for ln in (text or "").splitlines() if ln.strip()]
-    return lines[-1] if lines else ""
 
 
 # ---------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from harnesscheck.backends._kit_profile import KitProfile, first_text_before_hang
+from harnesscheck.backends.deepseek.audit import READER
 from harnesscheck.core.contracts import Usage
 
 
@@ -134,6 +135,7 @@ def _record_lines(path) -> list[dict]:
 
 
 PROFILE = KitProfile(
+    audit_reader=READER,
     fake_name="deepseek",
     fixture_facts=fixture_facts,
     stall_text=stall_text,

@@ -46,6 +46,7 @@ import json
 import re
 from pathlib import Path
 
+from harnesscheck.backends import _text
 from harnesscheck.backends._args import safe_model
 from harnesscheck.backends._bounded import CallLog, TextTail
 from harnesscheck.backends._errortext import classify_text
@@ -59,8 +60,10 @@ from harnesscheck.backends._harness import (
     bridge_command,
     ending_outcome,
 )
+from harnesscheck.backends._text import short
 from harnesscheck.contain.envpolicy import redact
 from harnesscheck.contain.process import Ending, LineAction, ProcessResult
+from harnesscheck.contain.rundir import write_private as _write_private  # a fresh 0600 file, never following a link
 from harnesscheck.core.contracts import (
     BLOCKING,
     RETRYABLE,
@@ -285,7 +288,7 @@ class GeminiParser:
             if result.ending is not Ending.oversize:
                 cause = self._root_of_errors(result)
                 if cause is not None:
-                    return _failed(cause[0]), cause[0], _short(cause[1]) + notes
+                    return _failed(cause[0]), cause[0], short(cause[1]) + notes
             if result.ending is Ending.exited and (self.decoder.malformed or result.partial_tail):
                 return OutcomeStatus.error, ErrorClass.protocol, "the stream ended inside an event (no result event)" + notes
             fallback = ending_outcome(result, terminal_seen=False)
@@ -305,9 +308,9 @@ class GeminiParser:
         text = str(error.get("message") or "") or "; ".join(self.errors)
         cls = classify_gemini(etype, text) or classify_gemini(None, result.stderr_tail) or ErrorClass.unknown
         if cls is ErrorClass.max_turns:
-            return OutcomeStatus.truncated, cls, _short(text or "the turn cap was reached") + notes
+            return OutcomeStatus.truncated, cls, short(text or "the turn cap was reached") + notes
         what = f"result status {res.get('status')!r}" + (f" ({etype})" if etype else "")
-        return _failed(cls), cls, f"{what}: {_short(text)}" + notes
+        return _failed(cls), cls, f"{what}: {short(text)}" + notes
 
     def _root_of_errors(self, result: ProcessResult) -> tuple[ErrorClass, str] | None:
         """No result event: the root cause (backends/_rootcause.py) among the stream's
@@ -345,11 +348,6 @@ def _usage(raw) -> Usage:
 
 def _failed(cls: ErrorClass) -> OutcomeStatus:
     return OutcomeStatus.blocked if cls in BLOCKING else OutcomeStatus.error
-
-
-def _short(text: str, limit: int = 300) -> str:
-    text = " ".join((text or "").split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # ---------------------------------------------------------------------------------------
@@ -409,18 +407,7 @@ def render_settings(bridge: tuple[list[str], dict[str, str]] | None, tool_names:
 def compose_prompt(system: str | None, prompt: str, tool_names: tuple[str, ...]) -> str:
     """No system-prompt channel is used (GEMINI_SYSTEM_MD would replace the CLI's whole
     system prompt): the contract goes first, then the task."""
-    parts = []
-    if system and system.strip():
-        parts.append("# Instructions\n\n" + system.strip())
-    if tool_names:
-        parts.append(
-            "# Tools\n\nThe repository is not in your workspace. Reach it only through the "
-            f"`{BRIDGE_SERVER}` MCP tools ({', '.join(bridge_tool_names(tool_names))}), with paths relative "
-            "to the repository root."
-        )
-    if not parts:
-        return prompt
-    return "\n\n".join(parts) + "\n\n# Task\n\n" + prompt
+    return _text.compose_prompt(system, prompt, bridge_tool_names(tool_names), place="workspace")
 
 
 class GeminiTransport(HarnessTransport):
@@ -513,10 +500,3 @@ class GeminiTransport(HarnessTransport):
     def after_session(self, ctx: SessionContext, outcome: AgentOutcome) -> AgentOutcome:
         outcome = outcome.model_copy(update={"session_id": ctx.session_id})
         return self._audit.after(ctx, self.spec, outcome)
-
-
-def _write_private(path: Path, text: str) -> Path:
-    """A fresh 0600 file in the run dir (rundir.write_private: never follows a link)."""
-    from harnesscheck.contain.rundir import write_private
-
-    return write_private(path, text)

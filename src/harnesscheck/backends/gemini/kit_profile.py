@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from harnesscheck.backends._kit_profile import KitProfile, first_text_before_hang, mcp_servers_json
+from harnesscheck.backends.gemini.audit import READER
 from harnesscheck.core.contracts import Usage
 
 
@@ -73,6 +74,7 @@ def settings_file(path: Path) -> dict | None:
 
 
 PROFILE = KitProfile(
+    audit_reader=READER,
     fake_name="gemini",
     fixture_facts=fixture_facts,
     stall_text=stall_text,

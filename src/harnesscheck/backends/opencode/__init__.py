@@ -45,6 +45,7 @@ import re
 import shutil
 from pathlib import Path
 
+from harnesscheck.backends import _text
 from harnesscheck.backends._args import safe_model
 from harnesscheck.backends._bounded import CallLog, TextTail
 from harnesscheck.backends._errortext import classify_text
@@ -58,8 +59,10 @@ from harnesscheck.backends._harness import (
     ending_outcome,
 )
 from harnesscheck.backends._rootcause import tail_cause
+from harnesscheck.backends._text import short
 from harnesscheck.contain.envpolicy import redact
 from harnesscheck.contain.process import Ending, LineAction, ProcessResult
+from harnesscheck.contain.rundir import write_private as _write_private  # a fresh 0600 file, never following a link
 from harnesscheck.core.contracts import (
     BLOCKING,
     RETRYABLE,
@@ -288,7 +291,7 @@ class OpencodeParser:
             return (OutcomeStatus.error, ErrorClass.protocol, f"a stdout line exceeded the {result.oversize_limit}-byte line limit (max_line_bytes)" + notes)
         if self.terminal == "error":
             cls, text = error_class(self.error or {}, result.stderr_tail)
-            return _failed(cls), cls, _short(text) + notes
+            return _failed(cls), cls, short(text) + notes
         if self.terminal == "finished":
             if not (self.final_text or "").strip():
                 return OutcomeStatus.error, ErrorClass.protocol, "the final step finished without an answer" + notes
@@ -297,7 +300,7 @@ class OpencodeParser:
             return OutcomeStatus.ok, None, notes.lstrip("; ")
         cause = tail_cause(result.stderr_tail)  # the root among the tail's lines (doc/SPEC-opencode.md)
         if cause is not None:
-            return _failed(cause[0]), cause[0], _short(cause[1]) + notes
+            return _failed(cause[0]), cause[0], short(cause[1]) + notes
         if self.decoder.malformed or result.partial_tail:
             return OutcomeStatus.error, ErrorClass.protocol, "the stream ended inside an event (no final step_finish)" + notes
         fallback = ending_outcome(result, terminal_seen=False)
@@ -365,16 +368,6 @@ def _usage(raw) -> Usage:
 
 def _failed(cls: ErrorClass) -> OutcomeStatus:
     return OutcomeStatus.blocked if cls in BLOCKING else OutcomeStatus.error
-
-
-def _short(text: str, limit: int = 300) -> str:
-    text = " ".join((text or "").split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _last_line(text: str) -> str:
-    lines = [ln for ln in (text or "").splitlines() if ln.strip()]
-    return lines[-1] if lines else ""
 
 
 # ---------------------------------------------------------------------------------------
@@ -480,18 +473,7 @@ def prefill_config_dir(config_dir: Path, deps: Path) -> None:
 
 def compose_prompt(system: str | None, prompt: str, tool_names: tuple[str, ...]) -> str:
     """opencode has no system-prompt flag: the contract goes first, then the task."""
-    parts = []
-    if system and system.strip():
-        parts.append("# Instructions\n\n" + system.strip())
-    if tool_names:
-        parts.append(
-            "# Tools\n\nThe repository is not in your working directory. Reach it only through the "
-            f"`{BRIDGE_SERVER}` MCP tools ({', '.join(f'{BRIDGE_SERVER}_{t}' for t in tool_names)}), with "
-            "paths relative to the repository root."
-        )
-    if not parts:
-        return prompt
-    return "\n\n".join(parts) + "\n\n# Task\n\n" + prompt
+    return _text.compose_prompt(system, prompt, (f"{BRIDGE_SERVER}_{t}" for t in tool_names))
 
 
 def user_auth_file(parent_env: dict[str, str]) -> Path | None:
@@ -602,10 +584,3 @@ class OpencodeTransport(HarnessTransport):
             link.unlink()
         outcome = outcome.model_copy(update={"session_id": ctx.session_id})
         return self._audit.after(ctx, self.spec, outcome)
-
-
-def _write_private(path: Path, text: str) -> Path:
-    """A fresh 0600 file in the run dir (rundir.write_private: never follows a link)."""
-    from harnesscheck.contain.rundir import write_private
-
-    return write_private(path, text)

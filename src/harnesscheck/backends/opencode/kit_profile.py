@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from harnesscheck.backends._kit_profile import KitProfile, first_text_before_hang
+from harnesscheck.backends.opencode.audit import READER
 from harnesscheck.core.contracts import Usage
 
 
@@ -93,6 +94,7 @@ def tools_offered(run, servers: dict) -> list[str] | None:
 
 
 PROFILE = KitProfile(
+    audit_reader=READER,
     fake_name="opencode",
     fixture_facts=fixture_facts,
     stall_text=stall_text,

@@ -41,6 +41,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from harnesscheck.backends import _text
 from harnesscheck.backends._args import safe_model
 from harnesscheck.backends._bounded import CallLog, TextTail
 from harnesscheck.backends._errortext import classify_text
@@ -55,8 +56,10 @@ from harnesscheck.backends._harness import (
     ending_outcome,
 )
 from harnesscheck.backends._rootcause import tail_cause
+from harnesscheck.backends._text import short
 from harnesscheck.contain.envpolicy import redact
 from harnesscheck.contain.process import Ending, LineAction, ProcessResult
+from harnesscheck.contain.rundir import write_private as _write_private  # a fresh 0600 file, never following a link
 from harnesscheck.core.contracts import (
     BLOCKING,
     RETRYABLE,
@@ -160,18 +163,7 @@ def project_config(bridge: tuple[list[str], dict[str, str]] | None) -> dict:
 
 def compose_prompt(system: str | None, prompt: str, tool_names: tuple[str, ...]) -> str:
     """zcode has no system-prompt flag: the contract goes first, then the task."""
-    parts = []
-    if system and system.strip():
-        parts.append("# Instructions\n\n" + system.strip())
-    if tool_names:
-        parts.append(
-            "# Tools\n\nThe repository is not in your working directory. Reach it only through the "
-            f"`{BRIDGE_SERVER}` MCP tools ({', '.join(tool_names)}), with paths relative to the "
-            "repository root. Do not use built-in file or shell tools."
-        )
-    if not parts:
-        return prompt
-    return "\n\n".join(parts) + "\n\n# Task\n\n" + prompt
+    return _text.compose_prompt(system, prompt, tool_names, closing="Do not use built-in file or shell tools.")
 
 
 def _walk(value: Any, depth: int = 0):
@@ -349,7 +341,7 @@ class ZcodeParser:
             status, code, message, retry = self.errors[-1] if self.errors else error_facts({"result": res})
             cls = error_class(status, code, message)
             said = " ".join(p for p in (f"status {status}" if status else "", f"code {code}" if code else "") if p)
-            text = _short(message) or "an error event"
+            text = short(message) or "an error event"
             return _failed(cls), cls, f"zcode reported an error ({said or 'no status'}): {text}" + notes, retry
         if result.ending is Ending.deadline and res is None:
             return OutcomeStatus.truncated, ErrorClass.timeout, "wall-clock budget reached" + notes, None
@@ -357,7 +349,7 @@ class ZcodeParser:
             return OutcomeStatus.error, ErrorClass.protocol, "result without an answer" + notes, None
         cause = tail_cause(result.stderr_tail)  # the root among the tail's lines (doc/SPEC-zcode.md)
         if cause is not None:
-            return _failed(cause[0]), cause[0], _short(cause[1]) + notes, None
+            return _failed(cause[0]), cause[0], short(cause[1]) + notes, None
         if self.decoder.malformed or result.partial_tail:
             return OutcomeStatus.error, ErrorClass.protocol, "the stream ended inside an event (no result event)" + notes, None
         fallback = ending_outcome(result, terminal_seen=False)
@@ -394,11 +386,6 @@ def _usage(raw) -> Usage:
 
 def _failed(cls: ErrorClass) -> OutcomeStatus:
     return OutcomeStatus.blocked if cls in BLOCKING else OutcomeStatus.error
-
-
-def _short(text: str, limit: int = 300) -> str:
-    text = " ".join((text or "").split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def login_file(parent_env: dict[str, str]) -> Path | None:
@@ -479,9 +466,3 @@ class ZcodeTransport(HarnessTransport):
             link.unlink()  # no credential stays in the run dir, which outlives the session
         outcome = outcome.model_copy(update={"session_id": ctx.session_id})
         return self._audit.after(ctx, self.spec, outcome)
-
-
-def _write_private(path: Path, text: str) -> Path:
-    from harnesscheck.contain.rundir import write_private
-
-    return write_private(path, text)

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from harnesscheck.backends._kit_profile import KitProfile
+from harnesscheck.backends.zcode.audit import READER
 from harnesscheck.core.contracts import Usage
 
 
@@ -62,6 +63,7 @@ def project_config(path: Path) -> dict | None:
 
 
 PROFILE = KitProfile(
+    audit_reader=READER,
     fake_name="zcode",
     fixture_facts=fixture_facts,
     stall_text=stall_text,
