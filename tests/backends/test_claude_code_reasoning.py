@@ -126,16 +126,23 @@ def test_the_server_counts_the_turns_a_transcript_holds():
 
 
 def test_the_kit_scripts_tool_calls_as_fenced_text_and_keeps_the_builtin_as_tool_use(tmp_path):
+    from harnesscheck.backends.registry import kit_profile_of_cli
     from harnesscheck.kit.reasoning_adapter import reasoning_scenario
     from harnesscheck.kit.session import ToolCall as KitCall
     from harnesscheck.kit.session import Workspace
 
     ws = Workspace(tmp_path / "ws")
-    tools = reasoning_scenario("claude", "tools", ws, [KitCall("read_file", {"path": "README.md"}), KitCall("run_shell", {"cmd": "id"})])
+    tools = reasoning_scenario(
+        "claude",
+        "tools",
+        ws,
+        profile=kit_profile_of_cli("claude"),
+        tool_calls=[KitCall("read_file", {"path": "README.md"}), KitCall("run_shell", {"cmd": "id"})],
+    )
     first = tools.turns[0]
     assert first.tool_calls == () and parse_tool_calls(first.text, ADVERTISED)[1][0].arguments == {"path": "README.md"}
     assert '"tool": "run_shell"' in first.text
-    native = reasoning_scenario("claude", "native_tool_use", ws).turns[0]
+    native = reasoning_scenario("claude", "native_tool_use", ws, profile=kit_profile_of_cli("claude")).turns[0]
     assert [c.name for c in native.tool_calls] == ["Read"] and native.tool_calls[0].builtin
 
 

@@ -23,7 +23,7 @@ from harnesscheck.backends.opencode import (
     plugin_deps_ready,
     render_config,
 )
-from harnesscheck.backends.registry import get_spec
+from harnesscheck.backends.registry import get_spec, kit_profile_of_cli
 from harnesscheck.core.config import Settings
 from harnesscheck.core.contracts import (
     AgentSessionRequest,
@@ -386,7 +386,7 @@ def test_real_opencode_at_loopback_reaches_no_registry(tmp_path):
             return ToolScope(root=wt, read_only=read_only)
 
     wrapper, record = write_wrapper(tmp_path / "bin", binary.path, "opencode")
-    with ScriptedModelServer(loopback_scenario("opencode", "success", _Ws()), expected_key=DUMMY_KEY) as srv:
+    with ScriptedModelServer(loopback_scenario("opencode", "success", _Ws(), profile=kit_profile_of_cli("opencode")), expected_key=DUMMY_KEY) as srv:
         watcher = DescendantWatcher(record).start()
         transport = OpencodeTransport(get_spec("opencode"), Settings(), cli_path=wrapper, loopback=LoopbackEndpoint(srv.base_url))
         read_only, writable = wrapper_binds(wrapper, binary.path)  # sandboxed (the default): the real CLI, the record

@@ -237,7 +237,7 @@ REAL = ["claude-code", "codex", "gemini", "opencode", "deepseek"]
 @pytest.mark.parametrize("backend", REAL)
 def test_the_real_cli_works_sandboxed_at_loopback(backend, tmp_path):
     from harnesscheck.backends.loopback_endpoint import DUMMY_KEY, LoopbackEndpoint
-    from harnesscheck.backends.registry import get_spec
+    from harnesscheck.backends.registry import get_spec, kit_profile
     from harnesscheck.loopback.adapter import loopback_scenario, loopback_transport
     from harnesscheck.loopback.clis import require_pinned_cli
     from harnesscheck.loopback.server import ScriptedModelServer
@@ -256,7 +256,7 @@ def test_the_real_cli_works_sandboxed_at_loopback(backend, tmp_path):
     (Ws.root / "README.md").write_text("hello from the worktree\n")
     Ws.secret.parent.mkdir()
     Ws.secret.write_text(Ws.canary + "\n")
-    script = loopback_scenario(spec.cli_name, "tool_calls", Ws)
+    script = loopback_scenario(spec.cli_name, "tool_calls", Ws, profile=kit_profile(spec))
     with ScriptedModelServer(script, expected_key=DUMMY_KEY) as srv:
         transport = loopback_transport(spec, Settings(backend=backend, sandbox="require"), cli_path=binary.path, endpoint=LoopbackEndpoint(srv.base_url))
         outcome = transport.run_session(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from harnesscheck.backends.loopback_endpoint import DUMMY_KEY, LoopbackEndpoint
-from harnesscheck.backends.registry import get_spec
+from harnesscheck.backends.registry import get_spec, kit_profile
 from harnesscheck.core.config import Settings
 from harnesscheck.core.contracts import AgentSessionRequest, ErrorClass, OutcomeStatus
 from harnesscheck.core.scope import ToolScope
@@ -41,7 +41,7 @@ def _session(backend, scenario, tmp_path, *, timeout_s=60.0, max_iters=8):
     binary = _pinned(backend)
     spec = get_spec(backend)
     ws = _Ws(tmp_path)
-    script = loopback_scenario(spec.cli_name, scenario, ws)
+    script = loopback_scenario(spec.cli_name, scenario, ws, profile=kit_profile(spec))
     with ScriptedModelServer(script, expected_key=DUMMY_KEY) as srv:
         transport = loopback_transport(spec, Settings(backend=backend), cli_path=binary.path, endpoint=LoopbackEndpoint(srv.base_url))
         request = AgentSessionRequest(

@@ -111,6 +111,16 @@ class KitProfile:
     tool_errors_at_wire: bool = False
     #: An SDK installed as a directory is started through a launcher beside it (sdk dir -> executable).
     sdk_launcher: Callable[[Path], Path] | None = None
+    #: The call a hostile model makes at the loopback level to read a file outside the worktree
+    #: with the CLI's own built-in (the file's path -> (the tool as the model names it, its
+    #: arguments)); None: no built-in call is scripted for this CLI (`native_tool_use` skips).
+    loopback_builtin_read: Callable[[str], tuple[str, dict]] | None = None
+    #: The CLI's model wire carries cache-write tokens (Anthropic Messages'
+    #: `cache_creation_input_tokens`): the scripted server serves some, so a parser that drops them is seen.
+    wire_cache_write: bool = False
+    #: The vendor cost one line of the CLI's stdout states (its parsed event -> USD, or None),
+    #: summed over the run: what `usage.*` compares the backend's reported cost against.
+    stdout_cost: Callable[[dict], float | None] | None = None
     #: What this machine lacks for a live run with the user's real login (HOME -> why, or None).
     live_login_missing: Callable[[Path], str | None] | None = None
     #: Set for an api backend whose model is another backend's CLI (reasoning-only).

@@ -148,6 +148,15 @@ def kit_profile(spec: ProviderSpec):
     return NO_PROFILE
 
 
+def kit_profile_of_cli(cli_name: str):
+    """The kit profile of the built-in backend that runs CLI `cli_name` (the empty profile if
+    none does): for the tools that know a CLI by its name only (the fixture recorder)."""
+    from harnesscheck.backends._kit_profile import NO_PROFILE
+
+    spec = next((s for s in BUILTIN_SPECS.values() if s.kit_profile and s.cli_name == cli_name), None)
+    return kit_profile(spec) if spec is not None else NO_PROFILE
+
+
 def kit_profiles() -> list:
     """Every registered backend's kit profile (built-in and entry-point backends), once each, in
     registry order: what the kit reads for all CLIs at once (the hostile host's stores, the

@@ -167,7 +167,7 @@ class LoopbackAdapter(HarnessAdapter):
         if echo:
             raise SkipCell("adapter-not-implemented", "upstream text echo is a fake-CLI device")
         with _as_skip():
-            script = loopback_scenario(self.spec.cli_name or "", scenario, ws, tool_calls)
+            script = loopback_scenario(self.spec.cli_name or "", scenario, ws, tool_calls, profile=kit_profile(self.spec))
         watch = [ws.canary, *getattr(self._local, "watch", ())]  # the host's values the check passed (run(parent_env=))
         key = session_key()  # this session's own: the server refuses every other credential
         server = ScriptedModelServer(script, expected_key=key, watch=watch).start()
@@ -281,7 +281,7 @@ class LoopbackAdapter(HarnessAdapter):
                 input=total.input, output=total.output, cache_read=total.cache_read, cache_write=total.cache_write, reasoning=total.reasoning
             )
             run.facts.served_model = served[-1].served_model
-        run.facts.cost_usd = facts_from_stdout(self.spec.cli_name or "", run.stdout_lines or []).get("cost_usd")  # type: ignore[attr-defined]
+        run.facts.cost_usd = facts_from_stdout(kit_profile(self.spec), run.stdout_lines or []).get("cost_usd")  # type: ignore[attr-defined]
 
     def wire_credentials(self, run: SessionRun, host: dict[str, str]) -> list[dict] | None:
         """From the scripted model server's records (it keeps no credential value): a model turn

@@ -32,7 +32,9 @@ import re
 from dataclasses import replace
 from typing import Any
 
+from harnesscheck.backends._kit_profile import KitProfile
 from harnesscheck.backends.loopback_endpoint import DUMMY_KEY, LoopbackEndpoint
+from harnesscheck.backends.registry import kit_profile
 from harnesscheck.core.contracts import Usage
 from harnesscheck.kit.adapters import BackendUnderTest, Setup
 from harnesscheck.kit.levels import reasoning_profile
@@ -60,7 +62,7 @@ def fenced(name: str, args: dict) -> str:
     return "```json\n" + json.dumps({"tool": name, "args": args}) + "\n```"
 
 
-def reasoning_scenario(cli: str, name: str, ws: Any, tool_calls: list | None = None) -> Scenario:
+def reasoning_scenario(cli: str, name: str, ws: Any, tool_calls: list | None = None, *, profile: KitProfile) -> Scenario:
     """The loopback script of CLI `cli` for kit scenario `name`, its tool calls as fenced text.
     `cached_usage` (two turns serving cache reads and writes) is this level's own: each turn
     is one CLI call whose usage the host loop sums."""
@@ -74,7 +76,7 @@ def reasoning_scenario(cli: str, name: str, ws: Any, tool_calls: list | None = N
             ),
         )
     try:
-        base = loopback_scenario(cli, name, ws, tool_calls)
+        base = loopback_scenario(cli, name, ws, tool_calls, profile=profile)
     except CannotScript as exc:  # what the real CLI cannot be made to show: the cell skips
         raise SkipCell(exc.reason, exc.message) from None
     turns = []
@@ -173,7 +175,7 @@ class ReasoningLoopbackAdapter(BackendUnderTest):
 
         if echo:
             raise SkipCell("adapter-not-implemented", "upstream text echo is a fake-CLI device")
-        script = reasoning_scenario(self.cli_spec.cli_name, scenario, ws, tool_calls)
+        script = reasoning_scenario(self.cli_spec.cli_name, scenario, ws, tool_calls, profile=kit_profile(self.cli_spec))
         turn_of_prompt = self.reasoning.turn_of_prompt
         server = ScriptedModelServer(
             script, expected_key=DUMMY_KEY, watch=[ws.canary], turn_of=lambda protocol, body: turn_of_prompt(_prompt_text(body))

@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from harnesscheck.backends._kit_profile import KitProfile
 from harnesscheck.backends.loopback_endpoint import LoopbackEndpoint
 from harnesscheck.loopback.scenario import BRIDGE_SERVER, Scenario, ServedUsage, ToolCall, Turn, status_turn
 
@@ -37,10 +38,12 @@ class CannotScript(Exception):
 # The kit's abstract scenarios, as scripts for the real CLIs
 
 
-def loopback_scenario(cli: str, name: str, ws: Any, tool_calls: list | None = None) -> Scenario:
+def loopback_scenario(cli: str, name: str, ws: Any, tool_calls: list | None = None, *, profile: KitProfile) -> Scenario:
     """The scripted model for a kit scenario, or CannotScript when the real CLI cannot be made
-    to show it by its model server alone (malformed lines, lingering, crashes...)."""
-    usage = ServedUsage(input=120, output=30, cache_read=7, cache_write=3 if cli == "claude" else 0)
+    to show it by its model server alone (malformed lines, lingering, crashes...). `cli` names
+    the CLI in messages; what the script needs of that CLI is its kit `profile`'s (its wire's
+    cache-write tokens, the built-in call a hostile model makes), never a branch on its name."""
+    usage = ServedUsage(input=120, output=30, cache_read=7, cache_write=3 if profile.wire_cache_write else 0)
     done = Turn(text="done", usage=usage)
     if name == "success":
         return Scenario(name, (Turn(text="The answer is 42.", usage=usage),))
@@ -74,17 +77,9 @@ def loopback_scenario(cli: str, name: str, ws: Any, tool_calls: list | None = No
         return Scenario(name, (Turn(text="Reading.", tool_calls=(call,), usage=usage), Turn(text="partial", hang=True)), repeat_last=True)
     if name == "native_tool_use":
         # a disabled built-in asked to read the sentinel outside the worktree
-        if cli == "claude":
-            call = ToolCall("Read", {"file_path": str(ws.secret)}, builtin=True)
-        elif cli == "gemini":
-            call = ToolCall("run_shell_command", {"command": f"cat {ws.secret}"}, builtin=True)
-        elif cli == "opencode":
-            call = ToolCall("read", {"filePath": str(ws.secret)}, builtin=True)
-        elif cli == "deepseek":
-            call = ToolCall("bash", {"command": f"cat {ws.secret}"}, builtin=True)
-        else:
-            call = ToolCall("exec_command", {"cmd": f"cat {ws.secret}"}, builtin=True)
-        return Scenario(name, (Turn(tool_calls=(call,), usage=usage), done))
+        if profile.loopback_builtin_read is not None:
+            tool, args = profile.loopback_builtin_read(str(ws.secret))
+            return Scenario(name, (Turn(tool_calls=(ToolCall(tool, args, builtin=True),), usage=usage), done))
     raise CannotScript(
         "adapter-not-implemented",
         f"the real {cli} cannot be made to show {name!r} by a scripted model server (offline level only)",
@@ -370,10 +365,13 @@ def wire_to_scope_name(name: str) -> str:
     return name
 
 
-def facts_from_stdout(cli: str, lines: list[str]) -> dict:
-    """What the CLI itself printed that a check compares against: the vendor cost (claude's
-    result `total_cost_usd`; opencode's priced step_finish costs, summed)."""
+def facts_from_stdout(profile: KitProfile, lines: list[str]) -> dict:
+    """What the CLI itself printed that a check compares against: the vendor cost its kit
+    profile reads from a line (`stdout_cost`: claude's result `total_cost_usd`, opencode's
+    priced step_finish costs), summed over the lines that state one."""
     out: dict = {}
+    if profile.stdout_cost is None:
+        return out
     for line in lines:
         if not line.startswith("{"):
             continue
@@ -381,14 +379,7 @@ def facts_from_stdout(cli: str, lines: list[str]) -> dict:
             event = json.loads(line)
         except ValueError:
             continue
-        if cli == "claude" and event.get("type") == "result":
-            cost = event.get("total_cost_usd")
-            if isinstance(cost, (int, float)):
-                out["cost_usd"] = float(cost)
-        if cli == "opencode" and event.get("type") == "step_finish" and isinstance(event.get("part"), dict):
-            from harnesscheck.backends.opencode import priced_cost
-
-            cost = priced_cost(event["part"])  # summed over steps; 0 with tokens is no price
-            if cost is not None:
-                out["cost_usd"] = out.get("cost_usd", 0.0) + cost
+        cost = profile.stdout_cost(event) if isinstance(event, dict) else None
+        if cost is not None:
+            out["cost_usd"] = out.get("cost_usd", 0.0) + cost
     return out

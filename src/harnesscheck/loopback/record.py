@@ -149,10 +149,12 @@ def recipe_for(cli: str, scenario: str) -> Recipe:
 def recording_script(cli: str, scenario: str, ws: Any):
     """The scripted model a fixture is recorded against. The kit's loopback scenarios where
     they are the same; the error answers the vendors document otherwise."""
+    from harnesscheck.backends.registry import kit_profile_of_cli
     from harnesscheck.loopback.adapter import loopback_scenario
     from harnesscheck.loopback.scenario import Scenario, ServedUsage, ToolCall, Turn
 
-    usage = ServedUsage(input=120, output=30, cache_read=7, cache_write=3 if cli == "claude" else 0)
+    profile = kit_profile_of_cli(cli)
+    usage = ServedUsage(input=120, output=30, cache_read=7, cache_write=3 if profile.wire_cache_write else 0)
     recipe = recipe_for(cli, scenario)
     if scenario == "not_logged_in" and cli == "codex":
         # codex without a login sends no Authorization header; the Responses API answers
@@ -160,7 +162,7 @@ def recording_script(cli: str, scenario: str, ws: Any):
         turn = Turn(status=401, error_type="invalid_request_error", error_message="Missing bearer or basic authentication in header")
         return Scenario(scenario, (turn,), repeat_last=True)
     if scenario in ("not_logged_in", "api_key_source", "mcp_failed"):
-        return loopback_scenario(cli, "success", ws)
+        return loopback_scenario(cli, "success", ws, profile=profile)
     if scenario == "timeout_mid_stream":
         # A complete first turn (text + a bridge call: printed by every CLI), then the model
         # stalls mid-answer: the partial text a host must keep is the first turn's.
@@ -201,7 +203,7 @@ def recording_script(cli: str, scenario: str, ws: Any):
                 error_message=f"The model `{model}` does not exist or you do not have access to it.",
             )
         return Scenario(scenario, (turn,), repeat_last=True)
-    return loopback_scenario(cli, recipe.script or scenario, ws)
+    return loopback_scenario(cli, recipe.script or scenario, ws, profile=profile)
 
 
 # ---------------------------------------------------------------------------------------

@@ -87,6 +87,16 @@ def live_login_missing(home: Path) -> str | None:
     return None if cred.is_file() else f"no Claude login: neither CLAUDE_CODE_OAUTH_TOKEN nor {cred} (run `claude /login`)"
 
 
+def loopback_builtin_read(path: str) -> tuple[str, dict]:
+    return "Read", {"file_path": path}
+
+
+def stdout_cost(event: dict) -> float | None:
+    """The `result` line's `total_cost_usd`: the CLI's own figure for the run."""
+    cost = event.get("total_cost_usd") if event.get("type") == "result" else None
+    return float(cost) if isinstance(cost, (int, float)) else None
+
+
 PROFILE = KitProfile(
     audit_reader=READER,
     fake_name="claude",
@@ -105,6 +115,9 @@ PROFILE = KitProfile(
     permitted_injections=frozenset({"CLAUDE_CODE_OAUTH_TOKEN"}),
     mcp_config_file=mcp_json,
     tools_offered=tools_offered,
+    loopback_builtin_read=loopback_builtin_read,
+    wire_cache_write=True,  # Anthropic Messages: cache_creation_input_tokens
+    stdout_cost=stdout_cost,
     tool_errors_at_wire=True,  # the Messages wire: `tool_result` with `is_error`, named by its `tool_use`
     live_login_missing=live_login_missing,
 )

@@ -69,11 +69,16 @@ def live_login_missing(home: Path) -> str | None:
     return None if auth.is_file() else f"no Codex login: {auth} is missing (run `codex login`)"
 
 
+def loopback_builtin_read(path: str) -> tuple[str, dict]:
+    return "exec_command", {"cmd": f"cat {path}"}
+
+
 PROFILE = KitProfile(
     audit_reader=READER,
     fake_name="codex",
     fixture_facts=fixture_facts,
     stall_text=stall_text,
+    loopback_builtin_read=loopback_builtin_read,
     hostile_calls={
         "hostile_shell_secret": ("command_execution", {"command": "/bin/bash -lc 'cat ~/.ssh/id_rsa'"}),
         "hostile_home_read": ("command_execution", {"command": "head -n 5 ~/.netrc"}),

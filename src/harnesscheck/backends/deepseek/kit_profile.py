@@ -134,11 +134,16 @@ def _record_lines(path) -> list[dict]:
     return out
 
 
+def loopback_builtin_read(path: str) -> tuple[str, dict]:
+    return "bash", {"command": f"cat {path}"}
+
+
 PROFILE = KitProfile(
     audit_reader=READER,
     fake_name="deepseek",
     fixture_facts=fixture_facts,
     stall_text=stall_text,
+    loopback_builtin_read=loopback_builtin_read,
     mcp_config_file=patch_file,
     tools_offered=dsh_offered,
     sdk_launcher=_launcher,  # an SDK dir: the wrapper execs the driver's launcher beside that SDK

@@ -73,11 +73,16 @@ def settings_file(path: Path) -> dict | None:
     return mcp_servers_json(path)
 
 
+def loopback_builtin_read(path: str) -> tuple[str, dict]:
+    return "run_shell_command", {"command": f"cat {path}"}
+
+
 PROFILE = KitProfile(
     audit_reader=READER,
     fake_name="gemini",
     fixture_facts=fixture_facts,
     stall_text=stall_text,
+    loopback_builtin_read=loopback_builtin_read,
     host_files={
         ".gemini/oauth_creds.json": '{{"access_token": "{c}-gemini-oauth", "refresh_token": "{c}-gemini-refresh"}}\n',
         ".gemini/settings.json": '{{"mcpServers": {{"host-evil": {{"command": "/bin/false", "args": ["{c}-gemini-settings"]}}}}}}\n',

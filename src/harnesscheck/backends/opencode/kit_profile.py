@@ -93,11 +93,26 @@ def tools_offered(run, servers: dict) -> list[str] | None:
     return offered + foreign + list(listed)
 
 
+def loopback_builtin_read(path: str) -> tuple[str, dict]:
+    return "read", {"filePath": path}
+
+
+def stdout_cost(event: dict) -> float | None:
+    """A `step_finish` line's priced cost (summed over the run's steps; 0 with tokens is no price)."""
+    from harnesscheck.backends.opencode import priced_cost
+
+    if event.get("type") == "step_finish" and isinstance(event.get("part"), dict):
+        return priced_cost(event["part"])
+    return None
+
+
 PROFILE = KitProfile(
     audit_reader=READER,
     fake_name="opencode",
     fixture_facts=fixture_facts,
     stall_text=stall_text,
+    loopback_builtin_read=loopback_builtin_read,
+    stdout_cost=stdout_cost,
     login_files=(".local/share/opencode/auth.json",),
     mcp_config_env=env_servers,
     tools_offered=tools_offered,
