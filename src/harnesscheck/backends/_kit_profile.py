@@ -27,6 +27,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from harnesscheck.backends._setup_profile import DoctorProfile, NpmRuntimeDeps, PipRuntime
+
 if TYPE_CHECKING:
     from harnesscheck.backends.audit import AuditReader
 
@@ -120,6 +122,14 @@ class KitProfile:
     #: The reader of this CLI's event log (backends/audit.py AuditReader, kept in
     #: `backends/<backend>/audit.py`); None: no post-run audit reads its log.
     audit_reader: AuditReader | None = None
+
+    # -- harnesscheck doctor and install-clis (backends/_setup_profile.py) --
+    #: What `harnesscheck doctor` knows of the backend's credentials and binary.
+    doctor: DoctorProfile = field(default_factory=DoctorProfile)
+    #: The package the CLI would fetch at each session start, pre-installed by install-clis.
+    npm_runtime_deps: NpmRuntimeDeps | None = None
+    #: The backend's runtime is a Python package install-clis puts in the cache with pip.
+    pip_runtime: PipRuntime | None = None
 
 
 #: The profile of a backend that has none.
