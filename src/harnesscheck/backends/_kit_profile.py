@@ -13,6 +13,8 @@ Requirements kept here:
   format (its stream events, its config files, its argv). Such a function lives in the
   backend's folder and the profile points to it. Functions get plain dicts and the kit's
   objects (a SessionRun, a Facts) duck-typed: nothing here imports the kit.
+- The same profile tells `harnesscheck doctor` and `harnesscheck install-clis` what they know of
+  the backend (its `doctor`, `npm_runtime_deps` and `pip_runtime` fields, backends/_setup_profile.py).
 - The empty profile, KitProfile(), is what a backend without one gets: no fake CLI, no facts
   read from fixtures, no hostile built-in calls, no login files, no tools read from its config.
 """
