@@ -172,37 +172,8 @@ def check_credentials(spec, settings, environ: dict[str, str], selected: bool, c
             cli_info = _quiet_cli(twin_spec, settings)
         return [Check(spec.id, c.check, c.status, c.detail, c.fix) for c in check_credentials(twin_spec, settings, environ, selected, cli_info)]
     out: list[Check] = []
-    if spec.kind is Kind.api and spec.id.partition("/")[0] == "api":  # api, or a mode column api/<mode>
-        from harnesscheck.backends.api import MODE_ENV
-
-        mode = spec.api_mode or settings.api_mode
-        if not mode:
-            return [
-                Check(
-                    spec.id,
-                    "auth",
-                    FAIL if selected else WARN,
-                    "HARNESS_API_MODE is not set",
-                    "add to .env: HARNESS_API_MODE=anthropic_messages (or chat_completions, responses)",
-                )
-            ]
-        key_var, url_var = MODE_ENV[mode]
-        if _is_set(environ, key_var):
-            where = f", base URL from {url_var}" if _is_set(environ, url_var) else ""
-            out.append(Check(spec.id, "auth", OK, f"{key_var} is set (value not shown){where}"))
-        else:
-            out.append(
-                Check(
-                    spec.id,
-                    "auth",
-                    FAIL if selected else WARN,
-                    f"{key_var} is not set (api_mode {mode})",
-                    f"export {key_var}=... in the environment that runs harnesscheck",
-                )
-            )
-        return out
-    if profile.own_login is not None:  # harnesscheck's own auth store (never another tool's)
-        return [_auth_check(spec, profile.own_login(settings), selected)]
+    if profile.credentials is not None:  # a key by name, or harnesscheck's own auth store (never another tool's)
+        return [_auth_check(spec, profile.credentials(spec, settings, environ), selected)]
     if spec.kind is not Kind.harness:
         return [Check(spec.id, "auth", SKIP, "no credentials needed")]
     billing = [n for n in profile.billing_vars if _is_set(environ, n)]

@@ -50,9 +50,10 @@ class DoctorProfile:
     #: How the backend's runtime is found when it is not a binary on PATH or in the npm cache
     #: ((spec, settings) -> registry.CliInfo, or CliNotFound); None: registry.find_cli.
     find_runtime: Callable[[Any, Any], Any] | None = None
-    #: The whole auth verdict of a backend whose login harnesscheck keeps itself (its own auth
-    #: store, never another tool's): settings -> finding ("fail" downgraded when not selected).
-    own_login: Callable[[Any], DoctorFinding] | None = None
+    #: The whole auth verdict of a backend whose credential doctor can judge without opening
+    #: another tool's store (an api key by variable name, harnesscheck's own auth store):
+    #: (spec, settings, environment) -> finding ("fail" downgraded when not selected).
+    credentials: Callable[[Any, Any, Mapping[str, str]], DoctorFinding] | None = None
     #: For a backend that runs only with a key: when no credential variable is set, whether the
     #: settings hold the key (settings -> None) or the finding that says it is missing ("fail"
     #: downgraded when not selected); doctor then reports nothing more for the backend.

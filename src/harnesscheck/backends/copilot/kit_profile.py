@@ -12,7 +12,7 @@ from harnesscheck.backends._kit_profile import KitProfile
 from harnesscheck.backends._setup_profile import DoctorFinding, DoctorProfile
 
 
-def stored_login(settings) -> DoctorFinding:
+def stored_login(spec, settings, environ) -> DoctorFinding:
     """Whether harnesscheck's own auth.json holds a GitHub login for the backend (value not read into output)."""
     from harnesscheck.backends.authstore import AuthStore
     from harnesscheck.backends.copilot import PROVIDER_ID
@@ -29,4 +29,4 @@ def stored_login(settings) -> DoctorFinding:
     return DoctorFinding("fail", f"no GitHub login stored in {store.path}", "run: harnesscheck login copilot")
 
 
-PROFILE = KitProfile(doctor=DoctorProfile(own_login=stored_login))
+PROFILE = KitProfile(doctor=DoctorProfile(credentials=stored_login))
