@@ -6,7 +6,10 @@ variable NAME only (never a value), and the CLI's own auth status only where tha
 asked without opening the user's credential store; for every run, a bridge self-test
 (spawn the real stdio bridge on a temp root, list tools, one scoped read, one refused
 read); with `--probe`, one cheap round trip through each selected backend. Every failing
-line carries the fix. Output: a rich table, or JSON with `--json`.
+line carries the fix. Output: a rich table, or JSON with `--json`. What doctor knows of one
+backend (its credential and billing variables, how its runtime is found and its login asked) is
+that backend's DoctorProfile (backends/_setup_profile.py), read through
+`registry.kit_profile(spec).doctor`: this module names no CLI or agent (tests/test_layers.py).
 
 Exit code: 2 when the input is bad (an unknown backend id, an invalid HARNESS_* value: the
 failing `backend`/`settings` line names it and the fix); else 1 when a check failed for a
