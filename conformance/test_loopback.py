@@ -349,9 +349,9 @@ def test_cli_reads_inside_sandbox(but):
     ]
     # ^ its install, the bridge's interpreter, the relay in the host's forkserver dir (made in the
     #   host's temp dir, which verify points at its own scratch), the session's dirs
-    from harnesscheck.apps.doctor import FIXED_CREDENTIAL_FILES
+    from harnesscheck.backends.registry import kit_profile
 
-    fixed = FIXED_CREDENTIAL_FILES.get(but.spec.id.partition("==")[0], ())
+    fixed = kit_profile(but.spec).doctor.fixed_credential_files  # the backend's own, as doctor reports them
     tried = sorted({o["path"] for o in opened if o["path"] in fixed})
     if tried:
         but.note(f"tried credential files at a fixed path outside its HOME (absent here): {', '.join(tried)}")

@@ -263,14 +263,15 @@ OWN_STAND_INS = frozenset({"acp-fake", "acp-agent", "fake", "harnesscheck"})
 
 def _registered_cli_and_agent_names() -> set[str]:
     """Every CLI and agent the registry knows: the harness backends' ids and executables, any
-    backend whose spec points at a kit profile (it runs a CLI, e.g. reasoning-only Claude
-    Code), and the ACP agent profiles shipped in backends/acp/profiles/ (by name)."""
+    api backend whose kit profile says it runs a CLI (`reasoning`: e.g. reasoning-only Claude
+    Code), and the ACP agent profiles shipped in backends/acp/profiles/ (by name). An api
+    provider whose kit profile only tells doctor of its login (copilot's) runs no CLI."""
     from harnesscheck.backends.acp.profile import PROFILE_DIR, load_profile
-    from harnesscheck.backends.registry import BUILTIN_SPECS
+    from harnesscheck.backends.registry import BUILTIN_SPECS, kit_profile
 
     names: set[str] = set()
     for spec in BUILTIN_SPECS.values():
-        if spec.kind.value == "harness" or getattr(spec, "kit_profile", None):
+        if spec.kind.value == "harness" or kit_profile(spec).reasoning is not None:
             names.update(n for n in (spec.id, spec.cli_name) if n)
     names.update(load_profile(path).name for path in PROFILE_DIR.glob("*.toml"))
     return {n.lower() for n in names} - OWN_STAND_INS
@@ -299,6 +300,39 @@ def test_the_kit_names_no_cli_or_agent():
     offenders = {str(path.relative_to(ROOT)): _naming(path.read_text(encoding="utf-8"), names) for path in sorted((ROOT / "kit").rglob("*.py"))}
     offenders = {path: found for path, found in offenders.items() if found}
     assert not offenders, offenders
+
+
+#: Modules outside kit/ that serve every backend alike and so name none: what they know of one
+#: backend is read from its profile through the registry (`KitProfile.doctor`, `.npm_runtime_deps`,
+#: `.pip_runtime`; backends/_setup_profile.py). Paths relative to src/harnesscheck/.
+NAME_GUARDED_MODULES = ("apps/doctor.py", "loopback/install.py")
+
+
+def _name_offenders(root: Path, paths, names: set[str]) -> dict[str, list[str]]:
+    """{path: the registered names it contains} for each of `paths` (under `root`) naming one."""
+    found = {path: _naming((root / path).read_text(encoding="utf-8"), names) for path in paths}
+    return {path: hit for path, hit in found.items() if hit}
+
+
+def test_doctor_and_install_name_no_cli_or_agent():
+    """The guard of the kit, over the modules listed in NAME_GUARDED_MODULES (code, comments and
+    docstrings): `harnesscheck doctor` and `harnesscheck install-clis` read each backend's
+    credentials, billing variables, login check, runtime lookup and runtime packages from its
+    profile, never from a table keyed by backend id or a `spec.id == ...` branch; a comment that
+    names a CLI for generic behaviour is reworded, and a list of backends is read from the registry."""
+    names = _registered_cli_and_agent_names()
+    assert all((ROOT / path).is_file() for path in NAME_GUARDED_MODULES), NAME_GUARDED_MODULES
+    offenders = _name_offenders(ROOT, NAME_GUARDED_MODULES, names)
+    assert not offenders, offenders
+
+
+def test_the_module_name_guard_sees_a_branch(tmp_path):
+    """A guarded module that branches on a backend id, or names a CLI in a comment, is found."""
+    (tmp_path / "apps").mkdir()
+    (tmp_path / "apps" / "doctor.py").write_text('if spec.id == "deepseek":  # an SDK dir\n    pass\n', encoding="utf-8")
+    (tmp_path / "apps" / "plain.py").write_text("# reads the backend's profile\n", encoding="utf-8")
+    names = {"deepseek", "claude"}
+    assert _name_offenders(tmp_path, ["apps/doctor.py", "apps/plain.py"], names) == {"apps/doctor.py": ["deepseek"]}
 
 
 def test_the_name_guard_sees_a_name():

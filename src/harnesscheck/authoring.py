@@ -26,7 +26,8 @@ imports it.
 - The contract: `ProviderSpec`, `Kind`, `Capability`, `AgentSessionRequest`, `AgentOutcome`,
   `OutcomeStatus`, `ErrorClass`, `Usage`, `Cost`, `Settings`, `ToolScope`, `Policy`, and the
   typed pre-session errors (`HarnessError` and its subclasses).
-- The kit's knowledge of a new CLI: `KitProfile` (doc/AUTHORS.md, step 6).
+- The kit's knowledge of a new CLI: `KitProfile` (doc/AUTHORS.md, step 6), and what
+  `harnesscheck doctor` knows of it: `DoctorProfile`, `DoctorFinding` (its `doctor` field).
 - The scripted reference transport an example backend builds on: `FakeTransport`.
 - A host's view of a session: `iter_events`, `run_with_events` (the typed event stream) and
   `preflight` (what the backend will and will not do for a request, before any side effect).
@@ -50,6 +51,7 @@ from harnesscheck.backends._harness import (
     scratch_dir,
 )
 from harnesscheck.backends._kit_profile import KitProfile
+from harnesscheck.backends._setup_profile import DoctorFinding, DoctorProfile
 from harnesscheck.backends.claude_code import CLAUDE_INJECTIONS, ClaudeStreamParser
 from harnesscheck.backends.fake import FakeTransport
 from harnesscheck.contain.envpolicy import build_child_env, config_home, private_temp_dirs, redact
@@ -133,6 +135,8 @@ __all__ = [
     "CapabilityUnsupported",
     # the kit's knowledge of a new CLI, the scripted reference transport
     "KitProfile",
+    "DoctorProfile",
+    "DoctorFinding",
     "FakeTransport",
     # a host's view of a session
     "iter_events",

@@ -335,7 +335,8 @@ def test_install_clis_counts_a_missing_plugin_prefill_as_not_installed(tmp_path)
     from harnesscheck.testing.fakes import fake_plugin_deps
 
     c = install.PinnedCli("opencode", "opencode", "opencode-ai", "1.18.33")
-    assert install.RUNTIME_DEPS["opencode"] == (PLUGIN_DEPS_DIR, PLUGIN_PACKAGE)
+    deps = install.runtime_deps("opencode")  # the backend's kit profile, read through the registry
+    assert (deps.dirname, deps.package) == (PLUGIN_DEPS_DIR, PLUGIN_PACKAGE)
     assert not install.runtime_deps_ready(tmp_path, c)
     fake_plugin_deps(tmp_path, "1.18.33")
     assert install.runtime_deps_ready(tmp_path, c)

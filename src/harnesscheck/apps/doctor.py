@@ -6,7 +6,10 @@ variable NAME only (never a value), and the CLI's own auth status only where tha
 asked without opening the user's credential store; for every run, a bridge self-test
 (spawn the real stdio bridge on a temp root, list tools, one scoped read, one refused
 read); with `--probe`, one cheap round trip through each selected backend. Every failing
-line carries the fix. Output: a rich table, or JSON with `--json`.
+line carries the fix. Output: a rich table, or JSON with `--json`. What doctor knows of one
+backend (its credential and billing variables, how its runtime is found and its login asked) is
+that backend's DoctorProfile (backends/_setup_profile.py), read through
+`registry.kit_profile(spec).doctor`: this module names no CLI or agent (tests/test_layers.py).
 
 Exit code: 2 when the input is bad (an unknown backend id, an invalid HARNESS_* value: the
 failing `backend`/`settings` line names it and the fix); else 1 when a check failed for a
@@ -17,7 +20,6 @@ a failure. `--json` prints a `DoctorReport` (doc/doctor.schema.json).
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -31,26 +33,6 @@ from pydantic.dataclasses import dataclass
 
 OK, FAIL, WARN, SKIP = "ok", "fail", "warn", "skip"
 
-#: Credential variables per backend, by name. Values are never read into output.
-#: (name, meaning); the first set one is what the backend would use.
-CREDENTIAL_VARS: dict[str, tuple[tuple[str, str], ...]] = {
-    "claude-code": (("CLAUDE_CODE_OAUTH_TOKEN", "subscription token (claude setup-token)"),),
-    "codex": (),
-    "cursor": (("CURSOR_API_KEY", "Cursor API key"),),
-    "deepseek": (("HARNESS_DEEPSEEK_API_KEY", "DeepSeek API key, the backend's only key source"),),
-}
-#: Variables that, if the CLI saw them, would bill an API key instead of the subscription.
-#: The env policy strips them from every child; doctor only reports that they are present.
-BILLING_VARS: dict[str, tuple[str, ...]] = {
-    "claude-code": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
-    "codex": ("OPENAI_API_KEY", "CODEX_API_KEY"),
-    "cursor": (),
-    "deepseek": ("DEEPSEEK_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_API_KEY"),
-}
-#: A backend that runs another backend's CLI with that CLI's own login: doctor reports the
-#: other backend's credential status for it (claude-code-reasoning calls `claude -p`, signed in
-#: as claude-code is; "no credentials needed" was wrong).
-SAME_CREDENTIALS_AS: dict[str, str] = {"claude-code-reasoning": "claude-code"}
 PROBE_PROMPT = "Reply with the single word: pong"
 
 
@@ -96,13 +78,9 @@ def check_binary(spec, settings, selected: bool) -> tuple[list[Check], Any]:
     from harnesscheck.core.contracts import CliNotFound
 
     missing_status = FAIL if selected else WARN
+    find_runtime = _doctor_profile(spec).find_runtime  # a runtime that is no binary on PATH (an SDK dir)
     try:
-        if spec.id == "deepseek":  # an SDK dir in harnesscheck's pip cache, not a binary on PATH
-            from harnesscheck.backends.deepseek import DeepSeekTransport
-
-            info = DeepSeekTransport(spec, settings, check_version=False).cli()
-        else:
-            info = find_cli(spec, settings, check_version=False)
+        info = find_runtime(spec, settings) if find_runtime else find_cli(spec, settings, check_version=False)
     except CliNotFound as exc:
         return [Check(spec.id, "binary", missing_status, f"{spec.cli_name} not found; tried: {', '.join(exc.paths_tried)}", exc.fix)], None
     checks = [Check(spec.id, "binary", OK, str(info.path))]
@@ -147,19 +125,12 @@ def check_verified(spec, found: str) -> Check:
     )
 
 
-#: Credential files a CLI reads from a fixed path, whatever HOME or its config dir say (seen
-#: with strace at loopback: claude 2.1.197 and 2.1.332 open `.api_key` and
-#: `.session_ingress_token` there at start-up; the binary also names `.oauth_token`). Doctor
-#: only says whether they exist, never reads them.
-FIXED_CREDENTIAL_FILES: dict[str, tuple[str, ...]] = {
-    "claude-code": tuple(f"/home/claude/.claude/remote/{n}" for n in (".api_key", ".oauth_token", ".session_ingress_token")),
-}
-
-
 def check_fixed_credential_files(spec, present=os.path.lexists) -> list[Check]:
     """A credential file at a hard-coded path outside the private HOME would authenticate
-    the CLI past the transport's private config (an API key bills the key): warn, by path."""
-    found = [f for f in FIXED_CREDENTIAL_FILES.get(spec.id.partition("==")[0], ()) if present(f)]
+    the CLI past the transport's private config (an API key bills the key): warn, by path.
+    The paths are the backend's (`DoctorProfile.fixed_credential_files`, seen with strace);
+    doctor only says whether they exist, never reads them."""
+    found = [f for f in _doctor_profile(spec).fixed_credential_files if present(f)]
     if not found:
         return []
     return [
@@ -194,7 +165,8 @@ def check_credentials(spec, settings, environ: dict[str, str], selected: bool, c
     when it can be asked in a scratch HOME with that variable (never the user's store)."""
     from harnesscheck.core.contracts import Kind
 
-    twin = SAME_CREDENTIALS_AS.get(spec.id.partition("==")[0])
+    profile = _doctor_profile(spec)
+    twin = profile.same_credentials_as  # another backend's CLI, signed in as that backend is
     if twin is not None:
         from harnesscheck.backends.registry import get_spec
 
@@ -203,75 +175,29 @@ def check_credentials(spec, settings, environ: dict[str, str], selected: bool, c
             cli_info = _quiet_cli(twin_spec, settings)
         return [Check(spec.id, c.check, c.status, c.detail, c.fix) for c in check_credentials(twin_spec, settings, environ, selected, cli_info)]
     out: list[Check] = []
-    if spec.kind is Kind.api and spec.id.partition("/")[0] == "api":  # api, or a mode column api/<mode>
-        from harnesscheck.backends.api import MODE_ENV
-
-        mode = spec.api_mode or settings.api_mode
-        if not mode:
-            return [
-                Check(
-                    spec.id,
-                    "auth",
-                    FAIL if selected else WARN,
-                    "HARNESS_API_MODE is not set",
-                    "add to .env: HARNESS_API_MODE=anthropic_messages (or chat_completions, responses)",
-                )
-            ]
-        key_var, url_var = MODE_ENV[mode]
-        if _is_set(environ, key_var):
-            where = f", base URL from {url_var}" if _is_set(environ, url_var) else ""
-            out.append(Check(spec.id, "auth", OK, f"{key_var} is set (value not shown){where}"))
-        else:
-            out.append(
-                Check(
-                    spec.id,
-                    "auth",
-                    FAIL if selected else WARN,
-                    f"{key_var} is not set (api_mode {mode})",
-                    f"export {key_var}=... in the environment that runs harnesscheck",
-                )
-            )
-        return out
-    if spec.id == "copilot":  # harnesscheck's own auth.json (never another tool's store)
-        from harnesscheck.backends.authstore import AuthStore
-        from harnesscheck.core.contracts import AuthUnavailable
-        from harnesscheck.core.paths import auth_dir
-
-        store = AuthStore(settings.auth_dir or auth_dir())
-        try:
-            record = store.get("copilot")
-        except AuthUnavailable as exc:
-            return [Check(spec.id, "auth", FAIL if selected else WARN, exc.message, exc.fix)]
-        if record and record.get("access"):
-            return [Check(spec.id, "auth", OK, f"a GitHub login is stored in {store.path} (value not shown)")]
-        return [Check(spec.id, "auth", FAIL if selected else WARN, f"no GitHub login stored in {store.path}", "run: harnesscheck login copilot")]
+    if profile.credentials is not None:  # a key by name, or harnesscheck's own auth store (never another tool's)
+        return [_auth_check(spec, profile.credentials(spec, settings, environ), selected)]
     if spec.kind is not Kind.harness:
         return [Check(spec.id, "auth", SKIP, "no credentials needed")]
-    billing = [n for n in BILLING_VARS.get(spec.id, ()) if _is_set(environ, n)]
+    billing = [n for n in profile.billing_vars if _is_set(environ, n)]
     if billing:
         out.append(
             Check(spec.id, "api-key-env", WARN, f"{', '.join(billing)} set in this shell; the env policy strips it from the CLI, so it is never billed", "")
         )
-    creds = [(n, why) for n, why in CREDENTIAL_VARS.get(spec.id, ()) if _is_set(environ, n)]
-    if spec.id == "deepseek" and not creds and settings.deepseek_api_key is None:
-        out.append(
-            Check(
-                spec.id,
-                "auth",
-                FAIL if selected else WARN,
-                "HARNESS_DEEPSEEK_API_KEY is not set (API-keyed backend)",
-                "export HARNESS_DEEPSEEK_API_KEY=... (or put it in .env); no other key is ever used",
-            )
-        )
+    creds = [(n, why) for n, why in profile.credential_vars if _is_set(environ, n)]
+    missing = profile.missing_key(settings) if profile.missing_key is not None and not creds else None
+    if missing is not None:
+        out.append(_auth_check(spec, missing, selected))
         return out
     if creds:
         name, why = creds[0]
         status = Check(spec.id, "auth", OK, f"{name} is set ({why}; value not shown)")
-        if spec.id == "claude-code" and cli_info is not None:
-            status = _claude_auth_status(spec, cli_info.path, name, environ) or status
+        if profile.login_probe is not None and cli_info is not None:
+            found = profile.login_probe(cli_info.path, name, environ)
+            status = Check(spec.id, "auth", found.status, found.detail, found.fix) if found is not None else status
         out.append(status)
     else:
-        names = [n for n, _ in CREDENTIAL_VARS.get(spec.id, ())]
+        names = [n for n, _ in profile.credential_vars]
         hint = f" or set {' / '.join(names)}" if names else ""
         out.append(
             Check(
@@ -285,6 +211,21 @@ def check_credentials(spec, settings, environ: dict[str, str], selected: bool, c
     return out
 
 
+def _doctor_profile(spec):
+    """What doctor knows of `spec`'s backend (backends/_setup_profile.py DoctorProfile), kept
+    with the backend as a field of its kit profile; the empty profile for one without."""
+    from harnesscheck.backends.registry import kit_profile
+
+    return kit_profile(spec).doctor
+
+
+def _auth_check(spec, found, selected: bool) -> Check:
+    """The `auth` line of a backend profile's finding; its "fail" is a warning when the
+    backend was not selected (a machine may well not run every backend)."""
+    status = WARN if found.status == FAIL and not selected else found.status
+    return Check(spec.id, "auth", status, found.detail, found.fix)
+
+
 def _quiet_cli(spec, settings) -> Any:
     """The spec's CLI (path, version) when it can be found, else None (its own binary check says why)."""
     from harnesscheck.backends.registry import find_cli
@@ -294,37 +235,6 @@ def _quiet_cli(spec, settings) -> Any:
         return find_cli(spec, settings, check_version=False)
     except HarnessError:
         return None
-
-
-def _claude_auth_status(spec, cli_path: Path, var: str, environ: dict[str, str]) -> Check | None:
-    """`claude auth status --json` in a scratch HOME/CLAUDE_CONFIG_DIR with only the token
-    variable injected: tells whether that token is accepted as a login, reads no user file."""
-    from harnesscheck.contain.envpolicy import build_child_env
-
-    with tempfile.TemporaryDirectory(prefix="hc-doctor-") as home:
-        env = build_child_env(environ, injections={"HOME": home, "CLAUDE_CONFIG_DIR": os.path.join(home, ".claude"), var: environ[var]})
-        try:
-            proc = subprocess.run(
-                [str(cli_path), "auth", "status", "--json"],
-                env=env,
-                cwd=home,
-                capture_output=True,
-                stdin=subprocess.DEVNULL,
-                timeout=30,
-                start_new_session=True,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return Check(spec.id, "auth", WARN, f"`claude auth status --json` did not answer ({type(exc).__name__})", "")
-    try:
-        data = json.loads(proc.stdout.decode("utf-8", "replace"))
-    except ValueError:
-        return None
-    if not isinstance(data, dict):
-        return None
-    method = str(data.get("authMethod", "?"))
-    if data.get("loggedIn"):
-        return Check(spec.id, "auth", OK, f"{var} accepted: loggedIn, authMethod {method} (claude auth status)")
-    return Check(spec.id, "auth", FAIL, f"{var} is set but claude reports loggedIn=false", "create a fresh token with `claude setup-token` and export it")
 
 
 # ---------------------------------------------------------------------------------------

@@ -13,6 +13,8 @@ Requirements kept here:
   format (its stream events, its config files, its argv). Such a function lives in the
   backend's folder and the profile points to it. Functions get plain dicts and the kit's
   objects (a SessionRun, a Facts) duck-typed: nothing here imports the kit.
+- The same profile tells `harnesscheck doctor` and `harnesscheck install-clis` what they know of
+  the backend (its `doctor`, `npm_runtime_deps` and `pip_runtime` fields, backends/_setup_profile.py).
 - The empty profile, KitProfile(), is what a backend without one gets: no fake CLI, no facts
   read from fixtures, no hostile built-in calls, no login files, no tools read from its config.
 """
@@ -26,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
+
+from harnesscheck.backends._setup_profile import DoctorProfile, NpmRuntimeDeps, PipRuntime
 
 if TYPE_CHECKING:
     from harnesscheck.backends.audit import AuditReader
@@ -130,6 +134,14 @@ class KitProfile:
     #: The reader of this CLI's event log (backends/audit.py AuditReader, kept in
     #: `backends/<backend>/audit.py`); None: no post-run audit reads its log.
     audit_reader: AuditReader | None = None
+
+    # -- harnesscheck doctor and install-clis (backends/_setup_profile.py) --
+    #: What `harnesscheck doctor` knows of the backend's credentials and binary.
+    doctor: DoctorProfile = field(default_factory=DoctorProfile)
+    #: The package the CLI would fetch at each session start, pre-installed by install-clis.
+    npm_runtime_deps: NpmRuntimeDeps | None = None
+    #: The backend's runtime is a Python package install-clis puts in the cache with pip.
+    pip_runtime: PipRuntime | None = None
 
 
 #: The profile of a backend that has none.

@@ -87,9 +87,9 @@ def require_pinned_cli(backend: str | ProviderSpec, environ=None) -> tuple[Pinne
 
     spec = get_spec(backend) if isinstance(backend, str) else backend
     backend_id = spec.id
-    from harnesscheck.loopback.install import PIP_RUNTIMES
+    from harnesscheck.loopback.install import pip_runtimes
 
-    if spec.id in PIP_RUNTIMES and spec.pinned_version:
+    if spec.id in pip_runtimes() and spec.pinned_version:
         return _pip_runtime(spec, os.environ if environ is None else environ)
     if not (spec.cli_name and spec.cli_package and spec.pinned_version):
         return None, f"{backend_id} has no pinned npm CLI: the loopback level does not apply"
@@ -121,7 +121,7 @@ def require_pinned_cli(backend: str | ProviderSpec, environ=None) -> tuple[Pinne
 
 def _pip_runtime(spec: ProviderSpec, environ) -> tuple[PinnedBinary | None, str]:
     """A backend whose runtime install-clis puts in the cache with pip (loopback/install.py
-    PIP_RUNTIMES, e.g. deepseek's SDK dir `<cache>/deepseek@<pin>/`): that directory at the pin,
+    pip_runtimes(), e.g. deepseek's SDK dir `<cache>/deepseek@<pin>/`): that directory at the pin,
     or the directory HARNESS_BACKEND_CLI names for this backend (any supported version)."""
     import importlib
 

@@ -10,9 +10,12 @@ that names an npm package) and the second columns the registry keeps verified be
 Idempotent: a release whose binary prints its version is not installed again. npm runs
 with no install scripts, no audit, no funding notice and exact versions, at log level
 `warn` (its engine warnings stay visible); then only the pinned packages' own postinstall
-runs, explicitly (claude-code's puts its native binary in place). A CLI that would fetch
-packages of its own at each session start (opencode: `@opencode-ai/plugin` into its config
-dir) gets them pre-installed beside it (`RUNTIME_DEPS`), so sessions never reach a registry.
+runs, explicitly (one puts its native binary in place). A CLI that would fetch packages of
+its own at each session start (a plugin package into its config dir) gets them pre-installed
+beside it (`runtime_deps`: its backend's `KitProfile.npm_runtime_deps`), so sessions never
+reach a registry. A backend whose runtime is a Python package (`KitProfile.pip_runtime`) is
+installed with pip (`install_pip_runtime`). What is installed for one backend is read from its
+profile through the registry: this module names no CLI or agent (tests/test_layers.py).
 
 A cache from before the side-by-side layout (`<cache>/node_modules/`) is still found for
 the version it holds.
@@ -43,8 +46,8 @@ class PinnedCli:
 
 def pinned_clis() -> list[PinnedCli]:
     """Every registered harness backend with an npm package and a pinned version, then every
-    shipped ACP profile (`acp-<name>`) whose npm pin is not one of those already (acp-gemini
-    runs the gemini pin; claude-agent-acp and codex-acp are packages of their own)."""
+    shipped ACP profile (`acp-<name>`) whose npm pin is not one of those already (an ACP agent
+    that is a harness backend's CLI runs that pin; an ACP adapter is a package of its own)."""
     from harnesscheck.backends.acp.profile import PROFILE_DIR
     from harnesscheck.backends.registry import acp_spec, known_specs
 
@@ -146,38 +149,42 @@ def missing(dest: Path, clis: list[PinnedCli]) -> list[PinnedCli]:
     return out
 
 
-#: CLIs that install packages of their own at run time, from the registry, into their
-#: config dir: what to pre-install beside the CLI, so a session never reaches a registry.
-#: cli_name -> (directory beside the prefix, package at the CLI's own version).
-RUNTIME_DEPS = {"opencode": ("opencode-plugin-deps", "@opencode-ai/plugin")}
+def runtime_deps(cli_name: str):
+    """The package `cli_name` would install of its own at each session start, from the registry,
+    into its config dir (`KitProfile.npm_runtime_deps` of the backend that runs that CLI), or
+    None: what to pre-install beside the CLI, so a session never reaches a registry."""
+    from harnesscheck.backends.registry import kit_profile, known_specs
+
+    for spec in known_specs().values():
+        deps = kit_profile(spec).npm_runtime_deps if spec.cli_name == cli_name else None
+        if deps is not None:
+            return deps
+    return None
 
 
 def runtime_deps_ready(prefix: Path, c: PinnedCli) -> bool:
     """True when `c` needs no runtime package, or its pre-fill is complete (installed, locked)."""
-    if c.cli_name not in RUNTIME_DEPS:
-        return True
-    from harnesscheck.backends.opencode import plugin_deps_ready
-
-    return plugin_deps_ready(Path(prefix) / RUNTIME_DEPS[c.cli_name][0], c.version)
+    deps = runtime_deps(c.cli_name)
+    return deps is None or deps.ready(Path(prefix) / deps.dirname, c.version)
 
 
 def install_runtime_deps(npm: str, prefix: Path, c: PinnedCli) -> int:
-    """Pre-install the package `c` would fetch at each session start (opencode: its plugin
-    package into the config dir) into `<prefix>/<dir>/`, with a package-lock.json (opencode
-    reinstalls a config dir whose lock lacks a dependency). Install scripts stay off."""
-    if c.cli_name not in RUNTIME_DEPS:
+    """Pre-install the package `c` would fetch at each session start (a plugin package into its
+    config dir) into `<prefix>/<dir>/`, with a package-lock.json (a CLI may reinstall a config
+    dir whose lock lacks a dependency). Install scripts stay off."""
+    deps = runtime_deps(c.cli_name)
+    if deps is None:
         return 0
-    dirname, package = RUNTIME_DEPS[c.cli_name]
-    target = Path(prefix) / dirname
+    target = Path(prefix) / deps.dirname
     target.mkdir(parents=True, exist_ok=True)
-    (target / "package.json").write_text(json.dumps({"dependencies": {package: c.version}}) + "\n", encoding="utf-8")
+    (target / "package.json").write_text(json.dumps({"dependencies": {deps.package: c.version}}) + "\n", encoding="utf-8")
     argv = [npm, "install", "--no-audit", "--no-fund", "--save-exact", "--ignore-scripts", "--loglevel=warn"]
     proc = subprocess.run(argv, stdin=subprocess.DEVNULL, env=_npm_env(), cwd=str(target))
     return 0 if proc.returncode == 0 and runtime_deps_ready(prefix, c) else 3
 
 
 def run_postinstall(dest: Path, c: PinnedCli, node: str) -> int:
-    """Run the pinned package's own postinstall (claude-code's places its native binary).
+    """Run the pinned package's own postinstall (one places its CLI's native binary).
 
     npm runs with --ignore-scripts, so no dependency's script ever runs; only the script of
     a package we pinned, explicitly, with node, in that package's directory."""
@@ -191,7 +198,7 @@ def run_postinstall(dest: Path, c: PinnedCli, node: str) -> int:
         return 0
     parts = script.split()
     if len(parts) == 2 and parts[1].startswith("./"):
-        parts[1] = parts[1][2:]  # opencode-ai's `node ./postinstall.mjs`: the same file in the package dir
+        parts[1] = parts[1][2:]  # `node ./postinstall.mjs`: the same file in the package dir
     if len(parts) != 2 or parts[0] != "node" or "/" in parts[1] or not (pkg_dir / parts[1]).is_file():
         print(f"install-clis: {c.package}: unexpected postinstall {script!r}; not run", file=sys.stderr)
         return 3
@@ -216,7 +223,11 @@ def npm_argv(npm: str, dest: Path, clis: list[PinnedCli]) -> list[str]:
 
 
 def _npm_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_", "CODEX_"))}
+    """This environment without any vendor's credential or provider variables (the env policy's
+    deny prefixes, contain/envpolicy.py): npm and pip need none of them."""
+    from harnesscheck.contain.envpolicy import DEFAULT_DENY_PREFIXES
+
+    return {k: v for k, v in os.environ.items() if not k.startswith(DEFAULT_DENY_PREFIXES)}
 
 
 def npm_view(package: str, field: str) -> object | None:
@@ -293,16 +304,17 @@ def check_command(out=None) -> int:
     return worst
 
 
-#: Backends whose runtime is a Python package, installed with this interpreter's pip into
-#: `<cache>/<name>@<version>/` (`pip install --target`, exact versions, no dependencies: their
-#: own dependency, pydantic, is harnesscheck's): backend -> (dir name, packages at the pin).
-PIP_RUNTIMES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "deepseek": ("deepseek", ("deepseek-harness-sdk", "deepseek-harness-runtime-bin")),
-}
+def pip_runtimes() -> dict:
+    """Backends whose runtime is a Python package (`KitProfile.pip_runtime`), installed with this
+    interpreter's pip into `<cache>/<dirname>@<version>/` (`pip install --target`, exact
+    versions, no dependencies: theirs are harnesscheck's): backend id -> its PipRuntime."""
+    from harnesscheck.backends.registry import kit_profile, known_specs
+
+    return {spec.id: kit_profile(spec).pip_runtime for spec in known_specs().values() if kit_profile(spec).pip_runtime is not None}
 
 
 def pip_runtime_dir(dest: Path, backend: str, version: str) -> Path:
-    return Path(dest) / f"{PIP_RUNTIMES[backend][0]}@{version}"
+    return Path(dest) / f"{pip_runtimes()[backend].dirname}@{version}"
 
 
 def install_pip_runtime(dest: Path, backend: str, *, out=None, version: str | None = None) -> int:
@@ -325,7 +337,7 @@ def install_pip_runtime(dest: Path, backend: str, *, out=None, version: str | No
         print(f"{backend} {version}: present in {target}", file=out)
         record_digest(target, out, only_if_missing=True)
         return 0
-    packages = [f"{p}=={version}" for p in PIP_RUNTIMES[backend][1]]
+    packages = [f"{p}=={version}" for p in pip_runtimes()[backend].packages]
     print(f"install-clis: {' '.join(packages)} -> {target}", file=out)
     argv = [
         sys.executable,
@@ -427,10 +439,10 @@ def install(dest: Path | None = None, *, out=None, backend: str | None = None, v
     dest = Path(dest).expanduser().absolute() if dest is not None else cli_cache_dir()
     if backend is None:
         ensure_bubblewrap(out)
-    if backend in PIP_RUNTIMES:
+    if backend in pip_runtimes():
         return install_pip_runtime(dest, backend, out=out, version=version)
     if backend is None:
-        for name in PIP_RUNTIMES:
+        for name in pip_runtimes():
             code = install_pip_runtime(dest, name, out=out)
             if code != 0:
                 return code
@@ -478,7 +490,7 @@ def install(dest: Path | None = None, *, out=None, backend: str | None = None, v
             print(f"install-clis: the postinstall of {c.spec} failed", file=sys.stderr)
             return 3
         if install_runtime_deps(npm, prefix, c) != 0:
-            print(f"install-clis: the runtime packages of {c.spec} ({RUNTIME_DEPS[c.cli_name][1]}) failed to install", file=sys.stderr)
+            print(f"install-clis: the runtime packages of {c.spec} ({runtime_deps(c.cli_name).package}) failed to install", file=sys.stderr)
             return 3
     still = missing(dest, clis)
     if still:

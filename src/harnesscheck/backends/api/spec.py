@@ -13,6 +13,7 @@ SPEC = ProviderSpec(
     kind=Kind.api,
     label="API (Anthropic Messages / OpenAI Chat Completions / Responses)",
     factory="harnesscheck.backends.api:ApiTransport",
+    kit_profile="harnesscheck.backends.api.kit_profile:PROFILE",
     capabilities=frozenset(
         {
             C.host_tool_loop,

@@ -19,6 +19,7 @@ from harnesscheck.backends._kit_profile import (
     repeat_assistant_events,
 )
 from harnesscheck.backends.claude_code.audit import READER
+from harnesscheck.backends.claude_code.doctor import DOCTOR
 from harnesscheck.core.contracts import Usage
 
 
@@ -120,4 +121,5 @@ PROFILE = KitProfile(
     stdout_cost=stdout_cost,
     tool_errors_at_wire=True,  # the Messages wire: `tool_result` with `is_error`, named by its `tool_use`
     live_login_missing=live_login_missing,
+    doctor=DOCTOR,
 )

@@ -7,6 +7,7 @@ cells. The scripted server finds the turn a prompt asks for with `transcript_tur
 from __future__ import annotations
 
 from harnesscheck.backends._kit_profile import KitProfile, ReasoningProfile
+from harnesscheck.backends._setup_profile import DoctorProfile
 
 
 def _turn_of_prompt(prompt: str) -> int:
@@ -25,4 +26,6 @@ PROFILE = KitProfile(
             "cannot answer; offline, tests/backends/test_claude_code_reasoning.py covers its parser, tripwire and error mapping"
         ),
     ),
+    # doctor: it calls `claude -p` signed in as claude-code is ("no credentials needed" was wrong)
+    doctor=DoctorProfile(same_credentials_as="claude-code"),
 )

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 from harnesscheck.backends._kit_profile import KitProfile, first_text_before_hang
+from harnesscheck.backends._setup_profile import DoctorProfile
 from harnesscheck.backends.codex.audit import READER
 from harnesscheck.core.contracts import Usage
 
@@ -98,4 +99,6 @@ PROFILE = KitProfile(
     credential_env=("CODEX_API_KEY",),
     mcp_config_file=config_toml,
     live_login_missing=live_login_missing,
+    # doctor: the variables that would bill an API key instead of the ChatGPT login
+    doctor=DoctorProfile(billing_vars=("OPENAI_API_KEY", "CODEX_API_KEY")),
 )

@@ -13,6 +13,7 @@ SPEC = ProviderSpec(
     kind=Kind.api,
     label="GitHub Copilot (api provider: device-flow login, routed by GET /models)",
     factory="harnesscheck.backends.copilot:CopilotTransport",
+    kit_profile="harnesscheck.backends.copilot.kit_profile:PROFILE",
     capabilities=frozenset(
         {
             C.host_tool_loop,

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from harnesscheck.backends._kit_profile import KitProfile, assistant_text, first_text_before_hang, mcp_servers_json
+from harnesscheck.backends._setup_profile import DoctorProfile
 from harnesscheck.backends.cursor.audit import READER
 from harnesscheck.core.contracts import Usage
 
@@ -67,4 +68,5 @@ PROFILE = KitProfile(
     credential_env=("CURSOR_API_KEY",),
     mcp_config_file=mcp_json,
     live_login_missing=live_login_missing,
+    doctor=DoctorProfile(credential_vars=(("CURSOR_API_KEY", "Cursor API key"),)),
 )

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from harnesscheck.backends._kit_profile import KitProfile, first_text_before_hang
 from harnesscheck.backends.deepseek.audit import READER
+from harnesscheck.backends.deepseek.doctor import DOCTOR, PIP_RUNTIME
 from harnesscheck.core.contracts import Usage
 
 
@@ -147,4 +148,6 @@ PROFILE = KitProfile(
     mcp_config_file=patch_file,
     tools_offered=dsh_offered,
     sdk_launcher=_launcher,  # an SDK dir: the wrapper execs the driver's launcher beside that SDK
+    doctor=DOCTOR,
+    pip_runtime=PIP_RUNTIME,
 )

@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 
 from harnesscheck.backends._kit_profile import KitProfile, first_text_before_hang
+from harnesscheck.backends._setup_profile import NpmRuntimeDeps
+from harnesscheck.backends.opencode import PLUGIN_DEPS_DIR, PLUGIN_PACKAGE, plugin_deps_ready
 from harnesscheck.backends.opencode.audit import READER
 from harnesscheck.core.contracts import Usage
 
@@ -116,4 +118,6 @@ PROFILE = KitProfile(
     login_files=(".local/share/opencode/auth.json",),
     mcp_config_env=env_servers,
     tools_offered=tools_offered,
+    # install-clis pre-installs the plugin package opencode would fetch into its config dir
+    npm_runtime_deps=NpmRuntimeDeps(dirname=PLUGIN_DEPS_DIR, package=PLUGIN_PACKAGE, ready=plugin_deps_ready),
 )
