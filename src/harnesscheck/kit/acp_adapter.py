@@ -625,6 +625,28 @@ class AcpLoopbackLevel:
                 self._servers, self._wrappers, self.trace_opens = [], 0, False
                 self._learned: dict | None = None
 
+            def script_profile(self):
+                """The kit profile of the CLI the agent runs (when it runs a registered CLI), its
+                loopback built-in read, where it states none, taken from the ACP profile's `shell`
+                built-in (`cat <path>` through it); an agent whose profile declares no shell built-in
+                has no built-in call scripted: `native_tool_use` skips."""
+                import dataclasses
+
+                from harnesscheck.backends.registry import build_transport
+                from harnesscheck.core.config import Settings
+
+                profile = super().script_profile()
+                if profile.loopback_builtin_read is not None:
+                    return profile
+                shell = build_transport(self.spec, Settings(backend=self.spec.id)).profile.builtin_calls.get("shell")
+                if shell is None:
+                    return profile
+
+                def builtin_read(path: str) -> tuple[str, dict]:
+                    return shell.name, shell.filled({"command": f"cat {path}"})
+
+                return dataclasses.replace(profile, loopback_builtin_read=builtin_read)
+
             def builtin_calls(self, profile) -> dict:
                 """The profile's built-ins, else (an agent with no profile) those learned from what it
                 offered the model in a first session at the wire (learn_builtin_calls)."""

@@ -161,13 +161,18 @@ class LoopbackAdapter(HarnessAdapter):
     def install_fake(self, scenario, **overrides):
         raise SkipCell("adapter-not-implemented", "a fake CLI scenario has no meaning at the loopback level")
 
+    def script_profile(self):
+        """The kit profile the loopback scripts read (the built-in call a hostile model makes, the
+        wire's cache-write tokens): the backend's own."""
+        return kit_profile(self.spec)
+
     def prepare(self, scenario, ws, *, tool_calls=None, model=None, timeout_s=None, echo=None, **_: Any) -> Setup:
         from harnesscheck.core.config import Settings
 
         if echo:
             raise SkipCell("adapter-not-implemented", "upstream text echo is a fake-CLI device")
         with _as_skip():
-            script = loopback_scenario(self.spec.cli_name or "", scenario, ws, tool_calls, profile=kit_profile(self.spec))
+            script = loopback_scenario(self.spec.cli_name or "", scenario, ws, tool_calls, profile=self.script_profile())
         watch = [ws.canary, *getattr(self._local, "watch", ())]  # the host's values the check passed (run(parent_env=))
         key = session_key()  # this session's own: the server refuses every other credential
         server = ScriptedModelServer(script, expected_key=key, watch=watch).start()

@@ -80,6 +80,11 @@ def loopback_scenario(cli: str, name: str, ws: Any, tool_calls: list | None = No
         if profile.loopback_builtin_read is not None:
             tool, args = profile.loopback_builtin_read(str(ws.secret))
             return Scenario(name, (Turn(tool_calls=(ToolCall(tool, args, builtin=True),), usage=usage), done))
+        raise CannotScript(
+            "adapter-not-implemented",
+            f"no built-in call of {cli} is known to script: its profile names none a hostile model would make "
+            "(a kit profile's loopback_builtin_read, an ACP profile's `shell` built-in); a call of a tool it never had would judge nothing",
+        )
     raise CannotScript(
         "adapter-not-implemented",
         f"the real {cli} cannot be made to show {name!r} by a scripted model server (offline level only)",
