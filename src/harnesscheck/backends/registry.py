@@ -149,11 +149,12 @@ def kit_profile(spec: ProviderSpec):
 
 
 def kit_profile_of_cli(cli_name: str):
-    """The kit profile of the built-in backend that runs CLI `cli_name` (the empty profile if
-    none does): for the tools that know a CLI by its name only (the fixture recorder)."""
+    """The kit profile of the first registered backend that runs CLI `cli_name` and names its
+    profile (built-ins first; the empty profile if none does): for the tools that know a CLI by
+    its name only (the fixture recorder, install-clis)."""
     from harnesscheck.backends._kit_profile import NO_PROFILE
 
-    spec = next((s for s in BUILTIN_SPECS.values() if s.kit_profile and s.cli_name == cli_name), None)
+    spec = next((s for s in known_specs().values() if s.kit_profile and s.cli_name == cli_name), None)
     return kit_profile(spec) if spec is not None else NO_PROFILE
 
 

@@ -153,13 +153,9 @@ def runtime_deps(cli_name: str):
     """The package `cli_name` would install of its own at each session start, from the registry,
     into its config dir (`KitProfile.npm_runtime_deps` of the backend that runs that CLI), or
     None: what to pre-install beside the CLI, so a session never reaches a registry."""
-    from harnesscheck.backends.registry import kit_profile, known_specs
+    from harnesscheck.backends.registry import kit_profile_of_cli
 
-    for spec in known_specs().values():
-        deps = kit_profile(spec).npm_runtime_deps if spec.cli_name == cli_name else None
-        if deps is not None:
-            return deps
-    return None
+    return kit_profile_of_cli(cli_name).npm_runtime_deps
 
 
 def runtime_deps_ready(prefix: Path, c: PinnedCli) -> bool:
