@@ -15,13 +15,12 @@ def test_only_scope_tools_offered(but):
     """The model is offered exactly the scope's tools: no vendor built-in, nothing the scope
     forbids. A further offered tool the backend refuses to execute when the model calls it
     (where the level can script that call) is reported in the cell, not failed."""
-    ws = but.workspace()
-    run = but.run("success", workspace=ws)
+    run = but.shared_run("success")
     offered = but.tools_offered(run)
     assert offered is not None, "the kit could not observe the tools offered"
-    scoped = set(ws.scope(read_only=True).tool_names())
+    scoped = set(run.workspace.scope(read_only=True).tool_names())
     extra = sorted(set(offered) - scoped)
-    refused = but.refused_when_called(extra, ws) if extra else {}
+    refused = but.refused_when_called(extra, but.workspace()) if extra else {}  # probed in a workspace of their own
     assert set(offered) - set(refused) == scoped, f"offered {sorted(offered)}" + (f" (refused when called: {sorted(refused)})" if refused else "")
     for name, answer in refused.items():
         but.note(f"offered {name}, refused when called ({answer})")

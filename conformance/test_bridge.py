@@ -37,8 +37,8 @@ def test_slow_start_not_toolless(but):
 def test_only_bridge_configured(but):
     """The CLI's MCP config names exactly one server, the host's tool bridge (whatever it is called),
     started by an absolute interpreter, with no secrets."""
-    canaries = but.parent_env_canaries()
-    run = but.run("success", parent_env=canaries)
+    run = but.shared_run("success", canaries=True)
+    canaries = run.canaries
     configs = but.mcp_servers(run)
     assert configs, "no MCP configuration reached the CLI"
     assert len(configs) == 1, f"MCP servers configured: {sorted(configs)}: the CLI must get exactly one, the bridge"

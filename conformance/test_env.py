@@ -18,8 +18,8 @@ NESTING = {"CLAUDECODE": "1", "CLAUDE_CODE_ENTRYPOINT": "cli", "CLAUDE_CODE_SSE_
 def test_provider_keys_stripped(but):
     """No provider key, base URL or model override from the parent environment reaches the CLI
     (except a credential the backend injects by design, explicitly and traced by name)."""
-    canaries = but.parent_env_canaries()
-    run = but.run("success", parent_env=canaries)
+    run = but.shared_run("success", canaries=True)
+    canaries = run.canaries
     assert run.children, "the fake CLI was never run"
     permitted = but.permitted_injections(run)
     for child in run.children:
@@ -31,8 +31,8 @@ def test_provider_keys_stripped(but):
 @check("env.no-secret-in-argv", kinds=[Kind.harness], incident="A9")
 def test_no_secret_in_argv(but):
     """No secret from the parent environment appears in the CLI's argv (visible in ps)."""
-    canaries = but.parent_env_canaries()
-    run = but.run("success", parent_env=canaries)
+    run = but.shared_run("success", canaries=True)
+    canaries = run.canaries
     for child in run.children:
         argv = json.dumps(child["argv"])
         leaked = sorted(k for k, v in canaries.items() if v in argv)
@@ -225,8 +225,8 @@ def test_session_credential_at_wire(but):
     Evidence: each request's headers as the model server received them (the scripted API server
     offline for api backends; the loopback server for the real CLIs, which records whether a
     credential matched and where a watched value appeared, never the value)."""
-    canaries = but.parent_env_canaries()
-    run = but.run("success", parent_env=canaries)
+    run = but.shared_run("success", canaries=True)
+    canaries = run.canaries
     seen = but.wire_credentials(run, canaries)
     if seen is None:
         but.skip(

@@ -39,11 +39,11 @@ def test_builtins_off_at_wire(but):
     request. A further tool the CLI offers is judged by behaviour: the model calls it, and the
     CLI must refuse to execute it (reported in the cell, e.g. claude's DeferredToolPlaceholder);
     one it executes fails."""
-    ws = but.workspace()
-    run = but.run("success", workspace=ws)
+    run = but.shared_run("success")
+    ws = but.workspace()  # the extra tools are probed in a workspace of their own
     offered = but.tools_offered(run)
     assert offered is not None, "the server saw no model request"
-    expected = set(ws.scope(read_only=True).tool_names())
+    expected = set(run.workspace.scope(read_only=True).tool_names())
     extra = sorted(set(offered) - expected)
     missing = sorted(expected - set(offered))
     assert not missing, f"bridge tools not offered: {missing}; offered beyond the bridge (not probed): {extra}"

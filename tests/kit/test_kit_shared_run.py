@@ -46,3 +46,20 @@ def test_nothing_is_shared_outside_a_run_of_the_suite_or_where_sessions_are_chea
     cheap = ScriptedAdapter(BUILTIN_SPECS["fake"], "offline", tmp_path / "b")
     cheap.shared_runs = {}
     assert cheap.shared_run("success") is not cheap.shared_run("success") and not cheap.shared_runs
+
+
+def test_a_session_with_host_canaries_is_shared_only_with_checks_that_ask_for_them(tmp_path):
+    """shared_run(canaries=True): the parent env carries parent_env_canaries(), made once for the
+    session and handed to every check that shares it (run.canaries); a plain session is another."""
+    shared: dict = {}
+    first, second = (Sharing(BUILTIN_SPECS["fake"], "offline", tmp_path / n) for n in ("a", "b"))
+    first.shared_runs = second.shared_runs = shared
+    planted = first.shared_run("success", canaries=True)
+    assert planted.canaries and planted.canaries == {k: planted.parent_env[k] for k in planted.canaries}
+    assert set(planted.canaries) >= {"ANTHROPIC_API_KEY", "OPENAI_API_KEY"}
+    assert second.shared_run("success", canaries=True) is planted
+    plain = second.shared_run("success")
+    assert plain is not planted and plain.canaries == {} and not set(planted.canaries) & set(plain.parent_env)
+    alone = Sharing(BUILTIN_SPECS["fake"], "offline", tmp_path / "c")  # nothing shared: canaries of its own each time
+    one, two = alone.shared_run("success", canaries=True), alone.shared_run("success", canaries=True)
+    assert one.canaries and one.canaries != two.canaries

@@ -275,21 +275,32 @@ class BackendUnderTest:
             raise SessionOverran(guard.message())
         return run
 
-    def shared_run(self, scenario: str) -> SessionRun:
+    def shared_run(self, scenario: str, *, canaries: bool = False) -> SessionRun:
         """What `run(scenario)` gives, for a check that only reads the evidence of that session
         (its outcome, records and wire): where sessions are shared (SHARES_SESSIONS), the first
         such session of this backend and level in this process, if it ended ok; else a session of
         the check's own, kept for the next check if it ended ok. A session that did not end ok
         (crashed, timed out, raised) is never shared, so one check's crash never decides another's
-        verdict; a check that watches the machine while its session runs calls run() instead."""
-        if not self.SHARES_SESSIONS or self.shared_runs is None:
-            return self.run(scenario)
+        verdict; a check that watches the machine while its session runs calls run() instead.
+
+        `canaries`: the session's parent environment carries `parent_env_canaries()` (made once
+        for it, in `run.canaries`), for the checks that each look for them in a different place
+        (the CLI's env, its argv, its MCP config, the wire); a session with canaries is never
+        shared with one without."""
         from harnesscheck.core.contracts import OutcomeStatus
 
-        key = (self.spec.id, self.level, type(self).__name__, scenario)
+        def fresh() -> SessionRun:
+            planted = self.parent_env_canaries() if canaries else {}
+            run = self.run(scenario, parent_env=planted or None)
+            run.canaries = planted
+            return run
+
+        if not self.SHARES_SESSIONS or self.shared_runs is None:
+            return fresh()
+        key = (self.spec.id, self.level, type(self).__name__, scenario, canaries)
         run = self.shared_runs.get(key)
         if run is None:
-            run = self.run(scenario)
+            run = fresh()
             if run.outcome.status == OutcomeStatus.ok:
                 self.shared_runs[key] = run
         return run

@@ -227,6 +227,9 @@ class SessionRun:
     #: name (sessions and version probes) — the evidence of what really ran (cliwatch.py).
     cli_named: Path | None = None
     cli_pids: list[int] = field(default_factory=list)
+    #: The host canaries the session's parent environment carried (shared_run(canaries=True):
+    #: `parent_env_canaries()`, made once for the session), {} where it carried none.
+    canaries: dict[str, str] = field(default_factory=dict)
 
     @property
     def said(self) -> str:
