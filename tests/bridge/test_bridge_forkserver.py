@@ -229,7 +229,7 @@ def test_a_spec_is_served_only_to_the_process_tree_it_is_bound_to(tmp_path: Path
         argv, _ = relay_for(spec_path, bind=False)
         assert forkserver.bind_session(spec_path, other_cli.pid)
         res = _run_relay(argv)  # not started by that CLI: refused, even as the first relay
-        assert res.returncode == 2 and b"refused: wrong-process" in res.stderr
+        assert res.returncode == 2 and b"refused: wrong-process" in res.stderr, _registration_state(spec_path, res)
         with pytest.raises(forkserver.ForkServerError, match="already bound"):
             forkserver.get_forkserver().bind(spec_path.absolute(), os.getpid())  # a spec binds once
     finally:
@@ -244,6 +244,18 @@ def test_a_spec_is_served_only_to_the_process_tree_it_is_bound_to(tmp_path: Path
     finally:
         first.stdin.close()
         first.wait(timeout=BOUND_S)
+
+
+def _registration_state(spec_path: Path, res: subprocess.CompletedProcess) -> str:
+    """What a failed refusal assertion needs to be explained afterwards (it failed once under
+    load with "not-registered"): the relay's answer and whether the forkserver holds the spec
+    now, i.e. whether the registration was lost or only not read yet when the relay asked."""
+    server = forkserver.get_forkserver()
+    try:
+        held = str(spec_path.absolute()) in (server.children() if server is not None else {})
+    except forkserver.ForkServerError as exc:
+        held = f"unknown ({exc})"
+    return f"relay exit {res.returncode}, stderr {res.stderr[-300:]!r}; forkserver pid {getattr(server, 'pid', None)} holds the spec now: {held}"
 
 
 def test_a_relay_before_the_binding_is_held_then_served_to_the_bound_session(tmp_path: Path, relay_for) -> None:
