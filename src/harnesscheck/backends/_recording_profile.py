@@ -86,7 +86,7 @@ class RecordingProfile:
     #: What the fixture's provenance notes say of the credential, by recipe `credential`.
     credential_notes: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({"none": NO_CREDENTIAL_NOTE}))
     #: The model the fake's `{{model}}` stands for in a recording ((recipe, the raw stdout
-    #: lines) -> model or None); the fixture keeps it as `default_model`. None: no placeholders.
+    #: lines) -> model or None); the fixture keeps it as `default_model`. None: no model is.
     placeholder_model: Callable[[Recipe, list[str]], str | None] | None = None
     #: Makes one stdout event the fake's placeholders where it echoes what the transport asked
     #: for ((event, placeholder_model, the `mcp_server_fields` to fill) -> event).

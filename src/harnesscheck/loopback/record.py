@@ -429,7 +429,7 @@ def to_fixture(rec: Recording) -> dict:
 
     recording = _profile(rec.cli)
     # the model the fake's `{{model}}` stands for (kept as `default_model`)
-    model = recording.placeholder_model(rec.recipe, rec.lines) if recording.placeholders and recording.placeholder_model else None
+    model = recording.placeholder_model(rec.recipe, rec.lines) if recording.placeholder_model else None
     fields: dict = {}  # the fields the templated mcp_servers carried (mcp_server_fields)
     steps: list[dict] = []
     if rec.recipe.slow_bridge_s and rec.first_line_s is not None and rec.first_line_s >= rec.recipe.slow_bridge_s:
