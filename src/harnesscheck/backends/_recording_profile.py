@@ -77,8 +77,9 @@ class RecordingProfile:
     bridge_module: str = ""
     #: The variables that carry the loopback credential; a recording without one takes them away.
     credential_vars: tuple[str, ...] = ()
-    #: Edits the CLI's config so it sends no credential at all (the invocation's injections ->
-    #: None; it changes the files they point to). None: taking the variables away is enough.
+    #: For a recipe without a credential: edits the CLI's config so it sends none at all (the
+    #: invocation's injections -> None; it changes the files they point to). None: taking the
+    #: variables away is enough.
     strip_credential_config: Callable[[Mapping[str, str]], None] | None = None
     #: The variable a dummy API key is given in for an `api_key` recipe (the transport in
     #: api_key mode, `credential_vars` taken away); None: the CLI has no API-key recording.

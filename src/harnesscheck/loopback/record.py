@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from harnesscheck.backends._recording_profile import Recipe, RecordingProfile
 
@@ -254,10 +254,10 @@ def _bridge_override(recording: RecordingProfile, recipe: Recipe) -> Iterator[No
         module.bridge_command = real
 
 
-def _without_credentials(transport: Any, recording: RecordingProfile) -> None:
-    """Take the loopback credential away: the CLI gets no token and no key at all (the
-    profile's `credential_vars`, and its config edited by `strip_credential_config`)."""
-    names = recording.credential_vars
+def _without_credentials(transport: Any, names: tuple[str, ...], edit_config: Callable[[Mapping[str, str]], None] | None) -> None:
+    """Take the loopback credential away: the variables `names` (the profile's
+    `credential_vars`) and, with `edit_config` (its `strip_credential_config`), what the CLI's
+    config says of it, so it gets no token and no key at all."""
     for name in names:
         transport.injections.pop(name, None)
     invocation = transport.invocation
@@ -266,8 +266,8 @@ def _without_credentials(transport: Any, recording: RecordingProfile) -> None:
         inv = invocation(*args, **kwargs)
         for name in names:
             inv.injections.pop(name, None)
-        if recording.strip_credential_config is not None:
-            recording.strip_credential_config(inv.injections)
+        if edit_config is not None:
+            edit_config(inv.injections)
         return inv
 
     transport.invocation = stripped
@@ -287,8 +287,10 @@ def _transport(spec: Any, backend: str, cli: str, binary: Any, base_url: str, re
     if recipe.full_ladder:
         kwargs["retry_stop_after"] = None
     transport = loopback_transport(spec, Settings(backend=backend), cli_path=binary.path, endpoint=LoopbackEndpoint(base_url), **kwargs)
-    if recipe.credential in ("none", "api_key"):  # api_key: the key is then the only credential
-        _without_credentials(transport, recording)
+    if recipe.credential == "none":
+        _without_credentials(transport, recording.credential_vars, recording.strip_credential_config)
+    elif recipe.credential == "api_key":
+        _without_credentials(transport, recording.credential_vars, None)  # the key is the only credential
     return transport
 
 
