@@ -304,8 +304,9 @@ def test_the_kit_names_no_cli_or_agent():
 
 #: Modules outside kit/ that serve every backend alike and so name none: what they know of one
 #: backend is read from its profile through the registry (`KitProfile.doctor`, `.npm_runtime_deps`,
-#: `.pip_runtime`; backends/_setup_profile.py). Paths relative to src/harnesscheck/.
-NAME_GUARDED_MODULES = ("apps/doctor.py", "loopback/install.py")
+#: `.pip_runtime`, backends/_setup_profile.py; `KitProfile.recording`,
+#: backends/_recording_profile.py). Paths relative to src/harnesscheck/.
+NAME_GUARDED_MODULES = ("apps/doctor.py", "loopback/install.py", "loopback/record.py")
 
 
 def _name_offenders(root: Path, paths, names: set[str]) -> dict[str, list[str]]:
@@ -314,11 +315,13 @@ def _name_offenders(root: Path, paths, names: set[str]) -> dict[str, list[str]]:
     return {path: hit for path, hit in found.items() if hit}
 
 
-def test_doctor_and_install_name_no_cli_or_agent():
+def test_doctor_install_and_record_name_no_cli_or_agent():
     """The guard of the kit, over the modules listed in NAME_GUARDED_MODULES (code, comments and
     docstrings): `harnesscheck doctor` and `harnesscheck install-clis` read each backend's
     credentials, billing variables, login check, runtime lookup and runtime packages from its
-    profile, never from a table keyed by backend id or a `spec.id == ...` branch; a comment that
+    profile, and `harnesscheck record` reads each CLI's recipes, documented error answers,
+    credential handling and fixture placeholders from its recording profile, never from a table
+    keyed by backend id or CLI name or a `spec.id == ...` / `cli == ...` branch; a comment that
     names a CLI for generic behaviour is reworded, and a list of backends is read from the registry."""
     names = _registered_cli_and_agent_names()
     assert all((ROOT / path).is_file() for path in NAME_GUARDED_MODULES), NAME_GUARDED_MODULES

@@ -159,6 +159,33 @@ def _reached_its_hang(fake) -> bool:
     return False
 
 
+def test_every_recording_profile_holds_together():
+    """What `record` reads of each CLI's recording profile (backends/<backend>/recording.py) is
+    consistent: RECIPES is the profiles' recipes by CLI name; an error answer is served for a
+    fixture the profile records; `model_not_found` asks for the profile's missing model, which
+    an error answer may name; an API-key recipe has the variable to put the key in; a recipe
+    that breaks or slows the bridge has a module whose `bridge_command` can be replaced; a
+    recipe without a credential has variables to take away."""
+    import importlib
+
+    from harnesscheck.backends.registry import kit_profile_of_cli
+    from harnesscheck.loopback.record import PROFILES, RECIPES
+
+    assert set(RECIPES) == set(PROFILES) and {"claude", "codex", "gemini"} <= set(RECIPES)
+    for cli, profile in PROFILES.items():
+        assert kit_profile_of_cli(cli).recording is profile
+        assert RECIPES[cli] == dict(profile.recipes), cli
+        assert set(profile.error_answers) <= set(profile.recipes), (cli, set(profile.error_answers) - set(profile.recipes))
+        if "model_not_found" in profile.recipes:
+            assert profile.recipes["model_not_found"].model == profile.missing_model, cli
+        credentials = {r.credential for r in profile.recipes.values()}
+        assert credentials <= {"token", "none", "api_key"}, (cli, credentials)
+        assert profile.api_key_var or "api_key" not in credentials, f"{cli}: an api_key recipe without api_key_var"
+        assert profile.credential_vars or "none" not in credentials, f"{cli}: a recipe without a credential, but no credential_vars"
+        if any(r.broken_bridge or r.slow_bridge_s for r in profile.recipes.values()):
+            assert callable(getattr(importlib.import_module(profile.bridge_module), "bridge_command", None)), cli
+
+
 def test_record_never_overwrites_a_hand_written_fixture():
     from harnesscheck.loopback.record import recipe_for
 

@@ -14,7 +14,9 @@ Requirements kept here:
   backend's folder and the profile points to it. Functions get plain dicts and the kit's
   objects (a SessionRun, a Facts) duck-typed: nothing here imports the kit.
 - The same profile tells `harnesscheck doctor` and `harnesscheck install-clis` what they know of
-  the backend (its `doctor`, `npm_runtime_deps` and `pip_runtime` fields, backends/_setup_profile.py).
+  the backend (its `doctor`, `npm_runtime_deps` and `pip_runtime` fields, backends/_setup_profile.py),
+  and tells `harnesscheck record` how its fixtures are recorded (`recording`,
+  backends/_recording_profile.py).
 - The empty profile, KitProfile(), is what a backend without one gets: no fake CLI, no facts
   read from fixtures, no hostile built-in calls, no login files, no tools read from its config.
 """
@@ -29,6 +31,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from harnesscheck.backends._recording_profile import RecordingProfile
 from harnesscheck.backends._setup_profile import DoctorProfile, NpmRuntimeDeps, PipRuntime
 
 if TYPE_CHECKING:
@@ -142,6 +145,11 @@ class KitProfile:
     npm_runtime_deps: NpmRuntimeDeps | None = None
     #: The backend's runtime is a Python package install-clis puts in the cache with pip.
     pip_runtime: PipRuntime | None = None
+
+    # -- harnesscheck record (backends/_recording_profile.py) --
+    #: How `harnesscheck record` makes the CLI's offline fixtures from the real CLI at the
+    #: loopback level; None: its fixtures are not recorded.
+    recording: RecordingProfile | None = None
 
 
 #: The profile of a backend that has none.

@@ -9,19 +9,18 @@ made to show (fake-only traps: malformed/truncated/oversize lines, lingering, cr
 unknown events...) are not in `RECORDABLE` and stay hand-written (fixtures/<cli>/README.md
 says why, per scenario), so `record` never overwrites one of them.
 
-How each fixture is produced is its `Recipe`: the scripted model (`recording_script`) and
-the transport's setup (no credential, an API key, a bridge that cannot start, a model name,
-the retry ladder run out).
+What the recorder knows of one CLI is its backend's recording profile
+(backends/_recording_profile.py, `KitProfile.recording`): this module names no CLI
+(tests/test_layers.py). How each fixture is produced is its `Recipe` there: the scripted
+model (`recording_script`: the kit's loopback scenario, or an error answer the vendor
+documents) and the transport's setup (no credential, an API key, a bridge that cannot start, a
+model name, the retry ladder run out).
 
 Scrubbing (before anything is written): the dummy keys and every secret the env policy
 knows are redacted; the session's temp dir becomes `<run-dir>`, the CLI's cwd `{{cwd}}`, the
-home dir `<home>`, the checkout `<repo>`, the server port `PORT`; claude's init `tools` /
-`mcp_servers` / `model` and the echoed model become the fake's placeholders (only where they
-say what the transport asked for), so the recording replays under any argv the transport builds.
-
-Over 800 lines for a reason: each fixture's `Recipe` (scripted model plus transport setup) sits
-beside the code that runs it, so what a recording claims is checked in one place; the recipes
-table is the seam.
+home dir `<home>`, the checkout `<repo>`, the server port `PORT`; where the profile says so, what
+the CLI echoes of the transport's request (its tools, MCP servers, model) becomes the fake's
+placeholders, so the recording replays under any argv the transport builds.
 """
 
 from __future__ import annotations
@@ -37,105 +36,44 @@ import time
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Mapping
+
+from harnesscheck.backends._recording_profile import Recipe, RecordingProfile
 
 # ---------------------------------------------------------------------------------------
 # What can be recorded, and how
 
 
-@dataclass(frozen=True)
-class Recipe:
-    """How one fixture is recorded.
+def _recording_profiles() -> dict[str, RecordingProfile]:
+    """CLI name -> its recording profile, for every registered backend's CLI that has one
+    (registry order, built-ins first; the profile `kit_profile_of_cli` finds)."""
+    from harnesscheck.backends.registry import kit_profile_of_cli, known_specs
 
-    `credential`: what the CLI is given to authenticate with: `token` (the loopback dummy as
-    a subscription token / the provider key: the normal loopback setup), `none` (nothing at
-    all: the CLI's own not-logged-in path), `api_key` (claude: a dummy ANTHROPIC_API_KEY,
-    the transport in api_key mode). `broken_bridge`: the bridge command in the CLI's MCP
-    config is one that cannot start. `model`: the model the request names."""
-
-    credential: str = "token"
-    broken_bridge: bool = False
-    #: Seconds the bridge waits before it starts (a slow bridge); when the CLI printed nothing
-    #: until then, the fixture starts with that wait as a `delay` step.
-    slow_bridge_s: float = 0.0
-    model: str | None = None
-    #: Let the CLI run its whole retry ladder (the transport's retry_stop_after=None), so
-    #: the fixture holds every notice and the final failure, not only the first notice.
-    full_ladder: bool = False
-    max_iters: int = 8
-    timeout_s: float = 60.0
-    #: Shared kit scenario whose script this fixture serves (default: its own name).
-    script: str | None = None
+    out: dict[str, RecordingProfile] = {}
+    for spec in known_specs().values():
+        if spec.cli_name and spec.cli_name not in out:
+            recording = kit_profile_of_cli(spec.cli_name).recording
+            if recording is not None:
+                out[spec.cli_name] = recording
+    return out
 
 
-#: A model name no scripted server knows (model_not_found asks for it).
-MISSING_MODEL = {"claude": "claude-nope-9", "codex": "gpt-nope-9", "gemini": "gemini-nope-9"}
+PROFILES = _recording_profiles()
 
 #: Fixture name -> recipe, per CLI. Everything else in fixtures/<cli>/ is hand-written.
-RECIPES: dict[str, dict[str, Recipe]] = {
-    "claude": {
-        "success": Recipe(),
-        "tool_calls": Recipe(),
-        "max_turns": Recipe(max_iters=2),
-        "not_logged_in": Recipe(credential="none"),
-        "auth_401": Recipe(),
-        "rate_limit_429": Recipe(),
-        "overloaded_529": Recipe(),
-        "context_overflow": Recipe(),
-        "model_not_found": Recipe(model=MISSING_MODEL["claude"]),
-        "served_model_mismatch": Recipe(),
-        "timeout_mid_stream": Recipe(timeout_s=6.0),
-        "native_tool_use": Recipe(),
-        "mcp_failed": Recipe(broken_bridge=True),
-        "api_key_source": Recipe(credential="api_key"),
-        # root-cause precedence (doc/SPEC-claude-code.md): a 429 ladder the deadline cuts short
-        # is a rate limit, not a timeout; a bridge that cannot start under a 401 server
-        "rate_limit_429_deadline": Recipe(full_ladder=True, timeout_s=45.0, script="rate_limit_429"),
-        "auth_401_bridge_failed": Recipe(broken_bridge=True, script="auth_401"),
-    },
-    "codex": {
-        "success": Recipe(),
-        "tool_calls": Recipe(),
-        # A 401 ends where the transport stops it (the first notice: auth is never retried,
-        # whatever retry_stop_after says). codex's 429/529 ladders take seconds: recorded
-        # whole; claude's 529 ladder takes minutes, so it ends at the transport's stop.
-        "not_logged_in": Recipe(credential="none"),
-        "auth_401": Recipe(),
-        "rate_limit_429": Recipe(full_ladder=True),
-        "overloaded_529": Recipe(full_ladder=True),
-        "context_overflow": Recipe(),
-        "model_not_found": Recipe(model=MISSING_MODEL["codex"]),
-        "served_model_mismatch": Recipe(),
-        "timeout_mid_stream": Recipe(timeout_s=6.0),
-        "mcp_failed": Recipe(broken_bridge=True),
-        # A required bridge slow to start: codex waits for it, then runs normally.
-        "mcp_slow": Recipe(slow_bridge_s=0.5, script="tool_calls"),
-        # root-cause precedence (doc/SPEC-codex.md): a 429 ladder the deadline cuts short
-        "rate_limit_429_deadline": Recipe(full_ladder=True, timeout_s=12.0, script="rate_limit_429"),
-        "auth_401_bridge_failed": Recipe(broken_bridge=True, script="auth_401"),
-    },
-    "gemini": {
-        "success": Recipe(),
-        "tool_calls": Recipe(),
-        "not_logged_in": Recipe(credential="none"),
-        "auth_401": Recipe(),
-        "rate_limit_429": Recipe(),
-        "overloaded_529": Recipe(),
-        "context_overflow": Recipe(),
-        "model_not_found": Recipe(model=MISSING_MODEL["gemini"]),
-        "served_model_mismatch": Recipe(),
-        "timeout_mid_stream": Recipe(timeout_s=45.0),
-        "native_tool_use": Recipe(),
-        "mcp_failed": Recipe(broken_bridge=True),
-        # root-cause precedence (doc/SPEC-gemini.md): a 401 with a bridge that never started
-        "auth_401_bridge_failed": Recipe(broken_bridge=True, script="auth_401"),
-    },
-}
+RECIPES: dict[str, dict[str, Recipe]] = {cli: dict(profile.recipes) for cli, profile in PROFILES.items()}
 
 #: Scenarios the real CLIs can be made to show (fixture names).
 RECORDABLE: dict[str, tuple[str, ...]] = {cli: tuple(recipes) for cli, recipes in RECIPES.items()}
 
 DEFAULT_TIMEOUT_S = 60.0
+
+
+def _profile(cli: str) -> RecordingProfile:
+    profile = PROFILES.get(cli)
+    if profile is None:
+        raise ValueError(f"{cli} has no recording profile: its fixtures cannot be recorded at the loopback level")
+    return profile
 
 
 def recipe_for(cli: str, scenario: str) -> Recipe:
@@ -148,7 +86,8 @@ def recipe_for(cli: str, scenario: str) -> Recipe:
 
 def recording_script(cli: str, scenario: str, ws: Any):
     """The scripted model a fixture is recorded against. The kit's loopback scenarios where
-    they are the same; the error answers the vendors document otherwise."""
+    they are the same; the error answers the vendors document otherwise (the profile's
+    `error_answers`)."""
     from harnesscheck.backends.registry import kit_profile_of_cli
     from harnesscheck.loopback.adapter import loopback_scenario
     from harnesscheck.loopback.scenario import Scenario, ServedUsage, ToolCall, Turn
@@ -156,10 +95,11 @@ def recording_script(cli: str, scenario: str, ws: Any):
     profile = kit_profile_of_cli(cli)
     usage = ServedUsage(input=120, output=30, cache_read=7, cache_write=3 if profile.wire_cache_write else 0)
     recipe = recipe_for(cli, scenario)
-    if scenario == "not_logged_in" and cli == "codex":
-        # codex without a login sends no Authorization header; the Responses API answers
-        # 401 with this message (cli-formats §2.C "bad credential / not logged in").
-        turn = Turn(status=401, error_type="invalid_request_error", error_message="Missing bearer or basic authentication in header")
+    recording = _profile(cli)
+    answer = recording.error_answers.get(scenario)
+    if answer is not None:
+        message = answer.message.replace("{model}", recording.missing_model)
+        turn = Turn(status=answer.status, error_type=answer.error_type, error_code=answer.code, error_message=message)
         return Scenario(scenario, (turn,), repeat_last=True)
     if scenario in ("not_logged_in", "api_key_source", "mcp_failed"):
         return loopback_scenario(cli, "success", ws, profile=profile)
@@ -168,41 +108,6 @@ def recording_script(cli: str, scenario: str, ws: Any):
         # stalls mid-answer: the partial text a host must keep is the first turn's.
         first = Turn(text="Reading the files first.", tool_calls=(ToolCall("read_file", {"path": "README.md"}),), usage=usage)
         return Scenario(scenario, (first, Turn(text="partial", hang=True)), repeat_last=True)
-    if scenario == "context_overflow":
-        if cli == "claude":  # Anthropic Messages: 400 invalid_request_error "prompt is too long"
-            turn = Turn(status=400, error_type="invalid_request_error", error_message="prompt is too long: 215000 tokens > 200000 maximum")
-        elif cli == "gemini":  # Gemini API: 400 INVALID_ARGUMENT naming the token limit
-            turn = Turn(
-                status=400,
-                error_type="invalid_request_error",
-                error_message="The input token count (1215000) exceeds the maximum number of tokens allowed (1048576).",
-            )
-        else:  # OpenAI Responses: 400 with code context_length_exceeded
-            turn = Turn(
-                status=400,
-                error_type="invalid_request_error",
-                error_code="context_length_exceeded",
-                error_message="Your input exceeds the context window of this model. Please adjust your input and try again.",
-            )
-        return Scenario(scenario, (turn,), repeat_last=True)
-    if scenario == "model_not_found":
-        model = MISSING_MODEL[cli]
-        if cli == "claude":  # Anthropic Messages: 404 not_found_error naming the model
-            turn = Turn(status=404, error_type="not_found_error", error_message=f"model: {model}")
-        elif cli == "gemini":  # Gemini API: 404 NOT_FOUND naming the model
-            turn = Turn(
-                status=404,
-                error_type="not_found_error",
-                error_message=f"models/{model} is not found for API version v1beta, or is not supported for generateContent.",
-            )
-        else:  # OpenAI Responses: 400 invalid_request_error, code model_not_found
-            turn = Turn(
-                status=400,
-                error_type="invalid_request_error",
-                error_code="model_not_found",
-                error_message=f"The model `{model}` does not exist or you do not have access to it.",
-            )
-        return Scenario(scenario, (turn,), repeat_last=True)
     return loopback_scenario(cli, recipe.script or scenario, ws, profile=profile)
 
 
@@ -238,10 +143,10 @@ class _PrivateDirWatch:
     """Polls the session's private temp and runtime dirs (envpolicy.private_temp_dirs) while
     the CLI runs: they are removed with the session, so what it made there is seen live."""
 
-    def __init__(self, run_dir: Path, interval_s: float = 0.05):
+    def __init__(self, run_dir: Path, uid_dirs: tuple[str, ...] = (), interval_s: float = 0.05):
         import threading
 
-        self.run_dir, self.interval_s = run_dir, interval_s
+        self.run_dir, self.uid_dirs, self.interval_s = run_dir, uid_dirs, interval_s
         self.seen: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="record-private-dirs")
@@ -268,13 +173,16 @@ class _PrivateDirWatch:
                         except OSError:
                             continue
                         rel = os.path.relpath(path, self.run_dir)
-                        self.seen.add(normalise_side_effect(rel, self.run_dir) + ("=" if sock else ""))
+                        self.seen.add(normalise_side_effect(rel, self.run_dir, self.uid_dirs) + ("=" if sock else ""))
             self._stop.wait(self.interval_s)
 
 
-def normalise_side_effect(rel: str, run_dir: Path) -> str:
-    """`tmp/claude-0/-tmp-...-run-cwd/<uuid>/started` -> `tmp/claude-<uid>/<cwd>/<uuid>/started`."""
-    rel = rel.replace(_mangled(run_dir / "cwd"), "<cwd>").replace(f"claude-{os.getuid()}", "claude-<uid>")
+def normalise_side_effect(rel: str, run_dir: Path, uid_dirs: tuple[str, ...] = ()) -> str:
+    """`tmp/cli-0/-tmp-...-run-cwd/<uuid>/started` -> `tmp/cli-<uid>/<cwd>/<uuid>/started`
+    (`cli` one of `uid_dirs`: the profile's `side_effect_uid_dirs`)."""
+    rel = rel.replace(_mangled(run_dir / "cwd"), "<cwd>")
+    for name in uid_dirs:
+        rel = rel.replace(f"{name}-{os.getuid()}", f"{name}-<uid>")
     rel = re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "<uuid>", rel)
     rel = re.sub(r"(fswatch-probe|tmp)-[A-Za-z0-9_]{6,}", r"\1-<rand>", rel)  # mkdtemp-style suffixes, before digits
     return re.sub(r"\d{3,}", "<n>", rel)
@@ -321,7 +229,7 @@ BROKEN_BRIDGE = "harnesscheck-bridge-that-cannot-start"
 
 
 @contextlib.contextmanager
-def _bridge_override(cli: str, recipe: Recipe) -> Iterator[None]:
+def _bridge_override(recording: RecordingProfile, recipe: Recipe) -> Iterator[None]:
     """While recording `mcp_failed` / `mcp_slow`: the transport's MCP config names a bridge
     command that cannot start, or the real bridge behind a start-up wait (the CLI's own
     reaction to it is what gets recorded)."""
@@ -330,9 +238,7 @@ def _bridge_override(cli: str, recipe: Recipe) -> Iterator[None]:
         return
     import importlib
 
-    module = importlib.import_module(
-        {"claude": "harnesscheck.backends.claude_code", "codex": "harnesscheck.backends.codex", "gemini": "harnesscheck.backends.gemini"}[cli]
-    )
+    module = importlib.import_module(recording.bridge_module)
     real = module.bridge_command
 
     def override(spec_path: Path) -> tuple[list[str], dict[str, str]]:
@@ -348,8 +254,10 @@ def _bridge_override(cli: str, recipe: Recipe) -> Iterator[None]:
         module.bridge_command = real
 
 
-def _without_credentials(transport: Any, names: tuple[str, ...]) -> None:
-    """Take the loopback credential away: the CLI gets no token and no key at all."""
+def _without_credentials(transport: Any, names: tuple[str, ...], edit_config: Callable[[Mapping[str, str]], None] | None) -> None:
+    """Take the loopback credential away: the variables `names` (the profile's
+    `credential_vars`) and, with `edit_config` (its `strip_credential_config`), what the CLI's
+    config says of it, so it gets no token and no key at all."""
     for name in names:
         transport.injections.pop(name, None)
     invocation = transport.invocation
@@ -358,33 +266,31 @@ def _without_credentials(transport: Any, names: tuple[str, ...]) -> None:
         inv = invocation(*args, **kwargs)
         for name in names:
             inv.injections.pop(name, None)
-        codex_home = inv.injections.get("CODEX_HOME")
-        if codex_home:  # the provider then sends no key at all, as codex without a login does
-            config = Path(codex_home) / "config.toml"
-            kept = [line for line in config.read_text(encoding="utf-8").splitlines() if not line.startswith("env_key =")]
-            config.write_text("\n".join(kept) + "\n", encoding="utf-8")
+        if edit_config is not None:
+            edit_config(inv.injections)
         return inv
 
     transport.invocation = stripped
 
 
 def _transport(spec: Any, backend: str, cli: str, binary: Any, base_url: str, recipe: Recipe):
-    from harnesscheck.backends.loopback_endpoint import CODEX_KEY_VAR, DUMMY_KEY, LoopbackEndpoint
+    from harnesscheck.backends.loopback_endpoint import DUMMY_KEY, LoopbackEndpoint
     from harnesscheck.core.config import Settings
     from harnesscheck.loopback.adapter import loopback_transport
 
+    recording = _profile(cli)
     kwargs: dict[str, Any] = {}
     if recipe.credential == "api_key":
-        if cli != "claude":
-            raise ValueError("an API-key recording is claude's only")
-        kwargs = {"auth_mode": "api_key", "injections": {"ANTHROPIC_API_KEY": DUMMY_KEY}}
+        if recording.api_key_var is None:
+            raise ValueError(f"{cli} has no API-key recording (its recording profile names no api_key_var)")
+        kwargs = {"auth_mode": "api_key", "injections": {recording.api_key_var: DUMMY_KEY}}
     if recipe.full_ladder:
         kwargs["retry_stop_after"] = None
     transport = loopback_transport(spec, Settings(backend=backend), cli_path=binary.path, endpoint=LoopbackEndpoint(base_url), **kwargs)
     if recipe.credential == "none":
-        _without_credentials(transport, ("CLAUDE_CODE_OAUTH_TOKEN", CODEX_KEY_VAR, "GEMINI_API_KEY"))
+        _without_credentials(transport, recording.credential_vars, recording.strip_credential_config)
     elif recipe.credential == "api_key":
-        _without_credentials(transport, ("CLAUDE_CODE_OAUTH_TOKEN",))  # the key is the only credential
+        _without_credentials(transport, recording.credential_vars, None)  # the key is the only credential
     return transport
 
 
@@ -401,7 +307,7 @@ def run_loopback(backend: str, scenario: str, *, timeout_s: float | None = None)
 
     spec = get_spec(backend)
     cli = spec.cli_name or backend
-    recipe = recipe_for(cli, scenario)
+    recipe, recording = recipe_for(cli, scenario), _profile(cli)
     binary, why = require_pinned_cli(backend)
     if binary is None:
         raise RuntimeError(why)
@@ -409,7 +315,7 @@ def run_loopback(backend: str, scenario: str, *, timeout_s: float | None = None)
     try:
         ws = _workspace(base)
         script = recording_script(cli, scenario, ws)
-        with ScriptedModelServer(script, expected_key=DUMMY_KEY) as server, _bridge_override(cli, recipe):
+        with ScriptedModelServer(script, expected_key=DUMMY_KEY) as server, _bridge_override(recording, recipe):
             transport = _transport(spec, backend, cli, binary, server.base_url, recipe)
             lines: list[str] = []
             box: dict = {"started": time.monotonic()}
@@ -423,7 +329,7 @@ def run_loopback(backend: str, scenario: str, *, timeout_s: float | None = None)
                 model=recipe.model,
                 run_dir=base / "run",
             )
-            with _PrivateDirWatch(base / "run") as private:
+            with _PrivateDirWatch(base / "run", recording.side_effect_uid_dirs) as private:
                 outcome = transport.run_session(request)
             requests = server.turn_requests()
             port = server.port
@@ -441,7 +347,7 @@ def run_loopback(backend: str, scenario: str, *, timeout_s: float | None = None)
             outcome=outcome,
             requests=requests,
             machine_paths=[
-                (_mangled(base / "run" / "cwd"), "-run-dir-run-cwd"),  # claude's project dir name
+                (_mangled(base / "run" / "cwd"), "-run-dir-run-cwd"),  # a state dir named after the cwd
                 (str(base / "run" / "cwd"), "{{cwd}}"),
                 (str(base), "<run-dir>"),
                 (os.path.realpath(str(base)), "<run-dir>"),
@@ -461,7 +367,8 @@ def run_loopback(backend: str, scenario: str, *, timeout_s: float | None = None)
 
 
 def _mangled(path: Path) -> str:
-    """Claude names a project's state dir after its cwd with every other char as `-`."""
+    """The path as a CLI names a project's state dir after its cwd: every character but
+    letters and digits as `-`."""
     return re.sub(r"[^A-Za-z0-9]", "-", str(path))
 
 
@@ -502,81 +409,8 @@ def scrub_line(line: str, machine_paths: list[tuple[str, str]]) -> str:
 
 
 #: envpolicy.private_temp_dirs' runtime dir when the run dir is too deep for a socket path
-#: (claude 2.1.332's init `messaging_socket_path` names a socket in it).
+#: (a CLI's init event may name a socket in it, e.g. a `messaging_socket_path`).
 _RUNTIME_RE = re.compile(r"/tmp/hc-rt-[A-Za-z0-9_]+")
-
-
-def server_fields(servers: Any) -> dict | None:
-    """The fields beside `{name, status: connected}` that every server of an init's
-    `mcp_servers` shares (2.1.332: `{"source": "dynamic"}`; 2.1.197: `{}`), or None when
-    the list is empty, a server is not connected (failed, pending) or the servers differ:
-    then the list must stay literal."""
-    if not isinstance(servers, list) or not servers:
-        return None
-    extras = []
-    for server in servers:
-        if not isinstance(server, dict) or server.get("status") != "connected" or not isinstance(server.get("name"), str):
-            return None
-        extras.append({k: v for k, v in server.items() if k not in ("name", "status")})
-    return extras[0] if all(e == extras[0] for e in extras) else None
-
-
-def _claude_placeholders(event: dict, default_model: str | None, fields: dict | None = None) -> dict:
-    """init echoes argv (tools, MCP servers, model): make it the fake's placeholders, but
-    only where it says what the transport asked for (a failed bridge, a missing tool stay
-    literal: a replay must show the same failure). `fields` (filled in): the extra fields
-    the templated servers carried, which the fixture keeps as `mcp_server_fields`."""
-    if event.get("type") == "system" and event.get("subtype") == "init":
-        event = dict(event)
-        tools = event.get("tools")
-        if isinstance(tools, list) and tools and all(str(t).startswith("mcp__bridge__") for t in tools):
-            event["tools"] = "{{allowed_tools}}"
-        # the placeholder replays each configured server `connected`, with the fields every
-        # recorded server shared (2.1.332's `source`) kept in `mcp_server_fields`; any other
-        # status (failed, pending) or servers that differ stay literal (a classification reads them)
-        extras = server_fields(event.get("mcp_servers"))
-        if extras is not None and (fields is None or not fields or fields == extras):
-            event["mcp_servers"] = "{{mcp_server_names}}"
-            if fields is not None:
-                fields.update(extras)
-        if event.get("model") == default_model:
-            event["model"] = "{{model}}"
-    if event.get("type") == "result" and isinstance(event.get("modelUsage"), dict) and default_model:
-        event = dict(event)
-        event["modelUsage"] = {("{{model}}" if k == default_model else k): v for k, v in event["modelUsage"].items()}
-    if event.get("type") == "assistant" and default_model:
-        msg = event.get("message")
-        if isinstance(msg, dict) and msg.get("model") == default_model.split("[", 1)[0]:
-            event = dict(event, message=dict(msg, model="{{model_base}}"))
-    return event
-
-
-def gemini_placeholders(event: dict, model: str | None) -> dict:
-    """gemini: the requested model (init `model`, a `stats.models` key equal to it) becomes
-    `{{model}}`, so the replay answers with whatever model the transport asks for; a served
-    model other than the requested one stays as recorded."""
-    if not model:
-        return event
-    if event.get("type") == "init" and event.get("model") == model:
-        event = {**event, "model": "{{model}}"}
-    stats = event.get("stats")
-    if event.get("type") == "result" and isinstance(stats, dict) and isinstance(stats.get("models"), dict):
-        models = {("{{model}}" if k == model else k): v for k, v in stats["models"].items()}
-        event = {**event, "stats": {**stats, "models": models}}
-    return event
-
-
-def _default_model(cli: str, lines: list[str]) -> str | None:
-    if cli != "claude":
-        return None
-    for line in lines:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict) and event.get("subtype") == "init":
-            return event.get("model")
-    return None
 
 
 def _transport_setup(recipe: Recipe) -> dict:
@@ -591,17 +425,13 @@ def _transport_setup(recipe: Recipe) -> dict:
     return out
 
 
-_RECIPE_NOTES = {
-    "none": "no credential at all (no token, no key, no login; codex: a provider without env_key)",
-    "api_key": "a dummy ANTHROPIC_API_KEY (scrubbed), the transport in api_key mode, no subscription token",
-}
-
-
 def to_fixture(rec: Recording) -> dict:
     """The recording as a fake-CLI scenario with provenance."""
     from harnesscheck import __version__
 
-    default_model = _default_model(rec.cli, rec.lines)
+    recording = _profile(rec.cli)
+    # the model the fake's `{{model}}` stands for (kept as `default_model`)
+    model = recording.placeholder_model(rec.recipe, rec.lines) if recording.placeholder_model else None
     fields: dict = {}  # the fields the templated mcp_servers carried (mcp_server_fields)
     steps: list[dict] = []
     if rec.recipe.slow_bridge_s and rec.first_line_s is not None and rec.first_line_s >= rec.recipe.slow_bridge_s:
@@ -616,16 +446,12 @@ def to_fixture(rec: Recording) -> dict:
         if not isinstance(event, dict):
             steps.append({"raw": line, "newline": True})
             continue
-        if rec.cli == "claude":
-            event = _claude_placeholders(event, default_model, fields)
-        if rec.cli == "gemini":
-            from harnesscheck.backends.gemini import BRIDGE_PREFIX, DEFAULT_MODEL
-
-            event = gemini_placeholders(event, rec.recipe.model or DEFAULT_MODEL)
-            name = str(event.get("tool_name") or "")
-            if event.get("type") == "tool_use" and name.startswith(BRIDGE_PREFIX) and not rec.recipe.broken_bridge:
-                # the real CLI called the bridge here: so does the replay (its trace is the host's record)
-                steps.append({"mcp_calls": [{"name": name[len(BRIDGE_PREFIX) :], "arguments": event.get("parameters") or {}}], "server": "bridge"})
+        if recording.placeholders is not None:
+            event = recording.placeholders(event, model, fields)
+        call = recording.replayed_bridge_call(event) if recording.replayed_bridge_call else None
+        if call is not None and not rec.recipe.broken_bridge:
+            # the real CLI called the bridge here: so does the replay (its trace is the host's record)
+            steps.append({"mcp_calls": [call], "server": "bridge"})
         steps.append({"emit": event})
     stderr = scrub_line(rec.stderr_tail, rec.machine_paths).strip("\n")
     if stderr:
@@ -635,8 +461,8 @@ def to_fixture(rec: Recording) -> dict:
     else:
         steps.append({"exit": rec.exit_code if rec.exit_code is not None else 0})
     notes = ["raw stdout (and the stderr tail) of the real CLI, scrubbed (secrets, temp paths, home, port)"]
-    if rec.recipe.credential in _RECIPE_NOTES:
-        notes.append("the CLI was given " + _RECIPE_NOTES[rec.recipe.credential])
+    if rec.recipe.credential in recording.credential_notes:
+        notes.append("the CLI was given " + recording.credential_notes[rec.recipe.credential])
     if rec.recipe.broken_bridge:
         notes.append(f"the bridge command in its MCP config was {BROKEN_BRIDGE!r}, which cannot start")
     if rec.recipe.slow_bridge_s:
@@ -667,29 +493,21 @@ def to_fixture(rec: Recording) -> dict:
             "live_outcome": outcome_summary(rec.outcome),
             "notes": "; ".join(notes),
         },
-        "version": _printed_version(rec),
+        "version": recording.version_line.format(version=rec.cli_version),
         "stdin": "read",
         "steps": steps,
     }
-    if default_model:
-        fixture["default_model"] = default_model
+    if model:
+        fixture["default_model"] = model
     if fields:
         fixture["mcp_server_fields"] = fields
-    if rec.cli == "gemini":
-        from harnesscheck.backends.gemini import DEFAULT_MODEL
-
-        fixture["default_model"] = rec.recipe.model or DEFAULT_MODEL  # what `{{model}}` stood for
-    if rec.cli == "gemini" and not rec.recipe.broken_bridge and rec.recipe.credential != "none":
-        # gemini awaits its MCP servers before the first request (the bridge's tools were in it):
+    if recording.replay_connects_bridge and not rec.recipe.broken_bridge and rec.recipe.credential != "none":
+        # the CLI awaits its MCP servers before the first request (the bridge's tools were in it):
         # the replay starts the configured bridge too, so the bridge trace the transport reads
         # for readiness is real (a slow start on a loaded machine is waited out)
         fixture["mcp"], fixture["mcp_timeout"] = "connect", 60
         fixture["provenance"]["notes"] += '; replayed with the configured bridge started ("mcp": "connect")'
     return fixture
-
-
-def _printed_version(rec: Recording) -> str:
-    return {"claude": f"{rec.cli_version} (Claude Code)", "codex": f"codex-cli {rec.cli_version}"}.get(rec.cli, rec.cli_version)
 
 
 def default_out(cli: str, scenario: str) -> Path:

@@ -20,6 +20,7 @@ from harnesscheck.backends._kit_profile import (
 )
 from harnesscheck.backends.claude_code.audit import READER
 from harnesscheck.backends.claude_code.doctor import DOCTOR
+from harnesscheck.backends.claude_code.recording import RECORDING
 from harnesscheck.core.contracts import Usage
 
 
@@ -122,4 +123,5 @@ PROFILE = KitProfile(
     tool_errors_at_wire=True,  # the Messages wire: `tool_result` with `is_error`, named by its `tool_use`
     live_login_missing=live_login_missing,
     doctor=DOCTOR,
+    recording=RECORDING,
 )

@@ -16,6 +16,7 @@ from pathlib import Path
 from harnesscheck.backends._kit_profile import KitProfile, first_text_before_hang
 from harnesscheck.backends._setup_profile import DoctorProfile
 from harnesscheck.backends.codex.audit import READER
+from harnesscheck.backends.codex.recording import RECORDING
 from harnesscheck.core.contracts import Usage
 
 _REROUTED = re.compile(r"^model rerouted: \S+ -> (\S+)")
@@ -101,4 +102,5 @@ PROFILE = KitProfile(
     live_login_missing=live_login_missing,
     # doctor: the variables that would bill an API key instead of the ChatGPT login
     doctor=DoctorProfile(billing_vars=("OPENAI_API_KEY", "CODEX_API_KEY")),
+    recording=RECORDING,
 )

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from harnesscheck.backends._kit_profile import KitProfile, first_text_before_hang, mcp_servers_json
 from harnesscheck.backends.gemini.audit import READER
+from harnesscheck.backends.gemini.recording import RECORDING
 from harnesscheck.core.contracts import Usage
 
 
@@ -94,4 +95,5 @@ PROFILE = KitProfile(
     credential_env=("GEMINI_API_KEY",),
     mcp_config_file=settings_file,
     tools_offered=tools_offered,
+    recording=RECORDING,
 )
