@@ -38,8 +38,8 @@ for _name in list(os.environ):
 
 
 #: The tests that take longest (each a child run of the suite, or minutes of waits on purpose),
-#: by node id prefix. They are started first: under `-n 2` (`--dist load` deals the first items
-#: out one per worker) neither worker is left running one alone at the end of the run. Only the
+#: by node id prefix. They are started first: under `-n 3` (`--dist load` deals the first items
+#: out one per worker) no worker is left running one alone at the end of the run. Only the
 #: order changes, never what runs (doc/performance.md).
 LONG_FIRST = (
     "tests/kit/test_kit_mutants.py::test_cli_mutants_fail_exactly_their_checks",
