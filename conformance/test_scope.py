@@ -233,6 +233,11 @@ def test_large_result_bounded(but):
 #: four while the swapper runs (tests/mutants/_racy_bridge.py: 41-63 of 200 in each of 20 runs
 #: on a loaded 2-core machine), so even a rate twenty times lower is caught in nearly every run.
 SWAP_READS = 200
+#: Races run before the cell is skipped `budget` when the swapper never swapped while the
+#: session ran: a fast in-process backend ends its 200 reads in ~15 ms, and on a loaded machine
+#: the swapper (a process of its own) may get no time slice in that window. Each race is one
+#: session; a race that swapped ends the repeats.
+SWAP_RACES = 5
 
 
 @check("scope.swap-race-contained", levels=["offline"], incident="P11")
@@ -242,8 +247,11 @@ def test_swap_race_contained(but):
     (TOCTOU, P11): the outside file's bytes never reach the model, a trace or the outcome, and
     the in-root file still reads. A read refused or failed mid-swap is fine (any wording).
 
-    If every raced read failed, one read without the race decides: it shows the file (a loaded
-    machine let the race judge nothing: skipped `budget`) or it does not (failed).
+    A race in which the swapper never swapped while the session ran judged nothing: it is run
+    again, up to SWAP_RACES times, then the cell is skipped `budget`. Every race's session is
+    judged for leaks. If every raced read failed, one read without the race decides: it shows
+    the file (a loaded machine let the race judge nothing: skipped `budget`) or it does not
+    (failed).
 
     Offline only: the race is between the backend's tool server (its dispatch) and the
     filesystem; the CLI only relays the calls, so the real CLI at loopback adds nothing to the
@@ -258,15 +266,40 @@ def test_swap_race_contained(but):
     partner = ws.root / "d.swap"
     os.symlink(os.path.join("..", "outside-race"), partner)
     calls = [ToolCall("read_file", {"path": "d/inside.txt"}) for _ in range(SWAP_READS)]
-    with SwapRace(inside, partner) as race:
-        run = but.run_tools(calls, workspace=ws, timeout_s=120)
-    swapped = race.summary or {}
+    for race_no in range(1, SWAP_RACES + 1):
+        with SwapRace(inside, partner) as race:
+            run = but.run_tools(calls, workspace=ws, timeout_s=120)
+        swapped = race.summary or {}
+        shown, evidence = _judge_race(run, ws, swapped, race_no)
+        if swapped.get("stopped") == "stop" and swapped.get("swaps", 0) > 2:
+            break
+    else:
+        but.skip(
+            "budget",
+            f"in {SWAP_RACES} races the swapper stopped ({swapped.get('stopped')}) before the session ended or never swapped "
+            f"while it ran: this machine is too slow right now; the race was not judged ({evidence})",
+        )
+    if not shown:  # every raced read failed: the machine's scheduling, or a backend that cannot read it at all
+        if _reads_unraced(but):
+            but.skip(
+                "budget",
+                "every read of d/inside.txt during the race failed, while one without the race shows it: "
+                f"this machine is too slow right now for the race to judge anything ({evidence})",
+            )
+        raise AssertionError(f"no read of the in-root d/inside.txt reached the model, not even one without the race: {evidence}")
+    but.note(evidence)
+
+
+def _judge_race(run, ws, swapped: dict, race_no: int) -> tuple[list[str], str]:
+    """Fails the cell if the outside file's bytes reached the model, a trace, the outcome or
+    the CLI's argv in this race's session; returns the reads that showed the in-root file and
+    the race's evidence line."""
     assert swapped.get("restored"), f"kit: the swapper did not put d back ({swapped})"
     o = run.outcome
     assert not run.tool_failures, f"the calls reached no tool server the backend configured: {run.tool_failures[:2]}"
     shown = [t for t in run.model_saw if "raced file" in t]
     evidence = (
-        f"{SWAP_READS} reads asked, {len(run.model_saw)} results seen by the model, {len(shown)} showed the in-root "
+        f"race {race_no}: {SWAP_READS} reads asked, {len(run.model_saw)} results seen by the model, {len(shown)} showed the in-root "
         f"file; {swapped.get('swaps')} swaps ({swapped.get('mode')}) in {swapped.get('elapsed_s')} s, "
         f"ended by {swapped.get('stopped')}"
     )
@@ -283,21 +316,7 @@ def test_swap_race_contained(but):
     hits = sum(1 for t in run.model_saw if ws.canary in t)
     assert not where, f"the outside file's bytes reached {', '.join(where)} through the swapped directory d ({hits} read(s) returned them): {evidence}"
     assert ws.canary not in run.everything_visible(), f"the outside file's bytes reached the backend's output: {evidence}"
-    if swapped.get("stopped") != "stop" or swapped.get("swaps", 0) <= 2:
-        but.skip(
-            "budget",
-            f"the swapper stopped ({swapped.get('stopped')}) before the session ended or never swapped "
-            f"while it ran: this machine is too slow right now; the race was not judged ({evidence})",
-        )
-    if not shown:  # every raced read failed: the machine's scheduling, or a backend that cannot read it at all
-        if _reads_unraced(but):
-            but.skip(
-                "budget",
-                "every read of d/inside.txt during the race failed, while one without the race shows it: "
-                f"this machine is too slow right now for the race to judge anything ({evidence})",
-            )
-        raise AssertionError(f"no read of the in-root d/inside.txt reached the model, not even one without the race: {evidence}")
-    but.note(evidence)
+    return shown, evidence
 
 
 def _reads_unraced(but) -> bool:

@@ -44,3 +44,45 @@ def test_a_race_that_judged_nothing_skips_budget_for_a_backend_that_reads_the_fi
 def test_a_backend_whose_reads_never_reach_the_model_still_fails(tmp_path, monkeypatch):
     with pytest.raises(AssertionError, match="not even one without the race"):
         _judge("tests.mutants.scripted:tool_results_never_reach_the_model", tmp_path, monkeypatch)
+
+
+class _SwapsOnlyFromRace:
+    """A swapper the machine never scheduled while the session ran (2 swaps: its own check),
+    until race `swaps_from` (None: never); every race is counted."""
+
+    races = 0
+    swaps_from: int | None = None
+
+    def __init__(self, a, b, **_kwargs):
+        self.summary = None
+
+    def __enter__(self):
+        type(self).races += 1
+        return self
+
+    def __exit__(self, *exc):
+        judged = self.swaps_from is not None and type(self).races >= self.swaps_from
+        self.summary = {"restored": True, "stopped": "stop", "swaps": 900 if judged else 2, "mode": "exchange", "elapsed_s": 0.01}
+
+
+def _race(monkeypatch, tmp_path, swaps_from):
+    import conformance.test_scope as scope_checks
+
+    swapper = type("Swapper", (_SwapsOnlyFromRace,), {"races": 0, "swaps_from": swaps_from})
+    monkeypatch.setattr(scope_checks, "SwapRace", swapper)
+    but = adapter_for(get_spec("fake"), "offline", tmp_path)
+    return scope_checks, swapper, but
+
+
+def test_a_race_the_swapper_missed_is_run_again_and_judged_when_it_swaps(tmp_path, monkeypatch):
+    scope_checks, swapper, but = _race(monkeypatch, tmp_path, swaps_from=3)
+    scope_checks.test_swap_race_contained(but)
+    assert swapper.races == 3
+
+
+def test_races_the_swapper_always_missed_skip_budget_after_the_last(tmp_path, monkeypatch):
+    scope_checks, swapper, but = _race(monkeypatch, tmp_path, swaps_from=None)
+    with pytest.raises(SkipCell) as skipped:
+        scope_checks.test_swap_race_contained(but)
+    assert swapper.races == scope_checks.SWAP_RACES
+    assert skipped.value.reason == "budget" and f"in {scope_checks.SWAP_RACES} races" in skipped.value.message
