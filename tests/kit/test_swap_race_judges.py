@@ -75,9 +75,21 @@ def _race(monkeypatch, tmp_path, swaps_from):
 
 
 def test_a_race_the_swapper_missed_is_run_again_and_judged_when_it_swaps(tmp_path, monkeypatch):
+    """Races 1 and 2: no swap met a read. Race 3 swapped too, but every read still showed the
+    in-root file (its swaps fell before or after the reads): missed. Race 4: one read met the
+    swapped `d` and was refused: judged, and the repeats end."""
     scope_checks, swapper, but = _race(monkeypatch, tmp_path, swaps_from=3)
+    reads = but.run_tools
+
+    def run_tools(calls, **kwargs):
+        run = reads(calls, **kwargs)
+        if swapper.races >= 4:  # one read met the swapped d: a correct backend refused it
+            run.model_saw = ["refused: outside-root: d/inside.txt", *run.model_saw[1:]]
+        return run
+
+    monkeypatch.setattr(but, "run_tools", run_tools)
     scope_checks.test_swap_race_contained(but)
-    assert swapper.races == 3
+    assert swapper.races == 4
 
 
 def test_races_the_swapper_always_missed_skip_budget_after_the_last(tmp_path, monkeypatch):

@@ -303,6 +303,8 @@ class BackendUnderTest:
             run = fresh()
             if run.outcome.status == OutcomeStatus.ok:
                 self.shared_runs[key] = run
+        elif getattr(run.outcome, "containment", None):  # the cell says how the session it read was contained
+            self.__dict__.setdefault("containments", set()).add(str(run.outcome.containment))
         return run
 
     def _moment(self, after: str, timeline: Timeline, abandoned: list[float], setup: "Setup") -> float | None:

@@ -26,6 +26,7 @@ placeholders, so the recording replays under any argv the transport builds.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -44,9 +45,11 @@ from harnesscheck.backends._recording_profile import Recipe, RecordingProfile
 # What can be recorded, and how
 
 
-def _recording_profiles() -> dict[str, RecordingProfile]:
+@functools.cache
+def recording_profiles() -> dict[str, RecordingProfile]:
     """CLI name -> its recording profile, for every registered backend's CLI that has one
-    (registry order, built-ins first; the profile `kit_profile_of_cli` finds)."""
+    (registry order, built-ins first; the profile `kit_profile_of_cli` finds). Read at first
+    use, not at import: importing this module reads no backend's profile."""
     from harnesscheck.backends.registry import kit_profile_of_cli, known_specs
 
     out: dict[str, RecordingProfile] = {}
@@ -58,28 +61,39 @@ def _recording_profiles() -> dict[str, RecordingProfile]:
     return out
 
 
-PROFILES = _recording_profiles()
+def _recipes() -> dict[str, dict[str, Recipe]]:
+    """Fixture name -> recipe, per CLI. Everything else in fixtures/<cli>/ is hand-written."""
+    return {cli: dict(profile.recipes) for cli, profile in recording_profiles().items()}
 
-#: Fixture name -> recipe, per CLI. Everything else in fixtures/<cli>/ is hand-written.
-RECIPES: dict[str, dict[str, Recipe]] = {cli: dict(profile.recipes) for cli, profile in PROFILES.items()}
 
-#: Scenarios the real CLIs can be made to show (fixture names).
-RECORDABLE: dict[str, tuple[str, ...]] = {cli: tuple(recipes) for cli, recipes in RECIPES.items()}
+def _recordable() -> dict[str, tuple[str, ...]]:
+    """Scenarios the real CLIs can be made to show (fixture names), per CLI."""
+    return {cli: tuple(recipes) for cli, recipes in _recipes().items()}
+
+
+def __getattr__(name: str) -> Any:
+    """PROFILES, RECIPES and RECORDABLE: views of the registered recording profiles, read when
+    first asked for (PEP 562)."""
+    views = {"PROFILES": recording_profiles, "RECIPES": _recipes, "RECORDABLE": _recordable}
+    if name in views:
+        return views[name]()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 DEFAULT_TIMEOUT_S = 60.0
 
 
 def _profile(cli: str) -> RecordingProfile:
-    profile = PROFILES.get(cli)
+    profile = recording_profiles().get(cli)
     if profile is None:
         raise ValueError(f"{cli} has no recording profile: its fixtures cannot be recorded at the loopback level")
     return profile
 
 
 def recipe_for(cli: str, scenario: str) -> Recipe:
-    recipe = RECIPES.get(cli, {}).get(scenario)
+    recipe = _recipes().get(cli, {}).get(scenario)
     if recipe is None:
-        known = ", ".join(RECORDABLE.get(cli, ())) or "none"
+        known = ", ".join(_recordable().get(cli, ())) or "none"
         raise ValueError(f"{scenario!r} cannot be recorded for {cli} at the loopback level (recordable: {known})")
     return recipe
 
@@ -575,7 +589,7 @@ def record_command(backend: str, scenario: str, out: Path | None, force: bool = 
         print(f"harnesscheck record: {exc}", file=sys.stderr)
         return 2
     cli = spec.cli_name or backend
-    names = list(RECORDABLE.get(cli, ())) if scenario == "all" else [scenario]
+    names = list(_recordable().get(cli, ())) if scenario == "all" else [scenario]
     if not names:
         print(
             f"harnesscheck record: --backend {backend}: has no loopback scenarios\n  fix: use one of {', '.join(c.backend for c in _recordable_backends())}",
@@ -585,10 +599,10 @@ def record_command(backend: str, scenario: str, out: Path | None, force: bool = 
     if out is not None and len(names) > 1:
         print("harnesscheck record: --out names one file, --scenario all records several\n  fix: record one scenario at a time with --out", file=sys.stderr)
         return 2
-    unknown = [n for n in names if n not in RECORDABLE.get(cli, ())]
+    unknown = [n for n in names if n not in _recordable().get(cli, ())]
     if unknown:
         print(
-            f"harnesscheck record: --scenario {unknown[0]}: not a recordable {cli} scenario\n  fix: use one of {', '.join(RECORDABLE.get(cli, ()))}, or all",
+            f"harnesscheck record: --scenario {unknown[0]}: not a recordable {cli} scenario\n  fix: use one of {', '.join(_recordable().get(cli, ()))}, or all",
             file=sys.stderr,
         )
         return 2
@@ -624,4 +638,4 @@ def record_command(backend: str, scenario: str, out: Path | None, force: bool = 
 def _recordable_backends():
     from harnesscheck.loopback.install import pinned_clis
 
-    return [c for c in pinned_clis() if c.cli_name in RECORDABLE]
+    return [c for c in pinned_clis() if c.cli_name in _recordable()]
