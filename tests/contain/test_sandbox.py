@@ -196,8 +196,11 @@ def test_the_kits_exec_wrapper_records_inside_a_sandbox_and_the_kit_sees_host_pi
         def on_line(line: str, watcher=watcher, seen=seen, record=record):
             if line != "ready":
                 return None
+            # The shell forked the sleep before it echoed, but under load the child may still be
+            # the shell's copy (not yet exec'd) at the watcher's first polls: wait for the sleep
+            # itself. An upper bound: it is seen at the poll after its exec.
             end = time.monotonic() + 30
-            while time.monotonic() < end and not watcher.seen:  # an upper bound: it is seen at its next poll
+            while time.monotonic() < end and not any(c["argv"][:1] == ["sleep"] for c in dict(watcher.seen).values()):
                 time.sleep(0.05)
             seen["records"] = host_records(read_records(record), dict(watcher.host_pids))
             [raw] = read_records(record)

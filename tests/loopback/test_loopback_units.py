@@ -213,3 +213,37 @@ def test_loopback_refusals_are_read_from_the_wire_for_any_claude_backend():
     claude = SimpleNamespace(spec=foreign)
     assert LoopbackAdapter.tool_errors(claude, run) == [("read_file", "outside the root")]
     assert LoopbackAdapter.tool_errors(claude, SimpleNamespace(requests=[])) == []
+
+
+# -- the descendant watcher --------------------------------------------------------------
+
+
+def test_the_watcher_reads_a_child_again_once_it_has_execd(tmp_path):
+    """A child seen between its fork and its exec shows its parent's argv and env; the watcher
+    keeps the image it exec'd, not the first one it saw (the CI flake of session 17: the
+    sandbox test's `sleep` was recorded as the shell that forked it)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from harnesscheck.loopback.adapter import DescendantWatcher
+
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import os, time\nif os.fork() == 0:\n    time.sleep(1.0)\n    os.execv('/bin/sleep', ['sleep', '30'])\nos.wait()\n"],
+        start_new_session=True,
+    )
+    record = tmp_path / "cli.record.jsonl"
+    record.write_text(json.dumps({"pid": parent.pid, "argv": ["cli", "--task"]}) + "\n")
+    watcher = DescendantWatcher(record, interval_s=0.05).start()
+    try:
+        end = time.monotonic() + 30  # an upper bound, not a timing: the loop ends at the first sight of the exec
+        while time.monotonic() < end and not any(c["argv"][:1] == ["sleep"] for c in dict(watcher.seen).values()):
+            time.sleep(0.05)
+    finally:
+        seen = watcher.stop()
+        os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait()
+    [child] = seen
+    assert child["argv"] == ["sleep", "30"], child["argv"]

@@ -238,7 +238,8 @@ class DescendantWatcher:
     """Polls /proc while a session runs and remembers every descendant of the CLI it sees
     (pid, argv, exec-time env), so checks can ask who survived and what env they got. A CLI
     that records itself inside a sandbox names a pid of its namespace: the watcher finds its
-    host pid while it runs (`host_pids`) and watches from there, outside the namespace."""
+    host pid while it runs (`host_pids`) and watches from there, outside the namespace. A
+    descendant seen before its exec is read again once it has exec'd (its latest image counts)."""
 
     def __init__(self, record: Path, interval_s: float = 0.2):
         self.record = record
@@ -274,6 +275,16 @@ class DescendantWatcher:
             self.host_pids[key] = found
         return self.host_pids[key]
 
+    def _execd_since(self, pid: int) -> bool:
+        """A child first seen between its fork and its exec showed its parent's argv and env:
+        once its argv changes, the exec happened and its record is read again."""
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                argv = [a.decode("utf-8", "replace") for a in fh.read().split(b"\0") if a]
+        except OSError:
+            return False
+        return argv != self.seen[pid]["argv"]
+
     def _loop(self) -> None:
         while not self._stop.is_set():
             for rec in read_records(self.record):
@@ -287,7 +298,7 @@ class DescendantWatcher:
                 stack = [c for r in self._roots for c in children.get(r, [])]
                 while stack:
                     pid = stack.pop()
-                    if pid not in self.seen:
+                    if pid not in self.seen or self._execd_since(pid):
                         info = _read_proc(pid)
                         if info is not None:
                             self.seen[pid] = info
