@@ -424,3 +424,27 @@ def test_the_key_and_endpoint_come_from_harness_settings_only(tmp_path):
     assert o.status is OutcomeStatus.ok and env["ANTHROPIC_API_KEY"] == "hc-acp-key-1"
     assert "ANTHROPIC_BASE_URL" not in env, "no endpoint given: the agent keeps its own"
     assert "hc-acp-key-1" not in o.model_dump_json()
+
+
+def test_home_from_copies_files_and_links_directories_into_the_agents_home(tmp_path):
+    """A profile's `home_from` (what an agent would otherwise fetch at start, e.g. opencode's
+    plugin package): a file is copied under HOME, a directory linked there, both in place
+    before the agent's first message; a missing source or a path out of HOME is a ConfigError."""
+    source = tmp_path / "prefill"
+    (source / "node_modules" / "pkg").mkdir(parents=True)
+    (source / "package.json").write_text('{"dependencies": {"pkg": "1.0.0"}}')
+    home_from = {".config/agent/package.json": str(source / "package.json"), ".config/agent/node_modules": str(source / "node_modules")}
+    t = _transport(tmp_path, [{"say": "x"}], home_from=home_from)
+    seen = {}
+
+    def observer(direction, message, evidence):
+        home = tmp_path / "run" / "config-homes" / "home" / ".config" / "agent"
+        seen.setdefault("manifest", (home / "package.json").read_text() if (home / "package.json").is_file() else None)
+        seen.setdefault("link", os.readlink(home / "node_modules") if (home / "node_modules").is_symlink() else None)
+
+    o = t.run_session(_request(tmp_path), observer=observer)
+    assert o.status is OutcomeStatus.ok, o.message
+    assert seen == {"manifest": '{"dependencies": {"pkg": "1.0.0"}}', "link": str(source / "node_modules")}
+    for bad, match in (({"x/package.json": str(tmp_path / "absent.json")}, "not installed"), ({"../out": str(source / "package.json")}, "not beneath HOME")):
+        with pytest.raises(ConfigError, match=match):
+            _transport(tmp_path, [{"say": "x"}], home_from=bad).run_session(_request(tmp_path))

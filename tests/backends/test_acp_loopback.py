@@ -35,8 +35,16 @@ def _session(name, turns, tmp_path, timeout_s=120.0):
         root.mkdir()
         (root / "hello.txt").write_text("hello from the acp worktree\n")
         ev = AcpEvidence()
+        ev.npm_seen = []
+        run_dir = tmp_path / "run"
+
+        def observer(direction, message, evidence):
+            evidence.npm_seen.extend(str(p.relative_to(run_dir)) for p in run_dir.rglob(".npm"))
+
         outcome = transport.run_session(
-            AgentSessionRequest(prompt="Read hello.txt.", scope=ToolScope(name="t", root=root), timeout_s=timeout_s, run_dir=tmp_path / "run"), evidence=ev
+            AgentSessionRequest(prompt="Read hello.txt.", scope=ToolScope(name="t", root=root), timeout_s=timeout_s, run_dir=run_dir),
+            evidence=ev,
+            observer=observer,
         )
         return outcome, ev, list(server.requests)
     finally:
@@ -50,6 +58,10 @@ def test_a_bridge_read_reaches_the_model(name, tmp_path):
     assert ev.stop_reason == "end_turn" and "the file says hello" in outcome.text
     assert "read_file" in outcome.tools_used and outcome.tool_calls >= 1, "the bridge's trace holds the read"
     assert any("hello from the acp worktree" in json.dumps(r.body) for r in requests), "the read's result never reached the model"
+    # nothing fetched from a registry at start (opencode installs its plugin package into its
+    # config dir, before it starts its MCP servers, unless the profile's home_from gives it the
+    # pre-fill install-clis made): looked for at each agent message, while the HOME exists
+    assert not ev.npm_seen, f"the agent ran npm in its HOME: {ev.npm_seen[:3]}"
 
 
 @pytest.mark.parametrize("name", AGENTS)

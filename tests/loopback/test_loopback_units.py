@@ -247,3 +247,13 @@ def test_the_watcher_reads_a_child_again_once_it_has_execd(tmp_path):
         parent.wait()
     [child] = seen
     assert child["argv"] == ["sleep", "30"], child["argv"]
+
+
+def test_an_acp_agent_that_runs_a_clis_pin_installs_it_under_its_own_id():
+    """`install-clis --backend acp-opencode` installs opencode's pin (with its plugin pre-fill,
+    which the acp-opencode profile links into the agent's HOME), not "no npm CLI"."""
+    [pin] = install.wanted_clis("acp-opencode")
+    assert (pin.backend, pin.cli_name) == ("acp-opencode", "opencode")
+    assert (pin.package, pin.version) == next((c.package, c.version) for c in install.pinned_clis() if c.backend == "opencode")
+    assert install.runtime_deps(pin.cli_name) is not None
+    assert install.wanted_clis("acp-no-such-agent") == []

@@ -360,7 +360,8 @@ def install_clis(
             "--backend",
             "-b",
             help=(
-                "Only this backend's CLI: claude-code, codex, gemini, opencode, the ACP agents acp-claude-agent-acp and acp-codex-acp (npm) or deepseek (pip)."
+                "Only this backend's CLI: claude-code, codex, gemini, opencode, the ACP agents (acp-opencode and acp-gemini run"
+                " their CLI's pin) (npm) or deepseek (pip)."
             ),
         ),
     ] = None,

@@ -80,11 +80,28 @@ def wanted_clis(backend: str | None = None, version: str | None = None) -> list[
     from harnesscheck.backends.registry import SECOND_COLUMNS, base_id
 
     pins = pinned_clis()
+    if backend is not None and not any(c.backend == base_id(backend) for c in pins):
+        pins = [*pins, *_shared_pin(base_id(backend), pins)]
     if version is None:
         chosen = [c for c in pins if backend is None or c.backend == base_id(backend)]
         extra = [PinnedCli(c.backend, c.cli_name, c.package, v) for c in chosen for v in SECOND_COLUMNS.get(c.backend, ())]
         return list(dict.fromkeys(chosen + extra))  # a second column equal to the pin is one release
     return [PinnedCli(c.backend, c.cli_name, c.package, version) for c in pins if c.backend == base_id(backend or "")]
+
+
+def _shared_pin(backend: str, pins: list[PinnedCli]) -> list[PinnedCli]:
+    """An ACP agent that runs a harness backend's pinned CLI (`acp-opencode`, `acp-gemini`) has
+    no pin of its own in pinned_clis(): it installs that pin, under its own id."""
+    from harnesscheck.backends.registry import acp_spec
+    from harnesscheck.core.contracts import ConfigError
+
+    if not backend.startswith("acp-"):
+        return []
+    try:
+        spec = acp_spec(backend)
+    except ConfigError:  # an unknown agent has nothing to install
+        return []
+    return [PinnedCli(backend, c.cli_name, c.package, c.version) for c in pins if (c.package, c.version) == (spec.cli_package, spec.pinned_version)]
 
 
 def version_dir(dest: Path, cli_name: str, version: str) -> Path:

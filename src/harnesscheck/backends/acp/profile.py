@@ -7,7 +7,8 @@ Requirements kept here:
   field here.
 - Nothing from the host environment is read: the agent's env is the host's built env
   (envpolicy) plus exactly `env` (placeholders `{base_url}`, `{key}`, `{home}`, `{cwd}`),
-  and its HOME holds only the `files` the profile writes there.
+  and its HOME holds only the `files` the profile writes there and the `home_from` paths it
+  copies or links there (a missing source is a ConfigError naming install-clis).
 - The error table maps an agent's JSON-RPC error (`code`, a `data` key's value, message words)
   to an ErrorClass; the first matching rule wins, before the generic rules (errors.py).
 """
@@ -113,6 +114,11 @@ class AcpProfile(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     #: Files written into the agent's private HOME before it starts (path under HOME -> text).
     files: dict[str, str] = Field(default_factory=dict)
+    #: Paths under HOME made from host paths before the agent starts (path under HOME -> host
+    #: path, placeholders as in `env`): a file is copied, a directory linked and bound into the
+    #: sandbox read-only. For what an agent would otherwise fetch from a registry at each start
+    #: (opencode's plugin package, which install-clis pre-installs beside the CLI).
+    home_from: dict[str, str] = Field(default_factory=dict)
     #: session/new `_meta` (e.g. claude-agent-acp's `claudeCode.options.tools = []`: built-ins off).
     session_meta: dict[str, Any] = Field(default_factory=dict)
     #: Host paths the agent's command needs in its sandbox, bound read-only: the operator's word

@@ -216,6 +216,7 @@ class AcpTransport(HarnessTransport):
                 raise ConfigError(f"ACP profile {self.profile.name}: file {rel!r} is not beneath HOME", "use a relative path")
             target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             write_private(target, self._fill(text, values))
+        seeded = self._seed_home(Path(home), values)
         argv = [str(cli), *self.profile.argv(values)[1:]]
         injections = {
             "HOME": home,
@@ -253,8 +254,32 @@ class AcpTransport(HarnessTransport):
         from harnesscheck.contain.sandbox import cache_installs
 
         # what the profile runs beyond its first word (node's script, a CLI it points the agent at)
-        self._local.pending.installs = [*cache_installs([*argv[1:], *injections.values()]), *(p for p in self.profile.binds if os.path.exists(p))]
+        self._local.pending.installs = [*cache_installs([*argv[1:], *injections.values()]), *(p for p in self.profile.binds if os.path.exists(p)), *seeded]
         return Invocation(argv=argv, injections=injections, stdin_feed=feed)
+
+    def _seed_home(self, home: Path, values: dict[str, str]) -> list[str]:
+        """The profile's `home_from`: each file copied under HOME, each directory linked there.
+        Returns the linked directories (bound into the sandbox read-only)."""
+        from harnesscheck.core.contracts import ConfigError
+
+        linked = []
+        for rel, source_text in self.profile.home_from.items():
+            if ".." in Path(rel).parts or Path(rel).is_absolute():
+                raise ConfigError(f"ACP profile {self.profile.name}: home_from {rel!r} is not beneath HOME", "use a relative path")
+            source = Path(self._fill(source_text, values))
+            target = home / rel
+            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if source.is_dir():
+                target.symlink_to(source, target_is_directory=True)
+                linked.append(str(source))
+            elif source.is_file():
+                shutil.copyfile(source, target)
+            else:
+                raise ConfigError(
+                    f"ACP profile {self.profile.name}: {rel} comes from {source.name}, which is not installed",
+                    f"run `harnesscheck install-clis --backend {self.spec.id}`",
+                )
+        return linked
 
     def sandbox_paths(self, ctx: SessionContext, cli: Path) -> tuple[list[str], list[str]]:
         """Beyond the base's: the CLI-cache installs the agent's command and environment name
