@@ -63,3 +63,27 @@ def test_a_session_with_host_canaries_is_shared_only_with_checks_that_ask_for_th
     alone = Sharing(BUILTIN_SPECS["fake"], "offline", tmp_path / "c")  # nothing shared: canaries of its own each time
     one, two = alone.shared_run("success", canaries=True), alone.shared_run("success", canaries=True)
     assert one.canaries and one.canaries != two.canaries
+
+
+def test_a_warm_up_session_that_ended_ok_is_the_shared_canary_session(tmp_path, monkeypatch):
+    """LoopbackAdapter warms up once per process and backend (an untimed `success` session):
+    that session carries the host canaries and is what shared_run("success", canaries=True)
+    gives, so the checks that read only its evidence run no session of their own."""
+    from harnesscheck.kit import loopback_adapter
+
+    class WarmingUp(Sharing):
+        WARM_UP_TIMEOUT_S = loopback_adapter.LoopbackAdapter.WARM_UP_TIMEOUT_S
+        startup_allowance_s = loopback_adapter.LoopbackAdapter.startup_allowance_s
+        measure_startup = loopback_adapter.LoopbackAdapter.measure_startup
+
+    monkeypatch.setattr(loopback_adapter, "_STARTUP_SEEN", {})
+    shared: dict = {}
+    first, second = (WarmingUp(BUILTIN_SPECS["fake"], "offline", tmp_path / n) for n in ("a", "b"))
+    first.shared_runs = second.shared_runs = shared
+    planted = first.shared_run("success", canaries=True)
+    assert first.sessions == 1, "the warm-up is the shared session, not one before it"
+    assert planted.outcome.status == OutcomeStatus.ok and planted.canaries
+    assert planted.canaries == {k: planted.parent_env[k] for k in planted.canaries}
+    assert second.shared_run("success", canaries=True) is planted and getattr(second, "sessions", 0) == 0
+    plain = second.shared_run("success")  # a plain session is another
+    assert plain is not planted and second.sessions == 1

@@ -287,7 +287,6 @@ class BackendUnderTest:
         for it, in `run.canaries`), for the checks that each look for them in a different place
         (the CLI's env, its argv, its MCP config, the wire); a session with canaries is never
         shared with one without."""
-        from harnesscheck.core.contracts import OutcomeStatus
 
         def fresh() -> SessionRun:
             planted = self.parent_env_canaries() if canaries else {}
@@ -297,15 +296,25 @@ class BackendUnderTest:
 
         if not self.SHARES_SESSIONS or self.shared_runs is None:
             return fresh()
-        key = (self.spec.id, self.level, type(self).__name__, scenario, canaries)
-        run = self.shared_runs.get(key)
+        self.startup_allowance_s()  # an adapter that warms up once (LoopbackAdapter) may keep its warm-up here
+        run = self.shared_runs.get(self._shared_key(scenario, canaries))
         if run is None:
             run = fresh()
-            if run.outcome.status == OutcomeStatus.ok:
-                self.shared_runs[key] = run
+            self.keep_shared(run, scenario, canaries=canaries)
         elif getattr(run.outcome, "containment", None):  # the cell says how the session it read was contained
             self.__dict__.setdefault("containments", set()).add(str(run.outcome.containment))
         return run
+
+    def _shared_key(self, scenario: str, canaries: bool) -> tuple:
+        return (self.spec.id, self.level, type(self).__name__, scenario, canaries)
+
+    def keep_shared(self, run: SessionRun, scenario: str, *, canaries: bool = False) -> None:
+        """Keep `run` (a session of `scenario`, its parent environment with `run.canaries` when
+        `canaries`) for shared_run, if sessions are shared here and it ended ok."""
+        from harnesscheck.core.contracts import OutcomeStatus
+
+        if self.SHARES_SESSIONS and self.shared_runs is not None and run.outcome.status == OutcomeStatus.ok:
+            self.shared_runs.setdefault(self._shared_key(scenario, canaries), run)
 
     def _moment(self, after: str, timeline: Timeline, abandoned: list[float], setup: "Setup") -> float | None:
         """When the moment a watchdog counts from happened (monotonic), None while it has not."""

@@ -144,10 +144,16 @@ class LoopbackAdapter(HarnessAdapter):
     def measure_startup(self) -> None:
         """Once per process and backend, before the first judged session: one untimed
         `success` session whose start-up (collect) is the first measurement, so no cell is
-        judged on the declared figure alone while the machine is slower than it says."""
+        judged on the declared figure alone while the machine is slower than it says. Its
+        parent environment carries the canaries, and a session of it that ended ok is the
+        one `shared_run("success", canaries=True)` gives the checks that read only its
+        evidence (which never judge its duration): the warm-up is not a session more."""
         _STARTUP_SEEN.setdefault(self.spec.id, 0.0)
         with contextlib.suppress(Exception):  # the judged sessions that follow judge the backend
-            self.run("success", timeout_s=self.WARM_UP_TIMEOUT_S, allowance=False)
+            planted = self.parent_env_canaries()
+            run = self.run("success", timeout_s=self.WARM_UP_TIMEOUT_S, allowance=False, parent_env=planted or None)
+            run.canaries = planted
+            self.keep_shared(run, "success", canaries=True)
 
     def provenance(self) -> str:
         return f"the real {self.spec.cli_name} {self.binary.version or '(version not printed)'} against the scripted model server on 127.0.0.1"

@@ -90,8 +90,8 @@ def wanted_clis(backend: str | None = None, version: str | None = None) -> list[
 
 
 def _shared_pin(backend: str, pins: list[PinnedCli]) -> list[PinnedCli]:
-    """An ACP agent that runs a harness backend's pinned CLI (`acp-opencode`, `acp-gemini`) has
-    no pin of its own in pinned_clis(): it installs that pin, under its own id."""
+    """An ACP agent that runs a harness backend's pinned CLI (its profile's npm pin is that
+    CLI's) has no pin of its own in pinned_clis(): it installs that pin, under its own id."""
     from harnesscheck.backends.registry import acp_spec
     from harnesscheck.core.contracts import ConfigError
 
