@@ -131,3 +131,43 @@ def test_the_engine_in_the_bridge_asks_through_the_link_and_binds_the_answer_to_
         assert engine.authorize(changed).code == "approval_denied" and len(asked) == 2
     finally:
         link.close()
+
+
+def _until(condition, bound_s=30.0):
+    """Wait for `condition` (an upper bound, not a timing: it returns as soon as it holds)."""
+    import time
+
+    end = time.monotonic() + bound_s
+    while not condition():
+        assert time.monotonic() < end, "the link never got there"
+        time.sleep(0.01)
+
+
+def test_seal_waits_for_what_was_sent_then_delivers_nothing_more(run_dir):
+    """At a session's end the host reports from the bridge trace every call the link did not
+    deliver: seal() first reads what a gone bridge already sent, then no event is delivered, so
+    a call is reported once, live or late, never both (zcode's events doubled under load)."""
+    import socket
+
+    from harnesscheck.bridge.hostlink import _line, _short_path
+
+    def send_and_go(digest):  # a bridge that sends one result and is gone (its socket at EOF)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        with _short_path(run_dir) as path:
+            sock.connect(path)
+        sock.sendall(_line({"event": "tool_result", "fields": {"tool": "read_file", "digest": digest, "ok": True}}))
+        sock.close()
+
+    got = []
+    link = HostLink(run_dir, events=lambda kind, **fields: got.append(fields["digest"]), approver=None, timeout_s=5)
+    try:
+        send_and_go("0123456789abcdef")
+        _until(lambda: link._serving)  # accepted by the link's thread
+        assert link.seal(wait_s=30) == {"0123456789abcdef"} and got == ["0123456789abcdef"]  # it ends at EOF, not at 30 s
+        send_and_go("fedcba9876543210")  # a peer still sending after the seal
+        _until(lambda: len(link._serving) == 2)
+        for thread in list(link._serving):
+            thread.join(timeout=30)
+        assert got == ["0123456789abcdef"] and link.reported == {"0123456789abcdef"}, "nothing is delivered or counted after the seal"
+    finally:
+        link.close()

@@ -743,9 +743,7 @@ class HarnessTransport:
             note = sandbox_note or result.containment_note
             outcome = outcome.model_copy(update={"containment": result.containment, "containment_note": note or None})
             if request.on_event is not None and ctx.bridge_trace is not None:
-                _report_bridge_calls(
-                    request.events(ctx.session_id), ctx.bridge_trace, ctx.session_id, reported=ctx.link.reported if ctx.link is not None else ()
-                )
+                _report_bridge_calls(request.events(ctx.session_id), ctx.bridge_trace, ctx.session_id, reported=ctx.link.seal() if ctx.link is not None else ())
             tracer.record(
                 "session_end",
                 cli_session_id=parser_session_id,

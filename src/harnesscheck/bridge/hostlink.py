@@ -29,6 +29,7 @@ import os
 import socket
 import struct
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
@@ -82,6 +83,9 @@ class HostLink:
         #: digests (16 hex) of the calls whose `tool_result` or denial arrived live
         self.reported: set[str] = set()
         self._ask_lock = threading.Lock()
+        self._event_lock = threading.Lock()  # an event is counted and delivered whole, or not after seal()
+        self._sealed = False
+        self._serving: list[threading.Thread] = []
         self._peers: list[socket.socket] = []
         self._closed = threading.Event()
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -121,7 +125,9 @@ class HostLink:
                 peer.close()
                 continue
             self._peers.append(peer)
-            threading.Thread(target=self._serve, args=(peer,), name="hc-hostlink-peer", daemon=True).start()
+            thread = threading.Thread(target=self._serve, args=(peer,), name="hc-hostlink-peer", daemon=True)
+            thread.start()
+            self._serving.append(thread)  # started first: seal() joins it
 
     def _serve(self, peer: socket.socket) -> None:
         stream = peer.makefile("rb")
@@ -145,14 +151,30 @@ class HostLink:
         if not isinstance(kind, str) or not isinstance(fields, dict):
             return
         digest = fields.get("digest")
-        if kind == "tool_result" or (kind == "tool_decision" and fields.get("decision") == "deny"):
-            if isinstance(digest, str):
-                self.reported.add(digest[:16])
-        if self.events is not None:
-            try:
-                self.events(kind, **{str(k): v for k, v in fields.items() if k not in ("kind", "seq", "session_id")})
-            except Exception:  # a broken sink never breaks the link (events.py drops it itself)
-                pass
+        with self._event_lock:
+            if self._sealed:
+                return  # the session reports it from the bridge trace (seal())
+            if kind == "tool_result" or (kind == "tool_decision" and fields.get("decision") == "deny"):
+                if isinstance(digest, str):
+                    self.reported.add(digest[:16])
+            if self.events is not None:
+                try:
+                    self.events(kind, **{str(k): v for k, v in fields.items() if k not in ("kind", "seq", "session_id")})
+                except Exception:  # a broken sink never breaks the link (events.py drops it itself)
+                    pass
+
+    def seal(self, wait_s: float = 1.0) -> set[str]:
+        """At the session's end, before its bridge calls are reported from the trace: give the
+        events already sent (the bridge is gone, its sockets at EOF) up to `wait_s` to be read,
+        then deliver no more. Returns the digests delivered live, final from here on, so a call
+        is reported once: live, or late from the trace, never both (a peer thread still reading
+        under load delivered it live after the trace had reported it)."""
+        end = time.monotonic() + wait_s
+        for thread in list(self._serving):
+            thread.join(timeout=max(0.0, end - time.monotonic()))
+        with self._event_lock:
+            self._sealed = True
+            return set(self.reported)
 
     def _answer(self, raw: object) -> dict:
         from harnesscheck.core.policy import ApprovalRequest, ToolKind, _ask
