@@ -448,3 +448,26 @@ def test_home_from_copies_files_and_links_directories_into_the_agents_home(tmp_p
     for bad, match in (({"x/package.json": str(tmp_path / "absent.json")}, "not installed"), ({"../out": str(source / "package.json")}, "not beneath HOME")):
         with pytest.raises(ConfigError, match=match):
             _transport(tmp_path, [{"say": "x"}], home_from=bad).run_session(_request(tmp_path))
+
+
+def test_home_from_in_a_reused_run_dir_replaces_what_the_agent_left_and_follows_no_link(tmp_path):
+    """HOME persists between the sessions of one run dir: the second session seeds it again
+    (no FileExistsError on the old link), and a link the agent left where the host writes
+    (its config folder pointed outside) is replaced, never written through."""
+    source, outside = tmp_path / "prefill", tmp_path / "outside"
+    (source / "node_modules").mkdir(parents=True)
+    (source / "package.json").write_text("{}")
+    outside.mkdir()
+    home_from = {".config/agent/package.json": str(source / "package.json"), ".config/agent/node_modules": str(source / "node_modules")}
+    t = _transport(tmp_path, [{"say": "x"}], home_from=home_from)
+    assert t.run_session(_request(tmp_path)).status is OutcomeStatus.ok
+    config = tmp_path / "run" / "config-homes" / "home" / ".config"
+    if config.exists():  # what a run dir keeps of the host's entries (rundir.forget_cli_state)
+        import shutil
+
+        shutil.rmtree(config)
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.symlink_to(outside, target_is_directory=True)  # as the agent could leave it
+    o = t.run_session(_request(tmp_path))
+    assert o.status is OutcomeStatus.ok, o.message
+    assert list(outside.iterdir()) == [], "the host wrote through the agent's link"

@@ -235,7 +235,7 @@ def test_session_config_dir_is_the_prefilled_plugin_and_nothing_is_fetched(tmp_p
 
 
 class _LeavesThePluginToDownload(OpencodeTransport):
-    def prefill(self, config_dir, deps):
+    def prefill(self, config_dir, deps, root=None):
         config_dir.mkdir(parents=True, exist_ok=True)
 
 

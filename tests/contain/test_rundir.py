@@ -279,3 +279,40 @@ def test_forget_cli_state_walks_only_the_dirs_named_and_never_a_symlinked_one(tm
     assert forget_cli_state(run, kept, CLI_STATE_DIRS) == []  # dsh-home not named: left alone
     assert forget_cli_state(run, kept, dirs) == ["dsh-home/sessions.jsonl"]
     assert (target / "mine.txt").is_file() and (run / "home").is_symlink()
+
+
+def test_place_private_never_follows_a_link_a_cli_left_in_its_home(tmp_path):
+    """rundir.place_private: files 0600, folders 0700, links made beneath the root's fd; a link
+    or a file where a folder belongs, and anything at the leaf, are replaced, never followed."""
+    import os
+
+    from harnesscheck.contain.rundir import place_private
+
+    home, outside = tmp_path / "home", tmp_path / "outside"
+    home.mkdir(mode=0o700)
+    outside.mkdir()
+    (outside / "victim.json").write_text("keep")
+    place_private(home, ".config/agent/package.json", data=b"{}")
+    place_private(home, ".config/agent/node_modules", link_to=str(tmp_path / "deps"))
+    agent = home / ".config" / "agent"
+    assert (agent / "package.json").read_bytes() == b"{}" and (agent / "package.json").stat().st_mode & 0o777 == 0o600
+    assert agent.stat().st_mode & 0o777 == 0o700 and os.readlink(agent / "node_modules") == str(tmp_path / "deps")
+    place_private(home, ".config/agent/node_modules", link_to=str(tmp_path / "deps"))  # again: the old link replaced
+    # what a CLI may leave between sessions: the leaf a link out, then a folder on the way a link out
+    (agent / "package.json").unlink()
+    (agent / "package.json").symlink_to(outside / "victim.json")
+    place_private(home, ".config/agent/package.json", data=b"new")
+    assert (outside / "victim.json").read_text() == "keep" and not (agent / "package.json").is_symlink()
+    import shutil
+
+    shutil.rmtree(home / ".config")
+    (home / ".config").symlink_to(outside, target_is_directory=True)
+    place_private(home, ".config/agent/package.json", data=b"new")
+    assert sorted(p.name for p in outside.iterdir()) == ["victim.json"], "nothing written through the link"
+    assert (home / ".config").is_dir() and not (home / ".config").is_symlink()
+    (home / ".config" / "agent" / "node_modules" / "pkg").mkdir(parents=True)  # a real folder at the leaf: removed as a tree
+    place_private(home, ".config/agent/node_modules", link_to=str(tmp_path / "deps"))
+    assert (home / ".config" / "agent" / "node_modules").is_symlink()
+    for bad in ("../out", "/abs", ""):
+        with pytest.raises(ValueError):
+            place_private(home, bad, data=b"x")

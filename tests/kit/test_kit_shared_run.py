@@ -65,25 +65,30 @@ def test_a_session_with_host_canaries_is_shared_only_with_checks_that_ask_for_th
     assert one.canaries and one.canaries != two.canaries
 
 
-def test_a_warm_up_session_that_ended_ok_is_the_shared_canary_session(tmp_path, monkeypatch):
-    """LoopbackAdapter warms up once per process and backend (an untimed `success` session):
-    that session carries the host canaries and is what shared_run("success", canaries=True)
-    gives, so the checks that read only its evidence run no session of their own."""
+def test_a_warm_up_session_that_ended_ok_is_the_shared_plain_session(tmp_path, monkeypatch):
+    """LoopbackAdapter warms up once per process and backend (an untimed `success` session,
+    no canaries, no strace): if it ended ok it is what shared_run("success") gives, so the
+    checks that read only its evidence run no session of their own; a canary session is another."""
     from harnesscheck.kit import loopback_adapter
 
     class WarmingUp(Sharing):
         WARM_UP_TIMEOUT_S = loopback_adapter.LoopbackAdapter.WARM_UP_TIMEOUT_S
         startup_allowance_s = loopback_adapter.LoopbackAdapter.startup_allowance_s
         measure_startup = loopback_adapter.LoopbackAdapter.measure_startup
+        trace_opens = True  # as a check that traces the CLI's opens sets it
+
+        def run(self, scenario, **kwargs):
+            self.traced = [*getattr(self, "traced", []), self.trace_opens]
+            return super().run(scenario, **kwargs)
 
     monkeypatch.setattr(loopback_adapter, "_STARTUP_SEEN", {})
     shared: dict = {}
     first, second = (WarmingUp(BUILTIN_SPECS["fake"], "offline", tmp_path / n) for n in ("a", "b"))
     first.shared_runs = second.shared_runs = shared
-    planted = first.shared_run("success", canaries=True)
+    plain = first.shared_run("success")
     assert first.sessions == 1, "the warm-up is the shared session, not one before it"
-    assert planted.outcome.status == OutcomeStatus.ok and planted.canaries
-    assert planted.canaries == {k: planted.parent_env[k] for k in planted.canaries}
-    assert second.shared_run("success", canaries=True) is planted and getattr(second, "sessions", 0) == 0
-    plain = second.shared_run("success")  # a plain session is another
-    assert plain is not planted and second.sessions == 1
+    assert first.traced == [False] and first.trace_opens is True, "the warm-up runs untraced; the cell's setting is back"
+    assert plain.outcome.status == OutcomeStatus.ok and plain.canaries == {}
+    assert second.shared_run("success") is plain and getattr(second, "sessions", 0) == 0
+    planted = second.shared_run("success", canaries=True)  # a canary session is another
+    assert planted is not plain and planted.canaries and second.sessions == 1

@@ -151,6 +151,56 @@ def create_private(path: os.PathLike[str] | str, *, append: bool = False) -> int
         os.close(parent)
 
 
+def place_private(root: os.PathLike[str] | str, rel: str, *, data: bytes | None = None, link_to: str | None = None) -> None:
+    """Put a private file (`data`, mode 0600) or a symlink (`link_to`) at `root/rel`, walking
+    from root's fd one name at a time and never following a link: a missing folder is made
+    (0700); an entry that is not a real folder where one is needed (a link or a file a CLI left
+    in its HOME) is removed and made a folder; whatever is at the leaf is removed first (a
+    folder as a tree, beneath its fd). What a CLI planted in the state it keeps between
+    sessions of one run dir never sends the host's write elsewhere. `rel` beneath root only."""
+    import errno
+    import shutil
+
+    parts = Path(rel).parts
+    if not parts or Path(rel).is_absolute() or ".." in parts or (data is None) == (link_to is None):
+        raise ValueError(f"place_private: {rel!r} is not a path beneath the root, or not one of data/link_to")
+    fd = os.open(os.fspath(root), _DIR_FLAGS)
+    try:
+        for name in parts[:-1]:
+            try:
+                below = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                os.mkdir(name, 0o700, dir_fd=fd)
+                below = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                os.unlink(name, dir_fd=fd)  # a link or a file where a folder belongs: removed, never followed
+                os.mkdir(name, 0o700, dir_fd=fd)
+                below = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = below
+        leaf = parts[-1]
+        try:
+            os.unlink(leaf, dir_fd=fd)
+        except FileNotFoundError:
+            pass
+        except IsADirectoryError:
+            shutil.rmtree(leaf, dir_fd=fd)
+        if link_to is not None:
+            os.symlink(link_to, leaf, dir_fd=fd)
+            return
+        out = os.open(leaf, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, 0o600, dir_fd=fd)
+        try:
+            view = memoryview(data or b"")
+            while view:
+                view = view[os.write(out, view) :]
+        finally:
+            os.close(out)
+    finally:
+        os.close(fd)
+
+
 def write_private(path: os.PathLike[str] | str, text: str | bytes) -> Path:
     """Write `text` into a fresh private file at `path` (see `create_private`)."""
     data = text.encode("utf-8") if isinstance(text, str) else text

@@ -144,16 +144,18 @@ class LoopbackAdapter(HarnessAdapter):
     def measure_startup(self) -> None:
         """Once per process and backend, before the first judged session: one untimed
         `success` session whose start-up (collect) is the first measurement, so no cell is
-        judged on the declared figure alone while the machine is slower than it says. Its
-        parent environment carries the canaries, and a session of it that ended ok is the
-        one `shared_run("success", canaries=True)` gives the checks that read only its
-        evidence (which never judge its duration): the warm-up is not a session more."""
+        judged on the declared figure alone while the machine is slower than it says. It is a
+        plain session (no canaries: nothing a broken env policy passes on can stall it or
+        skew the measurement), run as no check asked (no strace), and if it ended ok it is the
+        one `shared_run("success")` gives the checks that read only its evidence (none of them
+        judges its duration): the warm-up is not a session more."""
         _STARTUP_SEEN.setdefault(self.spec.id, 0.0)
-        with contextlib.suppress(Exception):  # the judged sessions that follow judge the backend
-            planted = self.parent_env_canaries()
-            run = self.run("success", timeout_s=self.WARM_UP_TIMEOUT_S, allowance=False, parent_env=planted or None)
-            run.canaries = planted
-            self.keep_shared(run, "success", canaries=True)
+        traced, self.trace_opens = self.trace_opens, False  # the cell that triggered it may have asked
+        try:
+            with contextlib.suppress(Exception):  # the judged sessions that follow judge the backend
+                self.keep_shared(self.run("success", timeout_s=self.WARM_UP_TIMEOUT_S, allowance=False), "success")
+        finally:
+            self.trace_opens = traced
 
     def provenance(self) -> str:
         return f"the real {self.spec.cli_name} {self.binary.version or '(version not printed)'} against the scripted model server on 127.0.0.1"

@@ -204,18 +204,16 @@ class AcpTransport(HarnessTransport):
     def invocation(self, ctx: SessionContext, request, cli: Path, *, tool_less: bool) -> Invocation:
         from harnesscheck.contain.envpolicy import config_home
         from harnesscheck.contain.process import StdinFeed
-        from harnesscheck.contain.rundir import write_private
+        from harnesscheck.contain.rundir import place_private
 
         _, home = config_home(ctx.run_dir, "HOME")
         values = self._values({"home": home, "cwd": str(ctx.cwd)})
         for rel, text in self.profile.files.items():
-            target = Path(home) / rel
             if ".." in Path(rel).parts or Path(rel).is_absolute():
                 from harnesscheck.core.contracts import ConfigError
 
                 raise ConfigError(f"ACP profile {self.profile.name}: file {rel!r} is not beneath HOME", "use a relative path")
-            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            write_private(target, self._fill(text, values))
+            place_private(home, rel, data=self._fill(text, values).encode("utf-8"))  # never through a link the agent left
         seeded = self._seed_home(Path(home), values)
         argv = [str(cli), *self.profile.argv(values)[1:]]
         injections = {
@@ -258,25 +256,26 @@ class AcpTransport(HarnessTransport):
         return Invocation(argv=argv, injections=injections, stdin_feed=feed)
 
     def _seed_home(self, home: Path, values: dict[str, str]) -> list[str]:
-        """The profile's `home_from`: each file copied under HOME, each directory linked there.
-        Returns the linked directories (bound into the sandbox read-only)."""
+        """The profile's `home_from`: each file copied under HOME (0600), each directory linked
+        there, through rundir.place_private (HOME persists between the sessions of one run dir:
+        a link the agent left there is replaced, never followed). Returns the linked
+        directories (bound into the sandbox read-only)."""
+        from harnesscheck.contain.rundir import place_private
         from harnesscheck.core.contracts import ConfigError
 
         linked = []
         for rel, source_text in self.profile.home_from.items():
             if ".." in Path(rel).parts or Path(rel).is_absolute():
                 raise ConfigError(f"ACP profile {self.profile.name}: home_from {rel!r} is not beneath HOME", "use a relative path")
-            source = Path(self._fill(source_text, values))
-            target = home / rel
-            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            source = Path(self._fill(source_text, {**values, "key": ""}))  # a path never carries the key
             if source.is_dir():
-                target.symlink_to(source, target_is_directory=True)
+                place_private(home, rel, link_to=str(source))
                 linked.append(str(source))
             elif source.is_file():
-                shutil.copyfile(source, target)
+                place_private(home, rel, data=source.read_bytes())
             else:
                 raise ConfigError(
-                    f"ACP profile {self.profile.name}: {rel} comes from {source.name}, which is not installed",
+                    f"ACP profile {self.profile.name}: {rel} comes from {source}, which is not installed",
                     f"run `harnesscheck install-clis --backend {self.spec.id}`",
                 )
         return linked

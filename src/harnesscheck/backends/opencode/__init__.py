@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 from harnesscheck.backends import _text
@@ -458,17 +457,19 @@ def find_plugin_deps(cli: Path, version: str | None) -> Path:
     )
 
 
-def prefill_config_dir(config_dir: Path, deps: Path) -> None:
+def prefill_config_dir(config_dir: Path, deps: Path, root: Path | None = None) -> None:
     """The session's opencode config dir, seen by opencode as already installed: the
-    pre-fill's manifest and lock (copied) and its node_modules (a link, never written)."""
-    config_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    pre-fill's manifest and lock (copied) and its node_modules (a link, never written). Made
+    with rundir.place_private from `root` (the run dir; default the config dir's parent), so a
+    link the CLI left in the HOME a run dir keeps between sessions is replaced, never followed."""
+    from harnesscheck.contain.rundir import place_private
+
+    root = Path(root) if root is not None else config_dir.parent
+    rel = config_dir.relative_to(root).as_posix()
     for name in ("package.json", "package-lock.json"):
-        shutil.copyfile(deps / name, config_dir / name)
-    link = config_dir / "node_modules"
-    if link.is_symlink() or link.exists():
-        link.unlink()
-    link.symlink_to(deps / "node_modules", target_is_directory=True)
-    (config_dir / ".gitignore").write_text("node_modules\npackage.json\npackage-lock.json\nbun.lock\n.gitignore\n", encoding="utf-8")
+        place_private(root, f"{rel}/{name}", data=(deps / name).read_bytes())
+    place_private(root, f"{rel}/node_modules", link_to=str(deps / "node_modules"))
+    place_private(root, f"{rel}/.gitignore", data=b"node_modules\npackage.json\npackage-lock.json\nbun.lock\n.gitignore\n")
 
 
 def compose_prompt(system: str | None, prompt: str, tool_names: tuple[str, ...]) -> str:
@@ -521,7 +522,7 @@ class OpencodeTransport(HarnessTransport):
         }
         for path in (home, *dirs.values()):
             path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.prefill(dirs["XDG_CONFIG_HOME"] / "opencode", deps)
+        self.prefill(dirs["XDG_CONFIG_HOME"] / "opencode", deps, root=ctx.run_dir)
         tool_names = () if tool_less else request.scope.tool_names()
         bridge = None if tool_less or ctx.spec_path is None else bridge_command(ctx.spec_path)
         provider, full_model = None, model
@@ -566,9 +567,9 @@ class OpencodeTransport(HarnessTransport):
         """The session's opencode.json (render_config)."""
         return render_config(bridge=bridge, provider=provider, model=model)
 
-    def prefill(self, config_dir: Path, deps: Path) -> None:
+    def prefill(self, config_dir: Path, deps: Path, root: Path | None = None) -> None:
         """The session's config dir with the pre-installed plugin (prefill_config_dir)."""
-        prefill_config_dir(config_dir, deps)
+        prefill_config_dir(config_dir, deps, root=root)
 
     def make_parser(self, ctx: SessionContext, request, *, tool_less: bool, on_text=None):
         from harnesscheck.backends._eventlog import EVENT_LOG_NAME, LoggedParser
