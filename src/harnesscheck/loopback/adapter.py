@@ -239,12 +239,15 @@ class DescendantWatcher:
     (pid, argv, exec-time env), so checks can ask who survived and what env they got. A CLI
     that records itself inside a sandbox names a pid of its namespace: the watcher finds its
     host pid while it runs (`host_pids`) and watches from there, outside the namespace. A
-    descendant seen before its exec is read again once it has exec'd (its latest image counts)."""
+    descendant seen before its exec is read again once it has exec'd; `stop()` returns every
+    image seen (the one before an exec too: an env a process had and then dropped is evidence)."""
 
     def __init__(self, record: Path, interval_s: float = 0.2):
         self.record = record
         self.interval_s = interval_s
         self.seen: dict[int, dict] = {}
+        #: Earlier images of pids in `seen` (each exec'd again since it was first read).
+        self.earlier: list[dict] = []
         #: (pid namespace, pid in it) -> the host's pid, for each sandboxed record resolved.
         self.host_pids: dict[tuple[str, int], int] = {}
         self._stop = threading.Event()
@@ -258,7 +261,7 @@ class DescendantWatcher:
     def stop(self) -> list[dict]:
         self._stop.set()
         self._thread.join(timeout=5)
-        return list(self.seen.values())
+        return [*self.earlier, *self.seen.values()]
 
     def _host_pid(self, rec: dict) -> int:
         """The record's pid on the host (resolved once, while the process lives)."""
@@ -301,6 +304,8 @@ class DescendantWatcher:
                     if pid not in self.seen or self._execd_since(pid):
                         info = _read_proc(pid)
                         if info is not None:
+                            if pid in self.seen:  # exec'd since: the image seen before stays evidence
+                                self.earlier.append(self.seen[pid])
                             self.seen[pid] = info
                     stack.extend(children.get(pid, []))
             self._stop.wait(self.interval_s)
