@@ -192,13 +192,17 @@ def place_private(root: os.PathLike[str] | str, rel: str, *, data: bytes | None 
             return
         out = os.open(leaf, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, 0o600, dir_fd=fd)
         try:
-            view = memoryview(data or b"")
-            while view:
-                view = view[os.write(out, view) :]
+            _write_all(out, data)
         finally:
             os.close(out)
     finally:
         os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def write_private(path: os.PathLike[str] | str, text: str | bytes) -> Path:
@@ -206,9 +210,7 @@ def write_private(path: os.PathLike[str] | str, text: str | bytes) -> Path:
     data = text.encode("utf-8") if isinstance(text, str) else text
     fd = create_private(path)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        _write_all(fd, data)
     finally:
         os.close(fd)
     return Path(path)
