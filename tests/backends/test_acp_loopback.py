@@ -6,6 +6,7 @@ Skipped with the reason when the pinned CLI is not installed (`harnesscheck inst
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -39,7 +40,10 @@ def _session(name, turns, tmp_path, timeout_s=120.0):
         run_dir = tmp_path / "run"
 
         def observer(direction, message, evidence):
-            evidence.npm_seen.extend(str(p.relative_to(run_dir)) for p in run_dir.rglob(".npm"))
+            # os.walk, not Path.rglob: the agent creates and removes files (lock files) while we
+            # look, and os.walk skips a folder that vanished where rglob raises
+            for folder, dirs, _files in os.walk(run_dir):
+                evidence.npm_seen.extend(os.path.relpath(os.path.join(folder, ".npm"), run_dir) for d in dirs if d == ".npm")
 
         outcome = transport.run_session(
             AgentSessionRequest(prompt="Read hello.txt.", scope=ToolScope(name="t", root=root), timeout_s=timeout_s, run_dir=run_dir),
