@@ -58,7 +58,7 @@ class ErrorAnswer:
 
 
 #: What every stored recording made without a credential says of it.
-NO_CREDENTIAL_NOTE = "no credential at all (no token, no key, no login; codex: a provider without env_key)"
+NO_CREDENTIAL_NOTE = "no credential at all (no token, no key, no login)"
 
 
 @dataclass(frozen=True)

@@ -73,5 +73,6 @@ RECORDING = RecordingProfile(
     bridge_module="harnesscheck.backends.codex",
     credential_vars=(CODEX_KEY_VAR,),
     strip_credential_config=strip_env_key,
+    credential_notes={"none": "no credential at all (no token, no key, no login: its provider has no env_key)"},
     version_line="codex-cli {version}",
 )
