@@ -257,3 +257,16 @@ def test_an_acp_agent_that_runs_a_clis_pin_installs_it_under_its_own_id():
     assert (pin.package, pin.version) == next((c.package, c.version) for c in install.pinned_clis() if c.backend == "opencode")
     assert install.runtime_deps(pin.cli_name) is not None
     assert install.wanted_clis("acp-no-such-agent") == []
+
+
+def test_another_release_for_an_acp_agent_is_refused_with_the_way_that_works(tmp_path, capsys):
+    """A shipped ACP profile's command names its pin's path: `--version X` for it would install a
+    release nothing runs, so install-clis refuses before any install and names a profile of one's own."""
+    pin = install.wanted_clis("acp-opencode")[0].version
+    assert install.install(tmp_path, backend="acp-opencode", version="0.0.1") == 2
+    err = capsys.readouterr().err
+    assert f"opencode-ai@{pin}" in err and "acp:<file>.toml" in err
+    assert not any(tmp_path.iterdir()), "nothing was installed"
+    assert install.install(tmp_path, backend="acp-opencode", version="latest") == 2  # refused before the registry is asked
+    assert install.profile_pinned_release("acp-opencode", pin) is None  # the pin itself is what it runs
+    assert install.profile_pinned_release("opencode", "0.0.1") is None  # a CLI's releases sit side by side

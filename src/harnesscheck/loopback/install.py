@@ -104,6 +104,29 @@ def _shared_pin(backend: str, pins: list[PinnedCli]) -> list[PinnedCli]:
     return [PinnedCli(backend, c.cli_name, c.package, c.version) for c in pins if (c.package, c.version) == (spec.cli_package, spec.pinned_version)]
 
 
+def profile_pinned_release(backend: str, version: str) -> str | None:
+    """Why `--version` cannot serve an ACP agent, or None. A shipped ACP profile's command names
+    its release's path (`{clis}/<cli>@<pin>/...`), so another release installed under its id
+    would never run: refused, naming the way that does run one (a profile of your own)."""
+    from harnesscheck.backends.registry import acp_spec, base_id
+    from harnesscheck.core.contracts import ConfigError
+
+    if not base_id(backend).startswith("acp-"):
+        return None
+    try:
+        spec = acp_spec(base_id(backend))
+    except ConfigError:
+        return None
+    if spec.pinned_version is None or spec.pinned_version == version:
+        return None
+    return (
+        f"install-clis: {backend} runs the release its profile names ({spec.cli_package}@{spec.pinned_version}); "
+        f"another release installed for it would never run\n"
+        f"  fix: install it for its CLI (--backend <cli> --version {version}, where one is registered) or with npm, "
+        f"then copy the profile, point its command at that release and select it with --backend acp:<file>.toml"
+    )
+
+
 def version_dir(dest: Path, cli_name: str, version: str) -> Path:
     """Where one release lives in the cache: `<dest>/<cli>@<version>`."""
     return Path(dest) / f"{cli_name}@{version}"
@@ -459,6 +482,9 @@ def install(dest: Path | None = None, *, out=None, backend: str | None = None, v
             code = install_pip_runtime(dest, name, out=out)
             if code != 0:
                 return code
+    if version is not None and backend is not None and (pinned := profile_pinned_release(backend, version)) is not None:
+        print(pinned, file=sys.stderr)  # before "latest" is asked of the registry
+        return 2
     if version == "latest":
         if backend is None:
             print("install-clis: --version needs --backend (whose release?)", file=sys.stderr)
