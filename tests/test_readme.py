@@ -24,6 +24,20 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert test_cmd in (REPO / ".ci" / "run").read_text()
 
 
+def test_upgrade_pins_runs_the_readme_test_command() -> None:
+    """tools/upgrade-pins judges new pins with the README's test command, ratchet included (it
+    ran without it: a published passing cell that skips on the new pins went unnoticed)."""
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.SourceFileLoader("upgrade_pins", str(REPO / "tools" / "upgrade-pins"))
+    tool = importlib.util.module_from_spec(importlib.util.spec_from_loader("upgrade_pins", loader))
+    loader.exec_module(tool)
+    test_cmd = next(c for c in _commands() if "pytest" in c)
+    readme_args = re.search(r"pytest -n \d+ (.*)$", test_cmd).group(1).split()
+    assert tool.SUITE_ARGS == readme_args, (tool.SUITE_ARGS, readme_args)
+
+
 def test_readme_names_the_cli_pins_and_second_columns() -> None:
     """The README says which CLI releases the pins are (a bump that forgets it fails here)."""
     from harnesscheck.backends.registry import BUILTIN_SPECS, SECOND_COLUMNS, get_spec
