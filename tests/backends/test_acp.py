@@ -358,6 +358,27 @@ def test_a_session_with_fs_bridge_and_usage(tmp_path):
     assert env["HOME"].startswith(str(tmp_path / "run")) and env["TMPDIR"].startswith(str(tmp_path / "run"))
 
 
+def test_the_policys_turns_limit_stops_the_turn_past_it(tmp_path):
+    """An ACP agent's session/update stream shows its model turns (a chunk or a tool call is
+    output, a completed tool call its result): the turn past the policy's limit is stopped and
+    the session ends truncated/budget (doc/SPEC-policy.md); a limit the session fits is no stop."""
+    from harnesscheck.core.policy import Limits, Policy
+
+    steps = [{"mcp": "read_file", "arguments": {"path": "hello.txt"}}, {"say": "read it"}, {"mcp": "list_dir", "arguments": {"path": "."}}, {"say": "done"}]
+
+    def run(turns, name):
+        base = tmp_path / name
+        base.mkdir()
+        request = _request(base).model_copy(update={"policy": Policy(limits=Limits(turns=turns))})
+        return _transport(base, steps).run_session(request)
+
+    stopped = run(1, "one")
+    assert (stopped.status, stopped.error_class) == (OutcomeStatus.truncated, ErrorClass.budget), stopped.message
+    assert "turns limit (1)" in stopped.message and "list_dir" not in stopped.tools_used, "turn 2's call never ran"
+    fits = run(3, "three")  # tool call | text + tool call | text: three model turns
+    assert fits.status is OutcomeStatus.ok and fits.text == "read itdone", fits.message
+
+
 def test_host_cancel_sends_session_cancel_then_ends(tmp_path):
     t = _transport(tmp_path, [{"say": "working"}, {"hang": True}])
     cancel = threading.Event()

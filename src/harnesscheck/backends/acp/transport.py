@@ -85,6 +85,24 @@ class AcpTransport(HarnessTransport):
         self._local = threading.local()  # .pending: this thread's session (concurrent sessions each have their own)
         self.policy = policy
 
+    #: An agent's session/update stream shows its model turns (turn_event), so the policy's
+    #: turns limit is enforced as for codex, cursor and gemini (doc/SPEC-policy.md).
+    counts_turns = True
+
+    def turn_event(self, event: dict) -> str | None:
+        """One agent message, as the model turns it shows: its message or thought chunk, or a
+        tool call it reports, is the model's output; a tool call's update that says it completed
+        or failed is that tool's result (the next output begins a turn)."""
+        if event.get("method") != "session/update" or not isinstance(event.get("params"), dict):
+            return None
+        update = event["params"].get("update")
+        kind = update.get("sessionUpdate") if isinstance(update, dict) else None
+        if kind in ("agent_message_chunk", "agent_thought_chunk", "tool_call"):
+            return "output"
+        if kind == "tool_call_update" and update.get("status") in ("completed", "failed"):
+            return "result"
+        return None
+
     # -- the binary -------------------------------------------------------------------------
 
     def cli(self) -> Any:
