@@ -83,7 +83,11 @@ class HostLink:
         #: digests (16 hex) of the calls whose `tool_result` or denial arrived live
         self.reported: set[str] = set()
         self._ask_lock = threading.Lock()
-        self._event_lock = threading.Lock()  # an event is counted and delivered whole, or not after seal()
+        # an event is counted and delivered whole, or not after seal(): the host's sink
+        # (core/events.py EventStream, which calls the request's on_event in the caller's
+        # thread) runs under it, so a slow on_event delays seal(), and the session's end, by as
+        # long (seal() is the kit's own, called from the session's thread, never from a sink)
+        self._event_lock = threading.Lock()
         self._sealed = False
         self._serving: list[threading.Thread] = []
         self._peers: list[socket.socket] = []
