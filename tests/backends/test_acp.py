@@ -358,6 +358,18 @@ def test_a_session_with_fs_bridge_and_usage(tmp_path):
     assert env["HOME"].startswith(str(tmp_path / "run")) and env["TMPDIR"].startswith(str(tmp_path / "run"))
 
 
+def test_a_profiles_linger_applies_unless_the_host_chose_one():
+    """An agent that never exits on stdin's EOF (gemini, codex-acp) gets its profile's short
+    linger instead of the 2 s default waited out in every session; a linger the host chose
+    (acp.exits-on-stdin-close withholds the kill 10 s this way) wins."""
+    spec = get_spec("acp-gemini")
+    assert builtin_profile("gemini").linger_s == 0.2 and builtin_profile("codex-acp").linger_s == 0.2
+    assert AcpTransport(spec, Settings(), profile=builtin_profile("gemini")).linger_s == 0.2
+    assert AcpTransport(spec, Settings(linger_s=10), profile=builtin_profile("gemini")).linger_s == 10
+    assert AcpTransport(spec, Settings(), profile=builtin_profile("gemini"), linger_s=3.0).linger_s == 3.0
+    assert AcpTransport(get_spec("acp-opencode"), Settings(), profile=builtin_profile("opencode")).linger_s == Settings().linger_s  # it exits
+
+
 def test_the_policys_turns_limit_stops_the_turn_past_it(tmp_path):
     """An ACP agent's session/update stream shows its model turns (a chunk or a tool call is
     output, a completed tool call its result): the turn past the policy's limit is stopped and

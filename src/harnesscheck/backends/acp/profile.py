@@ -132,6 +132,12 @@ class AcpProfile(BaseModel):
     errors: list[ErrorRule] = Field(default_factory=list)
     #: How long the host waits for `stopReason: cancelled` after `session/cancel` (s).
     cancel_bound_s: float = Field(default=2.0, gt=0)
+    #: How long the host waits, once the prompt is answered and stdin closed, for the agent to
+    #: exit by itself before it ends the tree (s; None: Settings.linger_s). For an agent known
+    #: not to exit on stdin's EOF (acp.exits-on-stdin-close fails it), so that no session waits
+    #: out the whole default for nothing. A linger the host chose (Settings.linger_s other than
+    #: its default, as acp.exits-on-stdin-close does) wins.
+    linger_s: float | None = Field(default=None, ge=0, le=60)
     #: After an auth-looking signal (a notification named in `auth_signals` reporting no login,
     #: or an auth line on stderr), how long without any update before the host ends the
     #: session blocked/auth instead of waiting out a silent retry ladder (s).

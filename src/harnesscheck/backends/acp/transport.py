@@ -84,6 +84,11 @@ class AcpTransport(HarnessTransport):
         self._base_url: str | None = loopback.base_url if loopback is not None else self.settings.acp_base_url
         self._local = threading.local()  # .pending: this thread's session (concurrent sessions each have their own)
         self.policy = policy
+        from harnesscheck.core.config import Settings
+
+        host_chose = "linger_s" in kwargs or self.settings.linger_s != Settings.model_fields["linger_s"].default
+        if self.profile.linger_s is not None and not host_chose:
+            self.linger_s = self.profile.linger_s  # an agent that never exits on EOF: no default wait for nothing
 
     #: An agent's session/update stream shows its model turns (turn_event), so the policy's
     #: turns limit is enforced as for codex, cursor and gemini (doc/SPEC-policy.md).
