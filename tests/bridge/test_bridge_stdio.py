@@ -406,7 +406,9 @@ def test_survives_the_death_of_the_thread_that_spawned_it(setup, tmp_path: Path)
     bridge_pid = None
     try:
         deadline = time.monotonic() + START_BOUND_S
-        while time.monotonic() < deadline and not summarize_trace(spec.trace_path).started:
+        # the pid file too: the launcher's thread writes it after Popen returns, and on a loaded
+        # machine it may not have run yet when the bridge has already started
+        while time.monotonic() < deadline and not (summarize_trace(spec.trace_path).started and pid_file.exists() and pid_file.read_text()):
             time.sleep(0.05)
         bridge_pid = int(pid_file.read_text())
         time.sleep(1.5)  # several watchdog periods after the spawning thread ended
