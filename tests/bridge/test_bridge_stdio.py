@@ -406,7 +406,9 @@ def test_survives_the_death_of_the_thread_that_spawned_it(setup, tmp_path: Path)
     bridge_pid = None
     try:
         deadline = time.monotonic() + START_BOUND_S
-        while time.monotonic() < deadline and not summarize_trace(spec.trace_path).started:
+        # the pid file too: the launcher's thread writes it after Popen returns, and on a loaded
+        # machine it may not have run yet when the bridge has already started
+        while time.monotonic() < deadline and not (summarize_trace(spec.trace_path).started and pid_file.exists() and pid_file.read_text()):
             time.sleep(0.05)
         bridge_pid = int(pid_file.read_text())
         time.sleep(1.5)  # several watchdog periods after the spawning thread ended
@@ -515,17 +517,21 @@ def test_pipe_writer_never_blocks_the_event_loop_on_a_full_pipe() -> None:
     from harnesscheck.bridge.server import _PipeWriter
 
     text = "".join(f"{i:07d}é\n" for i in range(40_000))  # ~360 KB, several pipe buffers
+    import threading
+
     r, w = os.pipe()
     received = bytearray()
+    ticked = threading.Event()  # the loop ran 5 times while the writer waited on the full pipe
 
     def drain() -> None:
-        time.sleep(0.2)  # the writer meets a full pipe first
+        # the writer meets a full pipe first; reading starts once the loop has ticked (bounded:
+        # a writer that blocks the loop never lets it tick, and the assert below fails), not
+        # after a fixed 0.2 s a loaded machine may spend before the loop ticks 5 times
+        ticked.wait(START_BOUND_S)
         while chunk := os.read(r, 4096):
             received.extend(chunk)
 
     async def go() -> int:
-        import threading
-
         reader = threading.Thread(target=drain, daemon=True)
         reader.start()
         ticks = 0
@@ -534,6 +540,8 @@ def test_pipe_writer_never_blocks_the_event_loop_on_a_full_pipe() -> None:
             nonlocal ticks
             while True:
                 ticks += 1
+                if ticks >= 5:
+                    ticked.set()
                 await anyio.sleep(0.01)
 
         async with anyio.create_task_group() as tg:
