@@ -365,7 +365,13 @@ def install_clis(
             ),
         ),
     ] = None,
-    version: Annotated[Optional[str], typer.Option("--version", help="Install this release (X.Y.Z or latest) beside the others; needs --backend (a CLI: an ACP agent runs the release its profile names).")] = None,
+    version: Annotated[
+        Optional[str],
+        typer.Option(
+            "--version",
+            help="Install this release (X.Y.Z or latest) beside the others; needs --backend (a CLI: an ACP agent runs the release its profile names).",
+        ),
+    ] = None,
     check: Annotated[bool, typer.Option("--check", help="Say whether each pin is behind npm's latest and whether this Node meets its engines.")] = False,
 ) -> None:
     """Install the pinned real CLIs for the loopback level: claude-code, codex, gemini, opencode and
