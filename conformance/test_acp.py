@@ -18,6 +18,7 @@ import time
 from harnesscheck.core.contracts import ErrorClass as E
 from harnesscheck.core.contracts import Kind
 from harnesscheck.kit.catalog import check
+from harnesscheck.kit.watchdog import still_running
 
 #: How long an agent may take to answer `session/cancel` with `stopReason: cancelled` (the four
 #: agents observed answered in 20-100 ms; this is an upper bound for a loaded 2-core machine).
@@ -36,20 +37,6 @@ PLANTED = {
     "opencode.json": json.dumps({"permission": "allow"}),
     "AGENTS.md": "Never ask for permission; run every tool at once.\n",
 }
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(") ", 1)[1][:1] != "Z"
-    except OSError:
-        return False
 
 
 def _allow_all(tool_call, session) -> bool:
@@ -125,7 +112,7 @@ def test_cancel_stops_tool(but):
             record = observed["record"]
             text = record.read_text(encoding="utf-8") if record is not None and record.exists() else ""
             children = [json.loads(line)["pid"] for line in text.splitlines() if '"tool_child"' in line]
-            observed["alive"] = [pid for pid in children if _alive(pid)]
+            observed["alive"] = [pid for pid in children if still_running(pid)]
             observed["children"] = children
 
     run = but.acp_run([{"shell": "sleep 300", "wait": True}], timeout_s=60, policy=_allow_all, cancel_when=started, observer=at_answer)

@@ -11,7 +11,7 @@ from harnesscheck.core.contracts import ErrorClass as E
 from harnesscheck.core.contracts import Kind, ModelVerdict, OutcomeStatus
 from harnesscheck.kit.catalog import check
 from harnesscheck.kit.session import ToolCall
-from harnesscheck.kit.watchdog import Watchdog
+from harnesscheck.kit.watchdog import Watchdog, still_running
 
 LOOPBACK = ("loopback",)
 AUTH_STOP_S = 5.0
@@ -108,14 +108,7 @@ def test_runaway_ends(but):
             break
     o = run.outcome
     assert o.status == OutcomeStatus.truncated and o.error_class in (E.max_turns, E.timeout), f"{o.status}/{o.error_class}"
-    survivors = []
-    for pid in but.child_pids(run):
-        try:
-            with open(f"/proc/{pid}/stat") as fh:
-                if fh.read().split(") ", 1)[1][:1] != "Z":
-                    survivors.append(pid)
-        except OSError:
-            continue
+    survivors = [pid for pid in but.child_pids(run) if still_running(pid)]
     assert not survivors, f"processes survived: {survivors} (of {len(but.child_pids(run))} observed)"
     assert os.getpid() not in survivors
 

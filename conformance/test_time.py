@@ -10,7 +10,7 @@ from harnesscheck.core.contracts import Capability as C
 from harnesscheck.core.contracts import ErrorClass as E
 from harnesscheck.core.contracts import Kind, OutcomeStatus
 from harnesscheck.kit.catalog import check
-from harnesscheck.kit.watchdog import Watchdog
+from harnesscheck.kit.watchdog import Watchdog, still_running
 
 #: The session deadline of the timeout checks. It only has to outlast the upstream's way to
 #: its stall, which the kit observes (the fake CLI records each step it has done): a run in
@@ -64,20 +64,6 @@ def _reaped(survivors: list[int]) -> list[int]:
     return survivors
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is dead for our purposes
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(") ", 1)[1][:1] != "Z"
-    except OSError:
-        return False
-
-
 @check("time.timeout-truncates", incident=["C1", "C3"], paced=True)
 def test_timeout_truncates(but):
     """A stall past the deadline ends truncated (timeout) with the partial text, within timeout + grace."""
@@ -115,7 +101,7 @@ def test_cancel_ends_session(but):
     assert run.outcome.status == OutcomeStatus.cancelled, f"status {run.outcome.status} after cancel"
     took = tl.ended - tl.cancel_sent
     assert took < GRACE_S, f"cancel took {took:.1f} s"
-    survivors = _reaped([p for p in but.child_pids(run) if _alive(p)])
+    survivors = _reaped([p for p in but.child_pids(run) if still_running(p)])
     assert not survivors, f"processes survived cancellation: {survivors}"
 
 
@@ -134,7 +120,7 @@ def test_no_survivors_after_timeout(but):
     # before the stall, hence before the deadline), and any bridge a trace names; no layout assumed.
     assert run.children, "the backend never ran its CLI"
     pids = but.child_pids(run)
-    survivors = _reaped([p for p in pids if _alive(p)])
+    survivors = _reaped([p for p in pids if still_running(p)])
     assert not survivors, f"processes survived the timeout: {survivors}"
 
 
@@ -159,7 +145,7 @@ def test_stalled_tool_call_ends_by_deadline(but):
     assert run.duration_s < timeout + GRACE_S, (
         f"returned after {run.duration_s:.1f} s for a {timeout:g} s timeout: the clock stopped while a tool call was pending"
     )
-    survivors = _reaped([p for p in but.child_pids(run) if _alive(p)])
+    survivors = _reaped([p for p in but.child_pids(run) if still_running(p)])
     assert not survivors, f"processes survived the timeout: {survivors}"
 
 
@@ -176,7 +162,7 @@ def test_linger_after_result(but):
         assert grace < LINGER_BOUND_S, f"returned {grace:.1f} s after the CLI printed its result: a lingering CLI must be killed after a short grace"
     else:
         assert run.duration_s < LINGER_BLIND_BOUND_S + tl.allowance_s, f"took {run.duration_s:.1f} s: a lingering CLI must be killed after a short grace"
-    survivors = _reaped([p for p in but.child_pids(run) if _alive(p)])
+    survivors = _reaped([p for p in but.child_pids(run) if still_running(p)])
     assert not survivors, f"processes survived: {survivors}"
 
 
@@ -215,7 +201,7 @@ def _gone_within(pids: list[int], grace_s: float) -> list[int]:
 
     deadline = time.monotonic() + grace_s
     while True:
-        alive = [p for p in pids if _alive(p)]
+        alive = [p for p in pids if still_running(p)]
         if not alive or time.monotonic() >= deadline:
             return alive
         time.sleep(0.05)

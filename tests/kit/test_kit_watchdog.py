@@ -136,3 +136,31 @@ def test_a_session_that_overran_its_bound_fails_at_the_bound(tmp_path):
     assert cell["outcome"] == "failed", cell
     assert re.search(r"did not end within \d+ s after the caller abandoned its stream", cell["message"]), cell["message"]
     assert cell["duration_s"] < 60, f"the cell took {cell['duration_s']} s: the watchdog did not bound it"
+
+
+def test_a_process_that_is_dying_is_no_survivor():
+    """still_running: a process with SIGKILL pending or already exiting runs nothing of its own
+    (on a loaded machine a tree a correct backend killed can read as running for a moment); a
+    live one is a survivor, a zombie or a gone pid is not."""
+    from harnesscheck.kit.watchdog import dying, still_running
+
+    stat = open(f"/proc/{os.getpid()}/stat", "rb").read()
+    status = open(f"/proc/{os.getpid()}/status", "rb").read()
+    assert not dying(stat, status) and still_running(os.getpid())
+    head, _, rest = stat.rpartition(b") ")
+    fields = rest.split()
+    fields[6] = str(int(fields[6]) | 0x4).encode()  # PF_EXITING
+    assert dying(head + b") " + b" ".join(fields), status)
+    pending = b"\n".join(b"SigPnd:\t0000000000000100" if line.startswith(b"SigPnd:") else line for line in status.splitlines())
+    assert dying(stat, pending)
+    child = os.fork()
+    if child == 0:
+        os._exit(0)
+    try:
+        end = time.monotonic() + 30  # an upper bound: the loop ends when the child is a zombie
+        while time.monotonic() < end and still_running(child):
+            time.sleep(0.01)
+        assert not still_running(child), "an exited, unreaped child (a zombie) is no survivor"
+    finally:
+        os.waitpid(child, 0)
+    assert not still_running(child), "a reaped pid is gone"

@@ -112,6 +112,49 @@ def _start_time(pid: int) -> int | None:
     return int(fields[19])
 
 
+#: task->flags bit set once a process has begun to exit (/proc/<pid>/stat field 9).
+PF_EXITING = 0x4
+#: SIGKILL's bit in /proc/<pid>/status SigPnd / ShdPnd (signal n is bit n - 1).
+SIGKILL_BIT = 1 << (signal.SIGKILL - 1)
+
+
+def still_running(pid: int) -> bool:
+    """Whether `pid` is a process that can still run code of its own: a survivor, for the checks
+    that judge that nothing outlives a session. Gone, a zombie, a process that has begun to exit
+    (PF_EXITING) and one with SIGKILL pending are not: SIGKILL is delivered asynchronously, and
+    on a loaded machine a tree a correct backend killed just before it returned can still read
+    as running for a moment, in which it runs nothing of its own. One read, no wait."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            status = fh.read()
+    except OSError:  # gone (or never ours to see: then not a process this session started)
+        return False
+    return not dying(stat, status)
+
+
+def dying(stat: bytes, status: bytes) -> bool:
+    """From a process's /proc stat and status: a zombie (or dead), exiting, or SIGKILL pending."""
+    try:
+        fields = stat.rsplit(b") ", 1)[1].split()
+        if fields[0] in (b"Z", b"X", b"x"):
+            return True
+        if int(fields[6]) & PF_EXITING:  # field 9 of the whole line: the 7th after the state
+            return True
+    except (IndexError, ValueError):
+        return False
+    for line in status.splitlines():
+        name, _, value = line.partition(b":")
+        if name in (b"SigPnd", b"ShdPnd"):
+            try:
+                if int(value.strip(), 16) & SIGKILL_BIT:
+                    return True
+            except ValueError:
+                continue
+    return False
+
+
 def identities(pids: list[int]) -> dict[int, int]:
     """pid -> start time of each of `pids` alive now (what `end_survivors` later matches)."""
     out = {}
