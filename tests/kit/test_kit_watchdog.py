@@ -151,8 +151,13 @@ def test_a_process_that_is_dying_is_no_survivor():
     fields = rest.split()
     fields[6] = str(int(fields[6]) | 0x4).encode()  # PF_EXITING
     assert dying(head + b") " + b" ".join(fields), status)
-    pending = b"\n".join(b"SigPnd:\t0000000000000100" if line.startswith(b"SigPnd:") else line for line in status.splitlines())
-    assert dying(stat, pending)
+
+    def pending(name: bytes, mask: bytes) -> bytes:
+        return b"\n".join(name + b":\t" + mask if line.startswith(name + b":") else line for line in status.splitlines())
+
+    assert dying(stat, pending(b"SigPnd", b"0000000000000100")) and dying(stat, pending(b"ShdPnd", b"0000000000000100"))
+    assert not dying(stat, pending(b"SigPnd", b"0000000000004000")), "SIGTERM pending: it may ignore it and live on"
+    assert not dying(stat, pending(b"ShdPnd", b"fffffffffffffeff")), "every signal but SIGKILL pending"
     child = os.fork()
     if child == 0:
         os._exit(0)
@@ -164,3 +169,15 @@ def test_a_process_that_is_dying_is_no_survivor():
     finally:
         os.waitpid(child, 0)
     assert not still_running(child), "a reaped pid is gone"
+    leader_gone = subprocess.Popen(
+        [sys.executable, "-c", "import ctypes, threading, time; threading.Thread(target=time.sleep, args=(60,)).start(); ctypes.CDLL(None).pthread_exit(None)"]
+    )
+    try:  # the main thread exits (pthread_exit): the leader reads as a zombie while a thread runs on
+        end = time.monotonic() + 30  # an upper bound: the loop ends when the leader is a zombie
+        while time.monotonic() < end and open(f"/proc/{leader_gone.pid}/stat").read().rsplit(") ", 1)[1][:1] != "Z":
+            time.sleep(0.01)
+        assert open(f"/proc/{leader_gone.pid}/stat").read().rsplit(") ", 1)[1][:1] == "Z", "the leader never exited"
+        assert still_running(leader_gone.pid), "a process whose other thread still runs is a survivor"
+    finally:
+        leader_gone.kill()
+        leader_gone.wait()

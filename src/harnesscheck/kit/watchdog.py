@@ -123,15 +123,24 @@ def still_running(pid: int) -> bool:
     that judge that nothing outlives a session. Gone, a zombie, a process that has begun to exit
     (PF_EXITING) and one with SIGKILL pending are not: SIGKILL is delivered asynchronously, and
     on a loaded machine a tree a correct backend killed just before it returned can still read
-    as running for a moment, in which it runs nothing of its own. One read, no wait."""
+    as running for a moment, in which it runs nothing of its own. Judged thread by thread (a
+    leader that called pthread_exit reads as a zombie while its other threads run on); one read
+    of each, no wait."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-        with open(f"/proc/{pid}/status", "rb") as fh:
-            status = fh.read()
+        threads = os.listdir(f"/proc/{pid}/task")
     except OSError:  # gone (or never ours to see: then not a process this session started)
         return False
-    return not dying(stat, status)
+    for tid in threads or [str(pid)]:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as fh:
+                stat = fh.read()
+            with open(f"/proc/{pid}/task/{tid}/status", "rb") as fh:
+                status = fh.read()
+        except OSError:  # that thread is gone
+            continue
+        if not dying(stat, status):
+            return True
+    return False
 
 
 def dying(stat: bytes, status: bytes) -> bool:
