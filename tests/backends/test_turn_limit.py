@@ -48,6 +48,31 @@ def test_the_counter_begins_a_turn_at_the_first_output_after_a_result_only():
     assert counter.turns == 3 and seen == [False] * 7 + [True]
 
 
+def test_a_call_reported_already_done_is_output_and_result():
+    """An ACP agent may report a tool call once, already completed: that is the model's output
+    and the tool's result, so the next output begins a turn (counted late otherwise)."""
+    from harnesscheck.backends.acp import AcpTransport, builtin_profile
+
+    transport = AcpTransport(get_spec("acp-fake"), Settings(), profile=builtin_profile("fake"))
+
+    def update(kind, **fields):
+        return json.dumps({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s", "update": {"sessionUpdate": kind, **fields}}})
+
+    counter = _TurnLimit(10_000, transport.turn_event)
+    for line in (
+        update("agent_message_chunk", content={"type": "text", "text": "reading"}),
+        update("tool_call", toolCallId="a", title="read_file", status="completed"),
+        update("agent_thought_chunk", content={"type": "text", "text": "then"}),
+        update("tool_call", toolCallId="b", title="list_dir", status="pending"),
+        update("tool_call_update", toolCallId="b", status="in_progress"),
+        update("tool_call_update", toolCallId="b", status="failed"),
+        update("agent_message_chunk", content={"type": "text", "text": "done"}),
+        json.dumps({"jsonrpc": "2.0", "id": 3, "result": {"stopReason": "end_turn"}}),
+    ):
+        counter.see(line)
+    assert counter.turns == 3
+
+
 def test_a_cli_with_its_own_cap_gets_the_tighter_limit_as_that_cap(tmp_path):
     policy = Policy(limits=Limits(turns=2))
     request = AgentSessionRequest(prompt="x", scope=ToolScope(root=tmp_path), max_iters=8, policy=policy)

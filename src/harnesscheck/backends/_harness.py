@@ -401,10 +401,10 @@ class _TurnLimit:
         except ValueError:
             return False
         kind = self.turn_event(event) if isinstance(event, dict) else None
-        if kind == "step" or (kind == "output" and self.after_result):
+        if kind == "step" or (kind in ("output", "output_and_result") and self.after_result):
             self.turns += 1
             self.after_result = False
-        elif kind == "result":
+        if kind in ("result", "output_and_result"):
             self.after_result = True
         self.exceeded = self.turns > self.limit
         return self.exceeded
@@ -491,7 +491,8 @@ class HarnessTransport:
     def turn_event(self, event: dict) -> str | None:
         """What one JSON event of the CLI's stream says of its model turns: `step` (a model
         request begins), `output` (the model's text or tool call), `result` (a tool's result:
-        the next output begins a turn), or None. Only read when `counts_turns`."""
+        the next output begins a turn), `output_and_result` (a tool call reported once, already
+        done), or None. Only read when `counts_turns`."""
         return None
 
     def __init__(

@@ -278,6 +278,8 @@ class AcpAdapter(BackendUnderTest):
             transport.policy = policy
         if session_key is not None:
             transport._key = session_key
+        if run.get("linger_s") is not None:
+            transport.linger_s = run["linger_s"]  # the check's own, whatever the profile's or the default
         return transport, record_path
 
     def prepare(self, scenario, ws, *, tool_calls, model, timeout_s, echo) -> Setup:
@@ -728,7 +730,9 @@ class AcpLoopbackLevel:
                 server = ScriptedModelServer(Scenario("acp", tuple(turns)), expected_key=key).start()
                 try:
                     settings = Settings(backend=self.spec.id, **({"linger_s": linger_s} if linger_s is not None else {}))
-                    transport = type(built)(self.spec, settings, profile=built.profile, loopback=LoopbackEndpoint(server.base_url, api_key=key), policy=policy)
+                    endpoint = LoopbackEndpoint(server.base_url, api_key=key)
+                    linger = {} if linger_s is None else {"linger_s": linger_s}  # the check's own wins over the profile's
+                    transport = type(built)(self.spec, settings, profile=built.profile, loopback=endpoint, policy=policy, **linger)
                     # the check's effects dir (outside the worktree): a built-in's write lands there in
                     # the agent's sandbox as it would without one, so the host's refusal is what stops it
                     transport.bind_in_sandbox(writable=[effects])

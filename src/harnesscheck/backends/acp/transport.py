@@ -86,7 +86,9 @@ class AcpTransport(HarnessTransport):
         self.policy = policy
         from harnesscheck.core.config import Settings
 
-        host_chose = "linger_s" in kwargs or self.settings.linger_s != Settings.model_fields["linger_s"].default
+        # a linger the caller passed, or one the host set other than the default (Settings cannot
+        # tell an explicit 2 s from the default: that host gets the profile's)
+        host_chose = kwargs.get("linger_s") is not None or self.settings.linger_s != Settings.model_fields["linger_s"].default
         if self.profile.linger_s is not None and not host_chose:
             self.linger_s = self.profile.linger_s  # an agent that never exits on EOF: no default wait for nothing
 
@@ -97,14 +99,19 @@ class AcpTransport(HarnessTransport):
     def turn_event(self, event: dict) -> str | None:
         """One agent message, as the model turns it shows: its message or thought chunk, or a
         tool call it reports, is the model's output; a tool call's update that says it completed
-        or failed is that tool's result (the next output begins a turn)."""
+        or failed is that tool's result (the next output begins a turn), and so is a tool call
+        first reported already done. Conservative, as for codex: an agent that runs one
+        response's calls one by one shows each later call as a new turn (early, never late)."""
         if event.get("method") != "session/update" or not isinstance(event.get("params"), dict):
             return None
         update = event["params"].get("update")
         kind = update.get("sessionUpdate") if isinstance(update, dict) else None
-        if kind in ("agent_message_chunk", "agent_thought_chunk", "tool_call"):
+        done = update.get("status") in ("completed", "failed") if isinstance(update, dict) else False
+        if kind == "tool_call":  # its first report; one already done is its result too
+            return "output_and_result" if done else "output"
+        if kind in ("agent_message_chunk", "agent_thought_chunk"):
             return "output"
-        if kind == "tool_call_update" and update.get("status") in ("completed", "failed"):
+        if kind == "tool_call_update" and done:
             return "result"
         return None
 
