@@ -135,8 +135,9 @@ class AcpProfile(BaseModel):
     #: How long the host waits, once the prompt is answered and stdin closed, for the agent to
     #: exit by itself before it ends the tree (s; None: Settings.linger_s). For an agent known
     #: not to exit on stdin's EOF (acp.exits-on-stdin-close fails it), so that no session waits
-    #: out the whole default for nothing. A linger the host chose (Settings.linger_s other than
-    #: its default, as acp.exits-on-stdin-close does) wins.
+    #: out the whole default for nothing. A linger the host chose wins: passed to the transport
+    #: (`linger_s=`, as the kit's acp.exits-on-stdin-close does) or Settings.linger_s other than
+    #: its default.
     linger_s: float | None = Field(default=None, ge=0, le=60)
     #: After an auth-looking signal (a notification named in `auth_signals` reporting no login,
     #: or an auth line on stderr), how long without any update before the host ends the
