@@ -19,10 +19,12 @@ can rewrite the trail or plant a config the CLI loads, so:
 
 from __future__ import annotations
 
+import errno
 import json
 import mmap
 import os
 import secrets as _secrets
+import shutil
 import stat
 import sys
 import tempfile
@@ -158,9 +160,6 @@ def place_private(root: os.PathLike[str] | str, rel: str, *, data: bytes | None 
     in its HOME) is removed and made a folder; whatever is at the leaf is removed first (a
     folder as a tree, beneath its fd). What a CLI planted in the state it keeps between
     sessions of one run dir never sends the host's write elsewhere. `rel` beneath root only."""
-    import errno
-    import shutil
-
     parts = Path(rel).parts
     if not parts or Path(rel).is_absolute() or ".." in parts or (data is None) == (link_to is None):
         raise ValueError(f"place_private: {rel!r} is not a path beneath the root, or not one of data/link_to")
@@ -370,8 +369,6 @@ def remove_private_tree(path: os.PathLike[str] | str) -> str | None:
     without write permission, a dir chmod'ed 0777): every directory beneath it is made
     u+rwx first (never following a symlink: one is unlinked, not walked), then the tree is
     removed. None when it is gone; else why not (the caller reports it: never silent)."""
-    import shutil
-
     top = os.fspath(path)
     if not os.path.lexists(top):
         return None

@@ -729,10 +729,9 @@ class AcpLoopbackLevel:
                 key = session_key if session_key is not None else DUMMY_KEY
                 server = ScriptedModelServer(Scenario("acp", tuple(turns)), expected_key=key).start()
                 try:
-                    settings = Settings(backend=self.spec.id, **({"linger_s": linger_s} if linger_s is not None else {}))
                     endpoint = LoopbackEndpoint(server.base_url, api_key=key)
                     linger = {} if linger_s is None else {"linger_s": linger_s}  # the check's own wins over the profile's
-                    transport = type(built)(self.spec, settings, profile=built.profile, loopback=endpoint, policy=policy, **linger)
+                    transport = type(built)(self.spec, Settings(backend=self.spec.id), profile=built.profile, loopback=endpoint, policy=policy, **linger)
                     # the check's effects dir (outside the worktree): a built-in's write lands there in
                     # the agent's sandbox as it would without one, so the host's refusal is what stops it
                     transport.bind_in_sandbox(writable=[effects])
