@@ -235,7 +235,11 @@ def test_messaging_socket_private(but):
                 hits.append(srv.getsockname())
                 conn.close()
             for path in dirs.values():  # a socket the session binds there, seen while it lives
-                seen.update(f"{path.name}/cc-socks/{n}" for n in os.listdir(path / "cc-socks") if n != "planted.sock")
+                try:
+                    names = os.listdir(path / "cc-socks")
+                except OSError:  # removed (by a session that should not touch it): keep watching, it may come back
+                    continue
+                seen.update(f"{path.name}/cc-socks/{n}" for n in names if n != "planted.sock")
 
     watcher = threading.Thread(target=accept, daemon=True)
     watcher.start()
