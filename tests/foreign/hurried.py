@@ -27,7 +27,8 @@ from harnesscheck.core.contracts import Capability as C
 
 class HurriedClaude:
     #: False: the bridge's trace goes to a temp dir outside the run dir (a backend that keeps
-    #: no trace, which doc/AUTHORS.md calls optional)
+    #: no trace, which doc/AUTHORS.md calls optional), made beside the worktree so the cell's
+    #: own temp dir holds it and it goes with it (in the system temp dir it outlived each run)
     trace_in_run_dir = True
 
     def __init__(self, spec: ProviderSpec, settings):
@@ -38,7 +39,7 @@ class HurriedClaude:
 
         run_dir = Path(request.run_dir or tempfile.mkdtemp())
         run_dir.mkdir(parents=True, exist_ok=True)
-        trace = run_dir / "bridge.jsonl" if self.trace_in_run_dir else Path(tempfile.mkdtemp()) / "bridge.jsonl"
+        trace = run_dir / "bridge.jsonl" if self.trace_in_run_dir else Path(tempfile.mkdtemp(dir=Path(request.scope.root).parent)) / "bridge.jsonl"
         bridge = BridgeSpec(scope=request.scope, run_dir=run_dir, trace_path=trace, session_id=request.session_id or "hurried")
         argv = bridge_argv(write_spec(bridge, run_dir / "bridge-spec.json"))
         mcp = json.dumps({"mcpServers": {"ws": {"command": argv[0], "args": argv[1:], "env": bridge_env()}}})
