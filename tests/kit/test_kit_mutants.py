@@ -104,6 +104,14 @@ def _judge(refs: list[str], report: dict) -> dict[str, dict]:
     return wrong
 
 
+#: Child workers per level. Offline, the CLI mutants' run is waits, not CPU: a defective fake
+#: is judged at its check's own bound (kit/watchdog.py; 12-40 s each, 335 s of cells in all,
+#: 44 CPU-s). Measured alone, nothing else running: -n 2 204 s, -n 4 106 s, -n 6 77 s (52
+#: CPU-s), -n 8 76 s, -n 12 80 s; `--dist worksteal` at -n 6 91 s. At loopback each cell
+#: starts the real claude, so two workers.
+CLI_MUTANT_WORKERS = {"offline": "6", "loopback": "2"}
+
+
 def _run_cli_mutants(tmp_path, refs: list[str], level: str) -> tuple[dict, str]:
     """One child run: every mutant of `refs` against only its own checks (AREAS, through
     --hc-cells), at `level`. A mutant with a cell in its reach the machine was too slow to judge
@@ -115,7 +123,9 @@ def _run_cli_mutants(tmp_path, refs: list[str], level: str) -> tuple[dict, str]:
         cells_file.write_text(json.dumps(selection), encoding="utf-8")
         files = tuple(sorted({f"conformance/test_{c.partition('.')[0]}.py" for ref in refs_left for c in AREAS[ref]}))
         backends = [a for ref in refs_left for a in ("--backend", ref)]
-        _code, report, out = run_suite(tmp_path, *backends, "--level", level, "--hc-cells", str(cells_file), "-n", "2", files=files, timeout=1500)
+        _code, report, out = run_suite(
+            tmp_path, *backends, "--level", level, "--hc-cells", str(cells_file), "-n", CLI_MUTANT_WORKERS[level], files=files, timeout=1500
+        )
         assert report is not None, out[-3000:]
         for c in report["cells"]:
             cells_seen[(c["backend"], c["check"])] = c
