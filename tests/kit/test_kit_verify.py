@@ -405,3 +405,44 @@ def test_ctrl_c_keeps_the_previous_report_whole_and_prints_no_teardown_noise(tmp
         assert noise not in out + err, out + err
     assert {p.name: p.read_bytes() for p in report.iterdir()} == before, "old and new runs are never mixed"
     assert _entries(private) == set(), f"left in TMPDIR: {_entries(private)}"
+
+
+_SIGNAL_LOGGER = """
+import signal, sys, time
+log, ignored = sys.argv[1], {getattr(signal, name) for name in sys.argv[2:]}
+def seen(signum, frame):
+    with open(log, "a") as f:
+        f.write(signal.Signals(signum).name + "\\n")
+    if signum not in ignored:
+        raise KeyboardInterrupt
+for sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(sig, seen)
+print("ready", flush=True)
+try:
+    while True:
+        time.sleep(0.05)
+except KeyboardInterrupt:
+    with open(log, "a") as f:
+        f.write("unwound\\n")  # a finally block's turn: what a session removes at its end
+"""
+
+
+def test_an_interrupted_verify_ends_its_child_with_sigint_first_so_sessions_unwind(tmp_path):
+    """verify ends its child's group with SIGINT first (the pytest processes unwind through
+    their sessions' cleanup: at SIGTERM's default a worker dies mid-session and leaves its
+    short runtime dir in /tmp), then SIGTERM, then SIGKILL for a group that ignores both."""
+    from harnesscheck.kit.verify import _end_group
+
+    def started(log: Path, *ignored: str) -> subprocess.Popen:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _SIGNAL_LOGGER, str(log), *ignored], stdout=subprocess.PIPE, text=True, start_new_session=True, stdin=subprocess.DEVNULL
+        )
+        assert proc.stdout.readline().strip() == "ready"
+        return proc
+
+    polite = started(tmp_path / "polite.log")
+    _end_group(polite, grace_s=30)
+    assert (tmp_path / "polite.log").read_text().split() == ["SIGINT", "unwound"]
+    stubborn = started(tmp_path / "stubborn.log", "SIGINT", "SIGTERM")
+    _end_group(stubborn, grace_s=0.5)
+    assert stubborn.returncode == -9 and (tmp_path / "stubborn.log").read_text().split() == ["SIGINT", "SIGTERM"]

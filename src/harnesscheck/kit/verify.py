@@ -290,13 +290,17 @@ def _run_child(args: list[str], env: dict[str, str], staging: Path, stream=None)
             raise
 
 
-def _end_group(proc: subprocess.Popen) -> None:
-    """SIGTERM to the child's process group (pytest, its xdist workers), SIGKILL after 5 s."""
-    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+def _end_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """SIGINT to the child's process group (pytest, its xdist workers), then SIGTERM, then
+    SIGKILL, each after `grace_s`. SIGINT first: Python turns it into KeyboardInterrupt, so
+    each session unwinds and removes what it made outside the scratch folder (a too-deep run
+    dir's short runtime dir in /tmp, envpolicy.private_temp_dirs); at SIGTERM's default a
+    worker dies mid-session and leaves those behind."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, sig)
         try:
-            proc.wait(timeout=wait)
+            proc.wait(timeout=grace_s)
             return
         except subprocess.TimeoutExpired:
             continue
