@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -234,6 +235,17 @@ def test_the_version_probe_sees_no_host_env_and_skips_geminis_relaunch(tmp_path,
     answer, why = registry._probe_version(cli, 10)
     assert why == "" and answer.startswith("v=true key=none home=")
     assert answer.split("home=")[1] != str(tmp_path)
+
+
+def test_the_version_probe_gives_a_private_temp_dir_and_removes_it(tmp_path):
+    """`opencode --version` makes `$TMPDIR/opencode` (/tmp/opencode without one): the probe's
+    CLI gets a temp dir of its own, removed with what it wrote, never the system's."""
+    cli = tmp_path / "opencode"
+    cli.write_text('#!/bin/sh\nmkdir -p "${TMPDIR:-/tmp}/opencode" && touch "$TMP/x" "$TEMP/y" && echo "$TMPDIR"\n')
+    cli.chmod(0o755)
+    answer, why = registry._probe_version(cli, 10)
+    assert why == "" and answer.startswith(tempfile.gettempdir()) and answer != "/tmp", answer
+    assert not os.path.exists(answer), "the probe's temp dir outlived it"
 
 
 def test_a_hung_version_probe_still_ends(tmp_path):

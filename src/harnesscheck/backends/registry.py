@@ -656,10 +656,13 @@ PROBE_ENV = {"GEMINI_CLI_NO_RELAUNCH": "true"}
 
 def _probe_version(path: Path, timeout_s: float) -> tuple[str | None, str]:
     """(first line of stdout, "") or (None, why there was no answer)."""
-    # A private, empty HOME: `opencode --version` creates ~/.cache/opencode/bin, and no probe
-    # may write into the user's home (removed with whatever the CLI put there).
+    # A private, empty HOME and temp dir: `opencode --version` creates ~/.cache/opencode/bin
+    # and $TMPDIR/opencode (/tmp/opencode without one), and no probe may write into the user's
+    # home or leave anything in the system temp dir (both removed with whatever the CLI put there).
     home = tempfile.mkdtemp(prefix="harnesscheck-probe-")
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, **PROBE_ENV}
+    tmp = os.path.join(home, "tmp")
+    os.mkdir(tmp, 0o700)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "TMPDIR": tmp, "TMP": tmp, "TEMP": tmp, **PROBE_ENV}
     try:
         return _run_probe(path, timeout_s, env)
     finally:
