@@ -368,6 +368,12 @@ def test_a_profiles_linger_applies_unless_the_host_chose_one():
     assert AcpTransport(spec, Settings(linger_s=10), profile=builtin_profile("gemini")).linger_s == 10
     assert AcpTransport(spec, Settings(), profile=builtin_profile("gemini"), linger_s=3.0).linger_s == 3.0
     assert AcpTransport(get_spec("acp-opencode"), Settings(), profile=builtin_profile("opencode")).linger_s == Settings().linger_s  # it exits
+    # the host set the default's own value: its choice all the same, from the environment or in code
+    chose_two = Settings.from_env({"HARNESS_BACKEND_LINGER_S": "2"})
+    assert chose_two.linger_s == Settings().linger_s == 2.0
+    assert AcpTransport(spec, chose_two, profile=builtin_profile("gemini")).linger_s == 2.0
+    assert AcpTransport(spec, Settings(linger_s=2.0), profile=builtin_profile("gemini")).linger_s == 2.0
+    assert AcpTransport(spec, Settings.from_env({}), profile=builtin_profile("gemini")).linger_s == 0.2
 
 
 def test_the_policys_turns_limit_stops_the_turn_past_it(tmp_path):

@@ -124,7 +124,7 @@ class Settings(BaseModel):
             read = _from_environment()(_env_file=dotenv, **given)
         except ValidationError as exc:
             raise _config_error(exc, given, dotenv) from None
-        return cls(**read.model_dump())
+        return cls(**read.model_dump(exclude_unset=True))  # model_fields_set: what the host set, even to a default
 
 
 #: Field -> the variable it is read from.

@@ -136,8 +136,8 @@ class AcpProfile(BaseModel):
     #: exit by itself before it ends the tree (s; None: Settings.linger_s). For an agent known
     #: not to exit on stdin's EOF (acp.exits-on-stdin-close fails it), so that no session waits
     #: out the whole default for nothing. A linger the host chose wins: passed to the transport
-    #: (`linger_s=`, as the kit's acp.exits-on-stdin-close does) or Settings.linger_s other than
-    #: its default.
+    #: (`linger_s=`, as the kit's acp.exits-on-stdin-close does) or Settings.linger_s set by the
+    #: host (HARNESS_BACKEND_LINGER_S or in code, even to the default's value).
     linger_s: float | None = Field(default=None, ge=0, le=60)
     #: After an auth-looking signal (a notification named in `auth_signals` reporting no login,
     #: or an auth line on stderr), how long without any update before the host ends the

@@ -84,11 +84,8 @@ class AcpTransport(HarnessTransport):
         self._base_url: str | None = loopback.base_url if loopback is not None else self.settings.acp_base_url
         self._local = threading.local()  # .pending: this thread's session (concurrent sessions each have their own)
         self.policy = policy
-        from harnesscheck.core.config import Settings
-
-        # a linger the caller passed, or one the host set other than the default (Settings cannot
-        # tell an explicit 2 s from the default: that host gets the profile's)
-        host_chose = kwargs.get("linger_s") is not None or self.settings.linger_s != Settings.model_fields["linger_s"].default
+        # a linger the caller passed, or one the host set (HARNESS_BACKEND_LINGER_S, even to the default's value)
+        host_chose = kwargs.get("linger_s") is not None or "linger_s" in self.settings.model_fields_set
         if self.profile.linger_s is not None and not host_chose:
             self.linger_s = self.profile.linger_s  # an agent that never exits on EOF: no default wait for nothing
 
