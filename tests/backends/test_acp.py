@@ -408,18 +408,29 @@ def test_host_cancel_sends_session_cancel_then_ends(tmp_path):
     assert o.text == "working"
 
 
+def _spoke_then_hit_the_deadline(tmp_path, *defects, **kw):
+    """A session that says "partial", then hangs to its deadline: 1 s, or, where the machine was
+    too loaded for the agent to say anything in that second (nothing to keep, nothing judged),
+    once more with 10 s. (outcome, evidence)."""
+    for attempt, timeout_s in enumerate((1.0, 10.0)):
+        where = tmp_path / f"attempt-{attempt}"
+        where.mkdir()
+        t = _transport(where, [{"say": "partial"}, {"hang": True}], *defects, **kw)
+        ev, spoke = AcpEvidence(), []
+        o = t.run_session(_request(where, timeout_s=timeout_s), on_text=spoke.append, evidence=ev)
+        if spoke:
+            break
+    return o, ev
+
+
 def test_the_deadline_cancels_then_truncates(tmp_path):
-    t = _transport(tmp_path, [{"say": "partial"}, {"hang": True}])
-    ev = AcpEvidence()
-    o = t.run_session(_request(tmp_path, timeout_s=1.0), evidence=ev)
+    o, ev = _spoke_then_hit_the_deadline(tmp_path)
     assert (o.status, o.error_class) == (OutcomeStatus.truncated, ErrorClass.timeout)
     assert ev.cancel_reason == "deadline" and o.text == "partial"
 
 
 def test_an_agent_that_ignores_cancel_is_ended_after_the_bound(tmp_path):
-    t = _transport(tmp_path, [{"say": "partial"}, {"hang": True}], "ignores-cancel", "ignores-eof", cancel_bound_s=0.5)
-    ev = AcpEvidence()
-    o = t.run_session(_request(tmp_path, timeout_s=1.0), evidence=ev)
+    o, ev = _spoke_then_hit_the_deadline(tmp_path, "ignores-cancel", "ignores-eof", cancel_bound_s=0.5)
     assert (o.status, o.error_class) == (OutcomeStatus.truncated, ErrorClass.timeout)
     assert ev.cancel_sent_at is not None and ev.stop_reason is None and o.text == "partial"
     assert o.duration_s < 15

@@ -417,8 +417,8 @@ def seen(signum, frame):
         raise KeyboardInterrupt
 for sig in (signal.SIGINT, signal.SIGTERM):
     signal.signal(sig, seen)
-print("ready", flush=True)
 try:
+    print("ready", flush=True)  # inside the try: a signal right after it still unwinds through it
     while True:
         time.sleep(0.05)
 except KeyboardInterrupt:
@@ -441,8 +441,8 @@ def test_an_interrupted_verify_ends_its_child_with_sigint_first_so_sessions_unwi
         return proc
 
     polite = started(tmp_path / "polite.log")
-    _end_group(polite, grace_s=30)
+    _end_group(polite, graces_s=(30, 30, 30))
     assert (tmp_path / "polite.log").read_text().split() == ["SIGINT", "unwound"]
     stubborn = started(tmp_path / "stubborn.log", "SIGINT", "SIGTERM")
-    _end_group(stubborn, grace_s=0.5)
+    _end_group(stubborn, graces_s=(0.5, 0.5, 30))
     assert stubborn.returncode == -9 and (tmp_path / "stubborn.log").read_text().split() == ["SIGINT", "SIGTERM"]

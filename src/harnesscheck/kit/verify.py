@@ -290,13 +290,19 @@ def _run_child(args: list[str], env: dict[str, str], staging: Path, stream=None)
             raise
 
 
-def _end_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+#: How long the child's group gets after each signal of _end_group (s): after SIGINT, a little
+#: more than xdist's own 10 s for its workers to come down (`NodeManager.EXIT_TIMEOUT`), so a
+#: slow worker is ended by xdist's teardown, not cut off mid-unwind by SIGTERM.
+END_GRACES_S = (12.0, 5.0, 5.0)
+
+
+def _end_group(proc: subprocess.Popen, graces_s: tuple[float, float, float] = END_GRACES_S) -> None:
     """SIGINT to the child's process group (pytest, its xdist workers), then SIGTERM, then
-    SIGKILL, each after `grace_s`. SIGINT first: Python turns it into KeyboardInterrupt, so
-    each session unwinds and removes what it made outside the scratch folder (a too-deep run
-    dir's short runtime dir in /tmp, envpolicy.private_temp_dirs); at SIGTERM's default a
-    worker dies mid-session and leaves those behind."""
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+    SIGKILL, each given its grace (`graces_s`) before the next. SIGINT first: Python turns it
+    into KeyboardInterrupt, so each session unwinds and removes what it made outside the
+    scratch folder (a too-deep run dir's short runtime dir in /tmp, envpolicy.private_temp_dirs);
+    at SIGTERM's default a worker dies mid-session and leaves those behind."""
+    for sig, grace_s in zip((signal.SIGINT, signal.SIGTERM, signal.SIGKILL), graces_s):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, sig)
         try:
