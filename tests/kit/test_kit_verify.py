@@ -444,5 +444,5 @@ def test_an_interrupted_verify_ends_its_child_with_sigint_first_so_sessions_unwi
     _end_group(polite, graces_s=(30, 30, 30))
     assert (tmp_path / "polite.log").read_text().split() == ["SIGINT", "unwound"]
     stubborn = started(tmp_path / "stubborn.log", "SIGINT", "SIGTERM")
-    _end_group(stubborn, graces_s=(0.5, 0.5, 30))
+    _end_group(stubborn, graces_s=(2, 2, 30))  # 2 s: time for a loaded child to log each signal
     assert stubborn.returncode == -9 and (tmp_path / "stubborn.log").read_text().split() == ["SIGINT", "SIGTERM"]
