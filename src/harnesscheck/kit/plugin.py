@@ -224,6 +224,15 @@ def _share_one_bridge_template(config: pytest.Config) -> None:
 
 
 def _levels(config: pytest.Config) -> list[str]:
+    """The levels this run's cells are made at, decided once per run (every test function's
+    parametrisation asks; the loopback probe reads the CLI cache and the ACP profiles)."""
+    state = config.stash[_STATE]
+    if state.get("levels") is None:
+        state["levels"] = _choose_levels(config)
+    return list(state["levels"])
+
+
+def _choose_levels(config: pytest.Config) -> list[str]:
     chosen = config.getoption("hc_level")
     if chosen:
         return list(dict.fromkeys(chosen))

@@ -23,6 +23,7 @@ the version it holds.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -62,9 +63,12 @@ def pinned_clis() -> list[PinnedCli]:
     return out
 
 
+@functools.cache
 def manifest_versioned() -> frozenset[str]:
     """The CLIs (by cli_name) whose bin has no `--version` (an ACP profile's
-    `install.prints_version = false`): their version is the installed package manifest's."""
+    `install.prints_version = false`): their version is the installed package manifest's.
+    Read once per process: the shipped profiles are the installed package's own files, and
+    every loopback availability probe asks (parsing them each time was most of a collection)."""
     from harnesscheck.backends.acp.profile import PROFILE_DIR, load_profile
 
     names = set()
