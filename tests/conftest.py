@@ -38,9 +38,11 @@ for _name in list(os.environ):
 
 
 #: The tests that take longest (each a child run of the suite, or minutes of waits on purpose),
-#: by node id prefix. They are started first: under `-n 3` (`--dist load` deals the first items
-#: out one per worker) no worker is left running one alone at the end of the run. Only the
-#: order changes, never what runs (doc/performance.md).
+#: by node id prefix. They are started first, so no worker is left running one alone at the end
+#: of the run. xdist's `--dist load` gives each worker a first batch of consecutive items (a
+#: quarter of its share), so all of them go to one worker and run there one after another (about
+#: 170 s, mostly waiting) while the others run unit tests (doc/performance.md, twenty-second
+#: session). Only the order changes, never what runs.
 LONG_FIRST = (
     "tests/kit/test_kit_mutants.py::test_cli_mutants_fail_exactly_their_checks",
     "tests/kit/test_kit_mutants.py::test_in_process_mutants_fail_exactly_their_checks",
