@@ -227,7 +227,7 @@ def _levels(config: pytest.Config) -> list[str]:
     """The levels this run's cells are made at, decided once per run (every test function's
     parametrisation asks; the loopback probe reads the CLI cache and the ACP profiles)."""
     state = config.stash[_STATE]
-    if state.get("levels") is None:
+    if state["levels"] is None:
         state["levels"] = _choose_levels(config)
     return list(state["levels"])
 
