@@ -269,6 +269,7 @@ def test_per_run_codex_home_config(tmp_path):
     assert bridge["args"][-2:] == ["--spec", str((tmp_path / "run" / "bridge-spec.json").resolve())]
     assert bridge["enabled_tools"] == ["read_file", "list_dir", "grep"]
     assert config["web_search"] == "disabled"
+    assert config["analytics"] == {"enabled": False}  # no metrics exporter looking up its host
     assert sorted(p.name for p in home.iterdir()) == ["config.toml"]  # no auth link without a login
     assert (home / "config.toml").stat().st_mode & 0o077 == 0
 

@@ -450,6 +450,15 @@ enabled = false
 enabled = false
 """
 
+#: No metrics: codex exec's analytics are on by default, and its metrics exporter looks its
+#: vendor's host up in every session (seen with strace at the loopback level: a DNS query from
+#: the sandbox, a network call outside 127.0.0.1). The key is codex's own (`[analytics]
+#: enabled = false`, printed in its help for `analytics_default_enabled`).
+ANALYTICS_OFF_TOML = """\
+[analytics]
+enabled = false
+"""
+
 
 #: No project instructions: codex would otherwise read `AGENTS.md` (and `AGENTS.override.md`) in
 #: every directory from the nearest `.git` above its cwd down to the cwd, and the scratch cwd
@@ -466,7 +475,7 @@ def render_config(
     top_toml: str = "",
 ) -> str:
     """config.toml for one session: the bridge as a required MCP server, web search off, no
-    project AGENTS.md loaded.
+    project AGENTS.md loaded, no analytics.
 
     Only keys the references document are used (cli-formats §2.A): `web_search`,
     `approval_policy`, `project_doc_max_bytes` (0: codex reads no `AGENTS.md` from its cwd up
@@ -482,7 +491,7 @@ def render_config(
     ]
     if top_toml.strip():
         lines.append(top_toml.strip())  # top-level keys must precede every [table]
-    lines += ["", BUILTINS_OFF_TOML.strip()]
+    lines += ["", BUILTINS_OFF_TOML.strip(), "", ANALYTICS_OFF_TOML.strip()]
     if bridge is not None:
         argv, env = bridge
         lines += [
