@@ -270,3 +270,90 @@ def test_another_release_for_an_acp_agent_is_refused_with_the_way_that_works(tmp
     assert install.install(tmp_path, backend="acp-opencode", version="latest") == 2  # refused before the registry is asked
     assert install.profile_pinned_release("acp-opencode", pin) is None  # the pin itself is what it runs
     assert install.profile_pinned_release("opencode", "0.0.1") is None  # a CLI's releases sit side by side
+
+
+# -- network calls seen with strace (contain.network-loopback-only) -----------------------
+
+STRACE_LINES = r"""23    sendto(10, "\0 \1\0\0\1\0\0\0\0\0\0\2ab\7chatgpt\3com\0\0\1\0\1", 32, MSG_NOSIGNAL, {sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr("10.255.255.53")}, 16) = 32
+7     sendmmsg(9, [{msg_hdr={msg_name=NULL, msg_namelen=0, msg_iov=[{iov_base="\310]\1\0\0\1\0\0\0\0\0\0\3api\7example\3com\0\0\1\0\1", iov_len=35}], msg_iovlen=1}, msg_len=35}], 2, MSG_NOSIGNAL) = 2
+7     connect(9, {sa_family=AF_INET, sin_port=htons(41000), sin_addr=inet_addr("127.0.0.1")}, 16) = -1 EINPROGRESS (Operation now in progress)
+7     connect(9, {sa_family=AF_INET, sin_port=htons(53), sin_addr=inet_addr("127.0.0.53")}, 16) = 0
+1     connect(3, {sa_family=AF_INET6, sin6_port=htons(443), sin6_flowinfo=htonl(0), inet_pton(AF_INET6, "2001:db8::1", &sin6_addr), sin6_scope_id=0}, 28) = -1 ENETUNREACH (Network is unreachable)
+1     connect(3, {sa_family=AF_INET6, sin6_port=htons(8080), sin6_flowinfo=htonl(0), inet_pton(AF_INET6, "::ffff:127.0.0.1", &sin6_addr), sin6_scope_id=0}, 28) = 0
+1     connect(3, {sa_family=AF_INET6, sin6_port=htons(8080), sin6_flowinfo=htonl(0), inet_pton(AF_INET6, "::1", &sin6_addr), sin6_scope_id=0}, 28) = 0
+1     connect(3, {sa_family=AF_UNIX, sun_path="/run/x"}, 110) = 0
+1     sendto(5, "POST /v1/messages HTTP/1.1\r\nhos"..., 400, MSG_NOSIGNAL, NULL, 0) = 400
+1     sendto(10, [{nlmsg_len=20, nlmsg_type=RTM_GETADDR, nlmsg_flags=NLM_F_REQUEST|NLM_F_DUMP, nlmsg_seq=1, nlmsg_pid=0}, {ifa_family=AF_UNSPEC, ...}], 20, 0, {sa_family=AF_NETLINK, nl_pid=0, nl_groups=00000000}, 12) = 20
+1     openat(AT_FDCWD, "/etc/hosts", O_RDONLY|O_CLOEXEC) = 3
+"""  # noqa: E501  (strace's lines as it prints them)
+
+
+def test_network_calls_are_read_and_judged_by_address_and_lookup(tmp_path):
+    """Every connect or send that names an IPv4/IPv6 address is a call (attempts count); a DNS
+    question in a buffer is a lookup by name; unix and netlink sockets and plain writes are not
+    network calls. Outside: any address but loopback (IPv4-mapped included), and port 53 anywhere."""
+    from harnesscheck.loopback.adapter import outside_loopback, read_network
+
+    log = tmp_path / "strace.log"
+    log.write_text(STRACE_LINES)
+    calls = read_network(log)
+    assert [c["lookup"] for c in calls if "lookup" in c] == ["ab.chatgpt.com", "api.example.com"]
+    judged = [(c["address"], c["port"], outside_loopback(c)) for c in calls if "address" in c]
+    assert judged == [
+        ("10.255.255.53", 53, True),
+        ("127.0.0.1", 41000, False),
+        ("127.0.0.53", 53, True),  # a local stub resolver asks the network in turn
+        ("2001:db8::1", 443, True),
+        ("::ffff:127.0.0.1", 8080, False),
+        ("::1", 8080, False),
+    ]
+    assert read_network(tmp_path / "absent.log") == []
+
+
+def test_a_dns_question_is_told_from_other_buffers():
+    from harnesscheck.loopback.adapter import dns_question
+
+    assert dns_question(r"\0 \1\0\0\1\0\0\0\0\0\0\3api\7example\3com\0\0\1\0\1") == "api.example.com"
+    assert dns_question(r"\0 \1\0\0\1\0\0\0\0\0\0\20averyveryveryl") == "averyveryveryl..."  # cut by strace
+    assert dns_question(r"\0 \201\200\0\1\0\1\0\0\0\0\3api\7example\3com\0") is None  # an answer, not a query
+    assert dns_question("POST /v1/messages HTTP/1.1") is None
+    assert dns_question(r"{\"jsonrpc\":\"2.0\",\"id\":1}") is None
+    assert dns_question("\\") is None
+
+
+def test_the_wrappers_strace_records_network_calls_and_opens(tmp_path):
+    """Through the loopback wrapper under strace, a process's UDP connect to a documentation
+    address (no packet leaves: a UDP connect only sets the destination) and a DNS-shaped
+    datagram to its own socket on 127.0.0.1 are read back, with the files it opened."""
+    import shutil
+    import subprocess
+    import sys
+
+    from harnesscheck.loopback.adapter import STRACE_LOG, outside_loopback, read_network, read_opens, write_wrapper
+
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.skip("strace is not installed (apt-get install strace)")
+    real = tmp_path / "real" / "cli"
+    real.parent.mkdir()
+    real.write_text(
+        f"#!{sys.executable} -I\n"
+        "import socket\n"
+        "u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        "try:\n    u.connect(('192.0.2.1', 9))\nexcept OSError:\n    pass\n"
+        "r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        "r.bind(('127.0.0.1', 0))\n"
+        "q = b'\\x12\\x34\\x01\\x00\\x00\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x07example\\x03org\\x00\\x00\\x01\\x00\\x01'\n"
+        "socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(q, r.getsockname())\n"
+        "open(__file__).close()\n"
+    )
+    real.chmod(0o755)
+    wrapper, _record = write_wrapper(tmp_path / "bin", real, "cli", strace=strace)
+    subprocess.run([str(wrapper)], check=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    log = wrapper.parent / STRACE_LOG
+    calls = read_network(log)
+    outside = {(c["address"], c["port"]) for c in calls if "address" in c and outside_loopback(c)}
+    assert outside == {("192.0.2.1", 9)}
+    assert any(c.get("address") == "127.0.0.1" for c in calls)
+    assert [c["lookup"] for c in calls if "lookup" in c] == ["example.org"]
+    assert str(real) in {o["path"] for o in read_opens(log)}

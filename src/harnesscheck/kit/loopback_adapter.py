@@ -37,6 +37,7 @@ from harnesscheck.kit.harness_adapter import HarnessAdapter
 from harnesscheck.kit.session import Facts, SessionRun, SkipCell
 from harnesscheck.loopback.adapter import (
     _VERSION_FLAGS,
+    STRACE_LOG,
     CannotScript,
     DescendantWatcher,
     _TeeParser,
@@ -44,6 +45,7 @@ from harnesscheck.loopback.adapter import (
     host_records,
     loopback_scenario,
     loopback_transport,
+    read_network,
     read_opens,
     read_records,
     wire_to_scope_name,
@@ -101,7 +103,7 @@ class LoopbackAdapter(HarnessAdapter):
         self.binary = binary
         self._servers: list[ScriptedModelServer] = []
         self._wrappers = 0
-        #: Run the CLI under `strace -f` and collect `run.opened` (set by a check that asks).
+        #: Run the CLI under `strace -f` and collect `run.opened` and `run.network` (set by a check that asks).
         self.trace_opens = False
 
     @staticmethod
@@ -233,7 +235,7 @@ class LoopbackAdapter(HarnessAdapter):
             "watcher": watcher,
             "lines": lines,
             "script": script,
-            "opens": record.parent / "opens.log" if strace else None,
+            "strace": record.parent / STRACE_LOG if strace else None,
         }
         return Setup(transport, Facts(requested_model=model), model=model, extra=extra)
 
@@ -283,7 +285,8 @@ class LoopbackAdapter(HarnessAdapter):
         # None: the kit could not see what the CLI printed (a foreign backend), so the figures only
         # its stdout carries (the vendor cost) are unknown, not absent
         run.stdout_lines = None if setup.extra["lines"] is None else list(setup.extra["lines"])  # type: ignore[attr-defined]
-        run.opened = read_opens(setup.extra["opens"]) if setup.extra.get("opens") else None  # type: ignore[attr-defined]
+        run.opened = read_opens(setup.extra["strace"]) if setup.extra.get("strace") else None  # type: ignore[attr-defined]
+        run.network = read_network(setup.extra["strace"]) if setup.extra.get("strace") else None  # type: ignore[attr-defined]
         run.loopback_requests = turns  # type: ignore[attr-defined]
         run.loopback_all = list(server.requests)  # type: ignore[attr-defined]  # side requests too
         run.served_at = [r.ts for r in server.requests]  # type: ignore[attr-defined]

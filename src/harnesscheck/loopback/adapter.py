@@ -133,24 +133,33 @@ for i, arg in enumerate(sys.argv[:-1]):
 with open({record!r}, "a", encoding="utf-8") as fh:
     fh.write(json.dumps(rec) + "\\n")
 if {strace!r} and sys.argv[1:2] not in (["--version"], ["-v"]):
-    os.execv({strace!r}, [{strace!r}, "-f", "-qq", "-e", "trace=open,openat,openat2", "-o", {opens!r}, "--", {real!r}] + sys.argv[1:])
+    os.execv({strace!r}, [{strace!r}, "-f", "-qq", "-e", {traced!r}, "-o", {log!r}, "--", {real!r}] + sys.argv[1:])
 os.execv({real!r}, [{real!r}] + sys.argv[1:])
 """
 
 
+#: What a traced CLI's strace records (`-e`): the files it opens (read_opens) and the calls that
+#: name a network address (read_network: connect, and the sends that carry one, DNS among them).
+#: Buffers print at strace's default 32 bytes (a lookup's name; no more of a request); file names in full.
+STRACED = "trace=open,openat,openat2,connect,sendto,sendmsg,sendmmsg"
+STRACE_LOG = "strace.log"
+
+
 def write_wrapper(directory: Path, real: Path, name: str, strace: str | None = None) -> tuple[Path, Path]:
     """An executable `directory/name` that records its invocation and execs `real` (under
-    `strace -f` writing the files it opens to `directory/opens.log`, when `strace` is given).
+    `strace -f` writing the files it opens and the network calls it makes to
+    `directory/strace.log`, when `strace` is given).
     The record and the log are made here, empty, so a session's sandbox can bind them in
     writable (`wrapper_binds`): inside one, the wrapper's directory is read-only."""
     directory.mkdir(parents=True, exist_ok=True)
     record = directory / f"{name}.record.jsonl"
     path = directory / name
     path.write_text(
-        _WRAPPER.format(python=sys.executable, record=str(record), real=str(real), strace=strace or "", opens=str(directory / "opens.log")), encoding="utf-8"
+        _WRAPPER.format(python=sys.executable, record=str(record), real=str(real), strace=strace or "", traced=STRACED, log=str(directory / STRACE_LOG)),
+        encoding="utf-8",
     )
     path.chmod(0o755)
-    for made in (record, directory / "opens.log"):
+    for made in (record, directory / STRACE_LOG):
         made.touch(mode=0o600, exist_ok=True)
     return path, record
 
@@ -163,7 +172,7 @@ def wrapper_binds(wrapper: Path, real: Path) -> tuple[list[str], list[str]]:
     from harnesscheck.contain.sandbox import install_root
 
     directory = Path(wrapper).parent
-    written = [str(p) for p in directory.iterdir() if p.name.endswith(".record.jsonl") or p.name == "opens.log"]
+    written = [str(p) for p in directory.iterdir() if p.name.endswith(".record.jsonl") or p.name == STRACE_LOG]
     return install_root(real), written
 
 
@@ -327,6 +336,82 @@ def read_opens(log: Path) -> list[dict]:
         if m and m.group(1).startswith("/"):
             out.append({"path": m.group(1), "flags": m.group(2), "ok": int(m.group(3)) >= 0})
     return out
+
+
+_NET_CALL_RE = re.compile(r"^\d+\s+(connect|sendto|sendmsg|sendmmsg)\(")
+_SOCKADDR_RE = re.compile(r"\{sa_family=AF_INET6?, [^{}]*\}")
+_PORT_RE = re.compile(r"sin6?_port=htons\((\d+)\)")
+_ADDR_RE = re.compile(r'inet_addr\("([^"]+)"\)|inet_pton\(AF_INET6, "([^"]+)"')
+_BUFFER_RE = re.compile(r'"((?:[^"\\]|\\.)*)"')
+#: A name lookup: DNS, whatever address its resolver listens on (a stub on 127.0.0.53 asks the
+#: network in turn). The loopback server is addressed by its IP, so a session needs none.
+DNS_PORT = 53
+
+
+def read_network(log: Path) -> list[dict]:
+    """Every network call the CLI's tree made (strace -f, STRACED): {call, address, port} for a
+    connect or send to an IPv4/IPv6 address (attempts count, whatever they returned), and
+    {call, lookup} for a send whose buffer is a DNS question (its name, cut where strace cut the
+    buffer). Unix and netlink sockets are not network calls and are left out."""
+    out: list[dict] = []
+    try:
+        lines = Path(log).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        call = _NET_CALL_RE.match(line)
+        if call is None:
+            continue
+        for sockaddr in _SOCKADDR_RE.findall(line):
+            port, addr = _PORT_RE.search(sockaddr), _ADDR_RE.search(sockaddr)
+            if port and addr:
+                out.append({"call": call.group(1), "address": addr.group(1) or addr.group(2), "port": int(port.group(1))})
+        if call.group(1) != "connect":
+            for buffer in _BUFFER_RE.findall(line):
+                name = dns_question(buffer)
+                if name:
+                    out.append({"call": call.group(1), "lookup": name})
+    return out
+
+
+def dns_question(escaped: str) -> str | None:
+    """The name a DNS query asks for, from strace's C-escaped print of its buffer; None when the
+    buffer is no DNS query (one question, no answers, the standard-query bits)."""
+    import ast
+
+    try:
+        data = ast.literal_eval('b"' + escaped + '"')
+    except (ValueError, SyntaxError):
+        return None
+    if len(data) < 13 or data[2] & 0xF8 or data[4:6] != b"\0\1" or data[6:10] != b"\0\0\0\0":
+        return None
+    labels, i = [], 12
+    while i < len(data) and data[i]:
+        n = data[i]
+        if n > 63:
+            return None
+        label = data[i + 1 : i + 1 + n]
+        labels.append(label.decode("ascii", "replace") + ("..." if len(label) < n else ""))
+        i += 1 + n
+    return ".".join(labels) or None
+
+
+def outside_loopback(call: dict) -> bool:
+    """Whether a read_network call leaves the machine: an address that is not loopback (127/8,
+    ::1, an IPv4-mapped 127/8) nor unspecified (0.0.0.0 and :: connect to this host), or any
+    name lookup (DNS_PORT)."""
+    import ipaddress
+
+    if call.get("port") == DNS_PORT:
+        return True
+    try:
+        ip = ipaddress.ip_address(str(call.get("address", "")).split("%")[0])
+    except ValueError:
+        return True
+    mapped = getattr(ip, "ipv4_mapped", None)
+    if mapped is not None:
+        ip = mapped
+    return not (ip.is_loopback or ip.is_unspecified)
 
 
 class _TeeParser:
