@@ -6,7 +6,10 @@ records what it could do, never what it read) and judge the effect.
 They ask the host for its sandbox (`HARNESS_BACKEND_SANDBOX=auto`, as a host sets it); a
 backend that contains its CLI another way is judged the same. Where this machine can give no
 sandbox (no bubblewrap, no user namespaces, not Linux) they skip with the reason instead of
-failing a correct backend: no user-space guard keeps a same-uid process out of /proc."""
+failing a correct backend: no user-space guard keeps a same-uid process out of /proc.
+
+One check runs at loopback only, where the CLI is the real one: what it sends over the network
+on its own (contain.network-loopback-only, seen with strace)."""
 
 from __future__ import annotations
 
@@ -125,3 +128,37 @@ def test_nothing_world_writable_left(but):
                     opened.append(os.path.relpath(name, run_dir))
     assert not opened, f"left writable by every user after the session: {sorted(set(opened))[:5]}"
     del probes
+
+
+@check("contain.network-loopback-only", kinds=[Kind.harness], levels=["loopback"])
+def test_network_loopback_only(but):
+    """The real CLI (or agent) and every process it starts make no network call but to
+    127.0.0.1 in a whole session with tool calls, seen with strace: no connect or send to
+    another address and no name lookup (DNS, wherever the resolver listens: the scripted
+    server and the bridge are addressed by IP, so a session needs none). Telemetry, update
+    checks, feature flags and error reports the host never asked for are the calls this
+    catches. Skips when strace is missing."""
+    import shutil
+
+    import pytest
+
+    from harnesscheck.loopback.adapter import outside_loopback
+
+    if not hasattr(but, "trace_opens"):
+        pytest.skip("this level cannot trace the calls its CLI makes")
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed (apt-get install strace): the CLI's network calls cannot be seen")
+    but.trace_opens = True
+    try:
+        run = but.run("tool_calls")
+    finally:
+        but.trace_opens = False
+    network = getattr(run, "network", None)
+    assert getattr(run, "opened", None) and network is not None, "strace saw no call: the trace did not run"
+    outside = [c for c in network if "address" in c and outside_loopback(c)]
+    names = sorted({c["lookup"] for c in network if "lookup" in c})
+    calls = sorted({f"{c['call']} {c['address']} port {c['port']}" for c in outside})
+    found = ([f"made {len(outside)} network call(s) outside 127.0.0.1: {calls[:6]}"] if outside else []) + (
+        [f"looked up {', '.join(names[:6])}"] if names else []
+    )
+    assert not found, "the CLI's tree " + "; it ".join(found)

@@ -146,7 +146,8 @@ def test_cli_mutants_fail_exactly_their_checks(tmp_path):
 
 
 def test_loopback_cli_mutants_fail_exactly_their_checks(tmp_path):
-    """The mutants whose column exists only at loopback (the real claude: reasoning-only Claude Code)."""
+    """The mutants that run at loopback: reasoning-only Claude Code (its column exists only there) and
+    the one whose defect only the real claude shows (a network call of its own)."""
     refs = [ref for ref in CLI_BASED if MUTANT_LEVELS.get(ref, "offline") == "loopback"]
     from harnesscheck.loopback.clis import require_pinned_cli
 

@@ -341,6 +341,8 @@ MUTANTS: dict[str, frozenset[str]] = {
         "contain.cli-install-unchangeable",
     ),
     "tests.mutants.harness:runs_a_copy_of_the_given_cli": _ids("selection.runs-the-given-cli"),
+    # the real claude at the loopback level (MUTANT_LEVELS): fakes make no network calls
+    "tests.mutants.harness:leaves_telemetry_on": _ids("contain.network-loopback-only"),
     # reasoning-only Claude Code: the real claude at the loopback level (MUTANT_LEVELS)
     "tests.mutants.claude_code_reasoning:has_no_tripwire": _ids("audit.builtin-call-blocks-session"),
     "tests.mutants.claude_code_reasoning:drops_the_host_system_prompt": _ids("selection.system-prompt-delivered"),
@@ -931,14 +933,17 @@ AREAS: dict[str, tuple[str, ...]] = {
         "scope.in-tree-symlink-reads",
         "scope.loop-reaches-dispatch",
     ),
+    "tests.mutants.harness:leaves_telemetry_on": ("contain.network-loopback-only", "env.provider-keys-stripped"),
 }
 
 #: The level a CLI-based mutant runs at, where not offline: reasoning-only Claude Code has no
-#: offline adapter (its column is the real claude at loopback; the test skips without the pin).
+#: offline adapter (its column is the real claude at loopback; the test skips without the pin),
+#: and a network call is the real CLI's own (fakes make none).
 MUTANT_LEVELS: dict[str, str] = {
     "tests.mutants.claude_code_reasoning:has_no_tripwire": "loopback",
     "tests.mutants.claude_code_reasoning:drops_the_host_system_prompt": "loopback",
     "tests.mutants.claude_code_reasoning:drops_the_tool_results": "loopback",
+    "tests.mutants.harness:leaves_telemetry_on": "loopback",
 }
 
 #: Offline checks no known-bad backend fails, and why (the kit's honest sensitivity gaps).

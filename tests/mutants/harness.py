@@ -9,7 +9,7 @@ import threading
 import time
 from pathlib import Path
 
-from harnesscheck.backends.claude_code import ClaudeCodeTransport, ClaudeStreamParser
+from harnesscheck.backends.claude_code import CLAUDE_INJECTIONS, ClaudeCodeTransport, ClaudeStreamParser
 from harnesscheck.backends.codex import CodexTransport
 from tests.mutants import mutant_spec
 
@@ -753,6 +753,21 @@ class RunsACopyOfTheGivenCli(ClaudeCodeTransport):
         return inv
 
 
+_QUIET = ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "DISABLE_AUTOUPDATER", "DISABLE_TELEMETRY", "DISABLE_ERROR_REPORTING")
+
+
+class LeavesTelemetryOn(ClaudeCodeTransport):
+    """Leaves claude's non-essential traffic on (telemetry, update checks): the real claude looks
+    its vendor's host up from the sandbox (a loopback mutant: fakes make no network calls)."""
+
+    base_injections = {k: v for k, v in CLAUDE_INJECTIONS.items() if k not in _QUIET}
+
+    def __init__(self, spec, settings=None, *, loopback=None, **kwargs):
+        super().__init__(spec, settings, loopback=loopback, **kwargs)
+        for name in _QUIET:  # the loopback seam's own injection of it too
+            self.injections.pop(name, None)
+
+
 passes_os_environ_through = mutant_spec("claude-code", M, PassesOsEnvironThrough)
 leaks_the_api_key_in_argv = mutant_spec("claude-code", M, LeaksTheApiKeyInArgv)
 trusts_subtype_success = mutant_spec("claude-code", M, TrustsSubtypeSuccess)
@@ -819,3 +834,4 @@ class LeavesWhatTheCliOpenedUp(ClaudeCodeTransport):
 
 runs_unsandboxed = mutant_spec("claude-code", M, RunsUnsandboxed)
 leaves_what_the_cli_opened_up = mutant_spec("claude-code", M, LeavesWhatTheCliOpenedUp)
+leaves_telemetry_on = mutant_spec("claude-code", M, LeavesTelemetryOn)
