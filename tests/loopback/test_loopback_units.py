@@ -319,6 +319,7 @@ def test_a_dns_question_is_told_from_other_buffers():
     assert dns_question("POST /v1/messages HTTP/1.1") is None
     assert dns_question(r"{\"jsonrpc\":\"2.0\",\"id\":1}") is None
     assert dns_question("\\") is None
+    assert dns_question(r"\N{x}\q") is None  # not strace's escapes: no query, no warning
 
 
 def test_the_wrappers_strace_records_network_calls_and_opens(tmp_path):

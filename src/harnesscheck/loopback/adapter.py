@@ -378,10 +378,13 @@ def dns_question(escaped: str) -> str | None:
     """The name a DNS query asks for, from strace's C-escaped print of its buffer; None when the
     buffer is no DNS query (one question, no answers, the standard-query bits)."""
     import ast
+    import warnings
 
     try:
-        data = ast.literal_eval('b"' + escaped + '"')
-    except (ValueError, SyntaxError):
+        with warnings.catch_warnings():  # an escape Python does not know is no query either
+            warnings.simplefilter("ignore")
+            data = ast.literal_eval('b"' + escaped + '"')
+    except Exception:  # noqa: BLE001  (whatever does not parse as a bytes literal is no DNS buffer)
         return None
     if len(data) < 13 or data[2] & 0xF8 or data[4:6] != b"\0\1" or data[6:10] != b"\0\0\0\0":
         return None
