@@ -323,15 +323,19 @@ class DescendantWatcher:
 _OPEN_RE = re.compile(r'^\d+\s+open(?:at2?)?\((?:AT_FDCWD, |\d+, )?"((?:[^"\\]|\\.)*)", ([A-Z_|]+).*\)\s+= (-?\d+)')
 
 
+def _strace_lines(log: Path) -> list[str]:
+    """The lines of a wrapper's strace log; none when it cannot be read."""
+    try:
+        return Path(log).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+
+
 def read_opens(log: Path) -> list[dict]:
     """Every open the CLI's tree made (strace -f): {path, flags, ok}. Relative paths and
     unfinished lines are skipped."""
     out: list[dict] = []
-    try:
-        lines = Path(log).read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return out
-    for line in lines:
+    for line in _strace_lines(log):
         m = _OPEN_RE.match(line)
         if m and m.group(1).startswith("/"):
             out.append({"path": m.group(1), "flags": m.group(2), "ok": int(m.group(3)) >= 0})
@@ -354,11 +358,7 @@ def read_network(log: Path) -> list[dict]:
     {call, lookup} for a send whose buffer is a DNS question (its name, cut where strace cut the
     buffer). Unix and netlink sockets are not network calls and are left out."""
     out: list[dict] = []
-    try:
-        lines = Path(log).read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return out
-    for line in lines:
+    for line in _strace_lines(log):
         call = _NET_CALL_RE.match(line)
         if call is None:
             continue
