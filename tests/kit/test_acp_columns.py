@@ -122,3 +122,25 @@ def test_an_agent_by_command_line_can_say_it_has_no_tools_of_its_own():
     assert profile.builtins_off and profile.wire == "responses" and profile.command == ["my-agent", "--acp"]
     assert not adhoc_profile("my-agent").builtins_off
     assert get_spec("acp:--hc-builtins-off my-agent").supports("builtin_tools_off")
+
+
+def test_the_acp_sessions_at_loopback_get_the_short_session_env(tmp_path, monkeypatch):
+    """Both ACP sessions the loopback level starts itself (learning an unknown agent's tools, an
+    acp.* check's run) inject SHORT_SESSION_ENV, as the exec wrapper gives it to a CLI there."""
+    import sys
+
+    import harnesscheck.kit.acp_adapter as acp_adapter
+    from harnesscheck.backends.registry import get_spec
+    from harnesscheck.loopback.adapter import SHORT_SESSION_ENV
+
+    built = []
+
+    def run_acp_session(adapter, transport, *args, **kwargs):
+        built.append(dict(transport.injections))
+        return "ran"
+
+    monkeypatch.setattr(acp_adapter, "run_acp_session", run_acp_session)
+    adapter = acp_adapter.AcpLoopbackLevel()(get_spec(f"acp:{sys.executable} -c pass"), "loopback", tmp_path)
+    assert adapter.acp_run([{"mcp": "list_dir", "arguments": {"path": "."}}]) == "ran"
+    assert len(built) == 2, "the tools learned first, then the check's session"
+    assert all(injected.items() >= SHORT_SESSION_ENV.items() for injected in built), built

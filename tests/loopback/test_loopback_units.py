@@ -358,3 +358,27 @@ def test_the_wrappers_strace_records_network_calls_and_opens(tmp_path):
     assert any(c.get("address") == "127.0.0.1" for c in calls)
     assert [c["lookup"] for c in calls if "lookup" in c] == ["example.org"]
     assert str(real) in {o["path"] for o in read_opens(log)}
+
+
+def test_the_wrapper_gives_the_cli_the_short_session_env_and_records_the_backends(tmp_path):
+    """The CLI the wrapper execs runs with SHORT_SESSION_ENV on top of the env it was started
+    with (JavaScriptCore's top tier off: doc/performance.md); the record holds the env the
+    backend gave, without it, so no env check takes the kit's tuning for the backend's."""
+    import subprocess
+    import sys
+
+    from harnesscheck.loopback.adapter import SHORT_SESSION_ENV, read_records, write_wrapper
+
+    assert SHORT_SESSION_ENV == {"JSC_useFTLJIT": "0"}
+    seen = tmp_path / "seen.json"
+    real = tmp_path / "real" / "cli"
+    real.parent.mkdir()
+    real.write_text(f"#!{sys.executable} -I\nimport json, os\nopen({str(seen)!r}, 'w').write(json.dumps(dict(os.environ)))\n")
+    real.chmod(0o755)
+    wrapper, record = write_wrapper(tmp_path / "bin", real, "cli")
+    subprocess.run([str(wrapper), "--task"], check=True, timeout=60, env={"PATH": "/usr/bin:/bin", "GIVEN": "1"})
+    child_env = json.loads(seen.read_text())
+    assert child_env["GIVEN"] == "1" and child_env["JSC_useFTLJIT"] == "0"
+    (rec,) = read_records(record)
+    assert rec["argv"][1:] == ["--task"]
+    assert rec["env"].get("GIVEN") == "1" and "JSC_useFTLJIT" not in rec["env"]

@@ -662,6 +662,7 @@ class AcpLoopbackLevel:
                 from harnesscheck.backends.loopback_endpoint import DUMMY_KEY, LoopbackEndpoint
                 from harnesscheck.backends.registry import build_transport
                 from harnesscheck.core.config import Settings
+                from harnesscheck.loopback.adapter import SHORT_SESSION_ENV
                 from harnesscheck.loopback.scenario import Scenario, Turn
                 from harnesscheck.loopback.server import ScriptedModelServer
 
@@ -669,7 +670,9 @@ class AcpLoopbackLevel:
                 try:
                     settings = Settings(backend=self.spec.id)
                     built = build_transport(self.spec, settings)
-                    transport = type(built)(self.spec, settings, profile=built.profile, loopback=LoopbackEndpoint(server.base_url))
+                    transport = type(built)(
+                        self.spec, settings, profile=built.profile, loopback=LoopbackEndpoint(server.base_url), injections=SHORT_SESSION_ENV
+                    )
                     ws = self.workspace()
                     run_acp_session(
                         self,
@@ -709,6 +712,7 @@ class AcpLoopbackLevel:
                 from harnesscheck.backends.loopback_endpoint import DUMMY_KEY, LoopbackEndpoint
                 from harnesscheck.backends.registry import build_transport
                 from harnesscheck.core.config import Settings
+                from harnesscheck.loopback.adapter import SHORT_SESSION_ENV
                 from harnesscheck.loopback.scenario import Scenario
                 from harnesscheck.loopback.server import ScriptedModelServer
 
@@ -731,7 +735,15 @@ class AcpLoopbackLevel:
                 try:
                     endpoint = LoopbackEndpoint(server.base_url, api_key=key)
                     linger = {} if linger_s is None else {"linger_s": linger_s}  # the check's own wins over the profile's
-                    transport = type(built)(self.spec, Settings(backend=self.spec.id), profile=built.profile, loopback=endpoint, policy=policy, **linger)
+                    transport = type(built)(
+                        self.spec,
+                        Settings(backend=self.spec.id),
+                        profile=built.profile,
+                        loopback=endpoint,
+                        policy=policy,
+                        injections=SHORT_SESSION_ENV,  # as the exec wrapper gives a CLI at loopback
+                        **linger,
+                    )
                     # the check's effects dir (outside the worktree): a built-in's write lands there in
                     # the agent's sandbox as it would without one, so the host's refusal is what stops it
                     transport.bind_in_sandbox(writable=[effects])

@@ -132,11 +132,23 @@ for i, arg in enumerate(sys.argv[:-1]):
             rec["mcp_configs"][sys.argv[i + 1]] = fh.read()
 with open({record!r}, "a", encoding="utf-8") as fh:
     fh.write(json.dumps(rec) + "\\n")
+os.environ.update({short_session_env!r})  # after the record: the backend's env is what it gave
 if {strace!r} and sys.argv[1:2] not in (["--version"], ["-v"]):
     os.execv({strace!r}, [{strace!r}, "-f", "-qq", "-e", {traced!r}, "-o", {log!r}, "--", {real!r}] + sys.argv[1:])
 os.execv({real!r}, [{real!r}] + sys.argv[1:])
 """
 
+
+#: What the exec wrapper adds to the env of the CLI it execs, after recording the env the
+#: backend gave (so no check takes it for the backend's), and what the kit's ACP sessions at
+#: loopback are given as injections. A loopback session lasts seconds. JavaScriptCore, the
+#: engine of the Bun-built CLIs (opencode, claude, the claude claude-agent-acp runs), compiles
+#: hot code with its top tier, FTL, on background threads; no session of seconds repays that:
+#: 13% of `opencode acp`'s CPU to its session/new answer (2.7 -> 2.35 CPU-s) and 9% of the
+#: acp-opencode loopback column's (doc/performance.md). The code is the same; only its
+#: compiler tier differs. Node and native runtimes ignore the name. A host's own sessions run
+#: the CLI as its vendor ships it.
+SHORT_SESSION_ENV: dict[str, str] = {"JSC_useFTLJIT": "0"}
 
 #: What a traced CLI's strace records (`-e`): the files it opens (read_opens) and the calls that
 #: name a network address (read_network: connect, and the sends that carry one, DNS among them).
@@ -155,7 +167,15 @@ def write_wrapper(directory: Path, real: Path, name: str, strace: str | None = N
     record = directory / f"{name}.record.jsonl"
     path = directory / name
     path.write_text(
-        _WRAPPER.format(python=sys.executable, record=str(record), real=str(real), strace=strace or "", traced=STRACED, log=str(directory / STRACE_LOG)),
+        _WRAPPER.format(
+            python=sys.executable,
+            record=str(record),
+            real=str(real),
+            strace=strace or "",
+            traced=STRACED,
+            log=str(directory / STRACE_LOG),
+            short_session_env=SHORT_SESSION_ENV,
+        ),
         encoding="utf-8",
     )
     path.chmod(0o755)
