@@ -113,6 +113,45 @@ def test_bwrap_argv_binds_parents_before_children_and_hides_nothing_else(tmp_pat
     assert os.path.expanduser("~") not in argv or os.path.expanduser("~") == "/"
 
 
+def test_a_scratch_dir_is_the_sandboxs_own_tmpfs_and_nothing_of_it_reaches_the_disk(tmp_path):
+    """Sandbox.scratch: a dir inside a writable bind is an empty writable tmpfs in the sandbox
+    (what the host had there is not seen; what the process writes there is not kept), while
+    the rest of the bind is the host's dir as before."""
+    work = tmp_path / "w"
+    scratch = work / "home" / ".cache" / "pkg"
+    scratch.mkdir(parents=True)
+    (scratch / "host.txt").write_text("the host's\n")
+    box = Sandbox(writable=(str(work),), scratch=(str(scratch),))
+    result, lines = _run(
+        f"ls -A {scratch}; echo unpacked > {scratch}/lib.js && cat {scratch}/lib.js; echo kept > kept.txt;"
+        f" grep -F ' {scratch} ' /proc/self/mountinfo | grep -c tmpfs",
+        tmp_path,
+        box=box,
+    )
+    assert result.containment == "bwrap" and result.exit_code == 0, (result, lines)
+    assert lines == ["unpacked", "1"], lines  # empty at the start, written, a tmpfs
+    assert sorted(p.name for p in scratch.iterdir()) == ["host.txt"]  # nothing written reached the host
+    assert (work / "kept.txt").read_text() == "kept\n"
+
+
+def test_a_transports_sandbox_scratch_is_made_in_the_run_dir_and_given_to_its_sandbox(tmp_path):
+    """HarnessTransport.sandbox_scratch (the deepseek runtime's unpacked packages): each path,
+    relative to the run dir, is made there (0700) and is the sandbox's scratch."""
+    from types import SimpleNamespace
+
+    from harnesscheck.backends.deepseek import DeepSeekTransport
+    from harnesscheck.backends.registry import get_spec
+
+    assert DeepSeekTransport.sandbox_scratch == ("home/.cache/pkg",)
+    transport = DeepSeekTransport(get_spec("deepseek"), Settings())
+    run_dir = tmp_path / "run"
+    (run_dir / "cwd").mkdir(parents=True)
+    ctx = SimpleNamespace(run_dir=run_dir, cleanup=[], cwd=run_dir / "cwd", spec_path=None)
+    box, why = transport.session_sandbox(ctx, Path("/bin/true"), None, None, tool_less=True)
+    assert why == "" and box.scratch == (str(run_dir / "home" / ".cache" / "pkg"),)
+    assert (run_dir / "home" / ".cache" / "pkg").stat().st_mode & 0o777 == 0o700
+
+
 def test_etc_links_into_the_system_stay_links(tmp_path):
     """/etc/localtime -> /usr/share/zoneinfo/<zone> names the zone by its link: a bound copy
     would not (codex then read /etc/timezone, a path its strace check does not allow)."""

@@ -484,6 +484,10 @@ class HarnessTransport:
     takes_session_slot: bool = True
     #: Run the CLI in a sandbox of its own where the machine allows it (doc/SPEC-sandbox.md).
     sandboxed: bool = True
+    #: Run-dir paths (relative) the CLI fills with what it never reads back after the session:
+    #: in a sandbox, each is an empty tmpfs of the sandbox's own (Sandbox.scratch), so those
+    #: writes stay in memory and go with the sandbox; unsandboxed, a plain private dir.
+    sandbox_scratch: tuple[str, ...] = ()
     #: The CLI's stream shows where its model turns begin (`turn_event`), so the policy's turns
     #: limit is enforced for a CLI with no turn cap of its own (doc/SPEC-policy.md).
     counts_turns: bool = False
@@ -814,6 +818,11 @@ class HarnessTransport:
         box = sb.for_session(
             run_dir=ctx.run_dir, cli=cli, bridge=relay, read_only=[*fake_ro, *extra_ro], writable=writable, state_dirs=(*self.cli_state_dirs, "tmp", "runtime")
         )
+        if self.sandbox_scratch:
+            scratch = [ctx.run_dir / rel for rel in self.sandbox_scratch]
+            for path in scratch:
+                path.mkdir(mode=0o700, parents=True, exist_ok=True)  # the mount point, on the host
+            box = dataclasses.replace(box, scratch=tuple(str(p) for p in scratch))
         return box, ""
 
     def clean_up(self, ctx: SessionContext) -> list[str]:

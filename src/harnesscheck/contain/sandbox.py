@@ -89,6 +89,9 @@ class Sandbox:
     required: bool = False
     #: Paths hidden behind an empty read-only tmpfs inside a bound directory.
     hidden: tuple[str, ...] = field(default=())
+    #: Directories inside a writable bound one that are an empty writable tmpfs instead: in
+    #: memory, the sandbox's own, gone with it (what a CLI writes there never reaches the disk).
+    scratch: tuple[str, ...] = field(default=())
 
 
 @dataclass(frozen=True)
@@ -244,6 +247,8 @@ def bwrap_argv(sandbox: Sandbox, argv: Sequence[str], *, cwd: str, info_fd: int 
         args += [flag, path, path]
     for path in _existing(sandbox.hidden):
         args += ["--tmpfs", path, "--remount-ro", path]
+    for path in _existing(sandbox.scratch):
+        args += ["--tmpfs", path]
     if info_fd is not None:
         args += ["--info-fd", str(info_fd)]
     args += ["--chdir", os.fspath(cwd), "--", *argv]

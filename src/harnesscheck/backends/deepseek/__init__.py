@@ -455,6 +455,13 @@ class DeepSeekTransport(HarnessTransport):
     readiness_from_trace = True
     #: The runtime's own home (`DSH_HOME`: its session logs) is CLI state too (forget_cli_state).
     cli_state_dirs = (*HarnessTransport.cli_state_dirs, "dsh-home")
+    #: The runtime (a Node single-executable app built with pkg) copies the package of each
+    #: native addon it loads out of its snapshot into `$HOME/.cache/pkg/<hash>/` at every start
+    #: (0.2.1rc2: 2,677 files, 81 MB) and reads them from there. On the run dir's disk that cost
+    #: about 1 CPU-s a session, most of it in the kernel, with three sessions at once; in the
+    #: sandbox's own tmpfs next to nothing (the loopback column: 180-194 -> 122 CPU-s,
+    #: doc/performance.md). Nothing the host reads is written there.
+    sandbox_scratch = ("home/.cache/pkg",)
 
     def __init__(self, spec, settings=None, *, loopback=None, **kwargs):
         super().__init__(spec, settings, **kwargs)
