@@ -4,7 +4,8 @@ Requirements kept here:
 - `Sandbox` is the process-layer option a transport passes to `run_process(sandbox=...)`:
   the host paths the process may read (`read_only`) and write (`writable`), each bound at its
   own path, and whether it shares the host's network (`network`; the loopback model server is
-  on the host's 127.0.0.1, so every level shares it today).
+  on the host's 127.0.0.1, so every level shares it today); dirs inside a writable bind that are
+  an empty tmpfs of the sandbox's own instead (`scratch`: written in memory, gone with it).
 - `status()` says once per host process whether a sandbox can be had here: Linux, bubblewrap
   (`bwrap`) on the system PATH, and a trial run with the flags sessions use. Where it cannot
   (no bwrap, user/PID namespaces refused, not Linux, or disabled with
