@@ -459,7 +459,7 @@ class DeepSeekTransport(HarnessTransport):
     #: native addon it loads out of its snapshot into `$HOME/.cache/pkg/<hash>/` at every start
     #: (0.2.1rc2: 2,677 files, 81 MB) and reads them from there. On the run dir's disk that cost
     #: about 1 CPU-s a session, most of it in the kernel, with three sessions at once; in the
-    #: sandbox's own tmpfs next to nothing (the loopback column: 180-194 -> 122 CPU-s,
+    #: sandbox's own tmpfs next to nothing (the loopback column: 168-199 -> 122 CPU-s,
     #: doc/performance.md). Nothing the host reads is written there.
     sandbox_scratch = ("home/.cache/pkg",)
 
