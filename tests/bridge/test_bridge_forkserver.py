@@ -246,6 +246,73 @@ def test_a_spec_is_served_only_to_the_process_tree_it_is_bound_to(tmp_path: Path
         first.wait(timeout=BOUND_S)
 
 
+#: The forkserver's loop driven by hand in a child process (its __init__ hardens and signals
+#: the process it runs in): a relay whose registration was sent before it started must never be
+#: judged before that registration is read.
+_ONE_ACCEPT_PER_ROUND = """
+import json, os, socket, subprocess, sys
+from pathlib import Path
+from harnesscheck.bridge.forkserver import _listening
+from harnesscheck.bridge.forkserver_process import _Server
+
+base, spec = Path(sys.argv[1]), sys.argv[2]
+host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+server = _Server(child, base, None, _listening(str(base / "fs.sock")))
+
+def relay(path):
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    conn.connect(str(base / "fs.sock"))
+    r, w = os.pipe()
+    socket.send_fds(conn, [b"spec\\0" + path.encode()], [r, w])
+    os.close(r)
+    os.close(w)
+    conn.setblocking(False)
+    return conn
+
+def answer(conn):
+    try:
+        return conn.recv(4096).decode()
+    except BlockingIOError:
+        return None
+
+other_cli = subprocess.Popen(["sleep", "60"])
+try:
+    early = relay(str(base / "released-spec.json"))  # a relay of a session already released
+    # The host registers and binds the next session, then its CLI starts the relay:
+    host.sendall(json.dumps({"op": "register", "spec": spec, "content": Path(spec).read_text(), "id": 1}).encode())
+    host.sendall(json.dumps({"op": "bind", "spec": spec, "pid": other_cli.pid, "id": 2}).encode())
+    late = relay(spec)
+    server._on_connect()  # the round the selector woke for `early`, its control drained before
+    first = [answer(early), answer(late)]
+    server._drain_control()  # the next round: the control channel first
+    server._on_connect()
+    print(json.dumps({"first": first, "then": answer(late)}))
+finally:
+    other_cli.kill()
+"""
+
+
+def test_a_relay_is_never_judged_before_its_registration_is_read(tmp_path: Path) -> None:
+    """The forkserver accepts one connection per wake-up. A second accept in the same round
+    took a relay that connected after that round's control drain, and refused it
+    `not-registered` while its registration sat unread (it failed
+    test_a_spec_is_served_only_to_the_process_tree_it_is_bound_to under load)."""
+    spec_path, _ = _make_spec(tmp_path, "a")
+    base = tmp_path / "fs"
+    base.mkdir()
+    res = subprocess.run(
+        [sys.executable, "-c", _ONE_ACCEPT_PER_ROUND, str(base), str(spec_path.absolute())],
+        capture_output=True,
+        timeout=BOUND_S,
+    )
+    assert res.returncode == 0, res.stderr.decode()[-2000:]
+    seen = json.loads(res.stdout.decode().strip().splitlines()[-1])
+    early, late = seen["first"]
+    assert early is not None and early.startswith("refused not-registered"), seen
+    assert late is None, f"a relay was judged in the round that had not read its registration: {seen}"
+    assert seen["then"] is not None and seen["then"].startswith("refused wrong-process"), seen
+
+
 def _registration_state(spec_path: Path, res: subprocess.CompletedProcess) -> str:
     """What a failed refusal assertion needs to be explained afterwards (it failed once under
     load with "not-registered"): the relay's answer and whether the forkserver holds the spec

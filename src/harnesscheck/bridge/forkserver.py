@@ -20,7 +20,8 @@ Host side (imported by the transports; nothing heavy at import):
 - `bind_session(spec_path, cli_pid)`: right after the CLI's spawn (`run_process` on_spawn;
   sent, not waited for: the host writes the CLI's stdin next): only the CLI and processes it
   started (its descendants) may have the bridge. The forkserver reads its whole control
-  channel before its socket, so registration and binding come before the relay they admit.
+  channel before its socket, and accepts one connection per round, so registration and
+  binding come before the relay they admit.
 - `release_session(spec_path)`: kill (after a 0.25 s grace, SIGKILL to the whole process
   group) and reap every bridge child of that spec, synchronously, and forget the
   registration. Returns the pids that had to be killed. Idempotent.

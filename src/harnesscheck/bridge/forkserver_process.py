@@ -262,26 +262,32 @@ class _Server:
     # -- relays -----------------------------------------------------------------------------
 
     def _on_connect(self) -> None:
-        """Accept what is waiting, never blocking: a relay's request is usually there already
-        and is served at once; otherwise the connection waits in the selector (bounded)."""
-        for _ in range(64):
-            try:
-                conn, _ = self.listener.accept()
-            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
-                return
-            except OSError as exc:  # EMFILE, ENFILE, ENOBUFS...: keep the loop alive
-                sys.stderr.write(f"bridge forkserver: accept failed ({exc.strerror or exc}); pausing accepts\n")
-                sys.stderr.flush()
-                if self.pending:
-                    self._drop_pending(next(iter(self.pending)))  # frees an fd
-                self._pause_accepting()
-                return
-            conn.setblocking(False)
-            if not self._serve(conn):
-                self.pending[conn.fileno()] = (conn, time.monotonic() + PENDING_TIMEOUT_S)
-                self.selector.register(conn, selectors.EVENT_READ, "pending")
-                while len(self.pending) > MAX_PENDING:
-                    self._drop_pending(next(iter(self.pending)))
+        """Accept one waiting connection, never blocking: a relay's request is usually there
+        already and is served at once; otherwise the connection waits in the selector (bounded).
+
+        One per wake-up, never a batch: the connection at the head of the backlog was there when
+        the selector woke, so its relay was started after its registration and binding were
+        sent, and this round drained the control channel before it came here. A second accept
+        in the same round could take a relay that connected after that drain, and judge it
+        against registrations not read yet (it was refused `not-registered` while its `register`
+        sat unread on the control channel). Further connections wake the next round."""
+        try:
+            conn, _ = self.listener.accept()
+        except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+            return
+        except OSError as exc:  # EMFILE, ENFILE, ENOBUFS...: keep the loop alive
+            sys.stderr.write(f"bridge forkserver: accept failed ({exc.strerror or exc}); pausing accepts\n")
+            sys.stderr.flush()
+            if self.pending:
+                self._drop_pending(next(iter(self.pending)))  # frees an fd
+            self._pause_accepting()
+            return
+        conn.setblocking(False)
+        if not self._serve(conn):
+            self.pending[conn.fileno()] = (conn, time.monotonic() + PENDING_TIMEOUT_S)
+            self.selector.register(conn, selectors.EVENT_READ, "pending")
+            while len(self.pending) > MAX_PENDING:
+                self._drop_pending(next(iter(self.pending)))
 
     def _on_pending(self, conn: socket.socket) -> None:
         fd = conn.fileno()
