@@ -340,9 +340,12 @@ def test_verify_leaves_nothing_in_tmp(tmp_path):
     assert list(kept[0].glob("pytest/**/*.record.jsonl")), "the kept folder holds the sessions' records"
 
 
-def test_ctrl_c_keeps_the_previous_report_whole_and_prints_no_teardown_noise(tmp_path):
-    """SIGINT to verify's process group, as a terminal's Ctrl-C sends it, once cells are done:
-    exit 130, one line, the report folder as the previous run left it, nothing in TMPDIR."""
+def _verify_ended_mid_run(tmp_path: Path, signum: int, *, to_group: bool) -> tuple[subprocess.Popen, str, str, Path, dict, Path, list[str]]:
+    """A first verify leaves a report; a second one, over codex and fake, gets `signum` once a
+    cell is done (its process group, as a terminal's Ctrl-C; or its pid alone, as `timeout`
+    and a CI job's timeout send SIGTERM). Returns (proc, stdout, stderr, report folder, the
+    folder's files before, the private TMPDIR, the child pytest processes (pid: command line)
+    that were running when the signal was sent and still were the moment verify ended)."""
     import os
     import signal
     import time
@@ -386,9 +389,9 @@ def test_ctrl_c_keeps_the_previous_report_whole_and_prints_no_teardown_noise(tmp
         start_new_session=True,
         stdin=subprocess.DEVNULL,
         env={**os.environ, "TMPDIR": str(private)},
-        # a terminal's foreground job starts with SIGINT at its default; a test
-        # process that inherited it ignored (nohup, `&`) would pass that on
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        # a terminal's foreground job starts with these at their default; a test process
+        # that inherited one ignored (nohup, `&`) would pass that on
+        preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)],
     )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
@@ -397,10 +400,67 @@ def test_ctrl_c_keeps_the_previous_report_whole_and_prints_no_teardown_noise(tmp
             break
         time.sleep(0.2)
     assert proc.poll() is None, "verify ended before a cell was done"
-    os.killpg(proc.pid, signal.SIGINT)
+    child = _processes_naming(f"{report}/.harnesscheck-partial-")  # the child pytest (its workers name no path)
+    assert child, "no child run of verify was found"
+    if to_group:
+        os.killpg(proc.pid, signum)
+    else:
+        os.kill(proc.pid, signum)
     out, err = proc.communicate(timeout=120)
+    running = set(_processes_naming(f"{report}/.harnesscheck-partial-"))
+    return proc, out, err, report, before, private, [line for line in child if line in running]
+
+
+def _processes_naming(text: str) -> list[str]:
+    """The command lines of the running processes that name `text` (zombies left out)."""
+    import os
+
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[-1].split()[0] == "Z":
+                    continue
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(f"{pid}: {cmdline[:160]}")
+    return found
+
+
+def test_ctrl_c_keeps_the_previous_report_whole_and_prints_no_teardown_noise(tmp_path):
+    """SIGINT to verify's process group, as a terminal's Ctrl-C sends it, once cells are done:
+    exit 130, one line, the report folder as the previous run left it, nothing in TMPDIR."""
+    import signal
+
+    proc, out, err, report, before, private, survivors = _verify_ended_mid_run(tmp_path, signal.SIGINT, to_group=True)
+    assert not survivors, f"outlived verify: {survivors}"
     assert proc.returncode == 130, out + err
     assert err.strip().splitlines() == [f"harnesscheck verify: interrupted: {report} still holds the previous run's files"], err
+    for noise in ("Traceback", "Warning", "Exception", "KeyboardInterrupt", "Error"):
+        assert noise not in out + err, out + err
+    assert {p.name: p.read_bytes() for p in report.iterdir()} == before, "old and new runs are never mixed"
+    assert _entries(private) == set(), f"left in TMPDIR: {_entries(private)}"
+
+
+def test_sigterm_to_verify_alone_ends_its_whole_run(tmp_path):
+    """SIGTERM to verify's pid alone, as `timeout` and a CI job's timeout send it: the child's
+    run (in a session of its own, so the signal never reaches it) is ended as on Ctrl-C, no
+    process of it survives, exit 143, one line, the previous report whole, nothing in TMPDIR.
+    Before, verify died at the signal's default and left the whole suite running."""
+    import signal
+    import time
+
+    proc, out, err, report, before, private, survivors = _verify_ended_mid_run(tmp_path, signal.SIGTERM, to_group=False)
+    assert not survivors, f"outlived verify: {survivors}"
+    deadline = time.monotonic() + 30  # the rest of the run (forkservers...) leaves after its main process
+    while time.monotonic() < deadline and _processes_naming(str(private)):
+        time.sleep(0.2)
+    assert not _processes_naming(str(private)), f"outlived verify: {_processes_naming(str(private))}"
+    assert proc.returncode == 143, out + err
+    assert err.strip().splitlines() == [f"harnesscheck verify: ended by SIGTERM: {report} still holds the previous run's files"], err
     for noise in ("Traceback", "Warning", "Exception", "KeyboardInterrupt", "Error"):
         assert noise not in out + err, out + err
     assert {p.name: p.read_bytes() for p in report.iterdir()} == before, "old and new runs are never mixed"

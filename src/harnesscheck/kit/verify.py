@@ -15,7 +15,8 @@ scratch folder in $TMPDIR, the child's TMPDIR, removed at the end unless --keep.
 
 Exit codes: 0 conformant (within the baseline), 1 a backend failed (or regressed against
 the committed matrix), 2 usage error, 3 kit or environment fault (nothing could be verified
-here included), 130 interrupted.
+here included), 130 interrupted (Ctrl-C), 143 and 129 ended by SIGTERM and SIGHUP (a CI job's
+timeout, `timeout`, a closed terminal): each ends the child's whole run as Ctrl-C does.
 """
 
 from __future__ import annotations
@@ -234,21 +235,66 @@ def _remove(path: Path) -> None:
         time.sleep(0.1)
 
 
+#: The signals that end a run from outside besides Ctrl-C: a CI job's timeout and `timeout`
+#: send SIGTERM to verify's pid alone; a closed terminal sends SIGHUP. The child runs in a
+#: session of its own, so neither reaches it: verify must end it, or the whole suite runs on.
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP while verify runs: handled where Ctrl-C is (the child's group ended,
+    the partial folder and the scratch removed), exit 128 + the signal's number."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _ending_signals_interrupt() -> Iterator[None]:
+    """While the block runs, SIGTERM and SIGHUP raise Terminated in the main thread, as SIGINT
+    raises KeyboardInterrupt; once one did, more of them are noted, not raised, so the
+    child's group is ended and the folders removed in full (a CI runner's SIGKILL, if it
+    follows, is the only thing that cuts that short)."""
+    seen: list[int] = []
+
+    def ending(signum, frame):
+        seen.append(signum)
+        if len(seen) == 1:
+            raise Terminated(signum)
+
+    try:
+        previous = {sig: signal.signal(sig, ending) for sig in ENDING_SIGNALS}
+    except ValueError:  # not the main thread: the caller's own handling stands
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 @contextlib.contextmanager
 def _deferred_sigint() -> Iterator[None]:
-    """Ctrl-C waits until the block is over (the report files are moved in place)."""
+    """Ctrl-C, SIGTERM and SIGHUP wait until the block is over (the report files are moved in
+    place); then Ctrl-C raises KeyboardInterrupt and the others end the process as they would
+    have (their handler before the block, delivered again)."""
     pending: list[int] = []
     try:
-        previous = signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
+        previous = {sig: signal.signal(sig, lambda signum, frame: pending.append(signum)) for sig in (signal.SIGINT, *ENDING_SIGNALS)}
     except ValueError:  # not the main thread: nothing to defer
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
-        if pending:
-            raise KeyboardInterrupt
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for signum in dict.fromkeys(pending):
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            os.kill(os.getpid(), signum)
 
 
 def publish(staging: Path, report_dir: Path) -> None:
@@ -420,13 +466,20 @@ def verify_command(
         print(f"  (skipping {note})", file=out, flush=True)
     if ratchet_path is not None:
         print(f"  (ratchet: every cell that passed in {ratchet_path} must pass)", file=out, flush=True)
-    staging = Path(tempfile.mkdtemp(prefix=".harnesscheck-partial-", dir=report_dir))
     try:
-        with scratch_folder(keep) as scratch, bridge_template(ids) as template:
-            args = pytest_args(ids, chosen, staging, baseline, jobs, template, checks=list(checks), ratchet=ratchet_path, scratch=scratch)
-            returncode = _run_child(args, child_env(scratch), staging, out)
+        with _ending_signals_interrupt():
+            staging = Path(tempfile.mkdtemp(prefix=".harnesscheck-partial-", dir=report_dir))
+            try:
+                with scratch_folder(keep) as scratch, bridge_template(ids) as template:
+                    args = pytest_args(ids, chosen, staging, baseline, jobs, template, checks=list(checks), ratchet=ratchet_path, scratch=scratch)
+                    returncode = _run_child(args, child_env(scratch), staging, out)
+            except KeyboardInterrupt:  # Terminated too
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+    except Terminated as exc:
+        _err(f"ended by {signal.Signals(exc.signum).name}: {report_dir} still holds the previous run's files")
+        return 128 + exc.signum
     except KeyboardInterrupt:
-        shutil.rmtree(staging, ignore_errors=True)
         _err(f"interrupted: {report_dir} still holds the previous run's files")
         return EXIT_INTERRUPTED
     (staging / PROGRESS_NAME).unlink(missing_ok=True)
