@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from harnesscheck.kit.verify import child_env, pytest_args
 
 
@@ -465,6 +467,64 @@ def test_sigterm_to_verify_alone_ends_its_whole_run(tmp_path):
         assert noise not in out + err, out + err
     assert {p.name: p.read_bytes() for p in report.iterdir()} == before, "old and new runs are never mixed"
     assert _entries(private) == set(), f"left in TMPDIR: {_entries(private)}"
+
+
+#: Under nohup (SIGHUP ignored), a closed terminal's SIGHUP never ends verify's run.
+_IGNORED_STAYS_IGNORED = """
+import os, signal
+from harnesscheck.kit.verify import _interrupts_end_the_run
+
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+with _interrupts_end_the_run():
+    os.kill(os.getpid(), signal.SIGHUP)
+    print("ran on", signal.getsignal(signal.SIGHUP) is signal.SIG_IGN)
+print("ignored after", signal.getsignal(signal.SIGHUP) is signal.SIG_IGN)
+"""
+
+
+def test_a_signal_ignored_when_verify_starts_stays_ignored():
+    """nohup ignores SIGHUP (and a shell's `&` SIGINT) for the command it starts: verify keeps
+    them ignored instead of ending its run at them."""
+    res = subprocess.run([sys.executable, "-c", _IGNORED_STAYS_IGNORED], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and res.stdout.split("\n")[:2] == ["ran on True", "ignored after True"], res.stdout + res.stderr
+
+
+#: verify's interrupt handling in a child process: the first signal ends the run, and the
+#: signals that follow while it is being ended (a CI cancel: SIGINT, then SIGTERM, then SIGKILL)
+#: must not cut that ending short.
+_LATER_SIGNALS = """
+import os, signal, sys
+from harnesscheck.kit.verify import _interrupts_end_the_run
+
+first, later = (getattr(signal, name) for name in sys.argv[1:3])
+steps = []
+try:
+    with _interrupts_end_the_run():
+        try:
+            os.kill(os.getpid(), first)
+            steps.append("not interrupted")
+        except KeyboardInterrupt:
+            steps.append("interrupted")
+            os.kill(os.getpid(), later)  # while the child's group is being ended
+            steps.append("ended in full")
+            raise
+except KeyboardInterrupt as exc:
+    steps.append(f"{type(exc).__name__}:{getattr(exc, 'signum', signal.SIGINT)}")
+print(" ".join(steps))
+"""
+
+
+@pytest.mark.parametrize(("first", "later"), [("SIGINT", "SIGTERM"), ("SIGTERM", "SIGINT"), ("SIGHUP", "SIGTERM")])
+def test_a_signal_while_the_run_is_being_ended_does_not_cut_the_ending_short(first, later):
+    """The first of SIGINT, SIGTERM and SIGHUP ends verify's run (KeyboardInterrupt, or
+    Terminated with the signal's number for the exit status); one that comes while the child's
+    group is being ended is noted and ignored, so the ending completes."""
+    import signal
+
+    res = subprocess.run([sys.executable, "-c", _LATER_SIGNALS, first, later], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr[-2000:]
+    kind = "KeyboardInterrupt" if first == "SIGINT" else "Terminated"
+    assert res.stdout.strip() == f"interrupted ended in full {kind}:{int(getattr(signal, first))}", res.stdout + res.stderr
 
 
 _SIGNAL_LOGGER = """

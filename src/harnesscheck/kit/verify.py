@@ -251,20 +251,23 @@ class Terminated(KeyboardInterrupt):
 
 
 @contextlib.contextmanager
-def _ending_signals_interrupt() -> Iterator[None]:
-    """While the block runs, SIGTERM and SIGHUP raise Terminated in the main thread, as SIGINT
-    raises KeyboardInterrupt; once one did, more of them are noted, not raised, so the
-    child's group is ended and the folders removed in full (a CI runner's SIGKILL, if it
-    follows, is the only thing that cuts that short)."""
+def _interrupts_end_the_run() -> Iterator[None]:
+    """While the block runs, the first of SIGINT, SIGTERM and SIGHUP raises in the main thread
+    (KeyboardInterrupt for SIGINT, as Python's own handler does; Terminated for the others),
+    and every later one is noted, not raised: the child's group is then ended and the folders
+    removed in full. A CI runner's cancel sends SIGINT, then SIGTERM seconds later, then
+    SIGKILL: the SIGTERM must not cut short the ending the SIGINT began. A signal ignored when
+    the block starts stays ignored (`nohup` ignores SIGHUP; a shell's `&` SIGINT)."""
     seen: list[int] = []
 
-    def ending(signum, frame):
+    def interrupted(signum, frame):
         seen.append(signum)
         if len(seen) == 1:
-            raise Terminated(signum)
+            raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
 
     try:
-        previous = {sig: signal.signal(sig, ending) for sig in ENDING_SIGNALS}
+        handled = [sig for sig in (signal.SIGINT, *ENDING_SIGNALS) if signal.getsignal(sig) is not signal.SIG_IGN]
+        previous = {sig: signal.signal(sig, interrupted) for sig in handled}
     except ValueError:  # not the main thread: the caller's own handling stands
         yield
         return
@@ -282,7 +285,8 @@ def _deferred_sigint() -> Iterator[None]:
     have (their handler before the block, delivered again)."""
     pending: list[int] = []
     try:
-        previous = {sig: signal.signal(sig, lambda signum, frame: pending.append(signum)) for sig in (signal.SIGINT, *ENDING_SIGNALS)}
+        handled = [sig for sig in (signal.SIGINT, *ENDING_SIGNALS) if signal.getsignal(sig) is not signal.SIG_IGN]  # ignored stays so
+        previous = {sig: signal.signal(sig, lambda signum, frame: pending.append(signum)) for sig in handled}
     except ValueError:  # not the main thread: nothing to defer
         yield
         return
@@ -467,7 +471,7 @@ def verify_command(
     if ratchet_path is not None:
         print(f"  (ratchet: every cell that passed in {ratchet_path} must pass)", file=out, flush=True)
     try:
-        with _ending_signals_interrupt():
+        with _interrupts_end_the_run():
             staging = Path(tempfile.mkdtemp(prefix=".harnesscheck-partial-", dir=report_dir))
             try:
                 with scratch_folder(keep) as scratch, bridge_template(ids) as template:
