@@ -496,6 +496,10 @@ _LATER_SIGNALS = """
 import os, signal, sys
 from harnesscheck.kit.verify import _interrupts_end_the_run
 
+# as a terminal starts verify: a test run under nohup or `&` (a CI runner's) would pass those ignored
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
 first, later = (getattr(signal, name) for name in sys.argv[1:3])
 steps = []
 try:
