@@ -247,15 +247,28 @@ def test_exception_in_on_line_kills_the_tree_and_propagates(tmp_path: Path) -> N
     assert survivors(read_pids(pidfile)) == []
 
 
+#: The child stays until on_spawn has looked at it (a marker file, 60 s at most): a child that
+#: had printed and exited could be reaped before on_spawn ran under load (ProcessLookupError).
+_WAITS_FOR_ON_SPAWN = (
+    "import os, sys, time\n"
+    "print(os.getpid(), os.getsid(0), flush=True)\n"
+    "end = time.monotonic() + 60\n"
+    "while not os.path.exists(sys.argv[1]) and time.monotonic() < end:\n"
+    "    time.sleep(0.01)\n"
+)
+
+
 def test_on_spawn_gets_the_leader_of_the_childs_own_session_before_any_output(tmp_path: Path) -> None:
     seen: list[tuple[int, int, int]] = []
     lines: list[str] = []
+    looked = tmp_path / "looked"
 
     def spawned(pid: int) -> None:
         assert not lines, "on_spawn must come before the child's output is read"
         seen.append((pid, os.getsid(pid), os.getpgid(pid)))
+        looked.touch()
 
-    result = run_process([PY, "-c", "import os; print(os.getpid(), os.getsid(0))"], env=ENV, cwd=tmp_path, on_line=lines.append, timeout_s=60, on_spawn=spawned)
+    result = run_process([PY, "-c", _WAITS_FOR_ON_SPAWN, str(looked)], env=ENV, cwd=tmp_path, on_line=lines.append, timeout_s=60, on_spawn=spawned)
     assert result.ending is Ending.exited and len(seen) == 1
     pid, sid, pgid = seen[0]
     assert pid == sid == pgid and lines == [f"{pid} {pid}"]
