@@ -251,13 +251,31 @@ class Terminated(KeyboardInterrupt):
 
 
 @contextlib.contextmanager
+def _run_signals_to(handler) -> Iterator[bool]:
+    """While the block runs, SIGINT, SIGTERM and SIGHUP go to `handler`, except a signal
+    ignored when it starts, which stays ignored (`nohup` ignores SIGHUP; a shell's `&` SIGINT);
+    their handlers before are put back after. Yields False (nothing changed) outside the main
+    thread, where handlers cannot be set."""
+    try:
+        handled = [sig for sig in (signal.SIGINT, *ENDING_SIGNALS) if signal.getsignal(sig) is not signal.SIG_IGN]
+        previous = {sig: signal.signal(sig, handler) for sig in handled}
+    except ValueError:  # not the main thread: the caller's own handling stands
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        for sig, before in previous.items():
+            signal.signal(sig, before)
+
+
+@contextlib.contextmanager
 def _interrupts_end_the_run() -> Iterator[None]:
     """While the block runs, the first of SIGINT, SIGTERM and SIGHUP raises in the main thread
     (KeyboardInterrupt for SIGINT, as Python's own handler does; Terminated for the others),
     and every later one is noted, not raised: the child's group is then ended and the folders
     removed in full. A CI runner's cancel sends SIGINT, then SIGTERM seconds later, then
-    SIGKILL: the SIGTERM must not cut short the ending the SIGINT began. A signal ignored when
-    the block starts stays ignored (`nohup` ignores SIGHUP; a shell's `&` SIGINT)."""
+    SIGKILL: the SIGTERM must not cut short the ending the SIGINT began."""
     seen: list[int] = []
 
     def interrupted(signum, frame):
@@ -265,17 +283,8 @@ def _interrupts_end_the_run() -> Iterator[None]:
         if len(seen) == 1:
             raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
 
-    try:
-        handled = [sig for sig in (signal.SIGINT, *ENDING_SIGNALS) if signal.getsignal(sig) is not signal.SIG_IGN]
-        previous = {sig: signal.signal(sig, interrupted) for sig in handled}
-    except ValueError:  # not the main thread: the caller's own handling stands
+    with _run_signals_to(interrupted):
         yield
-        return
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 @contextlib.contextmanager
@@ -285,16 +294,9 @@ def _deferred_sigint() -> Iterator[None]:
     have (their handler before the block, delivered again)."""
     pending: list[int] = []
     try:
-        handled = [sig for sig in (signal.SIGINT, *ENDING_SIGNALS) if signal.getsignal(sig) is not signal.SIG_IGN]  # ignored stays so
-        previous = {sig: signal.signal(sig, lambda signum, frame: pending.append(signum)) for sig in handled}
-    except ValueError:  # not the main thread: nothing to defer
-        yield
-        return
-    try:
-        yield
+        with _run_signals_to(lambda signum, frame: pending.append(signum)):
+            yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         for signum in dict.fromkeys(pending):
             if signum == signal.SIGINT:
                 raise KeyboardInterrupt
