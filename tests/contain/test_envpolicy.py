@@ -405,3 +405,38 @@ def test_private_temp_dirs_are_the_sessions_own():
         runtime.rmdir()
     finally:
         shutil.rmtree(base)
+
+
+def test_an_interrupt_while_the_private_dirs_are_made_leaves_none_unlisted(monkeypatch):
+    """The short runtime dir outside a too-deep run dir is in the session's cleanup list from
+    the moment it exists: a Ctrl-C (or an ending run's SIGINT) raised while the other dir is
+    made still has it removed at the session's end, never left in /tmp."""
+    import shutil
+    import tempfile
+
+    from harnesscheck.contain.envpolicy import private_temp_dirs
+
+    base = Path(tempfile.mkdtemp(prefix="hc-t-", dir="/tmp"))
+    deep = base / ("d" * 90) / "run"
+    made: list[Path] = []
+    real_mkdtemp = tempfile.mkdtemp
+
+    def mkdtemp(*args, **kwargs):
+        made.append(Path(real_mkdtemp(*args, **kwargs)))
+        return str(made[-1])
+
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
+    monkeypatch.setattr(Path, "mkdir", interrupted)  # the first mkdir after the runtime dir's mkdtemp
+    cleanup: list[Path] = [base / "cwd"]
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            private_temp_dirs(deep, cleanup=cleanup)
+        assert len(made) == 1 and made[0].is_dir() and made[0].name.startswith("hc-rt-")
+        assert cleanup == [base / "cwd", deep / "tmp", made[0]], "the runtime dir made before the interrupt is not listed for removal"
+    finally:
+        monkeypatch.undo()
+        for path in (base, *made):
+            shutil.rmtree(path, ignore_errors=True)

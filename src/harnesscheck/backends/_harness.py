@@ -675,8 +675,8 @@ class HarnessTransport:
             if _inside(ctx.cwd, request.scope.root):
                 raise ConfigError("the CLI cwd would be inside the worktree", "report this: the scratch cwd is misplaced")
             inv = self.invocation(ctx, request, Path(info.path), tool_less=tool_less)
-            private, scratch = private_temp_dirs(ctx.run_dir, self.private_tmp_vars)
-            ctx.cleanup.extend(scratch)  # the session's temp and runtime dirs go with it
+            # the session's temp and runtime dirs go with it: listed in ctx.cleanup as they are made
+            private, _ = private_temp_dirs(ctx.run_dir, self.private_tmp_vars, cleanup=ctx.cleanup)
             injections = {**private, **self.base_injections, **self.injections, **inv.injections}
             env = build_child_env(self.parent_env, injections=injections, trace=tracer)
             parser = self.make_parser(ctx, request, tool_less=tool_less, on_text=on_text)

@@ -206,22 +206,31 @@ TEMP_VARS = ("TMPDIR", "TMP", "TEMP")
 RUNTIME_VARS = ("XDG_RUNTIME_DIR",)
 
 
-def private_temp_dirs(run_dir: str | os.PathLike[str], extra_tmp_vars: Iterable[str] = ()) -> tuple[dict[str, str], list[Path]]:
+def private_temp_dirs(
+    run_dir: str | os.PathLike[str], extra_tmp_vars: Iterable[str] = (), *, cleanup: list[Path] | None = None
+) -> tuple[dict[str, str], list[Path]]:
     """(injections, dirs to remove at session end): TMPDIR/TMP/TEMP (and the CLI's own
     equivalents, `extra_tmp_vars`, e.g. CLAUDE_CODE_TMPDIR) -> `run_dir/tmp`,
     XDG_RUNTIME_DIR -> `run_dir/runtime`, both 0700. The host's temp and runtime dirs are
     never passed on: a CLI's scratch files, state dirs and sockets (claude's messaging
     socket `cc-socks/<pid>.sock`) stay in the session's own dirs, reachable by no other
     local process, and go with the session. Where `run_dir` is too deep for a socket path,
-    the runtime dir is a fresh 0700 dir under the system temp dir instead (removed too)."""
+    the runtime dir is a fresh 0700 dir under the system temp dir instead (removed too).
+
+    `cleanup`, the session's list of dirs to remove at its end: each dir is appended to it
+    before anything else is done, so an interrupt (Ctrl-C, an ending run's SIGINT) raised
+    while the dirs are being made never leaves the one outside `run_dir` unlisted. Without
+    it, the caller lists the returned dirs itself."""
     import tempfile
 
     tmp = Path(run_dir) / "tmp"
     runtime = Path(run_dir) / "runtime"
-    remove = [tmp, runtime]
+    remove = cleanup if cleanup is not None else []
+    first = len(remove)
+    remove.append(tmp)
     if len(os.fsencode(str(runtime))) + SOCKET_ROOM > _SUN_PATH_MAX:
         runtime = Path(tempfile.mkdtemp(prefix="hc-rt-", dir="/tmp" if os.path.isdir("/tmp") else None))
-        remove[1] = runtime
+    remove.append(runtime)
     for path in (tmp, runtime):
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         st = os.lstat(path)
@@ -230,7 +239,7 @@ def private_temp_dirs(run_dir: str | os.PathLike[str], extra_tmp_vars: Iterable[
         os.chmod(path, 0o700)
     injections = {name: str(tmp) for name in (*TEMP_VARS, *extra_tmp_vars)}
     injections.update({name: str(runtime) for name in RUNTIME_VARS})
-    return injections, remove
+    return injections, remove[first:]
 
 
 # --- redaction -----------------------------------------------------------------------
