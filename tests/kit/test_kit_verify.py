@@ -3,6 +3,7 @@ xdist for -n), and gives the same cells serially and in parallel (kit/verify.py)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -465,6 +466,103 @@ def test_sigterm_to_verify_alone_ends_its_whole_run(tmp_path):
     assert err.strip().splitlines() == [f"harnesscheck verify: ended by SIGTERM: {report} still holds the previous run's files"], err
     for noise in ("Traceback", "Warning", "Exception", "KeyboardInterrupt", "Error"):
         assert noise not in out + err, out + err
+    assert {p.name: p.read_bytes() for p in report.iterdir()} == before, "old and new runs are never mixed"
+    assert _entries(private) == set(), f"left in TMPDIR: {_entries(private)}"
+
+
+#: verify's child as the kit's plugin makes it: it watches verify's liveness pipe, runs one more
+#: process in its group, and would run for ten minutes.
+_CHILD_OF_VERIFY = """
+import os, subprocess, sys, time
+from harnesscheck.kit.verify import end_with_verify, remove_verify_folders
+
+end_with_verify()
+kid = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+print(kid.pid, sorted(k for k in os.environ if k.startswith("HARNESSCHECK_VERIFY")), flush=True)
+try:
+    time.sleep(600)
+except KeyboardInterrupt:
+    remove_verify_folders()
+    print("interrupted", flush=True)
+"""
+
+
+def test_verifys_child_ends_its_group_when_verify_is_gone(tmp_path):
+    """EOF on verify's liveness pipe (verify killed) ends the child's whole process group, which
+    would otherwise run on, and removes verify's scratch and staging folders (only folders of
+    those names); no process the child starts sees the pipe's variables."""
+    import os
+    import signal
+    import time
+
+    from harnesscheck.kit.verify import ALIVE_FD_ENV, FOLDERS_ENV
+
+    scratch, staging, other = (tmp_path / n for n in ("harnesscheck-verify-x", ".harnesscheck-partial-y", "users-own"))
+    for folder in (scratch, staging, other):
+        (folder / "sub").mkdir(parents=True)
+    alive_read, alive_write = os.pipe()
+    env = {**os.environ, ALIVE_FD_ENV: str(alive_read), FOLDERS_ENV: os.pathsep.join(map(str, (scratch, staging, other)))}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CHILD_OF_VERIFY],
+        env=env,
+        pass_fds=(alive_read,),
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as a terminal's job has it
+    )
+    os.close(alive_read)
+    try:
+        kid, seen = proc.stdout.readline().split(" ", 1)
+        assert seen.strip() == "[]", f"the pipe's variables reached the child's own processes: {seen}"
+        assert proc.poll() is None and _alive(int(kid)), "the child ended before verify did"
+        os.close(alive_write)  # verify is gone
+        out, err = proc.communicate(timeout=60)
+        assert "interrupted" in out, out + err
+        deadline = time.monotonic() + 30  # it got the same SIGINT; it may still be unwinding
+        while time.monotonic() < deadline and _alive(int(kid)):
+            time.sleep(0.1)
+        assert not _alive(int(kid)), "a process of the child's group outlived the child's ending"
+        assert not scratch.exists() and not staging.exists(), "verify's folders were left"
+        assert (other / "sub").is_dir(), "a folder that is not verify's was removed"
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(alive_write)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+def _alive(pid: int) -> bool:
+    """`pid` is a live process (not a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_killed_verify_leaves_no_run_and_no_folder_behind(tmp_path):
+    """SIGKILL to verify's pid alone (a CI cancel's last step, the OOM killer): verify cannot
+    handle it, so its child, in a session of its own, must notice (EOF on verify's liveness
+    pipe) and end its own run: no process of it survives, and the run's scratch and staging
+    folders go as verify's own ending would remove them; the previous report stays whole.
+    Before, the whole suite ran on, orphaned, and its folders stayed for good."""
+    import signal
+    import time
+
+    proc, out, err, report, before, private, _ = _verify_ended_mid_run(tmp_path, signal.SIGKILL, to_group=False)
+    assert proc.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + 60  # SIGINT's unwinding, then SIGTERM and SIGKILL 12 s and 17 s on
+    while time.monotonic() < deadline and (_processes_naming(str(private)) or _processes_naming(str(report))):
+        time.sleep(0.2)
+    assert not _processes_naming(str(private)) and not _processes_naming(str(report)), (
+        f"outlived a killed verify: {_processes_naming(str(private)) + _processes_naming(str(report))}"
+    )
+    while time.monotonic() < deadline and (_entries(private) or {p.name: p.read_bytes() for p in report.iterdir()} != before):
+        time.sleep(0.2)
+    assert {p.name for p in report.iterdir()} == set(before), "the killed run's staging folder was left in the report folder"
     assert {p.name: p.read_bytes() for p in report.iterdir()} == before, "old and new runs are never mixed"
     assert _entries(private) == set(), f"left in TMPDIR: {_entries(private)}"
 

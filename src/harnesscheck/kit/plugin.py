@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import threading
 
@@ -121,6 +122,10 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and "HARNESSCHECK_VERIFY_ALIVE_FD" in os.environ:  # verify.ALIVE_FD_ENV
+        from harnesscheck.kit.verify import end_with_verify
+
+        end_with_verify()  # verify's child: its run ends if verify is killed (before any worker starts)
     config.stash[_CELLS] = []
     _config_ref[:] = [config]
     state: dict = {
@@ -807,8 +812,6 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     the CPUs, at most 4; 0, i.e. serial, on one CPU), as `harnesscheck verify` runs it.
     xdist's own count otherwise, and whenever the user chose one (`-n logical`,
     PYTEST_XDIST_AUTO_NUM_WORKERS)."""
-    import os
-
     if not _only_the_suite(config) or os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS") or getattr(config.option, "numprocesses", None) == "logical":
         return None
     from harnesscheck.kit.scheduling import suite_workers
@@ -1058,6 +1061,10 @@ def _now() -> str:
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
     _resume_collector(config)
+    if not hasattr(config, "workerinput"):
+        verify = sys.modules.get("harnesscheck.kit.verify")
+        if verify is not None:
+            verify.remove_verify_folders()  # verify's child whose verify was killed: its folders too
     progress = config.stash[_STATE]["progress"] if _STATE in config.stash else None
     if progress is not None:
         progress.close()

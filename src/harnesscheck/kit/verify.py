@@ -25,9 +25,11 @@ import contextlib
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -317,15 +319,24 @@ def publish(staging: Path, report_dir: Path) -> None:
     shutil.rmtree(staging, ignore_errors=True)
 
 
-def _run_child(args: list[str], env: dict[str, str], staging: Path, stream=None) -> int:
+def _run_child(args: list[str], env: dict[str, str], staging: Path, stream=None, folders: tuple[Path, ...] = ()) -> int:
     """The child pytest in its own session (so Ctrl-C reaches only this process, which ends
     the child's whole group itself, quietly), its output in pytest-output.txt, the progress
-    shown as its events arrive."""
+    shown as its events arrive. The child gets the read end of a pipe whose write end only
+    this process holds (end_with_verify): if this process is killed (SIGKILL, which it cannot
+    handle), the child ends its own run and removes `folders`."""
     from harnesscheck.kit.progress import EventReader, Progress, view
 
     progress, reader = Progress(), EventReader(staging / PROGRESS_NAME)
-    with open(staging / "pytest-output.txt", "wb") as out:
-        proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    alive_read, alive_write = os.pipe()  # neither inheritable: the child gets its copy through pass_fds
+    env = {**env, ALIVE_FD_ENV: str(alive_read), FOLDERS_ENV: os.pathsep.join(map(str, folders))}
+    with open(alive_write, "wb", buffering=0), open(alive_read, "rb", buffering=0) as childs_end, open(staging / "pytest-output.txt", "wb") as out:
+        try:
+            proc = subprocess.Popen(
+                args, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, pass_fds=(alive_read,)
+            )
+        finally:
+            childs_end.close()  # the write end stays open here until the child is gone
         try:
             with view(progress, stream) as shown:
                 while True:
@@ -340,6 +351,65 @@ def _run_child(args: list[str], env: dict[str, str], staging: Path, stream=None)
         except BaseException:
             _end_group(proc)
             raise
+
+
+#: verify's child finds the read end of verify's liveness pipe under this name (a descriptor
+#: number), and under the next the folders of verify's run to remove should verify die first.
+ALIVE_FD_ENV = "HARNESSCHECK_VERIFY_ALIVE_FD"
+FOLDERS_ENV = "HARNESSCHECK_VERIFY_FOLDERS"
+#: The folders a child may remove for its dead verify: the run's scratch and its staging.
+_VERIFY_FOLDER_PREFIXES = ("harnesscheck-verify-", ".harnesscheck-partial-")
+#: Set in the child when verify's pipe reached EOF before the run ended: verify is gone.
+_verify_gone = threading.Event()
+
+
+def end_with_verify() -> None:
+    """In verify's child pytest (its main process; kit/plugin.py calls this at configure, before
+    any xdist worker starts): watch verify's liveness pipe. EOF on it while the run goes on means
+    verify died without ending the run (SIGKILL; the OOM killer), and the child's session is its
+    own, so nothing else would end it: a daemon thread ends the child's process group as verify
+    would have (SIGINT, then SIGTERM, then SIGKILL, END_GRACES_S apart), and remove_verify_folders
+    removes what verify would have removed. No-op outside verify's child; the variables are
+    taken out of the environment, so no worker or CLI sees them."""
+    raw = os.environ.pop(ALIVE_FD_ENV, None)
+    folders = os.environ.pop(FOLDERS_ENV, "")
+    if raw is None:
+        return
+    try:
+        fd = int(raw)
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return
+    except (ValueError, OSError):
+        return
+    if os.getpgrp() != os.getpid():  # not the leader of a group of its own: not verify's child
+        return
+    os.set_inheritable(fd, False)
+    _VERIFY_FOLDERS[:] = [Path(f) for f in folders.split(os.pathsep) if f and Path(f).name.startswith(_VERIFY_FOLDER_PREFIXES)]
+    threading.Thread(target=_end_group_when_verify_is_gone, args=(fd,), daemon=True, name="harnesscheck-verify-alive").start()
+
+
+_VERIFY_FOLDERS: list[Path] = []
+
+
+def _end_group_when_verify_is_gone(fd: int) -> None:
+    try:
+        while os.read(fd, 64):  # verify never writes: this returns b"" when its end closes
+            pass
+    except OSError:
+        return
+    _verify_gone.set()
+    for sig, grace_s in zip((signal.SIGINT, signal.SIGTERM, signal.SIGKILL), END_GRACES_S):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(os.getpgrp(), sig)
+        time.sleep(grace_s)
+
+
+def remove_verify_folders() -> None:
+    """At the child's end (kit/plugin.py, unconfigure): if verify died first, remove its run's
+    scratch and staging folders, as verify's own ending would have."""
+    if _verify_gone.is_set():
+        for folder in _VERIFY_FOLDERS:
+            _remove(folder)
 
 
 #: How long the child's group gets after each signal of _end_group (s): after SIGINT, a little
@@ -478,7 +548,7 @@ def verify_command(
             try:
                 with scratch_folder(keep) as scratch, bridge_template(ids) as template:
                     args = pytest_args(ids, chosen, staging, baseline, jobs, template, checks=list(checks), ratchet=ratchet_path, scratch=scratch)
-                    returncode = _run_child(args, child_env(scratch), staging, out)
+                    returncode = _run_child(args, child_env(scratch), staging, out, folders=(scratch, staging))
             except KeyboardInterrupt:  # Terminated too
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
