@@ -548,7 +548,7 @@ def verify_command(
             try:
                 with scratch_folder(keep) as scratch, bridge_template(ids) as template:
                     args = pytest_args(ids, chosen, staging, baseline, jobs, template, checks=list(checks), ratchet=ratchet_path, scratch=scratch)
-                    returncode = _run_child(args, child_env(scratch), staging, out, folders=(scratch, staging))
+                    returncode = _run_child(args, child_env(scratch), staging, out, folders=(staging,) if keep else (scratch, staging))
             except KeyboardInterrupt:  # Terminated too
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
