@@ -215,6 +215,32 @@ def test_loopback_refusals_are_read_from_the_wire_for_any_claude_backend():
     assert LoopbackAdapter.tool_errors(claude, SimpleNamespace(requests=[])) == []
 
 
+def test_an_offered_tool_is_judged_refused_whatever_request_of_the_clis_own_came_first():
+    """The probe of an offered tool reads the CLI's answer from the first request that carries
+    a tool result: claude-agent-acp sends a tool-less request of its own beside the first
+    turn, sometimes before it and sometimes after, and its refusal ("No such tool available")
+    was read from the wrong request when that one came second (a false fail in most runs)."""
+    from types import SimpleNamespace
+
+    from harnesscheck.kit.loopback_adapter import LoopbackAdapter
+
+    refusal = {"id": "t1", "is_error": True, "text": "<tool_use_error>Error: No such tool available: X</tool_use_error>"}
+    executed = {"id": "t1", "is_error": False, "text": "done"}
+    ws = SimpleNamespace(canary="CANARY-1", outside_unchanged=lambda: True)
+
+    def probe(*answers):
+        turns = [SimpleNamespace(tool_results=list(a)) for a in answers]
+        run = SimpleNamespace(loopback_requests=turns, requests=[{"body": "no canary here"}])
+        adapter = SimpleNamespace(run=lambda *a, **k: run)
+        return LoopbackAdapter.refused_when_called(adapter, ["X"], ws)
+
+    assert probe([], [refusal]) == {"X": refusal["text"]}
+    assert probe([], [], [refusal]) == {"X": refusal["text"]}, "the CLI's own request came second"
+    assert probe([], [refusal], [refusal]) == {"X": refusal["text"]}, "a later request repeats the history"
+    assert probe([], [], [executed]) == {}, "an executed call is never a refusal"
+    assert probe([], []) == {}, "no answer is never a refusal"
+
+
 # -- the descendant watcher --------------------------------------------------------------
 
 

@@ -357,14 +357,16 @@ class LoopbackAdapter(HarnessAdapter):
         input, one session per name); name -> the CLI's answer for each it refused to
         execute (an error tool result, nothing outside the worktree changed, the sentinel
         not on the wire). The first name it executed, or answered otherwise, ends the probe
-        and is left out (with the names after it)."""
+        and is left out (with the names after it). The answer is read from the first request
+        that carries a tool result, not from the second: a CLI may send a request of its own
+        before it (claude-agent-acp sends a tool-less one, sometimes first, sometimes later)."""
         from harnesscheck.kit.session import ToolCall as KitCall
 
         refused: dict[str, str] = {}
         for name in names:
             run = self.run("tools", workspace=ws, tool_calls=[KitCall(name, {})])
             turns = getattr(run, "loopback_requests", None) or []
-            results = [tr for r in turns[1:2] for tr in r.tool_results]
+            results = next((r.tool_results for r in turns if r.tool_results), [])
             wire = "\n".join(str(req.get("body", "")) for req in run.requests)
             if not (len(results) == 1 and results[0].get("is_error") and ws.canary not in wire and ws.outside_unchanged()):
                 break  # executed (or answered otherwise): the check fails on it, the rest need no session
