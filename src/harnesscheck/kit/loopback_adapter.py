@@ -358,8 +358,8 @@ class LoopbackAdapter(HarnessAdapter):
         execute (an error tool result, nothing outside the worktree changed, the sentinel
         not on the wire). The first name it executed, or answered otherwise, ends the probe
         and is left out (with the names after it). The answer is read from the first request
-        that carries a tool result, not from the second: a CLI may send a request of its own
-        before it (claude-agent-acp sends a tool-less one, sometimes first, sometimes later)."""
+        that carries a tool result, not from the second: a CLI may send a tool-less request of
+        its own beside its first turn, sometimes before it and sometimes after (doc/SPEC-acp.md)."""
         from harnesscheck.kit.session import ToolCall as KitCall
 
         refused: dict[str, str] = {}
