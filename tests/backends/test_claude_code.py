@@ -903,3 +903,34 @@ def test_the_hosts_event_stream_shows_the_clis_retry_before_the_session_ends(wor
     assert "retry" in kinds and kinds.index("retry") < kinds.index("error") < kinds.index("end")
     retry = events[kinds.index("retry")]
     assert (retry.attempt, retry.error_class) == (2, "overloaded") and retry.wait_s and retry.wait_s > 0
+
+
+def test_a_ctrl_c_at_a_sessions_end_still_removes_its_short_runtime_dir(worktree, tmp_path, monkeypatch):
+    """A run dir too deep for a socket path gets a short runtime dir in /tmp. A Ctrl-C (an ending
+    run's SIGINT) landing while the session's end redacts its run files must not skip removing
+    it: the removal runs whatever the steps before it raise."""
+    import tempfile
+
+    from harnesscheck.backends._harness import HarnessTransport
+
+    made: list[Path] = []
+    real_mkdtemp = tempfile.mkdtemp
+
+    def mkdtemp(*args, **kwargs):
+        path = real_mkdtemp(*args, **kwargs)
+        made.append(Path(path))
+        return path
+
+    def interrupted(self, ctx, injections):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
+    monkeypatch.setattr(HarnessTransport, "_redact_run_files", interrupted)
+    fake = install_fake_cli("claude", "success", tmp_path / "bin")
+    deep = tmp_path / ("d" * 120) / "run"
+    request = AgentSessionRequest(prompt="x", scope=ToolScope(root=worktree), timeout_s=60, run_dir=deep)
+    with pytest.raises(KeyboardInterrupt):
+        make_transport(fake).run_session(request)
+    runtime = [p for p in made if p.name.startswith("hc-rt-")]
+    assert runtime, "the run dir was not deep enough to need a short runtime dir"
+    assert not any(p.exists() for p in runtime), f"left in /tmp: {runtime}"

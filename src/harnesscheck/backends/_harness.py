@@ -765,14 +765,16 @@ class HarnessTransport:
                 outcome = outcome.model_copy(update={"message": "; ".join(p for p in (outcome.message, note) if p)})
             return self._redacted(self.judge(outcome, ctx, tool_less=tool_less), injections)
         finally:
-            release_bridge(ctx.spec_path)  # also when the CLI never started
-            if ctx.link is not None:
-                ctx.link.close()
-            tracer.close()
-            if host_entries is not None:  # the CLI's transcripts and stores hold tool arguments verbatim
-                forget_cli_state(ctx.run_dir, host_entries, self.cli_state_dirs)
-            self._redact_run_files(ctx, injections)
-            leftovers.extend(self.clean_up(ctx))
+            try:
+                release_bridge(ctx.spec_path)  # also when the CLI never started
+                if ctx.link is not None:
+                    ctx.link.close()
+                tracer.close()
+                if host_entries is not None:  # the CLI's transcripts and stores hold tool arguments verbatim
+                    forget_cli_state(ctx.run_dir, host_entries, self.cli_state_dirs)
+                self._redact_run_files(ctx, injections)
+            finally:  # a Ctrl-C landing in the steps above (redaction reads every run file) skips none
+                leftovers.extend(self.clean_up(ctx))
 
     def session_sandbox(self, ctx: SessionContext, cli: Path, inv: Invocation, host_entries: set[str] | None, *, tool_less: bool) -> tuple[Any, str]:
         """The session's sandbox (harnesscheck.contain.sandbox.Sandbox), or (None, why not).
@@ -832,7 +834,7 @@ class HarnessTransport:
         from harnesscheck.contain.rundir import recheck_private, remove_private_tree
 
         found: list[str] = []
-        for path in ctx.cleanup:
+        for path in reversed(ctx.cleanup):  # the last made first: the short runtime dir outside the run dir
             failed = remove_private_tree(path)
             if failed:
                 role = path.name if path.parent == ctx.run_dir else "a private temp dir"
