@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from proc_support import alive, survivors
 
 from harnesscheck.kit.verify import child_env, pytest_args
 
@@ -493,7 +494,6 @@ def test_verifys_child_ends_its_group_when_verify_is_gone(tmp_path):
     those names); no process the child starts sees the pipe's variables."""
     import os
     import signal
-    import time
 
     from harnesscheck.kit.verify import ALIVE_FD_ENV, FOLDERS_ENV
 
@@ -516,14 +516,12 @@ def test_verifys_child_ends_its_group_when_verify_is_gone(tmp_path):
     try:
         kid, seen = proc.stdout.readline().split(" ", 1)
         assert seen.strip() == "[]", f"the pipe's variables reached the child's own processes: {seen}"
-        assert proc.poll() is None and _alive(int(kid)), "the child ended before verify did"
+        assert proc.poll() is None and alive(int(kid)), "the child ended before verify did"
         os.close(alive_write)  # verify is gone
         out, err = proc.communicate(timeout=60)
         assert "interrupted" in out, out + err
-        deadline = time.monotonic() + 30  # it got the same SIGINT; it may still be unwinding
-        while time.monotonic() < deadline and _alive(int(kid)):
-            time.sleep(0.1)
-        assert not _alive(int(kid)), "a process of the child's group outlived the child's ending"
+        # it got the same SIGINT; it may still be unwinding
+        assert not survivors([int(kid)], within_s=30), "a process of the child's group outlived the child's ending"
         assert not scratch.exists() and not staging.exists(), "verify's folders were left"
         assert (other / "sub").is_dir(), "a folder that is not verify's was removed"
     finally:
@@ -532,15 +530,6 @@ def test_verifys_child_ends_its_group_when_verify_is_gone(tmp_path):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
-
-
-def _alive(pid: int) -> bool:
-    """`pid` is a live process (not a zombie)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_a_killed_verify_leaves_no_run_and_no_folder_behind(tmp_path):

@@ -361,6 +361,8 @@ FOLDERS_ENV = "HARNESSCHECK_VERIFY_FOLDERS"
 _VERIFY_FOLDER_PREFIXES = ("harnesscheck-verify-", ".harnesscheck-partial-")
 #: Set in the child when verify's pipe reached EOF before the run ended: verify is gone.
 _verify_gone = threading.Event()
+#: The child's copy of FOLDERS_ENV (end_with_verify), for remove_verify_folders.
+_VERIFY_FOLDERS: list[Path] = []
 
 
 def end_with_verify() -> None:
@@ -386,9 +388,6 @@ def end_with_verify() -> None:
     os.set_inheritable(fd, False)
     _VERIFY_FOLDERS[:] = [Path(f) for f in folders.split(os.pathsep) if f and Path(f).name.startswith(_VERIFY_FOLDER_PREFIXES)]
     threading.Thread(target=_end_group_when_verify_is_gone, args=(fd,), daemon=True, name="harnesscheck-verify-alive").start()
-
-
-_VERIFY_FOLDERS: list[Path] = []
 
 
 def _end_group_when_verify_is_gone(fd: int) -> None:
