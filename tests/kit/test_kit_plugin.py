@@ -145,7 +145,7 @@ def test_workers_learn_which_one_runs_the_pinned_api_cells(monkeypatch):
     monkeypatch.setattr(scheduling, "supported", lambda: False)
     assert configured(PIN_WORKER, "load", [suite], ["api", "codex"]) == {}
     assert plugin.pytest_xdist_make_scheduler(SimpleNamespace(args=[suite], option=SimpleNamespace(dist="load")), None) is None
-    assert scheduling.PinnedLoadScheduling.__mro__[1].__name__ == "LoadScheduling"
+    assert scheduling.SuiteScheduling.__mro__[1].__name__ == "LoadScheduling"
 
 
 def test_background_warm_ups_name_what_the_cells_need():

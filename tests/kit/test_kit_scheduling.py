@@ -1,6 +1,6 @@
-"""kit/scheduling.py: under xdist every offline api cell runs on the pin worker, every other
-cell is load-balanced as before, and no cell is lost or run twice, whatever happens to the
-pin worker."""
+"""kit/scheduling.py: under xdist every offline api cell runs on the pin worker, each loopback
+column on one worker while it has work of its own, every other cell is load-balanced as before,
+and no cell is lost or run twice, whatever happens to the pin worker or a column's owner."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harnesscheck.kit.scheduling import PIN_WORKER, PinnedLoadScheduling, pinned_suffixes
+from harnesscheck.kit.scheduling import PIN_WORKER, SuiteScheduling, pinned_suffixes
 
 SUFFIXES = pinned_suffixes([("api", "offline", "api"), ("api", "loopback", "api"), ("codex", "offline", "harness")])
 
@@ -35,9 +35,9 @@ def collection(n_harness: int, n_api: int) -> list[str]:
     return ids + [f"conformance/test_b.py::test_{i}[api@offline]" for i in range(n_api)]
 
 
-def scheduler(nodes: list[Node], ids: list[str]) -> PinnedLoadScheduling:
+def scheduler(nodes: list[Node], ids: list[str]) -> SuiteScheduling:
     config = SimpleNamespace(getvalue=lambda name: [f"{len(nodes)}*popen"], getoption=lambda name: None)
-    sched = PinnedLoadScheduling(config, suffixes=SUFFIXES)
+    sched = SuiteScheduling(config, suffixes=SUFFIXES)
     for node in nodes:
         sched.add_node(node)
     for node in nodes:
@@ -46,7 +46,7 @@ def scheduler(nodes: list[Node], ids: list[str]) -> PinnedLoadScheduling:
     return sched
 
 
-def run_to_end(sched: PinnedLoadScheduling, nodes: list[Node], *, crash: Node | None = None) -> dict[Node, list[int]]:
+def run_to_end(sched: SuiteScheduling, nodes: list[Node], *, crash: Node | None = None) -> dict[Node, list[int]]:
     """Complete tests one at a time, round-robin over the nodes, as workers would report them."""
     ran: dict[Node, list[int]] = {node: [] for node in nodes}
     live = list(nodes)
@@ -141,7 +141,7 @@ def test_a_small_run_ends_whatever_order_the_workers_came_in(n_harness, n_api, p
     worker's turn (review finding: `-n 3` on one api cell hung, its cell pending for ever).
     With `pin_always` the share rule is off, so the pinned cells really wait for gw0's turn."""
     if pin_always:
-        monkeypatch.setattr(PinnedLoadScheduling, "_choose_pinned", lambda self: {i for i, n in enumerate(self.collection) if n.endswith(SUFFIXES)})
+        monkeypatch.setattr(SuiteScheduling, "_choose_pinned", lambda self: {i for i, n in enumerate(self.collection) if n.endswith(SUFFIXES)})
     nodes = [Node("gw1"), Node("gw2"), Node(PIN_WORKER)]
     ids = collection(n_harness, n_api)
     sched = scheduler(nodes, ids)
@@ -161,6 +161,122 @@ def test_a_run_of_mostly_api_cells_is_not_pinned_to_one_worker():
     api = {i for i, nodeid in enumerate(ids) if nodeid.endswith("[api@offline]")}
     assert set(ran[nodes[1]]) & api, "the api cells were all kept on one worker"
     assert sorted(ran[nodes[0]] + ran[nodes[1]]) == list(range(len(ids)))
+
+
+# --- loopback columns kept to one worker --------------------------------------------------
+
+from harnesscheck.kit.scheduling import column_of  # noqa: E402
+
+COLUMNS = ("opencode", "acp-opencode", "codex", "gemini", "deepseek", "claude-code")
+
+
+def mixed_collection(cells_per_column: int = 12, units: int = 30) -> list[str]:
+    """Unit tests, then the checks in suite order: each check's offline and loopback cells of
+    every backend side by side, as the kit collects them."""
+    ids = [f"tests/test_unit.py::test_{i}" for i in range(units)]
+    for check in range(cells_per_column):
+        for backend in COLUMNS:
+            ids.append(f"conformance/test_c.py::test_{check}[{backend}@offline]")
+            ids.append(f"conformance/test_c.py::test_{check}[{backend}@loopback]")
+    return ids
+
+
+def run_with_speeds(sched: SuiteScheduling, nodes: list[Node], every: dict[str, int], *, crash: Node | None = None) -> dict[Node, list[int]]:
+    """Like run_to_end, but a node completes a test only every `every[name]` rounds (1 if not named)."""
+    ran: dict[Node, list[int]] = {node: [] for node in nodes}
+    live = list(nodes)
+    for rnd in range(100_000):
+        if not live:
+            return ran
+        for node in list(live):
+            if rnd % every.get(node.gateway.id, 1):
+                continue
+            pending = sched.node2pending.get(node, [])
+            if node is crash and len(ran[node]) > 40:
+                sched.remove_node(node)
+                live.remove(node)
+            elif pending:
+                ran[node].append(pending[0])
+                sched.mark_test_complete(node, pending[0], duration=1.0)
+            elif node.shutting_down or sched.tests_finished:
+                live.remove(node)
+    raise AssertionError("the run never ended")
+
+
+def columns_by_node(ids: list[str], ran: dict[Node, list[int]]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for node, indices in ran.items():
+        for i in indices:
+            column = column_of(ids[i])
+            if column is not None:
+                out.setdefault(column, set()).add(node.gateway.id)
+    return out
+
+
+def test_column_of_names_loopback_cells_only():
+    assert column_of("conformance/test_c.py::test_1[acp-opencode@loopback]") == "acp-opencode@loopback"
+    assert column_of("conformance/test_c.py::test_1[acp-opencode@offline]") is None
+    assert column_of("tests/test_unit.py::test_loopback") is None
+
+
+def test_each_loopback_column_runs_on_one_worker_when_the_workers_keep_pace():
+    """Under xdist's own `load` every worker runs cells of every column, and pays each column's
+    shared sessions itself; here each column runs on its owner alone."""
+    nodes = [Node(PIN_WORKER), Node("gw1"), Node("gw2")]
+    ids = mixed_collection()
+    ran = run_with_speeds(scheduler(nodes, ids), nodes, {})
+    assert sorted(sum(ran.values(), [])) == list(range(len(ids)))
+    by_column = columns_by_node(ids, ran)
+    assert set(by_column) == {f"{b}@loopback" for b in COLUMNS}
+    assert sum(len(owners) for owners in by_column.values()) <= len(COLUMNS) + 1, by_column  # at most one join, at the very end
+    assert all(node.shutting_down for node in nodes)
+    # the same run under xdist's own scheduler spreads every column (what this is for)
+    from xdist.scheduler import LoadScheduling
+
+    plain_nodes = [Node(PIN_WORKER), Node("gw1"), Node("gw2")]
+    config = SimpleNamespace(getvalue=lambda name: ["3*popen"], getoption=lambda name: None)
+    plain = LoadScheduling(config)
+    for node in plain_nodes:
+        plain.add_node(node)
+    for node in plain_nodes:
+        plain.add_node_collection(node, ids)
+    plain.schedule()
+    spread = columns_by_node(ids, run_with_speeds(plain, plain_nodes, {}))
+    assert sum(len(owners) for owners in spread.values()) > len(COLUMNS) + 1
+
+
+def test_a_worker_with_none_of_its_own_left_joins_the_column_with_most_waiting():
+    """gw0 is three times slower: the others, done with their own, take its columns' cells, so
+    the run ends about as evenly as under `load`."""
+    nodes = [Node(PIN_WORKER), Node("gw1"), Node("gw2")]
+    ids = mixed_collection(cells_per_column=30)
+    sched = scheduler(nodes, ids)
+    mine = {column for column, owner in sched._owner.items() if owner is nodes[0]}
+    ran = run_with_speeds(sched, nodes, {PIN_WORKER: 3})
+    assert sorted(sum(ran.values(), [])) == list(range(len(ids)))
+    by_column = columns_by_node(ids, ran)
+    assert mine and all(len(by_column[column]) > 1 for column in mine), (mine, by_column)
+    counts = sorted(len(indices) for indices in ran.values())
+    assert counts[0] * 3 >= counts[-1] // 3  # the slow worker ran about a third as many as each other
+
+
+def test_the_columns_of_a_worker_that_went_down_go_to_the_others():
+    nodes = [Node(PIN_WORKER), Node("gw1"), Node("gw2")]
+    ids = mixed_collection()
+    ran = run_with_speeds(scheduler(nodes, ids), nodes, {}, crash=nodes[1])
+    done = sum(ran.values(), [])
+    assert len(done) == len(set(done)) == len(ids) - 1  # the item running at the crash is xdist's to report
+    assert all(node.shutting_down for node in (nodes[0], nodes[2]))
+
+
+@pytest.mark.parametrize("n_workers", [1, 2, 5])
+@pytest.mark.parametrize("cells_per_column", [1, 3])
+def test_small_runs_of_loopback_cells_finish_on_any_number_of_workers(n_workers, cells_per_column):
+    nodes = [Node(f"gw{i}") for i in range(n_workers)]
+    ids = mixed_collection(cells_per_column=cells_per_column, units=0)
+    ids = [nodeid for nodeid in ids if column_of(nodeid)]  # loopback cells only
+    ran = run_with_speeds(scheduler(nodes, ids), nodes, {})
+    assert sorted(sum(ran.values(), [])) == list(range(len(ids)))
 
 
 # --- paced cells spread over the run -----------------------------------------------------

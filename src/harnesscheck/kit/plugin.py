@@ -822,14 +822,14 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """Every offline api cell on one worker, so one worker, not each, imports the api SDK
-    (kit/scheduling.py); runs without pinned cells keep xdist's own scheduler."""
-    suffixes = _pinned_suffixes(config)
-    if not suffixes:
-        return None
-    from harnesscheck.kit.scheduling import PinnedLoadScheduling, supported
+    """A run with cells under `--dist load` (what `-n` means): each loopback column kept to one
+    worker, and in a run of the suite alone every offline api cell on one worker, so one worker,
+    not each, imports the api SDK (kit/scheduling.py). Any other run keeps xdist's own scheduler."""
+    from harnesscheck.kit.scheduling import SuiteScheduling, supported
 
-    return PinnedLoadScheduling(config, log, suffixes=suffixes) if supported() else None
+    if getattr(config.option, "dist", "no") != "load" or not supported() or not _kit(config):
+        return None
+    return SuiteScheduling(config, log, suffixes=_pinned_suffixes(config))
 
 
 def _xdist_controller(config: pytest.Config) -> bool:
