@@ -440,3 +440,24 @@ def test_an_interrupt_while_the_private_dirs_are_made_leaves_none_unlisted(monke
         monkeypatch.undo()
         for path in (base, *made):
             shutil.rmtree(path, ignore_errors=True)
+
+
+def test_the_short_runtime_dir_names_its_maker_and_sweeps_orphans_first(tmp_path, monkeypatch):
+    """The /tmp fallback is made by core/tempdirs.make_temp_dir: named after this process, after
+    the dirs of makers that are gone were removed (tests/core/test_tempdirs.py)."""
+    import shutil
+
+    from harnesscheck.contain import envpolicy
+    from harnesscheck.core import tempdirs
+
+    monkeypatch.setattr(envpolicy, "SOCKET_ROOM", 200)  # any run dir is too deep: the fallback is made
+    swept: list[tuple[str, str]] = []
+    monkeypatch.setattr(tempdirs, "sweep_orphans", lambda prefix, parent: swept.append((prefix, parent)) or [])
+    _, remove = envpolicy.private_temp_dirs(tmp_path / "run")
+    try:
+        runtime = remove[-1]
+        assert runtime.name.startswith(f"hc-rt-{os.getpid()}-{tempdirs.start_time(os.getpid())}-")
+        assert swept == [("hc-rt-", str(runtime.parent))]
+    finally:
+        for path in remove:
+            shutil.rmtree(path, ignore_errors=True)

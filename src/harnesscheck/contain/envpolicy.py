@@ -204,6 +204,9 @@ _SUN_PATH_MAX = 107
 #: The temp and runtime variables every session's CLI gets pointed at private dirs.
 TEMP_VARS = ("TMPDIR", "TMP", "TEMP")
 RUNTIME_VARS = ("XDG_RUNTIME_DIR",)
+#: The short runtime dir's prefix, named after its maker (core/tempdirs.py: one whose maker was
+#: killed outright is removed by the next session that makes one).
+RUNTIME_DIR_PREFIX = "hc-rt-"
 
 
 def private_temp_dirs(
@@ -221,15 +224,15 @@ def private_temp_dirs(
     before anything else is done, so an interrupt (Ctrl-C, an ending run's SIGINT) raised
     while the dirs are being made never leaves the one outside `run_dir` unlisted. Without
     it, the caller lists the returned dirs itself."""
-    import tempfile
-
     tmp = Path(run_dir) / "tmp"
     runtime = Path(run_dir) / "runtime"
     remove = cleanup if cleanup is not None else []
     first = len(remove)
     remove.append(tmp)
     if len(os.fsencode(str(runtime))) + SOCKET_ROOM > _SUN_PATH_MAX:
-        runtime = Path(tempfile.mkdtemp(prefix="hc-rt-", dir="/tmp" if os.path.isdir("/tmp") else None))
+        from harnesscheck.core.tempdirs import make_temp_dir
+
+        runtime = make_temp_dir(RUNTIME_DIR_PREFIX, "/tmp" if os.path.isdir("/tmp") else None)
     remove.append(runtime)
     for path in (tmp, runtime):
         path.mkdir(mode=0o700, parents=True, exist_ok=True)

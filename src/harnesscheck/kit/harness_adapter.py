@@ -20,7 +20,6 @@ import atexit
 import dataclasses
 import json
 import shutil
-import tempfile
 import threading
 from pathlib import Path
 
@@ -213,7 +212,9 @@ class WrapperPool:
             path = free.pop() if free else None
             if path is None:
                 if self._root is None:
-                    self._root = Path(tempfile.mkdtemp(prefix="harnesscheck-fakes-"))
+                    from harnesscheck.core.tempdirs import make_temp_dir
+
+                    self._root = make_temp_dir("harnesscheck-fakes-")  # one left by a killed process goes then
                     atexit.register(shutil.rmtree, self._root, True)
                 self._n += 1
                 path = install_fake_cli(cli, {"version": version, "steps": []}, self._root / f"w{self._n}").path

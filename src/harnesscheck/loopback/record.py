@@ -424,7 +424,7 @@ def scrub_line(line: str, machine_paths: list[tuple[str, str]]) -> str:
 
 #: envpolicy.private_temp_dirs' runtime dir when the run dir is too deep for a socket path
 #: (a CLI's init event may name a socket in it, e.g. a `messaging_socket_path`).
-_RUNTIME_RE = re.compile(r"/tmp/hc-rt-[A-Za-z0-9_]+")
+_RUNTIME_RE = re.compile(r"/tmp/hc-rt-[A-Za-z0-9_-]+")
 
 
 def _transport_setup(recipe: Recipe) -> dict:
