@@ -361,6 +361,24 @@ def test_postinstall_of_the_form_node_dot_slash_file_is_run(tmp_path):
         pytest.skip("no node here")
     (pkg / "postinstall.mjs").write_text("import fs from 'fs'; fs.writeFileSync('ran', 'yes')\n")
     assert install.run_postinstall(tmp_path, c, node) == 0 and (pkg / "ran").read_text() == "yes"
+    # what the real one does (it runs `opencode --version`): dirs in HOME, the XDG dirs and the temp dir
+    writes = (
+        "import fs from 'fs'; import os from 'os'; import path from 'path';\n"
+        "const dirs = [os.homedir(), os.tmpdir(), process.env.XDG_DATA_HOME || path.join(os.homedir(), '.local/share')];\n"
+        "for (const d of dirs) fs.mkdirSync(path.join(d, 'opencode'), {recursive: true});\n"
+        "fs.writeFileSync('ran2', dirs.join('\\n'));\n"
+    )
+    (pkg / "postinstall.mjs").write_text(writes)
+    home, tmp = tmp_path / "home", tmp_path / "tmp"
+    home.mkdir()
+    tmp.mkdir()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HOME", str(home))
+        mp.setenv("TMPDIR", str(tmp))
+        mp.delenv("XDG_DATA_HOME", raising=False)
+        assert install.run_postinstall(tmp_path, c, node) == 0
+    assert (pkg / "ran2").is_file() and not any(home.iterdir()) and not any(tmp.iterdir()), "the postinstall wrote into the user's HOME or temp dir"
+    assert not any(Path(d).exists() for d in (pkg / "ran2").read_text().splitlines()), "its scratch HOME was not removed"
     (pkg / "package.json").write_text(json.dumps({"scripts": {"postinstall": "node ../evil.mjs"}}))
     assert install.run_postinstall(tmp_path, c, node) == 3
 

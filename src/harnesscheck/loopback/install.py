@@ -227,7 +227,10 @@ def run_postinstall(dest: Path, c: PinnedCli, node: str) -> int:
     """Run the pinned package's own postinstall (one places its CLI's native binary).
 
     npm runs with --ignore-scripts, so no dependency's script ever runs; only the script of
-    a package we pinned, explicitly, with node, in that package's directory."""
+    a package we pinned, explicitly, with node, in that package's directory. It runs with a
+    HOME, temp dir and XDG dirs of its own, removed after: opencode-ai's runs the CLI's
+    `--version`, which makes opencode's config, data (its login store's), cache and temp dirs
+    in whatever HOME and temp dir it is given; the user's are never those."""
     pkg_dir = Path(dest) / "node_modules" / c.package
     try:
         scripts = json.loads((pkg_dir / "package.json").read_text(encoding="utf-8")).get("scripts") or {}
@@ -242,7 +245,12 @@ def run_postinstall(dest: Path, c: PinnedCli, node: str) -> int:
     if len(parts) != 2 or parts[0] != "node" or "/" in parts[1] or not (pkg_dir / parts[1]).is_file():
         print(f"install-clis: {c.package}: unexpected postinstall {script!r}; not run", file=sys.stderr)
         return 3
-    proc = subprocess.run([node, parts[1]], cwd=str(pkg_dir), stdin=subprocess.DEVNULL)
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="harnesscheck-postinstall-") as scratch:
+        env = {**_npm_env(), "HOME": scratch, "TMPDIR": scratch, "TMP": scratch, "TEMP": scratch}
+        env.update({var: str(Path(scratch) / var.lower()) for var in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME")})
+        proc = subprocess.run([node, parts[1]], cwd=str(pkg_dir), stdin=subprocess.DEVNULL, env=env)
     return 0 if proc.returncode == 0 else 3
 
 
