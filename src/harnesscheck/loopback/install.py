@@ -228,9 +228,9 @@ def run_postinstall(dest: Path, c: PinnedCli, node: str) -> int:
 
     npm runs with --ignore-scripts, so no dependency's script ever runs; only the script of
     a package we pinned, explicitly, with node, in that package's directory. It runs with a
-    HOME, temp dir and XDG dirs of its own, removed after: opencode-ai's runs the CLI's
-    `--version`, which makes opencode's config, data (its login store's), cache and temp dirs
-    in whatever HOME and temp dir it is given; the user's are never those."""
+    HOME, temp dir and XDG dirs of its own, removed after: one runs its CLI's `--version`,
+    which makes the CLI's config, data (where its login is kept), cache and temp dirs in
+    whatever HOME and temp dir it is given; the user's are never those."""
     pkg_dir = Path(dest) / "node_modules" / c.package
     try:
         scripts = json.loads((pkg_dir / "package.json").read_text(encoding="utf-8")).get("scripts") or {}
