@@ -92,3 +92,36 @@ def test_a_warm_up_session_that_ended_ok_is_the_shared_plain_session(tmp_path, m
     assert second.shared_run("success") is plain and getattr(second, "sessions", 0) == 0
     planted = second.shared_run("success", canaries=True)  # a canary session is another
     assert planted is not plain and planted.canaries and second.sessions == 1
+
+
+def test_the_warm_up_is_recorded_by_the_cells_that_read_it_not_by_the_cell_that_triggered_it(tmp_path, monkeypatch):
+    """Which cell a worker runs first must not change the published matrix: the cell whose
+    allowance triggered the warm-up and then skipped says no containment (as it does when
+    another cell warmed up first); a cell that reads the warm-up through shared_run says how
+    that session was contained."""
+    from harnesscheck.kit import loopback_adapter
+
+    class WarmingUp(Sharing):
+        WARM_UP_TIMEOUT_S = loopback_adapter.LoopbackAdapter.WARM_UP_TIMEOUT_S
+        startup_allowance_s = loopback_adapter.LoopbackAdapter.startup_allowance_s
+        measure_startup = loopback_adapter.LoopbackAdapter.measure_startup
+        trace_opens = False
+
+        def run(self, scenario, **kwargs):
+            run = super().run(scenario, **kwargs)
+            run.outcome = run.outcome.model_copy(update={"containment": "bwrap"})
+            self.__dict__.setdefault("containments", set()).add("bwrap")  # as adapters.run records it
+            return run
+
+    monkeypatch.setattr(loopback_adapter, "_STARTUP_SEEN", {})
+    shared: dict = {}
+    trigger, reader, earlier = (WarmingUp(BUILTIN_SPECS["fake"], "offline", tmp_path / n) for n in ("a", "b", "c"))
+    trigger.shared_runs = reader.shared_runs = earlier.shared_runs = shared
+    trigger.startup_allowance_s()  # a check that asks for its allowance, then skips
+    assert trigger.sessions == 1 and not getattr(trigger, "containments", None), "the warm-up leaked into the triggering cell"
+    assert reader.shared_run("success").outcome.containment == "bwrap"
+    assert reader.containments == {"bwrap"} and getattr(reader, "sessions", 0) == 0
+    earlier.__dict__["containments"] = {"guards"}  # what a cell recorded before it triggered a warm-up is kept
+    monkeypatch.setattr(loopback_adapter, "_STARTUP_SEEN", {})
+    earlier.startup_allowance_s()
+    assert earlier.containments == {"guards"}

@@ -150,14 +150,24 @@ class LoopbackAdapter(HarnessAdapter):
         plain session (no canaries: nothing a broken env policy passes on can stall it or
         skew the measurement), run as no check asked (no strace), and if it ended ok it is the
         one `shared_run("success")` gives the checks that read only its evidence (none of them
-        judges its duration): the warm-up is not a session more."""
+        judges its duration): the warm-up is not a session more.
+
+        The warm-up is no session of the cell that happened to trigger it: its containment is
+        left out of that cell's record (a cell that then skips says `containment: None`, on
+        every run, whichever cell a worker ran first), and recorded in each cell that reads it
+        through shared_run."""
         _STARTUP_SEEN.setdefault(self.spec.id, 0.0)
         traced, self.trace_opens = self.trace_opens, False  # the cell that triggered it may have asked
+        recorded = set(self.__dict__.get("containments", ()))
         try:
             with contextlib.suppress(Exception):  # the judged sessions that follow judge the backend
                 self.keep_shared(self.run("success", timeout_s=self.WARM_UP_TIMEOUT_S, allowance=False), "success")
         finally:
             self.trace_opens = traced
+            if recorded:
+                self.__dict__["containments"] = recorded
+            else:
+                self.__dict__.pop("containments", None)
 
     def provenance(self) -> str:
         return f"the real {self.spec.cli_name} {self.binary.version or '(version not printed)'} against the scripted model server on 127.0.0.1"
