@@ -479,8 +479,9 @@ from harnesscheck.kit.verify import end_with_verify, remove_verify_folders
 
 end_with_verify()
 kid = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-print(kid.pid, sorted(k for k in os.environ if k.startswith("HARNESSCHECK_VERIFY")), flush=True)
 try:
+    # inside the try: verify's end may come the moment this line is read, before the sleep
+    print(kid.pid, sorted(k for k in os.environ if k.startswith("HARNESSCHECK_VERIFY")), flush=True)
     time.sleep(600)
 except KeyboardInterrupt:
     remove_verify_folders()
