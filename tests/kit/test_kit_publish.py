@@ -137,3 +137,27 @@ def test_history_says_since_when_a_cell_holds_and_what_changed(tmp_path: Path) -
     data = json.loads((tmp_path / "doc" / "backends.json").read_text())
     assert data["cells"]["codex"]["offline"]["scope.dotdot-refused"]["since"] == "0.0.9 2026-11-01"
     assert data["changes"] == []
+
+
+def test_two_runs_of_the_same_verdict_publish_the_same_text() -> None:
+    """The worker a cell ran on, pytest's number for its temp dir and the pids the kit ended
+    differ from run to run; the matrix says the same either way (a measured duration stays)."""
+    base = tempfile.gettempdir()
+
+    def message(worker: int, number: int, pids: str) -> str:
+        root = f"{base}/harnesscheck-verify-ab12cd34/pytest/popen-gw{worker}"
+        return (
+            f"the CLI opened ['{root}/test_cli_reads_inside_sandbox_{number}/ws1/run/.mcp.json', "
+            f"'{root}/test_declines_builtins_honestl{number}/ws1/outside/secret.txt', '{root}', "
+            f"'{root}/test_cli_reads_inside_sandbox_{number}']; "
+            f"the kit ended its 4 known process(es) [{pids}] after 18.5 s"
+        )
+
+    one, two = scrub(message(0, 9, "2568, 2578, 2649, 2696")), scrub(message(2, 13, "1199, 1245, 1333, 1438"))
+    assert one == two, (one, two)
+    assert "$TMPDIR/harnesscheck-verify-*/pytest/popen-gw*/test_cli_reads_inside_sandbox_*/ws1/run/.mcp.json" in one
+    assert "popen-gw*/test_declines_builtins_honestl*/ws1" in one
+    assert "pytest/popen-gw*', '$TMPDIR/harnesscheck-verify-*/pytest/popen-gw*/test_cli_reads_inside_sandbox_*']" in one
+    assert "its 4 known process(es) [pids] after 18.5 s" in one
+    alone = scrub(f"{base}/harnesscheck-verify-ab12cd34/pytest/test_auth_401_blocks0/ws1 and test_x_3 and pid [42]")
+    assert alone.endswith("pytest/test_auth_401_blocks*/ws1 and test_x_3 and pid [42]"), alone

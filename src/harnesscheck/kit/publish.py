@@ -6,7 +6,10 @@ Requirements (issue 32, item 3):
   CLI cache, a temp dir, the user's home or the kit's checkout is rewritten to
   `$HARNESSCHECK_CACHE/...`, `$TMPDIR/...`, `$HOME/...` or `$HARNESSCHECK_DATA/...` (`scrub`),
   with a run's random temp-folder suffix made stable (`harnesscheck-verify-*`), so two runs
-  of the same verdict write the same text.
+  of the same verdict write the same text. What else differs between two such runs is made
+  stable too (`_RUN_SPECIFIC`): the xdist worker a cell ran on (`popen-gw*`), pytest's
+  number for a test's temp dir (`test_<name>*`) and the pids the kit ended (`[pids]`, their
+  count kept); a figure the check measured (a duration) is evidence and stays.
 - A severity on every check (kit/guidance.py, conformance/guidance.toml): the matrix shows it.
 - History: each cell says since which kit version and date its outcome holds, and the matrix
   lists what changed since the previous one (`history`: the previous backends.json, e.g. the
@@ -57,15 +60,29 @@ _GENERIC = [
 _RANDOM = re.compile(r"((?:\.?harnesscheck-[a-z]+(?:-[a-z0-9_]+)?-|pytest-of-|tmp))[a-z0-9_]{6,12}(?=$|[/\s'\",;:)\]])")
 
 
+#: what differs between two runs of the same verdict besides paths: the xdist worker's temp
+#: dir, pytest's numbered temp dir of a test (its name cut at 30 characters, then a number)
+#: and the pids the kit's watchdog ended (kit/watchdog.py)
+_RUN_SPECIFIC = [
+    (re.compile(r"(/popen-gw)\d+" + _AFTER), r"\1*"),
+    (re.compile(r"(/(?:pytest|popen-gw\*)/test_[^/\s'\",;:)\]]*?)\d+" + _AFTER), r"\1*"),
+    (re.compile(r"(known process\(es\)) \[\d+(?:, \d+)*\]"), r"\1 [pids]"),
+]
+
+
 def scrub(text: str | None) -> str | None:
-    """`text` with every machine path replaced by its placeholder (module docstring)."""
+    """`text` with every machine path replaced by its placeholder, and what else differs
+    between two runs of the same verdict made stable (module docstring)."""
     if not text:
         return text
     for path, placeholder in _roots():
         text = re.sub(r"(?<![\w$./-])" + re.escape(path) + _AFTER, lambda _m, p=placeholder: p, text)
     for pattern, placeholder in _GENERIC:
         text = pattern.sub(lambda _m, p=placeholder: p, text)
-    return _RANDOM.sub(lambda m: m[1] + "*", text)
+    text = _RANDOM.sub(lambda m: m[1] + "*", text)
+    for pattern, replacement in _RUN_SPECIFIC:
+        text = pattern.sub(replacement, text)
+    return text
 
 
 #: Where a machine path may still hide in generated text (tests and the docs check use it).
