@@ -9,7 +9,8 @@ sandbox (no bubblewrap, no user namespaces, not Linux) they skip with the reason
 failing a correct backend: no user-space guard keeps a same-uid process out of /proc.
 
 One check runs at loopback only, where the CLI is the real one: what it sends over the network
-on its own (contain.network-loopback-only, seen with strace)."""
+on its own (contain.network-loopback-only, seen with strace). It judges an api backend too
+where one runs a real CLI as its model (a reasoning-only backend's loopback level)."""
 
 from __future__ import annotations
 
@@ -130,10 +131,11 @@ def test_nothing_world_writable_left(but):
     del probes
 
 
-@check("contain.network-loopback-only", kinds=[Kind.harness], levels=["loopback"])
+@check("contain.network-loopback-only", kinds=[Kind.harness, Kind.api], levels=["loopback"])
 def test_network_loopback_only(but):
     """The real CLI (or agent) and every process it starts make no network call but to
-    127.0.0.1 in a whole session with tool calls, seen with strace: no connect or send to
+    127.0.0.1 in a whole session with tool calls (every CLI call of it, where an api backend
+    reasons through a CLI), seen with strace: no connect or send to
     another address and no name lookup (DNS, wherever the resolver listens: the scripted
     server and the bridge are addressed by IP, so a session needs none). Telemetry, update
     checks, feature flags and error reports the host never asked for are the calls this

@@ -346,6 +346,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     # reasoning-only Claude Code: the real claude at the loopback level (MUTANT_LEVELS)
     "tests.mutants.claude_code_reasoning:has_no_tripwire": _ids("audit.builtin-call-blocks-session"),
     "tests.mutants.claude_code_reasoning:drops_the_host_system_prompt": _ids("selection.system-prompt-delivered"),
+    "tests.mutants.claude_code_reasoning:leaves_telemetry_on": _ids("contain.network-loopback-only"),
     "tests.mutants.claude_code_reasoning:drops_the_tool_results": _ids(
         "scope.loop-reaches-dispatch",
         "scope.in-tree-symlink-reads",
@@ -934,6 +935,7 @@ AREAS: dict[str, tuple[str, ...]] = {
         "scope.loop-reaches-dispatch",
     ),
     "tests.mutants.harness:leaves_telemetry_on": ("contain.network-loopback-only", "env.provider-keys-stripped"),
+    "tests.mutants.claude_code_reasoning:leaves_telemetry_on": ("contain.network-loopback-only", "selection.registry-builds-backend"),
 }
 
 #: The level a CLI-based mutant runs at, where not offline: reasoning-only Claude Code has no
@@ -943,6 +945,7 @@ MUTANT_LEVELS: dict[str, str] = {
     "tests.mutants.claude_code_reasoning:has_no_tripwire": "loopback",
     "tests.mutants.claude_code_reasoning:drops_the_host_system_prompt": "loopback",
     "tests.mutants.claude_code_reasoning:drops_the_tool_results": "loopback",
+    "tests.mutants.claude_code_reasoning:leaves_telemetry_on": "loopback",
     "tests.mutants.harness:leaves_telemetry_on": "loopback",
 }
 

@@ -1,8 +1,8 @@
 """Known-bad variants of the reasoning-only Claude Code backend (see __init__.py). Each is a
 ClaudeReasoningTransport with one part swapped: its model client (`llm_class`) or its
 one-turn CLI transport (`cli_class`). The conformance suite catches HasNoTripwire,
-DropsTheHostSystemPrompt and DropsTheToolResults at the loopback level (the MUTANTS table);
-tests/backends/test_claude_code_reasoning.py catches all five."""
+DropsTheHostSystemPrompt, DropsTheToolResults and LeavesTelemetryOn at the loopback level (the
+MUTANTS table); tests/backends/test_claude_code_reasoning.py catches the first five."""
 
 from __future__ import annotations
 
@@ -95,6 +95,26 @@ class _ApiKeyCli(OneTurnClaude):
         return inv
 
 
+#: What keeps claude's own traffic off (the claude-code backend's CLAUDE_INJECTIONS).
+_QUIET = ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "DISABLE_AUTOUPDATER", "DISABLE_TELEMETRY", "DISABLE_ERROR_REPORTING")
+
+
+class _LoudCli(OneTurnClaude):
+    base_injections = {k: v for k, v in OneTurnClaude.base_injections.items() if k not in _QUIET}
+
+    def __init__(self, spec, settings=None, *, loopback=None, **kwargs):
+        super().__init__(spec, settings, loopback=loopback, **kwargs)
+        for name in _QUIET:  # the loopback seam's own injection of it too
+            self.injections.pop(name, None)
+
+
+class LeavesTelemetryOn(ClaudeReasoningTransport):
+    """Runs each turn's claude with its non-essential traffic on (telemetry, update checks): the
+    real claude looks its vendor's host up, whatever the host loop around it does."""
+
+    cli_class = _LoudCli
+
+
 class PassesTheApiKeyThrough(ClaudeReasoningTransport):
     """Hands the CLI the host's ANTHROPIC_API_KEY (as the SDK's env precedence would): the API key is billed."""
 
@@ -105,4 +125,5 @@ dispatches_any_name = mutant_spec("claude-code-reasoning", M, DispatchesAnyName)
 has_no_tripwire = mutant_spec("claude-code-reasoning", M, HasNoTripwire)
 drops_the_host_system_prompt = mutant_spec("claude-code-reasoning", M, DropsTheHostSystemPrompt)
 drops_the_tool_results = mutant_spec("claude-code-reasoning", M, DropsTheToolResults)
+leaves_telemetry_on = mutant_spec("claude-code-reasoning", M, LeavesTelemetryOn)
 passes_the_api_key_through = mutant_spec("claude-code-reasoning", M, PassesTheApiKeyThrough)

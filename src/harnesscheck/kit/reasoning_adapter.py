@@ -22,13 +22,16 @@ Evidence a check gets, all observed from outside the CLI:
 - `tools_offered(run)`: tools offered at the wire (must be none) plus the names the text
   protocol advertised in the system prompt; `system_seen(run)`: the system prompt received;
 - `run.facts`: usage summed over the served turns, the served model;
-- `run.trace`: the host loop's dispatch trace.
+- `run.trace`: the host loop's dispatch trace;
+- `run.opened`, `run.network`: the files every CLI call of the session opened and the network
+  calls it made, seen with strace, when a check set `trace_opens`.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 from dataclasses import replace
 from typing import Any
 
@@ -40,9 +43,12 @@ from harnesscheck.kit.adapters import BackendUnderTest, Setup
 from harnesscheck.kit.levels import reasoning_profile
 from harnesscheck.kit.session import Facts, Progress, SessionRun, SkipCell
 from harnesscheck.loopback.adapter import (
+    STRACE_LOG,
     CannotScript,
     host_records,
     loopback_scenario,
+    read_network,
+    read_opens,
     read_records,
     wrapper_binds,
     write_wrapper,
@@ -132,6 +138,9 @@ class ReasoningLoopbackAdapter(BackendUnderTest):
         self.binary = binary
         self._servers: list[ScriptedModelServer] = []
         self._wrappers = 0
+        #: Set by a check for the sessions it runs: every CLI call of the session runs under
+        #: `strace -f` (contain.network-loopback-only), its calls in `run.opened` and `run.network`.
+        self.trace_opens = False
 
     @staticmethod
     def pinned_cli(spec):
@@ -182,7 +191,8 @@ class ReasoningLoopbackAdapter(BackendUnderTest):
         ).start()
         self._servers.append(server)
         self._wrappers += 1
-        wrapper, record = write_wrapper(self.tmp_path / f"reasoning-bin{self._wrappers}", self.binary.path, self.cli_spec.cli_name)
+        strace = shutil.which("strace") if self.trace_opens else None  # every turn's call appends to one log
+        wrapper, record = write_wrapper(self.tmp_path / f"reasoning-bin{self._wrappers}", self.binary.path, self.cli_spec.cli_name, strace=strace)
         printed = probe_version(self.binary.path)  # probed already (pinned_cli): cached
         if printed:
             remember_version(wrapper, printed)
@@ -192,7 +202,12 @@ class ReasoningLoopbackAdapter(BackendUnderTest):
         if bind is not None:  # each turn's sandbox sees the real CLI and writes the wrapper's record
             read_only, writable = wrapper_binds(wrapper, self.binary.path)
             bind(read_only=read_only, writable=writable)
-        return Setup(transport, Facts(requested_model=model), model=model, extra={"server": server, "record": record, "script": script})
+        return Setup(
+            transport,
+            Facts(requested_model=model),
+            model=model,
+            extra={"server": server, "record": record, "script": script, "strace": record.parent / STRACE_LOG if strace else None},
+        )
 
     #: The longest deadline `run` retries a session at that its deadline cut short.
     MAX_RETRY_TIMEOUT_S = 120.0
@@ -251,6 +266,9 @@ class ReasoningLoopbackAdapter(BackendUnderTest):
             for r in host_records(read_records(setup.extra["record"]))  # a sandbox's pids as the host's
             if r.get("argv", [])[1:2] != ["--version"]
         ]
+        traced = setup.extra.get("strace")
+        run.opened = read_opens(traced) if traced else None  # type: ignore[attr-defined]
+        run.network = read_network(traced) if traced else None  # type: ignore[attr-defined]
         run.requests = [
             {"url": r.path + (f"?{r.query}" if r.query else ""), "status": r.status, "headers": r.headers, "visible_headers": r.headers, "body": r.body_text}
             for r in server.requests

@@ -134,7 +134,7 @@ with open({record!r}, "a", encoding="utf-8") as fh:
     fh.write(json.dumps(rec) + "\\n")
 os.environ.update({short_session_env!r})  # after the record: the backend's env is what it gave
 if {strace!r} and sys.argv[1:2] not in (["--version"], ["-v"]):
-    os.execv({strace!r}, [{strace!r}, "-f", "-qq", "-e", {traced!r}, "-o", {log!r}, "--", {real!r}] + sys.argv[1:])
+    os.execv({strace!r}, [{strace!r}, "-f", "-qq", "-e", {traced!r}, "-A", "-o", {log!r}, "--", {real!r}] + sys.argv[1:])
 os.execv({real!r}, [{real!r}] + sys.argv[1:])
 """
 
@@ -159,8 +159,9 @@ STRACE_LOG = "strace.log"
 
 def write_wrapper(directory: Path, real: Path, name: str, strace: str | None = None) -> tuple[Path, Path]:
     """An executable `directory/name` that records its invocation and execs `real` (under
-    `strace -f` writing the files it opens and the network calls it makes to
-    `directory/strace.log`, when `strace` is given).
+    `strace -f` appending the files it opens and the network calls it makes to
+    `directory/strace.log`, when `strace` is given: a session that starts the CLI once per
+    turn keeps every call's).
     The record and the log are made here, empty, so a session's sandbox can bind them in
     writable (`wrapper_binds`): inside one, the wrapper's directory is read-only."""
     directory.mkdir(parents=True, exist_ok=True)
