@@ -2,7 +2,8 @@
 ClaudeReasoningTransport with one part swapped: its model client (`llm_class`) or its
 one-turn CLI transport (`cli_class`). The conformance suite catches HasNoTripwire,
 DropsTheHostSystemPrompt, DropsTheToolResults and LeavesTelemetryOn at the loopback level (the
-MUTANTS table); tests/backends/test_claude_code_reasoning.py catches the first five."""
+MUTANTS table); tests/backends/test_claude_code_reasoning.py catches every one but
+LeavesTelemetryOn."""
 
 from __future__ import annotations
 
