@@ -16,7 +16,7 @@ from harnesscheck.backends.claude_code_reasoning import (
     tool_protocol,
 )
 from harnesscheck.backends.llm import Reply, ToolCall
-from tests.mutants import mutant_spec
+from tests.mutants import harness, mutant_spec
 
 M = "tests.mutants.claude_code_reasoning"
 
@@ -96,17 +96,8 @@ class _ApiKeyCli(OneTurnClaude):
         return inv
 
 
-#: What keeps claude's own traffic off (the claude-code backend's CLAUDE_INJECTIONS).
-_QUIET = ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "DISABLE_AUTOUPDATER", "DISABLE_TELEMETRY", "DISABLE_ERROR_REPORTING")
-
-
-class _LoudCli(OneTurnClaude):
-    base_injections = {k: v for k, v in OneTurnClaude.base_injections.items() if k not in _QUIET}
-
-    def __init__(self, spec, settings=None, *, loopback=None, **kwargs):
-        super().__init__(spec, settings, loopback=loopback, **kwargs)
-        for name in _QUIET:  # the loopback seam's own injection of it too
-            self.injections.pop(name, None)
+class _LoudCli(harness.LeavesTelemetryOn, OneTurnClaude):
+    """The one-turn CLI with claude-code's own telemetry defect (tests/mutants/harness.py)."""
 
 
 class LeavesTelemetryOn(ClaudeReasoningTransport):
