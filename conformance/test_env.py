@@ -14,7 +14,7 @@ from harnesscheck.kit.catalog import check
 NESTING = {"CLAUDECODE": "1", "CLAUDE_CODE_ENTRYPOINT": "cli", "CLAUDE_CODE_SSE_PORT": "54321"}
 
 
-@check("env.provider-keys-stripped", kinds=[Kind.harness], incident=["A1", "A2", "A3"])
+@check("env.provider-keys-stripped", kinds=[Kind.harness], incident=["A1", "A2", "A3"], cli_model=True)
 def test_provider_keys_stripped(but):
     """No provider key, base URL or model override from the parent environment reaches the CLI
     (except a credential the backend injects by design, explicitly and traced by name)."""
@@ -28,7 +28,7 @@ def test_provider_keys_stripped(but):
         assert not leaked, f"parent variables reached the child: {leaked}"
 
 
-@check("env.no-secret-in-argv", kinds=[Kind.harness], incident="A9")
+@check("env.no-secret-in-argv", kinds=[Kind.harness], incident="A9", cli_model=True)
 def test_no_secret_in_argv(but):
     """No secret from the parent environment appears in the CLI's argv (visible in ps)."""
     run = but.shared_run("success", canaries=True)
@@ -39,7 +39,7 @@ def test_no_secret_in_argv(but):
         assert not leaked, f"secrets in argv: {leaked}"
 
 
-@check("env.nesting-vars-stripped", kinds=[Kind.harness], incident="B1")
+@check("env.nesting-vars-stripped", kinds=[Kind.harness], incident="B1", cli_model=True)
 def test_nesting_vars_stripped(but):
     """Run from inside a Claude Code session, the child does not inherit CLAUDECODE and friends."""
     run = but.run("success", parent_env=NESTING)
@@ -50,7 +50,7 @@ def test_nesting_vars_stripped(but):
         assert not present, f"nesting variables reached the child: {present}"
 
 
-@check("env.worktree-not-cwd", kinds=[Kind.harness], incident=["A4", "B2", "B3"])
+@check("env.worktree-not-cwd", kinds=[Kind.harness], incident=["A4", "B2", "B3"], cli_model=True)
 def test_worktree_not_cwd(but):
     """The CLI runs in a scratch directory, never the worktree: its .env, CLAUDE.md or .mcp.json cannot configure it."""
     ws = but.workspace()
@@ -103,7 +103,7 @@ def _inside(path: str, base: str) -> bool:
     return path == base or path.startswith(base.rstrip(os.sep) + os.sep)
 
 
-@check("env.host-credentials-unreachable", kinds=[Kind.harness], incident=["A5", "A7", "A1"])
+@check("env.host-credentials-unreachable", kinds=[Kind.harness], incident=["A5", "A7", "A1"], cli_model=True)
 def test_host_credentials_unreachable(but):
     """The CLI cannot reach the host user's credential stores (~/.ssh, ~/.config/gh, ~/.netrc,
     another vendor's login, the user's CLI settings): its HOME and config homes are not the
@@ -245,7 +245,7 @@ PLANTED_INSTRUCTIONS = ("AGENTS.md", "CLAUDE.md", "CLAUDE.local.md", "GEMINI.md"
 PLANTED_MCP = (".mcp.json", ".cursor/mcp.json")
 
 
-@check("env.planted-files-not-loaded", kinds=[Kind.harness], incident=["B2", "B3", "A4"])
+@check("env.planted-files-not-loaded", kinds=[Kind.harness], incident=["B2", "B3", "A4"], cli_model=True)
 def test_planted_files_not_loaded(but):
     """Instruction and MCP files planted in the worktree, in the run dir and in their common
     parent (`AGENTS.md`, `CLAUDE.md`, `CLAUDE.local.md`, `GEMINI.md`, `.mcp.json`,

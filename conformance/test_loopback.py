@@ -66,7 +66,7 @@ def test_disabled_builtin_not_executed(but):
     assert shown, "the call to a disabled built-in left no trace in the outcome or the audit"
 
 
-@check("env.canaries-never-reach-model", kinds=[Kind.harness], levels=LOOPBACK, incident=["A1", "A2", "A11"])
+@check("env.canaries-never-reach-model", kinds=[Kind.harness], levels=LOOPBACK, incident=["A1", "A2", "A11"], cli_model=True)
 def test_canaries_never_reach_model(but):
     """Secrets in the host env never appear in any request the CLI sends, nor in the env of the CLI or the bridge."""
     canaries = but.parent_env_canaries()
@@ -180,7 +180,7 @@ def _tree(*roots) -> set[str]:
     return found
 
 
-@check("env.no-leftovers-outside-run-dir", kinds=[Kind.harness], levels=LOOPBACK)
+@check("env.no-leftovers-outside-run-dir", kinds=[Kind.harness], levels=LOOPBACK, cli_model=True)
 def test_no_leftovers_outside_run_dir(but):
     """A session leaves no file, directory or socket outside its run dir: the CLI's temp and
     runtime dirs (TMPDIR, XDG_RUNTIME_DIR and its own equivalents) are the session's, inside

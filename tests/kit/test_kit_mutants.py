@@ -116,12 +116,12 @@ def _run_cli_mutants(tmp_path, refs: list[str], level: str) -> tuple[dict, str]:
     """One child run: every mutant of `refs` against only its own checks (AREAS, through
     --hc-cells), at `level`. A mutant with a cell in its reach the machine was too slow to judge
     (`budget`) is run once more, alone with the others that had one; its cells of that run count."""
-    refs_left, cells_seen, out = list(refs), {}, ""
+    refs_left, cells_seen, out, catalog = list(refs), {}, "", load_catalog()
     for attempt in range(2):
         selection = {_spec_id(ref): list(AREAS[ref]) for ref in refs_left}
         cells_file = tmp_path / f"cells-{level}-{attempt}.json"
         cells_file.write_text(json.dumps(selection), encoding="utf-8")
-        files = tuple(sorted({f"conformance/test_{c.partition('.')[0]}.py" for ref in refs_left for c in AREAS[ref]}))
+        files = tuple(sorted({f"conformance/{catalog[c].module}" for ref in refs_left for c in AREAS[ref]}))  # a check's module, not its area's
         backends = [a for ref in refs_left for a in ("--backend", ref)]
         _code, report, out = run_suite(
             tmp_path, *backends, "--level", level, "--hc-cells", str(cells_file), "-n", CLI_MUTANT_WORKERS[level], files=files, timeout=1500

@@ -57,6 +57,22 @@ def test_kind_restricted_checks_have_no_cell_for_other_kinds(tmp_path, pytester)
     assert set(cells(report, "fake")) == {"selection.registry-builds-backend"}
 
 
+def test_a_cli_model_check_applies_to_the_api_backends_whose_model_is_a_cli_and_no_other():
+    """`cli_model` checks (the CLI's env, argv, cwd) have cells for harness backends and for a
+    reasoning-only api backend (it starts a CLI per turn), never for an api backend over HTTP;
+    a harness-only check without it has none for the reasoning backend."""
+    from harnesscheck.backends.registry import get_spec
+    from harnesscheck.kit import plugin
+    from harnesscheck.kit.catalog import load_catalog
+
+    catalog = load_catalog()
+    keys, argv_only = catalog["env.provider-keys-stripped"], catalog["selection.prompt-never-a-flag"]
+    assert keys.cli_model and not argv_only.cli_model
+    reasoning, api, harness = get_spec("claude-code-reasoning"), get_spec("api"), get_spec("claude-code")
+    assert [plugin._applies(keys, s) for s in (reasoning, api, harness)] == [True, False, True]
+    assert [plugin._applies(argv_only, s) for s in (reasoning, api, harness)] == [False, False, True]
+
+
 def test_live_level_never_runs_without_the_real_cli(tmp_path, pytester):
     code, report, out = run_inline(pytester, "--backend", "fake", "-m", "live")
     assert code in (0, 5), out  # nothing live for an in-process backend

@@ -347,6 +347,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.claude_code_reasoning:has_no_tripwire": _ids("audit.builtin-call-blocks-session"),
     "tests.mutants.claude_code_reasoning:drops_the_host_system_prompt": _ids("selection.system-prompt-delivered"),
     "tests.mutants.claude_code_reasoning:leaves_telemetry_on": _ids("contain.network-loopback-only"),
+    "tests.mutants.claude_code_reasoning:passes_the_api_key_through": _ids("env.provider-keys-stripped", "env.canaries-never-reach-model"),
     "tests.mutants.claude_code_reasoning:drops_the_tool_results": _ids(
         "scope.loop-reaches-dispatch",
         "scope.in-tree-symlink-reads",
@@ -936,6 +937,7 @@ AREAS: dict[str, tuple[str, ...]] = {
     ),
     "tests.mutants.harness:leaves_telemetry_on": ("contain.network-loopback-only", "env.provider-keys-stripped"),
     "tests.mutants.claude_code_reasoning:leaves_telemetry_on": ("contain.network-loopback-only", "selection.registry-builds-backend"),
+    "tests.mutants.claude_code_reasoning:passes_the_api_key_through": ("env.canaries-never-reach-model", "env.no-secret-in-argv", "env.provider-keys-stripped"),
 }
 
 #: The level a CLI-based mutant runs at, where not offline: reasoning-only Claude Code has no
@@ -946,6 +948,7 @@ MUTANT_LEVELS: dict[str, str] = {
     "tests.mutants.claude_code_reasoning:drops_the_host_system_prompt": "loopback",
     "tests.mutants.claude_code_reasoning:drops_the_tool_results": "loopback",
     "tests.mutants.claude_code_reasoning:leaves_telemetry_on": "loopback",
+    "tests.mutants.claude_code_reasoning:passes_the_api_key_through": "loopback",
     "tests.mutants.harness:leaves_telemetry_on": "loopback",
 }
 

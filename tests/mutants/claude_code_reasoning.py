@@ -1,9 +1,8 @@
 """Known-bad variants of the reasoning-only Claude Code backend (see __init__.py). Each is a
 ClaudeReasoningTransport with one part swapped: its model client (`llm_class`) or its
-one-turn CLI transport (`cli_class`). The conformance suite catches HasNoTripwire,
-DropsTheHostSystemPrompt, DropsTheToolResults and LeavesTelemetryOn at the loopback level (the
-MUTANTS table); tests/backends/test_claude_code_reasoning.py catches every one but
-LeavesTelemetryOn."""
+one-turn CLI transport (`cli_class`). The conformance suite catches every one but
+DispatchesAnyName at the loopback level (the MUTANTS table);
+tests/backends/test_claude_code_reasoning.py catches every one but LeavesTelemetryOn."""
 
 from __future__ import annotations
 

@@ -87,6 +87,10 @@ class CheckInfo:
     #: fixture delay). Not part of its meaning: the parallel run spreads these cells so that
     #: one worker's wait overlaps another's work.
     paced: bool = False
+    #: The check judges the CLI a backend starts (its env, argv, cwd), so it also applies to an
+    #: api backend whose model is a CLI call per host turn (reasoning-only: its kit profile's
+    #: `reasoning`), which starts that CLI as a harness does. Decided per backend by the plugin.
+    cli_model: bool = False
 
     def applies_to_kind(self, kind: Kind) -> bool:
         return kind in self.kinds
@@ -100,6 +104,7 @@ class CheckInfo:
             "declines": self.declines,
             "kinds": sorted(self.kinds),
             "levels": list(self.levels),
+            **({"cli_model": True} if self.cli_model else {}),
         }
 
 
@@ -118,9 +123,11 @@ def check(
     levels: Iterable[str] = ("offline", "loopback"),
     declines: Capability | str | None = None,
     paced: bool = False,
+    cli_model: bool = False,
 ) -> Callable:
     """Declare a conformance check. The function's docstring is its requirement; `paced`:
-    its cells wait on purpose for a noticeable time (CheckInfo.paced)."""
+    its cells wait on purpose for a noticeable time (CheckInfo.paced); `cli_model`: it also
+    applies to an api backend whose model is a CLI call (CheckInfo.cli_model)."""
     if not _ID_RE.match(check_id):
         raise CatalogError(f"check id {check_id!r} is not '<area>.<slug>' in lower kebab case")
     area = check_id.split(".", 1)[0]
@@ -153,6 +160,7 @@ def check(
             function=fn.__name__,
             details=" ".join(rest.split()),
             paced=bool(paced),
+            cli_model=bool(cli_model),
         )
         _register(info)
         setattr(fn, ATTR, info)

@@ -87,7 +87,9 @@ def catalog_markdown(catalog: dict[str, CheckInfo]) -> str:
         "Columns: **requires** — capabilities the check needs: an optional one must be declared (else the cell is "
         "skipped `unsupported-by-backend`); one marked *required* is judged whatever the backend declares "
         '(kit/requirements.py, doc/AUTHORS.md "The minimum"); *declines* — the check runs only for backends that do '
-        "not declare the capability and judges that they decline honestly; **kinds** — backend kinds it applies to; "
+        "not declare the capability and judges that they decline honestly; **kinds** — backend kinds it applies to "
+        "(*api with a CLI model*: also an api backend whose model is a CLI call per turn, reasoning-only, whose CLI "
+        "is judged as a harness's); "
         "**cases** — harness-anchors.md cases it covers; **severity** and **fix** — how much a failure matters and "
         "what the backend must do (conformance/guidance.toml; a failing cell prints its fix).",
     ]
@@ -109,6 +111,8 @@ def catalog_markdown(catalog: dict[str, CheckInfo]) -> str:
             if c.declines:
                 requires = f"declines `{c.declines}`"
             kinds = ", ".join(sorted(c.kinds)) if len(c.kinds) == 1 else "all"
+            if c.cli_model and len(c.kinds) == 1:
+                kinds += ", api with a CLI model"
             guide = guidance_for(c.id)
             severity, fix = (guide.severity, guide.fix.replace("|", "\\|")) if guide else ("—", "—")
             lines.append(

@@ -409,7 +409,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     cells, ids = [], []
     for spec in _backends(metafunc.config):
-        if not info.applies_to_kind(spec.kind):
+        if not _applies(info, spec):
             continue
         if info.declines is not None and spec.supports(info.declines):
             continue  # a "declines correctly" check only concerns backends without the capability
@@ -422,6 +422,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if not cells:
         cells, ids = [None], ["not-applicable"]
     metafunc.parametrize("but", cells, ids=ids, indirect=True)
+
+
+def _applies(info, spec) -> bool:
+    """The check has cells for the backend: its kind is one of the check's, or the check judges
+    the CLI a backend starts (`cli_model`) and the backend is an api one whose model is a CLI call."""
+    if info.applies_to_kind(spec.kind):
+        return True
+    if not info.cli_model:
+        return False
+    from harnesscheck.kit.levels import is_reasoning
+
+    return is_reasoning(spec)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
