@@ -199,7 +199,7 @@ def test_no_leftovers_outside_run_dir(but):
     assert not private, f"the session's private dirs outlived it: {private}"
 
 
-@check("env.messaging-socket-private", kinds=[Kind.harness], levels=LOOPBACK)
+@check("env.messaging-socket-private", kinds=[Kind.harness], levels=LOOPBACK, cli_model=True)
 def test_messaging_socket_private(but):
     """No local process outside the session can reach the CLI, nor the CLI them: with a
     listener planted where a CLI's messaging sockets live in the host's temp and runtime dirs
@@ -293,7 +293,7 @@ SYSTEM_READS = (
 PLANTED = ("AGENTS.md", "CLAUDE.md", "GEMINI.md", ".mcp.json", "CLAUDE.local.md")
 
 
-@check("scope.cli-reads-inside-sandbox", kinds=[Kind.harness], levels=LOOPBACK)
+@check("scope.cli-reads-inside-sandbox", kinds=[Kind.harness], levels=LOOPBACK, cli_model=True)
 def test_cli_reads_inside_sandbox(but):
     """The real CLI opens nothing outside its private HOME, config dir, run dir and scratch
     cwd beyond the documented allowlist (system libraries and certificates, its own install,

@@ -86,7 +86,7 @@ def test_batch_shim_refused(but, tmp_path):
 HOSTILE_PROMPT = "--dangerously-skip-permissions -p --mcp-config=/tmp/evil.json"
 
 
-@check("selection.prompt-never-a-flag", kinds=[Kind.harness], incident=["J1", "J3"])
+@check("selection.prompt-never-a-flag", kinds=[Kind.harness], incident=["J1", "J3"], cli_model=True)
 def test_prompt_never_a_flag(but):
     """A prompt that looks like flags reaches the CLI on stdin, after `--`, as the value of one
     attached `--name=VALUE` argument (no parser splits it), or in a file the CLI is given to
@@ -108,7 +108,7 @@ def test_prompt_never_a_flag(but):
         assert "dangerously-skip-permissions" in delivered, "the prompt never reached the CLI"
 
 
-@check("selection.huge-system-prompt-not-in-argv", requires=[C.system_prompt], kinds=[Kind.harness], incident="J4")
+@check("selection.huge-system-prompt-not-in-argv", requires=[C.system_prompt], kinds=[Kind.harness], incident="J4", cli_model=True)
 def test_huge_system_prompt_not_in_argv(but):
     """A 200 KB system prompt goes by file or stdin, not argv (ARG_MAX), and the session still runs."""
     _huge_system_prompt_stays_out_of_argv(but)

@@ -105,7 +105,7 @@ def test_cancel_ends_session(but):
     assert not survivors, f"processes survived cancellation: {survivors}"
 
 
-@check("time.no-survivors-after-timeout", kinds=[Kind.harness], incident=["C1", "C2", "C9"], paced=True)
+@check("time.no-survivors-after-timeout", kinds=[Kind.harness], incident=["C1", "C2", "C9"], paced=True, cli_model=True)
 def test_no_survivors_after_timeout(but):
     """After a timeout no process of the tree survives: CLI, grandchildren, even setsid escapees
     with an empty environment.
@@ -166,7 +166,7 @@ def test_linger_after_result(but):
     assert not survivors, f"processes survived: {survivors}"
 
 
-@check("time.stdin-not-left-open", kinds=[Kind.harness], incident="C6")
+@check("time.stdin-not-left-open", kinds=[Kind.harness], incident="C6", cli_model=True)
 def test_stdin_not_left_open(but):
     """The CLI's stdin is /dev/null or a pipe closed right after the prompt: never an open pipe
     it could block on, not even for a while.

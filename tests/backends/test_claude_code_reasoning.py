@@ -188,6 +188,40 @@ def test_the_api_loop_takes_a_model_client_through_its_public_seam(tmp_path):
     assert out.status is OutcomeStatus.ok and out.cost.source is CostSource.none and out.cost.usd is None
 
 
+def test_each_turns_cli_call_is_made_inside_the_sessions_run_dir(tmp_path):
+    """Every turn's CLI runs in a private dir inside the session's run dir, removed after the
+    call (nothing of the session outside the run dir the host gave); in the temp dir only when
+    the host names none."""
+    import tempfile
+    from pathlib import Path
+
+    from harnesscheck.backends.claude_code_reasoning import ClaudeReasoningTransport
+    from harnesscheck.backends.registry import get_spec
+    from harnesscheck.core.config import Settings
+    from harnesscheck.core.contracts import AgentSessionRequest
+    from harnesscheck.core.scope import ToolScope
+
+    seen: list[Path] = []
+
+    class Cli:
+        settings = Settings()
+
+        def _run(self, request, **_):
+            seen.append(Path(request.run_dir))
+            return _outcome()
+
+    root = tmp_path / "work"
+    root.mkdir()
+    transport = ClaudeReasoningTransport(get_spec("claude-code-reasoning"), Settings(), cli_transport=Cli())
+    for run_dir in (tmp_path / "run", None):
+        request = AgentSessionRequest(prompt="hi", scope=ToolScope(name="t", root=root, read_only=True), timeout_s=30.0, run_dir=run_dir)
+        assert transport.run_session(request).status is OutcomeStatus.ok
+    inside, elsewhere = seen
+    assert inside.parent.parent == tmp_path / "run" and inside.parent.name.startswith("turn-")
+    assert not inside.parent.exists(), "the turn's dir outlived its call"
+    assert elsewhere.parent.parent == Path(tempfile.gettempdir()) and not elsewhere.parent.exists()
+
+
 def _outcome(**kw) -> AgentOutcome:
     base = dict(status=OutcomeStatus.ok, text="ok", usage=Usage(input=3, output=2), served_model="claude-x")
     return AgentOutcome(**{**base, **kw})

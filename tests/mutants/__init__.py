@@ -348,6 +348,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.claude_code_reasoning:drops_the_host_system_prompt": _ids("selection.system-prompt-delivered"),
     "tests.mutants.claude_code_reasoning:leaves_telemetry_on": _ids("contain.network-loopback-only"),
     "tests.mutants.claude_code_reasoning:passes_the_api_key_through": _ids("env.provider-keys-stripped", "env.canaries-never-reach-model"),
+    "tests.mutants.claude_code_reasoning:runs_turns_outside_the_run_dir": _ids("scope.cli-reads-inside-sandbox"),
     "tests.mutants.claude_code_reasoning:drops_the_tool_results": _ids(
         "scope.loop-reaches-dispatch",
         "scope.in-tree-symlink-reads",
@@ -938,6 +939,7 @@ AREAS: dict[str, tuple[str, ...]] = {
     "tests.mutants.harness:leaves_telemetry_on": ("contain.network-loopback-only", "env.provider-keys-stripped"),
     "tests.mutants.claude_code_reasoning:leaves_telemetry_on": ("contain.network-loopback-only", "selection.registry-builds-backend"),
     "tests.mutants.claude_code_reasoning:passes_the_api_key_through": ("env.canaries-never-reach-model", "env.no-secret-in-argv", "env.provider-keys-stripped"),
+    "tests.mutants.claude_code_reasoning:runs_turns_outside_the_run_dir": ("env.no-leftovers-outside-run-dir", "scope.cli-reads-inside-sandbox"),
 }
 
 #: The level a CLI-based mutant runs at, where not offline: reasoning-only Claude Code has no
@@ -949,6 +951,7 @@ MUTANT_LEVELS: dict[str, str] = {
     "tests.mutants.claude_code_reasoning:drops_the_tool_results": "loopback",
     "tests.mutants.claude_code_reasoning:leaves_telemetry_on": "loopback",
     "tests.mutants.claude_code_reasoning:passes_the_api_key_through": "loopback",
+    "tests.mutants.claude_code_reasoning:runs_turns_outside_the_run_dir": "loopback",
     "tests.mutants.harness:leaves_telemetry_on": "loopback",
 }
 

@@ -2,12 +2,14 @@
 ClaudeReasoningTransport with one part swapped: its model client (`llm_class`) or its
 one-turn CLI transport (`cli_class`). The conformance suite catches every one but
 DispatchesAnyName at the loopback level (the MUTANTS table);
-tests/backends/test_claude_code_reasoning.py catches every one but LeavesTelemetryOn."""
+tests/backends/test_claude_code_reasoning.py catches every one but LeavesTelemetryOn and
+RunsTurnsOutsideTheRunDir (its own unit test pins where the turns' dirs go)."""
 
 from __future__ import annotations
 
 import json
 
+from harnesscheck.backends.api import ApiTransport
 from harnesscheck.backends.claude_code_reasoning import (
     ClaudeReasoningTransport,
     OneTurnClaude,
@@ -117,4 +119,16 @@ has_no_tripwire = mutant_spec("claude-code-reasoning", M, HasNoTripwire)
 drops_the_host_system_prompt = mutant_spec("claude-code-reasoning", M, DropsTheHostSystemPrompt)
 drops_the_tool_results = mutant_spec("claude-code-reasoning", M, DropsTheToolResults)
 leaves_telemetry_on = mutant_spec("claude-code-reasoning", M, LeavesTelemetryOn)
+
+
+class RunsTurnsOutsideTheRunDir(ClaudeReasoningTransport):
+    """Makes each turn's CLI dirs (its HOME, config dir, cwd) in the system temp dir instead of
+    the session's run dir, as the backend did before 2026-12-07: the CLI reads and writes
+    outside the run dir the host gave."""
+
+    def run_session(self, request, **kwargs):
+        return ApiTransport.run_session(self, request, **kwargs)
+
+
 passes_the_api_key_through = mutant_spec("claude-code-reasoning", M, PassesTheApiKeyThrough)
+runs_turns_outside_the_run_dir = mutant_spec("claude-code-reasoning", M, RunsTurnsOutsideTheRunDir)

@@ -18,7 +18,8 @@ subject. The server serves turn N to a prompt holding N model messages (the prof
 Evidence a check gets, all observed from outside the CLI:
 - `run.requests` (path, header values with credentials masked, body) and `run.model_saw`
   (the host's tool results as the model read them in the prompt, and the last prompt);
-- `run.children`: each CLI call (argv, env, cwd, pid), recorded by the loopback exec wrapper;
+- `run.children`: each CLI call (argv, env, cwd, pid), recorded by the loopback exec wrapper,
+  and as its `stdin` the first turn's prompt as the model received it;
 - `tools_offered(run)`: tools offered at the wire (must be none) plus the names the text
   protocol advertised in the system prompt; `system_seen(run)`: the system prompt received;
 - `run.facts`: usage summed over the served turns, the served model;
@@ -261,8 +262,12 @@ class ReasoningLoopbackAdapter(BackendUnderTest):
         server: ScriptedModelServer = setup.extra["server"]
         server.stop()
         run.run_dir = request.run_dir
+        turns = server.turn_requests()
+        # The wrapper cannot read stdin without taking it from the CLI; the prompt the model
+        # was given is the evidence of how it arrived (as for a harness at loopback).
+        delivered = _prompt_text(turns[0].body) if turns else ""
         run.children = [
-            r
+            {**r, "stdin": delivered}
             for r in host_records(read_records(setup.extra["record"]))  # a sandbox's pids as the host's
             if r.get("argv", [])[1:2] != ["--version"]
         ]
@@ -273,7 +278,6 @@ class ReasoningLoopbackAdapter(BackendUnderTest):
             {"url": r.path + (f"?{r.query}" if r.query else ""), "status": r.status, "headers": r.headers, "visible_headers": r.headers, "body": r.body_text}
             for r in server.requests
         ]
-        turns = server.turn_requests()
         run.model_calls = len(turns)
         saw: list[str] = []
         if turns:

@@ -12,8 +12,10 @@ Requirements kept here (doc/SPEC-claude-code-reasoning.md; the 004 seed's design
   {"tool": <name>, "args": {...}}``` block. `parse_tool_calls` turns it into the loop's
   tool calls, which the host dispatches (`harnesscheck.choke.dispatch`). Malformed JSON degrades
   to text; a name outside the advertised set is never dispatched (left as text).
-- The CLI runs in the claude-code transport's tool-less one-shot set-up: an empty scratch
-  cwd, a per-run CLAUDE_CONFIG_DIR and HOME, the env policy's allowlist (API keys
+- The CLI runs in the claude-code transport's tool-less one-shot set-up, in a private dir
+  of its own inside the session's run dir (`turn-*`, removed after the call; the system temp
+  dir only when the host names no run dir): an empty scratch cwd, a per-run
+  CLAUDE_CONFIG_DIR and HOME, the env policy's allowlist (API keys
   stripped: it never bills an API key), the saved login only (the OAuth token or the linked
   credentials file). A rate limit is an error the host may retry later; there is no fallback
   to any other (paid) provider.
@@ -26,6 +28,8 @@ import re
 import secrets
 import threading
 import time
+from contextvars import ContextVar
+from pathlib import Path
 from typing import Any
 
 from harnesscheck.backends.api import ApiTransport
@@ -233,6 +237,11 @@ class OneTurnClaude(ClaudeCodeTransport):
         return inv
 
 
+#: The run dir of the session a ReasoningLLM call serves (set by ClaudeReasoningTransport.run_session
+#: for the thread that runs the session's loop), None when the host named none.
+SESSION_RUN_DIR: ContextVar[Path | None] = ContextVar("claude_reasoning_session_run_dir", default=None)
+
+
 class ReasoningLLM:
     """The api loop's model client: one CLI call per turn, nothing executed by the CLI."""
 
@@ -264,11 +273,16 @@ class ReasoningLLM:
         return render_transcript(messages, secrets.token_hex(6))
 
     def _one_call(self, prompt, system, model, timeout, cancel) -> AgentOutcome:
+        import os
         import shutil
         import tempfile
-        from pathlib import Path
 
-        scratch = Path(tempfile.mkdtemp(prefix="harnesscheck-claude-reasoning-"))
+        base = SESSION_RUN_DIR.get()
+        if base is not None:  # the call's dirs are the session's: nothing of it outside the run dir the host gave
+            os.makedirs(base, mode=0o700, exist_ok=True)
+            scratch = Path(tempfile.mkdtemp(prefix="turn-", dir=base))
+        else:
+            scratch = Path(tempfile.mkdtemp(prefix="harnesscheck-claude-reasoning-"))
         try:
             (scratch / "empty").mkdir()
             request = AgentSessionRequest(
@@ -330,6 +344,14 @@ class ClaudeReasoningTransport(ApiTransport):
         cli = cli_transport or self.cli_class(get_spec("claude-code"), cli_settings, **cli_kwargs)
         self._cli_transport = cli
         super().__init__(spec, settings, llm=self.llm_class(cli))
+
+    def run_session(self, request: AgentSessionRequest, **kwargs: Any) -> AgentOutcome:
+        """The api loop, each turn's CLI call made inside the request's run dir (SESSION_RUN_DIR)."""
+        token = SESSION_RUN_DIR.set(Path(request.run_dir) if request.run_dir is not None else None)
+        try:
+            return super().run_session(request, **kwargs)
+        finally:
+            SESSION_RUN_DIR.reset(token)
 
     def bind_in_sandbox(self, **paths: Any) -> None:
         """Every turn's CLI sandbox binds these too (HarnessTransport.bind_in_sandbox)."""
