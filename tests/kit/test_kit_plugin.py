@@ -66,11 +66,11 @@ def test_a_cli_model_check_applies_to_the_api_backends_whose_model_is_a_cli_and_
     from harnesscheck.kit.catalog import load_catalog
 
     catalog = load_catalog()
-    keys, argv_only = catalog["env.provider-keys-stripped"], catalog["selection.prompt-never-a-flag"]
-    assert keys.cli_model and not argv_only.cli_model
+    keys, harness_only = catalog["env.provider-keys-stripped"], catalog["selection.flag-values-validated"]
+    assert keys.cli_model and not harness_only.cli_model
     reasoning, api, harness = get_spec("claude-code-reasoning"), get_spec("api"), get_spec("claude-code")
     assert [plugin._applies(keys, s) for s in (reasoning, api, harness)] == [True, False, True]
-    assert [plugin._applies(argv_only, s) for s in (reasoning, api, harness)] == [False, False, True]
+    assert [plugin._applies(harness_only, s) for s in (reasoning, api, harness)] == [False, False, True]
 
 
 def test_live_level_never_runs_without_the_real_cli(tmp_path, pytester):
