@@ -114,13 +114,6 @@ class PassesTheApiKeyThrough(ClaudeReasoningTransport):
     cli_class = _ApiKeyCli
 
 
-dispatches_any_name = mutant_spec("claude-code-reasoning", M, DispatchesAnyName)
-has_no_tripwire = mutant_spec("claude-code-reasoning", M, HasNoTripwire)
-drops_the_host_system_prompt = mutant_spec("claude-code-reasoning", M, DropsTheHostSystemPrompt)
-drops_the_tool_results = mutant_spec("claude-code-reasoning", M, DropsTheToolResults)
-leaves_telemetry_on = mutant_spec("claude-code-reasoning", M, LeavesTelemetryOn)
-
-
 class RunsTurnsOutsideTheRunDir(ClaudeReasoningTransport):
     """Makes each turn's CLI dirs (its HOME, config dir, cwd) in the system temp dir instead of
     the session's run dir, as the backend did before 2026-12-07: the CLI reads and writes
@@ -130,5 +123,10 @@ class RunsTurnsOutsideTheRunDir(ClaudeReasoningTransport):
         return ApiTransport.run_session(self, request, **kwargs)
 
 
+dispatches_any_name = mutant_spec("claude-code-reasoning", M, DispatchesAnyName)
+has_no_tripwire = mutant_spec("claude-code-reasoning", M, HasNoTripwire)
+drops_the_host_system_prompt = mutant_spec("claude-code-reasoning", M, DropsTheHostSystemPrompt)
+drops_the_tool_results = mutant_spec("claude-code-reasoning", M, DropsTheToolResults)
+leaves_telemetry_on = mutant_spec("claude-code-reasoning", M, LeavesTelemetryOn)
 passes_the_api_key_through = mutant_spec("claude-code-reasoning", M, PassesTheApiKeyThrough)
 runs_turns_outside_the_run_dir = mutant_spec("claude-code-reasoning", M, RunsTurnsOutsideTheRunDir)
