@@ -297,15 +297,6 @@ class ReasoningLoopbackAdapter(BackendUnderTest):
     def spawned(self) -> list[dict]:
         return []
 
-    def permitted_injections(self, run: SessionRun) -> set[str]:
-        """Provider variables the CLI's backend may hand it (its kit profile's, as for that
-        backend's own column) that a turn's call traced by name."""
-        traced: set[str] = set()
-        for rec in run.trace:
-            if rec.get("event") == "env_inject":
-                traced.update(rec.get("names") or [])
-        return set(kit_profile(self.cli_spec).permitted_injections) & traced
-
     def tools_offered(self, run: SessionRun) -> list[str] | None:
         """Tools offered at the wire (a reasoning turn offers none) and the names the text
         protocol advertised in the system prompt, over every turn."""
