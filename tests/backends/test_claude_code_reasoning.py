@@ -222,6 +222,48 @@ def test_each_turns_cli_call_is_made_inside_the_sessions_run_dir(tmp_path):
     assert elsewhere.parent.parent == Path(tempfile.gettempdir()) and not elsewhere.parent.exists()
 
 
+def test_a_turns_dir_that_cannot_be_removed_fails_the_turn(tmp_path, monkeypatch):
+    """The turn's dir is removed whatever modes the CLI left in it; when it cannot be, the turn
+    fails loudly (policy_violation, the reason in the message), never a silent ok."""
+    from pathlib import Path
+
+    from harnesscheck.backends.claude_code_reasoning import ClaudeReasoningTransport
+    from harnesscheck.backends.registry import get_spec
+    from harnesscheck.contain import rundir
+    from harnesscheck.core.config import Settings
+    from harnesscheck.core.contracts import AgentSessionRequest
+    from harnesscheck.core.scope import ToolScope
+
+    turns: list[Path] = []
+
+    class Cli:
+        settings = Settings()
+
+        def _run(self, request, **_):
+            locked = Path(request.run_dir).parent / "locked"
+            locked.mkdir()
+            (locked / "kept").write_text("x")
+            locked.chmod(0)
+            turns.append(locked.parent)
+            return _outcome()
+
+    root = tmp_path / "work"
+    root.mkdir()
+    transport = ClaudeReasoningTransport(get_spec("claude-code-reasoning"), Settings(), cli_transport=Cli())
+
+    def session():
+        request = AgentSessionRequest(prompt="hi", scope=ToolScope(name="t", root=root, read_only=True), timeout_s=30.0, run_dir=tmp_path / "run")
+        return transport.run_session(request)
+
+    assert session().status is OutcomeStatus.ok
+    assert not turns[-1].exists(), "a mode-0 subdir kept the turn's dir"
+    remove = rundir.remove_private_tree  # the dir still goes; the answer says it could not
+    monkeypatch.setattr(rundir, "remove_private_tree", lambda path: remove(path) or "kept: Device or resource busy")
+    failed = session()
+    assert not failed.ok and failed.error_class is ErrorClass.policy_violation
+    assert "the turn's private dir could not be removed (kept: Device or resource busy)" in (failed.message or "")
+
+
 def _outcome(**kw) -> AgentOutcome:
     base = dict(status=OutcomeStatus.ok, text="ok", usage=Usage(input=3, output=2), served_model="claude-x")
     return AgentOutcome(**{**base, **kw})

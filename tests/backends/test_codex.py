@@ -426,6 +426,21 @@ def test_one_shot_has_no_bridge_and_refuses_tools(tmp_path):
         t.complete("x", tools=[{"name": "read_file"}])
 
 
+def test_a_one_shot_whose_private_dir_cannot_be_removed_fails_loudly(tmp_path, monkeypatch):
+    """complete()'s private dir is removed after the call; when it cannot be, the ok outcome
+    becomes a policy_violation error with the reason in its message (never a silent ok)."""
+    from harnesscheck.contain import rundir
+    from harnesscheck.core.contracts import ErrorClass, OutcomeStatus
+
+    fake = install_fake_cli("codex", "success", tmp_path / "bin")
+    t = CodexTransport(get_spec("codex"), Settings(), cli_path=fake.path, parent_env=parent_env(tmp_path / "home"))
+    remove = rundir.remove_private_tree  # the dir still goes (nothing left in /tmp); the answer says it could not
+    monkeypatch.setattr(rundir, "remove_private_tree", lambda path: remove(path) or "run: Device or resource busy")
+    out = t.complete("say hi")
+    assert out.status is OutcomeStatus.error and out.error_class is ErrorClass.policy_violation and not out.retryable
+    assert "the one-shot's private dir could not be removed (run: Device or resource busy)" in (out.message or "")
+
+
 def test_parser_memory_is_bounded():
     from harnesscheck.backends._bounded import MAX_NATIVE, CallLog, TextTail
 

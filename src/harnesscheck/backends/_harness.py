@@ -455,6 +455,20 @@ DECLINED_WHY: dict[Capability, str] = {
 }
 
 
+def unremoved_dir_fails(outcome: AgentOutcome, failed: str | None, what: str) -> AgentOutcome:
+    """A one-shot's outcome after its private dir was removed (`remove_private_tree`'s answer):
+    unchanged when the dir is gone; else the reason is added to the message, and an outcome
+    that was ok becomes a policy_violation error (never retryable): a dir the CLI kept from
+    removal is a leftover the host must hear of, never a silent success."""
+    if not failed:
+        return outcome
+    why = f"{what} could not be removed ({failed})"
+    update: dict[str, Any] = {"message": "; ".join(p for p in (outcome.message, why) if p)}
+    if outcome.ok:
+        update.update(status=OutcomeStatus.error, error_class=ErrorClass.policy_violation, retryable=False)
+    return outcome.model_copy(update=update)
+
+
 class HarnessTransport:
     """Glue between a CLI's argv/parser and run_process. Subclasses: ClaudeCodeTransport, ..."""
 
@@ -612,13 +626,7 @@ class HarnessTransport:
             from harnesscheck.contain.rundir import remove_private_tree
 
             failed = remove_private_tree(scratch)
-        if failed:
-            why = f"the one-shot's private dir could not be removed ({failed})"
-            update: dict[str, Any] = {"message": "; ".join(p for p in (outcome.message, why) if p)}
-            if outcome.ok:
-                update.update(status=OutcomeStatus.error, error_class=ErrorClass.policy_violation, retryable=False)
-            outcome = outcome.model_copy(update=update)
-        return outcome
+        return unremoved_dir_fails(outcome, failed, "the one-shot's private dir")
 
     def _run(
         self,

@@ -13,8 +13,9 @@ Requirements kept here (doc/SPEC-claude-code-reasoning.md; the 004 seed's design
   tool calls, which the host dispatches (`harnesscheck.choke.dispatch`). Malformed JSON degrades
   to text; a name outside the advertised set is never dispatched (left as text).
 - The CLI runs in the claude-code transport's tool-less one-shot set-up, in a private dir
-  of its own inside the session's run dir (`turn-*`, removed after the call; the system temp
-  dir only when the host names no run dir): an empty scratch cwd, a per-run
+  of its own inside the session's run dir (`turn-*`, removed after the call whatever modes
+  the CLI left, or the turn fails as a policy_violation; the system temp dir only when the
+  host names no run dir): an empty scratch cwd, a per-run
   CLAUDE_CONFIG_DIR and HOME, the env policy's allowlist (API keys
   stripped: it never bills an API key), the saved login only (the OAuth token or the linked
   credentials file). A rate limit is an error the host may retry later; there is no fallback
@@ -273,9 +274,13 @@ class ReasoningLLM:
         return render_transcript(messages, secrets.token_hex(6))
 
     def _one_call(self, prompt, system, model, timeout, cancel) -> AgentOutcome:
+        """One turn's CLI call in a private dir of its own, removed after it whatever modes the CLI
+        left; a dir that could not be removed fails the turn (`unremoved_dir_fails`)."""
         import os
-        import shutil
         import tempfile
+
+        from harnesscheck.backends._harness import unremoved_dir_fails
+        from harnesscheck.contain.rundir import remove_private_tree
 
         base = SESSION_RUN_DIR.get()
         if base is not None:  # the call's dirs are the session's: nothing of it outside the run dir the host gave
@@ -294,9 +299,10 @@ class ReasoningLLM:
                 run_dir=scratch / "run",
                 scope=ToolScope(name="reasoning", root=scratch / "empty", read_only=True, allowed_tools=()),
             )
-            return self.cli._run(request, cancel=cancel, on_text=None, tool_less=True)
+            outcome = self.cli._run(request, cancel=cancel, on_text=None, tool_less=True)
         finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+            failed = remove_private_tree(scratch)
+        return unremoved_dir_fails(outcome, failed, "the turn's private dir")
 
     @staticmethod
     def reply(outcome: AgentOutcome, advertised, abort=None) -> Reply:
