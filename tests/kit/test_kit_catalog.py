@@ -125,3 +125,24 @@ def test_the_ledger_catches_a_rename_a_reuse_and_issues_new_ids(catalog, tmp_pat
     (tmp_path / cat.LEDGER_NAME).write_text(f"{some}\n{some}\n")
     with pytest.raises(cat.CatalogError, match="twice"):
         cat.issued_ids(tmp_path)
+
+
+def test_kill_rate_lists_only_checks_no_mutant_fails():
+    """A loopback-only check a loopback mutant fails is counted as catching, never listed as not
+    caught; one no mutant fails is listed with the levels it runs at; an offline one with its reason."""
+    from harnesscheck.kit.docs import kill_rate_markdown
+
+    def info(check_id, levels):
+        return cat.CheckInfo(id=check_id, requirement="R.", area="usage", levels=levels)
+
+    catalog = {
+        "usage.a": info("usage.a", ("offline", "loopback")),
+        "usage.b": info("usage.b", ("offline",)),
+        "usage.wire": info("usage.wire", ("loopback",)),
+        "usage.other-wire": info("usage.other-wire", ("loopback",)),
+    }
+    mutants = {"m:offline": frozenset({"usage.a"}), "m:loopback": frozenset({"usage.wire"})}
+    row = next(line for line in kill_rate_markdown(catalog, mutants, {"usage.b": "a reason"}) if line.startswith("| `usage`"))
+    assert "| 2 / 2 | 100% | 2 / 4 |" in row
+    assert "`usage.b`: a reason" in row and "`usage.other-wire`: runs only at loopback, where no mutant fails it" in row
+    assert "usage.wire" not in row and "`usage.a`" not in row
