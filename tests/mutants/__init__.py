@@ -343,6 +343,10 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.harness:runs_a_copy_of_the_given_cli": _ids("selection.runs-the-given-cli"),
     # the real claude at the loopback level (MUTANT_LEVELS): fakes make no network calls
     "tests.mutants.harness:leaves_telemetry_on": _ids("contain.network-loopback-only"),
+    "tests.mutants.harness:retries_the_session_on_auth": _ids("errors.auth-stops-within-5s"),
+    "tests.mutants.harness:takes_the_last_calls_usage": _ids("usage.matches-wire"),
+    "tests.mutants.harness:reports_the_requested_model_as_served": _ids("usage.served-model-mismatch-at-wire"),
+    "tests.mutants.harness:keeps_its_private_dirs": _ids("env.no-leftovers-outside-run-dir"),
     # reasoning-only Claude Code: the real claude at the loopback level (MUTANT_LEVELS)
     "tests.mutants.claude_code_reasoning:has_no_tripwire": _ids("audit.builtin-call-blocks-session"),
     "tests.mutants.claude_code_reasoning:drops_the_host_system_prompt": _ids("selection.system-prompt-delivered"),
@@ -937,6 +941,10 @@ AREAS: dict[str, tuple[str, ...]] = {
         "scope.loop-reaches-dispatch",
     ),
     "tests.mutants.harness:leaves_telemetry_on": ("contain.network-loopback-only", "env.provider-keys-stripped"),
+    "tests.mutants.harness:retries_the_session_on_auth": ("errors.auth-stops-within-5s", "selection.registry-builds-backend"),
+    "tests.mutants.harness:takes_the_last_calls_usage": ("usage.matches-wire", "selection.registry-builds-backend"),
+    "tests.mutants.harness:reports_the_requested_model_as_served": ("usage.served-model-mismatch-at-wire", "selection.registry-builds-backend"),
+    "tests.mutants.harness:keeps_its_private_dirs": ("env.no-leftovers-outside-run-dir", "selection.registry-builds-backend"),
     "tests.mutants.claude_code_reasoning:leaves_telemetry_on": ("contain.network-loopback-only", "selection.registry-builds-backend"),
     "tests.mutants.claude_code_reasoning:passes_the_api_key_through": ("env.canaries-never-reach-model", "env.no-secret-in-argv", "env.provider-keys-stripped"),
     "tests.mutants.claude_code_reasoning:runs_turns_outside_the_run_dir": ("env.no-leftovers-outside-run-dir", "scope.cli-reads-inside-sandbox"),
@@ -944,7 +952,9 @@ AREAS: dict[str, tuple[str, ...]] = {
 
 #: The level a CLI-based mutant runs at, where not offline: reasoning-only Claude Code has no
 #: offline adapter (its column is the real claude at loopback; the test skips without the pin),
-#: and a network call is the real CLI's own (fakes make none).
+#: and some defects only the real CLI's own behaviour shows: a network call of its own (fakes
+#: make none), its retries of a rejected credential, its usage and served model as the model
+#: server saw them, what it writes in the session's temp dirs.
 MUTANT_LEVELS: dict[str, str] = {
     "tests.mutants.claude_code_reasoning:has_no_tripwire": "loopback",
     "tests.mutants.claude_code_reasoning:drops_the_host_system_prompt": "loopback",
@@ -953,6 +963,10 @@ MUTANT_LEVELS: dict[str, str] = {
     "tests.mutants.claude_code_reasoning:passes_the_api_key_through": "loopback",
     "tests.mutants.claude_code_reasoning:runs_turns_outside_the_run_dir": "loopback",
     "tests.mutants.harness:leaves_telemetry_on": "loopback",
+    "tests.mutants.harness:retries_the_session_on_auth": "loopback",
+    "tests.mutants.harness:takes_the_last_calls_usage": "loopback",
+    "tests.mutants.harness:reports_the_requested_model_as_served": "loopback",
+    "tests.mutants.harness:keeps_its_private_dirs": "loopback",
 }
 
 #: Offline checks no known-bad backend fails, and why (the kit's honest sensitivity gaps).

@@ -9,7 +9,7 @@ import threading
 import time
 from pathlib import Path
 
-from harnesscheck.backends.claude_code import CLAUDE_INJECTIONS, ClaudeCodeTransport, ClaudeStreamParser
+from harnesscheck.backends.claude_code import CLAUDE_INJECTIONS, ClaudeCodeTransport, ClaudeStreamParser, _api_usage
 from harnesscheck.backends.codex import CodexTransport
 from tests.mutants import mutant_spec
 
@@ -832,6 +832,71 @@ class LeavesWhatTheCliOpenedUp(ClaudeCodeTransport):
         return []
 
 
+class RetriesTheSessionOnAuth(ClaudeCodeTransport):
+    """Runs the whole session again when it ends in an auth failure, up to three more times two
+    seconds apart (six seconds of waits alone), as a blanket retry wrapper does: the rejected
+    credential is sent again and again (a loopback mutant: the real claude 2.1.332 itself gives
+    up after one retry of a 401)."""
+
+    def run_session(self, request, **kwargs):
+        from harnesscheck.core.contracts import ErrorClass
+
+        outcome = super().run_session(request, **kwargs)
+        for _ in range(3):
+            if outcome.error_class is not ErrorClass.auth:
+                break
+            time.sleep(2.0)
+            outcome = super().run_session(request, **kwargs)
+        return outcome
+
+
+class _LastCallUsageParser(ClaudeStreamParser):
+    def _usage(self):
+        _session, helper = super()._usage()
+        last = next(reversed(self.main_usage.open.values()), None)
+        return (_api_usage(last[1]) if last is not None else _api_usage(None)), helper
+
+
+class TakesTheLastCallsUsage(ClaudeCodeTransport):
+    """Reports the last model call's usage as the session's: every earlier turn of the tool loop
+    goes unbilled (a loopback mutant: the real claude's stream and result, summed by the server)."""
+
+    def make_parser(self, ctx, request, *, tool_less, on_text):
+        parser = super().make_parser(ctx, request, tool_less=tool_less, on_text=on_text)
+        parser.__class__ = _LastCallUsageParser
+        return parser
+
+
+class _RequestedModelParser(ClaudeStreamParser):
+    def outcome(self, result):
+        self.served_model = self.requested_model or self.init_model
+        return super().outcome(result)
+
+
+class ReportsTheRequestedModelAsServed(ClaudeCodeTransport):
+    """Reports the model it asked for as the one that answered: a model the server swapped in is
+    never seen (a loopback mutant: the real claude's stream names the served model)."""
+
+    def make_parser(self, ctx, request, *, tool_less, on_text):
+        parser = super().make_parser(ctx, request, tool_less=tool_less, on_text=on_text)
+        parser.__class__ = _RequestedModelParser
+        return parser
+
+
+class KeepsItsPrivateDirs(ClaudeCodeTransport):
+    """Leaves the session's private temp and runtime dirs inside the run dir after the session
+    (only those outside it are removed): what the real CLI wrote there outlives its session."""
+
+    def clean_up(self, ctx):
+        inside = [p for p in ctx.cleanup if Path(p).parent == Path(ctx.run_dir)]
+        ctx.cleanup[:] = [p for p in ctx.cleanup if p not in inside]
+        return super().clean_up(ctx)
+
+
 runs_unsandboxed = mutant_spec("claude-code", M, RunsUnsandboxed)
 leaves_what_the_cli_opened_up = mutant_spec("claude-code", M, LeavesWhatTheCliOpenedUp)
 leaves_telemetry_on = mutant_spec("claude-code", M, LeavesTelemetryOn)
+retries_the_session_on_auth = mutant_spec("claude-code", M, RetriesTheSessionOnAuth)
+takes_the_last_calls_usage = mutant_spec("claude-code", M, TakesTheLastCallsUsage)
+reports_the_requested_model_as_served = mutant_spec("claude-code", M, ReportsTheRequestedModelAsServed)
+keeps_its_private_dirs = mutant_spec("claude-code", M, KeepsItsPrivateDirs)
