@@ -883,6 +883,12 @@ class ReportsTheRequestedModelAsServed(ClaudeCodeTransport):
         return parser
 
 
+class LeavesTheRealBuiltinsOn(LeavesBuiltinToolsOn):
+    """Forgets `--tools ""` (LeavesBuiltinToolsOn against the real claude, a loopback mutant):
+    the model is offered the vendor's built-ins on the wire, and 2.1.332 then defers the bridge's
+    tools behind its ToolSearch."""
+
+
 class KeepsItsPrivateDirs(ClaudeCodeTransport):
     """Leaves the session's private temp and runtime dirs inside the run dir after the session
     (only those outside it are removed): what the real CLI wrote there outlives its session."""
@@ -900,3 +906,4 @@ retries_the_session_on_auth = mutant_spec("claude-code", M, RetriesTheSessionOnA
 takes_the_last_calls_usage = mutant_spec("claude-code", M, TakesTheLastCallsUsage)
 reports_the_requested_model_as_served = mutant_spec("claude-code", M, ReportsTheRequestedModelAsServed)
 keeps_its_private_dirs = mutant_spec("claude-code", M, KeepsItsPrivateDirs)
+leaves_the_real_builtins_on = mutant_spec("claude-code", M, LeavesTheRealBuiltinsOn)
