@@ -3,6 +3,7 @@ seam (config and env), scrubbing, and the drift comparison."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import tomllib
 from pathlib import Path
@@ -215,30 +216,56 @@ def test_loopback_refusals_are_read_from_the_wire_for_any_claude_backend():
     assert LoopbackAdapter.tool_errors(claude, SimpleNamespace(requests=[])) == []
 
 
+def _probing_adapter(answer_for):
+    """A stand-in LoopbackAdapter whose sessions answer the called tool with answer_for(name):
+    a list of tool-result lists, one per model request the CLI sent."""
+    from types import SimpleNamespace
+
+    from harnesscheck.kit.loopback_adapter import LoopbackAdapter
+
+    def run(*_args, tool_calls, **_kwargs):
+        turns = [SimpleNamespace(tool_results=list(r)) for r in answer_for(tool_calls[0].name)]
+        return SimpleNamespace(loopback_requests=turns, requests=[{"body": "no canary here"}])
+
+    adapter = SimpleNamespace(run=run, spec=SimpleNamespace(id=f"probe-{next(_PROBES)}"), level="loopback")
+    adapter.unknown_tool_answer = lambda ws: LoopbackAdapter.unknown_tool_answer(adapter, ws)
+    adapter.error_answer_to = lambda name, ws: LoopbackAdapter.error_answer_to(adapter, name, ws)
+    return lambda *names: LoopbackAdapter.refused_when_called(adapter, list(names), SimpleNamespace(canary="CANARY-1", outside_unchanged=lambda: True))
+
+
+_PROBES = itertools.count()
+
+
+def _no_such_tool(name: str) -> dict:
+    return {"id": "t1", "is_error": True, "text": f"<tool_use_error>Error: No such tool available: {name}</tool_use_error>"}
+
+
 def test_an_offered_tool_is_judged_refused_whatever_request_of_the_clis_own_came_first():
     """The probe of an offered tool reads the CLI's answer from the first request that carries
     a tool result: claude-agent-acp sends a tool-less request of its own beside the first
     turn, sometimes before it and sometimes after, and its refusal ("No such tool available")
     was read from the wrong request when that one came second (a false fail in most runs)."""
-    from types import SimpleNamespace
-
-    from harnesscheck.kit.loopback_adapter import LoopbackAdapter
-
-    refusal = {"id": "t1", "is_error": True, "text": "<tool_use_error>Error: No such tool available: X</tool_use_error>"}
     executed = {"id": "t1", "is_error": False, "text": "done"}
-    ws = SimpleNamespace(canary="CANARY-1", outside_unchanged=lambda: True)
+    for order in ([[], [_no_such_tool("X")]], [[], [], [_no_such_tool("X")]], [[], [_no_such_tool("X")], [_no_such_tool("X")]]):
+        probe = _probing_adapter(lambda name, order=order: [[_no_such_tool(name)] if r else r for r in order])
+        assert probe("X") == {"X": _no_such_tool("X")["text"]}, order
+    assert _probing_adapter(lambda name: [[], [], [executed] if name == "X" else [_no_such_tool(name)]])("X") == {}, "an executed call is never a refusal"
+    assert _probing_adapter(lambda name: [[], []] if name == "X" else [[_no_such_tool(name)]])("X") == {}, "no answer is never a refusal"
 
-    def probe(*answers):
-        turns = [SimpleNamespace(tool_results=list(a)) for a in answers]
-        run = SimpleNamespace(loopback_requests=turns, requests=[{"body": "no canary here"}])
-        adapter = SimpleNamespace(run=lambda *a, **k: run)
-        return LoopbackAdapter.refused_when_called(adapter, ["X"], ws)
 
-    assert probe([], [refusal]) == {"X": refusal["text"]}
-    assert probe([], [], [refusal]) == {"X": refusal["text"]}, "the CLI's own request came second"
-    assert probe([], [refusal], [refusal]) == {"X": refusal["text"]}, "a later request repeats the history"
-    assert probe([], [], [executed]) == {}, "an executed call is never a refusal"
-    assert probe([], []) == {}, "no answer is never a refusal"
+def test_an_error_is_a_refusal_only_when_it_is_the_answer_to_a_tool_that_does_not_exist():
+    """An offered tool that is on answers an empty input with an error too (claude's Bash: an
+    input validation error): only the answer the backend gives a tool that does not exist,
+    the name aside, is a refusal. A backend that answers an unknown tool without an error
+    gives nothing to compare with: nothing it offers counts as refused."""
+    invalid = {"id": "t1", "is_error": True, "text": "<tool_use_error>InputValidationError: Bash failed: command is required</tool_use_error>"}
+    probe = _probing_adapter(lambda name: [[invalid]] if name == "Bash" else [[_no_such_tool(name)]])
+    assert probe("DeferredToolPlaceholder", "Bash", "Later") == {"DeferredToolPlaceholder": _no_such_tool("DeferredToolPlaceholder")["text"]}
+    assert probe("Bash") == {}
+    quiet = {"id": "t1", "is_error": False, "text": "no such tool"}
+    silent = _probing_adapter(lambda name: [[quiet]] if name.startswith("hc_no_such_tool_") else [[_no_such_tool(name)]])
+    assert silent("DeferredToolPlaceholder") == {}
+    assert _probing_adapter(lambda name: [[_no_such_tool(name)]])() == {}, "nothing to probe, no session"
 
 
 # -- the descendant watcher --------------------------------------------------------------

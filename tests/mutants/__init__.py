@@ -348,6 +348,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.harness:reports_the_requested_model_as_served": _ids("usage.served-model-mismatch-at-wire"),
     "tests.mutants.harness:keeps_its_private_dirs": _ids("env.no-leftovers-outside-run-dir"),
     "tests.mutants.harness:leaves_the_real_builtins_on": _ids("audit.builtins-off-at-wire", "audit.only-scope-tools-offered"),
+    "tests.mutants.harness:leaves_bash_and_edit_on": _ids("audit.builtins-off-at-wire", "audit.only-scope-tools-offered"),
     # reasoning-only Claude Code: the real claude at the loopback level (MUTANT_LEVELS)
     "tests.mutants.claude_code_reasoning:has_no_tripwire": _ids("audit.builtin-call-blocks-session"),
     "tests.mutants.claude_code_reasoning:drops_the_host_system_prompt": _ids("selection.system-prompt-delivered"),
@@ -951,6 +952,7 @@ AREAS: dict[str, tuple[str, ...]] = {
         "audit.disabled-builtin-not-executed",
         "audit.only-scope-tools-offered",
     ),
+    "tests.mutants.harness:leaves_bash_and_edit_on": ("audit.builtins-off-at-wire", "audit.only-scope-tools-offered", "selection.registry-builds-backend"),
     "tests.mutants.claude_code_reasoning:leaves_telemetry_on": ("contain.network-loopback-only", "selection.registry-builds-backend"),
     "tests.mutants.claude_code_reasoning:passes_the_api_key_through": ("env.canaries-never-reach-model", "env.no-secret-in-argv", "env.provider-keys-stripped"),
     "tests.mutants.claude_code_reasoning:runs_turns_outside_the_run_dir": ("env.no-leftovers-outside-run-dir", "scope.cli-reads-inside-sandbox"),
@@ -974,6 +976,7 @@ MUTANT_LEVELS: dict[str, str] = {
     "tests.mutants.harness:reports_the_requested_model_as_served": "loopback",
     "tests.mutants.harness:keeps_its_private_dirs": "loopback",
     "tests.mutants.harness:leaves_the_real_builtins_on": "loopback",
+    "tests.mutants.harness:leaves_bash_and_edit_on": "loopback",
 }
 
 #: Offline checks no known-bad backend fails, and why (the kit's honest sensitivity gaps).

@@ -889,6 +889,17 @@ class LeavesTheRealBuiltinsOn(LeavesBuiltinToolsOn):
     tools behind its ToolSearch."""
 
 
+class LeavesBashAndEditOn(ClaudeCodeTransport):
+    """Offers claude's Bash and Edit beside the bridge (`--tools "Bash,Edit"`): both are on, and
+    both answer the empty input of the audit's probe with an error (a loopback mutant: only the
+    comparison with the answer to a tool that does not exist tells that from a refusal)."""
+
+    def invocation(self, ctx, request, cli, *, tool_less):
+        inv = super().invocation(ctx, request, cli, tool_less=tool_less)
+        inv.argv[inv.argv.index("--tools") + 1] = "Bash,Edit"
+        return inv
+
+
 class KeepsItsPrivateDirs(ClaudeCodeTransport):
     """Leaves the session's private temp and runtime dirs inside the run dir after the session
     (only those outside it are removed): what the real CLI wrote there outlives its session."""
@@ -907,3 +918,4 @@ takes_the_last_calls_usage = mutant_spec("claude-code", M, TakesTheLastCallsUsag
 reports_the_requested_model_as_served = mutant_spec("claude-code", M, ReportsTheRequestedModelAsServed)
 keeps_its_private_dirs = mutant_spec("claude-code", M, KeepsItsPrivateDirs)
 leaves_the_real_builtins_on = mutant_spec("claude-code", M, LeavesTheRealBuiltinsOn)
+leaves_bash_and_edit_on = mutant_spec("claude-code", M, LeavesBashAndEditOn)

@@ -86,6 +86,13 @@ _STARTUP_LOCK = threading.Lock()
 #: start slower than the one measured.
 STARTUP_HEADROOM = 2.0
 
+#: Per (backend id, level), in this process: how the backend answers the model's call of a tool
+#: that does not exist, the name replaced by TOOL_NAME (None: not with an error). What a refusal
+#: of an offered tool is compared with (LoopbackAdapter.refused_when_called); asked once per
+#: column and process, as the kit builds one adapter per cell.
+_UNKNOWN_TOOL_ANSWERS: dict[tuple[str, str], str | None] = {}
+TOOL_NAME = "<tool>"
+
 
 class LoopbackAdapter(HarnessAdapter):
     """A harness backend at the loopback level (see the module docstring)."""
@@ -364,24 +371,53 @@ class LoopbackAdapter(HarnessAdapter):
 
     def refused_when_called(self, names: list[str], ws) -> dict[str, str]:
         """Offered tools judged by behaviour: the model calls each of `names` once (empty
-        input, one session per name); name -> the CLI's answer for each it refused to
-        execute (an error tool result, nothing outside the worktree changed, the sentinel
-        not on the wire). The first name it executed, or answered otherwise, ends the probe
-        and is left out (with the names after it). The answer is read from the first request
-        that carries a tool result, not from the second: a CLI may send a tool-less request of
-        its own beside its first turn, sometimes before it and sometimes after (doc/SPEC-acp.md)."""
-        from harnesscheck.kit.session import ToolCall as KitCall
-
+        input, one session per name); name -> the CLI's answer for each it refused to execute.
+        Refused means answered as the backend answers a tool that does not exist (a fresh
+        name, asked once per column and process): an error tool result whose text, the tool's
+        name replaced, is that answer; nothing outside the worktree changed; the sentinel not on
+        the wire. An error alone is no refusal: a tool that is on answers an empty input with
+        an error too (claude's Bash and Edit: an input validation error). A backend that does
+        not answer an unknown tool with an error gives no refusal to compare with, so none of
+        its offered tools counts as refused. The first name it executed, or answered otherwise,
+        ends the probe and is left out (with the names after it)."""
+        if not names:
+            return {}
+        unknown = self.unknown_tool_answer(ws)
         refused: dict[str, str] = {}
         for name in names:
-            run = self.run("tools", workspace=ws, tool_calls=[KitCall(name, {})])
-            turns = getattr(run, "loopback_requests", None) or []
-            results = next((r.tool_results for r in turns if r.tool_results), [])
-            wire = "\n".join(str(req.get("body", "")) for req in run.requests)
-            if not (len(results) == 1 and results[0].get("is_error") and ws.canary not in wire and ws.outside_unchanged()):
-                break  # executed (or answered otherwise): the check fails on it, the rest need no session
-            refused[name] = str(results[0].get("text", ""))[:200]
+            answer = self.error_answer_to(name, ws)
+            if unknown is None or answer is None or answer.replace(name, TOOL_NAME) != unknown:
+                break  # executed, or answered otherwise: the check fails on it, the rest need no session
+            refused[name] = answer[:200]
         return refused
+
+    def unknown_tool_answer(self, ws) -> str | None:
+        """The backend's answer to the model's call of a tool that does not exist, the name
+        replaced by TOOL_NAME; None when that answer is not an error (_UNKNOWN_TOOL_ANSWERS)."""
+        import secrets
+
+        key = (self.spec.id, self.level)
+        if key not in _UNKNOWN_TOOL_ANSWERS:
+            name = f"hc_no_such_tool_{secrets.token_hex(4)}"
+            answer = self.error_answer_to(name, ws)
+            _UNKNOWN_TOOL_ANSWERS[key] = None if answer is None else answer.replace(name, TOOL_NAME)
+        return _UNKNOWN_TOOL_ANSWERS[key]
+
+    def error_answer_to(self, name: str, ws) -> str | None:
+        """The text of the CLI's error answer to one call of `name` (empty input) that changed
+        nothing outside the worktree and put no sentinel on the wire; None for anything else.
+        Read from the first request that carries a tool result, not from the second: a CLI may
+        send a tool-less request of its own beside its first turn, sometimes before it and
+        sometimes after (doc/SPEC-acp.md)."""
+        from harnesscheck.kit.session import ToolCall as KitCall
+
+        run = self.run("tools", workspace=ws, tool_calls=[KitCall(name, {})])
+        turns = getattr(run, "loopback_requests", None) or []
+        results = next((r.tool_results for r in turns if r.tool_results), [])
+        wire = "\n".join(str(req.get("body", "")) for req in run.requests)
+        if not (len(results) == 1 and results[0].get("is_error") and ws.canary not in wire and ws.outside_unchanged()):
+            return None
+        return str(results[0].get("text", ""))
 
     def auth_refused_at(self, setup: Setup) -> float | None:
         """The scripted model server's first 401 to one of the session's model turns, on the
