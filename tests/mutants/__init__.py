@@ -349,6 +349,8 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.harness:keeps_its_private_dirs": _ids("env.no-leftovers-outside-run-dir"),
     "tests.mutants.harness:leaves_the_real_builtins_on": _ids("audit.builtins-off-at-wire", "audit.only-scope-tools-offered"),
     "tests.mutants.harness:leaves_bash_and_edit_on": _ids("audit.builtins-off-at-wire", "audit.only-scope-tools-offered"),
+    "tests.mutants.harness:drops_the_real_bridges_refusals": _ids("scope.real-cli-refusals-traced", "parity.refusal-codes-match-dispatch"),
+    "tests.mutants.harness:hides_the_models_builtin_calls": _ids("audit.disabled-builtin-not-executed"),
     # reasoning-only Claude Code: the real claude at the loopback level (MUTANT_LEVELS)
     "tests.mutants.claude_code_reasoning:has_no_tripwire": _ids("audit.builtin-call-blocks-session"),
     "tests.mutants.claude_code_reasoning:drops_the_host_system_prompt": _ids("selection.system-prompt-delivered"),
@@ -953,6 +955,12 @@ AREAS: dict[str, tuple[str, ...]] = {
         "audit.only-scope-tools-offered",
     ),
     "tests.mutants.harness:leaves_bash_and_edit_on": ("audit.builtins-off-at-wire", "audit.only-scope-tools-offered", "selection.registry-builds-backend"),
+    "tests.mutants.harness:drops_the_real_bridges_refusals": (
+        "parity.refusal-codes-match-dispatch",
+        "scope.real-cli-refusals-traced",
+        "selection.registry-builds-backend",
+    ),
+    "tests.mutants.harness:hides_the_models_builtin_calls": ("audit.disabled-builtin-not-executed", "selection.registry-builds-backend"),
     "tests.mutants.claude_code_reasoning:leaves_telemetry_on": ("contain.network-loopback-only", "selection.registry-builds-backend"),
     "tests.mutants.claude_code_reasoning:passes_the_api_key_through": ("env.canaries-never-reach-model", "env.no-secret-in-argv", "env.provider-keys-stripped"),
     "tests.mutants.claude_code_reasoning:runs_turns_outside_the_run_dir": ("env.no-leftovers-outside-run-dir", "scope.cli-reads-inside-sandbox"),
@@ -977,6 +985,8 @@ MUTANT_LEVELS: dict[str, str] = {
     "tests.mutants.harness:keeps_its_private_dirs": "loopback",
     "tests.mutants.harness:leaves_the_real_builtins_on": "loopback",
     "tests.mutants.harness:leaves_bash_and_edit_on": "loopback",
+    "tests.mutants.harness:drops_the_real_bridges_refusals": "loopback",
+    "tests.mutants.harness:hides_the_models_builtin_calls": "loopback",
 }
 
 #: Offline checks no known-bad backend fails, and why (the kit's honest sensitivity gaps).

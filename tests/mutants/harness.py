@@ -900,6 +900,20 @@ class LeavesBashAndEditOn(ClaudeCodeTransport):
         return inv
 
 
+class DropsTheRealBridgesRefusals(DropsBridgeRefusals):
+    """Drops the bridge's refusals from the outcome (DropsBridgeRefusals against the real
+    claude, a loopback mutant): an escape the bridge refused leaves no trace in the outcome."""
+
+
+class HidesTheModelsBuiltinCalls(ClaudeCodeTransport):
+    """Leaves the model's calls of built-ins out of the outcome and attaches no audit (it trusts
+    `--tools ""` to have made them harmless): a call to a disabled built-in leaves no trace (a
+    loopback mutant: the real claude's answer to the call)."""
+
+    def _finish(self, outcome, ctx, result, info, redact):
+        return super()._finish(outcome, ctx, result, info, redact).model_copy(update={"native_tool_calls": [], "audit": None})
+
+
 class KeepsItsPrivateDirs(ClaudeCodeTransport):
     """Leaves the session's private temp and runtime dirs inside the run dir after the session
     (only those outside it are removed): what the real CLI wrote there outlives its session."""
@@ -919,3 +933,5 @@ reports_the_requested_model_as_served = mutant_spec("claude-code", M, ReportsThe
 keeps_its_private_dirs = mutant_spec("claude-code", M, KeepsItsPrivateDirs)
 leaves_the_real_builtins_on = mutant_spec("claude-code", M, LeavesTheRealBuiltinsOn)
 leaves_bash_and_edit_on = mutant_spec("claude-code", M, LeavesBashAndEditOn)
+drops_the_real_bridges_refusals = mutant_spec("claude-code", M, DropsTheRealBridgesRefusals)
+hides_the_models_builtin_calls = mutant_spec("claude-code", M, HidesTheModelsBuiltinCalls)
