@@ -20,9 +20,18 @@ SCRIPTED = sorted(r for r in MUTANTS if r.startswith("tests.mutants.scripted:"))
 CLI_BASED = sorted(r for r in MUTANTS if r not in SCRIPTED)
 
 
-def _spec_id(ref: str) -> str:
+#: The built-in backends whose pinned CLIs the loopback mutants run (reasoning-only Claude Code's
+#: is claude-code's): the test skips, naming it, when one is not installed.
+LOOPBACK_MUTANT_CLIS = ("claude-code", "codex")
+
+
+def _spec(ref: str):
     module, _, name = ref.partition(":")
-    return getattr(importlib.import_module(module), name).id
+    return getattr(importlib.import_module(module), name)
+
+
+def _spec_id(ref: str) -> str:
+    return _spec(ref).id
 
 
 def test_there_are_enough_mutants_each_named_for_its_defect():
@@ -147,13 +156,14 @@ def test_cli_mutants_fail_exactly_their_checks(tmp_path):
 
 def test_loopback_cli_mutants_fail_exactly_their_checks(tmp_path):
     """The mutants that run at loopback: reasoning-only Claude Code (its column exists only there) and
-    the one whose defect only the real claude shows (a network call of its own)."""
+    those whose defect only the real CLI shows (tests/mutants, MUTANT_LEVELS)."""
     refs = [ref for ref in CLI_BASED if MUTANT_LEVELS.get(ref, "offline") == "loopback"]
     from harnesscheck.loopback.clis import require_pinned_cli
 
-    binary, why = require_pinned_cli("claude-code")
-    if binary is None:
-        pytest.skip(f"{', '.join(refs)} run the real claude at loopback: {why}")
+    for backend in LOOPBACK_MUTANT_CLIS:
+        binary, why = require_pinned_cli(backend)
+        if binary is None:
+            pytest.skip(f"the loopback mutants run the real {backend}: {why}")
     report, _out = _run_cli_mutants(tmp_path, refs, "loopback")
     wrong = _judge(refs, report)
     assert not wrong, wrong

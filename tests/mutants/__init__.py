@@ -351,6 +351,7 @@ MUTANTS: dict[str, frozenset[str]] = {
     "tests.mutants.harness:leaves_bash_and_edit_on": _ids("audit.builtins-off-at-wire", "audit.only-scope-tools-offered"),
     "tests.mutants.harness:drops_the_real_bridges_refusals": _ids("scope.real-cli-refusals-traced", "parity.refusal-codes-match-dispatch"),
     "tests.mutants.harness:hides_the_models_builtin_calls": _ids("audit.disabled-builtin-not-executed"),
+    "tests.mutants.harness:codex_kills_only_the_real_launcher": _ids("time.runaway-ends-by-wall-clock"),
     # reasoning-only Claude Code: the real claude at the loopback level (MUTANT_LEVELS)
     "tests.mutants.claude_code_reasoning:has_no_tripwire": _ids("audit.builtin-call-blocks-session"),
     "tests.mutants.claude_code_reasoning:drops_the_host_system_prompt": _ids("selection.system-prompt-delivered"),
@@ -961,6 +962,7 @@ AREAS: dict[str, tuple[str, ...]] = {
         "selection.registry-builds-backend",
     ),
     "tests.mutants.harness:hides_the_models_builtin_calls": ("audit.disabled-builtin-not-executed", "selection.registry-builds-backend"),
+    "tests.mutants.harness:codex_kills_only_the_real_launcher": ("selection.registry-builds-backend", "time.runaway-ends-by-wall-clock"),
     "tests.mutants.claude_code_reasoning:leaves_telemetry_on": ("contain.network-loopback-only", "selection.registry-builds-backend"),
     "tests.mutants.claude_code_reasoning:passes_the_api_key_through": ("env.canaries-never-reach-model", "env.no-secret-in-argv", "env.provider-keys-stripped"),
     "tests.mutants.claude_code_reasoning:runs_turns_outside_the_run_dir": ("env.no-leftovers-outside-run-dir", "scope.cli-reads-inside-sandbox"),
@@ -970,7 +972,7 @@ AREAS: dict[str, tuple[str, ...]] = {
 #: offline adapter (its column is the real claude at loopback; the test skips without the pin),
 #: and some defects only the real CLI's own behaviour shows: a network call of its own (fakes
 #: make none), its retries of a rejected credential, its usage and served model as the model
-#: server saw them, what it writes in the session's temp dirs.
+#: server saw them, what it writes in the session's temp dirs, the tree it leaves.
 MUTANT_LEVELS: dict[str, str] = {
     "tests.mutants.claude_code_reasoning:has_no_tripwire": "loopback",
     "tests.mutants.claude_code_reasoning:drops_the_host_system_prompt": "loopback",
@@ -987,6 +989,7 @@ MUTANT_LEVELS: dict[str, str] = {
     "tests.mutants.harness:leaves_bash_and_edit_on": "loopback",
     "tests.mutants.harness:drops_the_real_bridges_refusals": "loopback",
     "tests.mutants.harness:hides_the_models_builtin_calls": "loopback",
+    "tests.mutants.harness:codex_kills_only_the_real_launcher": "loopback",
 }
 
 #: Offline checks no known-bad backend fails, and why (the kit's honest sensitivity gaps).

@@ -914,6 +914,12 @@ class HidesTheModelsBuiltinCalls(ClaudeCodeTransport):
         return super()._finish(outcome, ctx, result, info, redact).model_copy(update={"native_tool_calls": [], "audit": None})
 
 
+class CodexKillsOnlyTheRealLauncher(CodexKillsOnlyTheDirectChild):
+    """codex run with plain subprocess, killing only the CLI when the clock ends a runaway
+    (CodexKillsOnlyTheDirectChild against the real codex, a loopback mutant: its node launcher
+    dies, the native binary it started survives)."""
+
+
 class KeepsItsPrivateDirs(ClaudeCodeTransport):
     """Leaves the session's private temp and runtime dirs inside the run dir after the session
     (only those outside it are removed): what the real CLI wrote there outlives its session."""
@@ -935,3 +941,4 @@ leaves_the_real_builtins_on = mutant_spec("claude-code", M, LeavesTheRealBuiltin
 leaves_bash_and_edit_on = mutant_spec("claude-code", M, LeavesBashAndEditOn)
 drops_the_real_bridges_refusals = mutant_spec("claude-code", M, DropsTheRealBridgesRefusals)
 hides_the_models_builtin_calls = mutant_spec("claude-code", M, HidesTheModelsBuiltinCalls)
+codex_kills_only_the_real_launcher = mutant_spec("codex", M, CodexKillsOnlyTheRealLauncher)
