@@ -14,7 +14,11 @@ from harnesscheck.kit.catalog import check
 def test_only_scope_tools_offered(but):
     """The model is offered exactly the scope's tools: no vendor built-in, nothing the scope
     forbids. A further offered tool the backend refuses to execute when the model calls it
-    (where the level can script that call) is reported in the cell, not failed."""
+    (where the level can script that call) is reported in the cell, not failed.
+
+    A refusal is the answer the backend gives a call of a tool that does not exist, the name
+    aside (`refused_when_called`): the probe's input is empty, and a built-in that is on
+    answers that with an error too."""
     run = but.shared_run("success")
     offered = but.tools_offered(run)
     assert offered is not None, "the kit could not observe the tools offered"

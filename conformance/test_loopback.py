@@ -38,7 +38,11 @@ def test_builtins_off_at_wire(but):
     """The model is offered exactly the bridge's tools at the wire: no vendor built-in in any
     request. A further tool the CLI offers is judged by behaviour: the model calls it, and the
     CLI must refuse to execute it (reported in the cell, e.g. claude's DeferredToolPlaceholder);
-    one it executes fails."""
+    one it executes fails.
+
+    A refusal is the answer the CLI gives a call of a tool that does not exist, the name aside
+    (`refused_when_called`): the probe's input is empty, and a built-in that is on answers that
+    with an error too."""
     run = but.shared_run("success")
     ws = but.workspace()  # the extra tools are probed in a workspace of their own
     offered = but.tools_offered(run)

@@ -266,6 +266,27 @@ def test_an_error_is_a_refusal_only_when_it_is_the_answer_to_a_tool_that_does_no
     silent = _probing_adapter(lambda name: [[quiet]] if name.startswith("hc_no_such_tool_") else [[_no_such_tool(name)]])
     assert silent("DeferredToolPlaceholder") == {}
     assert _probing_adapter(lambda name: [[_no_such_tool(name)]])() == {}, "nothing to probe, no session"
+    error = _probing_adapter(lambda name: [[_no_such_tool(name) | {"text": f"Error: no tool {name} in Error"}]])
+    assert error("Error") == {"Error": "Error: no tool Error in Error"}, "a name that is also a word of the wording"
+
+
+def test_a_probe_of_an_unknown_tool_that_got_no_answer_is_asked_again():
+    """The answer to a tool that does not exist is kept for the column, but a probe that got no
+    answer at all (no tool result reached the model server: a slow start-up, a crash) is not: one
+    bad session never decides the later cells of the process."""
+    sessions = []
+
+    def answers(name):
+        sessions.append(name)
+        if name.startswith("hc_no_such_tool_") and len(sessions) == 1:
+            return [[]]
+        return [[_no_such_tool(name)]]
+
+    probe = _probing_adapter(answers)
+    assert probe("DeferredToolPlaceholder") == {}, "no answer to compare with"
+    assert probe("DeferredToolPlaceholder") == {"DeferredToolPlaceholder": _no_such_tool("DeferredToolPlaceholder")["text"]}
+    assert probe("DeferredToolPlaceholder") == {"DeferredToolPlaceholder": _no_such_tool("DeferredToolPlaceholder")["text"]}
+    assert [n.startswith("hc_no_such_tool_") for n in sessions] == [True, True, False, False], "asked again once, then kept"
 
 
 # -- the descendant watcher --------------------------------------------------------------

@@ -972,7 +972,9 @@ AREAS: dict[str, tuple[str, ...]] = {
 #: offline adapter (its column is the real claude at loopback; the test skips without the pin),
 #: and some defects only the real CLI's own behaviour shows: a network call of its own (fakes
 #: make none), its retries of a rejected credential, its usage and served model as the model
-#: server saw them, what it writes in the session's temp dirs, the tree it leaves.
+#: server saw them, the tools it offers on the wire and its answer to a call of one, the
+#: bridge's refusals as it reports them, what it writes in the session's temp dirs, the tree it
+#: leaves.
 MUTANT_LEVELS: dict[str, str] = {
     "tests.mutants.claude_code_reasoning:has_no_tripwire": "loopback",
     "tests.mutants.claude_code_reasoning:drops_the_host_system_prompt": "loopback",

@@ -921,8 +921,9 @@ class CodexKillsOnlyTheRealLauncher(CodexKillsOnlyTheDirectChild):
 
 
 class KeepsItsPrivateDirs(ClaudeCodeTransport):
-    """Leaves the session's private temp and runtime dirs inside the run dir after the session
-    (only those outside it are removed): what the real CLI wrote there outlives its session."""
+    """Leaves the session's private dirs inside the run dir after the session (its temp dir, and
+    its runtime dir when that is inside; only those outside are removed): what the real CLI
+    wrote there outlives its session."""
 
     def clean_up(self, ctx):
         inside = [p for p in ctx.cleanup if Path(p).parent == Path(ctx.run_dir)]

@@ -142,7 +142,7 @@ def kill_rate_markdown(catalog: dict[str, CheckInfo], mutants: dict[str, frozens
     of its checks catch at least one (else why not). A mutant's area is that of most of the
     checks it must fail; it counts as caught when it fails at least one check
     (tests/kit/test_kit_mutants.py proves each fails exactly its listed checks, at its level:
-    most offline, a few at loopback against the real claude). A check caught by a mutant at
+    most offline, some at loopback against the real CLIs). A check caught by a mutant at
     any level counts as catching; one no mutant fails is listed with why: an offline check's
     reason from `uncaught`, else the levels it runs at, which no mutant of its area reaches."""
     home: dict[str, str] = {}
@@ -155,7 +155,7 @@ def kill_rate_markdown(catalog: dict[str, CheckInfo], mutants: dict[str, frozens
         "## Mutant kill-rate",
         "",
         f"Generated from `tests/mutants` ({len(mutants)} known-bad backends; `tests/kit/test_kit_mutants.py` proves each "
-        "fails exactly the checks listed for it, most offline, a few at loopback against the real claude). **mutants**: "
+        "fails exactly the checks listed for it, most offline, some at loopback against the real CLIs). **mutants**: "
         "caught / aimed at the area (a mutant's area is that of most of the checks it fails); **checks**: checks that "
         "catch at least one mutant, at any level / checks of the area. A check that runs only at the loopback or live "
         "level is out of the offline mutants' reach by construction; it is listed as not caught unless a loopback "

@@ -89,9 +89,13 @@ STARTUP_HEADROOM = 2.0
 #: Per (backend id, level), in this process: how the backend answers the model's call of a tool
 #: that does not exist, the name replaced by TOOL_NAME (None: not with an error). What a refusal
 #: of an offered tool is compared with (LoopbackAdapter.refused_when_called); asked once per
-#: column and process, as the kit builds one adapter per cell.
+#: column and process, as the kit builds one adapter per cell. A probe that got no answer at all
+#: (no tool result reached the model server) is not kept: the next cell asks again.
 _UNKNOWN_TOOL_ANSWERS: dict[tuple[str, str], str | None] = {}
-TOOL_NAME = "<tool>"
+#: Stands for the tool's name in a kept answer (a NUL never occurs in an answer's wording).
+TOOL_NAME = "\x00tool\x00"
+#: error_answer_to's answer when no tool result reached the model server.
+NO_ANSWER = object()
 
 
 class LoopbackAdapter(HarnessAdapter):
@@ -373,47 +377,54 @@ class LoopbackAdapter(HarnessAdapter):
         """Offered tools judged by behaviour: the model calls each of `names` once (empty
         input, one session per name); name -> the CLI's answer for each it refused to execute.
         Refused means answered as the backend answers a tool that does not exist (a fresh
-        name, asked once per column and process): an error tool result whose text, the tool's
-        name replaced, is that answer; nothing outside the worktree changed; the sentinel not on
-        the wire. An error alone is no refusal: a tool that is on answers an empty input with
-        an error too (claude's Bash and Edit: an input validation error). A backend that does
+        name, asked once per column and process): an error tool result whose text is that
+        answer with the tool's name in the fresh name's place; nothing outside the worktree
+        changed; the sentinel not on the wire. An error alone is no refusal: a tool that is on answers an empty input with
+        an error too (a shell or edit tool: an input validation error). A backend that does
         not answer an unknown tool with an error gives no refusal to compare with, so none of
         its offered tools counts as refused. The first name it executed, or answered otherwise,
         ends the probe and is left out (with the names after it)."""
         if not names:
             return {}
         unknown = self.unknown_tool_answer(ws)
+        if unknown is None:
+            return {}
         refused: dict[str, str] = {}
         for name in names:
             answer = self.error_answer_to(name, ws)
-            if unknown is None or answer is None or answer.replace(name, TOOL_NAME) != unknown:
+            if answer != unknown.replace(TOOL_NAME, name):
                 break  # executed, or answered otherwise: the check fails on it, the rest need no session
             refused[name] = answer[:200]
         return refused
 
     def unknown_tool_answer(self, ws) -> str | None:
-        """The backend's answer to the model's call of a tool that does not exist, the name
-        replaced by TOOL_NAME; None when that answer is not an error (_UNKNOWN_TOOL_ANSWERS)."""
+        """The backend's answer to the model's call of a tool that does not exist, its name
+        replaced by TOOL_NAME; None when that answer is not an error, or when no answer came
+        (_UNKNOWN_TOOL_ANSWERS keeps the first, not the second)."""
         import secrets
 
         key = (self.spec.id, self.level)
         if key not in _UNKNOWN_TOOL_ANSWERS:
             name = f"hc_no_such_tool_{secrets.token_hex(4)}"
             answer = self.error_answer_to(name, ws)
-            _UNKNOWN_TOOL_ANSWERS[key] = None if answer is None else answer.replace(name, TOOL_NAME)
+            if answer is NO_ANSWER:
+                return None
+            _UNKNOWN_TOOL_ANSWERS[key] = answer.replace(name, TOOL_NAME) if isinstance(answer, str) else None
         return _UNKNOWN_TOOL_ANSWERS[key]
 
-    def error_answer_to(self, name: str, ws) -> str | None:
+    def error_answer_to(self, name: str, ws) -> str | object | None:
         """The text of the CLI's error answer to one call of `name` (empty input) that changed
-        nothing outside the worktree and put no sentinel on the wire; None for anything else.
-        Read from the first request that carries a tool result, not from the second: a CLI may
-        send a tool-less request of its own beside its first turn, sometimes before it and
-        sometimes after (doc/SPEC-acp.md)."""
+        nothing outside the worktree and put no sentinel on the wire; NO_ANSWER when no tool
+        result reached the model server; None for anything else. Read from the first request
+        that carries a tool result, not from the second: a CLI may send a tool-less request of
+        its own beside its first turn, sometimes before it and sometimes after (doc/SPEC-acp.md)."""
         from harnesscheck.kit.session import ToolCall as KitCall
 
         run = self.run("tools", workspace=ws, tool_calls=[KitCall(name, {})])
         turns = getattr(run, "loopback_requests", None) or []
         results = next((r.tool_results for r in turns if r.tool_results), [])
+        if not results:
+            return NO_ANSWER
         wire = "\n".join(str(req.get("body", "")) for req in run.requests)
         if not (len(results) == 1 and results[0].get("is_error") and ws.canary not in wire and ws.outside_unchanged()):
             return None
