@@ -35,6 +35,18 @@ class LeaksTheApiKeyInArgv(ClaudeCodeTransport):
         return inv
 
 
+class _SwapsItsParser(ClaudeCodeTransport):
+    """The claude-code transport with its stream parser's class swapped for `parser_class` (a
+    ClaudeStreamParser subclass carrying the mutant's defect): the base of the parser mutants."""
+
+    parser_class: type[ClaudeStreamParser]
+
+    def make_parser(self, ctx, request, *, tool_less, on_text):
+        parser = super().make_parser(ctx, request, tool_less=tool_less, on_text=on_text)
+        parser.__class__ = self.parser_class
+        return parser
+
+
 class _TrustingParser(ClaudeStreamParser):
     def outcome(self, result):
         if self.result is not None and self.result.get("subtype") == "success":
@@ -43,13 +55,10 @@ class _TrustingParser(ClaudeStreamParser):
         return super().outcome(result)
 
 
-class TrustsSubtypeSuccess(ClaudeCodeTransport):
+class TrustsSubtypeSuccess(_SwapsItsParser):
     """Believes `subtype: success` and never reads `is_error`."""
 
-    def make_parser(self, ctx, request, *, tool_less, on_text):
-        parser = super().make_parser(ctx, request, tool_less=tool_less, on_text=on_text)
-        parser.__class__ = _TrustingParser
-        return parser
+    parser_class = _TrustingParser
 
 
 class _BlindInitParser(ClaudeStreamParser):
@@ -59,13 +68,10 @@ class _BlindInitParser(ClaudeStreamParser):
         return super()._init({**event, "mcp_servers": servers or [{"name": "bridge", "status": "connected"}], "tools": tools})
 
 
-class RunsOnWhenTheBridgeFailed(ClaudeCodeTransport):
+class RunsOnWhenTheBridgeFailed(_SwapsItsParser):
     """Ignores the MCP status in system/init: a session without its tools runs on."""
 
-    def make_parser(self, ctx, request, *, tool_less, on_text):
-        parser = super().make_parser(ctx, request, tool_less=tool_less, on_text=on_text)
-        parser.__class__ = _BlindInitParser
-        return parser
+    parser_class = _BlindInitParser
 
 
 class ClaimsAlmostNothingAndRunsOnWithoutTools(RunsOnWhenTheBridgeFailed):
@@ -390,13 +396,10 @@ class _NoiseIntolerantParser(ClaudeStreamParser):
         return super().feed(line)
 
 
-class TreatsNoiseAsFatal(ClaudeCodeTransport):
+class TreatsNoiseAsFatal(_SwapsItsParser):
     """Ends the session on the first non-JSON stdout line (a banner, a debug print)."""
 
-    def make_parser(self, ctx, request, *, tool_less, on_text):
-        parser = super().make_parser(ctx, request, tool_less=tool_less, on_text=on_text)
-        parser.__class__ = _NoiseIntolerantParser
-        return parser
+    parser_class = _NoiseIntolerantParser
 
 
 class _CrashBlindParser(ClaudeStreamParser):
@@ -409,13 +412,10 @@ class _CrashBlindParser(ClaudeStreamParser):
         return outcome
 
 
-class CrashCountsAsSuccess(ClaudeCodeTransport):
+class CrashCountsAsSuccess(_SwapsItsParser):
     """Calls a session that ended without a result event a success."""
 
-    def make_parser(self, ctx, request, *, tool_less, on_text):
-        parser = super().make_parser(ctx, request, tool_less=tool_less, on_text=on_text)
-        parser.__class__ = _CrashBlindParser
-        return parser
+    parser_class = _CrashBlindParser
 
 
 class _KeySourceBlindParser(ClaudeStreamParser):
@@ -423,13 +423,10 @@ class _KeySourceBlindParser(ClaudeStreamParser):
         return super()._init({k: v for k, v in event.items() if k != "apiKeySource"})
 
 
-class IgnoresTheApiKeySource(ClaudeCodeTransport):
+class IgnoresTheApiKeySource(_SwapsItsParser):
     """Never reads apiKeySource: a run billed to an API key goes on in subscription mode."""
 
-    def make_parser(self, ctx, request, *, tool_less, on_text):
-        parser = super().make_parser(ctx, request, tool_less=tool_less, on_text=on_text)
-        parser.__class__ = _KeySourceBlindParser
-        return parser
+    parser_class = _KeySourceBlindParser
 
 
 class TrustsAnyCliPath(ClaudeCodeTransport):
@@ -626,13 +623,10 @@ class _UnknownIntolerantParser(ClaudeStreamParser):
         return super().feed(line)
 
 
-class ChokesOnUnknownEvents(ClaudeCodeTransport):
+class ChokesOnUnknownEvents(_SwapsItsParser):
     """Fails the session on an event type it does not know (new CLI versions add them)."""
 
-    def make_parser(self, ctx, request, *, tool_less, on_text):
-        parser = super().make_parser(ctx, request, tool_less=tool_less, on_text=on_text)
-        parser.__class__ = _UnknownIntolerantParser
-        return parser
+    parser_class = _UnknownIntolerantParser
 
 
 class _BraceIntolerantParser(ClaudeStreamParser):
@@ -651,14 +645,11 @@ class _BraceIntolerantParser(ClaudeStreamParser):
         return super().feed(line)
 
 
-class TakesEveryBraceLineForAnEvent(ClaudeCodeTransport):
+class TakesEveryBraceLineForAnEvent(_SwapsItsParser):
     """Takes every stdout line that starts with `{` for an event: one that does not parse (a
     debug print of an object) or has no type ends the session as a protocol error."""
 
-    def make_parser(self, ctx, request, *, tool_less, on_text):
-        parser = super().make_parser(ctx, request, tool_less=tool_less, on_text=on_text)
-        parser.__class__ = _BraceIntolerantParser
-        return parser
+    parser_class = _BraceIntolerantParser
 
 
 class KeepsSessionFilesUnredacted(CodexTransport):
@@ -688,7 +679,7 @@ class _LadderParser(ClaudeStreamParser):
         return super()._system(event)
 
 
-class WaitsOutTheAuthLadder(ClaudeCodeTransport):
+class WaitsOutTheAuthLadder(_SwapsItsParser):
     """Waits for the CLI's own end after a 401 notice: the CLI sends the rejected credential again
     and again (ten retries) before its result, the lockout an auth failure must never risk."""
 
@@ -696,10 +687,7 @@ class WaitsOutTheAuthLadder(ClaudeCodeTransport):
         super().__init__(*args, **kwargs)
         self.retry_stop_after = None
 
-    def make_parser(self, ctx, request, *, tool_less, on_text):
-        parser = super().make_parser(ctx, request, tool_less=tool_less, on_text=on_text)
-        parser.__class__ = _LadderParser
-        return parser
+    parser_class = _LadderParser
 
 
 class WritesItsMcpConfigToAFixedName(ClaudeCodeTransport):
@@ -857,14 +845,11 @@ class _LastCallUsageParser(ClaudeStreamParser):
         return (_api_usage(last[1]) if last is not None else _api_usage(None)), helper
 
 
-class TakesTheLastCallsUsage(ClaudeCodeTransport):
+class TakesTheLastCallsUsage(_SwapsItsParser):
     """Reports the last model call's usage as the session's: every earlier turn of the tool loop
     goes unbilled (a loopback mutant: the real claude's stream and result, summed by the server)."""
 
-    def make_parser(self, ctx, request, *, tool_less, on_text):
-        parser = super().make_parser(ctx, request, tool_less=tool_less, on_text=on_text)
-        parser.__class__ = _LastCallUsageParser
-        return parser
+    parser_class = _LastCallUsageParser
 
 
 class _RequestedModelParser(ClaudeStreamParser):
@@ -873,14 +858,11 @@ class _RequestedModelParser(ClaudeStreamParser):
         return super().outcome(result)
 
 
-class ReportsTheRequestedModelAsServed(ClaudeCodeTransport):
+class ReportsTheRequestedModelAsServed(_SwapsItsParser):
     """Reports the model it asked for as the one that answered: a model the server swapped in is
     never seen (a loopback mutant: the real claude's stream names the served model)."""
 
-    def make_parser(self, ctx, request, *, tool_less, on_text):
-        parser = super().make_parser(ctx, request, tool_less=tool_less, on_text=on_text)
-        parser.__class__ = _RequestedModelParser
-        return parser
+    parser_class = _RequestedModelParser
 
 
 class LeavesTheRealBuiltinsOn(LeavesBuiltinToolsOn):

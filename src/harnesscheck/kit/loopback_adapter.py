@@ -379,11 +379,11 @@ class LoopbackAdapter(HarnessAdapter):
         Refused means answered as the backend answers a tool that does not exist (a fresh
         name, asked once per column and process): an error tool result whose text is that
         answer with the tool's name in the fresh name's place; nothing outside the worktree
-        changed; the sentinel not on the wire. An error alone is no refusal: a tool that is on answers an empty input with
-        an error too (a shell or edit tool: an input validation error). A backend that does
-        not answer an unknown tool with an error gives no refusal to compare with, so none of
-        its offered tools counts as refused. The first name it executed, or answered otherwise,
-        ends the probe and is left out (with the names after it)."""
+        changed; the sentinel not on the wire. An error alone is no refusal: a tool that is on
+        answers an empty input with an error too (a shell or edit tool: an input validation
+        error). A backend that does not answer an unknown tool with an error gives no refusal
+        to compare with, so none of its offered tools counts as refused. The first name it
+        executed, or answered otherwise, ends the probe and is left out (with the names after it)."""
         if not names:
             return {}
         unknown = self.unknown_tool_answer(ws)
